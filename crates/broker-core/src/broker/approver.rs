@@ -1,0 +1,452 @@
+//! The approver routes the console calls with its token, naming the person acting: what waits
+//! for a person, deciding records (with the typed code for a machine login), and the person's
+//! grants and machines.
+
+use super::{Broker, Fail, ct_eq, read, transact};
+use crate::clock::Time;
+use crate::error::{Error, ErrorCode};
+use crate::ids::{CredentialId, GrantId, Login, RecordId};
+use crate::model::{
+    DecisionBy, EnrollmentSummary, Grant, GrantEnd, GrantedBy, LauncherCredential, Record,
+    RecordKind, RecordState, RequestState,
+};
+use crate::storage::Tx;
+
+/// A grant as the approver and operator lists show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantListItem {
+    pub grant: Grant,
+    pub enrollment: EnrollmentSummary,
+}
+
+/// What an approval produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approved {
+    pub credential_id: Option<CredentialId>,
+    pub grant_id: Option<GrantId>,
+}
+
+impl Broker {
+    /// A record as of now, following its request's session: a pending secret request whose
+    /// session ended shows cancelled.
+    pub(crate) async fn settle_record(
+        &self,
+        tx: &mut dyn Tx,
+        rec: Record,
+        now: Time,
+    ) -> Result<Record, Fail> {
+        let mut rec = rec.settled(now);
+        if rec.state != RecordState::Pending || rec.body.kind != RecordKind::AgentSecret {
+            return Ok(rec);
+        }
+        let (Some(rid), Some(eid)) = (rec.body.request_id, rec.body.enrollment_id) else {
+            return Ok(rec);
+        };
+        if let (Some(r), Some(e)) = (tx.get_request(rid).await?, tx.get_enrollment(eid).await?) {
+            let r = r.settled(now, &e);
+            if let (RequestState::Cancelled, Some(d)) = (r.state, r.decision) {
+                rec.state = RecordState::Cancelled;
+                rec.decided = Some(crate::model::RecordDecision {
+                    event: RecordState::Cancelled,
+                    at: d.at,
+                    by: d.by,
+                    credential_id: None,
+                    seal: String::new(),
+                });
+            }
+        }
+        Ok(rec)
+    }
+
+    /// Undecided records `approver` decides, newest first.
+    pub async fn pending_for(&self, approver: &Login) -> Result<Vec<Record>, Error> {
+        let now = self.now();
+        let mut out = read!(self, "list pending", |tx| {
+            let mut out = Vec::new();
+            for rec in tx.pending_records().await? {
+                let rec = self.settle_record(tx, rec, now).await?;
+                if rec.state == RecordState::Pending && rec.body.approver.admits(approver) {
+                    out.push(rec);
+                }
+            }
+            Ok::<_, Fail>(out)
+        })?;
+        out.sort_by_key(|r| std::cmp::Reverse(r.body.requested_at));
+        Ok(out)
+    }
+
+    /// One record, as of now.
+    pub async fn record(&self, id: &RecordId) -> Result<Record, Error> {
+        let now = self.now();
+        read!(self, "read record", |tx| {
+            let rec = tx.get_record(id).await?.ok_or_else(|| {
+                Error::with_message(ErrorCode::NOT_FOUND, "no such credential request")
+            })?;
+            self.settle_record(tx, rec, now).await
+        })
+    }
+
+    /// Approves a record as `approver`. A machine login needs its confirmation code typed again.
+    pub async fn approve(
+        &self,
+        id: &RecordId,
+        approver: &Login,
+        code: Option<&str>,
+    ) -> Result<Approved, Error> {
+        let now = self.now();
+        let policy = self.policy();
+        transact!(self, "approve", |tx| {
+            let rec = self
+                .lock_decidable(tx, id, approver, code, true, now)
+                .await?;
+            match rec.body.kind {
+                RecordKind::LauncherCredential => {
+                    let (Some(jwk), Some(thumbprint)) =
+                        (rec.body.jwk.clone(), rec.body.thumbprint.clone())
+                    else {
+                        return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID).into());
+                    };
+                    if tx
+                        .credentials_by_thumbprint(&thumbprint)
+                        .await?
+                        .iter()
+                        .any(|c| c.is_live(now))
+                    {
+                        return Err(ErrorCode::KEY_HOLDS_LIVE_CREDENTIAL.into());
+                    }
+                    let operator = match &rec.body.approver {
+                        crate::ids::Approver::Person(l) => Some(l.clone()),
+                        crate::ids::Approver::Anyone => None,
+                    };
+                    let c = LauncherCredential {
+                        id: CredentialId::from_random(self.uuid()),
+                        thumbprint,
+                        jwk,
+                        host: rec.body.identifiers.first().cloned().unwrap_or_default(),
+                        service: None,
+                        subject: None,
+                        operator,
+                        approved_by: approver.to_string(),
+                        issued_at: now,
+                        expires_at: now + self.config.machine_credential_lifetime,
+                        revoked_at: None,
+                        record_id: Some(rec.id),
+                    };
+                    tx.put_credential(&c).await?;
+                    self.decide_record(
+                        tx,
+                        rec,
+                        RecordState::Approved,
+                        approver.as_str(),
+                        now,
+                        Some(c.id),
+                    )
+                    .await?;
+                    Ok::<_, Fail>(Approved {
+                        credential_id: Some(c.id),
+                        grant_id: None,
+                    })
+                }
+                RecordKind::AgentSecret => {
+                    let (Some(rid), Some(eid)) = (rec.body.request_id, rec.body.enrollment_id)
+                    else {
+                        return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID).into());
+                    };
+                    let mut r = tx
+                        .get_request(rid)
+                        .await?
+                        .ok_or(ErrorCode::GRANT_CHAIN_INVALID)?;
+                    let e = tx
+                        .get_enrollment(eid)
+                        .await?
+                        .ok_or(ErrorCode::GRANT_CHAIN_INVALID)?;
+                    if r.clone().settled(now, &e).state != RequestState::Pending {
+                        return Err(terminal(&rec, false).into());
+                    }
+                    let mut names = r.names();
+                    names.sort();
+                    // The approver's standing under the current policy, and the record's text.
+                    if !rec.text_verifies() {
+                        return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID).into());
+                    }
+                    policy
+                        .check_standing(&names, Some(approver), &e.withheld)
+                        .map_err(|_| Error::new(ErrorCode::GRANT_CHAIN_INVALID))?;
+                    let rec = self
+                        .decide_record(tx, rec, RecordState::Approved, approver.as_str(), now, None)
+                        .await?;
+                    let mut g = Grant {
+                        id: GrantId::from_random(self.uuid()),
+                        request_id: r.id,
+                        enrollment_id: e.id,
+                        names,
+                        granted: GrantedBy::Approval,
+                        record_id: Some(rec.id),
+                        approver: Some(approver.clone()),
+                        expires_at: r
+                            .lifetime_seconds
+                            .map(|s| now + chrono::Duration::seconds(s as i64)),
+                        created_at: now,
+                        rules_version: policy.rules_version().to_owned(),
+                        end: None,
+                        seal: String::new(),
+                        decision_seal: None,
+                    };
+                    g.seal = self.sealer.seal_grant(&g);
+                    tx.put_grant(&g).await?;
+                    r.state = RequestState::Granted;
+                    r.grant_id = Some(g.id);
+                    r.decided_at = Some(now);
+                    r.decision = Some(DecisionBy {
+                        by: approver.to_string(),
+                        at: now,
+                    });
+                    tx.put_request(&r).await?;
+                    Ok(Approved {
+                        credential_id: None,
+                        grant_id: Some(g.id),
+                    })
+                }
+            }
+        })
+    }
+
+    /// Denies a record as `approver`.
+    pub async fn deny(
+        &self,
+        id: &RecordId,
+        approver: &Login,
+        code: Option<&str>,
+    ) -> Result<RecordState, Error> {
+        let now = self.now();
+        transact!(self, "deny", |tx| {
+            let rec = self
+                .lock_decidable(tx, id, approver, code, false, now)
+                .await?;
+            if let (RecordKind::AgentSecret, Some(rid)) = (rec.body.kind, rec.body.request_id)
+                && let Some(mut r) = tx.get_request(rid).await?
+            {
+                r.state = RequestState::Denied;
+                r.decided_at = Some(now);
+                r.decision = Some(DecisionBy {
+                    by: approver.to_string(),
+                    at: now,
+                });
+                tx.put_request(&r).await?;
+            }
+            let rec = self
+                .decide_record(tx, rec, RecordState::Denied, approver.as_str(), now, None)
+                .await?;
+            Ok::<_, Fail>(rec.state)
+        })
+    }
+
+    /// Loads and locks a record for a decision, applying the rules in order: NOT_FOUND,
+    /// NOT_APPROVER, RECORD_TERMINAL, then for a machine login SERVICE_LOGS_IN_WITH_TOKEN
+    /// (approval only), CODE_REQUIRED and CODE_MISMATCH.
+    async fn lock_decidable(
+        &self,
+        tx: &mut dyn Tx,
+        id: &RecordId,
+        approver: &Login,
+        code: Option<&str>,
+        approving: bool,
+        now: Time,
+    ) -> Result<Record, Fail> {
+        let stored = tx.get_record(id).await?.ok_or_else(|| {
+            Error::with_message(ErrorCode::NOT_FOUND, "no such credential request")
+        })?;
+        let rec = self.settle_record(tx, stored.clone(), now).await?;
+        if !rec.body.approver.admits(approver) {
+            return Err(Error::with_message(
+                ErrorCode::NOT_APPROVER,
+                "only the record's approver may decide it",
+            )
+            .into());
+        }
+        if rec.state != RecordState::Pending {
+            return Err(terminal(&rec, rec.state == RecordState::Expired).into());
+        }
+        if rec.body.kind == RecordKind::LauncherCredential {
+            if rec.body.service.is_some() && approving {
+                return Err(ErrorCode::SERVICE_LOGS_IN_WITH_TOKEN.into());
+            }
+            if rec.body.service.is_none() {
+                let typed = code
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .ok_or_else(|| {
+                        Error::with_message(
+                            ErrorCode::CODE_REQUIRED,
+                            "code is required to decide a machine login",
+                        )
+                    })?;
+                let matches = match (crate::ids::ConfirmationCode::parse(typed), &rec.code) {
+                    (Some(t), Some(c)) => ct_eq(t.as_str().as_bytes(), c.as_str().as_bytes()),
+                    _ => false,
+                };
+                if !matches {
+                    return Err(ErrorCode::CODE_MISMATCH.into());
+                }
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Machine logins `approver` sees: every service's, and the person's own machines', not
+    /// revoked, unexpired or expired with a session still running; newest first.
+    pub async fn credentials_for(
+        &self,
+        approver: &Login,
+    ) -> Result<Vec<LauncherCredential>, Error> {
+        self.list_credentials(|c| c.service.is_some() || c.operator.as_ref() == Some(approver))
+            .await
+    }
+
+    pub(crate) async fn list_credentials(
+        &self,
+        keep: impl Fn(&LauncherCredential) -> bool + Send + Sync,
+    ) -> Result<Vec<LauncherCredential>, Error> {
+        let now = self.now();
+        let mut out = read!(self, "list machine logins", |tx| {
+            let mut out = Vec::new();
+            for c in tx.list_credentials().await? {
+                if c.is_revoked() || !keep(&c) {
+                    continue;
+                }
+                let running = c.is_expired(now)
+                    && tx
+                        .enrollments_by_credential(c.id)
+                        .await?
+                        .into_iter()
+                        .any(|e| e.is_live(now));
+                if !c.is_expired(now) || running {
+                    out.push(c);
+                }
+            }
+            Ok::<_, Fail>(out)
+        })?;
+        out.sort_by_key(|c| std::cmp::Reverse(c.issued_at));
+        Ok(out)
+    }
+
+    /// Ends a machine login as `approver`: a service's by anyone signed in, a person's machine
+    /// only by the person who approved it.
+    pub async fn revoke_credential_by_approver(
+        &self,
+        approver: &Login,
+        id: CredentialId,
+    ) -> Result<&'static str, Error> {
+        let now = self.now();
+        transact!(self, "revoke machine login", |tx| {
+            let c = tx.get_credential(id).await?.ok_or_else(|| {
+                Error::with_message(ErrorCode::NOT_FOUND, "no such machine login")
+            })?;
+            if c.service.is_none() && c.approved_by != approver.as_str() {
+                return Err(Error::with_message(
+                    ErrorCode::NOT_APPROVER,
+                    "only the person who approved a person's machine login may revoke it",
+                )
+                .into());
+            }
+            self.revoke_credential(tx, c, &format!("launcher:{id}"), now)
+                .await?;
+            Ok::<_, Fail>("revoked")
+        })
+    }
+
+    /// Live grants of `who`'s sessions, and those `who` approved, newest first.
+    pub async fn grants_for(&self, who: &Login) -> Result<Vec<GrantListItem>, Error> {
+        let now = self.now();
+        let mut out = read!(self, "list grants", |tx| {
+            let mut out = Vec::new();
+            for g in tx.live_grants().await? {
+                let Some(e) = tx.get_enrollment(g.enrollment_id).await? else {
+                    continue;
+                };
+                let g = g.settled(now, &e);
+                if g.is_live()
+                    && (e.operator.as_ref() == Some(who) || g.approver.as_ref() == Some(who))
+                {
+                    out.push(GrantListItem {
+                        enrollment: e.summary(),
+                        grant: g,
+                    });
+                }
+            }
+            Ok::<_, Fail>(out)
+        })?;
+        out.sort_by_key(|g| std::cmp::Reverse(g.grant.created_at));
+        Ok(out)
+    }
+
+    /// Revokes a grant as its approver or its enrollment's operator. With `withhold` (the
+    /// operator route), also ends the session's other automatic grants of the same secrets and
+    /// withholds those secrets: they need approval again.
+    pub async fn revoke_grant_as(
+        &self,
+        who: &Login,
+        id: GrantId,
+        withhold: bool,
+    ) -> Result<&'static str, Error> {
+        let now = self.now();
+        transact!(self, "revoke grant", |tx| {
+            let g = tx
+                .get_grant(id)
+                .await?
+                .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such grant"))?;
+            let mut e = tx
+                .get_enrollment(g.enrollment_id)
+                .await?
+                .ok_or(ErrorCode::NOT_FOUND)?;
+            if g.approver.as_ref() != Some(who) && e.operator.as_ref() != Some(who) {
+                return Err(Error::with_message(
+                    ErrorCode::NOT_APPROVER,
+                    "only the grant's approver or its enrollment's operator may revoke it",
+                )
+                .into());
+            }
+            let mut g = g.settled(now, &e);
+            if g.end.is_none() {
+                g.end = Some((GrantEnd::Revoked, now));
+                tx.put_grant(&g).await?;
+            }
+            if withhold {
+                let mut withheld = std::collections::BTreeSet::new();
+                if g.granted == GrantedBy::Automatic {
+                    withheld.extend(g.names.iter().cloned());
+                }
+                for other in tx.grants_by_enrollment(e.id).await? {
+                    if other.id == g.id
+                        || other.granted != GrantedBy::Automatic
+                        || !other.names.iter().any(|n| g.names.contains(n))
+                    {
+                        continue;
+                    }
+                    withheld.extend(other.names.iter().cloned());
+                    let mut other = other.settled(now, &e);
+                    if other.end.is_none() {
+                        other.end = Some((GrantEnd::Revoked, now));
+                        tx.put_grant(&other).await?;
+                    }
+                }
+                if !withheld.is_subset(&e.withheld) {
+                    e.withheld.extend(withheld);
+                    tx.put_enrollment(&e).await?;
+                }
+            }
+            Ok::<_, Fail>(g.state_str())
+        })
+    }
+}
+
+/// RECORD_TERMINAL with the message for the record's kind and how it ended.
+fn terminal(rec: &Record, expired: bool) -> Error {
+    let msg = match (rec.body.kind, expired) {
+        (RecordKind::AgentSecret, true) => "request expired before its approver acted",
+        (RecordKind::AgentSecret, false) => "request is already decided",
+        (RecordKind::LauncherCredential, true) => "machine login expired before its approver acted",
+        (RecordKind::LauncherCredential, false) => "machine login has already been decided",
+    };
+    Error::with_message(ErrorCode::RECORD_TERMINAL, msg)
+}

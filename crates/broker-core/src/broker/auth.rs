@@ -1,0 +1,207 @@
+//! Proof verification (protocol.md §2): the `Proof` header names an enrolled key by `kid`, binds
+//! the method, URL, time and body, and is single use. Credential refusals come before the route
+//! runs, in the spec's order: the database first (503), then the proof (401).
+
+use countersign_proto::claims::{self, ProofClaims};
+use countersign_proto::jws;
+
+use super::{Broker, Fail, ct_eq, read};
+use crate::error::{Error, ErrorCode};
+use crate::ids::{CredentialId, EnrollmentId};
+use crate::model::{Enrollment, LauncherCredential};
+
+/// What a proof must be bound to: the request as the server received it.
+#[derive(Debug, Clone, Copy)]
+pub struct ProofTarget<'a> {
+    pub method: &'a str,
+    /// The request path, without query.
+    pub path: &'a str,
+    /// The exact body bytes (empty for none).
+    pub body: &'a [u8],
+}
+
+/// Which session-proof refusals a route gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SessionRoute {
+    Plain,
+    Renewal,
+}
+
+impl Broker {
+    /// Authenticates a session proof: the enrollment it names, live.
+    pub async fn authenticate_session(
+        &self,
+        proof: Option<&str>,
+        target: ProofTarget<'_>,
+    ) -> Result<Enrollment, Error> {
+        self.session_proof(proof, target, SessionRoute::Plain).await
+    }
+
+    /// Authenticates a session proof on the renew route, where an ended enrollment is told
+    /// apart (ENROLLMENT_NOT_LIVE).
+    pub async fn authenticate_renewal(
+        &self,
+        proof: Option<&str>,
+        target: ProofTarget<'_>,
+    ) -> Result<Enrollment, Error> {
+        self.session_proof(proof, target, SessionRoute::Renewal)
+            .await
+    }
+
+    async fn session_proof(
+        &self,
+        proof: Option<&str>,
+        target: ProofTarget<'_>,
+        route: SessionRoute,
+    ) -> Result<Enrollment, Error> {
+        let invalid = |msg: &'static str| Error::with_message(ErrorCode::PROOF_INVALID, msg);
+        let token = proof.ok_or_else(|| invalid("proof invalid: no Proof header"))?;
+        let parsed = jws::parse(token).map_err(|_| invalid("proof invalid"))?;
+        match parsed.typ() {
+            claims::TYP_SESSION_PROOF => {}
+            claims::TYP_LAUNCHER_PROOF => {
+                return Err(invalid(
+                    "this route needs a session proof, not a launcher proof",
+                ));
+            }
+            _ => return Err(invalid("proof invalid: wrong typ")),
+        }
+        if parsed.jwk().is_some() {
+            return Err(invalid("proof invalid: a proof names its key by kid"));
+        }
+        let id = parsed
+            .kid()
+            .and_then(|k| EnrollmentId::parse(k).ok())
+            .ok_or_else(|| invalid("proof invalid: kid"))?;
+        let now = self.now();
+        let enrollment = read!(self, "proof check", |tx| Ok::<_, Fail>(
+            tx.get_enrollment(id).await?
+        ))?
+        .ok_or_else(|| invalid("proof invalid"))?
+        .settled(now);
+        let key = enrollment
+            .jwk
+            .verifying_key()
+            .map_err(|_| invalid("proof invalid"))?;
+        let verified = parsed.verify(&key).map_err(|_| invalid("proof invalid"))?;
+        let claims: ProofClaims = verified
+            .claims()
+            .map_err(|_| invalid("proof invalid: claims"))?;
+        self.check_binding(&claims, target).map_err(invalid)?;
+        if !enrollment.is_live(now) {
+            return Err(match route {
+                SessionRoute::Renewal => Error::new(ErrorCode::ENROLLMENT_NOT_LIVE),
+                SessionRoute::Plain => invalid("proof invalid: not live"),
+            });
+        }
+        self.check_replay(&format!("session:{id}"), &claims.jti, "proof check")
+            .await?
+            .then_some(())
+            .ok_or_else(|| invalid("proof invalid: replayed"))?;
+        Ok(enrollment)
+    }
+
+    /// Authenticates a launcher proof: the launcher credential it names, not revoked. An
+    /// expired credential still authenticates (its operator routes and unenrollment work);
+    /// enrolling checks expiry itself.
+    pub async fn authenticate_launcher(
+        &self,
+        proof: Option<&str>,
+        target: ProofTarget<'_>,
+    ) -> Result<LauncherCredential, Error> {
+        let invalid = |msg: &'static str| Error::with_message(ErrorCode::LAUNCHER_INVALID, msg);
+        let token = proof
+            .ok_or_else(|| invalid("the launcher credential is not valid: no Proof header"))?;
+        let parsed =
+            jws::parse(token).map_err(|_| invalid("the launcher credential is not valid"))?;
+        match parsed.typ() {
+            claims::TYP_LAUNCHER_PROOF => {}
+            claims::TYP_SESSION_PROOF => {
+                return Err(invalid(
+                    "this route needs a launcher proof, not a session proof",
+                ));
+            }
+            _ => return Err(invalid("the launcher credential is not valid: wrong typ")),
+        }
+        if parsed.jwk().is_some() {
+            return Err(invalid(
+                "the launcher credential is not valid: a proof names its key by kid",
+            ));
+        }
+        let id = parsed
+            .kid()
+            .and_then(|k| CredentialId::parse(k).ok())
+            .ok_or_else(|| invalid("the launcher credential is not valid: kid"))?;
+        let credential = read!(self, "launcher credential read", |tx| Ok::<_, Fail>(
+            tx.get_credential(id).await?
+        ))?
+        .ok_or_else(|| invalid("the launcher credential is not valid"))?;
+        let key = credential
+            .jwk
+            .verifying_key()
+            .map_err(|_| invalid("the launcher credential is not valid"))?;
+        let verified = parsed
+            .verify(&key)
+            .map_err(|_| invalid("the launcher credential is not valid"))?;
+        let claims: ProofClaims = verified
+            .claims()
+            .map_err(|_| invalid("the launcher credential is not valid: claims"))?;
+        self.check_binding(&claims, target).map_err(invalid)?;
+        if credential.is_revoked() {
+            return Err(invalid("the launcher credential is not valid: revoked"));
+        }
+        self.check_replay(
+            &format!("launcher:{id}"),
+            &claims.jti,
+            "launcher proof check",
+        )
+        .await?
+        .then_some(())
+        .ok_or_else(|| invalid("the launcher credential is not valid: proof replayed"))?;
+        Ok(credential)
+    }
+
+    /// Checks `htm`, `htu`, `iat` and `bh` against the request.
+    fn check_binding(&self, c: &ProofClaims, target: ProofTarget<'_>) -> Result<(), &'static str> {
+        if c.htm != target.method {
+            return Err("proof invalid: htm does not match the request");
+        }
+        if c.htu != claims::htu(&self.config.public_url, target.path) {
+            return Err("proof invalid: htu does not match the request");
+        }
+        let skew = self.config.proof_skew.num_seconds();
+        if (c.iat - self.now().timestamp()).abs() > skew {
+            return Err("proof invalid: iat outside the allowed window");
+        }
+        if c.jti.is_empty() || c.jti.len() > 256 {
+            return Err("proof invalid: jti");
+        }
+        match (&c.bh, target.body.is_empty()) {
+            (None, true) => Ok(()),
+            (Some(bh), false)
+                if ct_eq(bh.as_bytes(), claims::body_hash(target.body).as_bytes()) =>
+            {
+                Ok(())
+            }
+            (None, false) => Err("proof invalid: bh is required with a body"),
+            (Some(_), true) => Err("proof invalid: bh given without a body"),
+            (Some(_), false) => Err("proof invalid: bh does not match the body"),
+        }
+    }
+
+    /// Remembers a single-use value for the proof window (twice the skew, so that a proof
+    /// accepted at either edge is remembered until it can no longer be accepted).
+    pub(crate) async fn check_replay(
+        &self,
+        scope: &str,
+        jti: &str,
+        step: &'static str,
+    ) -> Result<bool, Error> {
+        let now = self.now();
+        let until = now + self.config.proof_skew * 2 + self.config.max_request_object_lifetime;
+        self.storage
+            .remember_once(scope, jti, until, now)
+            .await
+            .map_err(|e| self.fail(Fail::Storage(e), step))
+    }
+}

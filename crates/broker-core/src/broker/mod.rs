@@ -1,0 +1,286 @@
+//! [`Broker`]: one method per operation of the spec. Each state transition runs in one storage
+//! transaction; rows it reads are locked, so concurrent deciders serialise and the losers see
+//! the winner's outcome and get the spec's code.
+
+mod approver;
+mod auth;
+mod cascade;
+mod enroll;
+mod login;
+mod operator;
+mod requests;
+mod sweep;
+
+use std::sync::{Arc, RwLock};
+
+pub use auth::ProofTarget;
+pub use login::{MachineLoginStarted, PollState};
+pub use requests::{CreatedRequest, EnrollInput, Released};
+pub use sweep::SweepReport;
+
+use crate::clock::{Clock, Entropy, Time, random, to_millis};
+use crate::config::BrokerConfig;
+use crate::error::{Error, ErrorCode};
+use crate::identity::TokenVerifier;
+use crate::policy::{Policy, Refusal};
+use crate::seal::Sealer;
+use crate::secrets::{Inspection, SecretStore};
+use crate::storage::{Storage, StorageError};
+
+/// Why a transaction body stopped: a refusal for the client, or a storage failure.
+#[derive(Debug)]
+pub(crate) enum Fail {
+    Refuse(Error),
+    Storage(StorageError),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::Refuse(e)
+    }
+}
+
+impl From<ErrorCode> for Fail {
+    fn from(c: ErrorCode) -> Self {
+        Fail::Refuse(c.into())
+    }
+}
+
+impl From<StorageError> for Fail {
+    fn from(e: StorageError) -> Self {
+        Fail::Storage(e)
+    }
+}
+
+/// Runs `$body` (an expression using `$tx: &mut dyn Tx`, returning `Result<_, Fail>`) in a write
+/// transaction, committing on success, retrying on a storage conflict.
+macro_rules! transact {
+    ($self:expr, $step:expr, |$tx:ident| $body:expr) => {{
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let mut guard = match $self.storage.begin().await {
+                Ok(t) => t,
+                Err(e) => break Err($self.fail(crate::broker::Fail::Storage(e), $step)),
+            };
+            let result: Result<_, crate::broker::Fail> = {
+                let $tx: &mut dyn crate::storage::Tx = &mut *guard;
+                async { $body }.await
+            };
+            match result {
+                Ok(v) => match guard.commit().await {
+                    Ok(()) => break Ok(v),
+                    Err(crate::storage::StorageError::Conflict) if attempts < 10 => continue,
+                    Err(e) => break Err($self.fail(crate::broker::Fail::Storage(e), $step)),
+                },
+                Err(crate::broker::Fail::Storage(crate::storage::StorageError::Conflict))
+                    if attempts < 10 =>
+                {
+                    drop(guard);
+                    continue;
+                }
+                Err(f) => break Err($self.fail(f, $step)),
+            }
+        }
+    }};
+}
+
+/// Runs `$body` in a read-only transaction.
+macro_rules! read {
+    ($self:expr, $step:expr, |$tx:ident| $body:expr) => {{
+        match $self.storage.read().await {
+            Err(e) => Err($self.fail(crate::broker::Fail::Storage(e), $step)),
+            Ok(mut guard) => {
+                let result: Result<_, crate::broker::Fail> = {
+                    let $tx: &mut dyn crate::storage::Tx = &mut *guard;
+                    async { $body }.await
+                };
+                result.map_err(|f| $self.fail(f, $step))
+            }
+        }
+    }};
+}
+
+pub(crate) use {read, transact};
+
+/// The parts a broker runs on.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    pub storage: Arc<dyn Storage>,
+    pub store: Arc<dyn SecretStore>,
+    pub clock: Arc<dyn Clock>,
+    pub entropy: Arc<dyn Entropy>,
+    pub tokens: Option<Arc<dyn TokenVerifier>>,
+}
+
+/// The policy as last loaded, with the refusals seen.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyState {
+    pub policy: Arc<Policy>,
+    pub refused: Vec<(crate::ids::SecretName, Refusal)>,
+    pub loaded_at: Option<Time>,
+}
+
+/// The secrets broker.
+#[derive(Debug)]
+pub struct Broker {
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) store: Arc<dyn SecretStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) entropy: Arc<dyn Entropy>,
+    pub(crate) tokens: Option<Arc<dyn TokenVerifier>>,
+    pub(crate) sealer: Sealer,
+    pub(crate) config: BrokerConfig,
+    policy: RwLock<PolicyState>,
+}
+
+impl Broker {
+    /// A broker over `parts`, sealing with `sealer`. The policy starts empty: call
+    /// [`Broker::reload_policy`] before serving.
+    pub fn new(parts: Parts, sealer: Sealer, config: BrokerConfig) -> Self {
+        Self {
+            storage: parts.storage,
+            store: parts.store,
+            clock: parts.clock,
+            entropy: parts.entropy,
+            tokens: parts.tokens,
+            sealer,
+            config,
+            policy: RwLock::new(PolicyState::default()),
+        }
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    pub fn store(&self) -> &Arc<dyn SecretStore> {
+        &self.store
+    }
+
+    pub fn has_token_issuer(&self) -> bool {
+        self.tokens.is_some()
+    }
+
+    /// The clock's time, at the precision stored.
+    pub fn now(&self) -> Time {
+        to_millis(self.clock.now())
+    }
+
+    /// The current policy.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .policy
+            .clone()
+    }
+
+    pub fn policy_state(&self) -> PolicyState {
+        self.policy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_policy(&self, state: PolicyState) {
+        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = state;
+    }
+
+    /// Loads the policy from the store. On failure the last good policy stays.
+    pub async fn reload_policy(&self) -> Result<Arc<Policy>, crate::secrets::StoreError> {
+        let listing = self.store.list().await?;
+        let policy = Arc::new(Policy::new(listing.served));
+        self.set_policy(PolicyState {
+            policy: policy.clone(),
+            refused: listing.refused,
+            loaded_at: Some(self.now()),
+        });
+        Ok(policy)
+    }
+
+    /// Rereads one secret from the store and applies the change at once. Answers whether it
+    /// is now served and, if not, why.
+    pub async fn reread(
+        &self,
+        name: &crate::ids::SecretName,
+    ) -> Result<(bool, Option<Refusal>), Error> {
+        let inspection = self.store.inspect(name).await.map_err(|e| {
+            tracing::warn!(error = %e, secret = %name, "reread failed");
+            Error::with_message(
+                ErrorCode::DATABASE_UNAVAILABLE,
+                "secret store read: unavailable",
+            )
+        })?;
+        let mut state = self.policy_state();
+        let (entry, answer) = match inspection {
+            Inspection::Served(e) => (Some(e), (true, None)),
+            Inspection::Refused(r) => (None, (false, Some(r))),
+        };
+        state.policy = Arc::new(state.policy.with_entry(name, entry));
+        state.refused.retain(|(n, _)| n != name);
+        if let (false, Some(r)) = answer {
+            state.refused.push((name.clone(), r));
+        }
+        self.set_policy(state);
+        Ok(answer)
+    }
+
+    /// Replaces the policy (for embedders whose policy does not come from a store listing).
+    pub fn install_policy(&self, policy: Policy) {
+        self.set_policy(PolicyState {
+            policy: Arc::new(policy),
+            refused: Vec::new(),
+            loaded_at: Some(self.now()),
+        });
+    }
+
+    /// Checks that the database answers.
+    pub async fn health(&self) -> Result<(), Error> {
+        self.storage
+            .ping()
+            .await
+            .map_err(|e| self.fail(Fail::Storage(e), "database ping"))
+    }
+
+    /// Turns a failure into the client's error: a refusal passes; a storage failure is
+    /// DATABASE_UNAVAILABLE or INTERNAL, naming the step, with the cause logged only.
+    pub(crate) fn fail(&self, f: Fail, step: &str) -> Error {
+        match f {
+            Fail::Refuse(e) => e,
+            Fail::Storage(StorageError::Unavailable(cause)) => {
+                tracing::warn!(%cause, step, "database unavailable");
+                Error::with_message(
+                    ErrorCode::DATABASE_UNAVAILABLE,
+                    format!("{step}: {}", ErrorCode::DATABASE_UNAVAILABLE.message()),
+                )
+            }
+            Fail::Storage(e) => {
+                tracing::error!(error = %e, step, "storage failure");
+                Error::with_message(ErrorCode::INTERNAL, format!("{step} failed"))
+            }
+        }
+    }
+
+    pub(crate) fn uuid(&self) -> [u8; 16] {
+        random::<16>(&*self.entropy)
+    }
+
+    pub(crate) fn nonce(&self) -> String {
+        countersign_proto::b64::encode(&random::<16>(&*self.entropy))
+    }
+}
+
+/// Hex SHA-256, for values stored only as hashes.
+pub(crate) fn sha256_hex(s: &str) -> String {
+    hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, s.as_bytes()).as_ref())
+}
+
+/// Constant-time equality of two byte strings (length is not secret).
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    aws_lc_rs::constant_time::verify_slices_are_equal(a, b).is_ok()
+}

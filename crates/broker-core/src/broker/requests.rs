@@ -1,0 +1,486 @@
+//! A session's own operations: secret requests, their grants, and the values a live grant
+//! releases after its approval chain verifies again.
+
+use std::collections::BTreeSet;
+
+use countersign_proto::claims::{self, SecretRequestClaims};
+use countersign_proto::jws;
+
+use super::{Broker, Fail, read, transact};
+use crate::clock::Time;
+use crate::error::{Error, ErrorCode};
+use crate::ids::{GrantId, RecordId, RequestId, SecretName, SessionId};
+use crate::model::{
+    Enrollment, Grant, GrantEnd, GrantedBy, Record, RecordKind, RecordState, RecordText, Request,
+    RequestState, SessionIds,
+};
+use crate::policy::Outcome;
+use crate::secrets::SecretValue;
+
+/// The body of an enrollment.
+#[derive(Debug, Clone, Default)]
+pub struct EnrollInput {
+    pub kind: String,
+    pub runtime_id: String,
+    pub slot: Option<String>,
+    pub operator: Option<String>,
+    pub thumbprint: String,
+    /// The session's public key (its thumbprint must equal `thumbprint`).
+    pub jwk: serde_json::Value,
+    pub session_id: Option<String>,
+    pub pod_token: Option<String>,
+}
+
+/// The answer to a new request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedRequest {
+    pub request: Request,
+    /// It joined an identical pending request.
+    pub coalesced: bool,
+}
+
+/// Values released by a grant.
+#[derive(Debug)]
+pub struct Released {
+    pub expires_at: Option<Time>,
+    pub values: Vec<(SecretName, SecretValue)>,
+}
+
+fn invalid(msg: &'static str) -> Error {
+    Error::with_message(ErrorCode::REQUEST_INVALID, msg)
+}
+
+impl Broker {
+    /// Creates a request from a signed secret request object.
+    pub async fn create_request(
+        &self,
+        caller: &Enrollment,
+        request: &str,
+        session_id: Option<&str>,
+    ) -> Result<CreatedRequest, Error> {
+        let session_id = session_id.map(SessionId::parse).transpose()?;
+        let c = self.verify_secret_request(caller, request).await?;
+        let mut names: Vec<SecretName> = Vec::new();
+        for d in &c.authorization_details {
+            let name = match (d.kind.as_str(), d.name.as_deref()) {
+                (claims::DETAIL_AGENT_SECRET, Some(n)) => SecretName::parse(n).map_err(|_| {
+                    invalid(
+                        "request object invalid: a secret name must match ^[A-Z][A-Z0-9_]{0,127}$",
+                    )
+                })?,
+                _ => {
+                    return Err(invalid(
+                        "request object invalid: authorization_details must be agent_secret entries with a name",
+                    ));
+                }
+            };
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        if names.is_empty() {
+            return Err(invalid("request object invalid: no secret named"));
+        }
+        let reason = c.reason.trim();
+        if reason.is_empty() || reason.chars().count() > 1000 {
+            return Err(invalid(
+                "request object invalid: reason must be 1 to 1,000 characters",
+            ));
+        }
+        let max = self.config.max_grant_lifetime.num_seconds();
+        if let Some(l) = c.lifetime_seconds
+            && (l == 0 || l > max.unsigned_abs())
+        {
+            return Err(Error::with_message(
+                ErrorCode::REQUEST_INVALID,
+                format!("request object invalid: lifetime_seconds must be 1 to {max}"),
+            ));
+        }
+        let now = self.now();
+        let policy = self.policy();
+        transact!(self, "create request", |tx| {
+            let e = tx
+                .get_enrollment(caller.id)
+                .await?
+                .ok_or(ErrorCode::PROOF_INVALID)?
+                .settled(now);
+            if !e.is_live(now) {
+                return Err(Error::with_message(
+                    ErrorCode::PROOF_INVALID,
+                    "proof invalid: not live",
+                )
+                .into());
+            }
+            let decided = policy.decide(&names, &e.withheld)?;
+            // Coalescing and REQUEST_PENDING look at this session's pending requests.
+            let wanted: BTreeSet<&SecretName> = names.iter().collect();
+            for p in tx.pending_requests(e.id).await? {
+                let p = p.settled(now, &e);
+                if p.state != RequestState::Pending {
+                    continue;
+                }
+                let theirs: BTreeSet<SecretName> = p.names().into_iter().collect();
+                if theirs.iter().collect::<BTreeSet<_>>() == wanted
+                    && p.lifetime_seconds == c.lifetime_seconds
+                {
+                    return Ok(CreatedRequest {
+                        request: p,
+                        coalesced: true,
+                    });
+                }
+                if wanted.iter().any(|n| theirs.contains(*n)) {
+                    return Err(ErrorCode::REQUEST_PENDING.into());
+                }
+            }
+            let mut r = Request {
+                id: RequestId::from_random(self.uuid()),
+                enrollment_id: e.id,
+                state: RequestState::Pending,
+                secrets: decided.secrets.clone(),
+                grant_id: None,
+                record_id: None,
+                approver: None,
+                lifetime_seconds: c.lifetime_seconds,
+                session_id: session_id.clone(),
+                stated_id: session_id.as_ref().map(|s| s.as_str().to_owned()),
+                reason: reason.to_owned(),
+                created_at: now,
+                decided_at: None,
+                decision: None,
+                expires_at: None,
+            };
+            match decided.outcome {
+                Outcome::Denied => {
+                    r.state = RequestState::Denied;
+                    r.decided_at = Some(now);
+                }
+                Outcome::Granted => {
+                    let mut sorted = names.clone();
+                    sorted.sort();
+                    let decision_seal = self.sealer.seal_automatic(
+                        &r.id,
+                        &e.id,
+                        &sorted,
+                        policy.rules_version(),
+                        now,
+                    );
+                    let mut g = Grant {
+                        id: GrantId::from_random(self.uuid()),
+                        request_id: r.id,
+                        enrollment_id: e.id,
+                        names: sorted,
+                        granted: GrantedBy::Automatic,
+                        record_id: None,
+                        approver: None,
+                        expires_at: c
+                            .lifetime_seconds
+                            .map(|s| now + chrono::Duration::seconds(s as i64)),
+                        created_at: now,
+                        rules_version: policy.rules_version().to_owned(),
+                        end: None,
+                        seal: String::new(),
+                        decision_seal: Some(decision_seal),
+                    };
+                    g.seal = self.sealer.seal_grant(&g);
+                    tx.put_grant(&g).await?;
+                    r.state = RequestState::Granted;
+                    r.grant_id = Some(g.id);
+                    r.decided_at = Some(now);
+                }
+                Outcome::NeedsApproval(approver) => {
+                    let body = RecordText {
+                        version: 1,
+                        kind: RecordKind::AgentSecret,
+                        approver: approver.clone(),
+                        enrollment: Some(e.summary()),
+                        session: SessionIds {
+                            request: r.stated_id.clone(),
+                            enrollment: e.session_id.as_ref().map(|s| s.as_str().to_owned()),
+                        },
+                        identifiers: names.iter().map(|n| n.as_str().to_owned()).collect(),
+                        service: None,
+                        reason: reason.to_owned(),
+                        lifetime_seconds: c.lifetime_seconds,
+                        rules_version: policy.rules_version().to_owned(),
+                        expires_at: now + self.config.request_ttl,
+                        requested_at: now,
+                        enrollment_id: Some(e.id),
+                        request_id: Some(r.id),
+                        thumbprint: None,
+                        jwk: None,
+                        nonce: self.nonce(),
+                    };
+                    let text = body.canonical();
+                    let record = Record {
+                        id: RecordId::of_text(&text),
+                        text,
+                        body,
+                        state: RecordState::Pending,
+                        decided: None,
+                        code: None,
+                    };
+                    tx.put_record(&record).await?;
+                    r.record_id = Some(record.id);
+                    r.approver = Some(approver);
+                    r.expires_at = Some(record.body.expires_at);
+                }
+            }
+            tx.put_request(&r).await?;
+            Ok::<_, Fail>(CreatedRequest {
+                request: r,
+                coalesced: false,
+            })
+        })
+    }
+
+    async fn verify_secret_request(
+        &self,
+        caller: &Enrollment,
+        token: &str,
+    ) -> Result<SecretRequestClaims, Error> {
+        let parsed = jws::parse(token)
+            .map_err(|_| invalid("request object invalid: not a valid ES256 JWS"))?;
+        parsed
+            .expect_typ(claims::TYP_SECRET_REQUEST)
+            .map_err(|_| invalid("request object invalid: wrong typ"))?;
+        if parsed.jwk().is_some() || parsed.kid() != Some(caller.id.to_string().as_str()) {
+            return Err(invalid(
+                "request object invalid: kid must be the session's enrollment id",
+            ));
+        }
+        let key = caller
+            .jwk
+            .verifying_key()
+            .map_err(|_| invalid("request object invalid"))?;
+        let verified = parsed
+            .verify(&key)
+            .map_err(|_| invalid("request object invalid: signature"))?;
+        let c: SecretRequestClaims = verified
+            .claims()
+            .map_err(|_| invalid("request object invalid: claims"))?;
+        if c.aud != self.config.public_url {
+            return Err(invalid(
+                "request object invalid: aud is not this broker's public URL",
+            ));
+        }
+        self.check_window(c.iat, c.exp)?;
+        if !self
+            .check_replay(
+                &format!("request:{}", caller.id),
+                &c.jti,
+                "request object check",
+            )
+            .await?
+        {
+            return Err(invalid("request object invalid: replayed"));
+        }
+        Ok(c)
+    }
+
+    /// A request of the caller's, as of now.
+    pub async fn get_request(&self, caller: &Enrollment, id: RequestId) -> Result<Request, Error> {
+        let now = self.now();
+        read!(self, "read request", |tx| {
+            let r = tx
+                .get_request(id)
+                .await?
+                .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such request"))?;
+            if r.enrollment_id != caller.id {
+                return Err(Error::with_message(
+                    ErrorCode::NOT_YOURS,
+                    "this request belongs to another session",
+                )
+                .into());
+            }
+            Ok::<_, Fail>(r.settled(now, caller))
+        })
+    }
+
+    /// Cancels the caller's pending request. Answers the state it left it in.
+    pub async fn cancel_own_request(
+        &self,
+        caller: &Enrollment,
+        id: RequestId,
+    ) -> Result<RequestState, Error> {
+        let now = self.now();
+        let by = format!("session:{}", caller.id);
+        transact!(self, "cancel request", |tx| {
+            let r = tx
+                .get_request(id)
+                .await?
+                .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such request"))?;
+            if r.enrollment_id != caller.id {
+                return Err(Error::with_message(
+                    ErrorCode::NOT_YOURS,
+                    "this request belongs to another session",
+                )
+                .into());
+            }
+            if r.clone().settled(now, caller).state != RequestState::Pending {
+                return Err(ErrorCode::REQUEST_TERMINAL.into());
+            }
+            if let Some(rid) = r.record_id {
+                // The record is locked too: an approver deciding at the same moment serialises here.
+                if tx
+                    .get_record(&rid)
+                    .await?
+                    .is_some_and(|rec| rec.settled(now).state != RecordState::Pending)
+                {
+                    return Err(ErrorCode::REQUEST_TERMINAL.into());
+                }
+            }
+            let r = self.cancel_request(tx, r, &by, now).await?;
+            Ok::<_, Fail>(r.state)
+        })
+    }
+
+    /// The caller's live grants, soonest to expire first (those lasting until the session
+    /// ends last).
+    pub async fn own_grants(&self, caller: &Enrollment) -> Result<Vec<Grant>, Error> {
+        let now = self.now();
+        let mut grants = read!(self, "read grants", |tx| Ok::<_, Fail>(
+            tx.grants_by_enrollment(caller.id).await?
+        ))?
+        .into_iter()
+        .map(|g| g.settled(now, caller))
+        .filter(Grant::is_live)
+        .collect::<Vec<_>>();
+        grants.sort_by_key(|g| (g.expires_at.is_none(), g.expires_at, g.created_at));
+        Ok(grants)
+    }
+
+    /// Releases a live grant's values, fresh from the store, after verifying its chain.
+    pub async fn release_values(
+        &self,
+        caller: &Enrollment,
+        id: GrantId,
+    ) -> Result<Released, Error> {
+        let now = self.now();
+        let (grant, record) = read!(self, "read grant", |tx| {
+            let g = tx
+                .get_grant(id)
+                .await?
+                .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such grant"))?;
+            if g.enrollment_id != caller.id {
+                return Err(Error::with_message(
+                    ErrorCode::NOT_YOURS,
+                    "this grant belongs to another session",
+                )
+                .into());
+            }
+            let record = match g.record_id {
+                Some(rid) => tx.get_record(&rid).await?,
+                None => None,
+            };
+            Ok::<_, Fail>((g.settled(now, caller), record))
+        })?;
+        if !grant.is_live() {
+            return Err(ErrorCode::GRANT_NOT_LIVE.into());
+        }
+        self.verify_chain(&grant, record.as_ref(), caller)?;
+        let policy = self.policy();
+        policy.check_standing(&grant.names, grant.approver.as_ref(), &caller.withheld)?;
+        let mut values = Vec::with_capacity(grant.names.len());
+        for n in &grant.names {
+            let entry = policy.get(n).ok_or(ErrorCode::SECRET_NOT_IN_STORE)?;
+            let v = self.store.read_value(entry).await.map_err(|e| match e {
+                crate::secrets::StoreError::NotFound => Error::new(ErrorCode::SECRET_NOT_IN_STORE),
+                other => {
+                    tracing::warn!(error = %other, secret = %n, "secret store read failed");
+                    Error::with_message(
+                        ErrorCode::DATABASE_UNAVAILABLE,
+                        "secret store read: a dependency the broker needs is unavailable",
+                    )
+                }
+            })?;
+            values.push((n.clone(), v));
+        }
+        tracing::info!(grant = %grant.id, enrollment = %caller.id, secrets = ?grant.names.iter().map(|n| n.as_str()).collect::<Vec<_>>(), "values released");
+        Ok(Released {
+            expires_at: grant.expires_at,
+            values,
+        })
+    }
+
+    /// Recomputes every link of a grant's chain: the grant's seal; for an approved grant, the
+    /// record's text against its id, its sealed approval, and that it names this session and
+    /// these secrets; for an automatic grant, the sealed policy decision.
+    pub fn verify_chain(
+        &self,
+        g: &Grant,
+        record: Option<&Record>,
+        e: &Enrollment,
+    ) -> Result<(), Error> {
+        let broken = || Error::new(ErrorCode::GRANT_CHAIN_INVALID);
+        if !self.sealer.verify_grant(g) || g.enrollment_id != e.id {
+            return Err(broken());
+        }
+        match (g.granted, g.record_id, record) {
+            (GrantedBy::Automatic, None, None) => {
+                let seal = g.decision_seal.as_deref().ok_or_else(broken)?;
+                if !self.sealer.verify_automatic(
+                    &g.request_id,
+                    &g.enrollment_id,
+                    &g.names,
+                    &g.rules_version,
+                    g.created_at,
+                    seal,
+                ) {
+                    return Err(broken());
+                }
+            }
+            (GrantedBy::Approval, Some(rid), Some(rec)) if rec.id == rid => {
+                let d = rec.decided.as_ref().ok_or_else(broken)?;
+                let approver = g.approver.as_ref().ok_or_else(broken)?;
+                let mut asked: Vec<String> = rec.body.identifiers.clone();
+                asked.sort();
+                let granted: Vec<String> = g.names.iter().map(|n| n.as_str().to_owned()).collect();
+                let ok = rec.text_verifies()
+                    && rec.state == RecordState::Approved
+                    && d.event == RecordState::Approved
+                    && d.by == approver.as_str()
+                    && rec.body.approver.admits(approver)
+                    && rec.body.kind == RecordKind::AgentSecret
+                    && rec.body.enrollment_id == Some(e.id)
+                    && rec.body.request_id == Some(g.request_id)
+                    && asked == granted
+                    && self
+                        .sealer
+                        .verify_decision(&rec.id, d.event, &d.by, d.at, &d.seal);
+                if !ok {
+                    return Err(broken());
+                }
+            }
+            _ => return Err(broken()),
+        }
+        Ok(())
+    }
+
+    /// Ends a grant the caller holds. Answers the grant's state after the call.
+    pub async fn revoke_own_grant(
+        &self,
+        caller: &Enrollment,
+        id: GrantId,
+    ) -> Result<&'static str, Error> {
+        let now = self.now();
+        transact!(self, "revoke grant", |tx| {
+            let g = tx
+                .get_grant(id)
+                .await?
+                .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such grant"))?;
+            if g.enrollment_id != caller.id {
+                return Err(Error::with_message(
+                    ErrorCode::NOT_YOURS,
+                    "this grant belongs to another session",
+                )
+                .into());
+            }
+            let mut g = g.settled(now, caller);
+            if g.end.is_none() {
+                g.end = Some((GrantEnd::Revoked, now));
+                tx.put_grant(&g).await?;
+            }
+            Ok::<_, Fail>(g.state_str())
+        })
+    }
+}

@@ -1,0 +1,151 @@
+//! Storage, as the core needs it: transactions over the broker's aggregates.
+//!
+//! A write transaction ([`Storage::begin`]) locks every row it reads until it commits or is
+//! dropped (dropping rolls back), so two transitions on the same row serialise and the second
+//! sees the first's outcome. A backend that detects a conflict instead (a deadlock, a
+//! serialisation failure) answers [`StorageError::Conflict`] and the core runs the transition
+//! again from the start.
+//!
+//! List methods answer rows whose *stored* state matches; the core settles each against the
+//! clock before using it.
+
+use async_trait::async_trait;
+
+use crate::clock::Time;
+use crate::ids::{ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId};
+use crate::model::{Enrollment, Grant, LauncherCredential, PendingLogin, Record, Request};
+
+/// A storage failure. Its text goes to logs, never to clients.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The database cannot be reached: clients see DATABASE_UNAVAILABLE.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// The transaction lost a race the backend could not serialise; run it again.
+    #[error("transaction conflict")]
+    Conflict,
+    /// A stored row does not decode.
+    #[error("stored row does not decode: {0}")]
+    Corrupt(String),
+    #[error("storage failure: {0}")]
+    Other(String),
+}
+
+/// An outbox message (expiry notifications) waiting for delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxItem {
+    pub id: String,
+    pub payload: String,
+    pub attempts: u32,
+    pub next_attempt_at: Time,
+}
+
+/// Rows whose stored state lags the clock, for the sweep.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Due {
+    pub records: Vec<RecordId>,
+    pub enrollments: Vec<EnrollmentId>,
+    pub grants: Vec<GrantId>,
+}
+
+/// The broker's storage.
+#[async_trait]
+pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
+    /// A write transaction: rows read are locked until commit.
+    async fn begin(&self) -> Result<Box<dyn Tx>, StorageError>;
+    /// A read-only transaction: no locks; never committed (drop it).
+    async fn read(&self) -> Result<Box<dyn Tx>, StorageError>;
+    /// Whether the database answers.
+    async fn ping(&self) -> Result<(), StorageError>;
+    /// Remembers a single-use value (a proof's or request object's `jti`) under `scope` until
+    /// `until`. `Ok(false)` when it was already remembered and has not lapsed: a replay. Lapsed
+    /// entries (before `now`) may be forgotten. Every replica sharing the database must see it.
+    async fn remember_once(
+        &self,
+        scope: &str,
+        value: &str,
+        until: Time,
+        now: Time,
+    ) -> Result<bool, StorageError>;
+}
+
+/// A transaction. Every `put_*` writes the whole row (insert or replace).
+#[async_trait]
+pub trait Tx: Send {
+    async fn commit(self: Box<Self>) -> Result<(), StorageError>;
+
+    async fn get_credential(
+        &mut self,
+        id: CredentialId,
+    ) -> Result<Option<LauncherCredential>, StorageError>;
+    /// Credentials bound to a key thumbprint, revoked or not.
+    async fn credentials_by_thumbprint(
+        &mut self,
+        thumbprint: &str,
+    ) -> Result<Vec<LauncherCredential>, StorageError>;
+    /// Every credential not revoked.
+    async fn list_credentials(&mut self) -> Result<Vec<LauncherCredential>, StorageError>;
+    async fn put_credential(&mut self, c: &LauncherCredential) -> Result<(), StorageError>;
+
+    async fn get_login(&mut self, pending_hash: &str)
+    -> Result<Option<PendingLogin>, StorageError>;
+    async fn put_login(&mut self, l: &PendingLogin) -> Result<(), StorageError>;
+
+    async fn get_record(&mut self, id: &RecordId) -> Result<Option<Record>, StorageError>;
+    /// The stored-pending record holding this confirmation code.
+    async fn record_by_code(
+        &mut self,
+        code: &ConfirmationCode,
+    ) -> Result<Option<Record>, StorageError>;
+    /// Every stored-pending record.
+    async fn pending_records(&mut self) -> Result<Vec<Record>, StorageError>;
+    async fn put_record(&mut self, r: &Record) -> Result<(), StorageError>;
+
+    async fn get_enrollment(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<Option<Enrollment>, StorageError>;
+    /// Stored-live enrollments made under a credential.
+    async fn enrollments_by_credential(
+        &mut self,
+        id: CredentialId,
+    ) -> Result<Vec<Enrollment>, StorageError>;
+    async fn put_enrollment(&mut self, e: &Enrollment) -> Result<(), StorageError>;
+
+    async fn get_request(&mut self, id: RequestId) -> Result<Option<Request>, StorageError>;
+    /// Stored-pending requests of an enrollment.
+    async fn pending_requests(
+        &mut self,
+        enrollment: EnrollmentId,
+    ) -> Result<Vec<Request>, StorageError>;
+    async fn put_request(&mut self, r: &Request) -> Result<(), StorageError>;
+
+    async fn get_grant(&mut self, id: GrantId) -> Result<Option<Grant>, StorageError>;
+    /// Every grant of an enrollment, ended or not.
+    async fn grants_by_enrollment(
+        &mut self,
+        enrollment: EnrollmentId,
+    ) -> Result<Vec<Grant>, StorageError>;
+    /// Every stored-live grant.
+    async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError>;
+    async fn put_grant(&mut self, g: &Grant) -> Result<(), StorageError>;
+
+    /// Rows whose stored state is live but whose time has passed.
+    async fn due(&mut self, now: Time, limit: u32) -> Result<Due, StorageError>;
+
+    /// Adds an outbox message.
+    async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError>;
+    /// Takes up to `limit` messages due at `now`, locked so that no other replica takes them
+    /// while this transaction lives (skip-locked where the backend has it).
+    async fn take_outbox(&mut self, now: Time, limit: u32)
+    -> Result<Vec<OutboxItem>, StorageError>;
+    /// Removes a delivered message.
+    async fn delete_outbox(&mut self, id: &str) -> Result<(), StorageError>;
+    /// Reschedules a message after a failed attempt.
+    async fn reschedule_outbox(
+        &mut self,
+        id: &str,
+        attempts: u32,
+        next_attempt_at: Time,
+    ) -> Result<(), StorageError>;
+}
