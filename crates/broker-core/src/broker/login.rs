@@ -234,16 +234,34 @@ impl Broker {
         Ok(rec)
     }
 
-    /// A service's token login: verifies the ServiceAccount token and the signed login object,
-    /// then mints or extends the service's credential for that key.
+    /// Verifies a ServiceAccount token (the first step of a token login; the caller may rate
+    /// limit per account before the second).
+    pub async fn verify_service_token(
+        &self,
+        token: &str,
+    ) -> Result<crate::identity::ServiceAccountToken, Error> {
+        let verifier = self.tokens.as_ref().ok_or(ErrorCode::TOKEN_LOGIN_OFF)?;
+        verifier.verify(token, self.now()).await
+    }
+
+    /// A service's token login: verifies the token and the signed login object, then mints or
+    /// extends the service's credential for that key.
     pub async fn token_login(
         &self,
         token: &str,
         request: &str,
     ) -> Result<LauncherCredential, Error> {
-        let verifier = self.tokens.as_ref().ok_or(ErrorCode::TOKEN_LOGIN_OFF)?;
+        let sa = self.verify_service_token(token).await?;
+        self.token_login_verified(&sa, request).await
+    }
+
+    /// The second step of a token login, for a token already verified.
+    pub async fn token_login_verified(
+        &self,
+        sa: &crate::identity::ServiceAccountToken,
+        request: &str,
+    ) -> Result<LauncherCredential, Error> {
         let now = self.now();
-        let sa = verifier.verify(token, now).await?;
         let v: Verified<TokenLoginClaims> = self
             .verify_self_signed(request, claims::TYP_TOKEN_LOGIN, "token-login")
             .await?;

@@ -2,7 +2,7 @@
 //! transaction; rows it reads are locked, so concurrent deciders serialise and the losers see
 //! the winner's outcome and get the spec's code.
 
-mod approver;
+pub mod approver;
 mod auth;
 mod cascade;
 mod enroll;
@@ -13,6 +13,7 @@ mod sweep;
 
 use std::sync::{Arc, RwLock};
 
+pub use approver::{Approved, GrantListItem};
 pub use auth::ProofTarget;
 pub use login::{MachineLoginStarted, PollState};
 pub use requests::{CreatedRequest, EnrollInput, Released};
@@ -152,6 +153,10 @@ impl Broker {
 
     pub fn config(&self) -> &BrokerConfig {
         &self.config
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {

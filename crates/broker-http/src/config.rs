@@ -1,0 +1,257 @@
+//! Configuration: a TOML file, then environment overrides (`COUNTERSIGN_*`). Secrets (the
+//! console token, the sealing key) are read from files or the environment, never from the
+//! command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use zeroize::Zeroizing;
+
+use crate::limits::Quotas;
+
+/// The broker's configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The URL clients use to reach the broker (proofs' `htu` and requests' `aud`).
+    pub public_url: String,
+    /// `sqlite://PATH?mode=rwc` (default) or `postgres://...`.
+    #[serde(default = "default_database")]
+    pub database_url: String,
+    /// File holding the sealing key (base64url of at least 32 random bytes).
+    pub seal_key_file: PathBuf,
+    /// File holding the console token.
+    #[serde(default)]
+    pub console_token_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls: Option<Tls>,
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(default)]
+    pub durations: Durations,
+    /// service name → ServiceAccounts (`<namespace>/<name>`) that log in as it.
+    #[serde(default)]
+    pub service_logins: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// TLS with rustls: PEM certificate chain and key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Where the secrets are.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum StoreConfig {
+    /// A local TOML file (see `countersign-store-local`).
+    Local { path: PathBuf },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    #[serde(default = "d_login")]
+    pub login_starts_per_minute_per_source: u32,
+    #[serde(default = "d_token")]
+    pub token_logins_per_minute_per_account: u32,
+    #[serde(default = "d_reread")]
+    pub rereads_per_minute_per_source: u32,
+    #[serde(default = "d_reread_all")]
+    pub rereads_per_minute_overall: u32,
+    #[serde(default = "d_body")]
+    pub body_bytes: usize,
+}
+
+fn d_login() -> u32 {
+    10
+}
+fn d_token() -> u32 {
+    30
+}
+fn d_reread() -> u32 {
+    6
+}
+fn d_reread_all() -> u32 {
+    60
+}
+fn d_body() -> usize {
+    crate::extract::DEFAULT_BODY_LIMIT
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            login_starts_per_minute_per_source: d_login(),
+            token_logins_per_minute_per_account: d_token(),
+            rereads_per_minute_per_source: d_reread(),
+            rereads_per_minute_overall: d_reread_all(),
+            body_bytes: d_body(),
+        }
+    }
+}
+
+impl LimitsConfig {
+    pub fn quotas(&self) -> Quotas {
+        Quotas {
+            login_starts_per_source: self.login_starts_per_minute_per_source,
+            token_logins_per_account: self.token_logins_per_minute_per_account,
+            rereads_per_source: self.rereads_per_minute_per_source,
+            rereads_overall: self.rereads_per_minute_overall,
+        }
+    }
+}
+
+/// protocol.md §6 defaults, in seconds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Durations {
+    #[serde(default = "d_lease")]
+    pub lease: i64,
+    #[serde(default = "d_machine")]
+    pub machine_credential: i64,
+    #[serde(default = "d_login_ttl")]
+    pub machine_login_pending: i64,
+    #[serde(default = "d_request_ttl")]
+    pub request_pending: i64,
+    #[serde(default = "d_max_grant")]
+    pub max_grant_lifetime: i64,
+    #[serde(default = "d_reload")]
+    pub policy_reload: i64,
+}
+
+fn d_lease() -> i64 {
+    15 * 60
+}
+fn d_machine() -> i64 {
+    12 * 3600
+}
+fn d_login_ttl() -> i64 {
+    10 * 60
+}
+fn d_request_ttl() -> i64 {
+    30 * 60
+}
+fn d_max_grant() -> i64 {
+    24 * 3600
+}
+fn d_reload() -> i64 {
+    5 * 60
+}
+
+impl Default for Durations {
+    fn default() -> Self {
+        Self {
+            lease: d_lease(),
+            machine_credential: d_machine(),
+            machine_login_pending: d_login_ttl(),
+            request_pending: d_request_ttl(),
+            max_grant_lifetime: d_max_grant(),
+            policy_reload: d_reload(),
+        }
+    }
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+fn default_database() -> String {
+    "sqlite://countersign.db?mode=rwc".into()
+}
+
+impl Config {
+    /// Reads the file, then applies `COUNTERSIGN_LISTEN`, `COUNTERSIGN_PUBLIC_URL`,
+    /// `COUNTERSIGN_DATABASE_URL`, `COUNTERSIGN_SEAL_KEY_FILE`, `COUNTERSIGN_CONSOLE_TOKEN_FILE`.
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("read config {}", path.display()))?;
+        let mut c: Config =
+            toml::from_str(&text).with_context(|| format!("parse config {}", path.display()))?;
+        c.apply_env(|k| std::env::var(k).ok())?;
+        Ok(c)
+    }
+
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+        if let Some(v) = var("COUNTERSIGN_LISTEN") {
+            self.listen = v.parse().context("COUNTERSIGN_LISTEN")?;
+        }
+        if let Some(v) = var("COUNTERSIGN_PUBLIC_URL") {
+            self.public_url = v;
+        }
+        if let Some(v) = var("COUNTERSIGN_DATABASE_URL") {
+            self.database_url = v;
+        }
+        if let Some(v) = var("COUNTERSIGN_SEAL_KEY_FILE") {
+            self.seal_key_file = v.into();
+        }
+        if let Some(v) = var("COUNTERSIGN_CONSOLE_TOKEN_FILE") {
+            self.console_token_file = Some(v.into());
+        }
+        if !(self.public_url.starts_with("http://") || self.public_url.starts_with("https://")) {
+            bail!("public_url must be an http:// or https:// URL");
+        }
+        Ok(())
+    }
+
+    /// The console token: `COUNTERSIGN_CONSOLE_TOKEN`, else the token file, else none.
+    pub fn console_token(&self) -> anyhow::Result<Option<Zeroizing<String>>> {
+        if let Ok(v) = std::env::var("COUNTERSIGN_CONSOLE_TOKEN") {
+            return Ok(Some(Zeroizing::new(v)));
+        }
+        match &self.console_token_file {
+            None => Ok(None),
+            Some(p) => {
+                let t = Zeroizing::new(
+                    std::fs::read_to_string(p)
+                        .with_context(|| format!("read console token file {}", p.display()))?,
+                );
+                let t = t.trim();
+                if t.len() < 16 {
+                    bail!(
+                        "the console token in {} is shorter than 16 characters",
+                        p.display()
+                    );
+                }
+                Ok(Some(Zeroizing::new(t.to_owned())))
+            }
+        }
+    }
+
+    /// The sealing key's bytes.
+    pub fn seal_key(&self) -> anyhow::Result<Zeroizing<Vec<u8>>> {
+        let text = Zeroizing::new(
+            std::fs::read_to_string(&self.seal_key_file)
+                .with_context(|| format!("read seal key file {}", self.seal_key_file.display()))?,
+        );
+        let key =
+            Zeroizing::new(countersign_proto::b64::decode(text.trim()).map_err(|_| {
+                anyhow::anyhow!("the seal key file must hold base64url (no padding)")
+            })?);
+        if key.len() < 32 {
+            bail!("the seal key must be at least 32 bytes");
+        }
+        Ok(key)
+    }
+
+    /// The core's configuration.
+    pub fn broker_config(&self) -> countersign_broker_core::BrokerConfig {
+        let mut b = countersign_broker_core::BrokerConfig::new(&self.public_url);
+        let d = &self.durations;
+        b.lease = chrono::Duration::seconds(d.lease);
+        b.machine_credential_lifetime = chrono::Duration::seconds(d.machine_credential);
+        b.machine_login_ttl = chrono::Duration::seconds(d.machine_login_pending);
+        b.request_ttl = chrono::Duration::seconds(d.request_pending);
+        b.max_grant_lifetime = chrono::Duration::seconds(d.max_grant_lifetime);
+        b.service_logins = self.service_logins.clone();
+        b
+    }
+}

@@ -1,0 +1,63 @@
+//! Rendering refusals: every refusal is the core's [`Error`], answered as its status and
+//! `{"code","error"}`; RATE_LIMITED carries `Retry-After`.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use countersign_broker_core::{Error, ErrorCode};
+
+/// A refusal on its way to the client.
+#[derive(Debug)]
+pub struct ApiError {
+    pub error: Error,
+    pub retry_after: Option<u64>,
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        Self {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+impl From<ErrorCode> for ApiError {
+    fn from(code: ErrorCode) -> Self {
+        Error::new(code).into()
+    }
+}
+
+impl ApiError {
+    pub fn rate_limited(message: &'static str, retry_after_secs: u64) -> Self {
+        Self {
+            error: Error::with_message(ErrorCode::RATE_LIMITED, message),
+            retry_after: Some(retry_after_secs.max(1)),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::warn!(code = %self.error.code, error = self.error.message(), "request failed");
+        } else {
+            tracing::debug!(code = %self.error.code, error = self.error.message(), "request refused");
+        }
+        let body =
+            serde_json::json!({ "code": self.error.code.as_str(), "error": self.error.message() });
+        let mut resp = (status, Json(body)).into_response();
+        resp.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(secs) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,141 @@
+//! Reading a request: the body under the byte limit (REQUEST_TOO_LARGE), JSON into the route's
+//! body shape (its INVALID_* code, with a message that never quotes a value), the `Proof`
+//! header, path ids and the `approver` query.
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, Uri};
+use countersign_broker_core::broker::ProofTarget;
+use countersign_broker_core::ids::Login;
+use countersign_broker_core::{Error, ErrorCode};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// The default body limit (protocol.md §6).
+pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
+
+/// A request read whole: method, path, headers, body.
+#[derive(Debug)]
+pub struct Raw {
+    pub method: Method,
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Raw {
+    pub async fn read(
+        method: Method,
+        uri: &Uri,
+        headers: HeaderMap,
+        body: Body,
+        limit: usize,
+    ) -> Result<Self, ApiError> {
+        let too_large = || {
+            ApiError::from(Error::with_message(
+                ErrorCode::REQUEST_TOO_LARGE,
+                format!("request body exceeds a byte limit of {limit}"),
+            ))
+        };
+        if let Some(len) = headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            if len > limit {
+                return Err(too_large());
+            }
+        }
+        let body = axum::body::to_bytes(body, limit)
+            .await
+            .map_err(|_| too_large())?;
+        Ok(Self {
+            method,
+            path: uri.path().to_owned(),
+            headers,
+            body,
+        })
+    }
+
+    /// The `Proof` header, if present and text.
+    pub fn proof(&self) -> Option<&str> {
+        self.headers.get("proof").and_then(|v| v.to_str().ok())
+    }
+
+    pub fn target(&self) -> ProofTarget<'_> {
+        ProofTarget {
+            method: self.method.as_str(),
+            path: &self.path,
+            body: &self.body,
+        }
+    }
+
+    /// The body as the route's JSON shape; refusals use `code`.
+    pub fn json<T: DeserializeOwned>(&self, code: ErrorCode) -> Result<T, ApiError> {
+        parse_json(&self.body, code)
+    }
+
+    /// The body as JSON, or the default when there is no body.
+    pub fn json_or_default<T: DeserializeOwned + Default>(
+        &self,
+        code: ErrorCode,
+    ) -> Result<T, ApiError> {
+        if self.body.iter().all(u8::is_ascii_whitespace) {
+            Ok(T::default())
+        } else {
+            self.json(code)
+        }
+    }
+}
+
+/// Parses one JSON object into `T`, refusing with `code` and a message that names what is wrong
+/// but never quotes the input.
+pub fn parse_json<T: DeserializeOwned>(body: &[u8], code: ErrorCode) -> Result<T, ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| shape(code, &e))?;
+    if !value.is_object() {
+        return Err(
+            Error::with_message(code, "body must be one valid JSON object: not an object").into(),
+        );
+    }
+    serde_json::from_value(value).map_err(|e| shape(code, &e))
+}
+
+fn shape(code: ErrorCode, e: &serde_json::Error) -> ApiError {
+    let text = e.to_string();
+    let detail = if text.starts_with("missing field")
+        || text.starts_with("unknown field")
+        || text.starts_with("duplicate field")
+    {
+        text.split(" at line")
+            .next()
+            .unwrap_or("invalid")
+            .split(", expected")
+            .next()
+            .unwrap_or("invalid")
+            .to_owned()
+    } else if e.is_syntax() || e.is_eof() {
+        format!("not JSON (line {}, column {})", e.line(), e.column())
+    } else {
+        "a field has the wrong type or value".to_owned()
+    };
+    Error::with_message(
+        code,
+        format!("body must be one valid JSON object: {detail}"),
+    )
+    .into()
+}
+
+/// The `approver` of a query or body: required, a login.
+pub fn approver(value: Option<&str>) -> Result<Login, ApiError> {
+    let v = value
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .ok_or(ErrorCode::APPROVER_REQUIRED)?;
+    Login::parse(v).ok_or_else(|| {
+        Error::with_message(
+            ErrorCode::APPROVER_REQUIRED,
+            "approver is required: a console login (e-mail form)",
+        )
+        .into()
+    })
+}

@@ -1,0 +1,57 @@
+//! # countersign-broker-http
+//!
+//! The broker's HTTP API (spec: `broker-http-api.md`) as a thin axum server over
+//! [`countersign_broker_core::Broker`]: each handler reads the request, checks its credential
+//! through the core, calls one core operation and renders the answer or the refusal.
+
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod limits;
+pub mod openapi;
+pub mod routes;
+pub mod server;
+pub mod wire;
+
+use std::sync::Arc;
+
+use countersign_broker_core::Broker;
+
+pub use config::Config;
+pub use server::{Running, serve};
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct AppState {
+    pub broker: Arc<Broker>,
+    /// SHA-256 of the console token; `None` refuses every console-token route.
+    pub console_token_hash: Option<[u8; 32]>,
+    pub limits: limits::Limits,
+    pub body_limit: usize,
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+}
+
+impl AppState {
+    pub fn new(broker: Arc<Broker>, console_token: Option<&str>, quotas: limits::Quotas) -> Self {
+        let clock = broker_clock(&broker);
+        Self {
+            console_token_hash: console_token.map(sha256),
+            limits: limits::Limits::new(quotas, clock),
+            broker,
+            body_limit: extract::DEFAULT_BODY_LIMIT,
+            metrics: None,
+        }
+    }
+}
+
+fn broker_clock(broker: &Broker) -> Arc<dyn countersign_broker_core::Clock> {
+    broker.clock().clone()
+}
+
+/// SHA-256 of a string.
+pub fn sha256(s: &str) -> [u8; 32] {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, s.as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}

@@ -1,0 +1,556 @@
+//! The route table and the OpenAPI 3.1 document built from it. The router is built from the same
+//! table ([`crate::routes::api`]), so the document cannot list a route the server lacks or miss
+//! one it has; a test checks each route's refusal codes against the error catalogue.
+
+use serde_json::{Map, Value, json};
+
+/// Credential kinds (spec, "Authentication").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    None,
+    Machine,
+    Renewal,
+    Session,
+    Console,
+}
+
+impl Credential {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Credential::None => "none",
+            Credential::Machine => "machine credential",
+            Credential::Renewal => "renewal session proof",
+            Credential::Session => "session proof",
+            Credential::Console => "console token",
+        }
+    }
+
+    /// The refusals the credential itself can give.
+    pub fn codes(self) -> &'static [&'static str] {
+        match self {
+            Credential::None => &[],
+            Credential::Machine => &["DATABASE_UNAVAILABLE", "LAUNCHER_INVALID"],
+            Credential::Renewal => &[
+                "DATABASE_UNAVAILABLE",
+                "ENROLLMENT_NOT_LIVE",
+                "PROOF_INVALID",
+            ],
+            Credential::Session => &["DATABASE_UNAVAILABLE", "PROOF_INVALID"],
+            Credential::Console => &["UI_INVALID"],
+        }
+    }
+}
+
+/// One route.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteSpec {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub credential: Credential,
+    pub success: u16,
+    pub summary: &'static str,
+    /// The refusal codes the spec lists for the route.
+    pub codes: &'static [&'static str],
+    /// The body-shape code, for routes with a JSON body.
+    pub body: Option<&'static str>,
+}
+
+use Credential as C;
+
+macro_rules! route {
+    ($m:literal, $p:literal, $c:expr, $s:literal, $sum:literal, [$($code:literal),*], $body:expr) => {
+        RouteSpec { method: $m, path: $p, credential: $c, success: $s, summary: $sum, codes: &[$($code),*], body: $body }
+    };
+}
+
+/// Every route of the broker API, in the spec's order.
+pub const ROUTES: &[RouteSpec] = &[
+    route!(
+        "POST",
+        "/v1/enrollments",
+        C::Machine,
+        201,
+        "Enroll a session's or pod's signing key",
+        [
+            "ALREADY_ENROLLED",
+            "INTERNAL",
+            "INVALID_ENROLLMENT",
+            "INVALID_KIND",
+            "INVALID_SLOT",
+            "LAUNCHER_INVALID",
+            "OPERATOR_MISMATCH",
+            "POD_IDENTITY_MISMATCH",
+            "POD_TOKEN_EXPIRED",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_ENROLLMENT")
+    ),
+    route!(
+        "DELETE",
+        "/v1/enrollments/{id}",
+        C::Machine,
+        204,
+        "End an enrollment",
+        [
+            "ENROLLMENT_ID_INPUT",
+            "INTERNAL",
+            "NOT_ENROLLING_CREDENTIAL",
+            "OPERATOR_MISMATCH",
+            "NOT_FOUND"
+        ],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/launcher-credentials",
+        C::None,
+        202,
+        "Start a person's machine login",
+        [
+            "INTERNAL",
+            "INVALID_REQUEST",
+            "RATE_LIMITED",
+            "REQUEST_INVALID",
+            "REQUEST_TOO_LARGE",
+            "SERVICE_LOGS_IN_WITH_TOKEN"
+        ],
+        Some("INVALID_REQUEST")
+    ),
+    route!(
+        "POST",
+        "/v1/launcher-credentials/token",
+        C::None,
+        200,
+        "Log a service in with its ServiceAccount token",
+        [
+            "ACCOUNT_NOT_LISTED",
+            "INTERNAL",
+            "INVALID_REQUEST",
+            "KEY_HOLDS_LIVE_CREDENTIAL",
+            "RATE_LIMITED",
+            "REQUEST_INVALID",
+            "REQUEST_TOO_LARGE",
+            "TOKEN_EXPIRED",
+            "TOKEN_INVALID",
+            "TOKEN_LOGIN_OFF",
+            "TOKEN_TOO_LONG_LIVED"
+        ],
+        Some("INVALID_REQUEST")
+    ),
+    route!(
+        "GET",
+        "/v1/launcher-credentials/{pending}",
+        C::None,
+        200,
+        "Poll a machine login",
+        ["INTERNAL", "NOT_FOUND"],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/enrollments/{id}/renew",
+        C::Renewal,
+        200,
+        "Extend the caller's own lease",
+        [
+            "ENROLLMENT_ID_INPUT",
+            "ENROLLMENT_NOT_LIVE",
+            "INTERNAL",
+            "INVALID_RENEWAL",
+            "NOT_YOURS",
+            "POD_IDENTITY_MISMATCH",
+            "POD_TOKEN_EXPIRED",
+            "POD_TOKEN_REQUIRED",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_RENEWAL")
+    ),
+    route!(
+        "GET",
+        "/v1/enrollments/self",
+        C::Session,
+        200,
+        "Describe the caller's enrollment and live grants",
+        ["INTERNAL", "PROOF_INVALID"],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/requests",
+        C::Session,
+        200,
+        "Request secrets",
+        [
+            "INTERNAL",
+            "INVALID_REQUEST",
+            "MIXED_APPROVERS",
+            "PROOF_INVALID",
+            "REQUEST_INVALID",
+            "REQUEST_PENDING",
+            "REQUEST_TOO_LARGE",
+            "SESSION_ID_INPUT",
+            "UNKNOWN_SECRET"
+        ],
+        Some("INVALID_REQUEST")
+    ),
+    route!(
+        "GET",
+        "/v1/requests/{id}",
+        C::Session,
+        200,
+        "Read one of the caller's requests",
+        ["INTERNAL", "NOT_FOUND", "NOT_YOURS", "REQUEST_ID_INPUT"],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/requests/{id}/cancel",
+        C::Session,
+        200,
+        "Cancel the caller's pending request",
+        [
+            "INTERNAL",
+            "NOT_FOUND",
+            "NOT_YOURS",
+            "REQUEST_ID_INPUT",
+            "REQUEST_TERMINAL"
+        ],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/grants/{id}/values",
+        C::Session,
+        200,
+        "Release a live grant's values",
+        [
+            "GRANT_CHAIN_INVALID",
+            "GRANT_ID_INPUT",
+            "GRANT_NOT_LIVE",
+            "INTERNAL",
+            "NOT_YOURS",
+            "SECRET_NOT_IN_STORE",
+            "NOT_FOUND"
+        ],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/grants/{id}/revoke",
+        C::Session,
+        200,
+        "End a grant the caller holds",
+        ["GRANT_ID_INPUT", "INTERNAL", "NOT_FOUND", "NOT_YOURS"],
+        None
+    ),
+    route!(
+        "GET",
+        "/v1/pending",
+        C::Console,
+        200,
+        "Undecided records the named person decides",
+        ["APPROVER_REQUIRED", "INTERNAL"],
+        None
+    ),
+    route!(
+        "GET",
+        "/v1/credential-requests/{record}",
+        C::Console,
+        200,
+        "Read a credential-request record",
+        ["INTERNAL", "NOT_FOUND", "RECORD_ID_INPUT"],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/credential-requests/{record}/approve",
+        C::Console,
+        200,
+        "Approve a record",
+        [
+            "APPROVER_REQUIRED",
+            "CODE_MISMATCH",
+            "CODE_REQUIRED",
+            "GRANT_CHAIN_INVALID",
+            "INTERNAL",
+            "INVALID_DECISION",
+            "KEY_HOLDS_LIVE_CREDENTIAL",
+            "NOT_APPROVER",
+            "NOT_FOUND",
+            "RECORD_ID_INPUT",
+            "RECORD_TERMINAL",
+            "REQUEST_TOO_LARGE",
+            "SERVICE_LOGS_IN_WITH_TOKEN"
+        ],
+        Some("INVALID_DECISION")
+    ),
+    route!(
+        "POST",
+        "/v1/credential-requests/{record}/deny",
+        C::Console,
+        200,
+        "Deny a record",
+        [
+            "APPROVER_REQUIRED",
+            "CODE_MISMATCH",
+            "CODE_REQUIRED",
+            "INTERNAL",
+            "INVALID_DECISION",
+            "NOT_APPROVER",
+            "NOT_FOUND",
+            "RECORD_ID_INPUT",
+            "RECORD_TERMINAL",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_DECISION")
+    ),
+    route!(
+        "POST",
+        "/v1/machine-logins/lookup",
+        C::Console,
+        200,
+        "Find a pending machine login by its code",
+        [
+            "CODE_REQUIRED",
+            "INTERNAL",
+            "INVALID_LOOKUP",
+            "NO_SUCH_CODE",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_LOOKUP")
+    ),
+    route!(
+        "GET",
+        "/v1/launcher-credentials",
+        C::Console,
+        200,
+        "Machine logins the named person sees",
+        ["APPROVER_REQUIRED", "INTERNAL"],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/launcher-credentials/{id}/revoke-by-approver",
+        C::Console,
+        200,
+        "End a machine login",
+        [
+            "APPROVER_REQUIRED",
+            "CREDENTIAL_ID_INPUT",
+            "INTERNAL",
+            "INVALID_REVOKE",
+            "NOT_APPROVER",
+            "NOT_FOUND",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_REVOKE")
+    ),
+    route!(
+        "GET",
+        "/v1/grants",
+        C::Console,
+        200,
+        "Live grants of the named person's sessions and those they approved",
+        ["APPROVER_REQUIRED", "INTERNAL"],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/grants/{id}/revoke-by-approver",
+        C::Console,
+        200,
+        "Revoke a grant as its approver or its enrollment's operator",
+        [
+            "APPROVER_REQUIRED",
+            "GRANT_ID_INPUT",
+            "INTERNAL",
+            "INVALID_REVOKE",
+            "NOT_APPROVER",
+            "NOT_FOUND",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_REVOKE")
+    ),
+    route!(
+        "GET",
+        "/v1/operator/machines",
+        C::Machine,
+        200,
+        "The operator's own machines' logins",
+        ["INTERNAL", "SERVICE_CREDENTIAL"],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/operator/machines/{id}/revoke",
+        C::Machine,
+        200,
+        "End one of the operator's machine logins",
+        [
+            "CREDENTIAL_ID_INPUT",
+            "INTERNAL",
+            "NOT_APPROVER",
+            "NOT_FOUND",
+            "SERVICE_CREDENTIAL"
+        ],
+        None
+    ),
+    route!(
+        "GET",
+        "/v1/operator/grants",
+        C::Machine,
+        200,
+        "Live grants of the operator's sessions and those the operator approved",
+        ["INTERNAL", "SERVICE_CREDENTIAL"],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/operator/grants/{id}/revoke",
+        C::Machine,
+        200,
+        "End a grant as the operator, withholding automatic secrets",
+        [
+            "GRANT_ID_INPUT",
+            "INTERNAL",
+            "NOT_APPROVER",
+            "NOT_FOUND",
+            "SERVICE_CREDENTIAL"
+        ],
+        None
+    ),
+    route!(
+        "GET",
+        "/v1/settings",
+        C::None,
+        200,
+        "The secret store's settings",
+        [],
+        None
+    ),
+    route!(
+        "POST",
+        "/v1/secrets/{name}/reread",
+        C::None,
+        200,
+        "Reread one secret from the store now",
+        [
+            "INTERNAL",
+            "RATE_LIMITED",
+            "REQUEST_ENDED",
+            "SECRET_NAME_INVALID"
+        ],
+        None
+    ),
+    route!(
+        "GET",
+        "/healthz",
+        C::None,
+        200,
+        "Health",
+        ["DATABASE_UNAVAILABLE"],
+        None
+    ),
+];
+
+fn status_of(code: &str) -> u16 {
+    countersign_broker_core::ErrorCode::ALL
+        .iter()
+        .find(|c| c.as_str() == code)
+        .map(|c| c.status())
+        .unwrap_or(500)
+}
+
+/// The OpenAPI 3.1 document.
+pub fn document() -> Value {
+    let mut paths = Map::new();
+    for r in ROUTES {
+        let mut responses = Map::new();
+        responses.insert(r.success.to_string(), json!({ "description": "success" }));
+        let mut by_status: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
+        let mut all: Vec<&str> = r
+            .codes
+            .iter()
+            .chain(r.credential.codes())
+            .copied()
+            .collect();
+        if r.body.is_some() {
+            all.push("REQUEST_TOO_LARGE");
+        }
+        all.push("INTERNAL");
+        all.sort();
+        all.dedup();
+        for c in all {
+            by_status.entry(status_of(c)).or_default().push(c);
+        }
+        for (status, codes) in by_status {
+            responses.insert(
+                status.to_string(),
+                json!({
+                    "description": codes.join(", "),
+                    "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } },
+                    "x-codes": codes,
+                }),
+            );
+        }
+        let params: Vec<Value> = r
+            .path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
+            .chain(
+                matches!(r.path, "/v1/pending" | "/v1/launcher-credentials" | "/v1/grants")
+                    .then(|| json!({ "name": "approver", "in": "query", "required": true, "schema": { "type": "string" } })),
+            )
+            .collect();
+        let security = match r.credential {
+            C::None => json!([]),
+            C::Console => json!([{ "consoleToken": [] }]),
+            _ => json!([{ "proof": [] }]),
+        };
+        let mut op = json!({
+            "summary": r.summary,
+            "operationId": format!("{} {}", r.method.to_lowercase(), r.path),
+            "x-credential": r.credential.as_str(),
+            "parameters": params,
+            "security": security,
+            "responses": responses,
+        });
+        if let (Some(code), Some(obj)) = (r.body, op.as_object_mut()) {
+            obj.insert(
+                "requestBody".into(),
+                json!({
+                    "required": true,
+                    "description": format!("one JSON object; a malformed one is {code}"),
+                    "content": { "application/json": { "schema": { "type": "object" } } },
+                }),
+            );
+        }
+        let entry = paths.entry(r.path.to_owned()).or_insert_with(|| json!({}));
+        if let Some(obj) = entry.as_object_mut() {
+            obj.insert(r.method.to_lowercase(), op);
+        }
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Countersign secrets broker",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Every refusal is an error status with {\"code\",\"error\"}. Proofs: protocol.md §2.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["code", "error"],
+                    "properties": { "code": { "type": "string" }, "error": { "type": "string" } },
+                }
+            },
+            "securitySchemes": {
+                "proof": { "type": "apiKey", "in": "header", "name": "Proof", "description": "an ES256 JWS proof (session or launcher), protocol.md §2" },
+                "consoleToken": { "type": "http", "scheme": "bearer" },
+            }
+        }
+    })
+}

@@ -1,0 +1,640 @@
+//! The routes: one handler each, in the spec's order. A handler reads the request, checks its
+//! credential (refusals come first), parses its body into the route's shape, calls the core and
+//! renders the answer.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, delete, get, post};
+use countersign_broker_core::broker::EnrollInput;
+use countersign_broker_core::broker::PollState;
+use countersign_broker_core::ids::{
+    CredentialId, EnrollmentId, GrantId, RecordId, RequestId, SecretName,
+};
+use countersign_broker_core::model::{Enrollment, LauncherCredential};
+use countersign_broker_core::{Error, ErrorCode};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{Raw, approver};
+use crate::wire;
+
+type St = State<Arc<AppState>>;
+
+/// The API router, built from the route table of [`crate::openapi::ROUTES`] (without the
+/// operational routes `/metrics` and `/v1/openapi.json`).
+pub fn api() -> Router<Arc<AppState>> {
+    crate::openapi::ROUTES
+        .iter()
+        .fold(Router::new(), |router, r| {
+            router.route(r.path, handler(r.method, r.path))
+        })
+}
+
+/// The handler of one route of the table.
+fn handler(method: &str, path: &str) -> MethodRouter<Arc<AppState>> {
+    match (method, path) {
+        ("POST", "/v1/enrollments") => post(enroll),
+        ("DELETE", "/v1/enrollments/{id}") => delete(unenroll),
+        ("POST", "/v1/launcher-credentials") => post(login_start),
+        ("POST", "/v1/launcher-credentials/token") => post(token_login),
+        ("GET", "/v1/launcher-credentials/{pending}") => get(login_poll),
+        ("POST", "/v1/enrollments/{id}/renew") => post(renew),
+        ("GET", "/v1/enrollments/self") => get(enrollment_self),
+        ("POST", "/v1/requests") => post(create_request),
+        ("GET", "/v1/requests/{id}") => get(get_request),
+        ("POST", "/v1/requests/{id}/cancel") => post(cancel_request),
+        ("POST", "/v1/grants/{id}/values") => post(grant_values),
+        ("POST", "/v1/grants/{id}/revoke") => post(revoke_grant),
+        ("GET", "/v1/pending") => get(pending),
+        ("GET", "/v1/credential-requests/{record}") => get(get_record),
+        ("POST", "/v1/credential-requests/{record}/approve") => post(approve),
+        ("POST", "/v1/credential-requests/{record}/deny") => post(deny),
+        ("POST", "/v1/machine-logins/lookup") => post(lookup),
+        ("GET", "/v1/launcher-credentials") => get(credentials_for),
+        ("POST", "/v1/launcher-credentials/{id}/revoke-by-approver") => {
+            post(revoke_credential_by_approver)
+        }
+        ("GET", "/v1/grants") => get(grants_for),
+        ("POST", "/v1/grants/{id}/revoke-by-approver") => post(revoke_grant_by_approver),
+        ("GET", "/v1/operator/machines") => get(operator_machines),
+        ("POST", "/v1/operator/machines/{id}/revoke") => post(operator_revoke_machine),
+        ("GET", "/v1/operator/grants") => get(operator_grants),
+        ("POST", "/v1/operator/grants/{id}/revoke") => post(operator_revoke_grant),
+        ("GET", "/v1/settings") => get(settings),
+        ("POST", "/v1/secrets/{name}/reread") => post(reread),
+        ("GET", "/healthz") => get(healthz),
+        // The table and this match are kept together by the route-table test.
+        _ => MethodRouter::new(),
+    }
+}
+
+fn ok(v: Value) -> Response {
+    (StatusCode::OK, axum::Json(v)).into_response()
+}
+
+fn state(s: &'static str) -> Response {
+    ok(json!({ "state": s }))
+}
+
+async fn raw(
+    st: &AppState,
+    method: Method,
+    uri: &Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Raw> {
+    Raw::read(method, uri, headers, body, st.body_limit).await
+}
+
+async fn launcher(st: &AppState, r: &Raw) -> ApiResult<LauncherCredential> {
+    Ok(st
+        .broker
+        .authenticate_launcher(r.proof(), r.target())
+        .await?)
+}
+
+async fn session(st: &AppState, r: &Raw) -> ApiResult<Enrollment> {
+    Ok(st
+        .broker
+        .authenticate_session(r.proof(), r.target())
+        .await?)
+}
+
+/// The console token check: SHA-256 of the presented bearer, compared in constant time.
+fn console(st: &AppState, headers: &HeaderMap) -> ApiResult<()> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(crate::sha256);
+    match (presented, st.console_token_hash) {
+        (Some(p), Some(h)) if countersign_broker_core::broker::ct_eq(&p, &h) => Ok(()),
+        _ => Err(ErrorCode::UI_INVALID.into()),
+    }
+}
+
+fn parse_id<T>(s: &str, parse: fn(&str) -> Result<T, Error>) -> ApiResult<T> {
+    Ok(parse(s)?)
+}
+
+// ----- machine credential -----
+
+async fn enroll(
+    State(st): St,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let cred = launcher(&st, &r).await?;
+    let b: wire::EnrollBody = r.json(ErrorCode::INVALID_ENROLLMENT)?;
+    let e = st
+        .broker
+        .enroll(
+            &cred,
+            EnrollInput {
+                kind: b.kind,
+                runtime_id: b.runtime_id,
+                slot: b.slot,
+                operator: b.operator,
+                thumbprint: b.thumbprint,
+                jwk: b.jwk,
+                session_id: b.session_id,
+                pod_token: b.pod_token,
+            },
+        )
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(wire::enrolled(&e))).into_response())
+}
+
+async fn unenroll(
+    State(st): St,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let cred = launcher(&st, &r).await?;
+    let id = parse_id(&id, EnrollmentId::parse)?;
+    st.broker.unenroll(&cred, id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn operator_machines(
+    State(st): St,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let cred = launcher(&st, &r).await?;
+    let list = st.broker.operator_machines(&cred).await?;
+    let now = st.broker.now();
+    Ok(ok(
+        json!({ "credentials": list.iter().map(|c| wire::credential(c, now)).collect::<Vec<_>>() }),
+    ))
+}
+
+async fn operator_revoke_machine(
+    State(st): St,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let cred = launcher(&st, &r).await?;
+    let id = parse_id(&id, CredentialId::parse)?;
+    Ok(state(st.broker.operator_revoke_machine(&cred, id).await?))
+}
+
+async fn operator_grants(
+    State(st): St,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let cred = launcher(&st, &r).await?;
+    let list = st.broker.operator_grants(&cred).await?;
+    Ok(ok(
+        json!({ "grants": list.iter().map(wire::grant_item).collect::<Vec<_>>() }),
+    ))
+}
+
+async fn operator_revoke_grant(
+    State(st): St,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let cred = launcher(&st, &r).await?;
+    let id = parse_id(&id, GrantId::parse)?;
+    Ok(state(st.broker.operator_revoke_grant(&cred, id).await?))
+}
+
+// ----- no credential: machine logins -----
+
+async fn login_start(
+    State(st): St,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    st.limits.login_start(peer.ip()).map_err(|wait| {
+        ApiError::rate_limited(
+            "too many launcher credential requests; try again later",
+            wait,
+        )
+    })?;
+    let b: wire::SignedBody = r.json(ErrorCode::INVALID_REQUEST)?;
+    let started = st.broker.start_machine_login(&b.request).await?;
+    let body = json!({ "pending_id": started.pending_id, "code": started.code.display() });
+    Ok((StatusCode::ACCEPTED, no_store(), axum::Json(body)).into_response())
+}
+
+async fn token_login(
+    State(st): St,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    if !st.broker.has_token_issuer() {
+        return Err(ErrorCode::TOKEN_LOGIN_OFF.into());
+    }
+    let b: wire::TokenLoginBody = r.json(ErrorCode::INVALID_REQUEST)?;
+    let sa = st.broker.verify_service_token(&b.token).await?;
+    st.limits.token_login(&sa.account()).map_err(|wait| {
+        ApiError::rate_limited(
+            "too many token logins for this ServiceAccount; try again later",
+            wait,
+        )
+    })?;
+    let c = st.broker.token_login_verified(&sa, &b.request).await?;
+    Ok(ok(
+        json!({ "credential_id": c.id.to_string(), "expires_at": countersign_broker_core::clock::rfc3339(&c.expires_at) }),
+    ))
+}
+
+async fn login_poll(State(st): St, Path(pending): Path<String>) -> ApiResult<Response> {
+    let v = match st.broker.poll_machine_login(&pending).await? {
+        PollState::Pending => json!({ "state": "pending" }),
+        PollState::Issued {
+            credential_id,
+            expires_at,
+        } => json!({
+            "state": "issued",
+            "credential_id": credential_id.to_string(),
+            "expires_at": expires_at.map(|t| countersign_broker_core::clock::rfc3339(&t)),
+        }),
+        PollState::Denied => json!({ "state": "denied" }),
+        PollState::Expired => json!({ "state": "expired" }),
+    };
+    Ok((StatusCode::OK, no_store(), axum::Json(v)).into_response())
+}
+
+// ----- session proof -----
+
+async fn renew(
+    State(st): St,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let e = st
+        .broker
+        .authenticate_renewal(r.proof(), r.target())
+        .await?;
+    let id = parse_id(&id, EnrollmentId::parse)?;
+    let b: wire::RenewBody = r.json_or_default(ErrorCode::INVALID_RENEWAL)?;
+    let lease = st.broker.renew(&e, id, b.pod_token.as_deref()).await?;
+    Ok(ok(
+        json!({ "lease_expires_at": countersign_broker_core::clock::rfc3339(&lease) }),
+    ))
+}
+
+async fn enrollment_self(
+    State(st): St,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let e = session(&st, &r).await?;
+    let grants = st.broker.own_grants(&e).await?;
+    Ok(ok(wire::enrollment_self(&e, &grants)))
+}
+
+async fn create_request(
+    State(st): St,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let e = session(&st, &r).await?;
+    let b: wire::RequestBody = r.json(ErrorCode::INVALID_REQUEST)?;
+    let created = st
+        .broker
+        .create_request(&e, &b.request, b.session_id.as_deref())
+        .await?;
+    Ok(ok(wire::request(&created.request, Some(created.coalesced))))
+}
+
+async fn get_request(
+    State(st): St,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let e = session(&st, &r).await?;
+    let id = parse_id(&id, RequestId::parse)?;
+    Ok(ok(wire::request(
+        &st.broker.get_request(&e, id).await?,
+        None,
+    )))
+}
+
+async fn cancel_request(
+    State(st): St,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let e = session(&st, &r).await?;
+    let id = parse_id(&id, RequestId::parse)?;
+    Ok(state(st.broker.cancel_own_request(&e, id).await?.as_str()))
+}
+
+async fn grant_values(
+    State(st): St,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let e = session(&st, &r).await?;
+    let id = parse_id(&id, GrantId::parse)?;
+    let released = st.broker.release_values(&e, id).await?;
+    // The body is built by hand into a buffer that is zeroized once sent; no serde_json::Value
+    // copy of a value is left behind.
+    let mut out = zeroize::Zeroizing::new(Vec::with_capacity(256));
+    out.extend_from_slice(b"{\"expires_at\":");
+    match &released.expires_at {
+        Some(t) => out.extend_from_slice(
+            format!("\"{}\"", countersign_broker_core::clock::rfc3339(t)).as_bytes(),
+        ),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"values\":{");
+    for (i, (name, value)) in released.values.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json_string(&mut out, name.as_str());
+        out.push(b':');
+        write_json_string(&mut out, value.expose());
+    }
+    out.extend_from_slice(b"}}");
+    let body = Body::from(axum::body::Bytes::copy_from_slice(&out));
+    let mut resp = (StatusCode::OK, body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp.headers_mut()
+        .insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    Ok(resp)
+}
+
+/// Writes `s` as a JSON string (RFC 8259 escaping) into a zeroizing buffer.
+fn write_json_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for c in s.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            c if (c as u32) < 0x20 => {
+                out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes())
+            }
+            c => {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+async fn revoke_grant(
+    State(st): St,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let e = session(&st, &r).await?;
+    let id = parse_id(&id, GrantId::parse)?;
+    Ok(state(st.broker.revoke_own_grant(&e, id).await?))
+}
+
+// ----- console token -----
+
+async fn pending(
+    State(st): St,
+    headers: HeaderMap,
+    Query(q): Query<wire::ApproverQuery>,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let who = approver(q.approver.as_deref())?;
+    let list = st.broker.pending_for(&who).await?;
+    Ok(ok(
+        json!({ "pending": list.iter().map(wire::pending_item).collect::<Vec<_>>() }),
+    ))
+}
+
+async fn get_record(
+    State(st): St,
+    headers: HeaderMap,
+    Path(record): Path<String>,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let id = parse_id(&record, RecordId::parse)?;
+    Ok(ok(wire::record(&st.broker.record(&id).await?)))
+}
+
+async fn approve(
+    State(st): St,
+    Path(record): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let id = parse_id(&record, RecordId::parse)?;
+    let b: wire::DecisionBody = r.json(ErrorCode::INVALID_DECISION)?;
+    let who = approver(b.approver.as_deref())?;
+    let a = st.broker.approve(&id, &who, b.code.as_deref()).await?;
+    Ok(ok(json!({
+        "credential_id": a.credential_id.map(|c| c.to_string()),
+        "grant_id": a.grant_id.map(|g| g.to_string()),
+        "state": "approved",
+    })))
+}
+
+async fn deny(
+    State(st): St,
+    Path(record): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let id = parse_id(&record, RecordId::parse)?;
+    let b: wire::DecisionBody = r.json(ErrorCode::INVALID_DECISION)?;
+    let who = approver(b.approver.as_deref())?;
+    Ok(state(
+        st.broker.deny(&id, &who, b.code.as_deref()).await?.as_str(),
+    ))
+}
+
+async fn lookup(
+    State(st): St,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let b: wire::LookupBody = r.json(ErrorCode::INVALID_LOOKUP)?;
+    let code = b.code.unwrap_or_default();
+    Ok(ok(wire::record(
+        &st.broker.lookup_machine_login(&code).await?,
+    )))
+}
+
+async fn credentials_for(
+    State(st): St,
+    headers: HeaderMap,
+    Query(q): Query<wire::ApproverQuery>,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let who = approver(q.approver.as_deref())?;
+    let list = st.broker.credentials_for(&who).await?;
+    let now = st.broker.now();
+    Ok(ok(
+        json!({ "credentials": list.iter().map(|c| wire::credential(c, now)).collect::<Vec<_>>() }),
+    ))
+}
+
+async fn revoke_credential_by_approver(
+    State(st): St,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let b: wire::RevokeBody = r.json(ErrorCode::INVALID_REVOKE)?;
+    let who = approver(b.approver.as_deref())?;
+    let id = parse_id(&id, CredentialId::parse)?;
+    Ok(state(
+        st.broker.revoke_credential_by_approver(&who, id).await?,
+    ))
+}
+
+async fn grants_for(
+    State(st): St,
+    headers: HeaderMap,
+    Query(q): Query<wire::ApproverQuery>,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let who = approver(q.approver.as_deref())?;
+    let list = st.broker.grants_for(&who).await?;
+    Ok(ok(
+        json!({ "grants": list.iter().map(wire::grant_item).collect::<Vec<_>>() }),
+    ))
+}
+
+async fn revoke_grant_by_approver(
+    State(st): St,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let b: wire::RevokeBody = r.json(ErrorCode::INVALID_REVOKE)?;
+    let who = approver(b.approver.as_deref())?;
+    let id = parse_id(&id, GrantId::parse)?;
+    Ok(state(st.broker.revoke_grant_as(&who, id, false).await?))
+}
+
+// ----- open -----
+
+async fn settings(State(st): St) -> Response {
+    ok(serde_json::to_value(st.broker.store().settings()).unwrap_or(Value::Null))
+}
+
+async fn reread(
+    State(st): St,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(name): Path<String>,
+) -> ApiResult<Response> {
+    st.limits
+        .reread(peer.ip())
+        .map_err(|wait| ApiError::rate_limited("too many secret rereads; try again later", wait))?;
+    let secret = SecretName::parse(&name)?;
+    // The reread runs in its own task: if the caller goes away mid-reread, the change still
+    // applies; a caller still waiting gets the answer.
+    let broker = st.broker.clone();
+    let task = tokio::spawn(async move { broker.reread(&secret).await });
+    let (served, reason) = match task.await {
+        Ok(r) => r?,
+        Err(_) => return Err(ErrorCode::REQUEST_ENDED.into()),
+    };
+    let mut v = json!({ "name": name, "served": served });
+    if let (Some(r), Some(obj)) = (reason, v.as_object_mut()) {
+        obj.insert("reason".into(), Value::String(r.as_str().into()));
+    }
+    Ok(ok(v))
+}
+
+async fn healthz(State(st): St) -> ApiResult<Response> {
+    st.broker.health().await?;
+    Ok(ok(json!({ "status": "ok" })))
+}
+
+fn no_store() -> [(header::HeaderName, HeaderValue); 1] {
+    [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))]
+}

@@ -1,0 +1,235 @@
+//! Building and running the server: storage, store and broker from the configuration, the
+//! router with logs and metrics, rustls when a certificate is configured, background work
+//! (sweep, policy reload on the core's clock) and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use countersign_broker_core::broker::Parts;
+use countersign_broker_core::seal::Sealer;
+use countersign_broker_core::{Broker, Clock, SystemEntropy};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::task::JoinHandle;
+
+use crate::AppState;
+use crate::config::{Config, StoreConfig};
+
+/// Builds the broker and the shared state from a configuration.
+pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc<AppState>> {
+    let storage = countersign_broker_sql::SqlStorage::connect(&config.database_url)
+        .await
+        .map_err(|e| anyhow::anyhow!("database: {e}"))?;
+    let store: Arc<dyn countersign_broker_core::SecretStore> = match &config.store {
+        StoreConfig::Local { path } => Arc::new(
+            countersign_store_local::LocalFileStore::open(path)
+                .await
+                .map_err(|e| anyhow::anyhow!("secret store: {e}"))?,
+        ),
+    };
+    let sealer = Sealer::new(&config.seal_key()?).context("seal key")?;
+    let parts = Parts {
+        storage: Arc::new(storage),
+        store,
+        clock,
+        entropy: Arc::new(SystemEntropy),
+        tokens: None,
+    };
+    let broker = Arc::new(Broker::new(parts, sealer, config.broker_config()));
+    if let Err(e) = broker.reload_policy().await {
+        tracing::warn!(error = %e, "policy load at start failed; serving no secrets until a reload succeeds");
+    }
+    let token = config.console_token()?;
+    let mut state = AppState::new(
+        broker,
+        token.as_deref().map(|s| s.as_str()),
+        config.limits.quotas(),
+    );
+    state.body_limit = config.limits.body_bytes;
+    state.metrics = Some(metrics_handle());
+    Ok(Arc::new(state))
+}
+
+/// The process-wide Prometheus recorder.
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed by an embedding program; then ours
+            // only renders what it saw.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// The full router: the API, `/v1/openapi.json`, `/metrics`, logs and metrics.
+pub fn router(state: Arc<AppState>) -> Router {
+    crate::routes::api()
+        .route("/v1/openapi.json", get(openapi))
+        .route("/metrics", get(render_metrics))
+        .layer(middleware::from_fn(track))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn openapi() -> Response {
+    let mut r = axum::Json(crate::openapi::document()).into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+async fn render_metrics(State(st): State<Arc<AppState>>) -> Response {
+    let text = st
+        .metrics
+        .as_ref()
+        .map(PrometheusHandle::render)
+        .unwrap_or_default();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// Counts requests and their latency by route and status.
+async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().as_str().to_owned();
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16().to_string();
+    metrics::counter!("countersign_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status).increment(1);
+    metrics::histogram!("countersign_http_request_duration_seconds", "method" => method, "route" => route).record(start.elapsed().as_secs_f64());
+    resp
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct Running {
+    pub addr: SocketAddr,
+    pub handle: axum_server::Handle<SocketAddr>,
+    server: JoinHandle<std::io::Result<()>>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops accepting, lets requests in flight finish (up to `grace`), stops background work.
+    pub async fn shutdown(self, grace: Duration) {
+        self.handle.graceful_shutdown(Some(grace));
+        let _ = self.server.await;
+        for b in self.background {
+            b.abort();
+        }
+    }
+
+    /// Waits for the server to end (after a shutdown from elsewhere).
+    pub async fn wait(self) -> std::io::Result<()> {
+        let r = self
+            .server
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        for b in self.background {
+            b.abort();
+        }
+        r
+    }
+}
+
+/// Serves `state` on `listen` (port 0 picks one), with TLS when `tls` is given, and starts the
+/// background work: the sweep every 2 s, a policy reload whenever `reload` has passed on the
+/// core's clock, and rate-limiter housekeeping.
+pub async fn serve(
+    state: Arc<AppState>,
+    listen: SocketAddr,
+    tls: Option<&crate::config::Tls>,
+    reload: chrono::Duration,
+) -> anyhow::Result<Running> {
+    let listener = std::net::TcpListener::bind(listen).with_context(|| format!("bind {listen}"))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let handle = axum_server::Handle::new();
+    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let server = match tls {
+        Some(t) => {
+            let rustls = axum_server::tls_rustls::RustlsConfig::from_pem_file(&t.cert, &t.key)
+                .await
+                .with_context(|| {
+                    format!(
+                        "TLS certificate {} / key {}",
+                        t.cert.display(),
+                        t.key.display()
+                    )
+                })?;
+            let srv = axum_server::from_tcp_rustls(listener, rustls)?.handle(handle.clone());
+            tokio::spawn(async move { srv.serve(app).await })
+        }
+        None => {
+            let srv = axum_server::from_tcp(listener)?.handle(handle.clone());
+            tokio::spawn(async move { srv.serve(app).await })
+        }
+    };
+    let background = background(state, reload);
+    Ok(Running {
+        addr,
+        handle,
+        server,
+        background,
+    })
+}
+
+fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<()>> {
+    let sweep = {
+        let st = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(2));
+            loop {
+                tick.tick().await;
+                if let Err(e) = st.broker.sweep(500).await {
+                    tracing::warn!(code = %e.code, error = e.message(), "sweep failed");
+                }
+            }
+        })
+    };
+    let reloader = {
+        let st = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let due = match st.broker.policy_state().loaded_at {
+                    Some(at) => st.broker.now() - at >= reload,
+                    None => true,
+                };
+                if due {
+                    match st.broker.reload_policy().await {
+                        Ok(p) => {
+                            tracing::info!(rules_version = p.rules_version(), "policy reloaded")
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "policy reload failed; keeping the last good policy")
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let housekeeping = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tick.tick().await;
+            state.limits.shrink();
+        }
+    });
+    vec![sweep, reloader, housekeeping]
+}

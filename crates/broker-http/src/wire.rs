@@ -1,0 +1,219 @@
+//! Wire shapes of the broker API (spec, "Resources and their fields"), kept apart from the
+//! core's types: each answer is built from domain values here, each body parsed into a struct
+//! that refuses unknown fields.
+
+use countersign_broker_core::broker::approver::GrantListItem;
+use countersign_broker_core::clock::{Time, rfc3339};
+use countersign_broker_core::model::{
+    Enrollment, EnrollmentSummary, Grant, LauncherCredential, Record, Request,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+fn t(t: &Time) -> String {
+    rfc3339(t)
+}
+
+fn ot(x: &Option<Time>) -> Value {
+    x.as_ref()
+        .map(|x| Value::String(rfc3339(x)))
+        .unwrap_or(Value::Null)
+}
+
+// ----- bodies -----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnrollBody {
+    pub kind: String,
+    pub runtime_id: String,
+    #[serde(default)]
+    pub slot: Option<String>,
+    #[serde(default)]
+    pub operator: Option<String>,
+    pub thumbprint: String,
+    /// The session's public key; its thumbprint must equal `thumbprint`.
+    pub jwk: Value,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub pod_token: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedBody {
+    pub request: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenLoginBody {
+    pub token: String,
+    pub request: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewBody {
+    #[serde(default)]
+    pub pod_token: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestBody {
+    pub request: String,
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBody {
+    #[serde(default)]
+    pub approver: Option<String>,
+    #[serde(default)]
+    pub code: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupBody {
+    #[serde(default)]
+    pub code: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeBody {
+    #[serde(default)]
+    pub approver: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ApproverQuery {
+    pub approver: Option<String>,
+}
+
+// ----- answers -----
+
+pub fn enrollment_summary(e: &EnrollmentSummary) -> Value {
+    json!({ "kind": e.kind, "runtime_id": e.runtime_id, "operator": e.operator, "slot": e.slot })
+}
+
+pub fn enrolled(e: &Enrollment) -> Value {
+    json!({
+        "enrollment_id": e.id.to_string(),
+        "lease_expires_at": t(&e.lease_expires_at),
+        "slot": e.slot.as_ref().map(|s| s.as_str()),
+    })
+}
+
+pub fn session_grant(g: &Grant) -> Value {
+    json!({
+        "grant_id": g.id.to_string(),
+        "request_id": g.request_id.to_string(),
+        "approver": g.approver.as_ref().map(|a| a.as_str()),
+        "expires_at": ot(&g.expires_at),
+    })
+}
+
+pub fn enrollment_self(e: &Enrollment, grants: &[Grant]) -> Value {
+    json!({
+        "enrollment_id": e.id.to_string(),
+        "grants": grants.iter().map(session_grant).collect::<Vec<_>>(),
+        "kind": e.kind.as_str(),
+        "lease_expires_at": t(&e.lease_expires_at),
+        "operator": e.operator.as_ref().map(|o| o.as_str()),
+        "slot": e.slot.as_ref().map(|s| s.as_str()),
+    })
+}
+
+pub fn request(r: &Request, coalesced: Option<bool>) -> Value {
+    let mut v = json!({
+        "request_id": r.id.to_string(),
+        "state": r.state.as_str(),
+        "secrets": r.secrets.iter().map(|(n, d)| json!({"name": n.as_str(), "decision": d.as_str()})).collect::<Vec<_>>(),
+        "grant_id": r.grant_id.map(|g| g.to_string()),
+        "record_id": r.record_id.map(|g| g.to_string()),
+        "approver": r.approver.as_ref().map(|a| a.as_str()),
+        "lifetime_seconds": r.lifetime_seconds,
+        "decided_at": ot(&r.decided_at),
+        "decision": r.decision.as_ref().map(|d| json!({"by": d.by, "at": t(&d.at)})),
+    });
+    if let (Some(c), Some(obj)) = (coalesced, v.as_object_mut()) {
+        obj.insert("coalesced".into(), Value::Bool(c));
+    }
+    v
+}
+
+pub fn record(r: &Record) -> Value {
+    let b = &r.body;
+    json!({
+        "record_id": r.id.to_string(),
+        "kind": b.kind.as_str(),
+        "state": r.state.as_str(),
+        "approver": b.approver.as_str(),
+        "enrollment": b.enrollment.as_ref().map(enrollment_summary),
+        "session": { "request": b.session.request, "enrollment": b.session.enrollment },
+        "identifiers": b.identifiers,
+        "service": b.service,
+        "reason": b.reason,
+        "lifetime_seconds": b.lifetime_seconds,
+        "rules_version": b.rules_version,
+        "expires_at": t(&b.expires_at),
+        "requested_at": t(&b.requested_at),
+        "decided": r.decided.as_ref().map(|d| json!({
+            "event": d.event.as_str(),
+            "at": t(&d.at),
+            "credential_id": d.credential_id.map(|c| c.to_string()),
+        })),
+    })
+}
+
+pub fn pending_item(r: &Record) -> Value {
+    json!({
+        "record_id": r.id.to_string(),
+        "kind": r.body.kind.as_str(),
+        "identifiers": r.body.identifiers,
+        "requested_at": t(&r.body.requested_at),
+        "session": { "request": r.body.session.request, "enrollment": r.body.session.enrollment },
+    })
+}
+
+pub fn credential(c: &LauncherCredential, now: Time) -> Value {
+    json!({
+        "credential_id": c.id.to_string(),
+        "host": c.host,
+        "service": c.service,
+        "subject": c.subject,
+        "approved_by": c.approved_by,
+        "issued_at": t(&c.issued_at),
+        "expires_at": t(&c.expires_at),
+        "expired": c.is_expired(now),
+    })
+}
+
+pub fn grant_item(i: &GrantListItem) -> Value {
+    let g = &i.grant;
+    json!({
+        "grant_id": g.id.to_string(),
+        "granted": match g.granted {
+            countersign_broker_core::model::GrantedBy::Automatic => "automatic",
+            countersign_broker_core::model::GrantedBy::Approval => "approval",
+        },
+        "record_id": g.record_id.map(|r| r.to_string()),
+        "enrollment": enrollment_summary(&i.enrollment),
+        "names": g.names.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+        "approver": g.approver.as_ref().map(|a| a.as_str()),
+        "expires_at": ot(&g.expires_at),
+        "created_at": t(&g.created_at),
+    })
+}
+
+/// `{"state": ...}`.
+#[derive(Debug, Serialize)]
+pub struct StateAnswer {
+    pub state: &'static str,
+}

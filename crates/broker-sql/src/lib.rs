@@ -1,0 +1,327 @@
+//! # countersign-broker-sql
+//!
+//! The broker's [`Storage`] over SQL: SQLite (the embedded default) and PostgreSQL, through one
+//! code path on `sqlx::Any` with `$1, $2…` placeholders (SQLite accepts them too).
+//!
+//! ## Layout
+//!
+//! Each aggregate is a table with typed key and index columns (TEXT ids and states, BIGINT
+//! unix-millisecond times) and a `doc` column holding the serde JSON of the whole aggregate:
+//! `put_*` upserts (`INSERT … ON CONFLICT (id) DO UPDATE`) the index columns and the doc
+//! together, gets decode the doc. A record keeps its canonical text exactly as hashed, its
+//! state, its decision (JSON) and its code instead. A row that does not decode is
+//! [`StorageError::Corrupt`]. See `schema.rs` for the tables.
+//!
+//! ## Migrations
+//!
+//! The schema is not built with `sqlx::migrate!` (one migration directory per database type,
+//! which `Any` cannot choose between): it is a short ordered list of migrations, each with its
+//! statements per backend, applied at [`SqlStorage::connect`] in one transaction and recorded in
+//! a `schema_migrations` table (version, name). On PostgreSQL, replicas starting together
+//! serialise on an advisory lock. A database newer than the code is refused.
+//!
+//! ## Transactions and locking
+//!
+//! - **PostgreSQL** (READ COMMITTED): every `SELECT` inside a write transaction
+//!   ([`Storage::begin`]) ends in `FOR UPDATE` (the outbox in `FOR UPDATE SKIP LOCKED`), so two
+//!   transitions on one row serialise and the second reads the first's outcome. Serialisation
+//!   failures and deadlocks (`40001`, `40P01`) are [`StorageError::Conflict`]. Several broker
+//!   replicas may share one database.
+//! - **SQLite** runs in WAL mode with a 5 s busy timeout. Write transactions are serialised in
+//!   the process by a mutex held from `begin` until commit or drop, and start with
+//!   `BEGIN IMMEDIATE`, so a transaction that reads and then writes never fails to upgrade its
+//!   lock. **SQLite storage is single-process**: one broker per database file. Reads
+//!   ([`Storage::read`]) take no mutex; WAL lets them run beside a writer.
+//! - A read transaction takes no locks and is never committed.
+//! - Dropping a transaction without committing rolls it back (on SQLite the rollback runs
+//!   before the write mutex is released).
+//!
+//! `sqlite::memory:` is one database per connection, so an in-memory storage has a pool of
+//! exactly one connection: a read transaction opened while a write transaction is open waits
+//! for it (up to the 3 s acquire timeout). It is meant for tests.
+
+mod error;
+mod schema;
+mod tx;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use countersign_broker_core::clock::Time;
+use countersign_broker_core::storage::{Storage, StorageError, Tx};
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Executor};
+use tokio::sync::Mutex;
+
+use crate::error::db_err;
+use crate::tx::SqlTx;
+
+/// How long a caller waits for a pooled connection before the database counts as unavailable.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long [`Storage::ping`] waits for `SELECT 1`.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// SQLite's busy timeout, in milliseconds.
+const SQLITE_BUSY_TIMEOUT_MS: u32 = 5000;
+/// Pool sizes.
+const SQLITE_MAX_CONNECTIONS: u32 = 8;
+const POSTGRES_MAX_CONNECTIONS: u32 = 10;
+/// Every this many `remember_once` calls (starting with the first), lapsed values are purged.
+const ONCE_PURGE_EVERY: u64 = 1000;
+
+/// The database behind a [`SqlStorage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    /// The backend a database URL names.
+    pub fn of_url(url: &str) -> Option<Backend> {
+        let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase())?;
+        match scheme.as_str() {
+            "sqlite" => Some(Backend::Sqlite),
+            "postgres" | "postgresql" => Some(Backend::Postgres),
+            _ => None,
+        }
+    }
+}
+
+/// The broker's storage on SQLite or PostgreSQL. Cloning shares the pool.
+#[derive(Clone)]
+pub struct SqlStorage {
+    pool: AnyPool,
+    backend: Backend,
+    /// SQLite only: serialises write transactions within the process.
+    write_lock: Option<Arc<Mutex<()>>>,
+    /// The URL with any password replaced, for `Debug`.
+    shown_url: Arc<str>,
+    once_calls: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for SqlStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlStorage")
+            .field("backend", &self.backend)
+            .field("url", &&*self.shown_url)
+            .field("connections", &self.pool.size())
+            .finish()
+    }
+}
+
+impl SqlStorage {
+    /// Connects and brings the schema up to date.
+    ///
+    /// Accepts `sqlite://path?mode=rwc` (or `sqlite:path…`), `sqlite::memory:` and
+    /// `postgres://…` (`postgresql://…`). A database that cannot be reached is
+    /// [`StorageError::Unavailable`].
+    pub async fn connect(url: &str) -> Result<SqlStorage, StorageError> {
+        sqlx::any::install_default_drivers();
+        let shown_url: Arc<str> = redact_url(url).into();
+        let backend = Backend::of_url(url).ok_or_else(|| {
+            StorageError::Other(format!(
+                "not a sqlite: or postgres: database URL: {shown_url}"
+            ))
+        })?;
+        let mut options = AnyPoolOptions::new().acquire_timeout(ACQUIRE_TIMEOUT);
+        options = match backend {
+            Backend::Sqlite if is_sqlite_memory(url) => options
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None),
+            Backend::Sqlite => options.max_connections(SQLITE_MAX_CONNECTIONS),
+            Backend::Postgres => options.max_connections(POSTGRES_MAX_CONNECTIONS),
+        };
+        if backend == Backend::Sqlite {
+            options = options.after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute(
+                        format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}").as_str(),
+                    )
+                    .await?;
+                    conn.execute("PRAGMA journal_mode = WAL").await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = options.connect(url).await.map_err(db_err)?;
+        let storage = SqlStorage {
+            pool,
+            backend,
+            write_lock: (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(()))),
+            shown_url,
+            once_calls: Arc::new(AtomicU64::new(0)),
+        };
+        let tx = storage.begin_sql().await?;
+        schema::migrate(tx.into_inner()?, backend).await?;
+        tracing::debug!(storage = ?storage, "storage connected");
+        Ok(storage)
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Closes the pool: waits for checked-out connections to come back, then closes them all.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// A write transaction.
+    async fn begin_sql(&self) -> Result<SqlTx, StorageError> {
+        let guard = match &self.write_lock {
+            Some(lock) => Some(lock.clone().lock_owned().await),
+            None => None,
+        };
+        let tx = match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
+        .map_err(db_err)?;
+        Ok(SqlTx::new(tx, self.backend, true, guard))
+    }
+
+    /// Deletes every lapsed single-use value.
+    async fn purge_once_values(&self, now: Time) -> Result<u64, StorageError> {
+        let mut tx = self.begin_sql().await?;
+        let n = tx.purge_once_values(now).await?;
+        Box::new(tx).commit().await?;
+        Ok(n)
+    }
+}
+
+#[async_trait]
+impl Storage for SqlStorage {
+    async fn begin(&self) -> Result<Box<dyn Tx>, StorageError> {
+        Ok(Box::new(self.begin_sql().await?))
+    }
+
+    async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
+        let tx = self.pool.begin().await.map_err(db_err)?;
+        Ok(Box::new(SqlTx::new(tx, self.backend, false, None)))
+    }
+
+    async fn ping(&self) -> Result<(), StorageError> {
+        let pool = self.pool.clone();
+        let ping = async move {
+            let mut conn = pool.acquire().await?;
+            conn.execute("SELECT 1").await?;
+            Ok::<_, sqlx::Error>(())
+        };
+        match tokio::time::timeout(PING_TIMEOUT, ping).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StorageError::Unavailable(e.to_string())),
+            Err(_) => Err(StorageError::Unavailable(format!(
+                "no answer to SELECT 1 within {PING_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    async fn remember_once(
+        &self,
+        scope: &str,
+        value: &str,
+        until: Time,
+        now: Time,
+    ) -> Result<bool, StorageError> {
+        if self
+            .once_calls
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(ONCE_PURGE_EVERY)
+        {
+            // Housekeeping in its own transaction: its failure must not refuse the caller.
+            match self.purge_once_values(now).await {
+                Ok(n) => tracing::debug!(purged = n, "purged lapsed single-use values"),
+                Err(e) => tracing::warn!(error = %e, "purging lapsed single-use values failed"),
+            }
+        }
+        let mut tx = self.begin_sql().await?;
+        let fresh = tx.remember_once(scope, value, until, now).await?;
+        Box::new(tx).commit().await?;
+        Ok(fresh)
+    }
+}
+
+/// Whether a SQLite URL names an in-memory database.
+fn is_sqlite_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
+}
+
+/// The URL with the password of its user info, and any `password=` query parameter, replaced
+/// by `***`.
+fn redact_url(url: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let mut out = match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            let (authority, path) = rest.split_at(authority_end);
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+                    let hidden = if userinfo.contains(':') { ":***" } else { "" };
+                    format!("{scheme}://{user}{hidden}@{host}{path}")
+                }
+                None => head.to_owned(),
+            }
+        }
+        None => head.to_owned(),
+    };
+    if let Some(q) = query {
+        let params: Vec<String> = q
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => p.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://cs:s3cret@db.example:5432/broker?sslmode=require"),
+            "postgres://cs:***@db.example:5432/broker?sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgres://cs@db/broker?password=s3cret&x=1"),
+            "postgres://cs@db/broker?password=***&x=1"
+        );
+        assert_eq!(redact_url("postgres://a:b:c@h"), "postgres://a:***@h");
+        assert_eq!(
+            redact_url("sqlite://data/broker.db?mode=rwc"),
+            "sqlite://data/broker.db?mode=rwc"
+        );
+        assert_eq!(redact_url("sqlite::memory:"), "sqlite::memory:");
+    }
+
+    #[test]
+    fn backends_from_urls() {
+        assert_eq!(Backend::of_url("sqlite::memory:"), Some(Backend::Sqlite));
+        assert_eq!(Backend::of_url("sqlite://x.db"), Some(Backend::Sqlite));
+        assert_eq!(Backend::of_url("postgres://h/db"), Some(Backend::Postgres));
+        assert_eq!(
+            Backend::of_url("postgresql://h/db"),
+            Some(Backend::Postgres)
+        );
+        assert_eq!(Backend::of_url("mysql://h/db"), None);
+        assert_eq!(Backend::of_url("nothing"), None);
+        assert!(is_sqlite_memory("sqlite::memory:"));
+        assert!(is_sqlite_memory("sqlite://x?mode=memory"));
+        assert!(!is_sqlite_memory("sqlite://x.db?mode=rwc"));
+    }
+}

@@ -1,0 +1,199 @@
+//! The schema, as ordered migrations applied by [`migrate`] at connect.
+//!
+//! `sqlx::migrate!` wants one migration directory per database type, and through `sqlx::Any`
+//! it cannot tell the two backends apart; so the schema lives here instead, as ordered lists
+//! of statements, one list per backend (they share the same text wherever the syntax agrees:
+//! `TEXT`, `BIGINT`, partial indexes and `ON CONFLICT` all work in both). The applied version
+//! is kept in a small `schema_migrations` table and every pending migration runs in one
+//! transaction with the version rows, so a failed migration leaves the schema as it was. On
+//! PostgreSQL the transaction first takes an advisory lock, so replicas starting together
+//! migrate one at a time.
+//!
+//! A migration, once released, is never edited: add a new one.
+
+use sqlx::{Any, Row, Transaction};
+
+use crate::Backend;
+use crate::error::db_err;
+use countersign_broker_core::storage::StorageError;
+
+/// One schema step: its statements for each backend, run in order.
+pub(crate) struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sqlite: &'static [&'static str],
+    pub postgres: &'static [&'static str],
+}
+
+impl Migration {
+    fn statements(&self, backend: Backend) -> &'static [&'static str] {
+        match backend {
+            Backend::Sqlite => self.sqlite,
+            Backend::Postgres => self.postgres,
+        }
+    }
+}
+
+/// Version 1, the same text on both backends.
+///
+/// Every aggregate is a table with typed key and index columns (TEXT ids and states, BIGINT
+/// unix-millisecond times, a nullable `*_ms` column standing for an optional end) and a `doc`
+/// column holding the serde JSON of the whole aggregate. Records, which have no serde form of
+/// their own, keep their canonical text and their decision instead.
+const V1_INITIAL: &[&str] = &[
+    "CREATE TABLE credentials (
+        id TEXT PRIMARY KEY,
+        thumbprint TEXT NOT NULL,
+        issued_at_ms BIGINT NOT NULL,
+        expires_at_ms BIGINT NOT NULL,
+        revoked_at_ms BIGINT,
+        doc TEXT NOT NULL
+    )",
+    "CREATE INDEX credentials_thumbprint ON credentials (thumbprint)",
+    "CREATE INDEX credentials_unrevoked ON credentials (issued_at_ms) WHERE revoked_at_ms IS NULL",
+    "CREATE TABLE logins (
+        pending_hash TEXT PRIMARY KEY,
+        record_id TEXT NOT NULL,
+        code TEXT NOT NULL,
+        doc TEXT NOT NULL
+    )",
+    "CREATE INDEX logins_record ON logins (record_id)",
+    "CREATE TABLE records (
+        id TEXT PRIMARY KEY,
+        text TEXT NOT NULL,
+        state TEXT NOT NULL,
+        decided TEXT,
+        code TEXT,
+        approver TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        requested_at_ms BIGINT NOT NULL,
+        expires_at_ms BIGINT NOT NULL
+    )",
+    "CREATE INDEX records_state_expiry ON records (state, expires_at_ms)",
+    "CREATE INDEX records_code ON records (code) WHERE code IS NOT NULL",
+    "CREATE TABLE enrollments (
+        id TEXT PRIMARY KEY,
+        credential_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        lease_expires_at_ms BIGINT NOT NULL,
+        ended_at_ms BIGINT,
+        doc TEXT NOT NULL
+    )",
+    "CREATE INDEX enrollments_credential ON enrollments (credential_id)",
+    "CREATE INDEX enrollments_live_lease ON enrollments (lease_expires_at_ms) WHERE ended_at_ms IS NULL",
+    "CREATE TABLE requests (
+        id TEXT PRIMARY KEY,
+        enrollment_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        doc TEXT NOT NULL
+    )",
+    "CREATE INDEX requests_enrollment_state ON requests (enrollment_id, state)",
+    "CREATE TABLE grants (
+        id TEXT PRIMARY KEY,
+        enrollment_id TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        expires_at_ms BIGINT,
+        ended_at_ms BIGINT,
+        doc TEXT NOT NULL
+    )",
+    "CREATE INDEX grants_enrollment ON grants (enrollment_id)",
+    "CREATE INDEX grants_live_expiry ON grants (expires_at_ms) WHERE ended_at_ms IS NULL",
+    "CREATE TABLE once_values (
+        scope TEXT NOT NULL,
+        value TEXT NOT NULL,
+        until_ms BIGINT NOT NULL,
+        PRIMARY KEY (scope, value)
+    )",
+    "CREATE INDEX once_values_until ON once_values (until_ms)",
+    "CREATE TABLE outbox (
+        id TEXT PRIMARY KEY,
+        payload TEXT NOT NULL,
+        attempts BIGINT NOT NULL,
+        next_attempt_at_ms BIGINT NOT NULL
+    )",
+    "CREATE INDEX outbox_due ON outbox (next_attempt_at_ms)",
+];
+
+/// Every migration, in order. Versions are consecutive from 1.
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "initial",
+    sqlite: V1_INITIAL,
+    postgres: V1_INITIAL,
+}];
+
+/// The key of the PostgreSQL advisory lock migrations hold (arbitrary, fixed: "csgn").
+const PG_MIGRATION_LOCK: i64 = 0x6373_676e;
+
+/// Brings the schema up to the latest version, in `tx`, and commits.
+pub(crate) async fn migrate(
+    mut tx: Transaction<'static, Any>,
+    backend: Backend,
+) -> Result<(), StorageError> {
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(PG_MIGRATION_LOCK)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+    }
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version BIGINT PRIMARY KEY,
+            name TEXT NOT NULL
+        )",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(db_err)?;
+    let current: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_err)?
+        .try_get("v")
+        .map_err(db_err)?;
+    let latest = MIGRATIONS.last().map_or(0, |m| m.version);
+    if current > latest {
+        return Err(StorageError::Other(format!(
+            "the database schema is at version {current}, newer than this broker knows ({latest})"
+        )));
+    }
+    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
+        for statement in m.statements(backend) {
+            sqlx::query(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| {
+                    StorageError::Other(format!("migration {} ({}): {e}", m.version, m.name))
+                })?;
+        }
+        sqlx::query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)")
+            .bind(m.version)
+            .bind(m.name)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        tracing::info!(
+            version = m.version,
+            name = m.name,
+            "applied schema migration"
+        );
+    }
+    tx.commit().await.map_err(db_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MIGRATIONS;
+
+    #[test]
+    fn versions_are_consecutive() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i64 + 1, "{}", m.name);
+            assert!(!m.sqlite.is_empty() && !m.postgres.is_empty());
+        }
+    }
+}

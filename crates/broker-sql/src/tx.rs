@@ -1,0 +1,777 @@
+//! The transaction: the [`Tx`] methods as SQL.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use countersign_broker_core::clock::Time;
+use countersign_broker_core::ids::{
+    ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId,
+};
+use countersign_broker_core::model::{
+    Enrollment, Grant, LauncherCredential, PendingLogin, Record, RecordDecision, RecordState,
+    RecordText, Request, RequestState,
+};
+use countersign_broker_core::storage::{Due, OutboxItem, StorageError, Tx};
+use serde::de::DeserializeOwned;
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::query::Query;
+use sqlx::{Any, AnyConnection, Row, Transaction};
+use tokio::sync::OwnedMutexGuard;
+
+use crate::Backend;
+use crate::error::db_err;
+
+/// How long a dropped SQLite write transaction may take to roll back before its mutex is
+/// released anyway.
+const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A bound parameter.
+enum Arg {
+    Text(String),
+    Int(i64),
+    NullText,
+    NullInt,
+}
+
+impl From<&str> for Arg {
+    fn from(s: &str) -> Self {
+        Arg::Text(s.to_owned())
+    }
+}
+
+impl From<String> for Arg {
+    fn from(s: String) -> Self {
+        Arg::Text(s)
+    }
+}
+
+impl From<i64> for Arg {
+    fn from(i: i64) -> Self {
+        Arg::Int(i)
+    }
+}
+
+impl From<Option<String>> for Arg {
+    fn from(s: Option<String>) -> Self {
+        s.map_or(Arg::NullText, Arg::Text)
+    }
+}
+
+impl From<Option<i64>> for Arg {
+    fn from(i: Option<i64>) -> Self {
+        i.map_or(Arg::NullInt, Arg::Int)
+    }
+}
+
+macro_rules! args {
+    ($($a:expr),* $(,)?) => { vec![$(Arg::from($a)),*] };
+}
+
+fn bind_all<'q>(
+    mut q: Query<'q, Any, AnyArguments<'q>>,
+    args: Vec<Arg>,
+) -> Query<'q, Any, AnyArguments<'q>> {
+    for a in args {
+        q = match a {
+            Arg::Text(s) => q.bind(s),
+            Arg::Int(i) => q.bind(i),
+            Arg::NullText => q.bind(None::<String>),
+            Arg::NullInt => q.bind(None::<i64>),
+        };
+    }
+    q
+}
+
+/// How a `SELECT` in a write transaction locks the rows it reads (PostgreSQL only).
+#[derive(Clone, Copy)]
+enum Lock {
+    /// `FOR UPDATE`.
+    Update,
+    /// `FOR UPDATE SKIP LOCKED`.
+    SkipLocked,
+}
+
+/// Unix milliseconds.
+fn ms(t: Time) -> i64 {
+    t.timestamp_millis()
+}
+
+fn from_ms(ms: i64) -> Result<Time, StorageError> {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .ok_or_else(|| StorageError::Corrupt(format!("time out of range: {ms} ms")))
+}
+
+fn to_doc<T: serde::Serialize>(what: &str, v: &T) -> Result<String, StorageError> {
+    serde_json::to_string(v).map_err(|e| StorageError::Other(format!("encoding {what}: {e}")))
+}
+
+fn from_doc<T: DeserializeOwned>(what: &str, row: &AnyRow) -> Result<T, StorageError> {
+    let doc: String = row.try_get("doc").map_err(db_err)?;
+    serde_json::from_str(&doc).map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))
+}
+
+fn from_docs<T: DeserializeOwned>(what: &str, rows: &[AnyRow]) -> Result<Vec<T>, StorageError> {
+    rows.iter().map(|r| from_doc(what, r)).collect()
+}
+
+/// `INSERT … ON CONFLICT (key) DO UPDATE SET` every other column.
+fn upsert_sql(table: &str, key: &str, columns: &[&str]) -> String {
+    let placeholders: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
+    let updates: Vec<String> = columns
+        .iter()
+        .filter(|c| **c != key)
+        .map(|c| format!("{c} = excluded.{c}"))
+        .collect();
+    format!(
+        "INSERT INTO {table} ({}) VALUES ({}) ON CONFLICT ({key}) DO UPDATE SET {}",
+        columns.join(", "),
+        placeholders.join(", "),
+        updates.join(", ")
+    )
+}
+
+const RECORD_COLUMNS: &str = "id, text, state, decided, code";
+
+fn record_from_row(row: &AnyRow) -> Result<Record, StorageError> {
+    let id: String = row.try_get("id").map_err(db_err)?;
+    let id = RecordId::parse(&id)
+        .map_err(|_| StorageError::Corrupt(format!("record id {id:?} is not 64 hex digits")))?;
+    let text: String = row.try_get("text").map_err(db_err)?;
+    let body: RecordText = serde_json::from_str(&text)
+        .map_err(|e| StorageError::Corrupt(format!("record {id} text: {e}")))?;
+    let state: String = row.try_get("state").map_err(db_err)?;
+    let state: RecordState = serde_json::from_value(serde_json::Value::String(state.clone()))
+        .map_err(|_| StorageError::Corrupt(format!("record {id} state {state:?}")))?;
+    let decided: Option<String> = row.try_get("decided").map_err(db_err)?;
+    let decided = decided
+        .map(|d| serde_json::from_str::<RecordDecision>(&d))
+        .transpose()
+        .map_err(|e| StorageError::Corrupt(format!("record {id} decision: {e}")))?;
+    let code: Option<String> = row.try_get("code").map_err(db_err)?;
+    let code = code
+        .map(|c| {
+            ConfirmationCode::parse(&c)
+                .ok_or_else(|| StorageError::Corrupt(format!("record {id} code {c:?}")))
+        })
+        .transpose()?;
+    Ok(Record {
+        id,
+        text,
+        body,
+        state,
+        decided,
+        code,
+    })
+}
+
+fn outbox_from_row(row: &AnyRow) -> Result<OutboxItem, StorageError> {
+    let attempts: i64 = row.try_get("attempts").map_err(db_err)?;
+    Ok(OutboxItem {
+        id: row.try_get("id").map_err(db_err)?,
+        payload: row.try_get("payload").map_err(db_err)?,
+        attempts: u32::try_from(attempts)
+            .map_err(|_| StorageError::Corrupt(format!("outbox attempts {attempts}")))?,
+        next_attempt_at: from_ms(row.try_get("next_attempt_at_ms").map_err(db_err)?)?,
+    })
+}
+
+fn ids<T>(
+    rows: &[AnyRow],
+    parse: impl Fn(&str) -> Result<T, countersign_broker_core::Error>,
+) -> Result<Vec<T>, StorageError> {
+    rows.iter()
+        .map(|r| {
+            let id: String = r.try_get("id").map_err(db_err)?;
+            parse(&id).map_err(|_| StorageError::Corrupt(format!("id {id:?}")))
+        })
+        .collect()
+}
+
+/// A transaction on either backend.
+pub(crate) struct SqlTx {
+    /// `None` once committed.
+    tx: Option<Transaction<'static, Any>>,
+    backend: Backend,
+    /// A write transaction (rows read are locked on PostgreSQL).
+    write: bool,
+    /// SQLite write transactions: the process-wide write mutex, held until commit or rollback.
+    guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl fmt::Debug for SqlTx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlTx")
+            .field("backend", &self.backend)
+            .field("write", &self.write)
+            .field("open", &self.tx.is_some())
+            .finish()
+    }
+}
+
+impl Drop for SqlTx {
+    fn drop(&mut self) {
+        // sqlx rolls a dropped transaction back lazily, when its connection is next used or is
+        // back in the pool. On SQLite that could come after the next writer took the mutex, so
+        // the rollback runs first here and the mutex is released after it.
+        if let (Some(tx), Some(guard)) = (self.tx.take(), self.guard.take())
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            handle.spawn(async move {
+                let _ = tokio::time::timeout(ROLLBACK_TIMEOUT, tx.rollback()).await;
+                drop(guard);
+            });
+        }
+    }
+}
+
+impl SqlTx {
+    pub(crate) fn new(
+        tx: Transaction<'static, Any>,
+        backend: Backend,
+        write: bool,
+        guard: Option<OwnedMutexGuard<()>>,
+    ) -> Self {
+        SqlTx {
+            tx: Some(tx),
+            backend,
+            write,
+            guard,
+        }
+    }
+
+    /// The bare transaction (used by migrations, which run before any mutex matters).
+    pub(crate) fn into_inner(mut self) -> Result<Transaction<'static, Any>, StorageError> {
+        self.guard = None;
+        self.tx.take().ok_or_else(finished)
+    }
+
+    fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
+        self.tx.as_deref_mut().ok_or_else(finished)
+    }
+
+    /// The query with the row-lock clause this transaction needs.
+    fn locking(&self, sql: &str, lock: Lock) -> String {
+        match (self.backend, self.write, lock) {
+            (Backend::Postgres, true, Lock::Update) => format!("{sql} FOR UPDATE"),
+            (Backend::Postgres, true, Lock::SkipLocked) => format!("{sql} FOR UPDATE SKIP LOCKED"),
+            _ => sql.to_owned(),
+        }
+    }
+
+    async fn fetch_all_locked(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+        lock: Lock,
+    ) -> Result<Vec<AnyRow>, StorageError> {
+        let sql = self.locking(sql, lock);
+        let conn = self.conn()?;
+        bind_all(sqlx::query(&sql), args)
+            .fetch_all(conn)
+            .await
+            .map_err(db_err)
+    }
+
+    async fn fetch_all(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>, StorageError> {
+        self.fetch_all_locked(sql, args, Lock::Update).await
+    }
+
+    async fn fetch_optional(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+    ) -> Result<Option<AnyRow>, StorageError> {
+        let sql = self.locking(sql, Lock::Update);
+        let conn = self.conn()?;
+        bind_all(sqlx::query(&sql), args)
+            .fetch_optional(conn)
+            .await
+            .map_err(db_err)
+    }
+
+    async fn execute(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64, StorageError> {
+        let conn = self.conn()?;
+        bind_all(sqlx::query(sql), args)
+            .execute(conn)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(db_err)
+    }
+
+    async fn get_doc<T: DeserializeOwned>(
+        &mut self,
+        what: &str,
+        sql: &str,
+        args: Vec<Arg>,
+    ) -> Result<Option<T>, StorageError> {
+        match self.fetch_optional(sql, args).await? {
+            Some(row) => from_doc(what, &row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn get_docs<T: DeserializeOwned>(
+        &mut self,
+        what: &str,
+        sql: &str,
+        args: Vec<Arg>,
+    ) -> Result<Vec<T>, StorageError> {
+        let rows = self.fetch_all(sql, args).await?;
+        from_docs(what, &rows)
+    }
+
+    /// Deletes every single-use value lapsed before `now`.
+    pub(crate) async fn purge_once_values(&mut self, now: Time) -> Result<u64, StorageError> {
+        self.execute(
+            "DELETE FROM once_values WHERE until_ms < $1",
+            args![ms(now)],
+        )
+        .await
+    }
+
+    /// See [`countersign_broker_core::Storage::remember_once`]. The primary key on
+    /// (scope, value) decides between concurrent callers, in this process or another.
+    pub(crate) async fn remember_once(
+        &mut self,
+        scope: &str,
+        value: &str,
+        until: Time,
+        now: Time,
+    ) -> Result<bool, StorageError> {
+        self.execute(
+            "DELETE FROM once_values WHERE scope = $1 AND value = $2 AND until_ms < $3",
+            args![scope, value, ms(now)],
+        )
+        .await?;
+        let inserted = self
+            .execute(
+                "INSERT INTO once_values (scope, value, until_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (scope, value) DO NOTHING",
+                args![scope, value, ms(until)],
+            )
+            .await?;
+        Ok(inserted == 1)
+    }
+}
+
+fn finished() -> StorageError {
+    StorageError::Other("transaction already finished".into())
+}
+
+#[async_trait]
+impl Tx for SqlTx {
+    async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
+        let tx = self.tx.take().ok_or_else(finished)?;
+        let result = tx.commit().await.map_err(db_err);
+        // The mutex (SQLite) goes with `self`, after the commit.
+        drop(self);
+        result
+    }
+
+    async fn get_credential(
+        &mut self,
+        id: CredentialId,
+    ) -> Result<Option<LauncherCredential>, StorageError> {
+        self.get_doc(
+            "credential",
+            "SELECT doc FROM credentials WHERE id = $1",
+            args![id.to_string()],
+        )
+        .await
+    }
+
+    async fn credentials_by_thumbprint(
+        &mut self,
+        thumbprint: &str,
+    ) -> Result<Vec<LauncherCredential>, StorageError> {
+        self.get_docs(
+            "credential",
+            "SELECT doc FROM credentials WHERE thumbprint = $1 ORDER BY issued_at_ms, id",
+            args![thumbprint],
+        )
+        .await
+    }
+
+    async fn list_credentials(&mut self) -> Result<Vec<LauncherCredential>, StorageError> {
+        self.get_docs(
+            "credential",
+            "SELECT doc FROM credentials WHERE revoked_at_ms IS NULL ORDER BY issued_at_ms, id",
+            args![],
+        )
+        .await
+    }
+
+    async fn put_credential(&mut self, c: &LauncherCredential) -> Result<(), StorageError> {
+        let sql = upsert_sql(
+            "credentials",
+            "id",
+            &[
+                "id",
+                "thumbprint",
+                "issued_at_ms",
+                "expires_at_ms",
+                "revoked_at_ms",
+                "doc",
+            ],
+        );
+        let doc = to_doc("credential", c)?;
+        self.execute(
+            &sql,
+            args![
+                c.id.to_string(),
+                c.thumbprint.as_str(),
+                ms(c.issued_at),
+                ms(c.expires_at),
+                c.revoked_at.map(ms),
+                doc,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn get_login(
+        &mut self,
+        pending_hash: &str,
+    ) -> Result<Option<PendingLogin>, StorageError> {
+        self.get_doc(
+            "login",
+            "SELECT doc FROM logins WHERE pending_hash = $1",
+            args![pending_hash],
+        )
+        .await
+    }
+
+    async fn put_login(&mut self, l: &PendingLogin) -> Result<(), StorageError> {
+        let sql = upsert_sql(
+            "logins",
+            "pending_hash",
+            &["pending_hash", "record_id", "code", "doc"],
+        );
+        let doc = to_doc("login", l)?;
+        self.execute(
+            &sql,
+            args![
+                l.pending_hash.as_str(),
+                l.record_id.to_string(),
+                l.code.as_str(),
+                doc,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn get_record(&mut self, id: &RecordId) -> Result<Option<Record>, StorageError> {
+        let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE id = $1");
+        match self.fetch_optional(&sql, args![id.to_string()]).await? {
+            Some(row) => record_from_row(&row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn record_by_code(
+        &mut self,
+        code: &ConfirmationCode,
+    ) -> Result<Option<Record>, StorageError> {
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM records WHERE code = $1 AND state = 'pending' \
+             ORDER BY expires_at_ms DESC, id LIMIT 1"
+        );
+        match self.fetch_optional(&sql, args![code.as_str()]).await? {
+            Some(row) => record_from_row(&row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn pending_records(&mut self) -> Result<Vec<Record>, StorageError> {
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM records WHERE state = 'pending' \
+             ORDER BY expires_at_ms, id"
+        );
+        let rows = self.fetch_all(&sql, args![]).await?;
+        rows.iter().map(record_from_row).collect()
+    }
+
+    async fn put_record(&mut self, r: &Record) -> Result<(), StorageError> {
+        let sql = upsert_sql(
+            "records",
+            "id",
+            &[
+                "id",
+                "text",
+                "state",
+                "decided",
+                "code",
+                "approver",
+                "kind",
+                "requested_at_ms",
+                "expires_at_ms",
+            ],
+        );
+        let decided = r
+            .decided
+            .as_ref()
+            .map(|d| to_doc("record decision", d))
+            .transpose()?;
+        self.execute(
+            &sql,
+            args![
+                r.id.to_string(),
+                r.text.as_str(),
+                r.state.as_str(),
+                decided,
+                r.code.as_ref().map(|c| c.as_str().to_owned()),
+                r.body.approver.as_str(),
+                r.body.kind.as_str(),
+                ms(r.body.requested_at),
+                ms(r.body.expires_at),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn get_enrollment(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<Option<Enrollment>, StorageError> {
+        self.get_doc(
+            "enrollment",
+            "SELECT doc FROM enrollments WHERE id = $1",
+            args![id.to_string()],
+        )
+        .await
+    }
+
+    async fn enrollments_by_credential(
+        &mut self,
+        id: CredentialId,
+    ) -> Result<Vec<Enrollment>, StorageError> {
+        self.get_docs(
+            "enrollment",
+            "SELECT doc FROM enrollments WHERE credential_id = $1 AND ended_at_ms IS NULL \
+             ORDER BY created_at_ms, id",
+            args![id.to_string()],
+        )
+        .await
+    }
+
+    async fn put_enrollment(&mut self, e: &Enrollment) -> Result<(), StorageError> {
+        let sql = upsert_sql(
+            "enrollments",
+            "id",
+            &[
+                "id",
+                "credential_id",
+                "kind",
+                "created_at_ms",
+                "lease_expires_at_ms",
+                "ended_at_ms",
+                "doc",
+            ],
+        );
+        let doc = to_doc("enrollment", e)?;
+        self.execute(
+            &sql,
+            args![
+                e.id.to_string(),
+                e.credential_id.to_string(),
+                e.kind.as_str(),
+                ms(e.created_at),
+                ms(e.lease_expires_at),
+                e.ended.as_ref().map(|x| ms(x.at)),
+                doc,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn get_request(&mut self, id: RequestId) -> Result<Option<Request>, StorageError> {
+        self.get_doc(
+            "request",
+            "SELECT doc FROM requests WHERE id = $1",
+            args![id.to_string()],
+        )
+        .await
+    }
+
+    async fn pending_requests(
+        &mut self,
+        enrollment: EnrollmentId,
+    ) -> Result<Vec<Request>, StorageError> {
+        self.get_docs(
+            "request",
+            "SELECT doc FROM requests WHERE enrollment_id = $1 AND state = $2 \
+             ORDER BY created_at_ms, id",
+            args![enrollment.to_string(), RequestState::Pending.as_str()],
+        )
+        .await
+    }
+
+    async fn put_request(&mut self, r: &Request) -> Result<(), StorageError> {
+        let sql = upsert_sql(
+            "requests",
+            "id",
+            &["id", "enrollment_id", "state", "created_at_ms", "doc"],
+        );
+        let doc = to_doc("request", r)?;
+        self.execute(
+            &sql,
+            args![
+                r.id.to_string(),
+                r.enrollment_id.to_string(),
+                r.state.as_str(),
+                ms(r.created_at),
+                doc,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn get_grant(&mut self, id: GrantId) -> Result<Option<Grant>, StorageError> {
+        self.get_doc(
+            "grant",
+            "SELECT doc FROM grants WHERE id = $1",
+            args![id.to_string()],
+        )
+        .await
+    }
+
+    async fn grants_by_enrollment(
+        &mut self,
+        enrollment: EnrollmentId,
+    ) -> Result<Vec<Grant>, StorageError> {
+        self.get_docs(
+            "grant",
+            "SELECT doc FROM grants WHERE enrollment_id = $1 ORDER BY created_at_ms, id",
+            args![enrollment.to_string()],
+        )
+        .await
+    }
+
+    async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError> {
+        self.get_docs(
+            "grant",
+            "SELECT doc FROM grants WHERE ended_at_ms IS NULL ORDER BY created_at_ms, id",
+            args![],
+        )
+        .await
+    }
+
+    async fn put_grant(&mut self, g: &Grant) -> Result<(), StorageError> {
+        let sql = upsert_sql(
+            "grants",
+            "id",
+            &[
+                "id",
+                "enrollment_id",
+                "request_id",
+                "created_at_ms",
+                "expires_at_ms",
+                "ended_at_ms",
+                "doc",
+            ],
+        );
+        let doc = to_doc("grant", g)?;
+        self.execute(
+            &sql,
+            args![
+                g.id.to_string(),
+                g.enrollment_id.to_string(),
+                g.request_id.to_string(),
+                ms(g.created_at),
+                g.expires_at.map(ms),
+                g.end.map(|(_, at)| ms(at)),
+                doc,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn due(&mut self, now: Time, limit: u32) -> Result<Due, StorageError> {
+        let (now, limit) = (ms(now), i64::from(limit));
+        let records = self
+            .fetch_all(
+                "SELECT id FROM records WHERE state = 'pending' AND expires_at_ms <= $1 \
+                 ORDER BY expires_at_ms, id LIMIT $2",
+                args![now, limit],
+            )
+            .await?;
+        let enrollments = self
+            .fetch_all(
+                "SELECT id FROM enrollments WHERE ended_at_ms IS NULL AND lease_expires_at_ms <= $1 \
+                 ORDER BY lease_expires_at_ms, id LIMIT $2",
+                args![now, limit],
+            )
+            .await?;
+        let grants = self
+            .fetch_all(
+                "SELECT id FROM grants WHERE ended_at_ms IS NULL AND expires_at_ms IS NOT NULL \
+                 AND expires_at_ms <= $1 ORDER BY expires_at_ms, id LIMIT $2",
+                args![now, limit],
+            )
+            .await?;
+        Ok(Due {
+            records: ids(&records, RecordId::parse)?,
+            enrollments: ids(&enrollments, EnrollmentId::parse)?,
+            grants: ids(&grants, GrantId::parse)?,
+        })
+    }
+
+    async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError> {
+        self.execute(
+            "INSERT INTO outbox (id, payload, attempts, next_attempt_at_ms) \
+             VALUES ($1, $2, $3, $4)",
+            args![
+                item.id.as_str(),
+                item.payload.as_str(),
+                i64::from(item.attempts),
+                ms(item.next_attempt_at),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn take_outbox(
+        &mut self,
+        now: Time,
+        limit: u32,
+    ) -> Result<Vec<OutboxItem>, StorageError> {
+        let rows = self
+            .fetch_all_locked(
+                "SELECT id, payload, attempts, next_attempt_at_ms FROM outbox \
+                 WHERE next_attempt_at_ms <= $1 ORDER BY next_attempt_at_ms, id LIMIT $2",
+                args![ms(now), i64::from(limit)],
+                Lock::SkipLocked,
+            )
+            .await?;
+        rows.iter().map(outbox_from_row).collect()
+    }
+
+    async fn delete_outbox(&mut self, id: &str) -> Result<(), StorageError> {
+        self.execute("DELETE FROM outbox WHERE id = $1", args![id])
+            .await?;
+        Ok(())
+    }
+
+    async fn reschedule_outbox(
+        &mut self,
+        id: &str,
+        attempts: u32,
+        next_attempt_at: Time,
+    ) -> Result<(), StorageError> {
+        self.execute(
+            "UPDATE outbox SET attempts = $2, next_attempt_at_ms = $3 WHERE id = $1",
+            args![id, i64::from(attempts), ms(next_attempt_at)],
+        )
+        .await?;
+        Ok(())
+    }
+}

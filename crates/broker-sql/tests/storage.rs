@@ -1,0 +1,1227 @@
+//! The storage suite, written once and run against SQLite (a fresh temporary file per test) and
+//! against PostgreSQL (a fresh database per test) when `COUNTERSIGN_TEST_POSTGRES_URL` names a
+//! server to create databases on. Without it the PostgreSQL tests print a line and pass, unless
+//! `COUNTERSIGN_REQUIRE_POSTGRES=1`, which makes them fail.
+
+use std::collections::BTreeSet;
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use countersign_broker_core::Time;
+use countersign_broker_core::ids::{
+    Approver, ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId,
+    SecretName, SessionId, Slot,
+};
+use countersign_broker_core::model::{
+    DecisionBy, Ended, Enrollment, EnrollmentKind, EnrollmentSummary, Grant, GrantEnd, GrantedBy,
+    LauncherCredential, PendingLogin, Record, RecordDecision, RecordKind, RecordState, RecordText,
+    Request, RequestState, SessionIds,
+};
+use countersign_broker_core::policy::SecretDecision;
+use countersign_broker_core::storage::{Due, OutboxItem, Storage, StorageError};
+use countersign_broker_sql::{Backend, SqlStorage};
+use countersign_proto::{PublicJwk, SigningKey};
+use sqlx::{Connection, Executor};
+use tokio::sync::Barrier;
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------------------------
+
+const PG_URL_VAR: &str = "COUNTERSIGN_TEST_POSTGRES_URL";
+const PG_REQUIRE_VAR: &str = "COUNTERSIGN_REQUIRE_POSTGRES";
+
+/// A storage on a database of its own, removed again by [`TestDb::finish`] (a failing test
+/// leaves it behind for inspection).
+struct TestDb {
+    storage: SqlStorage,
+    url: String,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    File(PathBuf),
+    PgDatabase { admin_url: String, name: String },
+}
+
+impl Deref for TestDb {
+    type Target = SqlStorage;
+    fn deref(&self) -> &SqlStorage {
+        &self.storage
+    }
+}
+
+impl TestDb {
+    async fn sqlite() -> TestDb {
+        let path =
+            std::env::temp_dir().join(format!("countersign-test-{}.db", Uuid::new_v4().simple()));
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let storage = SqlStorage::connect(&url).await.expect("connect sqlite");
+        assert_eq!(storage.backend(), Backend::Sqlite);
+        TestDb {
+            storage,
+            url,
+            cleanup: Cleanup::File(path),
+        }
+    }
+
+    /// `None` (after saying so) when no PostgreSQL server is configured.
+    async fn postgres() -> Option<TestDb> {
+        let admin_url = match std::env::var(PG_URL_VAR) {
+            Ok(u) if !u.is_empty() => u,
+            _ => {
+                if std::env::var(PG_REQUIRE_VAR).is_ok_and(|v| v == "1") {
+                    panic!("{PG_REQUIRE_VAR}=1 but {PG_URL_VAR} is not set");
+                }
+                println!("skipped: {PG_URL_VAR} not set");
+                return None;
+            }
+        };
+        sqlx::any::install_default_drivers();
+        let name = format!("cs_test_{}", Uuid::new_v4().simple());
+        let mut admin = sqlx::AnyConnection::connect(&admin_url)
+            .await
+            .expect("connect to the PostgreSQL admin URL");
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .expect("create test database");
+        admin.close().await.expect("close admin connection");
+        let url = with_database(&admin_url, &name);
+        let storage = SqlStorage::connect(&url).await.expect("connect postgres");
+        assert_eq!(storage.backend(), Backend::Postgres);
+        Some(TestDb {
+            storage,
+            url,
+            cleanup: Cleanup::PgDatabase { admin_url, name },
+        })
+    }
+
+    async fn finish(self) {
+        self.storage.close().await;
+        match self.cleanup {
+            Cleanup::File(path) => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let mut p = path.clone().into_os_string();
+                    p.push(suffix);
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+            Cleanup::PgDatabase { admin_url, name } => {
+                let mut admin = sqlx::AnyConnection::connect(&admin_url)
+                    .await
+                    .expect("connect admin");
+                admin
+                    .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+                    .await
+                    .expect("drop test database");
+                let _ = admin.close().await;
+            }
+        }
+    }
+
+    /// A plain connection to the same database, beside the storage.
+    async fn raw(&self) -> sqlx::AnyConnection {
+        sqlx::AnyConnection::connect(&self.url)
+            .await
+            .expect("raw connection")
+    }
+}
+
+/// The URL with its database (path) replaced.
+fn with_database(url: &str, name: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = head.find("://").map_or(0, |i| i + 3);
+    let base = match head[scheme_end..].find('/') {
+        Some(i) => &head[..scheme_end + i],
+        None => head,
+    };
+    format!("{base}/{name}{query}")
+}
+
+/// Runs each suite function against both backends: `sqlite::<name>` and `postgres::<name>`.
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = super::TestDb::sqlite().await;
+                    super::$name(&db).await;
+                    db.finish().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let Some(db) = super::TestDb::postgres().await else { return };
+                    super::$name(&db).await;
+                    db.finish().await;
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    credentials_round_trip,
+    logins_round_trip,
+    records_round_trip,
+    enrollments_round_trip,
+    requests_round_trip,
+    grants_round_trip,
+    remember_once_replay_and_lapse,
+    remember_once_concurrent_callers,
+    due_lists_stored_live_rows_past_their_time,
+    outbox_take_reschedule_delete,
+    outbox_take_skips_rows_another_transaction_took,
+    dropped_transactions_roll_back,
+    second_writer_waits_and_sees_the_first,
+    reads_do_not_wait_for_writers,
+    race_has_one_winner_per_round,
+    undecodable_rows_are_corrupt,
+    reconnecting_keeps_data_and_schema,
+    ping_and_debug,
+);
+
+// ---------------------------------------------------------------------------------------------
+// Values
+// ---------------------------------------------------------------------------------------------
+
+const BASE_MS: i64 = 1_767_225_600_123;
+
+/// `BASE + offset` seconds, at millisecond precision.
+fn at(offset_s: i64) -> Time {
+    DateTime::<Utc>::from_timestamp_millis(BASE_MS + offset_s * 1000).expect("in range")
+}
+
+fn jwk() -> PublicJwk {
+    SigningKey::generate().expect("generate key").public_jwk()
+}
+
+fn login(s: &str) -> Login {
+    Login::parse(s).expect("login")
+}
+
+fn name(s: &str) -> SecretName {
+    SecretName::parse(s).expect("secret name")
+}
+
+fn credential(
+    key: &PublicJwk,
+    thumbprint: &str,
+    issued: i64,
+    revoked: Option<i64>,
+) -> LauncherCredential {
+    LauncherCredential {
+        id: CredentialId(Uuid::new_v4()),
+        thumbprint: thumbprint.to_owned(),
+        jwk: key.clone(),
+        host: "ada-laptop".into(),
+        service: None,
+        subject: None,
+        operator: Some(login("ada@example.com")),
+        approved_by: "ada@example.com".into(),
+        issued_at: at(issued),
+        expires_at: at(issued + 86_400),
+        revoked_at: revoked.map(at),
+        record_id: Some(RecordId::of_text("some record")),
+    }
+}
+
+fn record(key: &PublicJwk, nonce: &str, expires: i64, code: Option<&str>) -> Record {
+    let body = RecordText {
+        version: 1,
+        kind: RecordKind::LauncherCredential,
+        approver: Approver::Person(login("ada@example.com")),
+        enrollment: Some(EnrollmentSummary {
+            kind: "session".into(),
+            runtime_id: "claude-1".into(),
+            operator: "ada@example.com".into(),
+            slot: None,
+        }),
+        session: SessionIds {
+            request: Some("r-1".into()),
+            enrollment: None,
+        },
+        identifiers: vec!["ada-laptop".into()],
+        service: None,
+        reason: "log in \"ada-laptop\" — ünïcode".into(),
+        lifetime_seconds: Some(3600),
+        rules_version: "rules-1".into(),
+        expires_at: at(expires),
+        requested_at: at(0),
+        enrollment_id: None,
+        request_id: None,
+        thumbprint: Some("thumb".into()),
+        jwk: Some(key.clone()),
+        nonce: nonce.to_owned(),
+    };
+    let text = body.canonical();
+    Record {
+        id: RecordId::of_text(&text),
+        text,
+        body,
+        state: RecordState::Pending,
+        decided: None,
+        code: code.map(|c| ConfirmationCode::parse(c).expect("code")),
+    }
+}
+
+fn decision(event: RecordState, by: &str, at_s: i64) -> RecordDecision {
+    RecordDecision {
+        event,
+        at: at(at_s),
+        by: by.to_owned(),
+        credential_id: Some(CredentialId(Uuid::new_v4())),
+        seal: "seal".into(),
+    }
+}
+
+fn enrollment(
+    key: &PublicJwk,
+    credential_id: CredentialId,
+    created: i64,
+    lease: i64,
+) -> Enrollment {
+    Enrollment {
+        id: EnrollmentId(Uuid::new_v4()),
+        credential_id,
+        kind: EnrollmentKind::Session,
+        runtime_id: "claude-1".into(),
+        slot: Some(Slot::parse("web-1").expect("slot")),
+        operator: Some(login("ada@example.com")),
+        thumbprint: "session-thumb".into(),
+        jwk: key.clone(),
+        session_id: Some(SessionId::parse("sess-1").expect("session id")),
+        lease_expires_at: at(lease),
+        created_at: at(created),
+        ended: None,
+        pod_token_seen: true,
+        pod_account: Some("ns/sa".into()),
+        withheld: BTreeSet::from([name("GITHUB_TOKEN")]),
+    }
+}
+
+fn request(enrollment_id: EnrollmentId, created: i64, state: RequestState) -> Request {
+    Request {
+        id: RequestId(Uuid::new_v4()),
+        enrollment_id,
+        state,
+        secrets: vec![
+            (name("GITHUB_TOKEN"), SecretDecision::Approval),
+            (name("NPM_TOKEN"), SecretDecision::Automatic),
+        ],
+        grant_id: None,
+        record_id: Some(RecordId::of_text("x")),
+        approver: Some(Approver::Anyone),
+        lifetime_seconds: Some(600),
+        session_id: None,
+        stated_id: Some("req-7".into()),
+        reason: "deploy".into(),
+        created_at: at(created),
+        decided_at: None,
+        decision: None,
+        expires_at: Some(at(created + 300)),
+    }
+}
+
+fn grant(enrollment_id: EnrollmentId, created: i64, expires: Option<i64>) -> Grant {
+    Grant {
+        id: GrantId(Uuid::new_v4()),
+        request_id: RequestId(Uuid::new_v4()),
+        enrollment_id,
+        names: vec![name("A_TOKEN"), name("B_TOKEN")],
+        granted: GrantedBy::Approval,
+        record_id: Some(RecordId::of_text("y")),
+        approver: Some(login("bob@example.com")),
+        expires_at: expires.map(at),
+        created_at: at(created),
+        rules_version: "rules-1".into(),
+        end: None,
+        seal: "grant-seal".into(),
+        decision_seal: None,
+    }
+}
+
+fn outbox_item(id: &str, next: i64) -> OutboxItem {
+    OutboxItem {
+        id: id.into(),
+        payload: format!("{{\"id\":\"{id}\"}}"),
+        attempts: 0,
+        next_attempt_at: at(next),
+    }
+}
+
+fn sorted<T: Clone, K: Ord>(mut v: Vec<T>, key: impl Fn(&T) -> K) -> Vec<T> {
+    v.sort_by_key(|x| key(x));
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// The suite
+// ---------------------------------------------------------------------------------------------
+
+async fn credentials_round_trip(s: &SqlStorage) {
+    let key = jwk();
+    let a = credential(&key, "thumb-a", 0, None);
+    let b = credential(&key, "thumb-a", 10, Some(20));
+    let c = credential(&key, "thumb-c", 5, None);
+    let mut tx = s.begin().await.expect("begin");
+    for x in [&a, &b, &c] {
+        tx.put_credential(x).await.expect("put");
+    }
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(
+        tx.get_credential(a.id).await.expect("get").as_ref(),
+        Some(&a)
+    );
+    assert_eq!(
+        tx.get_credential(b.id).await.expect("get").as_ref(),
+        Some(&b)
+    );
+    assert_eq!(
+        tx.get_credential(CredentialId(Uuid::new_v4()))
+            .await
+            .expect("get"),
+        None
+    );
+    assert_eq!(
+        tx.credentials_by_thumbprint("thumb-a")
+            .await
+            .expect("by thumbprint"),
+        vec![a.clone(), b.clone()]
+    );
+    assert_eq!(
+        tx.credentials_by_thumbprint("nope")
+            .await
+            .expect("by thumbprint"),
+        vec![]
+    );
+    assert_eq!(
+        tx.list_credentials().await.expect("list"),
+        vec![a.clone(), c.clone()]
+    );
+    drop(tx);
+
+    // A put replaces the whole row, index columns included.
+    let mut a2 = a.clone();
+    a2.revoked_at = Some(at(30));
+    a2.thumbprint = "thumb-z".into();
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_credential(&a2).await.expect("put");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(
+        tx.get_credential(a.id).await.expect("get"),
+        Some(a2.clone())
+    );
+    assert_eq!(tx.list_credentials().await.expect("list"), vec![c.clone()]);
+    assert_eq!(
+        tx.credentials_by_thumbprint("thumb-a")
+            .await
+            .expect("by thumbprint"),
+        vec![b]
+    );
+    assert_eq!(
+        tx.credentials_by_thumbprint("thumb-z")
+            .await
+            .expect("by thumbprint"),
+        vec![a2]
+    );
+}
+
+async fn logins_round_trip(s: &SqlStorage) {
+    let key = jwk();
+    let rec = record(&key, "login", 600, Some("BCDF-GHJK"));
+    let l = PendingLogin {
+        pending_hash: "ab".repeat(32),
+        record_id: rec.id,
+        code: ConfirmationCode::parse("BCDFGHJK").expect("code"),
+    };
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_login(&l).await.expect("put");
+    tx.put_login(&l).await.expect("put again (upsert)");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(tx.get_login(&l.pending_hash).await.expect("get"), Some(l));
+    assert_eq!(tx.get_login(&"cd".repeat(32)).await.expect("get"), None);
+}
+
+async fn records_round_trip(s: &SqlStorage) {
+    let key = jwk();
+    let pending = record(&key, "one", 600, Some("BCDF-GHJK"));
+    let other = record(&key, "two", 300, None);
+    let mut done = record(&key, "three", 100, None);
+    done.state = RecordState::Denied;
+    done.decided = Some(decision(RecordState::Denied, "bob@example.com", 50));
+    assert_ne!(pending.id, other.id);
+
+    let mut tx = s.begin().await.expect("begin");
+    for r in [&pending, &other, &done] {
+        tx.put_record(r).await.expect("put");
+    }
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.read().await.expect("read");
+    let got = tx
+        .get_record(&pending.id)
+        .await
+        .expect("get")
+        .expect("stored");
+    assert_eq!(got, pending);
+    assert_eq!(
+        got.text, pending.text,
+        "the canonical text comes back byte for byte"
+    );
+    assert!(got.text_verifies());
+    assert_eq!(
+        tx.get_record(&done.id).await.expect("get"),
+        Some(done.clone())
+    );
+    assert_eq!(
+        tx.get_record(&RecordId::of_text("absent"))
+            .await
+            .expect("get"),
+        None
+    );
+    let code = ConfirmationCode::parse("bcdfghjk").expect("code");
+    assert_eq!(
+        tx.record_by_code(&code).await.expect("by code"),
+        Some(pending.clone())
+    );
+    assert_eq!(
+        tx.record_by_code(&ConfirmationCode::parse("ZZZZZZZZ").expect("code"))
+            .await
+            .expect("by code"),
+        None
+    );
+    // Ordered by expiry.
+    assert_eq!(
+        tx.pending_records().await.expect("pending"),
+        vec![other.clone(), pending.clone()]
+    );
+    drop(tx);
+
+    // Approving takes it out of the pending lists; the code no longer finds it.
+    let mut approved = pending.clone();
+    approved.state = RecordState::Approved;
+    approved.decided = Some(decision(RecordState::Approved, "ada@example.com", 60));
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_record(&approved).await.expect("put");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(
+        tx.get_record(&pending.id).await.expect("get"),
+        Some(approved.clone())
+    );
+    assert_eq!(
+        tx.record_by_code(&code).await.expect("by code"),
+        None,
+        "only pending records answer a code"
+    );
+    assert_eq!(tx.pending_records().await.expect("pending"), vec![other]);
+}
+
+async fn enrollments_round_trip(s: &SqlStorage) {
+    let key = jwk();
+    let cred = CredentialId(Uuid::new_v4());
+    let a = enrollment(&key, cred, 0, 600);
+    let b = enrollment(&key, cred, 10, 600);
+    let mut ended = enrollment(&key, cred, 5, 600);
+    ended.ended = Some(Ended {
+        at: at(20),
+        by: "launcher:x".into(),
+    });
+    let elsewhere = enrollment(&key, CredentialId(Uuid::new_v4()), 0, 600);
+    let mut tx = s.begin().await.expect("begin");
+    for e in [&a, &b, &ended, &elsewhere] {
+        tx.put_enrollment(e).await.expect("put");
+    }
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(
+        tx.get_enrollment(ended.id).await.expect("get"),
+        Some(ended.clone())
+    );
+    assert_eq!(
+        tx.get_enrollment(EnrollmentId(Uuid::new_v4()))
+            .await
+            .expect("get"),
+        None
+    );
+    assert_eq!(
+        tx.enrollments_by_credential(cred)
+            .await
+            .expect("by credential"),
+        vec![a.clone(), b.clone()]
+    );
+    drop(tx);
+
+    let mut b2 = b.clone();
+    b2.ended = Some(Ended {
+        at: at(30),
+        by: "broker".into(),
+    });
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_enrollment(&b2).await.expect("put");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(
+        tx.enrollments_by_credential(cred)
+            .await
+            .expect("by credential"),
+        vec![a]
+    );
+    assert_eq!(tx.get_enrollment(b.id).await.expect("get"), Some(b2));
+}
+
+async fn requests_round_trip(s: &SqlStorage) {
+    let enr = EnrollmentId(Uuid::new_v4());
+    let a = request(enr, 0, RequestState::Pending);
+    let b = request(enr, 5, RequestState::Pending);
+    let mut granted = request(enr, 2, RequestState::Granted);
+    granted.grant_id = Some(GrantId(Uuid::new_v4()));
+    granted.decided_at = Some(at(3));
+    granted.decision = Some(DecisionBy {
+        by: "bob@example.com".into(),
+        at: at(3),
+    });
+    let other = request(EnrollmentId(Uuid::new_v4()), 0, RequestState::Pending);
+    let mut tx = s.begin().await.expect("begin");
+    for r in [&a, &b, &granted, &other] {
+        tx.put_request(r).await.expect("put");
+    }
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(
+        tx.get_request(granted.id).await.expect("get"),
+        Some(granted.clone())
+    );
+    assert_eq!(
+        tx.get_request(RequestId(Uuid::new_v4()))
+            .await
+            .expect("get"),
+        None
+    );
+    assert_eq!(
+        tx.pending_requests(enr).await.expect("pending"),
+        vec![a.clone(), b.clone()]
+    );
+    drop(tx);
+
+    let mut a2 = a.clone();
+    a2.state = RequestState::Cancelled;
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_request(&a2).await.expect("put");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(tx.pending_requests(enr).await.expect("pending"), vec![b]);
+    assert_eq!(tx.get_request(a.id).await.expect("get"), Some(a2));
+}
+
+async fn grants_round_trip(s: &SqlStorage) {
+    let enr = EnrollmentId(Uuid::new_v4());
+    let a = grant(enr, 0, Some(600));
+    let b = grant(enr, 5, None);
+    let mut ended = grant(enr, 2, Some(600));
+    ended.end = Some((GrantEnd::Revoked, at(4)));
+    ended.decision_seal = Some("decision-seal".into());
+    let other = grant(EnrollmentId(Uuid::new_v4()), 1, None);
+    let mut tx = s.begin().await.expect("begin");
+    for g in [&a, &b, &ended, &other] {
+        tx.put_grant(g).await.expect("put");
+    }
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(
+        tx.get_grant(ended.id).await.expect("get"),
+        Some(ended.clone())
+    );
+    assert_eq!(
+        tx.get_grant(GrantId(Uuid::new_v4())).await.expect("get"),
+        None
+    );
+    assert_eq!(
+        tx.grants_by_enrollment(enr).await.expect("by enrollment"),
+        vec![a.clone(), ended.clone(), b.clone()]
+    );
+    assert_eq!(
+        sorted(tx.live_grants().await.expect("live"), |g| g.id),
+        sorted(vec![a.clone(), b.clone(), other.clone()], |g| g.id)
+    );
+    drop(tx);
+
+    let mut b2 = b.clone();
+    b2.end = Some((GrantEnd::Ended, at(9)));
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_grant(&b2).await.expect("put");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(
+        sorted(tx.live_grants().await.expect("live"), |g| g.id),
+        sorted(vec![a.clone(), other], |g| g.id)
+    );
+    assert_eq!(
+        tx.grants_by_enrollment(enr).await.expect("by enrollment"),
+        vec![a, ended, b2]
+    );
+}
+
+async fn remember_once_replay_and_lapse(s: &SqlStorage) {
+    // First sight, then a replay before it lapses (until == now is not lapsed).
+    assert!(
+        s.remember_once("proof", "jti-1", at(60), at(0))
+            .await
+            .expect("remember")
+    );
+    assert!(
+        !s.remember_once("proof", "jti-1", at(120), at(30))
+            .await
+            .expect("replay")
+    );
+    assert!(
+        !s.remember_once("proof", "jti-1", at(120), at(60))
+            .await
+            .expect("replay at until")
+    );
+    // Scopes are separate.
+    assert!(
+        s.remember_once("request", "jti-1", at(60), at(0))
+            .await
+            .expect("other scope")
+    );
+    // Once lapsed it may be used again, and is then remembered anew.
+    assert!(
+        s.remember_once("proof", "jti-1", at(200), at(61))
+            .await
+            .expect("after lapse")
+    );
+    assert!(
+        !s.remember_once("proof", "jti-1", at(300), at(150))
+            .await
+            .expect("replay of the new")
+    );
+    // Many values; a later lapse purge keeps the live ones.
+    for i in 0..50 {
+        assert!(
+            s.remember_once("bulk", &format!("v{i}"), at(i), at(0))
+                .await
+                .expect("remember")
+        );
+    }
+    for i in 0..50 {
+        let fresh = s
+            .remember_once("bulk", &format!("v{i}"), at(1000), at(25))
+            .await
+            .expect("again");
+        assert_eq!(fresh, i < 25, "v{i}");
+    }
+}
+
+async fn remember_once_concurrent_callers(s: &SqlStorage) {
+    const CALLERS: usize = 12;
+    for round in 0..10 {
+        let barrier = Arc::new(Barrier::new(CALLERS));
+        let mut set = JoinSet::new();
+        for _ in 0..CALLERS {
+            let (s, barrier) = (s.clone(), barrier.clone());
+            set.spawn(async move {
+                barrier.wait().await;
+                loop {
+                    match s
+                        .remember_once("proof", &format!("race-{round}"), at(60), at(0))
+                        .await
+                    {
+                        Err(StorageError::Conflict) => continue,
+                        other => return other.expect("remember"),
+                    }
+                }
+            });
+        }
+        let fresh = set.join_all().await.into_iter().filter(|f| *f).count();
+        assert_eq!(
+            fresh, 1,
+            "round {round}: exactly one caller sees the value first"
+        );
+    }
+}
+
+async fn due_lists_stored_live_rows_past_their_time(s: &SqlStorage) {
+    let key = jwk();
+    let now = at(100);
+    let r_due = record(&key, "due", 100, None); // expires exactly now: due
+    let r_later = record(&key, "later", 101, None);
+    let mut r_done = record(&key, "done", 10, None);
+    r_done.state = RecordState::Expired;
+    let cred = CredentialId(Uuid::new_v4());
+    let e_due = enrollment(&key, cred, 0, 50);
+    let e_live = enrollment(&key, cred, 0, 500);
+    let mut e_ended = enrollment(&key, cred, 0, 50);
+    e_ended.ended = Some(Ended {
+        at: at(40),
+        by: "broker".into(),
+    });
+    let g_due = grant(e_live.id, 0, Some(99));
+    let g_forever = grant(e_live.id, 0, None);
+    let g_later = grant(e_live.id, 0, Some(1000));
+    let mut g_ended = grant(e_live.id, 0, Some(10));
+    g_ended.end = Some((GrantEnd::Expired, at(10)));
+
+    let mut tx = s.begin().await.expect("begin");
+    for r in [&r_due, &r_later, &r_done] {
+        tx.put_record(r).await.expect("put");
+    }
+    for e in [&e_due, &e_live, &e_ended] {
+        tx.put_enrollment(e).await.expect("put");
+    }
+    for g in [&g_due, &g_forever, &g_later, &g_ended] {
+        tx.put_grant(g).await.expect("put");
+    }
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.read().await.expect("read");
+    let due = tx.due(now, 100).await.expect("due");
+    assert_eq!(
+        due,
+        Due {
+            records: vec![r_due.id],
+            enrollments: vec![e_due.id],
+            grants: vec![g_due.id]
+        }
+    );
+    assert_eq!(tx.due(at(0), 100).await.expect("due"), Due::default());
+    drop(tx);
+
+    // In a write transaction too (locking on PostgreSQL), and bounded by the limit per kind.
+    let mut more = Vec::new();
+    let mut tx = s.begin().await.expect("begin");
+    for i in 0..5 {
+        let r = record(&key, &format!("more-{i}"), 90 + i, None);
+        tx.put_record(&r).await.expect("put");
+        more.push(r);
+    }
+    tx.commit().await.expect("commit");
+    let mut tx = s.begin().await.expect("begin");
+    let due = tx.due(now, 3).await.expect("due");
+    assert_eq!(
+        due.records,
+        vec![more[0].id, more[1].id, more[2].id],
+        "earliest first"
+    );
+    assert_eq!(due.enrollments, vec![e_due.id]);
+    assert_eq!(due.grants, vec![g_due.id]);
+}
+
+async fn outbox_take_reschedule_delete(s: &SqlStorage) {
+    let mut tx = s.begin().await.expect("begin");
+    for (id, next) in [("m1", 10), ("m2", 5), ("m3", 50)] {
+        tx.push_outbox(&outbox_item(id, next)).await.expect("push");
+    }
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.begin().await.expect("begin");
+    let taken = tx.take_outbox(at(20), 10).await.expect("take");
+    assert_eq!(
+        taken,
+        vec![outbox_item("m2", 5), outbox_item("m1", 10)],
+        "due ones, earliest first"
+    );
+    assert_eq!(
+        tx.take_outbox(at(20), 1).await.expect("take").len(),
+        1,
+        "limit"
+    );
+    tx.delete_outbox("m2").await.expect("delete");
+    tx.reschedule_outbox("m1", 3, at(40))
+        .await
+        .expect("reschedule");
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.begin().await.expect("begin");
+    assert_eq!(tx.take_outbox(at(20), 10).await.expect("take"), vec![]);
+    let m1 = OutboxItem {
+        attempts: 3,
+        ..outbox_item("m1", 40)
+    };
+    assert_eq!(
+        tx.take_outbox(at(60), 10).await.expect("take"),
+        vec![m1, outbox_item("m3", 50)]
+    );
+    tx.delete_outbox("absent")
+        .await
+        .expect("deleting nothing is fine");
+    drop(tx);
+}
+
+async fn outbox_take_skips_rows_another_transaction_took(s: &SqlStorage) {
+    let mut tx = s.begin().await.expect("begin");
+    tx.push_outbox(&outbox_item("a", 1)).await.expect("push");
+    tx.push_outbox(&outbox_item("b", 2)).await.expect("push");
+    tx.commit().await.expect("commit");
+
+    let mut first = s.begin().await.expect("begin");
+    assert_eq!(
+        first.take_outbox(at(10), 1).await.expect("take"),
+        vec![outbox_item("a", 1)]
+    );
+    match s.backend() {
+        Backend::Postgres => {
+            // Another replica, at the same time, skips the locked message.
+            let mut second = s.begin().await.expect("begin");
+            assert_eq!(
+                second.take_outbox(at(10), 10).await.expect("take"),
+                vec![outbox_item("b", 2)]
+            );
+            second.delete_outbox("b").await.expect("delete");
+            second.commit().await.expect("commit");
+            first.delete_outbox("a").await.expect("delete");
+            first.commit().await.expect("commit");
+        }
+        Backend::Sqlite => {
+            // One writer at a time: the second waits for the first.
+            let s2 = s.clone();
+            let second = tokio::spawn(async move {
+                let mut tx = s2.begin().await.expect("begin");
+                let got = tx.take_outbox(at(10), 10).await.expect("take");
+                tx.commit().await.expect("commit");
+                got
+            });
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(!second.is_finished(), "the second writer waits");
+            first.delete_outbox("a").await.expect("delete");
+            first.commit().await.expect("commit");
+            assert_eq!(second.await.expect("task"), vec![outbox_item("b", 2)]);
+        }
+    }
+}
+
+async fn dropped_transactions_roll_back(s: &SqlStorage) {
+    let key = jwk();
+    let c = credential(&key, "t", 0, None);
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_credential(&c).await.expect("put");
+    tx.push_outbox(&outbox_item("dropped", 0))
+        .await
+        .expect("push");
+    assert_eq!(
+        tx.get_credential(c.id).await.expect("own write visible"),
+        Some(c.clone())
+    );
+    drop(tx);
+
+    // The next writer starts at once and sees nothing of it.
+    let mut tx = s.begin().await.expect("begin after drop");
+    assert_eq!(tx.get_credential(c.id).await.expect("get"), None);
+    assert_eq!(tx.take_outbox(at(10), 10).await.expect("take"), vec![]);
+    // Failing half-way (an error surfacing to the caller) and dropping also rolls back.
+    tx.put_credential(&c).await.expect("put");
+    tx.push_outbox(&outbox_item("dup", 0)).await.expect("push");
+    assert!(
+        tx.push_outbox(&outbox_item("dup", 0)).await.is_err(),
+        "duplicate outbox id"
+    );
+    drop(tx);
+
+    // A read transaction's writes (a misuse) are never committed either.
+    let mut tx = s.read().await.expect("read");
+    let _ = tx.put_credential(&c).await;
+    drop(tx);
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(tx.get_credential(c.id).await.expect("get"), None);
+    drop(tx);
+
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_credential(&c).await.expect("put");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(tx.get_credential(c.id).await.expect("get"), Some(c));
+}
+
+/// The first writer reads a row; the second, reading it too, waits until the first commits and
+/// then sees its write (row locks on PostgreSQL, the write mutex on SQLite).
+async fn second_writer_waits_and_sees_the_first(s: &SqlStorage) {
+    let key = jwk();
+    let rec = record(&key, "contended", 600, Some("BCDFGHJK"));
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_record(&rec).await.expect("put");
+    tx.commit().await.expect("commit");
+
+    let mut first = s.begin().await.expect("begin");
+    assert_eq!(
+        first
+            .get_record(&rec.id)
+            .await
+            .expect("get")
+            .map(|r| r.state),
+        Some(RecordState::Pending)
+    );
+
+    let (s2, id) = (s.clone(), rec.id);
+    let second = tokio::spawn(async move {
+        let mut tx = s2.begin().await.expect("begin");
+        let seen = tx.get_record(&id).await.expect("get").map(|r| r.state);
+        drop(tx);
+        seen
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !second.is_finished(),
+        "the second writer waits for the first"
+    );
+
+    let mut approved = rec.clone();
+    approved.state = RecordState::Approved;
+    approved.decided = Some(decision(RecordState::Approved, "ada@example.com", 1));
+    approved.code = None;
+    first.put_record(&approved).await.expect("put");
+    first.commit().await.expect("commit");
+    assert_eq!(second.await.expect("task"), Some(RecordState::Approved));
+}
+
+async fn reads_do_not_wait_for_writers(s: &SqlStorage) {
+    let key = jwk();
+    let c = credential(&key, "t", 0, None);
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_credential(&c).await.expect("put");
+    tx.commit().await.expect("commit");
+
+    let mut writer = s.begin().await.expect("begin");
+    assert!(writer.get_credential(c.id).await.expect("get").is_some());
+    let mut c2 = c.clone();
+    c2.host = "changed".into();
+    writer.put_credential(&c2).await.expect("put");
+
+    let read = tokio::time::timeout(Duration::from_secs(2), async {
+        let mut r = s.read().await.expect("read");
+        r.get_credential(c.id).await.expect("get")
+    })
+    .await
+    .expect("a read does not wait for the writer");
+    assert_eq!(read, Some(c), "and does not see its uncommitted write");
+    writer.commit().await.expect("commit");
+    let mut r = s.read().await.expect("read");
+    assert_eq!(r.get_credential(c2.id).await.expect("get"), Some(c2));
+}
+
+/// Many concurrent transitions on one record: each reads it and approves it if still pending.
+/// Exactly one may win each round.
+async fn race_has_one_winner_per_round(s: &SqlStorage) {
+    const TASKS: usize = 16;
+    const ROUNDS: usize = 20;
+    let key = jwk();
+    for round in 0..ROUNDS {
+        let rec = record(&key, &format!("race-{round}"), 600, None);
+        let mut tx = s.begin().await.expect("begin");
+        tx.put_record(&rec).await.expect("put");
+        tx.commit().await.expect("commit");
+
+        let barrier = Arc::new(Barrier::new(TASKS));
+        let mut set = JoinSet::new();
+        for task in 0..TASKS {
+            let (s, barrier, id) = (s.clone(), barrier.clone(), rec.id);
+            set.spawn(async move {
+                barrier.wait().await;
+                let mut conflicts = 0;
+                loop {
+                    match try_approve(&s, &id, task).await {
+                        Ok(won) => return won.then_some(task),
+                        Err(StorageError::Conflict) if conflicts < 20 => conflicts += 1,
+                        Err(e) => panic!("task {task}: {e}"),
+                    }
+                }
+            });
+        }
+        let winners: Vec<usize> = set.join_all().await.into_iter().flatten().collect();
+        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
+        let mut tx = s.read().await.expect("read");
+        let stored = tx.get_record(&rec.id).await.expect("get").expect("stored");
+        assert_eq!(stored.state, RecordState::Approved);
+        assert_eq!(
+            stored.decided.map(|d| d.by),
+            Some(format!("task-{}", winners[0]))
+        );
+    }
+}
+
+async fn try_approve(s: &SqlStorage, id: &RecordId, task: usize) -> Result<bool, StorageError> {
+    let mut tx = s.begin().await?;
+    let mut r = tx.get_record(id).await?.expect("record exists");
+    if r.state != RecordState::Pending {
+        return Ok(false);
+    }
+    // Widen the window between the read and the write.
+    tokio::task::yield_now().await;
+    r.state = RecordState::Approved;
+    r.decided = Some(decision(RecordState::Approved, &format!("task-{task}"), 1));
+    tx.put_record(&r).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+async fn undecodable_rows_are_corrupt(db: &TestDb) {
+    let key = jwk();
+    let c = credential(&key, "t", 0, None);
+    let r = record(&key, "corrupt", 600, None);
+    let mut tx = db.begin().await.expect("begin");
+    tx.put_credential(&c).await.expect("put");
+    tx.put_record(&r).await.expect("put");
+    tx.commit().await.expect("commit");
+
+    let mut raw = db.raw().await;
+    raw.execute(
+        format!(
+            "UPDATE credentials SET doc = '{{\"id\": 1}}' WHERE id = '{}'",
+            c.id
+        )
+        .as_str(),
+    )
+    .await
+    .expect("corrupt the doc");
+    raw.execute(format!("UPDATE records SET state = 'limbo' WHERE id = '{}'", r.id).as_str())
+        .await
+        .expect("corrupt the state");
+    raw.close().await.expect("close");
+
+    let mut tx = db.read().await.expect("read");
+    assert!(matches!(
+        tx.get_credential(c.id).await,
+        Err(StorageError::Corrupt(_))
+    ));
+    assert!(matches!(
+        tx.list_credentials().await,
+        Err(StorageError::Corrupt(_))
+    ));
+    assert!(matches!(
+        tx.get_record(&r.id).await,
+        Err(StorageError::Corrupt(_))
+    ));
+}
+
+async fn reconnecting_keeps_data_and_schema(db: &TestDb) {
+    let key = jwk();
+    let c = credential(&key, "t", 0, None);
+    let mut tx = db.begin().await.expect("begin");
+    tx.put_credential(&c).await.expect("put");
+    tx.commit().await.expect("commit");
+
+    // Connecting again runs no migration twice and finds the data.
+    let again = SqlStorage::connect(&db.url).await.expect("reconnect");
+    let mut tx = again.read().await.expect("read");
+    assert_eq!(tx.get_credential(c.id).await.expect("get"), Some(c));
+    drop(tx);
+    again.close().await;
+
+    let mut raw = db.raw().await;
+    let rows = sqlx::query("SELECT version FROM schema_migrations")
+        .fetch_all(&mut raw)
+        .await
+        .expect("versions");
+    assert_eq!(rows.len(), 1);
+    raw.close().await.expect("close");
+}
+
+async fn ping_and_debug(db: &TestDb) {
+    db.ping().await.expect("ping");
+    let shown = format!("{:?}", db.storage);
+    assert!(shown.contains("SqlStorage"), "{shown}");
+    if let Some(password) = password_of(&db.url) {
+        assert!(
+            !shown.contains(&format!(":{password}@")),
+            "Debug shows the password: {shown}"
+        );
+    }
+}
+
+fn password_of(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let userinfo = rest.split('/').next()?.rsplit_once('@')?.0;
+    userinfo
+        .split_once(':')
+        .map(|(_, p)| p.to_owned())
+        .filter(|p| !p.is_empty())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outside the suite
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn sqlite_in_memory_is_one_shared_database() {
+    let s = SqlStorage::connect("sqlite::memory:")
+        .await
+        .expect("connect");
+    assert_eq!(s.backend(), Backend::Sqlite);
+    let c = credential(&jwk(), "t", 0, None);
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_credential(&c).await.expect("put");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(tx.list_credentials().await.expect("list"), vec![c]);
+    drop(tx);
+    s.ping().await.expect("ping");
+    assert!(
+        s.remember_once("a", "b", at(1), at(0))
+            .await
+            .expect("remember")
+    );
+    assert!(
+        !s.remember_once("a", "b", at(1), at(0))
+            .await
+            .expect("replay")
+    );
+}
+
+#[tokio::test]
+async fn unreachable_postgres_is_unavailable_quickly() {
+    let started = std::time::Instant::now();
+    let err = SqlStorage::connect("postgres://cs:hunter2@127.0.0.1:1/broker")
+        .await
+        .expect_err("nothing listens on port 1");
+    assert!(matches!(err, StorageError::Unavailable(_)), "{err:?}");
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn unsupported_urls_are_refused() {
+    let err = SqlStorage::connect("mysql://u:secret@h/db")
+        .await
+        .expect_err("mysql is not supported");
+    assert!(matches!(err, StorageError::Other(_)), "{err:?}");
+    assert!(!err.to_string().contains("secret"), "{err}");
+}
+
+#[test]
+fn database_urls_are_rewritten() {
+    assert_eq!(
+        with_database("postgres://u:p@127.0.0.1:5432/postgres", "cs_test_1"),
+        "postgres://u:p@127.0.0.1:5432/cs_test_1"
+    );
+    assert_eq!(
+        with_database("postgres://u:p@h/postgres?sslmode=disable", "x"),
+        "postgres://u:p@h/x?sslmode=disable"
+    );
+    assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
+    assert_eq!(password_of("postgres://u:p@h/x").as_deref(), Some("p"));
+    assert_eq!(password_of("sqlite:///tmp/x.db"), None);
+}
