@@ -1,0 +1,1 @@
+//! Core fixtures (see crate docs).

@@ -1,0 +1,1 @@
+//! HTTP fixtures (see crate docs).

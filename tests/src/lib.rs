@@ -1,0 +1,6 @@
+//! Test support for the end-to-end tests in `tests/tests/`: [`http`] starts the real broker on
+//! port 0 and speaks to it with real ES256 keys; [`core`] builds the core on real SQLite or
+//! PostgreSQL for state-machine, property and race tests.
+
+pub mod core;
+pub mod http;
