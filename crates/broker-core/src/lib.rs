@@ -13,6 +13,7 @@ pub mod broker;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod exclusive;
 pub mod identity;
 pub mod ids;
 pub mod model;

@@ -41,10 +41,9 @@ impl Raw {
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok())
+            && len > limit
         {
-            if len > limit {
-                return Err(too_large());
-            }
+            return Err(too_large());
         }
         let body = axum::body::to_bytes(body, limit)
             .await
@@ -123,6 +122,50 @@ fn shape(code: ErrorCode, e: &serde_json::Error) -> ApiError {
         format!("body must be one valid JSON object: {detail}"),
     )
     .into()
+}
+
+/// A path parameter that never rejects: a segment that does not decode (invalid UTF-8) reads
+/// as empty, which the route's own check then refuses with the route's code (…_ID_INPUT,
+/// NOT_FOUND, SECRET_NAME_INVALID), after the credential check and as `{"code","error"}`.
+#[derive(Debug)]
+pub struct PathParam(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for PathParam {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map(|axum::extract::Path(s)| s)
+                .unwrap_or_default(),
+        ))
+    }
+}
+
+/// The `approver` query parameter, never rejecting: a query that does not parse (a repeated
+/// `approver`, say) reads as none, which [`approver`] refuses with APPROVER_REQUIRED after the
+/// console token check.
+#[derive(Debug)]
+pub struct ApproverParam(pub Option<String>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ApproverParam {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            axum::extract::Query::<crate::wire::ApproverQuery>::from_request_parts(parts, state)
+                .await
+                .ok()
+                .and_then(|axum::extract::Query(q)| q.approver),
+        ))
+    }
 }
 
 /// The `approver` of a query or body: required, a login.

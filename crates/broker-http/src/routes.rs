@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post};
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Raw, approver};
+use crate::extract::{ApproverParam, PathParam, Raw, approver};
 use crate::wire;
 
 type St = State<Arc<AppState>>;
@@ -157,7 +157,7 @@ async fn enroll(
 
 async fn unenroll(
     State(st): St,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -188,7 +188,7 @@ async fn operator_machines(
 
 async fn operator_revoke_machine(
     State(st): St,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -217,7 +217,7 @@ async fn operator_grants(
 
 async fn operator_revoke_grant(
     State(st): St,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -277,7 +277,7 @@ async fn token_login(
     ))
 }
 
-async fn login_poll(State(st): St, Path(pending): Path<String>) -> ApiResult<Response> {
+async fn login_poll(State(st): St, PathParam(pending): PathParam) -> ApiResult<Response> {
     let v = match st.broker.poll_machine_login(&pending).await? {
         PollState::Pending => json!({ "state": "pending" }),
         PollState::Issued {
@@ -298,7 +298,7 @@ async fn login_poll(State(st): St, Path(pending): Path<String>) -> ApiResult<Res
 
 async fn renew(
     State(st): St,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -349,7 +349,7 @@ async fn create_request(
 
 async fn get_request(
     State(st): St,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -366,7 +366,7 @@ async fn get_request(
 
 async fn cancel_request(
     State(st): St,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -380,7 +380,7 @@ async fn cancel_request(
 
 async fn grant_values(
     State(st): St,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -447,7 +447,7 @@ fn write_json_string(out: &mut Vec<u8>, s: &str) {
 
 async fn revoke_grant(
     State(st): St,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -464,10 +464,10 @@ async fn revoke_grant(
 async fn pending(
     State(st): St,
     headers: HeaderMap,
-    Query(q): Query<wire::ApproverQuery>,
+    ApproverParam(q): ApproverParam,
 ) -> ApiResult<Response> {
     console(&st, &headers)?;
-    let who = approver(q.approver.as_deref())?;
+    let who = approver(q.as_deref())?;
     let list = st.broker.pending_for(&who).await?;
     Ok(ok(
         json!({ "pending": list.iter().map(wire::pending_item).collect::<Vec<_>>() }),
@@ -477,7 +477,7 @@ async fn pending(
 async fn get_record(
     State(st): St,
     headers: HeaderMap,
-    Path(record): Path<String>,
+    PathParam(record): PathParam,
 ) -> ApiResult<Response> {
     console(&st, &headers)?;
     let id = parse_id(&record, RecordId::parse)?;
@@ -486,7 +486,7 @@ async fn get_record(
 
 async fn approve(
     State(st): St,
-    Path(record): Path<String>,
+    PathParam(record): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -507,7 +507,7 @@ async fn approve(
 
 async fn deny(
     State(st): St,
-    Path(record): Path<String>,
+    PathParam(record): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -542,10 +542,10 @@ async fn lookup(
 async fn credentials_for(
     State(st): St,
     headers: HeaderMap,
-    Query(q): Query<wire::ApproverQuery>,
+    ApproverParam(q): ApproverParam,
 ) -> ApiResult<Response> {
     console(&st, &headers)?;
-    let who = approver(q.approver.as_deref())?;
+    let who = approver(q.as_deref())?;
     let list = st.broker.credentials_for(&who).await?;
     let now = st.broker.now();
     Ok(ok(
@@ -555,7 +555,7 @@ async fn credentials_for(
 
 async fn revoke_credential_by_approver(
     State(st): St,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -574,10 +574,10 @@ async fn revoke_credential_by_approver(
 async fn grants_for(
     State(st): St,
     headers: HeaderMap,
-    Query(q): Query<wire::ApproverQuery>,
+    ApproverParam(q): ApproverParam,
 ) -> ApiResult<Response> {
     console(&st, &headers)?;
-    let who = approver(q.approver.as_deref())?;
+    let who = approver(q.as_deref())?;
     let list = st.broker.grants_for(&who).await?;
     Ok(ok(
         json!({ "grants": list.iter().map(wire::grant_item).collect::<Vec<_>>() }),
@@ -586,7 +586,7 @@ async fn grants_for(
 
 async fn revoke_grant_by_approver(
     State(st): St,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -609,7 +609,7 @@ async fn settings(State(st): St) -> Response {
 async fn reread(
     State(st): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
 ) -> ApiResult<Response> {
     st.limits
         .reread(peer.ip())

@@ -35,8 +35,16 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         ),
     };
     let sealer = Sealer::new(&config.seal_key()?).context("seal key")?;
+    // SQLite is written by this process alone: its hot reads and single-use values can live in
+    // memory. PostgreSQL is shared by replicas: every read goes to the database.
+    let storage: Arc<dyn countersign_broker_core::Storage> = match storage.backend() {
+        countersign_broker_sql::Backend::Sqlite => {
+            Arc::new(countersign_broker_core::exclusive::Exclusive::new(storage))
+        }
+        countersign_broker_sql::Backend::Postgres => Arc::new(storage),
+    };
     let parts = Parts {
-        storage: Arc::new(storage),
+        storage,
         store,
         clock,
         entropy: Arc::new(SystemEntropy),
@@ -156,6 +164,17 @@ pub async fn serve(
     reload: chrono::Duration,
 ) -> anyhow::Result<Running> {
     let listener = std::net::TcpListener::bind(listen).with_context(|| format!("bind {listen}"))?;
+    serve_listener(state, listener, tls, reload).await
+}
+
+/// As [`serve`], on a listener the caller has already bound (so that it knows the port before
+/// building the broker whose public URL names it, as the end-to-end tests do).
+pub async fn serve_listener(
+    state: Arc<AppState>,
+    listener: std::net::TcpListener,
+    tls: Option<&crate::config::Tls>,
+    reload: chrono::Duration,
+) -> anyhow::Result<Running> {
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let handle = axum_server::Handle::new();

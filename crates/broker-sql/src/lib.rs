@@ -120,6 +120,8 @@ impl SqlStorage {
     /// [`StorageError::Unavailable`].
     pub async fn connect(url: &str) -> Result<SqlStorage, StorageError> {
         sqlx::any::install_default_drivers();
+        let (url, synchronous) = take_synchronous(url)?;
+        let url = url.as_str();
         let shown_url: Arc<str> = redact_url(url).into();
         let backend = Backend::of_url(url).ok_or_else(|| {
             StorageError::Other(format!(
@@ -137,13 +139,15 @@ impl SqlStorage {
             Backend::Postgres => options.max_connections(POSTGRES_MAX_CONNECTIONS),
         };
         if backend == Backend::Sqlite {
-            options = options.after_connect(|conn, _meta| {
+            options = options.after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     conn.execute(
                         format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}").as_str(),
                     )
                     .await?;
                     conn.execute("PRAGMA journal_mode = WAL").await?;
+                    conn.execute(format!("PRAGMA synchronous = {synchronous}").as_str())
+                        .await?;
                     Ok(())
                 })
             });
@@ -244,6 +248,35 @@ impl Storage for SqlStorage {
         Box::new(tx).commit().await?;
         Ok(fresh)
     }
+}
+
+/// Takes our own `synchronous=full|normal` parameter off a SQLite URL (sqlx does not know it).
+/// `full` (the default) makes every commit durable before it answers; `normal` lets WAL defer
+/// the sync to checkpoints: a power loss may forget the last commits, never corrupts the file.
+fn take_synchronous(url: &str) -> Result<(String, &'static str), StorageError> {
+    let Some((head, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), "FULL"));
+    };
+    let mut mode = "FULL";
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.strip_prefix("synchronous=") {
+            Some(v) if v.eq_ignore_ascii_case("full") => mode = "FULL",
+            Some(v) if v.eq_ignore_ascii_case("normal") => mode = "NORMAL",
+            Some(_) => {
+                return Err(StorageError::Other(
+                    "synchronous must be full or normal".into(),
+                ));
+            }
+            None => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        head.to_owned()
+    } else {
+        format!("{head}?{}", kept.join("&"))
+    };
+    Ok((url, mode))
 }
 
 /// Whether a SQLite URL names an in-memory database.

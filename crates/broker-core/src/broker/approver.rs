@@ -28,19 +28,22 @@ pub struct Approved {
 
 impl Broker {
     /// A record as of now, following its request's session: a pending secret request whose
-    /// session ended shows cancelled.
+    /// session ended shows cancelled. The session's end is weighed before the record's own
+    /// expiry (as [`Request::settled`] does), so that a record whose session ended first reads
+    /// `cancelled` both before the sweep writes it and after, never `expired` then `cancelled`.
+    ///
+    /// [`Request::settled`]: crate::model::Request::settled
     pub(crate) async fn settle_record(
         &self,
         tx: &mut dyn Tx,
-        rec: Record,
+        mut rec: Record,
         now: Time,
     ) -> Result<Record, Fail> {
-        let mut rec = rec.settled(now);
         if rec.state != RecordState::Pending || rec.body.kind != RecordKind::AgentSecret {
-            return Ok(rec);
+            return Ok(rec.settled(now));
         }
         let (Some(rid), Some(eid)) = (rec.body.request_id, rec.body.enrollment_id) else {
-            return Ok(rec);
+            return Ok(rec.settled(now));
         };
         if let (Some(r), Some(e)) = (tx.get_request(rid).await?, tx.get_enrollment(eid).await?) {
             let r = r.settled(now, &e);
@@ -53,9 +56,10 @@ impl Broker {
                     credential_id: None,
                     seal: String::new(),
                 });
+                return Ok(rec);
             }
         }
-        Ok(rec)
+        Ok(rec.settled(now))
     }
 
     /// Undecided records `approver` decides, newest first.

@@ -79,10 +79,9 @@ impl Broker {
         ))?
         .ok_or_else(|| invalid("proof invalid"))?
         .settled(now);
-        let key = enrollment
-            .jwk
-            .verifying_key()
-            .map_err(|_| invalid("proof invalid"))?;
+        let key = self
+            .verifying_key(&enrollment.thumbprint, &enrollment.jwk)
+            .ok_or_else(|| invalid("proof invalid"))?;
         let verified = parsed.verify(&key).map_err(|_| invalid("proof invalid"))?;
         let claims: ProofClaims = verified
             .claims()
@@ -136,10 +135,9 @@ impl Broker {
             tx.get_credential(id).await?
         ))?
         .ok_or_else(|| invalid("the launcher credential is not valid"))?;
-        let key = credential
-            .jwk
-            .verifying_key()
-            .map_err(|_| invalid("the launcher credential is not valid"))?;
+        let key = self
+            .verifying_key(&credential.thumbprint, &credential.jwk)
+            .ok_or_else(|| invalid("the launcher credential is not valid"))?;
         let verified = parsed
             .verify(&key)
             .map_err(|_| invalid("the launcher credential is not valid"))?;

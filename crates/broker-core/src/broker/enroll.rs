@@ -58,11 +58,16 @@ impl Broker {
                 "body must be one valid JSON object: thumbprint is not the jwk's RFC 7638 thumbprint",
             ));
         }
+        // A malformed notification session id is a malformed body here (the route's codes do
+        // not include SESSION_ID_INPUT).
         let session_id = input
             .session_id
             .as_deref()
             .map(SessionId::parse)
-            .transpose()?;
+            .transpose()
+            .map_err(|_| {
+                bad("body must be one valid JSON object: session_id must be at most 128 characters with no whitespace or control character")
+            })?;
         let mut pod_account = None;
         if let Some(token) = input.pod_token.as_deref() {
             if kind != EnrollmentKind::Pod {

@@ -133,6 +133,8 @@ pub struct Broker {
     pub(crate) sealer: Sealer,
     pub(crate) config: BrokerConfig,
     policy: RwLock<PolicyState>,
+    /// Parsed public keys by thumbprint: a key never changes, and parsing it costs a curve check.
+    keys: std::sync::Mutex<std::collections::HashMap<String, countersign_proto::VerifyingKey>>,
 }
 
 impl Broker {
@@ -148,6 +150,7 @@ impl Broker {
             sealer,
             config,
             policy: RwLock::new(PolicyState::default()),
+            keys: Default::default(),
         }
     }
 
@@ -269,6 +272,29 @@ impl Broker {
                 Error::with_message(ErrorCode::INTERNAL, format!("{step} failed"))
             }
         }
+    }
+
+    /// The parsed key of a stored JWK, cached by thumbprint.
+    pub(crate) fn verifying_key(
+        &self,
+        thumbprint: &str,
+        jwk: &countersign_proto::PublicJwk,
+    ) -> Option<countersign_proto::VerifyingKey> {
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = keys.get(thumbprint) {
+            return Some(k.clone());
+        }
+        let k = jwk.verifying_key().ok()?;
+        // The stored thumbprint must be this key's: a row whose key and thumbprint disagree is
+        // not trusted, and is not cached.
+        if k.thumbprint() != thumbprint {
+            return None;
+        }
+        if keys.len() >= 100_000 {
+            keys.clear();
+        }
+        keys.insert(thumbprint.to_owned(), k.clone());
+        Some(k)
     }
 
     pub(crate) fn uuid(&self) -> [u8; 16] {

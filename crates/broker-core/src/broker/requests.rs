@@ -248,10 +248,9 @@ impl Broker {
                 "request object invalid: kid must be the session's enrollment id",
             ));
         }
-        let key = caller
-            .jwk
-            .verifying_key()
-            .map_err(|_| invalid("request object invalid"))?;
+        let key = self
+            .verifying_key(&caller.thumbprint, &caller.jwk)
+            .ok_or_else(|| invalid("request object invalid"))?;
         let verified = parsed
             .verify(&key)
             .map_err(|_| invalid("request object invalid: signature"))?;

@@ -1,0 +1,498 @@
+//! [`Exclusive`]: a storage decorator for a database this process alone writes (the embedded
+//! SQLite default). It answers the hot reads of authentication from memory and remembers
+//! single-use values in memory, which is correct only because no other process writes.
+//!
+//! - Read transactions answer `get_enrollment`, `get_credential` and `grants_by_enrollment`
+//!   from a cache filled on a miss. A write transaction reads the database as usual and, when
+//!   it commits, drops every cached entry it wrote, before its caller sees the commit; a fill
+//!   that raced with such a commit is not kept (entries carry a version checked at fill time).
+//! - `remember_once` keeps the values in a map swept of lapsed entries.
+//!
+//! With several replicas (PostgreSQL) do not use it: their writes would not reach this cache.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use crate::clock::Time;
+use crate::ids::{ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId};
+use crate::model::{Enrollment, Grant, LauncherCredential, PendingLogin, Record, Request};
+use crate::storage::{Due, OutboxItem, Storage, StorageError, Tx};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Enrollment(EnrollmentId),
+    Credential(CredentialId),
+    Grants(EnrollmentId),
+}
+
+#[derive(Debug, Clone)]
+enum Value {
+    Enrollment(Option<Enrollment>),
+    Credential(Option<LauncherCredential>),
+    Grants(Vec<Grant>),
+}
+
+#[derive(Debug, Default)]
+struct Cache {
+    /// Every key's version: bumped on each commit that wrote it.
+    versions: HashMap<Key, u64>,
+    values: HashMap<Key, Value>,
+}
+
+const MAX_CACHED: usize = 100_000;
+
+impl Cache {
+    fn version(&self, k: &Key) -> u64 {
+        self.versions.get(k).copied().unwrap_or(0)
+    }
+
+    fn fill(&mut self, k: Key, seen: u64, v: Value) {
+        if self.version(&k) == seen {
+            if self.values.len() >= MAX_CACHED {
+                self.values.clear();
+            }
+            self.values.insert(k, v);
+        }
+    }
+
+    fn invalidate(&mut self, keys: &[Key]) {
+        for k in keys {
+            *self.versions.entry(k.clone()).or_insert(0) += 1;
+            self.values.remove(k);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Once {
+    seen: HashMap<(String, String), Time>,
+    calls: u64,
+}
+
+/// The decorator.
+#[derive(Debug)]
+pub struct Exclusive<S> {
+    inner: Arc<S>,
+    cache: Arc<Mutex<Cache>>,
+    once: Mutex<Once>,
+}
+
+impl<S: Storage> Exclusive<S> {
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            cache: Arc::default(),
+            once: Mutex::default(),
+        }
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[async_trait]
+impl<S: Storage> Storage for Exclusive<S> {
+    async fn begin(&self) -> Result<Box<dyn Tx>, StorageError> {
+        Ok(Box::new(WriteTx {
+            inner: self.inner.begin().await?,
+            cache: self.cache.clone(),
+            written: Vec::new(),
+        }))
+    }
+
+    async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
+        Ok(Box::new(ReadTx {
+            storage: self.inner.clone(),
+            inner: None,
+            cache: self.cache.clone(),
+        }))
+    }
+
+    async fn ping(&self) -> Result<(), StorageError> {
+        self.inner.ping().await
+    }
+
+    async fn remember_once(
+        &self,
+        scope: &str,
+        value: &str,
+        until: Time,
+        now: Time,
+    ) -> Result<bool, StorageError> {
+        let mut once = lock(&self.once);
+        once.calls += 1;
+        if once.calls.is_multiple_of(4096) {
+            once.seen.retain(|_, t| *t >= now);
+        }
+        let key = (scope.to_owned(), value.to_owned());
+        match once.seen.get(&key) {
+            Some(t) if *t >= now => Ok(false),
+            _ => {
+                once.seen.insert(key, until);
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// A write transaction: reads the database; remembers what it wrote for invalidation.
+struct WriteTx {
+    inner: Box<dyn Tx>,
+    cache: Arc<Mutex<Cache>>,
+    written: Vec<Key>,
+}
+
+/// A read transaction: answers cached reads from memory, opens the database only on a miss.
+struct ReadTx<S> {
+    storage: Arc<S>,
+    inner: Option<Box<dyn Tx>>,
+    cache: Arc<Mutex<Cache>>,
+}
+
+impl<S: Storage> ReadTx<S> {
+    async fn db(&mut self) -> Result<&mut Box<dyn Tx>, StorageError> {
+        if self.inner.is_none() {
+            self.inner = Some(self.storage.read().await?);
+        }
+        self.inner
+            .as_mut()
+            .ok_or_else(|| StorageError::Other("read transaction".into()))
+    }
+
+    fn cached(&self, k: &Key) -> Result<Value, u64> {
+        let c = lock(&self.cache);
+        match c.values.get(k) {
+            Some(v) => Ok(v.clone()),
+            None => Err(c.version(k)),
+        }
+    }
+
+    fn fill(&self, k: Key, seen: u64, v: Value) {
+        lock(&self.cache).fill(k, seen, v);
+    }
+}
+
+#[async_trait]
+impl<S: Storage> Tx for ReadTx<S> {
+    async fn commit(self: Box<Self>) -> Result<(), StorageError> {
+        match self.inner {
+            Some(t) => t.commit().await,
+            None => Ok(()),
+        }
+    }
+
+    async fn get_credential(
+        &mut self,
+        id: CredentialId,
+    ) -> Result<Option<LauncherCredential>, StorageError> {
+        let k = Key::Credential(id);
+        match self.cached(&k) {
+            Ok(Value::Credential(v)) => Ok(v),
+            Ok(_) => Err(StorageError::Other("cache kind".into())),
+            Err(seen) => {
+                let v = self.db().await?.get_credential(id).await?;
+                self.fill(k, seen, Value::Credential(v.clone()));
+                Ok(v)
+            }
+        }
+    }
+
+    async fn get_enrollment(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<Option<Enrollment>, StorageError> {
+        let k = Key::Enrollment(id);
+        match self.cached(&k) {
+            Ok(Value::Enrollment(v)) => Ok(v),
+            Ok(_) => Err(StorageError::Other("cache kind".into())),
+            Err(seen) => {
+                let v = self.db().await?.get_enrollment(id).await?;
+                self.fill(k, seen, Value::Enrollment(v.clone()));
+                Ok(v)
+            }
+        }
+    }
+
+    async fn grants_by_enrollment(
+        &mut self,
+        enrollment: EnrollmentId,
+    ) -> Result<Vec<Grant>, StorageError> {
+        let k = Key::Grants(enrollment);
+        match self.cached(&k) {
+            Ok(Value::Grants(v)) => Ok(v),
+            Ok(_) => Err(StorageError::Other("cache kind".into())),
+            Err(seen) => {
+                let v = self.db().await?.grants_by_enrollment(enrollment).await?;
+                self.fill(k, seen, Value::Grants(v.clone()));
+                Ok(v)
+            }
+        }
+    }
+
+    async fn put_credential(&mut self, _: &LauncherCredential) -> Result<(), StorageError> {
+        Err(StorageError::Other("write in a read transaction".into()))
+    }
+    async fn put_login(&mut self, _: &PendingLogin) -> Result<(), StorageError> {
+        Err(StorageError::Other("write in a read transaction".into()))
+    }
+    async fn put_record(&mut self, _: &Record) -> Result<(), StorageError> {
+        Err(StorageError::Other("write in a read transaction".into()))
+    }
+    async fn put_enrollment(&mut self, _: &Enrollment) -> Result<(), StorageError> {
+        Err(StorageError::Other("write in a read transaction".into()))
+    }
+    async fn put_request(&mut self, _: &Request) -> Result<(), StorageError> {
+        Err(StorageError::Other("write in a read transaction".into()))
+    }
+    async fn put_grant(&mut self, _: &Grant) -> Result<(), StorageError> {
+        Err(StorageError::Other("write in a read transaction".into()))
+    }
+
+    async fn credentials_by_thumbprint(
+        &mut self,
+        thumbprint: &str,
+    ) -> Result<Vec<LauncherCredential>, StorageError> {
+        self.db().await?.credentials_by_thumbprint(thumbprint).await
+    }
+
+    async fn list_credentials(&mut self) -> Result<Vec<LauncherCredential>, StorageError> {
+        self.db().await?.list_credentials().await
+    }
+
+    async fn get_login(
+        &mut self,
+        pending_hash: &str,
+    ) -> Result<Option<PendingLogin>, StorageError> {
+        self.db().await?.get_login(pending_hash).await
+    }
+
+    async fn get_record(&mut self, id: &RecordId) -> Result<Option<Record>, StorageError> {
+        self.db().await?.get_record(id).await
+    }
+
+    async fn record_by_code(
+        &mut self,
+        code: &ConfirmationCode,
+    ) -> Result<Option<Record>, StorageError> {
+        self.db().await?.record_by_code(code).await
+    }
+
+    async fn pending_records(&mut self) -> Result<Vec<Record>, StorageError> {
+        self.db().await?.pending_records().await
+    }
+
+    async fn enrollments_by_credential(
+        &mut self,
+        id: CredentialId,
+    ) -> Result<Vec<Enrollment>, StorageError> {
+        self.db().await?.enrollments_by_credential(id).await
+    }
+
+    async fn get_request(&mut self, id: RequestId) -> Result<Option<Request>, StorageError> {
+        self.db().await?.get_request(id).await
+    }
+
+    async fn pending_requests(
+        &mut self,
+        enrollment: EnrollmentId,
+    ) -> Result<Vec<Request>, StorageError> {
+        self.db().await?.pending_requests(enrollment).await
+    }
+
+    async fn get_grant(&mut self, id: GrantId) -> Result<Option<Grant>, StorageError> {
+        self.db().await?.get_grant(id).await
+    }
+
+    async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError> {
+        self.db().await?.live_grants().await
+    }
+
+    async fn due(&mut self, now: Time, limit: u32) -> Result<Due, StorageError> {
+        self.db().await?.due(now, limit).await
+    }
+
+    async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError> {
+        self.db().await?.push_outbox(item).await
+    }
+
+    async fn take_outbox(
+        &mut self,
+        now: Time,
+        limit: u32,
+    ) -> Result<Vec<OutboxItem>, StorageError> {
+        self.db().await?.take_outbox(now, limit).await
+    }
+
+    async fn delete_outbox(&mut self, id: &str) -> Result<(), StorageError> {
+        self.db().await?.delete_outbox(id).await
+    }
+
+    async fn reschedule_outbox(
+        &mut self,
+        id: &str,
+        attempts: u32,
+        next_attempt_at: Time,
+    ) -> Result<(), StorageError> {
+        self.db()
+            .await?
+            .reschedule_outbox(id, attempts, next_attempt_at)
+            .await
+    }
+}
+
+#[async_trait]
+impl Tx for WriteTx {
+    async fn commit(self: Box<Self>) -> Result<(), StorageError> {
+        let this = *self;
+        let result = this.inner.commit().await;
+        // Drop what was written whether or not the commit reported success: after an unknown
+        // outcome the database is the truth.
+        lock(&this.cache).invalidate(&this.written);
+        result
+    }
+
+    async fn put_credential(&mut self, c: &LauncherCredential) -> Result<(), StorageError> {
+        self.written.push(Key::Credential(c.id));
+        self.inner.put_credential(c).await
+    }
+
+    async fn put_enrollment(&mut self, e: &Enrollment) -> Result<(), StorageError> {
+        self.written.push(Key::Enrollment(e.id));
+        self.inner.put_enrollment(e).await
+    }
+
+    async fn put_grant(&mut self, g: &Grant) -> Result<(), StorageError> {
+        self.written.push(Key::Grants(g.enrollment_id));
+        self.inner.put_grant(g).await
+    }
+
+    async fn get_credential(
+        &mut self,
+        id: CredentialId,
+    ) -> Result<Option<LauncherCredential>, StorageError> {
+        self.inner.get_credential(id).await
+    }
+
+    async fn credentials_by_thumbprint(
+        &mut self,
+        thumbprint: &str,
+    ) -> Result<Vec<LauncherCredential>, StorageError> {
+        self.inner.credentials_by_thumbprint(thumbprint).await
+    }
+
+    async fn list_credentials(&mut self) -> Result<Vec<LauncherCredential>, StorageError> {
+        self.inner.list_credentials().await
+    }
+
+    async fn get_login(
+        &mut self,
+        pending_hash: &str,
+    ) -> Result<Option<PendingLogin>, StorageError> {
+        self.inner.get_login(pending_hash).await
+    }
+
+    async fn put_login(&mut self, l: &PendingLogin) -> Result<(), StorageError> {
+        self.inner.put_login(l).await
+    }
+
+    async fn get_record(&mut self, id: &RecordId) -> Result<Option<Record>, StorageError> {
+        self.inner.get_record(id).await
+    }
+
+    async fn record_by_code(
+        &mut self,
+        code: &ConfirmationCode,
+    ) -> Result<Option<Record>, StorageError> {
+        self.inner.record_by_code(code).await
+    }
+
+    async fn pending_records(&mut self) -> Result<Vec<Record>, StorageError> {
+        self.inner.pending_records().await
+    }
+
+    async fn put_record(&mut self, r: &Record) -> Result<(), StorageError> {
+        self.inner.put_record(r).await
+    }
+
+    async fn get_enrollment(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<Option<Enrollment>, StorageError> {
+        self.inner.get_enrollment(id).await
+    }
+
+    async fn enrollments_by_credential(
+        &mut self,
+        id: CredentialId,
+    ) -> Result<Vec<Enrollment>, StorageError> {
+        self.inner.enrollments_by_credential(id).await
+    }
+
+    async fn get_request(&mut self, id: RequestId) -> Result<Option<Request>, StorageError> {
+        self.inner.get_request(id).await
+    }
+
+    async fn pending_requests(
+        &mut self,
+        enrollment: EnrollmentId,
+    ) -> Result<Vec<Request>, StorageError> {
+        self.inner.pending_requests(enrollment).await
+    }
+
+    async fn put_request(&mut self, r: &Request) -> Result<(), StorageError> {
+        self.inner.put_request(r).await
+    }
+
+    async fn get_grant(&mut self, id: GrantId) -> Result<Option<Grant>, StorageError> {
+        self.inner.get_grant(id).await
+    }
+
+    async fn grants_by_enrollment(
+        &mut self,
+        enrollment: EnrollmentId,
+    ) -> Result<Vec<Grant>, StorageError> {
+        self.inner.grants_by_enrollment(enrollment).await
+    }
+
+    async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError> {
+        self.inner.live_grants().await
+    }
+
+    async fn due(&mut self, now: Time, limit: u32) -> Result<Due, StorageError> {
+        self.inner.due(now, limit).await
+    }
+
+    async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError> {
+        self.inner.push_outbox(item).await
+    }
+
+    async fn take_outbox(
+        &mut self,
+        now: Time,
+        limit: u32,
+    ) -> Result<Vec<OutboxItem>, StorageError> {
+        self.inner.take_outbox(now, limit).await
+    }
+
+    async fn delete_outbox(&mut self, id: &str) -> Result<(), StorageError> {
+        self.inner.delete_outbox(id).await
+    }
+
+    async fn reschedule_outbox(
+        &mut self,
+        id: &str,
+        attempts: u32,
+        next_attempt_at: Time,
+    ) -> Result<(), StorageError> {
+        self.inner
+            .reschedule_outbox(id, attempts, next_attempt_at)
+            .await
+    }
+}

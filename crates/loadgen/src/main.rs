@@ -1,0 +1,499 @@
+//! `countersign-loadgen`: measures the broker's hot paths.
+//!
+//! It starts a broker in this process (its own Tokio runtime, `--server-threads` workers,
+//! SQLite in a temp dir, a local store), logs a machine in through the real HTTP flow, enrolls a
+//! session, then drives `GET /v1/enrollments/self` and `POST /v1/requests` (automatic tier) over
+//! loopback HTTP from a second runtime. Every request carries a fresh proof (its own `jti`, `iat`
+//! now); proofs are signed before each measured phase so that the client's signing does not
+//! compete with the server for the two cores. It reports, in the same run, the cost of one
+//! ES256 verification (aws-lc-rs, the broker's path) and what it allows on the server's cores.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use countersign_broker_core::SystemClock;
+use countersign_broker_http::config::{Config, Durations, LimitsConfig, StoreConfig};
+use countersign_proto::claims::{
+    self, AuthorizationDetail, MachineLoginClaims, ProofClaims, SecretRequestClaims,
+};
+use countersign_proto::{Header, SigningKey, jws};
+use serde_json::{Value, json};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "countersign-loadgen",
+    about = "Throughput and latency of the broker's proof-verified routes"
+)]
+struct Args {
+    /// Seconds each closed-loop (maximum throughput) phase runs.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Concurrent connections in the closed-loop phases.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// The fixed rate of the open-loop phases, requests per second.
+    #[arg(long, default_value_t = 1000)]
+    rate: u64,
+    /// SQLite's `synchronous` setting for the broker's database: `full` or `normal`.
+    #[arg(long, default_value = "full")]
+    synchronous: String,
+    /// Worker threads of the broker's runtime.
+    #[arg(long, default_value_t = 2)]
+    server_threads: usize,
+}
+
+const PERSON: &str = "bench@countersign.local";
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let dir = std::env::temp_dir().join(format!("countersign-loadgen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = run(&args, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
+    // The broker, on its own runtime.
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.server_threads)
+        .enable_all()
+        .build()?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    drop(listener);
+    let token = "loadgen-console-token-0123456789";
+    std::fs::write(
+        dir.join("seal.key"),
+        countersign_proto::b64::encode(&[7u8; 32]),
+    )?;
+    std::fs::write(dir.join("console-token"), token)?;
+    std::fs::write(
+        dir.join("secrets.toml"),
+        format!(
+            "prefix = \"agents/\"\n[[secret]]\nname = \"agents/bench-auto\"\nowner = \"{PERSON}\"\ntier = \"automatic\"\nvalue = \"v\"\n"
+        ),
+    )?;
+    let config = Config {
+        listen: addr,
+        public_url: format!("http://{addr}"),
+        database_url: format!(
+            "sqlite://{}?mode=rwc&synchronous={}",
+            dir.join("broker.db").display(),
+            args.synchronous
+        ),
+        seal_key_file: dir.join("seal.key"),
+        console_token_file: Some(dir.join("console-token")),
+        tls: None,
+        store: StoreConfig::Local {
+            path: dir.join("secrets.toml"),
+        },
+        limits: LimitsConfig::default(),
+        durations: Durations::default(),
+        service_logins: Default::default(),
+    };
+    let running = server_rt.block_on(async {
+        let state = countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;
+        countersign_broker_http::serve(state, addr, None, chrono::Duration::minutes(5)).await
+    })?;
+    let base = format!("http://{}", running.addr);
+
+    let verify_us = measure_verify();
+    println!(
+        "ES256 verification (aws-lc-rs), one core: {verify_us:.1} µs → {:.0} verifications/s on {} cores",
+        1e6 / verify_us * args.server_threads as f64,
+        args.server_threads
+    );
+
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    client_rt.block_on(async {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(args.connections * 2)
+            .build()?;
+        let session = setup(&http, &base, token).await?;
+        let target = 0.5 * 1e6 / verify_us * args.server_threads as f64;
+
+        let n = ((args.seconds as f64) * 40_000.0) as usize;
+        let reads = presign(&session, &base, n, |s, b| s.self_proof(b))?;
+        let r = closed_loop(
+            &http,
+            &base,
+            reads,
+            args.connections,
+            Duration::from_secs(args.seconds),
+        )
+        .await?;
+        r.print("GET /v1/enrollments/self, closed loop", Some(target));
+        let reads = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
+            s.self_proof(b)
+        })?;
+        let r = open_loop(&http, &base, reads, args.rate, Duration::from_secs(10)).await?;
+        r.print(
+            &format!("GET /v1/enrollments/self at {} req/s", args.rate),
+            None,
+        );
+
+        let n = ((args.seconds as f64) * 10_000.0) as usize;
+        let writes = presign(&session, &base, n, |s, b| s.request_call(b))?;
+        let r = closed_loop(
+            &http,
+            &base,
+            writes,
+            args.connections,
+            Duration::from_secs(args.seconds),
+        )
+        .await?;
+        r.print("POST /v1/requests (automatic), closed loop", None);
+        let writes = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
+            s.request_call(b)
+        })?;
+        let r = open_loop(&http, &base, writes, args.rate, Duration::from_secs(10)).await?;
+        r.print(
+            &format!("POST /v1/requests (automatic) at {} req/s", args.rate),
+            None,
+        );
+        anyhow::Ok(())
+    })?;
+    server_rt.block_on(running.shutdown(Duration::from_secs(5)));
+    Ok(())
+}
+
+/// Median cost of one ES256 verification through the broker's own verifier.
+fn measure_verify() -> f64 {
+    let Ok(key) = SigningKey::generate() else {
+        return f64::NAN;
+    };
+    let msg = b"eyJhbGciOiJFUzI1NiJ9.eyJhIjoxfQ";
+    let Ok(sig) = key.sign(msg) else {
+        return f64::NAN;
+    };
+    let vk = key.verifying_key().clone();
+    let mut samples = Vec::new();
+    for _ in 0..15 {
+        let start = Instant::now();
+        for _ in 0..200 {
+            let _ = std::hint::black_box(vk.verify(std::hint::black_box(msg), &sig));
+        }
+        samples.push(start.elapsed().as_secs_f64() * 1e6 / 200.0);
+    }
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// One prepared call.
+struct Call {
+    method: reqwest::Method,
+    path: String,
+    proof: String,
+    body: Option<Vec<u8>>,
+}
+
+struct Session {
+    key: SigningKey,
+    enrollment_id: String,
+}
+
+impl Session {
+    fn proof(
+        &self,
+        base: &str,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> anyhow::Result<String> {
+        let c = ProofClaims {
+            htm: method.into(),
+            htu: claims::htu(base, path),
+            iat: chrono::Utc::now().timestamp(),
+            jti: claims::new_jti()?,
+            bh: body.map(claims::body_hash),
+        };
+        Ok(jws::sign(
+            &self.key,
+            &Header::with_kid(claims::TYP_SESSION_PROOF, &self.enrollment_id),
+            &c,
+        )?)
+    }
+
+    fn self_proof(&self, base: &str) -> anyhow::Result<Call> {
+        Ok(Call {
+            method: reqwest::Method::GET,
+            path: "/v1/enrollments/self".into(),
+            proof: self.proof(base, "GET", "/v1/enrollments/self", None)?,
+            body: None,
+        })
+    }
+
+    fn request_call(&self, base: &str) -> anyhow::Result<Call> {
+        let now = chrono::Utc::now().timestamp();
+        let req = SecretRequestClaims {
+            iat: now,
+            exp: now + 300,
+            jti: claims::new_jti()?,
+            aud: base.into(),
+            authorization_details: vec![AuthorizationDetail::agent_secret("BENCH_AUTO")],
+            reason: "benchmark".into(),
+            lifetime_seconds: Some(60),
+        };
+        let object = jws::sign(
+            &self.key,
+            &Header::with_kid(claims::TYP_SECRET_REQUEST, &self.enrollment_id),
+            &req,
+        )?;
+        let body = serde_json::to_vec(&json!({ "request": object }))?;
+        Ok(Call {
+            method: reqwest::Method::POST,
+            path: "/v1/requests".into(),
+            proof: self.proof(base, "POST", "/v1/requests", Some(&body))?,
+            body: Some(body),
+        })
+    }
+}
+
+fn presign(
+    s: &Session,
+    base: &str,
+    n: usize,
+    make: impl Fn(&Session, &str) -> anyhow::Result<Call>,
+) -> anyhow::Result<Vec<Call>> {
+    (0..n).map(|_| make(s, base)).collect()
+}
+
+/// Logs a machine in (start, lookup, approve with the code, poll), enrolls a session.
+async fn setup(http: &reqwest::Client, base: &str, token: &str) -> anyhow::Result<Session> {
+    let machine = SigningKey::generate()?;
+    let now = chrono::Utc::now().timestamp();
+    let login = MachineLoginClaims {
+        iat: now,
+        exp: now + 300,
+        jti: claims::new_jti()?,
+        login_hint: PERSON.into(),
+        host: "loadgen".into(),
+        authorization_details: None,
+    };
+    let object = jws::sign(
+        &machine,
+        &Header::with_jwk(claims::TYP_MACHINE_LOGIN, machine.public_jwk()),
+        &login,
+    )?;
+    let started: Value = ok(http
+        .post(format!("{base}/v1/launcher-credentials"))
+        .json(&json!({ "request": object }))
+        .send()
+        .await?)
+    .await?;
+    let code = started["code"].as_str().context("code")?.to_owned();
+    let pending = started["pending_id"]
+        .as_str()
+        .context("pending_id")?
+        .to_owned();
+    let record: Value = ok(http
+        .post(format!("{base}/v1/machine-logins/lookup"))
+        .bearer_auth(token)
+        .json(&json!({ "code": code }))
+        .send()
+        .await?)
+    .await?;
+    let record_id = record["record_id"].as_str().context("record_id")?;
+    ok(http
+        .post(format!("{base}/v1/credential-requests/{record_id}/approve"))
+        .bearer_auth(token)
+        .json(&json!({ "approver": PERSON, "code": code }))
+        .send()
+        .await?)
+    .await?;
+    let polled: Value = ok(http
+        .get(format!("{base}/v1/launcher-credentials/{pending}"))
+        .send()
+        .await?)
+    .await?;
+    let credential = polled["credential_id"]
+        .as_str()
+        .context("credential_id")?
+        .to_owned();
+
+    let session = SigningKey::generate()?;
+    let body = serde_json::to_vec(&json!({
+        "kind": "session",
+        "runtime_id": "loadgen-1",
+        "thumbprint": session.thumbprint(),
+        "jwk": session.public_jwk(),
+    }))?;
+    let proof = jws::sign(
+        &machine,
+        &Header::with_kid(claims::TYP_LAUNCHER_PROOF, &credential),
+        &ProofClaims {
+            htm: "POST".into(),
+            htu: claims::htu(base, "/v1/enrollments"),
+            iat: chrono::Utc::now().timestamp(),
+            jti: claims::new_jti()?,
+            bh: Some(claims::body_hash(&body)),
+        },
+    )?;
+    let enrolled: Value = ok(http
+        .post(format!("{base}/v1/enrollments"))
+        .header("proof", proof)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await?)
+    .await?;
+    Ok(Session {
+        key: session,
+        enrollment_id: enrolled["enrollment_id"]
+            .as_str()
+            .context("enrollment_id")?
+            .to_owned(),
+    })
+}
+
+async fn ok(resp: reqwest::Response) -> anyhow::Result<Value> {
+    let status = resp.status();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    if !status.is_success() {
+        bail!("setup call failed: {status} {v}");
+    }
+    Ok(v)
+}
+
+async fn send(http: &reqwest::Client, base: &str, c: &Call) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    let mut req = http
+        .request(c.method.clone(), format!("{base}{}", c.path))
+        .header("proof", &c.proof);
+    if let Some(b) = &c.body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.clone());
+    }
+    let resp = req.send().await?;
+    let status = resp.status();
+    let _ = resp.bytes().await?;
+    if !status.is_success() {
+        bail!("{} {} answered {status}", c.method, c.path);
+    }
+    Ok(start.elapsed())
+}
+
+struct Report {
+    done: usize,
+    errors: usize,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+}
+
+impl Report {
+    fn print(&self, name: &str, target: Option<f64>) {
+        let mut l = self.latencies.clone();
+        l.sort();
+        let pct = |p: f64| {
+            l.get(((l.len() as f64 * p) as usize).min(l.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or_default()
+        };
+        let rps = self.done as f64 / self.elapsed.as_secs_f64();
+        println!(
+            "{name}: {rps:.0} req/s, p50 {:.2} ms, p99 {:.2} ms ({} requests, {} errors){}",
+            pct(0.50).as_secs_f64() * 1e3,
+            pct(0.99).as_secs_f64() * 1e3,
+            self.done,
+            self.errors,
+            target
+                .map(|t| format!("; target ≥ {t:.0} req/s (half the ES256 rate)"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+async fn closed_loop(
+    http: &reqwest::Client,
+    base: &str,
+    calls: Vec<Call>,
+    connections: usize,
+    run_for: Duration,
+) -> anyhow::Result<Report> {
+    let calls = Arc::new(calls);
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (http, base, calls, next) =
+            (http.clone(), base.to_owned(), calls.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0;
+            while start.elapsed() < run_for {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(c) = calls.get(i) else { break };
+                match send(&http, &base, c).await {
+                    Ok(d) => lat.push(d),
+                    Err(_) => errors += 1,
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let mut report = Report {
+        done: 0,
+        errors: 0,
+        elapsed: Duration::ZERO,
+        latencies: Vec::new(),
+    };
+    for t in tasks {
+        let (lat, errors) = t.await?;
+        report.done += lat.len();
+        report.errors += errors;
+        report.latencies.extend(lat);
+    }
+    report.elapsed = start.elapsed();
+    if next.load(Ordering::Relaxed) >= calls.len() {
+        println!("  (ran out of presigned calls before the time was up; raise the count)");
+    }
+    Ok(report)
+}
+
+async fn open_loop(
+    http: &reqwest::Client,
+    base: &str,
+    calls: Vec<Call>,
+    rate: u64,
+    run_for: Duration,
+) -> anyhow::Result<Report> {
+    let calls = Arc::new(calls);
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut tasks = Vec::new();
+    let mut i = 0;
+    while start.elapsed() < run_for && i < calls.len() {
+        tick.tick().await;
+        let (http, base, calls) = (http.clone(), base.to_owned(), calls.clone());
+        tasks.push(tokio::spawn(
+            async move { send(&http, &base, &calls[i]).await },
+        ));
+        i += 1;
+    }
+    let mut report = Report {
+        done: 0,
+        errors: 0,
+        elapsed: start.elapsed(),
+        latencies: Vec::new(),
+    };
+    for t in tasks {
+        match t.await? {
+            Ok(d) => {
+                report.done += 1;
+                report.latencies.push(d);
+            }
+            Err(_) => report.errors += 1,
+        }
+    }
+    report.elapsed = report.elapsed.max(run_for.min(start.elapsed()));
+    Ok(report)
+}
