@@ -54,6 +54,30 @@ pub struct Tls {
 pub enum StoreConfig {
     /// A local TOML file (see `countersign-store-local`).
     Local { path: PathBuf },
+    /// AWS Secrets Manager (cloud A). Credentials come from the AWS default chain.
+    CloudA {
+        secrets_prefix: String,
+        key_arn: String,
+        account_id: String,
+        region: String,
+        #[serde(default)]
+        endpoint_url: Option<String>,
+        #[serde(default = "d_store_timeout")]
+        timeout_seconds: u64,
+    },
+    /// Google Secret Manager (cloud B). Credentials: Application Default Credentials.
+    CloudB {
+        secrets_prefix: String,
+        key_name: String,
+        #[serde(default)]
+        endpoint: Option<String>,
+        #[serde(default = "d_store_timeout")]
+        timeout_seconds: u64,
+    },
+}
+
+fn d_store_timeout() -> u64 {
+    5
 }
 
 #[derive(Debug, Clone, Deserialize)]

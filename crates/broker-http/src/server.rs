@@ -33,6 +33,45 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
                 .await
                 .map_err(|e| anyhow::anyhow!("secret store: {e}"))?,
         ),
+        StoreConfig::CloudA {
+            secrets_prefix,
+            key_arn,
+            account_id,
+            region,
+            endpoint_url,
+            timeout_seconds,
+        } => {
+            let mut c = countersign_store_aws::AwsStoreConfig::new(
+                secrets_prefix,
+                key_arn,
+                account_id,
+                region,
+            );
+            c.endpoint_url = endpoint_url.clone();
+            c.timeout = Duration::from_secs(*timeout_seconds);
+            Arc::new(
+                countersign_store_aws::AwsSecretStore::new(c)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("secret store: {e}"))?,
+            )
+        }
+        StoreConfig::CloudB {
+            secrets_prefix,
+            key_name,
+            endpoint,
+            timeout_seconds,
+        } => {
+            let mut c = countersign_store_gcp::GcpStoreConfig::new(secrets_prefix, key_name);
+            if let Some(e) = endpoint {
+                c.endpoint = Some(e.clone());
+            }
+            c.timeout = Duration::from_secs(*timeout_seconds);
+            Arc::new(
+                countersign_store_gcp::GcpSecretStore::new(c)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("secret store: {e}"))?,
+            )
+        }
     };
     let sealer = Sealer::new(&config.seal_key()?).context("seal key")?;
     // SQLite is written by this process alone: its hot reads and single-use values can live in

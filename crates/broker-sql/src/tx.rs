@@ -386,6 +386,17 @@ impl Tx for SqlTx {
         &mut self,
         thumbprint: &str,
     ) -> Result<Vec<LauncherCredential>, StorageError> {
+        // `FOR UPDATE` locks only rows that exist: two transactions minting the first credential
+        // for one key would both find none and both insert. On PostgreSQL a write transaction
+        // first takes an advisory lock on the key (held to commit), so they serialise and the
+        // second reads the first's credential. SQLite's write transactions are serial already.
+        if self.backend == Backend::Postgres && self.write {
+            self.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                args![format!("countersign:credential-key:{thumbprint}")],
+            )
+            .await?;
+        }
         self.get_docs(
             "credential",
             "SELECT doc FROM credentials WHERE thumbprint = $1 ORDER BY issued_at_ms, id",
