@@ -119,6 +119,14 @@ impl<S: Storage> Storage for Exclusive<S> {
         self.inner.ping().await
     }
 
+    async fn policy_epoch(&self) -> Result<i64, StorageError> {
+        self.inner.policy_epoch().await
+    }
+
+    async fn bump_policy_epoch(&self) -> Result<i64, StorageError> {
+        self.inner.bump_policy_epoch().await
+    }
+
     async fn remember_once(
         &self,
         scope: &str,

@@ -57,6 +57,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn read(&self) -> Result<Box<dyn Tx>, StorageError>;
     /// Whether the database answers.
     async fn ping(&self) -> Result<(), StorageError>;
+    /// The policy epoch: a counter a reread bumps so that every replica reloads its policy.
+    async fn policy_epoch(&self) -> Result<i64, StorageError>;
+    /// Bumps the policy epoch; answers the new value.
+    async fn bump_policy_epoch(&self) -> Result<i64, StorageError>;
     /// Remembers a single-use value (a proof's or request object's `jti`) under `scope` until
     /// `until`. `Ok(false)` when it was already remembered and has not lapsed: a replay. Lapsed
     /// entries (before `now`) may be forgotten. Every replica sharing the database must see it.

@@ -269,6 +269,9 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
                     Some(at) => st.broker.now() - at >= reload,
                     None => true,
                 };
+                if let Err(e) = st.broker.follow_policy_epoch().await {
+                    tracing::debug!(code = %e.code, "policy epoch check failed");
+                }
                 if due {
                     match st.broker.reload_policy().await {
                         Ok(p) => {

@@ -53,7 +53,7 @@ use async_trait::async_trait;
 use countersign_broker_core::clock::Time;
 use countersign_broker_core::storage::{Storage, StorageError, Tx};
 use sqlx::any::AnyPoolOptions;
-use sqlx::{AnyPool, Executor};
+use sqlx::{AnyPool, Executor, Row};
 use tokio::sync::Mutex;
 
 use crate::error::db_err;
@@ -223,6 +223,33 @@ impl Storage for SqlStorage {
                 "no answer to SELECT 1 within {PING_TIMEOUT:?}"
             ))),
         }
+    }
+
+    async fn policy_epoch(&self) -> Result<i64, StorageError> {
+        let row = sqlx::query("SELECT value FROM counters WHERE name = 'policy'")
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        match row {
+            Some(r) => r.try_get::<i64, _>("value").map_err(db_err),
+            None => Ok(0),
+        }
+    }
+
+    async fn bump_policy_epoch(&self) -> Result<i64, StorageError> {
+        let _guard = match &self.write_lock {
+            Some(l) => Some(l.lock().await),
+            None => None,
+        };
+        sqlx::query(
+            "INSERT INTO counters (name, value) VALUES ('policy', 1)
+             ON CONFLICT (name) DO UPDATE SET value = counters.value + 1",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        drop(_guard);
+        self.policy_epoch().await
     }
 
     async fn remember_once(

@@ -117,13 +117,27 @@ const V1_INITIAL: &[&str] = &[
     "CREATE INDEX outbox_due ON outbox (next_attempt_at_ms)",
 ];
 
+/// Version 2: named counters (the policy epoch replicas watch to reload after a reread).
+const V2_COUNTERS: &[&str] = &["CREATE TABLE counters (
+        name TEXT PRIMARY KEY,
+        value BIGINT NOT NULL
+    )"];
+
 /// Every migration, in order. Versions are consecutive from 1.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sqlite: V1_INITIAL,
-    postgres: V1_INITIAL,
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sqlite: V1_INITIAL,
+        postgres: V1_INITIAL,
+    },
+    Migration {
+        version: 2,
+        name: "counters",
+        sqlite: V2_COUNTERS,
+        postgres: V2_COUNTERS,
+    },
+];
 
 /// The key of the PostgreSQL advisory lock migrations hold (arbitrary, fixed: "csgn").
 const PG_MIGRATION_LOCK: i64 = 0x6373_676e;

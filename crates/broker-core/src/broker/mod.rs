@@ -135,6 +135,8 @@ pub struct Broker {
     policy: RwLock<PolicyState>,
     /// Parsed public keys by thumbprint: a key never changes, and parsing it costs a curve check.
     keys: std::sync::Mutex<std::collections::HashMap<String, countersign_proto::VerifyingKey>>,
+    /// The policy epoch this broker last loaded at (see [`Broker::follow_policy_epoch`]).
+    seen_epoch: std::sync::atomic::AtomicI64,
 }
 
 impl Broker {
@@ -151,6 +153,7 @@ impl Broker {
             config,
             policy: RwLock::new(PolicyState::default()),
             keys: Default::default(),
+            seen_epoch: std::sync::atomic::AtomicI64::new(i64::MIN),
         }
     }
 
@@ -235,7 +238,44 @@ impl Broker {
             state.refused.push((name.clone(), r));
         }
         self.set_policy(state);
+        // Tell the other replicas sharing the database: they reload when they see the epoch move.
+        match self.storage.bump_policy_epoch().await {
+            Ok(epoch) => self
+                .seen_epoch
+                .store(epoch, std::sync::atomic::Ordering::SeqCst),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not publish the policy change to other replicas")
+            }
+        }
         Ok(answer)
+    }
+
+    /// Reloads the policy when another replica published a change (a reread) since this broker
+    /// last looked. Answers whether it reloaded. The server calls it every second or two.
+    pub async fn follow_policy_epoch(&self) -> Result<bool, Error> {
+        use std::sync::atomic::Ordering;
+        let epoch = self
+            .storage
+            .policy_epoch()
+            .await
+            .map_err(|e| self.fail(Fail::Storage(e), "policy epoch read"))?;
+        let seen = self.seen_epoch.load(Ordering::SeqCst);
+        if seen == i64::MIN {
+            self.seen_epoch.store(epoch, Ordering::SeqCst);
+            return Ok(false);
+        }
+        if epoch == seen {
+            return Ok(false);
+        }
+        self.reload_policy().await.map_err(|e| {
+            tracing::warn!(error = %e, "policy reload after another replica's reread failed");
+            Error::with_message(
+                ErrorCode::DATABASE_UNAVAILABLE,
+                "secret store read: unavailable",
+            )
+        })?;
+        self.seen_epoch.store(epoch, Ordering::SeqCst);
+        Ok(true)
     }
 
     /// Replaces the policy (for embedders whose policy does not come from a store listing).
