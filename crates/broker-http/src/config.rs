@@ -38,6 +38,96 @@ pub struct Config {
     /// service name → ServiceAccounts (`<namespace>/<name>`) that log in as it.
     #[serde(default)]
     pub service_logins: std::collections::BTreeMap<String, Vec<String>>,
+    /// The trusted ServiceAccount token issuer; none: token login answers TOKEN_LOGIN_OFF.
+    #[serde(default)]
+    pub token_issuer: Option<TokenIssuerConfig>,
+    /// Where expiry notifications go; none: they are dropped (docs/decisions.md).
+    #[serde(default)]
+    pub notifications: Option<NotificationsConfig>,
+}
+
+/// `[token_issuer]`: a Kubernetes ServiceAccount token issuer (protocol.md §7). Exactly one of
+/// `jwks_url`, `jwks_file`, `discovery = true` says where its keys are.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenIssuerConfig {
+    /// The issuer URL, as tokens carry it in `iss`.
+    pub issuer: String,
+    /// The audience the services' projected tokens are minted for.
+    pub audience: String,
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    #[serde(default)]
+    pub jwks_file: Option<PathBuf>,
+    /// OIDC discovery: `<issuer>/.well-known/openid-configuration` names `jwks_uri`.
+    #[serde(default)]
+    pub discovery: bool,
+    /// Extra PEM roots for the issuer's HTTPS (a cluster CA).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// A bearer token file sent when fetching keys (reread each time).
+    #[serde(default)]
+    pub bearer_token_file: Option<PathBuf>,
+    #[serde(default = "d_issuer_timeout")]
+    pub timeout_seconds: u64,
+}
+
+fn d_issuer_timeout() -> u64 {
+    5
+}
+
+impl TokenIssuerConfig {
+    /// The verifier's configuration.
+    pub fn verifier_config(&self) -> anyhow::Result<countersign_k8s_tokens::VerifierConfig> {
+        use countersign_k8s_tokens::JwksSource;
+        let source = match (&self.jwks_url, &self.jwks_file, self.discovery) {
+            (Some(url), None, false) => JwksSource::Url(url.clone()),
+            (None, Some(path), false) => JwksSource::File(path.clone()),
+            (None, None, true) => JwksSource::Discovery,
+            _ => bail!("[token_issuer] needs exactly one of jwks_url, jwks_file, discovery = true"),
+        };
+        let mut c =
+            countersign_k8s_tokens::VerifierConfig::new(&self.issuer, &self.audience, source);
+        c.timeout = std::time::Duration::from_secs(self.timeout_seconds.max(1));
+        c.ca_file = self.ca_file.clone();
+        c.bearer_token_file = self.bearer_token_file.clone();
+        Ok(c)
+    }
+}
+
+/// `[notifications]`: expiry notifications (protocol.md §9) as Standard Webhooks.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationsConfig {
+    /// The receiver's URL (http:// or https://).
+    pub url: String,
+    /// The signing secret: `whsec_<base64>` (Standard Webhooks), or else the file's bytes as
+    /// they are (trimmed); at least 24 bytes of key either way.
+    pub secret_file: PathBuf,
+    /// Timeout of one delivery (connect included).
+    #[serde(default = "d_notify_timeout")]
+    pub timeout_seconds: u64,
+    /// The first retry's delay; each later one doubles, up to `retry_max_seconds`, with jitter.
+    #[serde(default = "d_retry_initial")]
+    pub retry_initial_seconds: u64,
+    #[serde(default = "d_retry_max")]
+    pub retry_max_seconds: u64,
+    /// Attempts before a message is given up (logged and removed).
+    #[serde(default = "d_max_attempts")]
+    pub max_attempts: u32,
+}
+
+fn d_notify_timeout() -> u64 {
+    10
+}
+fn d_retry_initial() -> u64 {
+    5
+}
+fn d_retry_max() -> u64 {
+    3600
+}
+fn d_max_attempts() -> u32 {
+    100
 }
 
 /// TLS with rustls: PEM certificate chain and key.

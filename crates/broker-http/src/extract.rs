@@ -111,7 +111,9 @@ fn shape(code: ErrorCode, e: &serde_json::Error) -> ApiError {
             .split(", expected")
             .next()
             .unwrap_or("invalid")
-            .to_owned()
+            .chars()
+            .take(80)
+            .collect::<String>()
     } else if e.is_syntax() || e.is_eof() {
         format!("not JSON (line {}, column {})", e.line(), e.column())
     } else {

@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod limits;
+pub mod notify;
 pub mod openapi;
 pub mod routes;
 pub mod server;
@@ -29,6 +30,8 @@ pub struct AppState {
     pub limits: limits::Limits,
     pub body_limit: usize,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// Where expiry notifications go; `None` drops them (see [`notify`]).
+    pub notifier: Option<Arc<notify::Notifier>>,
 }
 
 impl AppState {
@@ -40,6 +43,7 @@ impl AppState {
             broker,
             body_limit: extract::DEFAULT_BODY_LIMIT,
             metrics: None,
+            notifier: None,
         }
     }
 }

@@ -161,6 +161,8 @@ fn dev_config(dir: &Path, port: u16) -> anyhow::Result<Config> {
         limits: LimitsConfig::default(),
         durations: Durations::default(),
         service_logins: Default::default(),
+        token_issuer: None,
+        notifications: None,
     };
     c.apply_env(|k| std::env::var(k).ok())?;
     Ok(c)

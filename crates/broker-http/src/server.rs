@@ -1,6 +1,6 @@
 //! Building and running the server: storage, store and broker from the configuration, the
 //! router with logs and metrics, rustls when a certificate is configured, background work
-//! (sweep, policy reload on the core's clock) and graceful shutdown.
+//! (sweep, policy reload on the core's clock, expiry notifications) and graceful shutdown.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -82,12 +82,31 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         }
         countersign_broker_sql::Backend::Postgres => Arc::new(storage),
     };
+    let tokens: Option<Arc<dyn countersign_broker_core::TokenVerifier>> = match &config.token_issuer
+    {
+        None => None,
+        Some(t) => {
+            let verifier = Arc::new(
+                countersign_k8s_tokens::K8sTokenVerifier::new(t.verifier_config()?)
+                    .context("token issuer")?,
+            );
+            // Fetch the keys now, beside the start: an issuer that is down does not stop
+            // the broker (the first token login fetches again).
+            let (v, now) = (verifier.clone(), clock.now());
+            tokio::spawn(async move {
+                if let Err(e) = v.refresh(now).await {
+                    tracing::warn!(error = %e, "token issuer keys: first fetch failed");
+                }
+            });
+            Some(verifier)
+        }
+    };
     let parts = Parts {
         storage,
         store,
         clock,
         entropy: Arc::new(SystemEntropy),
-        tokens: None,
+        tokens,
     };
     let broker = Arc::new(Broker::new(parts, sealer, config.broker_config()));
     if let Err(e) = broker.reload_policy().await {
@@ -101,7 +120,29 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     );
     state.body_limit = config.limits.body_bytes;
     state.metrics = Some(metrics_handle());
+    state.notifier = config
+        .notifications
+        .as_ref()
+        .map(crate::notify::Notifier::new)
+        .transpose()?
+        .map(Arc::new);
     Ok(Arc::new(state))
+}
+
+/// The storage a broker runs on: SQLite is written by this process alone, so its hot reads and
+/// single-use values live in memory ([`Exclusive`]); PostgreSQL is shared by replicas, so every
+/// read goes to the database.
+///
+/// [`Exclusive`]: countersign_broker_core::exclusive::Exclusive
+pub fn storage_for(
+    storage: countersign_broker_sql::SqlStorage,
+) -> Arc<dyn countersign_broker_core::Storage> {
+    match storage.backend() {
+        countersign_broker_sql::Backend::Sqlite => {
+            Arc::new(countersign_broker_core::exclusive::Exclusive::new(storage))
+        }
+        countersign_broker_sql::Backend::Postgres => Arc::new(storage),
+    }
 }
 
 /// The process-wide Prometheus recorder.
@@ -124,9 +165,29 @@ pub fn router(state: Arc<AppState>) -> Router {
     crate::routes::api()
         .route("/v1/openapi.json", get(openapi))
         .route("/metrics", get(render_metrics))
+        .fallback(not_found)
         .layer(middleware::from_fn(track))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(span_for))
         .with_state(state)
+}
+
+/// The request's log span names its route template, never its URI: paths carry ids such as a
+/// machine login's `pending_id`, which only its machine may know.
+fn span_for(req: &Request) -> tracing::Span {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str())
+        .unwrap_or("unmatched");
+    tracing::info_span!("request", method = %req.method(), route)
+}
+
+async fn not_found() -> Response {
+    crate::error::ApiError::from(countersign_broker_core::Error::with_message(
+        countersign_broker_core::ErrorCode::NOT_FOUND,
+        "no such route",
+    ))
+    .into_response()
 }
 
 async fn openapi() -> Response {
@@ -195,7 +256,8 @@ impl Running {
 
 /// Serves `state` on `listen` (port 0 picks one), with TLS when `tls` is given, and starts the
 /// background work: the sweep every 2 s, a policy reload whenever `reload` has passed on the
-/// core's clock, and rate-limiter housekeeping.
+/// core's clock, the expiry-notification deliverer ([`crate::notify`]), and rate-limiter
+/// housekeeping.
 pub async fn serve(
     state: Arc<AppState>,
     listen: SocketAddr,
@@ -285,6 +347,10 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
             }
         })
     };
+    let deliverer = tokio::spawn(crate::notify::run(
+        state.broker.clone(),
+        state.notifier.clone(),
+    ));
     let housekeeping = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {
@@ -292,5 +358,5 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
             state.limits.shrink();
         }
     });
-    vec![sweep, reloader, housekeeping]
+    vec![sweep, reloader, deliverer, housekeeping]
 }

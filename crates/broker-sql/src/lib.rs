@@ -185,7 +185,7 @@ impl SqlStorage {
             Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
             Backend::Postgres => self.pool.begin().await,
         }
-        .map_err(db_err)?;
+        .map_err(begin_err)?;
         Ok(SqlTx::new(tx, self.backend, true, guard))
     }
 
@@ -205,7 +205,7 @@ impl Storage for SqlStorage {
     }
 
     async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
-        let tx = self.pool.begin().await.map_err(db_err)?;
+        let tx = self.pool.begin().await.map_err(begin_err)?;
         Ok(Box::new(SqlTx::new(tx, self.backend, false, None)))
     }
 
@@ -274,6 +274,16 @@ impl Storage for SqlStorage {
         let fresh = tx.remember_once(scope, value, until, now).await?;
         Box::new(tx).commit().await?;
         Ok(fresh)
+    }
+}
+
+/// Maps a failure to start a transaction. Starting one needs a connection: any database error
+/// there (a database not accepting connections, one being shut down, refused logins) means the
+/// database cannot be used now, whatever its code; SQLite's `BUSY` stays a conflict.
+fn begin_err(e: sqlx::Error) -> StorageError {
+    match db_err(e) {
+        StorageError::Other(msg) | StorageError::Corrupt(msg) => StorageError::Unavailable(msg),
+        other => other,
     }
 }
 

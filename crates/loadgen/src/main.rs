@@ -94,6 +94,8 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         limits: LimitsConfig::default(),
         durations: Durations::default(),
         service_logins: Default::default(),
+        token_issuer: None,
+        notifications: None,
     };
     let running = server_rt.block_on(async {
         let state = countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;

@@ -416,18 +416,17 @@ impl Broker {
                 tx.put_grant(&g).await?;
             }
             if withhold {
-                let mut withheld = std::collections::BTreeSet::new();
-                if g.granted == GrantedBy::Automatic {
-                    withheld.extend(g.names.iter().cloned());
-                }
+                // The revoked grant's secrets are withheld from the session: its other
+                // automatic grants that got any of them end, and new requests for them need
+                // approval. Nothing else is withheld, so no other grant is left half valid.
+                let withheld: std::collections::BTreeSet<_> = g.names.iter().cloned().collect();
                 for other in tx.grants_by_enrollment(e.id).await? {
                     if other.id == g.id
                         || other.granted != GrantedBy::Automatic
-                        || !other.names.iter().any(|n| g.names.contains(n))
+                        || !other.names.iter().any(|n| withheld.contains(n))
                     {
                         continue;
                     }
-                    withheld.extend(other.names.iter().cloned());
                     let mut other = other.settled(now, &e);
                     if other.end.is_none() {
                         other.end = Some((GrantEnd::Revoked, now));

@@ -97,7 +97,9 @@ impl Broker {
             lease_expires_at: now + self.config.lease,
             created_at: now,
             ended: None,
-            pod_token_seen: pod_account.is_some(),
+            // POD_TOKEN_REQUIRED applies once the enrollment has *renewed* with a token (spec,
+            // renew route); the account proved at enrollment is kept for that comparison.
+            pod_token_seen: false,
             pod_account,
             withheld: Default::default(),
         };
@@ -236,7 +238,11 @@ impl Broker {
             .await
             .map_err(|e| match e.code {
                 ErrorCode::TOKEN_EXPIRED => Error::new(ErrorCode::POD_TOKEN_EXPIRED),
-                _ => Error::new(ErrorCode::POD_IDENTITY_MISMATCH),
+                ErrorCode::TOKEN_INVALID | ErrorCode::TOKEN_TOO_LONG_LIVED => {
+                    Error::new(ErrorCode::POD_IDENTITY_MISMATCH)
+                }
+                // The issuer's keys could not be fetched: not the pod's fault; try again.
+                _ => e,
             })?;
         let account = sa.account();
         let listed = credential

@@ -302,8 +302,10 @@ impl Broker {
                 }
             }
             let credential = match mine {
+                // Each login moves the expiry to this token's: later as the kubelet rotates the
+                // token, never past the token just shown nor more than the maximum ahead.
                 Some(mut c) => {
-                    c.expires_at = c.expires_at.max(expires_at);
+                    c.expires_at = expires_at;
                     c
                 }
                 None => LauncherCredential {

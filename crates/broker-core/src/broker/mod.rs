@@ -8,6 +8,7 @@ mod cascade;
 mod enroll;
 mod login;
 mod operator;
+mod outbox;
 mod requests;
 mod sweep;
 
@@ -221,11 +222,10 @@ impl Broker {
         name: &crate::ids::SecretName,
     ) -> Result<(bool, Option<Refusal>), Error> {
         let inspection = self.store.inspect(name).await.map_err(|e| {
+            // The store did not answer (timeout, unreachable): the reread ended before it
+            // finished; the last good policy stays and the caller may send it again.
             tracing::warn!(error = %e, secret = %name, "reread failed");
-            Error::with_message(
-                ErrorCode::DATABASE_UNAVAILABLE,
-                "secret store read: unavailable",
-            )
+            Error::new(ErrorCode::REQUEST_ENDED)
         })?;
         let mut state = self.policy_state();
         let (entry, answer) = match inspection {

@@ -1,0 +1,301 @@
+//! The command line (clap derive). Completions and man pages are generated from these same
+//! definitions (`countersign completions`, `countersign man`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use countersign_launcher_proto::paths::SOCKET_ENV;
+
+const AFTER_HELP: &str = "\
+Exit status:
+  0    success
+  1    failure
+  2    usage error (invalid flag, argument, token file or required environment value)
+  75   a request (or machine login) is still waiting for a person
+  76   a lease renewal reached a terminal refusal (do not restart the worker)
+  77   the request (or machine login) was denied
+  126  run: the command exists but could not be executed
+  127  run: the command was not found
+  129, 130, 131, 143  the secret prompt got SIGHUP, SIGINT, SIGQUIT, SIGTERM
+
+Environment:
+  COUNTERSIGN_HELPER_SOCKET     the launcher helper's socket (as --socket)
+  XDG_RUNTIME_DIR               the default socket is $XDG_RUNTIME_DIR/countersign/launcher.sock
+  COUNTERSIGN_NON_INTERACTIVE   as --non-interactive";
+
+/// Countersign: secrets for agent sessions, released only on a policy's yes or a person's
+/// countersignature.
+///
+/// Every command talks to the launcher helper (`countersign-launcher`) on this machine, which
+/// holds the machine's login and the sessions' keys; this program never holds a key. A
+/// session is a process tree: `countersign run` makes one around a command, and commands run
+/// inside it (`request`, `status`, `grants`, ...) act for that session. Operator commands act
+/// for this machine's login and are refused inside a session.
+#[derive(Parser, Debug)]
+#[command(name = "countersign", version, after_long_help = AFTER_HELP)]
+pub struct Cli {
+    /// The launcher helper's socket [default: $XDG_RUNTIME_DIR/countersign/launcher.sock].
+    #[arg(long, global = true, env = SOCKET_ENV, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Print results as JSON (one object per line) for scripts and agents.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Never prompt and show no progress animation; anything that would need a prompt is a
+    /// usage error (exit 2).
+    #[arg(long, global = true, env = "COUNTERSIGN_NON_INTERACTIVE")]
+    pub non_interactive: bool,
+    /// How often to ask whether a person has decided, in seconds.
+    #[arg(long, global = true, value_name = "SECONDS", default_value = "1", value_parser = parse_seconds)]
+    pub poll_interval: Duration,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Log this machine in: a person approves the shown code in the approval console. With
+    /// --service, log a service in with its ServiceAccount token instead.
+    Login(LoginArgs),
+    /// Forget this machine's launcher credential (the helper deletes its stored key).
+    Logout,
+    /// Run COMMAND in a new session, with the granted secrets in its environment.
+    ///
+    /// Registers a session around this process, requests the --secret names (if any) with the
+    /// reason, waits for a person when the policy asks for one, then runs COMMAND with each
+    /// secret in the environment variable of its name. The session ends when COMMAND exits;
+    /// its exit status is this command's.
+    Run(RunArgs),
+    /// Request secrets for the session this command runs in.
+    Request(RequestArgs),
+    /// Show the helper, this machine's login and the current session; with REQUEST_ID, that
+    /// request's state (exit 0 granted, 75 pending, 77 denied, 1 expired or cancelled).
+    Status {
+        /// A request of the current session.
+        #[arg(value_parser = parse_uuid)]
+        request_id: Option<String>,
+    },
+    /// Cancel a pending request of the current session.
+    Cancel {
+        #[arg(value_parser = parse_uuid)]
+        request_id: String,
+    },
+    /// List the current session's live grants.
+    Grants,
+    /// Print a grant's values as NAME=value lines (a JSON object with --json).
+    Values {
+        #[arg(value_parser = parse_uuid)]
+        grant_id: String,
+    },
+    /// Revoke one of the current session's grants.
+    Revoke {
+        #[arg(value_parser = parse_uuid)]
+        grant_id: String,
+    },
+    /// Operator commands for this machine's login (refused inside a session).
+    #[command(subcommand)]
+    Operator(Operator),
+    /// Keep the current session's lease renewed: a worker for a supervisor. Exits 76 on a
+    /// terminal refusal (the session is over; do not restart it).
+    Renew(RenewArgs),
+    /// Print shell completions.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, or write one per command into --dir.
+    Man {
+        /// Write countersign.1 and countersign-<command>.1 here.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct LoginArgs {
+    /// The person who approves this machine's login (their console login, an e-mail).
+    #[arg(long, value_name = "EMAIL", required_unless_present_any = ["service", "resume"], conflicts_with_all = ["service", "resume"])]
+    pub login: Option<String>,
+    /// This machine's name as the approver sees it [default: the helper's host name].
+    #[arg(long, value_name = "NAME", conflicts_with = "service")]
+    pub host: Option<String>,
+    /// Log in as this service with its ServiceAccount token (no person approves).
+    #[arg(long, value_name = "NAME")]
+    pub service: Option<String>,
+    /// The ServiceAccount token file; without it the token is asked for (hidden input), or
+    /// with --non-interactive this is a usage error.
+    #[arg(long, value_name = "PATH", requires = "service")]
+    pub token_file: Option<PathBuf>,
+    /// Show the code and exit 75 without waiting; wait later with --resume.
+    #[arg(long, conflicts_with = "service")]
+    pub no_wait: bool,
+    /// Wait for the machine login already in progress.
+    #[arg(long, conflicts_with = "service")]
+    pub resume: bool,
+    /// Give up waiting after this many seconds (exit 75).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub timeout: Option<Duration>,
+}
+
+/// What to ask for, shared by `run` and `request`.
+#[derive(Args, Debug)]
+pub struct Ask {
+    /// A secret to request, by its agent name (GITHUB_TOKEN); repeat for more.
+    #[arg(long = "secret", short = 's', value_name = "NAME", value_parser = parse_secret_name)]
+    pub secrets: Vec<String>,
+    /// How long the grant should last, in seconds [default: until the session ends].
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub lifetime: Option<u64>,
+    /// Do not wait for a person: exit 75 if the request needs one.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Give up waiting after this many seconds (exit 75).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, conflicts_with = "no_wait")]
+    pub timeout: Option<Duration>,
+    /// The notification session told if the request expires undecided.
+    #[arg(long, value_name = "ID")]
+    pub session_id: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub ask: Ask,
+    /// Why the secrets are needed, shown to the approver [default: "run <COMMAND>"].
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct RequestArgs {
+    #[command(flatten)]
+    pub ask: Ask,
+    /// Why the secrets are needed, shown to the approver.
+    #[arg(long, value_name = "TEXT", required = true)]
+    pub reason: String,
+    /// Once granted, print the values (NAME=value lines, or in the JSON answer).
+    #[arg(long)]
+    pub print_values: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Operator {
+    /// This operator's machines' logins.
+    #[command(subcommand)]
+    Machines(OperatorAction),
+    /// Live grants of this operator's sessions, and those the operator approved.
+    #[command(subcommand)]
+    Grants(OperatorAction),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum OperatorAction {
+    /// List them.
+    List,
+    /// Revoke one by id (a machine login's end takes every session it enrolled with it).
+    Revoke {
+        #[arg(value_parser = parse_uuid)]
+        id: String,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct RenewArgs {
+    /// Renew once and exit (0 renewed, 76 terminal refusal, 1 try again later).
+    #[arg(long)]
+    pub once: bool,
+    /// The longest wait between renewals, in seconds (a renewal also comes at half the lease).
+    #[arg(long, value_name = "SECONDS", default_value = "300", value_parser = parse_seconds)]
+    pub interval: Duration,
+}
+
+/// Seconds as a positive decimal (`1`, `0.25`).
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 1e9) {
+        return Err("must be a positive number of seconds".into());
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// An agent secret name: `^[A-Z][A-Z0-9_]{0,127}$`.
+fn parse_secret_name(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_uppercase()
+        && b.iter()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err("a secret name is upper case letters, digits and _, starting with a letter".into())
+    }
+}
+
+fn parse_uuid(s: &str) -> Result<String, String> {
+    if countersign_launcher_proto::routes::is_uuid(s) {
+        Ok(s.to_ascii_lowercase())
+    } else {
+        Err("ids are UUIDs".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_run() {
+        let cli = Cli::try_parse_from([
+            "countersign",
+            "run",
+            "--secret",
+            "A_B",
+            "-s",
+            "C",
+            "--no-wait",
+            "--",
+            "env",
+            "-i",
+        ]);
+        let Ok(Cli {
+            command: Command::Run(r),
+            ..
+        }) = cli
+        else {
+            panic!("{cli:?}");
+        };
+        assert_eq!(r.ask.secrets, vec!["A_B", "C"]);
+        assert!(r.ask.no_wait);
+        assert_eq!(r.command, vec![OsString::from("env"), OsString::from("-i")]);
+        for bad in [
+            vec!["countersign", "run", "--secret", "lower", "--", "env"],
+            vec!["countersign", "run", "--secret", "A"],
+            vec!["countersign", "cancel", "not-a-uuid"],
+            vec!["countersign", "login"],
+            vec!["countersign", "login", "--login", "a@b", "--service", "s"],
+            vec!["countersign", "--poll-interval", "0", "grants"],
+        ] {
+            let e = Cli::try_parse_from(&bad);
+            assert_eq!(e.err().map(|e| e.exit_code()), Some(2), "{bad:?}");
+        }
+    }
+}

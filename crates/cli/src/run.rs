@@ -1,0 +1,177 @@
+//! `run`: a session around one command.
+//!
+//! 1. This process becomes a child subreaper (so what the command leaves running is reparented
+//!    here, and stays inside the session's process tree while it lasts) and registers itself
+//!    with the helper as a session's root; the helper makes the session's key and enrolls it.
+//! 2. The secrets are requested with the reason; a pending request is waited for (75 when not
+//!    waiting or when the wait times out, after cancelling it; 77 when denied).
+//! 3. The command is started with each granted value in the environment variable of its name
+//!    (127 when it is not found, 126 when it cannot be executed). SIGTERM and SIGHUP are passed
+//!    on to it; so are SIGINT and SIGQUIT unless standard input is a terminal (whose own keys
+//!    already reach the command).
+//! 4. When it exits, the session is unregistered (the helper unenrolls it at the broker, which
+//!    ends its grants), and its exit status is returned (128 + the signal if it was killed).
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+
+use countersign_launcher_proto::messages::Register;
+use countersign_launcher_proto::paths::SOCKET_ENV;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::args::RunArgs;
+use crate::ctx::Ctx;
+use crate::exit::{self, Fail};
+use crate::session;
+
+/// Unregisters the session when dropped, whatever path `run` leaves by.
+struct SessionGuard<'a>(&'a Ctx);
+
+impl Drop for SessionGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.helper.unregister() {
+            eprintln!("countersign: ending the session: {e}");
+        }
+    }
+}
+
+fn default_reason(command: &[OsString]) -> String {
+    let line = command
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let line: String = line.chars().take(200).collect();
+    format!("countersign run: {line}")
+}
+
+pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<u8, Fail> {
+    let Some(program) = a.command.first().cloned() else {
+        return Err(Fail::usage("name the command to run after --"));
+    };
+    let label = Path::new(&program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    // Orphans of the command are reparented here, not to init: they stay in the session.
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let session = ctx.helper.register(Register {
+        session_id: a.ask.session_id.clone(),
+        wait: true,
+        label,
+    })?;
+    let _guard = SessionGuard(ctx);
+    ctx.note(&format!(
+        "countersign: session {} enrolled",
+        session.enrollment_id.as_deref().unwrap_or("?")
+    ));
+
+    let mut env: Vec<(String, countersign_launcher_proto::Secret)> = Vec::new();
+    if !a.ask.secrets.is_empty() {
+        let reason = a
+            .reason
+            .clone()
+            .unwrap_or_else(|| default_reason(&a.command));
+        let created = session::create(ctx, &a.ask, &reason).await?;
+        let id = created.id.clone();
+        let waited = tokio::select! {
+            r = session::wait(ctx, created, a.ask.no_wait, a.ask.timeout) => r?,
+            _ = tokio::signal::ctrl_c() => {
+                let _ = session::cancel_request(ctx, &id).await;
+                eprintln!("countersign: interrupted; request {id} cancelled");
+                return Ok(exit::for_signal(libc_sigint()));
+            }
+        };
+        match waited.state.as_str() {
+            "granted" => {
+                let grant = waited.grant_id.clone().unwrap_or_default();
+                let v = session::values(ctx, &grant).await?;
+                env.extend(v.values);
+            }
+            "pending" => {
+                let _ = session::cancel_request(ctx, &waited.id).await;
+                ctx.print(&waited.raw, || waited.describe());
+                ctx.note(
+                    "countersign: not waiting for the approval; the request is withdrawn with the session (run again without --no-wait, or use `countersign request` inside a session to leave one pending)",
+                );
+                return Ok(exit::PENDING);
+            }
+            "denied" => {
+                ctx.print(&waited.raw, || waited.describe());
+                return Ok(exit::DENIED);
+            }
+            _ => {
+                return Err(Fail::failure(waited.describe()));
+            }
+        }
+    }
+
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(&a.command[1..]);
+    for (name, value) in &env {
+        cmd.env(name, value.expose());
+    }
+    cmd.env(SOCKET_ENV, &ctx.socket);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let shown = Path::new(&program).display().to_string();
+            let (code, why) = if e.kind() == std::io::ErrorKind::NotFound {
+                (exit::NOT_FOUND, "command not found")
+            } else {
+                (exit::CANNOT_EXECUTE, "cannot execute")
+            };
+            eprintln!("countersign: {shown}: {why}: {e}");
+            return Ok(code);
+        }
+    };
+    drop(env);
+    let pid = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .map(Pid::from_raw);
+    let status = forward_signals_until_exit(&mut child, pid).await;
+    Ok(match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => u8::try_from(c).unwrap_or(exit::FAILURE),
+            (None, Some(sig)) => exit::for_signal(sig),
+            _ => exit::FAILURE,
+        },
+        Err(e) => {
+            eprintln!("countersign: waiting for the command: {e}");
+            exit::FAILURE
+        }
+    })
+}
+
+fn libc_sigint() -> i32 {
+    Signal::SIGINT as i32
+}
+
+async fn forward_signals_until_exit(
+    child: &mut tokio::process::Child,
+    pid: Option<Pid>,
+) -> std::io::Result<std::process::ExitStatus> {
+    let tty = std::io::stdin().is_terminal();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut quit = signal(SignalKind::quit())?;
+    let send = |s: Signal| {
+        if let Some(p) = pid {
+            let _ = kill(p, s);
+        }
+    };
+    loop {
+        tokio::select! {
+            status = child.wait() => return status,
+            _ = term.recv() => send(Signal::SIGTERM),
+            _ = hup.recv() => send(Signal::SIGHUP),
+            _ = int.recv() => if !tty { send(Signal::SIGINT) },
+            _ = quit.recv() => if !tty { send(Signal::SIGQUIT) },
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! The console's own storage: browser sessions, sign-in attempts, personal tokens and the people
+//! who have signed in. Tokens and session ids are kept only as their SHA-256.
+
+use async_trait::async_trait;
+
+use crate::clock::Time;
+use crate::ids::{Login, TokenId};
+
+/// A storage failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// The database cannot be reached.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("database failure: {0}")]
+    Other(String),
+}
+
+/// A signed-in browser session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrowserSession {
+    /// SHA-256 (hex) of the session token the cookie carries.
+    pub key: String,
+    pub login: Login,
+    /// The CSRF token pages send back in `X-CSRF-Token` (or a form field).
+    pub csrf_token: String,
+    pub created_at: Time,
+    pub expires_at: Time,
+}
+
+/// An OpenID Connect sign-in under way: what the callback needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignInAttempt {
+    /// SHA-256 (hex) of the `state` parameter.
+    pub key: String,
+    pub nonce: String,
+    pub pkce_verifier: String,
+    /// A local path to return to after signing in.
+    pub return_to: String,
+    pub expires_at: Time,
+}
+
+/// A personal agent token (only its hash is kept).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersonalToken {
+    pub id: TokenId,
+    pub owner: Login,
+    pub name: String,
+    /// SHA-256 (hex) of the token.
+    pub hash: String,
+    pub created_at: Time,
+    pub revoked_at: Option<Time>,
+}
+
+/// The console's storage. Each method is one statement (or one transaction).
+#[async_trait]
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    async fn put_session(&self, s: &BrowserSession) -> Result<(), StorageError>;
+    async fn get_session(&self, key: &str) -> Result<Option<BrowserSession>, StorageError>;
+    async fn delete_session(&self, key: &str) -> Result<(), StorageError>;
+
+    async fn put_attempt(&self, a: &SignInAttempt) -> Result<(), StorageError>;
+    /// Removes and answers the attempt: each is used at most once.
+    async fn take_attempt(&self, key: &str) -> Result<Option<SignInAttempt>, StorageError>;
+
+    async fn put_token(&self, t: &PersonalToken) -> Result<(), StorageError>;
+    /// The owner's tokens not revoked, oldest first.
+    async fn live_tokens(&self, owner: &Login) -> Result<Vec<PersonalToken>, StorageError>;
+    async fn token_by_hash(&self, hash: &str) -> Result<Option<PersonalToken>, StorageError>;
+    /// Marks the owner's token revoked; false when the owner has no such live token.
+    async fn revoke_token(
+        &self,
+        owner: &Login,
+        id: TokenId,
+        at: Time,
+    ) -> Result<bool, StorageError>;
+
+    /// Records that `login` signed in at `at`.
+    async fn saw_person(&self, login: &Login, at: Time) -> Result<(), StorageError>;
+    /// Everyone who has signed in, by login.
+    async fn people(&self) -> Result<Vec<Login>, StorageError>;
+
+    /// Deletes sessions and sign-in attempts that lapsed before `now`.
+    async fn purge_expired(&self, now: Time) -> Result<u64, StorageError>;
+    async fn ping(&self) -> Result<(), StorageError>;
+}

@@ -1,0 +1,273 @@
+//! Configuration: a TOML file, then environment overrides (`COUNTERSIGN_CONSOLE_*`). Secrets (the
+//! broker's console token, the agents' shared token, the OpenID client secret) are read from
+//! files or the environment, never from the command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use zeroize::Zeroizing;
+
+/// The console's configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The URL people's browsers use (`https://…` makes cookies `Secure`). Sign-in's redirect
+    /// URI is `<public_url>/auth/callback`.
+    pub public_url: String,
+    /// `sqlite://PATH?mode=rwc` (default) or `postgres://…`: the console's own tables.
+    #[serde(default = "default_database")]
+    pub database_url: String,
+    /// File holding the agents' shared bearer token (optional).
+    #[serde(default)]
+    pub shared_token_file: Option<PathBuf>,
+    /// Hours a browser session lasts.
+    #[serde(default = "default_session_hours")]
+    pub session_hours: i64,
+    /// When set, only logins of these e-mail domains sign in.
+    #[serde(default)]
+    pub allowed_email_domains: Vec<String>,
+    /// The broker this console fronts; without it the credential routes say so.
+    #[serde(default)]
+    pub broker: Option<BrokerConfig>,
+    /// The OpenID Connect provider people sign in with.
+    #[serde(default)]
+    pub oidc: Option<OidcConfig>,
+    /// Dev mode's sign-in by e-mail alone. Never read from a file: only `countersign-console
+    /// dev` (and tests) turn it on, and only on a loopback listener.
+    #[serde(skip)]
+    pub local_sign_in: bool,
+    /// Dev mode: the e-mail the local sign-in form suggests.
+    #[serde(skip)]
+    pub local_sign_in_hint: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// The broker's base URL.
+    pub url: String,
+    /// File holding the broker's console token.
+    #[serde(default)]
+    pub console_token_file: Option<PathBuf>,
+    #[serde(default = "default_broker_timeout")]
+    pub timeout_seconds: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcConfig {
+    /// The issuer URL (discovery at `<issuer>/.well-known/openid-configuration`).
+    pub issuer: String,
+    pub client_id: String,
+    /// File holding the client secret; none for a public client (PKCE protects the code).
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
+    /// Refuse ID tokens whose `email_verified` is not true (default true).
+    #[serde(default = "default_true")]
+    pub require_verified_email: bool,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8081))
+}
+fn default_database() -> String {
+    "sqlite://console.db?mode=rwc".into()
+}
+fn default_session_hours() -> i64 {
+    12
+}
+fn default_broker_timeout() -> u64 {
+    10
+}
+fn default_true() -> bool {
+    true
+}
+
+fn read_secret(path: &std::path::Path, what: &str) -> anyhow::Result<Zeroizing<String>> {
+    let text = Zeroizing::new(
+        std::fs::read_to_string(path)
+            .with_context(|| format!("read {what} file {}", path.display()))?,
+    );
+    let t = text.trim();
+    if t.len() < 16 {
+        bail!(
+            "the {what} in {} is shorter than 16 characters",
+            path.display()
+        );
+    }
+    Ok(Zeroizing::new(t.to_owned()))
+}
+
+impl Config {
+    /// A configuration with defaults for `public_url`.
+    pub fn new(public_url: &str) -> Self {
+        Self {
+            listen: default_listen(),
+            public_url: public_url.to_owned(),
+            database_url: default_database(),
+            shared_token_file: None,
+            session_hours: default_session_hours(),
+            allowed_email_domains: Vec::new(),
+            broker: None,
+            oidc: None,
+            local_sign_in: false,
+            local_sign_in_hint: None,
+        }
+    }
+
+    /// Reads the file, then applies the environment overrides.
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("read config {}", path.display()))?;
+        let mut c: Config =
+            toml::from_str(&text).with_context(|| format!("parse config {}", path.display()))?;
+        c.apply_env(|k| std::env::var(k).ok())?;
+        Ok(c)
+    }
+
+    /// `COUNTERSIGN_CONSOLE_LISTEN`, `COUNTERSIGN_CONSOLE_PUBLIC_URL`,
+    /// `COUNTERSIGN_CONSOLE_DATABASE_URL`, `COUNTERSIGN_BROKER_URL`,
+    /// `COUNTERSIGN_CONSOLE_TOKEN_FILE`; then checks the result.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+        if let Some(v) = var("COUNTERSIGN_CONSOLE_LISTEN") {
+            self.listen = v.parse().context("COUNTERSIGN_CONSOLE_LISTEN")?;
+        }
+        if let Some(v) = var("COUNTERSIGN_CONSOLE_PUBLIC_URL") {
+            self.public_url = v;
+        }
+        if let Some(v) = var("COUNTERSIGN_CONSOLE_DATABASE_URL") {
+            self.database_url = v;
+        }
+        if let Some(v) = var("COUNTERSIGN_BROKER_URL") {
+            match &mut self.broker {
+                Some(b) => b.url = v,
+                None => {
+                    self.broker = Some(BrokerConfig {
+                        url: v,
+                        console_token_file: None,
+                        timeout_seconds: default_broker_timeout(),
+                    })
+                }
+            }
+        }
+        if let (Some(v), Some(b)) = (var("COUNTERSIGN_CONSOLE_TOKEN_FILE"), &mut self.broker) {
+            b.console_token_file = Some(v.into());
+        }
+        self.check()
+    }
+
+    /// Refuses what cannot work or would be unsafe.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let u = url::Url::parse(&self.public_url).context("public_url")?;
+        if !matches!(u.scheme(), "http" | "https") || u.host().is_none() {
+            bail!("public_url must be an http:// or https:// URL");
+        }
+        if self.local_sign_in && !self.listen.ip().is_loopback() {
+            bail!(
+                "local sign-in listens on loopback only; {} is not",
+                self.listen
+            );
+        }
+        if self.session_hours < 1 || self.session_hours > 24 * 30 {
+            bail!("session_hours must be between 1 and 720");
+        }
+        Ok(())
+    }
+
+    /// `scheme://host[:port]` of `public_url`: what a same-origin `Origin` header says.
+    pub fn public_origin(&self) -> String {
+        url::Url::parse(&self.public_url)
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_default()
+    }
+
+    pub fn is_https(&self) -> bool {
+        self.public_url.starts_with("https://")
+    }
+
+    /// The broker's console token: `COUNTERSIGN_CONSOLE_TOKEN`, else the broker's token file.
+    pub fn console_token(&self) -> anyhow::Result<Option<Zeroizing<String>>> {
+        if let Ok(v) = std::env::var("COUNTERSIGN_CONSOLE_TOKEN") {
+            return Ok(Some(Zeroizing::new(v)));
+        }
+        match self
+            .broker
+            .as_ref()
+            .and_then(|b| b.console_token_file.as_ref())
+        {
+            Some(p) => read_secret(p, "console token").map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The agents' shared token, if configured.
+    pub fn shared_token(&self) -> anyhow::Result<Option<Zeroizing<String>>> {
+        self.shared_token_file
+            .as_ref()
+            .map(|p| read_secret(p, "shared token"))
+            .transpose()
+    }
+
+    /// The OpenID client secret, if configured.
+    pub fn oidc_client_secret(&self) -> anyhow::Result<Option<Zeroizing<String>>> {
+        match self
+            .oidc
+            .as_ref()
+            .and_then(|o| o.client_secret_file.as_ref())
+        {
+            Some(p) => {
+                let text =
+                    Zeroizing::new(std::fs::read_to_string(p).with_context(|| {
+                        format!("read OIDC client secret file {}", p.display())
+                    })?);
+                Ok(Some(Zeroizing::new(text.trim().to_owned())))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_file_and_refuses_unknown_fields() {
+        let c: Config = toml::from_str(
+            r#"
+listen = "0.0.0.0:8443"
+public_url = "https://console.example.com"
+database_url = "postgres://c@db/console"
+allowed_email_domains = ["example.com"]
+[broker]
+url = "https://broker.example.com"
+console_token_file = "/etc/countersign/console-token"
+[oidc]
+issuer = "https://id.example.com"
+client_id = "countersign"
+"#,
+        )
+        .expect("parse");
+        assert!(c.check().is_ok());
+        assert!(c.is_https());
+        assert_eq!(c.public_origin(), "https://console.example.com");
+        assert!(!c.local_sign_in);
+        assert!(
+            toml::from_str::<Config>("public_url = \"http://x\"\nlocal_sign_in = true").is_err()
+        );
+    }
+
+    #[test]
+    fn local_sign_in_needs_loopback() {
+        let mut c = Config::new("http://127.0.0.1:8081");
+        c.local_sign_in = true;
+        assert!(c.check().is_ok());
+        c.listen = "0.0.0.0:8081".parse().expect("addr");
+        assert!(c.check().is_err());
+    }
+}

@@ -1,0 +1,205 @@
+//! Dev mode: the broker and the console in one process, both on loopback.
+//!
+//! The broker runs from its own library (`countersign_broker_http::server::build` and
+//! `serve_listener`) on the state `countersign-broker dev` keeps in the same directory: its
+//! SQLite database, sealing key, console token and demo secrets are created on first run in
+//! the same files and formats, so either command can start from the other's state. The console
+//! keeps its own SQLite database there (`console.db`), talks to the broker with that console
+//! token, and offers dev mode's local sign-in (an e-mail, loopback only).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use base64::Engine;
+
+use crate::config::{BrokerConfig, Config};
+
+/// The person dev mode's demo secrets belong to (as `countersign-broker dev` writes them).
+pub const DEV_PERSON: &str = "dev@countersign.local";
+
+/// The broker and the console, running.
+#[derive(Debug)]
+pub struct Dev {
+    pub broker: countersign_broker_http::Running,
+    pub console: crate::Running,
+    pub broker_url: String,
+    pub console_url: String,
+    pub dir: PathBuf,
+}
+
+impl Dev {
+    /// Tells the person where things are and what to do next.
+    pub fn print(&self) {
+        let token = std::fs::read_to_string(self.dir.join("console-token")).unwrap_or_default();
+        println!("Countersign (dev mode): broker and approval console");
+        println!(
+            "  console:       {}   (sign in as {DEV_PERSON})",
+            self.console_url
+        );
+        println!("  broker:        {}", self.broker_url);
+        println!("  state:         {}", self.dir.display());
+        println!("  console token: {}", token.trim());
+        println!(
+            "  demo secrets:  DEMO_AUTOMATIC (automatic), DEMO_OWNER (owner {DEV_PERSON}), DEMO_SHARED (shared), DEMO_LOCKED (locked)"
+        );
+        println!(
+            "Next: open {} and sign in as {DEV_PERSON}; an agent's request for DEMO_OWNER or DEMO_SHARED appears in its inbox. (Broker API: {}/v1/openapi.json)",
+            self.console_url, self.broker_url
+        );
+    }
+
+    pub async fn shutdown(self, grace: Duration) {
+        self.console.shutdown(grace).await;
+        self.broker.shutdown(grace).await;
+    }
+}
+
+/// Starts both on 127.0.0.1 (port 0 picks a free one), creating dev state in `dir` on first run.
+pub async fn start(dir: &Path, broker_port: u16, console_port: u16) -> anyhow::Result<Dev> {
+    ensure_state(dir)?;
+    let broker_listener =
+        std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], broker_port)))
+            .with_context(|| format!("bind the broker on 127.0.0.1:{broker_port}"))?;
+    let broker_addr = broker_listener.local_addr()?;
+    let broker_url = format!("http://{broker_addr}");
+    let s = |p: PathBuf| serde_json::to_string(&p.display().to_string()).unwrap_or_default();
+    let broker_toml = format!(
+        "listen = \"{broker_addr}\"\npublic_url = \"{broker_url}\"\ndatabase_url = {}\n\
+         seal_key_file = {}\nconsole_token_file = {}\n[store]\nkind = \"local\"\npath = {}\n",
+        serde_json::to_string(&format!(
+            "sqlite://{}?mode=rwc",
+            dir.join("broker.db").display()
+        ))
+        .unwrap_or_default(),
+        s(dir.join("seal.key")),
+        s(dir.join("console-token")),
+        s(dir.join("secrets.toml")),
+    );
+    let broker_config: countersign_broker_http::Config =
+        toml::from_str(&broker_toml).context("dev broker configuration")?;
+    let state = countersign_broker_http::server::build(
+        &broker_config,
+        Arc::new(countersign_broker_core::SystemClock),
+    )
+    .await?;
+    let broker = countersign_broker_http::server::serve_listener(
+        state,
+        broker_listener,
+        None,
+        chrono::Duration::seconds(broker_config.durations.policy_reload),
+    )
+    .await?;
+
+    let console_listener =
+        tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], console_port)))
+            .await
+            .with_context(|| format!("bind the console on 127.0.0.1:{console_port}"))?;
+    let console_addr = console_listener.local_addr()?;
+    let console_url = format!("http://{console_addr}");
+    let mut config = Config::new(&console_url);
+    config.listen = console_addr;
+    config.database_url = format!("sqlite://{}?mode=rwc", dir.join("console.db").display());
+    config.broker = Some(BrokerConfig {
+        url: broker_url.clone(),
+        console_token_file: Some(dir.join("console-token")),
+        timeout_seconds: 10,
+    });
+    config.local_sign_in = true;
+    config.local_sign_in_hint = Some(DEV_PERSON.to_owned());
+    let state = crate::build(&config, Arc::new(countersign_console_core::SystemClock)).await?;
+    let console = crate::serve(state, console_listener).await?;
+    Ok(Dev {
+        broker,
+        console,
+        broker_url,
+        console_url,
+        dir: dir.to_owned(),
+    })
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn random<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    countersign_console_core::Entropy::fill(&countersign_console_core::SystemEntropy, &mut b);
+    b
+}
+
+/// The broker's dev state, as `countersign-broker dev` makes it.
+fn ensure_state(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let seal = dir.join("seal.key");
+    if !seal.exists() {
+        write_secret(&seal, &b64(&random::<32>()))?;
+    }
+    let token = dir.join("console-token");
+    if !token.exists() {
+        write_secret(&token, &format!("cs-dev-{}", b64(&random::<24>())))?;
+    }
+    let secrets = dir.join("secrets.toml");
+    if !secrets.exists() {
+        write_secret(&secrets, &demo_secrets())?;
+    }
+    Ok(())
+}
+
+fn demo_secrets() -> String {
+    let v = |p: &str| format!("{p}-{}", b64(&random::<12>()));
+    format!(
+        r#"# Dev mode's demo secrets (a local file store; edit freely, it is reread on every use).
+prefix = "agents/"
+key = "local"
+
+[[secret]]
+name = "agents/demo-automatic"
+owner = "{DEV_PERSON}"
+tier = "automatic"
+value = "{}"
+
+[[secret]]
+name = "agents/demo-owner"
+owner = "{DEV_PERSON}"
+tier = "owner"
+value = "{}"
+
+[[secret]]
+name = "agents/demo-shared"
+owner = "{DEV_PERSON}"
+tier = "shared"
+value = "{}"
+
+[[secret]]
+name = "agents/demo-locked"
+owner = "{DEV_PERSON}"
+tier = "locked"
+value = "{}"
+"#,
+        v("auto"),
+        v("owner"),
+        v("shared"),
+        v("locked")
+    )
+}
+
+fn write_secret(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts
+        .open(path)
+        .with_context(|| format!("create {}", path.display()))?;
+    f.write_all(contents.as_bytes())?;
+    Ok(())
+}

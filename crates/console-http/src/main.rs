@@ -1,0 +1,124 @@
+//! `countersign-console`: the approval console's server.
+//!
+//! - `countersign-console serve --config console.toml` runs from a configuration file (with
+//!   `COUNTERSIGN_CONSOLE_*` environment overrides).
+//! - `countersign-console dev` runs the broker and the console together on loopback, with the
+//!   broker's dev state under `.countersign-dev/` and dev mode's local sign-in.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use countersign_console_http::Config;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "countersign-console",
+    version,
+    about = "The Countersign approval console"
+)]
+struct Cli {
+    /// Log as JSON lines (for log collectors) instead of text.
+    #[arg(long, global = true, env = "COUNTERSIGN_LOG_JSON")]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve from a configuration file.
+    Serve {
+        /// The TOML configuration file.
+        #[arg(long, short, env = "COUNTERSIGN_CONSOLE_CONFIG")]
+        config: PathBuf,
+    },
+    /// Dev mode: the broker and the console together on loopback, state kept in DIR.
+    #[cfg(feature = "dev")]
+    Dev {
+        /// Where dev state lives (the broker's database, demo secrets and keys; the console's
+        /// database).
+        #[arg(long, default_value = ".countersign-dev", env = "COUNTERSIGN_DEV_DIR")]
+        dir: PathBuf,
+        /// The broker's port on 127.0.0.1 (0 picks a free one).
+        #[arg(long, default_value_t = 8080, env = "COUNTERSIGN_PORT")]
+        broker_port: u16,
+        /// The console's port on 127.0.0.1 (0 picks a free one).
+        #[arg(long, default_value_t = 8081, env = "COUNTERSIGN_CONSOLE_PORT")]
+        console_port: u16,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logs(cli.log_json);
+    match cli.command {
+        Command::Serve { config } => serve(Config::load(&config)?).await,
+        #[cfg(feature = "dev")]
+        Command::Dev {
+            dir,
+            broker_port,
+            console_port,
+        } => {
+            let dev = countersign_console_http::dev::start(&dir, broker_port, console_port).await?;
+            dev.print();
+            shutdown_signal().await;
+            tracing::info!("shutting down: finishing requests in flight");
+            dev.shutdown(Duration::from_secs(10)).await;
+            Ok(())
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let state =
+        countersign_console_http::build(&config, Arc::new(countersign_console_core::SystemClock))
+            .await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("bind {}", config.listen))?;
+    let running = countersign_console_http::serve(state, listener).await?;
+    tracing::info!(addr = %running.addr, "console listening");
+    let stop = running.stopper();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: finishing requests in flight");
+        let _ = stop.send(true);
+    });
+    running.wait().await.context("server")?;
+    Ok(())
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,tower_http=warn,sqlx=warn".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,654 @@
+//! Test fixtures: a real broker (in-process, port 0, temp SQLite, local store), a small OpenID
+//! provider on loopback ([`idp::TestIdp`]), the console on port 0 against both, people with
+//! browser-like cookie jars, and machines and sessions speaking the broker protocol with real
+//! ES256 keys.
+
+#![allow(dead_code)]
+
+pub mod idp;
+pub mod webdriver;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use countersign_console_http::Config;
+use countersign_console_http::config::{BrokerConfig, OidcConfig};
+use countersign_proto::SigningKey;
+use countersign_proto::claims::{
+    self, AuthorizationDetail, MachineLoginClaims, ProofClaims, SecretRequestClaims,
+};
+use countersign_proto::jws::{self, Header};
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+
+pub const ADA: &str = "ada@example.com";
+pub const BOB: &str = "bob@example.com";
+/// Tier `owner`, owner Ada.
+pub const ADA_SECRET: &str = "ADA_SECRET";
+/// Tier `shared`, owner Bob: anyone approves.
+pub const SHARED: &str = "SHARED_SECRET";
+/// Tier `automatic`, owner Ada.
+pub const AUTO: &str = "AUTO_TOKEN";
+
+pub const CONSOLE_TOKEN: &str = "test-console-token-0123456789abcdef";
+pub const SHARED_TOKEN: &str = "test-shared-agent-token-0123456789";
+pub const CLIENT_ID: &str = "countersign-console";
+pub const CLIENT_SECRET: &str = "test-client-secret-0123456789";
+
+/// A broker in this process.
+pub struct TestBroker {
+    pub url: String,
+    pub values: HashMap<String, String>,
+    running: Option<countersign_broker_http::Running>,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestBroker {
+    pub async fn start() -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mut values = HashMap::new();
+        let mut secrets = String::from("prefix = \"agents/\"\nkey = \"local\"\n");
+        for (name, owner, tier) in [
+            (ADA_SECRET, ADA, "owner"),
+            (SHARED, BOB, "shared"),
+            (AUTO, ADA, "automatic"),
+        ] {
+            let value = format!(
+                "{}-value-{}",
+                name.to_lowercase(),
+                uuid::Uuid::new_v4().simple()
+            );
+            secrets.push_str(&format!(
+                "\n[[secret]]\nname = \"agents/{}\"\nowner = \"{owner}\"\ntier = \"{tier}\"\nvalue = \"{value}\"\n",
+                name.to_lowercase().replace('_', "-")
+            ));
+            values.insert(name.to_owned(), value);
+        }
+        std::fs::write(dir.path().join("secrets.toml"), secrets)?;
+        std::fs::write(
+            dir.path().join("seal.key"),
+            countersign_proto::b64::encode(&[9u8; 32]),
+        )?;
+        std::fs::write(dir.path().join("console-token"), CONSOLE_TOKEN)?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let q = |p: std::path::PathBuf| {
+            serde_json::to_string(&p.display().to_string()).unwrap_or_default()
+        };
+        let toml = format!(
+            "listen = \"{addr}\"\npublic_url = \"http://{addr}\"\ndatabase_url = {}\nseal_key_file = {}\n\
+             console_token_file = {}\n[store]\nkind = \"local\"\npath = {}\n",
+            serde_json::to_string(&format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("broker.db").display()
+            ))?,
+            q(dir.path().join("seal.key")),
+            q(dir.path().join("console-token")),
+            q(dir.path().join("secrets.toml")),
+        );
+        let config: countersign_broker_http::Config = toml::from_str(&toml)?;
+        let state = countersign_broker_http::server::build(
+            &config,
+            Arc::new(countersign_broker_core::SystemClock),
+        )
+        .await?;
+        let running = countersign_broker_http::server::serve_listener(
+            state,
+            listener,
+            None,
+            chrono::Duration::minutes(5),
+        )
+        .await?;
+        Ok(Self {
+            url: format!("http://{addr}"),
+            values,
+            running: Some(running),
+            dir,
+        })
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown(Duration::from_secs(2)).await;
+        }
+    }
+}
+
+/// The console in this process.
+pub struct TestConsole {
+    pub url: String,
+    pub dir: tempfile::TempDir,
+    running: Option<countersign_console_http::Running>,
+}
+
+/// How to build a test console.
+#[derive(Default)]
+pub struct ConsoleOptions<'a> {
+    pub broker: Option<&'a TestBroker>,
+    pub idp: Option<&'a idp::TestIdp>,
+    pub local_sign_in: bool,
+    pub shared_token: bool,
+}
+
+impl TestConsole {
+    pub async fn start(o: ConsoleOptions<'_>) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let url = format!("http://{addr}");
+        let mut c = Config::new(&url);
+        c.listen = addr;
+        c.database_url = format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("console.db").display()
+        );
+        if let Some(b) = o.broker {
+            c.broker = Some(BrokerConfig {
+                url: b.url.clone(),
+                console_token_file: Some(b.dir.path().join("console-token")),
+                timeout_seconds: 5,
+            });
+        }
+        if let Some(i) = o.idp {
+            let secret = dir.path().join("client-secret");
+            std::fs::write(&secret, CLIENT_SECRET)?;
+            c.oidc = Some(OidcConfig {
+                issuer: i.issuer.clone(),
+                client_id: CLIENT_ID.into(),
+                client_secret_file: Some(secret),
+                require_verified_email: true,
+            });
+            i.register_redirect(&format!("{url}/auth/callback"));
+        }
+        if o.shared_token {
+            let p = dir.path().join("shared-token");
+            std::fs::write(&p, SHARED_TOKEN)?;
+            c.shared_token_file = Some(p);
+        }
+        c.local_sign_in = o.local_sign_in;
+        let state =
+            countersign_console_http::build(&c, Arc::new(countersign_console_core::SystemClock))
+                .await?;
+        let running = countersign_console_http::serve(state, listener).await?;
+        Ok(Self {
+            url,
+            dir,
+            running: Some(running),
+        })
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown(Duration::from_secs(2)).await;
+        }
+    }
+}
+
+/// An answer.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub text: String,
+    pub json: Value,
+}
+
+impl Resp {
+    async fn read(r: reqwest::Response) -> anyhow::Result<Self> {
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let text = r.text().await?;
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Ok(Self {
+            status,
+            headers,
+            text,
+            json,
+        })
+    }
+
+    pub fn code(&self) -> &str {
+        self.json["code"].as_str().unwrap_or("")
+    }
+
+    pub fn location(&self) -> Option<String> {
+        self.headers
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+
+    pub fn set_cookies(&self) -> Vec<String> {
+        self.headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_owned))
+            .collect()
+    }
+}
+
+/// A person at a browser: a cookie jar, redirects followed by hand (so tests see each hop).
+pub struct Person {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub csrf: String,
+    /// Every answer of the last [`Person::follow`], in order.
+    pub hops: Vec<Resp>,
+}
+
+impl Person {
+    pub fn new(console: &TestConsole) -> anyhow::Result<Self> {
+        Ok(Self {
+            http: reqwest::Client::builder()
+                .cookie_store(true)
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+            base: console.url.clone(),
+            csrf: String::new(),
+            hops: Vec::new(),
+        })
+    }
+
+    fn abs(&self, path: &str) -> String {
+        if path.starts_with("http") {
+            path.to_owned()
+        } else {
+            format!("{}{path}", self.base)
+        }
+    }
+
+    /// GETs `path` and follows redirects; answers the last answer.
+    pub async fn follow(&mut self, path: &str) -> anyhow::Result<&Resp> {
+        self.hops.clear();
+        let mut url = self.abs(path);
+        for _ in 0..10 {
+            let r = Resp::read(self.http.get(&url).send().await?).await?;
+            let next = (300..400)
+                .contains(&r.status)
+                .then(|| r.location())
+                .flatten();
+            self.hops.push(r);
+            match next {
+                Some(l) if l.starts_with("http") => url = l,
+                Some(l) => {
+                    let base = url::Url::parse(&url)?;
+                    url = base.join(&l)?.to_string();
+                }
+                None => break,
+            }
+        }
+        self.hops.last().context("no answer")
+    }
+
+    /// Signs in through the test OpenID provider as `email`.
+    pub async fn sign_in_oidc(&mut self, idp: &idp::TestIdp, email: &str) -> anyhow::Result<()> {
+        idp.set_next_login(email);
+        let last = self.follow("/auth/oidc?next=/").await?;
+        if last.status != 200 || !last.text.contains("csrf-token") {
+            bail!("sign-in ended at {} {}", last.status, last.text);
+        }
+        self.csrf = scrape_csrf(&last.text).context("csrf meta")?;
+        Ok(())
+    }
+
+    /// Dev mode's local sign-in.
+    pub async fn sign_in_local(&mut self, email: &str) -> anyhow::Result<Resp> {
+        let page = self.follow("/sign-in").await?;
+        let token = scrape_field(&page.text, "csrf").context("form token")?;
+        let r = Resp::read(
+            self.http
+                .post(self.abs("/auth/local"))
+                .header("origin", &self.base)
+                .form(&[("email", email), ("csrf", &token), ("next", "/")])
+                .send()
+                .await?,
+        )
+        .await?;
+        if r.status == 303 {
+            let home = self.follow("/").await?;
+            if let Some(c) = scrape_csrf(&home.text) {
+                self.csrf = c;
+            }
+        }
+        Ok(r)
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Resp> {
+        Resp::read(self.http.get(self.abs(path)).send().await?).await
+    }
+
+    /// A state change as the pages' script makes it: same origin, CSRF header.
+    pub async fn post(&self, path: &str, body: Value) -> anyhow::Result<Resp> {
+        Resp::read(
+            self.http
+                .post(self.abs(path))
+                .header("origin", &self.base)
+                .header("x-csrf-token", &self.csrf)
+                .json(&body)
+                .send()
+                .await?,
+        )
+        .await
+    }
+
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Resp> {
+        Resp::read(
+            self.http
+                .delete(self.abs(path))
+                .header("origin", &self.base)
+                .header("x-csrf-token", &self.csrf)
+                .send()
+                .await?,
+        )
+        .await
+    }
+}
+
+pub fn scrape_csrf(html: &str) -> Option<String> {
+    let i = html.find("name=\"csrf-token\" content=\"")? + "name=\"csrf-token\" content=\"".len();
+    Some(html[i..].split('"').next()?.to_owned())
+}
+
+pub fn scrape_field(html: &str, name: &str) -> Option<String> {
+    let pat = format!("name=\"{name}\" value=\"");
+    let i = html.find(&pat)? + pat.len();
+    Some(html[i..].split('"').next()?.to_owned())
+}
+
+/// An agent calling the console with a bearer token.
+pub async fn bearer_get(console: &TestConsole, token: &str, path: &str) -> anyhow::Result<Resp> {
+    Resp::read(
+        reqwest::Client::new()
+            .get(format!("{}{path}", console.url))
+            .bearer_auth(token)
+            .send()
+            .await?,
+    )
+    .await
+}
+
+pub async fn bearer_post(
+    console: &TestConsole,
+    token: &str,
+    path: &str,
+    body: Value,
+) -> anyhow::Result<Resp> {
+    Resp::read(
+        reqwest::Client::new()
+            .post(format!("{}{path}", console.url))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await?,
+    )
+    .await
+}
+
+// ----- the broker protocol -----
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+async fn broker_call(
+    broker: &TestBroker,
+    method: reqwest::Method,
+    path: &str,
+    proof: Option<String>,
+    body: Option<Vec<u8>>,
+) -> anyhow::Result<Resp> {
+    let mut req = reqwest::Client::new().request(method, format!("{}{path}", broker.url));
+    if let Some(p) = proof {
+        req = req.header("proof", p);
+    }
+    if let Some(b) = body {
+        req = req.header("content-type", "application/json").body(b);
+    }
+    Resp::read(req.send().await?).await
+}
+
+fn proof(
+    key: &SigningKey,
+    typ: &str,
+    kid: &str,
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> anyhow::Result<String> {
+    Ok(jws::sign(
+        key,
+        &Header::with_kid(typ, kid),
+        &ProofClaims {
+            htm: method.into(),
+            htu: claims::htu(base, path),
+            iat: now(),
+            jti: claims::new_jti()?,
+            bh: body.map(claims::body_hash),
+        },
+    )?)
+}
+
+/// A machine login under way: the machine shows `code`.
+pub struct PendingLogin {
+    pub key: SigningKey,
+    pub code: String,
+    pub pending_id: String,
+}
+
+/// Starts a person's machine login for `host`.
+pub async fn start_machine_login(
+    broker: &TestBroker,
+    person: &str,
+    host: &str,
+) -> anyhow::Result<PendingLogin> {
+    let key = SigningKey::generate()?;
+    let object = jws::sign(
+        &key,
+        &Header::with_jwk(claims::TYP_MACHINE_LOGIN, key.public_jwk()),
+        &MachineLoginClaims {
+            iat: now(),
+            exp: now() + 300,
+            jti: claims::new_jti()?,
+            login_hint: person.into(),
+            host: host.into(),
+            authorization_details: None,
+        },
+    )?;
+    let r = broker_call(
+        broker,
+        reqwest::Method::POST,
+        "/v1/launcher-credentials",
+        None,
+        Some(serde_json::to_vec(&json!({ "request": object }))?),
+    )
+    .await?;
+    if r.status != 202 {
+        bail!("login start: {} {}", r.status, r.text);
+    }
+    Ok(PendingLogin {
+        key,
+        code: r.json["code"].as_str().context("code")?.to_owned(),
+        pending_id: r.json["pending_id"]
+            .as_str()
+            .context("pending_id")?
+            .to_owned(),
+    })
+}
+
+impl PendingLogin {
+    pub async fn poll(&self, broker: &TestBroker) -> anyhow::Result<Value> {
+        let r = broker_call(
+            broker,
+            reqwest::Method::GET,
+            &format!("/v1/launcher-credentials/{}", self.pending_id),
+            None,
+            None,
+        )
+        .await?;
+        Ok(r.json)
+    }
+
+    /// The machine once its login was approved.
+    pub async fn machine(self, broker: &TestBroker) -> anyhow::Result<Machine> {
+        let p = self.poll(broker).await?;
+        if p["state"] != "issued" {
+            bail!("machine login not issued: {p}");
+        }
+        Ok(Machine {
+            key: self.key,
+            credential_id: p["credential_id"]
+                .as_str()
+                .context("credential_id")?
+                .to_owned(),
+        })
+    }
+}
+
+/// A logged-in machine.
+pub struct Machine {
+    pub key: SigningKey,
+    pub credential_id: String,
+}
+
+impl Machine {
+    pub async fn enroll(&self, broker: &TestBroker, runtime_id: &str) -> anyhow::Result<Session> {
+        let key = SigningKey::generate()?;
+        let body = serde_json::to_vec(&json!({
+            "kind": "session",
+            "runtime_id": runtime_id,
+            "thumbprint": key.thumbprint(),
+            "jwk": key.public_jwk(),
+            "session_id": format!("notify-{runtime_id}"),
+        }))?;
+        let p = proof(
+            &self.key,
+            claims::TYP_LAUNCHER_PROOF,
+            &self.credential_id,
+            &broker.url,
+            "POST",
+            "/v1/enrollments",
+            Some(&body),
+        )?;
+        let r = broker_call(
+            broker,
+            reqwest::Method::POST,
+            "/v1/enrollments",
+            Some(p),
+            Some(body),
+        )
+        .await?;
+        if r.status != 201 {
+            bail!("enroll: {} {}", r.status, r.text);
+        }
+        Ok(Session {
+            key,
+            enrollment_id: r.json["enrollment_id"]
+                .as_str()
+                .context("enrollment_id")?
+                .to_owned(),
+        })
+    }
+}
+
+/// An enrolled agent session.
+pub struct Session {
+    pub key: SigningKey,
+    pub enrollment_id: String,
+}
+
+impl Session {
+    async fn call(
+        &self,
+        broker: &TestBroker,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> anyhow::Result<Resp> {
+        let p = proof(
+            &self.key,
+            claims::TYP_SESSION_PROOF,
+            &self.enrollment_id,
+            &broker.url,
+            method,
+            path,
+            body.as_deref(),
+        )?;
+        broker_call(broker, method.parse()?, path, Some(p), body).await
+    }
+
+    /// Requests secrets; answers the broker's request.
+    pub async fn request(
+        &self,
+        broker: &TestBroker,
+        names: &[&str],
+        reason: &str,
+        lifetime: Option<u64>,
+    ) -> anyhow::Result<Value> {
+        let object = jws::sign(
+            &self.key,
+            &Header::with_kid(claims::TYP_SECRET_REQUEST, &self.enrollment_id),
+            &SecretRequestClaims {
+                iat: now(),
+                exp: now() + 300,
+                jti: claims::new_jti()?,
+                aud: broker.url.clone(),
+                authorization_details: names
+                    .iter()
+                    .map(|n| AuthorizationDetail::agent_secret(n))
+                    .collect(),
+                reason: reason.into(),
+                lifetime_seconds: lifetime,
+            },
+        )?;
+        let r = self
+            .call(
+                broker,
+                "POST",
+                "/v1/requests",
+                Some(serde_json::to_vec(&json!({ "request": object }))?),
+            )
+            .await?;
+        if r.status != 200 {
+            bail!("request: {} {}", r.status, r.text);
+        }
+        Ok(r.json)
+    }
+
+    pub async fn get_request(&self, broker: &TestBroker, id: &str) -> anyhow::Result<Value> {
+        Ok(self
+            .call(broker, "GET", &format!("/v1/requests/{id}"), None)
+            .await?
+            .json)
+    }
+
+    pub async fn values(&self, broker: &TestBroker, grant_id: &str) -> anyhow::Result<Resp> {
+        self.call(
+            broker,
+            "POST",
+            &format!("/v1/grants/{grant_id}/values"),
+            None,
+        )
+        .await
+    }
+}
+
+/// Polls `f` until it answers `Some`, up to `secs` seconds.
+pub async fn eventually<T, F, Fut>(secs: u64, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let until = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if std::time::Instant::now() > until {
+            bail!("condition not met within {secs} s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,264 @@
+//! A minimal W3C WebDriver client over ChromeDriver driving Debian's headless Chromium: enough
+//! to navigate, find, type, click, read text and take screenshots.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+const ELEMENT: &str = "element-6066-11e4-a52f-4d7f39d1d1a8";
+
+/// Where Chromium and ChromeDriver are, if installed.
+pub fn find_browser() -> Option<(String, String)> {
+    let which = |names: &[&str]| {
+        names.iter().find_map(|n| {
+            ["/usr/bin", "/usr/local/bin", "/usr/lib/chromium"]
+                .iter()
+                .map(|d| format!("{d}/{n}"))
+                .find(|p| std::path::Path::new(p).exists())
+        })
+    };
+    Some((
+        which(&["chromium", "chromium-browser"])?,
+        which(&["chromedriver"])?,
+    ))
+}
+
+/// A ChromeDriver process; killed on drop.
+pub struct Driver {
+    child: Child,
+    pub url: String,
+    http: reqwest::Client,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Driver {
+    pub async fn start(chromedriver: &str) -> anyhow::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start chromedriver")?;
+        let d = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()?,
+        };
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = d.http.get(format!("{}/status", d.url)).send().await
+                && let Ok(v) = r.json::<Value>().await
+                && v["value"]["ready"] == true
+            {
+                return Ok(d);
+            }
+            if Instant::now() > until {
+                bail!("chromedriver did not become ready");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A new headless Chromium with a fresh profile.
+    pub async fn browser(
+        &self,
+        chromium: &str,
+        profile: &std::path::Path,
+    ) -> anyhow::Result<Browser> {
+        let caps = json!({ "capabilities": { "alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--window-size=1200,900",
+                    format!("--user-data-dir={}", profile.display()),
+                ],
+            },
+        }}});
+        let v: Value = self
+            .http
+            .post(format!("{}/session", self.url))
+            .json(&caps)
+            .send()
+            .await?
+            .json()
+            .await?;
+        let id = v["value"]["sessionId"]
+            .as_str()
+            .with_context(|| format!("new session: {v}"))?
+            .to_owned();
+        Ok(Browser {
+            base: format!("{}/session/{id}", self.url),
+            http: self.http.clone(),
+        })
+    }
+}
+
+/// One browser session.
+pub struct Browser {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Browser {
+    async fn cmd(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let v: Value = req.send().await?.json().await?;
+        if let Some(e) = v["value"]["error"].as_str() {
+            bail!("webdriver {path}: {e}: {}", v["value"]["message"]);
+        }
+        Ok(v["value"].clone())
+    }
+
+    pub async fn goto(&self, url: &str) -> anyhow::Result<()> {
+        self.cmd(reqwest::Method::POST, "/url", Some(json!({ "url": url })))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn current_url(&self) -> anyhow::Result<String> {
+        Ok(self
+            .cmd(reqwest::Method::GET, "/url", None)
+            .await?
+            .as_str()
+            .unwrap_or("")
+            .to_owned())
+    }
+
+    async fn find(&self, css: &str) -> anyhow::Result<String> {
+        let v = self
+            .cmd(
+                reqwest::Method::POST,
+                "/element",
+                Some(json!({ "using": "css selector", "value": css })),
+            )
+            .await?;
+        Ok(v[ELEMENT].as_str().context("element id")?.to_owned())
+    }
+
+    /// Whether an element is rendered (not `hidden`, not inside a hidden parent).
+    async fn visible(&self, id: &str) -> bool {
+        let script = "const e = arguments[0]; return !!(e.offsetWidth || e.offsetHeight || e.getClientRects().length);";
+        self.cmd(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({ "script": script, "args": [{ ELEMENT: id }] })),
+        )
+        .await
+        .map(|v| v == Value::Bool(true))
+        .unwrap_or(false)
+    }
+
+    /// Waits until `css` matches a displayed element.
+    pub async fn wait_for(&self, css: &str, secs: u64) -> anyhow::Result<String> {
+        let until = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Ok(id) = self.find(css).await
+                && self.visible(&id).await
+            {
+                return Ok(id);
+            }
+            if Instant::now() > until {
+                bail!("no displayed element matches {css} within {secs} s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the text of `css` contains `needle`; answers the text.
+    pub async fn wait_text(&self, css: &str, needle: &str, secs: u64) -> anyhow::Result<String> {
+        let until = Instant::now() + Duration::from_secs(secs);
+        let mut last = String::new();
+        loop {
+            if let Ok(id) = self.find(css).await
+                && let Ok(t) = self
+                    .cmd(reqwest::Method::GET, &format!("/element/{id}/text"), None)
+                    .await
+            {
+                last = t.as_str().unwrap_or("").to_owned();
+                if last.contains(needle) {
+                    return Ok(last);
+                }
+            }
+            if Instant::now() > until {
+                bail!("{css} did not come to contain {needle:?} within {secs} s (last: {last:?})");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn click(&self, css: &str) -> anyhow::Result<()> {
+        let id = self.wait_for(css, 10).await?;
+        self.cmd(
+            reqwest::Method::POST,
+            &format!("/element/{id}/click"),
+            Some(json!({})),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn type_into(&self, css: &str, text: &str) -> anyhow::Result<()> {
+        let id = self.wait_for(css, 10).await?;
+        self.cmd(
+            reqwest::Method::POST,
+            &format!("/element/{id}/clear"),
+            Some(json!({})),
+        )
+        .await?;
+        self.cmd(
+            reqwest::Method::POST,
+            &format!("/element/{id}/value"),
+            Some(json!({ "text": text })),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Saves a PNG of the viewport.
+    pub async fn screenshot(&self, path: &std::path::Path) -> anyhow::Result<()> {
+        use base64::Engine;
+        let v = self.cmd(reqwest::Method::GET, "/screenshot", None).await?;
+        let png = base64::engine::general_purpose::STANDARD.decode(v.as_str().context("png")?)?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, png)?;
+        Ok(())
+    }
+
+    /// The page's source (for failure messages).
+    pub async fn source(&self) -> String {
+        self.cmd(reqwest::Method::GET, "/source", None)
+            .await
+            .map(|v| v.as_str().unwrap_or("").to_owned())
+            .unwrap_or_default()
+    }
+
+    pub async fn quit(self) {
+        let _ = self.http.delete(&self.base).send().await;
+    }
+}

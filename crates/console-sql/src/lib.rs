@@ -1,0 +1,415 @@
+//! # countersign-console-sql
+//!
+//! The console's [`Storage`] over sqlx's `Any` driver: SQLite (the embedded default, WAL) and
+//! PostgreSQL through one SQL text (`$1, $2…` placeholders, TEXT ids, BIGINT unix-millisecond
+//! times). Every operation is one statement, so no transaction spans calls; a sign-in attempt
+//! is taken with `DELETE … RETURNING`, so each is used at most once even with several console
+//! replicas on one PostgreSQL.
+//!
+//! Tables (created by [`SqlStorage::connect`], versioned in `console_schema`):
+//! - `console_sessions`: browser sessions by SHA-256 of the cookie's token;
+//! - `console_sign_in_attempts`: OpenID Connect sign-ins under way, by SHA-256 of `state`;
+//! - `console_tokens`: personal agent tokens by id, with the SHA-256 of the token (unique);
+//! - `console_people`: who has signed in, by lowercase login.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{TimeZone, Utc};
+use countersign_console_core::clock::Time;
+use countersign_console_core::ids::{Login, TokenId};
+use countersign_console_core::storage::{
+    BrowserSession, PersonalToken, SignInAttempt, Storage, StorageError,
+};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Executor, Row};
+
+/// The schema version this code writes.
+const SCHEMA_VERSION: i64 = 1;
+
+const MIGRATION_1: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS console_sessions (
+        key TEXT PRIMARY KEY,
+        login TEXT NOT NULL,
+        csrf_token TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL
+    )",
+    "CREATE INDEX IF NOT EXISTS console_sessions_expires ON console_sessions (expires_at)",
+    "CREATE TABLE IF NOT EXISTS console_sign_in_attempts (
+        key TEXT PRIMARY KEY,
+        nonce TEXT NOT NULL,
+        pkce_verifier TEXT NOT NULL,
+        return_to TEXT NOT NULL,
+        expires_at BIGINT NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS console_tokens (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        name TEXT NOT NULL,
+        hash TEXT NOT NULL UNIQUE,
+        created_at BIGINT NOT NULL,
+        revoked_at BIGINT
+    )",
+    "CREATE INDEX IF NOT EXISTS console_tokens_owner ON console_tokens (owner)",
+    "CREATE TABLE IF NOT EXISTS console_people (
+        login TEXT PRIMARY KEY,
+        first_seen BIGINT NOT NULL,
+        last_seen BIGINT NOT NULL
+    )",
+];
+
+/// The console's storage on SQLite or PostgreSQL. Cloning shares the pool.
+#[derive(Clone)]
+pub struct SqlStorage {
+    pool: AnyPool,
+    shown_url: String,
+}
+
+impl std::fmt::Debug for SqlStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStorage")
+            .field("url", &self.shown_url)
+            .finish()
+    }
+}
+
+fn db_err(e: sqlx::Error) -> StorageError {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_) => StorageError::Unavailable(e.to_string()),
+        e => StorageError::Other(e.to_string()),
+    }
+}
+
+fn ms(t: &Time) -> i64 {
+    t.timestamp_millis()
+}
+
+fn time(ms: i64) -> Result<Time, StorageError> {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .ok_or_else(|| StorageError::Other("a stored time is out of range".into()))
+}
+
+fn login(s: &str) -> Result<Login, StorageError> {
+    Login::parse(s).ok_or_else(|| StorageError::Other("a stored login does not parse".into()))
+}
+
+/// The URL with any password replaced.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl SqlStorage {
+    /// Connects (`sqlite://path?mode=rwc`, `sqlite::memory:`, `postgres://…`) and creates or
+    /// checks the tables.
+    pub async fn connect(url: &str) -> Result<SqlStorage, StorageError> {
+        sqlx::any::install_default_drivers();
+        let sqlite = url.starts_with("sqlite:");
+        let memory = url.contains(":memory:");
+        let mut options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(3));
+        if memory {
+            options = options
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+        } else {
+            options = options.max_connections(if sqlite { 4 } else { 8 });
+        }
+        if sqlite {
+            options = options.after_connect(|conn, _| {
+                Box::pin(async move {
+                    conn.execute("PRAGMA busy_timeout = 5000").await?;
+                    conn.execute("PRAGMA journal_mode = WAL").await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = options.connect(url).await.map_err(db_err)?;
+        let s = SqlStorage {
+            pool,
+            shown_url: redact(url),
+        };
+        s.migrate().await?;
+        Ok(s)
+    }
+
+    async fn migrate(&self) -> Result<(), StorageError> {
+        self.pool
+            .execute("CREATE TABLE IF NOT EXISTS console_schema (version BIGINT NOT NULL)")
+            .await
+            .map_err(db_err)?;
+        let current: Option<i64> = sqlx::query("SELECT MAX(version) AS v FROM console_schema")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?
+            .try_get::<Option<i64>, _>("v")
+            .map_err(db_err)?;
+        let current = current.unwrap_or(0);
+        if current > SCHEMA_VERSION {
+            return Err(StorageError::Other(format!(
+                "the console database is at schema version {current}, newer than this console ({SCHEMA_VERSION})"
+            )));
+        }
+        if current < 1 {
+            let mut tx = self.pool.begin().await.map_err(db_err)?;
+            for stmt in MIGRATION_1 {
+                tx.execute(*stmt).await.map_err(db_err)?;
+            }
+            sqlx::query("INSERT INTO console_schema (version) VALUES ($1)")
+                .bind(1_i64)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            tx.commit().await.map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn session_of(r: &AnyRow) -> Result<BrowserSession, StorageError> {
+    Ok(BrowserSession {
+        key: r.try_get("key").map_err(db_err)?,
+        login: login(&r.try_get::<String, _>("login").map_err(db_err)?)?,
+        csrf_token: r.try_get("csrf_token").map_err(db_err)?,
+        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+        expires_at: time(r.try_get("expires_at").map_err(db_err)?)?,
+    })
+}
+
+fn token_of(r: &AnyRow) -> Result<PersonalToken, StorageError> {
+    let id: String = r.try_get("id").map_err(db_err)?;
+    Ok(PersonalToken {
+        id: TokenId::parse(&id)
+            .ok_or_else(|| StorageError::Other("a stored token id does not parse".into()))?,
+        owner: login(&r.try_get::<String, _>("owner").map_err(db_err)?)?,
+        name: r.try_get("name").map_err(db_err)?,
+        hash: r.try_get("hash").map_err(db_err)?,
+        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+        revoked_at: r
+            .try_get::<Option<i64>, _>("revoked_at")
+            .map_err(db_err)?
+            .map(time)
+            .transpose()?,
+    })
+}
+
+const TOKEN_COLUMNS: &str = "id, owner, name, hash, created_at, revoked_at";
+
+#[async_trait]
+impl Storage for SqlStorage {
+    async fn put_session(&self, s: &BrowserSession) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO console_sessions (key, login, csrf_token, created_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&s.key)
+        .bind(s.login.as_str())
+        .bind(&s.csrf_token)
+        .bind(ms(&s.created_at))
+        .bind(ms(&s.expires_at))
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn get_session(&self, key: &str) -> Result<Option<BrowserSession>, StorageError> {
+        sqlx::query(
+            "SELECT key, login, csrf_token, created_at, expires_at FROM console_sessions WHERE key = $1",
+        )
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(session_of)
+        .transpose()
+    }
+
+    async fn delete_session(&self, key: &str) -> Result<(), StorageError> {
+        sqlx::query("DELETE FROM console_sessions WHERE key = $1")
+            .bind(key)
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn put_attempt(&self, a: &SignInAttempt) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO console_sign_in_attempts (key, nonce, pkce_verifier, return_to, expires_at)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&a.key)
+        .bind(&a.nonce)
+        .bind(&a.pkce_verifier)
+        .bind(&a.return_to)
+        .bind(ms(&a.expires_at))
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn take_attempt(&self, key: &str) -> Result<Option<SignInAttempt>, StorageError> {
+        let row = sqlx::query(
+            "DELETE FROM console_sign_in_attempts WHERE key = $1
+             RETURNING key, nonce, pkce_verifier, return_to, expires_at",
+        )
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_err)?;
+        row.map(|r| {
+            Ok(SignInAttempt {
+                key: r.try_get("key").map_err(db_err)?,
+                nonce: r.try_get("nonce").map_err(db_err)?,
+                pkce_verifier: r.try_get("pkce_verifier").map_err(db_err)?,
+                return_to: r.try_get("return_to").map_err(db_err)?,
+                expires_at: time(r.try_get("expires_at").map_err(db_err)?)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn put_token(&self, t: &PersonalToken) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO console_tokens (id, owner, name, hash, created_at, revoked_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(t.id.to_string())
+        .bind(t.owner.as_str())
+        .bind(&t.name)
+        .bind(&t.hash)
+        .bind(ms(&t.created_at))
+        .bind(t.revoked_at.as_ref().map(ms))
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn live_tokens(&self, owner: &Login) -> Result<Vec<PersonalToken>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM console_tokens
+             WHERE owner = $1 AND revoked_at IS NULL ORDER BY created_at, id"
+        ))
+        .bind(owner.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(token_of)
+        .collect()
+    }
+
+    async fn token_by_hash(&self, hash: &str) -> Result<Option<PersonalToken>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM console_tokens WHERE hash = $1"
+        ))
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(token_of)
+        .transpose()
+    }
+
+    async fn revoke_token(
+        &self,
+        owner: &Login,
+        id: TokenId,
+        at: Time,
+    ) -> Result<bool, StorageError> {
+        let done = sqlx::query(
+            "UPDATE console_tokens SET revoked_at = $1
+             WHERE id = $2 AND owner = $3 AND revoked_at IS NULL",
+        )
+        .bind(ms(&at))
+        .bind(id.to_string())
+        .bind(owner.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn saw_person(&self, login: &Login, at: Time) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO console_people (login, first_seen, last_seen) VALUES ($1, $2, $2)
+             ON CONFLICT (login) DO UPDATE SET last_seen = excluded.last_seen",
+        )
+        .bind(login.as_str())
+        .bind(ms(&at))
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn people(&self) -> Result<Vec<Login>, StorageError> {
+        sqlx::query("SELECT login FROM console_people ORDER BY login")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(|r| login(&r.try_get::<String, _>("login").map_err(db_err)?))
+            .collect()
+    }
+
+    async fn purge_expired(&self, now: Time) -> Result<u64, StorageError> {
+        let a = sqlx::query("DELETE FROM console_sessions WHERE expires_at <= $1")
+            .bind(ms(&now))
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        let b = sqlx::query("DELETE FROM console_sign_in_attempts WHERE expires_at <= $1")
+            .bind(ms(&now))
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?
+            .rows_affected();
+        Ok(a + b)
+    }
+
+    async fn ping(&self) -> Result<(), StorageError> {
+        // The pool's acquire timeout bounds the wait for a connection.
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            super::redact("postgres://u:secret@db/x"),
+            "postgres://u:***@db/x"
+        );
+        assert_eq!(super::redact("sqlite://a.db"), "sqlite://a.db");
+    }
+}

@@ -1,0 +1,142 @@
+//! The console's storage contract on SQLite, and on PostgreSQL when
+//! `COUNTERSIGN_TEST_POSTGRES_URL` names a server (`COUNTERSIGN_REQUIRE_POSTGRES=1` makes it
+//! mandatory).
+
+use chrono::{Duration, TimeZone, Utc};
+use countersign_console_core::ids::{Login, TokenId};
+use countersign_console_core::storage::{BrowserSession, PersonalToken, SignInAttempt, Storage};
+use countersign_console_sql::SqlStorage;
+
+fn login(s: &str) -> Login {
+    Login::parse(s).unwrap_or_else(|| panic!("login {s}"))
+}
+
+async fn contract(s: &SqlStorage) {
+    let t0 = Utc
+        .with_ymd_and_hms(2031, 3, 4, 5, 6, 7)
+        .single()
+        .unwrap_or_default();
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let ada = login(&format!("ada-{tag}@example.com"));
+
+    // Sessions.
+    let sess = BrowserSession {
+        key: format!("k-{tag}"),
+        login: ada.clone(),
+        csrf_token: "csrf".into(),
+        created_at: t0,
+        expires_at: t0 + Duration::hours(1),
+    };
+    s.put_session(&sess).await.expect("put session");
+    assert_eq!(
+        s.get_session(&sess.key).await.expect("get"),
+        Some(sess.clone())
+    );
+    assert_eq!(s.get_session("nope").await.expect("get"), None);
+
+    // Attempts are taken once.
+    let a = SignInAttempt {
+        key: format!("a-{tag}"),
+        nonce: "n".into(),
+        pkce_verifier: "v".into(),
+        return_to: "/grants".into(),
+        expires_at: t0 + Duration::minutes(10),
+    };
+    s.put_attempt(&a).await.expect("put attempt");
+    assert_eq!(s.take_attempt(&a.key).await.expect("take"), Some(a.clone()));
+    assert_eq!(s.take_attempt(&a.key).await.expect("take again"), None);
+
+    // Tokens.
+    let tok = PersonalToken {
+        id: TokenId(uuid::Uuid::new_v4()),
+        owner: ada.clone(),
+        name: "ci".into(),
+        hash: format!("h-{tag}"),
+        created_at: t0,
+        revoked_at: None,
+    };
+    s.put_token(&tok).await.expect("put token");
+    assert_eq!(s.live_tokens(&ada).await.expect("list"), vec![tok.clone()]);
+    assert_eq!(
+        s.token_by_hash(&tok.hash).await.expect("by hash"),
+        Some(tok.clone())
+    );
+    let bob = login(&format!("bob-{tag}@example.com"));
+    assert!(
+        !s.revoke_token(&bob, tok.id, t0)
+            .await
+            .expect("revoke other")
+    );
+    assert!(s.revoke_token(&ada, tok.id, t0).await.expect("revoke"));
+    assert!(
+        !s.revoke_token(&ada, tok.id, t0)
+            .await
+            .expect("revoke again")
+    );
+    assert!(s.live_tokens(&ada).await.expect("list").is_empty());
+    assert_eq!(
+        s.token_by_hash(&tok.hash)
+            .await
+            .expect("by hash")
+            .and_then(|t| t.revoked_at),
+        Some(t0)
+    );
+
+    // People.
+    s.saw_person(&ada, t0).await.expect("saw");
+    s.saw_person(&ada, t0 + Duration::hours(1))
+        .await
+        .expect("saw again");
+    assert!(s.people().await.expect("people").contains(&ada));
+
+    // Purge.
+    s.put_attempt(&SignInAttempt {
+        key: format!("b-{tag}"),
+        ..a.clone()
+    })
+    .await
+    .expect("put attempt");
+    assert!(
+        s.purge_expired(t0 + Duration::hours(2))
+            .await
+            .expect("purge")
+            >= 2
+    );
+    assert_eq!(s.get_session(&sess.key).await.expect("get"), None);
+    s.delete_session(&sess.key).await.expect("delete absent");
+    s.ping().await.expect("ping");
+}
+
+#[tokio::test]
+async fn sqlite_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("c.db").display());
+    let s = SqlStorage::connect(&url).await.expect("connect");
+    contract(&s).await;
+    s.close().await;
+    // Reopening finds the schema in place.
+    let s = SqlStorage::connect(&url).await.expect("reconnect");
+    s.ping().await.expect("ping");
+}
+
+#[tokio::test]
+async fn sqlite_memory() {
+    let s = SqlStorage::connect("sqlite::memory:")
+        .await
+        .expect("connect");
+    contract(&s).await;
+}
+
+#[tokio::test]
+async fn postgres() {
+    let Ok(url) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+            "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is unset"
+        );
+        println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let s = SqlStorage::connect(&url).await.expect("connect");
+    contract(&s).await;
+}

@@ -1,0 +1,420 @@
+//! The `Proof` header (protocol.md §2) on a session route and on a machine-credential route:
+//! every way a proof can be wrong is refused (PROOF_INVALID on a session route,
+//! LAUNCHER_INVALID on a machine route), and the boundaries are accepted.
+
+use countersign_e2e::http::*;
+use countersign_proto::claims;
+use countersign_proto::jws::{self, Header};
+use countersign_proto::{ProofClaims, SigningKey};
+use serde_json::{Value, json};
+
+type R = anyhow::Result<()>;
+
+/// An edit of a proof's claims.
+type Edit = Box<dyn Fn(&mut ProofClaims)>;
+
+/// A route under test: the request, a proof of the other kind (correct in every other way),
+/// another holder's kid, the code every broken proof gets, and the success status.
+struct Target {
+    method: &'static str,
+    path: String,
+    body: Vec<u8>,
+    other: String,
+    stranger_kid: String,
+    code: &'static str,
+    ok: u16,
+}
+
+/// Who signs the proofs under test.
+enum Signer<'a> {
+    Session(&'a Session),
+    Machine(&'a Machine),
+}
+
+impl Signer<'_> {
+    fn spec(&self, method: &str, path: &str, body: &[u8]) -> ProofSpec {
+        match self {
+            Signer::Session(s) => s.proof_spec(method, path, body),
+            Signer::Machine(m) => m.proof_spec(method, path, body),
+        }
+    }
+    fn key(&self) -> &SigningKey {
+        match self {
+            Signer::Session(s) => &s.key,
+            Signer::Machine(m) => &m.key,
+        }
+    }
+    fn kid(&self) -> String {
+        match self {
+            Signer::Session(s) => s.enrollment_id.clone(),
+            Signer::Machine(m) => m.credential_id.clone(),
+        }
+    }
+    fn typ(&self) -> &'static str {
+        match self {
+            Signer::Session(_) => claims::TYP_SESSION_PROOF,
+            Signer::Machine(_) => claims::TYP_LAUNCHER_PROOF,
+        }
+    }
+}
+
+/// Every broken proof for `method path body`, by name. `other` is a proof of the other kind
+/// (launcher for a session route and vice versa), correct in every other way.
+fn broken(tb: &TestBroker, who: &Signer<'_>, t: &Target) -> Vec<(String, Option<String>)> {
+    let (method, path, body) = (t.method, t.path.as_str(), t.body.as_slice());
+    let (other, stranger_kid) = (t.other.clone(), t.stranger_kid.as_str());
+    let key = who.key();
+    let spec = || who.spec(method, path, body);
+    let claims_value = |c: &ProofClaims| serde_json::to_value(c).expect("claims");
+    let sign_value = |h: &Header, c: &Value| jws::sign(key, h, c).expect("sign");
+    let now = tb.now_secs();
+    let mut out: Vec<(String, Option<String>)> = vec![
+        ("no Proof header".into(), None),
+        ("empty".into(), Some(String::new())),
+        ("garbage".into(), Some("garbage".into())),
+        ("three empty parts".into(), Some("..".into())),
+        ("the other kind's proof".into(), Some(other)),
+    ];
+    let mut push = |what: &str, token: String| out.push((what.to_owned(), Some(token)));
+
+    let s = spec();
+    push(
+        "alg none",
+        forged_token(
+            &json!({ "alg": "none", "typ": who.typ(), "kid": who.kid() }),
+            &claims_value(&s.claims),
+        ),
+    );
+    push(
+        "alg HS256",
+        forged_token(
+            &json!({ "alg": "HS256", "typ": who.typ(), "kid": who.kid() }),
+            &claims_value(&s.claims),
+        ),
+    );
+    let mut h = s.header.clone();
+    h.typ = "JWT".into();
+    push("typ JWT", jws::sign(key, &h, &s.claims).expect("sign"));
+    let mut h = s.header.clone();
+    h.typ = claims::TYP_SECRET_REQUEST.into();
+    push(
+        "typ of a request object",
+        jws::sign(key, &h, &s.claims).expect("sign"),
+    );
+    let mut h = s.header.clone();
+    h.kid = Some(random_uuid());
+    push("unknown kid", jws::sign(key, &h, &s.claims).expect("sign"));
+    let mut h = s.header.clone();
+    h.kid = Some("not-a-uuid".into());
+    push(
+        "kid not a uuid",
+        jws::sign(key, &h, &s.claims).expect("sign"),
+    );
+    let mut h = s.header.clone();
+    h.kid = Some(stranger_kid.into());
+    push(
+        "another holder's kid",
+        jws::sign(key, &h, &s.claims).expect("sign"),
+    );
+    push(
+        "jwk instead of kid",
+        jws::sign(
+            key,
+            &Header::with_jwk(who.typ(), key.public_jwk()),
+            &s.claims,
+        )
+        .expect("sign"),
+    );
+    push(
+        "kid and crit",
+        sign_value(&s.header, &claims_value(&s.claims)).replacen(
+            &countersign_proto::b64::encode(
+                serde_json::to_string(&s.header).expect("header").as_bytes(),
+            ),
+            &countersign_proto::b64::encode(
+                json!({ "alg": "ES256", "typ": who.typ(), "kid": who.kid(), "crit": ["x"] })
+                    .to_string()
+                    .as_bytes(),
+            ),
+            1,
+        ),
+    );
+    push("signed by another key", s.sign(&new_key()));
+    let mut bad_sig = s.sign(key);
+    let last = bad_sig.pop().map(|c| if c == 'A' { 'B' } else { 'A' });
+    bad_sig.extend(last);
+    push("signature altered", bad_sig);
+
+    let edits: Vec<(&str, Edit)> = vec![
+        (
+            "wrong htm",
+            Box::new(|c| {
+                c.htm = if c.htm == "GET" {
+                    "POST".into()
+                } else {
+                    "GET".into()
+                }
+            }),
+        ),
+        ("lower-case htm", Box::new(|c| c.htm = c.htm.to_lowercase())),
+        (
+            "htu of another path",
+            Box::new(|c| c.htu = format!("{}x", c.htu)),
+        ),
+        (
+            "htu of another host",
+            Box::new(|c| c.htu = c.htu.replace("127.0.0.1", "localhost")),
+        ),
+        (
+            "htu with a query",
+            Box::new(|c| c.htu = format!("{}?a=b", c.htu)),
+        ),
+        (
+            "htu https",
+            Box::new(|c| c.htu = c.htu.replace("http://", "https://")),
+        ),
+        ("iat 61 s old", Box::new(move |c| c.iat = now - 61)),
+        ("iat 61 s ahead", Box::new(move |c| c.iat = now + 61)),
+        ("empty jti", Box::new(|c| c.jti = String::new())),
+        ("jti too long", Box::new(|c| c.jti = "j".repeat(257))),
+    ];
+    for (what, edit) in edits {
+        let mut s = spec();
+        edit(&mut s.claims);
+        push(what, s.sign(key));
+    }
+    let s = spec();
+    if body.is_empty() {
+        let mut c = s.claims.clone();
+        c.bh = Some(claims::body_hash(b"{}"));
+        push(
+            "bh without a body",
+            jws::sign(key, &s.header, &c).expect("sign"),
+        );
+    } else {
+        let mut c = s.claims.clone();
+        c.bh = None;
+        push(
+            "bh missing with a body",
+            jws::sign(key, &s.header, &c).expect("sign"),
+        );
+        let mut c = s.claims.clone();
+        c.bh = Some(claims::body_hash(b"another body"));
+        push(
+            "bh of another body",
+            jws::sign(key, &s.header, &c).expect("sign"),
+        );
+        let mut c = s.claims.clone();
+        c.bh = Some(claims::body_hash(body).to_lowercase() + "x");
+        push("bh malformed", jws::sign(key, &s.header, &c).expect("sign"));
+    }
+    let mut v = claims_value(&s.claims);
+    v["iat"] = json!(now.to_string());
+    push("iat a string", sign_value(&s.header, &v));
+    let mut v = claims_value(&s.claims);
+    v.as_object_mut().map(|o| o.remove("jti"));
+    push("jti missing", sign_value(&s.header, &v));
+    let mut v = claims_value(&s.claims);
+    v.as_object_mut().map(|o| o.remove("htu"));
+    push("htu missing", sign_value(&s.header, &v));
+    out
+}
+
+/// Sends each broken proof and expects `code`; then a good proof twice (replay), and the
+/// skew boundaries accepted.
+async fn check_route(tb: &TestBroker, who: &Signer<'_>, t: Target) -> R {
+    let (method, path, body, code, ok) =
+        (t.method, t.path.as_str(), t.body.as_slice(), t.code, t.ok);
+    for (what, proof) in broken(tb, who, &t) {
+        let r = tb.with_proof(method, path, proof.as_deref(), body).await?;
+        assert_eq!(
+            (r.status, r.code()),
+            (401, code),
+            "{method} {path}, {what}: {}",
+            r.text
+        );
+        r.refused(401, code);
+    }
+    // A good proof works once.
+    let good = who.spec(method, path, body).sign(who.key());
+    tb.with_proof(method, path, Some(&good), body)
+        .await?
+        .expect(ok);
+    tb.with_proof(method, path, Some(&good), body)
+        .await?
+        .refused(401, code);
+    // The same jti in a fresh proof is a replay too.
+    let mut again = who.spec(method, path, body);
+    let first: ProofClaims = {
+        let payload = good.split('.').nth(1).expect("payload");
+        serde_json::from_slice(&countersign_proto::b64::decode(payload)?)?
+    };
+    again.claims.jti = first.jti;
+    again.claims.iat += 1;
+    tb.with_proof(method, path, Some(&again.sign(who.key())), body)
+        .await?
+        .refused(401, code);
+    Ok(())
+}
+
+/// `iat` exactly 60 s either side is accepted (GET routes, where success is repeatable).
+async fn skew_boundaries(tb: &TestBroker, who: &Signer<'_>, path: &str) -> R {
+    for d in [-60, 60] {
+        let mut s = who.spec("GET", path, b"");
+        s.claims.iat += d;
+        tb.with_proof("GET", path, Some(&s.sign(who.key())), b"")
+            .await?
+            .expect(200);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn session_routes_refuse_every_broken_proof() -> R {
+    let tb = TestBroker::start().await?;
+    let (m, s) = tb.session_of(ADA).await?;
+    let stranger = m.enroll_session("stranger").await?;
+    let who = Signer::Session(&s);
+
+    let path = "/v1/enrollments/self";
+    let other = m.launcher_proof("GET", path, b"");
+    check_route(
+        &tb,
+        &who,
+        Target {
+            method: "GET",
+            path: path.to_owned(),
+            body: Vec::new(),
+            other,
+            stranger_kid: stranger.enrollment_id.clone(),
+            code: "PROOF_INVALID",
+            ok: 200,
+        },
+    )
+    .await?;
+    skew_boundaries(&tb, &who, path).await?;
+
+    let body = serde_json::to_vec(&json!({ "request": s.secret_request(&[AUTO], "why", None) }))?;
+    let other = m.launcher_proof("POST", "/v1/requests", &body);
+    check_route(
+        &tb,
+        &who,
+        Target {
+            method: "POST",
+            path: "/v1/requests".to_owned(),
+            body: body.clone(),
+            other,
+            stranger_kid: stranger.enrollment_id.clone(),
+            code: "PROOF_INVALID",
+            ok: 200,
+        },
+    )
+    .await?;
+
+    // The renew route gives PROOF_INVALID for a broken proof too (ENROLLMENT_NOT_LIVE only
+    // for an ended enrollment).
+    let path = format!("/v1/enrollments/{}/renew", s.enrollment_id);
+    let other = m.launcher_proof("POST", &path, b"");
+    check_route(
+        &tb,
+        &who,
+        Target {
+            method: "POST",
+            path: path.clone(),
+            body: Vec::new(),
+            other,
+            stranger_kid: stranger.enrollment_id.clone(),
+            code: "PROOF_INVALID",
+            ok: 200,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn machine_routes_refuse_every_broken_proof() -> R {
+    let tb = TestBroker::start().await?;
+    let m = tb.machine_login(ADA).await?;
+    let stranger = tb.machine_login(BOB).await?;
+    let s = m.enroll_session("rt").await?;
+    let who = Signer::Machine(&m);
+
+    let path = "/v1/operator/machines";
+    let other = s.proof("GET", path, b"");
+    check_route(
+        &tb,
+        &who,
+        Target {
+            method: "GET",
+            path: path.to_owned(),
+            body: Vec::new(),
+            other,
+            stranger_kid: stranger.credential_id.clone(),
+            code: "LAUNCHER_INVALID",
+            ok: 200,
+        },
+    )
+    .await?;
+    skew_boundaries(&tb, &who, path).await?;
+
+    let body = serde_json::to_vec(&EnrollSpec::session("new-rt").body(&new_key()))?;
+    let other = s.proof("POST", "/v1/enrollments", &body);
+    check_route(
+        &tb,
+        &who,
+        Target {
+            method: "POST",
+            path: "/v1/enrollments".to_owned(),
+            body: body.clone(),
+            other,
+            stranger_kid: stranger.credential_id.clone(),
+            code: "LAUNCHER_INVALID",
+            ok: 201,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_proof_is_bound_to_the_configured_public_url_and_the_path_as_sent() -> R {
+    let tb = TestBroker::start().await?;
+    let (_m, s) = tb.session_of(ADA).await?;
+    // Reached as localhost, the broker still checks htu against its public URL (127.0.0.1).
+    let port = tb.base_url.rsplit(':').next().expect("port");
+    let proof = s.proof("GET", "/v1/enrollments/self", b"");
+    let r = tb
+        .client
+        .get(format!("http://localhost:{port}/v1/enrollments/self"))
+        .header("proof", &proof)
+        .send()
+        .await?;
+    assert_eq!(
+        r.status().as_u16(),
+        200,
+        "htu names the public URL, not the Host header"
+    );
+    // The query is not part of htu.
+    let proof = s.proof("GET", "/v1/enrollments/self", b"");
+    tb.with_proof("GET", "/v1/enrollments/self?x=1", Some(&proof), b"")
+        .await?
+        .expect(200);
+    Ok(())
+}
+
+#[tokio::test]
+async fn proofs_of_ended_enrollments_and_revoked_credentials_are_refused() -> R {
+    let tb = TestBroker::start().await?;
+    let (m, s) = tb.session_of(ADA).await?;
+    m.unenroll(&s.enrollment_id).await?.expect(204);
+    let r = s.describe().await?;
+    r.refused(401, "PROOF_INVALID");
+    tb.revoke_credential(&m.credential_id, ADA)
+        .await?
+        .expect(200);
+    m.operator_machines()
+        .await?
+        .refused(401, "LAUNCHER_INVALID");
+    Ok(())
+}
