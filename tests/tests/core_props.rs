@@ -829,26 +829,19 @@ impl Model {
                     );
                 }
                 self.revoked(gi, ok(r, "revoke by operator")?, now)?;
-                // The operator's revoke withholds the secrets automatic grants got.
+                // The operator's revoke withholds the revoked grant's secrets from its session:
+                // the session's other automatic grants that got any of them end, and they need
+                // approval from now on.
                 let si = self.grants[gi].session;
-                let mut withheld = BTreeSet::new();
-                if self.grants[gi].automatic {
-                    withheld.extend(self.grants[gi].names.iter().cloned());
-                }
+                let withheld: BTreeSet<String> = self.grants[gi].names.iter().cloned().collect();
                 for oi in 0..self.grants.len() {
                     let other = &self.grants[oi];
-                    if oi == gi
-                        || other.session != si
-                        || !other.automatic
-                        || !other
-                            .names
-                            .iter()
-                            .any(|n| self.grants[gi].names.contains(n))
+                    if oi != gi
+                        && other.session == si
+                        && other.automatic
+                        && other.names.iter().any(|n| withheld.contains(n))
+                        && self.grant_live(oi, now)
                     {
-                        continue;
-                    }
-                    withheld.extend(other.names.iter().cloned());
-                    if self.grant_live(oi, now) {
                         self.grants[oi].revoked = Some(now);
                     }
                 }

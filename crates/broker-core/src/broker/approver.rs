@@ -5,7 +5,7 @@
 use super::{Broker, Fail, ct_eq, read, transact};
 use crate::clock::Time;
 use crate::error::{Error, ErrorCode};
-use crate::ids::{CredentialId, GrantId, Login, RecordId};
+use crate::ids::{CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId};
 use crate::model::{
     DecisionBy, EnrollmentSummary, Grant, GrantEnd, GrantedBy, LauncherCredential, Record,
     RecordKind, RecordState, RequestState,
@@ -62,6 +62,34 @@ impl Broker {
         Ok(rec.settled(now))
     }
 
+    /// The session a secret request's record belongs to: its enrollment and request ids (a
+    /// record's text never changes, so a read outside the transaction is enough).
+    pub(crate) async fn record_owners(
+        &self,
+        id: &RecordId,
+    ) -> Result<Option<(EnrollmentId, RequestId)>, Error> {
+        super::read!(self, "read record", |tx| Ok::<_, Fail>(
+            tx.get_record(id)
+                .await?
+                .and_then(|r| r.body.enrollment_id.zip(r.body.request_id))
+        ))
+    }
+
+    /// Takes the locks of a record's session in the one order every transition uses:
+    /// enrollment, then request, then (by the caller) the record. Without one order, two
+    /// deciders on PostgreSQL deadlock and one must wait and run again.
+    pub(crate) async fn lock_session_of(
+        &self,
+        tx: &mut dyn Tx,
+        owners: Option<(EnrollmentId, RequestId)>,
+    ) -> Result<(), Fail> {
+        if let Some((eid, rid)) = owners {
+            tx.get_enrollment(eid).await?;
+            tx.get_request(rid).await?;
+        }
+        Ok(())
+    }
+
     /// Undecided records `approver` decides, newest first.
     pub async fn pending_for(&self, approver: &Login) -> Result<Vec<Record>, Error> {
         let now = self.now();
@@ -99,7 +127,9 @@ impl Broker {
     ) -> Result<Approved, Error> {
         let now = self.now();
         let policy = self.policy();
+        let owners = self.record_owners(id).await?;
         transact!(self, "approve", |tx| {
+            self.lock_session_of(tx, owners).await?;
             let rec = self
                 .lock_decidable(tx, id, approver, code, true, now)
                 .await?;
@@ -223,7 +253,9 @@ impl Broker {
         code: Option<&str>,
     ) -> Result<RecordState, Error> {
         let now = self.now();
+        let owners = self.record_owners(id).await?;
         transact!(self, "deny", |tx| {
+            self.lock_session_of(tx, owners).await?;
             let rec = self
                 .lock_decidable(tx, id, approver, code, false, now)
                 .await?;
@@ -394,7 +426,14 @@ impl Broker {
         withhold: bool,
     ) -> Result<&'static str, Error> {
         let now = self.now();
+        // Lock order: the enrollment before its grants (as ending a session does).
+        let owner = super::read!(self, "read grant", |tx| Ok::<_, Fail>(
+            tx.get_grant(id).await?.map(|g| g.enrollment_id)
+        ))?;
         transact!(self, "revoke grant", |tx| {
+            if let Some(eid) = owner {
+                tx.get_enrollment(eid).await?;
+            }
             let g = tx
                 .get_grant(id)
                 .await?

@@ -304,6 +304,8 @@ impl Broker {
         let now = self.now();
         let by = format!("session:{}", caller.id);
         transact!(self, "cancel request", |tx| {
+            // Lock order: enrollment, request, record.
+            tx.get_enrollment(caller.id).await?;
             let r = tx
                 .get_request(id)
                 .await?
@@ -463,6 +465,8 @@ impl Broker {
     ) -> Result<&'static str, Error> {
         let now = self.now();
         transact!(self, "revoke grant", |tx| {
+            // Lock order: the enrollment before its grants.
+            tx.get_enrollment(caller.id).await?;
             let g = tx
                 .get_grant(id)
                 .await?

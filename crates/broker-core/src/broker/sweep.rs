@@ -33,7 +33,9 @@ impl Broker {
             report.enrollments += 1;
         }
         for id in due.records {
+            let owners = self.record_owners(&id).await?;
             transact!(self, "sweep record", |tx| {
+                self.lock_session_of(tx, owners).await?;
                 let Some(rec) = tx.get_record(&id).await? else {
                     return Ok(());
                 };
