@@ -23,7 +23,7 @@ use aws_lc_rs::rsa::KeySize;
 use aws_lc_rs::signature::{KeyPair as _, RSA_PKCS1_SHA256};
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use countersign_broker_core::{Clock, ManualClock};
@@ -285,6 +285,23 @@ struct IssuerState {
     discovery_fetches: AtomicUsize,
     jwks_fetches: AtomicUsize,
     down: AtomicBool,
+    /// When set, fetches must carry `Authorization: Bearer <this>`.
+    bearer: Mutex<Option<String>>,
+}
+
+impl IssuerState {
+    /// Down, or a bearer token required and not shown: the status to answer.
+    fn refuse(&self, headers: &HeaderMap) -> Option<StatusCode> {
+        if self.down.load(Ordering::SeqCst) {
+            return Some(StatusCode::SERVICE_UNAVAILABLE);
+        }
+        let want = self.bearer.lock().ok().and_then(|b| b.clone())?;
+        let shown = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        (shown != Some(want.as_str())).then_some(StatusCode::UNAUTHORIZED)
+    }
 }
 
 /// A token issuer serving OIDC discovery and its JWKS on loopback.
@@ -301,10 +318,10 @@ impl Drop for Issuer {
     }
 }
 
-async fn discovery(State(st): State<Arc<IssuerState>>) -> Response {
+async fn discovery(State(st): State<Arc<IssuerState>>, headers: HeaderMap) -> Response {
     st.discovery_fetches.fetch_add(1, Ordering::SeqCst);
-    if st.down.load(Ordering::SeqCst) {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    if let Some(status) = st.refuse(&headers) {
+        return status.into_response();
     }
     Json(json!({
         "issuer": st.url,
@@ -316,10 +333,10 @@ async fn discovery(State(st): State<Arc<IssuerState>>) -> Response {
     .into_response()
 }
 
-async fn jwks(State(st): State<Arc<IssuerState>>) -> Response {
+async fn jwks(State(st): State<Arc<IssuerState>>, headers: HeaderMap) -> Response {
     st.jwks_fetches.fetch_add(1, Ordering::SeqCst);
-    if st.down.load(Ordering::SeqCst) {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    if let Some(status) = st.refuse(&headers) {
+        return status.into_response();
     }
     let keys = st.published.lock().map(|k| k.clone()).unwrap_or_default();
     Json(json!({ "keys": keys })).into_response()
@@ -371,6 +388,14 @@ impl Issuer {
     /// Answers 503 to everything while `down`.
     pub fn set_down(&self, down: bool) {
         self.state.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Requires `Authorization: Bearer <token>` on every fetch (as an API server that does not
+    /// serve its keys anonymously).
+    pub fn require_bearer(&self, token: Option<&str>) {
+        if let Ok(mut b) = self.state.bearer.lock() {
+            *b = token.map(str::to_owned);
+        }
     }
 
     /// JWKS documents served so far.

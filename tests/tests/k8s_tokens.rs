@@ -348,3 +348,38 @@ async fn keys_from_a_file_are_reread_on_refresh() -> R {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn keys_may_be_fetched_with_a_bearer_token_reread_each_time() -> R {
+    let key = IssuerKey::ec();
+    let issuer = Issuer::start(&[&key]).await?;
+    issuer.require_bearer(Some("first-token"));
+    let dir = countersign_e2e::http::TempDir::new()?;
+    let file = dir.path().join("token");
+    let now = t0().timestamp();
+    let token = key.mint(&issuer.projected(ACCOUNT, now));
+    // Without the token the issuer refuses: unavailable.
+    let v = verifier(&issuer, JwksSource::Discovery)?;
+    assert_eq!(
+        code(&v, &token, t0()).await,
+        Some(ErrorCode::DATABASE_UNAVAILABLE)
+    );
+    // With it (trailing newline as a mounted file has it), the keys are fetched.
+    std::fs::write(&file, "first-token\n")?;
+    let mut c = VerifierConfig::new(&issuer.url, AUDIENCE, JwksSource::Discovery);
+    c.bearer_token_file = Some(file.clone());
+    let v = K8sTokenVerifier::new(c)?;
+    accepted(&v, &token, t0()).await;
+    // The file is reread at each fetch (the kubelet rotates it).
+    issuer.require_bearer(Some("second-token"));
+    std::fs::write(&file, "second-token")?;
+    let rotated = IssuerKey::rsa();
+    issuer.publish(&rotated);
+    accepted(
+        &v,
+        &rotated.mint(&issuer.projected(ACCOUNT, now)),
+        t0() + secs(10),
+    )
+    .await;
+    Ok(())
+}

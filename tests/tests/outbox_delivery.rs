@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
 use countersign_broker_core::clock::rfc3339;
 use countersign_broker_core::storage::OutboxItem;
-use countersign_e2e::http::{ADA, BOB, Session, TempDir};
+use countersign_e2e::http::{ADA, BOB, Machine, Session, TempDir};
 use countersign_e2e::k8s::{K8sBroker, K8sConfig};
 use serde_json::{Value, json};
 
@@ -185,7 +185,13 @@ async fn wait_rescheduled(b: &K8sBroker, n: u32) -> anyhow::Result<OutboxItem> {
 /// A pending request of a session with notification session `sid`: answers the session, the
 /// request's id and its record's.
 async fn pending_request(b: &K8sBroker, sid: &str) -> anyhow::Result<(Session, String, String)> {
-    let (_m, s) = b.conn.session_of(BOB).await?;
+    let m = b.conn.machine_login(BOB).await?;
+    pending_request_of(&m, sid).await
+}
+
+/// As [`pending_request`], in a new session of machine `m`.
+async fn pending_request_of(m: &Machine, sid: &str) -> anyhow::Result<(Session, String, String)> {
+    let s = m.enroll_session(&format!("rt-{sid}")).await?;
     let r = s.request_with(&[OWNED], None, Some(sid)).await?.expect(200);
     assert_eq!(r.s("state"), "pending");
     Ok((s, r.s("request_id"), r.s("record_id")))
@@ -325,11 +331,15 @@ async fn two_replicas_on_one_postgres_deliver_each_notice_once() -> R {
             Some(db_url.clone()),
         )
         .await?;
+        let (ma, mb) = (
+            a.conn.machine_login(BOB).await?,
+            b.conn.machine_login(BOB).await?,
+        );
         let mut requests = Vec::new();
         // More than one claim's batch, so that both replicas find work.
         for i in 0..40 {
-            let (_, id, _) =
-                pending_request(if i % 2 == 0 { &a } else { &b }, &format!("s-{i}")).await?;
+            let m = if i % 2 == 0 { &ma } else { &mb };
+            let (_, id, _) = pending_request_of(m, &format!("s-{i}")).await?;
             requests.push(id);
         }
         a.advance(61);

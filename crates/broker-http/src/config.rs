@@ -369,3 +369,54 @@ impl Config {
         b
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's configuration example parses, and its issuer section is usable.
+    #[test]
+    fn the_readme_example_parses() -> anyhow::Result<()> {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("```toml\n")
+            .context("README has a toml block")?
+            + "```toml\n".len();
+        let len = readme[start..].find("```").context("toml block ends")?;
+        let c: Config = toml::from_str(&readme[start..start + len])?;
+        let issuer = c.token_issuer.context("README configures a token issuer")?;
+        assert_eq!(
+            issuer.verifier_config()?.jwks,
+            countersign_k8s_tokens::JwksSource::Discovery
+        );
+        assert!(c.notifications.is_some());
+        assert_eq!(c.service_logins.get("payments").map(Vec::len), Some(1));
+        Ok(())
+    }
+
+    #[test]
+    fn an_issuer_names_exactly_one_key_source() -> anyhow::Result<()> {
+        let section = |extra: &str| -> anyhow::Result<TokenIssuerConfig> {
+            Ok(toml::from_str(&format!(
+                "issuer = \"https://issuer\"\naudience = \"a\"\n{extra}"
+            ))?)
+        };
+        assert!(section("")?.verifier_config().is_err());
+        assert!(
+            section("jwks_url = \"https://issuer/keys\"\ndiscovery = true")?
+                .verifier_config()
+                .is_err()
+        );
+        assert!(
+            section("jwks_url = \"https://issuer/keys\"\njwks_file = \"/k\"")?
+                .verifier_config()
+                .is_err()
+        );
+        assert!(section("jwks_file = \"/k\"")?.verifier_config().is_ok());
+        assert!(
+            section("jwks_uri = \"https://issuer/keys\"").is_err(),
+            "unknown key"
+        );
+        Ok(())
+    }
+}

@@ -7,7 +7,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -67,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
             dev.print();
             shutdown_signal().await;
             tracing::info!("shutting down: finishing requests in flight");
-            dev.shutdown(Duration::from_secs(10)).await;
+            dev.shutdown(std::time::Duration::from_secs(10)).await;
             Ok(())
         }
     }

@@ -143,17 +143,24 @@ impl SqlStorage {
             pool,
             shown_url: redact(url),
         };
-        s.migrate().await?;
+        s.migrate(sqlite).await?;
         Ok(s)
     }
 
-    async fn migrate(&self) -> Result<(), StorageError> {
-        self.pool
-            .execute("CREATE TABLE IF NOT EXISTS console_schema (version BIGINT NOT NULL)")
+    /// Creates or checks the tables in one transaction; on PostgreSQL, consoles starting
+    /// together serialise on an advisory lock.
+    async fn migrate(&self, sqlite: bool) -> Result<(), StorageError> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        if !sqlite {
+            tx.execute("SELECT pg_advisory_xact_lock(7243101)")
+                .await
+                .map_err(db_err)?;
+        }
+        tx.execute("CREATE TABLE IF NOT EXISTS console_schema (version BIGINT NOT NULL)")
             .await
             .map_err(db_err)?;
         let current: Option<i64> = sqlx::query("SELECT MAX(version) AS v FROM console_schema")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *tx)
             .await
             .map_err(db_err)?
             .try_get::<Option<i64>, _>("v")
@@ -165,7 +172,6 @@ impl SqlStorage {
             )));
         }
         if current < 1 {
-            let mut tx = self.pool.begin().await.map_err(db_err)?;
             for stmt in MIGRATION_1 {
                 tx.execute(*stmt).await.map_err(db_err)?;
             }
@@ -174,8 +180,8 @@ impl SqlStorage {
                 .execute(&mut *tx)
                 .await
                 .map_err(db_err)?;
-            tx.commit().await.map_err(db_err)?;
         }
+        tx.commit().await.map_err(db_err)?;
         Ok(())
     }
 

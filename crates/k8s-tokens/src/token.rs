@@ -447,6 +447,29 @@ mod tests {
         assert_eq!(p.as_ref().and_then(|p| p.kid.as_deref()), Some("k1"));
     }
 
+    proptest::proptest! {
+        /// No input makes parsing or the claim checks panic.
+        #[test]
+        fn arbitrary_input_never_panics(
+            text in "\\PC{0,300}",
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            exp in proptest::prelude::any::<i64>(),
+            iat in proptest::prelude::any::<i64>(),
+            nbf in proptest::prelude::any::<f64>(),
+        ) {
+            let _ = parse(&text);
+            let _ = parse(&format!("{text}.{text}.{text}"));
+            let expect = Expect { issuer: "https://issuer.example", audience: "countersign" };
+            let _ = check_claims(&bytes, &expect, now());
+            let _ = crate::jwks::KeySet::parse(&bytes);
+            let mut c = claims();
+            c["exp"] = json!(exp);
+            c["iat"] = json!(iat);
+            c["nbf"] = json!(nbf);
+            let _ = check(&c);
+        }
+    }
+
     #[test]
     fn duplicate_claims_are_refused() {
         let t = now().timestamp();

@@ -47,6 +47,8 @@ pub struct HelperConfig {
     pub console_url: Option<String>,
     /// Where the launcher credential is kept.
     pub state_dir: PathBuf,
+    /// Keep the launcher credential in memory only (log in again after every restart).
+    pub no_store: bool,
     /// This machine's host name, as logins and runtime ids name it.
     pub host: String,
     /// Each call to the broker is bounded by this.
@@ -64,6 +66,7 @@ impl HelperConfig {
             broker_url: broker_url.to_owned(),
             console_url: None,
             state_dir: state_dir.into(),
+            no_store: false,
             host: local_host(),
             http_timeout: Duration::from_secs(20),
             tick: Duration::from_millis(500),
@@ -391,7 +394,8 @@ impl Helper {
         let broker = BrokerClient::new(&cfg.broker_url, cfg.http_timeout)?;
         let store = CredentialStore::new(&cfg.state_dir);
         let mut state = State::default();
-        if let Some(stored) = store.load()? {
+        let stored = if cfg.no_store { None } else { store.load()? };
+        if let Some(stored) = stored {
             if stored.broker_url.trim_end_matches('/') == broker.base_url() {
                 let token = stored
                     .token_file
@@ -754,6 +758,9 @@ impl Helper {
     }
 
     fn save(&self, held: &Held) -> anyhow::Result<()> {
+        if self.cfg.no_store {
+            return Ok(());
+        }
         self.store.save(&Stored {
             version: 1,
             broker_url: self.broker.base_url().to_owned(),
@@ -901,6 +908,11 @@ impl Helper {
     fn logout(&self, m: Membership) -> Result<LoggedOut, HelperError> {
         Self::require_outside(m, "logging out")?;
         let held = self.st().credential.take();
+        if self.cfg.no_store {
+            return Ok(LoggedOut {
+                credential_id: held.map(|h| h.id),
+            });
+        }
         self.store.remove().map_err(|e| {
             err(
                 HelperCode::LoginFailed,

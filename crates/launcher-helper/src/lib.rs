@@ -39,6 +39,11 @@ pub async fn run(
     socket: PathBuf,
     service_login: Option<(String, PathBuf)>,
 ) -> anyhow::Result<()> {
+    // Not dumpable: no core file holds the keys, and processes of the same user (agents among
+    // them) cannot ptrace the helper or read its memory through /proc.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(error = %e, "could not make the helper non-dumpable");
+    }
     let helper = Arc::new(Helper::new(cfg)?);
     if let Some((service, file)) = service_login {
         let info = helper.login_with_token_file(&service, &file).await?;

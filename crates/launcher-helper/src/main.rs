@@ -12,9 +12,10 @@ use countersign_launcher_proto::paths;
 /// session's signing key, and signs for processes by where they stand in the process tree.
 ///
 /// It listens on a Unix socket (mode 0600) speaking newline-delimited JSON; the `countersign`
-/// command is its usual client (protocol: docs/launcher-helper.md). The launcher credential is
-/// kept in STATE_DIR/launcher-credential.json (mode 0600). Sessions' keys live only in memory:
-/// when the helper stops, it ends its sessions at the broker.
+/// command is its usual client (protocol: docs/launcher-helper.md). The launcher credential
+/// (with the machine key) is kept in STATE_DIR/launcher-credential.json, mode 0600, unless
+/// --no-store. Sessions' keys live only in memory: when the helper stops (SIGTERM, SIGINT), it
+/// ends its sessions at the broker.
 #[derive(Parser, Debug)]
 #[command(name = "countersign-launcher", version)]
 struct Args {
@@ -31,6 +32,10 @@ struct Args {
     /// ~/.local/state/countersign].
     #[arg(long, env = "COUNTERSIGN_STATE_DIR", value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Keep the launcher credential in memory only: nothing is written to STATE_DIR, and the
+    /// machine logs in again after every restart of the helper.
+    #[arg(long)]
+    no_store: bool,
     /// This machine's name as logins and sessions show it [default: the host name].
     #[arg(long, value_name = "NAME")]
     host: Option<String>,
@@ -76,6 +81,7 @@ fn main() -> ExitCode {
     };
     let mut cfg = HelperConfig::new(&args.broker, state_dir);
     cfg.console_url = args.console_url;
+    cfg.no_store = args.no_store;
     if let Some(h) = args.host {
         cfg.host = h;
     }

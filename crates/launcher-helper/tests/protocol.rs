@@ -244,11 +244,10 @@ print(s.makefile().readline().strip(), flush=True)
     let out = Command::new("python3")
         .args(["-c", script])
         .arg(&h.socket)
-        .stdout(Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    let mut text = String::new();
-    out.stdout.unwrap().read_to_string(&mut text).unwrap();
+    // The parent exits at once; the pipe stays open until its child has printed the answer.
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let v: Value = serde_json::from_str(text.trim()).unwrap();
     assert_eq!(code(&v), "PEER_UNIDENTIFIED", "{v}");
 }

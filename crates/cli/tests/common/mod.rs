@@ -248,7 +248,26 @@ pub fn helper_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let bin = cli_bin().with_file_name("countersign-launcher");
-        // Build it (a no-op when fresh), so a test never runs a stale helper.
+        // `cargo test --workspace` has built it; `cargo test -p countersign-cli` may not have,
+        // or may have left it older than its sources: then build it, so that a test never runs
+        // a stale helper.
+        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+        let newest = [
+            "launcher-helper/src",
+            "launcher-helper/Cargo.toml",
+            "launcher-proto/src",
+            "launcher-proto/Cargo.toml",
+            "proto/src",
+        ]
+        .iter()
+        .filter_map(|p| newest_mtime(&crates.join(p)))
+        .max();
+        if let (Some(b), Some(n)) = (built, newest)
+            && b >= n
+        {
+            return bin;
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .args([
@@ -441,4 +460,17 @@ pub fn collect(stream: impl Read + Send + 'static) -> std::thread::JoinHandle<St
 
 pub fn exists(p: &Path) -> bool {
     p.exists()
+}
+
+/// The newest modification time of a file or of the files under a directory.
+fn newest_mtime(p: &Path) -> Option<std::time::SystemTime> {
+    let meta = std::fs::metadata(p).ok()?;
+    if !meta.is_dir() {
+        return meta.modified().ok();
+    }
+    std::fs::read_dir(p)
+        .ok()?
+        .flatten()
+        .filter_map(|e| newest_mtime(&e.path()))
+        .max()
 }

@@ -240,12 +240,17 @@ pub struct Person {
 
 impl Person {
     pub fn new(console: &TestConsole) -> anyhow::Result<Self> {
+        Self::at(&console.url)
+    }
+
+    /// A person at the console at `url`.
+    pub fn at(url: &str) -> anyhow::Result<Self> {
         Ok(Self {
             http: reqwest::Client::builder()
                 .cookie_store(true)
                 .redirect(reqwest::redirect::Policy::none())
                 .build()?,
-            base: console.url.clone(),
+            base: url.to_owned(),
             csrf: String::new(),
             hops: Vec::new(),
         })

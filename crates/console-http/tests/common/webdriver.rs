@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-const ELEMENT: &str = "element-6066-11e4-a52f-4d7f39d1d1a8";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// Where Chromium and ChromeDriver are, if installed.
 pub fn find_browser() -> Option<(String, String)> {
@@ -33,7 +33,11 @@ pub struct Driver {
 }
 
 impl Drop for Driver {
+    /// Ends ChromeDriver and the browsers it started: they run in its own process group.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -44,7 +48,10 @@ impl Driver {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let child = Command::new(chromedriver)
+        let mut cmd = Command::new(chromedriver);
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let child = cmd
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -156,11 +163,15 @@ impl Browser {
                 Some(json!({ "using": "css selector", "value": css })),
             )
             .await?;
-        Ok(v[ELEMENT].as_str().context("element id")?.to_owned())
+        v[ELEMENT]
+            .as_str()
+            .or_else(|| v["ELEMENT"].as_str())
+            .map(str::to_owned)
+            .with_context(|| format!("element id in {v}"))
     }
 
     /// Whether an element is rendered (not `hidden`, not inside a hidden parent).
-    async fn visible(&self, id: &str) -> bool {
+    async fn visible(&self, id: &str) -> anyhow::Result<bool> {
         let script = "const e = arguments[0]; return !!(e.offsetWidth || e.offsetHeight || e.getClientRects().length);";
         self.cmd(
             reqwest::Method::POST,
@@ -169,20 +180,22 @@ impl Browser {
         )
         .await
         .map(|v| v == Value::Bool(true))
-        .unwrap_or(false)
     }
 
     /// Waits until `css` matches a displayed element.
     pub async fn wait_for(&self, css: &str, secs: u64) -> anyhow::Result<String> {
         let until = Instant::now() + Duration::from_secs(secs);
         loop {
-            if let Ok(id) = self.find(css).await
-                && self.visible(&id).await
-            {
-                return Ok(id);
-            }
+            let last = match self.find(css).await {
+                Ok(id) => match self.visible(&id).await {
+                    Ok(true) => return Ok(id),
+                    Ok(false) => "not displayed".to_owned(),
+                    Err(e) => e.to_string(),
+                },
+                Err(e) => e.to_string(),
+            };
             if Instant::now() > until {
-                bail!("no displayed element matches {css} within {secs} s");
+                bail!("no displayed element matches {css} within {secs} s ({last})");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
