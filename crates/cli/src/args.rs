@@ -162,7 +162,7 @@ pub struct Ask {
 pub struct RunArgs {
     #[command(flatten)]
     pub ask: Ask,
-    /// Why the secrets are needed, shown to the approver [default: "run <COMMAND>"].
+    /// Why the secrets are needed, shown to the approver [default: "countersign run: COMMAND..."].
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
     /// The command and its arguments (after `--`).

@@ -293,11 +293,11 @@ fn the_renewal_worker_exits_76_once_the_machine_login_is_revoked() {
 
 #[test]
 fn leases_are_renewed_in_the_background() {
-    let broker = Broker::start_with_lease(Some(2));
+    let broker = Broker::start_with_lease(Some(4));
     let helper = Helper::start(&broker.url);
     helper.login(&broker, ADA);
     let cli = cli_bin();
-    let script = format!("sleep 3.5; \"{}\" grants", cli.to_str().unwrap());
+    let script = format!("sleep 5; \"{}\" grants", cli.to_str().unwrap());
     let out = helper.run(&["run", "--secret", AUTO, "--", "sh", "-c", &script]);
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert!(out.stdout.contains("approver (policy)"), "{out:?}");
@@ -514,9 +514,16 @@ fn with_no_store_nothing_is_written_and_a_restart_needs_a_new_login() {
     let helper = Helper::start(&broker.url);
     let again = helper.login(&broker, ADA);
     assert_ne!(again, credential);
-    let state = helper.state.clone();
-    drop(helper);
+    // Stop it and start another helper on a copy of its state.
     let dir = TempDir::new("restart");
+    let state = dir.0.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::copy(
+        helper.state.join("launcher-credential.json"),
+        state.join("launcher-credential.json"),
+    )
+    .unwrap();
+    drop(helper);
     let restarted = std::process::Command::new(helper_bin())
         .args(["--broker", &broker.url, "--socket"])
         .arg(dir.0.join("l.sock"))

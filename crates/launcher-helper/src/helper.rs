@@ -601,7 +601,6 @@ impl Helper {
     // ----- logins -----
 
     async fn login_start(&self, m: Membership, a: LoginStart) -> Result<LoginStarted, HelperError> {
-        Self::require_outside(m, "a machine login")?;
         let login = a.login.trim().to_ascii_lowercase();
         if login.len() > 254
             || !login.contains('@')
@@ -615,6 +614,7 @@ impl Helper {
                 "host must be 1 to 253 characters without whitespace or control characters",
             ));
         }
+        Self::require_outside(m, "a machine login")?;
         let key = SigningKey::generate()
             .map_err(|_| err(HelperCode::Keygen, "the machine key could not be made"))?;
         let iat = now_unix();
@@ -783,7 +783,6 @@ impl Helper {
         m: Membership,
         a: TokenLogin,
     ) -> Result<CredentialInfo, HelperError> {
-        Self::require_outside(m, "a service login")?;
         let service = a.service.trim().to_owned();
         if service.is_empty() || service.len() > 253 {
             return Err(bad("service must name the service"));
@@ -796,6 +795,7 @@ impl Helper {
             (None, Some(t)) => TokenSource::Inline(t),
             _ => return Err(bad("give exactly one of token_file and token")),
         };
+        Self::require_outside(m, "a service login")?;
         // The same key logs in again (the broker extends its credential); another service, or
         // a person's machine, gets a new one.
         let reuse = self.st().credential.as_ref().and_then(|h| {
@@ -932,8 +932,6 @@ impl Helper {
         m: Membership,
         a: Register,
     ) -> Result<SessionInfo, HelperError> {
-        Self::require_outside(m, "registering a session")?;
-        let held = self.held()?;
         if let Some(s) = &a.session_id
             && !valid_session_id(s)
         {
@@ -941,6 +939,8 @@ impl Helper {
                 "session_id must be at most 128 characters with no whitespace or control character",
             ));
         }
+        Self::require_outside(m, "registering a session")?;
+        let held = self.held()?;
         let key = SigningKey::generate()
             .map_err(|_| err(HelperCode::Keygen, "the session key could not be made"))?;
         let root = caller.id;
