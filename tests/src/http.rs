@@ -9,7 +9,8 @@
 //!   `COUNTERSIGN_TEST_POSTGRES_URL`), behind a [`FaultyStorage`] whose [`Faults`] switch lets a
 //!   test make the database unavailable or broken;
 //! - a local TOML secret store with secrets of every tier ([`default_secrets`]), which a test may
-//!   rewrite with [`TestBroker::edit_store`];
+//!   rewrite with [`TestBroker::edit_store`], or a store the test injects with
+//!   [`TestBrokerBuilder::store`] (AWS over moto, Google over its REST fake);
 //! - a console token.
 //!
 //! The public URL is the real bound address (`http://127.0.0.1:<port>`): the listener is bound
@@ -35,7 +36,7 @@ use countersign_broker_core::clock::Time;
 use countersign_broker_core::seal::Sealer;
 use countersign_broker_core::storage::StorageError;
 use countersign_broker_core::{
-    Broker, BrokerConfig, ErrorCode, ManualClock, Storage, SystemEntropy, Tx,
+    Broker, BrokerConfig, ErrorCode, ManualClock, SecretStore, Storage, SystemEntropy, Tx,
 };
 use countersign_broker_http::AppState;
 use countersign_broker_http::limits::Quotas;
@@ -1115,6 +1116,7 @@ pub struct TestBrokerBuilder {
     console_token: Option<String>,
     database_url: Option<String>,
     tokens: Option<Arc<dyn countersign_broker_core::TokenVerifier>>,
+    store: Option<Arc<dyn SecretStore>>,
     configure: Vec<Configure>,
     replica: Option<Replica>,
 }
@@ -1136,6 +1138,7 @@ impl std::fmt::Debug for TestBrokerBuilder {
             .field("secrets", &self.secrets.len())
             .field("quotas", &self.quotas)
             .field("database_url", &self.database_url.is_some())
+            .field("store", &self.store)
             .finish_non_exhaustive()
     }
 }
@@ -1174,6 +1177,14 @@ impl TestBrokerBuilder {
     /// A ServiceAccount token verifier (default none: token login answers TOKEN_LOGIN_OFF).
     pub fn tokens(mut self, verifier: Arc<dyn countersign_broker_core::TokenVerifier>) -> Self {
         self.tokens = Some(verifier);
+        self
+    }
+
+    /// A secret store other than the local file (a cloud store against its emulator). The
+    /// local file is still written from [`Self::secrets`] but not read: [`TestBroker::edit_store`]
+    /// and [`TestBroker::value_of`] do not apply; edit the store itself.
+    pub fn store(mut self, store: Arc<dyn SecretStore>) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -1244,9 +1255,14 @@ impl TestBrokerBuilder {
             inner,
             faults: faults.clone(),
         });
-        let store = LocalFileStore::open(&store_path)
-            .await
-            .map_err(|e| anyhow::anyhow!("store: {e}"))?;
+        let store: Arc<dyn SecretStore> = match self.store {
+            Some(s) => s,
+            None => Arc::new(
+                LocalFileStore::open(&store_path)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("store: {e}"))?,
+            ),
+        };
         let seal_key = match &replica {
             Some(r) => r.seal_key.clone(),
             None => {
@@ -1262,7 +1278,7 @@ impl TestBrokerBuilder {
         }
         let parts = Parts {
             storage,
-            store: Arc::new(store),
+            store,
             clock: clock.clone(),
             entropy: Arc::new(SystemEntropy),
             tokens: self.tokens,
@@ -1340,6 +1356,7 @@ impl TestBroker {
             console_token: Some(format!("cs-test-console-{}", uuid::Uuid::new_v4().simple())),
             database_url: None,
             tokens: None,
+            store: None,
             configure: Vec::new(),
             replica: None,
         }
@@ -1473,4 +1490,24 @@ pub fn random_record_id() -> String {
         uuid::Uuid::new_v4().simple(),
         uuid::Uuid::new_v4().simple()
     )
+}
+
+/// Calls `f` until it answers `Some`, every 50 ms for at most `within` (real time: for what the
+/// server's background work does on its own, such as a policy reload once the broker's clock
+/// has moved). Fails naming `what`; an error from `f` ends it at once.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("{what}: not seen within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

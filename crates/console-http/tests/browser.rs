@@ -1,14 +1,20 @@
 //! The approval pages in headless Chromium (Debian's `chromium` and `chromium-driver`), driven
-//! over WebDriver: a person approves a machine login by typing its code, an agent's owner-tier
-//! request appears in the owner's inbox without a reload and is approved there (the agent then
-//! receives the value), and a second person is refused NOT_APPROVER. Screenshots of the pages
-//! are saved to `docs/screenshots/`.
+//! over WebDriver, with the real launcher helper (`countersign-launcher`, on a temporary socket)
+//! and the real `countersign` CLI: the owner signs in and approves the machine's login by typing
+//! the code `countersign login` shows; an agent's `countersign run --secret <owner-tier secret>`
+//! waits while its request appears in the owner's inbox without a reload; a second person is
+//! refused NOT_APPROVER; the owner approves in the page, and the agent's command receives the
+//! value. Screenshots of the pages are saved to `docs/screenshots/`.
 //!
 //! Skips (printing `skipped: chromium not installed`) when Chromium or ChromeDriver is absent,
 //! unless `COUNTERSIGN_REQUIRE_BROWSER=1`.
 
 mod common;
 
+use std::process::Stdio;
+
+use anyhow::Context;
+use common::cli::{Helper, collect, wait_timeout};
 use common::idp::TestIdp;
 use common::webdriver::{Driver, find_browser};
 use common::*;
@@ -56,8 +62,12 @@ async fn approve_in_the_browser() -> anyhow::Result<()> {
     ada.wait_text("h1", "Live grants", 10).await?;
     assert!(ada.current_url().await?.ends_with("/grants"));
 
-    // Her machine logs in; she types its code and approves.
-    let login = start_machine_login(&broker, ADA, "ada-laptop").await?;
+    // Her machine logs in: the real launcher helper on a temporary socket, `countersign login`
+    // shows a code, she types it in the console and approves.
+    let helper = Helper::start(&broker.url, &console.url, "ada-laptop").await?;
+    let login = helper.start_login(ADA).await?;
+    assert_eq!(login.first["console_url"], console.url.as_str());
+    assert_eq!(login.first["host"], "ada-laptop");
     ada.goto(&format!("{}/machines/approve", console.url))
         .await?;
     ada.type_into("#code", &login.code).await?;
@@ -66,25 +76,40 @@ async fn approve_in_the_browser() -> anyhow::Result<()> {
     ada.screenshot(&shots().join("machine-approve.png")).await?;
     ada.click("button[data-action=approve-machine]").await?;
     ada.wait_text("#result", "Approved", 10).await?;
-    let machine = login.machine(&broker).await?;
+    let credential_id = login.issued().await?;
 
-    // She watches her inbox; an agent asks for her owner-tier secret; it appears by itself.
+    // She watches her inbox; an agent asks, through the CLI, for her owner-tier secret: `run`
+    // waits for a person, and the request appears by itself. The command prints the value it
+    // is given, then holds the session (and so the grant) open until its stdin closes.
     ada.goto(&format!("{}/", console.url)).await?;
     ada.wait_for(".empty", 10).await?;
-    let session = machine.enroll(&broker, "claude-session-7").await?;
-    let req = session
-        .request(
-            &broker,
-            &[ADA_SECRET],
+    let script = format!("printf %s \"${ADA_SECRET}\"; read -r _ || true");
+    let mut agent = helper
+        .cli(&[
+            "run",
+            "--secret",
+            ADA_SECRET,
+            "--reason",
             "run the release pipeline",
-            Some(3600),
-        )
-        .await?;
-    assert_eq!(req["state"], "pending");
-    let record = req["record_id"].as_str().unwrap_or_default().to_owned();
+            "--lifetime",
+            "3600",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])?
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let agent_stdin = agent.stdin.take().context("stdin")?;
+    let agent_out = collect(agent.stdout.take().context("stdout")?);
+    let agent_err = collect(agent.stderr.take().context("stderr")?);
+    let row = "li[data-record-id]";
+    ada.wait_text(row, "run the release pipeline", 30).await?;
+    let record = ada.attribute(row, "data-record-id").await?;
     let row = format!("li[data-record-id=\"{record}\"]");
-    ada.wait_for(&row, 10).await?;
-    ada.wait_text(&row, "run the release pipeline", 5).await?;
+    ada.wait_text(&row, ADA_SECRET, 5).await?;
     ada.screenshot(&shots().join("inbox.png")).await?;
 
     // Bob signs in elsewhere and tries to approve it: the broker refuses him.
@@ -101,43 +126,36 @@ async fn approve_in_the_browser() -> anyhow::Result<()> {
     bob.screenshot(&shots().join("not-approver.png")).await?;
     bob.quit().await;
 
-    // Ada approves in her inbox; the agent receives the value.
+    // Ada approves in her inbox; the agent's command runs with the value.
     ada.click(&format!("{row} button[data-action=approve]"))
         .await?;
     ada.wait_text("#flash", "Approved", 10).await?;
-    let request_id = req["request_id"].as_str().unwrap_or_default().to_owned();
-    let grant =
-        eventually(10, || async {
-            let r = session.get_request(&broker, &request_id).await?;
-            Ok((r["state"] == "granted")
-                .then(|| r["grant_id"].as_str().unwrap_or_default().to_owned()))
-        })
-        .await?;
-    let values = session.values(&broker, &grant).await?;
-    assert_eq!(
-        values.json["values"][ADA_SECRET],
-        broker.values[ADA_SECRET].as_str()
-    );
 
-    // Her grants and machines, with revoke.
+    // Her grants (the command still holds its session) and machines.
     ada.goto(&format!("{}/grants", console.url)).await?;
-    ada.wait_for(&format!("tr[data-grant-id=\"{grant}\"]"), 10)
-        .await?;
+    ada.wait_text("tr[data-grant-id]", ADA_SECRET, 30).await?;
     ada.screenshot(&shots().join("grants.png")).await?;
     ada.goto(&format!("{}/machines", console.url)).await?;
-    ada.wait_for(
-        &format!("tr[data-credential-id=\"{}\"]", machine.credential_id),
-        10,
-    )
-    .await?;
+    let machine_row = format!("tr[data-credential-id=\"{credential_id}\"]");
+    ada.wait_for(&machine_row, 10).await?;
     ada.screenshot(&shots().join("machines.png")).await?;
-    ada.click(&format!(
-        "tr[data-credential-id=\"{}\"] button",
-        machine.credential_id
-    ))
-    .await?;
+
+    // The command ends: `countersign run` exits with its status, and it printed the value from
+    // the store.
+    drop(agent_stdin);
+    let status = wait_timeout(&mut agent, 30).await?;
+    let (out, err) = (agent_out.await?, agent_err.await?);
+    assert!(status.success(), "run: {status}: {err}\n{}", helper.log());
+    assert_eq!(out, broker.values[ADA_SECRET], "stderr: {err}");
+
+    // She revokes the machine's login: it can no longer start a session.
+    ada.click(&format!("{machine_row} button")).await?;
     ada.wait_text("#result", "Revoked", 10).await?;
-    assert_eq!(session.values(&broker, &grant).await?.status, 401);
+    let after = helper.cli(&["run", "--", "true"])?.output().await?;
+    let why = String::from_utf8_lossy(&after.stderr);
+    assert_eq!(after.status.code(), Some(1), "run after revocation: {why}");
+    assert!(why.contains("LAUNCHER_INVALID"), "{why}");
+    helper.stop().await?;
 
     ada.quit().await;
     drop(driver);

@@ -41,11 +41,12 @@
 //! # Tests
 //!
 //! The tests (`tests/rest_fake.rs`) run the real Google client against a small Secret Manager
-//! REST server kept in the test code. No installable emulator implements Secret Manager
+//! REST server, the `fake` module (cargo feature `fake`; the end-to-end tests that run the
+//! broker over this store use it too). No installable emulator implements Secret Manager
 //! faithfully: the known ones drop annotations and CMEK settings and ignore filters, and this
 //! store's judging depends on exactly those. The client speaks HTTP/JSON to an overridden
-//! endpoint, so the fake serves Secret Manager's REST paths and JSON shapes, including
-//! Google's error shape (`{"error":{"code":404,"message":..,"status":"NOT_FOUND"}}`).
+//! endpoint, so the fake serves Secret Manager's REST paths and JSON shapes, including Google's
+//! error shape (`{"error":{"code":404,"message":..,"status":"NOT_FOUND"}}`).
 
 use std::time::Duration;
 
@@ -62,6 +63,9 @@ use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt as _};
 use google_cloud_secretmanager_v1::client::SecretManagerService;
 use google_cloud_secretmanager_v1::model::{Secret, SecretVersion, secret_version};
 use zeroize::{Zeroize, Zeroizing};
+
+#[cfg(feature = "fake")]
+pub mod fake;
 
 /// The store's name in settings.
 pub const STORE_NAME: &str = "cloud-b-secret-store";

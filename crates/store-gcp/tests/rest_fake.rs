@@ -1,8 +1,9 @@
-//! The store, with the real Google client, against a small Secret Manager REST server kept here.
+//! The store, with the real Google client, against the small Secret Manager REST server of
+//! [`countersign_store_gcp::fake`] (feature `fake`).
 //!
 //! No installable emulator implements Secret Manager faithfully (the known ones drop annotations
 //! and CMEK settings and ignore filters), and the store's judging depends on exactly those. The
-//! client speaks REST/JSON to an overridden endpoint, so this fake serves the REST API's paths
+//! client speaks REST/JSON to an overridden endpoint, so the fake serves the REST API's paths
 //! and JSON: `GET /v1/projects/{p}/secrets` (paged), `GET /v1/projects/{p}/secrets/{s}`,
 //! `GET /v1/projects/{p}/secrets/{s}/versions/{v}` and `.../versions/{v}:access`, with enums as
 //! numbers when the client asks for `$alt=json;enum-encoding=int` (as it does), and errors in
@@ -11,438 +12,20 @@
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use base64::Engine as _;
 use countersign_broker_core::ids::SecretName;
 use countersign_broker_core::policy::{PolicyEntry, Refusal, Tier};
 use countersign_broker_core::secrets::{Inspection, SecretStore, StoreError};
+use countersign_store_gcp::fake::{Fake, Replication, Server, VersionState};
 use countersign_store_gcp::{GcpCredentials, GcpSecretStore, GcpStoreConfig, STORE_NAME};
-use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use serde_json::json;
 
 type TestResult = Result<(), Box<dyn Error>>;
 
-const PROJECT: &str = "123";
 const PREFIX: &str = "projects/123/secrets/agents-";
 const KEY: &str = "projects/kms-prj/locations/global/keyRings/countersign/cryptoKeys/agents";
 const OTHER_KEY: &str = "projects/kms-prj/locations/global/keyRings/countersign/cryptoKeys/other";
-/// The most secrets the fake sends in one page, whatever the client asks for.
-const PAGE_CAP: usize = 3;
-
-// ---------------------------------------------------------------------------------------------
-// The fake
-
-/// Where a secret's (or a version's) replicas are and which key encrypts each.
-#[derive(Clone, Debug)]
-enum Replication {
-    /// Automatic, with this customer-managed key or Google's.
-    Automatic(Option<&'static str>),
-    /// User-managed: (location, key) per replica.
-    UserManaged(Vec<(&'static str, Option<&'static str>)>),
-}
-
-#[derive(Clone, Debug)]
-struct Version {
-    data: Vec<u8>,
-    state: &'static str,
-    /// The secret's replication when the version was added: it is encrypted as that said.
-    encrypted_as: Replication,
-}
-
-#[derive(Clone, Debug)]
-struct FakeSecret {
-    annotations: BTreeMap<String, String>,
-    labels: BTreeMap<String, String>,
-    replication: Replication,
-    versions: Vec<Version>,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    secrets: BTreeMap<String, FakeSecret>,
-    /// Every request: method, path and query.
-    calls: Vec<String>,
-    /// Answer nothing (each handler waits an hour).
-    stall: bool,
-    /// Answer every request with this error.
-    fail: Option<(u16, &'static str)>,
-}
-
-#[derive(Clone, Debug, Default)]
-struct Fake(Arc<Mutex<Inner>>);
-
-impl Fake {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.0.lock().expect("fake lock")
-    }
-
-    /// Creates (or replaces) secret `id` with these annotations and replication, no versions.
-    fn put(&self, id: &str, owner: Option<&str>, tier: Option<&str>, replication: Replication) {
-        let mut annotations = BTreeMap::new();
-        if let Some(o) = owner {
-            annotations.insert("owner".to_owned(), o.to_owned());
-        }
-        if let Some(t) = tier {
-            annotations.insert("tier".to_owned(), t.to_owned());
-        }
-        self.lock().secrets.insert(
-            id.to_owned(),
-            FakeSecret {
-                annotations,
-                labels: BTreeMap::from([("team".to_owned(), "agents".to_owned())]),
-                replication,
-                versions: Vec::new(),
-            },
-        );
-    }
-
-    /// Adds an enabled version, encrypted as the secret's replication now says.
-    fn add_version(&self, id: &str, data: impl Into<Vec<u8>>) {
-        let mut inner = self.lock();
-        let s = inner
-            .secrets
-            .get_mut(id)
-            .expect("secret to add a version to");
-        let encrypted_as = s.replication.clone();
-        s.versions.push(Version {
-            data: data.into(),
-            state: "ENABLED",
-            encrypted_as,
-        });
-    }
-
-    /// Sets version `n` (1-based) of `id` to `state`.
-    fn set_state(&self, id: &str, n: usize, state: &'static str) {
-        let mut inner = self.lock();
-        let s = inner.secrets.get_mut(id).expect("secret");
-        s.versions[n - 1].state = state;
-    }
-
-    fn with_secret(&self, id: &str, f: impl FnOnce(&mut FakeSecret)) {
-        f(self.lock().secrets.get_mut(id).expect("secret"));
-    }
-
-    fn delete(&self, id: &str) {
-        self.lock().secrets.remove(id);
-    }
-
-    fn calls(&self) -> Vec<String> {
-        self.lock().calls.clone()
-    }
-
-    fn clear_calls(&self) {
-        self.lock().calls.clear();
-    }
-}
-
-fn error(code: u16, status: &str, message: impl Into<String>) -> Response {
-    let body = json!({"error": {"code": code, "message": message.into(), "status": status}});
-    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, axum::Json(body)).into_response()
-}
-
-/// Logs the call; stalls or fails when told to.
-async fn gate(fake: &Fake, what: String) -> Option<Response> {
-    let (stall, fail) = {
-        let mut inner = fake.lock();
-        inner.calls.push(what);
-        (inner.stall, inner.fail)
-    };
-    if stall {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-    }
-    match fail {
-        Some((500, _)) => {
-            Some((StatusCode::INTERNAL_SERVER_ERROR, "oops, not JSON").into_response())
-        }
-        Some((code, status)) => Some(error(code, status, "the fake was told to fail")),
-        None => None,
-    }
-}
-
-fn int_enums(q: &BTreeMap<String, String>) -> bool {
-    q.get("$alt")
-        .is_some_and(|a| a.contains("enum-encoding=int"))
-}
-
-fn query_text(q: &BTreeMap<String, String>) -> String {
-    q.iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-fn cmek_config(key: Option<&str>) -> Value {
-    match key {
-        Some(k) => json!({"customerManagedEncryption": {"kmsKeyName": k}}),
-        None => json!({}),
-    }
-}
-
-fn cmek_status(key: Option<&str>) -> Value {
-    match key {
-        Some(k) => json!({"customerManagedEncryption": {
-            "kmsKeyVersionName": format!("{k}/cryptoKeyVersions/1")
-        }}),
-        None => json!({}),
-    }
-}
-
-fn secret_json(id: &str, s: &FakeSecret) -> Value {
-    let replication = match &s.replication {
-        Replication::Automatic(k) => json!({"automatic": cmek_config(*k)}),
-        Replication::UserManaged(rs) => {
-            let replicas: Vec<Value> = rs
-                .iter()
-                .map(|(loc, k)| {
-                    let mut r = cmek_config(*k);
-                    r["location"] = json!(loc);
-                    r
-                })
-                .collect();
-            json!({"userManaged": {"replicas": replicas}})
-        }
-    };
-    json!({
-        "name": format!("projects/{PROJECT}/secrets/{id}"),
-        "replication": replication,
-        "createTime": "2025-01-02T03:04:05.678901Z",
-        "labels": s.labels,
-        "etag": "\"16243b3e0a1b2c\"",
-        "annotations": s.annotations,
-    })
-}
-
-fn version_json(id: &str, n: usize, v: &Version, ints: bool) -> Value {
-    let state = if ints {
-        json!(match v.state {
-            "ENABLED" => 1,
-            "DISABLED" => 2,
-            "DESTROYED" => 3,
-            _ => 0,
-        })
-    } else {
-        json!(v.state)
-    };
-    let replication_status = match &v.encrypted_as {
-        Replication::Automatic(k) => json!({"automatic": cmek_status(*k)}),
-        Replication::UserManaged(rs) => {
-            let replicas: Vec<Value> = rs
-                .iter()
-                .map(|(loc, k)| {
-                    let mut r = cmek_status(*k);
-                    r["location"] = json!(loc);
-                    r
-                })
-                .collect();
-            json!({"userManaged": {"replicas": replicas}})
-        }
-    };
-    json!({
-        "name": format!("projects/{PROJECT}/secrets/{id}/versions/{n}"),
-        "createTime": "2025-01-02T03:04:05.678901Z",
-        "state": state,
-        "replicationStatus": replication_status,
-        "etag": "\"16243b3e0a1b2d\"",
-    })
-}
-
-async fn list_secrets(
-    State(fake): State<Fake>,
-    Path(project): Path<String>,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> Response {
-    let what = format!("list {project} {}", query_text(&q));
-    if let Some(r) = gate(&fake, what).await {
-        return r;
-    }
-    if project != PROJECT {
-        return error(403, "PERMISSION_DENIED", "Permission denied on project");
-    }
-    // The store asks for every secret; a filter would need the service's filter language.
-    if q.get("filter").is_some_and(|f| !f.is_empty()) {
-        return error(400, "INVALID_ARGUMENT", "this fake implements no filter");
-    }
-    let asked = q
-        .get("pageSize")
-        .map(|s| s.parse::<usize>())
-        .transpose()
-        .ok()
-        .flatten()
-        .unwrap_or(0);
-    let size = if asked == 0 {
-        PAGE_CAP
-    } else {
-        asked.min(PAGE_CAP)
-    };
-    let start = match q.get("pageToken").map(String::as_str) {
-        None | Some("") => 0,
-        Some(t) => match t
-            .strip_prefix("after-")
-            .and_then(|n| n.parse::<usize>().ok())
-        {
-            Some(n) => n,
-            None => return error(400, "INVALID_ARGUMENT", "Invalid page token"),
-        },
-    };
-    let inner = fake.lock();
-    let all: Vec<(&String, &FakeSecret)> = inner.secrets.iter().collect();
-    let page: Vec<Value> = all
-        .iter()
-        .skip(start)
-        .take(size)
-        .map(|(id, s)| secret_json(id, s))
-        .collect();
-    let mut body = json!({"secrets": page, "totalSize": all.len()});
-    if start + size < all.len() {
-        body["nextPageToken"] = json!(format!("after-{}", start + size));
-    }
-    axum::Json(body).into_response()
-}
-
-async fn get_secret(
-    State(fake): State<Fake>,
-    Path((project, id)): Path<(String, String)>,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> Response {
-    let what = format!("get {project}/{id} {}", query_text(&q));
-    if let Some(r) = gate(&fake, what).await {
-        return r;
-    }
-    let inner = fake.lock();
-    match inner.secrets.get(&id).filter(|_| project == PROJECT) {
-        Some(s) => axum::Json(secret_json(&id, s)).into_response(),
-        None => error(
-            404,
-            "NOT_FOUND",
-            format!("Secret [projects/{project}/secrets/{id}] not found."),
-        ),
-    }
-}
-
-async fn version(
-    State(fake): State<Fake>,
-    Path((project, id, version)): Path<(String, String, String)>,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> Response {
-    let what = format!("version {project}/{id}/{version} {}", query_text(&q));
-    if let Some(r) = gate(&fake, what).await {
-        return r;
-    }
-    let (version, access) = match version.strip_suffix(":access") {
-        Some(v) => (v.to_owned(), true),
-        None => (version, false),
-    };
-    let inner = fake.lock();
-    let Some(s) = inner.secrets.get(&id).filter(|_| project == PROJECT) else {
-        return error(
-            404,
-            "NOT_FOUND",
-            format!("Secret [projects/{project}/secrets/{id}] not found."),
-        );
-    };
-    // `latest` is the most recently created version, whatever its state.
-    let n = if version == "latest" {
-        s.versions.len()
-    } else {
-        version.parse::<usize>().unwrap_or(0)
-    };
-    let Some(v) = n.checked_sub(1).and_then(|i| s.versions.get(i)) else {
-        return error(
-            404,
-            "NOT_FOUND",
-            format!(
-                "Secret Version [projects/{PROJECT}/secrets/{id}/versions/{version}] not found."
-            ),
-        );
-    };
-    if !access {
-        return axum::Json(version_json(&id, n, v, int_enums(&q))).into_response();
-    }
-    if v.state != "ENABLED" {
-        return error(
-            400,
-            "FAILED_PRECONDITION",
-            format!(
-                "Secret Version [projects/{PROJECT}/secrets/{id}/versions/{n}] is in {} state.",
-                v.state
-            ),
-        );
-    }
-    axum::Json(json!({
-        "name": format!("projects/{PROJECT}/secrets/{id}/versions/{n}"),
-        "payload": {"data": base64::engine::general_purpose::STANDARD.encode(&v.data)},
-    }))
-    .into_response()
-}
-
-async fn unknown_route(uri: axum::http::Uri) -> Response {
-    error(404, "NOT_FOUND", format!("no route {uri}"))
-}
-
-/// A running fake server.
-struct Server {
-    addr: SocketAddr,
-    shutdown: oneshot::Sender<()>,
-    task: JoinHandle<()>,
-}
-
-impl Server {
-    /// Serves `fake` on `addr` (port 0: any free port).
-    async fn start(fake: &Fake, addr: SocketAddr) -> Result<Server, Box<dyn Error>> {
-        // Binding the port a stopped server just had may need a moment.
-        let mut tries = 0;
-        let listener = loop {
-            match TcpListener::bind(addr).await {
-                Ok(l) => break l,
-                Err(e) if tries < 50 && e.kind() == std::io::ErrorKind::AddrInUse => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        };
-        let addr = listener.local_addr()?;
-        let app = Router::new()
-            .route("/v1/projects/{project}/secrets", get(list_secrets))
-            .route("/v1/projects/{project}/secrets/{secret}", get(get_secret))
-            .route(
-                "/v1/projects/{project}/secrets/{secret}/versions/{version}",
-                get(version),
-            )
-            .fallback(unknown_route)
-            .with_state(fake.clone());
-        let (shutdown, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
-        Ok(Server {
-            addr,
-            shutdown,
-            task,
-        })
-    }
-
-    /// Stops the server and waits until its port is closed.
-    async fn stop(self) -> TestResult {
-        let _ = self.shutdown.send(());
-        tokio::time::timeout(Duration::from_secs(10), self.task).await??;
-        Ok(())
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -472,7 +55,7 @@ fn seed_served(fake: &Fake, id: &str, value: &str) {
         id,
         Some("ada@example.com"),
         Some("automatic"),
-        Replication::Automatic(Some(KEY)),
+        Replication::automatic(Some(KEY)),
     );
     fake.add_version(id, value);
 }
@@ -494,7 +77,7 @@ fn entry(name: &str, owner: &str, tier: Tier) -> PolicyEntry {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_and_refuses_by_the_rules() -> TestResult {
     let fake = Fake::default();
-    let auto = |k| Replication::Automatic(k);
+    let auto = Replication::automatic;
     let owner = Some("Ada@Example.com");
 
     fake.put("agents-good", owner, Some("automatic"), auto(Some(KEY)));
@@ -507,7 +90,7 @@ async fn serves_and_refuses_by_the_rules() -> TestResult {
         "agents-regional",
         owner,
         Some("locked"),
-        Replication::UserManaged(vec![("us-east1", Some(KEY))]),
+        Replication::user_managed(&[("us-east1", Some(KEY))]),
     );
     fake.add_version("agents-regional", "r");
 
@@ -529,10 +112,10 @@ async fn serves_and_refuses_by_the_rules() -> TestResult {
     fake.put("agents-latest-disabled", owner, None, auto(Some(KEY)));
     fake.add_version("agents-latest-disabled", "old");
     fake.add_version("agents-latest-disabled", "new");
-    fake.set_state("agents-latest-disabled", 2, "DISABLED");
+    fake.set_state("agents-latest-disabled", 2, VersionState::Disabled);
     fake.put("agents-destroyed", owner, None, auto(Some(KEY)));
     fake.add_version("agents-destroyed", "x");
-    fake.set_state("agents-destroyed", 1, "DESTROYED");
+    fake.set_state("agents-destroyed", 1, VersionState::Destroyed);
     fake.put(
         "agents-no-value-other-key",
         owner,
@@ -553,7 +136,7 @@ async fn serves_and_refuses_by_the_rules() -> TestResult {
         "agents-mixed-replicas",
         owner,
         None,
-        Replication::UserManaged(vec![("us-east1", Some(KEY)), ("us-west1", Some(OTHER_KEY))]),
+        Replication::user_managed(&[("us-east1", Some(KEY)), ("us-west1", Some(OTHER_KEY))]),
     );
     fake.add_version("agents-mixed-replicas", "x");
     fake.put(
@@ -579,7 +162,7 @@ async fn serves_and_refuses_by_the_rules() -> TestResult {
     }
 
     let server = Server::start(&fake, ([127, 0, 0, 1], 0).into()).await?;
-    let store = store_at(server.addr, Duration::from_secs(5)).await?;
+    let store = store_at(server.addr(), Duration::from_secs(5)).await?;
 
     let want: Vec<(&str, Option<Refusal>)> = vec![
         ("GOOD", None),
@@ -660,7 +243,7 @@ async fn serves_and_refuses_by_the_rules() -> TestResult {
             _ => panic!("{name}: got {got:?}, want {want:?}"),
         }
     }
-    server.stop().await
+    Ok(server.stop().await?)
 }
 
 /// A listing follows page tokens to the end.
@@ -671,7 +254,7 @@ async fn lists_every_page() -> TestResult {
         seed_served(&fake, &format!("agents-token-{i}"), "v");
     }
     let server = Server::start(&fake, ([127, 0, 0, 1], 0).into()).await?;
-    let store = store_at(server.addr, Duration::from_secs(5)).await?;
+    let store = store_at(server.addr(), Duration::from_secs(5)).await?;
     let listing = store.list().await?;
     assert_eq!(listing.served.len(), 10);
     assert!(listing.refused.is_empty());
@@ -688,7 +271,7 @@ async fn lists_every_page() -> TestResult {
         lists.iter().all(|c| c.contains("pageSize=500")),
         "{lists:?}"
     );
-    server.stop().await
+    Ok(server.stop().await?)
 }
 
 /// Values are read at every call, from `latest`: a new version is seen at once; a disabled,
@@ -698,7 +281,7 @@ async fn reads_values_fresh() -> TestResult {
     let fake = Fake::default();
     seed_served(&fake, "agents-github-token", "ghp_one");
     let server = Server::start(&fake, ([127, 0, 0, 1], 0).into()).await?;
-    let store = store_at(server.addr, Duration::from_secs(5)).await?;
+    let store = store_at(server.addr(), Duration::from_secs(5)).await?;
     let listing = store.list().await?;
     let e = listing.served.first().expect("served").clone();
     assert_eq!(e.resource_name, "projects/123/secrets/agents-github-token");
@@ -728,7 +311,7 @@ async fn reads_values_fresh() -> TestResult {
     assert_eq!(store.read_value(&e).await?.expose(), "ghp_three");
 
     // The latest disabled: no current value, nothing read, and a reread refuses it.
-    fake.set_state("agents-github-token", 4, "DISABLED");
+    fake.set_state("agents-github-token", 4, VersionState::Disabled);
     assert!(matches!(
         store.read_value(&e).await,
         Err(StoreError::NotFound)
@@ -737,7 +320,7 @@ async fn reads_values_fresh() -> TestResult {
         store.inspect(&n("GITHUB_TOKEN")).await?,
         Inspection::Refused(Refusal::NoCurrentValue)
     );
-    fake.set_state("agents-github-token", 4, "ENABLED");
+    fake.set_state("agents-github-token", 4, VersionState::Enabled);
     assert_eq!(served(&store.inspect(&n("GITHUB_TOKEN")).await?), Some(&e));
 
     // A changed owner is seen by a reread at once.
@@ -771,7 +354,7 @@ async fn reads_values_fresh() -> TestResult {
         store.read_value(&outside).await,
         Err(StoreError::Other(_))
     ));
-    server.stop().await
+    Ok(server.stop().await?)
 }
 
 /// The settings answer, and the configurations `new` refuses.
@@ -822,10 +405,10 @@ async fn service_errors() -> TestResult {
     seed_served(&fake, "agents-good", "v");
     let server = Server::start(&fake, ([127, 0, 0, 1], 0).into()).await?;
     let timeout = Duration::from_secs(2);
-    let store = store_at(server.addr, timeout).await?;
+    let store = store_at(server.addr(), timeout).await?;
     let e = entry("GOOD", "ada@example.com", Tier::Automatic);
 
-    fake.lock().fail = Some((403, "PERMISSION_DENIED"));
+    fake.fail(Some((403, "PERMISSION_DENIED")));
     assert!(matches!(store.list().await, Err(StoreError::Other(_))));
     assert!(matches!(
         store.read_value(&e).await,
@@ -833,7 +416,7 @@ async fn service_errors() -> TestResult {
     ));
 
     for fail in [(503, "UNAVAILABLE"), (500, "not JSON")] {
-        fake.lock().fail = Some(fail);
+        fake.fail(Some(fail));
         let t = Instant::now();
         let got = store.inspect(&n("GOOD")).await;
         assert!(
@@ -843,9 +426,9 @@ async fn service_errors() -> TestResult {
         assert!(t.elapsed() < timeout + Duration::from_secs(1), "{fail:?}");
     }
 
-    fake.lock().fail = None;
+    fake.fail(None);
     assert_eq!(store.read_value(&e).await?.expose(), "v");
-    server.stop().await
+    Ok(server.stop().await?)
 }
 
 /// The store going away (the server stopped) is Unavailable within the timeout; it coming back
@@ -855,7 +438,7 @@ async fn store_goes_away_and_comes_back() -> TestResult {
     let fake = Fake::default();
     seed_served(&fake, "agents-good", "v1");
     let server = Server::start(&fake, ([127, 0, 0, 1], 0).into()).await?;
-    let addr = server.addr;
+    let addr = server.addr();
     let timeout = Duration::from_secs(1);
     let store = store_at(addr, timeout).await?;
     let listing = store.list().await?;
@@ -878,11 +461,11 @@ async fn store_goes_away_and_comes_back() -> TestResult {
     );
 
     let server = Server::start(&fake, addr).await?;
-    assert_eq!(server.addr, addr);
+    assert_eq!(server.addr(), addr);
     fake.add_version("agents-good", "v2");
     assert_eq!(store.list().await?, listing);
     assert_eq!(store.read_value(&e).await?.expose(), "v2");
-    server.stop().await
+    Ok(server.stop().await?)
 }
 
 /// A store that accepts but never answers is Unavailable within the timeout, never a hang.
@@ -892,10 +475,10 @@ async fn a_silent_store_times_out() -> TestResult {
     seed_served(&fake, "agents-good", "v1");
     let server = Server::start(&fake, ([127, 0, 0, 1], 0).into()).await?;
     let timeout = Duration::from_secs(1);
-    let store = store_at(server.addr, timeout).await?;
+    let store = store_at(server.addr(), timeout).await?;
     let e = entry("GOOD", "ada@example.com", Tier::Automatic);
 
-    fake.lock().stall = true;
+    fake.stall(true);
     for what in ["list", "inspect", "read"] {
         let t = Instant::now();
         let got = match what {
@@ -918,9 +501,8 @@ async fn a_silent_store_times_out() -> TestResult {
         );
     }
 
-    fake.lock().stall = false;
+    fake.stall(false);
     assert_eq!(store.read_value(&e).await?.expose(), "v1");
-    // The stalled handlers are still asleep: no graceful stop; dropping the runtime ends them.
-    drop(server);
-    Ok(())
+    // The stall over, the requests that waited end too: the server stops gracefully.
+    Ok(server.stop().await?)
 }

@@ -1,10 +1,12 @@
 //! Test fixtures: a real broker (in-process, port 0, temp SQLite, local store), a small OpenID
 //! provider on loopback ([`idp::TestIdp`]), the console on port 0 against both, people with
-//! browser-like cookie jars, and machines and sessions speaking the broker protocol with real
-//! ES256 keys.
+//! browser-like cookie jars, machines and sessions speaking the broker protocol with real
+//! ES256 keys, and the real launcher helper and `countersign` CLI as child processes
+//! ([`cli::Helper`]).
 
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod idp;
 pub mod webdriver;
 

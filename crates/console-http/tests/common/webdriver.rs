@@ -223,6 +223,21 @@ impl Browser {
         }
     }
 
+    /// The value of attribute `name` of the displayed element `css` (waiting for it).
+    pub async fn attribute(&self, css: &str, name: &str) -> anyhow::Result<String> {
+        let id = self.wait_for(css, 10).await?;
+        let v = self
+            .cmd(
+                reqwest::Method::GET,
+                &format!("/element/{id}/attribute/{name}"),
+                None,
+            )
+            .await?;
+        v.as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("{css} has no attribute {name}"))
+    }
+
     pub async fn click(&self, css: &str) -> anyhow::Result<()> {
         let id = self.wait_for(css, 10).await?;
         self.cmd(
