@@ -5,6 +5,7 @@
 //! through the core, calls one core operation and renders the answer or the refusal.
 
 pub mod config;
+pub mod dev;
 pub mod error;
 pub mod extract;
 pub mod limits;

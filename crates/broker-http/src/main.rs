@@ -6,14 +6,14 @@
 //!   secrets of every tier under `.countersign-dev/`, kept across restarts.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use countersign_broker_core::SystemClock;
-use countersign_broker_http::config::{Config, Durations, LimitsConfig, StoreConfig};
+use countersign_broker_http::config::Config;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -48,8 +48,7 @@ enum Command {
     },
 }
 
-/// The person dev mode's demo secrets belong to.
-pub const DEV_PERSON: &str = "dev@countersign.local";
+use countersign_broker_http::dev::DEV_PERSON;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -57,7 +56,14 @@ async fn main() -> anyhow::Result<()> {
     init_logs(cli.log_json);
     let (config, dev) = match cli.command {
         Command::Serve { config } => (Config::load(&config)?, None),
-        Command::Dev { dir, port } => (dev_config(&dir, port)?, Some(dir)),
+        Command::Dev { dir, port } => {
+            let mut c = countersign_broker_http::dev::dev_config(
+                &dir,
+                SocketAddr::from(([127, 0, 0, 1], port)),
+            )?;
+            c.apply_env(|k| std::env::var(k).ok())?;
+            (c, Some(dir))
+        }
     };
     let state = countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;
     let reload = chrono::Duration::seconds(config.durations.policy_reload);
@@ -127,108 +133,4 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
-}
-
-/// Dev mode's configuration, creating its state on first run.
-fn dev_config(dir: &Path, port: u16) -> anyhow::Result<Config> {
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    restrict(dir, 0o700)?;
-    let seal = dir.join("seal.key");
-    if !seal.exists() {
-        write_secret(&seal, &countersign_proto::b64::encode(&random::<32>()))?;
-    }
-    let token = dir.join("console-token");
-    if !token.exists() {
-        write_secret(
-            &token,
-            &format!("cs-dev-{}", countersign_proto::b64::encode(&random::<24>())),
-        )?;
-    }
-    let secrets = dir.join("secrets.toml");
-    if !secrets.exists() {
-        write_secret(&secrets, &demo_secrets())?;
-    }
-    let listen = SocketAddr::from(([127, 0, 0, 1], port));
-    let db = dir.join("broker.db");
-    let mut c = Config {
-        listen,
-        public_url: format!("http://{listen}"),
-        database_url: format!("sqlite://{}?mode=rwc", db.display()),
-        seal_key_file: seal,
-        console_token_file: Some(token),
-        tls: None,
-        store: StoreConfig::Local { path: secrets },
-        limits: LimitsConfig::default(),
-        durations: Durations::default(),
-        service_logins: Default::default(),
-        token_issuer: None,
-        notifications: None,
-    };
-    c.apply_env(|k| std::env::var(k).ok())?;
-    Ok(c)
-}
-
-fn demo_secrets() -> String {
-    let v = |p: &str| format!("{p}-{}", countersign_proto::b64::encode(&random::<12>()));
-    format!(
-        r#"# Dev mode's demo secrets (a local file store; edit freely, it is reread on every use).
-prefix = "agents/"
-key = "local"
-
-[[secret]]
-name = "agents/demo-automatic"
-owner = "{DEV_PERSON}"
-tier = "automatic"
-value = "{}"
-
-[[secret]]
-name = "agents/demo-owner"
-owner = "{DEV_PERSON}"
-tier = "owner"
-value = "{}"
-
-[[secret]]
-name = "agents/demo-shared"
-owner = "{DEV_PERSON}"
-tier = "shared"
-value = "{}"
-
-[[secret]]
-name = "agents/demo-locked"
-owner = "{DEV_PERSON}"
-tier = "locked"
-value = "{}"
-"#,
-        v("auto"),
-        v("owner"),
-        v("shared"),
-        v("locked")
-    )
-}
-
-fn random<const N: usize>() -> [u8; N] {
-    countersign_broker_core::clock::random::<N>(&countersign_broker_core::SystemEntropy)
-}
-
-fn write_secret(path: &Path, contents: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut f = opts
-        .open(path)
-        .with_context(|| format!("create {}", path.display()))?;
-    f.write_all(contents.as_bytes())?;
-    Ok(())
-}
-
-fn restrict(path: &Path, mode: u32) -> anyhow::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    }
-    let _ = mode;
-    Ok(())
 }

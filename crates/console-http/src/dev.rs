@@ -13,12 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use base64::Engine;
 
 use crate::config::{BrokerConfig, Config};
 
 /// The person dev mode's demo secrets belong to (as `countersign-broker dev` writes them).
-pub const DEV_PERSON: &str = "dev@countersign.local";
+pub use countersign_broker_http::dev::DEV_PERSON;
 
 /// The broker and the console, running.
 #[derive(Debug)]
@@ -59,27 +58,13 @@ impl Dev {
 
 /// Starts both on 127.0.0.1 (port 0 picks a free one), creating dev state in `dir` on first run.
 pub async fn start(dir: &Path, broker_port: u16, console_port: u16) -> anyhow::Result<Dev> {
-    ensure_state(dir)?;
     let broker_listener =
         std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], broker_port)))
             .with_context(|| format!("bind the broker on 127.0.0.1:{broker_port}"))?;
     let broker_addr = broker_listener.local_addr()?;
     let broker_url = format!("http://{broker_addr}");
-    let s = |p: PathBuf| serde_json::to_string(&p.display().to_string()).unwrap_or_default();
-    let broker_toml = format!(
-        "listen = \"{broker_addr}\"\npublic_url = \"{broker_url}\"\ndatabase_url = {}\n\
-         seal_key_file = {}\nconsole_token_file = {}\n[store]\nkind = \"local\"\npath = {}\n",
-        serde_json::to_string(&format!(
-            "sqlite://{}?mode=rwc",
-            dir.join("broker.db").display()
-        ))
-        .unwrap_or_default(),
-        s(dir.join("seal.key")),
-        s(dir.join("console-token")),
-        s(dir.join("secrets.toml")),
-    );
-    let broker_config: countersign_broker_http::Config =
-        toml::from_str(&broker_toml).context("dev broker configuration")?;
+    // The broker's dev state and configuration, exactly as `countersign-broker dev` makes them.
+    let broker_config = countersign_broker_http::dev::dev_config(dir, broker_addr)?;
     let state = countersign_broker_http::server::build(
         &broker_config,
         Arc::new(countersign_broker_core::SystemClock),
@@ -118,88 +103,4 @@ pub async fn start(dir: &Path, broker_port: u16, console_port: u16) -> anyhow::R
         console_url,
         dir: dir.to_owned(),
     })
-}
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-fn random<const N: usize>() -> [u8; N] {
-    let mut b = [0u8; N];
-    countersign_console_core::Entropy::fill(&countersign_console_core::SystemEntropy, &mut b);
-    b
-}
-
-/// The broker's dev state, as `countersign-broker dev` makes it.
-fn ensure_state(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    let seal = dir.join("seal.key");
-    if !seal.exists() {
-        write_secret(&seal, &b64(&random::<32>()))?;
-    }
-    let token = dir.join("console-token");
-    if !token.exists() {
-        write_secret(&token, &format!("cs-dev-{}", b64(&random::<24>())))?;
-    }
-    let secrets = dir.join("secrets.toml");
-    if !secrets.exists() {
-        write_secret(&secrets, &demo_secrets())?;
-    }
-    Ok(())
-}
-
-fn demo_secrets() -> String {
-    let v = |p: &str| format!("{p}-{}", b64(&random::<12>()));
-    format!(
-        r#"# Dev mode's demo secrets (a local file store; edit freely, it is reread on every use).
-prefix = "agents/"
-key = "local"
-
-[[secret]]
-name = "agents/demo-automatic"
-owner = "{DEV_PERSON}"
-tier = "automatic"
-value = "{}"
-
-[[secret]]
-name = "agents/demo-owner"
-owner = "{DEV_PERSON}"
-tier = "owner"
-value = "{}"
-
-[[secret]]
-name = "agents/demo-shared"
-owner = "{DEV_PERSON}"
-tier = "shared"
-value = "{}"
-
-[[secret]]
-name = "agents/demo-locked"
-owner = "{DEV_PERSON}"
-tier = "locked"
-value = "{}"
-"#,
-        v("auto"),
-        v("owner"),
-        v("shared"),
-        v("locked")
-    )
-}
-
-fn write_secret(path: &Path, contents: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut f = opts
-        .open(path)
-        .with_context(|| format!("create {}", path.display()))?;
-    f.write_all(contents.as_bytes())?;
-    Ok(())
 }

@@ -1,0 +1,115 @@
+//! Dev mode's state: on first run, a directory with a sealing key, a console token and a local
+//! store of demo secrets of every tier; the broker's configuration over it. `countersign-broker
+//! dev` and `countersign-console dev` both start from it, so either can pick up the other's state.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::config::{Config, Durations, LimitsConfig, StoreConfig};
+
+/// The person dev mode's demo secrets belong to.
+pub const DEV_PERSON: &str = "dev@countersign.local";
+
+/// The broker's dev configuration, listening on `listen`, creating its state in `dir` on first
+/// run. Environment overrides are not applied here: the caller decides.
+pub fn dev_config(dir: &Path, listen: SocketAddr) -> anyhow::Result<Config> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    restrict(dir, 0o700)?;
+    let seal = dir.join("seal.key");
+    if !seal.exists() {
+        write_secret(&seal, &countersign_proto::b64::encode(&random::<32>()))?;
+    }
+    let token = dir.join("console-token");
+    if !token.exists() {
+        write_secret(
+            &token,
+            &format!("cs-dev-{}", countersign_proto::b64::encode(&random::<24>())),
+        )?;
+    }
+    let secrets = dir.join("secrets.toml");
+    if !secrets.exists() {
+        write_secret(&secrets, &demo_secrets())?;
+    }
+    let db = dir.join("broker.db");
+    Ok(Config {
+        listen,
+        public_url: format!("http://{listen}"),
+        database_url: format!("sqlite://{}?mode=rwc", db.display()),
+        seal_key_file: seal,
+        console_token_file: Some(token),
+        tls: None,
+        store: StoreConfig::Local { path: secrets },
+        limits: LimitsConfig::default(),
+        durations: Durations::default(),
+        service_logins: Default::default(),
+        token_issuer: None,
+        notifications: None,
+    })
+}
+
+fn demo_secrets() -> String {
+    let v = |p: &str| format!("{p}-{}", countersign_proto::b64::encode(&random::<12>()));
+    format!(
+        r#"# Dev mode's demo secrets (a local file store; edit freely, it is reread on every use).
+prefix = "agents/"
+key = "local"
+
+[[secret]]
+name = "agents/demo-automatic"
+owner = "{DEV_PERSON}"
+tier = "automatic"
+value = "{}"
+
+[[secret]]
+name = "agents/demo-owner"
+owner = "{DEV_PERSON}"
+tier = "owner"
+value = "{}"
+
+[[secret]]
+name = "agents/demo-shared"
+owner = "{DEV_PERSON}"
+tier = "shared"
+value = "{}"
+
+[[secret]]
+name = "agents/demo-locked"
+owner = "{DEV_PERSON}"
+tier = "locked"
+value = "{}"
+"#,
+        v("auto"),
+        v("owner"),
+        v("shared"),
+        v("locked")
+    )
+}
+
+fn random<const N: usize>() -> [u8; N] {
+    countersign_broker_core::clock::random::<N>(&countersign_broker_core::SystemEntropy)
+}
+
+fn write_secret(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts
+        .open(path)
+        .with_context(|| format!("create {}", path.display()))?;
+    f.write_all(contents.as_bytes())?;
+    Ok(())
+}
+
+fn restrict(path: &Path, mode: u32) -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    let _ = mode;
+    Ok(())
+}
