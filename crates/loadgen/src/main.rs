@@ -58,10 +58,29 @@ fn main() -> anyhow::Result<()> {
 
 fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
     // The broker, on its own runtime.
+    let server_threads = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let record = server_threads.clone();
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.server_threads)
+        .on_thread_start(move || {
+            // The thread's /proc entry, to read the CPU time the server spends.
+            if let Ok(p) = std::fs::read_link("/proc/thread-self") {
+                // The link reads `<pid>/task/<tid>`, relative to /proc.
+                record
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(format!("/proc/{}", p.display()));
+            }
+        })
         .enable_all()
         .build()?;
+    let server_cpu = || -> f64 {
+        let threads = server_threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        threads.iter().map(|t| thread_cpu_seconds(t)).sum()
+    };
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     drop(listener);
@@ -123,6 +142,7 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
 
         let n = ((args.seconds as f64) * 40_000.0) as usize;
         let reads = presign(&session, &base, n, |s, b| s.self_proof(b))?;
+        let cpu0 = server_cpu();
         let r = closed_loop(
             &http,
             &base,
@@ -131,7 +151,9 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
             Duration::from_secs(args.seconds),
         )
         .await?;
+        let cpu = server_cpu() - cpu0;
         r.print("GET /v1/enrollments/self, closed loop", Some(target));
+        print_capacity(cpu, r.done, args.server_threads, target);
         let reads = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
             s.self_proof(b)
         })?;
@@ -143,6 +165,7 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
 
         let n = ((args.seconds as f64) * 10_000.0) as usize;
         let writes = presign(&session, &base, n, |s, b| s.request_call(b))?;
+        let cpu0 = server_cpu();
         let r = closed_loop(
             &http,
             &base,
@@ -151,7 +174,9 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
             Duration::from_secs(args.seconds),
         )
         .await?;
+        let cpu = server_cpu() - cpu0;
         r.print("POST /v1/requests (automatic), closed loop", None);
+        print_capacity(cpu, r.done, args.server_threads, f64::NAN);
         let writes = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
             s.request_call(b)
         })?;
@@ -164,6 +189,39 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
     })?;
     server_rt.block_on(running.shutdown(Duration::from_secs(5)));
     Ok(())
+}
+
+/// CPU seconds (user + system) a thread of this process has used, from `/proc/<pid>/task/<tid>/stat`.
+fn thread_cpu_seconds(task: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("{task}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12th and 13th after ')'.
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The server's own CPU per request in a phase, and the rate its cores would allow were the
+/// load generator not sharing them.
+fn print_capacity(cpu_seconds: f64, done: usize, cores: usize, target: f64) {
+    if done == 0 || cpu_seconds <= 0.0 {
+        return;
+    }
+    let per_request_us = cpu_seconds * 1e6 / done as f64;
+    let capacity = 1e6 / per_request_us * cores as f64;
+    println!(
+        "  server CPU {per_request_us:.0} µs per request → {capacity:.0} req/s on {cores} cores with the client elsewhere{}",
+        if target.is_nan() {
+            String::new()
+        } else {
+            format!(" (target ≥ {target:.0})")
+        }
+    );
 }
 
 /// Median cost of one ES256 verification through the broker's own verifier.
