@@ -65,6 +65,12 @@ pub struct Broker {
 impl Broker {
     /// A broker whose enrollment leases last `lease` seconds (protocol.md's 15 min by default).
     pub fn start_with_lease(lease: Option<i64>) -> Self {
+        Self::start_configured(lease, "")
+    }
+
+    /// A broker whose configuration file ends with `extra` (TOML sections such as
+    /// `[token_issuer]` and `[service_logins]`).
+    pub fn start_configured(lease: Option<i64>, extra: &str) -> Self {
         let dir = TempDir::new("broker");
         let d = &dir.0;
         std::fs::write(
@@ -101,6 +107,7 @@ impl Broker {
         if let Some(l) = lease {
             config.push_str(&format!("\n[durations]\nlease = {l}\n"));
         }
+        config.push_str(extra);
         std::fs::write(d.join("broker.toml"), config).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
