@@ -47,7 +47,7 @@ impl World {
         let Some(bin) = moto_or_skip() else {
             return Ok(None);
         };
-        let moto = Moto::start(bin).await?;
+        let moto = Moto::start(bin).await.map_err(anyhow::Error::msg)?;
         let aws = Aws::new(&moto).await;
         let key = aws.key().await?;
         let other_key = aws.key().await?;
@@ -440,7 +440,7 @@ async fn the_store_going_away_and_coming_back() -> R {
     // moto comes back on the same port, empty: its data is made again (new ARNs). The reload,
     // due since it failed, picks it up; the clock moves once more so that a reload that ran
     // while the data was half made is followed by another.
-    w.moto.restart().await?;
+    w.moto.restart().await.map_err(anyhow::Error::msg)?;
     w.aws.seed(&w.secrets, &w.key).await?;
     tb.advance(Duration::minutes(5));
     let released = eventually("values released again", RELOAD, || {

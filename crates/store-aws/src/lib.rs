@@ -60,6 +60,9 @@
 //! [`StoreError::Unavailable`]; a refusal such as access denied or a decryption failure is
 //! [`StoreError::Other`]. Error texts go to logs only and never hold a value.
 
+#[cfg(feature = "moto")]
+pub mod moto;
+
 use std::collections::HashMap;
 use std::time::Duration;
 

@@ -6,9 +6,6 @@
 //! passes, unless `COUNTERSIGN_REQUIRE_MOTO=1`, when it fails.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use aws_config::{BehaviorVersion, Region};
@@ -18,6 +15,7 @@ use aws_sdk_secretsmanager::types::Tag;
 use countersign_broker_core::ids::SecretName;
 use countersign_broker_core::policy::{PolicyEntry, Refusal, Tier};
 use countersign_broker_core::secrets::{Inspection, SecretStore, Settings, StoreError};
+use countersign_store_aws::moto::{Moto, moto_or_skip};
 use countersign_store_aws::{AwsSecretStore, AwsStoreConfig, StaticCredentials};
 use zeroize::Zeroizing;
 
@@ -28,123 +26,6 @@ const ACCOUNT: &str = "123456789012";
 
 // ---------------------------------------------------------------------------------------------
 // moto as a child process
-
-fn moto_binary() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("moto_server"))
-        .find(|p| p.is_file())
-}
-
-/// The moto binary, or `None` after printing the skip line (a panic when moto is required).
-fn moto_or_skip() -> Option<PathBuf> {
-    let bin = moto_binary();
-    if bin.is_none() {
-        if std::env::var("COUNTERSIGN_REQUIRE_MOTO").as_deref() == Ok("1") {
-            panic!("moto_server not installed and COUNTERSIGN_REQUIRE_MOTO=1");
-        }
-        println!("skipped: moto_server not installed");
-    }
-    bin
-}
-
-/// A running moto server; killed on drop.
-struct Moto {
-    bin: PathBuf,
-    port: u16,
-    child: Option<Child>,
-}
-
-impl Moto {
-    /// Starts moto on a free port, trying another port if the first is taken meanwhile.
-    async fn start(bin: PathBuf) -> Self {
-        let mut last = String::new();
-        for _ in 0..5 {
-            let port = free_port();
-            match spawn(&bin, port).await {
-                Ok(child) => {
-                    return Self {
-                        bin,
-                        port,
-                        child: Some(child),
-                    };
-                }
-                Err(e) => last = e,
-            }
-        }
-        panic!("moto_server would not start: {last}");
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Kills the server: its port refuses connections from now on.
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Starts it again on the same port (with moto's state empty: it lives in memory).
-    async fn restart(&mut self) {
-        self.stop();
-        let mut last = String::new();
-        for _ in 0..10 {
-            match spawn(&self.bin, self.port).await {
-                Ok(child) => {
-                    self.child = Some(child);
-                    return;
-                }
-                Err(e) => last = e,
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        panic!(
-            "moto_server would not restart on port {}: {last}",
-            self.port
-        );
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("local address").port()
-}
-
-/// Spawns moto and waits until it accepts connections (or exits, or 30 s pass).
-async fn spawn(bin: &PathBuf, port: u16) -> Result<Child, String> {
-    let mut child = Command::new(bin)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("moto_server exited: {status}"));
-        }
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return Ok(child);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err("moto_server did not answer within 30 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures, made with the SDK
@@ -275,7 +156,7 @@ async fn serves_and_refuses_by_the_rules() -> TestResult {
     let Some(bin) = moto_or_skip() else {
         return Ok(());
     };
-    let moto = Moto::start(bin).await;
+    let moto = Moto::start(bin).await.expect("start moto_server");
     let aws = Aws::new(&moto, "eu-west-1").await;
     let (key, key_id) = aws.key().await?;
     let (other_key, _) = aws.key().await?;
@@ -440,7 +321,7 @@ async fn values_are_read_fresh_and_deletions_are_absent() -> TestResult {
     let Some(bin) = moto_or_skip() else {
         return Ok(());
     };
-    let moto = Moto::start(bin).await;
+    let moto = Moto::start(bin).await.expect("start moto_server");
     let aws = Aws::new(&moto, "eu-central-1").await;
     let (key, _) = aws.key().await?;
     let owner = ("owner", "ops@example.com");
@@ -533,7 +414,7 @@ async fn lists_across_pages() -> TestResult {
     let Some(bin) = moto_or_skip() else {
         return Ok(());
     };
-    let moto = Moto::start(bin).await;
+    let moto = Moto::start(bin).await.expect("start moto_server");
     let aws = Aws::new(&moto, "us-west-2").await;
     let (key, _) = aws.key().await?;
     let owner = ("owner", "pat@example.com");
@@ -657,7 +538,7 @@ async fn the_store_going_away_and_coming_back() -> TestResult {
     let Some(bin) = moto_or_skip() else {
         return Ok(());
     };
-    let mut moto = Moto::start(bin).await;
+    let mut moto = Moto::start(bin).await.expect("start moto_server");
     let aws = Aws::new(&moto, "ca-central-1").await;
     let (key, _) = aws.key().await?;
     let owner = ("owner", "sre@example.com");
@@ -673,7 +554,7 @@ async fn the_store_going_away_and_coming_back() -> TestResult {
 
     // Back on the same port. moto keeps its state in memory, so the secret is made again, with
     // the same key ARN (moto's Secrets Manager does not check the key exists).
-    moto.restart().await;
+    moto.restart().await.expect("restart moto_server");
     aws.secret("svc/db-password", Some("p2"), Some(&key), &[owner])
         .await?;
     let listing = store.list().await?;
