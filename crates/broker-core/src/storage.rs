@@ -16,7 +16,7 @@ use crate::ids::{ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId
 use crate::model::{Enrollment, Grant, LauncherCredential, PendingLogin, Record, Request};
 
 /// A storage failure. Its text goes to logs, never to clients.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StorageError {
     /// The database cannot be reached: clients see DATABASE_UNAVAILABLE.
     #[error("database unavailable: {0}")]

@@ -55,3 +55,13 @@ fn database_err(d: &dyn DatabaseError, e: &sqlx::Error) -> StorageError {
     }
     StorageError::Other(e.to_string())
 }
+
+/// Maps a failure to start a transaction. Starting one needs a connection: any database error
+/// there (a database not accepting connections, one being shut down, refused logins) means the
+/// database cannot be used now, whatever its code; SQLite's `BUSY` stays a conflict.
+pub(crate) fn begin_err(e: sqlx::Error) -> StorageError {
+    match db_err(e) {
+        StorageError::Other(msg) | StorageError::Corrupt(msg) => StorageError::Unavailable(msg),
+        other => other,
+    }
+}

@@ -27,14 +27,17 @@
 //!   transitions on one row serialise and the second reads the first's outcome. Serialisation
 //!   failures and deadlocks (`40001`, `40P01`) are [`StorageError::Conflict`]. Several broker
 //!   replicas may share one database.
-//! - **SQLite** runs in WAL mode with a 5 s busy timeout. Write transactions are serialised in
-//!   the process by a mutex held from `begin` until commit or drop, and start with
-//!   `BEGIN IMMEDIATE`, so a transaction that reads and then writes never fails to upgrade its
-//!   lock. **SQLite storage is single-process**: one broker per database file. Reads
-//!   ([`Storage::read`]) take no mutex; WAL lets them run beside a writer.
+//! - **SQLite** runs in WAL mode with a 5 s busy timeout. Write transactions take turns at
+//!   one writer connection (a fair mutex held from `begin` until commit or drop) inside a
+//!   physical transaction opened with `BEGIN IMMEDIATE`, so a transaction that reads and then
+//!   writes never fails to upgrade its lock; a flusher commits that physical transaction for
+//!   every logical one that finished meanwhile (group commit, see `writer.rs`), and each commit
+//!   answers once it is durable. **SQLite storage is single-process**: one broker per database
+//!   file. Reads ([`Storage::read`]) take no mutex; WAL lets them run beside the writer.
 //! - A read transaction takes no locks and is never committed.
-//! - Dropping a transaction without committing rolls it back (on SQLite the rollback runs
-//!   before the write mutex is released).
+//! - Dropping a transaction without committing rolls it back (on SQLite, a writer's turn that
+//!   wrote rolls back its whole batch, whose members answer [`StorageError::Conflict`] and are
+//!   run again by the core; one that only read is just released).
 //!
 //! `sqlite::memory:` is one database per connection, so an in-memory storage has a pool of
 //! exactly one connection: a read transaction opened while a write transaction is open waits
@@ -43,21 +46,21 @@
 mod error;
 mod schema;
 mod tx;
+mod writer;
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::error::{begin_err, db_err};
+use crate::tx::SqlTx;
+use crate::writer::Writer;
 use async_trait::async_trait;
 use countersign_broker_core::clock::Time;
 use countersign_broker_core::storage::{Storage, StorageError, Tx};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor, Row};
-use tokio::sync::Mutex;
-
-use crate::error::db_err;
-use crate::tx::SqlTx;
 
 /// How long a caller waits for a pooled connection before the database counts as unavailable.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -95,8 +98,9 @@ impl Backend {
 pub struct SqlStorage {
     pool: AnyPool,
     backend: Backend,
-    /// SQLite only: serialises write transactions within the process.
-    write_lock: Option<Arc<Mutex<()>>>,
+    /// SQLite only: the single writer, which serialises write transactions and commits them
+    /// in groups.
+    writer: Option<Arc<Writer>>,
     /// The URL with any password replaced, for `Debug`.
     shown_url: Arc<str>,
     once_calls: Arc<AtomicU64>,
@@ -135,7 +139,11 @@ impl SqlStorage {
                 .min_connections(1)
                 .idle_timeout(None)
                 .max_lifetime(None),
-            Backend::Sqlite => options.max_connections(SQLITE_MAX_CONNECTIONS),
+            // A local file's connection does not go stale: no round trip to test it at every
+            // checkout.
+            Backend::Sqlite => options
+                .max_connections(SQLITE_MAX_CONNECTIONS)
+                .test_before_acquire(false),
             Backend::Postgres => options.max_connections(POSTGRES_MAX_CONNECTIONS),
         };
         if backend == Backend::Sqlite {
@@ -153,15 +161,19 @@ impl SqlStorage {
             });
         }
         let pool = options.connect(url).await.map_err(db_err)?;
+        let migration = match backend {
+            Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => pool.begin().await,
+        }
+        .map_err(begin_err)?;
+        schema::migrate(migration, backend).await?;
         let storage = SqlStorage {
+            writer: (backend == Backend::Sqlite).then(|| Writer::start(pool.clone())),
             pool,
             backend,
-            write_lock: (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(()))),
             shown_url,
             once_calls: Arc::new(AtomicU64::new(0)),
         };
-        let tx = storage.begin_sql().await?;
-        schema::migrate(tx.into_inner()?, backend).await?;
         tracing::debug!(storage = ?storage, "storage connected");
         Ok(storage)
     }
@@ -177,16 +189,13 @@ impl SqlStorage {
 
     /// A write transaction.
     async fn begin_sql(&self) -> Result<SqlTx, StorageError> {
-        let guard = match &self.write_lock {
-            Some(lock) => Some(lock.clone().lock_owned().await),
-            None => None,
-        };
-        let tx = match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => self.pool.begin().await,
+        match &self.writer {
+            Some(writer) => Ok(SqlTx::writer(writer.begin().await?)),
+            None => {
+                let tx = self.pool.begin().await.map_err(begin_err)?;
+                Ok(SqlTx::pooled(tx, self.backend, true))
+            }
         }
-        .map_err(begin_err)?;
-        Ok(SqlTx::new(tx, self.backend, true, guard))
     }
 
     /// Deletes every lapsed single-use value.
@@ -206,7 +215,7 @@ impl Storage for SqlStorage {
 
     async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
         let tx = self.pool.begin().await.map_err(begin_err)?;
-        Ok(Box::new(SqlTx::new(tx, self.backend, false, None)))
+        Ok(Box::new(SqlTx::pooled(tx, self.backend, false)))
     }
 
     async fn ping(&self) -> Result<(), StorageError> {
@@ -237,18 +246,20 @@ impl Storage for SqlStorage {
     }
 
     async fn bump_policy_epoch(&self) -> Result<i64, StorageError> {
-        let _guard = match &self.write_lock {
-            Some(l) => Some(l.lock().await),
-            None => None,
-        };
-        sqlx::query(
-            "INSERT INTO counters (name, value) VALUES ('policy', 1)
-             ON CONFLICT (name) DO UPDATE SET value = counters.value + 1",
-        )
-        .execute(&self.pool)
-        .await
-        .map_err(db_err)?;
-        drop(_guard);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut tx = self.begin_sql().await?;
+            let bumped = match tx.bump_policy_epoch().await {
+                Ok(()) => Box::new(tx).commit().await,
+                Err(e) => Err(e),
+            };
+            match bumped {
+                Ok(()) => break,
+                Err(StorageError::Conflict) if attempts < 10 => continue,
+                Err(e) => return Err(e),
+            }
+        }
         self.policy_epoch().await
     }
 
@@ -270,20 +281,20 @@ impl Storage for SqlStorage {
                 Err(e) => tracing::warn!(error = %e, "purging lapsed single-use values failed"),
             }
         }
-        let mut tx = self.begin_sql().await?;
-        let fresh = tx.remember_once(scope, value, until, now).await?;
-        Box::new(tx).commit().await?;
-        Ok(fresh)
-    }
-}
-
-/// Maps a failure to start a transaction. Starting one needs a connection: any database error
-/// there (a database not accepting connections, one being shut down, refused logins) means the
-/// database cannot be used now, whatever its code; SQLite's `BUSY` stays a conflict.
-fn begin_err(e: sqlx::Error) -> StorageError {
-    match db_err(e) {
-        StorageError::Other(msg) | StorageError::Corrupt(msg) => StorageError::Unavailable(msg),
-        other => other,
+        // A conflict (a write batch rolled back under it) means nothing was recorded: again.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut tx = self.begin_sql().await?;
+            let fresh = match tx.remember_once(scope, value, until, now).await {
+                Ok(fresh) => Box::new(tx).commit().await.map(|()| fresh),
+                Err(e) => Err(e),
+            };
+            match fresh {
+                Err(StorageError::Conflict) if attempts < 10 => continue,
+                other => return other,
+            }
+        }
     }
 }
 

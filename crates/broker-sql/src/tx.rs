@@ -1,7 +1,6 @@
 //! The transaction: the [`Tx`] methods as SQL.
 
 use std::fmt;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -18,14 +17,10 @@ use serde::de::DeserializeOwned;
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
 use sqlx::{Any, AnyConnection, Row, Transaction};
-use tokio::sync::OwnedMutexGuard;
 
 use crate::Backend;
 use crate::error::db_err;
-
-/// How long a dropped SQLite write transaction may take to roll back before its mutex is
-/// released anyway.
-const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::writer::Slot;
 
 /// A bound parameter.
 enum Arg {
@@ -192,12 +187,18 @@ fn ids<T>(
 /// A transaction on either backend.
 pub(crate) struct SqlTx {
     /// `None` once committed.
-    tx: Option<Transaction<'static, Any>>,
+    inner: Option<Inner>,
     backend: Backend,
     /// A write transaction (rows read are locked on PostgreSQL).
     write: bool,
-    /// SQLite write transactions: the process-wide write mutex, held until commit or rollback.
-    guard: Option<OwnedMutexGuard<()>>,
+}
+
+/// Where the statements run.
+enum Inner {
+    /// A transaction of its own on a pooled connection: reads, and PostgreSQL's writes.
+    Pool(Transaction<'static, Any>),
+    /// SQLite's writes: a turn at the single writer, inside its group-committed transaction.
+    Writer(Slot),
 }
 
 impl fmt::Debug for SqlTx {
@@ -205,50 +206,61 @@ impl fmt::Debug for SqlTx {
         f.debug_struct("SqlTx")
             .field("backend", &self.backend)
             .field("write", &self.write)
-            .field("open", &self.tx.is_some())
+            .field("open", &self.inner.is_some())
             .finish()
     }
 }
 
 impl Drop for SqlTx {
     fn drop(&mut self) {
-        // sqlx rolls a dropped transaction back lazily, when its connection is next used or is
-        // back in the pool. On SQLite that could come after the next writer took the mutex, so
-        // the rollback runs first here and the mutex is released after it.
-        if let (Some(tx), Some(guard)) = (self.tx.take(), self.guard.take())
-            && let Ok(handle) = tokio::runtime::Handle::try_current()
-        {
-            handle.spawn(async move {
-                let _ = tokio::time::timeout(ROLLBACK_TIMEOUT, tx.rollback()).await;
-                drop(guard);
-            });
+        // A pooled transaction rolls back when its connection is next used or is back in the
+        // pool; a writer's turn must end (and maybe roll back) before the next writer's.
+        if let Some(Inner::Writer(slot)) = self.inner.take() {
+            slot.abandon();
         }
     }
 }
 
 impl SqlTx {
-    pub(crate) fn new(
-        tx: Transaction<'static, Any>,
-        backend: Backend,
-        write: bool,
-        guard: Option<OwnedMutexGuard<()>>,
-    ) -> Self {
+    pub(crate) fn pooled(tx: Transaction<'static, Any>, backend: Backend, write: bool) -> Self {
         SqlTx {
-            tx: Some(tx),
+            inner: Some(Inner::Pool(tx)),
             backend,
             write,
-            guard,
         }
     }
 
-    /// The bare transaction (used by migrations, which run before any mutex matters).
-    pub(crate) fn into_inner(mut self) -> Result<Transaction<'static, Any>, StorageError> {
-        self.guard = None;
-        self.tx.take().ok_or_else(finished)
+    pub(crate) fn writer(slot: Slot) -> Self {
+        SqlTx {
+            inner: Some(Inner::Writer(slot)),
+            backend: Backend::Sqlite,
+            write: true,
+        }
     }
 
     fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
-        self.tx.as_deref_mut().ok_or_else(finished)
+        match self.inner.as_mut() {
+            Some(Inner::Pool(tx)) => Ok(&mut **tx),
+            Some(Inner::Writer(slot)) => slot.conn(),
+            None => Err(finished()),
+        }
+    }
+
+    /// Before a statement that may change the database.
+    fn writing(&mut self) {
+        if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
+            slot.writing();
+        }
+    }
+
+    /// Notes a failed statement (the writer's physical transaction may be gone).
+    fn checked<T>(&mut self, r: Result<T, sqlx::Error>) -> Result<T, StorageError> {
+        if r.is_err()
+            && let Some(Inner::Writer(slot)) = self.inner.as_mut()
+        {
+            slot.failed();
+        }
+        r.map_err(db_err)
     }
 
     /// The query with the row-lock clause this transaction needs.
@@ -268,10 +280,8 @@ impl SqlTx {
     ) -> Result<Vec<AnyRow>, StorageError> {
         let sql = self.locking(sql, lock);
         let conn = self.conn()?;
-        bind_all(sqlx::query(&sql), args)
-            .fetch_all(conn)
-            .await
-            .map_err(db_err)
+        let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
+        self.checked(r)
     }
 
     async fn fetch_all(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>, StorageError> {
@@ -285,19 +295,15 @@ impl SqlTx {
     ) -> Result<Option<AnyRow>, StorageError> {
         let sql = self.locking(sql, Lock::Update);
         let conn = self.conn()?;
-        bind_all(sqlx::query(&sql), args)
-            .fetch_optional(conn)
-            .await
-            .map_err(db_err)
+        let r = bind_all(sqlx::query(&sql), args).fetch_optional(conn).await;
+        self.checked(r)
     }
 
     async fn execute(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64, StorageError> {
+        self.writing();
         let conn = self.conn()?;
-        bind_all(sqlx::query(sql), args)
-            .execute(conn)
-            .await
-            .map(|r| r.rows_affected())
-            .map_err(db_err)
+        let r = bind_all(sqlx::query(sql), args).execute(conn).await;
+        self.checked(r).map(|r| r.rows_affected())
     }
 
     async fn get_doc<T: DeserializeOwned>(
@@ -320,6 +326,17 @@ impl SqlTx {
     ) -> Result<Vec<T>, StorageError> {
         let rows = self.fetch_all(sql, args).await?;
         from_docs(what, &rows)
+    }
+
+    /// Adds one to the policy epoch.
+    pub(crate) async fn bump_policy_epoch(&mut self) -> Result<(), StorageError> {
+        self.execute(
+            "INSERT INTO counters (name, value) VALUES ('policy', 1) \
+             ON CONFLICT (name) DO UPDATE SET value = counters.value + 1",
+            Vec::new(),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Deletes every single-use value lapsed before `now`.
@@ -363,11 +380,10 @@ fn finished() -> StorageError {
 #[async_trait]
 impl Tx for SqlTx {
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
-        let tx = self.tx.take().ok_or_else(finished)?;
-        let result = tx.commit().await.map_err(db_err);
-        // The mutex (SQLite) goes with `self`, after the commit.
-        drop(self);
-        result
+        match self.inner.take().ok_or_else(finished)? {
+            Inner::Pool(tx) => tx.commit().await.map_err(db_err),
+            Inner::Writer(slot) => slot.commit().await,
+        }
     }
 
     async fn get_credential(

@@ -2,7 +2,7 @@
 //! waits at the prompt; and, when tmux is installed, hidden input on a real terminal.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::process::Stdio;

@@ -1,7 +1,7 @@
 //! End to end: the real broker, the real helper on a temporary socket, the real `countersign`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

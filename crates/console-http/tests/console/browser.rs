@@ -9,7 +9,7 @@
 //! Skips (printing `skipped: chromium not installed`) when Chromium or ChromeDriver is absent,
 //! unless `COUNTERSIGN_REQUIRE_BROWSER=1`.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 

@@ -1,7 +1,7 @@
 //! The console over real HTTP against a real broker, people signing in through an OpenID
 //! provider on loopback.
 
-mod common;
+use crate::common;
 
 use common::idp::{Tamper, TestIdp};
 use common::*;

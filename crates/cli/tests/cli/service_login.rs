@@ -5,7 +5,7 @@
 //! `countersign run` gets an automatic secret. An unlisted ServiceAccount is refused.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use countersign_e2e::k8s::{Issuer, IssuerKey, discovery_section};

@@ -438,17 +438,28 @@ async fn the_store_going_away_and_coming_back() -> R {
     assert_eq!(decided(&s, SHARED).await?, pending("anyone"));
 
     // moto comes back on the same port, empty: its data is made again (new ARNs). The reload,
-    // due since it failed, picks it up; the clock moves once more so that a reload that ran
-    // while the data was half made is followed by another.
+    // due since it failed, picks it up. A reload may have run while the data was half made
+    // (one retrying the failed reload), so the clock moves on at each look until the next
+    // reload has seen all of it.
     w.moto.restart().await.map_err(anyhow::Error::msg)?;
     w.aws.seed(&w.secrets, &w.key).await?;
-    tb.advance(Duration::minutes(5));
+    let mut looks = 0u32;
     let released = eventually("values released again", RELOAD, || {
         let s = &s;
         let auto = &auto;
+        let approved = &approved;
+        // Every half second (the looks are 50 ms apart), the first one included, with a
+        // renewal first so that the session's lease outlives the moves.
+        let advance = looks.is_multiple_of(10);
+        looks += 1;
         async move {
+            if advance {
+                s.renew().await?.expect(200);
+                tb.advance(Duration::minutes(5));
+            }
             let r = s.values(auto).await?;
-            Ok((r.status == 200).then_some(r))
+            let other = s.values(approved).await?;
+            Ok((r.status == 200 && other.status == 200).then_some(r))
         }
     })
     .await?;

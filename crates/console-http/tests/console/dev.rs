@@ -1,7 +1,7 @@
 //! Dev mode: `countersign-console dev` runs the broker and the console together on loopback,
 //! on the broker's dev state, with dev mode's local sign-in.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,0 +1,242 @@
+//! SQLite's single writer, with group commit.
+//!
+//! SQLite takes one writer at a time, and with `synchronous=FULL` every `COMMIT` waits for the
+//! disk. One physical transaction per logical one made the write lock the broker's bottleneck:
+//! each logical transaction paid a pool checkout, `BEGIN IMMEDIATE`, `COMMIT` and an fsync while
+//! every other writer queued behind it. Here logical write transactions run one after another
+//! (a FIFO-fair async mutex) inside one physical transaction on one connection, and a flusher
+//! task commits that physical transaction for all of them at once:
+//!
+//! - [`Writer::begin`] takes the mutex and, when no physical transaction is open, checks a
+//!   connection out of the pool and runs `BEGIN IMMEDIATE` on it.
+//! - A logical commit that wrote something puts itself on the batch, releases the mutex, wakes
+//!   the flusher and waits for the physical `COMMIT`: its caller hears "committed" only once it
+//!   is durable. One that wrote nothing answers at once.
+//! - The flusher queues on the same mutex. Being fair, it gets it after the writers already
+//!   waiting, which join the batch; it then commits and answers every member with the result.
+//! - A logical transaction that wrote and then is dropped without committing (or whose statement
+//!   failed, which in SQLite may have rolled the whole transaction back) rolls the physical
+//!   transaction back, and the batch's members answer [`StorageError::Conflict`]: nothing of
+//!   theirs was committed, and the core runs them again. One that only read is simply released.
+//!
+//! Members of a batch see each other's writes before they are durable, as if they had run one
+//! after another, and they commit or fail together. Readers on other connections see them only
+//! after the `COMMIT`, as before.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use countersign_broker_core::storage::StorageError;
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, AnyPool, Executor};
+use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
+
+use crate::error::{begin_err, db_err};
+
+/// How long ending a physical transaction may take before its connection is closed instead.
+const END_TIMEOUT: Duration = Duration::from_secs(10);
+
+type Answer = oneshot::Sender<Result<(), StorageError>>;
+
+/// The physical transaction, when one is open, and the logical commits waiting for it.
+#[derive(Default)]
+pub(crate) struct Batch {
+    conn: Option<PoolConnection<Any>>,
+    waiting: Vec<Answer>,
+}
+
+struct Shared {
+    batch: Arc<Mutex<Batch>>,
+    flush: Notify,
+    closed: AtomicBool,
+}
+
+/// The writer of one SQLite storage. Dropping the last handle lets the flusher commit what is
+/// left and stop.
+pub(crate) struct Writer {
+    shared: Arc<Shared>,
+    pool: AnyPool,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.flush.notify_one();
+    }
+}
+
+impl Writer {
+    /// Starts the flusher on the current Tokio runtime.
+    pub(crate) fn start(pool: AnyPool) -> Arc<Writer> {
+        let shared = Arc::new(Shared {
+            batch: Arc::default(),
+            flush: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        tokio::spawn(flusher(shared.clone()));
+        Arc::new(Writer { shared, pool })
+    }
+
+    /// Waits for the write mutex and opens the physical transaction if none is open.
+    pub(crate) async fn begin(self: &Arc<Self>) -> Result<Slot, StorageError> {
+        let mut batch = self.shared.batch.clone().lock_owned().await;
+        if batch.conn.is_none() {
+            let mut conn = self.pool.acquire().await.map_err(begin_err)?;
+            conn.execute("BEGIN IMMEDIATE").await.map_err(begin_err)?;
+            batch.conn = Some(conn);
+        }
+        Ok(Slot {
+            batch,
+            writer: self.clone(),
+            wrote: false,
+            failed: false,
+        })
+    }
+}
+
+/// One logical write transaction's turn at the writer.
+pub(crate) struct Slot {
+    batch: OwnedMutexGuard<Batch>,
+    writer: Arc<Writer>,
+    wrote: bool,
+    failed: bool,
+}
+
+impl Slot {
+    /// The connection, inside the physical transaction.
+    pub(crate) fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
+        match self.batch.conn.as_deref_mut() {
+            Some(c) => Ok(c),
+            None => Err(StorageError::Other(
+                "the write transaction was ended".into(),
+            )),
+        }
+    }
+
+    /// Call before a statement that may change the database.
+    pub(crate) fn writing(&mut self) {
+        self.wrote = true;
+    }
+
+    /// Call when a statement failed: the physical transaction may be gone.
+    pub(crate) fn failed(&mut self) {
+        self.failed = true;
+    }
+
+    /// Commits: answers once the physical transaction holding this one's writes is committed.
+    pub(crate) async fn commit(self) -> Result<(), StorageError> {
+        let Slot {
+            mut batch,
+            writer,
+            wrote,
+            failed,
+        } = self;
+        if failed {
+            roll_back(batch, "a statement failed").await;
+            return Err(StorageError::Conflict);
+        }
+        if !wrote {
+            drop(batch);
+            writer.shared.flush.notify_one();
+            return Ok(());
+        }
+        let (answer, committed) = oneshot::channel();
+        batch.waiting.push(answer);
+        drop(batch);
+        writer.shared.flush.notify_one();
+        let result = committed.await.unwrap_or_else(|_| {
+            Err(StorageError::Unavailable(
+                "the writer stopped before committing".into(),
+            ))
+        });
+        drop(writer);
+        result
+    }
+
+    /// Ends the turn without committing (called on drop, outside async code).
+    pub(crate) fn abandon(self) {
+        let Slot {
+            batch,
+            writer,
+            wrote,
+            failed,
+        } = self;
+        if !wrote && !failed {
+            drop(batch);
+            writer.shared.flush.notify_one();
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    roll_back(batch, "a transaction that wrote was dropped").await;
+                    drop(writer);
+                });
+            }
+            Err(_) => {
+                // No runtime to roll back on: close the connection, which rolls back, rather
+                // than return it to the pool inside a transaction.
+                let mut batch = batch;
+                if let Some(mut conn) = batch.conn.take() {
+                    conn.close_on_drop();
+                }
+                for w in batch.waiting.drain(..) {
+                    let _ = w.send(Err(StorageError::Conflict));
+                }
+            }
+        }
+    }
+}
+
+/// Rolls the physical transaction back; its batch's members answer `Conflict`.
+async fn roll_back(mut batch: OwnedMutexGuard<Batch>, why: &str) {
+    if let Some(mut conn) = batch.conn.take() {
+        let rolled = tokio::time::timeout(END_TIMEOUT, conn.execute("ROLLBACK")).await;
+        if !matches!(rolled, Ok(Ok(_))) {
+            // SQLite may have rolled back already (then ROLLBACK fails harmlessly); if not,
+            // closing the connection does it.
+            conn.close_on_drop();
+        }
+    }
+    let n = batch.waiting.len();
+    for w in batch.waiting.drain(..) {
+        let _ = w.send(Err(StorageError::Conflict));
+    }
+    if n > 0 {
+        tracing::debug!(members = n, reason = why, "write batch rolled back");
+    }
+}
+
+/// Commits the open physical transaction and answers its batch.
+async fn commit_batch(batch: &mut Batch) {
+    let Some(mut conn) = batch.conn.take() else {
+        return;
+    };
+    let result = match tokio::time::timeout(END_TIMEOUT, conn.execute("COMMIT")).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(db_err(e)),
+        Err(_) => Err(StorageError::Unavailable(format!(
+            "COMMIT did not finish within {END_TIMEOUT:?}"
+        ))),
+    };
+    if result.is_err() {
+        let _ = tokio::time::timeout(END_TIMEOUT, conn.execute("ROLLBACK")).await;
+        conn.close_on_drop();
+    }
+    for w in batch.waiting.drain(..) {
+        let _ = w.send(result.clone());
+    }
+}
+
+async fn flusher(shared: Arc<Shared>) {
+    loop {
+        shared.flush.notified().await;
+        let mut batch = shared.batch.lock().await;
+        commit_batch(&mut batch).await;
+        drop(batch);
+        if shared.closed.load(Ordering::Acquire) {
+            return;
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The console end to end, as one test binary: the API over real HTTP against a real broker, dev
+//! mode, and the approval pages in headless Chromium.
+
+mod api;
+mod browser;
+mod common;
+mod dev;

@@ -1,0 +1,22 @@
+//! The end-to-end suite, as one test binary (one link of the whole broker instead of one per
+//! file): the core on real SQLite and PostgreSQL, the real server over HTTP, the stores against
+//! moto and the Secret Manager REST fake, the token issuer on loopback.
+//!
+//! `http_canary` stays a binary of its own: it captures every log line of its process at TRACE.
+
+mod core_chain;
+mod core_props;
+mod core_races;
+mod http_console;
+mod http_login;
+mod http_open;
+mod http_operator;
+mod http_proof;
+mod http_requests;
+mod http_session;
+mod k8s_http;
+mod k8s_tokens;
+mod outbox_delivery;
+mod replicas;
+mod stores_aws;
+mod stores_gcp;
