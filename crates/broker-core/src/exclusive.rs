@@ -6,11 +6,15 @@
 //!   from a cache filled on a miss. A write transaction reads the database as usual and, when
 //!   it commits, drops every cached entry it wrote, before its caller sees the commit; a fill
 //!   that raced with such a commit is not kept (entries carry a version checked at fill time).
-//! - `remember_once` keeps the values in a map swept of lapsed entries.
+//! - `remember_once` keeps the values in memory, in shards (so that no shard's map grows large
+//!   enough for its rehash to stall callers); each call forgets a few lapsed values of its
+//!   shard, soonest lapsed first.
 //!
 //! With several replicas (PostgreSQL) do not use it: their writes would not reach this cache.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -65,10 +69,36 @@ impl Cache {
     }
 }
 
+/// Single-use values, each with the time until which it is remembered, and a min-heap on that
+/// time so that lapsed values leave a few at a time on every call: no sweep of the whole map
+/// (which, at a few hundred thousand values, stalled every caller behind this lock).
 #[derive(Debug, Default)]
 struct Once {
-    seen: HashMap<(String, String), Time>,
-    calls: u64,
+    seen: HashMap<Arc<str>, Time>,
+    lapsing: BinaryHeap<Reverse<(Time, Arc<str>)>>,
+}
+
+/// Shards of the single-use values. At a few hundred thousand values remembered (a busy
+/// minute), one map's rehash on growth held its lock for tens of milliseconds.
+const ONCE_SHARDS: usize = 64;
+
+/// How many lapsed values one call may forget: more than the one it adds, so the heap keeps up.
+const FORGET_PER_CALL: usize = 8;
+
+impl Once {
+    fn forget_lapsed(&mut self, now: Time) {
+        for _ in 0..FORGET_PER_CALL {
+            match self.lapsing.peek() {
+                Some(Reverse((t, _))) if *t < now => {}
+                _ => return,
+            }
+            if let Some(Reverse((t, key))) = self.lapsing.pop()
+                && self.seen.get(&key) == Some(&t)
+            {
+                self.seen.remove(&key);
+            }
+        }
+    }
 }
 
 /// The decorator.
@@ -76,7 +106,8 @@ struct Once {
 pub struct Exclusive<S> {
     inner: Arc<S>,
     cache: Arc<Mutex<Cache>>,
-    once: Mutex<Once>,
+    once: Box<[Mutex<Once>]>,
+    shard_of: RandomState,
 }
 
 impl<S: Storage> Exclusive<S> {
@@ -84,12 +115,18 @@ impl<S: Storage> Exclusive<S> {
         Self {
             inner: Arc::new(inner),
             cache: Arc::default(),
-            once: Mutex::default(),
+            once: (0..ONCE_SHARDS).map(|_| Mutex::default()).collect(),
+            shard_of: RandomState::new(),
         }
     }
 
     pub fn inner(&self) -> &S {
         &self.inner
+    }
+
+    /// How many single-use values are remembered now (lapsed ones not yet forgotten included).
+    pub fn remembered_values(&self) -> usize {
+        self.once.iter().map(|s| lock(s).seen.len()).sum()
     }
 }
 
@@ -134,16 +171,15 @@ impl<S: Storage> Storage for Exclusive<S> {
         until: Time,
         now: Time,
     ) -> Result<bool, StorageError> {
-        let mut once = lock(&self.once);
-        once.calls += 1;
-        if once.calls.is_multiple_of(4096) {
-            once.seen.retain(|_, t| *t >= now);
-        }
-        let key = (scope.to_owned(), value.to_owned());
+        let key: Arc<str> = format!("{scope}\0{value}").into();
+        let shard = self.shard_of.hash_one(&key) as usize % ONCE_SHARDS;
+        let mut once = lock(&self.once[shard]);
+        once.forget_lapsed(now);
         match once.seen.get(&key) {
             Some(t) if *t >= now => Ok(false),
             _ => {
-                once.seen.insert(key, until);
+                once.seen.insert(key.clone(), until);
+                once.lapsing.push(Reverse((until, key)));
                 Ok(true)
             }
         }

@@ -156,6 +156,8 @@ impl SqlStorage {
                     conn.execute("PRAGMA journal_mode = WAL").await?;
                     conn.execute(format!("PRAGMA synchronous = {synchronous}").as_str())
                         .await?;
+                    // The writer's checkpointer does it, off the commit path (writer.rs).
+                    conn.execute("PRAGMA wal_autocheckpoint = 0").await?;
                     Ok(())
                 })
             });
@@ -168,7 +170,8 @@ impl SqlStorage {
         .map_err(begin_err)?;
         schema::migrate(migration, backend).await?;
         let storage = SqlStorage {
-            writer: (backend == Backend::Sqlite).then(|| Writer::start(pool.clone())),
+            writer: (backend == Backend::Sqlite)
+                .then(|| Writer::start(pool.clone(), !is_sqlite_memory(url))),
             pool,
             backend,
             shown_url,

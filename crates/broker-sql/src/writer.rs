@@ -19,6 +19,12 @@
 //!   transaction back, and the batch's members answer [`StorageError::Conflict`]: nothing of
 //!   theirs was committed, and the core runs them again. One that only read is simply released.
 //!
+//! The write-ahead log is checkpointed by a task of its own, once a second, with
+//! `wal_checkpoint(PASSIVE)`, which copies committed pages into the database beside the writer
+//! without blocking it; the connections' automatic checkpoints are off (see `lib.rs`), since
+//! they ran inside whichever `COMMIT` crossed the threshold and stalled every writer queued
+//! behind it for the copy and its sync.
+//!
 //! Members of a batch see each other's writes before they are durable, as if they had run one
 //! after another, and they commit or fail together. Readers on other connections see them only
 //! after the `COMMIT`, as before.
@@ -36,6 +42,8 @@ use crate::error::{begin_err, db_err};
 
 /// How long ending a physical transaction may take before its connection is closed instead.
 const END_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the write-ahead log is checkpointed.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 type Answer = oneshot::Sender<Result<(), StorageError>>;
 
@@ -67,14 +75,18 @@ impl Drop for Writer {
 }
 
 impl Writer {
-    /// Starts the flusher on the current Tokio runtime.
-    pub(crate) fn start(pool: AnyPool) -> Arc<Writer> {
+    /// Starts the flusher, and with `checkpoints` the checkpointer, on the current Tokio
+    /// runtime.
+    pub(crate) fn start(pool: AnyPool, checkpoints: bool) -> Arc<Writer> {
         let shared = Arc::new(Shared {
             batch: Arc::default(),
             flush: Notify::new(),
             closed: AtomicBool::new(false),
         });
         tokio::spawn(flusher(shared.clone()));
+        if checkpoints {
+            tokio::spawn(checkpointer(Arc::downgrade(&shared), pool.clone()));
+        }
         Arc::new(Writer { shared, pool })
     }
 
@@ -237,6 +249,29 @@ async fn flusher(shared: Arc<Shared>) {
         drop(batch);
         if shared.closed.load(Ordering::Acquire) {
             return;
+        }
+    }
+}
+
+/// Checkpoints the write-ahead log every [`CHECKPOINT_EVERY`] until the writer is dropped.
+async fn checkpointer(shared: std::sync::Weak<Shared>, pool: AnyPool) {
+    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match shared.upgrade() {
+            Some(s) if !s.closed.load(Ordering::Acquire) => {}
+            _ => return,
+        }
+        let done = tokio::time::timeout(END_TIMEOUT, async {
+            let mut conn = pool.acquire().await?;
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").await
+        })
+        .await;
+        match done {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "checkpointing the SQLite log failed"),
+            Err(_) => tracing::warn!("checkpointing the SQLite log did not finish in time"),
         }
     }
 }

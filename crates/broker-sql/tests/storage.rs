@@ -1167,6 +1167,159 @@ fn password_of(url: &str) -> Option<String> {
 // Outside the suite
 // ---------------------------------------------------------------------------------------------
 
+// SQLite's writer: group commit (writer.rs).
+
+/// Many writers at once: every commit answers Ok, each write is visible to a read as soon as
+/// its commit answered, and another storage opened on the file afterwards sees them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_group_commit_answers_every_writer_after_its_write_is_committed() {
+    let db = TestDb::sqlite().await;
+    let key = jwk();
+    let mut tasks = JoinSet::new();
+    for i in 0..64 {
+        let (s, key) = (db.storage.clone(), key.clone());
+        tasks.spawn(async move {
+            let c = credential(&key, &format!("t{i}"), i, None);
+            let mut tx = s.begin().await.expect("begin");
+            tx.put_credential(&c).await.expect("put");
+            tx.commit().await.expect("commit");
+            let mut r = s.read().await.expect("read");
+            assert_eq!(r.get_credential(c.id).await.expect("get"), Some(c.clone()));
+            c.id
+        });
+    }
+    let mut ids = BTreeSet::new();
+    while let Some(id) = tasks.join_next().await {
+        ids.insert(id.expect("task").0);
+    }
+    assert_eq!(ids.len(), 64);
+    let other = SqlStorage::connect(&db.url).await.expect("reopen");
+    let mut r = other.read().await.expect("read");
+    let seen: BTreeSet<_> = r
+        .list_credentials()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|c| c.id.0)
+        .collect();
+    assert_eq!(seen, ids);
+    drop(r);
+    other.close().await;
+    db.finish().await;
+}
+
+/// A writer that wrote and is then dropped rolls back the batch it joined: the writer that
+/// committed before it in that batch hears Conflict (nothing of it was kept) and succeeds when
+/// it runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_dropped_writer_fails_its_batch_with_conflict_and_loses_nothing() {
+    let db = TestDb::sqlite().await;
+    let key = jwk();
+    let first = credential(&key, "first", 0, None);
+    let dropped = credential(&key, "dropped", 0, None);
+
+    let mut a = db.begin().await.expect("begin");
+    a.put_credential(&first).await.expect("put");
+    // B queues for the writer while A holds it, so it joins A's batch ahead of the flusher.
+    let (s, d) = (db.storage.clone(), dropped.clone());
+    let b = tokio::spawn(async move {
+        let mut tx = s.begin().await.expect("begin");
+        tx.put_credential(&d).await.expect("put");
+        drop(tx);
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(a.commit().await, Err(StorageError::Conflict)));
+    b.await.expect("task");
+    let mut r = db.read().await.expect("read");
+    assert_eq!(r.get_credential(first.id).await.expect("get"), None);
+    assert_eq!(r.get_credential(dropped.id).await.expect("get"), None);
+    drop(r);
+
+    // Run again, it commits.
+    let mut a = db.begin().await.expect("begin");
+    a.put_credential(&first).await.expect("put");
+    a.commit().await.expect("commit");
+    let mut r = db.read().await.expect("read");
+    assert_eq!(
+        r.get_credential(first.id).await.expect("get"),
+        Some(first.clone())
+    );
+    drop(r);
+    db.finish().await;
+}
+
+/// A writer that only read and is dropped, or whose commit had nothing to write, leaves the
+/// batch it joined alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_writer_that_only_read_leaves_its_batch_alone() {
+    let db = TestDb::sqlite().await;
+    let c = credential(&jwk(), "kept", 0, None);
+    let mut a = db.begin().await.expect("begin");
+    a.put_credential(&c).await.expect("put");
+    let (s, id) = (db.storage.clone(), c.id);
+    let readers = tokio::spawn(async move {
+        let mut tx = s.begin().await.expect("begin");
+        let seen = tx.get_credential(id).await.expect("get");
+        drop(tx);
+        let mut tx = s.begin().await.expect("begin");
+        tx.get_credential(id).await.expect("get");
+        tx.commit().await.expect("a commit with nothing written");
+        seen
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.commit().await.expect("commit");
+    // The reader ran inside the batch, after A: it saw A's write.
+    assert_eq!(readers.await.expect("task"), Some(c.clone()));
+    let mut r = db.read().await.expect("read");
+    assert_eq!(r.get_credential(c.id).await.expect("get"), Some(c));
+    drop(r);
+    db.finish().await;
+}
+
+/// The in-memory single-use values of `Exclusive` (the broker's SQLite setting): a replay is
+/// refused while remembered, a lapsed value is accepted again, and lapsed values are forgotten
+/// a few at a time by later calls, so memory follows the live values.
+#[tokio::test]
+async fn exclusive_forgets_lapsed_single_use_values_as_it_goes() {
+    use countersign_broker_core::exclusive::Exclusive;
+    let db = TestDb::sqlite().await;
+    let ex = Exclusive::new(db.storage.clone());
+    for i in 0..1000 {
+        assert!(
+            ex.remember_once("proof", &format!("old{i}"), at(10), at(0))
+                .await
+                .expect("remember")
+        );
+    }
+    assert!(
+        !ex.remember_once("proof", "old7", at(10), at(5))
+            .await
+            .expect("replay")
+    );
+    assert_eq!(ex.remembered_values(), 1000);
+    // Past their time, new values: each call forgets up to 8 lapsed ones of its shard (one of
+    // 64, by hash), so a few thousand calls forget all thousand.
+    for i in 0..3000 {
+        assert!(
+            ex.remember_once("proof", &format!("new{i}"), at(100), at(20))
+                .await
+                .expect("remember")
+        );
+    }
+    assert_eq!(ex.remembered_values(), 3000);
+    assert!(
+        ex.remember_once("proof", "old999", at(100), at(20))
+            .await
+            .expect("lapsed, so fresh")
+    );
+    assert!(
+        !ex.remember_once("proof", "new5", at(100), at(20))
+            .await
+            .expect("live, so a replay")
+    );
+    db.finish().await;
+}
+
 #[tokio::test]
 async fn sqlite_in_memory_is_one_shared_database() {
     let s = SqlStorage::connect("sqlite::memory:")
