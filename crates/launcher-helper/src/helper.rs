@@ -28,12 +28,13 @@ use countersign_proto::claims::{
     self, AuthorizationDetail, MachineLoginClaims, ProofClaims, SecretRequestClaims,
     TokenLoginClaims,
 };
-use countersign_proto::jws::{self, Header};
+use countersign_proto::jws::Header;
 use countersign_proto::{SigningKey, b64};
 use serde::Deserialize;
 use serde_json::json;
 use zeroize::Zeroizing;
 
+use crate::keys::{AwsLc, Claims, Keys};
 use crate::peer::{Caller, Peer};
 use crate::procfs::{ProcId, Procfs, WalkEnd};
 use crate::store::{CredentialStore, Stored};
@@ -117,6 +118,7 @@ pub struct Helper {
     procfs: Procfs,
     store: CredentialStore,
     uid: u32,
+    keys: Arc<dyn Keys>,
     state: Mutex<State>,
 }
 
@@ -298,24 +300,6 @@ fn renew_after(left: Option<Duration>) -> Duration {
     (left.unwrap_or(Duration::from_secs(60)) / 2).max(Duration::from_secs(1))
 }
 
-fn proof(
-    key: &SigningKey,
-    typ: &str,
-    kid: &str,
-    method: &str,
-    url: &str,
-    bh: Option<String>,
-) -> Result<String, HelperError> {
-    let claims = ProofClaims {
-        htm: method.to_owned(),
-        htu: url.to_owned(),
-        iat: now_unix(),
-        jti: claims::new_jti().map_err(sign_err)?,
-        bh,
-    };
-    jws::sign(key, &Header::with_kid(typ, kid), &claims).map_err(sign_err)
-}
-
 fn check_bh(bh: Option<&str>) -> Result<(), HelperError> {
     match bh {
         None => Ok(()),
@@ -424,11 +408,57 @@ impl Helper {
         Ok(Self {
             procfs: Procfs::new(&cfg.procfs),
             uid: nix::unistd::geteuid().as_raw(),
+            keys: Arc::new(AwsLc),
             broker,
             store,
             cfg,
             state: Mutex::new(state),
         })
+    }
+
+    /// The same helper making its keys and signing through `keys` instead of
+    /// [`AwsLc`]. Tests only: a key source that fails shows `KEYGEN` and `SIGN`.
+    #[must_use]
+    pub fn with_keys(mut self, keys: Arc<dyn Keys>) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    fn generate(&self, what: &str) -> Result<SigningKey, HelperError> {
+        self.keys.generate().map_err(|_| {
+            err(
+                HelperCode::Keygen,
+                format!("the {what} key could not be made"),
+            )
+        })
+    }
+
+    fn sign(
+        &self,
+        key: &SigningKey,
+        header: &Header,
+        claims: Claims<'_>,
+    ) -> Result<String, HelperError> {
+        self.keys.sign(key, header, claims).map_err(sign_err)
+    }
+
+    fn proof(
+        &self,
+        key: &SigningKey,
+        typ: &str,
+        kid: &str,
+        method: &str,
+        url: &str,
+        bh: Option<String>,
+    ) -> Result<String, HelperError> {
+        let claims = ProofClaims {
+            htm: method.to_owned(),
+            htu: url.to_owned(),
+            iat: now_unix(),
+            jti: claims::new_jti().map_err(sign_err)?,
+            bh,
+        };
+        self.sign(key, &Header::with_kid(typ, kid), Claims::Proof(&claims))
     }
 
     fn st(&self) -> MutexGuard<'_, State> {
@@ -615,22 +645,20 @@ impl Helper {
             ));
         }
         Self::require_outside(m, "a machine login")?;
-        let key = SigningKey::generate()
-            .map_err(|_| err(HelperCode::Keygen, "the machine key could not be made"))?;
+        let key = self.generate("machine")?;
         let iat = now_unix();
-        let request = jws::sign(
+        let request = self.sign(
             &key,
             &Header::with_jwk(claims::TYP_MACHINE_LOGIN, key.public_jwk()),
-            &MachineLoginClaims {
+            Claims::MachineLogin(&MachineLoginClaims {
                 iat,
                 exp: iat + claims::REQUEST_MAX_LIFETIME_SECONDS,
                 jti: claims::new_jti().map_err(sign_err)?,
                 login_hint: login.clone(),
                 host: host.clone(),
                 authorization_details: None,
-            },
-        )
-        .map_err(sign_err)?;
+            }),
+        )?;
         let body = serde_json::to_vec(&json!({ "request": request }))
             .map_err(|_| err(HelperCode::LoginFailed, "could not build the login body"))?;
         let answer = self
@@ -804,10 +832,7 @@ impl Helper {
         });
         let key = match reuse {
             Some(k) => k,
-            None => Arc::new(
-                SigningKey::generate()
-                    .map_err(|_| err(HelperCode::Keygen, "the machine key could not be made"))?,
-            ),
+            None => Arc::new(self.generate("machine")?),
         };
         let answer = self.token_login_call(&key, &service, &source).await?;
         let held = Held {
@@ -875,17 +900,16 @@ impl Helper {
             ),
         };
         let iat = now_unix();
-        let request = jws::sign(
+        let request = self.sign(
             key,
             &Header::with_jwk(claims::TYP_TOKEN_LOGIN, key.public_jwk()),
-            &TokenLoginClaims {
+            Claims::TokenLogin(&TokenLoginClaims {
                 iat,
                 exp: iat + claims::REQUEST_MAX_LIFETIME_SECONDS,
                 jti: claims::new_jti().map_err(sign_err)?,
                 authorization_details: vec![AuthorizationDetail::launcher_credential(service)],
-            },
-        )
-        .map_err(sign_err)?;
+            }),
+        )?;
         let body = Zeroizing::new(
             serde_json::to_vec(&json!({ "token": token.expose(), "request": request }))
                 .map_err(|_| err(HelperCode::LoginFailed, "could not build the login body"))?,
@@ -941,8 +965,7 @@ impl Helper {
         }
         Self::require_outside(m, "registering a session")?;
         let held = self.held()?;
-        let key = SigningKey::generate()
-            .map_err(|_| err(HelperCode::Keygen, "the session key could not be made"))?;
+        let key = self.generate("session")?;
         let root = caller.id;
         let mut runtime_id = format!("{}/pid-{}-{}", self.cfg.host, root.pid, root.start);
         if let Some(l) = a
@@ -1081,7 +1104,7 @@ impl Helper {
                 "could not build the enrollment body",
             )
         })?;
-        let p = proof(
+        let p = self.proof(
             &held.key,
             claims::TYP_LAUNCHER_PROOF,
             &held.id,
@@ -1108,7 +1131,7 @@ impl Helper {
             )
         })?;
         let path = format!("/v1/enrollments/{enrollment_id}");
-        let p = proof(
+        let p = self.proof(
             &held.key,
             claims::TYP_LAUNCHER_PROOF,
             &held.id,
@@ -1198,7 +1221,7 @@ impl Helper {
         check_bh(a.bh.as_deref())?;
         let (key, enrollment_id) = self.enrolled(m)?;
         let url = self.broker.url(&a.path);
-        let p = proof(
+        let p = self.proof(
             &key,
             claims::TYP_SESSION_PROOF,
             &enrollment_id,
@@ -1232,10 +1255,10 @@ impl Helper {
         }
         let (key, enrollment_id) = self.enrolled(m)?;
         let iat = now_unix();
-        let request = jws::sign(
+        let request = self.sign(
             &key,
             &Header::with_kid(claims::TYP_SECRET_REQUEST, &enrollment_id),
-            &SecretRequestClaims {
+            Claims::SecretRequest(&SecretRequestClaims {
                 iat,
                 exp: iat + claims::REQUEST_MAX_LIFETIME_SECONDS,
                 jti: claims::new_jti().map_err(sign_err)?,
@@ -1247,9 +1270,8 @@ impl Helper {
                     .collect(),
                 reason: a.reason,
                 lifetime_seconds: a.lifetime_seconds,
-            },
-        )
-        .map_err(sign_err)?;
+            }),
+        )?;
         Ok(SignedRequest {
             request,
             enrollment_id,
@@ -1271,7 +1293,7 @@ impl Helper {
         Self::require_outside(m, "launcher signing")?;
         let held = self.held()?;
         let url = self.broker.url(&a.path);
-        let p = proof(
+        let p = self.proof(
             &held.key,
             claims::TYP_LAUNCHER_PROOF,
             &held.id,
@@ -1346,7 +1368,7 @@ impl Helper {
 
     async fn renew(&self, root: ProcId, serial: u64, key: Arc<SigningKey>, id: String) {
         let path = format!("/v1/enrollments/{id}/renew");
-        let result = match proof(
+        let result = match self.proof(
             &key,
             claims::TYP_SESSION_PROOF,
             &id,

@@ -10,12 +10,14 @@
 //! - [`procfs`]: processes named by pid and start time, ancestry walks;
 //! - [`peer`]: SO_PEERCRED and the re-checks around each identification;
 //! - [`helper`]: the state and the operations;
+//! - [`keys`]: making keys and signing (aws-lc-rs; a test may set another source);
 //! - [`store`]: the launcher credential at rest;
 //! - [`server`]: the socket, framing and background ticks.
 //!
 //! The protocol is written down in `docs/launcher-helper.md`.
 
 pub mod helper;
+pub mod keys;
 pub mod peer;
 pub mod procfs;
 pub mod server;
