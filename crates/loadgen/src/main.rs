@@ -3,11 +3,17 @@
 //! It starts a broker in this process (its own Tokio runtime, `--server-threads` workers,
 //! SQLite in a temp dir, a local store), logs a machine in through the real HTTP flow, enrolls a
 //! session, then drives `GET /v1/enrollments/self` and `POST /v1/requests` (automatic tier) over
-//! loopback HTTP from a second runtime. Every request carries a fresh proof (its own `jti`, `iat`
+//! loopback HTTP from a second runtime, on hyper's HTTP/1 client connections, kept open. The
+//! open-loop phases count each call's latency from the moment it was due (as wrk2 does). Every request carries a fresh proof (its own `jti`, `iat`
 //! now); proofs are signed before each measured phase so that the client's signing does not
 //! compete with the server for the two cores. It reports, in the same run, the cost of one
 //! ES256 verification (aws-lc-rs, the broker's path) and what it allows on the server's cores.
 
+/// The allocator the broker's binaries use (see `docs/decisions.md`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -20,6 +26,9 @@ use countersign_proto::claims::{
     self, AuthorizationDetail, MachineLoginClaims, ProofClaims, SecretRequestClaims,
 };
 use countersign_proto::{Header, SigningKey, jws};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
@@ -46,6 +55,10 @@ struct Args {
 }
 
 const PERSON: &str = "bench@countersign.local";
+
+/// Connections the open-loop phases keep open (more than the calls in flight at the rates we
+/// measure, so that a call waits for a connection only when the server stalls).
+const OPEN_LOOP_CONNECTIONS: usize = 64;
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -144,8 +157,7 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         let reads = presign(&session, &base, n, |s, b| s.self_proof(b))?;
         let cpu0 = server_cpu();
         let r = closed_loop(
-            &http,
-            &base,
+            running.addr,
             reads,
             args.connections,
             Duration::from_secs(args.seconds),
@@ -157,7 +169,14 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         let reads = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
             s.self_proof(b)
         })?;
-        let r = open_loop(&http, &base, reads, args.rate, Duration::from_secs(10)).await?;
+        let r = open_loop(
+            running.addr,
+            reads,
+            args.rate,
+            Duration::from_secs(10),
+            OPEN_LOOP_CONNECTIONS,
+        )
+        .await?;
         r.print(
             &format!("GET /v1/enrollments/self at {} req/s", args.rate),
             None,
@@ -167,8 +186,7 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         let writes = presign(&session, &base, n, |s, b| s.request_call(b))?;
         let cpu0 = server_cpu();
         let r = closed_loop(
-            &http,
-            &base,
+            running.addr,
             writes,
             args.connections,
             Duration::from_secs(args.seconds),
@@ -180,7 +198,14 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         let writes = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
             s.request_call(b)
         })?;
-        let r = open_loop(&http, &base, writes, args.rate, Duration::from_secs(10)).await?;
+        let r = open_loop(
+            running.addr,
+            writes,
+            args.rate,
+            Duration::from_secs(10),
+            OPEN_LOOP_CONNECTIONS,
+        )
+        .await?;
         r.print(
             &format!("POST /v1/requests (automatic) at {} req/s", args.rate),
             None,
@@ -251,7 +276,7 @@ struct Call {
     method: reqwest::Method,
     path: String,
     proof: String,
-    body: Option<Vec<u8>>,
+    body: Option<Bytes>,
 }
 
 struct Session {
@@ -311,7 +336,7 @@ impl Session {
             method: reqwest::Method::POST,
             path: "/v1/requests".into(),
             proof: self.proof(base, "POST", "/v1/requests", Some(&body))?,
-            body: Some(body),
+            body: Some(body.into()),
         })
     }
 }
@@ -422,25 +447,6 @@ async fn ok(resp: reqwest::Response) -> anyhow::Result<Value> {
     Ok(v)
 }
 
-async fn send(http: &reqwest::Client, base: &str, c: &Call) -> anyhow::Result<Duration> {
-    let start = Instant::now();
-    let mut req = http
-        .request(c.method.clone(), format!("{base}{}", c.path))
-        .header("proof", &c.proof);
-    if let Some(b) = &c.body {
-        req = req
-            .header("content-type", "application/json")
-            .body(b.clone());
-    }
-    let resp = req.send().await?;
-    let status = resp.status();
-    let _ = resp.bytes().await?;
-    if !status.is_success() {
-        bail!("{} {} answered {status}", c.method, c.path);
-    }
-    Ok(start.elapsed())
-}
-
 struct Report {
     done: usize,
     errors: usize,
@@ -471,29 +477,76 @@ impl Report {
     }
 }
 
+/// One HTTP/1 connection of hyper's, as a closed-loop client drives it.
+async fn connect(
+    addr: SocketAddr,
+) -> anyhow::Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+/// Sends one call on a connection; its latency.
+async fn send_on(
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    host: &str,
+    c: &Call,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    let mut req = hyper::Request::builder()
+        .method(c.method.clone())
+        .uri(c.path.as_str())
+        .header(hyper::header::HOST, host)
+        .header("proof", c.proof.as_str());
+    if c.body.is_some() {
+        req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+    }
+    let req = req.body(Full::new(c.body.clone().unwrap_or_default()))?;
+    sender.ready().await?;
+    let resp = sender.send_request(req).await?;
+    let status = resp.status();
+    resp.into_body().collect().await?;
+    if !status.is_success() {
+        bail!("{} {} answered {status}", c.method, c.path);
+    }
+    Ok(start.elapsed())
+}
+
 async fn closed_loop(
-    http: &reqwest::Client,
-    base: &str,
+    addr: SocketAddr,
     calls: Vec<Call>,
     connections: usize,
     run_for: Duration,
 ) -> anyhow::Result<Report> {
     let calls = Arc::new(calls);
     let next = Arc::new(AtomicUsize::new(0));
+    let host = addr.to_string();
+    let mut senders = Vec::new();
+    for _ in 0..connections {
+        senders.push(connect(addr).await?);
+    }
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..connections {
-        let (http, base, calls, next) =
-            (http.clone(), base.to_owned(), calls.clone(), next.clone());
+    for mut sender in senders {
+        let (host, calls, next) = (host.clone(), calls.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0;
             while start.elapsed() < run_for {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(c) = calls.get(i) else { break };
-                match send(&http, &base, c).await {
+                match send_on(&mut sender, &host, c).await {
                     Ok(d) => lat.push(d),
-                    Err(_) => errors += 1,
+                    Err(_) => {
+                        errors += 1;
+                        // A refused call may have closed the connection: open another.
+                        match connect(addr).await {
+                            Ok(s) => sender = s,
+                            Err(_) => break,
+                        }
+                    }
                 }
             }
             (lat, errors)
@@ -518,41 +571,65 @@ async fn closed_loop(
     Ok(report)
 }
 
+/// A fixed rate of calls over `connections` kept-open connections, as wrk2 does: each call's
+/// latency counts from the moment it was due, so a stall also delays the calls queued behind it
+/// (no coordinated omission).
 async fn open_loop(
-    http: &reqwest::Client,
-    base: &str,
+    addr: SocketAddr,
     calls: Vec<Call>,
     rate: u64,
     run_for: Duration,
+    connections: usize,
 ) -> anyhow::Result<Report> {
     let calls = Arc::new(calls);
+    let host = addr.to_string();
+    let (due_tx, due_rx) = tokio::sync::mpsc::channel::<(usize, Instant)>(calls.len().max(1));
+    let due_rx = Arc::new(tokio::sync::Mutex::new(due_rx));
+    let mut workers = Vec::new();
+    for _ in 0..connections {
+        let mut sender = connect(addr).await?;
+        let (host, calls, due_rx) = (host.clone(), calls.clone(), due_rx.clone());
+        workers.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0;
+            loop {
+                let next = due_rx.lock().await.recv().await;
+                let Some((i, due)) = next else { break };
+                match send_on(&mut sender, &host, &calls[i]).await {
+                    Ok(_) => lat.push(due.elapsed()),
+                    Err(_) => {
+                        errors += 1;
+                        match connect(addr).await {
+                            Ok(s) => sender = s,
+                            Err(_) => break,
+                        }
+                    }
+                }
+            }
+            (lat, errors)
+        }));
+    }
     let start = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let mut tasks = Vec::new();
     let mut i = 0;
     while start.elapsed() < run_for && i < calls.len() {
         tick.tick().await;
-        let (http, base, calls) = (http.clone(), base.to_owned(), calls.clone());
-        tasks.push(tokio::spawn(
-            async move { send(&http, &base, &calls[i]).await },
-        ));
+        due_tx.send((i, Instant::now())).await?;
         i += 1;
     }
+    drop(due_tx);
     let mut report = Report {
         done: 0,
         errors: 0,
         elapsed: start.elapsed(),
         latencies: Vec::new(),
     };
-    for t in tasks {
-        match t.await? {
-            Ok(d) => {
-                report.done += 1;
-                report.latencies.push(d);
-            }
-            Err(_) => report.errors += 1,
-        }
+    for w in workers {
+        let (lat, errors) = w.await?;
+        report.done += lat.len();
+        report.errors += errors;
+        report.latencies.extend(lat);
     }
     report.elapsed = report.elapsed.max(run_for.min(start.elapsed()));
     Ok(report)
