@@ -54,6 +54,29 @@ pub(crate) struct Batch {
     waiting: Vec<Answer>,
 }
 
+impl Drop for Batch {
+    fn drop(&mut self) {
+        // Only when the writer goes away mid-batch (a runtime shutting down): never hand a
+        // connection inside a transaction back to the pool; closing it rolls back.
+        if let Some(conn) = self.conn.as_mut() {
+            conn.close_on_drop();
+        }
+    }
+}
+
+/// A connection on its way into a transaction. Dropped before it gets there (`BEGIN` failed, or
+/// the caller was cancelled while it ran) it is closed, not returned to the pool, in case the
+/// `BEGIN` took effect after all.
+struct Opening(Option<PoolConnection<Any>>);
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.as_mut() {
+            conn.close_on_drop();
+        }
+    }
+}
+
 struct Shared {
     batch: Arc<Mutex<Batch>>,
     flush: Notify,
@@ -94,9 +117,11 @@ impl Writer {
     pub(crate) async fn begin(self: &Arc<Self>) -> Result<Slot, StorageError> {
         let mut batch = self.shared.batch.clone().lock_owned().await;
         if batch.conn.is_none() {
-            let mut conn = self.pool.acquire().await.map_err(begin_err)?;
-            conn.execute("BEGIN IMMEDIATE").await.map_err(begin_err)?;
-            batch.conn = Some(conn);
+            let mut opening = Opening(Some(self.pool.acquire().await.map_err(begin_err)?));
+            if let Some(conn) = opening.0.as_mut() {
+                conn.execute("BEGIN IMMEDIATE").await.map_err(begin_err)?;
+            }
+            batch.conn = opening.0.take();
         }
         Ok(Slot {
             batch,
