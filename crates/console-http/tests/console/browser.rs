@@ -4,7 +4,8 @@
 //! the code `countersign login` shows; an agent's `countersign run --secret <owner-tier secret>`
 //! waits while its request appears in the owner's inbox without a reload; a second person is
 //! refused NOT_APPROVER; the owner approves in the page, and the agent's command receives the
-//! value. Screenshots of the pages are saved to `docs/screenshots/`.
+//! value. Screenshots of the pages are saved to `docs/screenshots/` when
+//! `COUNTERSIGN_UPDATE_SCREENSHOTS=1` (else under the target directory).
 //!
 //! Skips (printing `skipped: chromium not installed`) when Chromium or ChromeDriver is absent,
 //! unless `COUNTERSIGN_REQUIRE_BROWSER=1`.
@@ -19,8 +20,16 @@ use common::idp::TestIdp;
 use common::webdriver::{Driver, find_browser};
 use common::*;
 
+/// Where the screenshots go: `docs/screenshots/` with `COUNTERSIGN_UPDATE_SCREENSHOTS=1`, else
+/// the target directory (they are taken either way; a plain test run leaves the tree clean).
 fn shots() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots")
+    let dir = if std::env::var("COUNTERSIGN_UPDATE_SCREENSHOTS").as_deref() == Ok("1") {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots")
+    } else {
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots")
+    };
+    let _ = std::fs::create_dir_all(&dir);
+    dir
 }
 
 #[tokio::test]
