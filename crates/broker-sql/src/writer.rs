@@ -285,7 +285,7 @@ async fn checkpointer(shared: std::sync::Weak<Shared>, pool: AnyPool) {
     loop {
         tick.tick().await;
         match shared.upgrade() {
-            Some(s) if !s.closed.load(Ordering::Acquire) => {}
+            Some(s) if !s.closed.load(Ordering::Acquire) && !pool.is_closed() => {}
             _ => return,
         }
         let done = tokio::time::timeout(END_TIMEOUT, async {
