@@ -19,4 +19,5 @@ mod k8s_tokens;
 mod outbox_delivery;
 mod replicas;
 mod stores_aws;
+mod stores_common;
 mod stores_gcp;
