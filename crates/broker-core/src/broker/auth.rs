@@ -167,8 +167,9 @@ impl Broker {
         if c.htu != claims::htu(&self.config.public_url, target.path) {
             return Err("proof invalid: htu does not match the request");
         }
-        let skew = self.config.proof_skew.num_seconds();
-        if (c.iat - self.now().timestamp()).abs() > skew {
+        // `abs_diff`: `iat` is the sender's, any i64; a difference cannot overflow.
+        let skew = self.config.proof_skew.num_seconds().unsigned_abs();
+        if c.iat.abs_diff(self.now().timestamp()) > skew {
             return Err("proof invalid: iat outside the allowed window");
         }
         if c.jti.is_empty() || c.jti.len() > 256 {

@@ -77,7 +77,9 @@ impl Broker {
     /// `iat` within the skew, `exp` in the future and at most the object lifetime after `iat`.
     pub(crate) fn check_window(&self, iat: i64, exp: i64) -> Result<(), Error> {
         let now = self.now().timestamp();
-        if (iat - now).abs() > self.config.proof_skew.num_seconds() {
+        // `abs_diff` and `saturating_sub`: the times are the sender's, any i64 (fuzzing found
+        // `iat - now` overflowing).
+        if iat.abs_diff(now) > self.config.proof_skew.num_seconds().unsigned_abs() {
             return Err(invalid(
                 "request object invalid: iat outside the allowed window",
             ));
@@ -85,7 +87,9 @@ impl Broker {
         if exp <= now {
             return Err(invalid("request object invalid: expired"));
         }
-        if exp - iat > self.config.max_request_object_lifetime.num_seconds() || exp < iat {
+        if exp.saturating_sub(iat) > self.config.max_request_object_lifetime.num_seconds()
+            || exp < iat
+        {
             return Err(invalid("request object invalid: exp too far after iat"));
         }
         Ok(())
