@@ -40,11 +40,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // proof: claim sets.
     write("proof", "with-body", &serde_json::to_vec(&proof)?)?;
-    let get = json!({"htm": "GET", "htu": claims::htu(PUBLIC_URL, "/v1/grants"), "iat": now, "jti": "x"});
+    let get =
+        json!({"htm": "GET", "htu": claims::htu(PUBLIC_URL, "/v1/grants"), "iat": now, "jti": "x"});
     write("proof", "no-body", &serde_json::to_vec(&get)?)?;
 
     // request_object: a selector byte, then a claim set.
-    for (sel, name, claims) in [(0u8, "machine-login", &login), (1, "token-login", &token_login), (2, "secret-request", &request)] {
+    for (sel, name, claims) in [
+        (0u8, "machine-login", &login),
+        (1, "token-login", &token_login),
+        (2, "secret-request", &request),
+    ] {
         let mut bytes = vec![sel];
         bytes.extend(serde_json::to_vec(claims)?);
         write("request_object", name, &bytes)?;
@@ -57,7 +62,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "serviceaccount": {"name": "api", "uid": "5f0c3b7a-1d2e-4f3a-8b9c-0d1e2f3a4b5c"},
         "pod": {"name": "api-7d9f", "uid": "8e1d2c3b-4a5f-4e6d-9c8b-7a6f5e4d3c2b"}}});
     let k8s_header = json!({"alg": "ES256", "kid": "k1"});
-    let input = format!("{}.{}", b64::encode(&serde_json::to_vec(&k8s_header)?), b64::encode(&serde_json::to_vec(&sa)?));
+    let input = format!(
+        "{}.{}",
+        b64::encode(&serde_json::to_vec(&k8s_header)?),
+        b64::encode(&serde_json::to_vec(&sa)?)
+    );
     let sig = key.sign(input.as_bytes())?;
     let mut bytes = vec![0u8];
     bytes.extend(format!("{input}.{}", b64::encode(&sig)).into_bytes());
@@ -85,9 +94,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let enroll = json!({"kind": "session", "runtime_id": "claude-code", "slot": "a",
         "thumbprint": key.thumbprint(), "jwk": key.public_jwk()});
     write("json_body", "enroll", &serde_json::to_vec(&enroll)?)?;
-    write("json_body", "request", br#"{"request":"eyJh.eyJi.c2ln","session_id":"0193b6a4-7c1e-7d2a-9f3b-2a4c5e6f7a8b"}"#)?;
-    write("json_body", "token-login", br#"{"token":"a.b.c","request":"d.e.f"}"#)?;
-    write("json_body", "decision", br#"{"approver":"ada@example.com","code":"ABCD-1234"}"#)?;
+    write(
+        "json_body",
+        "request",
+        br#"{"request":"eyJh.eyJi.c2ln","session_id":"0193b6a4-7c1e-7d2a-9f3b-2a4c5e6f7a8b"}"#,
+    )?;
+    write(
+        "json_body",
+        "token-login",
+        br#"{"token":"a.b.c","request":"d.e.f"}"#,
+    )?;
+    write(
+        "json_body",
+        "decision",
+        br#"{"approver":"ada@example.com","code":"ABCD-1234"}"#,
+    )?;
     write("json_body", "renew", br#"{"pod_token":"a.b.c"}"#)?;
     Ok(())
 }
