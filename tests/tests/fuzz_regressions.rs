@@ -64,7 +64,8 @@ fn every_regression_input_parses_without_a_panic() -> Result<(), Box<dyn std::er
                 }
             };
             if catch_unwind(AssertUnwindSafe(run)).is_err() {
-                failures.push(format!("{name}/{}", file.display()));
+                let file_name = file.file_name().unwrap_or_default().to_string_lossy();
+                failures.push(format!("fuzz/regressions/{name}/{file_name}"));
             }
         }
     }
