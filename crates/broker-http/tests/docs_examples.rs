@@ -279,3 +279,69 @@ async fn a_wrong_example_is_refused_with_its_place() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Collects the field names a `Deserialize` struct asks for, without any input.
+struct FieldNames<'a>(&'a mut Vec<&'static str>);
+
+impl<'de> serde::Deserializer<'de> for FieldNames<'_> {
+    type Error = serde::de::value::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(serde::de::Error::custom("not a struct"))
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Self::Error> {
+        self.0.extend(fields);
+        Err(serde::de::Error::custom("names collected"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
+fn field_names<T: serde::de::DeserializeOwned>() -> Vec<&'static str> {
+    let mut names = Vec::new();
+    let _ = T::deserialize(FieldNames(&mut names));
+    names
+}
+
+/// Every key the broker accepts is documented in docs/operators.md (a key added to the
+/// configuration without a line there fails here).
+#[test]
+fn every_key_the_broker_accepts_is_documented() -> anyhow::Result<()> {
+    use countersign_broker_http::config::{
+        Durations, LimitsConfig, NotificationsConfig, Tls, TokenIssuerConfig,
+    };
+    let doc = std::fs::read_to_string(repo_root().join("docs/operators.md"))?;
+    let sections = [
+        ("top level", field_names::<Config>()),
+        ("[tls]", field_names::<Tls>()),
+        ("[token_issuer]", field_names::<TokenIssuerConfig>()),
+        ("[notifications]", field_names::<NotificationsConfig>()),
+        ("[limits]", field_names::<LimitsConfig>()),
+        ("[durations]", field_names::<Durations>()),
+    ];
+    let mut missing = Vec::new();
+    for (section, names) in &sections {
+        assert!(!names.is_empty(), "{section}: no field names collected");
+        for name in names {
+            // A key is a table row; a section is its own heading.
+            if !doc.contains(&format!("| `{name}` |")) && !doc.contains(&format!("`[{name}]`")) {
+                missing.push(format!("{section} `{name}`"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "keys the broker accepts that docs/operators.md does not document: {missing:?}"
+    );
+    Ok(())
+}
