@@ -1,6 +1,6 @@
 //! One function per fuzz target: each takes one input and runs it through a parser that reads
 //! from the network or the helper's socket, the way the broker or the helper calls it. None may
-//! panic, whatever the input. `tests/tests/fuzz_regressions.rs` includes this file and replays
+//! panic, whatever the input. `tests/tests/e2e/fuzz_regressions.rs` includes this file and replays
 //! `fuzz/regressions/<target>/` through the same functions under `cargo test`.
 //!
 //! Signatures cannot be forged by a fuzzer, so the targets that need a verified token

@@ -1,5 +1,5 @@
 //! The fuzz targets' bodies. [`checks`] is shared, by `#[path]`, with the workspace test
-//! `tests/tests/fuzz_regressions.rs`, which replays `fuzz/regressions/<target>/` through the
+//! `tests/tests/e2e/fuzz_regressions.rs`, which replays `fuzz/regressions/<target>/` through the
 //! same functions under `cargo test`.
 
 /// The broker's request-body shapes, compiled from the broker's own source file so the target

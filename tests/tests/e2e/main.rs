@@ -7,6 +7,7 @@
 mod core_chain;
 mod core_props;
 mod core_races;
+mod fuzz_regressions;
 mod http_console;
 mod http_login;
 mod http_open;

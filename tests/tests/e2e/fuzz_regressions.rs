@@ -17,7 +17,7 @@ mod wire {
 }
 
 #[allow(dead_code)]
-#[path = "../../fuzz/src/checks.rs"]
+#[path = "../../../fuzz/src/checks.rs"]
 mod checks;
 
 type Target = fn(&[u8]);
