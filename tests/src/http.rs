@@ -1478,6 +1478,56 @@ pub fn postgres_url() -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// A fresh database of its own on the configured PostgreSQL server, dropped by [`PgDatabase::drop_now`].
+/// Tests never use the server's own database: other runs (and other schema versions) share the
+/// server.
+pub struct PgDatabase {
+    /// The server's admin URL (`COUNTERSIGN_TEST_POSTGRES_URL`).
+    pub admin: String,
+    /// The fresh database's name.
+    pub name: String,
+    /// The URL of the fresh database.
+    pub url: String,
+}
+
+impl PgDatabase {
+    /// A fresh database named `{prefix}_{uuid}`, or `None` (after printing `skipped: …`) when no
+    /// server is configured and `COUNTERSIGN_REQUIRE_POSTGRES` is not `1` (then: an error).
+    pub async fn create(prefix: &str) -> anyhow::Result<Option<PgDatabase>> {
+        use sqlx::{Connection as _, Executor as _};
+        let Some(admin) = postgres_url() else {
+            if std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() == Ok("1") {
+                bail!(
+                    "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is not set"
+                );
+            }
+            println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL not set");
+            return Ok(None);
+        };
+        sqlx::any::install_default_drivers();
+        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = sqlx::AnyConnection::connect(&admin).await?;
+        conn.execute(format!("CREATE DATABASE {name}").as_str())
+            .await?;
+        conn.close().await?;
+        let (base, _) = admin
+            .rsplit_once('/')
+            .context("COUNTERSIGN_TEST_POSTGRES_URL names no database")?;
+        let url = format!("{base}/{name}");
+        Ok(Some(PgDatabase { admin, name, url }))
+    }
+
+    /// Drops the database (best effort: a leftover one only costs disk on a test server).
+    pub async fn drop_now(self) {
+        use sqlx::{Connection as _, Executor as _};
+        if let Ok(mut conn) = sqlx::AnyConnection::connect(&self.admin).await {
+            let _ = conn
+                .execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str())
+                .await;
+        }
+    }
+}
+
 /// A random UUID in its hyphenated form (an id nobody holds).
 pub fn random_uuid() -> String {
     uuid::Uuid::new_v4().to_string()
