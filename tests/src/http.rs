@@ -1481,6 +1481,7 @@ pub fn postgres_url() -> Option<String> {
 /// A fresh database of its own on the configured PostgreSQL server, dropped by [`PgDatabase::drop_now`].
 /// Tests never use the server's own database: other runs (and other schema versions) share the
 /// server.
+#[derive(Debug)]
 pub struct PgDatabase {
     /// The server's admin URL (`COUNTERSIGN_TEST_POSTGRES_URL`).
     pub admin: String,
