@@ -12,7 +12,7 @@
 //!   or that was left behind by an ended session, counts as inside;
 //! - nothing is signed without a credential (`NO_CREDENTIAL`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -34,10 +34,12 @@ use serde::Deserialize;
 use serde_json::json;
 use zeroize::Zeroizing;
 
+use crate::cgroup::Cgroups;
 use crate::keys::{AwsLc, Claims, Keys};
 use crate::peer::{Caller, Peer};
 use crate::procfs::{ProcId, Procfs, WalkEnd};
 use crate::store::{CredentialStore, Stored};
+use crate::tracker::{Members, Owner};
 
 /// How the helper is set up.
 #[derive(Debug, Clone)]
@@ -58,6 +60,22 @@ pub struct HelperConfig {
     pub tick: Duration,
     /// The `/proc` to read (a test may lay out its own).
     pub procfs: PathBuf,
+    /// Whether each session gets its own cgroup v2 directory (see [`SessionCgroups`]).
+    pub session_cgroups: SessionCgroups,
+    /// Where session cgroups are made [default: the helper's own cgroup v2 directory].
+    pub cgroup_dir: Option<PathBuf>,
+}
+
+/// Whether the helper puts each session in a cgroup of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SessionCgroups {
+    /// Where the helper can make one (it proves it at start); else process snapshots only.
+    #[default]
+    Auto,
+    /// Always: the helper does not start where it cannot make one.
+    Require,
+    /// Never: process snapshots only.
+    Off,
 }
 
 impl HelperConfig {
@@ -72,6 +90,8 @@ impl HelperConfig {
             http_timeout: Duration::from_secs(20),
             tick: Duration::from_millis(500),
             procfs: PathBuf::from("/proc"),
+            session_cgroups: SessionCgroups::Auto,
+            cgroup_dir: None,
         }
     }
 }
@@ -116,6 +136,7 @@ pub struct Helper {
     cfg: HelperConfig,
     broker: BrokerClient,
     procfs: Procfs,
+    cgroups: Option<Cgroups>,
     store: CredentialStore,
     uid: u32,
     keys: Arc<dyn Keys>,
@@ -127,8 +148,10 @@ struct State {
     credential: Option<Held>,
     login: Option<PendingLogin>,
     sessions: BTreeMap<ProcId, Session>,
-    /// Processes left from sessions that ended while they ran: never launcher signing.
-    former: HashSet<ProcId>,
+    /// Every process seen inside a session, live or ended (sticky until it exits).
+    members: Members,
+    /// The cgroups of ended sessions that still hold processes.
+    former_cgroups: Vec<String>,
     serial: u64,
 }
 
@@ -164,6 +187,8 @@ struct PendingLogin {
 #[derive(Debug)]
 struct Session {
     root: ProcId,
+    /// The session's cgroup (as `/proc/<pid>/cgroup` names it), when it has one.
+    cgroup: Option<String>,
     serial: u64,
     key: Arc<SigningKey>,
     runtime_id: String,
@@ -405,7 +430,29 @@ impl Helper {
                 );
             }
         }
+        let cgroups = match cfg.session_cgroups {
+            SessionCgroups::Off => None,
+            mode => {
+                let found = Cgroups::detect(&cfg.procfs, cfg.cgroup_dir.as_deref());
+                match &found {
+                    Some(c) => {
+                        tracing::info!(dir = %c.dir().display(), "each session gets a cgroup of its own");
+                        // Sessions of an earlier run of the helper: their processes stay out
+                        // of launcher signing until they exit.
+                        state.former_cgroups = c.existing();
+                    }
+                    None if mode == SessionCgroups::Require => anyhow::bail!(
+                        "no cgroup v2 directory can be made for sessions (--session-cgroups require)"
+                    ),
+                    None => tracing::info!(
+                        "no cgroup v2 directory can be made here: sessions are followed by process snapshots only"
+                    ),
+                }
+                found
+            }
+        };
         Ok(Self {
+            cgroups,
             procfs: Procfs::new(&cfg.procfs),
             uid: nix::unistd::geteuid().as_raw(),
             keys: Arc::new(AwsLc),
@@ -536,23 +583,72 @@ impl Helper {
         }
     }
 
-    /// Where `caller` stands: the nearest registered ancestor's session, a leftover of an ended
-    /// session, outside, or unknown.
+    /// Where `caller` stands: the session it is in, a leftover of an ended session, outside,
+    /// or unknown. The one place this is decided. In order: its cgroup (a live session's, or
+    /// any session cgroup: a leftover); then its ancestry, nearest first, against the sessions'
+    /// roots and every process remembered inside a session. Before answering outside or
+    /// unknown, the remembered processes are refreshed from `/proc` and the question asked
+    /// again. A caller found inside a live session is remembered (sticky) from then on.
     #[must_use]
     pub fn membership(&self, caller: &Caller) -> Membership {
-        let st = self.st();
-        for p in &caller.ancestry.chain {
-            if st.sessions.contains_key(p) {
-                return Membership::Session(*p);
+        match self.decide(caller) {
+            m @ (Membership::Session(_) | Membership::Former) => m,
+            Membership::Outside | Membership::Unknown(_) => {
+                self.refresh_members();
+                self.decide(caller)
             }
-            if st.former.contains(p) {
+        }
+    }
+
+    fn decide(&self, caller: &Caller) -> Membership {
+        let mut st = self.st();
+        if let (Some(cg), Some(cgroups)) = (&caller.cgroup, &self.cgroups) {
+            if let Some(root) = st.sessions.values().find_map(|s| {
+                s.cgroup
+                    .as_deref()
+                    .filter(|c| Cgroups::within(cg, c))
+                    .map(|_| s.root)
+            }) {
+                st.members.insert(caller.id, Owner::Session(root));
+                return Membership::Session(root);
+            }
+            if cgroups.in_any_session(cg) {
+                st.members.insert(caller.id, Owner::Former);
                 return Membership::Former;
             }
+        }
+        for (i, p) in caller.ancestry.chain.iter().enumerate() {
+            let found = if st.sessions.contains_key(p) {
+                Membership::Session(*p)
+            } else {
+                match st.members.get(*p) {
+                    Some(Owner::Session(root)) if st.sessions.contains_key(&root) => {
+                        Membership::Session(root)
+                    }
+                    Some(_) => Membership::Former,
+                    None => continue,
+                }
+            };
+            let owner = match found {
+                Membership::Session(root) => Owner::Session(root),
+                _ => Owner::Former,
+            };
+            // What lies between the caller and the member found is inside too.
+            for q in caller.ancestry.chain.iter().take(i + 1) {
+                st.members.insert(*q, owner);
+            }
+            return found;
         }
         match caller.ancestry.end {
             WalkEnd::Root => Membership::Outside,
             other => Membership::Unknown(other),
         }
+    }
+
+    /// Refreshes the processes remembered inside sessions from a snapshot of `/proc`.
+    fn refresh_members(&self) {
+        let snapshot = self.procfs.snapshot();
+        self.st().members.refresh(&snapshot);
     }
 
     fn require_outside(m: Membership, what: &str) -> Result<(), HelperError> {
@@ -967,6 +1063,7 @@ impl Helper {
         let held = self.held()?;
         let key = self.generate("session")?;
         let root = caller.id;
+        let (cgroup, descendants) = self.enclose(root);
         let mut runtime_id = format!("{}/pid-{}-{}", self.cfg.host, root.pid, root.start);
         if let Some(l) = a
             .label
@@ -981,10 +1078,15 @@ impl Helper {
             let mut st = self.st();
             st.serial += 1;
             let serial = st.serial;
+            st.members.insert(root, Owner::Session(root));
+            for d in descendants {
+                st.members.insert(d, Owner::Session(root));
+            }
             st.sessions.insert(
                 root,
                 Session {
                     root,
+                    cgroup,
                     serial,
                     key: Arc::new(key),
                     runtime_id,
@@ -1009,11 +1111,45 @@ impl Helper {
             Err(e) => {
                 let mut st = self.st();
                 if st.sessions.get(&root).is_some_and(|s| s.serial == serial) {
-                    st.sessions.remove(&root);
+                    Self::end_session(&mut st, root);
                 }
                 Err(e)
             }
         }
+    }
+
+    /// Puts a new session's root, and what it already runs, in a cgroup of the session's own
+    /// where the helper can make one. Answers the cgroup, if made, and the root's descendants.
+    fn enclose(&self, root: ProcId) -> (Option<String>, Vec<ProcId>) {
+        let descendants = self.procfs.descendants(root);
+        let Some(cgroups) = &self.cgroups else {
+            return (None, descendants);
+        };
+        let name = format!("{}{}-{}", crate::cgroup::PREFIX, root.pid, root.start);
+        let others: Vec<i32> = descendants.iter().map(|d| d.pid).collect();
+        match cgroups.create(&name, root.pid, &others) {
+            // The root must still be the process registering (not a reused pid).
+            Ok(cg) if self.procfs.alive(root) => (Some(cg), descendants),
+            Ok(cg) => {
+                let _ = cgroups.remove_if_empty(&cg);
+                (None, descendants)
+            }
+            Err(e) => {
+                tracing::warn!(pid = root.pid, error = %e, "could not put the session in a cgroup of its own; following it by process snapshots only");
+                (None, descendants)
+            }
+        }
+    }
+
+    /// Ends the session rooted at `root` in the helper: what it runs becomes leftovers of an
+    /// ended session, never outside. Answers the session.
+    fn end_session(st: &mut State, root: ProcId) -> Option<Session> {
+        let s = st.sessions.remove(&root)?;
+        st.members.end_session(root);
+        if let Some(cg) = &s.cgroup {
+            st.former_cgroups.push(cg.clone());
+        }
+        Some(s)
     }
 
     fn session_info(&self, root: ProcId) -> Result<SessionInfo, HelperError> {
@@ -1163,16 +1299,9 @@ impl Helper {
 
     async fn unregister(&self, m: Membership) -> Result<Unregistered, HelperError> {
         let root = Self::require_session(m)?;
-        let removed = {
-            let mut st = self.st();
-            let removed = st.sessions.remove(&root);
-            // What the session started and left running stays out of launcher signing.
-            st.former.insert(root);
-            for p in self.procfs.descendants(root) {
-                st.former.insert(p);
-            }
-            removed
-        };
+        // What the session started and left running stays out of launcher signing.
+        self.refresh_members();
+        let removed = Self::end_session(&mut self.st(), root);
         let enrollment_id = removed
             .as_ref()
             .and_then(|s| s.enrollment_id().map(str::to_owned));
@@ -1318,19 +1447,34 @@ impl Helper {
         let mut gone = Vec::new();
         let mut due = Vec::new();
         let mut refresh = None;
+        let snapshot = self.procfs.snapshot();
         {
             let mut st = self.st();
-            let procfs = &self.procfs;
-            st.sessions.retain(|root, s| {
-                if procfs.alive(*root) {
-                    return true;
-                }
+            // First what the sessions run now (while their roots' children still have them
+            // as parent), then the roots that exited.
+            st.members.refresh(&snapshot);
+            let ended: Vec<ProcId> = st
+                .sessions
+                .keys()
+                .filter(|root| {
+                    !snapshot
+                        .get(&root.pid)
+                        .is_some_and(|s| s.start == root.start && !s.exited())
+                })
+                .copied()
+                .collect();
+            for root in ended {
                 tracing::info!(pid = root.pid, "session root exited; ending the session");
-                if let Some(id) = s.enrollment_id() {
+                if let Some(id) = Self::end_session(&mut st, root)
+                    .as_ref()
+                    .and_then(Session::enrollment_id)
+                {
                     gone.push(id.to_owned());
                 }
-                false
-            });
+            }
+            if let Some(cgroups) = &self.cgroups {
+                st.former_cgroups.retain(|cg| !cgroups.remove_if_empty(cg));
+            }
             for s in st.sessions.values_mut() {
                 if let (Some(id), Some(at)) = (s.enrollment_id(), s.next_renewal)
                     && at <= now
@@ -1340,7 +1484,6 @@ impl Helper {
                     s.renewing = true;
                 }
             }
-            st.former.retain(|p| procfs.alive(*p));
             if let Some(h) = st.credential.as_mut()
                 && h.token.is_some()
                 && !h.refreshing
@@ -1455,12 +1598,15 @@ impl Helper {
     pub async fn shutdown(&self, grace: Duration) {
         let ids: Vec<String> = {
             let mut st = self.st();
-            let ids = st
-                .sessions
-                .values()
+            let roots: Vec<ProcId> = st.sessions.keys().copied().collect();
+            let ids = roots
+                .into_iter()
+                .filter_map(|root| Self::end_session(&mut st, root))
                 .filter_map(|s| s.enrollment_id().map(str::to_owned))
                 .collect();
-            st.sessions.clear();
+            if let Some(cgroups) = &self.cgroups {
+                st.former_cgroups.retain(|cg| !cgroups.remove_if_empty(cg));
+            }
             ids
         };
         for id in ids {
@@ -1491,6 +1637,7 @@ mod tests {
         Caller {
             id: chain[0],
             ancestry: Ancestry { chain, end },
+            cgroup: None,
         }
     }
 
@@ -1510,6 +1657,7 @@ mod tests {
             root,
             Session {
                 root,
+                cgroup: None,
                 serial: 1,
                 key,
                 runtime_id: "r".into(),

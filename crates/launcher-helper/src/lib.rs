@@ -16,18 +16,20 @@
 //!
 //! The protocol is written down in `docs/launcher-helper.md`.
 
+pub mod cgroup;
 pub mod helper;
 pub mod keys;
 pub mod peer;
 pub mod procfs;
 pub mod server;
 pub mod store;
+pub mod tracker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use helper::{Helper, HelperConfig};
+pub use helper::{Helper, HelperConfig, SessionCgroups};
 
 /// Runs the helper on `socket` until SIGTERM or SIGINT; then ends every enrolled session at
 /// the broker and removes the socket. With `service_login`, logs the service in with its token
