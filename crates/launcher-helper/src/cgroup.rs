@@ -4,10 +4,11 @@
 //! parent's death, re-parenting, double forks nor `setsid`; only a process allowed to write
 //! the `cgroup.procs` of a common ancestor can move it out. So when the helper can create a
 //! directory under a cgroup v2 hierarchy (as root, or in a subtree delegated to its user), it
-//! makes `countersign-session-<pid>-<start>` at `register`, moves the session's root (and the
-//! descendants it already has) into it, and treats any process found in it, or below it, as
-//! inside that session. A process in such a directory whose session is over (or that was left
-//! by an earlier run of the helper) is a leftover of an ended session.
+//! makes `countersign-<helper pid>-<n>-<pid>-<start>` at `register` (`<helper pid>-<n>` names
+//! this helper, so that helpers never take each other's cgroups for their own), moves the
+//! session's root (and the descendants it already has) into it, and treats any process found in
+//! it, or below it, as inside that session. A process in one of this helper's session cgroups
+//! whose session is over is a leftover of an ended session. A cgroup is removed once empty.
 //!
 //! Where no directory can be made, [`Cgroups::detect`] answers `None` and the helper relies on
 //! its process snapshots alone (`tracker`).
@@ -15,7 +16,7 @@
 use std::path::{Path, PathBuf};
 
 /// The prefix of every session cgroup's directory name.
-pub const PREFIX: &str = "countersign-session-";
+pub const PREFIX: &str = "countersign-";
 
 /// Where session cgroups are made: a directory of a cgroup v2 hierarchy the helper can write.
 #[derive(Debug, Clone)]
@@ -24,6 +25,8 @@ pub struct Cgroups {
     dir: PathBuf,
     /// The same directory as `/proc/<pid>/cgroup` names it (`/a/b`, `/` for the root).
     rel: String,
+    /// The start of this helper's session cgroups' names.
+    tag: String,
 }
 
 /// The cgroup v2 mount point and the path of its root as `/proc/<pid>/cgroup` shows it, from
@@ -81,7 +84,41 @@ impl Cgroups {
         let probe = dir.join(format!("countersign-probe-{}", std::process::id()));
         std::fs::create_dir(&probe).ok()?;
         let _ = std::fs::remove_dir(&probe);
-        Some(Cgroups { dir, rel })
+        static HELPERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = HELPERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("{PREFIX}{}-{n}-", std::process::id());
+        let c = Cgroups { dir, rel, tag };
+        c.sweep(procfs);
+        Some(c)
+    }
+
+    /// Removes the empty session cgroups that helpers no longer running left behind (a helper
+    /// removes its own once empty, but one that stops while its sessions' processes live on
+    /// cannot). A cgroup still holding processes stays: its processes are no helper's now.
+    fn sweep(&self, procfs: &Path) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Ok(name) = e.file_name().into_string() else {
+                continue;
+            };
+            let helper_pid = name
+                .strip_prefix(PREFIX)
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<i32>().ok());
+            if let Some(pid) = helper_pid
+                && !procfs.join(pid.to_string()).exists()
+            {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+    }
+
+    /// The name of the session cgroup for the root `pid` started at `start`.
+    #[must_use]
+    pub fn name(&self, pid: i32, start: u64) -> String {
+        format!("{}{pid}-{start}", self.tag)
     }
 
     /// The directory session cgroups are made in.
@@ -124,21 +161,21 @@ impl Cgroups {
                 .is_some_and(|rest| rest.starts_with('/'))
     }
 
-    /// Whether `proc_cgroup` lies in any session cgroup of this directory (a live session's, an
-    /// ended one's, or one an earlier run of the helper made).
+    /// Whether `proc_cgroup` lies in any session cgroup of this helper (a live session's or an
+    /// ended one's).
     #[must_use]
     pub fn in_any_session(&self, proc_cgroup: &str) -> bool {
         let base = self.rel.trim_end_matches('/');
         proc_cgroup
             .strip_prefix(base)
             .and_then(|rest| rest.strip_prefix('/'))
-            .is_some_and(|rest| rest.starts_with(PREFIX))
+            .is_some_and(|rest| rest.starts_with(&self.tag))
     }
 
     fn path_of(&self, rel: &str) -> Option<PathBuf> {
         let base = self.rel.trim_end_matches('/');
         let rest = rel.strip_prefix(base)?.strip_prefix('/')?;
-        (rest.starts_with(PREFIX) && !rest.contains('/') && !rest.contains(".."))
+        (rest.starts_with(&self.tag) && !rest.contains('/') && !rest.contains(".."))
             .then(|| self.dir.join(rest))
     }
 
@@ -152,19 +189,6 @@ impl Cgroups {
             return true;
         }
         std::fs::remove_dir(&path).is_ok()
-    }
-
-    /// The session cgroups in the directory now (to clean up after an earlier run).
-    #[must_use]
-    pub fn existing(&self) -> Vec<String> {
-        let Ok(dir) = std::fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        dir.flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| n.starts_with(PREFIX))
-            .map(|n| join_rel(&self.rel, &n))
-            .collect()
     }
 }
 
@@ -185,10 +209,7 @@ mod tests {
             Some("/user.slice/a.scope".to_owned())
         );
         assert_eq!(parse_proc_cgroup("4:memory:/x\n"), None);
-        assert_eq!(
-            join_rel("/", "countersign-session-1-2"),
-            "/countersign-session-1-2"
-        );
+        assert_eq!(join_rel("/", "countersign-7-0-1-2"), "/countersign-7-0-1-2");
         assert_eq!(join_rel("/a/", "b"), "/a/b");
         assert_eq!(join_rel("/", ""), "/");
     }
@@ -198,26 +219,30 @@ mod tests {
         let c = Cgroups {
             dir: PathBuf::from("/sys/fs/cgroup/a"),
             rel: "/a".to_owned(),
+            tag: "countersign-7-0-".to_owned(),
         };
+        assert_eq!(c.name(1, 2), "countersign-7-0-1-2");
         assert!(Cgroups::within(
-            "/a/countersign-session-1-2",
-            "/a/countersign-session-1-2"
+            "/a/countersign-7-0-1-2",
+            "/a/countersign-7-0-1-2"
         ));
         assert!(Cgroups::within(
-            "/a/countersign-session-1-2/x",
-            "/a/countersign-session-1-2"
+            "/a/countersign-7-0-1-2/x",
+            "/a/countersign-7-0-1-2"
         ));
         assert!(!Cgroups::within(
-            "/a/countersign-session-1-23",
-            "/a/countersign-session-1-2"
+            "/a/countersign-7-0-1-23",
+            "/a/countersign-7-0-1-2"
         ));
-        assert!(c.in_any_session("/a/countersign-session-9-9/sub"));
+        assert!(c.in_any_session("/a/countersign-7-0-9-9/sub"));
         assert!(!c.in_any_session("/a/other"));
-        assert!(!c.in_any_session("/b/countersign-session-9-9"));
+        // Another helper's.
+        assert!(!c.in_any_session("/a/countersign-8-0-9-9"));
+        assert!(!c.in_any_session("/b/countersign-7-0-9-9"));
         assert_eq!(c.path_of("/a/../x"), None);
         assert_eq!(
-            c.path_of("/a/countersign-session-1-2"),
-            Some(PathBuf::from("/sys/fs/cgroup/a/countersign-session-1-2"))
+            c.path_of("/a/countersign-7-0-1-2"),
+            Some(PathBuf::from("/sys/fs/cgroup/a/countersign-7-0-1-2"))
         );
     }
 }

@@ -17,6 +17,7 @@
 //! The protocol is written down in `docs/launcher-helper.md`.
 
 pub mod cgroup;
+pub mod clock;
 pub mod helper;
 pub mod keys;
 pub mod peer;
