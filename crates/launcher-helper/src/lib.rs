@@ -9,7 +9,11 @@
 //!
 //! - [`procfs`]: processes named by pid and start time, ancestry walks;
 //! - [`peer`]: SO_PEERCRED and the re-checks around each identification;
-//! - [`helper`]: the state and the operations;
+//! - [`tracker`]: the processes seen inside each session, sticky until they exit;
+//! - [`cgroup`]: a cgroup v2 directory per session, where the machine lets the helper make one;
+//! - [`clock`]: the injected wall clock;
+//! - [`helper`]: the state and the operations, by area (login, credential, sessions and the
+//!   `membership` decision, signing, renewal);
 //! - [`keys`]: making keys and signing (aws-lc-rs; a test may set another source);
 //! - [`store`]: the launcher credential at rest;
 //! - [`server`]: the socket, framing and background ticks.

@@ -1,7 +1,10 @@
 //! The helper's state and operations: the launcher credential it holds, a machine login in
 //! progress, and the sessions (process trees rooted at registered processes, each with its own
 //! key made here). Each operation takes the identified [`Caller`] and decides from where the
-//! caller stands ([`Membership`]) what it may have signed.
+//! caller stands ([`Membership`], decided in one place: [`Helper::membership`]) what it may have
+//! signed. This module holds the state and the dispatch; the operations are by area in
+//! `login`, `credential`, `sessions`, `signing` and `renewal`. Every time read goes through the
+//! injected [`Clock`].
 //!
 //! Rules (docs/launcher-helper.md has the whole protocol):
 //! - session proofs and secret request objects are signed only for a process inside that
