@@ -94,25 +94,11 @@ impl Cgroups {
 
     /// Removes the empty session cgroups that helpers no longer running left behind (a helper
     /// removes its own once empty, but one that stops while its sessions' processes live on
-    /// cannot). A cgroup still holding processes stays: its processes are no helper's now.
+    /// cannot), nested ones first (a helper started from inside a session makes its sessions'
+    /// cgroups within that session's). A cgroup still holding processes stays: its processes
+    /// are no helper's now.
     fn sweep(&self, procfs: &Path) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let Ok(name) = e.file_name().into_string() else {
-                continue;
-            };
-            let helper_pid = name
-                .strip_prefix(PREFIX)
-                .and_then(|rest| rest.split('-').next())
-                .and_then(|p| p.parse::<i32>().ok());
-            if let Some(pid) = helper_pid
-                && !procfs.join(pid.to_string()).exists()
-            {
-                let _ = std::fs::remove_dir(e.path());
-            }
-        }
+        sweep_dir(&self.dir, procfs, 0);
     }
 
     /// The name of the session cgroup for the root `pid` started at `start`.
@@ -189,6 +175,30 @@ impl Cgroups {
             return true;
         }
         std::fs::remove_dir(&path).is_ok()
+    }
+}
+
+/// [`Cgroups::sweep`] in `dir`, at most 16 levels deep.
+fn sweep_dir(dir: &Path, procfs: &Path, depth: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(name) = e.file_name().into_string() else {
+            continue;
+        };
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        if depth < 16 {
+            sweep_dir(&e.path(), procfs, depth + 1);
+        }
+        let helper_pid = rest.split('-').next().and_then(|p| p.parse::<i32>().ok());
+        if let Some(pid) = helper_pid
+            && !procfs.join(pid.to_string()).exists()
+        {
+            let _ = std::fs::remove_dir(e.path());
+        }
     }
 }
 

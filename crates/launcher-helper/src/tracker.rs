@@ -68,13 +68,15 @@ impl Members {
     }
 
     /// Brings the set up to date with `snapshot` (every live process): members no longer in it
-    /// (exited, or their pid now names another process) are forgotten, and every descendant of
-    /// a member joins its nearest member's owner.
-    pub fn refresh(&mut self, snapshot: &HashMap<i32, Stat>) {
+    /// (exited, or their pid now names another process) are forgotten, unless `alive` says they
+    /// run now (one that started, or joined, after the snapshot was read), and every descendant
+    /// of a member joins its nearest member's owner.
+    pub fn refresh(&mut self, snapshot: &HashMap<i32, Stat>, alive: impl Fn(ProcId) -> bool) {
         self.map.retain(|p, _| {
             snapshot
                 .get(&p.pid)
                 .is_some_and(|s| s.start == p.start && !s.exited())
+                || alive(*p)
         });
         let members: Vec<(ProcId, Owner)> = self.map.iter().map(|(p, o)| (*p, *o)).collect();
         for (p, owner) in members {
@@ -119,7 +121,7 @@ mod tests {
             stat(20, 1, 8),
         ]
         .into();
-        m.refresh(&snap);
+        m.refresh(&snap, |_| false);
         assert_eq!(m.get(id(12, 7)), Some(Owner::Session(root)));
         assert_eq!(m.get(id(20, 8)), None);
         // The root and 11 die; 12 is re-parented to init and forks 13: all still the session's.
@@ -130,7 +132,7 @@ mod tests {
             stat(20, 1, 8),
         ]
         .into();
-        m.refresh(&snap);
+        m.refresh(&snap, |_| false);
         assert_eq!(m.get(id(12, 7)), Some(Owner::Session(root)));
         assert_eq!(m.get(id(13, 9)), Some(Owner::Session(root)));
         assert_eq!(m.get(root), None);
@@ -138,9 +140,15 @@ mod tests {
         assert_eq!(m.get(id(13, 9)), Some(Owner::Former));
         // A reused pid is another process.
         let snap: HashMap<_, _> = [stat(1, 0, 1), stat(12, 1, 30), stat(13, 12, 9)].into();
-        m.refresh(&snap);
+        m.refresh(&snap, |_| false);
         assert_eq!(m.get(id(12, 30)), None);
         assert_eq!(m.get(id(13, 9)), Some(Owner::Former));
         assert_eq!(m.len(), 1);
+        // One missing from an older snapshot that runs now is kept.
+        m.insert(id(40, 50), Owner::Former);
+        m.refresh(&snap, |p| p == id(40, 50));
+        assert_eq!(m.get(id(40, 50)), Some(Owner::Former));
+        m.refresh(&snap, |_| false);
+        assert_eq!(m.get(id(40, 50)), None);
     }
 }

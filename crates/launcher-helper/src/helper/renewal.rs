@@ -25,12 +25,21 @@ impl Helper {
         let mut gone = Vec::new();
         let mut due = Vec::new();
         let mut refresh = None;
-        let snapshot = self.procfs.snapshot();
+        // An idle helper (no session, nothing remembered) reads no /proc.
+        let idle = {
+            let st = self.st();
+            st.sessions.is_empty() && st.members.is_empty()
+        };
+        let snapshot = if idle {
+            std::collections::HashMap::new()
+        } else {
+            self.procfs.snapshot()
+        };
         {
             let mut st = self.st();
             // First what the sessions run now (while their roots' children still have them
             // as parent), then the roots that exited.
-            st.members.refresh(&snapshot);
+            st.members.refresh(&snapshot, |p| self.procfs.alive(p));
             let ended: Vec<ProcId> = st
                 .sessions
                 .keys()
@@ -38,6 +47,7 @@ impl Helper {
                     !snapshot
                         .get(&root.pid)
                         .is_some_and(|s| s.start == root.start && !s.exited())
+                        && !self.procfs.alive(**root)
                 })
                 .copied()
                 .collect();

@@ -84,7 +84,9 @@ impl Helper {
     /// Refreshes the processes remembered inside sessions from a snapshot of `/proc`.
     pub(super) fn refresh_members(&self) {
         let snapshot = self.procfs.snapshot();
-        self.st().members.refresh(&snapshot);
+        self.st()
+            .members
+            .refresh(&snapshot, |p| self.procfs.alive(p));
     }
 
     pub(super) fn require_outside(m: Membership, what: &str) -> Result<(), HelperError> {
