@@ -419,3 +419,101 @@ impl Helper {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::procfs::Ancestry;
+    use crate::procfs::tests::FakeProc;
+
+    fn id(pid: i32, start: u64) -> ProcId {
+        ProcId { pid, start }
+    }
+
+    /// The caller `pid` as the fake /proc shows it now.
+    fn caller(h: &Helper, pid: i32) -> Caller {
+        let Ok(stat) = h.procfs.stat(pid) else {
+            panic!("no process {pid}")
+        };
+        let ancestry: Ancestry = h.procfs.ancestry(stat);
+        Caller {
+            id: stat.id(),
+            ancestry,
+            cgroup: None,
+        }
+    }
+
+    /// Membership is sticky: a process seen inside stays inside when its ancestry breaks, and
+    /// a refresh before an "outside" answer brings in what the session forked meanwhile.
+    #[tokio::test]
+    async fn a_process_seen_inside_stays_inside_when_its_ancestry_breaks() {
+        let f = FakeProc::new("sticky");
+        // init 1; the session's root 100 <- 101 <- 102; 110 under the root; 200 elsewhere.
+        f.put(1, 0, 1);
+        f.put(100, 1, 5);
+        f.put(101, 100, 6);
+        f.put(102, 101, 7);
+        f.put(110, 100, 8);
+        f.put(200, 1, 9);
+        let dir = std::env::temp_dir().join(format!("countersign-sticky-{}", std::process::id()));
+        let mut cfg = HelperConfig::new("http://127.0.0.1:9", dir);
+        cfg.no_store = true;
+        cfg.procfs = f.0.clone();
+        cfg.session_cgroups = SessionCgroups::Off;
+        let h = match Helper::new(cfg) {
+            Ok(h) => Arc::new(h),
+            Err(e) => panic!("helper: {e}"),
+        };
+        let root = id(100, 5);
+        let key = match SigningKey::generate() {
+            Ok(k) => Arc::new(k),
+            Err(e) => panic!("keygen: {e}"),
+        };
+        h.st().members.insert(root, Owner::Session(root));
+        h.st().sessions.insert(
+            root,
+            Session {
+                root,
+                cgroup: None,
+                serial: 1,
+                key,
+                runtime_id: "r".into(),
+                session_id: None,
+                state: SState::Enrolling,
+                next_renewal: None,
+                renewing: false,
+            },
+        );
+        assert_eq!(h.membership(&caller(&h, 102)), Membership::Session(root));
+        // Someone outside asks: the refresh before answering "outside" takes in 110 too.
+        assert_eq!(h.membership(&caller(&h, 200)), Membership::Outside);
+
+        // 101 dies and 102 is re-parented to init; 110 is re-parented too.
+        let _ = std::fs::remove_dir_all(f.0.join("101"));
+        f.put(102, 1, 7);
+        f.put(110, 1, 8);
+        assert_eq!(caller(&h, 102).ancestry.chain, vec![id(102, 7), id(1, 1)]);
+        assert_eq!(h.membership(&caller(&h, 102)), Membership::Session(root));
+        assert_eq!(h.membership(&caller(&h, 110)), Membership::Session(root));
+        // What 102 forks now joins its session.
+        f.put(103, 102, 10);
+        assert_eq!(h.membership(&caller(&h, 103)), Membership::Session(root));
+
+        // The root exits: the session ends; what it ran is a leftover, never outside.
+        let _ = std::fs::remove_dir_all(f.0.join("100"));
+        h.tick();
+        assert!(h.st().sessions.is_empty());
+        for pid in [102, 103, 110] {
+            assert_eq!(h.membership(&caller(&h, pid)), Membership::Former, "{pid}");
+        }
+        // And what a leftover forks after the session ended.
+        f.put(104, 103, 11);
+        assert_eq!(h.membership(&caller(&h, 104)), Membership::Former);
+        assert_eq!(h.membership(&caller(&h, 200)), Membership::Outside);
+        // A leftover that exits is forgotten; a later process with its pid is not its heir.
+        let _ = std::fs::remove_dir_all(f.0.join("104"));
+        h.tick();
+        f.put(104, 1, 12);
+        assert_eq!(h.membership(&caller(&h, 104)), Membership::Outside);
+    }
+}
