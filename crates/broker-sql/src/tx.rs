@@ -348,28 +348,48 @@ impl SqlTx {
         .await
     }
 
-    /// See [`countersign_broker_core::Storage::remember_once`]. The primary key on
-    /// (scope, value) decides between concurrent callers, in this process or another.
-    pub(crate) async fn remember_once(
+    /// Remembers many single-use values in one statement (see `once.rs`): inserts each, or
+    /// replaces one lapsed before `now`, and answers the `(scope, value)` pairs it wrote: the
+    /// fresh ones. The primary key on (scope, value) decides between concurrent callers, in
+    /// this process or another. Values must be distinct (one statement may not touch a row twice).
+    pub(crate) async fn remember_many(
         &mut self,
-        scope: &str,
-        value: &str,
-        until: Time,
+        values: &[(&str, &str, Time)],
         now: Time,
-    ) -> Result<bool, StorageError> {
-        self.execute(
-            "DELETE FROM once_values WHERE scope = $1 AND value = $2 AND until_ms < $3",
-            args![scope, value, ms(now)],
-        )
-        .await?;
-        let inserted = self
-            .execute(
-                "INSERT INTO once_values (scope, value, until_ms) VALUES ($1, $2, $3) \
-                 ON CONFLICT (scope, value) DO NOTHING",
-                args![scope, value, ms(until)],
-            )
-            .await?;
-        Ok(inserted == 1)
+    ) -> Result<Vec<(String, String)>, StorageError> {
+        if values.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = String::from("INSERT INTO once_values (scope, value, until_ms) VALUES ");
+        let mut args = Vec::with_capacity(values.len() * 3 + 1);
+        for (i, (scope, value, until)) in values.iter().enumerate() {
+            if i > 0 {
+                sql.push(',');
+            }
+            let n = i * 3;
+            sql.push_str(&format!("(${}, ${}, ${})", n + 1, n + 2, n + 3));
+            args.push(Arg::from(*scope));
+            args.push(Arg::from(*value));
+            args.push(Arg::from(ms(*until)));
+        }
+        sql.push_str(&format!(
+            " ON CONFLICT (scope, value) DO UPDATE SET until_ms = excluded.until_ms \
+             WHERE once_values.until_ms < ${} RETURNING scope, value",
+            values.len() * 3 + 1
+        ));
+        args.push(Arg::from(ms(now)));
+        self.writing();
+        let conn = self.conn()?;
+        let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
+        let rows = self.checked(r)?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get::<String, _>("scope").map_err(db_err)?,
+                    row.try_get::<String, _>("value").map_err(db_err)?,
+                ))
+            })
+            .collect()
     }
 }
 
