@@ -34,7 +34,11 @@
 //!   every logical one that finished meanwhile (group commit, see `writer.rs`), and each commit
 //!   answers once it is durable. **SQLite storage is single-process**: one broker per database
 //!   file. Reads ([`Storage::read`]) take no mutex; WAL lets them run beside the writer.
-//! - A read transaction takes no locks and is never committed.
+//! - A read transaction takes no locks and is never committed. On PostgreSQL it is a pooled
+//!   connection without `BEGIN` (READ COMMITTED gives each statement its own snapshot either
+//!   way), and refuses writes.
+//! - Single-use values (`remember_once`) are written in batches by a task of their own, one
+//!   statement and one commit per batch (`once.rs`).
 //! - Dropping a transaction without committing rolls it back (on SQLite, a writer's turn that
 //!   wrote rolls back its whole batch, whose members answer [`StorageError::Conflict`] and are
 //!   run again by the core; one that only read is just released).
@@ -222,6 +226,10 @@ impl Storage for SqlStorage {
     }
 
     async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
+        if self.backend == Backend::Postgres {
+            let conn = self.pool.acquire().await.map_err(begin_err)?;
+            return Ok(Box::new(SqlTx::reading(conn, self.backend)));
+        }
         let tx = self.pool.begin().await.map_err(begin_err)?;
         Ok(Box::new(SqlTx::pooled(tx, self.backend, false)))
     }

@@ -4,9 +4,11 @@
 //! Every proof-verified call remembers its `jti`, durably, before it is answered. One
 //! transaction per value made each call wait for a commit of its own (on PostgreSQL a
 //! synchronous WAL flush per read). Here callers queue their value, and one task writes what
-//! has queued, up to [`MAX_BATCH`] values, in one transaction holding one multi-row
-//! `INSERT … ON CONFLICT (scope, value) DO UPDATE … WHERE lapsed RETURNING scope, value`; when it
-//! commits, each caller hears whether its value was fresh. The next batch is what queued while
+//! has queued, up to [`MAX_BATCH`] values, with one multi-row `INSERT … ON CONFLICT (scope,
+//! value) DO UPDATE … WHERE lapsed RETURNING scope, value`; when it commits, each caller hears
+//! whether its value was fresh. On PostgreSQL the statement runs alone, as its own transaction
+//! (one round trip, committed with the server's `synchronous_commit`, durable by default); on
+//! SQLite it is a turn at the single writer and rides its group commit (`writer.rs`). The next batch is what queued while
 //! this one was being written, so under load a batch grows to the number of callers waiting and
 //! costs one commit, and alone a caller waits for one commit as before.
 //!
@@ -32,6 +34,7 @@ use sqlx::AnyPool;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::Backend;
+use crate::error::begin_err;
 use crate::writer::Writer;
 
 /// At most this many values in one statement (three parameters each; PostgreSQL takes 65,535).
@@ -150,12 +153,21 @@ async fn flush(target: &Target, batch: Vec<Pending>) {
     }
 }
 
-/// One attempt: a write transaction with the batch's statement, committed.
+/// One attempt. PostgreSQL: the batch's statement alone, its own transaction (one round trip).
+/// SQLite: a turn at the single writer, inside its group commit.
 async fn write(
     target: &Target,
     values: &[(&str, &str, Time)],
     now: Time,
 ) -> Result<Vec<(String, String)>, StorageError> {
+    if target.writer.is_none() {
+        let mut conn = target.pool.acquire().await.map_err(begin_err)?;
+        let mut fresh = Vec::with_capacity(values.len());
+        for chunk in values.chunks(MAX_BATCH) {
+            fresh.extend(crate::tx::remember_many(&mut conn, chunk, now).await?);
+        }
+        return Ok(fresh);
+    }
     let mut tx = crate::begin_write(&target.pool, target.backend, target.writer.as_ref()).await?;
     let mut fresh = Vec::with_capacity(values.len());
     for chunk in values.chunks(MAX_BATCH) {
