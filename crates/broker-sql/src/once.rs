@@ -8,9 +8,13 @@
 //! value) DO UPDATE … WHERE lapsed RETURNING scope, value`; when it commits, each caller hears
 //! whether its value was fresh. On PostgreSQL the statement runs alone, as its own transaction
 //! (one round trip, committed with the server's `synchronous_commit`, durable by default); on
-//! SQLite it is a turn at the single writer and rides its group commit (`writer.rs`). The next batch is what queued while
-//! this one was being written, so under load a batch grows to the number of callers waiting and
-//! costs one commit, and alone a caller waits for one commit as before.
+//! SQLite it is a turn at the single writer and rides its group commit (`writer.rs`).
+//!
+//! Up to [`IN_FLIGHT`] batches are written at once; while they are, values queue for the next,
+//! so under load a batch grows to the number of callers waiting and costs one commit, and alone
+//! a caller waits for one commit as before. Two batches holding the same value do not both hear
+//! "fresh": SQLite's writer runs them one after the other (the second sees the first's row), and
+//! on PostgreSQL the second's insert waits for the first's commit.
 //!
 //! - Within a batch a value is written once: its first caller hears what the database said,
 //!   later callers of the same value in the batch hear "replay".
@@ -31,7 +35,7 @@ use std::sync::Arc;
 use countersign_broker_core::clock::Time;
 use countersign_broker_core::storage::StorageError;
 use sqlx::AnyPool;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::Backend;
 use crate::error::begin_err;
@@ -39,6 +43,11 @@ use crate::writer::Writer;
 
 /// At most this many values in one statement (three parameters each; PostgreSQL takes 65,535).
 pub(crate) const MAX_BATCH: usize = 1000;
+/// How many batches are written at once. One at a time made every batch wait for the previous
+/// one's commit (a disk sync on SQLite, a WAL flush and a round trip on PostgreSQL), which
+/// capped the rate at one batch per sync; a few at once let SQLite's writer fold them into one
+/// group commit and let PostgreSQL flush them together.
+const IN_FLIGHT: usize = 4;
 /// How many times a batch that hit a conflict runs again.
 const ATTEMPTS: u32 = 10;
 
@@ -99,9 +108,22 @@ impl OnceBatcher {
 }
 
 async fn run(target: Target, mut rx: mpsc::UnboundedReceiver<Pending>) {
+    let target = Arc::new(target);
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        flush(&target, std::mem::take(&mut batch)).await;
+    loop {
+        // A slot first: while every slot's batch is being written, values queue for the next.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            return;
+        }
+        let (target, values) = (target.clone(), std::mem::take(&mut batch));
+        tokio::spawn(async move {
+            flush(&target, values).await;
+            drop(slot);
+        });
     }
 }
 
