@@ -1429,6 +1429,51 @@ async fn exclusive_forgets_lapsed_single_use_values_as_it_goes() {
     db.finish().await;
 }
 
+/// `Exclusive` writes a value new to its memory through to the database and answers what the
+/// database answers: a value stored before (as by a process before a restart) is a replay, and a
+/// value whose write failed is not kept in memory, so that trying it again is not refused as one.
+#[tokio::test]
+async fn exclusive_asks_the_database_about_values_new_to_it() {
+    use countersign_broker_core::exclusive::Exclusive;
+    let db = TestDb::sqlite().await;
+    assert!(
+        db.remember_once("proof", "before-restart", at(60), at(0))
+            .await
+            .expect("remember")
+    );
+    let ex = Exclusive::new(db.storage.clone());
+    assert!(
+        !ex.remember_once("proof", "before-restart", at(60), at(1))
+            .await
+            .expect("replay")
+    );
+    let mut raw = db.raw().await;
+    raw.execute(
+        "CREATE TRIGGER cs_refuse BEFORE INSERT ON once_values \
+         BEGIN SELECT RAISE(ABORT, 'refused'); END",
+    )
+    .await
+    .expect("trigger");
+    assert!(
+        ex.remember_once("proof", "unwritten", at(60), at(1))
+            .await
+            .is_err()
+    );
+    raw.execute("DROP TRIGGER cs_refuse").await.expect("drop");
+    assert!(
+        ex.remember_once("proof", "unwritten", at(60), at(2))
+            .await
+            .expect("fresh once written")
+    );
+    assert!(
+        db.remember_once("proof", "unwritten", at(60), at(3))
+            .await
+            .is_ok_and(|fresh| !fresh),
+        "written through to the database"
+    );
+    db.finish().await;
+}
+
 #[tokio::test]
 async fn sqlite_in_memory_is_one_shared_database() {
     let s = SqlStorage::connect("sqlite::memory:")
