@@ -1463,6 +1463,14 @@ impl TestBroker {
             .build()?)
     }
 
+    /// Stops the server (as [`Self::shutdown`]) but keeps its files, so that a broker started
+    /// with [`TestBrokerBuilder::replica_of`] this one afterwards is this broker restarted.
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown(Duration::from_secs(5)).await;
+        }
+    }
+
     /// Stops the server: in-flight requests finish, background work stops.
     pub async fn shutdown(mut self) {
         if let Some(r) = self.running.take() {

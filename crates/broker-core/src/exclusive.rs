@@ -6,9 +6,13 @@
 //!   from a cache filled on a miss. A write transaction reads the database as usual and, when
 //!   it commits, drops every cached entry it wrote, before its caller sees the commit; a fill
 //!   that raced with such a commit is not kept (entries carry a version checked at fill time).
-//! - `remember_once` keeps the values in memory, in shards (so that no shard's map grows large
-//!   enough for its rehash to stall callers); each call forgets a few lapsed values of its
-//!   shard, soonest lapsed first.
+//! - `remember_once` refuses a replay from memory: the values seen, in shards (so that no
+//!   shard's map grows large enough for its rehash to stall callers); each call forgets a few
+//!   lapsed values of its shard, soonest lapsed first. A value new to memory is then written
+//!   through to the database, which answers whether it is fresh (it may have been seen before a
+//!   restart), and the caller hears that answer only once it is durable. The database batches
+//!   these writes (`broker-sql`'s group commit), so memory saves the write for replays only;
+//!   correctness across a restart rests on the database.
 //!
 //! With several replicas (PostgreSQL) do not use it: their writes would not reach this cache.
 
@@ -173,16 +177,28 @@ impl<S: Storage> Storage for Exclusive<S> {
     ) -> Result<bool, StorageError> {
         let key: Arc<str> = format!("{scope}\0{value}").into();
         let shard = self.shard_of.hash_one(&key) as usize % ONCE_SHARDS;
-        let mut once = lock(&self.once[shard]);
-        once.forget_lapsed(now);
-        match once.seen.get(&key) {
-            Some(t) if *t >= now => Ok(false),
-            _ => {
-                once.seen.insert(key.clone(), until);
-                once.lapsing.push(Reverse((until, key)));
-                Ok(true)
+        {
+            let mut once = lock(&self.once[shard]);
+            once.forget_lapsed(now);
+            match once.seen.get(&key) {
+                Some(t) if *t >= now => return Ok(false),
+                _ => {
+                    once.seen.insert(key.clone(), until);
+                    once.lapsing.push(Reverse((until, key.clone())));
+                }
             }
         }
+        // New to this process, which may have restarted since the value was first seen: the
+        // database decides, durably, before the caller is answered.
+        let fresh = self.inner.remember_once(scope, value, until, now).await;
+        if fresh.is_err() {
+            // Nothing may be stored: do not refuse the value as a replay next time.
+            let mut once = lock(&self.once[shard]);
+            if once.seen.get(&key) == Some(&until) {
+                once.seen.remove(&key);
+            }
+        }
+        fresh
     }
 }
 

@@ -15,6 +15,7 @@ use countersign_broker_core::model::{
 use countersign_broker_core::storage::{Due, OutboxItem, StorageError, Tx};
 use serde::de::DeserializeOwned;
 use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::{Any, AnyConnection, Row, Transaction};
 
@@ -199,6 +200,10 @@ enum Inner {
     Pool(Transaction<'static, Any>),
     /// SQLite's writes: a turn at the single writer, inside its group-committed transaction.
     Writer(Slot),
+    /// PostgreSQL's reads: a pooled connection, no `BEGIN` (under READ COMMITTED each statement
+    /// sees its own snapshot inside a transaction too, so the two round trips of `BEGIN` and
+    /// `ROLLBACK` bought nothing).
+    Conn(PoolConnection<Any>),
 }
 
 impl fmt::Debug for SqlTx {
@@ -230,6 +235,15 @@ impl SqlTx {
         }
     }
 
+    /// A read on a pooled connection without a transaction (PostgreSQL).
+    pub(crate) fn reading(conn: PoolConnection<Any>, backend: Backend) -> Self {
+        SqlTx {
+            inner: Some(Inner::Conn(conn)),
+            backend,
+            write: false,
+        }
+    }
+
     pub(crate) fn writer(slot: Slot) -> Self {
         SqlTx {
             inner: Some(Inner::Writer(slot)),
@@ -241,6 +255,7 @@ impl SqlTx {
     fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
         match self.inner.as_mut() {
             Some(Inner::Pool(tx)) => Ok(&mut **tx),
+            Some(Inner::Conn(c)) => Ok(&mut **c),
             Some(Inner::Writer(slot)) => slot.conn(),
             None => Err(finished()),
         }
@@ -300,6 +315,10 @@ impl SqlTx {
     }
 
     async fn execute(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64, StorageError> {
+        if matches!(self.inner, Some(Inner::Conn(_))) {
+            // Outside a transaction a write would commit at once: a read never writes.
+            return Err(StorageError::Other("write in a read transaction".into()));
+        }
         self.writing();
         let conn = self.conn()?;
         let r = bind_all(sqlx::query(sql), args).execute(conn).await;
@@ -348,29 +367,78 @@ impl SqlTx {
         .await
     }
 
-    /// See [`countersign_broker_core::Storage::remember_once`]. The primary key on
-    /// (scope, value) decides between concurrent callers, in this process or another.
-    pub(crate) async fn remember_once(
+    /// Remembers many single-use values in one statement (see [`remember_many`]), inside this
+    /// transaction.
+    pub(crate) async fn remember_many(
         &mut self,
-        scope: &str,
-        value: &str,
-        until: Time,
+        values: &[(&str, &str, Time)],
         now: Time,
-    ) -> Result<bool, StorageError> {
-        self.execute(
-            "DELETE FROM once_values WHERE scope = $1 AND value = $2 AND until_ms < $3",
-            args![scope, value, ms(now)],
-        )
-        .await?;
-        let inserted = self
-            .execute(
-                "INSERT INTO once_values (scope, value, until_ms) VALUES ($1, $2, $3) \
-                 ON CONFLICT (scope, value) DO NOTHING",
-                args![scope, value, ms(until)],
-            )
-            .await?;
-        Ok(inserted == 1)
+    ) -> Result<Vec<(String, String)>, StorageError> {
+        if values.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (sql, args) = remember_many_sql(values, now);
+        self.writing();
+        let conn = self.conn()?;
+        let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
+        let rows = self.checked(r)?;
+        fresh_pairs(&rows)
     }
+}
+
+/// Remembers many single-use values (see `once.rs`) in one statement on `conn`, outside any
+/// transaction: the statement is its own transaction, committed (durably, with PostgreSQL's
+/// default `synchronous_commit`) before it answers, in one round trip. Inserts each value, or
+/// replaces one lapsed before `now`; answers the `(scope, value)` pairs it wrote: the fresh ones.
+/// The primary key on (scope, value) decides between concurrent callers, in this process or
+/// another. Values must be distinct (one statement may not touch a row twice).
+pub(crate) async fn remember_many(
+    conn: &mut AnyConnection,
+    values: &[(&str, &str, Time)],
+    now: Time,
+) -> Result<Vec<(String, String)>, StorageError> {
+    if values.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (sql, args) = remember_many_sql(values, now);
+    let rows = bind_all(sqlx::query(&sql), args)
+        .fetch_all(conn)
+        .await
+        .map_err(db_err)?;
+    fresh_pairs(&rows)
+}
+
+fn remember_many_sql(values: &[(&str, &str, Time)], now: Time) -> (String, Vec<Arg>) {
+    let mut sql = String::from("INSERT INTO once_values (scope, value, until_ms) VALUES ");
+    let mut args = Vec::with_capacity(values.len() * 3 + 1);
+    for (i, (scope, value, until)) in values.iter().enumerate() {
+        if i > 0 {
+            sql.push(',');
+        }
+        let n = i * 3;
+        sql.push_str(&format!("(${}, ${}, ${})", n + 1, n + 2, n + 3));
+        args.push(Arg::from(*scope));
+        args.push(Arg::from(*value));
+        args.push(Arg::from(ms(*until)));
+    }
+    sql.push_str(&format!(
+        " ON CONFLICT (scope, value) DO UPDATE SET until_ms = excluded.until_ms \
+         WHERE once_values.until_ms < ${} RETURNING scope, value",
+        values.len() * 3 + 1
+    ));
+    args.push(Arg::from(ms(now)));
+    (sql, args)
+}
+
+fn fresh_pairs(rows: &[AnyRow]) -> Result<Vec<(String, String)>, StorageError> {
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<String, _>("scope").map_err(db_err)?,
+                row.try_get::<String, _>("value").map_err(db_err)?,
+            ))
+        })
+        .collect()
 }
 
 fn finished() -> StorageError {
@@ -383,6 +451,7 @@ impl Tx for SqlTx {
         match self.inner.take().ok_or_else(finished)? {
             Inner::Pool(tx) => tx.commit().await.map_err(db_err),
             Inner::Writer(slot) => slot.commit().await,
+            Inner::Conn(_) => Ok(()),
         }
     }
 

@@ -182,6 +182,8 @@ suite!(
     grants_round_trip,
     remember_once_replay_and_lapse,
     remember_once_concurrent_callers,
+    remember_once_batches_answer_each_caller,
+    remember_once_failed_batch_answers_every_caller_with_an_error,
     due_lists_stored_live_rows_past_their_time,
     outbox_take_reschedule_delete,
     outbox_take_skips_rows_another_transaction_took,
@@ -762,6 +764,113 @@ async fn remember_once_concurrent_callers(s: &SqlStorage) {
     }
 }
 
+/// Many callers at once, so that their values share batches (`once.rs`): per value, exactly one
+/// caller hears "fresh", whether its repeats fall in its batch or a later one; a value stored
+/// and lapsed is fresh again.
+async fn remember_once_batches_answer_each_caller(s: &SqlStorage) {
+    const VALUES: usize = 40;
+    const REPEATS: usize = 5;
+    assert!(
+        s.remember_once("proof", "batch-lapsed-3", at(5), at(0))
+            .await
+            .expect("remember")
+    );
+    let barrier = Arc::new(Barrier::new(VALUES * REPEATS));
+    let mut set = JoinSet::new();
+    for i in 0..VALUES * REPEATS {
+        let (s, barrier) = (s.clone(), barrier.clone());
+        set.spawn(async move {
+            barrier.wait().await;
+            let v = i % VALUES;
+            let name = if v == 3 {
+                "batch-lapsed-3".to_owned()
+            } else {
+                format!("batch-{v}")
+            };
+            let fresh = s
+                .remember_once("proof", &name, at(60), at(10))
+                .await
+                .expect("remember");
+            (v, fresh)
+        });
+    }
+    let mut fresh_per_value = [0usize; VALUES];
+    for (v, fresh) in set.join_all().await {
+        fresh_per_value[v] += usize::from(fresh);
+    }
+    assert_eq!(fresh_per_value, [1; VALUES], "one fresh caller per value");
+    for v in [0, 3, VALUES - 1] {
+        let name = if v == 3 {
+            "batch-lapsed-3".to_owned()
+        } else {
+            format!("batch-{v}")
+        };
+        assert!(
+            !s.remember_once("proof", &name, at(60), at(20))
+                .await
+                .expect("replay")
+        );
+    }
+}
+
+/// A batch whose transaction fails (PostgreSQL: at `COMMIT`, by a deferred constraint trigger;
+/// SQLite: at its statement, by a trigger) answers each of its callers with the error, and none
+/// "fresh"; nothing of it is stored, so the same values are fresh once the fault is gone.
+async fn remember_once_failed_batch_answers_every_caller_with_an_error(db: &TestDb) {
+    let mut raw = db.raw().await;
+    match db.backend() {
+        Backend::Postgres => {
+            raw.execute(
+                "CREATE FUNCTION cs_refuse() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$",
+            )
+            .await
+            .expect("function");
+            raw.execute(
+                "CREATE CONSTRAINT TRIGGER cs_refuse AFTER INSERT OR UPDATE ON once_values \
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION cs_refuse()",
+            )
+            .await
+            .expect("trigger");
+        }
+        Backend::Sqlite => {
+            raw.execute(
+                "CREATE TRIGGER cs_refuse BEFORE INSERT ON once_values \
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            )
+            .await
+            .expect("trigger");
+        }
+    }
+    const CALLERS: usize = 24;
+    let barrier = Arc::new(Barrier::new(CALLERS));
+    let mut set = JoinSet::new();
+    for i in 0..CALLERS {
+        let (s, barrier) = (db.storage.clone(), barrier.clone());
+        set.spawn(async move {
+            barrier.wait().await;
+            s.remember_once("proof", &format!("doomed-{}", i % 6), at(60), at(0))
+                .await
+        });
+    }
+    for answer in set.join_all().await {
+        assert!(answer.is_err(), "a failed batch answered {answer:?}");
+    }
+    let drop_trigger = match db.backend() {
+        Backend::Postgres => "DROP TRIGGER cs_refuse ON once_values",
+        Backend::Sqlite => "DROP TRIGGER cs_refuse",
+    };
+    raw.execute(drop_trigger).await.expect("drop trigger");
+    for i in 0..6 {
+        assert!(
+            db.remember_once("proof", &format!("doomed-{i}"), at(60), at(0))
+                .await
+                .expect("remember"),
+            "doomed-{i} was not stored"
+        );
+    }
+}
+
 async fn due_lists_stored_live_rows_past_their_time(s: &SqlStorage) {
     let key = jwk();
     let now = at(100);
@@ -1316,6 +1425,51 @@ async fn exclusive_forgets_lapsed_single_use_values_as_it_goes() {
         !ex.remember_once("proof", "new5", at(100), at(20))
             .await
             .expect("live, so a replay")
+    );
+    db.finish().await;
+}
+
+/// `Exclusive` writes a value new to its memory through to the database and answers what the
+/// database answers: a value stored before (as by a process before a restart) is a replay, and a
+/// value whose write failed is not kept in memory, so that trying it again is not refused as one.
+#[tokio::test]
+async fn exclusive_asks_the_database_about_values_new_to_it() {
+    use countersign_broker_core::exclusive::Exclusive;
+    let db = TestDb::sqlite().await;
+    assert!(
+        db.remember_once("proof", "before-restart", at(60), at(0))
+            .await
+            .expect("remember")
+    );
+    let ex = Exclusive::new(db.storage.clone());
+    assert!(
+        !ex.remember_once("proof", "before-restart", at(60), at(1))
+            .await
+            .expect("replay")
+    );
+    let mut raw = db.raw().await;
+    raw.execute(
+        "CREATE TRIGGER cs_refuse BEFORE INSERT ON once_values \
+         BEGIN SELECT RAISE(ABORT, 'refused'); END",
+    )
+    .await
+    .expect("trigger");
+    assert!(
+        ex.remember_once("proof", "unwritten", at(60), at(1))
+            .await
+            .is_err()
+    );
+    raw.execute("DROP TRIGGER cs_refuse").await.expect("drop");
+    assert!(
+        ex.remember_once("proof", "unwritten", at(60), at(2))
+            .await
+            .expect("fresh once written")
+    );
+    assert!(
+        db.remember_once("proof", "unwritten", at(60), at(3))
+            .await
+            .is_ok_and(|fresh| !fresh),
+        "written through to the database"
     );
     db.finish().await;
 }
