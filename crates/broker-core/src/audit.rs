@@ -72,10 +72,7 @@ pub fn entry_hash(
     body: &str,
 ) -> String {
     let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
-    let (p, t) = (
-        position.to_string(),
-        at.timestamp_millis().to_string(),
-    );
+    let (p, t) = (position.to_string(), at.timestamp_millis().to_string());
     for f in [
         prev_hash.as_bytes(),
         p.as_bytes(),
@@ -267,6 +264,12 @@ impl Follower {
         }
     }
 
+    /// Resumes from `head` (the state file, or a head an operator accepted), clearing a break.
+    pub fn reset(&self, head: Walk) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) =
+            FollowerState { head, broken: None };
+    }
+
     pub fn state(&self) -> FollowerState {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -276,22 +279,42 @@ impl Follower {
     }
 
     /// One round: checks the remembered head is still there (same hash, nothing below it
-    /// deleted), then verifies and advances over every entry above it. A break is sticky until
-    /// an operator accepts the new head (a new follower). Answers the state after the round.
+    /// deleted), then verifies and advances over every entry above it. With `full`, first
+    /// walks the whole chain from the start again, which also finds an entry edited below the
+    /// head. A break is sticky until an operator accepts a head ([`Follower::reset`]). Answers
+    /// the state after the round.
     pub async fn step(
         &self,
         tx: &mut dyn Tx,
         sealer: &Sealer,
+        full: bool,
     ) -> Result<FollowerState, StorageError> {
         let mut st = self.state();
         if st.broken.is_some() {
             return Ok(st);
         }
         let mut walk = st.head.clone();
-        let result = self.advance(tx, sealer, &mut walk).await?;
+        let mut result = self.advance(tx, sealer, &mut walk).await?;
+        if full && result.is_ok() {
+            result = match verify_all(tx, sealer).await? {
+                Ok(w) if w.position >= walk.position => {
+                    walk = w;
+                    Ok(())
+                }
+                Ok(w) => Err(ChainBreak {
+                    position: w.position + 1,
+                    reason: BreakReason::Gap,
+                }),
+                Err(b) => Err(b),
+            };
+        }
         st.head = walk;
         if let Err(b) = result {
-            tracing::error!(position = b.position, reason = b.reason.as_str(), "audit chain broken");
+            tracing::error!(
+                position = b.position,
+                reason = b.reason.as_str(),
+                "audit chain broken"
+            );
             st.broken = Some(b);
         }
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = st.clone();

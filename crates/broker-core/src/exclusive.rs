@@ -414,7 +414,6 @@ impl<S: Storage> Tx for ReadTx<S> {
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
         self.db().await?.audit_count(upto).await
     }
-
 }
 
 #[async_trait]
@@ -589,5 +588,4 @@ impl Tx for WriteTx {
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
         self.inner.audit_count(upto).await
     }
-
 }

@@ -152,7 +152,11 @@ impl Sealer {
 
     pub fn verify_credential(&self, c: &LauncherCredential) -> bool {
         let f = credential_fields(c);
-        self.verify("credential/v1", &f.each_ref().map(|s| s.as_bytes()), &c.seal)
+        self.verify(
+            "credential/v1",
+            &f.each_ref().map(|s| s.as_bytes()),
+            &c.seal,
+        )
     }
 
     /// Seals what an enrollment's authority rests on: its id, credential, key thumbprint, kind,
@@ -164,7 +168,11 @@ impl Sealer {
 
     pub fn verify_enrollment(&self, e: &Enrollment) -> bool {
         let f = enrollment_fields(e);
-        self.verify("enrollment/v1", &f.each_ref().map(|s| s.as_bytes()), &e.seal)
+        self.verify(
+            "enrollment/v1",
+            &f.each_ref().map(|s| s.as_bytes()),
+            &e.seal,
+        )
     }
 
     /// Seals an audit log entry: its position and its chained hash (see [`crate::audit`]).

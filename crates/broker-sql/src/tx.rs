@@ -844,7 +844,9 @@ impl Tx for SqlTx {
 
     async fn append_audit(&mut self, e: &AuditEntry) -> Result<(), StorageError> {
         self.execute(
-            &format!("INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"),
+            &format!(
+                "INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+            ),
             args![
                 e.position,
                 ms(e.at),
@@ -900,5 +902,4 @@ impl Tx for SqlTx {
             row.try_get("m").map_err(db_err)?,
         ))
     }
-
 }

@@ -1200,9 +1200,16 @@ async fn audit_log_appends_chain_and_serialise(s: &SqlStorage) {
         mine.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
         ["grant", "revocation"]
     );
-    assert_eq!(mine[1].position, mine[0].position + 1, "one transaction's entries are adjacent");
+    assert_eq!(
+        mine[1].position,
+        mine[0].position + 1,
+        "one transaction's entries are adjacent"
+    );
     let page = tx.audit_entries(14, 10).await.expect("entries");
-    assert_eq!(page.iter().map(|e| e.position).collect::<Vec<_>>(), [15, 16]);
+    assert_eq!(
+        page.iter().map(|e| e.position).collect::<Vec<_>>(),
+        [15, 16]
+    );
     assert_eq!(tx.audit_head().await.expect("head"), Some((16, walk.hash)));
 }
 

@@ -126,7 +126,11 @@ fn ms(t: Time) -> i64 {
 impl GuardTx {
     fn credential(&mut self, c: LauncherCredential) -> Option<LauncherCredential> {
         if !self.sealer.verify_credential(&c) {
-            let why = if c.seal.is_empty() { "unsealed" } else { "seal" };
+            let why = if c.seal.is_empty() {
+                "unsealed"
+            } else {
+                "seal"
+            };
             tampered("credentials", &c.id.to_string(), why);
             return None;
         }
@@ -141,7 +145,11 @@ impl GuardTx {
 
     fn enrollment(&mut self, e: Enrollment) -> Option<Enrollment> {
         if !self.sealer.verify_enrollment(&e) {
-            let why = if e.seal.is_empty() { "unsealed" } else { "seal" };
+            let why = if e.seal.is_empty() {
+                "unsealed"
+            } else {
+                "seal"
+            };
             tampered("enrollments", &e.id.to_string(), why);
             return None;
         }

@@ -179,10 +179,11 @@ impl Broker {
         &self.sealer
     }
 
-    /// One round of the audit follower (the server runs it at start and every second):
-    /// verifies the entries above the remembered head and advances; a break (a deleted tail,
-    /// an edited or missing entry) makes the broker fail closed until an operator intervenes.
-    pub async fn follow_audit(&self) -> Result<crate::audit::FollowerState, Error> {
+    /// One round of the audit follower (the server runs it every second, `full` at start and
+    /// every minute): verifies the entries above the remembered head and advances (with
+    /// `full`, the whole chain again); a break (a deleted tail, an edited or missing entry)
+    /// makes the broker fail closed until an operator intervenes.
+    pub async fn follow_audit(&self, full: bool) -> Result<crate::audit::FollowerState, Error> {
         let mut tx = self
             .storage
             .read()
@@ -190,7 +191,7 @@ impl Broker {
             .map_err(|e| self.fail(Fail::Storage(e), "audit log read"))?;
         let st = self
             .audit
-            .step(&mut *tx, &self.sealer)
+            .step(&mut *tx, &self.sealer, full)
             .await
             .map_err(|e| self.fail(Fail::Storage(e), "audit log read"))?;
         metrics::gauge!("countersign_audit_chain_broken").set(if st.broken.is_some() {
