@@ -1440,6 +1440,8 @@ impl TestBroker {
             expires_at: now + chrono::Duration::hours(1),
             revoked_at: None,
             record_id: None,
+            // Sealed as it is written (through the broker's storage).
+            seal: String::new(),
         };
         let mut tx = self.state.broker.storage().begin().await?;
         tx.put_credential(&c).await?;

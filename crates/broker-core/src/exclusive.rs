@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
+use crate::audit::AuditEntry;
 use crate::clock::Time;
 use crate::ids::{ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId};
 use crate::model::{Enrollment, Grant, LauncherCredential, PendingLogin, Record, Request};
@@ -405,6 +406,30 @@ impl<S: Storage> Tx for ReadTx<S> {
             .reschedule_outbox(id, attempts, next_attempt_at)
             .await
     }
+
+    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
+        self.db().await?.audit_head().await
+    }
+
+    async fn append_audit(&mut self, e: &AuditEntry) -> Result<(), StorageError> {
+        self.db().await?.append_audit(e).await
+    }
+
+    async fn audit_entries(
+        &mut self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, StorageError> {
+        self.db().await?.audit_entries(after, limit).await
+    }
+
+    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        self.db().await?.audit_by_subject(subject).await
+    }
+
+    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
+        self.db().await?.audit_count(upto).await
+    }
 }
 
 #[async_trait]
@@ -554,5 +579,29 @@ impl Tx for WriteTx {
         self.inner
             .reschedule_outbox(id, attempts, next_attempt_at)
             .await
+    }
+
+    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
+        self.inner.audit_head().await
+    }
+
+    async fn append_audit(&mut self, e: &AuditEntry) -> Result<(), StorageError> {
+        self.inner.append_audit(e).await
+    }
+
+    async fn audit_entries(
+        &mut self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, StorageError> {
+        self.inner.audit_entries(after, limit).await
+    }
+
+    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        self.inner.audit_by_subject(subject).await
+    }
+
+    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
+        self.inner.audit_count(upto).await
     }
 }

@@ -44,6 +44,10 @@ pub struct Config {
     /// Where expiry notifications go; none: they are dropped (docs/decisions.md).
     #[serde(default)]
     pub notifications: Option<NotificationsConfig>,
+    /// This replica's audit log state file (the head it has verified, kept outside the
+    /// database); none: beside a SQLite database file, else in the working directory.
+    #[serde(default)]
+    pub audit_state_file: Option<PathBuf>,
 }
 
 /// `[token_issuer]`: a Kubernetes ServiceAccount token issuer (protocol.md §7). Exactly one of
@@ -307,6 +311,9 @@ impl Config {
         if let Some(v) = var("COUNTERSIGN_SEAL_KEY_FILE") {
             self.seal_key_file = v.into();
         }
+        if let Some(v) = var("COUNTERSIGN_AUDIT_STATE_FILE") {
+            self.audit_state_file = Some(v.into());
+        }
         if let Some(v) = var("COUNTERSIGN_CONSOLE_TOKEN_FILE") {
             self.console_token_file = Some(v.into());
         }
@@ -342,9 +349,16 @@ impl Config {
 
     /// The sealing key's bytes.
     pub fn seal_key(&self) -> anyhow::Result<Zeroizing<Vec<u8>>> {
+        read_seal_key(&self.seal_key_file)
+    }
+}
+
+/// Reads a sealing key file: base64url (no padding) of at least 32 bytes.
+pub fn read_seal_key(path: &std::path::Path) -> anyhow::Result<Zeroizing<Vec<u8>>> {
+    {
         let text = Zeroizing::new(
-            std::fs::read_to_string(&self.seal_key_file)
-                .with_context(|| format!("read seal key file {}", self.seal_key_file.display()))?,
+            std::fs::read_to_string(path)
+                .with_context(|| format!("read seal key file {}", path.display()))?,
         );
         let key =
             Zeroizing::new(countersign_proto::b64::decode(text.trim()).map_err(|_| {
@@ -355,7 +369,9 @@ impl Config {
         }
         Ok(key)
     }
+}
 
+impl Config {
     /// The core's configuration.
     pub fn broker_config(&self) -> countersign_broker_core::BrokerConfig {
         let mut b = countersign_broker_core::BrokerConfig::new(&self.public_url);

@@ -4,6 +4,7 @@
 //! [`countersign_broker_core::Broker`]: each handler reads the request, checks its credential
 //! through the core, calls one core operation and renders the answer or the refusal.
 
+pub mod audit;
 pub mod config;
 pub mod dev;
 pub mod error;
@@ -33,6 +34,9 @@ pub struct AppState {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// Where expiry notifications go; `None` drops them (see [`notify`]).
     pub notifier: Option<Arc<notify::Notifier>>,
+    /// Where this replica remembers the audit log head it has verified (see [`audit`]);
+    /// `None`: in memory only.
+    pub audit_state_file: Option<std::path::PathBuf>,
 }
 
 impl AppState {
@@ -45,6 +49,7 @@ impl AppState {
             body_limit: extract::DEFAULT_BODY_LIMIT,
             metrics: None,
             notifier: None,
+            audit_state_file: None,
         }
     }
 }

@@ -120,6 +120,13 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     );
     state.body_limit = config.limits.body_bytes;
     state.metrics = Some(metrics_handle());
+    // The audit log head this replica verified before it stopped: a chain now shorter or
+    // different fails closed at the first follow.
+    let audit_state = crate::audit::state_path(config);
+    if let Some(head) = crate::audit::read_state(&audit_state)? {
+        state.broker.audit_follower().reset(head);
+    }
+    state.audit_state_file = Some(audit_state);
     state.notifier = config
         .notifications
         .as_ref()
@@ -347,6 +354,10 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
             }
         })
     };
+    let auditor = tokio::spawn(crate::audit::follow(
+        state.broker.clone(),
+        state.audit_state_file.clone(),
+    ));
     let deliverer = tokio::spawn(crate::notify::run(
         state.broker.clone(),
         state.notifier.clone(),
@@ -358,5 +369,5 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
             state.limits.shrink();
         }
     });
-    vec![sweep, reloader, deliverer, housekeeping]
+    vec![sweep, reloader, auditor, deliverer, housekeeping]
 }

@@ -4,6 +4,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use countersign_broker_core::audit::AuditEntry;
 use countersign_broker_core::clock::Time;
 use countersign_broker_core::ids::{
     ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId,
@@ -170,6 +171,24 @@ fn outbox_from_row(row: &AnyRow) -> Result<OutboxItem, StorageError> {
         attempts: u32::try_from(attempts)
             .map_err(|_| StorageError::Corrupt(format!("outbox attempts {attempts}")))?,
         next_attempt_at: from_ms(row.try_get("next_attempt_at_ms").map_err(db_err)?)?,
+    })
+}
+
+const AUDIT_COLUMNS: &str = "position, at_ms, kind, subject, body, prev_hash, hash, seal";
+
+/// The advisory lock appenders to the audit log hold until commit (PostgreSQL): "csau".
+const PG_AUDIT_LOCK: i64 = 0x6373_6175;
+
+fn audit_from_row(row: &AnyRow) -> Result<AuditEntry, StorageError> {
+    Ok(AuditEntry {
+        position: row.try_get("position").map_err(db_err)?,
+        at: from_ms(row.try_get("at_ms").map_err(db_err)?)?,
+        kind: row.try_get("kind").map_err(db_err)?,
+        subject: row.try_get("subject").map_err(db_err)?,
+        body: row.try_get("body").map_err(db_err)?,
+        prev_hash: row.try_get("prev_hash").map_err(db_err)?,
+        hash: row.try_get("hash").map_err(db_err)?,
+        seal: row.try_get("seal").map_err(db_err)?,
     })
 }
 
@@ -869,5 +888,87 @@ impl Tx for SqlTx {
         )
         .await?;
         Ok(())
+    }
+
+    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
+        // Appenders serialise on an advisory lock held to commit (PostgreSQL); SQLite's write
+        // transactions are serial already. Taken last in a transaction (lock order: … → audit
+        // head), so it is held only for the appends and the commit.
+        if self.backend == Backend::Postgres && self.write {
+            self.execute("SELECT pg_advisory_xact_lock($1)", args![PG_AUDIT_LOCK])
+                .await?;
+        }
+        let conn = self.conn()?;
+        let r = sqlx::query("SELECT position, hash FROM audit_log ORDER BY position DESC LIMIT 1")
+            .fetch_optional(conn)
+            .await;
+        match self.checked(r)? {
+            None => Ok(None),
+            Some(row) => Ok(Some((
+                row.try_get("position").map_err(db_err)?,
+                row.try_get("hash").map_err(db_err)?,
+            ))),
+        }
+    }
+
+    async fn append_audit(&mut self, e: &AuditEntry) -> Result<(), StorageError> {
+        self.execute(
+            &format!(
+                "INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+            ),
+            args![
+                e.position,
+                ms(e.at),
+                e.kind.as_str(),
+                e.subject.as_str(),
+                e.body.as_str(),
+                e.prev_hash.as_str(),
+                e.hash.as_str(),
+                e.seal.as_str(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn audit_entries(
+        &mut self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, StorageError> {
+        let sql = format!(
+            "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE position > $1 ORDER BY position LIMIT $2"
+        );
+        let conn = self.conn()?;
+        let r = bind_all(sqlx::query(&sql), args![after, i64::from(limit)])
+            .fetch_all(conn)
+            .await;
+        self.checked(r)?.iter().map(audit_from_row).collect()
+    }
+
+    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        let sql =
+            format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE subject = $1 ORDER BY position");
+        let conn = self.conn()?;
+        let r = bind_all(sqlx::query(&sql), args![subject])
+            .fetch_all(conn)
+            .await;
+        self.checked(r)?.iter().map(audit_from_row).collect()
+    }
+
+    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
+        let conn = self.conn()?;
+        let r = sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM audit_log WHERE position <= $1) AS n, \
+             (SELECT COALESCE(MAX(position), 0) FROM audit_log) AS m",
+        )
+        .bind(upto)
+        .fetch_one(conn)
+        .await;
+        let row = self.checked(r)?;
+        Ok((
+            row.try_get("n").map_err(db_err)?,
+            row.try_get("m").map_err(db_err)?,
+        ))
     }
 }

@@ -148,6 +148,7 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         public_url: public_url.clone(),
         database_url,
         seal_key_file: dir.join("seal.key"),
+        audit_state_file: None,
         console_token_file: Some(dir.join("console-token")),
         tls: None,
         store: StoreConfig::Local {

@@ -22,3 +22,4 @@ mod replicas;
 mod stores_aws;
 mod stores_common;
 mod stores_gcp;
+mod tamper;

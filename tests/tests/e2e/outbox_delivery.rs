@@ -145,6 +145,9 @@ async fn broker(notify: Option<String>, database_url: Option<String>) -> anyhow:
         notifications: notify,
         durations: Some("request_pending = 60".into()),
         secrets: vec![(OWNED.into(), ADA.into(), "owner".into())],
+        // Replicas sharing a database share the seal key: each verifies the other's seals and
+        // audit log entries.
+        seal_key: database_url.as_ref().map(|_| [9u8; 32]),
         database_url,
         ..Default::default()
     })

@@ -102,6 +102,8 @@ impl Broker {
             pod_token_seen: false,
             pod_account,
             withheld: Default::default(),
+            // Sealed as it is written (see `broker::guard`).
+            seal: String::new(),
         };
         transact!(self, "enroll", |tx| {
             // Lock the credential row: two enrollments of one runtime serialise here.

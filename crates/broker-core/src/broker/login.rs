@@ -325,6 +325,8 @@ impl Broker {
                     expires_at,
                     revoked_at: None,
                     record_id: None,
+                    // Sealed as it is written (see `broker::guard`).
+                    seal: String::new(),
                 },
             };
             tx.put_credential(&credential).await?;
