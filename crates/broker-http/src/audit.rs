@@ -80,7 +80,7 @@ pub async fn follow(broker: Arc<Broker>, state_file: Option<PathBuf>) {
     let mut round: u64 = 0;
     loop {
         tick.tick().await;
-        let full = round % FULL_EVERY == 0;
+        let full = round.is_multiple_of(FULL_EVERY);
         round += 1;
         match broker.follow_audit(full).await {
             Ok(st) => {
