@@ -76,21 +76,21 @@ enum Db {
 /// someone without the seal key would have.
 struct Env {
     tb: TestBroker,
-    pg: Option<(String, String)>,
+    pg: Option<PgDatabase>,
 }
 
 impl Env {
     async fn start(db: Db) -> anyhow::Result<Option<Env>> {
         let pg = match db {
             Db::Sqlite => None,
-            Db::Postgres => match fresh_database().await? {
+            Db::Postgres => match PgDatabase::create("cs_tamper").await? {
                 Some(p) => Some(p),
                 None => return Ok(None),
             },
         };
         let mut b = TestBroker::builder();
-        if let Some((_, url)) = &pg {
-            b = b.database_url(url);
+        if let Some(db) = &pg {
+            b = b.database_url(&db.url);
         }
         Ok(Some(Env {
             tb: b.start().await?,
@@ -124,43 +124,9 @@ impl Env {
     async fn finish(self) {
         let Env { tb, pg } = self;
         tb.shutdown().await;
-        if let Some((admin, url)) = pg {
-            drop_database(&admin, &url).await;
+        if let Some(db) = pg {
+            db.drop_now().await;
         }
-    }
-}
-
-/// A fresh PostgreSQL database, or `None` (skipped) when none is configured.
-async fn fresh_database() -> anyhow::Result<Option<(String, String)>> {
-    let Some(admin) = postgres_url() else {
-        if std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() == Ok("1") {
-            anyhow::bail!(
-                "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is not set"
-            );
-        }
-        println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL not set");
-        return Ok(None);
-    };
-    sqlx::any::install_default_drivers();
-    let name = format!("cs_tamper_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = AnyConnection::connect(&admin).await?;
-    conn.execute(format!("CREATE DATABASE {name}").as_str())
-        .await?;
-    conn.close().await?;
-    let (base, _) = admin
-        .rsplit_once('/')
-        .ok_or_else(|| anyhow::anyhow!("database URL without a path"))?;
-    Ok(Some((admin.clone(), format!("{base}/{name}"))))
-}
-
-async fn drop_database(admin: &str, url: &str) {
-    let Some((_, name)) = url.rsplit_once('/') else {
-        return;
-    };
-    if let Ok(mut conn) = AnyConnection::connect(admin).await {
-        let _ = conn
-            .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
-            .await;
     }
 }
 
