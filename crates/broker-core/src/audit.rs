@@ -178,7 +178,7 @@ impl Walk {
 }
 
 /// Appends `events` at the end of the chain, in `tx`: takes the head (which the backend locks
-/// until commit), then writes one sealed entry per event. Call it last in a transaction, after
+/// until commit), then writes one sealed entry per event, all in one call. Call it last in a transaction, after
 /// the rows the events record, so the head lock is held briefly. Answers the new head.
 pub async fn append(
     tx: &mut dyn Tx,
@@ -193,6 +193,7 @@ pub async fn append(
         .audit_head()
         .await?
         .unwrap_or_else(|| (0, GENESIS.to_owned()));
+    let mut entries = Vec::with_capacity(events.len());
     for ev in events {
         position += 1;
         // Serializing a JSON value to a String cannot fail.
@@ -208,9 +209,10 @@ pub async fn append(
             seal: sealer.seal_audit(position, &hash),
             hash: hash.clone(),
         };
-        tx.append_audit(&entry).await?;
+        entries.push(entry);
         prev = hash;
     }
+    tx.append_audit(&entries).await?;
     Ok(Some((position, prev)))
 }
 

@@ -411,8 +411,8 @@ impl<S: Storage> Tx for ReadTx<S> {
         self.db().await?.audit_head().await
     }
 
-    async fn append_audit(&mut self, e: &AuditEntry) -> Result<(), StorageError> {
-        self.db().await?.append_audit(e).await
+    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
+        self.db().await?.append_audit(entries).await
     }
 
     async fn audit_entries(
@@ -585,8 +585,8 @@ impl Tx for WriteTx {
         self.inner.audit_head().await
     }
 
-    async fn append_audit(&mut self, e: &AuditEntry) -> Result<(), StorageError> {
-        self.inner.append_audit(e).await
+    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
+        self.inner.append_audit(entries).await
     }
 
     async fn audit_entries(

@@ -158,8 +158,9 @@ pub trait Tx: Send {
     /// transaction it locks the head until commit, so that appenders serialise (see
     /// [`crate::audit::append`]): call it last, after the domain rows.
     async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError>;
-    /// Inserts an entry (its position is the primary key: a second entry at one position fails).
-    async fn append_audit(&mut self, e: &AuditEntry) -> Result<(), StorageError>;
+    /// Inserts consecutive entries, in one statement where the backend can (the position is the
+    /// primary key: a second entry at one position fails).
+    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError>;
     /// Up to `limit` entries above `after`, by position.
     async fn audit_entries(
         &mut self,

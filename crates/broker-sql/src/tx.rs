@@ -898,6 +898,12 @@ impl Tx for SqlTx {
             self.execute("SELECT pg_advisory_xact_lock($1)", args![PG_AUDIT_LOCK])
                 .await?;
         }
+        // SQLite's writer remembers the head its own appends left (nothing else writes there).
+        if let Some(Inner::Writer(slot)) = self.inner.as_ref()
+            && let Some(head) = slot.audit_head()
+        {
+            return Ok(Some(head));
+        }
         let conn = self.conn()?;
         let r = sqlx::query("SELECT position, hash FROM audit_log ORDER BY position DESC LIMIT 1")
             .fetch_optional(conn)
@@ -911,12 +917,29 @@ impl Tx for SqlTx {
         }
     }
 
-    async fn append_audit(&mut self, e: &AuditEntry) -> Result<(), StorageError> {
-        self.execute(
-            &format!(
-                "INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-            ),
-            args![
+    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
+        let Some(last) = entries.last() else {
+            return Ok(());
+        };
+        let mut sql = format!("INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ");
+        let mut args = Vec::with_capacity(entries.len() * 8);
+        for (i, e) in entries.iter().enumerate() {
+            let n = i * 8;
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5,
+                n + 6,
+                n + 7,
+                n + 8
+            ));
+            args.extend(args![
                 e.position,
                 ms(e.at),
                 e.kind.as_str(),
@@ -925,9 +948,12 @@ impl Tx for SqlTx {
                 e.prev_hash.as_str(),
                 e.hash.as_str(),
                 e.seal.as_str(),
-            ],
-        )
-        .await?;
+            ]);
+        }
+        self.execute(&sql, args).await?;
+        if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
+            slot.set_audit_head(last.position, &last.hash);
+        }
         Ok(())
     }
 

@@ -52,6 +52,11 @@ type Answer = oneshot::Sender<Result<(), StorageError>>;
 pub(crate) struct Batch {
     conn: Option<PoolConnection<Any>>,
     waiting: Vec<Answer>,
+    /// The audit log head (position, hash) the appends of this writer left, valid while every
+    /// transaction since it was set commits; forgotten on any rollback or failed commit, and
+    /// then read from the database again. This process is SQLite's only writer, so the
+    /// database's head changes only through it (a tampered tail is the follower's to find).
+    audit_head: Option<(i64, String)>,
 }
 
 impl Drop for Batch {
@@ -151,6 +156,16 @@ impl Slot {
         }
     }
 
+    /// The audit log head this writer's appends left, if still known.
+    pub(crate) fn audit_head(&self) -> Option<(i64, String)> {
+        self.batch.audit_head.clone()
+    }
+
+    /// Remembers the head an append left (forgotten if the physical transaction fails).
+    pub(crate) fn set_audit_head(&mut self, position: i64, hash: &str) {
+        self.batch.audit_head = Some((position, hash.to_owned()));
+    }
+
     /// Call before a statement that may change the database.
     pub(crate) fn writing(&mut self) {
         self.wrote = true;
@@ -215,6 +230,7 @@ impl Slot {
                 // No runtime to roll back on: close the connection, which rolls back, rather
                 // than return it to the pool inside a transaction.
                 let mut batch = batch;
+                batch.audit_head = None;
                 if let Some(mut conn) = batch.conn.take() {
                     conn.close_on_drop();
                 }
@@ -228,6 +244,7 @@ impl Slot {
 
 /// Rolls the physical transaction back; its batch's members answer `Conflict`.
 async fn roll_back(mut batch: OwnedMutexGuard<Batch>, why: &str) {
+    batch.audit_head = None;
     if let Some(mut conn) = batch.conn.take() {
         let rolled = tokio::time::timeout(END_TIMEOUT, conn.execute("ROLLBACK")).await;
         if !matches!(rolled, Ok(Ok(_))) {
@@ -258,6 +275,7 @@ async fn commit_batch(batch: &mut Batch) {
         ))),
     };
     if result.is_err() {
+        batch.audit_head = None;
         let _ = tokio::time::timeout(END_TIMEOUT, conn.execute("ROLLBACK")).await;
         conn.close_on_drop();
     }

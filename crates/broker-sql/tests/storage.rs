@@ -195,6 +195,7 @@ suite!(
     reconnecting_keeps_data_and_schema,
     ping_and_debug,
     audit_log_appends_chain_and_serialise,
+    an_append_rolled_back_leaves_no_head_behind,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1320,6 +1321,62 @@ async fn audit_log_appends_chain_and_serialise(s: &SqlStorage) {
         [15, 16]
     );
     assert_eq!(tx.audit_head().await.expect("head"), Some((16, walk.hash)));
+}
+
+/// An append whose transaction rolls back leaves no trace in the head the next append builds
+/// on (SQLite's writer remembers the head its appends left, and must forget a rolled-back one).
+async fn an_append_rolled_back_leaves_no_head_behind(s: &SqlStorage) {
+    use countersign_broker_core::audit::{self, AuditEvent};
+    let sealer =
+        countersign_broker_core::seal::Sealer::new(&zeroize::Zeroizing::new(vec![4u8; 32]))
+            .expect("key");
+    let event = |kind: &'static str| AuditEvent {
+        kind,
+        subject: "grant:1".into(),
+        body: serde_json::json!({}),
+    };
+    let mut tx = s.begin().await.expect("begin");
+    audit::append(
+        &mut *tx,
+        &sealer,
+        at(1),
+        &[event("grant"), event("release")],
+    )
+    .await
+    .expect("append");
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.begin().await.expect("begin");
+    audit::append(&mut *tx, &sealer, at(2), &[event("revocation")])
+        .await
+        .expect("append");
+    drop(tx);
+
+    let mut tx = s.begin().await.expect("begin");
+    let (position, _) = audit::append(&mut *tx, &sealer, at(3), &[event("end")])
+        .await
+        .expect("append")
+        .expect("a head");
+    tx.commit().await.expect("commit");
+    assert_eq!(
+        position, 3,
+        "the rolled-back entry's position is taken again"
+    );
+
+    let mut tx = s.read().await.expect("read");
+    let walk = audit::verify_all(&mut *tx, &sealer)
+        .await
+        .expect("read")
+        .expect("the chain verifies");
+    assert_eq!(walk.position, 3);
+    let kinds: Vec<String> = tx
+        .audit_entries(0, 10)
+        .await
+        .expect("entries")
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, ["grant", "release", "end"]);
 }
 
 async fn ping_and_debug(db: &TestDb) {

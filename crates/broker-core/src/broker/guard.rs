@@ -475,8 +475,8 @@ impl Tx for GuardTx {
         self.inner.audit_head().await
     }
 
-    async fn append_audit(&mut self, e: &AuditEntry) -> Result<(), StorageError> {
-        self.inner.append_audit(e).await
+    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
+        self.inner.append_audit(entries).await
     }
 
     async fn audit_entries(
