@@ -241,11 +241,24 @@ pub fn ends(e: &AuditEntry) -> bool {
     END_KINDS.contains(&e.kind.as_str())
 }
 
+/// Entries a follower's round re-verifies below its head (see [`Follower::step`]).
+pub const SWEEP_PER_ROUND: i64 = 10_000;
+
 /// The follower's memory: the highest entry this process has verified, and the break that
 /// made it fail closed, if any. Kept in memory and, by the server, in a local state file.
-#[derive(Debug, Default)]
+/// Below the head, a sweep walks the chain again from its start, a bounded number of entries
+/// a round, and starts over when it reaches the head.
+#[derive(Debug)]
 pub struct Follower {
     state: Mutex<FollowerState>,
+    sweep: Mutex<Walk>,
+    sweep_per_round: i64,
+}
+
+impl Default for Follower {
+    fn default() -> Self {
+        Self::new(None)
+    }
 }
 
 /// What a follower remembers.
@@ -258,11 +271,18 @@ pub struct FollowerState {
 impl Follower {
     /// A follower resuming from `head` (from the state file), or from the start.
     pub fn new(head: Option<Walk>) -> Self {
+        Self::with_sweep(head, SWEEP_PER_ROUND)
+    }
+
+    /// As [`Follower::new`], re-verifying `per_round` entries below the head each round.
+    pub fn with_sweep(head: Option<Walk>, per_round: i64) -> Self {
         Self {
             state: Mutex::new(FollowerState {
                 head: head.unwrap_or_default(),
                 broken: None,
             }),
+            sweep: Mutex::new(Walk::default()),
+            sweep_per_round: per_round.max(1),
         }
     }
 
@@ -280,11 +300,13 @@ impl Follower {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).broken
     }
 
-    /// One round: checks the remembered head is still there (same hash, nothing below it
-    /// deleted), then verifies and advances over every entry above it. With `full`, first
-    /// walks the whole chain from the start again, which also finds an entry edited below the
-    /// head. A break is sticky until an operator accepts a head ([`Follower::reset`]). Answers
-    /// the state after the round.
+    /// One round: checks the remembered head is still there (same position and hash), then
+    /// verifies and advances over every entry above it, then sweeps on below the head: up to
+    /// its per-round budget of entries (all of them with `full`), from where the last round's
+    /// sweep stopped, which finds an entry edited, inserted or removed below the head within
+    /// `head / budget` rounds. Each round costs a bounded amount, however long the chain. A
+    /// break is sticky until an operator accepts a head ([`Follower::reset`]). Answers the state
+    /// after the round.
     pub async fn step(
         &self,
         tx: &mut dyn Tx,
@@ -297,18 +319,11 @@ impl Follower {
         }
         let mut walk = st.head.clone();
         let mut result = self.advance(tx, sealer, &mut walk).await?;
-        if full && result.is_ok() {
-            result = match verify_all(tx, sealer).await? {
-                Ok(w) if w.position >= walk.position => {
-                    walk = w;
-                    Ok(())
-                }
-                Ok(w) => Err(ChainBreak {
-                    position: w.position + 1,
-                    reason: BreakReason::Gap,
-                }),
-                Err(b) => Err(b),
-            };
+        if result.is_ok() {
+            let budget = if full { i64::MAX } else { self.sweep_per_round };
+            let mut sweep = self.sweep.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            result = sweep_below(tx, sealer, &mut sweep, &walk, budget).await?;
+            *self.sweep.lock().unwrap_or_else(|p| p.into_inner()) = sweep;
         }
         st.head = walk;
         if let Err(b) = result {
@@ -330,17 +345,6 @@ impl Follower {
         walk: &mut Walk,
     ) -> Result<Result<(), ChainBreak>, StorageError> {
         if walk.position > 0 {
-            let (count, max) = tx.audit_count(walk.position).await?;
-            if max < walk.position || count != walk.position {
-                return Ok(Err(ChainBreak {
-                    position: if max < walk.position {
-                        max + 1
-                    } else {
-                        walk.position
-                    },
-                    reason: BreakReason::Gap,
-                }));
-            }
             let at = tx.audit_entries(walk.position - 1, 1).await?;
             match at.first() {
                 Some(e) if e.position == walk.position && e.hash == walk.hash => {
@@ -351,10 +355,17 @@ impl Follower {
                         }));
                     }
                 }
-                _ => {
+                Some(e) if e.position == walk.position => {
                     return Ok(Err(ChainBreak {
                         position: walk.position,
                         reason: BreakReason::Rewritten,
+                    }));
+                }
+                // The remembered head is gone: the tail was deleted (or rolled back).
+                _ => {
+                    return Ok(Err(ChainBreak {
+                        position: walk.position,
+                        reason: BreakReason::Gap,
                     }));
                 }
             }
@@ -371,6 +382,53 @@ impl Follower {
             }
         }
     }
+}
+
+/// Walks `sweep` on towards `head`, verifying up to `budget` entries; starts over from the
+/// first entry once it reaches the head (whose hash it must then have).
+async fn sweep_below(
+    tx: &mut dyn Tx,
+    sealer: &Sealer,
+    sweep: &mut Walk,
+    head: &Walk,
+    budget: i64,
+) -> Result<Result<(), ChainBreak>, StorageError> {
+    if sweep.position > head.position {
+        *sweep = Walk::default();
+    }
+    let mut left = budget;
+    while left > 0 && sweep.position < head.position {
+        let want = left.min(head.position - sweep.position).min(1000);
+        let limit = u32::try_from(want).unwrap_or(1000);
+        let batch = tx.audit_entries(sweep.position, limit).await?;
+        if batch.is_empty() {
+            return Ok(Err(ChainBreak {
+                position: sweep.position + 1,
+                reason: BreakReason::Gap,
+            }));
+        }
+        for e in &batch {
+            if sweep.position >= head.position {
+                break;
+            }
+            if let Err(b) = sweep.step(sealer, e) {
+                *sweep = Walk::default();
+                return Ok(Err(b));
+            }
+            left -= 1;
+        }
+    }
+    if sweep.position == head.position {
+        let lap_ok = sweep.hash == head.hash;
+        *sweep = Walk::default();
+        if !lap_ok {
+            return Ok(Err(ChainBreak {
+                position: head.position,
+                reason: BreakReason::Rewritten,
+            }));
+        }
+    }
+    Ok(Ok(()))
 }
 
 #[cfg(test)]

@@ -67,23 +67,20 @@ pub fn write_state(path: &Path, head: &Walk) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How many rounds between full walks of the chain.
-const FULL_EVERY: u64 = 60;
-
 /// The follower: every second, verifies the entries above the remembered head and advances,
-/// writing the state file when the head moves; at start and every minute it walks the whole
-/// chain again. A break makes the broker fail closed (the core's audit gate) until an operator
+/// writing the state file when the head moves, and re-verifies the next
+/// [`audit::SWEEP_PER_ROUND`] entries below it (round-robin from the start); at start it walks
+/// the whole chain. A break makes the broker fail closed (the core's audit gate) until an operator
 /// runs `audit accept-head` and restarts it.
 pub async fn follow(broker: Arc<Broker>, state_file: Option<PathBuf>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut written = broker.audit_follower().state().head.position;
-    let mut round: u64 = 0;
+    let mut full = true;
     loop {
         tick.tick().await;
-        let full = round.is_multiple_of(FULL_EVERY);
-        round += 1;
         match broker.follow_audit(full).await {
             Ok(st) => {
+                full = false;
                 if let Some(p) = &state_file
                     && st.head.position != written
                 {

@@ -196,6 +196,7 @@ suite!(
     ping_and_debug,
     audit_log_appends_chain_and_serialise,
     an_append_rolled_back_leaves_no_head_behind,
+    the_follower_sweeps_below_its_head_in_bounded_rounds,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1377,6 +1378,89 @@ async fn an_append_rolled_back_leaves_no_head_behind(s: &SqlStorage) {
         .map(|e| e.kind)
         .collect();
     assert_eq!(kinds, ["grant", "release", "end"]);
+}
+
+/// The follower re-verifies the chain below its head a bounded number of entries a round: an
+/// entry removed, then one edited, below the head is found within `head / budget` rounds, and
+/// a deleted tail at once.
+async fn the_follower_sweeps_below_its_head_in_bounded_rounds(db: &TestDb) {
+    use countersign_broker_core::audit::{self, AuditEvent, BreakReason, Follower};
+    use sqlx::Executor as _;
+    let sealer =
+        countersign_broker_core::seal::Sealer::new(&zeroize::Zeroizing::new(vec![6u8; 32]))
+            .expect("key");
+    let events: Vec<AuditEvent> = (0..23)
+        .map(|i| AuditEvent {
+            kind: "release",
+            subject: format!("grant:{i}"),
+            body: serde_json::json!({ "i": i }),
+        })
+        .collect();
+    let mut tx = db.begin().await.expect("begin");
+    audit::append(&mut *tx, &sealer, at(1), &events)
+        .await
+        .expect("append");
+    tx.commit().await.expect("commit");
+
+    async fn round(
+        db: &TestDb,
+        sealer: &countersign_broker_core::seal::Sealer,
+        f: &Follower,
+        full: bool,
+    ) -> countersign_broker_core::audit::FollowerState {
+        let mut tx = db.read().await.expect("read");
+        f.step(&mut *tx, sealer, full).await.expect("step")
+    }
+    let saved = {
+        let mut tx = db.read().await.expect("read");
+        tx.audit_entries(0, 100).await.expect("entries")
+    };
+    // Each case on a follower that has seen the whole chain, sweeping 5 entries a round.
+    for (sql, position, reason) in [
+        (
+            "DELETE FROM audit_log WHERE position = 7",
+            7,
+            BreakReason::Gap,
+        ),
+        (
+            "UPDATE audit_log SET body = '{}' WHERE position = 12",
+            12,
+            BreakReason::Hash,
+        ),
+    ] {
+        let f = Follower::with_sweep(None, 5);
+        assert_eq!(round(db, &sealer, &f, true).await.head.position, 23);
+        assert!(round(db, &sealer, &f, false).await.broken.is_none());
+        let mut raw = db.raw().await;
+        raw.execute(sql).await.expect("tamper");
+        let mut found = None;
+        for _ in 0..(23 / 5 + 1) {
+            if let Some(b) = round(db, &sealer, &f, false).await.broken {
+                found = Some((b.position, b.reason));
+                break;
+            }
+        }
+        assert_eq!(found, Some((position, reason)), "{sql}");
+        assert!(
+            round(db, &sealer, &f, false).await.broken.is_some(),
+            "a break is sticky"
+        );
+        // Put the chain back as it was for the next case.
+        raw.execute("DELETE FROM audit_log").await.expect("clear");
+        let mut tx = db.begin().await.expect("begin");
+        tx.append_audit(&saved).await.expect("restore");
+        tx.commit().await.expect("commit");
+    }
+
+    // A deleted tail is found in the next round, whatever the sweep's budget.
+    let f = Follower::with_sweep(None, 1);
+    assert_eq!(round(db, &sealer, &f, true).await.head.position, 23);
+    let mut raw = db.raw().await;
+    raw.execute("DELETE FROM audit_log WHERE position > 20")
+        .await
+        .expect("tamper");
+    let b = round(db, &sealer, &f, false).await.broken.expect("found");
+    assert_eq!((b.position, b.reason), (23, BreakReason::Gap));
 }
 
 async fn ping_and_debug(db: &TestDb) {
