@@ -1,0 +1,66 @@
+//! The review's hardening over HTTP: request bodies that repeat a JSON member, Unicode format
+//! characters in `host`, `runtime_id`, `reason` and `login_hint`, the machine-login lookup's rate
+//! limit, and the server's body read timeout and connection cap (over raw sockets).
+
+use countersign_e2e::http::*;
+use serde_json::json;
+
+type R = anyhow::Result<()>;
+
+/// `body` (a JSON object) with `extra` (`"name":value` text) appended as further members.
+fn with_members(body: &serde_json::Value, extra: &str) -> Vec<u8> {
+    let text = body.to_string();
+    let open = text.strip_suffix('}').unwrap_or(&text);
+    format!("{open},{extra}}}").into_bytes()
+}
+
+#[tokio::test]
+async fn a_body_repeating_a_member_is_refused_with_the_routes_input_code() -> R {
+    let tb = TestBroker::start().await?;
+    let m = tb.machine_login(ADA).await?;
+
+    // Enrollment: the same member twice, even with the same value, is INVALID_ENROLLMENT.
+    let key = new_key();
+    let body = EnrollSpec::session("rt-dup").body(&key);
+    let dup = with_members(&body, r#""runtime_id":"rt-dup""#);
+    m.call_raw("POST", "/v1/enrollments", &dup)
+        .await?
+        .refused(400, "INVALID_ENROLLMENT");
+    // Nested: a repeat inside the jwk.
+    let mut nested = body.clone();
+    let crv = nested["jwk"]["crv"].clone();
+    nested["jwk"] = serde_json::Value::Null;
+    let jwk = serde_json::to_string(&jwk_value(&key))?;
+    let jwk = format!("{},\"crv\":{crv}}}", jwk.strip_suffix('}').unwrap_or(&jwk));
+    let nested = nested
+        .to_string()
+        .replace("\"jwk\":null", &format!("\"jwk\":{jwk}"));
+    m.call_raw("POST", "/v1/enrollments", nested.as_bytes())
+        .await?
+        .refused(400, "INVALID_ENROLLMENT");
+    // The control: the body as sent once is accepted.
+    m.call_raw("POST", "/v1/enrollments", body.to_string().as_bytes())
+        .await?
+        .expect(201);
+
+    // Console routes: lookup and a decision.
+    tb.console_raw(
+        "POST",
+        "/v1/machine-logins/lookup",
+        Some(br#"{"code":"AAAA-BBBB","code":"CCCC-DDDD"}"#.to_vec()),
+    )
+    .await?
+    .refused(400, "INVALID_LOOKUP");
+    let (_m, s) = tb.session_of(ADA).await?;
+    let r = s.request(&[ADA_SECRET]).await?.expect(200);
+    let record = r.s("record_id");
+    let decision = json!({ "approver": ADA });
+    tb.console_raw(
+        "POST",
+        &format!("/v1/credential-requests/{record}/approve"),
+        Some(with_members(&decision, &format!(r#""approver":"{BOB}""#))),
+    )
+    .await?
+    .refused(400, "INVALID_DECISION");
+    Ok(())
+}
