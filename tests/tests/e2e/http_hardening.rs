@@ -2,6 +2,7 @@
 //! characters in `host`, `runtime_id`, `reason` and `login_hint`, the machine-login lookup's rate
 //! limit, and the server's body read timeout and connection cap (over raw sockets).
 
+use countersign_broker_http::limits::Quotas;
 use countersign_e2e::http::*;
 use serde_json::json;
 
@@ -62,5 +63,76 @@ async fn a_body_repeating_a_member_is_refused_with_the_routes_input_code() -> R 
     )
     .await?
     .refused(400, "INVALID_DECISION");
+    Ok(())
+}
+
+/// Unicode format characters (category Cf): a bidi override and isolate, a zero-width space, the
+/// byte-order mark and the soft hyphen.
+const FORMAT: [char; 5] = ['\u{202E}', '\u{2066}', '\u{200B}', '\u{FEFF}', '\u{00AD}'];
+
+#[tokio::test]
+async fn format_characters_are_refused_in_host_runtime_id_reason_and_login_hint() -> R {
+    let tb = TestBroker::builder()
+        .quotas(Quotas {
+            login_starts_per_source: 1000,
+            ..Quotas::default()
+        })
+        .start()
+        .await?;
+    let key = new_key();
+    let (m, s) = tb.session_of(ADA).await?;
+    for c in FORMAT {
+        let what = format!("U+{:04X}", c as u32);
+        // host and login_hint: the machine-login start's REQUEST_INVALID.
+        let mut claims = tb.machine_login_claims(ADA, &format!("build{c}host"));
+        let r = tb
+            .start_login_with(&tb.sign_machine_login(&key, &claims))
+            .await?;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "REQUEST_INVALID"),
+            "host {what}"
+        );
+        claims = tb.machine_login_claims(&format!("ada{c}@example.com"), "build-host");
+        let r = tb
+            .start_login_with(&tb.sign_machine_login(&key, &claims))
+            .await?;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "REQUEST_INVALID"),
+            "login_hint {what}"
+        );
+
+        // runtime_id: the enrollment's INVALID_ENROLLMENT.
+        let r = m
+            .enroll(&EnrollSpec::session(&format!("rt{c}1")), &new_key())
+            .await?;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "INVALID_ENROLLMENT"),
+            "runtime_id {what}"
+        );
+
+        // reason: the secret request's REQUEST_INVALID.
+        let request = s.secret_request(&[AUTO], &format!("deploy {c}the fix"), None);
+        let r = s.post_request(&json!({ "request": request })).await?;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "REQUEST_INVALID"),
+            "reason {what}"
+        );
+    }
+    // The controls: the same values without the character pass.
+    let claims = tb.machine_login_claims(ADA, "buildhost");
+    tb.start_login_with(&tb.sign_machine_login(&key, &claims))
+        .await?
+        .expect(202);
+    m.enroll(&EnrollSpec::session("rt1"), &new_key())
+        .await?
+        .expect(201);
+    let request = s.secret_request(&[AUTO], "deploy the fix", None);
+    s.post_request(&json!({ "request": request }))
+        .await?
+        .expect(200);
     Ok(())
 }
