@@ -185,6 +185,10 @@ pub struct LimitsConfig {
     pub rereads_per_minute_per_source: u32,
     #[serde(default = "d_reread_all")]
     pub rereads_per_minute_overall: u32,
+    #[serde(default = "d_lookup")]
+    pub lookups_per_minute_per_source: u32,
+    #[serde(default = "d_lookup_all")]
+    pub lookups_per_minute_overall: u32,
     #[serde(default = "d_body")]
     pub body_bytes: usize,
 }
@@ -201,6 +205,12 @@ fn d_reread() -> u32 {
 fn d_reread_all() -> u32 {
     60
 }
+fn d_lookup() -> u32 {
+    30
+}
+fn d_lookup_all() -> u32 {
+    60
+}
 fn d_body() -> usize {
     crate::extract::DEFAULT_BODY_LIMIT
 }
@@ -212,6 +222,8 @@ impl Default for LimitsConfig {
             token_logins_per_minute_per_account: d_token(),
             rereads_per_minute_per_source: d_reread(),
             rereads_per_minute_overall: d_reread_all(),
+            lookups_per_minute_per_source: d_lookup(),
+            lookups_per_minute_overall: d_lookup_all(),
             body_bytes: d_body(),
         }
     }
@@ -224,6 +236,8 @@ impl LimitsConfig {
             token_logins_per_account: self.token_logins_per_minute_per_account,
             rereads_per_source: self.rereads_per_minute_per_source,
             rereads_overall: self.rereads_per_minute_overall,
+            lookups_per_source: self.lookups_per_minute_per_source,
+            lookups_overall: self.lookups_per_minute_overall,
         }
     }
 }

@@ -2,6 +2,9 @@
 //! characters in `host`, `runtime_id`, `reason` and `login_hint`, the machine-login lookup's rate
 //! limit, and the server's body read timeout and connection cap (over raw sockets).
 
+use std::net::{IpAddr, Ipv4Addr};
+
+use anyhow::Context;
 use countersign_broker_http::limits::Quotas;
 use countersign_e2e::http::*;
 use serde_json::json;
@@ -134,5 +137,75 @@ async fn format_characters_are_refused_in_host_runtime_id_reason_and_login_hint(
     s.post_request(&json!({ "request": request }))
         .await?
         .expect(200);
+    Ok(())
+}
+
+/// A lookup through `client` with the console token.
+async fn lookup_from(
+    tb: &TestBroker,
+    client: &reqwest::Client,
+    code: &str,
+) -> anyhow::Result<Resp> {
+    let auth = format!("Bearer {}", tb.console_token);
+    let body = serde_json::to_vec(&json!({ "code": code }))?;
+    tb.send_with(
+        client,
+        "POST",
+        "/v1/machine-logins/lookup",
+        &[("authorization", &auth)],
+        Some(body),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn machine_login_lookups_are_rate_limited_per_source_and_overall() -> R {
+    let tb = TestBroker::builder()
+        .quotas(Quotas {
+            lookups_per_source: 3,
+            lookups_overall: 5,
+            ..Quotas::default()
+        })
+        .start()
+        .await?;
+    let started = tb.start_login(&new_key(), ADA, "laptop").await?.expect(202);
+    let code = started.s("code");
+
+    // Callers without the console token spend nothing.
+    for _ in 0..10 {
+        tb.open(
+            "POST",
+            "/v1/machine-logins/lookup",
+            Some(&json!({ "code": code })),
+        )
+        .await?
+        .refused(401, "UI_INVALID");
+    }
+    // Three from this address, found or not (a guess counts as much as a hit) ...
+    tb.lookup(&code).await?.expect(200);
+    tb.lookup("BBBB-BBBB").await?.refused(404, "NO_SUCH_CODE");
+    tb.lookup(&code).await?.expect(200);
+    // ... then the fourth is refused, with a wait to try again.
+    let r = tb.lookup(&code).await?;
+    r.refused(429, "RATE_LIMITED");
+    let wait: i64 = r.header("retry-after").context("Retry-After")?.parse()?;
+    assert!((1..=60).contains(&wait), "{wait}");
+    // Even a malformed lookup is refused once over.
+    tb.console_raw("POST", "/v1/machine-logins/lookup", Some(b"{".to_vec()))
+        .await?
+        .refused(429, "RATE_LIMITED");
+
+    // Another address has its own quota, under the overall one (5 a minute).
+    let other = tb.client_from(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)))?;
+    lookup_from(&tb, &other, &code).await?.expect(200);
+    lookup_from(&tb, &other, &code).await?.expect(200);
+    lookup_from(&tb, &other, &code)
+        .await?
+        .refused(429, "RATE_LIMITED");
+
+    // A minute later on the broker's clock, both may look up again.
+    tb.advance(chrono::Duration::seconds(60));
+    tb.lookup(&code).await?.expect(200);
+    lookup_from(&tb, &other, &code).await?.expect(200);
     Ok(())
 }
