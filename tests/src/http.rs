@@ -1118,8 +1118,12 @@ pub struct TestBrokerBuilder {
     tokens: Option<Arc<dyn countersign_broker_core::TokenVerifier>>,
     store: Option<Arc<dyn SecretStore>>,
     configure: Vec<Configure>,
+    adjust: Vec<Adjust>,
     replica: Option<Replica>,
 }
+
+/// An adjustment of the server's state (read timeout, connection cap).
+type Adjust = Box<dyn FnOnce(&mut AppState) + Send>;
 
 /// What a replica shares with the broker it replicates: the public URL (one load balancer in
 /// front of both), the sealing key, the store, the database, the console token and the clock.
@@ -1191,6 +1195,12 @@ impl TestBrokerBuilder {
     /// Adjusts the core's configuration (durations, service logins).
     pub fn configure(mut self, f: impl FnOnce(&mut BrokerConfig) + Send + 'static) -> Self {
         self.configure.push(Box::new(f));
+        self
+    }
+
+    /// Adjusts the server's state before it serves (read timeout, connection cap).
+    pub fn server(mut self, f: impl FnOnce(&mut AppState) + Send + 'static) -> Self {
+        self.adjust.push(Box::new(f));
         self
     }
 
@@ -1292,6 +1302,9 @@ impl TestBrokerBuilder {
         if let Some(limit) = self.body_limit {
             state.body_limit = limit;
         }
+        for f in self.adjust {
+            f(&mut state);
+        }
         let state = Arc::new(state);
         let running = countersign_broker_http::server::serve_listener(
             state.clone(),
@@ -1358,6 +1371,7 @@ impl TestBroker {
             tokens: None,
             store: None,
             configure: Vec::new(),
+            adjust: Vec::new(),
             replica: None,
         }
     }

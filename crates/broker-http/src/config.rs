@@ -191,6 +191,13 @@ pub struct LimitsConfig {
     pub lookups_per_minute_overall: u32,
     #[serde(default = "d_body")]
     pub body_bytes: usize,
+    /// Seconds a client may take over a TLS handshake, a request head (or the idle wait for
+    /// the next one) and a whole request body (see [`crate::conn`]).
+    #[serde(default = "d_read_timeout")]
+    pub read_timeout_seconds: u64,
+    /// Connections served at once; more are closed on accept.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 fn d_login() -> u32 {
@@ -211,6 +218,12 @@ fn d_lookup() -> u32 {
 fn d_lookup_all() -> u32 {
     60
 }
+fn d_read_timeout() -> u64 {
+    crate::conn::DEFAULT_READ_TIMEOUT.as_secs()
+}
+fn d_max_connections() -> usize {
+    crate::conn::DEFAULT_MAX_CONNECTIONS
+}
 fn d_body() -> usize {
     crate::extract::DEFAULT_BODY_LIMIT
 }
@@ -225,6 +238,8 @@ impl Default for LimitsConfig {
             lookups_per_minute_per_source: d_lookup(),
             lookups_per_minute_overall: d_lookup_all(),
             body_bytes: d_body(),
+            read_timeout_seconds: d_read_timeout(),
+            max_connections: d_max_connections(),
         }
     }
 }

@@ -31,6 +31,7 @@ impl Raw {
         headers: HeaderMap,
         body: Body,
         limit: usize,
+        timeout: std::time::Duration,
     ) -> Result<Self, ApiError> {
         let too_large = || {
             ApiError::from(Error::with_message(
@@ -46,8 +47,11 @@ impl Raw {
         {
             return Err(too_large());
         }
-        let body = axum::body::to_bytes(body, limit)
+        // The whole body within the read timeout: a body trickled or never finished holds a
+        // connection (and its slot under the cap) no longer than that.
+        let body = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
             .await
+            .map_err(|_| ApiError::body_timeout())?
             .map_err(|_| too_large())?;
         Ok(Self {
             method,

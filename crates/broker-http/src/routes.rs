@@ -90,7 +90,7 @@ async fn raw(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Raw> {
-    Raw::read(method, uri, headers, body, st.body_limit).await
+    Raw::read(method, uri, headers, body, st.body_limit, st.read_timeout).await
 }
 
 async fn launcher(st: &AppState, r: &Raw) -> ApiResult<LauncherCredential> {

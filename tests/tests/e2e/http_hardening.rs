@@ -3,11 +3,13 @@
 //! limit, and the server's body read timeout and connection cap (over raw sockets).
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
 
 use anyhow::Context;
 use countersign_broker_http::limits::Quotas;
 use countersign_e2e::http::*;
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type R = anyhow::Result<()>;
 
@@ -207,5 +209,160 @@ async fn machine_login_lookups_are_rate_limited_per_source_and_overall() -> R {
     tb.advance(chrono::Duration::seconds(60));
     tb.lookup(&code).await?.expect(200);
     lookup_from(&tb, &other, &code).await?.expect(200);
+    Ok(())
+}
+
+// ----- the read timeout and the connection cap, over raw sockets -----
+
+/// Reads until the server closes the connection (EOF or reset), refusing to wait past `guard`:
+/// a server without the limit would keep the connection open and fail the test there.
+async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    guard: Duration,
+) -> anyhow::Result<String> {
+    let mut out = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(guard, read)
+        .await
+        .context("the server kept the connection open")?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// A broker whose read timeout is `read_ms` and whose connection cap is `max`.
+async fn limited(read_ms: u64, max: usize) -> anyhow::Result<TestBroker> {
+    TestBroker::builder()
+        .server(move |s| {
+            s.read_timeout = Duration::from_millis(read_ms);
+            s.max_connections = max;
+        })
+        .start()
+        .await
+}
+
+fn addr(tb: &TestBroker) -> String {
+    tb.base_url.trim_start_matches("http://").to_owned()
+}
+
+const GUARD: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn a_body_never_finished_gets_408_and_the_connection_is_closed() -> R {
+    let tb = limited(200, 64).await?;
+    let mut s = tokio::net::TcpStream::connect(addr(&tb)).await?;
+    s.write_all(
+        b"POST /v1/launcher-credentials HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"req",
+    )
+    .await?;
+    let answer = read_until_closed(&mut s, GUARD).await?;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("REQUEST_TIMEOUT"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_trickled_body_gets_408_although_bytes_keep_coming() -> R {
+    let tb = limited(300, 64).await?;
+    let s = tokio::net::TcpStream::connect(addr(&tb)).await?;
+    let (mut rd, mut wr) = s.into_split();
+    wr.write_all(
+        b"POST /v1/launcher-credentials HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nContent-Length: 10000\r\n\r\n",
+    )
+    .await?;
+    // One byte every 50 ms: each read is quick, the whole body never is.
+    let trickle = tokio::spawn(async move {
+        for _ in 0..400 {
+            if wr.write_all(b" ").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut out = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(GUARD, read)
+        .await
+        .context("the server kept reading the trickle")?;
+    trickle.abort();
+    let answer = String::from_utf8_lossy(&out);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unfinished_head_and_an_idle_connection_are_closed() -> R {
+    let tb = limited(200, 64).await?;
+    // Headers begun, never ended.
+    let mut s = tokio::net::TcpStream::connect(addr(&tb)).await?;
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: b\r\nX-Slow: ")
+        .await?;
+    read_until_closed(&mut s, GUARD).await?;
+    // A kept-alive connection left idle after its answer.
+    let mut s = tokio::net::TcpStream::connect(addr(&tb)).await?;
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n")
+        .await?;
+    let answer = read_until_closed(&mut s, GUARD).await?;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    Ok(())
+}
+
+/// A connection that has been served once (so it surely holds a slot), left open.
+async fn served_connection(tb: &TestBroker) -> anyhow::Result<tokio::net::TcpStream> {
+    let mut s = tokio::net::TcpStream::connect(addr(tb)).await?;
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n")
+        .await?;
+    let mut buf = [0u8; 4096];
+    let n = tokio::time::timeout(GUARD, s.read(&mut buf)).await??;
+    let head = String::from_utf8_lossy(&buf[..n]);
+    anyhow::ensure!(head.starts_with("HTTP/1.1 200"), "{head}");
+    Ok(s)
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_closed_unanswered_until_a_slot_frees() -> R {
+    let tb = limited(30_000, 2).await?;
+    let first = served_connection(&tb).await?;
+    let _second = served_connection(&tb).await?;
+
+    // A third is closed at once, with no answer.
+    let mut third = tokio::net::TcpStream::connect(addr(&tb)).await?;
+    let _ = third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n")
+        .await;
+    let answer = read_until_closed(&mut third, GUARD).await?;
+    assert_eq!(answer, "", "over the cap: no answer");
+
+    // One closes: its slot frees and a new connection is served (once the server has seen the
+    // close: retried until then, bounded by the guard).
+    drop(first);
+    let served = tokio::time::timeout(GUARD, async {
+        loop {
+            if served_connection(&tb).await.is_ok() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(served.is_ok(), "a freed slot is used again");
     Ok(())
 }
