@@ -1119,6 +1119,7 @@ pub struct TestBrokerBuilder {
     store: Option<Arc<dyn SecretStore>>,
     configure: Vec<Configure>,
     adjust: Vec<Adjust>,
+    tls: Option<countersign_broker_http::config::Tls>,
     replica: Option<Replica>,
 }
 
@@ -1204,6 +1205,13 @@ impl TestBrokerBuilder {
         self
     }
 
+    /// Serves HTTPS with this certificate and key (PEM files); the test client trusts the
+    /// certificate as a root.
+    pub fn tls(mut self, cert: PathBuf, key: PathBuf) -> Self {
+        self.tls = Some(countersign_broker_http::config::Tls { cert, key });
+        self
+    }
+
     /// A second replica of `other`: same database, store, sealing key, console token, clock and
     /// public URL, its own process state and listener.
     pub fn replica_of(mut self, other: &TestBroker) -> Self {
@@ -1244,7 +1252,8 @@ impl TestBrokerBuilder {
         // Bind first: the public URL names the real port.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind")?;
         let addr = listener.local_addr()?;
-        let base_url = format!("http://{addr}");
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let base_url = format!("{scheme}://{addr}");
         let public_url = replica
             .as_ref()
             .map(|r| r.public_url.clone())
@@ -1309,14 +1318,18 @@ impl TestBrokerBuilder {
         let running = countersign_broker_http::server::serve_listener(
             state.clone(),
             listener,
-            None,
+            self.tls.as_ref(),
             chrono::Duration::minutes(5),
         )
         .await?;
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             .no_proxy()
-            .timeout(Duration::from_secs(30))
-            .build()?;
+            .timeout(Duration::from_secs(30));
+        if let Some(t) = &self.tls {
+            let pem = std::fs::read(&t.cert).context("read the test certificate")?;
+            client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+        }
+        let client = client.build()?;
         Ok(TestBroker {
             conn: Conn {
                 client,
@@ -1372,6 +1385,7 @@ impl TestBroker {
             store: None,
             configure: Vec::new(),
             adjust: Vec::new(),
+            tls: None,
             replica: None,
         }
     }

@@ -296,6 +296,10 @@ pub async fn serve_listener(
     );
     let server = match tls {
         Some(t) => {
+            // Both of rustls's providers are compiled in (reqwest brings ring): without a
+            // process default, building the server configuration panics. aws-lc-rs, as
+            // everywhere else here; an already installed default is kept.
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
             let rustls = axum_server::tls_rustls::RustlsConfig::from_pem_file(&t.cert, &t.key)
                 .await
                 .with_context(|| {

@@ -248,7 +248,10 @@ async fn limited(read_ms: u64, max: usize) -> anyhow::Result<TestBroker> {
 }
 
 fn addr(tb: &TestBroker) -> String {
-    tb.base_url.trim_start_matches("http://").to_owned()
+    tb.base_url
+        .split_once("://")
+        .map_or(tb.base_url.as_str(), |(_, a)| a)
+        .to_owned()
 }
 
 const GUARD: Duration = Duration::from_secs(20);
@@ -364,5 +367,46 @@ async fn connections_over_the_cap_are_closed_unanswered_until_a_slot_frees() -> 
     })
     .await;
     assert!(served.is_ok(), "a freed slot is used again");
+    Ok(())
+}
+
+/// A broker serving HTTPS with a fresh self-signed certificate for 127.0.0.1.
+async fn limited_tls(read_ms: u64, max: usize) -> anyhow::Result<(TestBroker, TempDir)> {
+    let dir = TempDir::new()?;
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])?;
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem())?;
+    std::fs::write(&key_path, cert.signing_key.serialize_pem())?;
+    let tb = TestBroker::builder()
+        .tls(cert_path, key_path)
+        .server(move |s| {
+            s.read_timeout = Duration::from_millis(read_ms);
+            s.max_connections = max;
+        })
+        .start()
+        .await?;
+    Ok((tb, dir))
+}
+
+/// Under the handshake timeout axum-server had before (10 s), so that the checks below can
+/// only pass through the configured limits.
+const TLS_GUARD: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn the_tls_listener_has_the_same_read_timeout_and_cap() -> R {
+    // A handshake never begun is cut off at the read timeout.
+    let (tb, _dir) = limited_tls(200, 64).await?;
+    tb.open("GET", "/healthz", None).await?.expect(200);
+    let mut s = tokio::net::TcpStream::connect(addr(&tb)).await?;
+    read_until_closed(&mut s, TLS_GUARD).await?;
+
+    // With one slot, held by the client's kept-alive TLS connection, another connection is
+    // closed at once, before any handshake.
+    let (tb, _dir) = limited_tls(30_000, 1).await?;
+    tb.open("GET", "/healthz", None).await?.expect(200);
+    let mut s = tokio::net::TcpStream::connect(addr(&tb)).await?;
+    assert_eq!(read_until_closed(&mut s, TLS_GUARD).await?, "");
+    // The kept-alive connection still serves.
+    tb.open("GET", "/healthz", None).await?.expect(200);
     Ok(())
 }
