@@ -1118,8 +1118,13 @@ pub struct TestBrokerBuilder {
     tokens: Option<Arc<dyn countersign_broker_core::TokenVerifier>>,
     store: Option<Arc<dyn SecretStore>>,
     configure: Vec<Configure>,
+    adjust: Vec<Adjust>,
+    tls: Option<countersign_broker_http::config::Tls>,
     replica: Option<Replica>,
 }
+
+/// An adjustment of the server's state (read timeout, connection cap).
+type Adjust = Box<dyn FnOnce(&mut AppState) + Send>;
 
 /// What a replica shares with the broker it replicates: the public URL (one load balancer in
 /// front of both), the sealing key, the store, the database, the console token and the clock.
@@ -1194,6 +1199,19 @@ impl TestBrokerBuilder {
         self
     }
 
+    /// Adjusts the server's state before it serves (read timeout, connection cap).
+    pub fn server(mut self, f: impl FnOnce(&mut AppState) + Send + 'static) -> Self {
+        self.adjust.push(Box::new(f));
+        self
+    }
+
+    /// Serves HTTPS with this certificate and key (PEM files); the test client trusts the
+    /// certificate as a root.
+    pub fn tls(mut self, cert: PathBuf, key: PathBuf) -> Self {
+        self.tls = Some(countersign_broker_http::config::Tls { cert, key });
+        self
+    }
+
     /// A second replica of `other`: same database, store, sealing key, console token, clock and
     /// public URL, its own process state and listener.
     pub fn replica_of(mut self, other: &TestBroker) -> Self {
@@ -1234,7 +1252,8 @@ impl TestBrokerBuilder {
         // Bind first: the public URL names the real port.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind")?;
         let addr = listener.local_addr()?;
-        let base_url = format!("http://{addr}");
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let base_url = format!("{scheme}://{addr}");
         let public_url = replica
             .as_ref()
             .map(|r| r.public_url.clone())
@@ -1292,18 +1311,25 @@ impl TestBrokerBuilder {
         if let Some(limit) = self.body_limit {
             state.body_limit = limit;
         }
+        for f in self.adjust {
+            f(&mut state);
+        }
         let state = Arc::new(state);
         let running = countersign_broker_http::server::serve_listener(
             state.clone(),
             listener,
-            None,
+            self.tls.as_ref(),
             chrono::Duration::minutes(5),
         )
         .await?;
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             .no_proxy()
-            .timeout(Duration::from_secs(30))
-            .build()?;
+            .timeout(Duration::from_secs(30));
+        if let Some(t) = &self.tls {
+            let pem = std::fs::read(&t.cert).context("read the test certificate")?;
+            client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+        }
+        let client = client.build()?;
         Ok(TestBroker {
             conn: Conn {
                 client,
@@ -1358,6 +1384,8 @@ impl TestBroker {
             tokens: None,
             store: None,
             configure: Vec::new(),
+            adjust: Vec::new(),
+            tls: None,
             replica: None,
         }
     }

@@ -185,8 +185,19 @@ pub struct LimitsConfig {
     pub rereads_per_minute_per_source: u32,
     #[serde(default = "d_reread_all")]
     pub rereads_per_minute_overall: u32,
+    #[serde(default = "d_lookup")]
+    pub lookups_per_minute_per_source: u32,
+    #[serde(default = "d_lookup_all")]
+    pub lookups_per_minute_overall: u32,
     #[serde(default = "d_body")]
     pub body_bytes: usize,
+    /// Seconds a client may take over a TLS handshake, a request head (or the idle wait for
+    /// the next one) and a whole request body (see [`crate::conn`]).
+    #[serde(default = "d_read_timeout")]
+    pub read_timeout_seconds: u64,
+    /// Connections served at once; more are closed on accept.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 fn d_login() -> u32 {
@@ -201,6 +212,18 @@ fn d_reread() -> u32 {
 fn d_reread_all() -> u32 {
     60
 }
+fn d_lookup() -> u32 {
+    30
+}
+fn d_lookup_all() -> u32 {
+    60
+}
+fn d_read_timeout() -> u64 {
+    crate::conn::DEFAULT_READ_TIMEOUT.as_secs()
+}
+fn d_max_connections() -> usize {
+    crate::conn::DEFAULT_MAX_CONNECTIONS
+}
 fn d_body() -> usize {
     crate::extract::DEFAULT_BODY_LIMIT
 }
@@ -212,7 +235,11 @@ impl Default for LimitsConfig {
             token_logins_per_minute_per_account: d_token(),
             rereads_per_minute_per_source: d_reread(),
             rereads_per_minute_overall: d_reread_all(),
+            lookups_per_minute_per_source: d_lookup(),
+            lookups_per_minute_overall: d_lookup_all(),
             body_bytes: d_body(),
+            read_timeout_seconds: d_read_timeout(),
+            max_connections: d_max_connections(),
         }
     }
 }
@@ -224,6 +251,8 @@ impl LimitsConfig {
             token_logins_per_account: self.token_logins_per_minute_per_account,
             rereads_per_source: self.rereads_per_minute_per_source,
             rereads_overall: self.rereads_per_minute_overall,
+            lookups_per_source: self.lookups_per_minute_per_source,
+            lookups_overall: self.lookups_per_minute_overall,
         }
     }
 }

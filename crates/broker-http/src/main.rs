@@ -113,22 +113,39 @@ use countersign_broker_http::dev::DEV_PERSON;
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logs(cli.log_json);
-    let (config, dev) = match cli.command {
+    let (config, dev, bound) = match cli.command {
         Command::Audit { action } => return audit(action).await,
-        Command::Serve { config } => (Config::load(&config)?, None),
+        Command::Serve { config } => (Config::load(&config)?, None, None),
         Command::Dev { dir, port } => {
-            let mut c = countersign_broker_http::dev::dev_config(
-                &dir,
-                SocketAddr::from(([127, 0, 0, 1], port)),
-            )?;
+            // Bind first, so that the public URL (every proof's `htu`) names the port really
+            // bound, also when `--port 0` let the system pick it.
+            let listen = SocketAddr::from(([127, 0, 0, 1], port));
+            let listener =
+                std::net::TcpListener::bind(listen).with_context(|| format!("bind {listen}"))?;
+            let mut c = countersign_broker_http::dev::dev_config(&dir, listener.local_addr()?)?;
             c.apply_env(|k| std::env::var(k).ok())?;
-            (c, Some(dir))
+            // COUNTERSIGN_LISTEN may move it elsewhere: then bind that instead.
+            let bound = (c.listen == listener.local_addr()?).then_some(listener);
+            (c, Some(dir), bound)
         }
     };
     let state = countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;
     let reload = chrono::Duration::seconds(config.durations.policy_reload);
-    let running =
-        countersign_broker_http::serve(state, config.listen, config.tls.as_ref(), reload).await?;
+    let running = match bound {
+        Some(listener) => {
+            countersign_broker_http::server::serve_listener(
+                state,
+                listener,
+                config.tls.as_ref(),
+                reload,
+            )
+            .await?
+        }
+        None => {
+            countersign_broker_http::serve(state, config.listen, config.tls.as_ref(), reload)
+                .await?
+        }
+    };
     let scheme = if config.tls.is_some() {
         "https"
     } else {
@@ -140,9 +157,10 @@ async fn main() -> anyhow::Result<()> {
             .console_token()?
             .map(|t| t.to_string())
             .unwrap_or_default();
+        // The public URL: what proofs' `htu` must name (the bound port, unless overridden).
         println!(
-            "Countersign broker (dev mode) at {scheme}://{}",
-            running.addr
+            "Countersign broker (dev mode) at {}",
+            config.public_url.trim_end_matches('/')
         );
         println!("  state:         {}", dir.display());
         println!("  console token: {token}");

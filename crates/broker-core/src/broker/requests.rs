@@ -88,6 +88,11 @@ impl Broker {
                 "request object invalid: reason must be 1 to 1,000 characters",
             ));
         }
+        if crate::ids::has_format_char(reason) {
+            return Err(invalid(
+                "request object invalid: reason has a Unicode format (Cf) character",
+            ));
+        }
         let max = self.config.max_grant_lifetime.num_seconds();
         if let Some(l) = c.lifetime_seconds
             && (l == 0 || l > max.unsigned_abs())
