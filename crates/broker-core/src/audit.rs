@@ -242,7 +242,7 @@ pub fn ends(e: &AuditEntry) -> bool {
 }
 
 /// Entries a follower's round re-verifies below its head (see [`Follower::step`]).
-pub const SWEEP_PER_ROUND: i64 = 10_000;
+pub const SWEEP_PER_ROUND: i64 = 1_000;
 
 /// The follower's memory: the highest entry this process has verified, and the break that
 /// made it fail closed, if any. Kept in memory and, by the server, in a local state file.
