@@ -193,7 +193,7 @@ pub const ROUTES: &[RouteSpec] = &[
         "/requests/{id}",
         HumanOnly,
         Page,
-        "one credential request's facts, with approve and deny",
+        "one credential request's facts, with approve and deny; once decided, its outcome and the next pending request",
     ),
     r(
         "GET",
@@ -207,14 +207,14 @@ pub const ROUTES: &[RouteSpec] = &[
         "/machines",
         HumanOnly,
         Page,
-        "machine logins the person may revoke",
+        "machine logins the person may revoke (after a confirmation); the list updates without a reload",
     ),
     r(
         "GET",
         "/grants",
         HumanOnly,
         Page,
-        "live grants the person may revoke",
+        "live grants the person may revoke (after a confirmation); the list updates without a reload",
     ),
     r(
         "GET",
@@ -222,6 +222,13 @@ pub const ROUTES: &[RouteSpec] = &[
         HumanOnly,
         Page,
         "the person's personal agent tokens: mint and revoke",
+    ),
+    r(
+        "GET",
+        "/history",
+        HumanOnly,
+        Page,
+        "what the person decided through this console, and when, newest first",
     ),
     r(
         "POST",
