@@ -121,11 +121,17 @@
         return el.getAttribute("data-grant-id") || el.getAttribute("data-credential-id") || el.getAttribute("data-token-id");
       }).join(",") + "|" + (root.querySelector(".notice") ? root.querySelector(".notice").textContent : "");
   }
-  let refreshing = false;
+  let refreshing = null;
   async function refreshList(onlyIfChanged) {
     const list = document.getElementById("list");
-    if (!list || refreshing) return;
-    refreshing = true;
+    if (!list) return;
+    if (refreshing) {
+      // A poll is under way: let it end, then read again (a change may have come after it).
+      if (onlyIfChanged) return;
+      await refreshing;
+    }
+    let done;
+    refreshing = new Promise(function (resolve) { done = resolve; });
     try {
       const r = await fetch(window.location.pathname, { credentials: "same-origin", cache: "no-store" });
       if (r.redirected || r.status === 401) { window.location.reload(); return; }
@@ -138,7 +144,8 @@
     } catch (e) {
       // The next poll tries again.
     } finally {
-      refreshing = false;
+      refreshing = null;
+      done();
     }
   }
   const live = document.querySelector("#list[data-poll-self]");
@@ -280,7 +287,12 @@
         if (!looked) return;
         const verb = action === "approve-machine" ? "approve" : "deny";
         await api("POST", "/api/v1/credential-requests/" + encodeURIComponent(looked.id) + "/" + verb, { code: looked.code });
-        show(result, "ok", verb === "approve" ? "Approved: the machine is logged in." : "Denied: the machine login is refused.");
+        show(result, "ok", (verb === "approve" ? "Approved: the machine is logged in." : "Denied: the machine login is refused.") + " ");
+        const see = document.createElement("a");
+        see.href = "/requests/" + encodeURIComponent(looked.id);
+        see.id = "see-request";
+        see.textContent = "See the request";
+        result.appendChild(see);
         document.querySelectorAll("#machine button").forEach(function (x) { x.disabled = true; });
         return;
       }
@@ -303,6 +315,10 @@
         return;
       }
       if (action === "revoke-token") {
+        if (!await confirmAction(b.getAttribute("data-confirm") || "Revoke it?", "Revoke the token")) {
+          b.disabled = false;
+          return;
+        }
         await api("DELETE", "/api/v1/agent-tokens/" + encodeURIComponent(b.getAttribute("data-id")));
         show(result, "ok", "Token revoked.");
         await refreshList();

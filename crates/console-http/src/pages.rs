@@ -60,7 +60,7 @@ fn error_text(e: &Error) -> String {
 fn human(caller: &Caller) -> Result<&Human, Box<Response>> {
     caller
         .human()
-        .map_err(|e| Box::new(html_response(status_of(&e), error_text(&e))))
+        .map_err(|e| Box::new(page(status_of(&e), &notice("error", error_text(&e)))))
 }
 
 fn redirect(location: &str) -> Response {

@@ -3,7 +3,8 @@
 //! a decision on the request page shows the request's new state, who decided and when, and the
 //! way on to the next pending request; the history page lists what the person decided, newest
 //! first; the grants and machines pages show changes made elsewhere without a reload; revoking a
-//! grant or a machine login asks for a confirmation in a `<dialog>` (cancel keeps it); every
+//! grant, a machine login or a token asks for a confirmation in a `<dialog>` (cancel keeps it);
+//! every
 //! page writes times in one format; a new personal token has a copy button; user text reaches
 //! the page as text. Screenshots go to `docs/screenshots/` with
 //! `COUNTERSIGN_UPDATE_SCREENSHOTS=1`.
@@ -298,6 +299,15 @@ async fn approval_pages_as_a_new_user_tries_them() -> anyhow::Result<()> {
     // The token works.
     let me = bearer_get(&console, &token, "/api/v1/me").await?;
     assert_eq!(me.json["owner"], ADA, "{}", me.text);
+    // Revoking it asks too; then the agent holding it is refused.
+    let token_row = "#list tr[data-token-id]";
+    ada.click(&format!("{token_row} button")).await?;
+    ada.wait_text("#confirm[open]", "laptop agent", 5).await?;
+    ada.click("#confirm-ok").await?;
+    ada.wait_text("#result", "Token revoked", 10).await?;
+    ada.wait_gone(token_row, 10).await?;
+    let refused = bearer_get(&console, &token, "/api/v1/me").await?;
+    assert_eq!(refused.status, 401, "{}", refused.text);
 
     ada.quit().await;
     drop(driver);
