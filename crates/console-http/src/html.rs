@@ -678,6 +678,67 @@ mod tests {
     }
 
     #[test]
+    fn a_decided_request_says_who_decided_and_when() -> Result<(), askama::Error> {
+        let me = Login::parse("ada@example.com").ok_or(askama::Error::Fmt)?;
+        let bob = Login::parse("bob@example.com").ok_or(askama::Error::Fmt)?;
+        let now = t("2026-11-24T14:10:00Z");
+        let mut rec = record(false);
+        rec.approver = "anyone".into();
+        let by = |login: &Login| Decision {
+            login: login.clone(),
+            record_id: rec.record_id.clone(),
+            event: "approved",
+            at: now,
+        };
+        let text = |v: RequestView| v.outcome.map(|o| o.text).unwrap_or_default();
+        // Recorded by this console: you, or the person who decided.
+        let mine = RequestView::of(&rec, &me, &now, Some(&by(&me)), Some("next".into()));
+        assert_eq!(mine.decider, "you");
+        assert_eq!(mine.next.as_deref(), Some("next"));
+        assert_eq!(text(mine), "Approved by you at 2026-11-24 14:07 UTC.");
+        let his = RequestView::of(&rec, &me, &now, Some(&by(&bob)), None);
+        assert_eq!(
+            text(his),
+            "Approved by bob@example.com at 2026-11-24 14:07 UTC."
+        );
+        // Not recorded here: the record's named approver, or nobody named for `anyone`.
+        assert_eq!(
+            text(RequestView::of(&rec, &me, &now, None, None)),
+            "Approved at 2026-11-24 14:07 UTC."
+        );
+        rec.approver = "bob@example.com".into();
+        assert_eq!(
+            text(RequestView::of(&rec, &me, &now, None, None)),
+            "Approved by bob@example.com at 2026-11-24 14:07 UTC."
+        );
+        rec.state = "expired".into();
+        rec.decided = Some(Decided {
+            event: "expired".into(),
+            at: t("2026-11-24T15:05:00Z"),
+            credential_id: None,
+        });
+        let expired = RequestView::of(&rec, &me, &now, None, None);
+        assert!(!expired.pending && expired.left.is_none());
+        assert_eq!(text(expired), "Expired undecided at 2026-11-24 15:05 UTC.");
+        // Pending: no outcome, a countdown, the decide buttons.
+        rec.state = "pending".into();
+        rec.decided = None;
+        let pending = RequestView::of(&rec, &me, &now, None, None);
+        assert!(pending.pending && pending.left.is_some() && pending.outcome.is_none());
+        let html = RequestPage {
+            chrome: Chrome {
+                title: "T",
+                human: None,
+                active: "",
+            },
+            view: Ok(pending),
+        }
+        .render()?;
+        assert!(html.contains("data-action=\"approve\"") && !html.contains("id=\"next-request\""));
+        Ok(())
+    }
+
+    #[test]
     fn one_time_format_and_durations() -> Result<(), askama::Error> {
         assert_eq!(
             when(&t("2026-11-24T14:05:09Z")).render()?,
