@@ -658,6 +658,21 @@ mod tests {
             tokens.contains("<time datetime=\"2026-11-24T14:05:00Z\">2026-11-24 14:05 UTC</time>")
         );
 
+        let history = HistoryPage {
+            chrome,
+            entries: vec![HistoryRow {
+                id: rec.record_id.clone(),
+                event: "approved",
+                at: when(&now),
+                title: title_of(&rec),
+                reason: rec.reason.clone(),
+            }],
+        }
+        .render()?;
+        assert_escaped(&history);
+        assert_escaped(&notice("error", NASTY).render()?);
+        assert_escaped(&InboxRows::failed(notice("error", NASTY)).render()?);
+
         let sign_in = SignInPage {
             chrome: Chrome {
                 title: "Sign in",
