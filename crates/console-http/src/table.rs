@@ -193,7 +193,7 @@ pub const ROUTES: &[RouteSpec] = &[
         "/requests/{id}",
         HumanOnly,
         Page,
-        "one credential request's facts, with approve and deny; once decided, its outcome and the next pending request",
+        "one credential request's facts, with approve and deny",
     ),
     r(
         "GET",
@@ -207,14 +207,14 @@ pub const ROUTES: &[RouteSpec] = &[
         "/machines",
         HumanOnly,
         Page,
-        "machine logins the person may revoke (after a confirmation); the list updates without a reload",
+        "machine logins the person may revoke",
     ),
     r(
         "GET",
         "/grants",
         HumanOnly,
         Page,
-        "live grants the person may revoke (after a confirmation); the list updates without a reload",
+        "live grants the person may revoke",
     ),
     r(
         "GET",
