@@ -423,8 +423,8 @@ impl<S: Storage> Tx for ReadTx<S> {
         self.db().await?.audit_entries(after, limit).await
     }
 
-    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
-        self.db().await?.audit_by_subject(subject).await
+    async fn audit_ends(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        self.db().await?.audit_ends(subject).await
     }
 
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
@@ -597,8 +597,8 @@ impl Tx for WriteTx {
         self.inner.audit_entries(after, limit).await
     }
 
-    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
-        self.inner.audit_by_subject(subject).await
+    async fn audit_ends(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        self.inner.audit_ends(subject).await
     }
 
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {

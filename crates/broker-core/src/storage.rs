@@ -167,8 +167,9 @@ pub trait Tx: Send {
         after: i64,
         limit: u32,
     ) -> Result<Vec<AuditEntry>, StorageError>;
-    /// Every entry about `subject` (`grant:<id>`, …), by position.
-    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError>;
+    /// The entries about `subject` (`grant:<id>`, …) that end it (kinds
+    /// [`crate::audit::END_KINDS`]), by position.
+    async fn audit_ends(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError>;
     /// How many entries lie at or below `upto`, and the highest position (0 when empty).
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError>;
 }

@@ -53,6 +53,9 @@ mod schema;
 mod tx;
 mod writer;
 
+/// The condition of the audit log's index by subject: the entries that end their subject.
+pub use schema::AUDIT_ENDS;
+
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -140,6 +140,26 @@ const V3_AUDIT_LOG: &[&str] = &[
     "CREATE INDEX audit_log_subject ON audit_log (subject)",
 ];
 
+/// The audit entries that end their subject (`countersign_broker_core::audit::END_KINDS`), as
+/// the partial index of version 4 and the query it serves both write it.
+macro_rules! audit_ends {
+    () => {
+        "kind IN ('revocation', 'expiry', 'end', 'session_end', 'machine_login_end')"
+    };
+}
+pub const AUDIT_ENDS: &str = audit_ends!();
+
+/// Version 4: only the entries that end a subject are indexed by subject (releasing values looks
+/// those up): the decisions and grants every request appends skip the index, which cost the
+/// single SQLite writer about a tenth of its automatic-request rate.
+const V4_AUDIT_ENDS: &[&str] = &[
+    "DROP INDEX audit_log_subject",
+    concat!(
+        "CREATE INDEX audit_log_ends ON audit_log (subject) WHERE ",
+        audit_ends!()
+    ),
+];
+
 /// Every migration, in order. Versions are consecutive from 1.
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -159,6 +179,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "audit log",
         sqlite: V3_AUDIT_LOG,
         postgres: V3_AUDIT_LOG,
+    },
+    Migration {
+        version: 4,
+        name: "audit log: index ends only",
+        sqlite: V4_AUDIT_ENDS,
+        postgres: V4_AUDIT_ENDS,
     },
 ];
 
@@ -232,5 +258,17 @@ mod tests {
             assert_eq!(m.version, i as i64 + 1, "{}", m.name);
             assert!(!m.sqlite.is_empty() && !m.postgres.is_empty());
         }
+    }
+
+    #[test]
+    fn the_ends_index_lists_the_end_kinds() {
+        let quoted: Vec<String> = countersign_broker_core::audit::END_KINDS
+            .iter()
+            .map(|k| format!("'{k}'"))
+            .collect();
+        assert_eq!(
+            super::AUDIT_ENDS,
+            format!("kind IN ({})", quoted.join(", "))
+        );
     }
 }

@@ -174,6 +174,8 @@ fn outbox_from_row(row: &AnyRow) -> Result<OutboxItem, StorageError> {
     })
 }
 
+use crate::schema::AUDIT_ENDS;
+
 const AUDIT_COLUMNS: &str = "position, at_ms, kind, subject, body, prev_hash, hash, seal";
 
 /// Inserts audit entries, at most [`AUDIT_ROWS_PER_INSERT`] a statement.
@@ -993,9 +995,13 @@ impl Tx for SqlTx {
         self.checked(r)?.iter().map(audit_from_row).collect()
     }
 
-    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
-        let sql =
-            format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE subject = $1 ORDER BY position");
+    async fn audit_ends(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        // The condition is the partial index's, word for word (SQLite uses a partial index
+        // only for a query whose WHERE contains its condition as written).
+        let sql = format!(
+            "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE subject = $1 AND {AUDIT_ENDS} \
+             ORDER BY position"
+        );
         let conn = self.conn()?;
         let r = bind_all(sqlx::query(&sql), args![subject])
             .fetch_all(conn)

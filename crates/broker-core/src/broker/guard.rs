@@ -527,8 +527,8 @@ impl Tx for GuardTx {
         self.inner.audit_entries(after, limit).await
     }
 
-    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
-        self.inner.audit_by_subject(subject).await
+    async fn audit_ends(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        self.inner.audit_ends(subject).await
     }
 
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {

@@ -383,7 +383,7 @@ impl Broker {
             // An end recorded in the audit log ends the grant, whatever its row says.
             let mut ended = false;
             for subject in [format!("grant:{id}"), format!("enrollment:{}", caller.id)] {
-                for e in tx.audit_by_subject(&subject).await? {
+                for e in tx.audit_ends(&subject).await? {
                     if crate::audit::check_entry(&self.sealer, &e).is_err() {
                         guard::tampered("audit_log", &e.position.to_string(), "seal");
                         return Err(ErrorCode::GRANT_CHAIN_INVALID.into());
