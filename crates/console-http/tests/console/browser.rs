@@ -17,7 +17,7 @@ use std::process::Stdio;
 use anyhow::Context;
 use common::cli::{Helper, collect, wait_timeout};
 use common::idp::TestIdp;
-use common::webdriver::{Driver, find_browser};
+use common::webdriver::{Driver, browser_or_skip};
 use common::*;
 
 /// Where the screenshots go: `docs/screenshots/` with `COUNTERSIGN_UPDATE_SCREENSHOTS=1`, else
@@ -34,12 +34,7 @@ pub fn shots() -> std::path::PathBuf {
 
 #[tokio::test]
 async fn approve_in_the_browser() -> anyhow::Result<()> {
-    let Some((chromium, chromedriver)) = find_browser() else {
-        assert!(
-            std::env::var("COUNTERSIGN_REQUIRE_BROWSER").as_deref() != Ok("1"),
-            "COUNTERSIGN_REQUIRE_BROWSER=1 but chromium or chromedriver is not installed"
-        );
-        println!("skipped: chromium not installed");
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
         return Ok(());
     };
     let broker = TestBroker::start().await?;

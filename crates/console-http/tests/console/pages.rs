@@ -16,7 +16,7 @@ use crate::common;
 
 use anyhow::Context;
 use common::idp::TestIdp;
-use common::webdriver::{Browser, Driver, find_browser};
+use common::webdriver::{Browser, Driver, browser_or_skip};
 use common::*;
 use serde_json::{Value, json};
 
@@ -78,12 +78,7 @@ fn record_of(v: &Value) -> anyhow::Result<String> {
 
 #[tokio::test]
 async fn approval_pages_as_a_new_user_tries_them() -> anyhow::Result<()> {
-    let Some((chromium, chromedriver)) = find_browser() else {
-        assert!(
-            std::env::var("COUNTERSIGN_REQUIRE_BROWSER").as_deref() != Ok("1"),
-            "COUNTERSIGN_REQUIRE_BROWSER=1 but chromium or chromedriver is not installed"
-        );
-        println!("skipped: chromium not installed");
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
         return Ok(());
     };
     let broker = TestBroker::start().await?;

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// Where Chromium and ChromeDriver are, if installed.
-pub fn find_browser() -> Option<(String, String)> {
+fn find_browser() -> Option<(String, String)> {
     let which = |names: &[&str]| {
         names.iter().find_map(|n| {
             ["/usr/bin", "/usr/local/bin", "/usr/lib/chromium"]
@@ -23,6 +23,20 @@ pub fn find_browser() -> Option<(String, String)> {
         which(&["chromium", "chromium-browser"])?,
         which(&["chromedriver"])?,
     ))
+}
+
+/// The browser and its driver, or `None` (printing `skipped: …`) where they are not installed;
+/// panics instead when `COUNTERSIGN_REQUIRE_BROWSER=1`, so that CI fails.
+pub fn browser_or_skip() -> Option<(String, String)> {
+    let found = find_browser();
+    if found.is_none() {
+        assert!(
+            std::env::var("COUNTERSIGN_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "COUNTERSIGN_REQUIRE_BROWSER=1 but chromium or chromedriver is not installed"
+        );
+        println!("skipped: chromium not installed");
+    }
+    found
 }
 
 /// A ChromeDriver process; killed on drop.
