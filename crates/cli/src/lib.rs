@@ -12,6 +12,7 @@ pub mod args;
 pub mod ctx;
 pub mod exit;
 pub mod login;
+pub mod mask;
 pub mod operator;
 pub mod prompt;
 pub mod run;
