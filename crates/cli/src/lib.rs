@@ -15,6 +15,7 @@ pub mod login;
 pub mod mask;
 pub mod operator;
 pub mod prompt;
+pub mod relay;
 pub mod run;
 pub mod session;
 

@@ -126,8 +126,8 @@ async fn via_pty(
     socket: &Path,
 ) -> Result<u8, Fail> {
     let masker = masker(env)?;
-    let (pty, pts) =
-        pty_process::open().map_err(|e| Fail::failure(format!("opening a pseudo terminal: {e}")))?;
+    let (pty, pts) = pty_process::open()
+        .map_err(|e| Fail::failure(format!("opening a pseudo terminal: {e}")))?;
     copy_window_size(&pty);
     let stdin_tty = std::io::stdin().is_terminal();
     let mut cmd = pty_process::Command::new(program).args(args);
