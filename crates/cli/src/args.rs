@@ -165,6 +165,12 @@ pub struct RunArgs {
     /// Why the secrets are needed, shown to the approver [default: "countersign run: COMMAND..."].
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
+    /// Do not mask the values in COMMAND's output: it gets this terminal or these pipes as they
+    /// are, and whatever it prints (a value included) reaches the screen, logs and transcripts.
+    /// By default every granted value, and its base64, percent and JSON encodings, is replaced
+    /// by `<concealed by countersign>` in its standard output and error.
+    #[arg(long)]
+    pub no_mask: bool,
     /// The command and its arguments (after `--`).
     #[arg(
         required = true,

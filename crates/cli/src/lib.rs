@@ -12,8 +12,10 @@ pub mod args;
 pub mod ctx;
 pub mod exit;
 pub mod login;
+pub mod mask;
 pub mod operator;
 pub mod prompt;
+pub mod relay;
 pub mod run;
 pub mod session;
 

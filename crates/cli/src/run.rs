@@ -6,9 +6,10 @@
 //! 2. The secrets are requested with the reason; a pending request is waited for (75 when not
 //!    waiting or when the wait times out, after cancelling it; 77 when denied).
 //! 3. The command is started with each granted value in the environment variable of its name
-//!    (127 when it is not found, 126 when it cannot be executed). SIGTERM and SIGHUP are passed
-//!    on to it; so are SIGINT and SIGQUIT unless standard input is a terminal (whose own keys
-//!    already reach the command).
+//!    (127 when it is not found, 126 when it cannot be executed). Its output reaches ours
+//!    through a masker that conceals every value ([`crate::relay`]), unless `--no-mask`.
+//!    SIGTERM and SIGHUP are passed on to it; so are SIGINT and SIGQUIT unless standard input
+//!    is a terminal (whose own keys already reach the command).
 //! 4. When it exits, the session is unregistered (the helper unenrolls it at the broker, which
 //!    ends its grants), and its exit status is returned (128 + the signal if it was killed).
 
@@ -26,7 +27,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::args::RunArgs;
 use crate::ctx::Ctx;
 use crate::exit::{self, Fail};
-use crate::session;
+use crate::{relay, session};
 
 /// Unregisters the session when dropped, whatever path `run` leaves by.
 struct SessionGuard<'a>(&'a Ctx);
@@ -109,6 +110,11 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<u8, Fail> {
         }
     }
 
+    if !a.no_mask && relay::any_maskable(&env) {
+        let code = relay::run_masked(&a.command, &env, &ctx.socket).await;
+        drop(env);
+        return code;
+    }
     let mut cmd = tokio::process::Command::new(&program);
     cmd.args(&a.command[1..]);
     for (name, value) in &env {
@@ -117,16 +123,7 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<u8, Fail> {
     cmd.env(SOCKET_ENV, &ctx.socket);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => {
-            let shown = Path::new(&program).display().to_string();
-            let (code, why) = if e.kind() == std::io::ErrorKind::NotFound {
-                (exit::NOT_FOUND, "command not found")
-            } else {
-                (exit::CANNOT_EXECUTE, "cannot execute")
-            };
-            eprintln!("countersign: {shown}: {why}: {e}");
-            return Ok(code);
-        }
+        Err(e) => return Ok(spawn_failed(&program, &e)),
     };
     drop(env);
     let pid = child
@@ -134,7 +131,24 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<u8, Fail> {
         .and_then(|p| i32::try_from(p).ok())
         .map(Pid::from_raw);
     let status = forward_signals_until_exit(&mut child, pid).await;
-    Ok(match status {
+    Ok(status_code(status))
+}
+
+/// Reports a command that could not be started; answers 127 (not found) or 126.
+pub(crate) fn spawn_failed(program: &OsString, e: &std::io::Error) -> u8 {
+    let shown = Path::new(program).display().to_string();
+    let (code, why) = if e.kind() == std::io::ErrorKind::NotFound {
+        (exit::NOT_FOUND, "command not found")
+    } else {
+        (exit::CANNOT_EXECUTE, "cannot execute")
+    };
+    eprintln!("countersign: {shown}: {why}: {e}");
+    code
+}
+
+/// The command's exit status as ours (128 + the signal if it was killed).
+pub(crate) fn status_code(status: std::io::Result<std::process::ExitStatus>) -> u8 {
+    match status {
         Ok(s) => match (s.code(), s.signal()) {
             (Some(c), _) => u8::try_from(c).unwrap_or(exit::FAILURE),
             (None, Some(sig)) => exit::for_signal(sig),
@@ -144,14 +158,14 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<u8, Fail> {
             eprintln!("countersign: waiting for the command: {e}");
             exit::FAILURE
         }
-    })
+    }
 }
 
 fn libc_sigint() -> i32 {
     Signal::SIGINT as i32
 }
 
-async fn forward_signals_until_exit(
+pub(crate) async fn forward_signals_until_exit(
     child: &mut tokio::process::Child,
     pid: Option<Pid>,
 ) -> std::io::Result<std::process::ExitStatus> {

@@ -32,7 +32,8 @@ fn login_then_run_env_prints_an_automatic_secret_and_the_session_ends_with_it() 
             .contains(&credential)
     );
 
-    let out = helper.run(&["run", "--secret", AUTO, "--", "env"]);
+    // --no-mask: the value itself reaches the output (masking has its own tests).
+    let out = helper.run(&["run", "--no-mask", "--secret", AUTO, "--", "env"]);
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert!(
         out.stdout.contains(&format!("{AUTO}={}", value_of(AUTO))),
@@ -60,6 +61,7 @@ fn an_owner_secret_approved_while_run_waits() {
         .cli()
         .args([
             "run",
+            "--no-mask",
             "--secret",
             ADA_SECRET,
             "--reason",
@@ -506,7 +508,8 @@ fn with_no_store_nothing_is_written_and_a_restart_needs_a_new_login() {
         let helper = Helper::start_args(&broker.url, &["--no-store"]);
         let credential = helper.login(&broker, ADA);
         assert!(!helper.state.join("launcher-credential.json").exists());
-        let out = helper.run(&["run", "--secret", AUTO, "--", "env"]);
+        // --no-mask: the value itself reaches the output (masking has its own tests).
+        let out = helper.run(&["run", "--no-mask", "--secret", AUTO, "--", "env"]);
         assert_eq!(out.code(), Some(0), "{out:?}");
         credential
     };

@@ -4,5 +4,6 @@
 
 mod common;
 mod e2e;
+mod mask;
 mod prompt;
 mod service_login;

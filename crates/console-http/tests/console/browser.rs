@@ -83,11 +83,15 @@ async fn approve_in_the_browser() -> anyhow::Result<()> {
     let credential_id = login.issued().await?;
 
     // She watches her inbox; an agent asks, through the CLI, for her owner-tier secret: `run`
-    // waits for a person, and the request appears by itself. The command prints the value it
+    // waits for a person, and the request appears by itself. The command checks the value it
     // is given, then holds the session (and so the grant) open until its stdin closes.
+    // (`run` masks the value in its output, so the command compares it and says `ok`.)
     ada.goto(&format!("{}/", console.url)).await?;
     ada.wait_for(".empty", 10).await?;
-    let script = format!("printf %s \"${ADA_SECRET}\"; read -r _ || true");
+    let script = format!(
+        "[ \"${ADA_SECRET}\" = '{}' ] && printf ok; read -r _ || true",
+        broker.values[ADA_SECRET]
+    );
     let mut agent = helper
         .cli(&[
             "run",
@@ -150,7 +154,7 @@ async fn approve_in_the_browser() -> anyhow::Result<()> {
     let status = wait_timeout(&mut agent, 30).await?;
     let (out, err) = (agent_out.await?, agent_err.await?);
     assert!(status.success(), "run: {status}: {err}\n{}", helper.log());
-    assert_eq!(out, broker.values[ADA_SECRET], "stderr: {err}");
+    assert_eq!(out, "ok", "stderr: {err}");
 
     // She revokes the machine's login: it can no longer start a session.
     ada.click(&format!("{machine_row} button")).await?;

@@ -22,6 +22,8 @@ pub const ADA_SECRET: &str = "ADA_SECRET";
 pub const SHARED: &str = "SHARED_SECRET";
 /// Tier `locked`.
 pub const LOCKED: &str = "LOCKED_SECRET";
+/// Tier `automatic`, owner Ada; its value holds JSON-special and non-ASCII characters.
+pub const QUOTED: &str = "QUOTED_TOKEN";
 
 pub type R<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -49,6 +51,9 @@ impl Drop for TempDir {
 
 /// The value each test secret holds.
 pub fn value_of(name: &str) -> String {
+    if name == QUOTED {
+        return "quoted\"token/v\u{e4}lue\\e2e".to_owned();
+    }
     format!("{}-value-e2e", name.to_ascii_lowercase())
 }
 
@@ -86,11 +91,12 @@ impl Broker {
             (ADA_SECRET, ADA, "owner"),
             (SHARED, BOB, "shared"),
             (LOCKED, BOB, "locked"),
+            (QUOTED, ADA, "automatic"),
         ] {
             store.push_str(&format!(
                 "\n[[secret]]\nname = \"agents/{}\"\nowner = \"{owner}\"\ntier = \"{tier}\"\nvalue = \"{}\"\n",
                 name.to_ascii_lowercase().replace('_', "-"),
-                value_of(name)
+                value_of(name).replace('\\', "\\\\").replace('"', "\\\"")
             ));
         }
         std::fs::write(d.join("secrets.toml"), store).unwrap();
