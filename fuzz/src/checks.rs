@@ -223,10 +223,10 @@ pub fn helper_line(data: &[u8]) {
     let _ = Request::parse_line(data);
 }
 
-/// The broker's body parse (`extract::parse_json`): one JSON value, an object, then the route's
-/// shape.
+/// The broker's body parse (`extract::parse_json`): one JSON value without a repeated member
+/// (`countersign_proto::json`), an object, then the route's shape.
 fn body<T: DeserializeOwned>(data: &[u8]) -> Option<T> {
-    let value: Value = serde_json::from_slice(data).ok()?;
+    let value: Value = countersign_proto::json::value_from_slice(data).ok()?;
     if !value.is_object() {
         return None;
     }

@@ -1118,8 +1118,13 @@ pub struct TestBrokerBuilder {
     tokens: Option<Arc<dyn countersign_broker_core::TokenVerifier>>,
     store: Option<Arc<dyn SecretStore>>,
     configure: Vec<Configure>,
+    adjust: Vec<Adjust>,
+    tls: Option<countersign_broker_http::config::Tls>,
     replica: Option<Replica>,
 }
+
+/// An adjustment of the server's state (read timeout, connection cap).
+type Adjust = Box<dyn FnOnce(&mut AppState) + Send>;
 
 /// What a replica shares with the broker it replicates: the public URL (one load balancer in
 /// front of both), the sealing key, the store, the database, the console token and the clock.
@@ -1194,6 +1199,19 @@ impl TestBrokerBuilder {
         self
     }
 
+    /// Adjusts the server's state before it serves (read timeout, connection cap).
+    pub fn server(mut self, f: impl FnOnce(&mut AppState) + Send + 'static) -> Self {
+        self.adjust.push(Box::new(f));
+        self
+    }
+
+    /// Serves HTTPS with this certificate and key (PEM files); the test client trusts the
+    /// certificate as a root.
+    pub fn tls(mut self, cert: PathBuf, key: PathBuf) -> Self {
+        self.tls = Some(countersign_broker_http::config::Tls { cert, key });
+        self
+    }
+
     /// A second replica of `other`: same database, store, sealing key, console token, clock and
     /// public URL, its own process state and listener.
     pub fn replica_of(mut self, other: &TestBroker) -> Self {
@@ -1234,7 +1252,8 @@ impl TestBrokerBuilder {
         // Bind first: the public URL names the real port.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind")?;
         let addr = listener.local_addr()?;
-        let base_url = format!("http://{addr}");
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let base_url = format!("{scheme}://{addr}");
         let public_url = replica
             .as_ref()
             .map(|r| r.public_url.clone())
@@ -1292,18 +1311,25 @@ impl TestBrokerBuilder {
         if let Some(limit) = self.body_limit {
             state.body_limit = limit;
         }
+        for f in self.adjust {
+            f(&mut state);
+        }
         let state = Arc::new(state);
         let running = countersign_broker_http::server::serve_listener(
             state.clone(),
             listener,
-            None,
+            self.tls.as_ref(),
             chrono::Duration::minutes(5),
         )
         .await?;
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             .no_proxy()
-            .timeout(Duration::from_secs(30))
-            .build()?;
+            .timeout(Duration::from_secs(30));
+        if let Some(t) = &self.tls {
+            let pem = std::fs::read(&t.cert).context("read the test certificate")?;
+            client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+        }
+        let client = client.build()?;
         Ok(TestBroker {
             conn: Conn {
                 client,
@@ -1358,6 +1384,8 @@ impl TestBroker {
             tokens: None,
             store: None,
             configure: Vec::new(),
+            adjust: Vec::new(),
+            tls: None,
             replica: None,
         }
     }
@@ -1440,6 +1468,8 @@ impl TestBroker {
             expires_at: now + chrono::Duration::hours(1),
             revoked_at: None,
             record_id: None,
+            // Sealed as it is written (through the broker's storage).
+            seal: String::new(),
         };
         let mut tx = self.state.broker.storage().begin().await?;
         tx.put_credential(&c).await?;
@@ -1463,6 +1493,14 @@ impl TestBroker {
             .build()?)
     }
 
+    /// Stops the server (as [`Self::shutdown`]) but keeps its files, so that a broker started
+    /// with [`TestBrokerBuilder::replica_of`] this one afterwards is this broker restarted.
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown(Duration::from_secs(5)).await;
+        }
+    }
+
     /// Stops the server: in-flight requests finish, background work stops.
     pub async fn shutdown(mut self) {
         if let Some(r) = self.running.take() {
@@ -1476,6 +1514,57 @@ pub fn postgres_url() -> Option<String> {
     std::env::var("COUNTERSIGN_TEST_POSTGRES_URL")
         .ok()
         .filter(|s| !s.is_empty())
+}
+
+/// A fresh database of its own on the configured PostgreSQL server, dropped by [`PgDatabase::drop_now`].
+/// Tests never use the server's own database: other runs (and other schema versions) share the
+/// server.
+#[derive(Debug)]
+pub struct PgDatabase {
+    /// The server's admin URL (`COUNTERSIGN_TEST_POSTGRES_URL`).
+    pub admin: String,
+    /// The fresh database's name.
+    pub name: String,
+    /// The URL of the fresh database.
+    pub url: String,
+}
+
+impl PgDatabase {
+    /// A fresh database named `{prefix}_{uuid}`, or `None` (after printing `skipped: …`) when no
+    /// server is configured and `COUNTERSIGN_REQUIRE_POSTGRES` is not `1` (then: an error).
+    pub async fn create(prefix: &str) -> anyhow::Result<Option<PgDatabase>> {
+        use sqlx::{Connection as _, Executor as _};
+        let Some(admin) = postgres_url() else {
+            if std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() == Ok("1") {
+                bail!(
+                    "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is not set"
+                );
+            }
+            println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL not set");
+            return Ok(None);
+        };
+        sqlx::any::install_default_drivers();
+        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = sqlx::AnyConnection::connect(&admin).await?;
+        conn.execute(format!("CREATE DATABASE {name}").as_str())
+            .await?;
+        conn.close().await?;
+        let (base, _) = admin
+            .rsplit_once('/')
+            .context("COUNTERSIGN_TEST_POSTGRES_URL names no database")?;
+        let url = format!("{base}/{name}");
+        Ok(Some(PgDatabase { admin, name, url }))
+    }
+
+    /// Drops the database (best effort: a leftover one only costs disk on a test server).
+    pub async fn drop_now(self) {
+        use sqlx::{Connection as _, Executor as _};
+        if let Ok(mut conn) = sqlx::AnyConnection::connect(&self.admin).await {
+            let _ = conn
+                .execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str())
+                .await;
+        }
+    }
 }
 
 /// A random UUID in its hyphenated form (an id nobody holds).

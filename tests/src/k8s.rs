@@ -443,6 +443,8 @@ pub struct K8sConfig {
     pub secrets: Vec<(String, String, String)>,
     /// A database URL other than a fresh SQLite file.
     pub database_url: Option<String>,
+    /// The seal key (replicas sharing a database share it); none: a fresh one.
+    pub seal_key: Option<[u8; 32]>,
 }
 
 /// The broker, started from a configuration file, trusting a token issuer.
@@ -476,6 +478,7 @@ impl K8sBroker {
         let p = dir.path();
         let mut seal = [0u8; 32];
         countersign_broker_core::Entropy::fill(&countersign_broker_core::SystemEntropy, &mut seal);
+        let seal = c.seal_key.unwrap_or(seal);
         std::fs::write(p.join("seal.key"), b64::encode(&seal))?;
         std::fs::write(p.join("console-token"), CONSOLE_TOKEN)?;
         let mut store = "prefix = \"agents/\"\nkey = \"local\"\n".to_owned();
@@ -500,12 +503,13 @@ impl K8sBroker {
             .clone()
             .unwrap_or_else(|| format!("sqlite://{}?mode=rwc", p.join("broker.db").display()));
         let mut text = format!(
-            "listen = {}\npublic_url = {}\ndatabase_url = {}\nseal_key_file = {}\nconsole_token_file = {}\n",
+            "listen = {}\npublic_url = {}\ndatabase_url = {}\nseal_key_file = {}\nconsole_token_file = {}\naudit_state_file = {}\n",
             toml_str(&addr.to_string()),
             toml_str(&format!("http://{addr}")),
             toml_str(&database_url),
             toml_str(&p.join("seal.key").display().to_string()),
             toml_str(&p.join("console-token").display().to_string()),
+            toml_str(&p.join("audit-state.json").display().to_string()),
         );
         text.push_str("\n[service_logins]\n");
         for (service, accounts) in &c.service_logins {

@@ -6,9 +6,13 @@
 //!   from a cache filled on a miss. A write transaction reads the database as usual and, when
 //!   it commits, drops every cached entry it wrote, before its caller sees the commit; a fill
 //!   that raced with such a commit is not kept (entries carry a version checked at fill time).
-//! - `remember_once` keeps the values in memory, in shards (so that no shard's map grows large
-//!   enough for its rehash to stall callers); each call forgets a few lapsed values of its
-//!   shard, soonest lapsed first.
+//! - `remember_once` refuses a replay from memory: the values seen, in shards (so that no
+//!   shard's map grows large enough for its rehash to stall callers); each call forgets a few
+//!   lapsed values of its shard, soonest lapsed first. A value new to memory is then written
+//!   through to the database, which answers whether it is fresh (it may have been seen before a
+//!   restart), and the caller hears that answer only once it is durable. The database batches
+//!   these writes (`broker-sql`'s group commit), so memory saves the write for replays only;
+//!   correctness across a restart rests on the database.
 //!
 //! With several replicas (PostgreSQL) do not use it: their writes would not reach this cache.
 
@@ -19,6 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
+use crate::audit::AuditEntry;
 use crate::clock::Time;
 use crate::ids::{ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId};
 use crate::model::{Enrollment, Grant, LauncherCredential, PendingLogin, Record, Request};
@@ -173,16 +178,28 @@ impl<S: Storage> Storage for Exclusive<S> {
     ) -> Result<bool, StorageError> {
         let key: Arc<str> = format!("{scope}\0{value}").into();
         let shard = self.shard_of.hash_one(&key) as usize % ONCE_SHARDS;
-        let mut once = lock(&self.once[shard]);
-        once.forget_lapsed(now);
-        match once.seen.get(&key) {
-            Some(t) if *t >= now => Ok(false),
-            _ => {
-                once.seen.insert(key.clone(), until);
-                once.lapsing.push(Reverse((until, key)));
-                Ok(true)
+        {
+            let mut once = lock(&self.once[shard]);
+            once.forget_lapsed(now);
+            match once.seen.get(&key) {
+                Some(t) if *t >= now => return Ok(false),
+                _ => {
+                    once.seen.insert(key.clone(), until);
+                    once.lapsing.push(Reverse((until, key.clone())));
+                }
             }
         }
+        // New to this process, which may have restarted since the value was first seen: the
+        // database decides, durably, before the caller is answered.
+        let fresh = self.inner.remember_once(scope, value, until, now).await;
+        if fresh.is_err() {
+            // Nothing may be stored: do not refuse the value as a replay next time.
+            let mut once = lock(&self.once[shard]);
+            if once.seen.get(&key) == Some(&until) {
+                once.seen.remove(&key);
+            }
+        }
+        fresh
     }
 }
 
@@ -389,6 +406,30 @@ impl<S: Storage> Tx for ReadTx<S> {
             .reschedule_outbox(id, attempts, next_attempt_at)
             .await
     }
+
+    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
+        self.db().await?.audit_head().await
+    }
+
+    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
+        self.db().await?.append_audit(entries).await
+    }
+
+    async fn audit_entries(
+        &mut self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, StorageError> {
+        self.db().await?.audit_entries(after, limit).await
+    }
+
+    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        self.db().await?.audit_by_subject(subject).await
+    }
+
+    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
+        self.db().await?.audit_count(upto).await
+    }
 }
 
 #[async_trait]
@@ -538,5 +579,29 @@ impl Tx for WriteTx {
         self.inner
             .reschedule_outbox(id, attempts, next_attempt_at)
             .await
+    }
+
+    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
+        self.inner.audit_head().await
+    }
+
+    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
+        self.inner.append_audit(entries).await
+    }
+
+    async fn audit_entries(
+        &mut self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, StorageError> {
+        self.inner.audit_entries(after, limit).await
+    }
+
+    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        self.inner.audit_by_subject(subject).await
+    }
+
+    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
+        self.inner.audit_count(upto).await
     }
 }

@@ -104,19 +104,32 @@ impl<'de> Deserialize<'de> for RecordId {
     }
 }
 
+/// Whether `s` holds a Unicode format character (general category Cf): the bidi embeddings,
+/// overrides and isolates (U+202A-U+202E, U+2066-U+2069), zero-width characters (U+200B-U+200F),
+/// the byte-order mark U+FEFF, the soft hyphen U+00AD, tag characters, ... They render as nothing
+/// or reorder what surrounds them, so a value that an approver reads (a host, a runtime id, a
+/// reason, a login) could show something other than what it is. The table is the
+/// `unicode-properties` crate's.
+pub fn has_format_char(s: &str) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    s.chars()
+        .any(|c| c.general_category() == GeneralCategory::Format)
+}
+
 /// A person's console login: an e-mail address, stored lower-cased.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Login(String);
 
 impl Login {
-    /// Lower-cases and checks the shape `local@domain` (no whitespace or control characters,
-    /// at most 320 characters).
+    /// Lower-cases and checks the shape `local@domain` (no whitespace, control or format
+    /// characters, at most 320 characters).
     pub fn parse(s: &str) -> Option<Self> {
         let s = s.trim();
         let ok = !s.is_empty()
             && s.len() <= 320
             && s.chars().all(|c| !c.is_whitespace() && !c.is_control())
+            && !has_format_char(s)
             && matches!(s.split_once('@'), Some((l, d)) if !l.is_empty() && !d.is_empty() && !d.contains('@'));
         ok.then(|| Self(s.to_lowercase()))
     }
@@ -378,6 +391,28 @@ impl From<ConfirmationCode> for String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Bidi override, isolate, zero-width space, BOM, soft hyphen, a tag character.
+    const FORMAT: [char; 6] = [
+        '\u{202E}',
+        '\u{2066}',
+        '\u{200B}',
+        '\u{FEFF}',
+        '\u{00AD}',
+        '\u{E0041}',
+    ];
+
+    #[test]
+    fn format_characters_are_found_and_logins_refuse_them() {
+        for c in FORMAT {
+            assert!(has_format_char(&format!("a{c}b")), "{:04X}", c as u32);
+            assert!(Login::parse(&format!("ada{c}@example.com")).is_none());
+            assert!(Login::parse(&format!("ada@example.com{c}")).is_none());
+        }
+        // Letters, marks, symbols and emoji of other scripts are not format characters.
+        assert!(!has_format_char("héllo wörld ✓ 日本 😀 a\u{0301}"));
+        assert!(Login::parse("ådä@exämple.com").is_some());
+    }
 
     #[test]
     fn uuids_parse_only_hyphenated() {

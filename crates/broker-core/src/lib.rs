@@ -9,6 +9,7 @@
 //! [`Entropy`] and [`TokenVerifier`]. [`Broker`] holds them and exposes one method per
 //! operation of the spec; every refusal is an [`Error`] with a catalogue [`ErrorCode`].
 
+pub mod audit;
 pub mod broker;
 pub mod clock;
 pub mod config;

@@ -36,6 +36,11 @@ pub struct LauncherCredential {
     pub revoked_at: Option<Time>,
     /// The machine-login record that minted it (person's machine).
     pub record_id: Option<RecordId>,
+    /// The broker's seal over what the credential's authority rests on (see
+    /// [`crate::seal::Sealer::seal_credential`]); empty on rows written before seals existed,
+    /// which are refused.
+    #[serde(default)]
+    pub seal: String,
 }
 
 impl LauncherCredential {
@@ -120,6 +125,11 @@ pub struct Enrollment {
     /// Secrets withheld from this session by an operator's revoke: they need approval again.
     #[serde(default)]
     pub withheld: BTreeSet<SecretName>,
+    /// The broker's seal over what the enrollment's authority rests on (see
+    /// [`crate::seal::Sealer::seal_enrollment`]); empty on rows written before seals existed,
+    /// which are refused.
+    #[serde(default)]
+    pub seal: String,
 }
 
 impl Enrollment {

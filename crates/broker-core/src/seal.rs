@@ -9,9 +9,10 @@ use zeroize::Zeroizing;
 
 use crate::clock::Time;
 use crate::ids::{EnrollmentId, RecordId, RequestId, SecretName};
-use crate::model::{Grant, RecordState};
+use crate::model::{Enrollment, Grant, LauncherCredential, RecordState};
 
 /// The sealing key. Its `Debug` shows nothing of the key.
+#[derive(Clone)]
 pub struct Sealer {
     key: hmac::Key,
 }
@@ -141,6 +142,82 @@ impl Sealer {
         let f = GrantFields::of(g);
         self.verify("grant/v1", &f.as_slices(), &g.seal)
     }
+
+    /// Seals what a launcher credential's authority rests on: its id, key thumbprint, operator,
+    /// service (and the token subject), approving record, approver and expiry.
+    pub fn seal_credential(&self, c: &LauncherCredential) -> String {
+        let f = credential_fields(c);
+        self.seal("credential/v1", &f.each_ref().map(|s| s.as_bytes()))
+    }
+
+    pub fn verify_credential(&self, c: &LauncherCredential) -> bool {
+        let f = credential_fields(c);
+        self.verify(
+            "credential/v1",
+            &f.each_ref().map(|s| s.as_bytes()),
+            &c.seal,
+        )
+    }
+
+    /// Seals what an enrollment's authority rests on: its id, credential, key thumbprint, kind,
+    /// runtime id and operator.
+    pub fn seal_enrollment(&self, e: &Enrollment) -> String {
+        let f = enrollment_fields(e);
+        self.seal("enrollment/v1", &f.each_ref().map(|s| s.as_bytes()))
+    }
+
+    pub fn verify_enrollment(&self, e: &Enrollment) -> bool {
+        let f = enrollment_fields(e);
+        self.verify(
+            "enrollment/v1",
+            &f.each_ref().map(|s| s.as_bytes()),
+            &e.seal,
+        )
+    }
+
+    /// Seals an audit log entry: its position and its chained hash (see [`crate::audit`]).
+    pub fn seal_audit(&self, position: i64, hash: &str) -> String {
+        self.seal(
+            "audit/v1",
+            &[position.to_string().as_bytes(), hash.as_bytes()],
+        )
+    }
+
+    pub fn verify_audit(&self, position: i64, hash: &str, seal: &str) -> bool {
+        self.verify(
+            "audit/v1",
+            &[position.to_string().as_bytes(), hash.as_bytes()],
+            seal,
+        )
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<&T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+fn credential_fields(c: &LauncherCredential) -> [String; 8] {
+    [
+        c.id.to_string(),
+        c.thumbprint.clone(),
+        opt(c.operator.as_ref()),
+        c.service.clone().unwrap_or_default(),
+        c.subject.clone().unwrap_or_default(),
+        opt(c.record_id.as_ref()),
+        c.approved_by.clone(),
+        c.expires_at.timestamp_millis().to_string(),
+    ]
+}
+
+fn enrollment_fields(e: &Enrollment) -> [String; 6] {
+    [
+        e.id.to_string(),
+        e.credential_id.to_string(),
+        e.thumbprint.clone(),
+        e.kind.as_str().to_owned(),
+        e.runtime_id.clone(),
+        opt(e.operator.as_ref()),
+    ]
 }
 
 fn decision_fields(record: &RecordId, event: RecordState, by: &str, at: Time) -> [String; 4] {

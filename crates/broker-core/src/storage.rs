@@ -11,6 +11,7 @@
 
 use async_trait::async_trait;
 
+use crate::audit::AuditEntry;
 use crate::clock::Time;
 use crate::ids::{ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId};
 use crate::model::{Enrollment, Grant, LauncherCredential, PendingLogin, Record, Request};
@@ -152,4 +153,22 @@ pub trait Tx: Send {
         attempts: u32,
         next_attempt_at: Time,
     ) -> Result<(), StorageError>;
+
+    /// The audit log's last entry (position, hash), or `None` when it is empty. In a write
+    /// transaction it locks the head until commit, so that appenders serialise (see
+    /// [`crate::audit::append`]): call it last, after the domain rows.
+    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError>;
+    /// Inserts consecutive entries, in one statement where the backend can (the position is the
+    /// primary key: a second entry at one position fails).
+    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError>;
+    /// Up to `limit` entries above `after`, by position.
+    async fn audit_entries(
+        &mut self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, StorageError>;
+    /// Every entry about `subject` (`grant:<id>`, …), by position.
+    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError>;
+    /// How many entries lie at or below `upto`, and the highest position (0 when empty).
+    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError>;
 }

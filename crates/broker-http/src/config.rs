@@ -44,6 +44,10 @@ pub struct Config {
     /// Where expiry notifications go; none: they are dropped (docs/decisions.md).
     #[serde(default)]
     pub notifications: Option<NotificationsConfig>,
+    /// This replica's audit log state file (the head it has verified, kept outside the
+    /// database); none: beside a SQLite database file, else in the working directory.
+    #[serde(default)]
+    pub audit_state_file: Option<PathBuf>,
 }
 
 /// `[token_issuer]`: a Kubernetes ServiceAccount token issuer (protocol.md §7). Exactly one of
@@ -181,8 +185,19 @@ pub struct LimitsConfig {
     pub rereads_per_minute_per_source: u32,
     #[serde(default = "d_reread_all")]
     pub rereads_per_minute_overall: u32,
+    #[serde(default = "d_lookup")]
+    pub lookups_per_minute_per_source: u32,
+    #[serde(default = "d_lookup_all")]
+    pub lookups_per_minute_overall: u32,
     #[serde(default = "d_body")]
     pub body_bytes: usize,
+    /// Seconds a client may take over a TLS handshake, a request head (or the idle wait for
+    /// the next one) and a whole request body (see [`crate::conn`]).
+    #[serde(default = "d_read_timeout")]
+    pub read_timeout_seconds: u64,
+    /// Connections served at once; more are closed on accept.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 fn d_login() -> u32 {
@@ -197,6 +212,18 @@ fn d_reread() -> u32 {
 fn d_reread_all() -> u32 {
     60
 }
+fn d_lookup() -> u32 {
+    30
+}
+fn d_lookup_all() -> u32 {
+    60
+}
+fn d_read_timeout() -> u64 {
+    crate::conn::DEFAULT_READ_TIMEOUT.as_secs()
+}
+fn d_max_connections() -> usize {
+    crate::conn::DEFAULT_MAX_CONNECTIONS
+}
 fn d_body() -> usize {
     crate::extract::DEFAULT_BODY_LIMIT
 }
@@ -208,7 +235,11 @@ impl Default for LimitsConfig {
             token_logins_per_minute_per_account: d_token(),
             rereads_per_minute_per_source: d_reread(),
             rereads_per_minute_overall: d_reread_all(),
+            lookups_per_minute_per_source: d_lookup(),
+            lookups_per_minute_overall: d_lookup_all(),
             body_bytes: d_body(),
+            read_timeout_seconds: d_read_timeout(),
+            max_connections: d_max_connections(),
         }
     }
 }
@@ -220,6 +251,8 @@ impl LimitsConfig {
             token_logins_per_account: self.token_logins_per_minute_per_account,
             rereads_per_source: self.rereads_per_minute_per_source,
             rereads_overall: self.rereads_per_minute_overall,
+            lookups_per_source: self.lookups_per_minute_per_source,
+            lookups_overall: self.lookups_per_minute_overall,
         }
     }
 }
@@ -307,6 +340,9 @@ impl Config {
         if let Some(v) = var("COUNTERSIGN_SEAL_KEY_FILE") {
             self.seal_key_file = v.into();
         }
+        if let Some(v) = var("COUNTERSIGN_AUDIT_STATE_FILE") {
+            self.audit_state_file = Some(v.into());
+        }
         if let Some(v) = var("COUNTERSIGN_CONSOLE_TOKEN_FILE") {
             self.console_token_file = Some(v.into());
         }
@@ -342,9 +378,16 @@ impl Config {
 
     /// The sealing key's bytes.
     pub fn seal_key(&self) -> anyhow::Result<Zeroizing<Vec<u8>>> {
+        read_seal_key(&self.seal_key_file)
+    }
+}
+
+/// Reads a sealing key file: base64url (no padding) of at least 32 bytes.
+pub fn read_seal_key(path: &std::path::Path) -> anyhow::Result<Zeroizing<Vec<u8>>> {
+    {
         let text = Zeroizing::new(
-            std::fs::read_to_string(&self.seal_key_file)
-                .with_context(|| format!("read seal key file {}", self.seal_key_file.display()))?,
+            std::fs::read_to_string(path)
+                .with_context(|| format!("read seal key file {}", path.display()))?,
         );
         let key =
             Zeroizing::new(countersign_proto::b64::decode(text.trim()).map_err(|_| {
@@ -355,7 +398,9 @@ impl Config {
         }
         Ok(key)
     }
+}
 
+impl Config {
     /// The core's configuration.
     pub fn broker_config(&self) -> countersign_broker_core::BrokerConfig {
         let mut b = countersign_broker_core::BrokerConfig::new(&self.public_url);

@@ -46,6 +46,7 @@ pub fn dev_config(dir: &Path, listen: SocketAddr) -> anyhow::Result<Config> {
         service_logins: Default::default(),
         token_issuer: None,
         notifications: None,
+        audit_state_file: None,
     })
 }
 

@@ -1,5 +1,7 @@
 //! Rendering refusals: every refusal is the core's [`Error`], answered as its status and
-//! `{"code","error"}`; RATE_LIMITED carries `Retry-After`.
+//! `{"code","error"}`; RATE_LIMITED carries `Retry-After`. One answer is the transport's, not the
+//! catalogue's: a request body that did not arrive within the read timeout is `408` with
+//! `{"code":"REQUEST_TIMEOUT",...}` and `Connection: close` (docs/decisions.md).
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -11,6 +13,8 @@ use countersign_broker_core::{Error, ErrorCode};
 pub struct ApiError {
     pub error: Error,
     pub retry_after: Option<u64>,
+    /// The body did not arrive in time: answered 408 and the connection closed.
+    pub body_timed_out: bool,
 }
 
 impl From<Error> for ApiError {
@@ -18,6 +22,7 @@ impl From<Error> for ApiError {
         Self {
             error,
             retry_after: None,
+            body_timed_out: false,
         }
     }
 }
@@ -33,12 +38,36 @@ impl ApiError {
         Self {
             error: Error::with_message(ErrorCode::RATE_LIMITED, message),
             retry_after: Some(retry_after_secs.max(1)),
+            body_timed_out: false,
+        }
+    }
+
+    /// The request body did not arrive within the read timeout.
+    pub fn body_timeout() -> Self {
+        Self {
+            error: Error::with_message(
+                ErrorCode::INTERNAL,
+                "the request body did not arrive within the read timeout",
+            ),
+            retry_after: None,
+            body_timed_out: true,
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if self.body_timed_out {
+            tracing::debug!("request body timed out");
+            let body =
+                serde_json::json!({ "code": "REQUEST_TIMEOUT", "error": self.error.message() });
+            let mut resp = (StatusCode::REQUEST_TIMEOUT, Json(body)).into_response();
+            resp.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return resp;
+        }
         let status =
             StatusCode::from_u16(self.error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {

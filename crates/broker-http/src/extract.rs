@@ -1,12 +1,13 @@
 //! Reading a request: the body under the byte limit (REQUEST_TOO_LARGE), JSON into the route's
-//! body shape (its INVALID_* code, with a message that never quotes a value), the `Proof`
-//! header, path ids and the `approver` query.
+//! body shape (its INVALID_* code, with a message that never quotes a value; a repeated member at
+//! any depth is refused), the `Proof` header, path ids and the `approver` query.
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, Uri};
 use countersign_broker_core::broker::ProofTarget;
 use countersign_broker_core::ids::Login;
 use countersign_broker_core::{Error, ErrorCode};
+use countersign_proto::json::StrictError;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -30,6 +31,7 @@ impl Raw {
         headers: HeaderMap,
         body: Body,
         limit: usize,
+        timeout: std::time::Duration,
     ) -> Result<Self, ApiError> {
         let too_large = || {
             ApiError::from(Error::with_message(
@@ -45,8 +47,11 @@ impl Raw {
         {
             return Err(too_large());
         }
-        let body = axum::body::to_bytes(body, limit)
+        // The whole body within the read timeout: a body trickled or never finished holds a
+        // connection (and its slot under the cap) no longer than that.
+        let body = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
             .await
+            .map_err(|_| ApiError::body_timeout())?
             .map_err(|_| too_large())?;
         Ok(Self {
             method,
@@ -89,8 +94,17 @@ impl Raw {
 
 /// Parses one JSON object into `T`, refusing with `code` and a message that names what is wrong
 /// but never quotes the input.
+/// An object (at any depth) that repeats a member name is refused: `serde_json` alone would keep
+/// the last copy silently.
 pub fn parse_json<T: DeserializeOwned>(body: &[u8], code: ErrorCode) -> Result<T, ApiError> {
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| shape(code, &e))?;
+    let value = countersign_proto::json::value_from_slice(body).map_err(|e| match e {
+        StrictError::Json(e) => shape(code, &e),
+        StrictError::DuplicateMember => Error::with_message(
+            code,
+            "body must be one valid JSON object: an object repeats a member name",
+        )
+        .into(),
+    })?;
     if !value.is_object() {
         return Err(
             Error::with_message(code, "body must be one valid JSON object: not an object").into(),

@@ -4,7 +4,9 @@
 //! [`countersign_broker_core::Broker`]: each handler reads the request, checks its credential
 //! through the core, calls one core operation and renders the answer or the refusal.
 
+pub mod audit;
 pub mod config;
+pub mod conn;
 pub mod dev;
 pub mod error;
 pub mod extract;
@@ -30,9 +32,17 @@ pub struct AppState {
     pub console_token_hash: Option<[u8; 32]>,
     pub limits: limits::Limits,
     pub body_limit: usize,
+    /// The read timeout: TLS handshake, request head (and idle keep-alive), whole request body
+    /// (see [`conn`]).
+    pub read_timeout: std::time::Duration,
+    /// Connections served at once; more are closed on accept (see [`conn`]).
+    pub max_connections: usize,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// Where expiry notifications go; `None` drops them (see [`notify`]).
     pub notifier: Option<Arc<notify::Notifier>>,
+    /// Where this replica remembers the audit log head it has verified (see [`audit`]);
+    /// `None`: in memory only.
+    pub audit_state_file: Option<std::path::PathBuf>,
 }
 
 impl AppState {
@@ -43,8 +53,11 @@ impl AppState {
             limits: limits::Limits::new(quotas, clock),
             broker,
             body_limit: extract::DEFAULT_BODY_LIMIT,
+            read_timeout: conn::DEFAULT_READ_TIMEOUT,
+            max_connections: conn::DEFAULT_MAX_CONNECTIONS,
             metrics: None,
             notifier: None,
+            audit_state_file: None,
         }
     }
 }

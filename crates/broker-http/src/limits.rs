@@ -36,6 +36,9 @@ pub struct Quotas {
     pub token_logins_per_account: u32,
     pub rereads_per_source: u32,
     pub rereads_overall: u32,
+    /// Machine-login lookups by code (protocol.md §4): per source address, then overall.
+    pub lookups_per_source: u32,
+    pub lookups_overall: u32,
 }
 
 impl Default for Quotas {
@@ -45,6 +48,8 @@ impl Default for Quotas {
             token_logins_per_account: 30,
             rereads_per_source: 6,
             rereads_overall: 60,
+            lookups_per_source: 30,
+            lookups_overall: 60,
         }
     }
 }
@@ -60,6 +65,8 @@ pub struct Limits {
     token_logins: Keyed<String>,
     rereads: Keyed<std::net::IpAddr>,
     rereads_all: Direct,
+    lookups: Keyed<std::net::IpAddr>,
+    lookups_all: Direct,
 }
 
 impl std::fmt::Debug for Limits {
@@ -92,6 +99,16 @@ impl Limits {
                 InMemoryState::default(),
                 clock.clone(),
             ),
+            lookups: RateLimiter::new(
+                per_minute(q.lookups_per_source),
+                DefaultKeyedStateStore::default(),
+                clock.clone(),
+            ),
+            lookups_all: RateLimiter::new(
+                per_minute(q.lookups_overall),
+                InMemoryState::default(),
+                clock.clone(),
+            ),
             clock,
         }
     }
@@ -119,10 +136,20 @@ impl Limits {
             .map_err(|nu| nu.wait_time_from(self.clock.now()).as_secs_f64().ceil() as u64)
     }
 
+    /// A machine-login lookup from `source`: per source, then over all callers. Each lookup
+    /// counts, found or not: the budget is what bounds guessing a live code.
+    pub fn lookup(&self, source: std::net::IpAddr) -> Result<(), u64> {
+        self.keyed(&self.lookups, &source)?;
+        self.lookups_all
+            .check()
+            .map_err(|nu| nu.wait_time_from(self.clock.now()).as_secs_f64().ceil() as u64)
+    }
+
     /// Forgets keys whose limits have fully recovered (called by the housekeeping task).
     pub fn shrink(&self) {
         self.login_starts.retain_recent();
         self.token_logins.retain_recent();
         self.rereads.retain_recent();
+        self.lookups.retain_recent();
     }
 }

@@ -4,6 +4,8 @@
 //!   `COUNTERSIGN_*` environment overrides).
 //! - `countersign-broker dev` runs on embedded defaults: SQLite and a local store with demo
 //!   secrets of every tier under `.countersign-dev/`, kept across restarts.
+//! - `countersign-broker audit verify|export|accept-head` checks the audit log offline with the
+//!   seal key (`docs/audit.md`).
 
 /// mimalloc: measured on the broker's hot paths, 14% less server CPU per write request than
 /// glibc's allocator (`docs/benchmarks.md`, `docs/decisions.md`).
@@ -52,6 +54,58 @@ enum Command {
         #[arg(long, default_value_t = 8080, env = "COUNTERSIGN_PORT")]
         port: u16,
     },
+    /// Check or export the audit log offline, with the seal key.
+    Audit {
+        #[command(subcommand)]
+        action: AuditAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum AuditAction {
+    /// Walk the whole chain: `ok: N entries, head H`, or the first position where it breaks
+    /// and why (seal, hash, gap, prev_hash); exit status 1 on a break.
+    Verify {
+        #[command(flatten)]
+        db: AuditDb,
+    },
+    /// Print entries from a position or an RFC 3339 time on, as JSON lines (names, never
+    /// values), verifying the chain as it goes; exit status 1 on a break.
+    Export {
+        #[command(flatten)]
+        db: AuditDb,
+        /// A position or an RFC 3339 time.
+        #[arg(long, default_value = "1")]
+        since: countersign_broker_http::audit::Since,
+    },
+    /// After investigating a break: verify the chain as it now is and make its head the one
+    /// this replica remembers (its state file); restart the broker afterwards.
+    AcceptHead {
+        #[command(flatten)]
+        db: AuditDb,
+        /// The state file (default: as the configuration says).
+        #[arg(long)]
+        state_file: Option<PathBuf>,
+    },
+}
+
+/// Which database and seal key: a configuration file, or both given directly.
+#[derive(clap::Args, Debug)]
+struct AuditDb {
+    /// The broker's TOML configuration file.
+    #[arg(
+        long,
+        short,
+        env = "COUNTERSIGN_CONFIG",
+        required_unless_present = "database_url"
+    )]
+    config: Option<PathBuf>,
+    /// The database URL (instead of a configuration file).
+    #[arg(long, requires = "seal_key_file", conflicts_with = "config")]
+    database_url: Option<String>,
+    /// The seal key file (instead of a configuration file).
+    #[arg(long, requires = "database_url")]
+    seal_key_file: Option<PathBuf>,
 }
 
 use countersign_broker_http::dev::DEV_PERSON;
@@ -60,21 +114,39 @@ use countersign_broker_http::dev::DEV_PERSON;
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logs(cli.log_json, "info,tower_http=info,sqlx=warn");
-    let (config, dev) = match cli.command {
-        Command::Serve { config } => (Config::load(&config)?, None),
+    let (config, dev, bound) = match cli.command {
+        Command::Audit { action } => return audit(action).await,
+        Command::Serve { config } => (Config::load(&config)?, None, None),
         Command::Dev { dir, port } => {
-            let mut c = countersign_broker_http::dev::dev_config(
-                &dir,
-                SocketAddr::from(([127, 0, 0, 1], port)),
-            )?;
+            // Bind first, so that the public URL (every proof's `htu`) names the port really
+            // bound, also when `--port 0` let the system pick it.
+            let listen = SocketAddr::from(([127, 0, 0, 1], port));
+            let listener =
+                std::net::TcpListener::bind(listen).with_context(|| format!("bind {listen}"))?;
+            let mut c = countersign_broker_http::dev::dev_config(&dir, listener.local_addr()?)?;
             c.apply_env(|k| std::env::var(k).ok())?;
-            (c, Some(dir))
+            // COUNTERSIGN_LISTEN may move it elsewhere: then bind that instead.
+            let bound = (c.listen == listener.local_addr()?).then_some(listener);
+            (c, Some(dir), bound)
         }
     };
     let state = countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;
     let reload = chrono::Duration::seconds(config.durations.policy_reload);
-    let running =
-        countersign_broker_http::serve(state, config.listen, config.tls.as_ref(), reload).await?;
+    let running = match bound {
+        Some(listener) => {
+            countersign_broker_http::server::serve_listener(
+                state,
+                listener,
+                config.tls.as_ref(),
+                reload,
+            )
+            .await?
+        }
+        None => {
+            countersign_broker_http::serve(state, config.listen, config.tls.as_ref(), reload)
+                .await?
+        }
+    };
     let scheme = if config.tls.is_some() {
         "https"
     } else {
@@ -86,9 +158,10 @@ async fn main() -> anyhow::Result<()> {
             .console_token()?
             .map(|t| t.to_string())
             .unwrap_or_default();
+        // The public URL: what proofs' `htu` must name (the bound port, unless overridden).
         println!(
-            "Countersign broker (dev mode) at {scheme}://{}",
-            running.addr
+            "Countersign broker (dev mode) at {}",
+            config.public_url.trim_end_matches('/')
         );
         println!("  state:         {}", dir.display());
         println!("  console token: {token}");
@@ -108,4 +181,69 @@ async fn main() -> anyhow::Result<()> {
     });
     running.wait().await.context("server")?;
     Ok(())
+}
+
+/// Runs an `audit` subcommand.
+async fn audit(action: AuditAction) -> anyhow::Result<()> {
+    use countersign_broker_http::audit as log;
+    let db = match &action {
+        AuditAction::Verify { db } | AuditAction::Export { db, .. } => db,
+        AuditAction::AcceptHead { db, .. } => db,
+    };
+    let (config, url, key) = match (&db.config, &db.database_url, &db.seal_key_file) {
+        (Some(c), _, _) => {
+            let c = Config::load(c)?;
+            let key = c.seal_key()?;
+            (Some(c.clone()), c.database_url, key)
+        }
+        (None, Some(u), Some(k)) => (
+            None,
+            u.clone(),
+            countersign_broker_http::config::read_seal_key(k)?,
+        ),
+        _ => anyhow::bail!("give --config, or --database-url and --seal-key-file"),
+    };
+    let sealer = countersign_broker_core::seal::Sealer::new(&key).context("seal key")?;
+    let storage = countersign_broker_sql::SqlStorage::connect(&url)
+        .await
+        .map_err(|e| anyhow::anyhow!("database: {e}"))?;
+    let broken = match action {
+        AuditAction::Verify { .. } => match log::verify(&storage, &sealer).await? {
+            Ok(head) => {
+                println!("ok: {} entries, head {}", head.position, head.hash);
+                None
+            }
+            Err(b) => Some(b),
+        },
+        AuditAction::Export { since, .. } => {
+            let mut out = std::io::stdout().lock();
+            log::export(&storage, &sealer, since, &mut out).await?
+        }
+        AuditAction::AcceptHead { state_file, .. } => match log::verify(&storage, &sealer).await? {
+            Ok(head) => {
+                let path = match (state_file, &config) {
+                    (Some(p), _) => p,
+                    (None, Some(c)) => log::state_path(c),
+                    (None, None) => anyhow::bail!("give --state-file or --config"),
+                };
+                log::write_state(&path, &head)?;
+                println!(
+                    "accepted: head {} ({}) written to {}; restart the broker",
+                    head.position,
+                    head.hash,
+                    path.display()
+                );
+                None
+            }
+            Err(b) => Some(b),
+        },
+    };
+    storage.close().await;
+    match broken {
+        None => Ok(()),
+        Some(b) => {
+            eprintln!("broken at position {}: {}", b.position, b.reason.as_str());
+            std::process::exit(1)
+        }
+    }
 }

@@ -315,6 +315,7 @@ pub const ROUTES: &[RouteSpec] = &[
             "INTERNAL",
             "INVALID_LOOKUP",
             "NO_SUCH_CODE",
+            "RATE_LIMITED",
             "REQUEST_TOO_LARGE"
         ],
         Some("INVALID_LOOKUP")

@@ -90,7 +90,7 @@ async fn raw(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Raw> {
-    Raw::read(method, uri, headers, body, st.body_limit).await
+    Raw::read(method, uri, headers, body, st.body_limit, st.read_timeout).await
 }
 
 async fn launcher(st: &AppState, r: &Raw) -> ApiResult<LauncherCredential> {
@@ -525,12 +525,17 @@ async fn deny(
 
 async fn lookup(
     State(st): St,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
     console(&st, &headers)?;
+    // After the console token: a caller without it cannot spend the console's budget.
+    st.limits.lookup(peer.ip()).map_err(|wait| {
+        ApiError::rate_limited("too many machine-login lookups; try again later", wait)
+    })?;
     let r = raw(&st, method, &uri, headers, body).await?;
     let b: wire::LookupBody = r.json(ErrorCode::INVALID_LOOKUP)?;
     let code = b.code.unwrap_or_default();

@@ -1,5 +1,6 @@
 //! Building and running the server: storage, store and broker from the configuration, the
-//! router with logs and metrics, rustls when a certificate is configured, background work
+//! router with logs and metrics, rustls when a certificate is configured, the connection cap and
+//! read timeouts ([`crate::conn`]), background work
 //! (sweep, policy reload on the core's clock, expiry notifications) and graceful shutdown.
 
 use std::net::SocketAddr;
@@ -119,7 +120,16 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         config.limits.quotas(),
     );
     state.body_limit = config.limits.body_bytes;
+    state.read_timeout = Duration::from_secs(config.limits.read_timeout_seconds.max(1));
+    state.max_connections = config.limits.max_connections;
     state.metrics = Some(metrics_handle());
+    // The audit log head this replica verified before it stopped: a chain now shorter or
+    // different fails closed at the first follow.
+    let audit_state = crate::audit::state_path(config);
+    if let Some(head) = crate::audit::read_state(&audit_state)? {
+        state.broker.audit_follower().reset(head);
+    }
+    state.audit_state_file = Some(audit_state);
     state.notifier = config
         .notifications
         .as_ref()
@@ -280,8 +290,16 @@ pub async fn serve_listener(
     let addr = listener.local_addr()?;
     let handle = axum_server::Handle::new();
     let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let capped = crate::conn::Capped::new(
+        axum_server::accept::DefaultAcceptor::new(),
+        state.max_connections,
+    );
     let server = match tls {
         Some(t) => {
+            // Both of rustls's providers are compiled in (reqwest brings ring): without a
+            // process default, building the server configuration panics. aws-lc-rs, as
+            // everywhere else here; an already installed default is kept.
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
             let rustls = axum_server::tls_rustls::RustlsConfig::from_pem_file(&t.cert, &t.key)
                 .await
                 .with_context(|| {
@@ -291,11 +309,21 @@ pub async fn serve_listener(
                         t.key.display()
                     )
                 })?;
-            let srv = axum_server::from_tcp_rustls(listener, rustls)?.handle(handle.clone());
+            // The connection cap sits under TLS: it bounds handshakes in progress too.
+            let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls)
+                .handshake_timeout(state.read_timeout)
+                .acceptor(capped);
+            let mut srv = axum_server::from_tcp(listener)?
+                .acceptor(acceptor)
+                .handle(handle.clone());
+            crate::conn::configure_http(srv.http_builder(), state.read_timeout);
             tokio::spawn(async move { srv.serve(app).await })
         }
         None => {
-            let srv = axum_server::from_tcp(listener)?.handle(handle.clone());
+            let mut srv = axum_server::from_tcp(listener)?
+                .acceptor(capped)
+                .handle(handle.clone());
+            crate::conn::configure_http(srv.http_builder(), state.read_timeout);
             tokio::spawn(async move { srv.serve(app).await })
         }
     };
@@ -347,6 +375,10 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
             }
         })
     };
+    let auditor = tokio::spawn(crate::audit::follow(
+        state.broker.clone(),
+        state.audit_state_file.clone(),
+    ));
     let deliverer = tokio::spawn(crate::notify::run(
         state.broker.clone(),
         state.notifier.clone(),
@@ -358,5 +390,5 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
             state.limits.shrink();
         }
     });
-    vec![sweep, reloader, deliverer, housekeeping]
+    vec![sweep, reloader, auditor, deliverer, housekeeping]
 }

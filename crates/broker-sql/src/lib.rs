@@ -34,7 +34,11 @@
 //!   every logical one that finished meanwhile (group commit, see `writer.rs`), and each commit
 //!   answers once it is durable. **SQLite storage is single-process**: one broker per database
 //!   file. Reads ([`Storage::read`]) take no mutex; WAL lets them run beside the writer.
-//! - A read transaction takes no locks and is never committed.
+//! - A read transaction takes no locks and is never committed. On PostgreSQL it is a pooled
+//!   connection without `BEGIN` (READ COMMITTED gives each statement its own snapshot either
+//!   way), and refuses writes.
+//! - Single-use values (`remember_once`) are written in batches by a task of their own, one
+//!   statement and one commit per batch (`once.rs`).
 //! - Dropping a transaction without committing rolls it back (on SQLite, a writer's turn that
 //!   wrote rolls back its whole batch, whose members answer [`StorageError::Conflict`] and are
 //!   run again by the core; one that only read is just released).
@@ -44,6 +48,7 @@
 //! for it (up to the 3 s acquire timeout). It is meant for tests.
 
 mod error;
+mod once;
 mod schema;
 mod tx;
 mod writer;
@@ -54,6 +59,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{begin_err, db_err};
+use crate::once::{OnceBatcher, Target};
 use crate::tx::SqlTx;
 use crate::writer::Writer;
 use async_trait::async_trait;
@@ -104,6 +110,8 @@ pub struct SqlStorage {
     /// The URL with any password replaced, for `Debug`.
     shown_url: Arc<str>,
     once_calls: Arc<AtomicU64>,
+    /// Single-use values are written in batches by a task of their own (`once.rs`).
+    once: OnceBatcher,
 }
 
 impl fmt::Debug for SqlStorage {
@@ -169,9 +177,16 @@ impl SqlStorage {
         }
         .map_err(begin_err)?;
         schema::migrate(migration, backend).await?;
+        let writer = (backend == Backend::Sqlite)
+            .then(|| Writer::start(pool.clone(), !is_sqlite_memory(url)));
+        let once = OnceBatcher::start(Target {
+            pool: pool.clone(),
+            backend,
+            writer: writer.clone(),
+        });
         let storage = SqlStorage {
-            writer: (backend == Backend::Sqlite)
-                .then(|| Writer::start(pool.clone(), !is_sqlite_memory(url))),
+            writer,
+            once,
             pool,
             backend,
             shown_url,
@@ -192,13 +207,7 @@ impl SqlStorage {
 
     /// A write transaction.
     async fn begin_sql(&self) -> Result<SqlTx, StorageError> {
-        match &self.writer {
-            Some(writer) => Ok(SqlTx::writer(writer.begin().await?)),
-            None => {
-                let tx = self.pool.begin().await.map_err(begin_err)?;
-                Ok(SqlTx::pooled(tx, self.backend, true))
-            }
-        }
+        begin_write(&self.pool, self.backend, self.writer.as_ref()).await
     }
 
     /// Deletes every lapsed single-use value.
@@ -217,6 +226,10 @@ impl Storage for SqlStorage {
     }
 
     async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
+        if self.backend == Backend::Postgres {
+            let conn = self.pool.acquire().await.map_err(begin_err)?;
+            return Ok(Box::new(SqlTx::reading(conn, self.backend)));
+        }
         let tx = self.pool.begin().await.map_err(begin_err)?;
         Ok(Box::new(SqlTx::pooled(tx, self.backend, false)))
     }
@@ -284,19 +297,22 @@ impl Storage for SqlStorage {
                 Err(e) => tracing::warn!(error = %e, "purging lapsed single-use values failed"),
             }
         }
-        // A conflict (a write batch rolled back under it) means nothing was recorded: again.
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let mut tx = self.begin_sql().await?;
-            let fresh = match tx.remember_once(scope, value, until, now).await {
-                Ok(fresh) => Box::new(tx).commit().await.map(|()| fresh),
-                Err(e) => Err(e),
-            };
-            match fresh {
-                Err(StorageError::Conflict) if attempts < 10 => continue,
-                other => return other,
-            }
+        // Batched with every other caller's (once.rs): one transaction, one commit for all.
+        self.once.remember(scope, value, until, now).await
+    }
+}
+
+/// A write transaction: a turn at SQLite's writer, or a pooled PostgreSQL transaction.
+async fn begin_write(
+    pool: &AnyPool,
+    backend: Backend,
+    writer: Option<&Arc<Writer>>,
+) -> Result<SqlTx, StorageError> {
+    match writer {
+        Some(writer) => Ok(SqlTx::writer(writer.begin().await?)),
+        None => {
+            let tx = pool.begin().await.map_err(begin_err)?;
+            Ok(SqlTx::pooled(tx, backend, true))
         }
     }
 }

@@ -123,6 +123,23 @@ const V2_COUNTERS: &[&str] = &["CREATE TABLE counters (
         value BIGINT NOT NULL
     )"];
 
+/// Version 3: the tamper-evident audit log (see `countersign_broker_core::audit`). The seals
+/// on credentials and enrollments live in their `doc` (the `seal` field), so they need no
+/// column: rows written before this version have none and are refused.
+const V3_AUDIT_LOG: &[&str] = &[
+    "CREATE TABLE audit_log (
+        position BIGINT PRIMARY KEY,
+        at_ms BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        body TEXT NOT NULL,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        seal TEXT NOT NULL
+    )",
+    "CREATE INDEX audit_log_subject ON audit_log (subject)",
+];
+
 /// Every migration, in order. Versions are consecutive from 1.
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -136,6 +153,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "counters",
         sqlite: V2_COUNTERS,
         postgres: V2_COUNTERS,
+    },
+    Migration {
+        version: 3,
+        name: "audit log",
+        sqlite: V3_AUDIT_LOG,
+        postgres: V3_AUDIT_LOG,
     },
 ];
 

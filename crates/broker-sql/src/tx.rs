@@ -4,6 +4,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use countersign_broker_core::audit::AuditEntry;
 use countersign_broker_core::clock::Time;
 use countersign_broker_core::ids::{
     ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId,
@@ -15,6 +16,7 @@ use countersign_broker_core::model::{
 use countersign_broker_core::storage::{Due, OutboxItem, StorageError, Tx};
 use serde::de::DeserializeOwned;
 use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::{Any, AnyConnection, Row, Transaction};
 
@@ -172,6 +174,69 @@ fn outbox_from_row(row: &AnyRow) -> Result<OutboxItem, StorageError> {
     })
 }
 
+const AUDIT_COLUMNS: &str = "position, at_ms, kind, subject, body, prev_hash, hash, seal";
+
+/// Inserts audit entries, at most [`AUDIT_ROWS_PER_INSERT`] a statement.
+pub(crate) async fn insert_audit(
+    conn: &mut AnyConnection,
+    entries: &[AuditEntry],
+) -> Result<(), sqlx::Error> {
+    for chunk in entries.chunks(AUDIT_ROWS_PER_INSERT) {
+        let mut sql = format!("INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ");
+        let mut args = Vec::with_capacity(chunk.len() * 8);
+        for (i, e) in chunk.iter().enumerate() {
+            let n = i * 8;
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5,
+                n + 6,
+                n + 7,
+                n + 8
+            ));
+            args.extend(args![
+                e.position,
+                ms(e.at),
+                e.kind.as_str(),
+                e.subject.as_str(),
+                e.body.as_str(),
+                e.prev_hash.as_str(),
+                e.hash.as_str(),
+                e.seal.as_str(),
+            ]);
+        }
+        bind_all(sqlx::query(&sql), args)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Rows per audit `INSERT` (8 parameters each, well under either backend's limit).
+const AUDIT_ROWS_PER_INSERT: usize = 256;
+
+/// The advisory lock appenders to the audit log hold until commit (PostgreSQL): "csau".
+const PG_AUDIT_LOCK: i64 = 0x6373_6175;
+
+fn audit_from_row(row: &AnyRow) -> Result<AuditEntry, StorageError> {
+    Ok(AuditEntry {
+        position: row.try_get("position").map_err(db_err)?,
+        at: from_ms(row.try_get("at_ms").map_err(db_err)?)?,
+        kind: row.try_get("kind").map_err(db_err)?,
+        subject: row.try_get("subject").map_err(db_err)?,
+        body: row.try_get("body").map_err(db_err)?,
+        prev_hash: row.try_get("prev_hash").map_err(db_err)?,
+        hash: row.try_get("hash").map_err(db_err)?,
+        seal: row.try_get("seal").map_err(db_err)?,
+    })
+}
+
 fn ids<T>(
     rows: &[AnyRow],
     parse: impl Fn(&str) -> Result<T, countersign_broker_core::Error>,
@@ -199,6 +264,10 @@ enum Inner {
     Pool(Transaction<'static, Any>),
     /// SQLite's writes: a turn at the single writer, inside its group-committed transaction.
     Writer(Slot),
+    /// PostgreSQL's reads: a pooled connection, no `BEGIN` (under READ COMMITTED each statement
+    /// sees its own snapshot inside a transaction too, so the two round trips of `BEGIN` and
+    /// `ROLLBACK` bought nothing).
+    Conn(PoolConnection<Any>),
 }
 
 impl fmt::Debug for SqlTx {
@@ -230,6 +299,15 @@ impl SqlTx {
         }
     }
 
+    /// A read on a pooled connection without a transaction (PostgreSQL).
+    pub(crate) fn reading(conn: PoolConnection<Any>, backend: Backend) -> Self {
+        SqlTx {
+            inner: Some(Inner::Conn(conn)),
+            backend,
+            write: false,
+        }
+    }
+
     pub(crate) fn writer(slot: Slot) -> Self {
         SqlTx {
             inner: Some(Inner::Writer(slot)),
@@ -241,6 +319,7 @@ impl SqlTx {
     fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
         match self.inner.as_mut() {
             Some(Inner::Pool(tx)) => Ok(&mut **tx),
+            Some(Inner::Conn(c)) => Ok(&mut **c),
             Some(Inner::Writer(slot)) => slot.conn(),
             None => Err(finished()),
         }
@@ -300,6 +379,10 @@ impl SqlTx {
     }
 
     async fn execute(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64, StorageError> {
+        if matches!(self.inner, Some(Inner::Conn(_))) {
+            // Outside a transaction a write would commit at once: a read never writes.
+            return Err(StorageError::Other("write in a read transaction".into()));
+        }
         self.writing();
         let conn = self.conn()?;
         let r = bind_all(sqlx::query(sql), args).execute(conn).await;
@@ -348,29 +431,78 @@ impl SqlTx {
         .await
     }
 
-    /// See [`countersign_broker_core::Storage::remember_once`]. The primary key on
-    /// (scope, value) decides between concurrent callers, in this process or another.
-    pub(crate) async fn remember_once(
+    /// Remembers many single-use values in one statement (see [`remember_many`]), inside this
+    /// transaction.
+    pub(crate) async fn remember_many(
         &mut self,
-        scope: &str,
-        value: &str,
-        until: Time,
+        values: &[(&str, &str, Time)],
         now: Time,
-    ) -> Result<bool, StorageError> {
-        self.execute(
-            "DELETE FROM once_values WHERE scope = $1 AND value = $2 AND until_ms < $3",
-            args![scope, value, ms(now)],
-        )
-        .await?;
-        let inserted = self
-            .execute(
-                "INSERT INTO once_values (scope, value, until_ms) VALUES ($1, $2, $3) \
-                 ON CONFLICT (scope, value) DO NOTHING",
-                args![scope, value, ms(until)],
-            )
-            .await?;
-        Ok(inserted == 1)
+    ) -> Result<Vec<(String, String)>, StorageError> {
+        if values.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (sql, args) = remember_many_sql(values, now);
+        self.writing();
+        let conn = self.conn()?;
+        let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
+        let rows = self.checked(r)?;
+        fresh_pairs(&rows)
     }
+}
+
+/// Remembers many single-use values (see `once.rs`) in one statement on `conn`, outside any
+/// transaction: the statement is its own transaction, committed (durably, with PostgreSQL's
+/// default `synchronous_commit`) before it answers, in one round trip. Inserts each value, or
+/// replaces one lapsed before `now`; answers the `(scope, value)` pairs it wrote: the fresh ones.
+/// The primary key on (scope, value) decides between concurrent callers, in this process or
+/// another. Values must be distinct (one statement may not touch a row twice).
+pub(crate) async fn remember_many(
+    conn: &mut AnyConnection,
+    values: &[(&str, &str, Time)],
+    now: Time,
+) -> Result<Vec<(String, String)>, StorageError> {
+    if values.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (sql, args) = remember_many_sql(values, now);
+    let rows = bind_all(sqlx::query(&sql), args)
+        .fetch_all(conn)
+        .await
+        .map_err(db_err)?;
+    fresh_pairs(&rows)
+}
+
+fn remember_many_sql(values: &[(&str, &str, Time)], now: Time) -> (String, Vec<Arg>) {
+    let mut sql = String::from("INSERT INTO once_values (scope, value, until_ms) VALUES ");
+    let mut args = Vec::with_capacity(values.len() * 3 + 1);
+    for (i, (scope, value, until)) in values.iter().enumerate() {
+        if i > 0 {
+            sql.push(',');
+        }
+        let n = i * 3;
+        sql.push_str(&format!("(${}, ${}, ${})", n + 1, n + 2, n + 3));
+        args.push(Arg::from(*scope));
+        args.push(Arg::from(*value));
+        args.push(Arg::from(ms(*until)));
+    }
+    sql.push_str(&format!(
+        " ON CONFLICT (scope, value) DO UPDATE SET until_ms = excluded.until_ms \
+         WHERE once_values.until_ms < ${} RETURNING scope, value",
+        values.len() * 3 + 1
+    ));
+    args.push(Arg::from(ms(now)));
+    (sql, args)
+}
+
+fn fresh_pairs(rows: &[AnyRow]) -> Result<Vec<(String, String)>, StorageError> {
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<String, _>("scope").map_err(db_err)?,
+                row.try_get::<String, _>("value").map_err(db_err)?,
+            ))
+        })
+        .collect()
 }
 
 fn finished() -> StorageError {
@@ -383,6 +515,7 @@ impl Tx for SqlTx {
         match self.inner.take().ok_or_else(finished)? {
             Inner::Pool(tx) => tx.commit().await.map_err(db_err),
             Inner::Writer(slot) => slot.commit().await,
+            Inner::Conn(_) => Ok(()),
         }
     }
 
@@ -800,5 +933,89 @@ impl Tx for SqlTx {
         )
         .await?;
         Ok(())
+    }
+
+    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
+        // Appenders serialise on an advisory lock held to commit (PostgreSQL); SQLite's write
+        // transactions are serial already. Taken last in a transaction (lock order: … → audit
+        // head), so it is held only for the appends and the commit.
+        if self.backend == Backend::Postgres && self.write {
+            self.execute("SELECT pg_advisory_xact_lock($1)", args![PG_AUDIT_LOCK])
+                .await?;
+        }
+        // SQLite's writer remembers the head its own appends left (nothing else writes there).
+        if let Some(Inner::Writer(slot)) = self.inner.as_ref()
+            && let Some(head) = slot.audit_head()
+        {
+            return Ok(Some(head));
+        }
+        let conn = self.conn()?;
+        let r = sqlx::query("SELECT position, hash FROM audit_log ORDER BY position DESC LIMIT 1")
+            .fetch_optional(conn)
+            .await;
+        match self.checked(r)? {
+            None => Ok(None),
+            Some(row) => Ok(Some((
+                row.try_get("position").map_err(db_err)?,
+                row.try_get("hash").map_err(db_err)?,
+            ))),
+        }
+    }
+
+    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
+        // SQLite: the writer inserts the entries of every transaction of its batch in one
+        // statement just before the batch's COMMIT (an INSERT per transaction cost the
+        // automatic request a fifth of its rate). PostgreSQL: now, in this transaction.
+        if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
+            slot.append_audit(entries);
+            return Ok(());
+        }
+        if matches!(self.inner, Some(Inner::Conn(_))) {
+            return Err(StorageError::Other("write in a read transaction".into()));
+        }
+        let conn = self.conn()?;
+        let r = insert_audit(conn, entries).await;
+        self.checked(r)
+    }
+
+    async fn audit_entries(
+        &mut self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, StorageError> {
+        let sql = format!(
+            "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE position > $1 ORDER BY position LIMIT $2"
+        );
+        let conn = self.conn()?;
+        let r = bind_all(sqlx::query(&sql), args![after, i64::from(limit)])
+            .fetch_all(conn)
+            .await;
+        self.checked(r)?.iter().map(audit_from_row).collect()
+    }
+
+    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        let sql =
+            format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE subject = $1 ORDER BY position");
+        let conn = self.conn()?;
+        let r = bind_all(sqlx::query(&sql), args![subject])
+            .fetch_all(conn)
+            .await;
+        self.checked(r)?.iter().map(audit_from_row).collect()
+    }
+
+    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
+        let conn = self.conn()?;
+        let r = sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM audit_log WHERE position <= $1) AS n, \
+             (SELECT COALESCE(MAX(position), 0) FROM audit_log) AS m",
+        )
+        .bind(upto)
+        .fetch_one(conn)
+        .await;
+        let row = self.checked(r)?;
+        Ok((
+            row.try_get("n").map_err(db_err)?,
+            row.try_get("m").map_err(db_err)?,
+        ))
     }
 }

@@ -25,6 +25,12 @@
 //! they ran inside whichever `COMMIT` crossed the threshold and stalled every writer queued
 //! behind it for the copy and its sync.
 //!
+//! Audit log entries are the exception to "statements run in the transaction's turn": each
+//! transaction's entries are computed in its turn (on the head the writer remembers) and
+//! queued on the batch, and the flusher inserts the whole batch's entries in one statement
+//! just before the `COMMIT`, so they commit with the rows they record, or fail with them. No
+//! write transaction reads the audit log, so none misses a queued entry.
+//!
 //! Members of a batch see each other's writes before they are durable, as if they had run one
 //! after another, and they commit or fail together. Readers on other connections see them only
 //! after the `COMMIT`, as before.
@@ -33,6 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use countersign_broker_core::audit::AuditEntry;
 use countersign_broker_core::storage::StorageError;
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Executor};
@@ -52,6 +59,13 @@ type Answer = oneshot::Sender<Result<(), StorageError>>;
 pub(crate) struct Batch {
     conn: Option<PoolConnection<Any>>,
     waiting: Vec<Answer>,
+    /// The audit log head (position, hash) the appends of this writer left, valid while every
+    /// transaction since it was set commits; forgotten on any rollback or failed commit, and
+    /// then read from the database again. This process is SQLite's only writer, so the
+    /// database's head changes only through it (a tampered tail is the follower's to find).
+    audit_head: Option<(i64, String)>,
+    /// Audit entries the batch's transactions appended, inserted just before its COMMIT.
+    audit_pending: Vec<AuditEntry>,
 }
 
 impl Drop for Batch {
@@ -151,6 +165,22 @@ impl Slot {
         }
     }
 
+    /// The audit log head this writer's appends left, if still known.
+    pub(crate) fn audit_head(&self) -> Option<(i64, String)> {
+        self.batch.audit_head.clone()
+    }
+
+    /// Appends audit entries: they are inserted with the batch, just before its COMMIT, and
+    /// their head is remembered (both forgotten if the physical transaction fails).
+    pub(crate) fn append_audit(&mut self, entries: &[AuditEntry]) {
+        let Some(last) = entries.last() else {
+            return;
+        };
+        self.wrote = true;
+        self.batch.audit_head = Some((last.position, last.hash.clone()));
+        self.batch.audit_pending.extend_from_slice(entries);
+    }
+
     /// Call before a statement that may change the database.
     pub(crate) fn writing(&mut self) {
         self.wrote = true;
@@ -215,6 +245,8 @@ impl Slot {
                 // No runtime to roll back on: close the connection, which rolls back, rather
                 // than return it to the pool inside a transaction.
                 let mut batch = batch;
+                batch.audit_head = None;
+                batch.audit_pending.clear();
                 if let Some(mut conn) = batch.conn.take() {
                     conn.close_on_drop();
                 }
@@ -228,6 +260,8 @@ impl Slot {
 
 /// Rolls the physical transaction back; its batch's members answer `Conflict`.
 async fn roll_back(mut batch: OwnedMutexGuard<Batch>, why: &str) {
+    batch.audit_head = None;
+    batch.audit_pending.clear();
     if let Some(mut conn) = batch.conn.take() {
         let rolled = tokio::time::timeout(END_TIMEOUT, conn.execute("ROLLBACK")).await;
         if !matches!(rolled, Ok(Ok(_))) {
@@ -250,7 +284,13 @@ async fn commit_batch(batch: &mut Batch) {
     let Some(mut conn) = batch.conn.take() else {
         return;
     };
-    let result = match tokio::time::timeout(END_TIMEOUT, conn.execute("COMMIT")).await {
+    let pending = std::mem::take(&mut batch.audit_pending);
+    let result = match tokio::time::timeout(END_TIMEOUT, async {
+        crate::tx::insert_audit(&mut conn, &pending).await?;
+        conn.execute("COMMIT").await
+    })
+    .await
+    {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(db_err(e)),
         Err(_) => Err(StorageError::Unavailable(format!(
@@ -258,6 +298,7 @@ async fn commit_batch(batch: &mut Batch) {
         ))),
     };
     if result.is_err() {
+        batch.audit_head = None;
         let _ = tokio::time::timeout(END_TIMEOUT, conn.execute("ROLLBACK")).await;
         conn.close_on_drop();
     }

@@ -182,6 +182,8 @@ suite!(
     grants_round_trip,
     remember_once_replay_and_lapse,
     remember_once_concurrent_callers,
+    remember_once_batches_answer_each_caller,
+    remember_once_failed_batch_answers_every_caller_with_an_error,
     due_lists_stored_live_rows_past_their_time,
     outbox_take_reschedule_delete,
     outbox_take_skips_rows_another_transaction_took,
@@ -192,6 +194,9 @@ suite!(
     undecodable_rows_are_corrupt,
     reconnecting_keeps_data_and_schema,
     ping_and_debug,
+    audit_log_appends_chain_and_serialise,
+    an_append_rolled_back_leaves_no_head_behind,
+    the_follower_sweeps_below_its_head_in_bounded_rounds,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -236,6 +241,7 @@ fn credential(
         expires_at: at(issued + 86_400),
         revoked_at: revoked.map(at),
         record_id: Some(RecordId::of_text("some record")),
+        seal: String::new(),
     }
 }
 
@@ -310,6 +316,7 @@ fn enrollment(
         pod_token_seen: true,
         pod_account: Some("ns/sa".into()),
         withheld: BTreeSet::from([name("GITHUB_TOKEN")]),
+        seal: String::new(),
     }
 }
 
@@ -762,6 +769,113 @@ async fn remember_once_concurrent_callers(s: &SqlStorage) {
     }
 }
 
+/// Many callers at once, so that their values share batches (`once.rs`): per value, exactly one
+/// caller hears "fresh", whether its repeats fall in its batch or a later one; a value stored
+/// and lapsed is fresh again.
+async fn remember_once_batches_answer_each_caller(s: &SqlStorage) {
+    const VALUES: usize = 40;
+    const REPEATS: usize = 5;
+    assert!(
+        s.remember_once("proof", "batch-lapsed-3", at(5), at(0))
+            .await
+            .expect("remember")
+    );
+    let barrier = Arc::new(Barrier::new(VALUES * REPEATS));
+    let mut set = JoinSet::new();
+    for i in 0..VALUES * REPEATS {
+        let (s, barrier) = (s.clone(), barrier.clone());
+        set.spawn(async move {
+            barrier.wait().await;
+            let v = i % VALUES;
+            let name = if v == 3 {
+                "batch-lapsed-3".to_owned()
+            } else {
+                format!("batch-{v}")
+            };
+            let fresh = s
+                .remember_once("proof", &name, at(60), at(10))
+                .await
+                .expect("remember");
+            (v, fresh)
+        });
+    }
+    let mut fresh_per_value = [0usize; VALUES];
+    for (v, fresh) in set.join_all().await {
+        fresh_per_value[v] += usize::from(fresh);
+    }
+    assert_eq!(fresh_per_value, [1; VALUES], "one fresh caller per value");
+    for v in [0, 3, VALUES - 1] {
+        let name = if v == 3 {
+            "batch-lapsed-3".to_owned()
+        } else {
+            format!("batch-{v}")
+        };
+        assert!(
+            !s.remember_once("proof", &name, at(60), at(20))
+                .await
+                .expect("replay")
+        );
+    }
+}
+
+/// A batch whose transaction fails (PostgreSQL: at `COMMIT`, by a deferred constraint trigger;
+/// SQLite: at its statement, by a trigger) answers each of its callers with the error, and none
+/// "fresh"; nothing of it is stored, so the same values are fresh once the fault is gone.
+async fn remember_once_failed_batch_answers_every_caller_with_an_error(db: &TestDb) {
+    let mut raw = db.raw().await;
+    match db.backend() {
+        Backend::Postgres => {
+            raw.execute(
+                "CREATE FUNCTION cs_refuse() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$",
+            )
+            .await
+            .expect("function");
+            raw.execute(
+                "CREATE CONSTRAINT TRIGGER cs_refuse AFTER INSERT OR UPDATE ON once_values \
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION cs_refuse()",
+            )
+            .await
+            .expect("trigger");
+        }
+        Backend::Sqlite => {
+            raw.execute(
+                "CREATE TRIGGER cs_refuse BEFORE INSERT ON once_values \
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            )
+            .await
+            .expect("trigger");
+        }
+    }
+    const CALLERS: usize = 24;
+    let barrier = Arc::new(Barrier::new(CALLERS));
+    let mut set = JoinSet::new();
+    for i in 0..CALLERS {
+        let (s, barrier) = (db.storage.clone(), barrier.clone());
+        set.spawn(async move {
+            barrier.wait().await;
+            s.remember_once("proof", &format!("doomed-{}", i % 6), at(60), at(0))
+                .await
+        });
+    }
+    for answer in set.join_all().await {
+        assert!(answer.is_err(), "a failed batch answered {answer:?}");
+    }
+    let drop_trigger = match db.backend() {
+        Backend::Postgres => "DROP TRIGGER cs_refuse ON once_values",
+        Backend::Sqlite => "DROP TRIGGER cs_refuse",
+    };
+    raw.execute(drop_trigger).await.expect("drop trigger");
+    for i in 0..6 {
+        assert!(
+            db.remember_once("proof", &format!("doomed-{i}"), at(60), at(0))
+                .await
+                .expect("remember"),
+            "doomed-{i} was not stored"
+        );
+    }
+}
+
 async fn due_lists_stored_live_rows_past_their_time(s: &SqlStorage) {
     let key = jwk();
     let now = at(100);
@@ -1138,8 +1252,215 @@ async fn reconnecting_keeps_data_and_schema(db: &TestDb) {
         .map(|r| sqlx::Row::try_get::<i64, _>(r, "version").expect("version"))
         .collect();
     assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
-    assert_eq!(versions.len(), 2, "the migrations this broker knows");
+    assert_eq!(versions.len(), 3, "the migrations this broker knows");
     raw.close().await.expect("close");
+}
+
+/// Appenders in concurrent transactions serialise on the head: every position once, one
+/// chain that verifies; entries read back by position, by subject and counted.
+async fn audit_log_appends_chain_and_serialise(s: &SqlStorage) {
+    use countersign_broker_core::audit::{self, AuditEvent};
+    let sealer = Arc::new(
+        countersign_broker_core::seal::Sealer::new(&zeroize::Zeroizing::new(vec![3u8; 32]))
+            .expect("key"),
+    );
+    let storage = Arc::new(s.clone());
+    let mut tasks = JoinSet::new();
+    for i in 0..8 {
+        let (storage, sealer) = (storage.clone(), sealer.clone());
+        tasks.spawn(async move {
+            loop {
+                let mut tx = storage.begin().await.expect("begin");
+                let events = [
+                    AuditEvent {
+                        kind: "grant",
+                        subject: format!("grant:{i}"),
+                        body: serde_json::json!({ "i": i }),
+                    },
+                    AuditEvent {
+                        kind: "revocation",
+                        subject: format!("grant:{i}"),
+                        body: serde_json::json!({}),
+                    },
+                ];
+                match audit::append(&mut *tx, &sealer, at(i), &events).await {
+                    Ok(_) => {}
+                    Err(StorageError::Conflict) => continue,
+                    Err(e) => panic!("append: {e}"),
+                }
+                match tx.commit().await {
+                    Ok(()) => break,
+                    Err(StorageError::Conflict) => continue,
+                    Err(e) => panic!("commit: {e}"),
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("task");
+    }
+    let mut tx = s.read().await.expect("read");
+    let walk = audit::verify_all(&mut *tx, &sealer)
+        .await
+        .expect("read")
+        .expect("the chain verifies");
+    assert_eq!(walk.position, 16);
+    assert_eq!(tx.audit_count(10).await.expect("count"), (10, 16));
+    let mine = tx.audit_by_subject("grant:3").await.expect("by subject");
+    assert_eq!(
+        mine.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+        ["grant", "revocation"]
+    );
+    assert_eq!(
+        mine[1].position,
+        mine[0].position + 1,
+        "one transaction's entries are adjacent"
+    );
+    let page = tx.audit_entries(14, 10).await.expect("entries");
+    assert_eq!(
+        page.iter().map(|e| e.position).collect::<Vec<_>>(),
+        [15, 16]
+    );
+    assert_eq!(tx.audit_head().await.expect("head"), Some((16, walk.hash)));
+}
+
+/// An append whose transaction rolls back leaves no trace in the head the next append builds
+/// on (SQLite's writer remembers the head its appends left, and must forget a rolled-back one).
+async fn an_append_rolled_back_leaves_no_head_behind(s: &SqlStorage) {
+    use countersign_broker_core::audit::{self, AuditEvent};
+    let sealer =
+        countersign_broker_core::seal::Sealer::new(&zeroize::Zeroizing::new(vec![4u8; 32]))
+            .expect("key");
+    let event = |kind: &'static str| AuditEvent {
+        kind,
+        subject: "grant:1".into(),
+        body: serde_json::json!({}),
+    };
+    let mut tx = s.begin().await.expect("begin");
+    audit::append(
+        &mut *tx,
+        &sealer,
+        at(1),
+        &[event("grant"), event("release")],
+    )
+    .await
+    .expect("append");
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.begin().await.expect("begin");
+    audit::append(&mut *tx, &sealer, at(2), &[event("revocation")])
+        .await
+        .expect("append");
+    drop(tx);
+
+    let mut tx = s.begin().await.expect("begin");
+    let (position, _) = audit::append(&mut *tx, &sealer, at(3), &[event("end")])
+        .await
+        .expect("append")
+        .expect("a head");
+    tx.commit().await.expect("commit");
+    assert_eq!(
+        position, 3,
+        "the rolled-back entry's position is taken again"
+    );
+
+    let mut tx = s.read().await.expect("read");
+    let walk = audit::verify_all(&mut *tx, &sealer)
+        .await
+        .expect("read")
+        .expect("the chain verifies");
+    assert_eq!(walk.position, 3);
+    let kinds: Vec<String> = tx
+        .audit_entries(0, 10)
+        .await
+        .expect("entries")
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, ["grant", "release", "end"]);
+}
+
+/// The follower re-verifies the chain below its head a bounded number of entries a round: an
+/// entry removed, then one edited, below the head is found within `head / budget` rounds, and
+/// a deleted tail at once.
+async fn the_follower_sweeps_below_its_head_in_bounded_rounds(db: &TestDb) {
+    use countersign_broker_core::audit::{self, AuditEvent, BreakReason, Follower};
+    use sqlx::Executor as _;
+    let sealer =
+        countersign_broker_core::seal::Sealer::new(&zeroize::Zeroizing::new(vec![6u8; 32]))
+            .expect("key");
+    let events: Vec<AuditEvent> = (0..23)
+        .map(|i| AuditEvent {
+            kind: "release",
+            subject: format!("grant:{i}"),
+            body: serde_json::json!({ "i": i }),
+        })
+        .collect();
+    let mut tx = db.begin().await.expect("begin");
+    audit::append(&mut *tx, &sealer, at(1), &events)
+        .await
+        .expect("append");
+    tx.commit().await.expect("commit");
+
+    async fn round(
+        db: &TestDb,
+        sealer: &countersign_broker_core::seal::Sealer,
+        f: &Follower,
+        full: bool,
+    ) -> countersign_broker_core::audit::FollowerState {
+        let mut tx = db.read().await.expect("read");
+        f.step(&mut *tx, sealer, full).await.expect("step")
+    }
+    let saved = {
+        let mut tx = db.read().await.expect("read");
+        tx.audit_entries(0, 100).await.expect("entries")
+    };
+    // Each case on a follower that has seen the whole chain, sweeping 5 entries a round.
+    for (sql, position, reason) in [
+        (
+            "DELETE FROM audit_log WHERE position = 7",
+            7,
+            BreakReason::Gap,
+        ),
+        (
+            "UPDATE audit_log SET body = '{}' WHERE position = 12",
+            12,
+            BreakReason::Hash,
+        ),
+    ] {
+        let f = Follower::with_sweep(None, 5);
+        assert_eq!(round(db, &sealer, &f, true).await.head.position, 23);
+        assert!(round(db, &sealer, &f, false).await.broken.is_none());
+        let mut raw = db.raw().await;
+        raw.execute(sql).await.expect("tamper");
+        let mut found = None;
+        for _ in 0..(23 / 5 + 1) {
+            if let Some(b) = round(db, &sealer, &f, false).await.broken {
+                found = Some((b.position, b.reason));
+                break;
+            }
+        }
+        assert_eq!(found, Some((position, reason)), "{sql}");
+        assert!(
+            round(db, &sealer, &f, false).await.broken.is_some(),
+            "a break is sticky"
+        );
+        // Put the chain back as it was for the next case.
+        raw.execute("DELETE FROM audit_log").await.expect("clear");
+        let mut tx = db.begin().await.expect("begin");
+        tx.append_audit(&saved).await.expect("restore");
+        tx.commit().await.expect("commit");
+    }
+
+    // A deleted tail is found in the next round, whatever the sweep's budget.
+    let f = Follower::with_sweep(None, 1);
+    assert_eq!(round(db, &sealer, &f, true).await.head.position, 23);
+    let mut raw = db.raw().await;
+    raw.execute("DELETE FROM audit_log WHERE position > 20")
+        .await
+        .expect("tamper");
+    let b = round(db, &sealer, &f, false).await.broken.expect("found");
+    assert_eq!((b.position, b.reason), (23, BreakReason::Gap));
 }
 
 async fn ping_and_debug(db: &TestDb) {
@@ -1316,6 +1637,51 @@ async fn exclusive_forgets_lapsed_single_use_values_as_it_goes() {
         !ex.remember_once("proof", "new5", at(100), at(20))
             .await
             .expect("live, so a replay")
+    );
+    db.finish().await;
+}
+
+/// `Exclusive` writes a value new to its memory through to the database and answers what the
+/// database answers: a value stored before (as by a process before a restart) is a replay, and a
+/// value whose write failed is not kept in memory, so that trying it again is not refused as one.
+#[tokio::test]
+async fn exclusive_asks_the_database_about_values_new_to_it() {
+    use countersign_broker_core::exclusive::Exclusive;
+    let db = TestDb::sqlite().await;
+    assert!(
+        db.remember_once("proof", "before-restart", at(60), at(0))
+            .await
+            .expect("remember")
+    );
+    let ex = Exclusive::new(db.storage.clone());
+    assert!(
+        !ex.remember_once("proof", "before-restart", at(60), at(1))
+            .await
+            .expect("replay")
+    );
+    let mut raw = db.raw().await;
+    raw.execute(
+        "CREATE TRIGGER cs_refuse BEFORE INSERT ON once_values \
+         BEGIN SELECT RAISE(ABORT, 'refused'); END",
+    )
+    .await
+    .expect("trigger");
+    assert!(
+        ex.remember_once("proof", "unwritten", at(60), at(1))
+            .await
+            .is_err()
+    );
+    raw.execute("DROP TRIGGER cs_refuse").await.expect("drop");
+    assert!(
+        ex.remember_once("proof", "unwritten", at(60), at(2))
+            .await
+            .expect("fresh once written")
+    );
+    assert!(
+        db.remember_once("proof", "unwritten", at(60), at(3))
+            .await
+            .is_ok_and(|fresh| !fresh),
+        "written through to the database"
     );
     db.finish().await;
 }

@@ -78,7 +78,7 @@ pub fn parse(token: &str) -> Result<Parsed, Error> {
     };
     let header: Header = b64::decode(h)
         .ok()
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .and_then(|bytes| countersign_proto::json::from_slice(&bytes).ok())
         .ok_or_else(|| invalid("header is not a JSON object"))?;
     let alg = Alg::parse(&header.alg).ok_or_else(|| invalid("alg must be RS256 or ES256"))?;
     if header.crit.is_some() || header.b64.is_some() {
@@ -177,7 +177,7 @@ pub fn check_claims(
     expect: &Expect<'_>,
     now: Time,
 ) -> Result<ServiceAccountToken, Error> {
-    let c: Claims = serde_json::from_slice(payload)
+    let c: Claims = countersign_proto::json::from_slice(payload)
         .map_err(|_| invalid("claims are not a JSON object of the expected shape"))?;
     if c.iss.as_deref() != Some(expect.issuer) {
         return Err(invalid("issuer is not the trusted one"));
@@ -488,5 +488,59 @@ mod tests {
                 .err(),
             Some(ErrorCode::TOKEN_INVALID)
         );
+    }
+
+    #[test]
+    fn repeated_members_the_claims_do_not_name_are_refused_too() {
+        let expect = Expect {
+            issuer: "https://issuer.example",
+            audience: "countersign",
+        };
+        let mut ok = claims();
+        ok["kubernetes.io"]["extra"] = json!(1);
+        assert!(check_claims(ok.to_string().as_bytes(), &expect, now()).is_ok());
+        // The same, with "extra" twice: a derive alone would ignore the repeat.
+        let text = ok
+            .to_string()
+            .replace(r#""extra":1"#, r#""extra":1,"extra":2"#);
+        assert!(text.contains(r#""extra":1,"extra":2"#));
+        assert_eq!(
+            check_claims(text.as_bytes(), &expect, now())
+                .map_err(|e| e.code)
+                .err(),
+            Some(ErrorCode::TOKEN_INVALID)
+        );
+    }
+
+    #[test]
+    fn extreme_times_are_refused_not_overflowed() {
+        let extremes = [
+            json!(i64::MAX),
+            json!(i64::MIN),
+            json!(u64::MAX),
+            json!(1e300),
+            json!(-1e300),
+            json!(-5),
+            json!(0.5),
+            json!("1700000000"),
+            json!(null),
+        ];
+        for field in ["iat", "exp", "nbf"] {
+            for v in &extremes {
+                let mut c = claims();
+                c[field] = v.clone();
+                let got = check(&c);
+                // An nbf at or before iat is harmless (only checked not to panic); an extreme
+                // iat or exp is always refused.
+                if field != "nbf" {
+                    assert!(got.is_err(), "{field}={v}");
+                }
+            }
+        }
+        // A minimal lifetime that would wrap if computed as exp - iat without care.
+        let mut c = claims();
+        c["iat"] = json!(i64::MIN);
+        c["exp"] = json!(i64::MAX);
+        assert!(check(&c).is_err());
     }
 }

@@ -9,25 +9,32 @@
 //!
 //! - [`procfs`]: processes named by pid and start time, ancestry walks;
 //! - [`peer`]: SO_PEERCRED and the re-checks around each identification;
-//! - [`helper`]: the state and the operations;
+//! - [`tracker`]: the processes seen inside each session, sticky until they exit;
+//! - [`cgroup`]: a cgroup v2 directory per session, where the machine lets the helper make one;
+//! - [`clock`]: the injected wall clock;
+//! - [`helper`]: the state and the operations, by area (login, credential, sessions and the
+//!   `membership` decision, signing, renewal);
 //! - [`keys`]: making keys and signing (aws-lc-rs; a test may set another source);
 //! - [`store`]: the launcher credential at rest;
 //! - [`server`]: the socket, framing and background ticks.
 //!
 //! The protocol is written down in `docs/launcher-helper.md`.
 
+pub mod cgroup;
+pub mod clock;
 pub mod helper;
 pub mod keys;
 pub mod peer;
 pub mod procfs;
 pub mod server;
 pub mod store;
+pub mod tracker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use helper::{Helper, HelperConfig};
+pub use helper::{Helper, HelperConfig, SessionCgroups};
 
 /// Runs the helper on `socket` until SIGTERM or SIGINT; then ends every enrolled session at
 /// the broker and removes the socket. With `service_login`, logs the service in with its token

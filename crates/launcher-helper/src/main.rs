@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use countersign_launcher_helper::HelperConfig;
+use countersign_launcher_helper::{HelperConfig, SessionCgroups};
 use countersign_launcher_proto::paths;
 
 /// The Countersign launcher helper: holds this machine's launcher credential and every
@@ -45,9 +45,24 @@ struct Args {
     /// The service's ServiceAccount token file (reread at each login).
     #[arg(long, requires = "service", value_name = "PATH")]
     token_file: Option<PathBuf>,
+    /// Whether each session gets a cgroup v2 directory of its own, which keeps every process it
+    /// runs inside it whatever happens to its ancestry: `auto` where the helper can make one
+    /// (root, or a delegated subtree), `require` (do not start without), `off`.
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    session_cgroups: CgroupsArg,
+    /// The cgroup v2 directory session cgroups are made in [default: the helper's own].
+    #[arg(long, value_name = "DIR")]
+    cgroup_dir: Option<PathBuf>,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "COUNTERSIGN_LOG_JSON")]
     log_json: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum CgroupsArg {
+    Auto,
+    Require,
+    Off,
 }
 
 fn usage(msg: &str) -> ExitCode {
@@ -82,6 +97,12 @@ fn main() -> ExitCode {
     let mut cfg = HelperConfig::new(&args.broker, state_dir);
     cfg.console_url = args.console_url;
     cfg.no_store = args.no_store;
+    cfg.session_cgroups = match args.session_cgroups {
+        CgroupsArg::Auto => SessionCgroups::Auto,
+        CgroupsArg::Require => SessionCgroups::Require,
+        CgroupsArg::Off => SessionCgroups::Off,
+    };
+    cfg.cgroup_dir = args.cgroup_dir;
     if let Some(h) = args.host {
         cfg.host = h;
     }

@@ -5,7 +5,8 @@
 //! that pid. For each request it then reads the start time again (before), walks the ancestry,
 //! and reads the process once more (after). If the pid is gone, now names a process that
 //! started at another time, or changed parent during the walk, the caller changed while being
-//! identified: `PEER_UNIDENTIFIED`. So a connection handed to, or inherited by, another process
+//! identified: `PEER_UNIDENTIFIED`. (The caller's cgroup is read between the two checks too.)
+//! So a connection handed to, or inherited by, another process
 //! after its opener exits (and its pid is reused) is never taken for that other process.
 
 use std::os::fd::AsFd;
@@ -33,6 +34,8 @@ pub struct Peer {
 pub struct Caller {
     pub id: ProcId,
     pub ancestry: Ancestry,
+    /// Its cgroup v2 path, read while it was identified (none where there is no cgroup v2).
+    pub cgroup: Option<String>,
 }
 
 impl Peer {
@@ -101,6 +104,7 @@ impl Peer {
             ));
         }
         let ancestry = procfs.ancestry(before);
+        let cgroup = procfs.cgroup(self.pid);
         let after = procfs
             .stat(self.pid)
             .map_err(|_| unidentified("the caller's process exited while being identified"))?;
@@ -110,6 +114,7 @@ impl Peer {
         Ok(Caller {
             id: before.id(),
             ancestry,
+            cgroup,
         })
     }
 }

@@ -156,40 +156,54 @@ impl Procfs {
         Ancestry { chain, end }
     }
 
+    /// Every live process `/proc` shows now, by pid (one read of each `stat`).
+    #[must_use]
+    pub fn snapshot(&self) -> HashMap<i32, Stat> {
+        let Ok(dir) = std::fs::read_dir(&self.root) else {
+            return HashMap::new();
+        };
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+            .filter_map(|pid| self.stat(pid).ok())
+            .filter(|s| !s.exited())
+            .map(|s| (s.pid, s))
+            .collect()
+    }
+
+    /// The cgroup v2 path of `pid` (`/proc/<pid>/cgroup`, its `0::` line), if it has one.
+    #[must_use]
+    pub fn cgroup(&self, pid: i32) -> Option<String> {
+        let text = std::fs::read_to_string(self.root.join(pid.to_string()).join("cgroup")).ok()?;
+        crate::cgroup::parse_proc_cgroup(&text)
+    }
+
     /// The live descendants of `root` (not `root` itself), found by scanning every process.
     #[must_use]
     pub fn descendants(&self, root: ProcId) -> Vec<ProcId> {
-        let Ok(dir) = std::fs::read_dir(&self.root) else {
-            return Vec::new();
-        };
-        let mut children: HashMap<i32, Vec<Stat>> = HashMap::new();
-        for entry in dir.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            if let Ok(s) = self.stat(pid)
-                && !s.exited()
-            {
-                children.entry(s.ppid).or_default().push(s);
-            }
-        }
-        let mut out = Vec::new();
-        let mut todo = vec![root];
-        let mut seen = HashSet::from([root.pid]);
-        while let Some(parent) = todo.pop() {
-            for c in children.get(&parent.pid).into_iter().flatten() {
-                if c.start >= parent.start && seen.insert(c.pid) {
-                    out.push(c.id());
-                    todo.push(c.id());
-                }
-            }
-        }
-        out
+        descendants_in(&self.snapshot(), &[root])
     }
+}
+
+/// The processes of `snapshot` that descend from one of `roots` (not the roots themselves): a
+/// child counts only if it started no earlier than its parent (else its ppid is a reused pid).
+#[must_use]
+pub fn descendants_in(snapshot: &HashMap<i32, Stat>, roots: &[ProcId]) -> Vec<ProcId> {
+    let mut children: HashMap<i32, Vec<&Stat>> = HashMap::new();
+    for s in snapshot.values() {
+        children.entry(s.ppid).or_default().push(s);
+    }
+    let mut out = Vec::new();
+    let mut todo: Vec<ProcId> = roots.to_vec();
+    let mut seen: HashSet<i32> = roots.iter().map(|r| r.pid).collect();
+    while let Some(parent) = todo.pop() {
+        for c in children.get(&parent.pid).into_iter().flatten() {
+            if c.start >= parent.start && seen.insert(c.pid) {
+                out.push(c.id());
+                todo.push(c.id());
+            }
+        }
+    }
+    out
 }
 
 /// Parses the text of `/proc/<pid>/stat`. The command name (field 2) is in parentheses and may

@@ -1,7 +1,9 @@
 //! `countersign-loadgen`: measures the broker's hot paths.
 //!
 //! It starts a broker in this process (its own Tokio runtime, `--server-threads` workers,
-//! SQLite in a temp dir, a local store), logs a machine in through the real HTTP flow, enrolls a
+//! SQLite in a temp dir or the `--database-url` given, a local store), or `--replicas N` of them
+//! on one PostgreSQL database (each its own runtime, storage pool and listener; the connections
+//! spread over them round-robin), logs a machine in through the real HTTP flow, enrolls a
 //! session, then drives `GET /v1/enrollments/self` and `POST /v1/requests` (automatic tier) over
 //! loopback HTTP from a second runtime, on hyper's HTTP/1 client connections, kept open. The
 //! open-loop phases count each call's latency from the moment it was due (as wrk2 does). Every request carries a fresh proof (its own `jti`, `iat`
@@ -49,9 +51,19 @@ struct Args {
     /// SQLite's `synchronous` setting for the broker's database: `full` or `normal`.
     #[arg(long, default_value = "full")]
     synchronous: String,
-    /// Worker threads of the broker's runtime.
+    /// Worker threads of each broker's runtime.
     #[arg(long, default_value_t = 2)]
     server_threads: usize,
+    /// The brokers' database (`postgres://…`, or `sqlite://path?mode=rwc`); default a SQLite
+    /// file in a temp dir, with `--synchronous`. A PostgreSQL database should be empty or one
+    /// this tool used before (it adds a session each run).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Broker replicas on the one database, each on its own runtime with its own storage pool,
+    /// caches and listener; the load goes to them round-robin by connection. More than one
+    /// needs PostgreSQL (SQLite storage is single-process).
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
 }
 
 const PERSON: &str = "bench@countersign.local";
@@ -70,23 +82,41 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
-    // The broker, on its own runtime.
+    let database_url = args.database_url.clone().unwrap_or_else(|| {
+        format!(
+            "sqlite://{}?mode=rwc&synchronous={}",
+            dir.join("broker.db").display(),
+            args.synchronous
+        )
+    });
+    if args.replicas == 0 {
+        bail!("--replicas must be at least 1");
+    }
+    if args.replicas > 1 && database_url.starts_with("sqlite") {
+        bail!("several replicas need PostgreSQL: SQLite storage is single-process");
+    }
+    // The brokers, each on its own runtime.
     let server_threads = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let record = server_threads.clone();
-    let server_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.server_threads)
-        .on_thread_start(move || {
-            // The thread's /proc entry, to read the CPU time the server spends.
-            if let Ok(p) = std::fs::read_link("/proc/thread-self") {
-                // The link reads `<pid>/task/<tid>`, relative to /proc.
-                record
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(format!("/proc/{}", p.display()));
-            }
-        })
-        .enable_all()
-        .build()?;
+    let mut server_rts = Vec::new();
+    for _ in 0..args.replicas {
+        let record = server_threads.clone();
+        server_rts.push(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(args.server_threads)
+                .on_thread_start(move || {
+                    // The thread's /proc entry, to read the CPU time the server spends.
+                    if let Ok(p) = std::fs::read_link("/proc/thread-self") {
+                        // The link reads `<pid>/task/<tid>`, relative to /proc.
+                        record
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(format!("/proc/{}", p.display()));
+                    }
+                })
+                .enable_all()
+                .build()?,
+        );
+    }
     let server_cpu = || -> f64 {
         let threads = server_threads
             .lock()
@@ -94,9 +124,13 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
             .clone();
         threads.iter().map(|t| thread_cpu_seconds(t)).sum()
     };
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
-    drop(listener);
+    let mut listen = Vec::new();
+    for _ in 0..args.replicas {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listen.push(listener.local_addr()?);
+    }
+    // One public URL for all (as behind a load balancer): the first listener's.
+    let public_url = format!("http://{}", listen[0]);
     let token = "loadgen-console-token-0123456789";
     std::fs::write(
         dir.join("seal.key"),
@@ -109,15 +143,12 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
             "prefix = \"agents/\"\n[[secret]]\nname = \"agents/bench-auto\"\nowner = \"{PERSON}\"\ntier = \"automatic\"\nvalue = \"v\"\n"
         ),
     )?;
-    let config = Config {
-        listen: addr,
-        public_url: format!("http://{addr}"),
-        database_url: format!(
-            "sqlite://{}?mode=rwc&synchronous={}",
-            dir.join("broker.db").display(),
-            args.synchronous
-        ),
+    let mut config = Config {
+        listen: listen[0],
+        public_url: public_url.clone(),
+        database_url,
         seal_key_file: dir.join("seal.key"),
+        audit_state_file: None,
         console_token_file: Some(dir.join("console-token")),
         tls: None,
         store: StoreConfig::Local {
@@ -129,17 +160,33 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         token_issuer: None,
         notifications: None,
     };
-    let running = server_rt.block_on(async {
-        let state = countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;
-        countersign_broker_http::serve(state, addr, None, chrono::Duration::minutes(5)).await
-    })?;
-    let base = format!("http://{}", running.addr);
+    let mut running = Vec::new();
+    for (rt, addr) in server_rts.iter().zip(&listen) {
+        config.listen = *addr;
+        running.push(rt.block_on(async {
+            let state =
+                countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;
+            countersign_broker_http::serve(state, *addr, None, chrono::Duration::minutes(5)).await
+        })?);
+    }
+    let addrs: Vec<SocketAddr> = running.iter().map(|r| r.addr).collect();
+    let base = public_url;
+    println!(
+        "{} broker replica(s) on {}",
+        args.replicas,
+        if config.database_url.starts_with("postgres") {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        }
+    );
 
     let verify_us = measure_verify();
+    // Every replica's threads share the machine's cores: count the machine's.
+    let cores = std::thread::available_parallelism().map_or(args.server_threads, |n| n.get());
     println!(
-        "ES256 verification (aws-lc-rs), one core: {verify_us:.1} µs → {:.0} verifications/s on {} cores",
-        1e6 / verify_us * args.server_threads as f64,
-        args.server_threads
+        "ES256 verification (aws-lc-rs), one core: {verify_us:.1} µs → {:.0} verifications/s on {cores} cores",
+        1e6 / verify_us * cores as f64,
     );
 
     let client_rt = tokio::runtime::Builder::new_multi_thread()
@@ -150,13 +197,13 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         // reqwest only for the set-up calls; the measured phases use their own connections.
         let http = reqwest::Client::new();
         let session = setup(&http, &base, token).await?;
-        let target = 0.5 * 1e6 / verify_us * args.server_threads as f64;
+        let target = 0.5 * 1e6 / verify_us * cores as f64;
 
         let n = ((args.seconds as f64) * 40_000.0) as usize;
         let reads = presign(&session, &base, n, |s, b| s.self_proof(b))?;
         let cpu0 = server_cpu();
         let r = closed_loop(
-            running.addr,
+            &addrs,
             reads,
             args.connections,
             Duration::from_secs(args.seconds),
@@ -164,12 +211,12 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         .await?;
         let cpu = server_cpu() - cpu0;
         r.print("GET /v1/enrollments/self, closed loop", Some(target));
-        print_capacity(cpu, r.done, args.server_threads, target);
+        print_capacity(cpu, r.done, cores, target);
         let reads = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
             s.self_proof(b)
         })?;
         let r = open_loop(
-            running.addr,
+            &addrs,
             reads,
             args.rate,
             Duration::from_secs(10),
@@ -185,7 +232,7 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         let writes = presign(&session, &base, n, |s, b| s.request_call(b))?;
         let cpu0 = server_cpu();
         let r = closed_loop(
-            running.addr,
+            &addrs,
             writes,
             args.connections,
             Duration::from_secs(args.seconds),
@@ -193,12 +240,12 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         .await?;
         let cpu = server_cpu() - cpu0;
         r.print("POST /v1/requests (automatic), closed loop", None);
-        print_capacity(cpu, r.done, args.server_threads, f64::NAN);
+        print_capacity(cpu, r.done, cores, f64::NAN);
         let writes = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
             s.request_call(b)
         })?;
         let r = open_loop(
-            running.addr,
+            &addrs,
             writes,
             args.rate,
             Duration::from_secs(10),
@@ -211,7 +258,9 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         );
         anyhow::Ok(())
     })?;
-    server_rt.block_on(running.shutdown(Duration::from_secs(5)));
+    for (rt, r) in server_rts.iter().zip(running) {
+        rt.block_on(r.shutdown(Duration::from_secs(5)));
+    }
     Ok(())
 }
 
@@ -513,23 +562,24 @@ async fn send_on(
     Ok(start.elapsed())
 }
 
+/// Connections go to the replicas round-robin.
 async fn closed_loop(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     calls: Vec<Call>,
     connections: usize,
     run_for: Duration,
 ) -> anyhow::Result<Report> {
     let calls = Arc::new(calls);
     let next = Arc::new(AtomicUsize::new(0));
-    let host = addr.to_string();
     let mut senders = Vec::new();
-    for _ in 0..connections {
-        senders.push(connect(addr).await?);
+    for i in 0..connections {
+        let addr = addrs[i % addrs.len()];
+        senders.push((addr, connect(addr).await?));
     }
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for mut sender in senders {
-        let (host, calls, next) = (host.clone(), calls.clone(), next.clone());
+    for (addr, mut sender) in senders {
+        let (host, calls, next) = (addr.to_string(), calls.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0;
@@ -574,20 +624,20 @@ async fn closed_loop(
 /// latency counts from the moment it was due, so a stall also delays the calls queued behind it
 /// (no coordinated omission).
 async fn open_loop(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     calls: Vec<Call>,
     rate: u64,
     run_for: Duration,
     connections: usize,
 ) -> anyhow::Result<Report> {
     let calls = Arc::new(calls);
-    let host = addr.to_string();
     let (due_tx, due_rx) = tokio::sync::mpsc::channel::<(usize, Instant)>(calls.len().max(1));
     let due_rx = Arc::new(tokio::sync::Mutex::new(due_rx));
     let mut workers = Vec::new();
-    for _ in 0..connections {
+    for c in 0..connections {
+        let addr = addrs[c % addrs.len()];
         let mut sender = connect(addr).await?;
-        let (host, calls, due_rx) = (host.clone(), calls.clone(), due_rx.clone());
+        let (host, calls, due_rx) = (addr.to_string(), calls.clone(), due_rx.clone());
         workers.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0;

@@ -3,13 +3,14 @@
 //! [`parse`] checks everything that can be checked without a key and yields an [`Unverified`]
 //! token; the caller picks the key (by `kid`, or the embedded `jwk`) and calls
 //! [`Unverified::verify`] or [`Unverified::verify_with_embedded_jwk`] to get a [`Verified`] one.
-//! Header and payload must be JSON objects without duplicate top-level members.
+//! Header and payload must be JSON objects in which no object, at any depth, repeats a member
+//! ([`crate::json`]).
 
-use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{JwsError, PublicJwk, SigningKey, VerifyingKey, b64};
+use crate::{JwsError, PublicJwk, SigningKey, VerifyingKey, b64, json};
 
 /// The longest token accepted by [`parse`] or produced by [`sign`], in bytes.
 pub const MAX_TOKEN_LEN: usize = 16 * 1024;
@@ -65,7 +66,7 @@ pub struct Unverified {
 ///
 /// # Errors
 /// [`JwsError::Malformed`] for a token over [`MAX_TOKEN_LEN`], not three base64url parts, a header
-/// or payload that is not a JSON object (or repeats a member), a missing or non-string `alg`/`typ`,
+/// or payload that is not a JSON object (or has an object repeating a member, at any depth), a missing or non-string `alg`/`typ`,
 /// a non-string or empty `kid`, both `jwk` and `kid`, or a signature that is not 64 bytes;
 /// [`JwsError::Unsupported`] for an `alg` other than `ES256`, a `crit` or a `b64` member; the
 /// errors of [`PublicJwk::from_value`] for a bad `jwk`.
@@ -220,9 +221,10 @@ impl Verified {
     /// Deserializes the payload into a claim set.
     ///
     /// # Errors
-    /// [`JwsError::Malformed`] if the payload does not fit `T`.
+    /// [`JwsError::Malformed`] if the payload does not fit `T` (or repeats a member: checked
+    /// again here because a [`Verified`] can be built by hand).
     pub fn claims<T: DeserializeOwned>(&self) -> Result<T, JwsError> {
-        serde_json::from_slice(&self.payload)
+        json::from_slice(&self.payload)
             .map_err(|_| JwsError::Malformed("claims do not match the expected shape"))
     }
 }
@@ -275,39 +277,11 @@ pub fn sign(
     Ok(token)
 }
 
-/// Parses `bytes` as one JSON object whose top-level member names are unique.
+/// Parses `bytes` as one JSON object in which no object, at any depth, repeats a member name.
 fn strict_object(bytes: &[u8], what: &'static str) -> Result<Map<String, Value>, JwsError> {
-    serde_json::from_slice::<StrictObject>(bytes)
-        .map(|o| o.0)
-        .map_err(|_| JwsError::Malformed(what))
-}
-
-struct StrictObject(Map<String, Value>);
-
-impl<'de> Deserialize<'de> for StrictObject {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ObjectVisitor;
-
-        impl<'de> Visitor<'de> for ObjectVisitor {
-            type Value = StrictObject;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object without duplicate members")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<StrictObject, A::Error> {
-                let mut map = Map::new();
-                while let Some(name) = access.next_key::<String>()? {
-                    let value = access.next_value::<Value>()?;
-                    if map.insert(name, value).is_some() {
-                        return Err(de::Error::custom("duplicate member"));
-                    }
-                }
-                Ok(StrictObject(map))
-            }
-        }
-
-        d.deserialize_map(ObjectVisitor)
+    match json::value_from_slice(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => Err(JwsError::Malformed(what)),
     }
 }
 

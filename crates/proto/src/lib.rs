@@ -8,6 +8,7 @@
 //!   [`VerifyingKey`] pair;
 //! - [`jws`]: compact JWS parsing, verification and signing with the protocol's refusals
 //!   (only `ES256`, no `crit`, no `b64`, raw 64-byte signatures with in-range scalars, ...);
+//! - [`json`]: JSON parsing that refuses a repeated object member at any depth;
 //! - [`claims`]: the claim sets of the `Proof` header and the signed request objects.
 //!
 //! Nothing in this crate panics on input, and no error message carries key material or token
@@ -16,6 +17,7 @@
 pub mod b64;
 pub mod claims;
 mod error;
+pub mod json;
 pub mod jwk;
 pub mod jws;
 

@@ -418,3 +418,61 @@ async fn proofs_of_ended_enrollments_and_revoked_credentials_are_refused() -> R 
         .refused(401, "LAUNCHER_INVALID");
     Ok(())
 }
+
+/// A proof accepted by a SQLite broker, replayed to the same broker after a restart (its
+/// server stopped, a new one started on the same database file with empty memory), is refused:
+/// the `jti` was durable before the first answer.
+#[tokio::test]
+async fn a_proof_replayed_after_a_restart_is_refused() -> R {
+    let mut before = TestBroker::start().await?;
+    assert!(before.database_url.starts_with("sqlite:"));
+    let (_machine, session) = before.session_of(ADA).await?;
+    let proof = session.proof("GET", "/v1/enrollments/self", b"");
+    let headers = [("proof", proof.as_str())];
+    before
+        .conn
+        .send_with(
+            &before.conn.client,
+            "GET",
+            "/v1/enrollments/self",
+            &headers,
+            None,
+        )
+        .await?
+        .expect(200);
+    before.stop().await;
+
+    let after = TestBroker::builder().replica_of(&before).start().await?;
+    let replayed = after
+        .conn
+        .send_with(
+            &after.conn.client,
+            "GET",
+            "/v1/enrollments/self",
+            &headers,
+            None,
+        )
+        .await?;
+    replayed.refused(401, "PROOF_INVALID");
+    assert!(
+        replayed.error().contains("replayed"),
+        "{}",
+        replayed.error()
+    );
+    // The session itself survived the restart: a fresh proof is accepted.
+    let fresh = session.proof("GET", "/v1/enrollments/self", b"");
+    after
+        .conn
+        .send_with(
+            &after.conn.client,
+            "GET",
+            "/v1/enrollments/self",
+            &[("proof", fresh.as_str())],
+            None,
+        )
+        .await?
+        .expect(200);
+    after.shutdown().await;
+    before.shutdown().await;
+    Ok(())
+}

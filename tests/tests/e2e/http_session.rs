@@ -386,14 +386,20 @@ async fn an_expired_machine_login_enrolls_nothing_more_but_its_sessions_keep_run
 
 #[tokio::test]
 async fn postgres_smoke_when_configured() -> R {
-    // Runs only where COUNTERSIGN_TEST_POSTGRES_URL names a database.
-    let Some(url) = postgres_url() else {
+    // Runs only where COUNTERSIGN_TEST_POSTGRES_URL names a server; on a database of its own.
+    let Some(db) = PgDatabase::create("cs_smoke").await? else {
         return Ok(());
     };
-    let tb = TestBroker::builder().database_url(&url).start().await?;
-    let (_m, s) = tb.session_of(ADA).await?;
-    let r = s.request(&[AUTO]).await?.expect(200);
-    let v = s.values(&r.s("grant_id")).await?.expect(200);
-    assert_eq!(v.get("values")[AUTO], json!(tb.value_of(AUTO)));
-    Ok(())
+    let result = async {
+        let tb = TestBroker::builder().database_url(&db.url).start().await?;
+        let (_m, s) = tb.session_of(ADA).await?;
+        let r = s.request(&[AUTO]).await?.expect(200);
+        let v = s.values(&r.s("grant_id")).await?.expect(200);
+        assert_eq!(v.get("values")[AUTO], json!(tb.value_of(AUTO)));
+        tb.shutdown().await;
+        anyhow::Ok(())
+    }
+    .await;
+    db.drop_now().await;
+    result
 }

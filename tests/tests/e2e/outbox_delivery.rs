@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
 use countersign_broker_core::clock::rfc3339;
 use countersign_broker_core::storage::OutboxItem;
-use countersign_e2e::http::{ADA, BOB, Machine, Session, TempDir};
+use countersign_e2e::http::{ADA, BOB, Machine, PgDatabase, Session, TempDir};
 use countersign_e2e::k8s::{K8sBroker, K8sConfig};
 use serde_json::{Value, json};
 
@@ -145,6 +145,9 @@ async fn broker(notify: Option<String>, database_url: Option<String>) -> anyhow:
         notifications: notify,
         durations: Some("request_pending = 60".into()),
         secrets: vec![(OWNED.into(), ADA.into(), "owner".into())],
+        // Replicas sharing a database share the seal key: each verifies the other's seals and
+        // audit log entries.
+        seal_key: database_url.as_ref().map(|_| [9u8; 32]),
         database_url,
         ..Default::default()
     })
@@ -296,24 +299,10 @@ async fn without_a_notification_url_notices_are_dropped() -> R {
 
 #[tokio::test]
 async fn two_replicas_on_one_postgres_deliver_each_notice_once() -> R {
-    let Some(url) = countersign_e2e::http::postgres_url() else {
-        if std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") {
-            panic!("COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is not set");
-        }
-        println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL not set");
+    let Some(db) = PgDatabase::create("cs_outbox").await? else {
         return Ok(());
     };
-    use sqlx::{Connection as _, Executor as _};
-    sqlx::any::install_default_drivers();
-    let name = format!("cs_outbox_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::AnyConnection::connect(&url).await?;
-    admin
-        .execute(format!("CREATE DATABASE {name}").as_str())
-        .await?;
-    let db_url = match url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{name}"),
-        None => anyhow::bail!("COUNTERSIGN_TEST_POSTGRES_URL names no database"),
-    };
+    let db_url = db.url.clone();
     let result = async {
         let dir = TempDir::new()?;
         let secret = dir.path().join("webhook-secret");
@@ -356,8 +345,6 @@ async fn two_replicas_on_one_postgres_deliver_each_notice_once() -> R {
         anyhow::Ok(())
     }
     .await;
-    admin
-        .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
-        .await?;
+    db.drop_now().await;
     result
 }

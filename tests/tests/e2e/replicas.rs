@@ -11,39 +11,6 @@ use sqlx::Executor;
 
 type R = anyhow::Result<()>;
 
-/// A fresh database on the configured server, or `None` (skipped) when none is configured.
-async fn fresh_database() -> anyhow::Result<Option<(String, String)>> {
-    let Some(admin) = postgres_url() else {
-        if std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() == Ok("1") {
-            anyhow::bail!(
-                "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is not set"
-            );
-        }
-        println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL not set");
-        return Ok(None);
-    };
-    sqlx::any::install_default_drivers();
-    let name = format!("cs_replicas_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&admin).await?;
-    conn.execute(format!("CREATE DATABASE {name}").as_str())
-        .await?;
-    let (base, _) = admin
-        .rsplit_once('/')
-        .ok_or_else(|| anyhow::anyhow!("database URL without a path"))?;
-    Ok(Some((admin.clone(), format!("{base}/{name}"))))
-}
-
-async fn drop_database(admin: &str, url: &str) {
-    let Some((_, name)) = url.rsplit_once('/') else {
-        return;
-    };
-    if let Ok(mut conn) = <sqlx::AnyConnection as sqlx::Connection>::connect(admin).await {
-        let _ = conn
-            .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
-            .await;
-    }
-}
-
 fn on(conn: &Conn, s: &Session) -> anyhow::Result<Session> {
     Ok(Session {
         key: SigningKey::from_pkcs8(&s.key.to_pkcs8()?)?,
@@ -55,10 +22,10 @@ fn on(conn: &Conn, s: &Session) -> anyhow::Result<Session> {
 
 #[tokio::test]
 async fn replay_revocation_and_rereads_reach_every_replica() -> R {
-    let Some((admin, url)) = fresh_database().await? else {
+    let Some(db) = PgDatabase::create("cs_replicas").await? else {
         return Ok(());
     };
-    let a = TestBroker::builder().database_url(&url).start().await?;
+    let a = TestBroker::builder().database_url(&db.url).start().await?;
     let b = TestBroker::builder().replica_of(&a).start().await?;
 
     // A machine logs in through replica A; its session enrolls there.
@@ -131,22 +98,19 @@ async fn replay_revocation_and_rereads_reach_every_replica() -> R {
     }
     a.shutdown().await;
     b.shutdown().await;
-    drop_database(&admin, &url).await;
+    db.drop_now().await;
     Ok(())
 }
 
 #[tokio::test]
 async fn a_database_that_goes_away_answers_503_and_recovers_by_itself() -> R {
-    let Some((admin, url)) = fresh_database().await? else {
+    let Some(db) = PgDatabase::create("cs_replicas").await? else {
         return Ok(());
     };
-    let a = TestBroker::builder().database_url(&url).start().await?;
+    let a = TestBroker::builder().database_url(&db.url).start().await?;
     let (_machine, session) = a.session_of(ADA).await?;
-    let name = url
-        .rsplit_once('/')
-        .map(|(_, n)| n.to_owned())
-        .unwrap_or_default();
-    let mut admin_conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&admin).await?;
+    let name = db.name.clone();
+    let mut admin_conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.admin).await?;
 
     // The database refuses connections and drops the broker's.
     admin_conn
@@ -185,6 +149,6 @@ async fn a_database_that_goes_away_answers_503_and_recovers_by_itself() -> R {
     }
     session.describe().await?.expect(200);
     a.shutdown().await;
-    drop_database(&admin, &url).await;
+    db.drop_now().await;
     Ok(())
 }

@@ -125,6 +125,7 @@ impl Broker {
         approver: &Login,
         code: Option<&str>,
     ) -> Result<Approved, Error> {
+        self.audit_gate()?;
         let now = self.now();
         let policy = self.policy();
         let owners = self.record_owners(id).await?;
@@ -165,6 +166,8 @@ impl Broker {
                         expires_at: now + self.config.machine_credential_lifetime,
                         revoked_at: None,
                         record_id: Some(rec.id),
+                        // Sealed as it is written (see `broker::guard`).
+                        seal: String::new(),
                     };
                     tx.put_credential(&c).await?;
                     self.decide_record(
@@ -252,6 +255,7 @@ impl Broker {
         approver: &Login,
         code: Option<&str>,
     ) -> Result<RecordState, Error> {
+        self.audit_gate()?;
         let now = self.now();
         let owners = self.record_owners(id).await?;
         transact!(self, "deny", |tx| {

@@ -38,9 +38,10 @@ impl Broker {
         if runtime_id.is_empty()
             || runtime_id.len() > 256
             || runtime_id.chars().any(char::is_control)
+            || crate::ids::has_format_char(&runtime_id)
         {
             return Err(bad(
-                "body must be one valid JSON object: runtime_id must be 1 to 256 characters",
+                "body must be one valid JSON object: runtime_id must be 1 to 256 characters, none a control or format (Cf) character",
             ));
         }
         if let Some(op) = input.operator.as_deref() {
@@ -102,6 +103,8 @@ impl Broker {
             pod_token_seen: false,
             pod_account,
             withheld: Default::default(),
+            // Sealed as it is written (see `broker::guard`).
+            seal: String::new(),
         };
         transact!(self, "enroll", |tx| {
             // Lock the credential row: two enrollments of one runtime serialise here.

@@ -115,6 +115,7 @@ impl Broker {
         if host.is_empty()
             || host.len() > 253
             || host.chars().any(|c| c.is_control() || c.is_whitespace())
+            || crate::ids::has_format_char(host)
         {
             return Err(invalid("request object invalid: host"));
         }
@@ -325,6 +326,8 @@ impl Broker {
                     expires_at,
                     revoked_at: None,
                     record_id: None,
+                    // Sealed as it is written (see `broker::guard`).
+                    seal: String::new(),
                 },
             };
             tx.put_credential(&credential).await?;

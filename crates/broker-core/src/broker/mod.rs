@@ -6,6 +6,7 @@ pub mod approver;
 mod auth;
 mod cascade;
 mod enroll;
+pub mod guard;
 mod login;
 mod operator;
 mod outbox;
@@ -138,14 +139,23 @@ pub struct Broker {
     keys: std::sync::Mutex<std::collections::HashMap<String, countersign_proto::VerifyingKey>>,
     /// The policy epoch this broker last loaded at (see [`Broker::follow_policy_epoch`]).
     seen_epoch: std::sync::atomic::AtomicI64,
+    /// The highest audit log entry this process has verified, and whether the chain broke.
+    audit: crate::audit::Follower,
 }
 
 impl Broker {
     /// A broker over `parts`, sealing with `sealer`. The policy starts empty: call
     /// [`Broker::reload_policy`] before serving.
     pub fn new(parts: Parts, sealer: Sealer, config: BrokerConfig) -> Self {
+        // Every transaction runs through the guard: seals on credentials and enrollments, and
+        // the audit log appended with the changes it records.
+        let storage: Arc<dyn Storage> = Arc::new(guard::Guarded::new(
+            parts.storage,
+            sealer.clone(),
+            parts.clock.clone(),
+        ));
         Self {
-            storage: parts.storage,
+            storage,
             store: parts.store,
             clock: parts.clock,
             entropy: parts.entropy,
@@ -155,6 +165,55 @@ impl Broker {
             policy: RwLock::new(PolicyState::default()),
             keys: Default::default(),
             seen_epoch: std::sync::atomic::AtomicI64::new(i64::MIN),
+            audit: crate::audit::Follower::default(),
+        }
+    }
+
+    /// The audit log follower: what this process has verified of the chain.
+    pub fn audit_follower(&self) -> &crate::audit::Follower {
+        &self.audit
+    }
+
+    /// The sealing key (for offline verification of the audit log).
+    pub fn sealer(&self) -> &Sealer {
+        &self.sealer
+    }
+
+    /// One round of the audit follower (the server runs it every second, `full` at start and
+    /// every minute): verifies the entries above the remembered head and advances (with
+    /// `full`, the whole chain again); a break (a deleted tail, an edited or missing entry)
+    /// makes the broker fail closed until an operator intervenes.
+    pub async fn follow_audit(&self, full: bool) -> Result<crate::audit::FollowerState, Error> {
+        let mut tx = self
+            .storage
+            .read()
+            .await
+            .map_err(|e| self.fail(Fail::Storage(e), "audit log read"))?;
+        let st = self
+            .audit
+            .step(&mut *tx, &self.sealer, full)
+            .await
+            .map_err(|e| self.fail(Fail::Storage(e), "audit log read"))?;
+        metrics::gauge!("countersign_audit_chain_broken").set(if st.broken.is_some() {
+            1.0
+        } else {
+            0.0
+        });
+        metrics::gauge!("countersign_audit_head_position").set(st.head.position as f64);
+        Ok(st)
+    }
+
+    /// Refuses while the audit chain is broken: DATABASE_UNAVAILABLE, step `audit log`.
+    pub(crate) fn audit_gate(&self) -> Result<(), Error> {
+        match self.audit.broken() {
+            None => Ok(()),
+            Some(b) => Err(Error::with_message(
+                ErrorCode::DATABASE_UNAVAILABLE,
+                format!(
+                    "audit log: {} (the chain breaks at {b})",
+                    ErrorCode::DATABASE_UNAVAILABLE.message()
+                ),
+            )),
         }
     }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use countersign_proto::claims::{self, SecretRequestClaims};
 use countersign_proto::jws;
 
-use super::{Broker, Fail, read, transact};
+use super::{Broker, Fail, guard, read, transact};
 use crate::clock::Time;
 use crate::error::{Error, ErrorCode};
 use crate::ids::{GrantId, RecordId, RequestId, SecretName, SessionId};
@@ -58,6 +58,7 @@ impl Broker {
         request: &str,
         session_id: Option<&str>,
     ) -> Result<CreatedRequest, Error> {
+        self.audit_gate()?;
         let session_id = session_id.map(SessionId::parse).transpose()?;
         let c = self.verify_secret_request(caller, request).await?;
         let mut names: Vec<SecretName> = Vec::new();
@@ -85,6 +86,11 @@ impl Broker {
         if reason.is_empty() || reason.chars().count() > 1000 {
             return Err(invalid(
                 "request object invalid: reason must be 1 to 1,000 characters",
+            ));
+        }
+        if crate::ids::has_format_char(reason) {
+            return Err(invalid(
+                "request object invalid: reason has a Unicode format (Cf) character",
             ));
         }
         let max = self.config.max_grant_lifetime.num_seconds();
@@ -356,8 +362,9 @@ impl Broker {
         caller: &Enrollment,
         id: GrantId,
     ) -> Result<Released, Error> {
+        self.audit_gate()?;
         let now = self.now();
-        let (grant, record) = read!(self, "read grant", |tx| {
+        let (grant, record, ended_in_log) = read!(self, "read grant", |tx| {
             let g = tx
                 .get_grant(id)
                 .await?
@@ -373,9 +380,23 @@ impl Broker {
                 Some(rid) => tx.get_record(&rid).await?,
                 None => None,
             };
-            Ok::<_, Fail>((g.settled(now, caller), record))
+            // An end recorded in the audit log ends the grant, whatever its row says.
+            let mut ended = false;
+            for subject in [format!("grant:{id}"), format!("enrollment:{}", caller.id)] {
+                for e in tx.audit_by_subject(&subject).await? {
+                    if crate::audit::check_entry(&self.sealer, &e).is_err() {
+                        guard::tampered("audit_log", &e.position.to_string(), "seal");
+                        return Err(ErrorCode::GRANT_CHAIN_INVALID.into());
+                    }
+                    ended |= crate::audit::ends(&e);
+                }
+            }
+            Ok::<_, Fail>((g.settled(now, caller), record, ended))
         })?;
-        if !grant.is_live() {
+        if ended_in_log && grant.is_live() {
+            guard::tampered("grants", &grant.id.to_string(), "end in the audit log");
+        }
+        if !grant.is_live() || ended_in_log {
             return Err(ErrorCode::GRANT_NOT_LIVE.into());
         }
         self.verify_chain(&grant, record.as_ref(), caller)?;
@@ -396,6 +417,17 @@ impl Broker {
             })?;
             values.push((n.clone(), v));
         }
+        // The release is in the log (names, never values) before any value leaves.
+        let names: Vec<&str> = grant.names.iter().map(|n| n.as_str()).collect();
+        let event = crate::audit::AuditEvent {
+            kind: "release",
+            subject: format!("grant:{}", grant.id),
+            body: serde_json::json!({ "enrollment": caller.id.to_string(), "names": names }),
+        };
+        transact!(self, "audit log", |tx| {
+            crate::audit::append(tx, &self.sealer, now, std::slice::from_ref(&event)).await?;
+            Ok::<_, Fail>(())
+        })?;
         tracing::info!(grant = %grant.id, enrollment = %caller.id, secrets = ?grant.names.iter().map(|n| n.as_str()).collect::<Vec<_>>(), "values released");
         Ok(Released {
             expires_at: grant.expires_at,

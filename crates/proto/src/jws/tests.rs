@@ -442,6 +442,61 @@ fn structure_refused() -> TestResult {
     Ok(())
 }
 
+/// Signs a hand-written header and payload text as they are (no re-serialization).
+fn sign_raw(key: &SigningKey, header: &str, payload: &str) -> Result<String, JwsError> {
+    let input = format!(
+        "{}.{}",
+        b64::encode(header.as_bytes()),
+        b64::encode(payload.as_bytes())
+    );
+    let sig = key.sign(input.as_bytes())?;
+    Ok(format!("{input}.{}", b64::encode(&sig)))
+}
+
+#[test]
+fn nested_duplicate_members_refused_even_when_signed() -> TestResult {
+    let key = SigningKey::generate()?;
+    let jwk = serde_json::to_value(key.public_jwk())?;
+    let (Some(x), Some(y)) = (jwk["x"].as_str(), jwk["y"].as_str()) else {
+        return Err("jwk without x and y".into());
+    };
+    let good_payload = r#"{"htm":"GET","htu":"https://b/x","iat":1,"jti":"j"}"#;
+    let header = |jwk_members: &str| {
+        format!(r#"{{"alg":"ES256","typ":"t","jwk":{{"kty":"EC","crv":"P-256",{jwk_members}}}}}"#)
+    };
+
+    // The control: the same shapes without a repeat verify.
+    let ok = sign_raw(
+        &key,
+        &header(&format!(r#""x":"{x}","y":"{y}""#)),
+        good_payload,
+    )?;
+    parse(&ok)?.verify_with_embedded_jwk()?;
+    let ok = sign_raw(
+        &key,
+        &header(&format!(r#""x":"{x}","y":"{y}""#)),
+        r#"{"a":[{"b":1},{"b":2}]}"#,
+    )?;
+    parse(&ok)?.verify_with_embedded_jwk()?;
+
+    // A repeated member inside the embedded jwk: two parsers could pick different keys.
+    let dup_jwk = sign_raw(
+        &key,
+        &header(&format!(r#""x":"{x}","y":"{y}","y":"{y}""#)),
+        good_payload,
+    )?;
+    assert!(matches!(parse(&dup_jwk), Err(JwsError::Malformed(_))));
+
+    // A repeated member nested in the payload (an authorization detail, say).
+    let dup_claim = sign_raw(
+        &key,
+        &header(&format!(r#""x":"{x}","y":"{y}""#)),
+        r#"{"jti":"j","authorization_details":[{"type":"a","type":"b"}]}"#,
+    )?;
+    assert!(matches!(parse(&dup_claim), Err(JwsError::Malformed(_))));
+    Ok(())
+}
+
 #[test]
 fn sign_refuses_bad_inputs() -> TestResult {
     let key = SigningKey::generate()?;

@@ -1,0 +1,497 @@
+//! [`Guarded`]: the storage decorator every [`Broker`](super::Broker) runs its transactions
+//! through. It keeps two promises for the whole core, whatever the call site:
+//!
+//! - **Seals on what a grant depends on.** Every launcher credential and enrollment written is
+//!   sealed with the broker's key ([`Sealer::seal_credential`], [`Sealer::seal_enrollment`]);
+//!   every one read is verified, and one whose seal fails (a key swapped, a row inserted, or a
+//!   row from before seals existed) is never served: the read answers as if the row did not
+//!   exist, so the route refuses with its own code (PROOF_INVALID, LAUNCHER_INVALID, …), and an
+//!   ERROR line `tampering detected` (`table`, `id`, `reason`) and the counter
+//!   `countersign_tamper_detected_total{what}` say so. Verifying here also covers what the
+//!   in-process cache ([`crate::exclusive`]) serves, since the cache sits below.
+//! - **The audit log.** A write transaction notes the state of the rows it reads, and each
+//!   write that makes a decision, a grant, a revocation, an end, a withholding or an expiry
+//!   becomes an [`AuditEvent`]; at commit they are appended to the chain ([`audit::append`]) in
+//!   the same transaction, last, so the row and its entry commit together.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::json;
+
+use crate::audit::{self, AuditEntry, AuditEvent};
+use crate::clock::{Clock, Time, to_millis};
+use crate::ids::{
+    ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId, SecretName,
+};
+use crate::model::{
+    Enrollment, Grant, GrantEnd, LauncherCredential, PendingLogin, Record, Request, RequestState,
+};
+use crate::seal::Sealer;
+use crate::storage::{Due, OutboxItem, Storage, StorageError, Tx};
+
+/// Logs and counts a row refused for its seal.
+pub(crate) fn tampered(table: &'static str, id: &str, reason: &'static str) {
+    metrics::counter!("countersign_tamper_detected_total", "what" => table).increment(1);
+    tracing::error!(table, id, reason, "tampering detected");
+}
+
+/// The decorator.
+#[derive(Debug)]
+pub struct Guarded {
+    inner: Arc<dyn Storage>,
+    sealer: Sealer,
+    clock: Arc<dyn Clock>,
+}
+
+impl Guarded {
+    pub fn new(inner: Arc<dyn Storage>, sealer: Sealer, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            inner,
+            sealer,
+            clock,
+        }
+    }
+
+    fn wrap(&self, inner: Box<dyn Tx>, write: bool) -> Box<dyn Tx> {
+        Box::new(GuardTx {
+            inner,
+            sealer: self.sealer.clone(),
+            clock: self.clock.clone(),
+            write,
+            seen: Seen::default(),
+            events: Vec::new(),
+        })
+    }
+}
+
+#[async_trait]
+impl Storage for Guarded {
+    async fn begin(&self) -> Result<Box<dyn Tx>, StorageError> {
+        Ok(self.wrap(self.inner.begin().await?, true))
+    }
+
+    async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
+        Ok(self.wrap(self.inner.read().await?, false))
+    }
+
+    async fn ping(&self) -> Result<(), StorageError> {
+        self.inner.ping().await
+    }
+
+    async fn policy_epoch(&self) -> Result<i64, StorageError> {
+        self.inner.policy_epoch().await
+    }
+
+    async fn bump_policy_epoch(&self) -> Result<i64, StorageError> {
+        self.inner.bump_policy_epoch().await
+    }
+
+    async fn remember_once(
+        &self,
+        scope: &str,
+        value: &str,
+        until: Time,
+        now: Time,
+    ) -> Result<bool, StorageError> {
+        self.inner.remember_once(scope, value, until, now).await
+    }
+}
+
+/// The state of rows a write transaction read, to tell which writes change what the log
+/// records. A row written without being read first is new.
+#[derive(Default)]
+struct Seen {
+    grants: HashMap<GrantId, bool>,
+    enrollments: HashMap<EnrollmentId, (bool, BTreeSet<SecretName>)>,
+    credentials: HashMap<CredentialId, bool>,
+    records: HashMap<RecordId, bool>,
+    requests: HashMap<RequestId, RequestState>,
+}
+
+struct GuardTx {
+    inner: Box<dyn Tx>,
+    sealer: Sealer,
+    clock: Arc<dyn Clock>,
+    write: bool,
+    seen: Seen,
+    events: Vec<AuditEvent>,
+}
+
+fn ms(t: Time) -> i64 {
+    t.timestamp_millis()
+}
+
+impl GuardTx {
+    fn credential(&mut self, c: LauncherCredential) -> Option<LauncherCredential> {
+        if !self.sealer.verify_credential(&c) {
+            let why = if c.seal.is_empty() {
+                "unsealed"
+            } else {
+                "seal"
+            };
+            tampered("credentials", &c.id.to_string(), why);
+            return None;
+        }
+        if self.write {
+            self.seen
+                .credentials
+                .entry(c.id)
+                .or_insert(c.revoked_at.is_some());
+        }
+        Some(c)
+    }
+
+    fn enrollment(&mut self, e: Enrollment) -> Option<Enrollment> {
+        if !self.sealer.verify_enrollment(&e) {
+            let why = if e.seal.is_empty() {
+                "unsealed"
+            } else {
+                "seal"
+            };
+            tampered("enrollments", &e.id.to_string(), why);
+            return None;
+        }
+        if self.write {
+            self.seen
+                .enrollments
+                .entry(e.id)
+                .or_insert_with(|| (e.ended.is_some(), e.withheld.clone()));
+        }
+        Some(e)
+    }
+
+    fn grant(&mut self, g: &Grant) {
+        if self.write {
+            self.seen.grants.entry(g.id).or_insert(g.end.is_some());
+        }
+    }
+
+    fn record(&mut self, r: &Record) {
+        if self.write {
+            self.seen.records.entry(r.id).or_insert(r.decided.is_some());
+        }
+    }
+
+    fn request(&mut self, r: &Request) {
+        if self.write {
+            self.seen.requests.entry(r.id).or_insert(r.state);
+        }
+    }
+
+    fn event(&mut self, kind: &'static str, subject: String, body: serde_json::Value) {
+        self.events.push(AuditEvent {
+            kind,
+            subject,
+            body,
+        });
+    }
+}
+
+#[async_trait]
+impl Tx for GuardTx {
+    async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
+        if !self.events.is_empty() {
+            let now = to_millis(self.clock.now());
+            let events = std::mem::take(&mut self.events);
+            audit::append(&mut *self.inner, &self.sealer, now, &events).await?;
+        }
+        self.inner.commit().await
+    }
+
+    async fn get_credential(
+        &mut self,
+        id: CredentialId,
+    ) -> Result<Option<LauncherCredential>, StorageError> {
+        Ok(self
+            .inner
+            .get_credential(id)
+            .await?
+            .and_then(|c| self.credential(c)))
+    }
+
+    async fn credentials_by_thumbprint(
+        &mut self,
+        thumbprint: &str,
+    ) -> Result<Vec<LauncherCredential>, StorageError> {
+        let all = self.inner.credentials_by_thumbprint(thumbprint).await?;
+        Ok(all.into_iter().filter_map(|c| self.credential(c)).collect())
+    }
+
+    async fn list_credentials(&mut self) -> Result<Vec<LauncherCredential>, StorageError> {
+        let all = self.inner.list_credentials().await?;
+        Ok(all.into_iter().filter_map(|c| self.credential(c)).collect())
+    }
+
+    async fn put_credential(&mut self, c: &LauncherCredential) -> Result<(), StorageError> {
+        let mut c = c.clone();
+        c.seal = self.sealer.seal_credential(&c);
+        let was_revoked = self.seen.credentials.insert(c.id, c.revoked_at.is_some());
+        if let Some(at) = c.revoked_at
+            && was_revoked != Some(true)
+        {
+            self.event(
+                "machine_login_end",
+                format!("credential:{}", c.id),
+                json!({ "at": ms(at), "record": c.record_id.map(|r| r.to_string()) }),
+            );
+        }
+        self.inner.put_credential(&c).await
+    }
+
+    async fn get_login(
+        &mut self,
+        pending_hash: &str,
+    ) -> Result<Option<PendingLogin>, StorageError> {
+        self.inner.get_login(pending_hash).await
+    }
+
+    async fn put_login(&mut self, l: &PendingLogin) -> Result<(), StorageError> {
+        self.inner.put_login(l).await
+    }
+
+    async fn get_record(&mut self, id: &RecordId) -> Result<Option<Record>, StorageError> {
+        let r = self.inner.get_record(id).await?;
+        if let Some(r) = &r {
+            self.record(r);
+        }
+        Ok(r)
+    }
+
+    async fn record_by_code(
+        &mut self,
+        code: &ConfirmationCode,
+    ) -> Result<Option<Record>, StorageError> {
+        let r = self.inner.record_by_code(code).await?;
+        if let Some(r) = &r {
+            self.record(r);
+        }
+        Ok(r)
+    }
+
+    async fn pending_records(&mut self) -> Result<Vec<Record>, StorageError> {
+        let rs = self.inner.pending_records().await?;
+        rs.iter().for_each(|r| self.record(r));
+        Ok(rs)
+    }
+
+    async fn put_record(&mut self, r: &Record) -> Result<(), StorageError> {
+        let was = self.seen.records.insert(r.id, r.decided.is_some());
+        if let Some(d) = &r.decided
+            && was != Some(true)
+        {
+            self.event(
+                "decision",
+                format!("record:{}", r.id),
+                json!({
+                    "event": d.event.as_str(),
+                    "by": d.by,
+                    "at": ms(d.at),
+                    "kind": r.body.kind.as_str(),
+                    "rules_version": r.body.rules_version,
+                }),
+            );
+        }
+        self.inner.put_record(r).await
+    }
+
+    async fn get_enrollment(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<Option<Enrollment>, StorageError> {
+        Ok(self
+            .inner
+            .get_enrollment(id)
+            .await?
+            .and_then(|e| self.enrollment(e)))
+    }
+
+    async fn enrollments_by_credential(
+        &mut self,
+        id: CredentialId,
+    ) -> Result<Vec<Enrollment>, StorageError> {
+        let all = self.inner.enrollments_by_credential(id).await?;
+        Ok(all.into_iter().filter_map(|e| self.enrollment(e)).collect())
+    }
+
+    async fn put_enrollment(&mut self, e: &Enrollment) -> Result<(), StorageError> {
+        let mut e = e.clone();
+        e.seal = self.sealer.seal_enrollment(&e);
+        let was = self
+            .seen
+            .enrollments
+            .insert(e.id, (e.ended.is_some(), e.withheld.clone()));
+        let (was_ended, was_withheld) = was.unwrap_or_default();
+        if let Some(end) = &e.ended
+            && !was_ended
+        {
+            self.event(
+                "session_end",
+                format!("enrollment:{}", e.id),
+                json!({ "at": ms(end.at), "by": end.by }),
+            );
+        }
+        let added: Vec<&str> = e
+            .withheld
+            .difference(&was_withheld)
+            .map(|n| n.as_str())
+            .collect();
+        if !added.is_empty() {
+            let body = json!({ "names": added });
+            self.event("withholding", format!("enrollment:{}", e.id), body);
+        }
+        self.inner.put_enrollment(&e).await
+    }
+
+    async fn get_request(&mut self, id: RequestId) -> Result<Option<Request>, StorageError> {
+        let r = self.inner.get_request(id).await?;
+        if let Some(r) = &r {
+            self.request(r);
+        }
+        Ok(r)
+    }
+
+    async fn pending_requests(
+        &mut self,
+        enrollment: EnrollmentId,
+    ) -> Result<Vec<Request>, StorageError> {
+        let rs = self.inner.pending_requests(enrollment).await?;
+        rs.iter().for_each(|r| self.request(r));
+        Ok(rs)
+    }
+
+    async fn put_request(&mut self, r: &Request) -> Result<(), StorageError> {
+        let was = self.seen.requests.insert(r.id, r.state);
+        if r.state != RequestState::Pending && was.is_none_or(|s| s == RequestState::Pending) {
+            let by = match (&r.decision, r.record_id) {
+                (Some(d), _) => d.by.clone(),
+                (None, None) => "automatic".to_owned(),
+                (None, Some(_)) => "broker".to_owned(),
+            };
+            self.event(
+                "decision",
+                format!("request:{}", r.id),
+                json!({
+                    "state": r.state.as_str(),
+                    "by": by,
+                    "enrollment": r.enrollment_id.to_string(),
+                    "names": r.names().iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+                    "grant": r.grant_id.map(|g| g.to_string()),
+                    "record": r.record_id.map(|g| g.to_string()),
+                }),
+            );
+        }
+        self.inner.put_request(r).await
+    }
+
+    async fn get_grant(&mut self, id: GrantId) -> Result<Option<Grant>, StorageError> {
+        let g = self.inner.get_grant(id).await?;
+        if let Some(g) = &g {
+            self.grant(g);
+        }
+        Ok(g)
+    }
+
+    async fn grants_by_enrollment(
+        &mut self,
+        enrollment: EnrollmentId,
+    ) -> Result<Vec<Grant>, StorageError> {
+        let gs = self.inner.grants_by_enrollment(enrollment).await?;
+        gs.iter().for_each(|g| self.grant(g));
+        Ok(gs)
+    }
+
+    async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError> {
+        let gs = self.inner.live_grants().await?;
+        gs.iter().for_each(|g| self.grant(g));
+        Ok(gs)
+    }
+
+    async fn put_grant(&mut self, g: &Grant) -> Result<(), StorageError> {
+        let was = self.seen.grants.insert(g.id, g.end.is_some());
+        let subject = format!("grant:{}", g.id);
+        if was.is_none() {
+            self.event(
+                "grant",
+                subject.clone(),
+                json!({
+                    "request": g.request_id.to_string(),
+                    "enrollment": g.enrollment_id.to_string(),
+                    "names": g.names.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+                    "granted": g.granted,
+                    "record": g.record_id.map(|r| r.to_string()),
+                    "approver": g.approver.as_ref().map(|a| a.to_string()),
+                    "expires_at": g.expires_at.map(ms),
+                    "rules_version": g.rules_version,
+                }),
+            );
+        }
+        if let Some((end, at)) = g.end
+            && was != Some(true)
+        {
+            let kind = match end {
+                GrantEnd::Revoked => "revocation",
+                GrantEnd::Expired => "expiry",
+                GrantEnd::Ended => "end",
+            };
+            self.event(kind, subject, json!({ "at": ms(at) }));
+        }
+        self.inner.put_grant(g).await
+    }
+
+    async fn due(&mut self, now: Time, limit: u32) -> Result<Due, StorageError> {
+        self.inner.due(now, limit).await
+    }
+
+    async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError> {
+        self.inner.push_outbox(item).await
+    }
+
+    async fn take_outbox(
+        &mut self,
+        now: Time,
+        limit: u32,
+    ) -> Result<Vec<OutboxItem>, StorageError> {
+        self.inner.take_outbox(now, limit).await
+    }
+
+    async fn delete_outbox(&mut self, id: &str) -> Result<(), StorageError> {
+        self.inner.delete_outbox(id).await
+    }
+
+    async fn reschedule_outbox(
+        &mut self,
+        id: &str,
+        attempts: u32,
+        next_attempt_at: Time,
+    ) -> Result<(), StorageError> {
+        self.inner
+            .reschedule_outbox(id, attempts, next_attempt_at)
+            .await
+    }
+
+    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
+        self.inner.audit_head().await
+    }
+
+    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
+        self.inner.append_audit(entries).await
+    }
+
+    async fn audit_entries(
+        &mut self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, StorageError> {
+        self.inner.audit_entries(after, limit).await
+    }
+
+    async fn audit_by_subject(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
+        self.inner.audit_by_subject(subject).await
+    }
+
+    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
+        self.inner.audit_count(upto).await
+    }
+}

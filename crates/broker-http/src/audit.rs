@@ -1,0 +1,182 @@
+//! The audit log outside the core: the follower's local state file (the head this replica has
+//! verified, kept outside the database so that a writer who rolls the database back cannot
+//! roll back this replica's memory too), the background follower, and what the `audit`
+//! subcommands run (`verify`, `export`, `accept-head`). See `docs/audit.md`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use countersign_broker_core::audit::{self, AuditEntry, ChainBreak, Walk};
+use countersign_broker_core::seal::Sealer;
+use countersign_broker_core::{Broker, Storage};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+
+/// The state file's content.
+#[derive(Debug, Serialize, Deserialize)]
+struct StateFile {
+    position: i64,
+    hash: String,
+}
+
+/// Where this replica keeps its state file: `audit_state_file` if set; else beside a SQLite
+/// database file (`<database>.audit-state.json`); else `countersign-audit-state.json` in the
+/// working directory.
+pub fn state_path(config: &Config) -> PathBuf {
+    if let Some(p) = &config.audit_state_file {
+        return p.clone();
+    }
+    let sqlite_file = config
+        .database_url
+        .strip_prefix("sqlite://")
+        .map(|rest| rest.split('?').next().unwrap_or_default())
+        .filter(|p| !p.is_empty() && !p.starts_with(':'));
+    match sqlite_file {
+        Some(db) => PathBuf::from(format!("{db}.audit-state.json")),
+        None => PathBuf::from("countersign-audit-state.json"),
+    }
+}
+
+/// Reads the head remembered in `path`; `None` when the file does not exist.
+pub fn read_state(path: &Path) -> anyhow::Result<Option<Walk>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
+    };
+    let s: StateFile =
+        serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))?;
+    Ok(Some(Walk {
+        position: s.position,
+        hash: s.hash,
+    }))
+}
+
+/// Writes the head to `path` (a temporary file renamed over it).
+pub fn write_state(path: &Path, head: &Walk) -> anyhow::Result<()> {
+    let text = serde_json::to_string(&StateFile {
+        position: head.position,
+        hash: head.hash.clone(),
+    })?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
+    Ok(())
+}
+
+/// The follower: every second, verifies the entries above the remembered head and advances,
+/// writing the state file when the head moves, and re-verifies the next
+/// [`audit::SWEEP_PER_ROUND`] entries below it (round-robin from the start); at start it walks
+/// the whole chain. A break makes the broker fail closed (the core's audit gate) until an operator
+/// runs `audit accept-head` and restarts it.
+pub async fn follow(broker: Arc<Broker>, state_file: Option<PathBuf>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut written = broker.audit_follower().state().head.position;
+    let mut full = true;
+    loop {
+        tick.tick().await;
+        match broker.follow_audit(full).await {
+            Ok(st) => {
+                full = false;
+                if let Some(p) = &state_file
+                    && st.head.position != written
+                {
+                    match write_state(p, &st.head) {
+                        Ok(()) => written = st.head.position,
+                        Err(e) => tracing::warn!(error = %e, "audit state file not written"),
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(code = %e.code, "audit log follow failed"),
+        }
+    }
+}
+
+/// Walks the whole chain. `Ok(Ok(head))` when it verifies, `Ok(Err(break))` where it breaks.
+pub async fn verify(
+    storage: &dyn Storage,
+    sealer: &Sealer,
+) -> anyhow::Result<Result<Walk, ChainBreak>> {
+    let mut tx = storage.read().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    audit::verify_all(&mut *tx, sealer)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Where an export starts: a position or an RFC 3339 time.
+#[derive(Debug, Clone, Copy)]
+pub enum Since {
+    Position(i64),
+    Time(countersign_broker_core::Time),
+}
+
+impl std::str::FromStr for Since {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(p) = s.parse::<i64>() {
+            return Ok(Since::Position(p));
+        }
+        chrono::DateTime::parse_from_rfc3339(s)
+            .map(|t| Since::Time(t.with_timezone(&chrono::Utc)))
+            .map_err(|_| format!("{s:?} is neither a position nor an RFC 3339 time"))
+    }
+}
+
+/// One exported line: the entry as stored, its body parsed (names, never values).
+#[derive(Debug, Serialize)]
+struct Line<'a> {
+    position: i64,
+    at: String,
+    kind: &'a str,
+    subject: &'a str,
+    body: serde_json::Value,
+    prev_hash: &'a str,
+    hash: &'a str,
+    seal: &'a str,
+}
+
+/// Writes every entry from `since` on as JSON lines, verifying the chain from its start as it
+/// goes. Answers the break, if any (entries after it are not written).
+pub async fn export(
+    storage: &dyn Storage,
+    sealer: &Sealer,
+    since: Since,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<Option<ChainBreak>> {
+    let mut tx = storage.read().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut walk = Walk::default();
+    loop {
+        let batch: Vec<AuditEntry> = tx
+            .audit_entries(walk.position, 1000)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if batch.is_empty() {
+            return Ok(None);
+        }
+        for e in &batch {
+            if let Err(b) = walk.step(sealer, e) {
+                return Ok(Some(b));
+            }
+            let wanted = match since {
+                Since::Position(p) => e.position >= p,
+                Since::Time(t) => e.at >= t,
+            };
+            if wanted {
+                let line = Line {
+                    position: e.position,
+                    at: e.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                    kind: &e.kind,
+                    subject: &e.subject,
+                    body: serde_json::from_str(&e.body).unwrap_or(serde_json::Value::Null),
+                    prev_hash: &e.prev_hash,
+                    hash: &e.hash,
+                    seal: &e.seal,
+                };
+                writeln!(out, "{}", serde_json::to_string(&line)?)?;
+            }
+        }
+    }
+}
