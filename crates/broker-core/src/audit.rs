@@ -242,7 +242,7 @@ pub fn ends(e: &AuditEntry) -> bool {
 }
 
 /// Entries a follower's round re-verifies below its head (see [`Follower::step`]).
-pub const SWEEP_PER_ROUND: i64 = 10_000;
+pub const SWEEP_PER_ROUND: i64 = 1_000;
 
 /// The follower's memory: the highest entry this process has verified, and the break that
 /// made it fail closed, if any. Kept in memory and, by the server, in a local state file.
@@ -296,6 +296,19 @@ impl Follower {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Entries this process appended and committed itself, chained to `from` and ending at
+    /// `to`. When `from` is the head this follower has verified, it moves to `to` without
+    /// reading them back: they were hashed and sealed here, over the head the appending
+    /// transaction read (and locked). Otherwise (entries of another replica came between, or a
+    /// break) nothing changes, and the next round verifies them from the database. An entry
+    /// edited after its commit is below the head then, where the sweep finds it.
+    pub fn appended(&self, from: &Walk, to: Walk) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.broken.is_none() && st.head == *from && to.position > from.position {
+            st.head = to;
+        }
+    }
+
     pub fn broken(&self) -> Option<ChainBreak> {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).broken
     }
@@ -334,8 +347,14 @@ impl Follower {
             );
             st.broken = Some(b);
         }
-        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = st.clone();
-        Ok(st)
+        let mut cur = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        // This process's own appends ([`Follower::appended`]) may have moved the head past
+        // this round's while it read: the head only moves forward, and a break always lands.
+        if st.broken.is_some() || cur.broken.is_some() || st.head.position >= cur.head.position {
+            cur.head = st.head.clone();
+            cur.broken = cur.broken.or(st.broken);
+        }
+        Ok(cur.clone())
     }
 
     async fn advance(
@@ -469,6 +488,30 @@ mod tests {
             w.step(s, e)?;
         }
         Ok(w)
+    }
+
+    #[test]
+    fn own_appends_move_the_follower_only_from_its_head() {
+        let w = |position: i64, h: &str| Walk {
+            position,
+            hash: h.into(),
+        };
+        let f = Follower::new(Some(w(3, "c")));
+        // Chained to another head (a foreign entry came between): no move.
+        f.appended(&w(4, "d"), w(6, "f"));
+        assert_eq!(f.state().head, w(3, "c"));
+        // Chained to the verified head: moves.
+        f.appended(&w(3, "c"), w(5, "e"));
+        assert_eq!(f.state().head, w(5, "e"));
+        // Never backwards, never past a break.
+        f.appended(&w(5, "e"), w(5, "x"));
+        assert_eq!(f.state().head, w(5, "e"));
+        f.state.lock().expect("lock").broken = Some(ChainBreak {
+            position: 2,
+            reason: BreakReason::Seal,
+        });
+        f.appended(&w(5, "e"), w(6, "f"));
+        assert_eq!(f.state().head, w(5, "e"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 // Countersign console: the pages' behaviour. State changes go to the JSON API with the
-// session's CSRF token; the inbox polls for new requests; countdowns tick. No framework.
+// session's CSRF token; the inbox, grants and machines pages poll for changes; revoking asks
+// for a confirmation in a <dialog>; countdowns tick. No framework.
 "use strict";
 
 (function () {
@@ -38,6 +39,21 @@
 
   function fail(el, e) {
     show(el, "error", (e.code ? e.code + ": " : "") + e.message);
+  }
+
+  // ----- times: the one format the server writes too (2026-11-24 14:05 UTC) -----
+  function two(n) { return (n < 10 ? "0" : "") + n; }
+  function timeText(iso) {
+    const d = new Date(iso);
+    if (isNaN(d.getTime())) return iso;
+    return d.getUTCFullYear() + "-" + two(d.getUTCMonth() + 1) + "-" + two(d.getUTCDate()) +
+      " " + two(d.getUTCHours()) + ":" + two(d.getUTCMinutes()) + " UTC";
+  }
+  function timeElement(iso) {
+    const t = document.createElement("time");
+    t.setAttribute("datetime", iso);
+    t.textContent = timeText(iso);
+    return t;
   }
 
   // ----- countdowns -----
@@ -96,14 +112,79 @@
     document.addEventListener("visibilitychange", poll);
   }
 
-  // ----- refreshing a list section after a change -----
-  async function refreshList() {
+  // ----- refreshing a list section: after a change, and by itself on the grants and machines
+  // pages (the same polling as the inbox: the page is fetched again and its list swapped in
+  // when the set of rows changed) -----
+  function rowKeys(root) {
+    return Array.prototype.map.call(root.querySelectorAll("[data-grant-id], [data-credential-id], [data-token-id]"),
+      function (el) {
+        return el.getAttribute("data-grant-id") || el.getAttribute("data-credential-id") || el.getAttribute("data-token-id");
+      }).join(",") + "|" + (root.querySelector(".notice") ? root.querySelector(".notice").textContent : "");
+  }
+  let refreshing = null;
+  async function refreshList(onlyIfChanged) {
     const list = document.getElementById("list");
     if (!list) return;
-    const r = await fetch(window.location.pathname, { credentials: "same-origin", cache: "no-store" });
-    const doc = new DOMParser().parseFromString(await r.text(), "text/html");
-    const fresh = doc.getElementById("list");
-    if (fresh) { list.innerHTML = fresh.innerHTML; tick(); }
+    if (refreshing) {
+      // A poll is under way: let it end, then read again (a change may have come after it).
+      if (onlyIfChanged) return;
+      await refreshing;
+    }
+    let done;
+    refreshing = new Promise(function (resolve) { done = resolve; });
+    try {
+      const r = await fetch(window.location.pathname, { credentials: "same-origin", cache: "no-store" });
+      if (r.redirected || r.status === 401) { window.location.reload(); return; }
+      const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+      const fresh = doc.getElementById("list");
+      if (fresh && (!onlyIfChanged || rowKeys(fresh) !== rowKeys(list))) {
+        list.innerHTML = fresh.innerHTML;
+        tick();
+      }
+    } catch (e) {
+      // The next poll tries again.
+    } finally {
+      refreshing = null;
+      done();
+    }
+  }
+  const live = document.querySelector("#list[data-poll-self]");
+  if (live) {
+    const again = function () {
+      const dialog = document.getElementById("confirm");
+      if (document.hidden || (dialog && dialog.open)) return;
+      refreshList(true);
+    };
+    setInterval(again, 2000);
+    document.addEventListener("visibilitychange", again);
+  }
+
+  // ----- confirming a revocation: a <dialog>, not window.confirm -----
+  function confirmAction(text, okLabel) {
+    const dialog = document.getElementById("confirm");
+    if (!dialog || typeof dialog.showModal !== "function") return Promise.resolve(true);
+    document.getElementById("confirm-text").textContent = text;
+    document.getElementById("confirm-ok").textContent = okLabel || "Revoke";
+    dialog.returnValue = "";
+    return new Promise(function (resolve) {
+      dialog.addEventListener("close", function () { resolve(dialog.returnValue === "ok"); }, { once: true });
+      dialog.showModal();
+    });
+  }
+
+  // ----- copying a new token: the Clipboard API, else the selected text and execCommand -----
+  async function copyFrom(input) {
+    input.focus();
+    input.select();
+    try {
+      if (navigator.clipboard && window.isSecureContext) {
+        await navigator.clipboard.writeText(input.value);
+        return true;
+      }
+    } catch (e) {
+      // Refused (no permission): fall back below.
+    }
+    try { return document.execCommand("copy"); } catch (e) { return false; }
   }
 
   // ----- machine login by typed code -----
@@ -125,13 +206,14 @@
         const rows = [
           ["Host", (rec.identifiers || [])[0] || "?"],
           ["Person", rec.approver],
-          ["Requested", new Date(rec.requested_at).toUTCString()],
+          ["Requested", timeElement(rec.requested_at)],
           ["Reason", rec.reason || ""],
         ];
         if (rec.service) rows.splice(2, 0, ["Service", rec.service]);
         rows.forEach(function (kv) {
           const dt = document.createElement("dt"); dt.textContent = kv[0];
-          const dd = document.createElement("dd"); dd.textContent = kv[1];
+          const dd = document.createElement("dd");
+          if (typeof kv[1] === "string") dd.textContent = kv[1]; else dd.appendChild(kv[1]);
           facts.appendChild(dt); facts.appendChild(dd);
         });
         const dt = document.createElement("dt"); dt.textContent = "Time left";
@@ -157,7 +239,8 @@
       try {
         const name = document.getElementById("token-name").value;
         const t = await api("POST", "/api/v1/agent-tokens", name ? { name: name } : {});
-        document.getElementById("minted-token").textContent = t.token;
+        document.getElementById("minted-token").value = t.token;
+        document.getElementById("copy-token").textContent = "Copy";
         document.getElementById("minted").hidden = false;
         mint.reset();
         await refreshList();
@@ -181,9 +264,18 @@
         const id = b.getAttribute("data-record");
         const body = b.hasAttribute("data-with-code") && codeInput ? { code: codeInput.value } : {};
         const out = await api("POST", "/api/v1/credential-requests/" + encodeURIComponent(id) + "/" + action, body);
+        if (b.getAttribute("data-then") === "reload") {
+          // The request page shows its new state, who decided and the way on.
+          window.location.reload();
+          return;
+        }
         const what = row ? (row.querySelector(".title") || {}).textContent : "";
         show(result, "ok", (action === "approve" ? "Approved" : "Denied") + (what ? ": " + what : "") +
-          (out && out.grant_id ? " (grant " + out.grant_id + ")" : ""));
+          (out && out.grant_id ? " (grant " + out.grant_id + ")" : "") + ". ");
+        const see = document.createElement("a");
+        see.href = "/requests/" + encodeURIComponent(id);
+        see.textContent = "See the request";
+        result.appendChild(see);
         document.querySelectorAll(".actions button").forEach(function (x) {
           if (!row || row.contains(x)) x.disabled = true;
         });
@@ -195,19 +287,38 @@
         if (!looked) return;
         const verb = action === "approve-machine" ? "approve" : "deny";
         await api("POST", "/api/v1/credential-requests/" + encodeURIComponent(looked.id) + "/" + verb, { code: looked.code });
-        show(result, "ok", verb === "approve" ? "Approved: the machine is logged in." : "Denied: the machine login is refused.");
+        show(result, "ok", (verb === "approve" ? "Approved: the machine is logged in." : "Denied: the machine login is refused.") + " ");
+        const see = document.createElement("a");
+        see.href = "/requests/" + encodeURIComponent(looked.id);
+        see.id = "see-request";
+        see.textContent = "See the request";
+        result.appendChild(see);
         document.querySelectorAll("#machine button").forEach(function (x) { x.disabled = true; });
+        return;
+      }
+      if (action === "copy") {
+        const ok = await copyFrom(document.getElementById(b.getAttribute("data-target")));
+        b.textContent = ok ? "Copied" : "Select and copy it";
+        b.disabled = false;
         return;
       }
       if (action === "revoke-grant" || action === "revoke-machine") {
         const id = b.getAttribute("data-id");
+        const sure = await confirmAction(b.getAttribute("data-confirm") || "Revoke it?",
+          action === "revoke-machine" ? "Revoke the machine login" : "Revoke the grant");
+        if (!sure) { b.disabled = false; return; }
         const base = action === "revoke-grant" ? "/api/v1/credential-grants/" : "/api/v1/machine-logins/";
         const out = await api("POST", base + encodeURIComponent(id) + "/revoke");
         show(result, "ok", "Revoked (" + (out && out.state) + ").");
+        b.disabled = false;
         await refreshList();
         return;
       }
       if (action === "revoke-token") {
+        if (!await confirmAction(b.getAttribute("data-confirm") || "Revoke it?", "Revoke the token")) {
+          b.disabled = false;
+          return;
+        }
         await api("DELETE", "/api/v1/agent-tokens/" + encodeURIComponent(b.getAttribute("data-id")));
         show(result, "ok", "Token revoked.");
         await refreshList();

@@ -177,7 +177,9 @@ pub async fn approve(
 ) -> ApiResult<Response> {
     let h = caller.human()?;
     let b: DecisionBody = body_json(body, ErrorCode::INVALID_DECISION).await?;
-    Ok(ok(st.console.approve(h, &id, b.code.as_deref()).await?))
+    let a = st.console.approve(h, &id, b.code.as_deref()).await?;
+    st.history.record(&h.login, &id, true, st.console.now());
+    Ok(ok(a))
 }
 
 pub async fn deny(
@@ -189,6 +191,7 @@ pub async fn deny(
     let h = caller.human()?;
     let b: DecisionBody = body_json(body, ErrorCode::INVALID_DECISION).await?;
     let state = st.console.deny(h, &id, b.code.as_deref()).await?;
+    st.history.record(&h.login, &id, false, st.console.now());
     Ok(ok(json!({ "state": state })))
 }
 

@@ -1,28 +1,24 @@
-//! Server-rendered HTML: the layout and the pieces the pages share. Every text that comes from
-//! a request, the broker or the database goes through [`esc`]; no inline script or style is
-//! emitted, so the Content-Security-Policy can forbid both.
+//! Server-rendered HTML through askama templates (`crates/console-http/templates/`), which
+//! escape every value they print: text from a request, the broker or the database reaches a
+//! page only through a template. This module holds the templates' types and the view models
+//! the pages fill them from; no inline script or style is emitted, so the
+//! Content-Security-Policy can forbid both.
+//!
+//! A value that is itself a template ([`When`], [`TimeLeft`], [`Notice`], [`InboxRows`]) is
+//! printed with `|safe` (it escaped its own fields); nothing else is.
+//!
+//! Times have one format everywhere ([`when`]: `2026-11-24 14:05 UTC` in a `<time datetime>`
+//! element); the pages' script writes the same format for the times it renders.
 
-use std::fmt::Write;
-
+use askama::Template;
 use countersign_console_core::broker::{CredentialRecord, GrantItem, MachineLogin};
 use countersign_console_core::console::{TokenInfo, rfc3339};
 use countersign_console_core::{Human, Login, Time};
 
-/// HTML-escapes text for element content and double-quoted attributes.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::history::Decision;
+
+/// The one human format of a time.
+pub const TIME_FORMAT: &str = "%Y-%m-%d %H:%M UTC";
 
 /// `1 h 30 min`, `12 min`, `45 s`.
 pub fn duration(secs: i64) -> String {
@@ -44,84 +40,89 @@ pub fn duration(secs: i64) -> String {
 }
 
 /// A time for people, in a `<time>` element.
-pub fn when(t: &Time) -> String {
-    format!(
-        "<time datetime=\"{}\">{}</time>",
-        esc(&rfc3339(t)),
-        esc(&t.format("%Y-%m-%d %H:%M UTC").to_string())
-    )
+#[derive(Debug, Clone, Template)]
+#[template(
+    source = r#"<time datetime="{{ iso }}">{{ text }}</time>"#,
+    ext = "html"
+)]
+pub struct When {
+    iso: String,
+    text: String,
+}
+
+/// The one way a page shows a time.
+pub fn when(t: &Time) -> When {
+    When {
+        iso: rfc3339(t),
+        text: t.format(TIME_FORMAT).to_string(),
+    }
 }
 
 /// A countdown the script keeps current.
-pub fn time_left(until: &Time, now: &Time) -> String {
-    let secs = (*until - *now).num_seconds();
-    let text = if secs > 0 {
-        format!("{} left", duration(secs))
-    } else {
-        "expired".to_owned()
-    };
-    format!(
-        "<span class=\"countdown\" data-expires-at=\"{}\">{}</span>",
-        esc(&rfc3339(until)),
-        esc(&text)
-    )
+#[derive(Debug, Clone, Template)]
+#[template(
+    source = r#"<span class="countdown" data-expires-at="{{ iso }}" title="{{ at }}">{{ text }}</span>"#,
+    ext = "html"
+)]
+pub struct TimeLeft {
+    iso: String,
+    at: String,
+    text: String,
 }
 
-/// The page around `body`.
-pub fn layout(title: &str, human: Option<&Human>, active: &str, body: &str) -> String {
-    let mut nav = String::new();
-    if let Some(h) = human {
-        let item = |href: &str, label: &str| {
-            format!(
-                "<a href=\"{href}\"{}>{label}</a>",
-                if href == active {
-                    " aria-current=\"page\""
-                } else {
-                    ""
-                }
-            )
-        };
-        let _ = write!(
-            nav,
-            "<nav>{}{}{}{}{}</nav>\
-             <form class=\"who\" method=\"post\" action=\"/sign-out\">\
-             <span>{}</span><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-             <button type=\"submit\" class=\"link\">Sign out</button></form>",
-            item("/", "Inbox"),
-            item("/machines/approve", "Approve a machine"),
-            item("/grants", "Grants"),
-            item("/machines", "Machines"),
-            item("/tokens", "Agent tokens"),
-            esc(h.login.as_str()),
-            esc(&h.csrf_token),
-        );
+pub fn time_left(until: &Time, now: &Time) -> TimeLeft {
+    let secs = (*until - *now).num_seconds();
+    TimeLeft {
+        iso: rfc3339(until),
+        at: until.format(TIME_FORMAT).to_string(),
+        text: if secs > 0 {
+            format!("{} left", duration(secs))
+        } else {
+            "expired".to_owned()
+        },
     }
-    let csrf = human
-        .map(|h| {
-            format!(
-                "<meta name=\"csrf-token\" content=\"{}\">",
-                esc(&h.csrf_token)
-            )
-        })
-        .unwrap_or_default();
-    format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">{csrf}\
-         <title>{} · Countersign</title>\
-         <link rel=\"stylesheet\" href=\"/assets/console.css\">\
-         <script src=\"/assets/console.js\" defer></script></head>\
-         <body><header><a class=\"brand\" href=\"/\">Countersign</a>{nav}</header>\
-         <main>{body}</main></body></html>\n",
-        esc(title)
-    )
 }
 
 /// A notice box (`kind`: `error`, `ok`, `info`).
-pub fn notice(kind: &str, text: &str) -> String {
-    format!(
-        "<p class=\"notice {kind}\" role=\"status\">{}</p>",
-        esc(text)
-    )
+#[derive(Debug, Clone, Template)]
+#[template(path = "notice.html")]
+pub struct Notice {
+    kind: &'static str,
+    text: String,
+}
+
+pub fn notice(kind: &'static str, text: impl Into<String>) -> Notice {
+    Notice {
+        kind,
+        text: text.into(),
+    }
+}
+
+/// What every page's frame needs: its title, the person (none on the sign-in page) and which
+/// navigation item is current.
+#[derive(Debug, Clone, Copy)]
+pub struct Chrome<'a> {
+    pub title: &'a str,
+    pub human: Option<&'a Human>,
+    pub active: &'a str,
+}
+
+const NAV: &[(&str, &str)] = &[
+    ("/", "Inbox"),
+    ("/machines/approve", "Approve a machine"),
+    ("/grants", "Grants"),
+    ("/machines", "Machines"),
+    ("/tokens", "Agent tokens"),
+    ("/history", "History"),
+];
+
+impl Chrome<'_> {
+    /// The navigation: `(href, label, current)`.
+    pub fn nav(&self) -> Vec<(&'static str, &'static str, bool)> {
+        NAV.iter()
+            .map(|(href, label)| (*href, *label, *href == self.active))
+            .collect()
+    }
 }
 
 fn who_decides(rec: &CredentialRecord, me: &Login) -> String {
@@ -140,13 +141,10 @@ pub fn session_text(rec: &CredentialRecord) -> String {
         Some(e) => {
             let mut s = format!("{} {}", e.kind, e.runtime_id);
             if let Some(slot) = &e.slot {
-                let _ = write!(s, " (slot {slot})");
+                s.push_str(&format!(" (slot {slot})"));
             }
-            match e.operator.as_deref() {
-                Some(o) if !o.is_empty() => {
-                    let _ = write!(s, " on {o}'s machine");
-                }
-                _ => {}
+            if let Some(o) = e.operator.as_deref().filter(|o| !o.is_empty()) {
+                s.push_str(&format!(" on {o}'s machine"));
             }
             if let Some(n) = rec
                 .session
@@ -154,7 +152,7 @@ pub fn session_text(rec: &CredentialRecord) -> String {
                 .as_ref()
                 .or(rec.session.enrollment.as_ref())
             {
-                let _ = write!(s, " · session {n}");
+                s.push_str(&format!(" · session {n}"));
             }
             s
         }
@@ -164,12 +162,13 @@ pub fn session_text(rec: &CredentialRecord) -> String {
 
 fn lifetime_text(rec: &CredentialRecord) -> String {
     match rec.lifetime_seconds {
-        Some(s) => duration(s as i64),
+        Some(s) => duration(i64::try_from(s).unwrap_or(i64::MAX)),
         None => "until the session ends".into(),
     }
 }
 
-fn title_of(rec: &CredentialRecord) -> String {
+/// A record's title: its secrets, or the machine logging in.
+pub fn title_of(rec: &CredentialRecord) -> String {
     if rec.is_machine_login() {
         format!(
             "Machine login for {}",
@@ -180,138 +179,245 @@ fn title_of(rec: &CredentialRecord) -> String {
     }
 }
 
-/// The inbox's rows (the page and the fragment the page polls render the same thing).
-pub fn inbox_rows(records: Option<&[CredentialRecord]>, me: &Login, now: &Time) -> String {
-    let Some(records) = records else {
-        return notice("info", "No broker is configured for this console.");
-    };
-    if records.is_empty() {
-        return "<p class=\"empty\" data-count=\"0\">Nothing waits for you.</p>".into();
-    }
-    let mut out = format!("<ul class=\"requests\" data-count=\"{}\">", records.len());
-    for rec in records {
-        let id = esc(&rec.record_id);
-        let kind = if rec.is_machine_login() {
-            "Machine login"
-        } else {
-            "Secret request"
-        };
-        let actions = if rec.is_machine_login() {
-            "<a class=\"button\" href=\"/machines/approve\">Type its code to decide…</a>".to_owned()
-        } else {
-            format!(
-                "<button type=\"button\" class=\"approve\" data-action=\"approve\" data-record=\"{id}\">Approve</button>\
-                 <button type=\"button\" class=\"deny\" data-action=\"deny\" data-record=\"{id}\">Deny</button>"
-            )
-        };
-        let _ = write!(
-            out,
-            "<li class=\"request\" data-record-id=\"{id}\">\
-             <div class=\"head\"><span class=\"kind\">{kind}</span>\
-             <a class=\"title\" href=\"/requests/{id}\">{}</a></div>\
-             <p class=\"reason\">{}</p>\
-             <dl class=\"facts\">\
-             <dt>Requested by</dt><dd>{}</dd>\
-             <dt>Lifetime asked</dt><dd>{}</dd>\
-             <dt>Time left</dt><dd>{}</dd>\
-             <dt>Decided by</dt><dd>{}</dd></dl>\
-             <div class=\"actions\">{actions}</div></li>",
-            esc(&title_of(rec)),
-            esc(&rec.reason),
-            esc(&session_text(rec)),
-            esc(&lifetime_text(rec)),
-            time_left(&rec.expires_at, now),
-            esc(&who_decides(rec, me)),
-        );
-    }
-    out.push_str("</ul>");
-    out
-}
-
-/// One record's facts as a definition list.
-pub fn record_facts(rec: &CredentialRecord, me: &Login, now: &Time) -> String {
-    let mut out = String::from("<dl class=\"facts wide\">");
-    let mut row = |k: &str, v: String| {
-        let _ = write!(out, "<dt>{}</dt><dd>{v}</dd>", esc(k));
-    };
+fn kind_of(rec: &CredentialRecord) -> &'static str {
     if rec.is_machine_login() {
-        row(
-            "Host",
-            esc(rec.identifiers.first().map(String::as_str).unwrap_or("?")),
-        );
-        row("Person", esc(&rec.approver));
-        if let Some(s) = &rec.service {
-            row("Service", esc(s));
-        }
+        "Machine login"
     } else {
-        row("Secrets", esc(&rec.identifiers.join(", ")));
-        row("Requested by", esc(&session_text(rec)));
-        row("Lifetime asked", esc(&lifetime_text(rec)));
+        "Secret request"
     }
-    row("Reason", esc(&rec.reason));
-    row("Requested", when(&rec.requested_at));
-    row("State", esc(&rec.state));
-    if rec.state == "pending" {
-        row("Time left", time_left(&rec.expires_at, now));
-    }
-    row("Decided by", esc(&who_decides(rec, me)));
-    if let Some(d) = &rec.decided {
-        row("Decision", format!("{} {}", esc(&d.event), when(&d.at)));
-    }
-    row("Record", format!("<code>{}</code>", esc(&rec.record_id)));
-    out.push_str("</dl>");
-    out
 }
 
-/// Live grants with revoke.
-pub fn grants_table(grants: &[GrantItem], now: &Time) -> String {
-    if grants.is_empty() {
-        return "<p class=\"empty\">No live grants.</p>".into();
+// ----- the inbox -----
+
+/// One pending request in the inbox.
+#[derive(Debug, Clone)]
+pub struct RequestRow {
+    pub id: String,
+    pub machine: bool,
+    pub kind: &'static str,
+    pub title: String,
+    pub reason: String,
+    pub by: String,
+    pub lifetime: String,
+    pub requested: When,
+    pub left: TimeLeft,
+    pub decider: String,
+}
+
+/// The inbox's rows (the page and the fragment the page polls render the same template).
+#[derive(Debug, Clone, Template)]
+#[template(path = "inbox_rows.html")]
+pub struct InboxRows {
+    pub error: Option<Notice>,
+    pub items: Vec<RequestRow>,
+}
+
+impl InboxRows {
+    pub fn of(records: Option<&[CredentialRecord]>, me: &Login, now: &Time) -> Self {
+        let Some(records) = records else {
+            return Self::failed(notice("info", "No broker is configured for this console."));
+        };
+        let items = records
+            .iter()
+            .map(|rec| RequestRow {
+                id: rec.record_id.clone(),
+                machine: rec.is_machine_login(),
+                kind: kind_of(rec),
+                title: title_of(rec),
+                reason: rec.reason.clone(),
+                by: session_text(rec),
+                lifetime: lifetime_text(rec),
+                requested: when(&rec.requested_at),
+                left: time_left(&rec.expires_at, now),
+                decider: who_decides(rec, me),
+            })
+            .collect();
+        Self { error: None, items }
     }
-    let mut out = String::from(
-        "<table class=\"list\"><thead><tr><th>Secrets</th><th>Session</th><th>Granted</th>\
-         <th>Expires</th><th></th></tr></thead><tbody>",
-    );
-    for g in grants {
+
+    pub fn failed(n: Notice) -> Self {
+        Self {
+            error: Some(n),
+            items: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Template)]
+#[template(path = "inbox.html")]
+pub struct InboxPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub rows: InboxRows,
+}
+
+// ----- one request -----
+
+/// How a decided request ended, as a notice.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub class: &'static str,
+    pub text: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RequestView {
+    pub id: String,
+    pub heading: &'static str,
+    pub machine: bool,
+    pub pending: bool,
+    pub state: String,
+    pub facts: Vec<(&'static str, String)>,
+    pub requested: When,
+    pub left: Option<TimeLeft>,
+    pub decider: String,
+    pub decided: Option<(String, When)>,
+    pub outcome: Option<Outcome>,
+    /// The next request waiting for this person, once this one is decided.
+    pub next: Option<String>,
+}
+
+impl RequestView {
+    /// `by`: who decided it, when this console recorded the decision.
+    pub fn of(
+        rec: &CredentialRecord,
+        me: &Login,
+        now: &Time,
+        by: Option<&Decision>,
+        next: Option<String>,
+    ) -> Self {
+        let mut facts = Vec::new();
+        if rec.is_machine_login() {
+            facts.push((
+                "Host",
+                rec.identifiers
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "?".into()),
+            ));
+            facts.push(("Person", rec.approver.clone()));
+            if let Some(s) = &rec.service {
+                facts.push(("Service", s.clone()));
+            }
+        } else {
+            facts.push(("Secrets", rec.identifiers.join(", ")));
+            facts.push(("Requested by", session_text(rec)));
+            facts.push(("Lifetime asked", lifetime_text(rec)));
+        }
+        facts.push(("Reason", rec.reason.clone()));
+        let pending = rec.state == "pending";
+        let decider = match by {
+            Some(d) if d.login == *me => "you".to_owned(),
+            Some(d) => d.login.to_string(),
+            None => who_decides(rec, me),
+        };
+        let outcome = rec.decided.as_ref().map(|d| {
+            let by = match by {
+                Some(b) if b.login == *me => " by you".to_owned(),
+                Some(b) => format!(" by {}", b.login),
+                None if d.event == "approved" || d.event == "denied" => {
+                    if rec.approver == "anyone" {
+                        String::new()
+                    } else {
+                        format!(" by {}", rec.approver)
+                    }
+                }
+                None => String::new(),
+            };
+            let at = d.at.format(TIME_FORMAT);
+            let (class, text) = match d.event.as_str() {
+                "approved" => ("ok", format!("Approved{by} at {at}.")),
+                "denied" => ("error", format!("Denied{by} at {at}.")),
+                "expired" => ("info", format!("Expired undecided at {at}.")),
+                "cancelled" => ("info", format!("Cancelled by its session at {at}.")),
+                other => ("info", format!("{other} at {at}.")),
+            };
+            Outcome { class, text }
+        });
+        Self {
+            id: rec.record_id.clone(),
+            heading: kind_of(rec),
+            machine: rec.is_machine_login(),
+            pending,
+            state: rec.state.clone(),
+            facts,
+            requested: when(&rec.requested_at),
+            left: pending.then(|| time_left(&rec.expires_at, now)),
+            decider,
+            decided: rec.decided.as_ref().map(|d| (d.event.clone(), when(&d.at))),
+            outcome,
+            next,
+        }
+    }
+}
+
+#[derive(Debug, Template)]
+#[template(path = "request.html")]
+pub struct RequestPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub view: Result<RequestView, Notice>,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "machine_approve.html")]
+pub struct MachineApprovePage<'a> {
+    pub chrome: Chrome<'a>,
+}
+
+// ----- grants, machines, tokens -----
+
+#[derive(Debug, Clone)]
+pub struct GrantRow {
+    pub id: String,
+    pub names: String,
+    pub session: String,
+    pub granted: String,
+    pub created: When,
+    pub expires: Option<TimeLeft>,
+}
+
+impl GrantRow {
+    pub fn of(g: &GrantItem, now: &Time) -> Self {
         let e = &g.enrollment;
         let mut session = format!("{} {}", e.kind, e.runtime_id);
         if let Some(o) = e.operator.as_deref().filter(|o| !o.is_empty()) {
-            let _ = write!(session, " on {o}'s machine");
+            session.push_str(&format!(" on {o}'s machine"));
         }
         let granted = match (&g.granted[..], &g.approver) {
             ("approval", Some(a)) => format!("approved by {a}"),
             ("automatic", _) => "by policy".to_owned(),
             (other, _) => other.to_owned(),
         };
-        let expires = match &g.expires_at {
-            Some(t) => time_left(t, now),
-            None => "when the session ends".to_owned(),
-        };
-        let id = esc(&g.grant_id);
-        let _ = write!(
-            out,
-            "<tr data-grant-id=\"{id}\"><td>{}</td><td>{}</td><td>{} {}</td><td>{expires}</td>\
-             <td><button type=\"button\" class=\"deny\" data-action=\"revoke-grant\" data-id=\"{id}\">Revoke</button></td></tr>",
-            esc(&g.names.join(", ")),
-            esc(&session),
-            esc(&granted),
-            when(&g.created_at),
-        );
+        Self {
+            id: g.grant_id.clone(),
+            names: g.names.join(", "),
+            session,
+            granted,
+            created: when(&g.created_at),
+            expires: g.expires_at.as_ref().map(|t| time_left(t, now)),
+        }
     }
-    out.push_str("</tbody></table>");
-    out
 }
 
-/// Machine logins with revoke.
-pub fn machines_table(machines: &[MachineLogin], now: &Time) -> String {
-    if machines.is_empty() {
-        return "<p class=\"empty\">No machine logins.</p>".into();
-    }
-    let mut out = String::from(
-        "<table class=\"list\"><thead><tr><th>Host</th><th>For</th><th>Approved by</th>\
-         <th>Issued</th><th>Expires</th><th></th></tr></thead><tbody>",
-    );
-    for m in machines {
+#[derive(Debug, Template)]
+#[template(path = "grants.html")]
+pub struct GrantsPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub list: Result<Vec<GrantRow>, Notice>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MachineRow {
+    pub id: String,
+    pub host: String,
+    pub who: String,
+    pub approved: String,
+    pub issued: When,
+    /// `None` once expired (its sessions may still run).
+    pub expires: Option<TimeLeft>,
+}
+
+impl MachineRow {
+    pub fn of(m: &MachineLogin, now: &Time) -> Self {
         let who = match (&m.service, &m.subject) {
             (Some(s), Some(sub)) => format!("service {s} ({sub})"),
             (Some(s), None) => format!("service {s}"),
@@ -322,63 +428,342 @@ pub fn machines_table(machines: &[MachineLogin], now: &Time) -> String {
         } else {
             m.approved_by.clone()
         };
-        let expires = if m.expired {
-            "expired (sessions still running)".to_owned()
-        } else {
-            time_left(&m.expires_at, now)
-        };
-        let id = esc(&m.credential_id);
-        let _ = write!(
-            out,
-            "<tr data-credential-id=\"{id}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{expires}</td>\
-             <td><button type=\"button\" class=\"deny\" data-action=\"revoke-machine\" data-id=\"{id}\">Revoke</button></td></tr>",
-            esc(&m.host),
-            esc(&who),
-            esc(&approved),
-            when(&m.issued_at),
-        );
+        Self {
+            id: m.credential_id.clone(),
+            host: m.host.clone(),
+            who,
+            approved,
+            issued: when(&m.issued_at),
+            expires: (!m.expired).then(|| time_left(&m.expires_at, now)),
+        }
     }
-    out.push_str("</tbody></table>");
-    out
 }
 
-/// Personal tokens with revoke.
-pub fn tokens_table(tokens: &[TokenInfo]) -> String {
-    if tokens.is_empty() {
-        return "<p class=\"empty\">No personal tokens.</p>".into();
+#[derive(Debug, Template)]
+#[template(path = "machines.html")]
+pub struct MachinesPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub list: Result<Vec<MachineRow>, Notice>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TokenRow {
+    pub id: String,
+    pub name: String,
+    pub created: When,
+}
+
+impl TokenRow {
+    pub fn of(t: &TokenInfo) -> Self {
+        let created = chrono::DateTime::parse_from_rfc3339(&t.created_at)
+            .map(|t| when(&t.to_utc()))
+            .unwrap_or_else(|_| When {
+                iso: t.created_at.clone(),
+                text: t.created_at.clone(),
+            });
+        Self {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            created,
+        }
     }
-    let mut out = String::from(
-        "<table class=\"list\"><thead><tr><th>Name</th><th>Created</th><th></th></tr></thead><tbody>",
-    );
-    for t in tokens {
-        let id = esc(&t.id);
-        let _ = write!(
-            out,
-            "<tr data-token-id=\"{id}\"><td>{}</td><td><time datetime=\"{}\">{}</time></td>\
-             <td><button type=\"button\" class=\"deny\" data-action=\"revoke-token\" data-id=\"{id}\">Revoke</button></td></tr>",
-            esc(&t.name),
-            esc(&t.created_at),
-            esc(&t.created_at.replace('T', " ").replace('Z', " UTC")),
-        );
-    }
-    out.push_str("</tbody></table>");
-    out
+}
+
+#[derive(Debug, Template)]
+#[template(path = "tokens.html")]
+pub struct TokensPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub list: Result<Vec<TokenRow>, Notice>,
+}
+
+// ----- history -----
+
+#[derive(Debug, Clone)]
+pub struct HistoryRow {
+    pub id: String,
+    pub event: &'static str,
+    pub at: When,
+    pub title: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "history.html")]
+pub struct HistoryPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub entries: Vec<HistoryRow>,
+}
+
+// ----- signing in -----
+
+#[derive(Debug, Template)]
+#[template(path = "sign_in.html")]
+pub struct SignInPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub error: Option<&'a str>,
+    pub idp: Option<String>,
+    /// `next`, URL-encoded for the provider link's query.
+    pub next_query: String,
+    pub next: &'a str,
+    /// The local form's CSRF token, when dev mode's local sign-in is on.
+    pub form_token: Option<&'a str>,
+    pub hint: &'a str,
+    pub unconfigured: bool,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use countersign_console_core::broker::{Decided, EnrollmentSummary, SessionIds};
+
+    const NASTY: &str = "<script>alert(\"x\")</script> & 'q'";
+
+    fn t(s: &str) -> Time {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .map(|t| t.to_utc())
+            .unwrap_or_default()
+    }
+
+    fn record(machine: bool) -> CredentialRecord {
+        CredentialRecord {
+            record_id: format!("rec-{NASTY}"),
+            kind: if machine {
+                "launcher_credential"
+            } else {
+                "agent_secret"
+            }
+            .into(),
+            state: "approved".into(),
+            approver: format!("ada{NASTY}@example.com"),
+            enrollment: Some(EnrollmentSummary {
+                kind: "claude".into(),
+                runtime_id: format!("rt{NASTY}"),
+                operator: Some(format!("op{NASTY}")),
+                slot: None,
+            }),
+            session: SessionIds::default(),
+            identifiers: vec![format!("host{NASTY}"), format!("secret{NASTY}")],
+            service: None,
+            reason: format!("reason {NASTY}"),
+            lifetime_seconds: Some(5400),
+            rules_version: String::new(),
+            expires_at: t("2026-11-24T15:05:00Z"),
+            requested_at: t("2026-11-24T14:05:00Z"),
+            decided: Some(Decided {
+                event: "approved".into(),
+                at: t("2026-11-24T14:07:00Z"),
+                credential_id: None,
+            }),
+        }
+    }
+
+    /// No user-controlled text reaches the HTML raw: the nasty string never appears
+    /// unescaped, and its escaped form does.
+    fn assert_escaped(html: &str) {
+        assert!(!html.contains("<script>"), "raw <script> in\n{html}");
+        assert!(!html.contains("\"x\""), "raw quote in\n{html}");
+        assert!(!html.contains("& 'q'"), "raw ampersand in\n{html}");
+        assert!(html.contains("&#60;script&#62;") || html.contains("&lt;script&gt;"));
+    }
 
     #[test]
-    fn escaping_and_durations() {
+    fn pages_escape_what_users_write() -> Result<(), askama::Error> {
+        // A login may hold markup characters (no whitespace): the header shows it.
+        let me = Login::parse("<script>\"a\"&'q'@example.com").ok_or(askama::Error::Fmt)?;
+        let human = Human {
+            login: me.clone(),
+            csrf_token: format!("csrf{NASTY}"),
+            session_key: String::new(),
+        };
+        let now = t("2026-11-24T14:10:00Z");
+        let chrome = Chrome {
+            title: "T",
+            human: Some(&human),
+            active: "/",
+        };
+        let rec = record(false);
+        let machine = record(true);
+
+        let inbox = InboxPage {
+            chrome,
+            rows: InboxRows::of(Some(&[rec.clone(), machine.clone()]), &me, &now),
+        }
+        .render()?;
+        assert_escaped(&inbox);
+        assert!(
+            inbox.contains("<p class=\"reason\">reason &#60;script&#62;"),
+            "{inbox}"
+        );
+
+        for r in [&rec, &machine] {
+            let page = RequestPage {
+                chrome,
+                view: Ok(RequestView::of(
+                    r,
+                    &me,
+                    &now,
+                    None,
+                    Some(r.record_id.clone()),
+                )),
+            }
+            .render()?;
+            assert_escaped(&page);
+        }
+
+        let grant = GrantItem {
+            grant_id: format!("g{NASTY}"),
+            granted: "approval".into(),
+            record_id: None,
+            enrollment: rec.enrollment.clone().unwrap_or_else(|| unreachable!()),
+            names: vec![format!("secret{NASTY}")],
+            approver: Some(format!("bob{NASTY}")),
+            expires_at: None,
+            created_at: now,
+        };
+        let grants = GrantsPage {
+            chrome,
+            list: Ok(vec![GrantRow::of(&grant, &now)]),
+        }
+        .render()?;
+        assert_escaped(&grants);
+
+        let m = MachineLogin {
+            credential_id: format!("c{NASTY}"),
+            host: format!("host{NASTY}"),
+            service: Some(format!("svc{NASTY}")),
+            subject: None,
+            approved_by: format!("ada{NASTY}"),
+            issued_at: now,
+            expires_at: now,
+            expired: false,
+        };
+        let machines = MachinesPage {
+            chrome,
+            list: Ok(vec![MachineRow::of(&m, &now)]),
+        }
+        .render()?;
+        assert_escaped(&machines);
+
+        let tokens = TokensPage {
+            chrome,
+            list: Ok(vec![TokenRow::of(&TokenInfo {
+                id: format!("t{NASTY}"),
+                name: format!("laptop{NASTY}"),
+                created_at: "2026-11-24T14:05:00Z".into(),
+            })]),
+        }
+        .render()?;
+        assert_escaped(&tokens);
+        assert!(
+            tokens.contains("<time datetime=\"2026-11-24T14:05:00Z\">2026-11-24 14:05 UTC</time>")
+        );
+
+        let history = HistoryPage {
+            chrome,
+            entries: vec![HistoryRow {
+                id: rec.record_id.clone(),
+                event: "approved",
+                at: when(&now),
+                title: title_of(&rec),
+                reason: rec.reason.clone(),
+            }],
+        }
+        .render()?;
+        assert_escaped(&history);
+        assert_escaped(&notice("error", NASTY).render()?);
+        assert_escaped(&InboxRows::failed(notice("error", NASTY)).render()?);
+
+        let sign_in = SignInPage {
+            chrome: Chrome {
+                title: "Sign in",
+                human: None,
+                active: "",
+            },
+            error: Some(NASTY),
+            idp: Some(format!("Idp{NASTY}")),
+            next_query: String::new(),
+            next: NASTY,
+            form_token: Some(NASTY),
+            hint: NASTY,
+            unconfigured: false,
+        }
+        .render()?;
+        assert_escaped(&sign_in);
+        Ok(())
+    }
+
+    #[test]
+    fn a_decided_request_says_who_decided_and_when() -> Result<(), askama::Error> {
+        let me = Login::parse("ada@example.com").ok_or(askama::Error::Fmt)?;
+        let bob = Login::parse("bob@example.com").ok_or(askama::Error::Fmt)?;
+        let now = t("2026-11-24T14:10:00Z");
+        let mut rec = record(false);
+        rec.approver = "anyone".into();
+        let by = |login: &Login| Decision {
+            login: login.clone(),
+            record_id: rec.record_id.clone(),
+            event: "approved",
+            at: now,
+        };
+        let text = |v: RequestView| v.outcome.map(|o| o.text).unwrap_or_default();
+        // Recorded by this console: you, or the person who decided.
+        let mine = RequestView::of(&rec, &me, &now, Some(&by(&me)), Some("next".into()));
+        assert_eq!(mine.decider, "you");
+        assert_eq!(mine.next.as_deref(), Some("next"));
+        assert_eq!(text(mine), "Approved by you at 2026-11-24 14:07 UTC.");
+        let his = RequestView::of(&rec, &me, &now, Some(&by(&bob)), None);
         assert_eq!(
-            esc("<a href=\"x\">'&'</a>"),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+            text(his),
+            "Approved by bob@example.com at 2026-11-24 14:07 UTC."
+        );
+        // Not recorded here: the record's named approver, or nobody named for `anyone`.
+        assert_eq!(
+            text(RequestView::of(&rec, &me, &now, None, None)),
+            "Approved at 2026-11-24 14:07 UTC."
+        );
+        rec.approver = "bob@example.com".into();
+        assert_eq!(
+            text(RequestView::of(&rec, &me, &now, None, None)),
+            "Approved by bob@example.com at 2026-11-24 14:07 UTC."
+        );
+        rec.state = "expired".into();
+        rec.decided = Some(Decided {
+            event: "expired".into(),
+            at: t("2026-11-24T15:05:00Z"),
+            credential_id: None,
+        });
+        let expired = RequestView::of(&rec, &me, &now, None, None);
+        assert!(!expired.pending && expired.left.is_none());
+        assert_eq!(text(expired), "Expired undecided at 2026-11-24 15:05 UTC.");
+        // Pending: no outcome, a countdown, the decide buttons.
+        rec.state = "pending".into();
+        rec.decided = None;
+        let pending = RequestView::of(&rec, &me, &now, None, None);
+        assert!(pending.pending && pending.left.is_some() && pending.outcome.is_none());
+        let html = RequestPage {
+            chrome: Chrome {
+                title: "T",
+                human: None,
+                active: "",
+            },
+            view: Ok(pending),
+        }
+        .render()?;
+        assert!(html.contains("data-action=\"approve\"") && !html.contains("id=\"next-request\""));
+        Ok(())
+    }
+
+    #[test]
+    fn one_time_format_and_durations() -> Result<(), askama::Error> {
+        assert_eq!(
+            when(&t("2026-11-24T14:05:09Z")).render()?,
+            "<time datetime=\"2026-11-24T14:05:09Z\">2026-11-24 14:05 UTC</time>"
         );
         assert_eq!(duration(45), "45 s");
         assert_eq!(duration(600), "10 min");
         assert_eq!(duration(3600), "1 h");
         assert_eq!(duration(5400), "1 h 30 min");
         assert_eq!(duration(86400 + 7200), "1 d 2 h");
+        Ok(())
     }
 }

@@ -11,6 +11,7 @@
 //! - [`broker_client`]: the broker over HTTP with the console token.
 //! - [`oidc`]: OpenID Connect sign-in (authorization code with PKCE).
 //! - [`server`]: building from a [`config::Config`], serving, housekeeping.
+//! - [`history`]: the decisions people made through this console.
 //! - [`dev`] (feature `dev`): the broker and the console together in one process.
 
 pub mod api;
@@ -20,6 +21,7 @@ pub mod config;
 #[cfg(feature = "dev")]
 pub mod dev;
 pub mod error;
+pub mod history;
 mod html;
 pub mod oidc;
 pub mod pages;
@@ -41,6 +43,8 @@ pub struct AppState {
     pub secure_cookies: bool,
     /// Dev mode: the e-mail the local sign-in form suggests.
     pub local_sign_in_hint: Option<String>,
+    /// What each person decided through this console (the history page).
+    pub history: history::DecisionLog,
 }
 
 impl AppState {

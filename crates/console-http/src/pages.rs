@@ -1,10 +1,12 @@
 //! The pages: server-rendered HTML over the same core operations as the API; the pages' script
 //! (`/assets/console.js`) sends the state changes to the API with the session's CSRF token.
+//! Each page fills one askama template ([`crate::html`]), which escapes what it prints.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use askama::Template;
 use axum::Extension;
 use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -15,7 +17,7 @@ use countersign_console_core::{Caller, Error, ErrorCode, Human};
 
 use crate::AppState;
 use crate::auth::{cookie, same_origin};
-use crate::html::{self, esc, layout, notice};
+use crate::html::{self, Chrome, InboxRows, RequestView, notice};
 
 type St = State<Arc<AppState>>;
 
@@ -33,6 +35,20 @@ fn html_response(status: StatusCode, body: String) -> Response {
     r
 }
 
+/// Renders a template; a template that fails to render answers 500 with no detail.
+fn page(status: StatusCode, t: &impl Template) -> Response {
+    match t.render() {
+        Ok(body) => html_response(status, body),
+        Err(e) => {
+            tracing::error!(error = %e, "a page failed to render");
+            html_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the page failed to render".to_owned(),
+            )
+        }
+    }
+}
+
 fn status_of(e: &Error) -> StatusCode {
     StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_GATEWAY)
 }
@@ -44,7 +60,7 @@ fn error_text(e: &Error) -> String {
 fn human(caller: &Caller) -> Result<&Human, Box<Response>> {
     caller
         .human()
-        .map_err(|e| Box::new(html_response(status_of(&e), error_text(&e))))
+        .map_err(|e| Box::new(page(status_of(&e), &notice("error", error_text(&e)))))
 }
 
 fn redirect(location: &str) -> Response {
@@ -63,6 +79,15 @@ fn set_cookie(resp: &mut Response, value: &str) {
 
 // ----- the person's pages -----
 
+/// The frame of a signed-in person's page.
+fn chrome<'a>(title: &'a str, h: &'a Human, active: &'a str) -> Chrome<'a> {
+    Chrome {
+        title,
+        human: Some(h),
+        active,
+    }
+}
+
 pub async fn inbox(State(st): St, Extension(caller): Extension<Caller>) -> Response {
     let h = match human(&caller) {
         Ok(h) => h,
@@ -70,15 +95,16 @@ pub async fn inbox(State(st): St, Extension(caller): Extension<Caller>) -> Respo
     };
     let now = st.console.now();
     let rows = match st.console.inbox(h).await {
-        Ok(list) => html::inbox_rows(list.as_deref(), &h.login, &now),
-        Err(e) => notice("error", &error_text(&e)),
+        Ok(list) => InboxRows::of(list.as_deref(), &h.login, &now),
+        Err(e) => InboxRows::failed(notice("error", error_text(&e))),
     };
-    let body = format!(
-        "<h1>Inbox</h1><p class=\"lead\">Requests waiting for your decision. New ones appear here \
-         as agents ask.</p><p id=\"flash\" class=\"notice\" role=\"status\" hidden></p>\
-         <section id=\"inbox\" data-poll=\"/inbox/rows\">{rows}</section>"
-    );
-    html_response(StatusCode::OK, layout("Inbox", Some(h), "/", &body))
+    page(
+        StatusCode::OK,
+        &html::InboxPage {
+            chrome: chrome("Inbox", h, "/"),
+            rows,
+        },
+    )
 }
 
 pub async fn inbox_rows(State(st): St, Extension(caller): Extension<Caller>) -> Response {
@@ -88,11 +114,14 @@ pub async fn inbox_rows(State(st): St, Extension(caller): Extension<Caller>) -> 
     };
     let now = st.console.now();
     match st.console.inbox(h).await {
-        Ok(list) => html_response(
+        Ok(list) => page(
             StatusCode::OK,
-            html::inbox_rows(list.as_deref(), &h.login, &now),
+            &InboxRows::of(list.as_deref(), &h.login, &now),
         ),
-        Err(e) => html_response(status_of(&e), notice("error", &error_text(&e))),
+        Err(e) => page(
+            status_of(&e),
+            &InboxRows::failed(notice("error", error_text(&e))),
+        ),
     }
 }
 
@@ -106,44 +135,39 @@ pub async fn request_page(
         Err(r) => return *r,
     };
     let now = st.console.now();
-    let (status, body) = match st.console.record(h, &id).await {
+    let (status, view) = match st.console.record(h, &id).await {
         Ok(rec) => {
-            let actions = if rec.state != "pending" {
-                String::new()
-            } else if rec.is_machine_login() {
-                format!(
-                    "<div class=\"decide\"><label for=\"code\">Confirmation code shown on the machine</label>\
-                     <input id=\"code\" name=\"code\" autocomplete=\"off\" placeholder=\"XXXX-XXXX\" maxlength=\"16\">\
-                     <div class=\"actions\"><button type=\"button\" class=\"approve\" data-action=\"approve\" data-record=\"{0}\" data-with-code=\"1\">Approve</button>\
-                     <button type=\"button\" class=\"deny\" data-action=\"deny\" data-record=\"{0}\" data-with-code=\"1\">Deny</button></div></div>",
-                    esc(&rec.record_id)
-                )
+            // Once decided, the way on: the next request waiting for this person.
+            let next = if rec.state == "pending" {
+                None
             } else {
-                format!(
-                    "<div class=\"actions\"><button type=\"button\" class=\"approve\" data-action=\"approve\" data-record=\"{0}\">Approve</button>\
-                     <button type=\"button\" class=\"deny\" data-action=\"deny\" data-record=\"{0}\">Deny</button></div>",
-                    esc(&rec.record_id)
-                )
+                match st.console.inbox(h).await {
+                    Ok(Some(list)) => list
+                        .into_iter()
+                        .map(|r| r.record_id)
+                        .find(|r| *r != rec.record_id),
+                    _ => None,
+                }
             };
-            let title = if rec.is_machine_login() {
-                "Machine login"
-            } else {
-                "Secret request"
-            };
+            let by = st.history.of_record(&rec.record_id);
             (
                 StatusCode::OK,
-                format!(
-                    "<h1>{title}</h1>{}{actions}<p id=\"result\" class=\"notice\" role=\"status\" hidden></p>",
-                    html::record_facts(&rec, &h.login, &now)
-                ),
+                Ok(RequestView::of(&rec, &h.login, &now, by.as_ref(), next)),
             )
         }
-        Err(e) => (
-            status_of(&e),
-            format!("<h1>Request</h1>{}", notice("error", &error_text(&e))),
-        ),
+        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
     };
-    html_response(status, layout("Request", Some(h), "", &body))
+    let title = match &view {
+        Ok(v) => v.heading,
+        Err(_) => "Request",
+    };
+    page(
+        status,
+        &html::RequestPage {
+            chrome: chrome(title, h, ""),
+            view,
+        },
+    )
 }
 
 pub async fn machine_approve_page(Extension(caller): Extension<Caller>) -> Response {
@@ -151,20 +175,11 @@ pub async fn machine_approve_page(Extension(caller): Extension<Caller>) -> Respo
         Ok(h) => h,
         Err(r) => return *r,
     };
-    let body = "<h1>Approve a machine</h1>\
-        <p class=\"lead\">A machine logging in as you shows a confirmation code. Type it here to see \
-        the login's facts, then approve it if they are yours.</p>\
-        <form id=\"lookup\" class=\"code-form\" autocomplete=\"off\">\
-        <label for=\"code\">Confirmation code</label>\
-        <input id=\"code\" name=\"code\" placeholder=\"XXXX-XXXX\" maxlength=\"16\" required autofocus>\
-        <button type=\"submit\">Look up</button></form>\
-        <section id=\"machine\" hidden><h2>This login</h2><dl id=\"machine-facts\" class=\"facts wide\"></dl>\
-        <div class=\"actions\"><button type=\"button\" class=\"approve\" data-action=\"approve-machine\">Approve</button>\
-        <button type=\"button\" class=\"deny\" data-action=\"deny-machine\">Deny</button></div></section>\
-        <p id=\"result\" class=\"notice\" role=\"status\" hidden></p>";
-    html_response(
+    page(
         StatusCode::OK,
-        layout("Approve a machine", Some(h), "/machines/approve", body),
+        &html::MachineApprovePage {
+            chrome: chrome("Approve a machine", h, "/machines/approve"),
+        },
     )
 }
 
@@ -175,15 +190,19 @@ pub async fn grants_page(State(st): St, Extension(caller): Extension<Caller>) ->
     };
     let now = st.console.now();
     let (status, list) = match st.console.grants(h).await {
-        Ok(g) => (StatusCode::OK, html::grants_table(&g, &now)),
-        Err(e) => (status_of(&e), notice("error", &error_text(&e))),
+        Ok(g) => (
+            StatusCode::OK,
+            Ok(g.iter().map(|g| html::GrantRow::of(g, &now)).collect()),
+        ),
+        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
     };
-    let body = format!(
-        "<h1>Live grants</h1><p class=\"lead\">Grants you approved and grants of your machines' sessions. \
-         Revoking one stops its session reading the secrets at once.</p>\
-         <p id=\"result\" class=\"notice\" role=\"status\" hidden></p><section id=\"list\">{list}</section>"
-    );
-    html_response(status, layout("Grants", Some(h), "/grants", &body))
+    page(
+        status,
+        &html::GrantsPage {
+            chrome: chrome("Grants", h, "/grants"),
+            list,
+        },
+    )
 }
 
 pub async fn machines_page(State(st): St, Extension(caller): Extension<Caller>) -> Response {
@@ -193,15 +212,19 @@ pub async fn machines_page(State(st): St, Extension(caller): Extension<Caller>) 
     };
     let now = st.console.now();
     let (status, list) = match st.console.machine_logins(h).await {
-        Ok(m) => (StatusCode::OK, html::machines_table(&m, &now)),
-        Err(e) => (status_of(&e), notice("error", &error_text(&e))),
+        Ok(m) => (
+            StatusCode::OK,
+            Ok(m.iter().map(|m| html::MachineRow::of(m, &now)).collect()),
+        ),
+        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
     };
-    let body = format!(
-        "<h1>Machines</h1><p class=\"lead\">Your machines' logins and every service's. Revoking one \
-         ends every session it enrolled.</p>\
-         <p id=\"result\" class=\"notice\" role=\"status\" hidden></p><section id=\"list\">{list}</section>"
-    );
-    html_response(status, layout("Machines", Some(h), "/machines", &body))
+    page(
+        status,
+        &html::MachinesPage {
+            chrome: chrome("Machines", h, "/machines"),
+            list,
+        },
+    )
 }
 
 pub async fn tokens_page(State(st): St, Extension(caller): Extension<Caller>) -> Response {
@@ -210,20 +233,52 @@ pub async fn tokens_page(State(st): St, Extension(caller): Extension<Caller>) ->
         Err(r) => return *r,
     };
     let (status, list) = match st.console.tokens(h).await {
-        Ok(t) => (StatusCode::OK, html::tokens_table(&t)),
-        Err(e) => (status_of(&e), notice("error", &error_text(&e))),
+        Ok(t) => (
+            StatusCode::OK,
+            Ok(t.iter().map(html::TokenRow::of).collect()),
+        ),
+        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
     };
-    let body = format!(
-        "<h1>Agent tokens</h1><p class=\"lead\">A personal token lets an agent call this console as \
-         yours (bearer token). It cannot approve anything: decisions are made by a signed-in person.</p>\
-         <form id=\"mint\" class=\"code-form\" autocomplete=\"off\"><label for=\"token-name\">Name</label>\
-         <input id=\"token-name\" name=\"name\" maxlength=\"100\" placeholder=\"e.g. laptop agent\">\
-         <button type=\"submit\">Mint a token</button></form>\
-         <div id=\"minted\" class=\"notice ok\" hidden><p>Copy it now; it is not shown again.</p>\
-         <code id=\"minted-token\"></code></div>\
-         <p id=\"result\" class=\"notice\" role=\"status\" hidden></p><section id=\"list\">{list}</section>"
-    );
-    html_response(status, layout("Agent tokens", Some(h), "/tokens", &body))
+    page(
+        status,
+        &html::TokensPage {
+            chrome: chrome("Agent tokens", h, "/tokens"),
+            list,
+        },
+    )
+}
+
+/// How many decisions the history page shows (each is read from the broker).
+const HISTORY_SHOWN: usize = 50;
+
+pub async fn history_page(State(st): St, Extension(caller): Extension<Caller>) -> Response {
+    let h = match human(&caller) {
+        Ok(h) => h,
+        Err(r) => return *r,
+    };
+    let mut entries = Vec::new();
+    for d in st.history.of(&h.login, HISTORY_SHOWN) {
+        // The record's facts as the broker has them now; a record it no longer has keeps its
+        // id as its title.
+        let (title, reason) = match st.console.record(h, &d.record_id).await {
+            Ok(rec) => (html::title_of(&rec), rec.reason),
+            Err(_) => (d.record_id.clone(), String::new()),
+        };
+        entries.push(html::HistoryRow {
+            id: d.record_id,
+            event: d.event,
+            at: html::when(&d.at),
+            title,
+            reason,
+        });
+    }
+    page(
+        StatusCode::OK,
+        &html::HistoryPage {
+            chrome: chrome("History", h, "/history"),
+            entries,
+        },
+    )
 }
 
 pub async fn sign_out(State(st): St, Extension(caller): Extension<Caller>) -> Response {
@@ -237,47 +292,6 @@ pub async fn sign_out(State(st): St, Extension(caller): Extension<Caller>) -> Re
 
 // ----- signing in -----
 
-fn sign_in_body(
-    st: &AppState,
-    next: &str,
-    form_token: Option<&str>,
-    error: Option<&str>,
-) -> String {
-    let mut body = String::from("<div class=\"sign-in\"><h1>Sign in</h1>");
-    if let Some(e) = error {
-        body.push_str(&notice("error", e));
-    }
-    let next_q = url::form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>();
-    if let Some(name) = st.console.idp_name() {
-        body.push_str(&format!(
-            "<p><a class=\"button primary\" id=\"oidc\" href=\"/auth/oidc?next={}\">Sign in with {}</a></p>",
-            esc(&next_q),
-            esc(&name)
-        ));
-    }
-    if let (true, Some(token)) = (st.console.config().local_sign_in, form_token) {
-        body.push_str(&format!(
-            "<form method=\"post\" action=\"/auth/local\" class=\"local\">\
-             <p class=\"lead\">Dev mode: sign in by naming your e-mail (this console answers only on loopback).</p>\
-             <label for=\"email\">E-mail</label>\
-             <input id=\"email\" name=\"email\" type=\"email\" required autofocus value=\"{}\">\
-             <input type=\"hidden\" name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"next\" value=\"{}\">\
-             <button type=\"submit\" class=\"primary\">Sign in</button></form>",
-            esc(st.local_sign_in_hint.as_deref().unwrap_or("")),
-            esc(token),
-            esc(next)
-        ));
-    }
-    if st.console.idp_name().is_none() && !st.console.config().local_sign_in {
-        body.push_str(&notice(
-            "error",
-            "No identity provider is configured: set [oidc] in the console's configuration.",
-        ));
-    }
-    body.push_str("</div>");
-    body
-}
-
 /// Renders the sign-in page (with a fresh form token for the local form, when enabled).
 fn sign_in_response(
     st: &AppState,
@@ -290,8 +304,23 @@ fn sign_in_response(
         .config()
         .local_sign_in
         .then(|| st.console.random_token());
-    let body = sign_in_body(st, next, token.as_deref(), error);
-    let mut r = html_response(status, layout("Sign in", None, "", &body));
+    let local = st.console.config().local_sign_in;
+    let idp = st.console.idp_name();
+    let sign_in = html::SignInPage {
+        chrome: Chrome {
+            title: "Sign in",
+            human: None,
+            active: "",
+        },
+        error,
+        unconfigured: idp.is_none() && !local,
+        idp,
+        next_query: url::form_urlencoded::byte_serialize(next.as_bytes()).collect(),
+        next,
+        form_token: token.as_deref().filter(|_| local),
+        hint: st.local_sign_in_hint.as_deref().unwrap_or(""),
+    };
+    let mut r = page(status, &sign_in);
     if let Some(t) = token {
         set_cookie(&mut r, &st.cookie(st.form_cookie(), &t, 600));
     }

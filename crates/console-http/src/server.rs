@@ -81,6 +81,7 @@ pub fn state(console: Console, config: &Config) -> AppState {
         public_origin: config.public_origin(),
         secure_cookies: config.is_https(),
         local_sign_in_hint: config.local_sign_in_hint.clone(),
+        history: Default::default(),
     }
 }
 
@@ -109,6 +110,7 @@ fn handler(spec: &RouteSpec) -> MethodRouter<Arc<AppState>> {
         ("GET", "/machines") => get(pages::machines_page),
         ("GET", "/grants") => get(pages::grants_page),
         ("GET", "/tokens") => get(pages::tokens_page),
+        ("GET", "/history") => get(pages::history_page),
         ("POST", "/sign-out") => post(pages::sign_out),
         ("GET", "/sign-in") => get(pages::sign_in_page),
         ("GET", "/auth/oidc") => get(pages::oidc_start),

@@ -224,6 +224,13 @@ pub const ROUTES: &[RouteSpec] = &[
         "the person's personal agent tokens: mint and revoke",
     ),
     r(
+        "GET",
+        "/history",
+        HumanOnly,
+        Page,
+        "what the person decided through this console, and when, newest first",
+    ),
+    r(
         "POST",
         "/sign-out",
         HumanOnly,

@@ -4,6 +4,7 @@
 //!
 //! `http_canary` stays a binary of its own: it captures every log line of its process at TRACE.
 
+mod core_audit;
 mod core_chain;
 mod core_props;
 mod core_races;

@@ -43,14 +43,23 @@ pub struct Guarded {
     inner: Arc<dyn Storage>,
     sealer: Sealer,
     clock: Arc<dyn Clock>,
+    follower: Arc<audit::Follower>,
 }
 
 impl Guarded {
-    pub fn new(inner: Arc<dyn Storage>, sealer: Sealer, clock: Arc<dyn Clock>) -> Self {
+    /// The guard over `inner`. Entries its transactions append and commit advance `follower`
+    /// ([`audit::Follower::appended`]), so the follower does not read them back.
+    pub fn new(
+        inner: Arc<dyn Storage>,
+        sealer: Sealer,
+        clock: Arc<dyn Clock>,
+        follower: Arc<audit::Follower>,
+    ) -> Self {
         Self {
             inner,
             sealer,
             clock,
+            follower,
         }
     }
 
@@ -59,9 +68,11 @@ impl Guarded {
             inner,
             sealer: self.sealer.clone(),
             clock: self.clock.clone(),
+            follower: self.follower.clone(),
             write,
             seen: Seen::default(),
             events: Vec::new(),
+            appended: None,
         })
     }
 }
@@ -114,9 +125,12 @@ struct GuardTx {
     inner: Box<dyn Tx>,
     sealer: Sealer,
     clock: Arc<dyn Clock>,
+    follower: Arc<audit::Follower>,
     write: bool,
     seen: Seen,
     events: Vec<AuditEvent>,
+    /// The head the entries this transaction appended chained to, and their last.
+    appended: Option<(audit::Walk, audit::Walk)>,
 }
 
 fn ms(t: Time) -> i64 {
@@ -195,9 +209,20 @@ impl Tx for GuardTx {
         if !self.events.is_empty() {
             let now = to_millis(self.clock.now());
             let events = std::mem::take(&mut self.events);
-            audit::append(&mut *self.inner, &self.sealer, now, &events).await?;
+            let sealer = self.sealer.clone();
+            audit::append(&mut *self, &sealer, now, &events).await?;
         }
-        self.inner.commit().await
+        let GuardTx {
+            inner,
+            follower,
+            appended,
+            ..
+        } = *self;
+        inner.commit().await?;
+        if let Some((from, to)) = appended {
+            follower.appended(&from, to);
+        }
+        Ok(())
     }
 
     async fn get_credential(
@@ -476,7 +501,22 @@ impl Tx for GuardTx {
     }
 
     async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
-        self.inner.append_audit(entries).await
+        self.inner.append_audit(entries).await?;
+        if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+            let to = audit::Walk {
+                position: last.position,
+                hash: last.hash.clone(),
+            };
+            let from = match self.appended.take() {
+                Some((from, _)) => from,
+                None => audit::Walk {
+                    position: first.position - 1,
+                    hash: first.prev_hash.clone(),
+                },
+            };
+            self.appended = Some((from, to));
+        }
+        Ok(())
     }
 
     async fn audit_entries(

@@ -140,7 +140,7 @@ pub struct Broker {
     /// The policy epoch this broker last loaded at (see [`Broker::follow_policy_epoch`]).
     seen_epoch: std::sync::atomic::AtomicI64,
     /// The highest audit log entry this process has verified, and whether the chain broke.
-    audit: crate::audit::Follower,
+    audit: Arc<crate::audit::Follower>,
 }
 
 impl Broker {
@@ -149,10 +149,12 @@ impl Broker {
     pub fn new(parts: Parts, sealer: Sealer, config: BrokerConfig) -> Self {
         // Every transaction runs through the guard: seals on credentials and enrollments, and
         // the audit log appended with the changes it records.
+        let audit = Arc::new(crate::audit::Follower::default());
         let storage: Arc<dyn Storage> = Arc::new(guard::Guarded::new(
             parts.storage,
             sealer.clone(),
             parts.clock.clone(),
+            audit.clone(),
         ));
         Self {
             storage,
@@ -165,7 +167,7 @@ impl Broker {
             policy: RwLock::new(PolicyState::default()),
             keys: Default::default(),
             seen_epoch: std::sync::atomic::AtomicI64::new(i64::MIN),
-            audit: crate::audit::Follower::default(),
+            audit,
         }
     }
 

@@ -22,7 +22,7 @@ use common::*;
 
 /// Where the screenshots go: `docs/screenshots/` with `COUNTERSIGN_UPDATE_SCREENSHOTS=1`, else
 /// the target directory (they are taken either way; a plain test run leaves the tree clean).
-fn shots() -> std::path::PathBuf {
+pub fn shots() -> std::path::PathBuf {
     let dir = if std::env::var("COUNTERSIGN_UPDATE_SCREENSHOTS").as_deref() == Ok("1") {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots")
     } else {
@@ -159,6 +159,9 @@ async fn approve_in_the_browser() -> anyhow::Result<()> {
 
     // She revokes the machine's login: it can no longer start a session.
     ada.click(&format!("{machine_row} button")).await?;
+    ada.wait_text("#confirm[open]", "ends every session", 5)
+        .await?;
+    ada.click("#confirm-ok").await?;
     ada.wait_text("#result", "Revoked", 10).await?;
     let after = helper.cli(&["run", "--", "true"])?.output().await?;
     let why = String::from_utf8_lossy(&after.stderr);

@@ -5,3 +5,4 @@ mod api;
 mod browser;
 mod common;
 mod dev;
+mod pages;

@@ -266,6 +266,28 @@ impl Browser {
         Ok(())
     }
 
+    /// Runs `script` (a function body) in the page; answers its return value.
+    pub async fn execute(&self, script: &str) -> anyhow::Result<Value> {
+        self.cmd(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({ "script": script, "args": [] })),
+        )
+        .await
+    }
+
+    /// Waits until nothing matches `css`.
+    pub async fn wait_gone(&self, css: &str, secs: u64) -> anyhow::Result<()> {
+        let until = Instant::now() + Duration::from_secs(secs);
+        while self.find(css).await.is_ok() {
+            if Instant::now() > until {
+                bail!("{css} still matches after {secs} s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
     /// Saves a PNG of the viewport.
     pub async fn screenshot(&self, path: &std::path::Path) -> anyhow::Result<()> {
         use base64::Engine;
