@@ -21,6 +21,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use countersign_broker_core::SystemClock;
 use countersign_broker_http::config::Config;
+use countersign_common::server::{init_logs, shutdown_signal};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -112,7 +113,7 @@ use countersign_broker_http::dev::DEV_PERSON;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_logs(cli.log_json);
+    init_logs(cli.log_json, "info,tower_http=info,sqlx=warn");
     let (config, dev, bound) = match cli.command {
         Command::Audit { action } => return audit(action).await,
         Command::Serve { config } => (Config::load(&config)?, None, None),
@@ -245,35 +246,4 @@ async fn audit(action: AuditAction) -> anyhow::Result<()> {
             std::process::exit(1)
         }
     }
-}
-
-fn init_logs(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,tower_http=info,sqlx=warn".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }

@@ -1,62 +1,31 @@
-//! The console's error catalogue (code, status, message) in one table, and the broker's
+//! The console's error catalogue (code, status, message) in one table (the shared
+//! [`countersign_common::error_catalogue!`], so clients match typed codes), and the broker's
 //! refusals passed through with the broker's own code and status.
 
-use std::fmt;
+pub use countersign_common::code::ErrorCatalogue;
 
-macro_rules! catalogue {
-    ($($code:ident => $status:literal, $msg:literal;)*) => {
-        /// Every refusal code the console itself gives.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
-        pub enum ErrorCode { $($code,)* }
-
-        impl ErrorCode {
-            /// Every code, in catalogue order.
-            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$code,)*];
-
-            /// The wire name, e.g. `"HUMAN_ONLY"`.
-            pub fn as_str(self) -> &'static str {
-                match self { $(ErrorCode::$code => stringify!($code),)* }
-            }
-
-            /// The HTTP status of this code.
-            pub fn status(self) -> u16 {
-                match self { $(ErrorCode::$code => $status,)* }
-            }
-
-            /// The default message of this code.
-            pub fn message(self) -> &'static str {
-                match self { $(ErrorCode::$code => $msg,)* }
-            }
-        }
-    };
-}
-
-catalogue! {
-    UNAUTHENTICATED => 401, "sign in, or present a valid bearer token";
-    HUMAN_ONLY => 403, "this route is for a signed-in person; an agent's bearer token is refused";
-    AGENT_ONLY => 403, "this route is for an agent's bearer token";
-    CSRF_REJECTED => 403, "cross-site request refused: the request lacks this page's CSRF token or comes from another site";
-    SIGN_IN_FAILED => 401, "sign-in failed";
-    LOCAL_SIGN_IN_OFF => 404, "local sign-in is only for dev mode";
-    SIGN_IN_OFF => 404, "no identity provider is configured";
-    LOGIN_INPUT => 400, "a login is an e-mail address";
-    INVALID_QUERY => 400, "invalid query";
-    TOKEN_INPUT => 400, "body must be one JSON object with an optional `name` of 1 to 100 characters";
-    TOKEN_LIMIT => 409, "a person may hold at most 50 live personal tokens; revoke one first";
-    INVALID_DECISION => 400, "body must be one valid JSON object";
-    INVALID_LOOKUP => 400, "body must be one valid JSON object";
-    NOT_FOUND => 404, "not found";
-    BROKER_NOT_CONFIGURED => 404, "no broker is configured for this console";
-    BROKER_UNAVAILABLE => 503, "the broker could not be reached";
-    DATABASE_UNAVAILABLE => 503, "the console's database is unavailable";
-    REQUEST_TOO_LARGE => 413, "request body exceeds a byte limit";
-    INTERNAL => 500, "internal error";
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+countersign_common::error_catalogue! {
+    /// Every refusal code the console itself gives.
+    pub enum ErrorCode {
+        UNAUTHENTICATED => 401, "sign in, or present a valid bearer token";
+        HUMAN_ONLY => 403, "this route is for a signed-in person; an agent's bearer token is refused";
+        AGENT_ONLY => 403, "this route is for an agent's bearer token";
+        CSRF_REJECTED => 403, "cross-site request refused: the request lacks this page's CSRF token or comes from another site";
+        SIGN_IN_FAILED => 401, "sign-in failed";
+        LOCAL_SIGN_IN_OFF => 404, "local sign-in is only for dev mode";
+        SIGN_IN_OFF => 404, "no identity provider is configured";
+        LOGIN_INPUT => 400, "a login is an e-mail address";
+        INVALID_QUERY => 400, "invalid query";
+        TOKEN_INPUT => 400, "body must be one JSON object with an optional `name` of 1 to 100 characters";
+        TOKEN_LIMIT => 409, "a person may hold at most 50 live personal tokens; revoke one first";
+        INVALID_DECISION => 400, "body must be one valid JSON object";
+        INVALID_LOOKUP => 400, "body must be one valid JSON object";
+        NOT_FOUND => 404, "not found";
+        BROKER_NOT_CONFIGURED => 404, "no broker is configured for this console";
+        BROKER_UNAVAILABLE => 503, "the broker could not be reached";
+        DATABASE_UNAVAILABLE => 503, "the console's database is unavailable";
+        REQUEST_TOO_LARGE => 413, "request body exceeds a byte limit";
+        INTERNAL => 500, "internal error";
     }
 }
 
@@ -142,7 +111,11 @@ impl From<crate::storage::StorageError> for Error {
                 tracing::warn!(error = %m, "console database unavailable");
                 Error::new(ErrorCode::DATABASE_UNAVAILABLE)
             }
-            crate::storage::StorageError::Other(m) => {
+            crate::storage::StorageError::Conflict => {
+                tracing::warn!("console database conflict outlived its retries");
+                Error::new(ErrorCode::DATABASE_UNAVAILABLE)
+            }
+            crate::storage::StorageError::Corrupt(m) | crate::storage::StorageError::Other(m) => {
                 tracing::error!(error = %m, "console database failure");
                 Error::with_message(ErrorCode::INTERNAL, "database failure")
             }

@@ -30,7 +30,7 @@ pub use broker::BrokerClient;
 pub use caller::{Caller, Human};
 pub use clock::{Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time};
 pub use console::{Console, ConsoleConfig, Parts};
-pub use error::{Error, ErrorCode};
+pub use error::{Error, ErrorCatalogue, ErrorCode};
 pub use idp::IdentityProvider;
 pub use ids::{Login, TokenId};
 pub use storage::{Storage, StorageError};

@@ -6,15 +6,7 @@ use async_trait::async_trait;
 use crate::clock::Time;
 use crate::ids::{Login, TokenId};
 
-/// A storage failure.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StorageError {
-    /// The database cannot be reached.
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
-    #[error("database failure: {0}")]
-    Other(String),
-}
+pub use countersign_common::storage::StorageError;
 
 /// A signed-in browser session.
 #[derive(Debug, Clone, PartialEq, Eq)]

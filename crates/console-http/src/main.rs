@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use countersign_common::server::{init_logs, shutdown_signal};
 use countersign_console_http::Config;
 
 #[derive(Parser, Debug)]
@@ -58,7 +59,7 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_logs(cli.log_json);
+    init_logs(cli.log_json, "info,tower_http=warn,sqlx=warn");
     match cli.command {
         Command::Serve { config } => serve(Config::load(&config)?).await,
         #[cfg(feature = "dev")]
@@ -94,35 +95,4 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     });
     running.wait().await.context("server")?;
     Ok(())
-}
-
-fn init_logs(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,tower_http=warn,sqlx=warn".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }

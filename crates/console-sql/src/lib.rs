@@ -6,13 +6,12 @@
 //! is taken with `DELETE … RETURNING`, so each is used at most once even with several console
 //! replicas on one PostgreSQL.
 //!
-//! Tables (created by [`SqlStorage::connect`], versioned in `console_schema`):
+//! Tables (created by [`SqlStorage::connect`] through the shared migration runner, versioned in
+//! `console_schema_migrations`):
 //! - `console_sessions`: browser sessions by SHA-256 of the cookie's token;
 //! - `console_sign_in_attempts`: OpenID Connect sign-ins under way, by SHA-256 of `state`;
 //! - `console_tokens`: personal agent tokens by id, with the SHA-256 of the token (unique);
 //! - `console_people`: who has signed in, by lowercase login.
-
-use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{TimeZone, Utc};
@@ -21,12 +20,16 @@ use countersign_console_core::ids::{Login, TokenId};
 use countersign_console_core::storage::{
     BrowserSession, PersonalToken, SignInAttempt, Storage, StorageError,
 };
-use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor, Row};
+use sqlx::any::AnyRow;
+use sqlx::{AnyPool, Row};
 
-/// The schema version this code writes.
-const SCHEMA_VERSION: i64 = 1;
+use countersign_common::sql::{
+    Backend, Migration, Schema, begin_err, db_err, migrate, open_pool, redact,
+};
 
+/// Version 1: sign-in and personal tokens (the first slice). `IF NOT EXISTS` throughout, so a
+/// database the first slice made (which kept its version in `console_schema`) takes it again
+/// harmlessly under the shared runner's `console_schema_migrations`.
 const MIGRATION_1: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS console_sessions (
         key TEXT PRIMARY KEY,
@@ -74,16 +77,6 @@ impl std::fmt::Debug for SqlStorage {
     }
 }
 
-fn db_err(e: sqlx::Error) -> StorageError {
-    match e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Tls(_) => StorageError::Unavailable(e.to_string()),
-        e => StorageError::Other(e.to_string()),
-    }
-}
-
 fn ms(t: &Time) -> i64 {
     t.timestamp_millis()
 }
@@ -98,91 +91,32 @@ fn login(s: &str) -> Result<Login, StorageError> {
     Login::parse(s).ok_or_else(|| StorageError::Other("a stored login does not parse".into()))
 }
 
-/// The URL with any password replaced.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
+/// The console's schema, applied at connect by the shared runner.
+const SCHEMA: Schema = Schema {
+    table: "console_schema_migrations",
+    // Fixed, distinct from the broker's, so a console and a broker sharing one PostgreSQL
+    // database do not wait on each other.
+    lock_key: 7_243_101,
+    program: "console",
+    migrations: &[Migration {
+        version: 1,
+        name: "sign-in and personal tokens",
+        sqlite: MIGRATION_1,
+        postgres: MIGRATION_1,
+    }],
+};
 
 impl SqlStorage {
     /// Connects (`sqlite://path?mode=rwc`, `sqlite::memory:`, `postgres://…`) and creates or
     /// checks the tables.
     pub async fn connect(url: &str) -> Result<SqlStorage, StorageError> {
-        sqlx::any::install_default_drivers();
-        let sqlite = url.starts_with("sqlite:");
-        let memory = url.contains(":memory:");
-        let mut options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(3));
-        if memory {
-            options = options
-                .max_connections(1)
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None);
-        } else {
-            options = options.max_connections(if sqlite { 4 } else { 8 });
-        }
-        if sqlite {
-            options = options.after_connect(|conn, _| {
-                Box::pin(async move {
-                    conn.execute("PRAGMA busy_timeout = 5000").await?;
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    Ok(())
-                })
-            });
-        }
-        let pool = options.connect(url).await.map_err(db_err)?;
-        let s = SqlStorage {
+        let sqlite = Backend::of_url(url) == Some(Backend::Sqlite);
+        let (pool, backend) = open_pool(url, if sqlite { 4 } else { 8 }).await?;
+        migrate(pool.begin().await.map_err(begin_err)?, backend, &SCHEMA).await?;
+        Ok(SqlStorage {
             pool,
             shown_url: redact(url),
-        };
-        s.migrate(sqlite).await?;
-        Ok(s)
-    }
-
-    /// Creates or checks the tables in one transaction; on PostgreSQL, consoles starting
-    /// together serialise on an advisory lock.
-    async fn migrate(&self, sqlite: bool) -> Result<(), StorageError> {
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
-        if !sqlite {
-            tx.execute("SELECT pg_advisory_xact_lock(7243101)")
-                .await
-                .map_err(db_err)?;
-        }
-        tx.execute("CREATE TABLE IF NOT EXISTS console_schema (version BIGINT NOT NULL)")
-            .await
-            .map_err(db_err)?;
-        let current: Option<i64> = sqlx::query("SELECT MAX(version) AS v FROM console_schema")
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_err)?
-            .try_get::<Option<i64>, _>("v")
-            .map_err(db_err)?;
-        let current = current.unwrap_or(0);
-        if current > SCHEMA_VERSION {
-            return Err(StorageError::Other(format!(
-                "the console database is at schema version {current}, newer than this console ({SCHEMA_VERSION})"
-            )));
-        }
-        if current < 1 {
-            for stmt in MIGRATION_1 {
-                tx.execute(*stmt).await.map_err(db_err)?;
-            }
-            sqlx::query("INSERT INTO console_schema (version) VALUES ($1)")
-                .bind(1_i64)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
-        }
-        tx.commit().await.map_err(db_err)?;
-        Ok(())
+        })
     }
 
     pub async fn close(&self) {
@@ -411,11 +345,7 @@ impl Storage for SqlStorage {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            super::redact("postgres://u:secret@db/x"),
-            "postgres://u:***@db/x"
-        );
-        assert_eq!(super::redact("sqlite://a.db"), "sqlite://a.db");
+    fn migrations_are_consecutive() {
+        assert!(super::SCHEMA.is_consecutive());
     }
 }

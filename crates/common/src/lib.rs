@@ -1,0 +1,31 @@
+//! # countersign-common
+//!
+//! What the broker and the console both need and used to copy, in one small crate:
+//!
+//! - [`code`]: wire error codes as types. A catalogue is an enum made by [`error_catalogue!`];
+//!   each code knows its wire name, HTTP status and default message, and converts into a
+//!   [`WireCode`], the one shape both catalogues share. Clients read a refusal body into
+//!   [`Refusal`] and match its typed code, never a string.
+//! - [`clock`]: the [`Clock`] and [`Entropy`] traits (with [`ManualClock`] for tests), SHA-256
+//!   and constant-time comparison.
+//! - [`login`]: the login rule (a lowercase e-mail address).
+//! - [`storage`]: the storage failure both sides map driver errors into.
+//! - [`sql`] (feature `sql`): the sqlx migration runner, driver error mapping and pool opening
+//!   for SQLite and PostgreSQL through sqlx `Any`.
+//! - [`server`] (feature `server`): `init_logs` and `shutdown_signal` for the binaries.
+//!
+//! With neither feature the crate has no IO dependency, so core crates may use it.
+
+pub mod clock;
+pub mod code;
+pub mod login;
+#[cfg(feature = "server")]
+pub mod server;
+#[cfg(feature = "sql")]
+pub mod sql;
+pub mod storage;
+
+pub use clock::{Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time};
+pub use code::{Refusal, WireCode};
+pub use login::Login;
+pub use storage::StorageError;
