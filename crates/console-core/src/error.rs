@@ -25,6 +25,20 @@ countersign_common::error_catalogue! {
         BROKER_UNAVAILABLE => 503, "the broker could not be reached";
         DATABASE_UNAVAILABLE => 503, "the console's database is unavailable";
         REQUEST_TOO_LARGE => 413, "request body exceeds a byte limit";
+        INVALID_BODY => 400, "the body is malformed, mistyped, misses a field or has an unknown one";
+        INVALID_PROJECT => 400, "not a project key, or an invalid project name";
+        INVALID_SESSION_ID => 400, "a session id is 1 to 128 characters without whitespace, control characters or any of / ? # < > \" ' ` [ ] \\ |";
+        INVALID_STATE => 400, "invalid state";
+        CAP_EXCEEDED => 400, "a text or list is over its cap";
+        ASSIGNEE_NOT_ALLOWED => 400, "an assignee is the e-mail of a person who has signed in";
+        SESSION_FORBIDDEN => 403, "a bearer acts only for its own session here";
+        METHOD_NOT_ALLOWED => 405, "this path does not take this method";
+        UNSUPPORTED_MEDIA_TYPE => 415, "a JSON body is application/json";
+        PROJECT_EXISTS => 409, "a project has this key";
+        ISSUE_CHANGED => 409, "the issue changed since expected_sequence";
+        ISSUE_CLAIMED => 409, "another holder claims the issue";
+        CLAIM_CONTENDED => 409, "the claim changed hands twice during the request; read the issue and retry";
+        ISSUE_CLOSED => 409, "a closed issue changes only its status and components";
         INTERNAL => 500, "internal error";
     }
 }
@@ -39,11 +53,14 @@ pub enum Code {
 }
 
 /// A refusal: a code and a message that never carries a token, a value or key material.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{}: {message}", self.code_str())]
 pub struct Error {
     pub code: Code,
     pub message: String,
+    /// Named detail fields some codes add to the body (protocol §10), e.g. ISSUE_CHANGED's
+    /// `sequence`.
+    pub details: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Error {
@@ -51,6 +68,7 @@ impl Error {
         Self {
             code: Code::Console(code),
             message: code.message().to_owned(),
+            details: Default::default(),
         }
     }
 
@@ -58,6 +76,7 @@ impl Error {
         Self {
             code: Code::Console(code),
             message: message.into(),
+            details: Default::default(),
         }
     }
 
@@ -74,7 +93,17 @@ impl Error {
                 status,
             },
             message: message.into(),
+            details: Default::default(),
         }
+    }
+
+    /// Adds a detail field to the refusal's body.
+    pub fn with_detail(mut self, name: &str, value: impl serde::Serialize) -> Self {
+        self.details.insert(
+            name.to_owned(),
+            serde_json::to_value(value).unwrap_or(serde_json::Value::Null),
+        );
+        self
     }
 
     /// The wire code, e.g. `"HUMAN_ONLY"` or the broker's `"NOT_APPROVER"`.

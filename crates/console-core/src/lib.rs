@@ -13,6 +13,9 @@
 //!   broker through a [`BrokerClient`], naming the signed-in person as approver; the broker
 //!   decides who may act and its refusals reach the caller with the broker's code.
 //!
+//! - **Work** ([`Console::create_issue`], [`Console::claim`], …; [`work`]): projects, issues,
+//!   claims and the event log every write appends to in its own transaction.
+//!
 //! Storage, the broker client, the identity provider, time and randomness are traits, injected
 //! through [`Parts`].
 
@@ -23,13 +26,13 @@ pub mod console;
 pub mod error;
 pub mod idp;
 pub mod ids;
-pub mod memory;
 pub mod storage;
+pub mod work;
 
 pub use broker::BrokerClient;
 pub use caller::{Caller, Human};
 pub use clock::{Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time};
-pub use console::{Console, ConsoleConfig, Parts};
+pub use console::{Console, ConsoleConfig, IssuePatch, NewIssue, Parts, Presence};
 pub use error::{Error, ErrorCatalogue, ErrorCode};
 pub use idp::IdentityProvider;
 pub use ids::{Login, TokenId};

@@ -1,10 +1,12 @@
 //! The console's own storage: browser sessions, sign-in attempts, personal tokens and the people
-//! who have signed in. Tokens and session ids are kept only as their SHA-256.
+//! who have signed in (one statement each), and transactions over the work storage
+//! ([`crate::work::store`]). Tokens and session ids are kept only as their SHA-256.
 
 use async_trait::async_trait;
 
 use crate::clock::Time;
 use crate::ids::{Login, TokenId};
+use crate::work::WorkTx;
 
 pub use countersign_common::storage::StorageError;
 
@@ -75,4 +77,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Deletes sessions and sign-in attempts that lapsed before `now`.
     async fn purge_expired(&self, now: Time) -> Result<u64, StorageError>;
     async fn ping(&self) -> Result<(), StorageError>;
+
+    /// Begins a write transaction over the work storage (projects, issues, events).
+    async fn begin(&self) -> Result<Box<dyn WorkTx>, StorageError>;
+    /// Begins a read-only transaction over the work storage.
+    async fn read(&self) -> Result<Box<dyn WorkTx>, StorageError>;
 }

@@ -1,4 +1,4 @@
-//! The console's domain on in-memory storage, a fake identity provider and broker, and a
+//! The console's domain on SQLite in memory (the real storage), a fake identity provider and broker, and a
 //! manual clock: sessions and sign-ins lapse on time, tokens are kept as hashes, the inbox
 //! remembers record facts and asks the broker for the pending list alone.
 
@@ -11,11 +11,11 @@ use countersign_console_core::broker::{
     Approval, BrokerClient, CredentialRecord, GrantItem, MachineLogin, PendingItem, SessionIds,
 };
 use countersign_console_core::idp::{AuthStart, IdentityProvider, IdpError, VerifiedIdentity};
-use countersign_console_core::memory::MemoryStorage;
 use countersign_console_core::{
     Caller, Clock, Console, ConsoleConfig, Error, ErrorCode, Login, ManualClock, Parts, Storage,
     SystemEntropy,
 };
+use countersign_console_sql::SqlStorage;
 
 #[derive(Debug, Default)]
 struct FakeIdp {
@@ -166,10 +166,10 @@ struct Fixture {
     clock: Arc<ManualClock>,
     idp: Arc<FakeIdp>,
     broker: Arc<FakeBroker>,
-    storage: Arc<MemoryStorage>,
+    storage: Arc<SqlStorage>,
 }
 
-fn fixture(config: ConsoleConfig) -> Fixture {
+async fn fixture(config: ConsoleConfig) -> Fixture {
     let clock = Arc::new(ManualClock::new(
         Utc.with_ymd_and_hms(2031, 3, 4, 5, 6, 7)
             .single()
@@ -177,7 +177,11 @@ fn fixture(config: ConsoleConfig) -> Fixture {
     ));
     let idp = Arc::new(FakeIdp::default());
     let broker = Arc::new(FakeBroker::default());
-    let storage = Arc::new(MemoryStorage::new());
+    let storage = Arc::new(
+        SqlStorage::connect("sqlite::memory:")
+            .await
+            .expect("in-memory SQLite"),
+    );
     let console = Console::new(
         Parts {
             storage: storage.clone(),
@@ -185,6 +189,7 @@ fn fixture(config: ConsoleConfig) -> Fixture {
             idp: Some(idp.clone()),
             clock: clock.clone(),
             entropy: Arc::new(SystemEntropy),
+            presence: None,
         },
         config,
         Some("shared-token-0123456789"),
@@ -200,7 +205,7 @@ fn fixture(config: ConsoleConfig) -> Fixture {
 
 #[tokio::test]
 async fn sign_in_binds_the_browser_and_sessions_lapse() {
-    let f = fixture(ConsoleConfig::default());
+    let f = fixture(ConsoleConfig::default()).await;
     *f.idp.email.lock().expect("lock") = Some(("Ada@Example.COM".into(), Some(true)));
     let start = f
         .console
@@ -262,7 +267,8 @@ async fn slow_or_unverified_sign_ins_are_refused() {
     let f = fixture(ConsoleConfig {
         allowed_domains: vec!["example.com".into()],
         ..ConsoleConfig::default()
-    });
+    })
+    .await;
     *f.idp.email.lock().expect("lock") = Some(("ada@example.com".into(), Some(true)));
     let start = f.console.begin_sign_in(None).await.expect("begin");
     f.clock.advance(Duration::minutes(11));
@@ -305,7 +311,8 @@ async fn tokens_csrf_and_the_inbox() {
     let f = fixture(ConsoleConfig {
         local_sign_in: true,
         ..ConsoleConfig::default()
-    });
+    })
+    .await;
     let ada = f
         .console
         .sign_in_local("ADA@example.com")

@@ -104,7 +104,18 @@ pub async fn authenticate(
         Some(Ok(token)) => {
             let caller = match st.console.authenticate_bearer(&token).await {
                 Ok(c) => c,
-                Err(e) => return ApiError(e).into_response(),
+                Err(e) => {
+                    let mut r = ApiError(e).into_response();
+                    if r.status() == StatusCode::UNAUTHORIZED {
+                        r.headers_mut().insert(
+                            header::WWW_AUTHENTICATE,
+                            HeaderValue::from_static(
+                                "Bearer realm=\"countersign\", error=\"invalid_token\"",
+                            ),
+                        );
+                    }
+                    return r;
+                }
             };
             if spec.auth == Auth::HumanOnly {
                 return refuse(ErrorCode::HUMAN_ONLY);

@@ -30,10 +30,20 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(code = self.0.code_str(), error = %self.0.message, "request refused");
         }
-        let body = serde_json::json!({ "code": self.0.code_str(), "error": self.0.message });
-        let mut resp = (status, Json(body)).into_response();
+        let mut body = self.0.details.clone();
+        body.insert("code".into(), self.0.code_str().into());
+        body.insert("error".into(), self.0.message.clone().into());
+        let mut resp = (status, Json(serde_json::Value::Object(body))).into_response();
         resp.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if self.0.is(ErrorCode::UNAUTHENTICATED) {
+            // RFC 9110 §11.6.1, RFC 6750 §3; the route layer adds `error="invalid_token"`
+            // when a bearer came.
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"countersign\""),
+            );
+        }
         resp
     }
 }

@@ -45,6 +45,8 @@ pub struct AppState {
     pub local_sign_in_hint: Option<String>,
     /// What each person decided through this console (the history page).
     pub history: history::DecisionLog,
+    /// The storage's listener for other replicas' events, until [`serve`] takes it.
+    pub event_listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl AppState {

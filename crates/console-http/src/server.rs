@@ -7,18 +7,17 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, delete, get, post};
 use countersign_console_core::{Clock, Console, ConsoleConfig, Error, ErrorCode, Parts};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::ApiError;
-use crate::table::{ROUTES, RouteSpec};
-use crate::{AppState, Config, api, pages};
+use crate::table::{Kind, ROUTES, RouteSpec};
+use crate::{AppState, Config};
 
 /// Builds the console from a configuration: storage, the broker client, the identity provider.
 pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc<AppState>> {
@@ -60,6 +59,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         ..ConsoleConfig::default()
     };
     let shared = config.shared_token()?;
+    let listener_storage = storage.clone();
     let console = Console::new(
         Parts {
             storage: Arc::new(storage),
@@ -67,11 +67,22 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
             idp,
             clock,
             entropy: Arc::new(countersign_console_core::SystemEntropy),
+            presence: None,
         },
         console_config,
         shared.as_deref().map(|s| s.as_str()),
     );
-    Ok(Arc::new(state(console, config)))
+    let state = Arc::new(state(console, config));
+    let weak = Arc::downgrade(&state);
+    let listener = listener_storage.listen_events(Arc::new(move |id| {
+        if let Some(st) = weak.upgrade() {
+            st.console.event_committed(id);
+        }
+    }));
+    if let Ok(mut slot) = state.event_listener.lock() {
+        *slot = listener;
+    }
+    Ok(state)
 }
 
 /// The shared state for a console built by the caller (tests inject their own parts).
@@ -82,46 +93,7 @@ pub fn state(console: Console, config: &Config) -> AppState {
         secure_cookies: config.is_https(),
         local_sign_in_hint: config.local_sign_in_hint.clone(),
         history: Default::default(),
-    }
-}
-
-/// The handler of one row of the route table.
-fn handler(spec: &RouteSpec) -> MethodRouter<Arc<AppState>> {
-    match (spec.method, spec.path) {
-        ("GET", "/api/v1") => get(api::index),
-        ("GET", "/api/v1/me") => get(api::me),
-        ("GET", "/api/v1/people") => get(api::people),
-        ("GET", "/api/v1/agent-tokens") => get(api::list_tokens),
-        ("POST", "/api/v1/agent-tokens") => post(api::mint_token),
-        ("DELETE", "/api/v1/agent-tokens/{id}") => delete(api::revoke_token),
-        ("GET", "/api/v1/credential-requests") => get(api::list_requests),
-        ("POST", "/api/v1/credential-requests/machine-lookup") => post(api::machine_lookup),
-        ("GET", "/api/v1/credential-requests/{id}") => get(api::get_request),
-        ("POST", "/api/v1/credential-requests/{id}/approve") => post(api::approve),
-        ("POST", "/api/v1/credential-requests/{id}/deny") => post(api::deny),
-        ("GET", "/api/v1/credential-grants") => get(api::list_grants),
-        ("POST", "/api/v1/credential-grants/{id}/revoke") => post(api::revoke_grant),
-        ("GET", "/api/v1/machine-logins") => get(api::list_machines),
-        ("POST", "/api/v1/machine-logins/{id}/revoke") => post(api::revoke_machine),
-        ("GET", "/") => get(pages::inbox),
-        ("GET", "/inbox/rows") => get(pages::inbox_rows),
-        ("GET", "/requests/{id}") => get(pages::request_page),
-        ("GET", "/machines/approve") => get(pages::machine_approve_page),
-        ("GET", "/machines") => get(pages::machines_page),
-        ("GET", "/grants") => get(pages::grants_page),
-        ("GET", "/tokens") => get(pages::tokens_page),
-        ("GET", "/history") => get(pages::history_page),
-        ("POST", "/sign-out") => post(pages::sign_out),
-        ("GET", "/sign-in") => get(pages::sign_in_page),
-        ("GET", "/auth/oidc") => get(pages::oidc_start),
-        ("GET", "/auth/callback") => get(pages::oidc_callback),
-        ("POST", "/auth/local") => post(pages::local_sign_in),
-        ("GET", "/assets/console.js") => get(pages::script),
-        ("GET", "/assets/console.css") => get(pages::style),
-        ("GET", "/healthz") => get(api::health),
-        // The table and this match are kept together by the route-table test: a row without
-        // a handler answers 405 to every method.
-        _ => MethodRouter::new(),
+        event_listener: Default::default(),
     }
 }
 
@@ -137,14 +109,64 @@ pub fn router(state: Arc<AppState>) -> Router {
     ROUTES
         .iter()
         .fold(Router::new(), |router, spec| {
-            let layer =
+            let auth =
                 middleware::from_fn_with_state((state.clone(), *spec), crate::auth::authenticate);
-            router.route(spec.path, handler(spec).route_layer(layer))
+            let rules = middleware::from_fn_with_state(*spec, request_rules);
+            router.route(
+                spec.path,
+                (spec.handler)().route_layer(rules).route_layer(auth),
+            )
         })
         .fallback(no_route)
+        .layer(middleware::from_fn(method_not_allowed))
         .layer(middleware::from_fn(security_headers))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// The request rules every API row holds before its handler (protocol §2, after the caller's
+/// credential, class and CSRF): a body too large by its `Content-Length` (413), a query
+/// parameter the row does not take (400 INVALID_QUERY).
+async fn request_rules(State(spec): State<RouteSpec>, req: Request, next: Next) -> Response {
+    if spec.kind == Kind::Api {
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > crate::api::JSON_LIMIT) {
+            return ApiError::from(ErrorCode::REQUEST_TOO_LARGE).into_response();
+        }
+        let query = req.uri().query().unwrap_or("");
+        if let Some((name, _)) = url::form_urlencoded::parse(query.as_bytes())
+            .find(|(name, _)| !spec.query.contains(&name.as_ref()))
+        {
+            return ApiError(Error::with_message(
+                ErrorCode::INVALID_QUERY,
+                format!(
+                    "this route takes no `{}` parameter",
+                    name.chars().take(64).collect::<String>()
+                ),
+            ))
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// A known path with another method: 405 METHOD_NOT_ALLOWED as JSON, keeping the router's
+/// `Allow` header (RFC 9110 §15.5.6).
+async fn method_not_allowed(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    if resp.status() != axum::http::StatusCode::METHOD_NOT_ALLOWED {
+        return resp;
+    }
+    let allow = resp.headers().get(header::ALLOW).cloned();
+    let mut out = ApiError::from(ErrorCode::METHOD_NOT_ALLOWED).into_response();
+    if let Some(a) = allow {
+        out.headers_mut().insert(header::ALLOW, a);
+    }
+    out
 }
 
 /// Headers on every answer: no framing, no sniffing, scripts and styles from this origin only.
@@ -177,14 +199,19 @@ pub struct Running {
     stop: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
     background: JoinHandle<()>,
+    /// The storage's listener for other replicas' events, if any.
+    listener: Option<JoinHandle<()>>,
 }
 
 impl Running {
     /// Stops accepting, lets requests in flight finish (up to `grace`), stops housekeeping.
-    pub async fn shutdown(self, grace: Duration) {
+    pub async fn shutdown(mut self, grace: Duration) {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(grace, self.server).await;
         self.background.abort();
+        if let Some(l) = self.listener.take() {
+            l.abort();
+        }
     }
 
     /// A handle that stops the server when told (or dropped).
@@ -199,6 +226,9 @@ impl Running {
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e)));
         self.background.abort();
+        if let Some(l) = self.listener {
+            l.abort();
+        }
         r
     }
 }
@@ -209,6 +239,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
 ) -> anyhow::Result<Running> {
     let addr = listener.local_addr()?;
+    let events = state.event_listener.lock().ok().and_then(|mut l| l.take());
     let (stop, mut stopped) = watch::channel(false);
     let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let server = tokio::spawn(async move {
@@ -232,5 +263,6 @@ pub async fn serve(
         stop,
         server,
         background,
+        listener: events,
     })
 }

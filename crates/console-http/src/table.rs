@@ -1,8 +1,17 @@
-//! The route table: every route the server has, with its caller class and purpose. The router
-//! is built from it ([`crate::server::router`]) and `GET /api/v1` answers it, so the two cannot
-//! drift; the route-table test checks that every row reaches a handler.
+//! The route table: one row per route, naming its method, path, caller class, the query
+//! parameters it takes, its purpose and its handler. The router is built from the rows
+//! ([`crate::server::router`]) and `GET /api/v1` answers them ([`describe`]), so the two cannot
+//! drift and nothing joins a row to its handler by matching strings.
+//!
+//! A row is written with [`route!`]: the method names both the row's method and the axum
+//! method filter its handler is mounted under, so they cannot disagree.
 
-use serde_json::{Value, json};
+use std::sync::Arc;
+
+use axum::routing::MethodRouter;
+use serde::Serialize;
+
+use crate::{AppState, api, pages};
 
 /// Caller classes (spec, "Caller classes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,11 +22,12 @@ pub enum Auth {
     HumanOrAgent,
     /// A signed-in person; an agent's bearer token is refused with 403 HUMAN_ONLY.
     HumanOnly,
-    /// An agent's bearer token; a browser session is refused.
+    /// An agent's bearer token; a browser session is refused with 403 AGENT_ONLY.
     AgentOnly,
 }
 
 impl Auth {
+    /// The class by its spec name, as `GET /api/v1` lists it.
     pub fn as_str(self) -> &'static str {
         match self {
             Auth::Anyone => "Anyone",
@@ -28,8 +38,8 @@ impl Auth {
     }
 }
 
-/// What a route answers: JSON (refusals as JSON), or a page (HTML; a person not signed in is
-/// sent to the sign-in page).
+/// What a route answers: JSON (refusals as JSON, unknown query parameters refused), or a page
+/// (HTML; a person not signed in is sent to the sign-in page).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Api,
@@ -37,262 +47,137 @@ pub enum Kind {
 }
 
 /// One route.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct RouteSpec {
     pub method: &'static str,
     pub path: &'static str,
     pub auth: Auth,
     pub kind: Kind,
+    /// The query parameters the route reads; any other is 400 INVALID_QUERY (API routes).
+    pub query: &'static [&'static str],
     pub purpose: &'static str,
+    /// Mounts the handler under the row's method.
+    pub handler: fn() -> MethodRouter<Arc<AppState>>,
 }
 
-const fn r(
-    method: &'static str,
-    path: &'static str,
-    auth: Auth,
-    kind: Kind,
-    purpose: &'static str,
-) -> RouteSpec {
-    RouteSpec {
-        method,
-        path,
-        auth,
-        kind,
-        purpose,
+impl std::fmt::Debug for RouteSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.method, self.path)
     }
 }
 
-use Auth::{Anyone, HumanOnly, HumanOrAgent};
-use Kind::{Api, Page};
+impl RouteSpec {
+    /// Whether `GET /api/v1` lists the row under `routes` (the API's own routes) rather than
+    /// `other_routes` (pages, sign-in, assets, health).
+    pub fn is_api(&self) -> bool {
+        self.kind == Kind::Api && (self.path == "/api/v1" || self.path.starts_with("/api/v1/"))
+    }
+}
+
+/// `route!(GET "/path", Class, Kind, [query…], "purpose", handler)`.
+macro_rules! route {
+    ($m:ident $path:literal, $auth:ident, $kind:ident, [$($q:literal),*], $purpose:literal, $h:path) => {
+        RouteSpec {
+            method: stringify!($m),
+            path: $path,
+            auth: Auth::$auth,
+            kind: Kind::$kind,
+            query: &[$($q),*],
+            purpose: $purpose,
+            handler: || axum::routing::on(axum::routing::MethodFilter::$m, $h),
+        }
+    };
+}
 
 /// Every route of the console.
-pub const ROUTES: &[RouteSpec] = &[
-    // ----- API -----
-    r(
-        "GET",
-        "/api/v1",
-        Anyone,
-        Api,
-        "the route table with method, auth and purpose",
-    ),
-    r(
-        "GET",
-        "/api/v1/me",
-        HumanOrAgent,
-        Api,
-        "who the server takes the caller for (caller identity): {kind: user, login} or {kind: agent, owner, service}",
-    ),
-    r(
-        "GET",
-        "/api/v1/people",
-        HumanOnly,
-        Api,
-        "everyone who has signed in, by lowercase e-mail",
-    ),
-    r(
-        "GET",
-        "/api/v1/agent-tokens",
-        HumanOnly,
-        Api,
-        "list the caller's personal agent tokens",
-    ),
-    r(
-        "POST",
-        "/api/v1/agent-tokens",
-        HumanOnly,
-        Api,
-        "mint a personal agent token {name?}; the token is shown once, only its hash is kept",
-    ),
-    r(
-        "DELETE",
-        "/api/v1/agent-tokens/{id}",
-        HumanOnly,
-        Api,
-        "revoke one of the caller's personal agent tokens",
-    ),
-    r(
-        "GET",
-        "/api/v1/credential-requests",
-        HumanOnly,
-        Api,
-        "list credential requests the caller may decide (only ?approver=me): those naming the caller, shared secrets' and service machine logins'; null without a configured broker",
-    ),
-    r(
-        "POST",
-        "/api/v1/credential-requests/machine-lookup",
-        HumanOnly,
-        Api,
-        "resolve a pending machine login by typed confirmation code {code}, returning its facts",
-    ),
-    r(
-        "GET",
-        "/api/v1/credential-requests/{id}",
-        HumanOnly,
-        Api,
-        "read one credential request's facts; the broker is authoritative",
-    ),
-    r(
-        "POST",
-        "/api/v1/credential-requests/{id}/approve",
-        HumanOnly,
-        Api,
-        "approve as the caller {code?} (a machine login also takes its typed code); the broker decides whether the caller is its approver",
-    ),
-    r(
-        "POST",
-        "/api/v1/credential-requests/{id}/deny",
-        HumanOnly,
-        Api,
-        "deny as the caller {code?}; same rule",
-    ),
-    r(
-        "GET",
-        "/api/v1/credential-grants",
-        HumanOnly,
-        Api,
-        "list credential grants the caller may revoke (only ?approver=me)",
-    ),
-    r(
-        "POST",
-        "/api/v1/credential-grants/{id}/revoke",
-        HumanOnly,
-        Api,
-        "revoke a broker grant as the caller (its approver or its enrollment's operator)",
-    ),
-    r(
-        "GET",
-        "/api/v1/machine-logins",
-        HumanOnly,
-        Api,
-        "list machine logins the caller may revoke that can still reach a secret, each naming who approved it",
-    ),
-    r(
-        "POST",
-        "/api/v1/machine-logins/{id}/revoke",
-        HumanOnly,
-        Api,
-        "revoke a machine login, expired or not, ending every session it enrolled",
-    ),
+pub static ROUTES: &[RouteSpec] = &[
+    // ----- meta -----
+    route!(GET "/api/v1", Anyone, Api, [], "the route table: method, path, caller class and purpose of every route", api::meta::index),
+    route!(GET "/api/v1/me", HumanOrAgent, Api, [], "who the server takes the caller for (caller identity)", api::meta::me),
+    route!(GET "/api/v1/people", HumanOnly, Api, [], "everyone who has signed in, by lowercase e-mail (assignee picker)", api::meta::people),
+    route!(GET "/api/v1/agent-tokens", HumanOnly, Api, [], "list the caller's personal agent tokens", api::tokens::list),
+    route!(POST "/api/v1/agent-tokens", HumanOnly, Api, [], "mint a personal agent token, shown once", api::tokens::mint),
+    route!(DELETE "/api/v1/agent-tokens/{id}", HumanOnly, Api, [], "revoke one of the caller's personal agent tokens", api::tokens::revoke),
+    route!(GET "/api/v1/events", HumanOrAgent, Api, ["since"], "server-sent event stream, resumable by Last-Event-ID or ?since=", api::events::stream),
+    // ----- projects -----
+    route!(GET "/api/v1/projects", HumanOrAgent, Api, [], "list projects", api::projects::list),
+    route!(POST "/api/v1/projects", HumanOrAgent, Api, [], "create a project {key, name}", api::projects::create),
+    // ----- issues -----
+    route!(GET "/api/v1/issues", HumanOrAgent, Api,
+        ["project", "status", "parent", "label", "priority", "open", "updated_since", "route_status", "pinned", "limit", "offset", "cursor", "session"],
+        "list issues by filters; paged by limit and offset", api::issues::list),
+    route!(POST "/api/v1/issues", HumanOrAgent, Api, [], "create an issue, native or from owner/repo#n", api::issues::create),
+    route!(GET "/api/v1/issues/resolve", HumanOrAgent, Api, ["ref"], "resolve ?ref=<KEY or owner/repo#n> to an issue key", api::issues::resolve),
+    route!(GET "/api/v1/issues/{key}", HumanOrAgent, Api, ["session"], "read an issue with open asks, primary document, children and progress", api::issues::read),
+    route!(PATCH "/api/v1/issues/{key}", HumanOrAgent, Api, [], "update an issue; expected_sequence makes it conditional", api::issues::update),
+    route!(POST "/api/v1/issues/{key}/claim", HumanOrAgent, Api, [], "claim the issue for the calling session or person", api::issues::claim),
+    route!(DELETE "/api/v1/issues/{key}/claim", HumanOrAgent, Api, ["session"], "release the issue's claim", api::issues::release),
+    route!(GET "/api/v1/issues/{key}/events", HumanOrAgent, Api, ["after", "before", "ids", "order", "limit", "session"], "page the issue's event log", api::issues::events),
+    // ----- the broker front -----
+    route!(GET "/api/v1/credential-requests", HumanOnly, Api, ["approver"], "credential requests the caller may decide (?approver=me)", api::front::list_requests),
+    route!(POST "/api/v1/credential-requests/machine-lookup", HumanOnly, Api, [], "find a pending machine login by its typed code", api::front::machine_lookup),
+    route!(GET "/api/v1/credential-requests/{id}", HumanOnly, Api, [], "one credential request's facts, from the broker", api::front::get_request),
+    route!(POST "/api/v1/credential-requests/{id}/approve", HumanOnly, Api, [], "approve as the caller (a machine login takes its code)", api::front::approve),
+    route!(POST "/api/v1/credential-requests/{id}/deny", HumanOnly, Api, [], "deny as the caller", api::front::deny),
+    route!(GET "/api/v1/credential-grants", HumanOnly, Api, ["approver"], "credential grants the caller may revoke (?approver=me)", api::front::list_grants),
+    route!(POST "/api/v1/credential-grants/{id}/revoke", HumanOnly, Api, [], "revoke a broker grant as the caller", api::front::revoke_grant),
+    route!(GET "/api/v1/machine-logins", HumanOnly, Api, [], "machine logins the caller may revoke", api::front::list_machines),
+    route!(POST "/api/v1/machine-logins/{id}/revoke", HumanOnly, Api, [], "revoke a machine login, ending every session it enrolled", api::front::revoke_machine),
     // ----- pages -----
-    r(
-        "GET",
-        "/",
-        HumanOnly,
-        Page,
-        "inbox: pending requests the person decides, with approve and deny; new ones appear without a reload",
-    ),
-    r(
-        "GET",
-        "/inbox/rows",
-        HumanOnly,
-        Page,
-        "the inbox's rows (HTML fragment the inbox page polls)",
-    ),
-    r(
-        "GET",
-        "/requests/{id}",
-        HumanOnly,
-        Page,
-        "one credential request's facts, with approve and deny",
-    ),
-    r(
-        "GET",
-        "/machines/approve",
-        HumanOnly,
-        Page,
-        "type a machine's confirmation code, see its facts and approve",
-    ),
-    r(
-        "GET",
-        "/machines",
-        HumanOnly,
-        Page,
-        "machine logins the person may revoke",
-    ),
-    r(
-        "GET",
-        "/grants",
-        HumanOnly,
-        Page,
-        "live grants the person may revoke",
-    ),
-    r(
-        "GET",
-        "/tokens",
-        HumanOnly,
-        Page,
-        "the person's personal agent tokens: mint and revoke",
-    ),
-    r(
-        "GET",
-        "/history",
-        HumanOnly,
-        Page,
-        "what the person decided through this console, and when, newest first",
-    ),
-    r(
-        "POST",
-        "/sign-out",
-        HumanOnly,
-        Page,
-        "end the browser session",
-    ),
-    r("GET", "/sign-in", Anyone, Page, "sign-in page"),
-    r(
-        "GET",
-        "/auth/oidc",
-        Anyone,
-        Page,
-        "start OpenID Connect sign-in (authorization code with PKCE)",
-    ),
-    r(
-        "GET",
-        "/auth/callback",
-        Anyone,
-        Page,
-        "OpenID Connect redirect URI: finish sign-in",
-    ),
-    r(
-        "POST",
-        "/auth/local",
-        Anyone,
-        Page,
-        "dev mode's local sign-in by e-mail (loopback only)",
-    ),
-    r(
-        "GET",
-        "/assets/console.js",
-        Anyone,
-        Page,
-        "the pages' script",
-    ),
-    r(
-        "GET",
-        "/assets/console.css",
-        Anyone,
-        Page,
-        "the pages' style sheet",
-    ),
-    r(
-        "GET",
-        "/healthz",
-        Anyone,
-        Api,
-        "health: the console's database answers",
-    ),
+    route!(GET "/", HumanOnly, Page, [], "the inbox: credential requests waiting for the signed-in person", pages::inbox),
+    route!(GET "/inbox/rows", HumanOnly, Page, [], "the inbox's rows, for the page's live refresh", pages::inbox_rows),
+    route!(GET "/requests/{id}", HumanOnly, Page, [], "one credential request, to approve or deny", pages::request_page),
+    route!(GET "/machines/approve", HumanOnly, Page, [], "approve a machine login by its typed confirmation code", pages::machine_approve_page),
+    route!(GET "/machines", HumanOnly, Page, [], "machine logins the person may revoke", pages::machines_page),
+    route!(GET "/grants", HumanOnly, Page, [], "credential grants the person may revoke", pages::grants_page),
+    route!(GET "/tokens", HumanOnly, Page, [], "the person's personal agent tokens", pages::tokens_page),
+    route!(GET "/history", HumanOnly, Page, [], "what the person decided through this console, newest first", pages::history_page),
+    route!(POST "/sign-out", HumanOnly, Page, [], "sign out (ends the browser session)", pages::sign_out),
+    route!(GET "/sign-in", Anyone, Page, [], "sign-in page", pages::sign_in_page),
+    route!(GET "/auth/oidc", Anyone, Page, [], "start signing in with the OpenID provider", pages::oidc_start),
+    route!(GET "/auth/callback", Anyone, Page, [], "the OpenID provider's redirect back", pages::oidc_callback),
+    route!(POST "/auth/local", Anyone, Page, [], "dev mode: sign in by naming an e-mail", pages::local_sign_in),
+    route!(GET "/assets/console.js", Anyone, Page, [], "the pages' script", pages::script),
+    route!(GET "/assets/console.css", Anyone, Page, [], "the pages' style sheet", pages::style),
+    route!(GET "/healthz", Anyone, Api, [], "health: the console's database answers", api::meta::health),
 ];
 
+/// One row of the `GET /api/v1` answer.
+#[derive(Debug, Serialize)]
+pub struct Listed {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub auth: &'static str,
+    pub purpose: &'static str,
+}
+
+/// The `GET /api/v1` answer (protocol §1.2).
+#[derive(Debug, Serialize)]
+pub struct Described {
+    pub routes: Vec<Listed>,
+    pub count: usize,
+    pub other_routes: Vec<Listed>,
+}
+
+/// Routes the server answers outside the table: the session link (protocol §4.2).
+const OUTSIDE: &[Listed] = &[];
+
 /// The `GET /api/v1` answer.
-pub fn describe() -> Value {
-    json!({
-        "routes": ROUTES.iter().map(|r| json!({
-            "method": r.method,
-            "path": r.path,
-            "auth": r.auth.as_str(),
-            "purpose": r.purpose,
-        })).collect::<Vec<_>>(),
-        "count": ROUTES.len(),
-    })
+pub fn describe() -> Described {
+    let listed = |r: &RouteSpec| Listed {
+        method: r.method,
+        path: r.path,
+        auth: r.auth.as_str(),
+        purpose: r.purpose,
+    };
+    let routes: Vec<Listed> = ROUTES.iter().filter(|r| r.is_api()).map(listed).collect();
+    let mut other_routes: Vec<Listed> = ROUTES.iter().filter(|r| !r.is_api()).map(listed).collect();
+    other_routes.extend(OUTSIDE.iter().map(|l| Listed { ..*l }));
+    Described {
+        count: routes.len(),
+        routes,
+        other_routes,
+    }
 }
 
 #[cfg(test)]
@@ -303,12 +188,17 @@ mod tests {
     fn no_route_is_listed_twice() {
         let mut seen = std::collections::HashSet::new();
         for r in ROUTES {
-            assert!(
-                seen.insert((r.method, r.path)),
-                "{} {} twice",
-                r.method,
-                r.path
-            );
+            assert!(seen.insert((r.method, r.path)), "{r:?} twice");
+        }
+    }
+
+    #[test]
+    fn every_api_row_is_under_api_v1_and_lists_its_purpose() {
+        for r in ROUTES {
+            assert!(!r.purpose.is_empty(), "{r:?}");
+            if r.kind == Kind::Api && r.path != "/healthz" {
+                assert!(r.is_api(), "{r:?}");
+            }
         }
     }
 }

@@ -11,7 +11,9 @@
 //! - `console_sessions`: browser sessions by SHA-256 of the cookie's token;
 //! - `console_sign_in_attempts`: OpenID Connect sign-ins under way, by SHA-256 of `state`;
 //! - `console_tokens`: personal agent tokens by id, with the SHA-256 of the token (unique);
-//! - `console_people`: who has signed in, by lowercase login.
+//! - `console_people`: who has signed in, by lowercase login;
+//! - the work core's tables ([`work`]): `console_projects`, `console_issues` with
+//!   `console_issue_labels`, `console_pins` and `console_events`, used in transactions.
 
 use async_trait::async_trait;
 use chrono::{TimeZone, Utc};
@@ -20,8 +22,12 @@ use countersign_console_core::ids::{Login, TokenId};
 use countersign_console_core::storage::{
     BrowserSession, PersonalToken, SignInAttempt, Storage, StorageError,
 };
+use countersign_console_core::work::WorkTx;
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
+
+mod work;
+pub use work::SqlTx;
 
 use countersign_common::sql::{
     Backend, Migration, Schema, begin_err, db_err, migrate, open_pool, redact,
@@ -66,7 +72,10 @@ const MIGRATION_1: &[&str] = &[
 #[derive(Clone)]
 pub struct SqlStorage {
     pool: AnyPool,
+    backend: Backend,
     shown_url: String,
+    /// The URL itself (with any password), for the event listener's own connection.
+    url: String,
 }
 
 impl std::fmt::Debug for SqlStorage {
@@ -81,13 +90,13 @@ fn ms(t: &Time) -> i64 {
     t.timestamp_millis()
 }
 
-fn time(ms: i64) -> Result<Time, StorageError> {
+pub(crate) fn time(ms: i64) -> Result<Time, StorageError> {
     Utc.timestamp_millis_opt(ms)
         .single()
         .ok_or_else(|| StorageError::Other("a stored time is out of range".into()))
 }
 
-fn login(s: &str) -> Result<Login, StorageError> {
+pub(crate) fn login(s: &str) -> Result<Login, StorageError> {
     Login::parse(s).ok_or_else(|| StorageError::Other("a stored login does not parse".into()))
 }
 
@@ -98,12 +107,20 @@ const SCHEMA: Schema = Schema {
     // database do not wait on each other.
     lock_key: 7_243_101,
     program: "console",
-    migrations: &[Migration {
-        version: 1,
-        name: "sign-in and personal tokens",
-        sqlite: MIGRATION_1,
-        postgres: MIGRATION_1,
-    }],
+    migrations: &[
+        Migration {
+            version: 1,
+            name: "sign-in and personal tokens",
+            sqlite: MIGRATION_1,
+            postgres: MIGRATION_1,
+        },
+        Migration {
+            version: 2,
+            name: "the work core: projects, issues, pins, events",
+            sqlite: work::MIGRATION_2,
+            postgres: work::MIGRATION_2,
+        },
+    ],
 };
 
 impl SqlStorage {
@@ -115,8 +132,57 @@ impl SqlStorage {
         migrate(pool.begin().await.map_err(begin_err)?, backend, &SCHEMA).await?;
         Ok(SqlStorage {
             pool,
+            backend,
             shown_url: redact(url),
+            url: url.to_owned(),
         })
+    }
+
+    /// Other replicas' events (PostgreSQL): listens on [`work::EVENTS_CHANNEL`] on a
+    /// connection of its own and calls `committed` with each id notified; after the connection
+    /// drops and comes back it calls `committed` with the log's highest id, so nothing missed
+    /// while it was down is left unread. SQLite is one process: `None`.
+    pub fn listen_events(
+        &self,
+        committed: std::sync::Arc<dyn Fn(i64) + Send + Sync>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        if self.backend != Backend::Postgres {
+            return None;
+        }
+        let url = self.url.clone();
+        let storage = self.clone();
+        Some(tokio::spawn(async move {
+            loop {
+                match sqlx::postgres::PgListener::connect(&url).await {
+                    Ok(mut l) => {
+                        if let Err(e) = l.listen(work::EVENTS_CHANNEL).await {
+                            tracing::warn!(error = %e, "console event listener: LISTEN failed");
+                        } else {
+                            if let Ok(mut tx) = storage.read().await
+                                && let Ok(id) = tx.last_event_id().await
+                            {
+                                committed(id);
+                            }
+                            loop {
+                                match l.recv().await {
+                                    Ok(n) => {
+                                        if let Ok(id) = n.payload().parse::<i64>() {
+                                            committed(id);
+                                        }
+                                    }
+                                    Err(e) => {
+                                        tracing::warn!(error = %e, "console event listener dropped");
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "console event listener: connect failed"),
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }))
     }
 
     pub async fn close(&self) {
@@ -339,6 +405,18 @@ impl Storage for SqlStorage {
             .await
             .map_err(db_err)?;
         Ok(())
+    }
+
+    async fn begin(&self) -> Result<Box<dyn WorkTx>, StorageError> {
+        Ok(Box::new(
+            SqlTx::begin(&self.pool, self.backend, true).await?,
+        ))
+    }
+
+    async fn read(&self) -> Result<Box<dyn WorkTx>, StorageError> {
+        Ok(Box::new(
+            SqlTx::begin(&self.pool, self.backend, false).await?,
+        ))
     }
 }
 

@@ -6,3 +6,4 @@ mod browser;
 mod common;
 mod dev;
 mod pages;
+mod work;

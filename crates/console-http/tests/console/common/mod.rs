@@ -132,6 +132,8 @@ pub struct ConsoleOptions<'a> {
     pub idp: Option<&'a idp::TestIdp>,
     pub local_sign_in: bool,
     pub shared_token: bool,
+    /// The console's database; a SQLite file in the test's directory when `None`.
+    pub database_url: Option<String>,
 }
 
 impl TestConsole {
@@ -142,10 +144,12 @@ impl TestConsole {
         let url = format!("http://{addr}");
         let mut c = Config::new(&url);
         c.listen = addr;
-        c.database_url = format!(
-            "sqlite://{}?mode=rwc",
-            dir.path().join("console.db").display()
-        );
+        c.database_url = o.database_url.clone().unwrap_or_else(|| {
+            format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("console.db").display()
+            )
+        });
         if let Some(b) = o.broker {
             c.broker = Some(BrokerConfig {
                 url: b.url.clone(),
@@ -188,6 +192,28 @@ impl TestConsole {
     }
 }
 
+/// A fresh PostgreSQL database on the test server, or `None` when no server is named
+/// (`COUNTERSIGN_REQUIRE_POSTGRES=1` makes that a failure).
+pub async fn fresh_postgres() -> anyhow::Result<Option<String>> {
+    use sqlx::Connection;
+    let Ok(url) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+            "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is unset"
+        );
+        println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL is not set");
+        return Ok(None);
+    };
+    let name = format!("cs_console_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&url).await?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await?;
+    let base = url.split('?').next().unwrap_or(&url);
+    let base = base.rsplit_once('/').map(|(b, _)| b).unwrap_or(base);
+    Ok(Some(format!("{base}/{name}")))
+}
+
 /// An answer.
 #[derive(Debug)]
 pub struct Resp {
@@ -198,7 +224,7 @@ pub struct Resp {
 }
 
 impl Resp {
-    async fn read(r: reqwest::Response) -> anyhow::Result<Self> {
+    pub async fn read(r: reqwest::Response) -> anyhow::Result<Self> {
         let status = r.status().as_u16();
         let headers = r.headers().clone();
         let text = r.text().await?;

@@ -1,0 +1,107 @@
+//! The broker front: the console asks the broker, naming the signed-in person.
+
+use super::*;
+
+impl Console {
+    // ----- the broker front -----
+
+    /// Credential requests the person may decide, newest first: those naming them, and those
+    /// anyone signed in decides. `None` without a configured broker.
+    pub async fn inbox(&self, human: &Human) -> Result<Option<Vec<CredentialRecord>>, Error> {
+        let Some(broker) = &self.parts.broker else {
+            return Ok(None);
+        };
+        let pending = broker.pending(&human.login).await?;
+        let mut out = Vec::with_capacity(pending.len());
+        for p in pending {
+            let cached = self
+                .records
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&p.record_id)
+                .cloned();
+            let rec = match cached {
+                Some(r) => r,
+                None => {
+                    let r = match broker.record(&p.record_id).await {
+                        Ok(r) => r,
+                        // Decided or gone between the two calls: no longer in the inbox.
+                        Err(e) if e.status() == 404 => continue,
+                        Err(e) => return Err(e),
+                    };
+                    if r.state != "pending" {
+                        continue;
+                    }
+                    let mut cache = self.records.lock().unwrap_or_else(|e| e.into_inner());
+                    if cache.len() >= RECORD_CACHE {
+                        cache.clear();
+                    }
+                    cache.insert(r.record_id.clone(), r.clone());
+                    r
+                }
+            };
+            out.push(rec);
+        }
+        Ok(Some(out))
+    }
+
+    /// One record's facts, as the broker has them now.
+    pub async fn record(&self, _human: &Human, id: &str) -> Result<CredentialRecord, Error> {
+        self.broker()?.record(id).await
+    }
+
+    /// A pending machine login by the confirmation code its machine shows.
+    pub async fn lookup_machine_login(
+        &self,
+        _human: &Human,
+        code: &str,
+    ) -> Result<CredentialRecord, Error> {
+        self.broker()?.lookup(code.trim()).await
+    }
+
+    /// Approves as the person; a machine login takes its code typed again.
+    pub async fn approve(
+        &self,
+        human: &Human,
+        id: &str,
+        code: Option<&str>,
+    ) -> Result<Approval, Error> {
+        let code = code.map(str::trim).filter(|c| !c.is_empty());
+        let a = self.broker()?.approve(id, &human.login, code).await?;
+        tracing::info!(approver = %human.login, record_id = id, "approved");
+        Ok(a)
+    }
+
+    /// Denies as the person.
+    pub async fn deny(&self, human: &Human, id: &str, code: Option<&str>) -> Result<String, Error> {
+        let code = code.map(str::trim).filter(|c| !c.is_empty());
+        let s = self.broker()?.deny(id, &human.login, code).await?;
+        tracing::info!(approver = %human.login, record_id = id, "denied");
+        Ok(s)
+    }
+
+    /// Live grants the person may revoke.
+    pub async fn grants(&self, human: &Human) -> Result<Vec<GrantItem>, Error> {
+        self.broker()?.grants(&human.login).await
+    }
+
+    pub async fn revoke_grant(&self, human: &Human, id: &str) -> Result<String, Error> {
+        let s = self.broker()?.revoke_grant(id, &human.login).await?;
+        tracing::info!(approver = %human.login, grant_id = id, "grant revoked");
+        Ok(s)
+    }
+
+    /// Machine logins the person may revoke that can still reach a secret.
+    pub async fn machine_logins(&self, human: &Human) -> Result<Vec<MachineLogin>, Error> {
+        self.broker()?.machine_logins(&human.login).await
+    }
+
+    pub async fn revoke_machine_login(&self, human: &Human, id: &str) -> Result<String, Error> {
+        let s = self
+            .broker()?
+            .revoke_machine_login(id, &human.login)
+            .await?;
+        tracing::info!(approver = %human.login, credential_id = id, "machine login revoked");
+        Ok(s)
+    }
+}

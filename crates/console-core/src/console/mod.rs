@@ -1,0 +1,188 @@
+//! [`Console`]: one method per operation, split by area as the broker's core is:
+//! [`signin`] (sign-in and browser sessions), [`tokens`] (bearer tokens: the shared one and
+//! personal ones), [`front`] (the broker front), [`work`] (projects, issues, claims, events).
+
+mod front;
+mod signin;
+mod tokens;
+mod work;
+
+pub use signin::safe_return_to;
+pub use work::{IssuePatch, NewIssue, Presence};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::Duration;
+use serde::Serialize;
+use zeroize::Zeroizing;
+
+use crate::broker::{Approval, BrokerClient, CredentialRecord, GrantItem, MachineLogin};
+use crate::caller::{Caller, Human};
+use crate::clock::{self, Clock, Entropy, Time, ct_eq, sha256, sha256_hex};
+use crate::error::{Error, ErrorCode};
+use crate::idp::{IdentityProvider, IdpError};
+use crate::ids::{Login, TokenId};
+use crate::storage::{BrowserSession, PersonalToken, SignInAttempt, Storage};
+
+/// At most this many live personal tokens per person.
+pub const MAX_LIVE_TOKENS: usize = 50;
+/// The prefix of every personal token, so that a leaked one is recognisable.
+pub const PERSONAL_TOKEN_PREFIX: &str = "csp_";
+/// Records whose facts the console remembers (a record's text never changes: it hashes to its
+/// id), so that the inbox asks the broker for the pending list alone on each refresh.
+const RECORD_CACHE: usize = 1024;
+
+/// What the console is built from.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    pub storage: Arc<dyn Storage>,
+    /// `None`: no broker configured (the credential routes say so).
+    pub broker: Option<Arc<dyn BrokerClient>>,
+    /// `None`: no OpenID Connect provider (only dev mode's local sign-in, if enabled).
+    pub idp: Option<Arc<dyn IdentityProvider>>,
+    pub clock: Arc<dyn Clock>,
+    pub entropy: Arc<dyn Entropy>,
+    /// Which agent sessions are live (their session link is open). `None`: none is.
+    pub presence: Option<Arc<dyn Presence>>,
+}
+
+/// Policy knobs.
+#[derive(Debug, Clone)]
+pub struct ConsoleConfig {
+    /// How long a browser session lasts from sign-in.
+    pub session_lifetime: Duration,
+    /// How long a person has to come back from the identity provider.
+    pub sign_in_lifetime: Duration,
+    /// Dev mode's sign-in by e-mail alone. Never on outside dev mode.
+    pub local_sign_in: bool,
+    /// Refuse an ID token whose `email_verified` is not true.
+    pub require_verified_email: bool,
+    /// When not empty, only logins of these domains sign in.
+    pub allowed_domains: Vec<String>,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self {
+            session_lifetime: Duration::hours(12),
+            sign_in_lifetime: Duration::minutes(10),
+            local_sign_in: false,
+            require_verified_email: true,
+            allowed_domains: Vec::new(),
+        }
+    }
+}
+
+/// A session just opened: the token goes into the cookie and nowhere else.
+#[derive(Debug)]
+pub struct NewSession {
+    pub token: Zeroizing<String>,
+    pub human: Human,
+    pub expires_at: Time,
+}
+
+/// A sign-in just started at the identity provider.
+#[derive(Debug)]
+pub struct SignInStart {
+    /// Where to send the browser.
+    pub url: String,
+    /// The `state`, which the browser also keeps (in a cookie) to prove at the callback that
+    /// the sign-in is its own.
+    pub state: String,
+}
+
+/// A personal token as its owner's list shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenInfo {
+    pub id: String,
+    pub name: String,
+    pub created_at: String,
+}
+
+impl TokenInfo {
+    fn of(t: &PersonalToken) -> Self {
+        Self {
+            id: t.id.to_string(),
+            name: t.name.clone(),
+            created_at: rfc3339(&t.created_at),
+        }
+    }
+}
+
+/// A token just minted: shown once, never stored.
+#[derive(Debug)]
+pub struct MintedToken {
+    pub info: TokenInfo,
+    pub token: Zeroizing<String>,
+}
+
+/// RFC 3339 with second precision and `Z`.
+pub fn rfc3339(t: &Time) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The approval console's domain.
+#[derive(Debug)]
+pub struct Console {
+    parts: Parts,
+    config: ConsoleConfig,
+    shared_token_hash: Option<[u8; 32]>,
+    records: Mutex<HashMap<String, CredentialRecord>>,
+    /// The highest event id this process knows committed (its own writes, and other replicas'
+    /// as the storage reports them): event streams wait on it, then read the log.
+    committed: tokio::sync::watch::Sender<i64>,
+}
+
+impl Console {
+    /// `shared_token`: the agents' shared bearer token, if any.
+    pub fn new(parts: Parts, config: ConsoleConfig, shared_token: Option<&str>) -> Self {
+        Self {
+            parts,
+            config,
+            shared_token_hash: shared_token.map(sha256),
+            records: Mutex::new(HashMap::new()),
+            committed: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    pub fn now(&self) -> Time {
+        self.parts.clock.now()
+    }
+
+    pub fn config(&self) -> &ConsoleConfig {
+        &self.config
+    }
+
+    pub fn has_broker(&self) -> bool {
+        self.parts.broker.is_some()
+    }
+
+    /// The identity provider's display name, when one is configured.
+    pub fn idp_name(&self) -> Option<String> {
+        self.parts.idp.as_ref().map(|i| i.name())
+    }
+
+    fn broker(&self) -> Result<&Arc<dyn BrokerClient>, Error> {
+        self.parts
+            .broker
+            .as_ref()
+            .ok_or_else(|| ErrorCode::BROKER_NOT_CONFIGURED.into())
+    }
+
+    /// A fresh random token (32 bytes, base64url): sessions, CSRF and form tokens.
+    pub fn random_token(&self) -> String {
+        clock::random_token::<32>(&*self.parts.entropy)
+    }
+
+    // ----- housekeeping -----
+
+    /// Deletes lapsed sessions and sign-in attempts.
+    pub async fn purge(&self) -> Result<u64, Error> {
+        Ok(self.parts.storage.purge_expired(self.now()).await?)
+    }
+
+    pub async fn health(&self) -> Result<(), Error> {
+        Ok(self.parts.storage.ping().await?)
+    }
+}

@@ -1,0 +1,900 @@
+//! The work core's operations: projects, issues, claims and the event log. Each write runs in
+//! one transaction ([`transact!`]), retried on a storage conflict, and appends its event in that
+//! transaction; after the commit the new event id wakes the event streams.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::storage::StorageError;
+use crate::work::rules::{self, NameProblem};
+use crate::work::{
+    Actor, Claim, Components, ComponentsMode, Event, EventPage, Issue, IssueFilter, IssueKey,
+    IssueProgress, IssueView, NewEvent, Progress, Project, ProjectKey, RouteFilter, RouteStatus,
+    Status, WorkTx,
+};
+
+/// Runs `$body` in a write transaction with `$tx: &mut dyn WorkTx`, committing when it answers
+/// `Ok`; a storage conflict (a serialization failure or a busy database) starts it over, up
+/// to ten times.
+macro_rules! transact {
+    ($self:expr, |$tx:ident| $body:expr) => {{
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let mut guard = match $self.parts.storage.begin().await {
+                Ok(t) => t,
+                Err(StorageError::Conflict) if attempts < 10 => continue,
+                Err(e) => break Err(Error::from(e)),
+            };
+            let result: Result<_, Error> = {
+                let $tx: &mut dyn WorkTx = &mut *guard;
+                async { $body }.await
+            };
+            match result {
+                Ok(v) => match guard.commit().await {
+                    Ok(()) => break Ok(v),
+                    Err(StorageError::Conflict) if attempts < 10 => continue,
+                    Err(e) => break Err(Error::from(e)),
+                },
+                Err(e) if e.is(ErrorCode::DATABASE_UNAVAILABLE) && attempts < 10 => continue,
+                Err(e) => break Err(e),
+            }
+        }
+    }};
+}
+
+/// Which agent sessions are live: those holding their session link open (protocol §4.2).
+pub trait Presence: Send + Sync + std::fmt::Debug {
+    fn is_live(&self, session: &str) -> bool;
+    /// The roles live sessions advertise.
+    fn live_roles(&self) -> Vec<String>;
+}
+
+/// Caps of protocol §2.
+const TITLE_MAX: usize = 1000;
+const LABEL_MAX: usize = 64;
+const LABELS_MAX: usize = 50;
+
+/// `Some(x)` for a present field, `Some(None)` for `null` (PATCH: absent = unchanged, `null`
+/// clears).
+fn present<'de, T: Deserialize<'de>, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// Where an issue goes among its project's issues.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum RankAt {
+    Before(String),
+    After(String),
+}
+
+/// A new native issue (protocol §6.1).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewIssue {
+    pub project: Option<String>,
+    pub title: Option<String>,
+    pub status: Option<Status>,
+    pub priority: Option<u8>,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    pub route: Option<String>,
+    pub parent: Option<String>,
+    pub rank: Option<RankAt>,
+    pub assignee: Option<String>,
+    pub components: Option<Components>,
+    /// The session a bearer acts for (read by the HTTP layer).
+    pub actor: Option<String>,
+}
+
+/// An issue update: absent fields stay, `null` clears (protocol §1.2, §6.1).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuePatch {
+    pub title: Option<String>,
+    pub status: Option<Status>,
+    #[serde(default, deserialize_with = "present")]
+    pub priority: Option<Option<u8>>,
+    pub labels: Option<Vec<String>>,
+    pub labels_add: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
+    pub route: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    pub parent: Option<Option<String>>,
+    pub rank: Option<RankAt>,
+    #[serde(default, deserialize_with = "present")]
+    pub assignee: Option<Option<String>>,
+    pub components: Option<Components>,
+    pub expected_sequence: Option<i64>,
+    pub actor: Option<String>,
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::with_message(ErrorCode::INVALID_BODY, message)
+}
+
+fn not_found(what: &str) -> Error {
+    Error::with_message(ErrorCode::NOT_FOUND, format!("no such {what}"))
+}
+
+/// A role name (a session's `roles`, an issue's `route`): `^[a-z][a-z0-9._-]{0,63}$`.
+pub fn is_role(s: &str) -> bool {
+    let b = s.as_bytes();
+    (1..=64).contains(&b.len())
+        && b[0].is_ascii_lowercase()
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(c))
+}
+
+fn check_title(t: &str) -> Result<String, Error> {
+    let t = t.trim();
+    if t.is_empty() || t.chars().any(char::is_control) {
+        return Err(invalid(
+            "a title has a visible character and no control character",
+        ));
+    }
+    if rules::chars(t) > TITLE_MAX {
+        return Err(Error::with_message(
+            ErrorCode::CAP_EXCEEDED,
+            "a title is at most 1000 characters",
+        ));
+    }
+    Ok(t.to_owned())
+}
+
+fn check_labels(labels: &[String]) -> Result<Vec<String>, Error> {
+    let mut out: Vec<String> = Vec::new();
+    for l in labels {
+        let l = l.trim();
+        if l.is_empty() || l.chars().any(char::is_control) {
+            return Err(invalid(
+                "a label has a visible character and no control character",
+            ));
+        }
+        if rules::chars(l) > LABEL_MAX {
+            return Err(Error::with_message(
+                ErrorCode::CAP_EXCEEDED,
+                "a label is at most 64 characters",
+            ));
+        }
+        if !out.iter().any(|o| o == l) {
+            out.push(l.to_owned());
+        }
+    }
+    if out.len() > LABELS_MAX {
+        return Err(Error::with_message(
+            ErrorCode::CAP_EXCEEDED,
+            "an issue holds at most 50 labels",
+        ));
+    }
+    Ok(out)
+}
+
+fn check_priority(p: Option<u8>) -> Result<Option<u8>, Error> {
+    match p {
+        Some(p) if p > 3 => Err(invalid("priority is 0 to 3, or null")),
+        p => Ok(p),
+    }
+}
+
+fn check_route(r: Option<String>) -> Result<Option<String>, Error> {
+    match r {
+        Some(r) if !is_role(&r) => Err(invalid("a route is a role name: ^[a-z][a-z0-9._-]{0,63}$")),
+        r => Ok(r),
+    }
+}
+
+fn check_components(c: Components) -> Result<Components, Error> {
+    let ok = match c.mode {
+        ComponentsMode::Explicit => !c.ids.is_empty(),
+        ComponentsMode::Inherit | ComponentsMode::None => c.ids.is_empty(),
+    };
+    if !ok || c.ids.iter().any(|i| i.is_empty() || i.len() > 253) {
+        return Err(invalid(
+            "components: `explicit` names ids; `inherit` and `none` name none",
+        ));
+    }
+    Ok(c)
+}
+
+/// A rank strictly between `lo` and `hi` (either open), over `a`..`z`, ordered bytewise
+/// (fractional indexing). A rank never ends in `a`, so there is always room below it.
+pub fn rank_between(lo: Option<&str>, hi: Option<&str>) -> String {
+    const BELOW: u8 = b'a' - 1;
+    const ABOVE: u8 = b'z' + 1;
+    let lo = lo.unwrap_or("").as_bytes();
+    let mut hi = hi.map(str::as_bytes);
+    let mut out = Vec::new();
+    for i in 0..1024 {
+        let a = lo.get(i).copied().unwrap_or(BELOW);
+        let b = match hi {
+            Some(h) => match h.get(i) {
+                Some(&b) => b,
+                // `hi` is not above `lo` (bad input): only `lo` bounds.
+                None => {
+                    hi = None;
+                    ABOVE
+                }
+            },
+            None => ABOVE,
+        };
+        if b > a + 1 {
+            let mid = a + (b - a) / 2;
+            if mid > b'a' {
+                out.push(mid);
+                break;
+            }
+            out.push(b'a');
+            hi = None;
+        } else if a == b {
+            out.push(a);
+        } else if a == BELOW {
+            out.push(b);
+        } else {
+            out.push(a);
+            hi = None;
+        }
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+impl Console {
+    /// Wakes event streams: events up to `id` are committed.
+    pub fn event_committed(&self, id: i64) {
+        self.committed.send_if_modified(|c| {
+            if id > *c {
+                *c = id;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// A receiver that changes whenever events are committed.
+    pub fn events_watch(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.committed.subscribe()
+    }
+
+    fn is_live(&self, session: &str) -> bool {
+        self.parts
+            .presence
+            .as_ref()
+            .is_some_and(|p| p.is_live(session))
+    }
+
+    fn live_roles(&self) -> Vec<String> {
+        self.parts
+            .presence
+            .as_ref()
+            .map(|p| p.live_roles())
+            .unwrap_or_default()
+    }
+
+    async fn append(
+        &self,
+        tx: &mut dyn WorkTx,
+        kind: &'static str,
+        actor: &Actor,
+        project: Option<&ProjectKey>,
+        issue: Option<(&IssueKey, i64)>,
+        data: Value,
+    ) -> Result<Event, Error> {
+        let e = NewEvent {
+            kind,
+            at: self.now(),
+            actor: actor.clone(),
+            project: project.cloned(),
+            issue: issue.map(|(k, _)| k.clone()),
+            artifact: None,
+            session: actor.session().map(str::to_owned),
+            data,
+        };
+        Ok(tx.append_event(&e, issue.map(|(_, s)| s)).await?)
+    }
+
+    // ----- projects -----
+
+    pub async fn projects(&self) -> Result<Vec<Project>, Error> {
+        let mut tx = self.parts.storage.read().await?;
+        Ok(tx.projects().await?)
+    }
+
+    /// Creates a project: INVALID_PROJECT for a bad key or name, CAP_EXCEEDED for a name over
+    /// 80 characters, PROJECT_EXISTS for a key taken.
+    pub async fn create_project(
+        &self,
+        actor: &Actor,
+        key: &str,
+        name: &str,
+    ) -> Result<Project, Error> {
+        let key = ProjectKey::parse(key).ok_or_else(|| {
+            Error::with_message(
+                ErrorCode::INVALID_PROJECT,
+                "a project key is 2 to 10 capital letters and digits, starting with a letter",
+            )
+        })?;
+        rules::check_project_name(name).map_err(|p| match p {
+            NameProblem::TooLong => Error::with_message(
+                ErrorCode::CAP_EXCEEDED,
+                "a project name is at most 80 characters",
+            ),
+            NameProblem::Empty => Error::with_message(ErrorCode::INVALID_PROJECT, "a project name is not empty"),
+            NameProblem::Control => Error::with_message(
+                ErrorCode::INVALID_PROJECT,
+                "a project name holds no control character and no bidi embedding, override or isolate",
+            ),
+            NameProblem::Invisible => Error::with_message(
+                ErrorCode::INVALID_PROJECT,
+                "a project name has a visible character",
+            ),
+        })?;
+        let project = Project {
+            key,
+            name: name.to_owned(),
+            created_at: self.now(),
+        };
+        let event = transact!(self, |tx| {
+            if !tx.insert_project(&project).await? {
+                return Err(ErrorCode::PROJECT_EXISTS.into());
+            }
+            self.append(
+                tx,
+                "project.created",
+                actor,
+                Some(&project.key),
+                None,
+                json!(project),
+            )
+            .await
+        })?;
+        self.event_committed(event.id);
+        Ok(project)
+    }
+
+    // ----- issues -----
+
+    /// The answer for an issue: its children and progress read in the same transaction.
+    async fn view(&self, tx: &mut dyn WorkTx, issue: Issue) -> Result<IssueView, Error> {
+        let children = tx.children(&issue.key).await?;
+        let done = children.iter().filter(|(_, s)| !s.is_open()).count() as i64;
+        let progress = IssueProgress {
+            tasks: None,
+            children: (!children.is_empty()).then_some(Progress {
+                done,
+                total: children.len() as i64,
+            }),
+        };
+        let route_status = self.route_status(&issue, &self.live_roles());
+        Ok(IssueView {
+            route_status,
+            progress,
+            open_asks: Vec::new(),
+            primary_document: None,
+            children: children.into_iter().map(|(k, _)| k).collect(),
+            key: issue.key,
+            project: issue.project,
+            title: issue.title,
+            status: issue.status,
+            priority: issue.priority,
+            labels: issue.labels,
+            route: issue.route,
+            parent: issue.parent,
+            rank: issue.rank,
+            assignee: issue.assignee,
+            components: issue.components,
+            claim: issue.claim,
+            repo: issue.repo,
+            sequence: issue.sequence,
+            created_at: issue.created_at,
+            updated_at: issue.updated_at,
+            closed_at: issue.closed_at,
+        })
+    }
+
+    fn route_status(&self, issue: &Issue, live_roles: &[String]) -> Option<RouteStatus> {
+        if !issue.status.is_open() {
+            return None;
+        }
+        Some(match &issue.route {
+            None => RouteStatus::Unknown,
+            Some(r) if live_roles.contains(r) => RouteStatus::Live,
+            Some(_) => RouteStatus::NoHolder,
+        })
+    }
+
+    /// The person an assignee names: a login someone signed in with.
+    async fn assignee(&self, login: &str) -> Result<Login, Error> {
+        let not_allowed = || {
+            Error::with_message(
+                ErrorCode::ASSIGNEE_NOT_ALLOWED,
+                "an assignee is the e-mail of a person who has signed in",
+            )
+        };
+        let l = Login::parse(login).ok_or_else(not_allowed)?;
+        if self.parts.storage.people().await?.contains(&l) {
+            Ok(l)
+        } else {
+            Err(not_allowed())
+        }
+    }
+
+    /// Creates a native issue. The assignee defaults to the creating person, a personal
+    /// token's owner, or the parent's assignee.
+    pub async fn create_issue(&self, actor: &Actor, new: NewIssue) -> Result<IssueView, Error> {
+        let project = new
+            .project
+            .as_deref()
+            .and_then(ProjectKey::parse)
+            .ok_or_else(|| {
+                Error::with_message(ErrorCode::INVALID_PROJECT, "`project` is a project key")
+            })?;
+        let title = check_title(new.title.as_deref().unwrap_or(""))?;
+        let labels = check_labels(&new.labels)?;
+        let priority = check_priority(new.priority)?;
+        let route = check_route(new.route)?;
+        let components = check_components(new.components.unwrap_or_default())?;
+        let parent = match new.parent.as_deref() {
+            None => None,
+            Some(p) => Some(IssueKey::parse(p).ok_or_else(|| invalid("`parent` is an issue key"))?),
+        };
+        let explicit = match new.assignee.as_deref() {
+            Some(a) => Some(self.assignee(a).await?),
+            None => None,
+        };
+        let now = self.now();
+        let (view, event) = transact!(self, |tx| {
+            if tx.project(&project).await?.is_none() {
+                return Err(Error::with_message(
+                    ErrorCode::INVALID_PROJECT,
+                    "no project has this key",
+                ));
+            }
+            let parent_issue = match &parent {
+                None => None,
+                Some(p) => Some(
+                    tx.issue(p)
+                        .await?
+                        .ok_or_else(|| invalid("no issue has the `parent` key"))?,
+                ),
+            };
+            let assignee = explicit.clone().or_else(|| match actor {
+                Actor::User { login } => Some(login.clone()),
+                Actor::Agent { owner: Some(o), .. } => Some(o.clone()),
+                _ => parent_issue.as_ref().and_then(|p| p.assignee.clone()),
+            });
+            let rank = match &new.rank {
+                None => rank_between(tx.last_rank(&project).await?.as_deref(), None),
+                Some(at) => self.rank_at(tx, at).await?,
+            };
+            let number = tx.next_issue_number(&project).await?;
+            let issue = Issue {
+                key: IssueKey::new(&project, number),
+                project: project.clone(),
+                title: title.clone(),
+                status: new.status.unwrap_or(Status::Todo),
+                priority,
+                labels: labels.clone(),
+                route: route.clone(),
+                parent: parent.clone(),
+                rank,
+                assignee,
+                components: components.clone(),
+                claim: None,
+                repo: None,
+                sequence: 1,
+                created_at: now,
+                updated_at: now,
+                closed_at: (!new.status.unwrap_or(Status::Todo).is_open()).then_some(now),
+            };
+            tx.insert_issue(&issue).await?;
+            let view = self.view(tx, issue).await?;
+            let event = self
+                .append(
+                    tx,
+                    "issue.created",
+                    actor,
+                    Some(&view.project),
+                    Some((&view.key, 1)),
+                    json!(view),
+                )
+                .await?;
+            Ok((view, event))
+        })?;
+        self.event_committed(event.id);
+        tracing::info!(issue = %view.key, "issue created");
+        Ok(view)
+    }
+
+    /// The rank just before or after another issue of the same project.
+    async fn rank_at(&self, tx: &mut dyn WorkTx, at: &RankAt) -> Result<String, Error> {
+        let (key, before) = match at {
+            RankAt::Before(k) => (k, true),
+            RankAt::After(k) => (k, false),
+        };
+        let key = IssueKey::parse(key).ok_or_else(|| invalid("`rank` names an issue key"))?;
+        let other = tx
+            .issue(&key)
+            .await?
+            .ok_or_else(|| invalid("`rank` names no issue"))?;
+        Ok(if before {
+            let lo = tx.rank_before(&key).await?;
+            rank_between(lo.as_deref(), Some(&other.rank))
+        } else {
+            let hi = tx.rank_after(&key).await?;
+            rank_between(Some(&other.rank), hi.as_deref())
+        })
+    }
+
+    pub async fn issue(&self, key: &str) -> Result<IssueView, Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        let mut tx = self.parts.storage.read().await?;
+        let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+        self.view(&mut *tx, issue).await
+    }
+
+    /// `?ref=`: an issue key (it must exist).
+    pub async fn resolve(&self, r: &str) -> Result<IssueKey, Error> {
+        Ok(self.issue(r).await?.key)
+    }
+
+    /// The issues a filter selects, and how many in all. `route_status` is resolved against
+    /// the live sessions' roles before the query.
+    pub async fn issues(
+        &self,
+        mut filter: IssueFilter,
+        route_status: Option<RouteStatus>,
+    ) -> Result<(Vec<IssueView>, i64), Error> {
+        let roles = self.live_roles();
+        filter.route = route_status.map(|s| match s {
+            RouteStatus::Live => RouteFilter::In(roles.clone()),
+            RouteStatus::NoHolder => RouteFilter::NotIn(roles.clone()),
+            RouteStatus::Unknown => RouteFilter::NoRoute,
+        });
+        let mut tx = self.parts.storage.read().await?;
+        let (issues, total) = tx.issues(&filter).await?;
+        let mut out = Vec::with_capacity(issues.len());
+        for i in issues {
+            out.push(self.view(&mut *tx, i).await?);
+        }
+        Ok((out, total))
+    }
+
+    /// Updates an issue: conditional on `expected_sequence` (ISSUE_CHANGED), a closed issue
+    /// changes only status and components (ISSUE_CLOSED), `labels_add` adds to the labels held
+    /// when the write commits. A patch that changes nothing appends no event.
+    pub async fn update_issue(
+        &self,
+        actor: &Actor,
+        key: &str,
+        patch: IssuePatch,
+    ) -> Result<IssueView, Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        if patch.labels.is_some() && patch.labels_add.is_some() {
+            return Err(invalid("`labels` and `labels_add` do not go together"));
+        }
+        let title = patch.title.as_deref().map(check_title).transpose()?;
+        let labels = patch.labels.as_deref().map(check_labels).transpose()?;
+        let labels_add = patch.labels_add.as_deref().map(check_labels).transpose()?;
+        let priority = patch.priority.map(check_priority).transpose()?;
+        let route = patch.route.clone().map(check_route).transpose()?;
+        let components = patch.components.clone().map(check_components).transpose()?;
+        let parent = match &patch.parent {
+            None => None,
+            Some(None) => Some(None),
+            Some(Some(p)) => Some(Some(
+                IssueKey::parse(p).ok_or_else(|| invalid("`parent` is an issue key"))?,
+            )),
+        };
+        let assignee = match &patch.assignee {
+            None => None,
+            Some(None) => Some(None),
+            Some(Some(a)) => Some(Some(self.assignee(a).await?)),
+        };
+        let (view, event) = transact!(self, |tx| {
+            let old = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+            if let Some(seq) = patch.expected_sequence
+                && seq != old.sequence
+            {
+                return Err(
+                    Error::new(ErrorCode::ISSUE_CHANGED).with_detail("sequence", old.sequence)
+                );
+            }
+            let mut new = old.clone();
+            let mut changes = serde_json::Map::new();
+            let mut change = |field: &str, was: Value, now: Value| {
+                if was != now {
+                    changes.insert(field.to_owned(), json!([was, now]));
+                }
+            };
+            if let Some(t) = &title {
+                change("title", json!(old.title), json!(t));
+                new.title = t.clone();
+            }
+            if let Some(s) = patch.status {
+                change("status", json!(old.status), json!(s));
+                new.status = s;
+            }
+            if let Some(p) = priority {
+                change("priority", json!(old.priority), json!(p));
+                new.priority = p;
+            }
+            if let Some(l) = &labels {
+                change("labels", json!(old.labels), json!(l));
+                new.labels = l.clone();
+            }
+            if let Some(add) = &labels_add {
+                let mut l = old.labels.clone();
+                l.extend(add.iter().filter(|a| !old.labels.contains(a)).cloned());
+                let l = check_labels(&l)?;
+                change("labels", json!(old.labels), json!(l));
+                new.labels = l;
+            }
+            if let Some(r) = &route {
+                change("route", json!(old.route), json!(r));
+                new.route = r.clone();
+            }
+            if let Some(p) = &parent {
+                if p.as_ref() == Some(&key) {
+                    return Err(invalid("an issue is not its own parent"));
+                }
+                if let Some(pk) = p
+                    && tx.issue(pk).await?.is_none()
+                {
+                    return Err(invalid("no issue has the `parent` key"));
+                }
+                change("parent", json!(old.parent), json!(p));
+                new.parent = p.clone();
+            }
+            if let Some(at) = &patch.rank {
+                let r = self.rank_at(tx, at).await?;
+                change("rank", json!(old.rank), json!(r));
+                new.rank = r;
+            }
+            if let Some(a) = &assignee {
+                change("assignee", json!(old.assignee), json!(a));
+                new.assignee = a.clone();
+            }
+            if let Some(c) = &components {
+                change("components", json!(old.components), json!(c));
+                new.components = c.clone();
+            }
+            if changes.is_empty() {
+                let view = self.view(tx, old).await?;
+                return Ok((view, None));
+            }
+            if !old.status.is_open() && changes.keys().any(|k| k != "status" && k != "components") {
+                return Err(ErrorCode::ISSUE_CLOSED.into());
+            }
+            let now = self.now();
+            match (old.status.is_open(), new.status.is_open()) {
+                (true, false) => new.closed_at = Some(now),
+                (false, true) => new.closed_at = None,
+                _ => {}
+            }
+            new.sequence = old.sequence + 1;
+            new.updated_at = now;
+            tx.update_issue(&new).await?;
+            let view = self.view(tx, new).await?;
+            let mut data = json!(view);
+            data["changes"] = Value::Object(changes);
+            let event = self
+                .append(
+                    tx,
+                    "issue.updated",
+                    actor,
+                    Some(&view.project),
+                    Some((&view.key, view.sequence)),
+                    data,
+                )
+                .await?;
+            Ok((view, Some(event)))
+        })?;
+        if let Some(e) = event {
+            self.event_committed(e.id);
+        }
+        Ok(view)
+    }
+
+    /// Whether `actor` is the claim's holder.
+    fn holds(claim: &Claim, actor: &Actor) -> bool {
+        match (&claim.holder, actor) {
+            (Actor::User { login: a }, Actor::User { login: b }) => a == b,
+            (
+                Actor::Agent {
+                    session: Some(a), ..
+                },
+                Actor::Agent {
+                    session: Some(b), ..
+                },
+            ) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Whether a holder still holds: a person always, a session while it is live.
+    fn holder_live(&self, holder: &Actor) -> bool {
+        match holder {
+            Actor::Agent { session, .. } => session.as_deref().is_some_and(|s| self.is_live(s)),
+            _ => true,
+        }
+    }
+
+    /// Claims an issue for the calling session or person. The claim is a compare-and-set on
+    /// the holder read first: a live or human holder is ISSUE_CLAIMED (a person may `force`);
+    /// a holder that changes under the request is read again once, and a second change is
+    /// CLAIM_CONTENDED. The status does not move.
+    pub async fn claim(&self, actor: &Actor, key: &str, force: bool) -> Result<Claim, Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        if force && !actor.is_human() {
+            return Err(Error::with_message(
+                ErrorCode::HUMAN_ONLY,
+                "only a person may force a claim",
+            ));
+        }
+        for _ in 0..2 {
+            let seen = {
+                let mut tx = self.parts.storage.read().await?;
+                tx.issue(&key)
+                    .await?
+                    .ok_or_else(|| not_found("issue"))?
+                    .claim
+            };
+            if let Some(c) = &seen {
+                if Self::holds(c, actor) {
+                    return Ok(c.clone());
+                }
+                if self.holder_live(&c.holder) && !force {
+                    return Err(
+                        Error::new(ErrorCode::ISSUE_CLAIMED).with_detail("holder", &c.holder)
+                    );
+                }
+            }
+            let claim = Claim {
+                holder: actor.clone(),
+                at: self.now(),
+            };
+            let done = transact!(self, |tx| {
+                let mut issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+                if issue.claim != seen {
+                    return Ok(None);
+                }
+                issue.claim = Some(claim.clone());
+                issue.sequence += 1;
+                issue.updated_at = claim.at;
+                tx.update_issue(&issue).await?;
+                let e = self
+                    .append(
+                        tx,
+                        "issue.claimed",
+                        actor,
+                        Some(&issue.project),
+                        Some((&issue.key, issue.sequence)),
+                        json!({ "key": issue.key, "holder": claim.holder }),
+                    )
+                    .await?;
+                Ok(Some(e))
+            })?;
+            if let Some(e) = done {
+                self.event_committed(e.id);
+                return Ok(claim);
+            }
+        }
+        Err(ErrorCode::CLAIM_CONTENDED.into())
+    }
+
+    /// Releases an issue's claim: its holder, any person, or anyone once the holding session
+    /// is no longer live. No claim: done already.
+    pub async fn release(&self, actor: &Actor, key: &str) -> Result<(), Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        for _ in 0..2 {
+            let seen = {
+                let mut tx = self.parts.storage.read().await?;
+                tx.issue(&key)
+                    .await?
+                    .ok_or_else(|| not_found("issue"))?
+                    .claim
+            };
+            let Some(c) = &seen else {
+                return Ok(());
+            };
+            if !Self::holds(c, actor) && !actor.is_human() && self.holder_live(&c.holder) {
+                return Err(Error::new(ErrorCode::ISSUE_CLAIMED).with_detail("holder", &c.holder));
+            }
+            let done = transact!(self, |tx| {
+                let mut issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+                if issue.claim != seen {
+                    return Ok(None);
+                }
+                issue.claim = None;
+                issue.sequence += 1;
+                issue.updated_at = self.now();
+                tx.update_issue(&issue).await?;
+                let e = self
+                    .append(
+                        tx,
+                        "issue.released",
+                        actor,
+                        Some(&issue.project),
+                        Some((&issue.key, issue.sequence)),
+                        json!({ "key": issue.key, "holder": c.holder }),
+                    )
+                    .await?;
+                Ok(Some(e))
+            })?;
+            if let Some(e) = done {
+                self.event_committed(e.id);
+                return Ok(());
+            }
+        }
+        Err(ErrorCode::CLAIM_CONTENDED.into())
+    }
+
+    /// A page of an issue's event log.
+    pub async fn issue_events(&self, key: &str, page: &EventPage) -> Result<Vec<Event>, Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        let mut tx = self.parts.storage.read().await?;
+        if tx.issue(&key).await?.is_none() {
+            return Err(not_found("issue"));
+        }
+        Ok(tx.issue_events(&key, page).await?)
+    }
+
+    /// Events with id above `after`, at most `limit` (the stream's replay and its live reads).
+    pub async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<Event>, Error> {
+        let mut tx = self.parts.storage.read().await?;
+        Ok(tx.events_after(after, limit).await?)
+    }
+
+    /// The highest committed event id.
+    pub async fn last_event_id(&self) -> Result<i64, Error> {
+        let mut tx = self.parts.storage.read().await?;
+        Ok(tx.last_event_id().await?)
+    }
+
+    /// Pins or unpins an issue for a person.
+    pub async fn set_pinned(&self, human: &Human, key: &str, pinned: bool) -> Result<(), Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        transact!(self, |tx| {
+            if tx.issue(&key).await?.is_none() {
+                return Err(not_found("issue"));
+            }
+            Ok(tx.set_pinned(&human.login, &key, pinned).await?)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_fall_strictly_between() {
+        let mut ranks = vec![rank_between(None, None)];
+        for _ in 0..50 {
+            let last = ranks.last().cloned();
+            ranks.push(rank_between(last.as_deref(), None));
+        }
+        for w in ranks.windows(2) {
+            assert!(w[0] < w[1], "{w:?}");
+        }
+        let (a, b) = ("n".to_owned(), "o".to_owned());
+        let mut lo = a.clone();
+        for _ in 0..30 {
+            let m = rank_between(Some(&lo), Some(&b));
+            assert!(lo < m && m < b, "{lo} {m} {b}");
+            lo = m;
+        }
+        for hi in ["b", "am", "ab", "n"] {
+            let m = rank_between(None, Some(hi));
+            assert!(m.as_str() < hi && !m.ends_with('a'), "{m} {hi}");
+        }
+        let m = rank_between(Some("az"), Some("b"));
+        assert!("az" < m.as_str() && m.as_str() < "b", "{m}");
+    }
+}

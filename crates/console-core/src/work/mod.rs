@@ -1,0 +1,18 @@
+//! The work core: projects, issues, claims and the event log (spec: Issues, Projects; protocol
+//! §5, §6.1, §7), with no IO.
+//!
+//! - [`model`]: the records and their validated keys, as the answers show them.
+//! - [`rules`]: the input rules the spec writes out (project names, caps).
+//! - [`store`]: the storage traits, one per aggregate, that a [`store::WorkTx`] transaction
+//!   joins; filtering and paging happen in the storage's queries, never after a fetch-all.
+//!
+//! The operations are methods of [`crate::Console`] (`console/work.rs`): each runs in one
+//! transaction, retried on a conflict, and appends its event in that transaction, so the event
+//! log and the records never disagree.
+
+pub mod model;
+pub mod rules;
+pub mod store;
+
+pub use model::*;
+pub use store::{EventTx, IssueTx, ProjectTx, WorkTx};

@@ -1,0 +1,418 @@
+//! The work records, as the console's answers show them (protocol §6.1, §7), and their keys.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::clock::Time;
+use crate::ids::Login;
+
+/// A project key: `^[A-Z][A-Z0-9]{1,9}$`, case-sensitive.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ProjectKey(String);
+
+impl ProjectKey {
+    pub fn parse(s: &str) -> Option<Self> {
+        let b = s.as_bytes();
+        let ok = (2..=10).contains(&b.len())
+            && b[0].is_ascii_uppercase()
+            && b[1..]
+                .iter()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+        ok.then(|| Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ProjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An issue key: `<PROJECT>-<n>`, `n` from 1 with no leading zero.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct IssueKey(String);
+
+impl IssueKey {
+    pub fn parse(s: &str) -> Option<Self> {
+        let (p, n) = s.rsplit_once('-')?;
+        ProjectKey::parse(p)?;
+        let ok = !n.is_empty()
+            && n.len() <= 18
+            && !n.starts_with('0')
+            && n.bytes().all(|c| c.is_ascii_digit());
+        ok.then(|| Self(s.to_owned()))
+    }
+
+    pub fn new(project: &ProjectKey, number: i64) -> Self {
+        Self(format!("{project}-{number}"))
+    }
+
+    pub fn project(&self) -> ProjectKey {
+        let p = self.0.rsplit_once('-').map(|(p, _)| p).unwrap_or_default();
+        ProjectKey(p.to_owned())
+    }
+
+    /// The issue's number within its project.
+    pub fn number(&self) -> i64 {
+        self.0
+            .rsplit_once('-')
+            .and_then(|(_, n)| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IssueKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Who did something: a person, an agent (acting for a session when it named one), or the
+/// console itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Actor {
+    User {
+        login: Login,
+    },
+    Agent {
+        owner: Option<Login>,
+        service: Option<String>,
+        session: Option<String>,
+    },
+    System {
+        name: String,
+    },
+}
+
+impl Actor {
+    /// The session an agent acts for.
+    pub fn session(&self) -> Option<&str> {
+        match self {
+            Actor::Agent { session, .. } => session.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub fn is_human(&self) -> bool {
+        matches!(self, Actor::User { .. })
+    }
+}
+
+/// A project.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Project {
+    pub key: ProjectKey,
+    pub name: String,
+    #[serde(with = "crate::work::model::rfc3339")]
+    pub created_at: Time,
+}
+
+/// Issue statuses: four open, two closed; any may follow any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Todo,
+    InProgress,
+    InReview,
+    Blocked,
+    Done,
+    Cancelled,
+}
+
+impl Status {
+    pub const ALL: [Status; 6] = [
+        Status::Todo,
+        Status::InProgress,
+        Status::InReview,
+        Status::Blocked,
+        Status::Done,
+        Status::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Todo => "todo",
+            Status::InProgress => "in_progress",
+            Status::InReview => "in_review",
+            Status::Blocked => "blocked",
+            Status::Done => "done",
+            Status::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+
+    pub fn is_open(self) -> bool {
+        !matches!(self, Status::Done | Status::Cancelled)
+    }
+}
+
+/// How an issue's components are set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComponentsMode {
+    /// From the parent issue.
+    Inherit,
+    /// The ids given.
+    Explicit,
+    /// Not architectural work.
+    None,
+}
+
+/// An issue's components.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Components {
+    pub mode: ComponentsMode,
+    #[serde(default)]
+    pub ids: Vec<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl Default for Components {
+    fn default() -> Self {
+        Self {
+            mode: ComponentsMode::Inherit,
+            ids: Vec::new(),
+            reason: None,
+        }
+    }
+}
+
+/// Who holds an issue's claim, since when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Claim {
+    pub holder: Actor,
+    #[serde(with = "crate::work::model::rfc3339")]
+    pub at: Time,
+}
+
+/// An issue as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    pub key: IssueKey,
+    pub project: ProjectKey,
+    pub title: String,
+    pub status: Status,
+    pub priority: Option<u8>,
+    pub labels: Vec<String>,
+    pub route: Option<String>,
+    pub parent: Option<IssueKey>,
+    pub rank: String,
+    pub assignee: Option<Login>,
+    pub components: Components,
+    pub claim: Option<Claim>,
+    pub repo: Option<String>,
+    /// The sequence of the issue's last event.
+    pub sequence: i64,
+    pub created_at: Time,
+    pub updated_at: Time,
+    pub closed_at: Option<Time>,
+}
+
+/// `{done, total}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Progress {
+    pub done: i64,
+    pub total: i64,
+}
+
+/// An issue's progress: tasks (from its primary document, once documents exist) and direct
+/// children, each null when there are none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct IssueProgress {
+    pub tasks: Option<Progress>,
+    pub children: Option<Progress>,
+}
+
+/// Whether a live session holds an open issue's route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteStatus {
+    Live,
+    NoHolder,
+    Unknown,
+}
+
+/// The issue answer (protocol §6.1).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IssueView {
+    pub key: IssueKey,
+    pub project: ProjectKey,
+    pub title: String,
+    pub status: Status,
+    pub priority: Option<u8>,
+    pub labels: Vec<String>,
+    pub route: Option<String>,
+    pub route_status: Option<RouteStatus>,
+    pub parent: Option<IssueKey>,
+    pub rank: String,
+    pub assignee: Option<Login>,
+    pub components: Components,
+    pub progress: IssueProgress,
+    /// Open asks (asks arrive with their issue: always empty until then).
+    pub open_asks: Vec<Value>,
+    /// The earliest markdown document (documents arrive with their issue: null until then).
+    pub primary_document: Option<Value>,
+    pub children: Vec<IssueKey>,
+    pub claim: Option<Claim>,
+    pub repo: Option<String>,
+    pub sequence: i64,
+    #[serde(with = "crate::work::model::rfc3339")]
+    pub created_at: Time,
+    #[serde(with = "crate::work::model::rfc3339")]
+    pub updated_at: Time,
+    #[serde(with = "crate::work::model::rfc3339_opt")]
+    pub closed_at: Option<Time>,
+}
+
+/// The issue list's filters and page, applied by the storage's query.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IssueFilter {
+    pub project: Option<ProjectKey>,
+    pub status: Vec<Status>,
+    pub parent: Option<IssueKey>,
+    pub labels: Vec<String>,
+    /// `None` in the list is "no priority".
+    pub priority: Vec<Option<u8>>,
+    pub open: Option<bool>,
+    pub updated_since: Option<Time>,
+    /// Keys pinned by this person (`pinned=true`).
+    pub pinned_by: Option<Login>,
+    /// Only issues whose route one of these roles is (route_status `live`), or whose route no
+    /// live session holds (`no_holder`: `Some(false)`), or with no route (`unknown`).
+    pub route: Option<RouteFilter>,
+    pub limit: Option<u32>,
+    pub offset: u32,
+}
+
+/// The `route_status` filter, resolved against the live sessions' roles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteFilter {
+    /// Open issues whose route is one of these roles.
+    In(Vec<String>),
+    /// Open issues with a route that is none of these roles.
+    NotIn(Vec<String>),
+    /// Open issues with no route.
+    NoRoute,
+}
+
+/// Which of an issue's events to page (protocol §7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventPage {
+    pub after: Option<i64>,
+    pub before: Option<i64>,
+    pub ids: Vec<i64>,
+    pub descending: bool,
+    pub limit: u32,
+}
+
+/// An event to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub kind: &'static str,
+    pub at: Time,
+    pub actor: Actor,
+    pub project: Option<ProjectKey>,
+    pub issue: Option<IssueKey>,
+    pub artifact: Option<String>,
+    pub session: Option<String>,
+    pub data: Value,
+}
+
+/// An event as stored and sent (the envelope of protocol §7).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    pub id: i64,
+    pub kind: String,
+    #[serde(with = "crate::work::model::rfc3339")]
+    pub at: Time,
+    pub actor: Actor,
+    pub project: Option<ProjectKey>,
+    pub issue: Option<IssueKey>,
+    pub artifact: Option<String>,
+    pub session: Option<String>,
+    pub data: Value,
+    /// The issue's or document's sequence (in their logs; omitted on the stream).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<i64>,
+}
+
+/// Times on the wire: RFC 3339, UTC, milliseconds, `Z` (protocol §5).
+pub mod rfc3339 {
+    use serde::Serializer;
+
+    use crate::clock::Time;
+
+    pub fn format(t: &Time) -> String {
+        t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    }
+
+    pub fn serialize<S: Serializer>(t: &Time, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format(t))
+    }
+}
+
+/// Optional times on the wire.
+pub mod rfc3339_opt {
+    use serde::Serializer;
+
+    use crate::clock::Time;
+
+    pub fn serialize<S: Serializer>(t: &Option<Time>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&super::rfc3339::format(t)),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys() {
+        assert!(ProjectKey::parse("PAY").is_some());
+        assert!(ProjectKey::parse("P1").is_some());
+        for bad in ["P", "pay", "1PAY", "PAYMENTSXYZ", "PA-Y", ""] {
+            assert!(ProjectKey::parse(bad).is_none(), "{bad}");
+        }
+        let k = IssueKey::parse("PAY-12").expect("key");
+        assert_eq!((k.project().as_str(), k.number()), ("PAY", 12));
+        for bad in ["PAY-0", "PAY-01", "PAY-", "pay-1", "PAY-1a", "PAY"] {
+            assert!(IssueKey::parse(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn actors_on_the_wire() {
+        let a = Actor::Agent {
+            owner: None,
+            service: None,
+            session: Some("s1".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&a).ok(),
+            Some(
+                serde_json::json!({"kind": "agent", "owner": null, "service": null, "session": "s1"})
+            )
+        );
+    }
+}

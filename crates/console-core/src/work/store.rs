@@ -1,0 +1,86 @@
+//! The work storage: one trait per aggregate, joined by a transaction ([`WorkTx`]) that a
+//! [`crate::storage::Storage`] begins. A write transaction holds the event log's append lock
+//! from its first append to its commit, so event ids are in commit order: a stream that has
+//! sent id `n` never later finds an event below `n` committed.
+
+use async_trait::async_trait;
+
+use crate::clock::Time;
+use crate::ids::Login;
+use crate::storage::StorageError;
+use crate::work::model::{
+    Event, EventPage, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey, Status,
+};
+
+/// Projects.
+#[async_trait]
+pub trait ProjectTx: Send {
+    /// Adds a project; false when its key is taken.
+    async fn insert_project(&mut self, p: &Project) -> Result<bool, StorageError>;
+    async fn project(&mut self, key: &ProjectKey) -> Result<Option<Project>, StorageError>;
+    /// Every project, by key.
+    async fn projects(&mut self) -> Result<Vec<Project>, StorageError>;
+    /// Takes the project's next issue number (from 1).
+    async fn next_issue_number(&mut self, key: &ProjectKey) -> Result<i64, StorageError>;
+}
+
+/// Issues.
+#[async_trait]
+pub trait IssueTx: Send {
+    async fn insert_issue(&mut self, i: &Issue) -> Result<(), StorageError>;
+    /// The issue; in a write transaction its row is locked until commit (PostgreSQL's
+    /// `FOR UPDATE`; SQLite's write transactions are serial).
+    async fn issue(&mut self, key: &IssueKey) -> Result<Option<Issue>, StorageError>;
+    async fn update_issue(&mut self, i: &Issue) -> Result<(), StorageError>;
+    /// A page of the issues the filter selects, by project then number, and how many it
+    /// selects in all.
+    async fn issues(&mut self, f: &IssueFilter) -> Result<(Vec<Issue>, i64), StorageError>;
+    /// Direct children's keys and statuses, by number.
+    async fn children(&mut self, key: &IssueKey) -> Result<Vec<(IssueKey, Status)>, StorageError>;
+    /// The highest rank in the project (new issues go after it).
+    async fn last_rank(&mut self, project: &ProjectKey) -> Result<Option<String>, StorageError>;
+    /// The rank just after `key`'s in its project, if any.
+    async fn rank_after(&mut self, key: &IssueKey) -> Result<Option<String>, StorageError>;
+    /// The rank just before `key`'s in its project, if any.
+    async fn rank_before(&mut self, key: &IssueKey) -> Result<Option<String>, StorageError>;
+    /// Whether `login` pinned the issue (per-person read state).
+    async fn set_pinned(
+        &mut self,
+        login: &Login,
+        key: &IssueKey,
+        pinned: bool,
+    ) -> Result<(), StorageError>;
+}
+
+/// The event log.
+#[async_trait]
+pub trait EventTx: Send {
+    /// Appends an event (its id strictly above every committed one), with `sequence` when it
+    /// belongs to an issue's log.
+    async fn append_event(
+        &mut self,
+        e: &NewEvent,
+        sequence: Option<i64>,
+    ) -> Result<Event, StorageError>;
+    /// Events with id above `after`, by id, at most `limit`.
+    async fn events_after(&mut self, after: i64, limit: u32) -> Result<Vec<Event>, StorageError>;
+    /// A page of one issue's log.
+    async fn issue_events(
+        &mut self,
+        key: &IssueKey,
+        page: &EventPage,
+    ) -> Result<Vec<Event>, StorageError>;
+    /// The highest event id committed (0 when none).
+    async fn last_event_id(&mut self) -> Result<i64, StorageError>;
+}
+
+/// One transaction over the work storage.
+#[async_trait]
+pub trait WorkTx: ProjectTx + IssueTx + EventTx {
+    async fn commit(self: Box<Self>) -> Result<(), StorageError>;
+}
+
+/// Time helper for storage adapters: milliseconds since the epoch.
+pub fn ms(t: &Time) -> i64 {
+    t.timestamp_millis()
+}

@@ -1,0 +1,220 @@
+//! Issues: create, read, list with filters and paging, update, resolve a ref, claims, and the
+//! issue's event log.
+
+use axum::Extension;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use countersign_console_core::work::{
+    EventPage, IssueFilter, IssueKey, IssueView, ProjectKey, RouteStatus, Status,
+};
+use countersign_console_core::{Caller, Error, ErrorCode, IssuePatch, Login, NewIssue};
+use serde::{Deserialize, Serialize};
+
+use super::{In, Input, Query, St, acting, created, ok, query_err};
+use crate::error::ApiResult;
+
+impl Input for NewIssue {}
+impl Input for IssuePatch {}
+
+/// `{force?, actor?}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimBody {
+    #[serde(default)]
+    force: bool,
+    actor: Option<String>,
+}
+
+impl Input for ClaimBody {}
+
+/// A paged issue list.
+#[derive(Debug, Serialize)]
+struct IssuePage {
+    issues: Vec<IssueView>,
+    total: i64,
+    limit: u32,
+    offset: u32,
+}
+
+/// `GET /issues/resolve`.
+#[derive(Debug, Serialize)]
+struct Resolved {
+    key: IssueKey,
+}
+
+pub async fn create(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    In(b): In<NewIssue>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    let issue = st.console.create_issue(&actor, b).await?;
+    let location = format!("/api/v1/issues/{}", issue.key);
+    Ok(created(issue, Some(location)))
+}
+
+pub async fn read(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path(key): Path<String>,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    Ok(ok(st.console.issue(&key).await?))
+}
+
+pub async fn resolve(State(st): St, q: Query) -> ApiResult<Response> {
+    let r = q
+        .one("ref")?
+        .ok_or_else(|| query_err("`ref` names an issue key"))?;
+    Ok(ok(Resolved {
+        key: st.console.resolve(r).await?,
+    }))
+}
+
+/// A time query value: RFC 3339, or a full-date (its UTC midnight).
+fn time_param(v: &str) -> Option<countersign_console_core::Time> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(v) {
+        return Some(t.with_timezone(&chrono::Utc));
+    }
+    chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| t.and_utc())
+}
+
+pub async fn list(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    if q.one("cursor")?.is_some() {
+        return Err(query_err(
+            "issues page by `limit` and `offset`, not `cursor`",
+        ));
+    }
+    let mut f = IssueFilter::default();
+    if let Some(p) = q.one("project")? {
+        f.project =
+            Some(ProjectKey::parse(p).ok_or_else(|| query_err("`project` is a project key"))?);
+    }
+    for s in q.all("status") {
+        f.status
+            .push(Status::parse(s).ok_or_else(|| query_err("`status` is an issue status"))?);
+    }
+    if let Some(p) = q.one("parent")? {
+        f.parent = Some(IssueKey::parse(p).ok_or_else(|| query_err("`parent` is an issue key"))?);
+    }
+    f.labels = q.all("label").into_iter().map(str::to_owned).collect();
+    for p in q.all("priority") {
+        f.priority.push(match p {
+            "none" => None,
+            "0" | "1" | "2" | "3" => p.parse().ok(),
+            _ => return Err(query_err("`priority` is 0 to 3, or none")),
+        });
+    }
+    f.open = q.flag("open")?;
+    if let Some(t) = q.one("updated_since")? {
+        f.updated_since =
+            Some(time_param(t).ok_or_else(|| query_err("`updated_since` is an RFC 3339 time"))?);
+    }
+    let route_status = match q.one("route_status")? {
+        None => None,
+        Some("live") => Some(RouteStatus::Live),
+        Some("no_holder") => Some(RouteStatus::NoHolder),
+        Some("unknown") => Some(RouteStatus::Unknown),
+        Some(_) => return Err(query_err("`route_status` is live, no_holder or unknown")),
+    };
+    if q.flag("pinned")? == Some(true) {
+        let h = caller.human().map_err(|_| {
+            Error::with_message(
+                ErrorCode::HUMAN_ONLY,
+                "`pinned=true` is a person's own list",
+            )
+        })?;
+        f.pinned_by = Some(Login::clone(&h.login));
+    }
+    let limit: Option<u32> = q.parsed("limit")?;
+    let offset: Option<u32> = q.parsed("offset")?;
+    if limit.is_some_and(|l| !(1..=250).contains(&l)) {
+        return Err(query_err("`limit` is 1 to 250"));
+    }
+    let paged = limit.is_some() || offset.is_some();
+    if paged {
+        f.limit = Some(limit.unwrap_or(50));
+        f.offset = offset.unwrap_or(0);
+    }
+    let (issues, total) = st.console.issues(f.clone(), route_status).await?;
+    if paged {
+        Ok(ok(IssuePage {
+            issues,
+            total,
+            limit: f.limit.unwrap_or(50),
+            offset: f.offset,
+        }))
+    } else {
+        Ok(ok(issues))
+    }
+}
+
+pub async fn update(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(key): Path<String>,
+    In(b): In<IssuePatch>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    Ok(ok(st.console.update_issue(&actor, &key, b).await?))
+}
+
+pub async fn claim(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(key): Path<String>,
+    In(b): In<ClaimBody>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), true)?;
+    Ok(ok(st.console.claim(&actor, &key, b.force).await?))
+}
+
+pub async fn release(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path(key): Path<String>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, q.one("session")?, true)?;
+    st.console.release(&actor, &key).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn events(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path(key): Path<String>,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    let mut ids = Vec::new();
+    for i in q.all("ids") {
+        ids.push(i.parse().map_err(|_| query_err("`ids` are event ids"))?);
+    }
+    let limit: u32 = q.parsed("limit")?.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return Err(query_err("`limit` is 1 to 200"));
+    }
+    let page = EventPage {
+        after: q.parsed("after")?,
+        before: q.parsed("before")?,
+        ids,
+        descending: match q.one("order")? {
+            None | Some("asc") => false,
+            Some("desc") => true,
+            Some(_) => return Err(query_err("`order` is asc or desc")),
+        },
+        limit,
+    };
+    Ok(ok(st.console.issue_events(&key, &page).await?))
+}

@@ -1,0 +1,239 @@
+//! The JSON routes, one module per area, and what every handler shares: the answer helpers,
+//! the JSON body reader (protocol §2: size, media type, unknown fields), the query reader
+//! (repeatable filters), and naming the session a bearer acts for (protocol §4.1).
+
+pub mod events;
+pub mod front;
+pub mod issues;
+pub mod meta;
+pub mod projects;
+pub mod tokens;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use countersign_console_core::work::Actor;
+use countersign_console_core::{Caller, Error, ErrorCatalogue, ErrorCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+
+pub(crate) type St = State<Arc<AppState>>;
+
+/// The largest JSON body (protocol §2); personal-token and broker-front bodies are smaller.
+pub const JSON_LIMIT: usize = 1024 * 1024;
+/// Personal-token and broker-front bodies.
+pub const SMALL_LIMIT: usize = 16 * 1024;
+
+/// 200 with a JSON answer, not stored by caches.
+pub fn ok(v: impl Serialize) -> Response {
+    with_status(StatusCode::OK, v)
+}
+
+/// A JSON answer with `status`.
+pub fn with_status(status: StatusCode, v: impl Serialize) -> Response {
+    let mut r = (status, axum::Json(v)).into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// 201 with the new record and, when it has a read route, its `Location`.
+pub fn created(v: impl Serialize, location: Option<String>) -> Response {
+    let mut r = with_status(StatusCode::CREATED, v);
+    if let Some(l) = location.and_then(|l| HeaderValue::from_str(&l).ok()) {
+        r.headers_mut().insert(header::LOCATION, l);
+    }
+    r
+}
+
+/// What a JSON body is read as: its shape refuses unknown fields (`deny_unknown_fields`), and
+/// a malformed, mistyped or unknown-field body is refused with `CODE`.
+pub trait Input: DeserializeOwned {
+    /// The route's input code (protocol §2, "Unknown JSON fields").
+    const CODE: ErrorCode = ErrorCode::INVALID_BODY;
+    /// The body's byte limit.
+    const LIMIT: usize = JSON_LIMIT;
+}
+
+/// A JSON body read by the rules of protocol §2: over the limit 413, another media type 415,
+/// an empty body is `{}`, and anything malformed the route's input code.
+#[derive(Debug)]
+pub struct In<T>(pub T);
+
+impl<S: Send + Sync, T: Input> FromRequest<S> for In<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
+        let is_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case("application/json")
+            });
+        let bytes = axum::body::to_bytes(req.into_body(), T::LIMIT)
+            .await
+            .map_err(|_| Error::new(ErrorCode::REQUEST_TOO_LARGE))?;
+        let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            if is_json != Some(true) {
+                return Err(ErrorCode::UNSUPPORTED_MEDIA_TYPE.into());
+            }
+            &bytes
+        };
+        serde_json::from_slice(text).map(In).map_err(|e| {
+            Error::with_message(T::CODE, format!("{} ({e})", T::CODE.message())).into()
+        })
+    }
+}
+
+/// The raw body, for routes that read it themselves (kept for the size limit).
+pub async fn small_body(body: Body) -> ApiResult<axum::body::Bytes> {
+    axum::body::to_bytes(body, SMALL_LIMIT)
+        .await
+        .map_err(|_| Error::new(ErrorCode::REQUEST_TOO_LARGE).into())
+}
+
+/// A request's query as pairs, percent-decoded; the route layer has already refused names the
+/// route does not take.
+#[derive(Debug, Default)]
+pub struct Query(Vec<(String, String)>);
+
+impl Query {
+    pub fn of(uri: &axum::http::Uri) -> Self {
+        Self(
+            url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+                .into_owned()
+                .collect(),
+        )
+    }
+
+    /// A parameter given at most once.
+    pub fn one(&self, name: &str) -> ApiResult<Option<&str>> {
+        let mut it = self.0.iter().filter(|(k, _)| k == name);
+        let first = it.next().map(|(_, v)| v.as_str());
+        if it.next().is_some() {
+            return Err(query_err(format!("`{name}` is given once")));
+        }
+        Ok(first)
+    }
+
+    /// A repeatable parameter's values.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// A parameter given at most once, parsed.
+    pub fn parsed<T: std::str::FromStr>(&self, name: &str) -> ApiResult<Option<T>> {
+        self.one(name)?
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| query_err(format!("`{name}` does not parse")))
+            })
+            .transpose()
+    }
+
+    /// A boolean: `true` or `false`.
+    pub fn flag(&self, name: &str) -> ApiResult<Option<bool>> {
+        match self.one(name)? {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(_) => Err(query_err(format!("`{name}` is true or false"))),
+        }
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Query {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, ApiError> {
+        Ok(Query::of(&parts.uri))
+    }
+}
+
+pub fn query_err(message: impl Into<String>) -> ApiError {
+    Error::with_message(ErrorCode::INVALID_QUERY, message).into()
+}
+
+/// A session id (protocol §4.1): 1 to 128 characters with no whitespace, control character,
+/// `/`, `?`, `#` or any of ``<>"'`[]\|``.
+pub fn is_session_id(s: &str) -> bool {
+    let n = s.chars().count();
+    (1..=128).contains(&n)
+        && !s
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || "/?#<>\"'`[]\\|".contains(c))
+}
+
+/// Who acts: the caller, and for a bearer the session it names (in the body's `actor` or
+/// `?session=`). A browser names none: for it those are unknown fields. `required`: the route
+/// has the session name itself (INVALID_SESSION_ID when it does not).
+pub fn acting(caller: &Caller, session: Option<&str>, required: bool) -> ApiResult<Actor> {
+    match caller {
+        Caller::Human(h) => match session {
+            Some(_) => Err(Error::with_message(
+                ErrorCode::INVALID_BODY,
+                "a person acts as themself: `actor` and `?session=` are for agents",
+            )
+            .into()),
+            None => Ok(Actor::User {
+                login: h.login.clone(),
+            }),
+        },
+        Caller::Agent { owner, service } => {
+            let session = match session {
+                Some(s) if is_session_id(s) => Some(s.to_owned()),
+                Some(_) => return Err(ErrorCode::INVALID_SESSION_ID.into()),
+                None if required => {
+                    return Err(Error::with_message(
+                        ErrorCode::INVALID_SESSION_ID,
+                        "name the session you act for: `actor` in the body, or `?session=`",
+                    )
+                    .into());
+                }
+                None => None,
+            };
+            Ok(Actor::Agent {
+                owner: owner.clone(),
+                service: service.clone(),
+                session,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids() {
+        assert!(is_session_id("sess-1.a_b:c"));
+        for bad in [
+            "", "a b", "a/b", "a?b", "a#b", "a<b", "a\"b", "a'b", "a`b", "a[b", "a]b", "a\\b",
+            "a|b", "a\u{7}",
+        ] {
+            assert!(!is_session_id(bad), "{bad:?}");
+        }
+        assert!(!is_session_id(&"x".repeat(129)));
+    }
+}

@@ -1,0 +1,947 @@
+//! The work core over real HTTP, on SQLite and on PostgreSQL: projects, issues, claims, the
+//! issue event log, the request rules of protocol §2 on the new routes, races on one issue, and
+//! the event stream (resumed by `Last-Event-ID`, and across two consoles on one PostgreSQL).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// A caller: a signed-in person (cookie, CSRF) or an agent (bearer).
+#[derive(Clone)]
+struct Who {
+    http: reqwest::Client,
+    base: String,
+    bearer: Option<String>,
+    csrf: Option<String>,
+}
+
+impl Who {
+    fn agent(console: &TestConsole, token: &str) -> Self {
+        Who {
+            http: reqwest::Client::new(),
+            base: console.url.clone(),
+            bearer: Some(token.into()),
+            csrf: None,
+        }
+    }
+
+    async fn person(console: &TestConsole, email: &str) -> anyhow::Result<Self> {
+        let mut p = Person::new(console)?;
+        let r = p.sign_in_local(email).await?;
+        anyhow::ensure!(r.status == 303, "sign-in: {}", r.status);
+        Ok(Who {
+            http: p.http.clone(),
+            base: console.url.clone(),
+            bearer: None,
+            csrf: Some(p.csrf.clone()),
+        })
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Resp> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("origin", &self.base);
+        if let Some(t) = &self.bearer {
+            req = req.bearer_auth(t);
+        }
+        if let Some(c) = &self.csrf {
+            req = req.header("x-csrf-token", c);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        Resp::read(req.send().await?).await
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<Resp> {
+        self.call(Method::GET, path, None).await
+    }
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Resp> {
+        self.call(Method::POST, path, Some(body)).await
+    }
+    async fn patch(&self, path: &str, body: Value) -> anyhow::Result<Resp> {
+        self.call(Method::PATCH, path, Some(body)).await
+    }
+}
+
+#[track_caller]
+fn refused(r: &Resp, status: u16, code: &str) {
+    assert_eq!((r.status, r.code()), (status, code), "{}", r.text);
+}
+
+async fn console_on(db: Option<String>) -> anyhow::Result<TestConsole> {
+    TestConsole::start(ConsoleOptions {
+        local_sign_in: true,
+        shared_token: true,
+        database_url: db,
+        ..Default::default()
+    })
+    .await
+}
+
+async fn projects_and_issues(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+
+    // Projects: the spec's refusals, each from its own condition.
+    refused(
+        &agent
+            .post(
+                "/api/v1/projects",
+                json!({"key": "PAY", "name": "Payments"}),
+            )
+            .await?,
+        400,
+        "INVALID_SESSION_ID",
+    );
+    refused(
+        &agent
+            .post(
+                "/api/v1/projects",
+                json!({"key": "PAY", "name": "Payments", "actor": "a b"}),
+            )
+            .await?,
+        400,
+        "INVALID_SESSION_ID",
+    );
+    for (key, name) in [
+        ("pay", "Payments"),
+        ("P", "Payments"),
+        ("PAY", ""),
+        ("PAY", "Pay\u{7}ments"),
+        ("PAY", "Pay\u{202E}ments"),
+        ("PAY", " \u{3164}\u{200B}"),
+    ] {
+        refused(
+            &ada.post("/api/v1/projects", json!({"key": key, "name": name}))
+                .await?,
+            400,
+            "INVALID_PROJECT",
+        );
+    }
+    refused(
+        &ada.post(
+            "/api/v1/projects",
+            json!({"key": "PAY", "name": "x".repeat(81)}),
+        )
+        .await?,
+        400,
+        "CAP_EXCEEDED",
+    );
+    refused(
+        &ada.post(
+            "/api/v1/projects",
+            json!({"key": "PAY", "name": "P", "colour": "red"}),
+        )
+        .await?,
+        400,
+        "INVALID_PROJECT",
+    );
+    let r = agent
+        .post(
+            "/api/v1/projects",
+            json!({"key": "PAY", "name": "Payments", "actor": "sess-1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json["key"], "PAY");
+    refused(
+        &ada.post("/api/v1/projects", json!({"key": "PAY", "name": "Again"}))
+            .await?,
+        409,
+        "PROJECT_EXISTS",
+    );
+    ada.post(
+        "/api/v1/projects",
+        json!({"key": "OPS", "name": "Operations"}),
+    )
+    .await?;
+    let list = agent.get("/api/v1/projects").await?;
+    let keys: Vec<&str> = list
+        .json
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["key"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["OPS", "PAY"]);
+
+    // Issues: defaults, caps, body rules.
+    let r = ada
+        .post(
+            "/api/v1/issues",
+            json!({"project": "PAY", "title": "Refunds", "labels": ["bug"], "priority": 1}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.location().as_deref(), Some("/api/v1/issues/PAY-1"));
+    assert_eq!(
+        (
+            r.json["key"].as_str(),
+            r.json["status"].as_str(),
+            r.json["assignee"].as_str()
+        ),
+        (Some("PAY-1"), Some("todo"), Some(ADA))
+    );
+    assert_eq!(r.json["sequence"], 1);
+    assert_eq!(r.json["route_status"], "unknown");
+    let child = agent.post("/api/v1/issues", json!({"project": "PAY", "title": "Partial refunds", "parent": "PAY-1", "route": "reviewer"})).await?;
+    assert_eq!(child.status, 201, "{}", child.text);
+    // An agent on the shared token has no owner: the parent's assignee.
+    assert_eq!(child.json["assignee"], ADA);
+    assert_eq!(child.json["route_status"], "no_holder");
+    refused(
+        &ada.post(
+            "/api/v1/issues",
+            json!({"project": "PAY", "title": "t".repeat(1001)}),
+        )
+        .await?,
+        400,
+        "CAP_EXCEEDED",
+    );
+    refused(
+        &ada.post("/api/v1/issues", json!({"project": "NOPE", "title": "x"}))
+            .await?,
+        400,
+        "INVALID_PROJECT",
+    );
+    refused(
+        &ada.post(
+            "/api/v1/issues",
+            json!({"project": "PAY", "title": "x", "assignee": "nobody@example.com"}),
+        )
+        .await?,
+        400,
+        "ASSIGNEE_NOT_ALLOWED",
+    );
+    refused(
+        &ada.post(
+            "/api/v1/issues",
+            json!({"project": "PAY", "title": "x", "expected_tokn": "a"}),
+        )
+        .await?,
+        400,
+        "INVALID_BODY",
+    );
+    refused(
+        &ada.post(
+            "/api/v1/issues",
+            json!({"project": "PAY", "title": "x", "actor": "s1"}),
+        )
+        .await?,
+        400,
+        "INVALID_BODY",
+    );
+    let r = Resp::read(
+        ada.http
+            .post(format!("{}/api/v1/issues", console.url))
+            .header("origin", &console.url)
+            .header("x-csrf-token", ada.csrf.clone().unwrap_or_default())
+            .header("content-type", "text/plain")
+            .body(r#"{"project":"PAY","title":"x"}"#)
+            .send()
+            .await?,
+    )
+    .await?;
+    refused(&r, 415, "UNSUPPORTED_MEDIA_TYPE");
+    let big = json!({"project": "PAY", "title": "x", "labels": ["l".repeat(1100 * 1024)]});
+    refused(
+        &ada.post("/api/v1/issues", big).await?,
+        413,
+        "REQUEST_TOO_LARGE",
+    );
+
+    // Read: children and progress.
+    let one = agent.get("/api/v1/issues/PAY-1").await?;
+    assert_eq!(one.json["children"], json!(["PAY-2"]));
+    assert_eq!(
+        one.json["progress"],
+        json!({"tasks": null, "children": {"done": 0, "total": 1}})
+    );
+    refused(&agent.get("/api/v1/issues/PAY-99").await?, 404, "NOT_FOUND");
+    refused(&agent.get("/api/v1/issues/pay-1").await?, 404, "NOT_FOUND");
+    assert_eq!(
+        agent.get("/api/v1/issues/resolve?ref=PAY-2").await?.json,
+        json!({"key": "PAY-2"})
+    );
+    refused(
+        &agent.get("/api/v1/issues/resolve?ref=PAY-9").await?,
+        404,
+        "NOT_FOUND",
+    );
+
+    // Update: conditional, closed, labels_add.
+    refused(
+        &ada.patch(
+            "/api/v1/issues/PAY-1",
+            json!({"title": "x", "expected_sequence": 7}),
+        )
+        .await?,
+        409,
+        "ISSUE_CHANGED",
+    );
+    let r = ada
+        .patch(
+            "/api/v1/issues/PAY-1",
+            json!({"title": "x", "expected_sequence": 7}),
+        )
+        .await?;
+    assert_eq!(r.json["sequence"], 1, "{}", r.text);
+    let r = ada
+        .patch(
+            "/api/v1/issues/PAY-1",
+            json!({"title": "Refunds v2", "expected_sequence": 1, "priority": null}),
+        )
+        .await?;
+    assert_eq!(
+        (
+            r.status,
+            r.json["sequence"].as_i64(),
+            r.json["priority"].is_null()
+        ),
+        (200, Some(2), true),
+        "{}",
+        r.text
+    );
+    refused(
+        &ada.patch(
+            "/api/v1/issues/PAY-1",
+            json!({"labels": ["a"], "labels_add": ["b"]}),
+        )
+        .await?,
+        400,
+        "INVALID_BODY",
+    );
+    let r = agent
+        .patch(
+            "/api/v1/issues/PAY-1",
+            json!({"labels_add": ["ui", "bug"], "actor": "sess-1"}),
+        )
+        .await?;
+    assert_eq!(r.json["labels"], json!(["bug", "ui"]), "{}", r.text);
+    let r = ada
+        .patch("/api/v1/issues/PAY-2", json!({"status": "done"}))
+        .await?;
+    assert!(r.json["closed_at"].is_string(), "{}", r.text);
+    assert!(r.json["route_status"].is_null());
+    refused(
+        &ada.patch("/api/v1/issues/PAY-2", json!({"title": "reopen me"}))
+            .await?,
+        409,
+        "ISSUE_CLOSED",
+    );
+    let r = ada
+        .patch(
+            "/api/v1/issues/PAY-2",
+            json!({"components": {"mode": "none", "reason": "docs"}}),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        agent.get("/api/v1/issues/PAY-1").await?.json["progress"]["children"],
+        json!({"done": 1, "total": 1})
+    );
+
+    // Lists: filters, both paging forms, refused parameters.
+    let keys = |r: &Resp| -> Vec<String> {
+        let arr = if r.json.is_array() {
+            &r.json
+        } else {
+            &r.json["issues"]
+        };
+        arr.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|i| i["key"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for n in 3..=7 {
+        ada.post(
+            "/api/v1/issues",
+            json!({"project": "OPS", "title": format!("ops {n}"), "priority": n % 4}),
+        )
+        .await?;
+    }
+    assert_eq!(
+        keys(&agent.get("/api/v1/issues?project=PAY").await?),
+        ["PAY-1", "PAY-2"]
+    );
+    assert_eq!(
+        keys(&agent.get("/api/v1/issues?label=ui").await?),
+        ["PAY-1"]
+    );
+    assert_eq!(
+        keys(
+            &agent
+                .get("/api/v1/issues?status=done&status=cancelled")
+                .await?
+        ),
+        ["PAY-2"]
+    );
+    assert_eq!(
+        keys(&agent.get("/api/v1/issues?open=false").await?),
+        ["PAY-2"]
+    );
+    assert_eq!(
+        keys(&agent.get("/api/v1/issues?parent=PAY-1").await?),
+        ["PAY-2"]
+    );
+    assert_eq!(
+        keys(
+            &agent
+                .get("/api/v1/issues?project=PAY&priority=none")
+                .await?
+        ),
+        ["PAY-1", "PAY-2"]
+    );
+    assert_eq!(
+        keys(&agent.get("/api/v1/issues?priority=0&priority=3").await?),
+        ["OPS-1", "OPS-2", "OPS-5"]
+    );
+    assert_eq!(
+        keys(
+            &agent
+                .get("/api/v1/issues?route_status=unknown&project=PAY")
+                .await?
+        ),
+        ["PAY-1"]
+    );
+    let page = agent
+        .get("/api/v1/issues?project=OPS&limit=2&offset=1")
+        .await?;
+    assert_eq!(
+        (
+            keys(&page),
+            page.json["total"].as_i64(),
+            page.json["limit"].as_i64(),
+            page.json["offset"].as_i64()
+        ),
+        (
+            vec!["OPS-2".to_owned(), "OPS-3".to_owned()],
+            Some(5),
+            Some(2),
+            Some(1)
+        )
+    );
+    let page = agent.get("/api/v1/issues?offset=6").await?;
+    assert_eq!(
+        (
+            keys(&page).len(),
+            page.json["total"].as_i64(),
+            page.json["limit"].as_i64()
+        ),
+        (1, Some(7), Some(50))
+    );
+    refused(
+        &agent.get("/api/v1/issues?cursor=abc").await?,
+        400,
+        "INVALID_QUERY",
+    );
+    refused(
+        &agent.get("/api/v1/issues?limit=0").await?,
+        400,
+        "INVALID_QUERY",
+    );
+    refused(
+        &agent.get("/api/v1/issues?limit=251").await?,
+        400,
+        "INVALID_QUERY",
+    );
+    refused(
+        &agent.get("/api/v1/issues?colour=red").await?,
+        400,
+        "INVALID_QUERY",
+    );
+    refused(
+        &agent.get("/api/v1/issues?status=open").await?,
+        400,
+        "INVALID_QUERY",
+    );
+    refused(
+        &agent.get("/api/v1/issues?pinned=true").await?,
+        403,
+        "HUMAN_ONLY",
+    );
+    assert_eq!(
+        keys(&ada.get("/api/v1/issues?pinned=true").await?),
+        Vec::<String>::new()
+    );
+    refused(
+        &agent.get("/api/v1/projects?x=1").await?,
+        400,
+        "INVALID_QUERY",
+    );
+
+    // The issue's log: every write appended its event, paged by sequence.
+    let log = agent.get("/api/v1/issues/PAY-1/events").await?;
+    let kinds: Vec<&str> = log
+        .json
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["kind"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        kinds,
+        ["issue.created", "issue.updated", "issue.updated"],
+        "{}",
+        log.text
+    );
+    assert_eq!(
+        log.json[1]["data"]["changes"]["title"],
+        json!(["Refunds", "Refunds v2"])
+    );
+    assert_eq!(
+        log.json[2]["actor"],
+        json!({"kind": "agent", "owner": null, "service": null, "session": "sess-1"})
+    );
+    assert_eq!(log.json[2]["session"], "sess-1");
+    let desc = agent
+        .get("/api/v1/issues/PAY-1/events?order=desc&limit=1")
+        .await?;
+    assert_eq!(desc.json[0]["sequence"], 3);
+    let after = agent
+        .get("/api/v1/issues/PAY-1/events?after=1&before=3")
+        .await?;
+    assert_eq!(after.json.as_array().map(Vec::len), Some(1));
+    assert_eq!(after.json[0]["sequence"], 2);
+    refused(
+        &agent.get("/api/v1/issues/PAY-1/events?limit=201").await?,
+        400,
+        "INVALID_QUERY",
+    );
+    refused(
+        &agent.get("/api/v1/issues/PAY-1/events?order=up").await?,
+        400,
+        "INVALID_QUERY",
+    );
+
+    // Claims: a person's holds; the agent is refused naming the holder; a person may force.
+    refused(
+        &agent.post("/api/v1/issues/PAY-1/claim", json!({})).await?,
+        400,
+        "INVALID_SESSION_ID",
+    );
+    let c = ada.post("/api/v1/issues/PAY-1/claim", json!({})).await?;
+    assert_eq!(
+        (c.status, c.json["holder"]["login"].as_str()),
+        (200, Some(ADA)),
+        "{}",
+        c.text
+    );
+    let r = agent
+        .post("/api/v1/issues/PAY-1/claim", json!({"actor": "sess-1"}))
+        .await?;
+    refused(&r, 409, "ISSUE_CLAIMED");
+    assert_eq!(r.json["holder"]["login"], ADA);
+    refused(
+        &agent
+            .post(
+                "/api/v1/issues/PAY-1/claim",
+                json!({"actor": "sess-1", "force": true}),
+            )
+            .await?,
+        403,
+        "HUMAN_ONLY",
+    );
+    refused(
+        &agent
+            .call(
+                Method::DELETE,
+                "/api/v1/issues/PAY-1/claim?session=sess-1",
+                None,
+            )
+            .await?,
+        409,
+        "ISSUE_CLAIMED",
+    );
+    let bob = Who::person(&console, BOB).await?;
+    refused(
+        &bob.post("/api/v1/issues/PAY-1/claim", json!({})).await?,
+        409,
+        "ISSUE_CLAIMED",
+    );
+    let c = bob
+        .post("/api/v1/issues/PAY-1/claim", json!({"force": true}))
+        .await?;
+    assert_eq!(c.json["holder"]["login"], BOB, "{}", c.text);
+    // A session that is not live holds nothing against another: no session link is open.
+    assert_eq!(
+        bob.call(Method::DELETE, "/api/v1/issues/PAY-1/claim", None)
+            .await?
+            .status,
+        204
+    );
+    let c = agent
+        .post("/api/v1/issues/PAY-1/claim", json!({"actor": "sess-1"}))
+        .await?;
+    assert_eq!(c.json["holder"]["session"], "sess-1", "{}", c.text);
+    let c = agent
+        .post("/api/v1/issues/PAY-1/claim", json!({"actor": "sess-2"}))
+        .await?;
+    assert_eq!(c.json["holder"]["session"], "sess-2", "{}", c.text);
+    assert_eq!(
+        agent.get("/api/v1/issues/PAY-1").await?.json["status"],
+        "todo"
+    );
+
+    // §2 on the new routes: 401 with WWW-Authenticate, 405 with Allow.
+    let r = Resp::read(
+        reqwest::Client::new()
+            .get(format!("{}/api/v1/issues", console.url))
+            .send()
+            .await?,
+    )
+    .await?;
+    refused(&r, 401, "UNAUTHENTICATED");
+    assert_eq!(
+        r.headers
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok()),
+        Some("Bearer realm=\"countersign\"")
+    );
+    let r = Resp::read(
+        reqwest::Client::new()
+            .get(format!("{}/api/v1/issues", console.url))
+            .bearer_auth("csp_nope")
+            .send()
+            .await?,
+    )
+    .await?;
+    refused(&r, 401, "UNAUTHENTICATED");
+    assert!(
+        r.headers
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("invalid_token"))
+    );
+    let r = agent
+        .call(Method::PUT, "/api/v1/issues/PAY-1", None)
+        .await?;
+    refused(&r, 405, "METHOD_NOT_ALLOWED");
+    let allow = r
+        .headers
+        .get("allow")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    assert!(allow.contains("GET") && allow.contains("PATCH"), "{allow}");
+    console.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn projects_and_issues_sqlite() -> anyhow::Result<()> {
+    projects_and_issues(None).await
+}
+
+#[tokio::test]
+async fn projects_and_issues_postgres() -> anyhow::Result<()> {
+    match fresh_postgres().await? {
+        Some(db) => projects_and_issues(Some(db)).await,
+        None => Ok(()),
+    }
+}
+
+/// 100 concurrent writers on one issue, always one consistent result:
+/// - `labels_add`, each writer a label of its own: the first 50 to commit are held (the cap),
+///   the rest are CAP_EXCEEDED, and the labels held are exactly the winners';
+/// - 100 updates expecting one sequence: one applies, 99 are ISSUE_CHANGED;
+/// - 100 people claiming: one holds, the rest are ISSUE_CLAIMED (or CLAIM_CONTENDED).
+async fn races(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    ada.post("/api/v1/projects", json!({"key": "RACE", "name": "Races"}))
+        .await?;
+    ada.post(
+        "/api/v1/issues",
+        json!({"project": "RACE", "title": "contended"}),
+    )
+    .await?;
+
+    let results = futures_util::future::join_all((0..100).map(|n| {
+        let a = agent.clone();
+        async move {
+            let r = a
+                .patch(
+                    "/api/v1/issues/RACE-1",
+                    json!({"labels_add": [format!("l{n}")]}),
+                )
+                .await;
+            (n, r)
+        }
+    }))
+    .await;
+    let mut won = HashSet::new();
+    for (n, r) in results {
+        let r = r?;
+        match r.status {
+            200 => {
+                won.insert(format!("l{n}"));
+            }
+            _ => refused(&r, 400, "CAP_EXCEEDED"),
+        }
+    }
+    let held = agent.get("/api/v1/issues/RACE-1").await?;
+    let labels: HashSet<String> = held.json["labels"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|l| l.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(won.len(), 50);
+    assert_eq!(labels, won);
+
+    let seq = held.json["sequence"].as_i64().unwrap_or(0);
+    let results = futures_util::future::join_all((0..100).map(|n| {
+        let a = agent.clone();
+        async move {
+            a.patch(
+                "/api/v1/issues/RACE-1",
+                json!({"title": format!("t{n}"), "expected_sequence": seq}),
+            )
+            .await
+        }
+    }))
+    .await;
+    let mut applied = 0;
+    for r in results {
+        let r = r?;
+        if r.status == 200 {
+            applied += 1;
+        } else {
+            refused(&r, 409, "ISSUE_CHANGED");
+            assert_eq!(r.json["sequence"], seq + 1, "{}", r.text);
+        }
+    }
+    assert_eq!(applied, 1);
+
+    let mut people = Vec::new();
+    for n in 0..100 {
+        people.push(Who::person(&console, &format!("p{n}@example.com")).await?);
+    }
+    let results =
+        futures_util::future::join_all(people.iter().enumerate().map(|(n, p)| async move {
+            (n, p.post("/api/v1/issues/RACE-1/claim", json!({})).await)
+        }))
+        .await;
+    let mut holders = Vec::new();
+    for (n, r) in results {
+        let r = r?;
+        if r.status == 200 {
+            holders.push(format!("p{n}@example.com"));
+        } else {
+            assert_eq!(r.status, 409, "{}", r.text);
+            assert!(
+                matches!(r.code(), "ISSUE_CLAIMED" | "CLAIM_CONTENDED"),
+                "{}",
+                r.text
+            );
+        }
+    }
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    let held = agent.get("/api/v1/issues/RACE-1").await?;
+    assert_eq!(
+        held.json["claim"]["holder"]["login"].as_str(),
+        Some(holders[0].as_str())
+    );
+    console.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn races_sqlite() -> anyhow::Result<()> {
+    races(None).await
+}
+
+#[tokio::test]
+async fn races_postgres() -> anyhow::Result<()> {
+    match fresh_postgres().await? {
+        Some(db) => races(Some(db)).await,
+        None => Ok(()),
+    }
+}
+
+/// Reads server-sent events from `GET /api/v1/events` until `n` events came or `secs` passed:
+/// `(id, kind, envelope)` each.
+async fn read_events(
+    who: &Who,
+    last_event_id: Option<i64>,
+    query: &str,
+    n: usize,
+    secs: u64,
+) -> anyhow::Result<Vec<(i64, String, Value)>> {
+    let mut req = who.http.get(format!("{}/api/v1/events{query}", who.base));
+    if let Some(t) = &who.bearer {
+        req = req.bearer_auth(t);
+    }
+    if let Some(id) = last_event_id {
+        req = req.header("last-event-id", id.to_string());
+    }
+    let mut resp = req.send().await?;
+    anyhow::ensure!(resp.status() == 200, "events: {}", resp.status());
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    anyhow::ensure!(ct.starts_with("text/event-stream"), "{ct}");
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while out.len() < n {
+        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(c))) => c,
+            _ => break,
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut id, mut kind, mut data) = (None, None, None);
+            for line in block.lines() {
+                if let Some(v) = line
+                    .strip_prefix("id: ")
+                    .or_else(|| line.strip_prefix("id:"))
+                {
+                    id = v.trim().parse::<i64>().ok();
+                } else if let Some(v) = line
+                    .strip_prefix("event: ")
+                    .or_else(|| line.strip_prefix("event:"))
+                {
+                    kind = Some(v.trim().to_owned());
+                } else if let Some(v) = line
+                    .strip_prefix("data: ")
+                    .or_else(|| line.strip_prefix("data:"))
+                {
+                    data = serde_json::from_str::<Value>(v).ok();
+                }
+            }
+            if let (Some(id), Some(kind), Some(data)) = (id, kind, data) {
+                out.push((id, kind, data));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A client that disconnects at random points and reconnects with `Last-Event-ID` sees every
+/// event exactly once, in order, while a writer runs; `?since=0` replays from the start.
+async fn stream_resumes(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    ada.post("/api/v1/projects", json!({"key": "EV", "name": "Events"}))
+        .await?;
+    let writer = {
+        let a = agent.clone();
+        tokio::spawn(async move {
+            for n in 0..60 {
+                let _ = a
+                    .post(
+                        "/api/v1/issues",
+                        json!({"project": "EV", "title": format!("e{n}")}),
+                    )
+                    .await;
+            }
+        })
+    };
+    let mut seen: Vec<i64> = Vec::new();
+    let mut cursor = Some(0);
+    let mut rng = uuid::Uuid::new_v4().as_u128();
+    while seen.len() < 61 {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let take = 1 + (rng >> 64) as usize % 9;
+        let got = read_events(&agent, cursor, "", take, 10).await?;
+        anyhow::ensure!(
+            !got.is_empty(),
+            "no event after {:?} (seen {})",
+            cursor,
+            seen.len()
+        );
+        for (id, kind, env) in &got {
+            assert_eq!(env["id"], *id);
+            assert_eq!(env["kind"].as_str(), Some(kind.as_str()));
+            seen.push(*id);
+        }
+        cursor = seen.last().copied();
+    }
+    writer.await?;
+    let mut sorted = seen.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted, seen, "each event once, in order");
+    assert_eq!(seen.len(), 61);
+    assert!(
+        seen.windows(2).all(|w| w[1] == w[0] + 1),
+        "no gap: {seen:?}"
+    );
+    // `?since=` replays as well; a live-only stream waits for the next event.
+    let replay = read_events(&agent, None, "?since=0", 3, 10).await?;
+    assert_eq!(
+        replay.iter().map(|e| e.0).collect::<Vec<_>>(),
+        seen[..3].to_vec()
+    );
+    assert_eq!(replay[0].1, "project.created");
+    let live = {
+        let a = agent.clone();
+        tokio::spawn(async move { read_events(&a, None, "", 1, 10).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ada.post("/api/v1/issues", json!({"project": "EV", "title": "live"}))
+        .await?;
+    let live = live.await??;
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].2["data"]["title"], "live");
+    console.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn stream_resumes_sqlite() -> anyhow::Result<()> {
+    stream_resumes(None).await
+}
+
+#[tokio::test]
+async fn stream_resumes_postgres() -> anyhow::Result<()> {
+    match fresh_postgres().await? {
+        Some(db) => stream_resumes(Some(db)).await,
+        None => Ok(()),
+    }
+}
+
+/// Two consoles on one PostgreSQL deliver each other's events (LISTEN/NOTIFY carries ids).
+#[tokio::test]
+async fn two_consoles_share_events() -> anyhow::Result<()> {
+    let Some(db) = fresh_postgres().await? else {
+        return Ok(());
+    };
+    let one = console_on(Some(db.clone())).await?;
+    let two = console_on(Some(db)).await?;
+    let on_two = Who::agent(&two, SHARED_TOKEN);
+    let listening = tokio::spawn(async move { read_events(&on_two, None, "", 2, 15).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ada = Who::person(&one, ADA).await?;
+    ada.post("/api/v1/projects", json!({"key": "TWO", "name": "Two"}))
+        .await?;
+    ada.post(
+        "/api/v1/issues",
+        json!({"project": "TWO", "title": "from one"}),
+    )
+    .await?;
+    let got = listening.await??;
+    let kinds: Vec<&str> = got.iter().map(|e| e.1.as_str()).collect();
+    assert_eq!(kinds, ["project.created", "issue.created"]);
+    one.stop().await;
+    two.stop().await;
+    Ok(())
+}

@@ -1,0 +1,746 @@
+//! The work storage on SQLite and PostgreSQL: projects, issues (with a label table the list's
+//! filter joins), per-person pins and the event log, in transactions.
+//!
+//! - A write transaction on SQLite is `BEGIN IMMEDIATE` (writers queue at the start, never
+//!   fail on upgrading a read); on PostgreSQL an issue read in a write transaction is
+//!   `FOR UPDATE`, and the first event append takes a transaction-scoped advisory lock.
+//! - Event ids are `MAX(id) + 1` taken under that lock (SQLite: under its one writer), so ids
+//!   are in commit order with no gap: a stream that read up to `n` never later meets a newly
+//!   committed event below `n`.
+
+use async_trait::async_trait;
+use countersign_common::sql::{Backend, begin_err, db_err};
+use countersign_console_core::ids::Login;
+use countersign_console_core::storage::StorageError;
+use countersign_console_core::work::store::ms;
+use countersign_console_core::work::{
+    Actor, Claim, Components, Event, EventPage, EventTx, Issue, IssueFilter, IssueKey, IssueTx,
+    NewEvent, Project, ProjectKey, ProjectTx, RouteFilter, Status, WorkTx,
+};
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::{Any, AnyPool, Arguments, Row, Transaction};
+
+use crate::{login, time};
+
+/// Version 2: the work core.
+pub(crate) const MIGRATION_2: &[&str] = &[
+    "CREATE TABLE console_projects (
+        key TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        next_issue BIGINT NOT NULL
+    )",
+    "CREATE TABLE console_issues (
+        key TEXT PRIMARY KEY,
+        project TEXT NOT NULL REFERENCES console_projects (key),
+        number BIGINT NOT NULL,
+        title TEXT NOT NULL,
+        status TEXT NOT NULL,
+        is_open BIGINT NOT NULL,
+        priority BIGINT,
+        labels TEXT NOT NULL,
+        route TEXT,
+        parent TEXT,
+        rank TEXT NOT NULL,
+        assignee TEXT,
+        components TEXT NOT NULL,
+        claim TEXT,
+        repo TEXT,
+        sequence BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        closed_at BIGINT
+    )",
+    "CREATE UNIQUE INDEX console_issues_number ON console_issues (project, number)",
+    "CREATE INDEX console_issues_rank ON console_issues (project, rank)",
+    "CREATE INDEX console_issues_parent ON console_issues (parent)",
+    "CREATE INDEX console_issues_updated ON console_issues (updated_at)",
+    "CREATE INDEX console_issues_status ON console_issues (status)",
+    "CREATE TABLE console_issue_labels (
+        label TEXT NOT NULL,
+        issue TEXT NOT NULL,
+        PRIMARY KEY (label, issue)
+    )",
+    "CREATE TABLE console_pins (
+        login TEXT NOT NULL,
+        issue TEXT NOT NULL,
+        PRIMARY KEY (login, issue)
+    )",
+    "CREATE TABLE console_events (
+        id BIGINT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        at BIGINT NOT NULL,
+        actor TEXT NOT NULL,
+        project TEXT,
+        issue TEXT,
+        artifact TEXT,
+        session TEXT,
+        data TEXT NOT NULL,
+        sequence BIGINT
+    )",
+    "CREATE INDEX console_events_issue ON console_events (issue, sequence)",
+];
+
+/// The advisory lock PostgreSQL event appends take (distinct from the migration lock).
+const PG_EVENTS_LOCK: i64 = 7_243_102;
+
+const ISSUE_COLUMNS: &str = "key, project, number, title, status, priority, labels, route, parent, \
+     rank, assignee, components, claim, repo, sequence, created_at, updated_at, closed_at";
+const EVENT_COLUMNS: &str =
+    "id, kind, at, actor, project, issue, artifact, session, data, sequence";
+
+/// One transaction.
+pub struct SqlTx {
+    tx: Transaction<'static, Any>,
+    backend: Backend,
+    write: bool,
+    events_locked: bool,
+    /// The last event this transaction appended: PostgreSQL notifies it at commit.
+    last_event: Option<i64>,
+}
+
+/// The PostgreSQL channel event ids are notified on (ids only, never content).
+pub const EVENTS_CHANNEL: &str = "countersign_console_events";
+
+impl std::fmt::Debug for SqlTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlTx").field("write", &self.write).finish()
+    }
+}
+
+impl SqlTx {
+    pub(crate) async fn begin(
+        pool: &AnyPool,
+        backend: Backend,
+        write: bool,
+    ) -> Result<SqlTx, StorageError> {
+        let tx = match (backend, write) {
+            (Backend::Sqlite, true) => pool.begin_with("BEGIN IMMEDIATE").await,
+            _ => pool.begin().await,
+        }
+        .map_err(begin_err)?;
+        Ok(SqlTx {
+            tx,
+            backend,
+            write,
+            events_locked: false,
+            last_event: None,
+        })
+    }
+}
+
+fn corrupt(what: &str) -> StorageError {
+    StorageError::Corrupt(format!("a stored {what} does not parse"))
+}
+
+fn json_of<T: serde::de::DeserializeOwned>(s: &str, what: &str) -> Result<T, StorageError> {
+    serde_json::from_str(s).map_err(|_| corrupt(what))
+}
+
+fn text<T: serde::Serialize>(v: &T) -> String {
+    // Serializing these records to JSON cannot fail.
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+fn project_of(r: &AnyRow) -> Result<Project, StorageError> {
+    let key: String = r.try_get("key").map_err(db_err)?;
+    Ok(Project {
+        key: ProjectKey::parse(&key).ok_or_else(|| corrupt("project key"))?,
+        name: r.try_get("name").map_err(db_err)?,
+        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+    })
+}
+
+fn issue_of(r: &AnyRow) -> Result<Issue, StorageError> {
+    let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
+    let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    let key = IssueKey::parse(&g("key")?).ok_or_else(|| corrupt("issue key"))?;
+    let priority: Option<i64> = r.try_get("priority").map_err(db_err)?;
+    Ok(Issue {
+        project: key.project(),
+        key,
+        title: g("title")?,
+        status: Status::parse(&g("status")?).ok_or_else(|| corrupt("status"))?,
+        priority: priority
+            .map(|p| u8::try_from(p).map_err(|_| corrupt("priority")))
+            .transpose()?,
+        labels: json_of(&g("labels")?, "label list")?,
+        route: go("route")?,
+        parent: go("parent")?
+            .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("parent key")))
+            .transpose()?,
+        rank: g("rank")?,
+        assignee: go("assignee")?.map(|a| login(&a)).transpose()?,
+        components: json_of::<Components>(&g("components")?, "components")?,
+        claim: go("claim")?
+            .map(|c| json_of::<StoredClaim>(&c, "claim"))
+            .transpose()?
+            .map(|c| -> Result<Claim, StorageError> {
+                Ok(Claim {
+                    holder: c.holder,
+                    at: time(c.at)?,
+                })
+            })
+            .transpose()?,
+        repo: go("repo")?,
+        sequence: r.try_get("sequence").map_err(db_err)?,
+        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+        updated_at: time(r.try_get("updated_at").map_err(db_err)?)?,
+        closed_at: r
+            .try_get::<Option<i64>, _>("closed_at")
+            .map_err(db_err)?
+            .map(time)
+            .transpose()?,
+    })
+}
+
+/// A claim as the issue row keeps it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredClaim {
+    holder: Actor,
+    at: i64,
+}
+
+fn event_of(r: &AnyRow) -> Result<Event, StorageError> {
+    let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    Ok(Event {
+        id: r.try_get("id").map_err(db_err)?,
+        kind: r.try_get("kind").map_err(db_err)?,
+        at: time(r.try_get("at").map_err(db_err)?)?,
+        actor: json_of(&r.try_get::<String, _>("actor").map_err(db_err)?, "actor")?,
+        project: go("project")?
+            .map(|p| ProjectKey::parse(&p).ok_or_else(|| corrupt("project key")))
+            .transpose()?,
+        issue: go("issue")?
+            .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
+            .transpose()?,
+        artifact: go("artifact")?,
+        session: go("session")?,
+        data: json_of(&r.try_get::<String, _>("data").map_err(db_err)?, "event")?,
+        sequence: r.try_get("sequence").map_err(db_err)?,
+    })
+}
+
+/// A value bound to a query built at run time.
+#[derive(Debug, Clone)]
+enum Val {
+    I(i64),
+    S(String),
+}
+
+impl From<i64> for Val {
+    fn from(v: i64) -> Self {
+        Val::I(v)
+    }
+}
+
+impl From<String> for Val {
+    fn from(v: String) -> Self {
+        Val::S(v)
+    }
+}
+
+/// The values of a query built at run time, each pushed where its `$n` goes.
+#[derive(Debug, Default)]
+struct Args(Vec<Val>);
+
+impl Args {
+    fn push(&mut self, v: impl Into<Val>) -> String {
+        self.0.push(v.into());
+        format!("${}", self.0.len())
+    }
+
+    fn build(&self) -> AnyArguments<'static> {
+        let mut out = AnyArguments::default();
+        for v in &self.0 {
+            // Adding an integer or a string to `AnyArguments` does not fail.
+            let _ = match v {
+                Val::I(i) => out.add(*i),
+                Val::S(s) => out.add(s.clone()),
+            };
+        }
+        out
+    }
+}
+
+impl SqlTx {
+    async fn write_labels(&mut self, i: &Issue) -> Result<(), StorageError> {
+        sqlx::query("DELETE FROM console_issue_labels WHERE issue = $1")
+            .bind(i.key.as_str())
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        for l in &i.labels {
+            sqlx::query("INSERT INTO console_issue_labels (label, issue) VALUES ($1, $2)")
+                .bind(l.as_str())
+                .bind(i.key.as_str())
+                .execute(&mut *self.tx)
+                .await
+                .map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    fn claim_text(i: &Issue) -> Option<String> {
+        i.claim.as_ref().map(|c| {
+            text(&StoredClaim {
+                holder: c.holder.clone(),
+                at: ms(&c.at),
+            })
+        })
+    }
+}
+
+#[async_trait]
+impl ProjectTx for SqlTx {
+    async fn insert_project(&mut self, p: &Project) -> Result<bool, StorageError> {
+        // ON CONFLICT, not a caught unique violation: on PostgreSQL a failed statement aborts
+        // the whole transaction.
+        let r = sqlx::query(
+            "INSERT INTO console_projects (key, name, created_at, next_issue) VALUES ($1, $2, $3, 1) \
+             ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(p.key.as_str())
+        .bind(p.name.as_str())
+        .bind(ms(&p.created_at))
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn project(&mut self, key: &ProjectKey) -> Result<Option<Project>, StorageError> {
+        sqlx::query("SELECT key, name, created_at FROM console_projects WHERE key = $1")
+            .bind(key.as_str())
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .as_ref()
+            .map(project_of)
+            .transpose()
+    }
+
+    async fn projects(&mut self) -> Result<Vec<Project>, StorageError> {
+        sqlx::query("SELECT key, name, created_at FROM console_projects ORDER BY key")
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(project_of)
+            .collect()
+    }
+
+    async fn next_issue_number(&mut self, key: &ProjectKey) -> Result<i64, StorageError> {
+        let row = sqlx::query(
+            "UPDATE console_projects SET next_issue = next_issue + 1 WHERE key = $1
+             RETURNING next_issue - 1 AS n",
+        )
+        .bind(key.as_str())
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .ok_or_else(|| StorageError::Other("no such project".into()))?;
+        row.try_get("n").map_err(db_err)
+    }
+}
+
+#[async_trait]
+impl IssueTx for SqlTx {
+    async fn insert_issue(&mut self, i: &Issue) -> Result<(), StorageError> {
+        sqlx::query(&format!(
+            "INSERT INTO console_issues ({ISSUE_COLUMNS}, is_open) VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+        ))
+        .bind(i.key.as_str())
+        .bind(i.project.as_str())
+        .bind(i.key.number())
+        .bind(i.title.as_str())
+        .bind(i.status.as_str())
+        .bind(i.priority.map(i64::from))
+        .bind(text(&i.labels))
+        .bind(i.route.clone())
+        .bind(i.parent.as_ref().map(|p| p.as_str().to_owned()))
+        .bind(i.rank.as_str())
+        .bind(i.assignee.as_ref().map(|a| a.as_str().to_owned()))
+        .bind(text(&i.components))
+        .bind(Self::claim_text(i))
+        .bind(i.repo.clone())
+        .bind(i.sequence)
+        .bind(ms(&i.created_at))
+        .bind(ms(&i.updated_at))
+        .bind(i.closed_at.as_ref().map(ms))
+        .bind(i64::from(i.status.is_open()))
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        self.write_labels(i).await
+    }
+
+    async fn issue(&mut self, key: &IssueKey) -> Result<Option<Issue>, StorageError> {
+        let lock = if self.write && self.backend == Backend::Postgres {
+            " FOR UPDATE"
+        } else {
+            ""
+        };
+        sqlx::query(&format!(
+            "SELECT {ISSUE_COLUMNS} FROM console_issues WHERE key = $1{lock}"
+        ))
+        .bind(key.as_str())
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(issue_of)
+        .transpose()
+    }
+
+    async fn update_issue(&mut self, i: &Issue) -> Result<(), StorageError> {
+        let labels_changed = {
+            let row = sqlx::query("SELECT labels FROM console_issues WHERE key = $1")
+                .bind(i.key.as_str())
+                .fetch_optional(&mut *self.tx)
+                .await
+                .map_err(db_err)?;
+            match row {
+                Some(r) => r.try_get::<String, _>("labels").map_err(db_err)? != text(&i.labels),
+                None => return Err(StorageError::Other("no such issue".into())),
+            }
+        };
+        sqlx::query(
+            "UPDATE console_issues SET title = $2, status = $3, is_open = $4, priority = $5, \
+             labels = $6, route = $7, parent = $8, rank = $9, assignee = $10, components = $11, \
+             claim = $12, repo = $13, sequence = $14, updated_at = $15, closed_at = $16 \
+             WHERE key = $1",
+        )
+        .bind(i.key.as_str())
+        .bind(i.title.as_str())
+        .bind(i.status.as_str())
+        .bind(i64::from(i.status.is_open()))
+        .bind(i.priority.map(i64::from))
+        .bind(text(&i.labels))
+        .bind(i.route.clone())
+        .bind(i.parent.as_ref().map(|p| p.as_str().to_owned()))
+        .bind(i.rank.as_str())
+        .bind(i.assignee.as_ref().map(|a| a.as_str().to_owned()))
+        .bind(text(&i.components))
+        .bind(Self::claim_text(i))
+        .bind(i.repo.clone())
+        .bind(i.sequence)
+        .bind(ms(&i.updated_at))
+        .bind(i.closed_at.as_ref().map(ms))
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        if labels_changed {
+            self.write_labels(i).await?;
+        }
+        Ok(())
+    }
+
+    async fn issues(&mut self, f: &IssueFilter) -> Result<(Vec<Issue>, i64), StorageError> {
+        let mut a = Args::default();
+        let mut conds: Vec<String> = Vec::new();
+        if let Some(p) = &f.project {
+            conds.push(format!("project = {}", a.push(p.as_str().to_owned())));
+        }
+        if !f.status.is_empty() {
+            let list: Vec<String> = f
+                .status
+                .iter()
+                .map(|s| a.push(s.as_str().to_owned()))
+                .collect();
+            conds.push(format!("status IN ({})", list.join(", ")));
+        }
+        if let Some(p) = &f.parent {
+            conds.push(format!("parent = {}", a.push(p.as_str().to_owned())));
+        }
+        if !f.labels.is_empty() {
+            let list: Vec<String> = f.labels.iter().map(|l| a.push(l.clone())).collect();
+            conds.push(format!(
+                "key IN (SELECT issue FROM console_issue_labels WHERE label IN ({}))",
+                list.join(", ")
+            ));
+        }
+        if !f.priority.is_empty() {
+            let mut alts: Vec<String> = Vec::new();
+            let vals: Vec<String> = f
+                .priority
+                .iter()
+                .flatten()
+                .map(|p| a.push(i64::from(*p)))
+                .collect();
+            if !vals.is_empty() {
+                alts.push(format!("priority IN ({})", vals.join(", ")));
+            }
+            if f.priority.iter().any(Option::is_none) {
+                alts.push("priority IS NULL".into());
+            }
+            conds.push(format!("({})", alts.join(" OR ")));
+        }
+        if let Some(open) = f.open {
+            conds.push(format!("is_open = {}", a.push(i64::from(open))));
+        }
+        if let Some(t) = &f.updated_since {
+            conds.push(format!("updated_at >= {}", a.push(ms(t))));
+        }
+        if let Some(l) = &f.pinned_by {
+            conds.push(format!(
+                "key IN (SELECT issue FROM console_pins WHERE login = {})",
+                a.push(l.as_str().to_owned())
+            ));
+        }
+        match &f.route {
+            None => {}
+            Some(RouteFilter::NoRoute) => conds.push("is_open = 1 AND route IS NULL".into()),
+            Some(RouteFilter::In(roles)) if roles.is_empty() => conds.push("1 = 0".into()),
+            Some(RouteFilter::In(roles)) => {
+                let list: Vec<String> = roles.iter().map(|r| a.push(r.clone())).collect();
+                conds.push(format!("is_open = 1 AND route IN ({})", list.join(", ")));
+            }
+            Some(RouteFilter::NotIn(roles)) if roles.is_empty() => {
+                conds.push("is_open = 1 AND route IS NOT NULL".into())
+            }
+            Some(RouteFilter::NotIn(roles)) => {
+                let list: Vec<String> = roles.iter().map(|r| a.push(r.clone())).collect();
+                conds.push(format!(
+                    "is_open = 1 AND route IS NOT NULL AND route NOT IN ({})",
+                    list.join(", ")
+                ));
+            }
+        }
+        let filter = if conds.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conds.join(" AND "))
+        };
+        // The total first, with the same arguments (a second copy: the page adds two).
+        let count_sql = format!("SELECT COUNT(*) AS n FROM console_issues{filter}");
+        let total: i64 = sqlx::query_with(&count_sql, a.build())
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .try_get("n")
+            .map_err(db_err)?;
+        let page = match f.limit {
+            Some(limit) => {
+                let l = a.push(i64::from(limit));
+                let o = a.push(i64::from(f.offset));
+                format!(" LIMIT {l} OFFSET {o}")
+            }
+            None => String::new(),
+        };
+        let sql = format!(
+            "SELECT {ISSUE_COLUMNS} FROM console_issues{filter} ORDER BY project, rank, number{page}"
+        );
+        let rows = sqlx::query_with(&sql, a.build())
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        let issues = rows.iter().map(issue_of).collect::<Result<Vec<_>, _>>()?;
+        Ok((issues, total))
+    }
+
+    async fn children(&mut self, key: &IssueKey) -> Result<Vec<(IssueKey, Status)>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT key, status FROM console_issues WHERE parent = $1 ORDER BY project, number",
+        )
+        .bind(key.as_str())
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                let k: String = r.try_get("key").map_err(db_err)?;
+                let s: String = r.try_get("status").map_err(db_err)?;
+                Ok((
+                    IssueKey::parse(&k).ok_or_else(|| corrupt("issue key"))?,
+                    Status::parse(&s).ok_or_else(|| corrupt("status"))?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn last_rank(&mut self, project: &ProjectKey) -> Result<Option<String>, StorageError> {
+        let row = sqlx::query("SELECT MAX(rank) AS r FROM console_issues WHERE project = $1")
+            .bind(project.as_str())
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        row.try_get("r").map_err(db_err)
+    }
+
+    async fn rank_after(&mut self, key: &IssueKey) -> Result<Option<String>, StorageError> {
+        let row = sqlx::query(
+            "SELECT MIN(rank) AS r FROM console_issues WHERE project = $1 AND rank > \
+             (SELECT rank FROM console_issues WHERE key = $2)",
+        )
+        .bind(key.project().as_str().to_owned())
+        .bind(key.as_str())
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        row.try_get("r").map_err(db_err)
+    }
+
+    async fn rank_before(&mut self, key: &IssueKey) -> Result<Option<String>, StorageError> {
+        let row = sqlx::query(
+            "SELECT MAX(rank) AS r FROM console_issues WHERE project = $1 AND rank < \
+             (SELECT rank FROM console_issues WHERE key = $2)",
+        )
+        .bind(key.project().as_str().to_owned())
+        .bind(key.as_str())
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        row.try_get("r").map_err(db_err)
+    }
+
+    async fn set_pinned(
+        &mut self,
+        login: &Login,
+        key: &IssueKey,
+        pinned: bool,
+    ) -> Result<(), StorageError> {
+        let sql = if pinned {
+            "INSERT INTO console_pins (login, issue) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+        } else {
+            "DELETE FROM console_pins WHERE login = $1 AND issue = $2"
+        };
+        sqlx::query(sql)
+            .bind(login.as_str())
+            .bind(key.as_str())
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl EventTx for SqlTx {
+    async fn append_event(
+        &mut self,
+        e: &NewEvent,
+        sequence: Option<i64>,
+    ) -> Result<Event, StorageError> {
+        if !self.write {
+            return Err(StorageError::Other(
+                "an append in a read transaction".into(),
+            ));
+        }
+        if self.backend == Backend::Postgres && !self.events_locked {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(PG_EVENTS_LOCK)
+                .execute(&mut *self.tx)
+                .await
+                .map_err(db_err)?;
+            self.events_locked = true;
+        }
+        let row = sqlx::query(
+            "INSERT INTO console_events (id, kind, at, actor, project, issue, artifact, session, data, sequence) \
+             SELECT COALESCE(MAX(id), 0) + 1, $1, $2, $3, $4, $5, $6, $7, $8, $9 FROM console_events \
+             RETURNING id",
+        )
+        .bind(e.kind)
+        .bind(ms(&e.at))
+        .bind(text(&e.actor))
+        .bind(e.project.as_ref().map(|p| p.as_str().to_owned()))
+        .bind(e.issue.as_ref().map(|p| p.as_str().to_owned()))
+        .bind(e.artifact.clone())
+        .bind(e.session.clone())
+        .bind(text(&e.data))
+        .bind(sequence)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        let id: i64 = row.try_get("id").map_err(db_err)?;
+        self.last_event = Some(id);
+        Ok(Event {
+            id,
+            kind: e.kind.to_owned(),
+            at: e.at,
+            actor: e.actor.clone(),
+            project: e.project.clone(),
+            issue: e.issue.clone(),
+            artifact: e.artifact.clone(),
+            session: e.session.clone(),
+            data: e.data.clone(),
+            sequence,
+        })
+    }
+
+    async fn events_after(&mut self, after: i64, limit: u32) -> Result<Vec<Event>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {EVENT_COLUMNS} FROM console_events WHERE id > $1 ORDER BY id LIMIT $2"
+        ))
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(|r| {
+            let mut e = event_of(r)?;
+            e.sequence = None;
+            Ok(e)
+        })
+        .collect()
+    }
+
+    async fn issue_events(
+        &mut self,
+        key: &IssueKey,
+        page: &EventPage,
+    ) -> Result<Vec<Event>, StorageError> {
+        let mut a = Args::default();
+        let mut conds = vec![format!("issue = {}", a.push(key.as_str().to_owned()))];
+        if let Some(x) = page.after {
+            conds.push(format!("sequence > {}", a.push(x)));
+        }
+        if let Some(x) = page.before {
+            conds.push(format!("sequence < {}", a.push(x)));
+        }
+        if !page.ids.is_empty() {
+            let list: Vec<String> = page.ids.iter().map(|i| a.push(*i)).collect();
+            conds.push(format!("id IN ({})", list.join(", ")));
+        }
+        let order = if page.descending { "DESC" } else { "ASC" };
+        let limit = a.push(i64::from(page.limit));
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM console_events WHERE {} ORDER BY sequence {order} LIMIT {limit}",
+            conds.join(" AND ")
+        );
+        sqlx::query_with(&sql, a.build())
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(event_of)
+            .collect()
+    }
+
+    async fn last_event_id(&mut self) -> Result<i64, StorageError> {
+        sqlx::query("SELECT COALESCE(MAX(id), 0) AS n FROM console_events")
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .try_get("n")
+            .map_err(db_err)
+    }
+}
+
+#[async_trait]
+impl WorkTx for SqlTx {
+    async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
+        // Delivered to listeners when (and only if) the transaction commits.
+        if let (Backend::Postgres, Some(id)) = (self.backend, self.last_event) {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(EVENTS_CHANNEL)
+                .bind(id.to_string())
+                .execute(&mut *self.tx)
+                .await
+                .map_err(db_err)?;
+        }
+        self.tx.commit().await.map_err(db_err)
+    }
+}

@@ -1,0 +1,364 @@
+//! The work storage's contract (projects, issues, pins, events, transactions) on SQLite and
+//! on PostgreSQL when `COUNTERSIGN_TEST_POSTGRES_URL` names a server
+//! (`COUNTERSIGN_REQUIRE_POSTGRES=1` makes it mandatory).
+
+use chrono::{Duration, TimeZone, Utc};
+use countersign_console_core::Storage;
+use countersign_console_core::ids::Login;
+use countersign_console_core::work::{
+    Actor, Components, EventPage, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey,
+    RouteFilter, Status,
+};
+use countersign_console_sql::SqlStorage;
+use serde_json::json;
+
+/// A project key no other run uses.
+fn fresh_key() -> ProjectKey {
+    let n = uuid::Uuid::new_v4().as_u128();
+    let mut k = String::from("T");
+    let mut x = n;
+    for _ in 0..9 {
+        k.push((b'A' + (x % 26) as u8) as char);
+        x /= 26;
+    }
+    ProjectKey::parse(&k).unwrap_or_else(|| panic!("key {k}"))
+}
+
+fn issue(project: &ProjectKey, n: i64, rank: &str) -> Issue {
+    let t0 = Utc
+        .with_ymd_and_hms(2031, 3, 4, 5, 6, 7)
+        .single()
+        .unwrap_or_default();
+    Issue {
+        key: IssueKey::new(project, n),
+        project: project.clone(),
+        title: format!("issue {n}"),
+        status: Status::Todo,
+        priority: None,
+        labels: vec![],
+        route: None,
+        parent: None,
+        rank: rank.into(),
+        assignee: Login::parse("ada@example.com"),
+        components: Components::default(),
+        claim: None,
+        repo: None,
+        sequence: 1,
+        created_at: t0,
+        updated_at: t0 + Duration::minutes(n),
+        closed_at: None,
+    }
+}
+
+async fn contract(s: &SqlStorage) {
+    let key = fresh_key();
+    let t0 = Utc::now();
+    let p = Project {
+        key: key.clone(),
+        name: "Payments".into(),
+        created_at: chrono::DateTime::from_timestamp_millis(t0.timestamp_millis())
+            .unwrap_or_default(),
+    };
+
+    // A transaction that is not committed leaves nothing.
+    {
+        let mut tx = s.begin().await.expect("begin");
+        assert!(tx.insert_project(&p).await.expect("insert"));
+    }
+    let mut tx = s.begin().await.expect("begin");
+    assert_eq!(tx.project(&key).await.expect("read"), None);
+    assert!(tx.insert_project(&p).await.expect("insert"));
+    assert!(!tx.insert_project(&p).await.expect("insert twice"));
+    assert_eq!(tx.next_issue_number(&key).await.expect("n"), 1);
+    assert_eq!(tx.next_issue_number(&key).await.expect("n"), 2);
+    assert_eq!(tx.next_issue_number(&key).await.expect("n"), 3);
+    let mut one = issue(&key, 1, "m");
+    one.labels = vec!["bug".into(), "ui".into()];
+    one.priority = Some(0);
+    let mut two = issue(&key, 2, "t");
+    two.parent = Some(one.key.clone());
+    two.route = Some("reviewer".into());
+    let mut three = issue(&key, 3, "g");
+    three.status = Status::Done;
+    three.labels = vec!["ui".into()];
+    for i in [&one, &two, &three] {
+        tx.insert_issue(i).await.expect("insert issue");
+    }
+    tx.set_pinned(
+        &Login::parse("bo@example.com").expect("login"),
+        &two.key,
+        true,
+    )
+    .await
+    .expect("pin");
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.read().await.expect("read");
+    assert!(tx.projects().await.expect("list").contains(&p));
+    assert_eq!(tx.issue(&one.key).await.expect("read"), Some(one.clone()));
+    assert_eq!(
+        tx.last_rank(&key).await.expect("rank").as_deref(),
+        Some("t")
+    );
+    assert_eq!(
+        tx.rank_after(&three.key).await.expect("after").as_deref(),
+        Some("m")
+    );
+    assert_eq!(tx.rank_before(&three.key).await.expect("before"), None);
+    assert_eq!(
+        tx.children(&one.key).await.expect("children"),
+        vec![(two.key.clone(), Status::Todo)]
+    );
+    let keys = |v: (Vec<Issue>, i64)| {
+        (
+            v.0.into_iter()
+                .map(|i| i.key.to_string())
+                .collect::<Vec<_>>(),
+            v.1,
+        )
+    };
+    let base = IssueFilter {
+        project: Some(key.clone()),
+        ..Default::default()
+    };
+    let k = |i: &Issue| i.key.to_string();
+    // By rank; paged with the total of every match.
+    assert_eq!(
+        keys(tx.issues(&base).await.expect("all")),
+        (vec![k(&three), k(&one), k(&two)], 3)
+    );
+    let page = IssueFilter {
+        limit: Some(1),
+        offset: 1,
+        ..base.clone()
+    };
+    assert_eq!(
+        keys(tx.issues(&page).await.expect("page")),
+        (vec![k(&one)], 3)
+    );
+    let f = |g: IssueFilter| g;
+    for (filter, want) in [
+        (
+            f(IssueFilter {
+                labels: vec!["ui".into()],
+                ..base.clone()
+            }),
+            vec![k(&three), k(&one)],
+        ),
+        (
+            f(IssueFilter {
+                labels: vec!["bug".into(), "nope".into()],
+                ..base.clone()
+            }),
+            vec![k(&one)],
+        ),
+        (
+            f(IssueFilter {
+                status: vec![Status::Done],
+                ..base.clone()
+            }),
+            vec![k(&three)],
+        ),
+        (
+            f(IssueFilter {
+                open: Some(true),
+                ..base.clone()
+            }),
+            vec![k(&one), k(&two)],
+        ),
+        (
+            f(IssueFilter {
+                priority: vec![None],
+                ..base.clone()
+            }),
+            vec![k(&three), k(&two)],
+        ),
+        (
+            f(IssueFilter {
+                priority: vec![Some(0), Some(3)],
+                ..base.clone()
+            }),
+            vec![k(&one)],
+        ),
+        (
+            f(IssueFilter {
+                parent: Some(one.key.clone()),
+                ..base.clone()
+            }),
+            vec![k(&two)],
+        ),
+        (
+            f(IssueFilter {
+                pinned_by: Login::parse("bo@example.com"),
+                ..base.clone()
+            }),
+            vec![k(&two)],
+        ),
+        (
+            f(IssueFilter {
+                updated_since: Some(one.updated_at + Duration::seconds(30)),
+                ..base.clone()
+            }),
+            vec![k(&three), k(&two)],
+        ),
+        (
+            f(IssueFilter {
+                route: Some(RouteFilter::In(vec!["reviewer".into()])),
+                ..base.clone()
+            }),
+            vec![k(&two)],
+        ),
+        (
+            f(IssueFilter {
+                route: Some(RouteFilter::NotIn(vec!["reviewer".into()])),
+                ..base.clone()
+            }),
+            vec![],
+        ),
+        (
+            f(IssueFilter {
+                route: Some(RouteFilter::NoRoute),
+                ..base.clone()
+            }),
+            vec![k(&one)],
+        ),
+    ] {
+        let n = want.len() as i64;
+        assert_eq!(
+            keys(tx.issues(&filter).await.expect("filter")),
+            (want, n),
+            "{filter:?}"
+        );
+    }
+    drop(tx);
+
+    // Updates rewrite the label index; events are numbered in commit order.
+    let mut tx = s.begin().await.expect("begin");
+    let mut changed = tx.issue(&one.key).await.expect("read").expect("one");
+    changed.labels = vec!["perf".into()];
+    changed.sequence = 2;
+    tx.update_issue(&changed).await.expect("update");
+    let actor = Actor::User {
+        login: Login::parse("ada@example.com").expect("login"),
+    };
+    let mut ids = Vec::new();
+    for seq in 1..=3 {
+        let e = tx
+            .append_event(
+                &NewEvent {
+                    kind: "issue.updated",
+                    at: t0,
+                    actor: actor.clone(),
+                    project: Some(key.clone()),
+                    issue: Some(one.key.clone()),
+                    artifact: None,
+                    session: None,
+                    data: json!({ "n": seq }),
+                },
+                Some(seq),
+            )
+            .await
+            .expect("append");
+        ids.push(e.id);
+    }
+    tx.commit().await.expect("commit");
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "{ids:?}");
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(tx.issue(&one.key).await.expect("read"), Some(changed));
+    let perf = IssueFilter {
+        labels: vec!["perf".into()],
+        ..base.clone()
+    };
+    assert_eq!(
+        keys(tx.issues(&perf).await.expect("perf")),
+        (vec![k(&one)], 1)
+    );
+    assert!(tx.last_event_id().await.expect("last") >= ids[2]);
+    let after = tx.events_after(ids[0], 2).await.expect("after");
+    assert_eq!(
+        after.iter().map(|e| e.id).collect::<Vec<_>>(),
+        ids[1..].to_vec()
+    );
+    let page = |after, before, ids: Vec<i64>, descending, limit| EventPage {
+        after,
+        before,
+        ids,
+        descending,
+        limit,
+    };
+    let seqs = |v: Vec<countersign_console_core::work::Event>| {
+        v.into_iter().filter_map(|e| e.sequence).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        seqs(
+            tx.issue_events(&one.key, &page(None, None, vec![], false, 50))
+                .await
+                .expect("log")
+        ),
+        vec![1, 2, 3]
+    );
+    assert_eq!(
+        seqs(
+            tx.issue_events(&one.key, &page(None, None, vec![], true, 2))
+                .await
+                .expect("log")
+        ),
+        vec![3, 2]
+    );
+    assert_eq!(
+        seqs(
+            tx.issue_events(&one.key, &page(Some(1), Some(3), vec![], false, 50))
+                .await
+                .expect("log")
+        ),
+        vec![2]
+    );
+    assert_eq!(
+        seqs(
+            tx.issue_events(&one.key, &page(None, None, vec![ids[2]], false, 50))
+                .await
+                .expect("log")
+        ),
+        vec![3]
+    );
+    // A read transaction cannot append.
+    assert!(
+        tx.append_event(
+            &NewEvent {
+                kind: "x",
+                at: t0,
+                actor,
+                project: None,
+                issue: None,
+                artifact: None,
+                session: None,
+                data: json!({}),
+            },
+            None
+        )
+        .await
+        .is_err()
+    );
+}
+
+#[tokio::test]
+async fn sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("w.db").display());
+    let s = SqlStorage::connect(&url).await.expect("connect");
+    contract(&s).await;
+}
+
+#[tokio::test]
+async fn postgres() {
+    let Ok(url) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+            "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is unset"
+        );
+        println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let s = SqlStorage::connect(&url).await.expect("connect");
+    contract(&s).await;
+}
