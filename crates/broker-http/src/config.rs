@@ -50,54 +50,9 @@ pub struct Config {
     pub audit_state_file: Option<PathBuf>,
 }
 
-/// `[token_issuer]`: a Kubernetes ServiceAccount token issuer (protocol.md §7). Exactly one of
-/// `jwks_url`, `jwks_file`, `discovery = true` says where its keys are.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TokenIssuerConfig {
-    /// The issuer URL, as tokens carry it in `iss`.
-    pub issuer: String,
-    /// The audience the services' projected tokens are minted for.
-    pub audience: String,
-    #[serde(default)]
-    pub jwks_url: Option<String>,
-    #[serde(default)]
-    pub jwks_file: Option<PathBuf>,
-    /// OIDC discovery: `<issuer>/.well-known/openid-configuration` names `jwks_uri`.
-    #[serde(default)]
-    pub discovery: bool,
-    /// Extra PEM roots for the issuer's HTTPS (a cluster CA).
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// A bearer token file sent when fetching keys (reread each time).
-    #[serde(default)]
-    pub bearer_token_file: Option<PathBuf>,
-    #[serde(default = "d_issuer_timeout")]
-    pub timeout_seconds: u64,
-}
-
-fn d_issuer_timeout() -> u64 {
-    5
-}
-
-impl TokenIssuerConfig {
-    /// The verifier's configuration.
-    pub fn verifier_config(&self) -> anyhow::Result<countersign_k8s_tokens::VerifierConfig> {
-        use countersign_k8s_tokens::JwksSource;
-        let source = match (&self.jwks_url, &self.jwks_file, self.discovery) {
-            (Some(url), None, false) => JwksSource::Url(url.clone()),
-            (None, Some(path), false) => JwksSource::File(path.clone()),
-            (None, None, true) => JwksSource::Discovery,
-            _ => bail!("[token_issuer] needs exactly one of jwks_url, jwks_file, discovery = true"),
-        };
-        let mut c =
-            countersign_k8s_tokens::VerifierConfig::new(&self.issuer, &self.audience, source);
-        c.timeout = std::time::Duration::from_secs(self.timeout_seconds.max(1));
-        c.ca_file = self.ca_file.clone();
-        c.bearer_token_file = self.bearer_token_file.clone();
-        Ok(c)
-    }
-}
+/// `[token_issuer]`: a Kubernetes ServiceAccount token issuer (protocol.md §7), as the console's
+/// `[agents.token_issuer]` is; the broker has no default audience.
+pub use countersign_k8s_tokens::IssuerConfig as TokenIssuerConfig;
 
 /// `[notifications]`: expiry notifications (protocol.md §9) as Standard Webhooks.
 #[derive(Debug, Clone, Deserialize)]
@@ -431,7 +386,10 @@ mod tests {
         let c: Config = toml::from_str(&readme[start..start + len])?;
         let issuer = c.token_issuer.context("README configures a token issuer")?;
         assert_eq!(
-            issuer.verifier_config()?.jwks,
+            issuer
+                .verifier_config(None)
+                .map_err(anyhow::Error::msg)?
+                .jwks,
             countersign_k8s_tokens::JwksSource::Discovery
         );
         assert!(c.notifications.is_some());
@@ -446,18 +404,23 @@ mod tests {
                 "issuer = \"https://issuer\"\naudience = \"a\"\n{extra}"
             ))?)
         };
-        assert!(section("")?.verifier_config().is_err());
+        assert!(section("")?.verifier_config(None).is_err());
         assert!(
             section("jwks_url = \"https://issuer/keys\"\ndiscovery = true")?
-                .verifier_config()
+                .verifier_config(None)
                 .is_err()
         );
         assert!(
             section("jwks_url = \"https://issuer/keys\"\njwks_file = \"/k\"")?
-                .verifier_config()
+                .verifier_config(None)
                 .is_err()
         );
-        assert!(section("jwks_file = \"/k\"")?.verifier_config().is_ok());
+        assert!(section("jwks_file = \"/k\"")?.verifier_config(None).is_ok());
+        // The broker has no default audience.
+        let no_audience: TokenIssuerConfig =
+            toml::from_str("issuer = \"https://issuer\"\njwks_file = \"/k\"")?;
+        assert!(no_audience.verifier_config(None).is_err());
+        assert!(no_audience.verifier_config(Some("c")).is_ok());
         assert!(
             section("jwks_uri = \"https://issuer/keys\"").is_err(),
             "unknown key"

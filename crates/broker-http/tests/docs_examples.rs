@@ -111,7 +111,7 @@ fn temp_file(dir: &tempfile::TempDir, name: &str, contents: &str) -> anyhow::Res
 /// What `serve` checks of a loaded configuration before it connects to anything.
 async fn serve_checks(c: &Config, dir: &tempfile::TempDir) -> anyhow::Result<()> {
     if let Some(t) = &c.token_issuer {
-        t.verifier_config()?;
+        t.verifier_config(None).map_err(anyhow::Error::msg)?;
     }
     if let Some(n) = &c.notifications {
         // The receiver's URL and the delivery settings, with a real secret file in place of

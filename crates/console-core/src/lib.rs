@@ -30,7 +30,7 @@ pub mod storage;
 pub mod work;
 
 pub use broker::BrokerClient;
-pub use caller::{Caller, Human};
+pub use caller::{Caller, Human, ServiceTokens};
 pub use clock::{Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time};
 pub use console::{Console, ConsoleConfig, IssuePatch, NewIssue, Parts, Presence};
 pub use error::{Error, ErrorCatalogue, ErrorCode};

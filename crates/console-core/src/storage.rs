@@ -43,6 +43,8 @@ pub struct PersonalToken {
     /// SHA-256 (hex) of the token.
     pub hash: String,
     pub created_at: Time,
+    /// When it stops working, if it was minted with an expiry.
+    pub expires_at: Option<Time>,
     pub revoked_at: Option<Time>,
 }
 
@@ -58,8 +60,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     async fn take_attempt(&self, key: &str) -> Result<Option<SignInAttempt>, StorageError>;
 
     async fn put_token(&self, t: &PersonalToken) -> Result<(), StorageError>;
-    /// The owner's tokens not revoked, oldest first.
-    async fn live_tokens(&self, owner: &Login) -> Result<Vec<PersonalToken>, StorageError>;
+    /// The owner's tokens neither revoked nor expired at `now`, oldest first.
+    async fn live_tokens(
+        &self,
+        owner: &Login,
+        now: Time,
+    ) -> Result<Vec<PersonalToken>, StorageError>;
     async fn token_by_hash(&self, hash: &str) -> Result<Option<PersonalToken>, StorageError>;
     /// Marks the owner's token revoked; false when the owner has no such live token.
     async fn revoke_token(

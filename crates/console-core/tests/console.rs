@@ -190,6 +190,7 @@ async fn fixture(config: ConsoleConfig) -> Fixture {
             clock: clock.clone(),
             entropy: Arc::new(SystemEntropy),
             presence: None,
+            service_tokens: None,
         },
         config,
         Some("shared-token-0123456789"),
@@ -341,7 +342,12 @@ async fn tokens_csrf_and_the_inbox() {
             service: None
         }
     );
-    let m = f.console.mint_token(&ada, Some("ci")).await.expect("mint");
+    let m = f
+        .console
+        .mint_token(&ada, Some("ci"), None)
+        .await
+        .expect("mint");
+    assert!(m.token.starts_with("csp_") && m.token.len() == 4 + 43);
     assert_eq!(
         f.console
             .authenticate_bearer(&m.token)
@@ -354,11 +360,38 @@ async fn tokens_csrf_and_the_inbox() {
     );
     assert!(
         f.console
-            .mint_token(&ada, Some(&"x".repeat(101)))
+            .mint_token(&ada, Some(&"x".repeat(101)), None)
             .await
             .expect_err("long")
             .is(ErrorCode::TOKEN_INPUT)
     );
+    // An expiry: in the future, at most 365 days ahead; the token stops at it.
+    let now = f.clock.now();
+    for bad in [now, now + Duration::days(366)] {
+        assert!(
+            f.console
+                .mint_token(&ada, None, Some(bad))
+                .await
+                .expect_err("expiry")
+                .is(ErrorCode::TOKEN_INPUT)
+        );
+    }
+    let brief = f
+        .console
+        .mint_token(&ada, Some("brief"), Some(now + Duration::hours(1)))
+        .await
+        .expect("mint");
+    assert!(f.console.authenticate_bearer(&brief.token).await.is_ok());
+    assert_eq!(f.console.tokens(&ada).await.expect("list").len(), 2);
+    f.clock.advance(Duration::hours(1));
+    assert!(
+        f.console
+            .authenticate_bearer(&brief.token)
+            .await
+            .expect_err("expired")
+            .is(ErrorCode::UNAUTHENTICATED)
+    );
+    assert_eq!(f.console.tokens(&ada).await.expect("list").len(), 1);
     f.console
         .revoke_token(&ada, &m.info.id)
         .await

@@ -37,6 +37,9 @@ pub struct Config {
     /// The OpenID Connect provider people sign in with.
     #[serde(default)]
     pub oidc: Option<OidcConfig>,
+    /// Agents that authenticate with Kubernetes ServiceAccount tokens (protocol §3.1).
+    #[serde(default)]
+    pub agents: Option<AgentsConfig>,
     /// Dev mode's sign-in by e-mail alone. Never read from a file: only `countersign-console
     /// dev` (and tests) turn it on, and only on a loopback listener.
     #[serde(skip)]
@@ -45,6 +48,22 @@ pub struct Config {
     #[serde(skip)]
     pub local_sign_in_hint: Option<String>,
 }
+
+/// `[agents]`: ServiceAccount tokens the console accepts as agents.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// The accounts let in, as `<namespace>/<name>`.
+    #[serde(default)]
+    pub service_accounts: Vec<String>,
+    /// The trusted issuer (`[agents.token_issuer]`, as the broker's `[token_issuer]`; the
+    /// audience defaults to `countersign-console`). None: such tokens are refused.
+    #[serde(default)]
+    pub token_issuer: Option<countersign_k8s_tokens::IssuerConfig>,
+}
+
+/// The audience the console's ServiceAccount tokens carry unless configured.
+pub const DEFAULT_AUDIENCE: &str = "countersign-console";
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,6 +133,7 @@ impl Config {
             session_hours: default_session_hours(),
             allowed_email_domains: Vec::new(),
             broker: None,
+            agents: None,
             oidc: None,
             local_sign_in: false,
             local_sign_in_hint: None,

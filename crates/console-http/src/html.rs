@@ -650,6 +650,7 @@ mod tests {
                 id: format!("t{NASTY}"),
                 name: format!("laptop{NASTY}"),
                 created_at: "2026-11-24T14:05:00Z".into(),
+                expires_at: None,
             })]),
         }
         .render()?;

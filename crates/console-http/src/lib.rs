@@ -14,6 +14,7 @@
 //! - [`history`]: the decisions people made through this console.
 //! - [`dev`] (feature `dev`): the broker and the console together in one process.
 
+pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod broker_client;

@@ -59,6 +59,22 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         ..ConsoleConfig::default()
     };
     let shared = config.shared_token()?;
+    let service_tokens = match &config.agents {
+        Some(a) => match &a.token_issuer {
+            Some(t) => {
+                let vc = t
+                    .verifier_config(Some(crate::config::DEFAULT_AUDIENCE))
+                    .map_err(anyhow::Error::msg)?;
+                let v = countersign_k8s_tokens::K8sTokenVerifier::new(vc)
+                    .map_err(|e| anyhow::anyhow!("[agents.token_issuer]: {e}"))?;
+                let v: Arc<dyn countersign_console_core::ServiceTokens> =
+                    Arc::new(crate::agents::K8sServiceTokens(v));
+                Some((v, a.service_accounts.clone()))
+            }
+            None => None,
+        },
+        None => None,
+    };
     let listener_storage = storage.clone();
     let console = Console::new(
         Parts {
@@ -68,6 +84,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
             clock,
             entropy: Arc::new(countersign_console_core::SystemEntropy),
             presence: None,
+            service_tokens,
         },
         console_config,
         shared.as_deref().map(|s| s.as_str()),

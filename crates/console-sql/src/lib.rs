@@ -68,6 +68,9 @@ const MIGRATION_1: &[&str] = &[
     )",
 ];
 
+/// Version 3: a personal token's optional expiry (protocol §3.1).
+const MIGRATION_3: &[&str] = &["ALTER TABLE console_tokens ADD COLUMN expires_at BIGINT"];
+
 /// The console's storage on SQLite or PostgreSQL. Cloning shares the pool.
 #[derive(Clone)]
 pub struct SqlStorage {
@@ -119,6 +122,12 @@ const SCHEMA: Schema = Schema {
             name: "the work core: projects, issues, pins, events",
             sqlite: work::MIGRATION_2,
             postgres: work::MIGRATION_2,
+        },
+        Migration {
+            version: 3,
+            name: "personal tokens may expire",
+            sqlite: MIGRATION_3,
+            postgres: MIGRATION_3,
         },
     ],
 };
@@ -209,6 +218,11 @@ fn token_of(r: &AnyRow) -> Result<PersonalToken, StorageError> {
         name: r.try_get("name").map_err(db_err)?,
         hash: r.try_get("hash").map_err(db_err)?,
         created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+        expires_at: r
+            .try_get::<Option<i64>, _>("expires_at")
+            .map_err(db_err)?
+            .map(time)
+            .transpose()?,
         revoked_at: r
             .try_get::<Option<i64>, _>("revoked_at")
             .map_err(db_err)?
@@ -217,7 +231,7 @@ fn token_of(r: &AnyRow) -> Result<PersonalToken, StorageError> {
     })
 }
 
-const TOKEN_COLUMNS: &str = "id, owner, name, hash, created_at, revoked_at";
+const TOKEN_COLUMNS: &str = "id, owner, name, hash, created_at, expires_at, revoked_at";
 
 #[async_trait]
 impl Storage for SqlStorage {
@@ -298,14 +312,15 @@ impl Storage for SqlStorage {
 
     async fn put_token(&self, t: &PersonalToken) -> Result<(), StorageError> {
         sqlx::query(
-            "INSERT INTO console_tokens (id, owner, name, hash, created_at, revoked_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO console_tokens (id, owner, name, hash, created_at, expires_at, revoked_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(t.id.to_string())
         .bind(t.owner.as_str())
         .bind(&t.name)
         .bind(&t.hash)
         .bind(ms(&t.created_at))
+        .bind(t.expires_at.as_ref().map(ms))
         .bind(t.revoked_at.as_ref().map(ms))
         .execute(&self.pool)
         .await
@@ -313,12 +328,18 @@ impl Storage for SqlStorage {
         Ok(())
     }
 
-    async fn live_tokens(&self, owner: &Login) -> Result<Vec<PersonalToken>, StorageError> {
+    async fn live_tokens(
+        &self,
+        owner: &Login,
+        now: Time,
+    ) -> Result<Vec<PersonalToken>, StorageError> {
         sqlx::query(&format!(
             "SELECT {TOKEN_COLUMNS} FROM console_tokens
-             WHERE owner = $1 AND revoked_at IS NULL ORDER BY created_at, id"
+             WHERE owner = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)
+             ORDER BY created_at, id"
         ))
         .bind(owner.as_str())
+        .bind(ms(&now))
         .fetch_all(&self.pool)
         .await
         .map_err(db_err)?

@@ -53,10 +53,36 @@ async fn contract(s: &SqlStorage) {
         name: "ci".into(),
         hash: format!("h-{tag}"),
         created_at: t0,
+        expires_at: None,
         revoked_at: None,
     };
     s.put_token(&tok).await.expect("put token");
-    assert_eq!(s.live_tokens(&ada).await.expect("list"), vec![tok.clone()]);
+    assert_eq!(
+        s.live_tokens(&ada, t0).await.expect("list"),
+        vec![tok.clone()]
+    );
+    // A token with an expiry is live until it, not at it.
+    let brief = PersonalToken {
+        id: TokenId(uuid::Uuid::new_v4()),
+        hash: format!("h2-{tag}"),
+        expires_at: Some(t0 + Duration::hours(1)),
+        ..tok.clone()
+    };
+    s.put_token(&brief).await.expect("put token");
+    assert_eq!(
+        s.live_tokens(&ada, t0).await.expect("list"),
+        vec![tok.clone(), brief.clone()]
+    );
+    assert_eq!(
+        s.live_tokens(&ada, t0 + Duration::hours(1))
+            .await
+            .expect("list"),
+        vec![tok.clone()]
+    );
+    assert_eq!(
+        s.token_by_hash(&brief.hash).await.expect("by hash"),
+        Some(brief.clone())
+    );
     assert_eq!(
         s.token_by_hash(&tok.hash).await.expect("by hash"),
         Some(tok.clone())
@@ -73,7 +99,10 @@ async fn contract(s: &SqlStorage) {
             .await
             .expect("revoke again")
     );
-    assert!(s.live_tokens(&ada).await.expect("list").is_empty());
+    assert_eq!(
+        s.live_tokens(&ada, t0).await.expect("list"),
+        vec![brief.clone()]
+    );
     assert_eq!(
         s.token_by_hash(&tok.hash)
             .await

@@ -21,9 +21,11 @@
 //! Key handling (fetch, cache, refresh on an unknown `kid`, rate limit) is described in
 //! [`verifier`].
 
+pub mod config;
 pub mod jwks;
 pub mod token;
 pub mod verifier;
 
+pub use config::IssuerConfig;
 pub use jwks::{Alg, JwksError, KeySet};
 pub use verifier::{ConfigError, FetchError, JwksSource, K8sTokenVerifier, VerifierConfig};

@@ -4,6 +4,7 @@
 //!
 //! `http_canary` stays a binary of its own: it captures every log line of its process at TRACE.
 
+mod console_agents;
 mod core_audit;
 mod core_chain;
 mod core_props;

@@ -45,6 +45,9 @@ pub struct Parts {
     pub entropy: Arc<dyn Entropy>,
     /// Which agent sessions are live (their session link is open). `None`: none is.
     pub presence: Option<Arc<dyn Presence>>,
+    /// ServiceAccount token verification with the accounts let in (`ns/name`). `None`: no
+    /// issuer is configured, and such tokens are refused.
+    pub service_tokens: Option<(Arc<dyn crate::caller::ServiceTokens>, Vec<String>)>,
 }
 
 /// Policy knobs.
@@ -98,6 +101,7 @@ pub struct TokenInfo {
     pub id: String,
     pub name: String,
     pub created_at: String,
+    pub expires_at: Option<String>,
 }
 
 impl TokenInfo {
@@ -106,6 +110,7 @@ impl TokenInfo {
             id: t.id.to_string(),
             name: t.name.clone(),
             created_at: rfc3339(&t.created_at),
+            expires_at: t.expires_at.as_ref().map(rfc3339),
         }
     }
 }

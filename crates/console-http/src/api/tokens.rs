@@ -4,7 +4,7 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use countersign_console_core::{Caller, ErrorCode};
+use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 
 use super::{In, Input, SMALL_LIMIT, St, created, ok};
@@ -15,6 +15,9 @@ use crate::error::ApiResult;
 pub struct MintBody {
     #[serde(default)]
     name: Option<String>,
+    /// RFC 3339; at most 365 days ahead.
+    #[serde(default)]
+    expires_at: Option<String>,
 }
 
 impl Input for MintBody {
@@ -41,7 +44,20 @@ pub async fn mint(
     In(b): In<MintBody>,
 ) -> ApiResult<Response> {
     let h = caller.human()?;
-    let m = st.console.mint_token(h, b.name.as_deref()).await?;
+    let expires_at = match b.expires_at.as_deref() {
+        None => None,
+        Some(t) => Some(
+            chrono::DateTime::parse_from_rfc3339(t)
+                .map_err(|_| {
+                    Error::with_message(ErrorCode::TOKEN_INPUT, "expires_at is an RFC 3339 time")
+                })?
+                .with_timezone(&chrono::Utc),
+        ),
+    };
+    let m = st
+        .console
+        .mint_token(h, b.name.as_deref(), expires_at)
+        .await?;
     Ok(created(
         Minted {
             info: &m.info,

@@ -945,3 +945,45 @@ async fn two_consoles_share_events() -> anyhow::Result<()> {
     two.stop().await;
     Ok(())
 }
+
+/// Personal tokens (protocol §3.1): `csp_` and 43 characters, an optional expiry at most 365
+/// days ahead, shown once; the list shows the expiry and no token.
+#[tokio::test]
+async fn personal_tokens_with_an_expiry() -> anyhow::Result<()> {
+    let console = console_on(None).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let soon = (chrono::Utc::now() + chrono::Duration::hours(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let r = ada
+        .post(
+            "/api/v1/agent-tokens",
+            json!({"name": "ci", "expires_at": soon}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let token = r.json["token"].as_str().unwrap_or("").to_owned();
+    assert!(token.starts_with("csp_") && token.len() == 47, "{token}");
+    assert_eq!(r.json["expires_at"].as_str(), Some(soon.as_str()));
+    let me = Who::agent(&console, &token).get("/api/v1/me").await?;
+    assert_eq!(me.json["owner"], ADA);
+    let list = ada.get("/api/v1/agent-tokens").await?;
+    assert_eq!(list.json[0]["expires_at"].as_str(), Some(soon.as_str()));
+    assert!(list.json[0].get("token").is_none());
+    for bad in ["2020-01-01T00:00:00Z", "not a time"] {
+        refused(
+            &ada.post("/api/v1/agent-tokens", json!({"expires_at": bad}))
+                .await?,
+            400,
+            "TOKEN_INPUT",
+        );
+    }
+    let far = (chrono::Utc::now() + chrono::Duration::days(366)).to_rfc3339();
+    refused(
+        &ada.post("/api/v1/agent-tokens", json!({"expires_at": far}))
+            .await?,
+        400,
+        "TOKEN_INPUT",
+    );
+    console.stop().await;
+    Ok(())
+}
