@@ -61,6 +61,19 @@ impl Caller {
     }
 }
 
+/// Verifies Kubernetes ServiceAccount tokens as the broker does (protocol.md §7), answering the
+/// token's subject (`system:serviceaccount:<ns>:<name>`), or `None` for any failure: the caller
+/// is told only that it is unauthenticated, never which check failed.
+#[async_trait::async_trait]
+pub trait ServiceTokens: Send + Sync + std::fmt::Debug {
+    async fn verify(&self, token: &str, now: crate::clock::Time) -> Option<String>;
+}
+
+/// Whether a bearer token has the shape of a JWS: three dot-separated parts.
+pub fn looks_like_jws(token: &str) -> bool {
+    token.split('.').count() == 3
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,17 +100,4 @@ mod tests {
         );
         assert!(a.human().is_err());
     }
-}
-
-/// Verifies Kubernetes ServiceAccount tokens as the broker does (protocol.md §7), answering the
-/// token's subject (`system:serviceaccount:<ns>:<name>`), or `None` for any failure: the caller
-/// is told only that it is unauthenticated, never which check failed.
-#[async_trait::async_trait]
-pub trait ServiceTokens: Send + Sync + std::fmt::Debug {
-    async fn verify(&self, token: &str, now: crate::clock::Time) -> Option<String>;
-}
-
-/// Whether a bearer token has the shape of a JWS: three dot-separated parts.
-pub fn looks_like_jws(token: &str) -> bool {
-    token.split('.').count() == 3
 }
