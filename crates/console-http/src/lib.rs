@@ -24,10 +24,13 @@ pub mod dev;
 pub mod error;
 pub mod history;
 mod html;
+pub mod link;
 pub mod oidc;
 pub mod pages;
 pub mod server;
 pub mod table;
+
+use std::sync::Arc;
 
 use countersign_console_core::Console;
 
@@ -46,6 +49,8 @@ pub struct AppState {
     pub local_sign_in_hint: Option<String>,
     /// What each person decided through this console (the history page).
     pub history: history::DecisionLog,
+    /// The live sessions linked to this replica.
+    pub sessions: Arc<link::Registry>,
     /// The storage's listener for other replicas' events, until [`serve`] takes it.
     pub event_listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }

@@ -76,6 +76,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         None => None,
     };
     let listener_storage = storage.clone();
+    let sessions = Arc::new(crate::link::Registry::default());
     let console = Console::new(
         Parts {
             storage: Arc::new(storage),
@@ -83,13 +84,15 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
             idp,
             clock,
             entropy: Arc::new(countersign_console_core::SystemEntropy),
-            presence: None,
+            presence: Some(sessions.clone()),
             service_tokens,
         },
         console_config,
         shared.as_deref().map(|s| s.as_str()),
     );
-    let state = Arc::new(state(console, config));
+    let mut state = state(console, config);
+    state.sessions = sessions;
+    let state = Arc::new(state);
     let weak = Arc::downgrade(&state);
     let listener = listener_storage.listen_events(Arc::new(move |id| {
         if let Some(st) = weak.upgrade() {
@@ -110,6 +113,7 @@ pub fn state(console: Console, config: &Config) -> AppState {
         secure_cookies: config.is_https(),
         local_sign_in_hint: config.local_sign_in_hint.clone(),
         history: Default::default(),
+        sessions: Default::default(),
         event_listener: Default::default(),
     }
 }

@@ -70,7 +70,7 @@ impl RouteSpec {
     /// Whether `GET /api/v1` lists the row under `routes` (the API's own routes) rather than
     /// `other_routes` (pages, sign-in, assets, health).
     pub fn is_api(&self) -> bool {
-        self.kind == Kind::Api && (self.path == "/api/v1" || self.path.starts_with("/api/v1/"))
+        self.path == "/api/v1" || self.path.starts_with("/api/v1/")
     }
 }
 
@@ -99,6 +99,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(POST "/api/v1/agent-tokens", HumanOnly, Api, [], "mint a personal agent token, shown once", api::tokens::mint),
     route!(DELETE "/api/v1/agent-tokens/{id}", HumanOnly, Api, [], "revoke one of the caller's personal agent tokens", api::tokens::revoke),
     route!(GET "/api/v1/events", HumanOrAgent, Api, ["since"], "server-sent event stream, resumable by Last-Event-ID or ?since=", api::events::stream),
+    route!(GET "/api/v1/sessions", HumanOrAgent, Api, [], "live sessions with roles, capabilities, open asks and last activity", crate::link::list),
     // ----- projects -----
     route!(GET "/api/v1/projects", HumanOrAgent, Api, [], "list projects", api::projects::list),
     route!(POST "/api/v1/projects", HumanOrAgent, Api, [], "create a project {key, name}", api::projects::create),
@@ -139,6 +140,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(POST "/auth/local", Anyone, Page, [], "dev mode: sign in by naming an e-mail", pages::local_sign_in),
     route!(GET "/assets/console.js", Anyone, Page, [], "the pages' script", pages::script),
     route!(GET "/assets/console.css", Anyone, Page, [], "the pages' style sheet", pages::style),
+    route!(GET "/link/v1/sessions/{session_id}", AgentOnly, Api, [], "the session link: one WebSocket per live session (subprotocol countersign.link.v1)", crate::link::link),
     route!(GET "/healthz", Anyone, Api, [], "health: the console's database answers", api::meta::health),
 ];
 
@@ -196,8 +198,8 @@ mod tests {
     fn every_api_row_is_under_api_v1_and_lists_its_purpose() {
         for r in ROUTES {
             assert!(!r.purpose.is_empty(), "{r:?}");
-            if r.kind == Kind::Api && r.path != "/healthz" {
-                assert!(r.is_api(), "{r:?}");
+            if r.is_api() {
+                assert_eq!(r.kind, Kind::Api, "{r:?}");
             }
         }
     }

@@ -835,6 +835,21 @@ impl Console {
         Err(ErrorCode::CLAIM_CONTENDED.into())
     }
 
+    /// Appends an event about a live session (`session.live`, `session.updated`,
+    /// `session.gone`), which no transaction of the work records carries.
+    pub async fn session_event(
+        &self,
+        kind: &'static str,
+        actor: &Actor,
+        data: Value,
+    ) -> Result<(), Error> {
+        let e = transact!(self, |tx| self
+            .append(tx, kind, actor, None, None, data.clone())
+            .await)?;
+        self.event_committed(e.id);
+        Ok(())
+    }
+
     /// A page of an issue's event log.
     pub async fn issue_events(&self, key: &str, page: &EventPage) -> Result<Vec<Event>, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;

@@ -987,3 +987,212 @@ async fn personal_tokens_with_an_expiry() -> anyhow::Result<()> {
     console.stop().await;
     Ok(())
 }
+
+mod link {
+    //! The session link (protocol §4.2) with a real WebSocket client.
+
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    use super::*;
+
+    type Ws = tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >;
+
+    async fn open(console: &TestConsole, session: &str, token: &str) -> anyhow::Result<Ws> {
+        let url = format!(
+            "{}/link/v1/sessions/{session}",
+            console.url.replace("http://", "ws://")
+        );
+        let mut req = url.into_client_request()?;
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {token}").parse()?);
+        req.headers_mut()
+            .insert("sec-websocket-protocol", "countersign.link.v1".parse()?);
+        let (ws, resp) = tokio_tungstenite::connect_async(req).await?;
+        assert_eq!(
+            resp.headers()
+                .get("sec-websocket-protocol")
+                .and_then(|v| v.to_str().ok()),
+            Some("countersign.link.v1")
+        );
+        Ok(ws)
+    }
+
+    async fn next_json(ws: &mut Ws) -> anyhow::Result<Value> {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), ws.next()).await? {
+                Some(Ok(Message::Text(t))) => return Ok(serde_json::from_str(&t)?),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                other => anyhow::bail!("expected a message, got {other:?}"),
+            }
+        }
+    }
+
+    async fn closed_with(ws: &mut Ws) -> anyhow::Result<u16> {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), ws.next()).await? {
+                Some(Ok(Message::Close(Some(f)))) => return Ok(u16::from(f.code)),
+                Some(Ok(_)) => continue,
+                other => anyhow::bail!("expected a close, got {other:?}"),
+            }
+        }
+    }
+
+    async fn hello(ws: &mut Ws, roles: &[&str]) -> anyhow::Result<Value> {
+        ws.send(Message::Text(
+            json!({"type": "hello", "title": "reviewing", "roles": roles, "capabilities": ["relay"], "modes": ["send", "steer"]})
+                .to_string()
+                .into(),
+        ))
+        .await?;
+        next_json(ws).await
+    }
+
+    #[tokio::test]
+    async fn sessions_are_live_while_linked() -> anyhow::Result<()> {
+        let console = console_on(None).await?;
+        let ada = Who::person(&console, ADA).await?;
+        let agent = Who::agent(&console, SHARED_TOKEN);
+        ada.post("/api/v1/projects", json!({"key": "LNK", "name": "Links"}))
+            .await?;
+        ada.post(
+            "/api/v1/issues",
+            json!({"project": "LNK", "title": "review me", "route": "reviewer"}),
+        )
+        .await?;
+        assert_eq!(
+            agent.get("/api/v1/issues/LNK-1").await?.json["route_status"],
+            "no_holder"
+        );
+
+        let mut s1 = open(&console, "s1", SHARED_TOKEN).await?;
+        let w = hello(&mut s1, &["reviewer"]).await?;
+        assert_eq!(
+            w,
+            json!({"type": "welcome", "session_id": "s1", "ping_seconds": 20})
+        );
+        let live = agent.get("/api/v1/sessions").await?;
+        assert_eq!(live.json[0]["session_id"], "s1", "{}", live.text);
+        assert_eq!(live.json[0]["roles"], json!(["reviewer"]));
+        assert_eq!(live.json[0]["modes"], json!(["send", "steer"]));
+        assert_eq!(
+            agent.get("/api/v1/issues/LNK-1").await?.json["route_status"],
+            "live"
+        );
+        assert_eq!(
+            agent
+                .get("/api/v1/issues?route_status=live")
+                .await?
+                .json
+                .as_array()
+                .map(Vec::len),
+            Some(1)
+        );
+
+        // A live session's claim holds against another session.
+        assert_eq!(
+            agent
+                .post("/api/v1/issues/LNK-1/claim", json!({"actor": "s1"}))
+                .await?
+                .status,
+            200
+        );
+        let r = agent
+            .post("/api/v1/issues/LNK-1/claim", json!({"actor": "s2"}))
+            .await?;
+        refused(&r, 409, "ISSUE_CLAIMED");
+        assert_eq!(r.json["holder"]["session"], "s1");
+
+        // An update replaces what it advertises.
+        s1.send(Message::Text(
+            json!({"type": "update", "roles": ["builder"]})
+                .to_string()
+                .into(),
+        ))
+        .await?;
+        super::super::common::eventually(10, || async {
+            let l = agent.get("/api/v1/sessions").await?;
+            Ok((l.json[0]["roles"] == json!(["builder"])).then_some(()))
+        })
+        .await?;
+
+        // A newer link for the session closes the older with 4409.
+        let mut again = open(&console, "s1", SHARED_TOKEN).await?;
+        hello(&mut again, &["reviewer"]).await?;
+        assert_eq!(closed_with(&mut s1).await?, 4409);
+        // Closing the link ends the session: its claim no longer holds.
+        again.close(None).await?;
+        super::super::common::eventually(10, || async {
+            let l = agent.get("/api/v1/sessions").await?;
+            Ok(l.json.as_array().is_some_and(Vec::is_empty).then_some(()))
+        })
+        .await?;
+        let c = agent
+            .post("/api/v1/issues/LNK-1/claim", json!({"actor": "s2"}))
+            .await?;
+        assert_eq!(c.json["holder"]["session"], "s2", "{}", c.text);
+        let events = read_events(&agent, Some(0), "", 20, 5).await?;
+        let kinds: Vec<&str> = events
+            .iter()
+            .map(|e| e.1.as_str())
+            .filter(|k| k.starts_with("session."))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "session.live",
+                "session.updated",
+                "session.live",
+                "session.gone"
+            ]
+        );
+        console.stop().await;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn link_refusals() -> anyhow::Result<()> {
+        let console = console_on(None).await?;
+        // A bad hello: 4400.
+        let mut ws = open(&console, "s1", SHARED_TOKEN).await?;
+        ws.send(Message::Text(
+            json!({"type": "hello", "title": "t", "roles": ["Bad Role"]})
+                .to_string()
+                .into(),
+        ))
+        .await?;
+        assert_eq!(closed_with(&mut ws).await?, 4400);
+        let mut ws = open(&console, "s1", SHARED_TOKEN).await?;
+        ws.send(Message::Text("not json".into())).await?;
+        assert_eq!(closed_with(&mut ws).await?, 4400);
+        // A browser session: 403 AGENT_ONLY; no credential: 401; no subprotocol: 400; a bad id.
+        let ada = Who::person(&console, ADA).await?;
+        let r = ada.get("/link/v1/sessions/s1").await?;
+        refused(&r, 403, "AGENT_ONLY");
+        let r = Resp::read(
+            reqwest::Client::new()
+                .get(format!("{}/link/v1/sessions/s1", console.url))
+                .send()
+                .await?,
+        )
+        .await?;
+        refused(&r, 401, "UNAUTHENTICATED");
+        let url = format!(
+            "{}/link/v1/sessions/s1",
+            console.url.replace("http://", "ws://")
+        );
+        let mut req = url.into_client_request()?;
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {SHARED_TOKEN}").parse()?);
+        assert!(tokio_tungstenite::connect_async(req).await.is_err());
+        let r = Who::agent(&console, SHARED_TOKEN)
+            .get("/link/v1/sessions/a%20b")
+            .await?;
+        refused(&r, 400, "INVALID_SESSION_ID");
+        console.stop().await;
+        Ok(())
+    }
+}
