@@ -1,5 +1,6 @@
 // Countersign console: the pages' behaviour. State changes go to the JSON API with the
-// session's CSRF token; the inbox, grants and machines pages poll for changes; revoking asks
+// session's CSRF token; the inbox, grants and machines pages poll for changes, the issue pages
+// follow the event stream; revoking asks
 // for a confirmation in a <dialog>; countdowns tick. No framework.
 "use strict";
 
@@ -157,6 +158,44 @@
     };
     setInterval(again, 2000);
     document.addEventListener("visibilitychange", again);
+  }
+
+  // ----- the work pages follow the event stream: an issue page, or a project's issue list, is
+  // fetched again and its section swapped in when an event about it arrives -----
+  const followed = document.querySelector("[data-live-issue], [data-live-project]");
+  if (followed && typeof EventSource === "function") {
+    const issue = followed.getAttribute("data-live-issue");
+    const project = followed.getAttribute("data-live-project");
+    let fetching = null;
+    let again = false;
+    const refresh = async function () {
+      if (fetching) { again = true; return; }
+      fetching = (async function () {
+        do {
+          again = false;
+          try {
+            const r = await fetch(window.location.pathname + window.location.search,
+              { credentials: "same-origin", cache: "no-store" });
+            if (r.redirected || r.status === 401) { window.location.reload(); return; }
+            const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+            const fresh = doc.getElementById(followed.id);
+            if (fresh) followed.innerHTML = fresh.innerHTML;
+          } catch (e) {
+            // The next event tries again.
+          }
+        } while (again);
+      })();
+      await fetching;
+      fetching = null;
+    };
+    const stream = new EventSource("/api/v1/events");
+    ["issue.created", "issue.updated", "issue.claimed", "issue.released"].forEach(function (kind) {
+      stream.addEventListener(kind, function (ev) {
+        let env;
+        try { env = JSON.parse(ev.data); } catch (e) { return; }
+        if ((issue && env.issue === issue) || (project && env.project === project)) refresh();
+      });
+    });
   }
 
   // ----- confirming a revocation: a <dialog>, not window.confirm -----

@@ -1196,3 +1196,105 @@ mod link {
         Ok(())
     }
 }
+
+/// An issue edited through the API appears changed on an open issue page without a reload, and
+/// on the project's issue list; user text reaches the page as text.
+#[tokio::test]
+async fn issue_page_follows_the_event_stream() -> anyhow::Result<()> {
+    use crate::common::webdriver::{Driver, browser_or_skip};
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return Ok(());
+    };
+    let idp = crate::common::idp::TestIdp::start().await?;
+    let console = TestConsole::start(ConsoleOptions {
+        idp: Some(&idp),
+        shared_token: true,
+        ..Default::default()
+    })
+    .await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    agent
+        .post(
+            "/api/v1/projects",
+            json!({"key": "WEB", "name": "Web", "actor": "s1"}),
+        )
+        .await?;
+    let nasty = "<b>bold</b> & \"quoted\"";
+    agent
+        .post(
+            "/api/v1/issues",
+            json!({"project": "WEB", "title": nasty, "labels": ["ui"]}),
+        )
+        .await?;
+    agent
+        .post(
+            "/api/v1/issues",
+            json!({"project": "WEB", "title": "child", "parent": "WEB-1"}),
+        )
+        .await?;
+
+    let profiles = tempfile::tempdir()?;
+    let driver = Driver::start(&chromedriver).await?;
+    let ada = driver
+        .browser(&chromium, &profiles.path().join("ada"))
+        .await?;
+    let url = |p: &str| format!("{}{p}", console.url);
+    idp.set_next_login(ADA);
+    ada.goto(&url("/issues/WEB-1")).await?;
+    ada.click("#oidc").await?;
+    ada.wait_text("#title", "bold", 10).await?;
+    assert_eq!(
+        ada.execute("return document.querySelectorAll('#title b').length")
+            .await?,
+        json!(0),
+        "the title's markup reached the page as markup"
+    );
+    ada.wait_text("#children", "WEB-2", 5).await?;
+    ada.wait_text("#history", "issue.created", 5).await?;
+    // Mark the document: a reload would lose it.
+    ada.execute("document.body.setAttribute('data-not-reloaded', '1'); return 1")
+        .await?;
+
+    agent
+        .patch(
+            "/api/v1/issues/WEB-1",
+            json!({"title": "Renamed by an agent", "status": "in_review", "actor": "s1"}),
+        )
+        .await?;
+    ada.wait_text("#title", "Renamed by an agent", 10).await?;
+    ada.wait_text("#status", "in_review", 5).await?;
+    ada.wait_text("#history", "issue.updated", 5).await?;
+    agent
+        .post("/api/v1/issues/WEB-1/claim", json!({"actor": "s1"}))
+        .await?;
+    ada.wait_text("#claim", "session s1", 10).await?;
+    assert_eq!(
+        ada.execute("return document.body.getAttribute('data-not-reloaded')")
+            .await?,
+        json!("1"),
+        "the page was reloaded"
+    );
+    ada.screenshot(&crate::browser::shots().join("issue-live.png"))
+        .await?;
+
+    // The project's list, filtered, follows too.
+    ada.goto(&url("/projects/WEB/issues?status=todo")).await?;
+    ada.wait_text("#list", "child", 10).await?;
+    ada.execute("document.body.setAttribute('data-not-reloaded', '1'); return 1")
+        .await?;
+    agent
+        .post(
+            "/api/v1/issues",
+            json!({"project": "WEB", "title": "a third one"}),
+        )
+        .await?;
+    ada.wait_text("#list", "a third one", 10).await?;
+    assert_eq!(
+        ada.execute("return document.body.getAttribute('data-not-reloaded')")
+            .await?,
+        json!("1")
+    );
+    ada.quit().await;
+    console.stop().await;
+    Ok(())
+}
