@@ -28,6 +28,7 @@ use crate::writer::Slot;
 enum Arg {
     Text(String),
     Int(i64),
+    Bytes(Vec<u8>),
     NullText,
     NullInt,
 }
@@ -41,6 +42,12 @@ impl From<&str> for Arg {
 impl From<String> for Arg {
     fn from(s: String) -> Self {
         Arg::Text(s)
+    }
+}
+
+impl From<Vec<u8>> for Arg {
+    fn from(b: Vec<u8>) -> Self {
+        Arg::Bytes(b)
     }
 }
 
@@ -74,6 +81,7 @@ fn bind_all<'q>(
         q = match a {
             Arg::Text(s) => q.bind(s),
             Arg::Int(i) => q.bind(i),
+            Arg::Bytes(b) => q.bind(b),
             Arg::NullText => q.bind(None::<String>),
             Arg::NullInt => q.bind(None::<i64>),
         };
@@ -208,8 +216,8 @@ pub(crate) async fn insert_audit(
                 e.kind.as_str(),
                 e.subject.as_str(),
                 e.body.as_str(),
-                e.prev_hash.as_str(),
-                e.hash.as_str(),
+                hash_bytes(&e.prev_hash),
+                hash_bytes(&e.hash),
                 e.seal.as_str(),
             ]);
         }
@@ -226,6 +234,14 @@ const AUDIT_ROWS_PER_INSERT: usize = 256;
 /// The advisory lock appenders to the audit log hold until commit (PostgreSQL): "csau".
 const PG_AUDIT_LOCK: i64 = 0x6373_6175;
 
+/// A chain hash as stored: its 32 bytes (schema version 5), not its 64 hex digits. The chain
+/// is defined over the hex text, which reading restores exactly.
+fn hash_bytes(hex_text: &str) -> Vec<u8> {
+    // The core computes every hash as lowercase hex; anything else is stored as it came, and
+    // fails verification when read back.
+    hex::decode(hex_text).unwrap_or_else(|_| hex_text.as_bytes().to_vec())
+}
+
 fn audit_from_row(row: &AnyRow) -> Result<AuditEntry, StorageError> {
     Ok(AuditEntry {
         position: row.try_get("position").map_err(db_err)?,
@@ -233,8 +249,8 @@ fn audit_from_row(row: &AnyRow) -> Result<AuditEntry, StorageError> {
         kind: row.try_get("kind").map_err(db_err)?,
         subject: row.try_get("subject").map_err(db_err)?,
         body: row.try_get("body").map_err(db_err)?,
-        prev_hash: row.try_get("prev_hash").map_err(db_err)?,
-        hash: row.try_get("hash").map_err(db_err)?,
+        prev_hash: hex::encode(row.try_get::<Vec<u8>, _>("prev_hash").map_err(db_err)?),
+        hash: hex::encode(row.try_get::<Vec<u8>, _>("hash").map_err(db_err)?),
         seal: row.try_get("seal").map_err(db_err)?,
     })
 }
@@ -959,7 +975,7 @@ impl Tx for SqlTx {
             None => Ok(None),
             Some(row) => Ok(Some((
                 row.try_get("position").map_err(db_err)?,
-                row.try_get("hash").map_err(db_err)?,
+                hex::encode(row.try_get::<Vec<u8>, _>("hash").map_err(db_err)?),
             ))),
         }
     }
