@@ -49,7 +49,8 @@ pub struct AuditEntry {
 pub struct AuditEvent {
     pub kind: &'static str,
     pub subject: String,
-    pub body: serde_json::Value,
+    /// The body as JSON text (names and ids, never values).
+    pub body: String,
 }
 
 /// Kinds that end their subject: an entry of one of these ends the grant (or session,
@@ -196,8 +197,7 @@ pub async fn append(
     let mut entries = Vec::with_capacity(events.len());
     for ev in events {
         position += 1;
-        // Serializing a JSON value to a String cannot fail.
-        let body = serde_json::to_string(&ev.body).unwrap_or_default();
+        let body = ev.body.clone();
         let hash = entry_hash(&prev, position, at, ev.kind, &ev.subject, &body);
         let entry = AuditEntry {
             position,

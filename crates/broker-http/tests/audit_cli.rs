@@ -36,7 +36,7 @@ async fn verify_reports_the_head_then_the_edited_entry() {
         .map(|i| AuditEvent {
             kind: "release",
             subject: format!("grant:{i}"),
-            body: serde_json::json!({ "names": [format!("SECRET_{i}")] }),
+            body: serde_json::json!({ "names": [format!("SECRET_{i}")] }).to_string(),
         })
         .collect();
     let mut tx = storage.begin().await.expect("begin");

@@ -187,11 +187,9 @@ const V5_AUDIT_COMPACT_SQLITE: &[&str] = &[
     ),
 ];
 
-const V5_AUDIT_COMPACT_POSTGRES: &[&str] = &[
-    "ALTER TABLE audit_log
+const V5_AUDIT_COMPACT_POSTGRES: &[&str] = &["ALTER TABLE audit_log
         ALTER COLUMN prev_hash TYPE BYTEA USING decode(prev_hash, 'hex'),
-        ALTER COLUMN hash TYPE BYTEA USING decode(hash, 'hex')",
-];
+        ALTER COLUMN hash TYPE BYTEA USING decode(hash, 'hex')"];
 
 /// Every migration, in order. Versions are consecutive from 1.
 pub(crate) const MIGRATIONS: &[Migration] = &[
@@ -290,6 +288,98 @@ pub(crate) async fn migrate(
 #[cfg(test)]
 mod tests {
     use super::MIGRATIONS;
+    use countersign_broker_core::audit::{self, GENESIS};
+    use countersign_broker_core::seal::Sealer;
+    use countersign_broker_core::storage::Storage;
+    use sqlx::Connection;
+
+    /// A chain written by version 4 (hashes as hex text) migrates to version 5 and still
+    /// verifies, to the same head.
+    async fn a_v4_chain_survives_migration_5(url: &str) {
+        sqlx::any::install_default_drivers();
+        let backend = crate::Backend::of_url(url).expect("backend");
+        let mut raw = sqlx::AnyConnection::connect(url).await.expect("connect");
+        sqlx::query(
+            "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL)",
+        )
+        .execute(&mut raw)
+        .await
+        .expect("table");
+        for m in MIGRATIONS.iter().filter(|m| m.version <= 4) {
+            for st in m.statements(backend) {
+                sqlx::query(st).execute(&mut raw).await.expect(m.name);
+            }
+            sqlx::query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)")
+                .bind(m.version)
+                .bind(m.name)
+                .execute(&mut raw)
+                .await
+                .expect("version");
+        }
+        let key = zeroize::Zeroizing::new(vec![7u8; 32]);
+        let sealer = Sealer::new(&key).expect("sealer");
+        let at = chrono::DateTime::from_timestamp_millis(1_900_000_000_000).expect("time");
+        let mut prev = GENESIS.to_owned();
+        for position in 1..=3i64 {
+            let body = format!("{{\"n\":{position}}}");
+            let hash = audit::entry_hash(&prev, position, at, "grant", "grant:x", &body);
+            sqlx::query(
+                "INSERT INTO audit_log (position, at_ms, kind, subject, body, prev_hash, hash, seal) \
+                 VALUES ($1, $2, 'grant', 'grant:x', $3, $4, $5, $6)",
+            )
+            .bind(position)
+            .bind(at.timestamp_millis())
+            .bind(body)
+            .bind(prev.clone())
+            .bind(hash.clone())
+            .bind(sealer.seal_audit(position, &hash))
+            .execute(&mut raw)
+            .await
+            .expect("v4 entry");
+            prev = hash;
+        }
+        raw.close().await.expect("close");
+
+        let storage = crate::SqlStorage::connect(url).await.expect("migrate to 5");
+        let mut tx = storage.read().await.expect("read");
+        let walk = audit::verify_all(&mut *tx, &sealer)
+            .await
+            .expect("read the chain")
+            .expect("the migrated chain verifies");
+        assert_eq!((walk.position, walk.hash.as_str()), (3, prev.as_str()));
+    }
+
+    #[tokio::test]
+    async fn v4_chains_migrate_sqlite() {
+        let dir = tempfile::tempdir().expect("dir");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("v4.db").display());
+        a_v4_chain_survives_migration_5(&url).await;
+    }
+
+    #[tokio::test]
+    async fn v4_chains_migrate_postgres() {
+        let Ok(base) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
+            assert!(
+                std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+                "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is unset"
+            );
+            return;
+        };
+        sqlx::any::install_default_drivers();
+        let name = format!("cs_v4_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = sqlx::AnyConnection::connect(&base).await.expect("server");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("create");
+        let root = base.split('?').next().unwrap_or(&base);
+        let root = root.rsplit_once('/').map(|(r, _)| r).unwrap_or(root);
+        a_v4_chain_survives_migration_5(&format!("{root}/{name}")).await;
+        sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await
+            .expect("drop");
+    }
 
     #[test]
     fn versions_are_consecutive() {

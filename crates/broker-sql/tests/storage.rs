@@ -1276,12 +1276,12 @@ async fn audit_log_appends_chain_and_serialise(s: &SqlStorage) {
                     AuditEvent {
                         kind: "grant",
                         subject: format!("grant:{i}"),
-                        body: serde_json::json!({ "i": i }),
+                        body: serde_json::json!({ "i": i }).to_string(),
                     },
                     AuditEvent {
                         kind: "revocation",
                         subject: format!("grant:{i}"),
-                        body: serde_json::json!({}),
+                        body: serde_json::json!({}).to_string(),
                     },
                 ];
                 match audit::append(&mut *tx, &sealer, at(i), &events).await {
@@ -1339,7 +1339,7 @@ async fn an_append_rolled_back_leaves_no_head_behind(s: &SqlStorage) {
     let event = |kind: &'static str| AuditEvent {
         kind,
         subject: "grant:1".into(),
-        body: serde_json::json!({}),
+        body: serde_json::json!({}).to_string(),
     };
     let mut tx = s.begin().await.expect("begin");
     audit::append(
@@ -1398,7 +1398,7 @@ async fn the_follower_sweeps_below_its_head_in_bounded_rounds(db: &TestDb) {
         .map(|i| AuditEvent {
             kind: "release",
             subject: format!("grant:{i}"),
-            body: serde_json::json!({ "i": i }),
+            body: serde_json::json!({ "i": i }).to_string(),
         })
         .collect();
     let mut tx = db.begin().await.expect("begin");

@@ -40,7 +40,7 @@ async fn own_appends(fx: CoreFixture) {
     let other = AuditEvent {
         kind: "grant",
         subject: "grant:other-replica".into(),
-        body: serde_json::json!({}),
+        body: "{}".to_owned(),
     };
     audit::append(&mut *tx, fx.broker.sealer(), fx.now(), &[other])
         .await

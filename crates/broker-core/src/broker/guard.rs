@@ -194,11 +194,12 @@ impl GuardTx {
         }
     }
 
-    fn event(&mut self, kind: &'static str, subject: String, body: serde_json::Value) {
+    fn event(&mut self, kind: &'static str, subject: String, body: &impl serde::Serialize) {
         self.events.push(AuditEvent {
             kind,
             subject,
-            body,
+            // Serializing these bodies to JSON cannot fail.
+            body: serde_json::to_string(body).unwrap_or_default(),
         });
     }
 }
@@ -259,7 +260,7 @@ impl Tx for GuardTx {
             self.event(
                 "machine_login_end",
                 format!("credential:{}", c.id),
-                json!({ "at": ms(at), "record": c.record_id.map(|r| r.to_string()) }),
+                &json!({ "at": ms(at), "record": c.record_id.map(|r| r.to_string()) }),
             );
         }
         self.inner.put_credential(&c).await
@@ -309,7 +310,7 @@ impl Tx for GuardTx {
             self.event(
                 "decision",
                 format!("record:{}", r.id),
-                json!({
+                &json!({
                     "event": d.event.as_str(),
                     "by": d.by,
                     "at": ms(d.at),
@@ -354,7 +355,7 @@ impl Tx for GuardTx {
             self.event(
                 "session_end",
                 format!("enrollment:{}", e.id),
-                json!({ "at": ms(end.at), "by": end.by }),
+                &json!({ "at": ms(end.at), "by": end.by }),
             );
         }
         let added: Vec<&str> = e
@@ -364,7 +365,7 @@ impl Tx for GuardTx {
             .collect();
         if !added.is_empty() {
             let body = json!({ "names": added });
-            self.event("withholding", format!("enrollment:{}", e.id), body);
+            self.event("withholding", format!("enrollment:{}", e.id), &body);
         }
         self.inner.put_enrollment(&e).await
     }
@@ -397,14 +398,14 @@ impl Tx for GuardTx {
             self.event(
                 "decision",
                 format!("request:{}", r.id),
-                json!({
-                    "state": r.state.as_str(),
-                    "by": by,
-                    "enrollment": r.enrollment_id.to_string(),
-                    "names": r.names().iter().map(|n| n.as_str()).collect::<Vec<_>>(),
-                    "grant": r.grant_id.map(|g| g.to_string()),
-                    "record": r.record_id.map(|g| g.to_string()),
-                }),
+                &DecisionBody {
+                    by: &by,
+                    enrollment: r.enrollment_id.to_string(),
+                    grant: r.grant_id.map(|g| g.to_string()),
+                    names: r.names().iter().map(|n| n.as_str()).collect(),
+                    record: r.record_id.map(|g| g.to_string()),
+                    state: r.state.as_str(),
+                },
             );
         }
         self.inner.put_request(r).await
@@ -440,16 +441,16 @@ impl Tx for GuardTx {
             self.event(
                 "grant",
                 subject.clone(),
-                json!({
-                    "request": g.request_id.to_string(),
-                    "enrollment": g.enrollment_id.to_string(),
-                    "names": g.names.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
-                    "granted": g.granted,
-                    "record": g.record_id.map(|r| r.to_string()),
-                    "approver": g.approver.as_ref().map(|a| a.to_string()),
-                    "expires_at": g.expires_at.map(ms),
-                    "rules_version": g.rules_version,
-                }),
+                &GrantBody {
+                    approver: g.approver.as_ref().map(|a| a.as_str()),
+                    enrollment: g.enrollment_id.to_string(),
+                    expires_at: g.expires_at.map(ms),
+                    granted: &g.granted,
+                    names: g.names.iter().map(|n| n.as_str()).collect(),
+                    record: g.record_id.map(|r| r.to_string()),
+                    request: g.request_id.to_string(),
+                    rules_version: &g.rules_version,
+                },
             );
         }
         if let Some((end, at)) = g.end
@@ -460,7 +461,7 @@ impl Tx for GuardTx {
                 GrantEnd::Expired => "expiry",
                 GrantEnd::Ended => "end",
             };
-            self.event(kind, subject, json!({ "at": ms(at) }));
+            self.event(kind, subject, &json!({ "at": ms(at) }));
         }
         self.inner.put_grant(g).await
     }
@@ -533,5 +534,72 @@ impl Tx for GuardTx {
 
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
         self.inner.audit_count(upto).await
+    }
+}
+
+/// The body of a request's `decision` entry. Fields in name order: the same text the JSON map
+/// it replaced wrote (docs/audit.md), without building the map.
+#[derive(serde::Serialize)]
+struct DecisionBody<'a> {
+    by: &'a str,
+    enrollment: String,
+    grant: Option<String>,
+    names: Vec<&'a str>,
+    record: Option<String>,
+    state: &'a str,
+}
+
+/// The body of a `grant` entry, fields in name order (as [`DecisionBody`]).
+#[derive(serde::Serialize)]
+struct GrantBody<'a> {
+    approver: Option<&'a str>,
+    enrollment: String,
+    expires_at: Option<i64>,
+    granted: &'a crate::model::GrantedBy,
+    names: Vec<&'a str>,
+    record: Option<String>,
+    request: String,
+    rules_version: &'a str,
+}
+
+#[cfg(test)]
+mod body_tests {
+    use serde_json::json;
+
+    use super::{DecisionBody, GrantBody};
+
+    /// The typed bodies write the text the JSON maps wrote (keys in order), so entries keep
+    /// their documented shape.
+    #[test]
+    fn typed_bodies_write_what_the_maps_wrote() {
+        let d = DecisionBody {
+            by: "automatic",
+            enrollment: "e1".into(),
+            grant: Some("g1".into()),
+            names: vec!["A", "B"],
+            record: None,
+            state: "granted",
+        };
+        let map = json!({
+            "state": "granted", "by": "automatic", "enrollment": "e1",
+            "names": ["A", "B"], "grant": "g1", "record": null,
+        });
+        assert_eq!(serde_json::to_string(&d).ok(), Some(map.to_string()));
+        let granted = crate::model::GrantedBy::Automatic;
+        let g = GrantBody {
+            approver: Some("ada@example.com"),
+            enrollment: "e1".into(),
+            expires_at: Some(5),
+            granted: &granted,
+            names: vec!["A"],
+            record: Some("r".into()),
+            request: "q".into(),
+            rules_version: "v1",
+        };
+        let map = json!({
+            "request": "q", "enrollment": "e1", "names": ["A"], "granted": granted,
+            "record": "r", "approver": "ada@example.com", "expires_at": 5, "rules_version": "v1",
+        });
+        assert_eq!(serde_json::to_string(&g).ok(), Some(map.to_string()));
     }
 }

@@ -422,7 +422,8 @@ impl Broker {
         let event = crate::audit::AuditEvent {
             kind: "release",
             subject: format!("grant:{}", grant.id),
-            body: serde_json::json!({ "enrollment": caller.id.to_string(), "names": names }),
+            body: serde_json::json!({ "enrollment": caller.id.to_string(), "names": names })
+                .to_string(),
         };
         transact!(self, "audit log", |tx| {
             crate::audit::append(tx, &self.sealer, now, std::slice::from_ref(&event)).await?;
