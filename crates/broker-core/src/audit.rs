@@ -253,7 +253,15 @@ pub struct Follower {
     state: Mutex<FollowerState>,
     sweep: Mutex<Walk>,
     sweep_per_round: i64,
+    /// This process's committed appends that did not chain to the head when they committed
+    /// (transactions of one group commit resume in any order), by the position they chain
+    /// from: applied as soon as the head reaches them. Bounded: past [`PENDING_MAX`] ranges
+    /// the oldest are dropped and the follower's round verifies those entries instead.
+    pending: Mutex<std::collections::BTreeMap<i64, (String, Walk)>>,
 }
+
+/// Appended ranges a follower holds while waiting for the head to reach them.
+pub const PENDING_MAX: usize = 4096;
 
 impl Default for Follower {
     fn default() -> Self {
@@ -283,6 +291,7 @@ impl Follower {
             }),
             sweep: Mutex::new(Walk::default()),
             sweep_per_round: per_round.max(1),
+            pending: Mutex::new(Default::default()),
         }
     }
 
@@ -302,10 +311,43 @@ impl Follower {
     /// transaction read (and locked). Otherwise (entries of another replica came between, or a
     /// break) nothing changes, and the next round verifies them from the database. An entry
     /// edited after its commit is below the head then, where the sweep finds it.
+    ///
+    /// Appends that commit together may report in any order: one that chains to a position
+    /// the head has not reached yet waits (bounded) until the head reaches it, so none is read
+    /// back only because its report came first.
     pub fn appended(&self, from: &Walk, to: Walk) {
+        if to.position <= from.position {
+            return;
+        }
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.broken.is_none() && st.head == *from && to.position > from.position {
+        if st.broken.is_some() {
+            return;
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if from.position > st.head.position {
+            pending.insert(from.position, (from.hash.clone(), to));
+            while pending.len() > PENDING_MAX {
+                pending.pop_first();
+            }
+            return;
+        }
+        if st.head == *from {
             st.head = to;
+        }
+        // Ranges that now chain on, one after another; those below the head are stale.
+        loop {
+            let head = st.head.clone();
+            while pending
+                .first_key_value()
+                .is_some_and(|(p, _)| *p < head.position)
+            {
+                pending.pop_first();
+            }
+            match pending.remove(&head.position) {
+                Some((hash, next)) if hash == head.hash => st.head = next,
+                Some(_) => {}
+                None => break,
+            }
         }
     }
 
@@ -512,6 +554,27 @@ mod tests {
         });
         f.appended(&w(5, "e"), w(6, "f"));
         assert_eq!(f.state().head, w(5, "e"));
+    }
+
+    #[test]
+    fn own_appends_reported_out_of_order_still_move_the_follower() {
+        let w = |position: i64, h: &str| Walk {
+            position,
+            hash: h.into(),
+        };
+        let f = Follower::new(Some(w(0, GENESIS)));
+        // Three transactions of one group commit report last, first, middle.
+        f.appended(&w(4, "d"), w(6, "f"));
+        assert_eq!(f.state().head, w(0, GENESIS));
+        f.appended(&w(0, GENESIS), w(2, "b"));
+        assert_eq!(f.state().head, w(2, "b"));
+        f.appended(&w(2, "b"), w(4, "d"));
+        assert_eq!(f.state().head, w(6, "f"));
+        // A waiting range whose hash does not match the head it reaches is not taken.
+        f.appended(&w(8, "h"), w(9, "i"));
+        f.appended(&w(6, "f"), w(8, "other"));
+        assert_eq!(f.state().head, w(8, "other"));
+        assert!(f.pending.lock().expect("lock").is_empty());
     }
 
     #[test]
