@@ -113,6 +113,10 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(PATCH "/api/v1/issues/{key}", HumanOrAgent, Api, [], "update an issue; expected_sequence makes it conditional", api::issues::update),
     route!(POST "/api/v1/issues/{key}/claim", HumanOrAgent, Api, [], "claim the issue for the calling session or person", api::issues::claim),
     route!(DELETE "/api/v1/issues/{key}/claim", HumanOrAgent, Api, ["session"], "release the issue's claim", api::issues::release),
+    route!(GET "/api/v1/issues/{key}/subscribers", HumanOnly, Api, [], "sessions subscribed to the issue's topics", api::issues::subscribers),
+    route!(DELETE "/api/v1/issues/{key}/subscribers/{session_id}", HumanOnly, Api, [], "unsubscribe a session from an issue", api::issues::unsubscribe),
+    route!(GET "/api/v1/inbox/issues", HumanOnly, Api, [], "the caller's per-issue read state", api::issues::read_states),
+    route!(PATCH "/api/v1/inbox/issues/{key}", HumanOnly, Api, [], "update the caller's read state for an issue", api::issues::update_read_state),
     route!(GET "/api/v1/issues/{key}/events", HumanOrAgent, Api, ["after", "before", "ids", "order", "limit", "session"], "page the issue's event log", api::issues::events),
     // ----- the broker front -----
     route!(GET "/api/v1/credential-requests", HumanOnly, Api, ["approver"], "credential requests the caller may decide (?approver=me)", api::front::list_requests),

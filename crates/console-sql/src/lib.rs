@@ -129,6 +129,12 @@ const SCHEMA: Schema = Schema {
             sqlite: MIGRATION_3,
             postgres: MIGRATION_3,
         },
+        Migration {
+            version: 4,
+            name: "read state and unsubscribed sessions",
+            sqlite: work::MIGRATION_4,
+            postgres: work::MIGRATION_4,
+        },
     ],
 };
 

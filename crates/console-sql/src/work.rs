@@ -10,12 +10,13 @@
 
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, begin_err, db_err};
+use countersign_console_core::Time;
 use countersign_console_core::ids::Login;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{
     Actor, Claim, Components, Event, EventPage, EventTx, Issue, IssueFilter, IssueKey, IssueTx,
-    NewEvent, Project, ProjectKey, ProjectTx, RouteFilter, Status, WorkTx,
+    NewEvent, Project, ProjectKey, ProjectTx, ReadState, RouteFilter, Status, WorkTx,
 };
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Any, AnyPool, Arguments, Row, Transaction};
@@ -79,6 +80,27 @@ pub(crate) const MIGRATION_2: &[&str] = &[
         sequence BIGINT
     )",
     "CREATE INDEX console_events_issue ON console_events (issue, sequence)",
+];
+
+/// Version 4: per-person read state (the pins it replaces, with the sequence read), and
+/// sessions unsubscribed from an issue (up to which event).
+pub(crate) const MIGRATION_4: &[&str] = &[
+    "CREATE TABLE console_read_state (
+        login TEXT NOT NULL,
+        issue TEXT NOT NULL,
+        read_sequence BIGINT NOT NULL,
+        pinned BIGINT NOT NULL,
+        PRIMARY KEY (login, issue)
+    )",
+    "INSERT INTO console_read_state (login, issue, read_sequence, pinned)
+     SELECT login, issue, 0, 1 FROM console_pins",
+    "DROP TABLE console_pins",
+    "CREATE TABLE console_unsubscribed (
+        issue TEXT NOT NULL,
+        session TEXT NOT NULL,
+        through_event BIGINT NOT NULL,
+        PRIMARY KEY (issue, session)
+    )",
 ];
 
 /// The advisory lock PostgreSQL event appends take (distinct from the migration lock).
@@ -485,7 +507,7 @@ impl IssueTx for SqlTx {
         }
         if let Some(l) = &f.pinned_by {
             conds.push(format!(
-                "key IN (SELECT issue FROM console_pins WHERE login = {})",
+                "key IN (SELECT issue FROM console_read_state WHERE pinned = 1 AND login = {})",
                 a.push(l.as_str().to_owned())
             ));
         }
@@ -595,23 +617,109 @@ impl IssueTx for SqlTx {
         row.try_get("r").map_err(db_err)
     }
 
-    async fn set_pinned(
+    async fn read_state(
         &mut self,
         login: &Login,
         key: &IssueKey,
+    ) -> Result<Option<(i64, bool)>, StorageError> {
+        let row = sqlx::query(
+            "SELECT read_sequence, pinned FROM console_read_state WHERE login = $1 AND issue = $2",
+        )
+        .bind(login.as_str())
+        .bind(key.as_str())
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        row.map(|r| -> Result<(i64, bool), StorageError> {
+            Ok((
+                r.try_get("read_sequence").map_err(db_err)?,
+                r.try_get::<i64, _>("pinned").map_err(db_err)? != 0,
+            ))
+        })
+        .transpose()
+    }
+
+    async fn put_read_state(
+        &mut self,
+        login: &Login,
+        key: &IssueKey,
+        read_sequence: i64,
         pinned: bool,
     ) -> Result<(), StorageError> {
-        let sql = if pinned {
-            "INSERT INTO console_pins (login, issue) VALUES ($1, $2) ON CONFLICT DO NOTHING"
-        } else {
-            "DELETE FROM console_pins WHERE login = $1 AND issue = $2"
-        };
-        sqlx::query(sql)
-            .bind(login.as_str())
-            .bind(key.as_str())
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db_err)?;
+        sqlx::query(
+            "INSERT INTO console_read_state (login, issue, read_sequence, pinned) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (login, issue) DO UPDATE SET read_sequence = $3, pinned = $4",
+        )
+        .bind(login.as_str())
+        .bind(key.as_str())
+        .bind(read_sequence)
+        .bind(i64::from(pinned))
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn read_states(&mut self, login: &Login) -> Result<Vec<ReadState>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT r.issue AS issue, r.read_sequence AS read_sequence, r.pinned AS pinned, \
+             i.sequence AS last_sequence FROM console_read_state r \
+             JOIN console_issues i ON i.key = r.issue WHERE r.login = $1 \
+             ORDER BY i.project, i.number",
+        )
+        .bind(login.as_str())
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                let key: String = r.try_get("issue").map_err(db_err)?;
+                let read: i64 = r.try_get("read_sequence").map_err(db_err)?;
+                let last: i64 = r.try_get("last_sequence").map_err(db_err)?;
+                Ok(ReadState {
+                    key: IssueKey::parse(&key).ok_or_else(|| corrupt("issue key"))?,
+                    read_sequence: read,
+                    last_sequence: last,
+                    unread: read < last,
+                    pinned: r.try_get::<i64, _>("pinned").map_err(db_err)? != 0,
+                })
+            })
+            .collect()
+    }
+
+    async fn subscribers(&mut self, key: &IssueKey) -> Result<Vec<(String, Time)>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT e.session AS session, MIN(e.at) AS since FROM console_events e \
+             LEFT JOIN console_unsubscribed u ON u.issue = e.issue AND u.session = e.session \
+             WHERE e.issue = $1 AND e.session IS NOT NULL \
+             AND (u.through_event IS NULL OR e.id > u.through_event) \
+             GROUP BY e.session ORDER BY MIN(e.at), e.session",
+        )
+        .bind(key.as_str())
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("session").map_err(db_err)?,
+                    time(r.try_get("since").map_err(db_err)?)?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn unsubscribe(&mut self, key: &IssueKey, session: &str) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO console_unsubscribed (issue, session, through_event) \
+             SELECT $1, $2, COALESCE(MAX(id), 0) FROM console_events WHERE true \
+             ON CONFLICT (issue, session) DO UPDATE SET through_event = excluded.through_event",
+        )
+        .bind(key.as_str())
+        .bind(session)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
         Ok(())
     }
 }

@@ -84,9 +84,10 @@ async fn contract(s: &SqlStorage) {
     for i in [&one, &two, &three] {
         tx.insert_issue(i).await.expect("insert issue");
     }
-    tx.set_pinned(
+    tx.put_read_state(
         &Login::parse("bo@example.com").expect("login"),
         &two.key,
+        0,
         true,
     )
     .await

@@ -226,6 +226,24 @@ pub struct Issue {
     pub closed_at: Option<Time>,
 }
 
+/// A person's read state of one issue (protocol §6.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReadState {
+    pub key: IssueKey,
+    pub read_sequence: i64,
+    pub last_sequence: i64,
+    pub unread: bool,
+    pub pinned: bool,
+}
+
+/// A session subscribed to an issue's topics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Subscriber {
+    pub session_id: String,
+    #[serde(with = "crate::work::model::rfc3339")]
+    pub since: Time,
+}
+
 /// `{done, total}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Progress {

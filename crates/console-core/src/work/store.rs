@@ -9,7 +9,8 @@ use crate::clock::Time;
 use crate::ids::Login;
 use crate::storage::StorageError;
 use crate::work::model::{
-    Event, EventPage, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey, Status,
+    Event, EventPage, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey, ReadState,
+    Status,
 };
 
 /// Projects.
@@ -43,13 +44,27 @@ pub trait IssueTx: Send {
     async fn rank_after(&mut self, key: &IssueKey) -> Result<Option<String>, StorageError>;
     /// The rank just before `key`'s in its project, if any.
     async fn rank_before(&mut self, key: &IssueKey) -> Result<Option<String>, StorageError>;
-    /// Whether `login` pinned the issue (per-person read state).
-    async fn set_pinned(
+    /// A person's read state of one issue: `(read_sequence, pinned)`, if any.
+    async fn read_state(
         &mut self,
         login: &Login,
         key: &IssueKey,
+    ) -> Result<Option<(i64, bool)>, StorageError>;
+    /// Sets a person's read state of one issue.
+    async fn put_read_state(
+        &mut self,
+        login: &Login,
+        key: &IssueKey,
+        read_sequence: i64,
         pinned: bool,
     ) -> Result<(), StorageError>;
+    /// Every read state a person has, with each issue's last sequence, by issue key.
+    async fn read_states(&mut self, login: &Login) -> Result<Vec<ReadState>, StorageError>;
+    /// Sessions subscribed to an issue: each that acted there (an event naming it) since its
+    /// last unsubscribe, with the time of its first such event; by that time.
+    async fn subscribers(&mut self, key: &IssueKey) -> Result<Vec<(String, Time)>, StorageError>;
+    /// Unsubscribes a session from an issue: its events up to now no longer subscribe it.
+    async fn unsubscribe(&mut self, key: &IssueKey, session: &str) -> Result<(), StorageError>;
 }
 
 /// The event log.

@@ -218,3 +218,51 @@ pub async fn events(
     };
     Ok(ok(st.console.issue_events(&key, &page).await?))
 }
+
+/// `{read_sequence?, pinned?}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadStateBody {
+    read_sequence: Option<i64>,
+    pinned: Option<bool>,
+}
+
+impl Input for ReadStateBody {}
+
+pub async fn read_states(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Response> {
+    let h = caller.human()?;
+    Ok(ok(st.console.read_states(h).await?))
+}
+
+pub async fn update_read_state(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(key): Path<String>,
+    In(b): In<ReadStateBody>,
+) -> ApiResult<Response> {
+    let h = caller.human()?;
+    Ok(ok(st
+        .console
+        .update_read_state(h, &key, b.read_sequence, b.pinned)
+        .await?))
+}
+
+pub async fn subscribers(State(st): St, Path(key): Path<String>) -> ApiResult<Response> {
+    Ok(ok(st.console.subscribers(&key).await?))
+}
+
+pub async fn unsubscribe(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path((key, session)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    if !super::is_session_id(&session) {
+        return Err(ErrorCode::INVALID_SESSION_ID.into());
+    }
+    let actor = acting(&caller, None, false)?;
+    st.console.unsubscribe(&actor, &key, &session).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

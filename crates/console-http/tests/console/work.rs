@@ -1298,3 +1298,177 @@ async fn issue_page_follows_the_event_stream() -> anyhow::Result<()> {
     console.stop().await;
     Ok(())
 }
+
+/// Per-issue read state (forward only, pins) and the sessions subscribed to an issue (those
+/// that acted there; an unsubscribe holds until the session acts again).
+async fn read_state_and_subscribers(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    ada.post(
+        "/api/v1/projects",
+        json!({"key": "RS", "name": "Read state"}),
+    )
+    .await?;
+    agent
+        .post(
+            "/api/v1/issues",
+            json!({"project": "RS", "title": "one", "actor": "s1"}),
+        )
+        .await?;
+    agent
+        .patch(
+            "/api/v1/issues/RS-1",
+            json!({"title": "one!", "actor": "s2"}),
+        )
+        .await?;
+    agent
+        .patch(
+            "/api/v1/issues/RS-1",
+            json!({"title": "one!!", "actor": "s1"}),
+        )
+        .await?;
+
+    let subs = |r: &Resp| -> Vec<String> {
+        r.json
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s["session_id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let r = ada.get("/api/v1/issues/RS-1/subscribers").await?;
+    assert_eq!(subs(&r), ["s1", "s2"], "{}", r.text);
+    assert!(r.json[0]["since"].is_string());
+    refused(
+        &agent.get("/api/v1/issues/RS-1/subscribers").await?,
+        403,
+        "HUMAN_ONLY",
+    );
+    assert_eq!(
+        ada.call(Method::DELETE, "/api/v1/issues/RS-1/subscribers/s1", None)
+            .await?
+            .status,
+        204
+    );
+    assert_eq!(
+        subs(&ada.get("/api/v1/issues/RS-1/subscribers").await?),
+        ["s2"]
+    );
+    // Unsubscribing one that is not subscribed: done already.
+    assert_eq!(
+        ada.call(Method::DELETE, "/api/v1/issues/RS-1/subscribers/s9", None)
+            .await?
+            .status,
+        204
+    );
+    refused(
+        &ada.call(
+            Method::DELETE,
+            "/api/v1/issues/RS-1/subscribers/a%20b",
+            None,
+        )
+        .await?,
+        400,
+        "INVALID_SESSION_ID",
+    );
+    refused(
+        &ada.call(Method::DELETE, "/api/v1/issues/RS-9/subscribers/s1", None)
+            .await?,
+        404,
+        "NOT_FOUND",
+    );
+    agent
+        .post("/api/v1/issues/RS-1/claim", json!({"actor": "s1"}))
+        .await?;
+    assert_eq!(
+        subs(&ada.get("/api/v1/issues/RS-1/subscribers").await?),
+        ["s2", "s1"]
+    );
+    let events = read_events(&agent, Some(0), "", 6, 5).await?;
+    let removed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.1 == "subscription.removed")
+        .map(|e| &e.2["data"])
+        .collect();
+    assert_eq!(removed.len(), 1);
+    assert_eq!(
+        (
+            removed[0]["session_id"].as_str(),
+            removed[0]["issue"].as_str()
+        ),
+        (Some("s1"), Some("RS-1"))
+    );
+
+    // Read state: forward only, at most the last sequence, pins feed `pinned=true`.
+    assert_eq!(ada.get("/api/v1/inbox/issues").await?.json, json!([]));
+    let last = agent.get("/api/v1/issues/RS-1").await?.json["sequence"]
+        .as_i64()
+        .unwrap_or(0);
+    let r = ada
+        .patch("/api/v1/inbox/issues/RS-1", json!({"read_sequence": 1}))
+        .await?;
+    assert_eq!(
+        r.json,
+        json!({"key": "RS-1", "read_sequence": 1, "last_sequence": last, "unread": true, "pinned": false}),
+        "{}",
+        r.text
+    );
+    let r = ada
+        .patch("/api/v1/inbox/issues/RS-1", json!({"read_sequence": 0}))
+        .await?;
+    assert_eq!(r.json["read_sequence"], 1);
+    let r = ada
+        .patch(
+            "/api/v1/inbox/issues/RS-1",
+            json!({"read_sequence": 999, "pinned": true}),
+        )
+        .await?;
+    assert_eq!(
+        (
+            r.json["read_sequence"].as_i64(),
+            r.json["unread"].as_bool(),
+            r.json["pinned"].as_bool()
+        ),
+        (Some(last), Some(false), Some(true))
+    );
+    let pinned = ada.get("/api/v1/issues?pinned=true").await?;
+    assert_eq!(pinned.json[0]["key"], "RS-1", "{}", pinned.text);
+    assert_eq!(
+        ada.get("/api/v1/inbox/issues").await?.json[0]["pinned"],
+        true
+    );
+    refused(
+        &ada.patch("/api/v1/inbox/issues/RS-1", json!({"read": 1}))
+            .await?,
+        400,
+        "INVALID_BODY",
+    );
+    refused(
+        &ada.patch("/api/v1/inbox/issues/RS-9", json!({"pinned": true}))
+            .await?,
+        404,
+        "NOT_FOUND",
+    );
+    refused(&agent.get("/api/v1/inbox/issues").await?, 403, "HUMAN_ONLY");
+    // Another person's state is their own.
+    let bob = Who::person(&console, BOB).await?;
+    assert_eq!(bob.get("/api/v1/inbox/issues").await?.json, json!([]));
+    console.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn read_state_and_subscribers_sqlite() -> anyhow::Result<()> {
+    read_state_and_subscribers(None).await
+}
+
+#[tokio::test]
+async fn read_state_and_subscribers_postgres() -> anyhow::Result<()> {
+    match fresh_postgres().await? {
+        Some(db) => read_state_and_subscribers(Some(db)).await,
+        None => Ok(()),
+    }
+}
