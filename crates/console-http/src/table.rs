@@ -98,6 +98,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/api/v1/agent-tokens", HumanOnly, Api, [], "list the caller's personal agent tokens", api::tokens::list),
     route!(POST "/api/v1/agent-tokens", HumanOnly, Api, [], "mint a personal agent token, shown once", api::tokens::mint),
     route!(DELETE "/api/v1/agent-tokens/{id}", HumanOnly, Api, [], "revoke one of the caller's personal agent tokens", api::tokens::revoke),
+    route!(GET "/api/v1/search", HumanOrAgent, Api, ["q", "project", "limit", "offset"], "full-text search across issues, documents, asks, comments and messages", api::meta::search),
     route!(GET "/api/v1/events", HumanOrAgent, Api, ["since"], "server-sent event stream, resumable by Last-Event-ID or ?since=", api::events::stream),
     route!(GET "/api/v1/sessions", HumanOrAgent, Api, [], "live sessions with roles, capabilities, open asks and last activity", crate::link::list),
     // ----- projects -----

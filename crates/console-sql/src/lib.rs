@@ -135,6 +135,12 @@ const SCHEMA: Schema = Schema {
             sqlite: work::MIGRATION_4,
             postgres: work::MIGRATION_4,
         },
+        Migration {
+            version: 5,
+            name: "the issues' full-text index",
+            sqlite: work::MIGRATION_5_SQLITE,
+            postgres: work::MIGRATION_5_POSTGRES,
+        },
     ],
 };
 

@@ -15,8 +15,8 @@ use countersign_console_core::ids::Login;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{
-    Actor, Claim, Components, Event, EventPage, EventTx, Issue, IssueFilter, IssueKey, IssueTx,
-    NewEvent, Project, ProjectKey, ProjectTx, ReadState, RouteFilter, Status, WorkTx,
+    Actor, Claim, Components, Event, EventPage, EventTx, Hit, Issue, IssueFilter, IssueKey,
+    IssueTx, NewEvent, Project, ProjectKey, ProjectTx, ReadState, RouteFilter, Status, WorkTx,
 };
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Any, AnyPool, Arguments, Row, Transaction};
@@ -101,6 +101,18 @@ pub(crate) const MIGRATION_4: &[&str] = &[
         through_event BIGINT NOT NULL,
         PRIMARY KEY (issue, session)
     )",
+];
+
+/// Version 5: the issues' full-text index. SQLite: an FTS5 table keyed by the issue row's
+/// rowid, kept by the issue writes; PostgreSQL: a generated `tsvector` with a GIN index.
+pub(crate) const MIGRATION_5_SQLITE: &[&str] = &[
+    "CREATE VIRTUAL TABLE console_issues_fts USING fts5(body, tokenize = 'unicode61')",
+    "INSERT INTO console_issues_fts (rowid, body) SELECT rowid, title || ' ' || labels FROM console_issues",
+];
+pub(crate) const MIGRATION_5_POSTGRES: &[&str] = &[
+    "ALTER TABLE console_issues ADD COLUMN search tsvector
+        GENERATED ALWAYS AS (to_tsvector('simple', title || ' ' || labels)) STORED",
+    "CREATE INDEX console_issues_search ON console_issues USING GIN (search)",
 ];
 
 /// The advisory lock PostgreSQL event appends take (distinct from the migration lock).
@@ -286,6 +298,31 @@ impl Args {
 }
 
 impl SqlTx {
+    /// Keeps SQLite's FTS5 index of the issue (PostgreSQL's is a generated column).
+    async fn write_search(&mut self, i: &Issue, replace: bool) -> Result<(), StorageError> {
+        if self.backend != Backend::Sqlite {
+            return Ok(());
+        }
+        if replace {
+            sqlx::query(
+                "DELETE FROM console_issues_fts WHERE rowid = (SELECT rowid FROM console_issues WHERE key = $1)",
+            )
+            .bind(i.key.as_str())
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        }
+        sqlx::query(
+            "INSERT INTO console_issues_fts (rowid, body) \
+             SELECT rowid, title || ' ' || labels FROM console_issues WHERE key = $1",
+        )
+        .bind(i.key.as_str())
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
     async fn write_labels(&mut self, i: &Issue) -> Result<(), StorageError> {
         sqlx::query("DELETE FROM console_issue_labels WHERE issue = $1")
             .bind(i.key.as_str())
@@ -395,6 +432,7 @@ impl IssueTx for SqlTx {
         .execute(&mut *self.tx)
         .await
         .map_err(db_err)?;
+        self.write_search(i, false).await?;
         self.write_labels(i).await
     }
 
@@ -456,6 +494,7 @@ impl IssueTx for SqlTx {
         if labels_changed {
             self.write_labels(i).await?;
         }
+        self.write_search(i, true).await?;
         Ok(())
     }
 
@@ -685,6 +724,86 @@ impl IssueTx for SqlTx {
                 })
             })
             .collect()
+    }
+
+    async fn search_issues(
+        &mut self,
+        words: &[String],
+        any: bool,
+        project: Option<&ProjectKey>,
+        limit: u32,
+    ) -> Result<(Vec<Hit>, i64), StorageError> {
+        // Only letters and digits reach here; each word is quoted for FTS5 all the same.
+        let mut a = Args::default();
+        let (from, matches, score, snippet) = match self.backend {
+            Backend::Sqlite => {
+                let joined = words
+                    .iter()
+                    .map(|w| format!("\"{}\"", w.replace('"', "")))
+                    .collect::<Vec<_>>()
+                    .join(if any { " OR " } else { " " });
+                (
+                    "console_issues_fts f JOIN console_issues i ON i.rowid = f.rowid".to_owned(),
+                    format!("console_issues_fts MATCH {}", a.push(joined)),
+                    "-bm25(console_issues_fts)".to_owned(),
+                    "snippet(console_issues_fts, 0, '', '', '…', 16)".to_owned(),
+                )
+            }
+            Backend::Postgres => {
+                let joined = words.join(if any { " | " } else { " & " });
+                let q = a.push(joined);
+                (
+                    "console_issues i".to_owned(),
+                    format!("i.search @@ to_tsquery('simple', {q})"),
+                    format!("ts_rank(i.search, to_tsquery('simple', {q}))::float8"),
+                    format!(
+                        "ts_headline('simple', i.title, to_tsquery('simple', {q}), \
+                         'StartSel=\"\",StopSel=\"\",MaxWords=24,MinWords=8')"
+                    ),
+                )
+            }
+        };
+        let mut filter = format!("WHERE {matches}");
+        if let Some(p) = project {
+            filter.push_str(&format!(
+                " AND i.project = {}",
+                a.push(p.as_str().to_owned())
+            ));
+        }
+        let total: i64 = sqlx::query_with(
+            &format!("SELECT COUNT(*) AS n FROM {from} {filter}"),
+            a.build(),
+        )
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .try_get("n")
+        .map_err(db_err)?;
+        let l = a.push(i64::from(limit));
+        let sql = format!(
+            "SELECT i.key AS key, i.title AS title, i.project AS project, i.updated_at AS at, \
+             {score} AS score, {snippet} AS snippet FROM {from} {filter} \
+             ORDER BY score DESC, i.updated_at DESC, i.key LIMIT {l}"
+        );
+        let rows = sqlx::query_with(&sql, a.build())
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        let hits = rows
+            .iter()
+            .map(|r| {
+                let project: String = r.try_get("project").map_err(db_err)?;
+                Ok(Hit {
+                    id: r.try_get("key").map_err(db_err)?,
+                    title: r.try_get("title").map_err(db_err)?,
+                    snippet: r.try_get("snippet").map_err(db_err)?,
+                    project: ProjectKey::parse(&project),
+                    at: time(r.try_get("at").map_err(db_err)?)?,
+                    score: r.try_get("score").map_err(db_err)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok((hits, total))
     }
 
     async fn subscribers(&mut self, key: &IssueKey) -> Result<Vec<(String, Time)>, StorageError> {

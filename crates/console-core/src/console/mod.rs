@@ -8,7 +8,7 @@ mod tokens;
 mod work;
 
 pub use signin::safe_return_to;
-pub use work::{IssuePatch, NewIssue, Presence, is_role};
+pub use work::{IssuePatch, NewIssue, Presence, Suggestion, console_ref, is_role};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -11,7 +11,7 @@ use crate::work::rules::{self, NameProblem};
 use crate::work::{
     Actor, Claim, Components, ComponentsMode, Event, EventPage, Issue, IssueFilter, IssueKey,
     IssueProgress, IssueView, NewEvent, Progress, Project, ProjectKey, ReadState, RouteFilter,
-    RouteStatus, Status, Subscriber, WorkTx,
+    RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx, search,
 };
 
 /// Runs `$body` in a write transaction with `$tx: &mut dyn WorkTx`, committing when it answers
@@ -49,6 +49,26 @@ pub trait Presence: Send + Sync + std::fmt::Debug {
     fn is_live(&self, session: &str) -> bool;
     /// The roles live sessions advertise.
     fn live_roles(&self) -> Vec<String>;
+}
+
+/// A console ref (protocol §5): `countersign://issue/KEY`, ….
+pub fn console_ref(kind: SearchKind, id: &str) -> String {
+    let k = match kind {
+        SearchKind::Issue => "issue",
+        SearchKind::Document => "artifact",
+        SearchKind::Ask => "ask",
+        SearchKind::Comment => "comment",
+        SearchKind::Message => "message",
+    };
+    format!("countersign://{k}/{id}")
+}
+
+/// One of `advice.suggestions` on a new issue.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Suggestion {
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub title: String,
 }
 
 /// Caps of protocol §2.
@@ -870,6 +890,88 @@ impl Console {
     pub async fn last_event_id(&self) -> Result<i64, Error> {
         let mut tx = self.parts.storage.read().await?;
         Ok(tx.last_event_id().await?)
+    }
+
+    /// Full-text search (protocol §6.5): each kind's index ranks its best 100, the kinds are
+    /// fused, and the page is cut from the fused list. CAP_EXCEEDED over 1,000 characters,
+    /// INVALID_PROJECT for a project that is not a project key.
+    pub async fn search(
+        &self,
+        q: &str,
+        project: Option<&str>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<SearchPage, Error> {
+        let q = q.trim();
+        if rules::chars(q) > 1000 {
+            return Err(Error::with_message(
+                ErrorCode::CAP_EXCEEDED,
+                "q is at most 1000 characters",
+            ));
+        }
+        if q.is_empty() {
+            return Err(Error::with_message(
+                ErrorCode::INVALID_QUERY,
+                "`q` names what to search for",
+            ));
+        }
+        let project = project
+            .map(|p| {
+                ProjectKey::parse(p).ok_or_else(|| {
+                    Error::with_message(ErrorCode::INVALID_PROJECT, "`project` is a project key")
+                })
+            })
+            .transpose()?;
+        let words = search::words(q);
+        let (hits, total) = if words.is_empty() {
+            (Vec::new(), 0)
+        } else {
+            let mut tx = self.parts.storage.read().await?;
+            tx.search_issues(&words, false, project.as_ref(), search::PER_KIND)
+                .await?
+        };
+        let reachable = hits.len() as i64;
+        let rows = search::fuse(vec![(SearchKind::Issue, hits)], console_ref)
+            .into_iter()
+            .skip(offset as usize)
+            .take(limit as usize)
+            .collect();
+        Ok(SearchPage {
+            rows,
+            total,
+            reachable,
+            limit,
+            offset,
+        })
+    }
+
+    /// The three items most similar to a new issue, from the same index, read after its write
+    /// committed (so it never slows or blocks the write); empty when the search fails.
+    pub async fn similar_to(&self, key: &IssueKey, title: &str) -> Vec<Suggestion> {
+        let words = search::words(title);
+        if words.is_empty() {
+            return Vec::new();
+        }
+        // Any word may match: similar, not the same.
+        let found = async {
+            let mut tx = self.parts.storage.read().await?;
+            tx.search_issues(&words, true, None, 4).await
+        };
+        match found.await {
+            Ok((hits, _)) => hits
+                .into_iter()
+                .filter(|h| h.id != key.as_str())
+                .take(3)
+                .map(|h| Suggestion {
+                    reference: console_ref(SearchKind::Issue, &h.id),
+                    title: h.title,
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "similar issues not found");
+                Vec::new()
+            }
+        }
     }
 
     /// A person's read state of every issue they read or pinned.

@@ -3,6 +3,7 @@
 //!
 //! - [`model`]: the records and their validated keys, as the answers show them.
 //! - [`rules`]: the input rules the spec writes out (project names, caps).
+//! - [`search`]: merging each kind's ranked matches (reciprocal rank fusion).
 //! - [`store`]: the storage traits, one per aggregate, that a [`store::WorkTx`] transaction
 //!   joins; filtering and paging happen in the storage's queries, never after a fetch-all.
 //!
@@ -12,6 +13,7 @@
 
 pub mod model;
 pub mod rules;
+pub mod search;
 pub mod store;
 
 pub use model::*;

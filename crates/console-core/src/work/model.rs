@@ -236,6 +236,55 @@ pub struct ReadState {
     pub pinned: bool,
 }
 
+/// One match of a kind's full-text index, with its score in that kind (higher is better).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    pub id: String,
+    pub title: String,
+    pub snippet: String,
+    pub project: Option<ProjectKey>,
+    pub at: Time,
+    pub score: f64,
+}
+
+/// The kinds search covers (protocol §6.5); issues are indexed now, the others with their
+/// issues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchKind {
+    Issue,
+    Document,
+    Ask,
+    Comment,
+    Message,
+}
+
+/// A search row (protocol §6.5).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchRow {
+    pub kind: SearchKind,
+    pub id: String,
+    /// The console ref (`countersign://issue/KEY`, …).
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub title: String,
+    pub snippet: String,
+    pub project: Option<ProjectKey>,
+    #[serde(with = "crate::work::model::rfc3339")]
+    pub at: Time,
+}
+
+/// A page of search results: `reachable` is how many the pages can reach (each kind's best
+/// 100), `total` how many match.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchPage {
+    pub rows: Vec<SearchRow>,
+    pub total: i64,
+    pub reachable: i64,
+    pub limit: u32,
+    pub offset: u32,
+}
+
 /// A session subscribed to an issue's topics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Subscriber {

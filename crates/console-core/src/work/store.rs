@@ -9,7 +9,7 @@ use crate::clock::Time;
 use crate::ids::Login;
 use crate::storage::StorageError;
 use crate::work::model::{
-    Event, EventPage, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey, ReadState,
+    Event, EventPage, Hit, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey, ReadState,
     Status,
 };
 
@@ -60,6 +60,16 @@ pub trait IssueTx: Send {
     ) -> Result<(), StorageError>;
     /// Every read state a person has, with each issue's last sequence, by issue key.
     async fn read_states(&mut self, login: &Login) -> Result<Vec<ReadState>, StorageError>;
+    /// The issues whose title or labels hold every one of `words` (with `any`, one at
+    /// least), within `project`, best first, at most `limit`, and how many match in all.
+    /// `words` are lowercase runs of letters and digits ([`crate::work::search::words`]).
+    async fn search_issues(
+        &mut self,
+        words: &[String],
+        any: bool,
+        project: Option<&ProjectKey>,
+        limit: u32,
+    ) -> Result<(Vec<Hit>, i64), StorageError>;
     /// Sessions subscribed to an issue: each that acted there (an event naming it) since its
     /// last unsubscribe, with the time of its first such event; by that time.
     async fn subscribers(&mut self, key: &IssueKey) -> Result<Vec<(String, Time)>, StorageError>;

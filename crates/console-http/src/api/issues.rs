@@ -37,6 +37,20 @@ struct IssuePage {
     offset: u32,
 }
 
+/// `advice` on a new issue: the most similar existing items.
+#[derive(Debug, Serialize)]
+struct Advice {
+    suggestions: Vec<countersign_console_core::console::Suggestion>,
+}
+
+/// The create answer: the issue and `advice`.
+#[derive(Debug, Serialize)]
+struct CreatedIssue {
+    #[serde(flatten)]
+    issue: IssueView,
+    advice: Advice,
+}
+
 /// `GET /issues/resolve`.
 #[derive(Debug, Serialize)]
 struct Resolved {
@@ -51,7 +65,15 @@ pub async fn create(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let issue = st.console.create_issue(&actor, b).await?;
     let location = format!("/api/v1/issues/{}", issue.key);
-    Ok(created(issue, Some(location)))
+    // After the write committed: it never slows or blocks the write.
+    let suggestions = st.console.similar_to(&issue.key, &issue.title).await;
+    Ok(created(
+        CreatedIssue {
+            issue,
+            advice: Advice { suggestions },
+        },
+        Some(location),
+    ))
 }
 
 pub async fn read(

@@ -20,6 +20,22 @@ pub async fn people(State(st): St) -> ApiResult<Response> {
     Ok(ok(st.console.people().await?))
 }
 
+/// `GET /api/v1/search`: `q`, `project`, `limit` (1-50, default 20), `offset`.
+pub async fn search(State(st): St, q: super::Query) -> ApiResult<Response> {
+    let text = q
+        .one("q")?
+        .ok_or_else(|| super::query_err("`q` names what to search for"))?;
+    let limit: u32 = q.parsed("limit")?.unwrap_or(20);
+    if !(1..=50).contains(&limit) {
+        return Err(super::query_err("`limit` is 1 to 50"));
+    }
+    let offset: u32 = q.parsed("offset")?.unwrap_or(0);
+    Ok(ok(st
+        .console
+        .search(text, q.one("project")?, limit, offset)
+        .await?))
+}
+
 #[derive(Debug, Serialize)]
 struct Health {
     status: &'static str,

@@ -1472,3 +1472,179 @@ async fn read_state_and_subscribers_postgres() -> anyhow::Result<()> {
         None => Ok(()),
     }
 }
+
+/// Search (SQLite FTS5, PostgreSQL full text) through reciprocal rank fusion, with paging,
+/// totals, the spec's refusals, and `advice.suggestions` on a new issue.
+async fn search(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    ada.post(
+        "/api/v1/projects",
+        json!({"key": "PAY", "name": "Payments"}),
+    )
+    .await?;
+    ada.post(
+        "/api/v1/projects",
+        json!({"key": "OPS", "name": "Operations"}),
+    )
+    .await?;
+    for (p, t) in [
+        ("PAY", "Refund a partial payment"),
+        ("PAY", "Refund fees twice"),
+        ("OPS", "Rotate the refund service keys"),
+        ("OPS", "Upgrade PostgreSQL"),
+    ] {
+        let r = ada
+            .post("/api/v1/issues", json!({"project": p, "title": t}))
+            .await?;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    // A new issue is answered with the most similar existing ones, never itself.
+    let r = ada
+        .post(
+            "/api/v1/issues",
+            json!({"project": "PAY", "title": "Refund in another currency", "labels": ["refund"]}),
+        )
+        .await?;
+    let sugg = r.json["advice"]["suggestions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!sugg.is_empty() && sugg.len() <= 3, "{}", r.text);
+    assert!(
+        sugg.iter().all(|s| s["ref"]
+            .as_str()
+            .is_some_and(|x| x.starts_with("countersign://issue/"))
+            && s["ref"] != "countersign://issue/PAY-3"),
+        "{}",
+        r.text
+    );
+    assert!(
+        sugg.iter().all(|s| s["title"]
+            .as_str()
+            .is_some_and(|t| t.to_lowercase().contains("refund"))),
+        "{}",
+        r.text
+    );
+
+    let s = agent.get("/api/v1/search?q=refund").await?;
+    assert_eq!(s.status, 200, "{}", s.text);
+    assert_eq!(
+        (
+            s.json["total"].as_i64(),
+            s.json["reachable"].as_i64(),
+            s.json["limit"].as_i64(),
+            s.json["offset"].as_i64()
+        ),
+        (Some(4), Some(4), Some(20), Some(0))
+    );
+    let row = &s.json["rows"][0];
+    assert_eq!(row["kind"], "issue");
+    assert!(
+        row["ref"].as_str().is_some_and(
+            |r| r == format!("countersign://issue/{}", row["id"].as_str().unwrap_or(""))
+        )
+    );
+    assert!(
+        row["snippet"]
+            .as_str()
+            .is_some_and(|x| x.to_lowercase().contains("refund")),
+        "{}",
+        s.text
+    );
+    assert!(row["at"].is_string());
+    // Every word must match; a project narrows; labels are indexed.
+    let ids = |r: &Resp| -> Vec<String> {
+        r.json["rows"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        ids(&agent.get("/api/v1/search?q=refund%20fees").await?),
+        ["PAY-2"]
+    );
+    let mut ops = ids(&agent.get("/api/v1/search?q=refund&project=OPS").await?);
+    ops.sort();
+    assert_eq!(ops, ["OPS-1"]);
+    assert_eq!(
+        ids(&agent.get("/api/v1/search?q=currency").await?),
+        ["PAY-3"]
+    );
+    // Paging cuts the fused list.
+    let all = ids(&agent.get("/api/v1/search?q=refund").await?);
+    let page = agent
+        .get("/api/v1/search?q=refund&limit=2&offset=1")
+        .await?;
+    assert_eq!(ids(&page), all[1..3].to_vec());
+    assert_eq!(page.json["total"], 4);
+    // An edit reaches the index.
+    ada.patch(
+        "/api/v1/issues/OPS-2",
+        json!({"title": "Upgrade PostgreSQL for refunds"}),
+    )
+    .await?;
+    assert_eq!(
+        ids(&agent.get("/api/v1/search?q=refunds%20postgresql").await?),
+        ["OPS-2"]
+    );
+    assert_eq!(
+        agent
+            .get("/api/v1/search?q=nothing%20like%20this")
+            .await?
+            .json["total"],
+        0
+    );
+    // Refusals.
+    refused(
+        &agent
+            .get(&format!("/api/v1/search?q={}", "x".repeat(1001)))
+            .await?,
+        400,
+        "CAP_EXCEEDED",
+    );
+    refused(
+        &agent.get("/api/v1/search?q=a&project=pay").await?,
+        400,
+        "INVALID_PROJECT",
+    );
+    refused(
+        &agent.get("/api/v1/search?q=a&limit=51").await?,
+        400,
+        "INVALID_QUERY",
+    );
+    refused(&agent.get("/api/v1/search").await?, 400, "INVALID_QUERY");
+    refused(
+        &agent.get("/api/v1/search?q=a&sort=new").await?,
+        400,
+        "INVALID_QUERY",
+    );
+    // Query syntax is words, never the index's own operators.
+    assert_eq!(
+        agent
+            .get("/api/v1/search?q=%22refund%22%20OR%20*")
+            .await?
+            .status,
+        200
+    );
+    console.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn search_sqlite() -> anyhow::Result<()> {
+    search(None).await
+}
+
+#[tokio::test]
+async fn search_postgres() -> anyhow::Result<()> {
+    match fresh_postgres().await? {
+        Some(db) => search(Some(db)).await,
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,112 @@
+//! Search across kinds: each kind's index ranks its own matches, and the kinds are merged by
+//! reciprocal rank fusion (Cormack, Clarke and Büttcher 2009; k = 60), ties broken by the row's
+//! score in its kind, then the newer, then `(kind, id)` (protocol §6.5).
+
+use crate::work::model::{Hit, SearchKind, SearchRow};
+
+/// RRF's constant.
+pub const RRF_K: f64 = 60.0;
+/// How many of each kind's best matches the pages can reach.
+pub const PER_KIND: u32 = 100;
+
+/// The words of a query, for the indexes: letters and digits runs, lowercased, at most 32.
+pub fn words(q: &str) -> Vec<String> {
+    q.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .take(32)
+        .collect()
+}
+
+/// Merges each kind's ranked hits into one list by reciprocal rank fusion.
+pub fn fuse(
+    kinds: Vec<(SearchKind, Vec<Hit>)>,
+    reference: impl Fn(SearchKind, &str) -> String,
+) -> Vec<SearchRow> {
+    let mut scored: Vec<(f64, SearchKind, Hit)> = Vec::new();
+    for (kind, hits) in kinds {
+        for (rank, h) in hits.into_iter().enumerate() {
+            scored.push((1.0 / (RRF_K + rank as f64 + 1.0), kind, h));
+        }
+    }
+    scored.sort_by(|(fa, ka, a), (fb, kb, b)| {
+        fb.total_cmp(fa)
+            .then(b.score.total_cmp(&a.score))
+            .then(b.at.cmp(&a.at))
+            .then(ka.cmp(kb))
+            .then(a.id.cmp(&b.id))
+    });
+    scored
+        .into_iter()
+        .map(|(_, kind, h)| SearchRow {
+            kind,
+            reference: reference(kind, &h.id),
+            id: h.id,
+            title: h.title,
+            snippet: h.snippet,
+            project: h.project,
+            at: h.at,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    fn hit(id: &str, score: f64, at: i64) -> Hit {
+        Hit {
+            id: id.into(),
+            title: id.into(),
+            snippet: String::new(),
+            project: None,
+            at: chrono::Utc
+                .timestamp_opt(at, 0)
+                .single()
+                .unwrap_or_default(),
+            score,
+        }
+    }
+
+    #[test]
+    fn words_are_runs_of_letters_and_digits() {
+        assert_eq!(
+            words("Refund \"partial\"* OR x:y"),
+            ["refund", "partial", "or", "x", "y"]
+        );
+        assert!(words("  -- ").is_empty());
+    }
+
+    #[test]
+    fn reciprocal_rank_fusion_interleaves_kinds_with_the_tie_breaks() {
+        let rows = fuse(
+            vec![
+                (
+                    SearchKind::Issue,
+                    vec![hit("I1", 9.0, 1), hit("I2", 5.0, 1)],
+                ),
+                (
+                    SearchKind::Document,
+                    vec![hit("D1", 3.0, 1), hit("D2", 1.0, 5)],
+                ),
+            ],
+            |k, id| format!("{k:?}/{id}"),
+        );
+        let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+        // Ranks tie pairwise: the higher score in its kind first.
+        assert_eq!(ids, ["I1", "D1", "I2", "D2"]);
+        // Same rank and score: the newer, then the kind.
+        let rows = fuse(
+            vec![
+                (SearchKind::Issue, vec![hit("I1", 1.0, 1)]),
+                (SearchKind::Ask, vec![hit("A1", 1.0, 2)]),
+                (SearchKind::Comment, vec![hit("C1", 1.0, 1)]),
+            ],
+            |_, id| id.into(),
+        );
+        let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["A1", "I1", "C1"]);
+    }
+}
