@@ -1,0 +1,424 @@
+//! `countersign-console-loadgen`: the console's work routes under load (issue 11's
+//! benchmarks), against a console in this process on a SQLite file (or `--database-url`):
+//!
+//! 1. issue creation through `POST /api/v1/issues` (advice included), `--connections` at once;
+//! 2. the rest of `--issues` created through the core (the same transaction and event, no
+//!    HTTP), so the next phases run on a table that size;
+//! 3. filtered lists (`project`, `status`, `label`, `limit=50`): p50, p99;
+//! 4. search (`q` one or two words): p50, p99;
+//! 5. fan-out: `--streams` open `GET /api/v1/events` streams, then `--events` issues created
+//!    one at a time; for each event, the delay from the POST's answer to each stream's receipt.
+//!
+//! The server runs on its own 2-thread runtime; the client on the rest. Figures go to
+//! `docs/benchmarks.md` with the command.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use countersign_console_core::NewIssue;
+use countersign_console_core::work::Actor;
+use serde_json::json;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Debug, Parser)]
+#[command(about = "Throughput and latency of the console's work routes")]
+struct Args {
+    /// Issues in the table for the list, search and fan-out phases.
+    #[arg(long, default_value_t = 100_000)]
+    issues: usize,
+    /// Of those, how many are created through the API (the creation phase).
+    #[arg(long, default_value_t = 5_000)]
+    create: usize,
+    /// Concurrent clients in the creation, list and search phases.
+    #[arg(long, default_value_t = 16)]
+    connections: usize,
+    /// Requests in each of the list and search phases.
+    #[arg(long, default_value_t = 2_000)]
+    queries: usize,
+    /// Open event streams in the fan-out phase.
+    #[arg(long, default_value_t = 1_000)]
+    streams: usize,
+    /// Events sent to them, one at a time.
+    #[arg(long, default_value_t = 20)]
+    events: usize,
+    /// The console's database (default: a SQLite file in a temp dir).
+    #[arg(long)]
+    database_url: Option<String>,
+}
+
+const TOKEN: &str = "loadgen-shared-token-0123456789";
+
+const WORDS: &[&str] = &[
+    "refund",
+    "payment",
+    "invoice",
+    "ledger",
+    "currency",
+    "checkout",
+    "cart",
+    "login",
+    "session",
+    "token",
+    "rotate",
+    "deploy",
+    "rollback",
+    "migration",
+    "index",
+    "query",
+    "latency",
+    "cache",
+    "queue",
+    "worker",
+    "retry",
+    "timeout",
+    "webhook",
+    "audit",
+    "report",
+    "export",
+    "import",
+    "search",
+    "filter",
+    "page",
+    "button",
+    "layout",
+    "mobile",
+    "desktop",
+    "email",
+    "alert",
+    "metric",
+    "trace",
+    "log",
+    "dashboard",
+    "billing",
+    "plan",
+    "quota",
+    "limit",
+    "upgrade",
+    "schema",
+    "backup",
+    "restore",
+    "replica",
+    "failover",
+];
+
+/// A small deterministic generator (xorshift), so runs are comparable.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
+        v[(self.next() % v.len() as u64) as usize]
+    }
+    fn title(&mut self) -> String {
+        (0..5)
+            .map(|_| self.pick(WORDS))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn report(name: &str, mut lat: Vec<Duration>, elapsed: Duration) {
+    lat.sort();
+    println!(
+        "{name}: {} requests in {:.2} s ({:.0}/s), p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        lat.len(),
+        elapsed.as_secs_f64(),
+        lat.len() as f64 / elapsed.as_secs_f64(),
+        percentile(&lat, 0.50).as_secs_f64() * 1e3,
+        percentile(&lat, 0.99).as_secs_f64() * 1e3,
+        lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+    );
+}
+
+/// Runs `n` requests from `connections` clients; answers each one's latency.
+async fn closed_loop<F, Fut>(
+    n: usize,
+    connections: usize,
+    f: F,
+) -> anyhow::Result<(Vec<Duration>, Duration)>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let f = Arc::new(f);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (f, next) = (f.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                let t = Instant::now();
+                f(i).await?;
+                lat.push(t.elapsed());
+            }
+        }));
+    }
+    let mut all = Vec::with_capacity(n);
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    Ok((all, start.elapsed()))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let dir = tempfile::tempdir()?;
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN)?;
+    let listener = server_rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let mut config = countersign_console_http::Config::new(&url);
+    config.database_url = args.database_url.clone().unwrap_or_else(|| {
+        format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("console.db").display()
+        )
+    });
+    config.shared_token_file = Some(token_file);
+    let state = server_rt.block_on(countersign_console_http::build(
+        &config,
+        Arc::new(countersign_console_core::SystemClock),
+    ))?;
+    let _running = server_rt.block_on(countersign_console_http::serve(state.clone(), listener))?;
+    println!(
+        "console on {}",
+        if args.database_url.is_some() {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        }
+    );
+    client_rt.block_on(run(args, url, state))
+}
+
+async fn run(
+    args: Args,
+    url: String,
+    state: Arc<countersign_console_http::AppState>,
+) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.streams + args.connections + 8)
+        .build()?;
+    let r = http
+        .post(format!("{url}/api/v1/projects"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"key": "BENCH", "name": "Bench", "actor": "loadgen"}))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status() == 201, "project: {}", r.status());
+
+    // 1. Creation through the API.
+    let create = args.create.min(args.issues);
+    let (lat, took) = {
+        let (http, url) = (http.clone(), url.clone());
+        closed_loop(create, args.connections, move |i| {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1));
+                let r = http
+                    .post(format!("{url}/api/v1/issues"))
+                    .bearer_auth(TOKEN)
+                    .json(&json!({
+                        "project": "BENCH",
+                        "title": rng.title(),
+                        "labels": [format!("l{}", rng.next() % 20)],
+                        "priority": rng.next() % 4,
+                    }))
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status() == 201, "create: {}", r.status());
+                Ok(())
+            }
+        })
+        .await?
+    };
+    report("POST /api/v1/issues (with advice)", lat, took);
+
+    // 2. The rest through the core.
+    let rest = args.issues - create;
+    let started = Instant::now();
+    let actor = Actor::System {
+        name: "loadgen".into(),
+    };
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let statuses = ["todo", "in_progress", "in_review", "blocked", "done"];
+    for i in 0..rest {
+        let new = NewIssue {
+            project: Some("BENCH".into()),
+            title: Some(rng.title()),
+            status: serde_json::from_value(json!(rng.pick(&statuses))).ok(),
+            priority: Some((rng.next() % 4) as u8),
+            labels: vec![format!("l{}", rng.next() % 20)],
+            ..Default::default()
+        };
+        state.console.create_issue(&actor, new).await?;
+        if i % 10_000 == 9_999 {
+            eprintln!("  {} issues…", create + i + 1);
+        }
+    }
+    println!(
+        "filled {rest} more issues through the core in {:.1} s ({:.0}/s)",
+        started.elapsed().as_secs_f64(),
+        rest as f64 / started.elapsed().as_secs_f64().max(1e-9)
+    );
+
+    // 3. Filtered lists.
+    let (lat, took) = {
+        let (http, url) = (http.clone(), url.clone());
+        closed_loop(args.queries, args.connections, move |i| {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let status = ["todo", "in_progress", "done"][i % 3];
+                let r = http
+                    .get(format!(
+                        "{url}/api/v1/issues?project=BENCH&status={status}&label=l{}&limit=50",
+                        i % 20
+                    ))
+                    .bearer_auth(TOKEN)
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status() == 200, "list: {}", r.status());
+                r.bytes().await?;
+                Ok(())
+            }
+        })
+        .await?
+    };
+    report(
+        "GET /api/v1/issues (project, status, label, limit=50)",
+        lat,
+        took,
+    );
+
+    // 4. Search.
+    let (lat, took) = {
+        let (http, url) = (http.clone(), url.clone());
+        closed_loop(args.queries, args.connections, move |i| {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let q = if i % 2 == 0 {
+                    WORDS[i % WORDS.len()].to_owned()
+                } else {
+                    format!(
+                        "{} {}",
+                        WORDS[i % WORDS.len()],
+                        WORDS[(i * 7) % WORDS.len()]
+                    )
+                };
+                let r = http
+                    .get(format!("{url}/api/v1/search"))
+                    .query(&[("q", q.as_str())])
+                    .bearer_auth(TOKEN)
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status() == 200, "search: {}", r.status());
+                r.bytes().await?;
+                Ok(())
+            }
+        })
+        .await?
+    };
+    report("GET /api/v1/search (one or two words)", lat, took);
+
+    // 5. Fan-out to open streams.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let ready = Arc::new(tokio::sync::Barrier::new(args.streams + 1));
+    for s in 0..args.streams {
+        let (http, url, tx, ready) = (http.clone(), url.clone(), tx.clone(), ready.clone());
+        tokio::spawn(async move {
+            let mut resp = match http
+                .get(format!("{url}/api/v1/events"))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("stream {s}: {e}");
+                    ready.wait().await;
+                    return;
+                }
+            };
+            ready.wait().await;
+            let mut buf = String::new();
+            while let Ok(Some(chunk)) = resp.chunk().await {
+                buf.push_str(&String::from_utf8_lossy(&chunk));
+                while let Some(nl) = buf.find('\n') {
+                    let line: String = buf.drain(..=nl).collect();
+                    // Each event carries one `id:` line.
+                    if line.starts_with("id:") {
+                        let _ = tx.send(Instant::now());
+                    }
+                }
+            }
+        });
+    }
+    drop(tx);
+    ready.wait().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut delays = Vec::new();
+    for e in 0..args.events {
+        let r = http
+            .post(format!("{url}/api/v1/issues"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"project": "BENCH", "title": format!("fan-out {e}")}))
+            .send()
+            .await?;
+        let answered = Instant::now();
+        anyhow::ensure!(r.status() == 201, "fan-out create: {}", r.status());
+        let mut got = 0;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while got < args.streams {
+            let Ok(Some(at)) = tokio::time::timeout_at(deadline, rx.recv()).await else {
+                break;
+            };
+            got += 1;
+            delays.push(at.saturating_duration_since(answered));
+        }
+        anyhow::ensure!(
+            got == args.streams,
+            "event {e} reached {got} of {} streams",
+            args.streams
+        );
+    }
+    delays.sort();
+    println!(
+        "fan-out: {} events to {} streams: delay after the POST's answer p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        args.events,
+        args.streams,
+        percentile(&delays, 0.5).as_secs_f64() * 1e3,
+        percentile(&delays, 0.99).as_secs_f64() * 1e3,
+        delays.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+    );
+    Ok(())
+}
