@@ -65,6 +65,8 @@ async fn contract(s: &SqlStorage) {
     let brief = PersonalToken {
         id: TokenId(uuid::Uuid::new_v4()),
         hash: format!("h2-{tag}"),
+        // Listed by creation time: a second later than the first.
+        created_at: t0 + Duration::seconds(1),
         expires_at: Some(t0 + Duration::hours(1)),
         ..tok.clone()
     };
