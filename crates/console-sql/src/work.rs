@@ -621,6 +621,41 @@ impl IssueTx for SqlTx {
             .collect()
     }
 
+    async fn children_of(
+        &mut self,
+        parents: &[IssueKey],
+    ) -> Result<Vec<(IssueKey, IssueKey, Status)>, StorageError> {
+        if parents.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut a = Args::default();
+        let list: Vec<String> = parents
+            .iter()
+            .map(|p| a.push(p.as_str().to_owned()))
+            .collect();
+        let sql = format!(
+            "SELECT parent, key, status FROM console_issues WHERE parent IN ({}) \
+             ORDER BY project, number",
+            list.join(", ")
+        );
+        let rows = sqlx::query_with(&sql, a.build())
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                let p: String = r.try_get("parent").map_err(db_err)?;
+                let k: String = r.try_get("key").map_err(db_err)?;
+                let s: String = r.try_get("status").map_err(db_err)?;
+                Ok((
+                    IssueKey::parse(&p).ok_or_else(|| corrupt("issue key"))?,
+                    IssueKey::parse(&k).ok_or_else(|| corrupt("issue key"))?,
+                    Status::parse(&s).ok_or_else(|| corrupt("status"))?,
+                ))
+            })
+            .collect()
+    }
+
     async fn last_rank(&mut self, project: &ProjectKey) -> Result<Option<String>, StorageError> {
         let row = sqlx::query("SELECT MAX(rank) AS r FROM console_issues WHERE project = $1")
             .bind(project.as_str())

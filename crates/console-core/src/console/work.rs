@@ -382,6 +382,16 @@ impl Console {
     /// The answer for an issue: its children and progress read in the same transaction.
     async fn view(&self, tx: &mut dyn WorkTx, issue: Issue) -> Result<IssueView, Error> {
         let children = tx.children(&issue.key).await?;
+        Ok(self.view_with(issue, children, &self.live_roles()))
+    }
+
+    /// The answer for an issue whose children were read already.
+    fn view_with(
+        &self,
+        issue: Issue,
+        children: Vec<(IssueKey, Status)>,
+        live_roles: &[String],
+    ) -> IssueView {
         let done = children.iter().filter(|(_, s)| !s.is_open()).count() as i64;
         let progress = IssueProgress {
             tasks: None,
@@ -390,8 +400,8 @@ impl Console {
                 total: children.len() as i64,
             }),
         };
-        let route_status = self.route_status(&issue, &self.live_roles());
-        Ok(IssueView {
+        let route_status = self.route_status(&issue, live_roles);
+        IssueView {
             route_status,
             progress,
             open_asks: Vec::new(),
@@ -414,7 +424,7 @@ impl Console {
             created_at: issue.created_at,
             updated_at: issue.updated_at,
             closed_at: issue.closed_at,
-        })
+        }
     }
 
     fn route_status(&self, issue: &Issue, live_roles: &[String]) -> Option<RouteStatus> {
@@ -578,10 +588,19 @@ impl Console {
         });
         let mut tx = self.parts.storage.read().await?;
         let (issues, total) = tx.issues(&filter).await?;
-        let mut out = Vec::with_capacity(issues.len());
-        for i in issues {
-            out.push(self.view(&mut *tx, i).await?);
+        let keys: Vec<IssueKey> = issues.iter().map(|i| i.key.clone()).collect();
+        let mut children: std::collections::HashMap<IssueKey, Vec<(IssueKey, Status)>> =
+            Default::default();
+        for (parent, child, status) in tx.children_of(&keys).await? {
+            children.entry(parent).or_default().push((child, status));
         }
+        let out = issues
+            .into_iter()
+            .map(|i| {
+                let c = children.remove(&i.key).unwrap_or_default();
+                self.view_with(i, c, &roles)
+            })
+            .collect();
         Ok((out, total))
     }
 

@@ -38,6 +38,12 @@ pub trait IssueTx: Send {
     async fn issues(&mut self, f: &IssueFilter) -> Result<(Vec<Issue>, i64), StorageError>;
     /// Direct children's keys and statuses, by number.
     async fn children(&mut self, key: &IssueKey) -> Result<Vec<(IssueKey, Status)>, StorageError>;
+    /// The direct children of several issues at once: `(parent, child, status)`, by child
+    /// number (a list's page answers each issue's children in one query, not one each).
+    async fn children_of(
+        &mut self,
+        parents: &[IssueKey],
+    ) -> Result<Vec<(IssueKey, IssueKey, Status)>, StorageError>;
     /// The highest rank in the project (new issues go after it).
     async fn last_rank(&mut self, project: &ProjectKey) -> Result<Option<String>, StorageError>;
     /// The rank just after `key`'s in its project, if any.
