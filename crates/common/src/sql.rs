@@ -82,7 +82,8 @@ impl Schema {
 }
 
 /// Opens a pool on `url` (`sqlite://path?mode=rwc`, `sqlite::memory:`, `postgres://…`).
-/// SQLite gets WAL and a 5 s busy timeout; `:memory:` one connection kept for the pool's life
+/// SQLite gets WAL (`synchronous = NORMAL`), a 5 s busy timeout, a memory map and a 64 MiB
+/// page cache; `:memory:` one connection kept for the pool's life
 /// (each connection would be its own database).
 pub async fn open_pool(
     url: &str,
@@ -108,6 +109,13 @@ pub async fn open_pool(
                 conn.execute("PRAGMA busy_timeout = 5000").await?;
                 conn.execute("PRAGMA journal_mode = WAL").await?;
                 conn.execute("PRAGMA foreign_keys = ON").await?;
+                // WAL with NORMAL: a commit survives the process crashing; an OS crash or power
+                // loss may lose the last commits, never consistency (docs/decisions.md).
+                conn.execute("PRAGMA synchronous = NORMAL").await?;
+                // Pages read through a memory map and a 64 MiB cache per connection, not a
+                // system call per page.
+                conn.execute("PRAGMA mmap_size = 1073741824").await?;
+                conn.execute("PRAGMA cache_size = -65536").await?;
                 Ok(())
             })
         });
