@@ -569,3 +569,42 @@ pub async fn issue_page(
         },
     )
 }
+
+pub async fn search_page(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let h = match human(&caller) {
+        Ok(h) => h,
+        Err(r) => return *r,
+    };
+    let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
+    let mut view = html::SearchPage {
+        chrome: chrome("Search", h, ""),
+        q: text.clone(),
+        total: 0,
+        rows: Vec::new(),
+        error: None,
+    };
+    if !text.is_empty() {
+        match st.console.search(&text, None, 50, 0).await {
+            Ok(found) => {
+                view.total = found.total;
+                view.rows = found
+                    .rows
+                    .into_iter()
+                    .map(|r| html::SearchResult {
+                        href: format!("/issues/{}", r.id),
+                        id: r.id,
+                        reference: r.reference,
+                        title: r.title,
+                        snippet: r.snippet,
+                    })
+                    .collect();
+            }
+            Err(e) => view.error = Some(error_text(&e)),
+        }
+    }
+    page(StatusCode::OK, &view)
+}

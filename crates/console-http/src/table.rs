@@ -140,6 +140,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/history", HumanOnly, Page, [], "what the person decided through this console, newest first", pages::history_page),
     route!(GET "/projects", HumanOnly, Page, [], "the projects, each with its issue list", pages::projects_page),
     route!(GET "/projects/{key}/issues", HumanOnly, Page, [], "a project's issues, filtered by status and label", pages::issues_page),
+    route!(GET "/search", HumanOnly, Page, [], "search from the header: issues by their words", pages::search_page),
     route!(GET "/issues/{key}", HumanOnly, Page, [], "one issue: its fields, children, claim and history, updated live", pages::issue_page),
     route!(POST "/sign-out", HumanOnly, Page, [], "sign out (ends the browser session)", pages::sign_out),
     route!(GET "/sign-in", Anyone, Page, [], "sign-in page", pages::sign_in_page),

@@ -222,6 +222,19 @@ fn check_components(c: Components) -> Result<Components, Error> {
     Ok(c)
 }
 
+/// The rank a new issue gets from its number: seven base-25 digits `b`..`z`, so ranks of issues
+/// created one after another grow in order without growing in length (midpoints after the
+/// last rank would add a character every few issues). Never ends in `a`.
+pub fn rank_of_number(number: i64) -> String {
+    let mut n = number.max(0) as u64;
+    let mut out = [b'b'; 7];
+    for d in out.iter_mut().rev() {
+        *d = b'b' + (n % 25) as u8;
+        n /= 25;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// A rank strictly between `lo` and `hi` (either open), over `a`..`z`, ordered bytewise
 /// (fractional indexing). A rank never ends in `a`, so there is always room below it.
 pub fn rank_between(lo: Option<&str>, hi: Option<&str>) -> String {
@@ -498,11 +511,18 @@ impl Console {
                 Actor::Agent { owner: Some(o), .. } => Some(o.clone()),
                 _ => parent_issue.as_ref().and_then(|p| p.assignee.clone()),
             });
+            let number = tx.next_issue_number(&project).await?;
             let rank = match &new.rank {
-                None => rank_between(tx.last_rank(&project).await?.as_deref(), None),
+                // After every other issue: the number's rank, unless a placement went past it.
+                None => {
+                    let by_number = rank_of_number(number);
+                    match tx.last_rank(&project).await? {
+                        Some(last) if last >= by_number => rank_between(Some(&last), None),
+                        _ => by_number,
+                    }
+                }
                 Some(at) => self.rank_at(tx, at).await?,
             };
-            let number = tx.next_issue_number(&project).await?;
             let issue = Issue {
                 key: IssueKey::new(&project, number),
                 project: project.clone(),
@@ -1089,6 +1109,15 @@ impl Console {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_by_number_keep_order_and_length() {
+        let ranks: Vec<String> = (1..2000).map(rank_of_number).collect();
+        assert!(ranks.windows(2).all(|w| w[0] < w[1]));
+        assert!(ranks.iter().all(|r| r.len() == 7 && !r.ends_with('a')));
+        let m = rank_between(Some(&ranks[0]), Some(&ranks[1]));
+        assert!(ranks[0] < m && m < ranks[1], "{m}");
+    }
 
     #[test]
     fn ranks_fall_strictly_between() {
