@@ -797,13 +797,7 @@ impl Console {
             ));
         }
         for _ in 0..2 {
-            let seen = {
-                let mut tx = self.parts.storage.read().await?;
-                tx.issue(&key)
-                    .await?
-                    .ok_or_else(|| not_found("issue"))?
-                    .claim
-            };
+            let seen = self.read_claim(&key).await?;
             if let Some(c) = &seen {
                 if Self::holds(c, actor) {
                     return Ok(c.clone());
@@ -818,33 +812,73 @@ impl Console {
                 holder: actor.clone(),
                 at: self.now(),
             };
-            let done = transact!(self, |tx| {
-                let mut issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
-                if issue.claim != seen {
-                    return Ok(None);
-                }
-                issue.claim = Some(claim.clone());
-                issue.sequence += 1;
-                issue.updated_at = claim.at;
-                tx.update_issue(&issue).await?;
-                let e = self
-                    .append(
-                        tx,
-                        "issue.claimed",
-                        actor,
-                        Some(&issue.project),
-                        Some((&issue.key, issue.sequence)),
-                        json!({ "key": issue.key, "holder": claim.holder }),
-                    )
-                    .await?;
-                Ok(Some(e))
-            })?;
-            if let Some(e) = done {
-                self.event_committed(e.id);
+            if self
+                .swap_claim(
+                    actor,
+                    &key,
+                    &seen,
+                    Some(claim.clone()),
+                    "issue.claimed",
+                    &claim.holder,
+                )
+                .await?
+            {
                 return Ok(claim);
             }
         }
         Err(ErrorCode::CLAIM_CONTENDED.into())
+    }
+
+    /// The issue's claim as it is now.
+    async fn read_claim(&self, key: &IssueKey) -> Result<Option<Claim>, Error> {
+        let mut tx = self.parts.storage.read().await?;
+        Ok(tx
+            .issue(key)
+            .await?
+            .ok_or_else(|| not_found("issue"))?
+            .claim)
+    }
+
+    /// Sets the issue's claim to `next` if it is still `seen` (the compare-and-set of claims),
+    /// appending `kind` naming `holder`; false when the claim changed in between.
+    async fn swap_claim(
+        &self,
+        actor: &Actor,
+        key: &IssueKey,
+        seen: &Option<Claim>,
+        next: Option<Claim>,
+        kind: &'static str,
+        holder: &Actor,
+    ) -> Result<bool, Error> {
+        let done = transact!(self, |tx| {
+            let mut issue = tx.issue(key).await?.ok_or_else(|| not_found("issue"))?;
+            if issue.claim != *seen {
+                return Ok(None);
+            }
+            issue.claim = next.clone();
+            issue.sequence += 1;
+            issue.updated_at = self.now();
+            tx.update_issue(&issue).await?;
+            let data = json!({ "key": issue.key, "holder": holder });
+            let e = self
+                .append(
+                    tx,
+                    kind,
+                    actor,
+                    Some(&issue.project),
+                    Some((&issue.key, issue.sequence)),
+                    data,
+                )
+                .await?;
+            Ok(Some(e))
+        })?;
+        match done {
+            Some(e) => {
+                self.event_committed(e.id);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Releases an issue's claim: its holder, any person, or anyone once the holding session
@@ -852,42 +886,17 @@ impl Console {
     pub async fn release(&self, actor: &Actor, key: &str) -> Result<(), Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         for _ in 0..2 {
-            let seen = {
-                let mut tx = self.parts.storage.read().await?;
-                tx.issue(&key)
-                    .await?
-                    .ok_or_else(|| not_found("issue"))?
-                    .claim
-            };
+            let seen = self.read_claim(&key).await?;
             let Some(c) = &seen else {
                 return Ok(());
             };
             if !Self::holds(c, actor) && !actor.is_human() && self.holder_live(&c.holder) {
                 return Err(Error::new(ErrorCode::ISSUE_CLAIMED).with_detail("holder", &c.holder));
             }
-            let done = transact!(self, |tx| {
-                let mut issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
-                if issue.claim != seen {
-                    return Ok(None);
-                }
-                issue.claim = None;
-                issue.sequence += 1;
-                issue.updated_at = self.now();
-                tx.update_issue(&issue).await?;
-                let e = self
-                    .append(
-                        tx,
-                        "issue.released",
-                        actor,
-                        Some(&issue.project),
-                        Some((&issue.key, issue.sequence)),
-                        json!({ "key": issue.key, "holder": c.holder }),
-                    )
-                    .await?;
-                Ok(Some(e))
-            })?;
-            if let Some(e) = done {
-                self.event_committed(e.id);
+            if self
+                .swap_claim(actor, &key, &seen, None, "issue.released", &c.holder)
+                .await?
+            {
                 return Ok(());
             }
         }
