@@ -16,21 +16,9 @@ use crate::clock::Time;
 use crate::ids::{ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId};
 use crate::model::{Enrollment, Grant, LauncherCredential, PendingLogin, Record, Request};
 
-/// A storage failure. Its text goes to logs, never to clients.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum StorageError {
-    /// The database cannot be reached: clients see DATABASE_UNAVAILABLE.
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
-    /// The transaction lost a race the backend could not serialise; run it again.
-    #[error("transaction conflict")]
-    Conflict,
-    /// A stored row does not decode.
-    #[error("stored row does not decode: {0}")]
-    Corrupt(String),
-    #[error("storage failure: {0}")]
-    Other(String),
-}
+/// A storage failure (the one type adapters of the broker and the console map driver errors
+/// into). Its text goes to logs, never to clients.
+pub use countersign_common::storage::StorageError;
 
 /// An outbox message (expiry notifications) waiting for delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
