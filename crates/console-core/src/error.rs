@@ -39,6 +39,46 @@ countersign_common::error_catalogue! {
         ISSUE_CLAIMED => 409, "another holder claims the issue";
         CLAIM_CONTENDED => 409, "the claim changed hands twice during the request; read the issue and retry";
         ISSUE_CLOSED => 409, "a closed issue changes only its status and components";
+        // ----- documents (protocol §6.2) -----
+        ARTIFACT_INPUT => 400, "an upload or document body is malformed or not allowed here";
+        TARGET_NOT_FOUND => 404, "the document has no such block, row or column";
+        DOCUMENT_CHANGED => 409, "the document changed since the token given; nothing was applied";
+        QUOTE_NOT_FOUND => 409, "the quote matches nothing in its scope";
+        QUOTE_AMBIGUOUS => 409, "the quote matches more than once in its scope";
+        DOCUMENT_LIVE => 409, "the document loads and is live: nothing to rebuild";
+        DOCUMENT_LOADS => 409, "the document's history loads: nothing to rebuild";
+        // ----- asks and comments (protocol §6.3) -----
+        ASK_STATE => 409, "the ask is not in a state that allows this";
+        SUGGESTION_STATE => 409, "the suggestion was decided already, or there is none";
+        // ----- messages, broadcasts, inbox (protocol §6.4) -----
+        MESSAGE_INPUT => 400, "the message body is malformed or has an unknown field";
+        THREAD_ID_INPUT => 400, "a thread id is a UUID";
+        THREAD_FORBIDDEN => 403, "this session neither is the thread's target nor replied in it";
+        ACCEPT_FORBIDDEN => 403, "a session accepts only its own delivery attempts";
+        BROADCAST_KEY_REUSED => 409, "this idempotency_key named another broadcast request";
+        ACCEPT_NOT_DIRECT => 409, "only a direct message to this session on no issue can be accepted";
+        ACCEPT_NOT_WRITTEN_BY_PERSON => 409, "only a message a person wrote can be accepted";
+        ACCEPT_NOT_ASIDE_OR_STEER => 409, "only a message sent as aside or steer can be accepted";
+        ACCEPT_SUPERSEDED => 409, "only the message's latest attempt can be accepted";
+        ACCEPT_ALREADY_ACCEPTED => 409, "an attempt of this message was accepted already";
+        ACCEPT_NOT_REQUESTED_BY_PERSON => 409, "only an attempt a person requested can be accepted";
+        ACCEPT_NOT_REQUESTED_BY_AUTHOR => 409, "only an attempt the message's author requested can be accepted";
+        ACCEPT_FAILED => 409, "a failed attempt cannot be accepted";
+        ACCEPT_STALE => 409, "an attempt can be accepted within a minute of it";
+        WEBHOOK_INVALID => 401, "the webhook's signature, timestamp or headers do not verify";
+        // ----- delivery and architecture (protocol §6.5, §9) -----
+        RUN_ID_INPUT => 400, "a run id is a positive integer";
+        SESSION_GROUP_INPUT => 400, "a session group body is malformed: a name and one session at least";
+        DELIVERY_NOT_CONFIGURED => 404, "no delivery settings are configured";
+        SOURCE_NOT_FOUND => 404, "the project has no architecture source";
+        SESSION_IN_GROUP => 409, "another session group holds this session";
+        SESSION_GROUP_NAME_TAKEN => 409, "another session group has this name";
+        SESSION_GROUP_NAME_IS_SESSION_TITLE => 409, "this name is the title of a session outside the group";
+        SOURCE_ACCESS => 409, "the code-hosting integration cannot read this repository or branch";
+        DELIVERY_SETTINGS_ACCESS => 409, "the code-hosting integration cannot read the deploy repository";
+        CODE_HOST_UNAVAILABLE => 503, "the code-hosting service could not be reached";
+        // ----- projects and mappings -----
+        MAPPING_IN_USE => 409, "an issue names this repository as its repo";
         INTERNAL => 500, "internal error";
     }
 }

@@ -23,6 +23,7 @@ pub mod broker;
 pub mod caller;
 pub mod clock;
 pub mod console;
+pub mod doc;
 pub mod error;
 pub mod idp;
 pub mod ids;

@@ -119,6 +119,16 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/api/v1/inbox/issues", HumanOnly, Api, [], "the caller's per-issue read state", api::issues::read_states),
     route!(PATCH "/api/v1/inbox/issues/{key}", HumanOnly, Api, [], "update the caller's read state for an issue", api::issues::update_read_state),
     route!(GET "/api/v1/issues/{key}/events", HumanOrAgent, Api, ["after", "before", "ids", "order", "limit", "session"], "page the issue's event log", api::issues::events),
+    // ----- repository mappings (issue 11) -----
+
+    // ----- documents (issue 12) -----
+
+    // ----- asks, comments, reviews, the inbox (issue 13) -----
+
+    // ----- messages, broadcasts, conversation state (issue 14) -----
+
+    // ----- delivery and architecture (issue 15) -----
+
     // ----- the broker front -----
     route!(GET "/api/v1/credential-requests", HumanOnly, Api, ["approver"], "credential requests the caller may decide (?approver=me)", api::front::list_requests),
     route!(POST "/api/v1/credential-requests/machine-lookup", HumanOnly, Api, [], "find a pending machine login by its typed code", api::front::machine_lookup),
@@ -142,6 +152,13 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/projects/{key}/issues", HumanOnly, Page, [], "a project's issues, filtered by status and label", pages::issues_page),
     route!(GET "/search", HumanOnly, Page, [], "search from the header: issues by their words", pages::search_page),
     route!(GET "/issues/{key}", HumanOnly, Page, [], "one issue: its fields, children, claim and history, updated live", pages::issue_page),
+    // ----- pages: documents (issue 12) -----
+
+    // ----- pages: asks and the inbox (issue 13) -----
+
+    // ----- pages: conversations, relay, broadcasts (issue 14) -----
+
+    // ----- pages: delivery and architecture (issue 15) -----
     route!(POST "/sign-out", HumanOnly, Page, [], "sign out (ends the browser session)", pages::sign_out),
     route!(GET "/sign-in", Anyone, Page, [], "sign-in page", pages::sign_in_page),
     route!(GET "/auth/oidc", Anyone, Page, [], "start signing in with the OpenID provider", pages::oidc_start),

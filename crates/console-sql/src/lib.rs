@@ -26,6 +26,10 @@ use countersign_console_core::work::WorkTx;
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 
+mod asks;
+mod delivery;
+mod documents;
+mod messages;
 mod work;
 pub use work::SqlTx;
 

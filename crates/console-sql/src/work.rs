@@ -125,10 +125,10 @@ const EVENT_COLUMNS: &str =
 
 /// One transaction.
 pub struct SqlTx {
-    tx: Transaction<'static, Any>,
-    backend: Backend,
-    write: bool,
-    events_locked: bool,
+    pub(crate) tx: Transaction<'static, Any>,
+    pub(crate) backend: Backend,
+    pub(crate) write: bool,
+    pub(crate) events_locked: bool,
     /// The last event this transaction appended: PostgreSQL notifies it at commit.
     last_event: Option<i64>,
 }
@@ -163,15 +163,18 @@ impl SqlTx {
     }
 }
 
-fn corrupt(what: &str) -> StorageError {
+pub(crate) fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupt(format!("a stored {what} does not parse"))
 }
 
-fn json_of<T: serde::de::DeserializeOwned>(s: &str, what: &str) -> Result<T, StorageError> {
+pub(crate) fn json_of<T: serde::de::DeserializeOwned>(
+    s: &str,
+    what: &str,
+) -> Result<T, StorageError> {
     serde_json::from_str(s).map_err(|_| corrupt(what))
 }
 
-fn text<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn text<T: serde::Serialize>(v: &T) -> String {
     // Serializing these records to JSON cannot fail.
     serde_json::to_string(v).unwrap_or_default()
 }
@@ -235,7 +238,7 @@ struct StoredClaim {
     at: i64,
 }
 
-fn event_of(r: &AnyRow) -> Result<Event, StorageError> {
+pub(crate) fn event_of(r: &AnyRow) -> Result<Event, StorageError> {
     let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
     Ok(Event {
         id: r.try_get("id").map_err(db_err)?,
@@ -257,7 +260,7 @@ fn event_of(r: &AnyRow) -> Result<Event, StorageError> {
 
 /// A value bound to a query built at run time.
 #[derive(Debug, Clone)]
-enum Val {
+pub(crate) enum Val {
     I(i64),
     S(String),
 }
@@ -276,15 +279,15 @@ impl From<String> for Val {
 
 /// The values of a query built at run time, each pushed where its `$n` goes.
 #[derive(Debug, Default)]
-struct Args(Vec<Val>);
+pub(crate) struct Args(Vec<Val>);
 
 impl Args {
-    fn push(&mut self, v: impl Into<Val>) -> String {
+    pub(crate) fn push(&mut self, v: impl Into<Val>) -> String {
         self.0.push(v.into());
         format!("${}", self.0.len())
     }
 
-    fn build(&self) -> AnyArguments<'static> {
+    pub(crate) fn build(&self) -> AnyArguments<'static> {
         let mut out = AnyArguments::default();
         for v in &self.0 {
             // Adding an integer or a string to `AnyArguments` does not fail.

@@ -1,8 +1,47 @@
 //! [`Console`]: one method per operation, split by area as the broker's core is:
 //! [`signin`] (sign-in and browser sessions), [`tokens`] (bearer tokens: the shared one and
-//! personal ones), [`front`] (the broker front), [`work`] (projects, issues, claims, events).
+//! personal ones), [`front`] (the broker front), [`work`] (projects, issues, claims, events),
+//! [`documents`] (documents and files), [`asks`] (asks, comments, the inbox), [`messages`]
+//! (messages, broadcasts, conversation state), [`delivery`] (the delivery timeline and
+//! architecture sources).
 
+/// Runs `$body` in a write transaction with `$tx: &mut dyn WorkTx`, committing when it answers
+/// `Ok`; a storage conflict (a serialization failure or a busy database) starts it over, up
+/// to ten times.
+macro_rules! transact {
+    ($self:expr, |$tx:ident| $body:expr) => {{
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let mut guard = match $self.parts.storage.begin().await {
+                Ok(t) => t,
+                Err($crate::storage::StorageError::Conflict) if attempts < 10 => continue,
+                Err(e) => break Err($crate::error::Error::from(e)),
+            };
+            let result: Result<_, $crate::error::Error> = {
+                let $tx: &mut dyn $crate::work::WorkTx = &mut *guard;
+                async { $body }.await
+            };
+            match result {
+                Ok(v) => match guard.commit().await {
+                    Ok(()) => break Ok(v),
+                    Err($crate::storage::StorageError::Conflict) if attempts < 10 => continue,
+                    Err(e) => break Err($crate::error::Error::from(e)),
+                },
+                Err(e) if e.is($crate::error::ErrorCode::DATABASE_UNAVAILABLE) && attempts < 10 => {
+                    continue;
+                }
+                Err(e) => break Err(e),
+            }
+        }
+    }};
+}
+
+mod asks;
+mod delivery;
+mod documents;
 mod front;
+mod messages;
 mod signin;
 mod tokens;
 mod work;

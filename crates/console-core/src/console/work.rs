@@ -6,43 +6,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::storage::StorageError;
 use crate::work::rules::{self, NameProblem};
 use crate::work::{
     Actor, Claim, Components, ComponentsMode, Event, EventPage, Issue, IssueFilter, IssueKey,
     IssueProgress, IssueView, NewEvent, Progress, Project, ProjectKey, ReadState, RouteFilter,
     RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx, search,
 };
-
-/// Runs `$body` in a write transaction with `$tx: &mut dyn WorkTx`, committing when it answers
-/// `Ok`; a storage conflict (a serialization failure or a busy database) starts it over, up
-/// to ten times.
-macro_rules! transact {
-    ($self:expr, |$tx:ident| $body:expr) => {{
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let mut guard = match $self.parts.storage.begin().await {
-                Ok(t) => t,
-                Err(StorageError::Conflict) if attempts < 10 => continue,
-                Err(e) => break Err(Error::from(e)),
-            };
-            let result: Result<_, Error> = {
-                let $tx: &mut dyn WorkTx = &mut *guard;
-                async { $body }.await
-            };
-            match result {
-                Ok(v) => match guard.commit().await {
-                    Ok(()) => break Ok(v),
-                    Err(StorageError::Conflict) if attempts < 10 => continue,
-                    Err(e) => break Err(Error::from(e)),
-                },
-                Err(e) if e.is(ErrorCode::DATABASE_UNAVAILABLE) && attempts < 10 => continue,
-                Err(e) => break Err(e),
-            }
-        }
-    }};
-}
 
 /// Which agent sessions are live: those holding their session link open (protocol §4.2).
 pub trait Presence: Send + Sync + std::fmt::Debug {
@@ -133,11 +102,11 @@ pub struct IssuePatch {
     pub actor: Option<String>,
 }
 
-fn invalid(message: impl Into<String>) -> Error {
+pub(super) fn invalid(message: impl Into<String>) -> Error {
     Error::with_message(ErrorCode::INVALID_BODY, message)
 }
 
-fn not_found(what: &str) -> Error {
+pub(super) fn not_found(what: &str) -> Error {
     Error::with_message(ErrorCode::NOT_FOUND, format!("no such {what}"))
 }
 
@@ -309,7 +278,7 @@ impl Console {
             .unwrap_or_default()
     }
 
-    async fn append(
+    pub(super) async fn append(
         &self,
         tx: &mut dyn WorkTx,
         kind: &'static str,

@@ -4,6 +4,8 @@
 //! - [`model`]: the records and their validated keys, as the answers show them.
 //! - [`rules`]: the input rules the spec writes out (project names, caps).
 //! - [`search`]: merging each kind's ranked matches (reciprocal rank fusion).
+//! - [`documents`], [`asks`], [`messages`], [`delivery`]: each area's records and storage
+//!   trait.
 //! - [`store`]: the storage traits, one per aggregate, that a [`store::WorkTx`] transaction
 //!   joins; filtering and paging happen in the storage's queries, never after a fetch-all.
 //!
@@ -11,10 +13,18 @@
 //! transaction, retried on a conflict, and appends its event in that transaction, so the event
 //! log and the records never disagree.
 
+pub mod asks;
+pub mod delivery;
+pub mod documents;
+pub mod messages;
 pub mod model;
 pub mod rules;
 pub mod search;
 pub mod store;
 
+pub use asks::AskTx;
+pub use delivery::DeliveryTx;
+pub use documents::DocumentTx;
+pub use messages::MessageTx;
 pub use model::*;
 pub use store::{EventTx, IssueTx, ProjectTx, WorkTx};

@@ -107,7 +107,15 @@ pub trait EventTx: Send {
 
 /// One transaction over the work storage.
 #[async_trait]
-pub trait WorkTx: ProjectTx + IssueTx + EventTx {
+pub trait WorkTx:
+    ProjectTx
+    + IssueTx
+    + EventTx
+    + crate::work::DocumentTx
+    + crate::work::AskTx
+    + crate::work::MessageTx
+    + crate::work::DeliveryTx
+{
     async fn commit(self: Box<Self>) -> Result<(), StorageError>;
 }
 

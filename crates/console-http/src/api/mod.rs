@@ -2,9 +2,14 @@
 //! the JSON body reader (protocol §2: size, media type, unknown fields), the query reader
 //! (repeatable filters), and naming the session a bearer acts for (protocol §4.1).
 
+pub mod asks;
+pub mod comments;
+pub mod delivery;
+pub mod documents;
 pub mod events;
 pub mod front;
 pub mod issues;
+pub mod messages;
 pub mod meta;
 pub mod projects;
 pub mod tokens;

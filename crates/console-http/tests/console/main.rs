@@ -2,8 +2,12 @@
 //! mode, and the approval pages in headless Chromium.
 
 mod api;
+mod asks;
 mod browser;
 mod common;
+mod delivery;
 mod dev;
+mod documents;
+mod messages;
 mod pages;
 mod work;

@@ -19,12 +19,17 @@ use crate::AppState;
 use crate::auth::{cookie, same_origin};
 use crate::html::{self, Chrome, InboxRows, RequestView, notice};
 
-type St = State<Arc<AppState>>;
+pub mod asks;
+pub mod delivery;
+pub mod documents;
+pub mod messages;
 
-const SCRIPT: &str = include_str!("../assets/console.js");
-const STYLE: &str = include_str!("../assets/console.css");
+pub(crate) type St = State<Arc<AppState>>;
 
-fn html_response(status: StatusCode, body: String) -> Response {
+const SCRIPT: &str = include_str!("../../assets/console.js");
+const STYLE: &str = include_str!("../../assets/console.css");
+
+pub(crate) fn html_response(status: StatusCode, body: String) -> Response {
     let mut r = (status, body).into_response();
     let h = r.headers_mut();
     h.insert(
@@ -36,7 +41,7 @@ fn html_response(status: StatusCode, body: String) -> Response {
 }
 
 /// Renders a template; a template that fails to render answers 500 with no detail.
-fn page(status: StatusCode, t: &impl Template) -> Response {
+pub(crate) fn page(status: StatusCode, t: &impl Template) -> Response {
     match t.render() {
         Ok(body) => html_response(status, body),
         Err(e) => {
@@ -49,21 +54,21 @@ fn page(status: StatusCode, t: &impl Template) -> Response {
     }
 }
 
-fn status_of(e: &Error) -> StatusCode {
+pub(crate) fn status_of(e: &Error) -> StatusCode {
     StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_GATEWAY)
 }
 
-fn error_text(e: &Error) -> String {
+pub(crate) fn error_text(e: &Error) -> String {
     format!("{}: {}", e.code_str(), e.message)
 }
 
-fn human(caller: &Caller) -> Result<&Human, Box<Response>> {
+pub(crate) fn human(caller: &Caller) -> Result<&Human, Box<Response>> {
     caller
         .human()
         .map_err(|e| Box::new(page(status_of(&e), &notice("error", error_text(&e)))))
 }
 
-fn redirect(location: &str) -> Response {
+pub(crate) fn redirect(location: &str) -> Response {
     (
         StatusCode::SEE_OTHER,
         [(header::LOCATION, location.to_owned())],
@@ -80,7 +85,7 @@ fn set_cookie(resp: &mut Response, value: &str) {
 // ----- the person's pages -----
 
 /// The frame of a signed-in person's page.
-fn chrome<'a>(title: &'a str, h: &'a Human, active: &'a str) -> Chrome<'a> {
+pub(crate) fn chrome<'a>(title: &'a str, h: &'a Human, active: &'a str) -> Chrome<'a> {
     Chrome {
         title,
         human: Some(h),

@@ -1,0 +1,4 @@
+//! The asks routes.
+
+#[allow(unused_imports)]
+use super::*;

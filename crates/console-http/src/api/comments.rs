@@ -1,0 +1,4 @@
+//! The comments routes.
+
+#[allow(unused_imports)]
+use super::*;

@@ -1,0 +1,4 @@
+//! The delivery routes.
+
+#[allow(unused_imports)]
+use super::*;

@@ -1,0 +1,4 @@
+//! The documents routes.
+
+#[allow(unused_imports)]
+use super::*;

@@ -1,0 +1,4 @@
+//! The messages routes.
+
+#[allow(unused_imports)]
+use super::*;

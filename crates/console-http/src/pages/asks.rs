@@ -1,0 +1,4 @@
+//! The asks pages.
+
+#[allow(unused_imports)]
+use super::*;

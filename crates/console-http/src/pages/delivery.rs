@@ -1,0 +1,4 @@
+//! The delivery pages.
+
+#[allow(unused_imports)]
+use super::*;

@@ -1,0 +1,4 @@
+//! The documents pages.
+
+#[allow(unused_imports)]
+use super::*;

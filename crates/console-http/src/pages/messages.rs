@@ -1,0 +1,4 @@
+//! The messages pages.
+
+#[allow(unused_imports)]
+use super::*;

@@ -1,0 +1,1 @@
+//! The asks routes end to end, on SQLite and PostgreSQL.

@@ -1,0 +1,1 @@
+//! The delivery routes end to end, on SQLite and PostgreSQL.

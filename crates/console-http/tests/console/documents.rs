@@ -1,0 +1,1 @@
+//! The documents routes end to end, on SQLite and PostgreSQL.

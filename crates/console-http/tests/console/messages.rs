@@ -1,0 +1,1 @@
+//! The messages routes end to end, on SQLite and PostgreSQL.
