@@ -22,6 +22,7 @@ use countersign_proto::claims::{
     self, AuthorizationDetail, MachineLoginClaims, ProofClaims, SecretRequestClaims,
 };
 use countersign_proto::jws::{self, Header};
+use reqwest::Method;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
@@ -212,6 +213,106 @@ pub async fn fresh_postgres() -> anyhow::Result<Option<String>> {
     let base = url.split('?').next().unwrap_or(&url);
     let base = base.rsplit_once('/').map(|(b, _)| b).unwrap_or(base);
     Ok(Some(format!("{base}/{name}")))
+}
+
+/// A caller: a signed-in person (cookie, CSRF) or an agent (bearer).
+#[derive(Clone)]
+pub struct Who {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub bearer: Option<String>,
+    pub csrf: Option<String>,
+}
+
+impl Who {
+    pub fn agent(console: &TestConsole, token: &str) -> Self {
+        Who {
+            http: reqwest::Client::new(),
+            base: console.url.clone(),
+            bearer: Some(token.into()),
+            csrf: None,
+        }
+    }
+
+    pub async fn person(console: &TestConsole, email: &str) -> anyhow::Result<Self> {
+        let mut p = Person::new(console)?;
+        let r = p.sign_in_local(email).await?;
+        anyhow::ensure!(r.status == 303, "sign-in: {}", r.status);
+        Ok(Who {
+            http: p.http.clone(),
+            base: console.url.clone(),
+            bearer: None,
+            csrf: Some(p.csrf.clone()),
+        })
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Resp> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("origin", &self.base);
+        if let Some(t) = &self.bearer {
+            req = req.bearer_auth(t);
+        }
+        if let Some(c) = &self.csrf {
+            req = req.header("x-csrf-token", c);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        Resp::read(req.send().await?).await
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Resp> {
+        self.call(Method::GET, path, None).await
+    }
+    pub async fn post(&self, path: &str, body: Value) -> anyhow::Result<Resp> {
+        self.call(Method::POST, path, Some(body)).await
+    }
+    pub async fn patch(&self, path: &str, body: Value) -> anyhow::Result<Resp> {
+        self.call(Method::PATCH, path, Some(body)).await
+    }
+}
+
+#[track_caller]
+pub fn refused(r: &Resp, status: u16, code: &str) {
+    assert_eq!((r.status, r.code()), (status, code), "{}", r.text);
+}
+
+pub async fn console_on(db: Option<String>) -> anyhow::Result<TestConsole> {
+    TestConsole::start(ConsoleOptions {
+        local_sign_in: true,
+        shared_token: true,
+        database_url: db,
+        ..Default::default()
+    })
+    .await
+}
+
+/// Runs `body(db)` as two tests: `sqlite` (a SQLite file) and `postgres` (a fresh database on
+/// the test server; skipped, or failed under `COUNTERSIGN_REQUIRE_POSTGRES=1`, when none is
+/// named): `on_both_databases!(body, body_sqlite, body_postgres);`.
+#[macro_export]
+macro_rules! on_both_databases {
+    ($body:ident, $sqlite:ident, $postgres:ident) => {
+        #[tokio::test]
+        async fn $sqlite() -> anyhow::Result<()> {
+            $body(None).await
+        }
+
+        #[tokio::test]
+        async fn $postgres() -> anyhow::Result<()> {
+            match $crate::common::fresh_postgres().await? {
+                Some(db) => $body(Some(db)).await,
+                None => Ok(()),
+            }
+        }
+    };
 }
 
 /// An answer.
