@@ -48,6 +48,16 @@ pub struct PersonalToken {
     pub revoked_at: Option<Time>,
 }
 
+/// A decision a person made on a credential request through the console (the history page).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub login: Login,
+    pub record_id: String,
+    /// `approved` or `denied`.
+    pub event: String,
+    pub at: Time,
+}
+
 /// The console's storage. Each method is one statement (or one transaction).
 #[async_trait]
 pub trait Storage: Send + Sync + std::fmt::Debug {
@@ -79,6 +89,15 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     async fn saw_person(&self, login: &Login, at: Time) -> Result<(), StorageError>;
     /// Everyone who has signed in, by login.
     async fn people(&self) -> Result<Vec<Login>, StorageError>;
+    /// Whether `login` has signed in.
+    async fn has_person(&self, login: &Login) -> Result<bool, StorageError>;
+
+    /// Records a decision the broker accepted.
+    async fn record_decision(&self, d: &Decision) -> Result<(), StorageError>;
+    /// A person's decisions, newest first, at most `limit`.
+    async fn decisions_of(&self, login: &Login, limit: u32) -> Result<Vec<Decision>, StorageError>;
+    /// The latest decision made on a record through the console, if any.
+    async fn decision_on(&self, record_id: &str) -> Result<Option<Decision>, StorageError>;
 
     /// Deletes sessions and sign-in attempts that lapsed before `now`.
     async fn purge_expired(&self, now: Time) -> Result<u64, StorageError>;

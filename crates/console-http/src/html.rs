@@ -15,7 +15,7 @@ use countersign_console_core::broker::{CredentialRecord, GrantItem, MachineLogin
 use countersign_console_core::console::{TokenInfo, rfc3339};
 use countersign_console_core::{Human, Login, Time};
 
-use crate::history::Decision;
+use countersign_console_core::storage::Decision;
 
 /// The one human format of a time.
 pub const TIME_FORMAT: &str = "%Y-%m-%d %H:%M UTC";
@@ -482,7 +482,7 @@ pub struct TokensPage<'a> {
 #[derive(Debug, Clone)]
 pub struct HistoryRow {
     pub id: String,
-    pub event: &'static str,
+    pub event: String,
     pub at: When,
     pub title: String,
     pub reason: String,
@@ -819,7 +819,7 @@ mod tests {
             chrome,
             entries: vec![HistoryRow {
                 id: rec.record_id.clone(),
-                event: "approved",
+                event: "approved".into(),
                 at: when(&now),
                 title: title_of(&rec),
                 reason: rec.reason.clone(),
@@ -859,7 +859,7 @@ mod tests {
         let by = |login: &Login| Decision {
             login: login.clone(),
             record_id: rec.record_id.clone(),
-            event: "approved",
+            event: "approved".into(),
             at: now,
         };
         let text = |v: RequestView| v.outcome.map(|o| o.text).unwrap_or_default();

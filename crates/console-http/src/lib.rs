@@ -11,7 +11,6 @@
 //! - [`broker_client`]: the broker over HTTP with the console token.
 //! - [`oidc`]: OpenID Connect sign-in (authorization code with PKCE).
 //! - [`server`]: building from a [`config::Config`], serving, housekeeping.
-//! - [`history`]: the decisions people made through this console.
 //! - [`dev`] (feature `dev`): the broker and the console together in one process.
 
 pub mod agents;
@@ -22,7 +21,6 @@ pub mod config;
 #[cfg(feature = "dev")]
 pub mod dev;
 pub mod error;
-pub mod history;
 mod html;
 pub mod link;
 pub mod oidc;
@@ -47,8 +45,6 @@ pub struct AppState {
     pub secure_cookies: bool,
     /// Dev mode: the e-mail the local sign-in form suggests.
     pub local_sign_in_hint: Option<String>,
-    /// What each person decided through this console (the history page).
-    pub history: history::DecisionLog,
     /// The live sessions linked to this replica.
     pub sessions: Arc<link::Registry>,
     /// The storage's listener for other replicas' events, until [`serve`] takes it.

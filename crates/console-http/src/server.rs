@@ -112,7 +112,6 @@ pub fn state(console: Console, config: &Config) -> AppState {
         public_origin: config.public_origin(),
         secure_cookies: config.is_https(),
         local_sign_in_hint: config.local_sign_in_hint.clone(),
-        history: Default::default(),
         sessions: Default::default(),
         event_listener: Default::default(),
     }

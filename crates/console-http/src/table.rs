@@ -120,7 +120,9 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(PATCH "/api/v1/inbox/issues/{key}", HumanOnly, Api, [], "update the caller's read state for an issue", api::issues::update_read_state),
     route!(GET "/api/v1/issues/{key}/events", HumanOrAgent, Api, ["after", "before", "ids", "order", "limit", "session"], "page the issue's event log", api::issues::events),
     // ----- repository mappings (issue 11) -----
-
+    route!(GET "/api/v1/settings/repo-projects", HumanOrAgent, Api, [], "repository-to-project mappings, each with its default mark", api::projects::mappings),
+    route!(PUT "/api/v1/settings/repo-projects/{owner}/{repo}", HumanOrAgent, Api, [], "map a repository to a project {project, default?}", api::projects::put_mapping),
+    route!(DELETE "/api/v1/settings/repo-projects/{owner}/{repo}", HumanOrAgent, Api, ["session"], "remove a mapping no issue names as its repo", api::projects::delete_mapping),
     // ----- documents (issue 12) -----
 
     // ----- asks, comments, reviews, the inbox (issue 13) -----

@@ -20,7 +20,7 @@ use chrono::{TimeZone, Utc};
 use countersign_console_core::clock::Time;
 use countersign_console_core::ids::{Login, TokenId};
 use countersign_console_core::storage::{
-    BrowserSession, PersonalToken, SignInAttempt, Storage, StorageError,
+    BrowserSession, Decision, PersonalToken, SignInAttempt, Storage, StorageError,
 };
 use countersign_console_core::work::WorkTx;
 use sqlx::any::AnyRow;
@@ -103,6 +103,15 @@ pub(crate) fn time(ms: i64) -> Result<Time, StorageError> {
         .ok_or_else(|| StorageError::Other("a stored time is out of range".into()))
 }
 
+fn decision_of(r: &AnyRow) -> Result<Decision, StorageError> {
+    Ok(Decision {
+        login: login(&r.try_get::<String, _>("login").map_err(db_err)?)?,
+        record_id: r.try_get("record_id").map_err(db_err)?,
+        event: r.try_get("event").map_err(db_err)?,
+        at: time(r.try_get("at").map_err(db_err)?)?,
+    })
+}
+
 pub(crate) fn login(s: &str) -> Result<Login, StorageError> {
     Login::parse(s).ok_or_else(|| StorageError::Other("a stored login does not parse".into()))
 }
@@ -144,6 +153,12 @@ const SCHEMA: Schema = Schema {
             name: "the issues' full-text index",
             sqlite: work::MIGRATION_5_SQLITE,
             postgres: work::MIGRATION_5_POSTGRES,
+        },
+        Migration {
+            version: 6,
+            name: "repository mappings and people's decisions",
+            sqlite: work::MIGRATION_6,
+            postgres: work::MIGRATION_6,
         },
     ],
 };
@@ -394,6 +409,60 @@ impl Storage for SqlStorage {
         .await
         .map_err(db_err)?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn has_person(&self, login: &Login) -> Result<bool, StorageError> {
+        Ok(
+            sqlx::query("SELECT 1 AS one FROM console_people WHERE login = $1")
+                .bind(login.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db_err)?
+                .is_some(),
+        )
+    }
+
+    async fn record_decision(&self, d: &Decision) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO console_decisions (login, record_id, event, at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(d.login.as_str())
+        .bind(d.record_id.as_str())
+        .bind(d.event.as_str())
+        .bind(ms(&d.at))
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn decisions_of(&self, l: &Login, limit: u32) -> Result<Vec<Decision>, StorageError> {
+        sqlx::query(
+            "SELECT login, record_id, event, at FROM console_decisions WHERE login = $1 \
+             ORDER BY at DESC LIMIT $2",
+        )
+        .bind(l.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(decision_of)
+        .collect()
+    }
+
+    async fn decision_on(&self, record_id: &str) -> Result<Option<Decision>, StorageError> {
+        sqlx::query(
+            "SELECT login, record_id, event, at FROM console_decisions WHERE record_id = $1 \
+             ORDER BY at DESC LIMIT 1",
+        )
+        .bind(record_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(decision_of)
+        .transpose()
     }
 
     async fn saw_person(&self, login: &Login, at: Time) -> Result<(), StorageError> {

@@ -16,7 +16,8 @@ use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{
     Actor, Claim, Components, Event, EventPage, EventTx, Hit, Issue, IssueFilter, IssueKey,
-    IssueTx, NewEvent, Project, ProjectKey, ProjectTx, ReadState, RouteFilter, Status, WorkTx,
+    IssueTx, NewEvent, Project, ProjectKey, ProjectTx, ReadState, RepoMapping, RepoName,
+    RouteFilter, Status, WorkTx,
 };
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Any, AnyPool, Arguments, Row, Transaction};
@@ -115,6 +116,25 @@ pub(crate) const MIGRATION_5_POSTGRES: &[&str] = &[
     "CREATE INDEX console_issues_search ON console_issues USING GIN (search)",
 ];
 
+/// Version 6: repositories mapped to projects, and the decisions people made through the
+/// console (the history page; kept here so a restart or another replica sees them).
+pub(crate) const MIGRATION_6: &[&str] = &[
+    "CREATE TABLE console_repo_projects (
+        repo TEXT PRIMARY KEY,
+        project TEXT NOT NULL REFERENCES console_projects (key),
+        is_default BIGINT NOT NULL
+    )",
+    "CREATE INDEX console_repo_projects_project ON console_repo_projects (project)",
+    "CREATE TABLE console_decisions (
+        login TEXT NOT NULL,
+        record_id TEXT NOT NULL,
+        event TEXT NOT NULL,
+        at BIGINT NOT NULL
+    )",
+    "CREATE INDEX console_decisions_login ON console_decisions (login, at)",
+    "CREATE INDEX console_decisions_record ON console_decisions (record_id, at)",
+];
+
 /// The advisory lock PostgreSQL event appends take (distinct from the migration lock).
 const PG_EVENTS_LOCK: i64 = 7_243_102;
 
@@ -143,6 +163,16 @@ impl std::fmt::Debug for SqlTx {
 }
 
 impl SqlTx {
+    /// ` FOR UPDATE` on a PostgreSQL read inside a write transaction (the row stays locked to
+    /// commit); nothing on SQLite, whose write transactions are serial already.
+    pub(crate) fn lock_clause(&self) -> &'static str {
+        if self.write && self.backend == Backend::Postgres {
+            " FOR UPDATE"
+        } else {
+            ""
+        }
+    }
+
     pub(crate) async fn begin(
         pool: &AnyPool,
         backend: Backend,
@@ -185,6 +215,17 @@ fn project_of(r: &AnyRow) -> Result<Project, StorageError> {
         key: ProjectKey::parse(&key).ok_or_else(|| corrupt("project key"))?,
         name: r.try_get("name").map_err(db_err)?,
         created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+    })
+}
+
+fn mapping_of(r: &AnyRow) -> Result<RepoMapping, StorageError> {
+    let repo: String = r.try_get("repo").map_err(db_err)?;
+    let project: String = r.try_get("project").map_err(db_err)?;
+    let default: i64 = r.try_get("is_default").map_err(db_err)?;
+    Ok(RepoMapping {
+        repo: RepoName::parse(&repo).ok_or_else(|| corrupt("repository"))?,
+        project: ProjectKey::parse(&project).ok_or_else(|| corrupt("project key"))?,
+        default: default != 0,
     })
 }
 
@@ -404,6 +445,83 @@ impl ProjectTx for SqlTx {
         .ok_or_else(|| StorageError::Other("no such project".into()))?;
         row.try_get("n").map_err(db_err)
     }
+
+    async fn put_mapping(&mut self, m: &RepoMapping) -> Result<(), StorageError> {
+        if m.default {
+            sqlx::query(
+                "UPDATE console_repo_projects SET is_default = 0 WHERE project = $1 AND repo <> $2",
+            )
+            .bind(m.project.as_str())
+            .bind(m.repo.as_str())
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        }
+        sqlx::query(
+            "INSERT INTO console_repo_projects (repo, project, is_default) VALUES ($1, $2, $3) \
+             ON CONFLICT (repo) DO UPDATE SET project = $2, is_default = $3",
+        )
+        .bind(m.repo.as_str())
+        .bind(m.project.as_str())
+        .bind(i64::from(m.default))
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn mapping(&mut self, repo: &RepoName) -> Result<Option<RepoMapping>, StorageError> {
+        let lock = self.lock_clause();
+        sqlx::query(&format!(
+            "SELECT repo, project, is_default FROM console_repo_projects WHERE repo = $1{lock}"
+        ))
+        .bind(repo.as_str())
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(mapping_of)
+        .transpose()
+    }
+
+    async fn mappings(&mut self) -> Result<Vec<RepoMapping>, StorageError> {
+        sqlx::query("SELECT repo, project, is_default FROM console_repo_projects ORDER BY repo")
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(mapping_of)
+            .collect()
+    }
+
+    async fn delete_mapping(&mut self, repo: &RepoName) -> Result<bool, StorageError> {
+        let r = sqlx::query("DELETE FROM console_repo_projects WHERE repo = $1")
+            .bind(repo.as_str())
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        Ok(r.rows_affected() > 0)
+    }
+
+    async fn issues_of_repo(&mut self, repo: &RepoName) -> Result<Vec<IssueKey>, StorageError> {
+        // A prefix compare, not LIKE: repository names hold `_`, which LIKE reads as a wildcard.
+        let prefix = format!("{repo}#");
+        sqlx::query(
+            "SELECT key FROM console_issues WHERE repo IS NOT NULL \
+             AND substr(repo, 1, CAST($2 AS INTEGER)) = $1 ORDER BY project, number",
+        )
+        .bind(prefix.as_str())
+        .bind(prefix.len() as i64)
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(|r| {
+            let k: String = r.try_get("key").map_err(db_err)?;
+            IssueKey::parse(&k).ok_or_else(|| corrupt("issue key"))
+        })
+        .collect()
+    }
 }
 
 #[async_trait]
@@ -440,11 +558,7 @@ impl IssueTx for SqlTx {
     }
 
     async fn issue(&mut self, key: &IssueKey) -> Result<Option<Issue>, StorageError> {
-        let lock = if self.write && self.backend == Backend::Postgres {
-            " FOR UPDATE"
-        } else {
-            ""
-        };
+        let lock = self.lock_clause();
         sqlx::query(&format!(
             "SELECT {ISSUE_COLUMNS} FROM console_issues WHERE key = $1{lock}"
         ))

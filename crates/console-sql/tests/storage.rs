@@ -4,7 +4,9 @@
 
 use chrono::{Duration, TimeZone, Utc};
 use countersign_console_core::ids::{Login, TokenId};
-use countersign_console_core::storage::{BrowserSession, PersonalToken, SignInAttempt, Storage};
+use countersign_console_core::storage::{
+    BrowserSession, Decision, PersonalToken, SignInAttempt, Storage,
+};
 use countersign_console_sql::SqlStorage;
 
 fn login(s: &str) -> Login {
@@ -119,6 +121,48 @@ async fn contract(s: &SqlStorage) {
         .await
         .expect("saw again");
     assert!(s.people().await.expect("people").contains(&ada));
+    assert!(s.has_person(&ada).await.expect("has person"));
+    let nobody = login(&format!("nobody-{tag}@example.com"));
+    assert!(!s.has_person(&nobody).await.expect("has person"));
+
+    // Decisions: newest first per person, the latest per record; kept in the database, so a
+    // restart or another replica sees them.
+    let rec = format!("rec-{tag}");
+    for (i, event) in ["approved", "denied"].into_iter().enumerate() {
+        s.record_decision(&Decision {
+            login: ada.clone(),
+            record_id: format!("{rec}-{i}"),
+            event: event.into(),
+            at: t0 + Duration::minutes(i as i64),
+        })
+        .await
+        .expect("record decision");
+    }
+    let mine = s.decisions_of(&ada, 10).await.expect("decisions");
+    assert_eq!(
+        mine.iter()
+            .map(|d| (d.record_id.as_str(), d.event.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            (format!("{rec}-1").as_str(), "denied"),
+            (format!("{rec}-0").as_str(), "approved")
+        ]
+    );
+    assert_eq!(s.decisions_of(&ada, 1).await.expect("decisions").len(), 1);
+    assert!(
+        s.decisions_of(&nobody, 10)
+            .await
+            .expect("decisions")
+            .is_empty()
+    );
+    assert_eq!(
+        s.decision_on(&format!("{rec}-0"))
+            .await
+            .expect("decision on")
+            .map(|d| d.login),
+        Some(ada.clone())
+    );
+    assert_eq!(s.decision_on("nope").await.expect("decision on"), None);
 
     // Purge.
     s.put_attempt(&SignInAttempt {

@@ -69,6 +69,7 @@ impl Console {
         let code = code.map(str::trim).filter(|c| !c.is_empty());
         let a = self.broker()?.approve(id, &human.login, code).await?;
         tracing::info!(approver = %human.login, record_id = id, "approved");
+        self.remember_decision(human, id, "approved").await;
         Ok(a)
     }
 
@@ -77,7 +78,32 @@ impl Console {
         let code = code.map(str::trim).filter(|c| !c.is_empty());
         let s = self.broker()?.deny(id, &human.login, code).await?;
         tracing::info!(approver = %human.login, record_id = id, "denied");
+        self.remember_decision(human, id, "denied").await;
         Ok(s)
+    }
+
+    /// Records a decision the broker accepted, for the history page. The broker has decided
+    /// already, so a failure here is logged, not the person's refusal.
+    async fn remember_decision(&self, human: &Human, record_id: &str, event: &str) {
+        let d = Decision {
+            login: human.login.clone(),
+            record_id: record_id.to_owned(),
+            event: event.to_owned(),
+            at: self.now(),
+        };
+        if let Err(e) = self.parts.storage.record_decision(&d).await {
+            tracing::warn!(error = %e, record_id, "the decision was not recorded for the history");
+        }
+    }
+
+    /// The person's decisions through the console, newest first, at most `limit`.
+    pub async fn decisions(&self, human: &Human, limit: u32) -> Result<Vec<Decision>, Error> {
+        Ok(self.parts.storage.decisions_of(&human.login, limit).await?)
+    }
+
+    /// Who decided a record through the console, if anyone did.
+    pub async fn decision_on(&self, record_id: &str) -> Result<Option<Decision>, Error> {
+        Ok(self.parts.storage.decision_on(record_id).await?)
     }
 
     /// Live grants the person may revoke.

@@ -42,6 +42,7 @@ mod delivery;
 mod documents;
 mod front;
 mod messages;
+mod repos;
 mod signin;
 mod tokens;
 mod work;
@@ -62,7 +63,7 @@ use crate::clock::{self, Clock, Entropy, Time, ct_eq, sha256, sha256_hex};
 use crate::error::{Error, ErrorCode};
 use crate::idp::{IdentityProvider, IdpError};
 use crate::ids::{Login, TokenId};
-use crate::storage::{BrowserSession, PersonalToken, SignInAttempt, Storage};
+use crate::storage::{BrowserSession, Decision, PersonalToken, SignInAttempt, Storage};
 
 /// At most this many live personal tokens per person.
 pub const MAX_LIVE_TOKENS: usize = 50;

@@ -429,7 +429,7 @@ impl Console {
             )
         };
         let l = Login::parse(login).ok_or_else(not_allowed)?;
-        if self.parts.storage.people().await?.contains(&l) {
+        if self.parts.storage.has_person(&l).await? {
             Ok(l)
         } else {
             Err(not_allowed())

@@ -12,6 +12,7 @@ use crate::work::model::{
     Event, EventPage, Hit, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey, ReadState,
     Status,
 };
+use crate::work::repos::{RepoMapping, RepoName};
 
 /// Projects.
 #[async_trait]
@@ -23,6 +24,16 @@ pub trait ProjectTx: Send {
     async fn projects(&mut self) -> Result<Vec<Project>, StorageError>;
     /// Takes the project's next issue number (from 1).
     async fn next_issue_number(&mut self, key: &ProjectKey) -> Result<i64, StorageError>;
+    /// Sets a repository's mapping; when it is its project's default, the project's other
+    /// mappings stop being default.
+    async fn put_mapping(&mut self, m: &RepoMapping) -> Result<(), StorageError>;
+    async fn mapping(&mut self, repo: &RepoName) -> Result<Option<RepoMapping>, StorageError>;
+    /// Every mapping, by repository.
+    async fn mappings(&mut self) -> Result<Vec<RepoMapping>, StorageError>;
+    /// Removes a mapping; false when there was none.
+    async fn delete_mapping(&mut self, repo: &RepoName) -> Result<bool, StorageError>;
+    /// The issues imported from the repository (their `repo` is `<repo>#n`), by key.
+    async fn issues_of_repo(&mut self, repo: &RepoName) -> Result<Vec<IssueKey>, StorageError>;
 }
 
 /// Issues.

@@ -154,7 +154,7 @@ pub async fn request_page(
                     _ => None,
                 }
             };
-            let by = st.history.of_record(&rec.record_id);
+            let by = st.console.decision_on(&rec.record_id).await.ok().flatten();
             (
                 StatusCode::OK,
                 Ok(RequestView::of(&rec, &h.login, &now, by.as_ref(), next)),
@@ -254,15 +254,27 @@ pub async fn tokens_page(State(st): St, Extension(caller): Extension<Caller>) ->
 }
 
 /// How many decisions the history page shows (each is read from the broker).
-const HISTORY_SHOWN: usize = 50;
+const HISTORY_SHOWN: u32 = 50;
 
 pub async fn history_page(State(st): St, Extension(caller): Extension<Caller>) -> Response {
     let h = match human(&caller) {
         Ok(h) => h,
         Err(r) => return *r,
     };
+    let decisions = match st.console.decisions(h, HISTORY_SHOWN).await {
+        Ok(d) => d,
+        Err(e) => {
+            return page(
+                status_of(&e),
+                &html::HistoryPage {
+                    chrome: chrome("History", h, "/history"),
+                    entries: Vec::new(),
+                },
+            );
+        }
+    };
     let mut entries = Vec::new();
-    for d in st.history.of(&h.login, HISTORY_SHOWN) {
+    for d in decisions {
         // The record's facts as the broker has them now; a record it no longer has keeps its
         // id as its title.
         let (title, reason) = match st.console.record(h, &d.record_id).await {

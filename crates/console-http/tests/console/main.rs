@@ -10,4 +10,5 @@ mod dev;
 mod documents;
 mod messages;
 mod pages;
+mod repos;
 mod work;

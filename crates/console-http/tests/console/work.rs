@@ -695,69 +695,6 @@ async fn races_postgres() -> anyhow::Result<()> {
     }
 }
 
-/// Reads server-sent events from `GET /api/v1/events` until `n` events came or `secs` passed:
-/// `(id, kind, envelope)` each.
-async fn read_events(
-    who: &Who,
-    last_event_id: Option<i64>,
-    query: &str,
-    n: usize,
-    secs: u64,
-) -> anyhow::Result<Vec<(i64, String, Value)>> {
-    let mut req = who.http.get(format!("{}/api/v1/events{query}", who.base));
-    if let Some(t) = &who.bearer {
-        req = req.bearer_auth(t);
-    }
-    if let Some(id) = last_event_id {
-        req = req.header("last-event-id", id.to_string());
-    }
-    let mut resp = req.send().await?;
-    anyhow::ensure!(resp.status() == 200, "events: {}", resp.status());
-    let ct = resp
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    anyhow::ensure!(ct.starts_with("text/event-stream"), "{ct}");
-    let mut buf = String::new();
-    let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while out.len() < n {
-        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
-            Ok(Ok(Some(c))) => c,
-            _ => break,
-        };
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let (mut id, mut kind, mut data) = (None, None, None);
-            for line in block.lines() {
-                if let Some(v) = line
-                    .strip_prefix("id: ")
-                    .or_else(|| line.strip_prefix("id:"))
-                {
-                    id = v.trim().parse::<i64>().ok();
-                } else if let Some(v) = line
-                    .strip_prefix("event: ")
-                    .or_else(|| line.strip_prefix("event:"))
-                {
-                    kind = Some(v.trim().to_owned());
-                } else if let Some(v) = line
-                    .strip_prefix("data: ")
-                    .or_else(|| line.strip_prefix("data:"))
-                {
-                    data = serde_json::from_str::<Value>(v).ok();
-                }
-            }
-            if let (Some(id), Some(kind), Some(data)) = (id, kind, data) {
-                out.push((id, kind, data));
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// A client that disconnects at random points and reconnects with `Last-Event-ID` sees every
 /// event exactly once, in order, while a writer runs; `?since=0` replays from the start.
 async fn stream_resumes(db: Option<String>) -> anyhow::Result<()> {
