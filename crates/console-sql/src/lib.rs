@@ -157,8 +157,8 @@ const SCHEMA: Schema = Schema {
         Migration {
             version: 6,
             name: "repository mappings and people's decisions",
-            sqlite: work::MIGRATION_6,
-            postgres: work::MIGRATION_6,
+            sqlite: work::MIGRATION_6_SQLITE,
+            postgres: work::MIGRATION_6_POSTGRES,
         },
     ],
 };

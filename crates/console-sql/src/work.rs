@@ -117,8 +117,41 @@ pub(crate) const MIGRATION_5_POSTGRES: &[&str] = &[
 ];
 
 /// Version 6: repositories mapped to projects, and the decisions people made through the
-/// console (the history page; kept here so a restart or another replica sees them).
-pub(crate) const MIGRATION_6: &[&str] = &[
+/// console (the history page; kept here so a restart or another replica sees them). On
+/// SQLite, triggers keep an issue's full-text row and label rows with the issue's own write
+/// (one statement instead of three or more, each a round trip to SQLite's worker thread while
+/// the one write lock is held); PostgreSQL's full-text column is generated already.
+pub(crate) const MIGRATION_6_SQLITE: &[&str] = &[
+    "CREATE TABLE console_repo_projects (
+        repo TEXT PRIMARY KEY,
+        project TEXT NOT NULL REFERENCES console_projects (key),
+        is_default BIGINT NOT NULL
+    )",
+    "CREATE INDEX console_repo_projects_project ON console_repo_projects (project)",
+    "CREATE TABLE console_decisions (
+        login TEXT NOT NULL,
+        record_id TEXT NOT NULL,
+        event TEXT NOT NULL,
+        at BIGINT NOT NULL
+    )",
+    "CREATE INDEX console_decisions_login ON console_decisions (login, at)",
+    "CREATE INDEX console_decisions_record ON console_decisions (record_id, at)",
+    "CREATE TRIGGER console_issues_insert AFTER INSERT ON console_issues BEGIN
+        INSERT INTO console_issues_fts (rowid, body) VALUES (new.rowid, new.title || ' ' || new.labels);
+        INSERT INTO console_issue_labels (label, issue) SELECT value, new.key FROM json_each(new.labels);
+    END",
+    "CREATE TRIGGER console_issues_search AFTER UPDATE OF title, labels ON console_issues
+        WHEN old.title IS NOT new.title OR old.labels IS NOT new.labels BEGIN
+        DELETE FROM console_issues_fts WHERE rowid = old.rowid;
+        INSERT INTO console_issues_fts (rowid, body) VALUES (new.rowid, new.title || ' ' || new.labels);
+    END",
+    "CREATE TRIGGER console_issues_labels AFTER UPDATE OF labels ON console_issues
+        WHEN old.labels IS NOT new.labels BEGIN
+        DELETE FROM console_issue_labels WHERE issue = old.key;
+        INSERT INTO console_issue_labels (label, issue) SELECT value, new.key FROM json_each(new.labels);
+    END",
+];
+pub(crate) const MIGRATION_6_POSTGRES: &[&str] = &[
     "CREATE TABLE console_repo_projects (
         repo TEXT PRIMARY KEY,
         project TEXT NOT NULL REFERENCES console_projects (key),
@@ -343,43 +376,30 @@ impl Args {
 
 impl SqlTx {
     /// Keeps SQLite's FTS5 index of the issue (PostgreSQL's is a generated column).
-    async fn write_search(&mut self, i: &Issue, replace: bool) -> Result<(), StorageError> {
-        if self.backend != Backend::Sqlite {
+    /// The issue's label rows, on PostgreSQL (SQLite's triggers keep them, and its full-text
+    /// rows; PostgreSQL's full-text column is generated). `replace`: an update's, whose old
+    /// rows go first.
+    async fn write_labels(&mut self, i: &Issue, replace: bool) -> Result<(), StorageError> {
+        if self.backend == Backend::Sqlite {
             return Ok(());
         }
         if replace {
-            sqlx::query(
-                "DELETE FROM console_issues_fts WHERE rowid = (SELECT rowid FROM console_issues WHERE key = $1)",
-            )
-            .bind(i.key.as_str())
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db_err)?;
-        }
-        sqlx::query(
-            "INSERT INTO console_issues_fts (rowid, body) \
-             SELECT rowid, title || ' ' || labels FROM console_issues WHERE key = $1",
-        )
-        .bind(i.key.as_str())
-        .execute(&mut *self.tx)
-        .await
-        .map_err(db_err)?;
-        Ok(())
-    }
-
-    async fn write_labels(&mut self, i: &Issue) -> Result<(), StorageError> {
-        sqlx::query("DELETE FROM console_issue_labels WHERE issue = $1")
-            .bind(i.key.as_str())
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db_err)?;
-        for l in &i.labels {
-            sqlx::query("INSERT INTO console_issue_labels (label, issue) VALUES ($1, $2)")
-                .bind(l.as_str())
+            sqlx::query("DELETE FROM console_issue_labels WHERE issue = $1")
                 .bind(i.key.as_str())
                 .execute(&mut *self.tx)
                 .await
                 .map_err(db_err)?;
+        }
+        if !i.labels.is_empty() {
+            sqlx::query(
+                "INSERT INTO console_issue_labels (label, issue) \
+                 SELECT jsonb_array_elements_text(CAST($1 AS jsonb)), $2",
+            )
+            .bind(text(&i.labels))
+            .bind(i.key.as_str())
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
         }
         Ok(())
     }
@@ -433,17 +453,26 @@ impl ProjectTx for SqlTx {
             .collect()
     }
 
-    async fn next_issue_number(&mut self, key: &ProjectKey) -> Result<i64, StorageError> {
-        let row = sqlx::query(
-            "UPDATE console_projects SET next_issue = next_issue + 1 WHERE key = $1
-             RETURNING next_issue - 1 AS n",
+    async fn take_issue_number(
+        &mut self,
+        key: &ProjectKey,
+    ) -> Result<Option<(i64, Option<String>)>, StorageError> {
+        let Some(row) = sqlx::query(
+            "UPDATE console_projects SET next_issue = next_issue + 1 WHERE key = $1 \
+             RETURNING next_issue - 1 AS n, \
+             (SELECT MAX(rank) FROM console_issues WHERE project = $1) AS last_rank",
         )
         .bind(key.as_str())
         .fetch_optional(&mut *self.tx)
         .await
         .map_err(db_err)?
-        .ok_or_else(|| StorageError::Other("no such project".into()))?;
-        row.try_get("n").map_err(db_err)
+        else {
+            return Ok(None);
+        };
+        Ok(Some((
+            row.try_get("n").map_err(db_err)?,
+            row.try_get("last_rank").map_err(db_err)?,
+        )))
     }
 
     async fn put_mapping(&mut self, m: &RepoMapping) -> Result<(), StorageError> {
@@ -553,8 +582,7 @@ impl IssueTx for SqlTx {
         .execute(&mut *self.tx)
         .await
         .map_err(db_err)?;
-        self.write_search(i, false).await?;
-        self.write_labels(i).await
+        self.write_labels(i, false).await
     }
 
     async fn issue(&mut self, key: &IssueKey) -> Result<Option<Issue>, StorageError> {
@@ -572,7 +600,8 @@ impl IssueTx for SqlTx {
     }
 
     async fn update_issue(&mut self, i: &Issue) -> Result<(), StorageError> {
-        let labels_changed = {
+        // SQLite's triggers rewrite the label rows when the labels change.
+        let labels_changed = self.backend == Backend::Postgres && {
             let row = sqlx::query("SELECT labels FROM console_issues WHERE key = $1")
                 .bind(i.key.as_str())
                 .fetch_optional(&mut *self.tx)
@@ -609,9 +638,8 @@ impl IssueTx for SqlTx {
         .await
         .map_err(db_err)?;
         if labels_changed {
-            self.write_labels(i).await?;
+            self.write_labels(i, true).await?;
         }
-        self.write_search(i, true).await?;
         Ok(())
     }
 

@@ -69,9 +69,18 @@ async fn contract(s: &SqlStorage) {
     assert_eq!(tx.project(&key).await.expect("read"), None);
     assert!(tx.insert_project(&p).await.expect("insert"));
     assert!(!tx.insert_project(&p).await.expect("insert twice"));
-    assert_eq!(tx.next_issue_number(&key).await.expect("n"), 1);
-    assert_eq!(tx.next_issue_number(&key).await.expect("n"), 2);
-    assert_eq!(tx.next_issue_number(&key).await.expect("n"), 3);
+    for n in 1..=3 {
+        assert_eq!(
+            tx.take_issue_number(&key).await.expect("n"),
+            Some((n, None))
+        );
+    }
+    assert_eq!(
+        tx.take_issue_number(&ProjectKey::parse("NOPE").expect("key"))
+            .await
+            .expect("n"),
+        None
+    );
     let mut one = issue(&key, 1, "m");
     one.labels = vec!["bug".into(), "ui".into()];
     one.priority = Some(0);

@@ -461,12 +461,12 @@ impl Console {
         };
         let now = self.now();
         let (view, event) = transact!(self, |tx| {
-            if tx.project(&project).await?.is_none() {
+            let Some((number, last_rank)) = tx.take_issue_number(&project).await? else {
                 return Err(Error::with_message(
                     ErrorCode::INVALID_PROJECT,
                     "no project has this key",
                 ));
-            }
+            };
             let parent_issue = match &parent {
                 None => None,
                 Some(p) => Some(
@@ -480,12 +480,11 @@ impl Console {
                 Actor::Agent { owner: Some(o), .. } => Some(o.clone()),
                 _ => parent_issue.as_ref().and_then(|p| p.assignee.clone()),
             });
-            let number = tx.next_issue_number(&project).await?;
             let rank = match &new.rank {
                 // After every other issue: the number's rank, unless a placement went past it.
                 None => {
                     let by_number = rank_of_number(number);
-                    match tx.last_rank(&project).await? {
+                    match last_rank {
                         Some(last) if last >= by_number => rank_between(Some(&last), None),
                         _ => by_number,
                     }
@@ -512,7 +511,8 @@ impl Console {
                 closed_at: (!new.status.unwrap_or(Status::Todo).is_open()).then_some(now),
             };
             tx.insert_issue(&issue).await?;
-            let view = self.view(tx, issue).await?;
+            // A new issue has no children yet.
+            let view = self.view_with(issue, Vec::new(), &self.live_roles());
             let event = self
                 .append(
                     tx,

@@ -22,8 +22,13 @@ pub trait ProjectTx: Send {
     async fn project(&mut self, key: &ProjectKey) -> Result<Option<Project>, StorageError>;
     /// Every project, by key.
     async fn projects(&mut self) -> Result<Vec<Project>, StorageError>;
-    /// Takes the project's next issue number (from 1).
-    async fn next_issue_number(&mut self, key: &ProjectKey) -> Result<i64, StorageError>;
+    /// Takes the project's next issue number (from 1), with the project's highest issue rank
+    /// (new issues go after it); `None` when no project has the key. One statement: creating
+    /// an issue holds the write lock, and each round trip counts.
+    async fn take_issue_number(
+        &mut self,
+        key: &ProjectKey,
+    ) -> Result<Option<(i64, Option<String>)>, StorageError>;
     /// Sets a repository's mapping; when it is its project's default, the project's other
     /// mappings stop being default.
     async fn put_mapping(&mut self, m: &RepoMapping) -> Result<(), StorageError>;
