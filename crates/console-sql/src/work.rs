@@ -13,6 +13,7 @@ use countersign_common::sql::{Backend, begin_err, db_err};
 use countersign_console_core::Time;
 use countersign_console_core::ids::Login;
 use countersign_console_core::storage::StorageError;
+use countersign_console_core::work::search::snippet;
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{
     Actor, Claim, Components, Event, EventPage, EventTx, Hit, Issue, IssueFilter, IssueKey,
@@ -122,6 +123,12 @@ pub(crate) const MIGRATION_5_POSTGRES: &[&str] = &[
 /// (one statement instead of three or more, each a round trip to SQLite's worker thread while
 /// the one write lock is held); PostgreSQL's full-text column is generated already.
 pub(crate) const MIGRATION_6_SQLITE: &[&str] = &[
+    // The full-text table gains the project, so a search within a project is answered by the
+    // index alone (no join to the issues for every match).
+    "DROP TABLE console_issues_fts",
+    "CREATE VIRTUAL TABLE console_issues_fts USING fts5(body, project, tokenize = 'unicode61')",
+    "INSERT INTO console_issues_fts (rowid, body, project) \
+     SELECT rowid, title || ' ' || labels, project FROM console_issues",
     "CREATE TABLE console_repo_projects (
         repo TEXT PRIMARY KEY,
         project TEXT NOT NULL REFERENCES console_projects (key),
@@ -137,13 +144,15 @@ pub(crate) const MIGRATION_6_SQLITE: &[&str] = &[
     "CREATE INDEX console_decisions_login ON console_decisions (login, at)",
     "CREATE INDEX console_decisions_record ON console_decisions (record_id, at)",
     "CREATE TRIGGER console_issues_insert AFTER INSERT ON console_issues BEGIN
-        INSERT INTO console_issues_fts (rowid, body) VALUES (new.rowid, new.title || ' ' || new.labels);
+        INSERT INTO console_issues_fts (rowid, body, project)
+            VALUES (new.rowid, new.title || ' ' || new.labels, new.project);
         INSERT INTO console_issue_labels (label, issue) SELECT value, new.key FROM json_each(new.labels);
     END",
     "CREATE TRIGGER console_issues_search AFTER UPDATE OF title, labels ON console_issues
         WHEN old.title IS NOT new.title OR old.labels IS NOT new.labels BEGIN
         DELETE FROM console_issues_fts WHERE rowid = old.rowid;
-        INSERT INTO console_issues_fts (rowid, body) VALUES (new.rowid, new.title || ' ' || new.labels);
+        INSERT INTO console_issues_fts (rowid, body, project)
+            VALUES (new.rowid, new.title || ' ' || new.labels, new.project);
     END",
     "CREATE TRIGGER console_issues_labels AFTER UPDATE OF labels ON console_issues
         WHEN old.labels IS NOT new.labels BEGIN
@@ -167,6 +176,9 @@ pub(crate) const MIGRATION_6_POSTGRES: &[&str] = &[
     "CREATE INDEX console_decisions_login ON console_decisions (login, at)",
     "CREATE INDEX console_decisions_record ON console_decisions (record_id, at)",
 ];
+
+/// How many of the newest issues sharing a word with a new one `advice.suggestions` ranks.
+const SIMILAR_CANDIDATES: u32 = 500;
 
 /// The advisory lock PostgreSQL event appends take (distinct from the migration lock).
 const PG_EVENTS_LOCK: i64 = 7_243_102;
@@ -913,59 +925,82 @@ impl IssueTx for SqlTx {
         project: Option<&ProjectKey>,
         limit: u32,
     ) -> Result<(Vec<Hit>, i64), StorageError> {
-        // Only letters and digits reach here; each word is quoted for FTS5 all the same.
+        // Only letters and digits reach here; each word is quoted for FTS5 all the same. The
+        // total and the best `limit` are read from the index alone (SQLite: the FTS table,
+        // which holds the project as a column of its own; PostgreSQL: the GIN index), and the
+        // rows of those alone are read after, with their snippets made in Rust: scoring every
+        // match is the cost, and it stays the only per-match work.
         let mut a = Args::default();
-        let (from, matches, score, snippet) = match self.backend {
+        // Similar items (`any`) are drawn from the newest matches only: an answer that must
+        // not slow the write never scores every issue that shares a common word.
+        let candidates = if any {
+            format!(" LIMIT {SIMILAR_CANDIDATES}")
+        } else {
+            String::new()
+        };
+        let (count_sql, top_sql) = match self.backend {
             Backend::Sqlite => {
-                let joined = words
+                let mut m = words
                     .iter()
-                    .map(|w| format!("\"{}\"", w.replace('"', "")))
+                    .map(|w| format!("body : \"{}\"", w.replace('"', "")))
                     .collect::<Vec<_>>()
-                    .join(if any { " OR " } else { " " });
+                    .join(if any { " OR " } else { " AND " });
+                if let Some(p) = project {
+                    m = format!("({m}) AND project : \"{}\"", p.as_str().to_lowercase());
+                }
+                let m = a.push(m);
                 (
-                    "console_issues_fts f JOIN console_issues i ON i.rowid = f.rowid".to_owned(),
-                    format!("console_issues_fts MATCH {}", a.push(joined)),
-                    "-bm25(console_issues_fts)".to_owned(),
-                    "snippet(console_issues_fts, 0, '', '', '…', 16)".to_owned(),
+                    format!(
+                        "SELECT COUNT(*) AS n FROM console_issues_fts WHERE console_issues_fts MATCH {m}"
+                    ),
+                    format!(
+                        "SELECT i.key AS key, i.title AS title, i.project AS project, \
+                         i.updated_at AS at, t.score AS score FROM ( \
+                           SELECT rowid, score FROM ( \
+                             SELECT rowid, -bm25(console_issues_fts, 1.0, 0.0) AS score \
+                             FROM console_issues_fts WHERE console_issues_fts MATCH {m} \
+                             ORDER BY rowid DESC{candidates}) \
+                           ORDER BY score DESC, rowid DESC LIMIT {l}) t \
+                         JOIN console_issues i ON i.rowid = t.rowid \
+                         ORDER BY t.score DESC, i.updated_at DESC, i.key",
+                        l = a.push(i64::from(limit))
+                    ),
                 )
             }
             Backend::Postgres => {
-                let joined = words.join(if any { " | " } else { " & " });
-                let q = a.push(joined);
+                let q = a.push(words.join(if any { " | " } else { " & " }));
+                let mut filter = format!("search @@ to_tsquery('simple', {q})");
+                if let Some(p) = project {
+                    filter.push_str(&format!(" AND project = {}", a.push(p.as_str().to_owned())));
+                }
                 (
-                    "console_issues i".to_owned(),
-                    format!("i.search @@ to_tsquery('simple', {q})"),
-                    format!("ts_rank(i.search, to_tsquery('simple', {q}))::float8"),
+                    format!("SELECT COUNT(*) AS n FROM console_issues WHERE {filter}"),
                     format!(
-                        "ts_headline('simple', i.title, to_tsquery('simple', {q}), \
-                         'StartSel=\"\",StopSel=\"\",MaxWords=24,MinWords=8')"
+                        "SELECT key, title, project, updated_at AS at, \
+                         ts_rank(search, to_tsquery('simple', {q}))::float8 AS score \
+                         FROM (SELECT key, title, project, updated_at, search \
+                               FROM console_issues WHERE {filter} \
+                               ORDER BY created_at DESC{candidates}) c \
+                         ORDER BY score DESC, updated_at DESC, key LIMIT {l}",
+                        l = a.push(i64::from(limit))
                     ),
                 )
             }
         };
-        let mut filter = format!("WHERE {matches}");
-        if let Some(p) = project {
-            filter.push_str(&format!(
-                " AND i.project = {}",
-                a.push(p.as_str().to_owned())
-            ));
+        let total: i64 = if any {
+            -1
+        } else {
+            sqlx::query_with(&count_sql, a.build())
+                .fetch_one(&mut *self.tx)
+                .await
+                .map_err(db_err)?
+                .try_get("n")
+                .map_err(db_err)?
+        };
+        if total == 0 {
+            return Ok((Vec::new(), 0));
         }
-        let total: i64 = sqlx::query_with(
-            &format!("SELECT COUNT(*) AS n FROM {from} {filter}"),
-            a.build(),
-        )
-        .fetch_one(&mut *self.tx)
-        .await
-        .map_err(db_err)?
-        .try_get("n")
-        .map_err(db_err)?;
-        let l = a.push(i64::from(limit));
-        let sql = format!(
-            "SELECT i.key AS key, i.title AS title, i.project AS project, i.updated_at AS at, \
-             {score} AS score, {snippet} AS snippet FROM {from} {filter} \
-             ORDER BY score DESC, i.updated_at DESC, i.key LIMIT {l}"
-        );
-        let rows = sqlx::query_with(&sql, a.build())
+        let rows = sqlx::query_with(&top_sql, a.build())
             .fetch_all(&mut *self.tx)
             .await
             .map_err(db_err)?;
@@ -973,16 +1008,18 @@ impl IssueTx for SqlTx {
             .iter()
             .map(|r| {
                 let project: String = r.try_get("project").map_err(db_err)?;
+                let title: String = r.try_get("title").map_err(db_err)?;
                 Ok(Hit {
                     id: r.try_get("key").map_err(db_err)?,
-                    title: r.try_get("title").map_err(db_err)?,
-                    snippet: r.try_get("snippet").map_err(db_err)?,
+                    snippet: snippet(&title, words, 16),
+                    title,
                     project: ProjectKey::parse(&project),
                     at: time(r.try_get("at").map_err(db_err)?)?,
                     score: r.try_get("score").map_err(db_err)?,
                 })
             })
             .collect::<Result<Vec<_>, StorageError>>()?;
+        let total = if any { hits.len() as i64 } else { total };
         Ok((hits, total))
     }
 

@@ -18,6 +18,31 @@ pub fn words(q: &str) -> Vec<String> {
         .collect()
 }
 
+/// A snippet of `text` around the first of `words` it holds (whole words, case-insensitive):
+/// at most `width` words, with `…` where it was cut; the start of `text` when none is there.
+/// Made here rather than by the index (SQLite's `snippet`, PostgreSQL's `ts_headline`), so it
+/// is made for the page's rows alone and reads the same on both databases.
+pub fn snippet(text: &str, words: &[String], width: usize) -> String {
+    let tokens: Vec<&str> = text.split_whitespace().collect();
+    let hit = tokens.iter().position(|t| {
+        t.split(|c: char| !c.is_alphanumeric())
+            .any(|w| !w.is_empty() && words.iter().any(|q| q == &w.to_lowercase()))
+    });
+    let width = width.max(1);
+    let start = hit.map(|h| h.saturating_sub(width / 3)).unwrap_or(0);
+    let end = (start + width).min(tokens.len());
+    let start = end.saturating_sub(width).min(start);
+    let mut out = String::new();
+    if start > 0 {
+        out.push('…');
+    }
+    out.push_str(&tokens[start..end].join(" "));
+    if end < tokens.len() {
+        out.push('…');
+    }
+    out
+}
+
 /// Merges each kind's ranked hits into one list by reciprocal rank fusion.
 pub fn fuse(
     kinds: Vec<(SearchKind, Vec<Hit>)>,
@@ -77,6 +102,27 @@ mod tests {
             ["refund", "partial", "or", "x", "y"]
         );
         assert!(words("  -- ").is_empty());
+    }
+
+    #[test]
+    fn snippets_center_on_the_first_match() {
+        let w = |s: &str| words(s);
+        assert_eq!(
+            snippet("Refund in another currency", &w("currency"), 16),
+            "Refund in another currency"
+        );
+        let long = (1..=40)
+            .map(|i| format!("w{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(snippet(&long, &w("w20"), 6), "…w18 w19 w20 w21 w22 w23…");
+        assert_eq!(snippet(&long, &w("nothing"), 3), "w1 w2 w3…");
+        assert_eq!(snippet(&long, &w("w40"), 3), "…w38 w39 w40");
+        assert_eq!(
+            snippet("Fix: REFUND, now", &w("refund"), 16),
+            "Fix: REFUND, now"
+        );
+        assert_eq!(snippet("", &w("x"), 16), "");
     }
 
     #[test]

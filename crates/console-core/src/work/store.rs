@@ -82,8 +82,10 @@ pub trait IssueTx: Send {
     ) -> Result<(), StorageError>;
     /// Every read state a person has, with each issue's last sequence, by issue key.
     async fn read_states(&mut self, login: &Login) -> Result<Vec<ReadState>, StorageError>;
-    /// The issues whose title or labels hold every one of `words` (with `any`, one at
-    /// least), within `project`, best first, at most `limit`, and how many match in all.
+    /// The issues whose title or labels hold every one of `words`, within `project`, best
+    /// first, at most `limit`, and how many match in all. With `any` (similar items): those
+    /// holding one word at least, ranked among a bounded number of the newest such issues,
+    /// and the count is only of those answered.
     /// `words` are lowercase runs of letters and digits ([`crate::work::search::words`]).
     async fn search_issues(
         &mut self,
