@@ -75,6 +75,14 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         },
         None => None,
     };
+    let code_host: Option<Arc<dyn countersign_console_core::work::CodeHost>> =
+        match &config.code_hosting {
+            Some(c) => Some(Arc::new(crate::code_host::GitHubHost(
+                countersign_code_host::GitHub::new(&c.api_url, c.token_file.clone())
+                    .map_err(|e| anyhow::anyhow!("[code_hosting]: {e}"))?,
+            ))),
+            None => None,
+        };
     let listener_storage = storage.clone();
     let sessions = Arc::new(crate::link::Registry::default());
     let console = Console::new(
@@ -86,6 +94,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
             entropy: Arc::new(countersign_console_core::SystemEntropy),
             presence: Some(sessions.clone()),
             service_tokens,
+            code_host,
         },
         console_config,
         shared.as_deref().map(|s| s.as_str()),

@@ -9,7 +9,7 @@
 //!   committed event below `n`.
 
 use async_trait::async_trait;
-use countersign_common::sql::{Backend, begin_err, db_err};
+use countersign_common::sql::{Backend, begin_err, db_err, is_unique_violation};
 use countersign_console_core::Time;
 use countersign_console_core::ids::Login;
 use countersign_console_core::storage::StorageError;
@@ -135,6 +135,8 @@ pub(crate) const MIGRATION_6_SQLITE: &[&str] = &[
         is_default BIGINT NOT NULL
     )",
     "CREATE INDEX console_repo_projects_project ON console_repo_projects (project)",
+    // One issue per imported ref (NULLs, native issues, are distinct).
+    "CREATE UNIQUE INDEX console_issues_repo ON console_issues (repo)",
     "CREATE TABLE console_decisions (
         login TEXT NOT NULL,
         record_id TEXT NOT NULL,
@@ -167,6 +169,8 @@ pub(crate) const MIGRATION_6_POSTGRES: &[&str] = &[
         is_default BIGINT NOT NULL
     )",
     "CREATE INDEX console_repo_projects_project ON console_repo_projects (project)",
+    // One issue per imported ref (NULLs, native issues, are distinct).
+    "CREATE UNIQUE INDEX console_issues_repo ON console_issues (repo)",
     "CREATE TABLE console_decisions (
         login TEXT NOT NULL,
         record_id TEXT NOT NULL,
@@ -593,8 +597,29 @@ impl IssueTx for SqlTx {
         .bind(i64::from(i.status.is_open()))
         .execute(&mut *self.tx)
         .await
-        .map_err(db_err)?;
+        .map_err(|e| {
+            // Another transaction imported the same ref first (PostgreSQL waits for it,
+            // then refuses): run again, and find its issue.
+            if is_unique_violation(&e) {
+                StorageError::Conflict
+            } else {
+                db_err(e)
+            }
+        })?;
         self.write_labels(i, false).await
+    }
+
+    async fn issue_by_repo(&mut self, r: &str) -> Result<Option<Issue>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {ISSUE_COLUMNS} FROM console_issues WHERE repo = $1"
+        ))
+        .bind(r)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(issue_of)
+        .transpose()
     }
 
     async fn issue(&mut self, key: &IssueKey) -> Result<Option<Issue>, StorageError> {

@@ -88,6 +88,9 @@ pub struct Parts {
     /// ServiceAccount token verification with the accounts let in (`ns/name`). `None`: no
     /// issuer is configured, and such tokens are refused.
     pub service_tokens: Option<(Arc<dyn crate::caller::ServiceTokens>, Vec<String>)>,
+    /// The code-hosting integration (issues imported from `owner/repo#n`). `None`: none is
+    /// configured, and imports are refused.
+    pub code_host: Option<Arc<dyn crate::work::CodeHost>>,
 }
 
 /// Policy knobs.

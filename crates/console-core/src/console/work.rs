@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 use super::*;
 use crate::work::rules::{self, NameProblem};
 use crate::work::{
-    Actor, Claim, Components, ComponentsMode, Event, EventPage, Issue, IssueFilter, IssueKey,
-    IssueProgress, IssueView, NewEvent, Progress, Project, ProjectKey, ReadState, RouteFilter,
-    RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx, search,
+    Actor, Claim, CodeHostError, CodeRef, Components, ComponentsMode, Event, EventPage, Issue,
+    IssueFilter, IssueKey, IssueProgress, IssueView, NewEvent, Progress, Project, ProjectKey,
+    ReadState, RouteFilter, RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx,
+    search,
 };
 
 /// Which agent sessions are live: those holding their session link open (protocol §4.2).
@@ -65,6 +66,9 @@ pub enum RankAt {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewIssue {
+    /// An issue to import: `owner/repo#n` (its title comes from the code host).
+    #[serde(rename = "ref")]
+    pub reference: Option<String>,
     pub project: Option<String>,
     pub title: Option<String>,
     pub status: Option<Status>,
@@ -436,9 +440,18 @@ impl Console {
         }
     }
 
-    /// Creates a native issue. The assignee defaults to the creating person, a personal
-    /// token's owner, or the parent's assignee.
-    pub async fn create_issue(&self, actor: &Actor, new: NewIssue) -> Result<IssueView, Error> {
+    /// Creates an issue, native or imported from `owner/repo#n` ([`Console::import_issue`]).
+    /// The assignee defaults to the creating person, a personal token's owner, or the
+    /// parent's assignee. The answer says whether it is new (an import of a ref imported
+    /// already answers the original).
+    pub async fn create_issue(
+        &self,
+        actor: &Actor,
+        new: NewIssue,
+    ) -> Result<(IssueView, bool), Error> {
+        if new.reference.is_some() {
+            return self.import_issue(actor, new).await;
+        }
         let project = new
             .project
             .as_deref()
@@ -446,6 +459,75 @@ impl Console {
             .ok_or_else(|| {
                 Error::with_message(ErrorCode::INVALID_PROJECT, "`project` is a project key")
             })?;
+        self.insert_issue(actor, new, project, None).await
+    }
+
+    /// Imports an issue or pull request from the code host: its title from there, `done`
+    /// when it is closed there (unless `status` says otherwise), the project given or the
+    /// repository's mapping's. A ref imported already answers its issue, unchanged.
+    async fn import_issue(&self, actor: &Actor, new: NewIssue) -> Result<(IssueView, bool), Error> {
+        let r = new.reference.as_deref().unwrap_or_default();
+        let r = CodeRef::parse(r).ok_or_else(|| invalid("`ref` is owner/repo#n"))?;
+        if new.title.is_some() {
+            return Err(invalid("an imported issue's title comes from its `ref`"));
+        }
+        let repo = r.to_string();
+        {
+            let mut tx = self.parts.storage.read().await?;
+            if let Some(i) = tx.issue_by_repo(&repo).await? {
+                return Ok((self.view(&mut *tx, i).await?, false));
+            }
+        }
+        let project = match new.project.as_deref() {
+            Some(p) => ProjectKey::parse(p).ok_or_else(|| {
+                Error::with_message(ErrorCode::INVALID_PROJECT, "`project` is a project key")
+            })?,
+            None => {
+                let mut tx = self.parts.storage.read().await?;
+                tx.mapping(&r.repo)
+                    .await?
+                    .map(|m| m.project)
+                    .ok_or_else(|| {
+                        Error::with_message(
+                            ErrorCode::INVALID_PROJECT,
+                            "no `project` given, and the repository is mapped to none",
+                        )
+                    })?
+            }
+        };
+        let host = self.parts.code_host.as_ref().ok_or_else(|| {
+            Error::with_message(
+                ErrorCode::SOURCE_ACCESS,
+                "no code-hosting integration is configured",
+            )
+        })?;
+        let hosted = host.issue(&r).await.map_err(|e| match e {
+            CodeHostError::NoAccess(m) => Error::with_message(ErrorCode::SOURCE_ACCESS, m),
+            CodeHostError::NotFound => {
+                Error::with_message(ErrorCode::NOT_FOUND, format!("the code host has no {r}"))
+            }
+            CodeHostError::Unavailable(m) => {
+                Error::with_message(ErrorCode::CODE_HOST_UNAVAILABLE, m)
+            }
+        })?;
+        let mut new = new;
+        if new.status.is_none() && hosted.closed {
+            new.status = Some(Status::Done);
+        }
+        // A title longer than ours is cut, not refused: it is the code host's.
+        new.title = Some(hosted.title.chars().take(TITLE_MAX).collect());
+        self.insert_issue(actor, new, project, Some(repo)).await
+    }
+
+    /// Inserts a new issue (native, or imported from `repo`); false with the issue already
+    /// imported from `repo`.
+    async fn insert_issue(
+        &self,
+        actor: &Actor,
+        new: NewIssue,
+        project: ProjectKey,
+        repo: Option<String>,
+    ) -> Result<(IssueView, bool), Error> {
         let title = check_title(new.title.as_deref().unwrap_or(""))?;
         let labels = check_labels(&new.labels)?;
         let priority = check_priority(new.priority)?;
@@ -461,6 +543,12 @@ impl Console {
         };
         let now = self.now();
         let (view, event) = transact!(self, |tx| {
+            // Two imports of one ref at once: the second finds the first's.
+            if let Some(r) = &repo
+                && let Some(i) = tx.issue_by_repo(r).await?
+            {
+                return Ok((self.view(tx, i).await?, None));
+            }
             let Some((number, last_rank)) = tx.take_issue_number(&project).await? else {
                 return Err(Error::with_message(
                     ErrorCode::INVALID_PROJECT,
@@ -504,7 +592,7 @@ impl Console {
                 assignee,
                 components: components.clone(),
                 claim: None,
-                repo: None,
+                repo: repo.clone(),
                 sequence: 1,
                 created_at: now,
                 updated_at: now,
@@ -523,11 +611,14 @@ impl Console {
                     json!(view),
                 )
                 .await?;
-            Ok((view, event))
+            Ok((view, Some(event)))
         })?;
-        self.event_committed(event.id);
-        tracing::info!(issue = %view.key, "issue created");
-        Ok(view)
+        let created = event.is_some();
+        if let Some(e) = event {
+            self.event_committed(e.id);
+            tracing::info!(issue = %view.key, "issue created");
+        }
+        Ok((view, created))
     }
 
     /// The rank just before or after another issue of the same project.
@@ -557,8 +648,17 @@ impl Console {
         self.view(&mut *tx, issue).await
     }
 
-    /// `?ref=`: an issue key (it must exist).
+    /// `?ref=`: an issue key, or the `owner/repo#n` an issue was imported from (it must
+    /// exist).
     pub async fn resolve(&self, r: &str) -> Result<IssueKey, Error> {
+        if let Some(c) = CodeRef::parse(r) {
+            let mut tx = self.parts.storage.read().await?;
+            return tx
+                .issue_by_repo(&c.to_string())
+                .await?
+                .map(|i| i.key)
+                .ok_or_else(|| not_found("issue imported from this ref"));
+        }
         Ok(self.issue(r).await?.key)
     }
 

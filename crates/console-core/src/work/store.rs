@@ -45,6 +45,8 @@ pub trait ProjectTx: Send {
 #[async_trait]
 pub trait IssueTx: Send {
     async fn insert_issue(&mut self, i: &Issue) -> Result<(), StorageError>;
+    /// The issue imported from a code-hosting ref (`owner/repo#n`), if any.
+    async fn issue_by_repo(&mut self, r: &str) -> Result<Option<Issue>, StorageError>;
     /// The issue; in a write transaction its row is locked until commit (PostgreSQL's
     /// `FOR UPDATE`; SQLite's write transactions are serial).
     async fn issue(&mut self, key: &IssueKey) -> Result<Option<Issue>, StorageError>;

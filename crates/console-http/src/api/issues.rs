@@ -63,7 +63,11 @@ pub async fn create(
     In(b): In<NewIssue>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let issue = st.console.create_issue(&actor, b).await?;
+    let (issue, new) = st.console.create_issue(&actor, b).await?;
+    if !new {
+        // A ref imported already: the original (protocol §1.2).
+        return Ok(ok(issue));
+    }
     let location = format!("/api/v1/issues/{}", issue.key);
     // After the write committed: it never slows or blocks the write.
     let suggestions = st.console.similar_to(&issue.key, &issue.title).await;

@@ -135,6 +135,9 @@ pub struct ConsoleOptions<'a> {
     pub shared_token: bool,
     /// The console's database; a SQLite file in the test's directory when `None`.
     pub database_url: Option<String>,
+    /// `[code_hosting]`: the API's URL (a recorded stand-in's) and the token its file holds
+    /// (no file when `None`).
+    pub code_host: Option<(String, Option<String>)>,
 }
 
 impl TestConsole {
@@ -173,6 +176,20 @@ impl TestConsole {
             let p = dir.path().join("shared-token");
             std::fs::write(&p, SHARED_TOKEN)?;
             c.shared_token_file = Some(p);
+        }
+        if let Some((api_url, token)) = &o.code_host {
+            let token_file = match token {
+                Some(t) => {
+                    let p = dir.path().join("code-host-token");
+                    std::fs::write(&p, t)?;
+                    Some(p)
+                }
+                None => None,
+            };
+            c.code_hosting = Some(countersign_console_http::config::CodeHostingConfig {
+                api_url: api_url.clone(),
+                token_file,
+            });
         }
         c.local_sign_in = o.local_sign_in;
         let state =
