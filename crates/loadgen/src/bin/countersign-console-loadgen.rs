@@ -47,6 +47,10 @@ struct Args {
     /// The console's database (default: a SQLite file in a temp dir).
     #[arg(long)]
     database_url: Option<String>,
+    /// The database holds the issues already (from an earlier run with the same
+    /// `--database-url`): skip creating them.
+    #[arg(long)]
+    existing: bool,
 }
 
 const TOKEN: &str = "loadgen-shared-token-0123456789";
@@ -133,16 +137,48 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn report(name: &str, mut lat: Vec<Duration>, elapsed: Duration) {
+/// The `/proc` entries of the client runtime's threads.
+static CLIENT_THREADS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// CPU seconds (user + system) from a `/proc/<…>/stat` file.
+fn cpu_seconds(stat_file: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(stat_file) else {
+        return 0.0;
+    };
+    // Fields after the command name (in parentheses, which may hold spaces).
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime: fields 14 and 15 of the line, the 12th and 13th after ')'.
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The server's CPU seconds so far: the process's (its runtime, SQLite's worker threads, the
+/// allocator) less the client runtime's threads.
+fn server_cpu() -> f64 {
+    let client: f64 = CLIENT_THREADS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|t| cpu_seconds(&format!("{t}/stat")))
+        .sum();
+    cpu_seconds("/proc/self/stat") - client
+}
+
+fn report(name: &str, mut lat: Vec<Duration>, elapsed: Duration, server_cpu_s: f64) {
     lat.sort();
     println!(
-        "{name}: {} requests in {:.2} s ({:.0}/s), p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        "{name}: {} requests in {:.2} s ({:.0}/s), p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; \
+         server CPU {:.0} µs per request",
         lat.len(),
         elapsed.as_secs_f64(),
         lat.len() as f64 / elapsed.as_secs_f64(),
         percentile(&lat, 0.50).as_secs_f64() * 1e3,
         percentile(&lat, 0.99).as_secs_f64() * 1e3,
         lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+        server_cpu_s * 1e6 / lat.len().max(1) as f64,
     );
 }
 
@@ -190,6 +226,15 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .on_thread_start(|| {
+            // The client's threads, whose CPU time is not the server's.
+            if let Ok(p) = std::fs::read_link("/proc/thread-self") {
+                CLIENT_THREADS
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(format!("/proc/{}", p.display()));
+            }
+        })
         .enable_all()
         .build()?;
     let dir = tempfile::tempdir()?;
@@ -235,10 +280,19 @@ async fn run(
         .json(&json!({"key": "BENCH", "name": "Bench", "actor": "loadgen"}))
         .send()
         .await?;
-    anyhow::ensure!(r.status() == 201, "project: {}", r.status());
+    anyhow::ensure!(
+        r.status() == 201 || (args.existing && r.status() == 409),
+        "project: {}",
+        r.status()
+    );
 
     // 1. Creation through the API.
-    let create = args.create.min(args.issues);
+    let create = if args.existing {
+        0
+    } else {
+        args.create.min(args.issues)
+    };
+    let cpu0 = server_cpu();
     let (lat, took) = {
         let (http, url) = (http.clone(), url.clone());
         closed_loop(create, args.connections, move |i| {
@@ -262,10 +316,19 @@ async fn run(
         })
         .await?
     };
-    report("POST /api/v1/issues (with advice)", lat, took);
+    report(
+        "POST /api/v1/issues (with advice)",
+        lat,
+        took,
+        server_cpu() - cpu0,
+    );
 
     // 2. The rest through the core.
-    let rest = args.issues - create;
+    let rest = if args.existing {
+        0
+    } else {
+        args.issues - create
+    };
     let started = Instant::now();
     let actor = Actor::System {
         name: "loadgen".into(),
@@ -293,6 +356,7 @@ async fn run(
     );
 
     // 3. Filtered lists.
+    let cpu0 = server_cpu();
     let (lat, took) = {
         let (http, url) = (http.clone(), url.clone());
         closed_loop(args.queries, args.connections, move |i| {
@@ -318,9 +382,11 @@ async fn run(
         "GET /api/v1/issues (project, status, label, limit=50)",
         lat,
         took,
+        server_cpu() - cpu0,
     );
 
     // 4. Search.
+    let cpu0 = server_cpu();
     let (lat, took) = {
         let (http, url) = (http.clone(), url.clone());
         closed_loop(args.queries, args.connections, move |i| {
@@ -348,7 +414,12 @@ async fn run(
         })
         .await?
     };
-    report("GET /api/v1/search (one or two words)", lat, took);
+    report(
+        "GET /api/v1/search (one or two words)",
+        lat,
+        took,
+        server_cpu() - cpu0,
+    );
 
     // 5. Fan-out to open streams.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
