@@ -145,6 +145,12 @@ const SCHEMA: Schema = Schema {
             sqlite: work::MIGRATION_5_SQLITE,
             postgres: work::MIGRATION_5_POSTGRES,
         },
+        Migration {
+            version: 10,
+            name: "delivery and architecture: settings, synced pull requests and runs, session groups, sources",
+            sqlite: delivery::MIGRATION_10,
+            postgres: delivery::MIGRATION_10,
+        },
     ],
 };
 

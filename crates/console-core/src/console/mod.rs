@@ -46,6 +46,11 @@ mod signin;
 mod tokens;
 mod work;
 
+pub use delivery::full_date;
+pub use delivery::{
+    ComponentTree, MeasuresAnswer, NewSessionGroup, PipelineAnswer, SessionGroupPatch,
+    TimelineAnswer,
+};
 pub use signin::safe_return_to;
 pub use work::{IssuePatch, NewIssue, Presence, Suggestion, console_ref, is_role};
 
@@ -176,6 +181,8 @@ pub struct Console {
     /// The highest event id this process knows committed (its own writes, and other replicas'
     /// as the storage reports them): event streams wait on it, then read the log.
     committed: tokio::sync::watch::Sender<i64>,
+    /// The delivery area's code host, targets and sync locks (issue 15).
+    delivery: delivery::DeliveryState,
 }
 
 impl Console {
@@ -187,6 +194,7 @@ impl Console {
             shared_token_hash: shared_token.map(sha256),
             records: Mutex::new(HashMap::new()),
             committed: tokio::sync::watch::Sender::new(0),
+            delivery: Default::default(),
         }
     }
 
