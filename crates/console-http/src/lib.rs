@@ -18,6 +18,7 @@ pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod broker_client;
+pub mod code_host;
 pub mod config;
 #[cfg(feature = "dev")]
 pub mod dev;

@@ -90,6 +90,14 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         console_config,
         shared.as_deref().map(|s| s.as_str()),
     );
+    if let Some(ch) = &config.code_hosting {
+        let gh = countersign_code_host::GitHub::new(&ch.api_url, ch.token_file.clone())
+            .map_err(|e| anyhow::anyhow!("[code_hosting]: {e}"))?;
+        console.set_code_host(
+            Arc::new(crate::code_host::GitHubHost(gh)),
+            config.delivery_targets.clone().unwrap_or_default(),
+        );
+    }
     let mut state = state(console, config);
     state.sessions = sessions;
     let state = Arc::new(state);
@@ -270,14 +278,18 @@ pub async fn serve(
             })
             .await
     });
+    let syncs = crate::api::delivery::background(state.clone());
     let background = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(60));
-        loop {
-            tick.tick().await;
-            if let Err(e) = state.console.purge().await {
-                tracing::warn!(code = e.code_str(), error = %e.message, "purge failed");
+        let housekeeping = async {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                if let Err(e) = state.console.purge().await {
+                    tracing::warn!(code = e.code_str(), error = %e.message, "purge failed");
+                }
             }
-        }
+        };
+        tokio::join!(housekeeping, syncs);
     });
     Ok(Running {
         addr,
