@@ -135,6 +135,11 @@ pub struct ConsoleOptions<'a> {
     pub shared_token: bool,
     /// The console's database; a SQLite file in the test's directory when `None`.
     pub database_url: Option<String>,
+    /// The console's clock; the system's when `None`.
+    pub clock: Option<Arc<dyn countersign_console_core::Clock>>,
+    /// `[code_hosting]` (a stand-in's URL and a token file) and `[delivery_targets]`.
+    pub code_hosting: Option<countersign_console_http::config::CodeHostingConfig>,
+    pub delivery_targets: Option<countersign_console_core::work::delivery::Targets>,
 }
 
 impl TestConsole {
@@ -175,9 +180,13 @@ impl TestConsole {
             c.shared_token_file = Some(p);
         }
         c.local_sign_in = o.local_sign_in;
-        let state =
-            countersign_console_http::build(&c, Arc::new(countersign_console_core::SystemClock))
-                .await?;
+        c.code_hosting = o.code_hosting.clone();
+        c.delivery_targets = o.delivery_targets.clone();
+        let clock = o
+            .clock
+            .clone()
+            .unwrap_or_else(|| Arc::new(countersign_console_core::SystemClock));
+        let state = countersign_console_http::build(&c, clock).await?;
         let running = countersign_console_http::serve(state, listener).await?;
         Ok(Self {
             url,
