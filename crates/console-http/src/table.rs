@@ -177,6 +177,9 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- pages: conversations, relay, broadcasts (issue 14) -----
 
     // ----- pages: delivery and architecture (issue 15) -----
+    route!(GET "/delivery", HumanOnly, Page, [], "the delivery timeline with facets, the daily chart and the measures against targets", pages::delivery::timeline_page),
+    route!(GET "/delivery/pipeline", HumanOnly, Page, [], "the pipeline page over seven UTC days", pages::delivery::pipeline_page),
+    route!(GET "/projects/{key}/components", HumanOnly, Page, [], "a project's component tree with its issues", pages::delivery::components_page),
     route!(POST "/sign-out", HumanOnly, Page, [], "sign out (ends the browser session)", pages::sign_out),
     route!(GET "/sign-in", Anyone, Page, [], "sign-in page", pages::sign_in_page),
     route!(GET "/auth/oidc", Anyone, Page, [], "start signing in with the OpenID provider", pages::oidc_start),

@@ -146,7 +146,7 @@ fn time_param(v: &str) -> Option<countersign_console_core::Time> {
 }
 
 /// The window and filters of the timeline and measures.
-fn window_and_filters(st: &AppState, q: &Query) -> ApiResult<(Window, Filters)> {
+pub(crate) fn window_and_filters(st: &AppState, q: &Query) -> ApiResult<(Window, Filters)> {
     let t = |name: &str| -> ApiResult<Option<countersign_console_core::Time>> {
         q.one(name)?
             .map(|v| {

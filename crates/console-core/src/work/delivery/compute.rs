@@ -906,7 +906,7 @@ pub fn timeline(
         .filter(|r| r.deployed_status == DeployedStatus::Waiting && r.merged_at < w.to)
         .map(|r| (*r).clone())
         .collect();
-    waiting.sort_by(|a, b| a.merged_at.cmp(&b.merged_at));
+    waiting.sort_by_key(|r| r.merged_at);
     let mut facet_counts: BTreeMap<&'static str, BTreeMap<String, usize>> = BTreeMap::new();
     for (i, name) in FACETS.iter().enumerate() {
         let counts = facet_counts.entry(name).or_default();
@@ -941,7 +941,7 @@ pub fn timeline(
             })
         })
         .collect();
-    deploys.sort_by(|a, b| b.at.cmp(&a.at));
+    deploys.sort_by_key(|d| std::cmp::Reverse(d.at));
     let mut failures: Vec<FailureRow> = runs
         .iter()
         .filter(|r| {
@@ -968,7 +968,7 @@ pub fn timeline(
             }
         })
         .collect();
-    failures.sort_by(|a, b| b.at.cmp(&a.at));
+    failures.sort_by_key(|f| std::cmp::Reverse(f.at));
     let mut components = BTreeMap::new();
     let mut issue_titles = BTreeMap::new();
     for r in merges.iter().chain(waiting.iter()) {
@@ -1183,7 +1183,7 @@ pub fn pipeline(
                 .filter_map(|j| Some((j.completed_at?, j.name.as_str(), job_secs(j)?)))
         })
         .collect();
-    timed.sort_by(|a, b| b.0.cmp(&a.0));
+    timed.sort_by_key(|t| std::cmp::Reverse(t.0));
     timed.truncate(50);
     let mut by_name: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for (_, n, s) in &timed {
@@ -1223,7 +1223,7 @@ pub fn pipeline(
             })
         })
         .collect();
-    failed_jobs.sort_by(|a, b| b.completed_at.cmp(&a.completed_at));
+    failed_jobs.sort_by_key(|j| std::cmp::Reverse(j.completed_at));
     let all_checks = result_of(
         checks
             .iter()
