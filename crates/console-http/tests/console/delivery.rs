@@ -801,3 +801,60 @@ async fn shop_issues_after_project(ada: &Who) -> anyhow::Result<()> {
 }
 
 on_both_databases!(refusals, refusals_sqlite, refusals_postgres);
+
+/// The timeline page in headless Chromium with two facets applied (session and priority):
+/// the merges narrow to the three PRs both select, the facet counts follow, and the daily
+/// chart is drawn as SVG.
+#[tokio::test]
+async fn timeline_page_with_two_facets_in_the_browser() -> anyhow::Result<()> {
+    use crate::common::webdriver::{Driver, browser_or_skip};
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return Ok(());
+    };
+    let rig = rig(None).await?;
+    let ada = Who::person(&rig.console, ADA).await?;
+    let agent = Who::agent(&rig.console, SHARED_TOKEN);
+    shop_issues(&ada, &agent).await?;
+    let r = ada
+        .call(Method::PUT, "/api/v1/delivery/settings", Some(settings()))
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    synced(&ada).await?;
+
+    let profiles = tempfile::tempdir()?;
+    let driver = Driver::start(&chromedriver).await?;
+    let b = driver
+        .browser(&chromium, &profiles.path().join("ada"))
+        .await?;
+    b.goto(&format!("{}/delivery?{MONTH}", rig.console.url))
+        .await?;
+    b.wait_for("#email", 10).await?;
+    b.type_into("#email", ADA).await?;
+    b.click("form.local button[type=submit]").await?;
+    b.wait_text("h1", "Delivery", 10).await?;
+    assert_eq!(b.attribute("#merges", "data-count").await?, "13");
+    assert!(
+        b.source().await.contains("<rect"),
+        "the daily chart is drawn"
+    );
+    b.click("fieldset[data-facet=session] input[value=s-alpha]")
+        .await?;
+    b.click("fieldset[data-facet=priority] input[value=P1]")
+        .await?;
+    b.click("#apply").await?;
+    b.wait_for("#merges[data-count='3']", 10).await?;
+    let url = b.current_url().await?;
+    assert!(
+        url.contains("session=s-alpha") && url.contains("priority=P1"),
+        "{url}"
+    );
+    for n in [101, 103, 109] {
+        b.wait_for(&format!("#merges tr[data-pr='{n}']"), 5).await?;
+    }
+    b.screenshot(&crate::browser::shots().join("delivery-timeline.png"))
+        .await?;
+    b.quit().await;
+    rig.standin.assert_no_misses();
+    rig.console.stop().await;
+    Ok(())
+}
