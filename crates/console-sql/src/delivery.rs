@@ -495,6 +495,20 @@ impl DeliveryTx for SqlTx {
         .collect()
     }
 
+    async fn first_deploy(&mut self, repo: &str) -> Result<Option<Run>, StorageError> {
+        sqlx::query(
+            "SELECT body FROM console_delivery_runs WHERE repo = $1 AND deploy_at IS NOT NULL \
+             ORDER BY deploy_at, id LIMIT 1",
+        )
+        .bind(repo)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(run_of)
+        .transpose()
+    }
+
     async fn runs_without_jobs(
         &mut self,
         event: &str,

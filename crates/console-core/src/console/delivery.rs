@@ -522,11 +522,7 @@ impl Console {
             }
         }
         // A baseline: the first successful deploy ever synced, for `deployed_status`.
-        if let Some(first) = tx
-            .successful_deploys(&settings.deploy_repository)
-            .await?
-            .into_iter()
-            .next()
+        if let Some(first) = tx.first_deploy(&settings.deploy_repository).await?
             && !runs.iter().any(|r| r.id == first.id)
         {
             runs.push(first);

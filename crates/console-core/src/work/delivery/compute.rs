@@ -574,9 +574,9 @@ pub fn measures(
         }
         m
     };
-    let selected_ids: HashSet<(String, i64)> = selected
+    let selected_ids: HashSet<(&str, i64)> = selected
         .iter()
-        .map(|r| (r.repo.clone(), r.number))
+        .map(|r| (r.repo.as_str(), r.number))
         .collect();
     let deploys: Vec<&Run> = runs
         .iter()
@@ -589,7 +589,7 @@ pub fn measures(
             !filtered
                 || shipped_by.get(&r.id).is_some_and(|v| {
                     v.iter()
-                        .any(|p| selected_ids.contains(&(p.repo.clone(), p.number)))
+                        .any(|p| selected_ids.contains(&(p.repo.as_str(), p.number)))
                 })
         })
         .collect();
@@ -700,36 +700,57 @@ pub fn measures(
             .count(),
         production_runs.len(),
     );
-    // The daily series.
+    // The daily series: each row bucketed by its UTC day once.
+    #[derive(Default)]
+    struct Bucket {
+        merges: usize,
+        deploys: usize,
+        failed_runs: usize,
+        failed_deploys: usize,
+        m2p: Vec<f64>,
+    }
+    let mut buckets: HashMap<NaiveDate, Bucket> = HashMap::new();
+    for r in &merged_in {
+        buckets.entry(r.merged_at.date_naive()).or_default().merges += 1;
+    }
+    for r in &deployed_in {
+        if let Some(d) = r.deployed_at {
+            buckets
+                .entry(d.date_naive())
+                .or_default()
+                .m2p
+                .push(secs(r.merged_at, d));
+        }
+    }
+    for d in &deploys {
+        if let Some(t) = finish(d) {
+            buckets.entry(t.date_naive()).or_default().deploys += 1;
+        }
+    }
+    for d in &failed_deploys {
+        if let Some(t) = finish(d) {
+            buckets.entry(t.date_naive()).or_default().failed_deploys += 1;
+        }
+    }
+    for r in &production_runs {
+        if let Some(p) = r.production.as_ref().filter(|p| !p.success) {
+            buckets
+                .entry(p.finished_at.date_naive())
+                .or_default()
+                .failed_runs += 1;
+        }
+    }
     let mut daily = Vec::new();
     let mut day = w.from.date_naive();
     while Utc.from_utc_datetime(&day.and_time(chrono::NaiveTime::MIN)) < w.to {
-        let in_day = |t: Time| t.date_naive() == day && w.holds(t);
-        let m2p: Vec<f64> = deployed_in
-            .iter()
-            .filter(|r| r.deployed_at.is_some_and(in_day))
-            .filter_map(|r| r.deployed_at.map(|d| secs(r.merged_at, d)))
-            .collect();
+        let b = buckets.remove(&day).unwrap_or_default();
         daily.push(Day {
             day,
-            merges: merged_in.iter().filter(|r| in_day(r.merged_at)).count(),
-            deploys: deploys
-                .iter()
-                .filter(|d| finish(d).is_some_and(in_day))
-                .count(),
-            failed_deploy_runs: production_runs
-                .iter()
-                .filter(|r| {
-                    r.production
-                        .as_ref()
-                        .is_some_and(|p| !p.success && in_day(p.finished_at))
-                })
-                .count(),
-            failed_deploys: failed_deploys
-                .iter()
-                .filter(|d| finish(d).is_some_and(in_day))
-                .count(),
-            merge_to_production_median: stat(m2p).median,
+            merges: b.merges,
+            deploys: b.deploys,
+            failed_deploy_runs: b.failed_runs,
+            failed_deploys: b.failed_deploys,
+            merge_to_production_median: stat(b.m2p).median,
         });
         match day.succ_opt() {
             Some(d) => day = d,
@@ -922,6 +943,12 @@ pub fn timeline(
             .entry(r.facet_values[1][0].clone())
             .or_default() += 1;
     }
+    let mut shipped_by: HashMap<i64, Vec<&PullRow>> = HashMap::new();
+    for x in &all {
+        if let Some(d) = x.deploy_run {
+            shipped_by.entry(d).or_default().push(x);
+        }
+    }
     let mut deploys: Vec<DeployRow> = runs
         .iter()
         .filter_map(|r| {
@@ -929,8 +956,7 @@ pub fn timeline(
                 .production
                 .as_ref()
                 .filter(|p| p.success && w.holds(p.finished_at))?;
-            let shipped: Vec<&PullRow> =
-                all.iter().filter(|x| x.deploy_run == Some(r.id)).collect();
+            let shipped: Vec<&PullRow> = shipped_by.get(&r.id).cloned().unwrap_or_default();
             Some(DeployRow {
                 run: r.id,
                 head_sha: r.head_sha.clone(),

@@ -264,6 +264,8 @@ pub trait DeliveryTx: Send {
     ) -> Result<Option<Time>, StorageError>;
     /// Successful production deploy runs, by deploy time, each with its head commit.
     async fn successful_deploys(&mut self, repo: &str) -> Result<Vec<Run>, StorageError>;
+    /// The first successful production deploy run synced (the baseline).
+    async fn first_deploy(&mut self, repo: &str) -> Result<Option<Run>, StorageError>;
     /// Runs whose jobs are not read yet, newest first, at most `limit`, of `event`.
     async fn runs_without_jobs(
         &mut self,
