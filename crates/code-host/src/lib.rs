@@ -162,7 +162,8 @@ pub struct RunFilter {
     pub to: DateTime<Utc>,
 }
 
-/// The GitHub client.
+/// The GitHub client. Clones share the rate-limit hold.
+#[derive(Clone)]
 pub struct GitHub {
     http: reqwest::Client,
     base: url::Url,
@@ -170,7 +171,7 @@ pub struct GitHub {
     pacer: Arc<dyn Pacer>,
     max_wait: Duration,
     /// Requests wait until then (the rate limit's reset after a response said 0 remain).
-    held_until: Mutex<Option<SystemTime>>,
+    held_until: Arc<Mutex<Option<SystemTime>>>,
 }
 
 impl std::fmt::Debug for GitHub {
@@ -202,7 +203,7 @@ impl GitHub {
             token_file,
             pacer: Arc::new(SystemPacer),
             max_wait: Duration::from_secs(60),
-            held_until: Mutex::new(None),
+            held_until: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -228,7 +229,7 @@ impl GitHub {
 
     /// Opens a session: reads the token file (no file, an unreadable or empty one:
     /// [`Error::NoAccess`]).
-    pub fn session(&self) -> Result<Session<'_>, Error> {
+    pub fn session(&self) -> Result<Session, Error> {
         let path = self
             .token_file
             .as_ref()
@@ -249,7 +250,10 @@ impl GitHub {
         let mut auth = HeaderValue::from_str(&format!("Bearer {token}"))
             .map_err(|_| Error::NoAccess("the code-hosting token is not a header value".into()))?;
         auth.set_sensitive(true);
-        Ok(Session { gh: self, auth })
+        Ok(Session {
+            gh: self.clone(),
+            auth,
+        })
     }
 
     fn url(&self, segments: &[&str]) -> url::Url {
@@ -320,12 +324,12 @@ enum Missing {
 }
 
 /// A client session with the token read for it.
-pub struct Session<'a> {
-    gh: &'a GitHub,
+pub struct Session {
+    gh: GitHub,
     auth: HeaderValue,
 }
 
-impl std::fmt::Debug for Session<'_> {
+impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session").finish_non_exhaustive()
     }
@@ -342,11 +346,11 @@ fn stamp(t: &DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-impl Session<'_> {
+impl Session {
     /// One request through the rate-limit rules: waits while held, and on a rate-limited 403
     /// or 429 waits and tries again.
     async fn send(&self, url: &url::Url, accept: &'static str) -> Result<Answer, Error> {
-        let gh = self.gh;
+        let gh = &self.gh;
         for _ in 0..TRIES {
             if let Some(until) = gh.held() {
                 let now = gh.pacer.now();

@@ -191,7 +191,6 @@ async fn fixture(config: ConsoleConfig) -> Fixture {
             entropy: Arc::new(SystemEntropy),
             presence: None,
             service_tokens: None,
-            code_host: None,
         },
         config,
         Some("shared-token-0123456789"),

@@ -40,10 +40,13 @@ pub struct Config {
     /// Agents that authenticate with Kubernetes ServiceAccount tokens (protocol §3.1).
     #[serde(default)]
     pub agents: Option<AgentsConfig>,
-    /// The code-hosting integration (protocol §9): issue imports from `owner/repo#n`, the
-    /// delivery timeline, architecture sources.
+    /// The code host (GitHub) the delivery timeline and architecture sources read (protocol
+    /// §9). None: delivery settings and sources refuse with their access codes.
     #[serde(default)]
     pub code_hosting: Option<CodeHostingConfig>,
+    /// KPI targets the measures and pipeline page check (each optional).
+    #[serde(default)]
+    pub delivery_targets: Option<countersign_console_core::work::delivery::Targets>,
     /// Dev mode's sign-in by e-mail alone. Never read from a file: only `countersign-console
     /// dev` (and tests) turn it on, and only on a loopback listener.
     #[serde(skip)]
@@ -74,15 +77,14 @@ pub struct CodeHostingConfig {
     /// Server.
     #[serde(default = "default_api_url")]
     pub api_url: String,
-    /// A fine-grained personal access token or GitHub App installation token, read-only on
-    /// Metadata, Contents, Actions, Pull requests and Issues; read again at each use, so a
-    /// rotated token needs no restart.
+    /// A fine-grained personal access token or GitHub App installation token (read-only on
+    /// Metadata, Contents, Actions, Pull requests and Issues), read again at each sync.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
 }
 
 fn default_api_url() -> String {
-    countersign_code_host::DEFAULT_API_URL.into()
+    countersign_code_host::DEFAULT_API_URL.to_owned()
 }
 
 /// The audience the console's ServiceAccount tokens carry unless configured.
@@ -157,8 +159,9 @@ impl Config {
             allowed_email_domains: Vec::new(),
             broker: None,
             agents: None,
-            code_hosting: None,
             oidc: None,
+            code_hosting: None,
+            delivery_targets: None,
             local_sign_in: false,
             local_sign_in_hint: None,
         }

@@ -75,14 +75,6 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         },
         None => None,
     };
-    let code_host: Option<Arc<dyn countersign_console_core::work::CodeHost>> =
-        match &config.code_hosting {
-            Some(c) => Some(Arc::new(crate::code_host::GitHubHost(
-                countersign_code_host::GitHub::new(&c.api_url, c.token_file.clone())
-                    .map_err(|e| anyhow::anyhow!("[code_hosting]: {e}"))?,
-            ))),
-            None => None,
-        };
     let listener_storage = storage.clone();
     let sessions = Arc::new(crate::link::Registry::default());
     let console = Console::new(
@@ -94,11 +86,18 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
             entropy: Arc::new(countersign_console_core::SystemEntropy),
             presence: Some(sessions.clone()),
             service_tokens,
-            code_host,
         },
         console_config,
         shared.as_deref().map(|s| s.as_str()),
     );
+    if let Some(ch) = &config.code_hosting {
+        let gh = countersign_code_host::GitHub::new(&ch.api_url, ch.token_file.clone())
+            .map_err(|e| anyhow::anyhow!("[code_hosting]: {e}"))?;
+        console.set_code_host(
+            Arc::new(crate::code_host::GitHubHost(gh)),
+            config.delivery_targets.clone().unwrap_or_default(),
+        );
+    }
     let mut state = state(console, config);
     state.sessions = sessions;
     let state = Arc::new(state);
@@ -278,14 +277,18 @@ pub async fn serve(
             })
             .await
     });
+    let syncs = crate::api::delivery::background(state.clone());
     let background = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(60));
-        loop {
-            tick.tick().await;
-            if let Err(e) = state.console.purge().await {
-                tracing::warn!(code = e.code_str(), error = %e.message, "purge failed");
+        let housekeeping = async {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                if let Err(e) = state.console.purge().await {
+                    tracing::warn!(code = e.code_str(), error = %e.message, "purge failed");
+                }
             }
-        }
+        };
+        tokio::join!(housekeeping, syncs);
     });
     Ok(Running {
         addr,

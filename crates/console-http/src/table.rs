@@ -130,7 +130,25 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- messages, broadcasts, conversation state (issue 14) -----
 
     // ----- delivery and architecture (issue 15) -----
-
+    route!(GET "/api/v1/delivery/timeline", HumanOrAgent, Api,
+        ["from", "to", "q", "repo", "parent_agent", "session", "issue", "priority", "component", "author", "rework", "deployed"],
+        "delivery timeline for [from, to) with search and facets", api::delivery::timeline),
+    route!(GET "/api/v1/delivery/measures", HumanOrAgent, Api,
+        ["from", "to", "q", "repo", "parent_agent", "session", "issue", "priority", "component", "author", "rework", "deployed"],
+        "delivery measures for [from, to)", api::delivery::measures),
+    route!(GET "/api/v1/delivery/pipeline", HumanOrAgent, Api, ["at"], "pipeline page over seven UTC days", api::delivery::pipeline),
+    route!(GET "/api/v1/delivery/runs/{id}", HumanOrAgent, Api, [], "one deploy-repository run with every job", api::delivery::run),
+    route!(POST "/api/v1/delivery/session-groups", HumanOrAgent, Api, [], "create a session group {name, sessions}", api::delivery::create_group),
+    route!(PATCH "/api/v1/delivery/session-groups/{id}", HumanOrAgent, Api, [], "rename a session group, add or remove sessions", api::delivery::update_group),
+    route!(DELETE "/api/v1/delivery/session-groups/{id}", HumanOrAgent, Api, ["session"], "delete a session group", api::delivery::delete_group),
+    route!(GET "/api/v1/delivery/settings", HumanOrAgent, Api, ["session"], "the delivery configuration, or null", api::delivery::get_settings),
+    route!(PUT "/api/v1/delivery/settings", HumanOrAgent, Api, [], "set the delivery configuration once readable", api::delivery::put_settings),
+    route!(GET "/api/v1/projects/{key}/components", HumanOrAgent, Api, ["session"], "the project's component tree with attached work", api::delivery::components),
+    route!(GET "/api/v1/projects/{key}/architecture-source", HumanOrAgent, Api, ["session"], "the project's architecture source, or null", api::delivery::get_source),
+    route!(PUT "/api/v1/projects/{key}/architecture-source", HumanOrAgent, Api, [], "set the architecture source {repo, branch} once readable", api::delivery::put_source),
+    route!(DELETE "/api/v1/projects/{key}/architecture-source", HumanOrAgent, Api, ["session"], "remove the project's architecture source", api::delivery::delete_source),
+    route!(POST "/api/v1/projects/{key}/architecture-source/sync", HumanOrAgent, Api, [], "import the architecture source now", api::delivery::sync_source),
+    route!(GET "/api/v1/architecture-sources", HumanOrAgent, Api, [], "every project's architecture source", api::delivery::list_sources),
     // ----- the broker front -----
     route!(GET "/api/v1/credential-requests", HumanOnly, Api, ["approver"], "credential requests the caller may decide (?approver=me)", api::front::list_requests),
     route!(POST "/api/v1/credential-requests/machine-lookup", HumanOnly, Api, [], "find a pending machine login by its typed code", api::front::machine_lookup),
@@ -161,6 +179,9 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- pages: conversations, relay, broadcasts (issue 14) -----
 
     // ----- pages: delivery and architecture (issue 15) -----
+    route!(GET "/delivery", HumanOnly, Page, [], "the delivery timeline with facets, the daily chart and the measures against targets", pages::delivery::timeline_page),
+    route!(GET "/delivery/pipeline", HumanOnly, Page, [], "the pipeline page over seven UTC days", pages::delivery::pipeline_page),
+    route!(GET "/projects/{key}/components", HumanOnly, Page, [], "a project's component tree with its issues", pages::delivery::components_page),
     route!(POST "/sign-out", HumanOnly, Page, [], "sign out (ends the browser session)", pages::sign_out),
     route!(GET "/sign-in", Anyone, Page, [], "sign-in page", pages::sign_in_page),
     route!(GET "/auth/oidc", Anyone, Page, [], "start signing in with the OpenID provider", pages::oidc_start),

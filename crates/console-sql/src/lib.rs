@@ -160,6 +160,12 @@ const SCHEMA: Schema = Schema {
             sqlite: work::MIGRATION_6_SQLITE,
             postgres: work::MIGRATION_6_POSTGRES,
         },
+        Migration {
+            version: 7,
+            name: "delivery and architecture: settings, synced pull requests and runs, session groups, sources",
+            sqlite: delivery::MIGRATION_7,
+            postgres: delivery::MIGRATION_7,
+        },
     ],
 };
 

@@ -187,7 +187,7 @@ const SIMILAR_CANDIDATES: u32 = 500;
 /// The advisory lock PostgreSQL event appends take (distinct from the migration lock).
 const PG_EVENTS_LOCK: i64 = 7_243_102;
 
-const ISSUE_COLUMNS: &str = "key, project, number, title, status, priority, labels, route, parent, \
+pub(crate) const ISSUE_COLUMNS: &str = "key, project, number, title, status, priority, labels, route, parent, \
      rank, assignee, components, claim, repo, sequence, created_at, updated_at, closed_at";
 const EVENT_COLUMNS: &str =
     "id, kind, at, actor, project, issue, artifact, session, data, sequence";
@@ -278,7 +278,7 @@ fn mapping_of(r: &AnyRow) -> Result<RepoMapping, StorageError> {
     })
 }
 
-fn issue_of(r: &AnyRow) -> Result<Issue, StorageError> {
+pub(crate) fn issue_of(r: &AnyRow) -> Result<Issue, StorageError> {
     let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
     let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
     let key = IssueKey::parse(&g("key")?).ok_or_else(|| corrupt("issue key"))?;

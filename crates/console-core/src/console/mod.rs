@@ -47,6 +47,11 @@ mod signin;
 mod tokens;
 mod work;
 
+pub use delivery::full_date;
+pub use delivery::{
+    ComponentTree, MeasuresAnswer, NewSessionGroup, PipelineAnswer, SessionGroupPatch,
+    TimelineAnswer,
+};
 pub use signin::safe_return_to;
 pub use work::{IssuePatch, NewIssue, Presence, Suggestion, console_ref, is_role};
 
@@ -88,9 +93,6 @@ pub struct Parts {
     /// ServiceAccount token verification with the accounts let in (`ns/name`). `None`: no
     /// issuer is configured, and such tokens are refused.
     pub service_tokens: Option<(Arc<dyn crate::caller::ServiceTokens>, Vec<String>)>,
-    /// The code-hosting integration (issues imported from `owner/repo#n`). `None`: none is
-    /// configured, and imports are refused.
-    pub code_host: Option<Arc<dyn crate::work::CodeHost>>,
 }
 
 /// Policy knobs.
@@ -180,6 +182,8 @@ pub struct Console {
     /// The highest event id this process knows committed (its own writes, and other replicas'
     /// as the storage reports them): event streams wait on it, then read the log.
     committed: tokio::sync::watch::Sender<i64>,
+    /// The delivery area's code host, targets and sync locks (issue 15).
+    delivery: delivery::DeliveryState,
 }
 
 impl Console {
@@ -191,6 +195,7 @@ impl Console {
             shared_token_hash: shared_token.map(sha256),
             records: Mutex::new(HashMap::new()),
             committed: tokio::sync::watch::Sender::new(0),
+            delivery: Default::default(),
         }
     }
 

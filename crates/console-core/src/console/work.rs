@@ -6,12 +6,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::work::delivery::HostError;
 use crate::work::rules::{self, NameProblem};
 use crate::work::{
-    Actor, Claim, CodeHostError, CodeRef, Components, ComponentsMode, Event, EventPage, Issue,
-    IssueFilter, IssueKey, IssueProgress, IssueView, NewEvent, Progress, Project, ProjectKey,
-    ReadState, RouteFilter, RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx,
-    search,
+    Actor, Claim, CodeRef, Components, ComponentsMode, Event, EventPage, Issue, IssueFilter,
+    IssueKey, IssueProgress, IssueView, NewEvent, Progress, Project, ProjectKey, ReadState,
+    RouteFilter, RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx, search,
 };
 
 /// Which agent sessions are live: those holding their session link open (protocol §4.2).
@@ -495,23 +495,23 @@ impl Console {
                     })?
             }
         };
-        let host = self.parts.code_host.as_ref().ok_or_else(|| {
-            Error::with_message(
-                ErrorCode::SOURCE_ACCESS,
-                "no code-hosting integration is configured",
-            )
-        })?;
-        let hosted = host.issue(&r).await.map_err(|e| match e {
-            CodeHostError::NoAccess(m) => Error::with_message(ErrorCode::SOURCE_ACCESS, m),
-            CodeHostError::NotFound => {
-                Error::with_message(ErrorCode::NOT_FOUND, format!("the code host has no {r}"))
-            }
-            CodeHostError::Unavailable(m) => {
-                Error::with_message(ErrorCode::CODE_HOST_UNAVAILABLE, m)
-            }
-        })?;
+        let number = i64::try_from(r.number).map_err(|_| invalid("`ref` is owner/repo#n"))?;
+        let hosted = self
+            .host_session(ErrorCode::SOURCE_ACCESS)
+            .await?
+            .issue(r.repo.as_str(), number)
+            .await
+            .map_err(|e| match e {
+                HostError::NoAccess(m) => Error::with_message(ErrorCode::SOURCE_ACCESS, m),
+                HostError::NotFound => {
+                    Error::with_message(ErrorCode::NOT_FOUND, format!("the code host has no {r}"))
+                }
+                HostError::Unavailable(m) => {
+                    Error::with_message(ErrorCode::CODE_HOST_UNAVAILABLE, m)
+                }
+            })?;
         let mut new = new;
-        if new.status.is_none() && hosted.closed {
+        if new.status.is_none() && hosted.state == "closed" {
             new.status = Some(Status::Done);
         }
         // A title longer than ours is cut, not refused: it is the code host's.

@@ -28,5 +28,5 @@ pub use delivery::DeliveryTx;
 pub use documents::DocumentTx;
 pub use messages::MessageTx;
 pub use model::*;
-pub use repos::{CodeHost, CodeHostError, CodeRef, HostedIssue, RepoMapping, RepoName};
+pub use repos::{CodeRef, RepoMapping, RepoName};
 pub use store::{EventTx, IssueTx, ProjectTx, WorkTx};

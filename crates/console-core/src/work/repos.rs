@@ -4,7 +4,6 @@
 
 use std::fmt;
 
-use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::work::model::ProjectKey;
@@ -101,34 +100,6 @@ pub struct RepoMapping {
     pub repo: RepoName,
     pub project: ProjectKey,
     pub default: bool,
-}
-
-/// An issue or pull request on the code host, as an import reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostedIssue {
-    pub title: String,
-    pub closed: bool,
-}
-
-/// Why the code host did not answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CodeHostError {
-    /// The integration cannot read it: no token, a refused one, a repository it may not see.
-    #[error("no access: {0}")]
-    NoAccess(String),
-    /// The code host has no such issue.
-    #[error("not found")]
-    NotFound,
-    /// The code host could not be reached, failed or rate-limited us.
-    #[error("unavailable: {0}")]
-    Unavailable(String),
-}
-
-/// The code-hosting integration (protocol §9), as the work core uses it.
-#[async_trait]
-pub trait CodeHost: Send + Sync + fmt::Debug {
-    /// The issue or pull request a ref names.
-    async fn issue(&self, r: &CodeRef) -> Result<HostedIssue, CodeHostError>;
 }
 
 #[cfg(test)]

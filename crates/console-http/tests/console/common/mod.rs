@@ -138,6 +138,11 @@ pub struct ConsoleOptions<'a> {
     /// `[code_hosting]`: the API's URL (a recorded stand-in's) and the token its file holds
     /// (no file when `None`).
     pub code_host: Option<(String, Option<String>)>,
+    /// The console's clock; the system's when `None`.
+    pub clock: Option<Arc<dyn countersign_console_core::Clock>>,
+    /// `[code_hosting]` (a stand-in's URL and a token file) and `[delivery_targets]`.
+    pub code_hosting: Option<countersign_console_http::config::CodeHostingConfig>,
+    pub delivery_targets: Option<countersign_console_core::work::delivery::Targets>,
 }
 
 impl TestConsole {
@@ -192,9 +197,15 @@ impl TestConsole {
             });
         }
         c.local_sign_in = o.local_sign_in;
-        let state =
-            countersign_console_http::build(&c, Arc::new(countersign_console_core::SystemClock))
-                .await?;
+        if o.code_hosting.is_some() {
+            c.code_hosting = o.code_hosting.clone();
+        }
+        c.delivery_targets = o.delivery_targets.clone();
+        let clock = o
+            .clock
+            .clone()
+            .unwrap_or_else(|| Arc::new(countersign_console_core::SystemClock));
+        let state = countersign_console_http::build(&c, clock).await?;
         let running = countersign_console_http::serve(state, listener).await?;
         Ok(Self {
             url,
