@@ -257,7 +257,11 @@ fn main() -> anyhow::Result<()> {
     let _running = server_rt.block_on(countersign_console_http::serve(state.clone(), listener))?;
     println!(
         "console on {}",
-        if args.database_url.is_some() {
+        if args
+            .database_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("postgres"))
+        {
             "PostgreSQL"
         } else {
             "SQLite"

@@ -1,0 +1,30 @@
+//! What the storage contract suites share.
+
+#![allow(dead_code)]
+
+use sqlx::Connection;
+
+/// A fresh PostgreSQL database on the test server, so a suite never meets a schema another
+/// suite (or another checkout) left in a shared one; `None` when no server is named
+/// (`COUNTERSIGN_REQUIRE_POSTGRES=1` makes that a failure).
+pub async fn fresh_postgres() -> Option<String> {
+    let Ok(url) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+            "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is unset"
+        );
+        println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL is not set");
+        return None;
+    };
+    let name = format!("cs_sql_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&url)
+        .await
+        .expect("connect to the test server");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .expect("create a test database");
+    let base = url.split('?').next().unwrap_or(&url);
+    let base = base.rsplit_once('/').map(|(b, _)| b).unwrap_or(base);
+    Some(format!("{base}/{name}"))
+}
