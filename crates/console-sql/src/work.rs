@@ -123,6 +123,25 @@ pub(crate) const MIGRATION_5_POSTGRES: &[&str] = &[
 /// (one statement instead of three or more, each a round trip to SQLite's worker thread while
 /// the one write lock is held); PostgreSQL's full-text column is generated already.
 pub(crate) const MIGRATION_6_SQLITE: &[&str] = &[
+    // An issue's labels, each row carrying what a list filters and orders by (project,
+    // status, rank, number), so a list by label within a project and status is one index range
+    // (counted without reading an issue), kept with the issue's own writes.
+    "CREATE TABLE console_issue_labels_v6 (
+        label TEXT NOT NULL,
+        issue TEXT NOT NULL,
+        project TEXT NOT NULL,
+        status TEXT NOT NULL,
+        rank TEXT NOT NULL,
+        number BIGINT NOT NULL,
+        PRIMARY KEY (label, issue)
+    )",
+    "INSERT INTO console_issue_labels_v6 (label, issue, project, status, rank, number)
+     SELECT l.label, l.issue, i.project, i.status, i.rank, i.number
+     FROM console_issue_labels l JOIN console_issues i ON i.key = l.issue",
+    "DROP TABLE console_issue_labels",
+    "ALTER TABLE console_issue_labels_v6 RENAME TO console_issue_labels",
+    "CREATE INDEX console_issue_labels_list ON console_issue_labels (label, project, status, rank, number)",
+    "CREATE INDEX console_issue_labels_issue ON console_issue_labels (issue)",
     // The full-text table gains the project, so a search within a project is answered by the
     // index alone (no join to the issues for every match).
     "DROP TABLE console_issues_fts",
@@ -148,7 +167,9 @@ pub(crate) const MIGRATION_6_SQLITE: &[&str] = &[
     "CREATE TRIGGER console_issues_insert AFTER INSERT ON console_issues BEGIN
         INSERT INTO console_issues_fts (rowid, body, project)
             VALUES (new.rowid, new.title || ' ' || new.labels, new.project);
-        INSERT INTO console_issue_labels (label, issue) SELECT value, new.key FROM json_each(new.labels);
+        INSERT INTO console_issue_labels (label, issue, project, status, rank, number)
+            SELECT value, new.key, new.project, new.status, new.rank, new.number
+            FROM json_each(new.labels);
     END",
     "CREATE TRIGGER console_issues_search AFTER UPDATE OF title, labels ON console_issues
         WHEN old.title IS NOT new.title OR old.labels IS NOT new.labels BEGIN
@@ -159,10 +180,36 @@ pub(crate) const MIGRATION_6_SQLITE: &[&str] = &[
     "CREATE TRIGGER console_issues_labels AFTER UPDATE OF labels ON console_issues
         WHEN old.labels IS NOT new.labels BEGIN
         DELETE FROM console_issue_labels WHERE issue = old.key;
-        INSERT INTO console_issue_labels (label, issue) SELECT value, new.key FROM json_each(new.labels);
+        INSERT INTO console_issue_labels (label, issue, project, status, rank, number)
+            SELECT value, new.key, new.project, new.status, new.rank, new.number
+            FROM json_each(new.labels);
+    END",
+    "CREATE TRIGGER console_issues_label_order AFTER UPDATE OF status, rank ON console_issues
+        WHEN (old.status IS NOT new.status OR old.rank IS NOT new.rank)
+         AND old.labels IS new.labels BEGIN
+        UPDATE console_issue_labels SET status = new.status, rank = new.rank WHERE issue = new.key;
     END",
 ];
 pub(crate) const MIGRATION_6_POSTGRES: &[&str] = &[
+    // An issue's labels, each row carrying what a list filters and orders by (project,
+    // status, rank, number), so a list by label within a project and status is one index range
+    // (counted without reading an issue), kept with the issue's own writes.
+    "CREATE TABLE console_issue_labels_v6 (
+        label TEXT NOT NULL,
+        issue TEXT NOT NULL,
+        project TEXT NOT NULL,
+        status TEXT NOT NULL,
+        rank TEXT NOT NULL,
+        number BIGINT NOT NULL,
+        PRIMARY KEY (label, issue)
+    )",
+    "INSERT INTO console_issue_labels_v6 (label, issue, project, status, rank, number)
+     SELECT l.label, l.issue, i.project, i.status, i.rank, i.number
+     FROM console_issue_labels l JOIN console_issues i ON i.key = l.issue",
+    "DROP TABLE console_issue_labels",
+    "ALTER TABLE console_issue_labels_v6 RENAME TO console_issue_labels",
+    "CREATE INDEX console_issue_labels_list ON console_issue_labels (label, project, status, rank, number)",
+    "CREATE INDEX console_issue_labels_issue ON console_issue_labels (issue)",
     "CREATE TABLE console_repo_projects (
         repo TEXT PRIMARY KEY,
         project TEXT NOT NULL REFERENCES console_projects (key),
@@ -348,6 +395,39 @@ pub(crate) fn event_of(r: &AnyRow) -> Result<Event, StorageError> {
     })
 }
 
+/// The `WHERE` of the label rows a filter selects: the labels given (`labels`, their
+/// placeholders), narrowed by the project and the statuses (`status` and `open` together) the
+/// rows carry themselves.
+fn label_rows_where(a: &mut Args, f: &IssueFilter, labels: &[String]) -> String {
+    let mut w = format!("label IN ({})", labels.join(", "));
+    if let Some(p) = &f.project {
+        w.push_str(&format!(" AND project = {}", a.push(p.as_str().to_owned())));
+    }
+    let statuses: Vec<String> = Status::ALL
+        .iter()
+        .filter(|s| f.status.is_empty() || f.status.contains(s))
+        .filter(|s| f.open.is_none_or(|o| s.is_open() == o))
+        .map(|s| a.push(s.as_str().to_owned()))
+        .collect();
+    if statuses.is_empty() {
+        w.push_str(" AND 1 = 0");
+    } else if statuses.len() < Status::ALL.len() {
+        w.push_str(&format!(" AND status IN ({})", statuses.join(", ")));
+    }
+    w
+}
+
+/// What an issue update does to PostgreSQL's label rows.
+enum LabelRows {
+    Keep,
+    Rewrite,
+    Reorder,
+}
+
+fn r_text(r: &AnyRow, column: &str) -> Result<String, StorageError> {
+    r.try_get(column).map_err(db_err)
+}
+
 /// A value bound to a query built at run time.
 #[derive(Debug, Clone)]
 pub(crate) enum Val {
@@ -408,11 +488,15 @@ impl SqlTx {
         }
         if !i.labels.is_empty() {
             sqlx::query(
-                "INSERT INTO console_issue_labels (label, issue) \
-                 SELECT jsonb_array_elements_text(CAST($1 AS jsonb)), $2",
+                "INSERT INTO console_issue_labels (label, issue, project, status, rank, number) \
+                 SELECT jsonb_array_elements_text(CAST($1 AS jsonb)), $2, $3, $4, $5, $6",
             )
             .bind(text(&i.labels))
             .bind(i.key.as_str())
+            .bind(i.project.as_str())
+            .bind(i.status.as_str())
+            .bind(i.rank.as_str())
+            .bind(i.key.number())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
@@ -637,17 +721,25 @@ impl IssueTx for SqlTx {
     }
 
     async fn update_issue(&mut self, i: &Issue) -> Result<(), StorageError> {
-        // SQLite's triggers rewrite the label rows when the labels change.
-        let labels_changed = self.backend == Backend::Postgres && {
-            let row = sqlx::query("SELECT labels FROM console_issues WHERE key = $1")
+        // SQLite's triggers keep the label rows; PostgreSQL's are written here: all of them
+        // when the labels change, else their status and rank when those do.
+        let labels = if self.backend == Backend::Postgres {
+            let row = sqlx::query("SELECT labels, status, rank FROM console_issues WHERE key = $1")
                 .bind(i.key.as_str())
                 .fetch_optional(&mut *self.tx)
                 .await
-                .map_err(db_err)?;
-            match row {
-                Some(r) => r.try_get::<String, _>("labels").map_err(db_err)? != text(&i.labels),
-                None => return Err(StorageError::Other("no such issue".into())),
+                .map_err(db_err)?
+                .ok_or_else(|| StorageError::Other("no such issue".into()))?;
+            let was = |c: &str| r_text(&row, c);
+            if was("labels")? != text(&i.labels) {
+                LabelRows::Rewrite
+            } else if was("status")? != i.status.as_str() || was("rank")? != i.rank {
+                LabelRows::Reorder
+            } else {
+                LabelRows::Keep
             }
+        } else {
+            LabelRows::Keep
         };
         sqlx::query(
             "UPDATE console_issues SET title = $2, status = $3, is_open = $4, priority = $5, \
@@ -674,13 +766,62 @@ impl IssueTx for SqlTx {
         .execute(&mut *self.tx)
         .await
         .map_err(db_err)?;
-        if labels_changed {
-            self.write_labels(i, true).await?;
+        match labels {
+            LabelRows::Rewrite => self.write_labels(i, true).await?,
+            LabelRows::Reorder => {
+                sqlx::query(
+                    "UPDATE console_issue_labels SET status = $2, rank = $3 WHERE issue = $1",
+                )
+                .bind(i.key.as_str())
+                .bind(i.status.as_str())
+                .bind(i.rank.as_str())
+                .execute(&mut *self.tx)
+                .await
+                .map_err(db_err)?;
+            }
+            LabelRows::Keep => {}
         }
         Ok(())
     }
 
     async fn issues(&mut self, f: &IssueFilter) -> Result<(Vec<Issue>, i64), StorageError> {
+        // A page of one label within a project and statuses: the label rows answer the count
+        // and the page's keys from one index range, without reading an issue not shown.
+        if let ([label], Some(limit)) = (f.labels.as_slice(), f.limit)
+            && f.parent.is_none()
+            && f.priority.is_empty()
+            && f.updated_since.is_none()
+            && f.pinned_by.is_none()
+            && f.route.is_none()
+        {
+            let mut a = Args::default();
+            let l = a.push(label.clone());
+            let sub = label_rows_where(&mut a, f, &[l]);
+            let total: i64 = sqlx::query_with(
+                &format!("SELECT COUNT(*) AS n FROM console_issue_labels WHERE {sub}"),
+                a.build(),
+            )
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .try_get("n")
+            .map_err(db_err)?;
+            let (l, o) = (a.push(i64::from(limit)), a.push(i64::from(f.offset)));
+            let rows = sqlx::query_with(
+                &format!(
+                    "SELECT {ISSUE_COLUMNS} FROM console_issues WHERE key IN \
+                     (SELECT issue FROM console_issue_labels WHERE {sub} \
+                      ORDER BY project, rank, number LIMIT {l} OFFSET {o}) \
+                     ORDER BY project, rank, number"
+                ),
+                a.build(),
+            )
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+            let issues = rows.iter().map(issue_of).collect::<Result<Vec<_>, _>>()?;
+            return Ok((issues, total));
+        }
         let mut a = Args::default();
         let mut conds: Vec<String> = Vec::new();
         if let Some(p) = &f.project {
@@ -698,10 +839,11 @@ impl IssueTx for SqlTx {
             conds.push(format!("parent = {}", a.push(p.as_str().to_owned())));
         }
         if !f.labels.is_empty() {
+            // The label rows narrowed by the project and statuses they carry themselves.
             let list: Vec<String> = f.labels.iter().map(|l| a.push(l.clone())).collect();
+            let sub = label_rows_where(&mut a, f, &list);
             conds.push(format!(
-                "key IN (SELECT issue FROM console_issue_labels WHERE label IN ({}))",
-                list.join(", ")
+                "key IN (SELECT issue FROM console_issue_labels WHERE {sub})"
             ));
         }
         if !f.priority.is_empty() {

@@ -369,3 +369,115 @@ async fn postgres() {
     let s = SqlStorage::connect(&url).await.expect("connect");
     contract(&s).await;
 }
+
+/// The list's paths agree: a page of one label within a project and statuses (answered from
+/// the label rows alone) holds exactly what the general query answers, in the same order,
+/// with the same total, after inserts and after updates that move labels, statuses and ranks
+/// (SQLite's triggers, PostgreSQL's statements).
+async fn label_pages(s: &SqlStorage) {
+    let key = fresh_key();
+    let other = fresh_key();
+    let mut tx = s.begin().await.expect("begin");
+    for k in [&key, &other] {
+        tx.insert_project(&Project {
+            key: k.clone(),
+            name: "Labels".into(),
+            created_at: Utc::now(),
+        })
+        .await
+        .expect("project");
+    }
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let labels = ["a", "b", "c"];
+    let mut all = Vec::new();
+    for n in 1..=60 {
+        let project = if n % 7 == 0 { &other } else { &key };
+        let mut i = issue(project, n, &format!("r{:03}", next() % 500));
+        i.status = Status::ALL[(next() % 6) as usize];
+        i.labels = labels
+            .iter()
+            .filter(|_| next() % 2 == 0)
+            .map(|l| l.to_string())
+            .collect();
+        tx.insert_issue(&i).await.expect("insert");
+        all.push(i);
+    }
+    tx.commit().await.expect("commit");
+    let check = |stage: &'static str| {
+        let (key, other) = (key.clone(), other.clone());
+        async move {
+            let mut tx = s.read().await.expect("read");
+            for project in [Some(key.clone()), Some(other.clone()), None] {
+                for label in labels {
+                    for status in [
+                        vec![],
+                        vec![Status::Todo],
+                        vec![Status::Done, Status::Blocked],
+                    ] {
+                        for open in [None, Some(true), Some(false)] {
+                            let general = IssueFilter {
+                                project: project.clone(),
+                                status: status.clone(),
+                                labels: vec![label.into()],
+                                open,
+                                ..Default::default()
+                            };
+                            let (want, want_total) = tx.issues(&general).await.expect("general");
+                            for (limit, offset) in [(1000, 0), (3, 0), (3, 2)] {
+                                let paged = IssueFilter {
+                                    limit: Some(limit),
+                                    offset,
+                                    ..general.clone()
+                                };
+                                let (got, total) = tx.issues(&paged).await.expect("paged");
+                                assert_eq!(total, want_total, "{stage}: {paged:?}");
+                                let want_page: Vec<&IssueKey> = want
+                                    .iter()
+                                    .skip(offset as usize)
+                                    .take(limit as usize)
+                                    .map(|i| &i.key)
+                                    .collect();
+                                let got_page: Vec<&IssueKey> = got.iter().map(|i| &i.key).collect();
+                                assert_eq!(got_page, want_page, "{stage}: {paged:?}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    check("inserted").await;
+    // Move labels, statuses and ranks on a third of them.
+    let mut tx = s.begin().await.expect("begin");
+    for (n, i) in all.iter_mut().enumerate() {
+        match n % 3 {
+            0 => i.labels = vec![labels[n % 3].into(), "c".into()],
+            1 => i.status = Status::ALL[(n / 3) % 6],
+            _ => i.rank = format!("q{:03}", n * 7 % 500),
+        }
+        tx.update_issue(i).await.expect("update");
+    }
+    tx.commit().await.expect("commit");
+    check("updated").await;
+}
+
+#[tokio::test]
+async fn label_pages_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("l.db").display());
+    label_pages(&SqlStorage::connect(&url).await.expect("connect")).await;
+}
+
+#[tokio::test]
+async fn label_pages_postgres() {
+    let Some(url) = common::fresh_postgres().await else {
+        return;
+    };
+    label_pages(&SqlStorage::connect(&url).await.expect("connect")).await;
+}
