@@ -10,7 +10,8 @@
 //! - `toml`: a whole `broker.toml`;
 //! - `toml fragment`: sections of one, loaded after a minimal base (`public_url`,
 //!   `seal_key_file`, and a local `[store]` unless the fragment has its own);
-//! - `toml console`: a whole `console.toml`, loaded with the console's `Config::load`.
+//! - `toml console`: a whole `console.toml`, loaded with the console's `Config::load`;
+//! - `toml console fragment`: sections of one, loaded after a `public_url`.
 //!
 //! A block that fails is reported with its file and line. A ```` ```toml ```` block with any
 //! other info string fails too, so that no example escapes the check by its label.
@@ -180,17 +181,22 @@ async fn check(block: &Block) -> anyhow::Result<Option<Config>> {
             serve_checks(&c, &dir).await?;
             Ok(Some(c))
         }
-        "toml console" => {
+        "toml console" | "toml console fragment" => {
+            let text = if block.kind == "toml console" {
+                block.text.clone()
+            } else {
+                format!("public_url = \"https://console.example.com\"\n{}", block.text)
+            };
             countersign_console_http::config::Config::load(&temp_file(
                 &dir,
                 "console.toml",
-                &block.text,
+                &text,
             )?)?;
             Ok(None)
         }
         other => bail!(
-            "unknown info string {other:?}: use `toml` (a whole broker.toml), `toml fragment` \
-             or `toml console`"
+            "unknown info string {other:?}: use `toml` (a whole broker.toml), `toml fragment`, \
+             `toml console` or `toml console fragment`"
         ),
     }
 }
