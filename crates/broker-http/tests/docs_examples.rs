@@ -185,7 +185,10 @@ async fn check(block: &Block) -> anyhow::Result<Option<Config>> {
             let text = if block.kind == "toml console" {
                 block.text.clone()
             } else {
-                format!("public_url = \"https://console.example.com\"\n{}", block.text)
+                format!(
+                    "public_url = \"https://console.example.com\"\n{}",
+                    block.text
+                )
             };
             countersign_console_http::config::Config::load(&temp_file(
                 &dir,

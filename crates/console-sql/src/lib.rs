@@ -31,6 +31,7 @@ mod delivery;
 mod documents;
 mod messages;
 mod work;
+mod writer;
 pub use work::SqlTx;
 
 use countersign_common::sql::{
@@ -83,6 +84,8 @@ pub struct SqlStorage {
     shown_url: String,
     /// The URL itself (with any password), for the event listener's own connection.
     url: String,
+    /// SQLite's group-committing writer (`writer.rs`); PostgreSQL's writers run concurrently.
+    writer: Option<writer::Writer>,
 }
 
 impl std::fmt::Debug for SqlStorage {
@@ -176,11 +179,13 @@ impl SqlStorage {
         let sqlite = Backend::of_url(url) == Some(Backend::Sqlite);
         let (pool, backend) = open_pool(url, if sqlite { 4 } else { 8 }).await?;
         migrate(pool.begin().await.map_err(begin_err)?, backend, &SCHEMA).await?;
+        let writer = (backend == Backend::Sqlite).then(|| writer::Writer::new(pool.clone()));
         Ok(SqlStorage {
             pool,
             backend,
             shown_url: redact(url),
             url: url.to_owned(),
+            writer,
         })
     }
 
@@ -521,13 +526,13 @@ impl Storage for SqlStorage {
 
     async fn begin(&self) -> Result<Box<dyn WorkTx>, StorageError> {
         Ok(Box::new(
-            SqlTx::begin(&self.pool, self.backend, true).await?,
+            SqlTx::begin(&self.pool, self.backend, self.writer.as_ref(), true).await?,
         ))
     }
 
     async fn read(&self) -> Result<Box<dyn WorkTx>, StorageError> {
         Ok(Box::new(
-            SqlTx::begin(&self.pool, self.backend, false).await?,
+            SqlTx::begin(&self.pool, self.backend, None, false).await?,
         ))
     }
 }

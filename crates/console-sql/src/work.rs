@@ -21,7 +21,9 @@ use countersign_console_core::work::{
     RouteFilter, Status, WorkTx,
 };
 use sqlx::any::{AnyArguments, AnyRow};
-use sqlx::{Any, AnyPool, Arguments, Row, Transaction};
+use sqlx::{Any, AnyConnection, AnyPool, Arguments, Row, Transaction};
+
+use crate::writer::{Slot, Writer};
 
 use crate::{login, time};
 
@@ -241,7 +243,9 @@ const EVENT_COLUMNS: &str =
 
 /// One transaction.
 pub struct SqlTx {
-    pub(crate) tx: Transaction<'static, Any>,
+    /// The connection statements run on (`&mut *self.tx`): a transaction of its own, or a turn
+    /// at SQLite's group-committing writer.
+    pub(crate) tx: Conn,
     pub(crate) backend: Backend,
     pub(crate) write: bool,
     pub(crate) events_locked: bool,
@@ -272,13 +276,13 @@ impl SqlTx {
     pub(crate) async fn begin(
         pool: &AnyPool,
         backend: Backend,
+        writer: Option<&Writer>,
         write: bool,
     ) -> Result<SqlTx, StorageError> {
-        let tx = match (backend, write) {
-            (Backend::Sqlite, true) => pool.begin_with("BEGIN IMMEDIATE").await,
-            _ => pool.begin().await,
-        }
-        .map_err(begin_err)?;
+        let tx = match (writer, write) {
+            (Some(w), true) => Conn::Writer(w.begin().await?),
+            _ => Conn::Tx(pool.begin().await.map_err(begin_err)?),
+        };
         Ok(SqlTx {
             tx,
             backend,
@@ -1352,6 +1356,37 @@ impl WorkTx for SqlTx {
                 .await
                 .map_err(db_err)?;
         }
-        self.tx.commit().await.map_err(db_err)
+        match self.tx {
+            Conn::Tx(t) => t.commit().await.map_err(db_err),
+            Conn::Writer(slot) => slot.commit().await,
+        }
+    }
+}
+
+/// Where a transaction's statements run.
+pub(crate) enum Conn {
+    /// A transaction of its own (PostgreSQL; reads).
+    Tx(Transaction<'static, Any>),
+    /// A turn at SQLite's writer, in its group-committed transaction.
+    Writer(Slot),
+}
+
+impl std::ops::Deref for Conn {
+    type Target = AnyConnection;
+
+    fn deref(&self) -> &AnyConnection {
+        match self {
+            Conn::Tx(t) => t,
+            Conn::Writer(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        match self {
+            Conn::Tx(t) => t,
+            Conn::Writer(s) => s,
+        }
     }
 }

@@ -481,3 +481,73 @@ async fn label_pages_postgres() {
     };
     label_pages(&SqlStorage::connect(&url).await.expect("connect")).await;
 }
+
+/// Many writers at once, some of which give up (a refused operation) or fail a statement: every
+/// committed write is there, none of the others, on SQLite's group-committing writer (each
+/// writer in a savepoint of the shared transaction) as on PostgreSQL's own transactions.
+async fn writers_that_fail_cost_only_themselves(s: &SqlStorage) {
+    let s = std::sync::Arc::new(s.clone());
+    let mut tasks = Vec::new();
+    for i in 0..60usize {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let key = fresh_key();
+            let p = Project {
+                key: key.clone(),
+                name: format!("writer {i}"),
+                created_at: Utc::now(),
+            };
+            let mut tx = s.begin().await.expect("begin");
+            assert!(tx.insert_project(&p).await.expect("insert"));
+            match i % 3 {
+                // Commits.
+                0 => {
+                    tx.commit().await.expect("commit");
+                    (key, true)
+                }
+                // Gives up after writing: dropped without committing.
+                1 => {
+                    drop(tx);
+                    (key, false)
+                }
+                // A statement fails (an issue whose project does not exist), then gives up.
+                _ => {
+                    let orphan = issue(&fresh_key(), 1, "x");
+                    let failed = tx.insert_issue(&orphan).await;
+                    assert!(failed.is_err(), "a foreign key holds");
+                    drop(tx);
+                    (key, false)
+                }
+            }
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.expect("task"));
+    }
+    let mut tx = s.read().await.expect("read");
+    for (key, committed) in outcomes {
+        assert_eq!(
+            tx.project(&key).await.expect("project").is_some(),
+            committed,
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn writers_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("g.db").display());
+    writers_that_fail_cost_only_themselves(&SqlStorage::connect(&url).await.expect("connect"))
+        .await;
+}
+
+#[tokio::test]
+async fn writers_postgres() {
+    let Some(url) = common::fresh_postgres().await else {
+        return;
+    };
+    writers_that_fail_cost_only_themselves(&SqlStorage::connect(&url).await.expect("connect"))
+        .await;
+}
