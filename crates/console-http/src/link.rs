@@ -55,7 +55,7 @@ pub struct LiveSession {
     pub live_since: Time,
     #[serde(with = "rfc3339")]
     pub last_activity_at: Time,
-    /// Open asks the session wrote (asks arrive with their issue: 0 until then).
+    /// Open asks the session wrote (counted when listed).
     pub open_asks: u32,
 }
 
@@ -211,9 +211,18 @@ fn apply(live: &mut LiveSession, a: Advert) -> bool {
     true
 }
 
-/// `GET /api/v1/sessions`.
+/// `GET /api/v1/sessions`, with each session's open asks counted in one query.
 pub async fn list(State(st): St) -> ApiResult<Response> {
-    Ok(ok(st.sessions.list()))
+    let mut live = st.sessions.list();
+    let ids: Vec<String> = live.iter().map(|l| l.session_id.clone()).collect();
+    let counts = st.console.open_ask_counts(&ids).await?;
+    for l in &mut live {
+        l.open_asks = counts
+            .get(&l.session_id)
+            .map(|n| u32::try_from(*n).unwrap_or(u32::MAX))
+            .unwrap_or(0);
+    }
+    Ok(ok(live))
 }
 
 /// `GET /link/v1/sessions/{session_id}`: the upgrade.

@@ -37,7 +37,7 @@ macro_rules! transact {
     }};
 }
 
-mod asks;
+pub mod asks;
 mod delivery;
 mod documents;
 mod front;
