@@ -145,6 +145,12 @@ const SCHEMA: Schema = Schema {
             sqlite: work::MIGRATION_5_SQLITE,
             postgres: work::MIGRATION_5_POSTGRES,
         },
+        Migration {
+            version: 9,
+            name: "messages, broadcasts, delivery attempts, live sessions, conversation state",
+            sqlite: messages::MIGRATION_9,
+            postgres: messages::MIGRATION_9,
+        },
     ],
 };
 
