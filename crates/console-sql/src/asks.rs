@@ -262,14 +262,6 @@ fn thread_state_text(s: Option<ThreadState>) -> Option<String> {
 }
 
 impl SqlTx {
-    fn lock(&self) -> &'static str {
-        if self.write && self.backend == Backend::Postgres {
-            " FOR UPDATE"
-        } else {
-            ""
-        }
-    }
-
     /// Rows of a query built with [`Args`].
     async fn rows(&mut self, sql: &str, a: &Args) -> Result<Vec<AnyRow>, StorageError> {
         sqlx::query_with(sql, a.build())

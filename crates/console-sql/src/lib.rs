@@ -151,6 +151,12 @@ const SCHEMA: Schema = Schema {
             sqlite: asks::MIGRATION_8_SQLITE,
             postgres: asks::MIGRATION_8_POSTGRES,
         },
+        Migration {
+            version: 9,
+            name: "messages, broadcasts, delivery attempts, live sessions, conversation state",
+            sqlite: messages::MIGRATION_9,
+            postgres: messages::MIGRATION_9,
+        },
     ],
 };
 

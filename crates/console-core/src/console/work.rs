@@ -14,11 +14,19 @@ use crate::work::{
     RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx, search,
 };
 
-/// Which agent sessions are live: those holding their session link open (protocol §4.2).
+/// Which agent sessions are live: those holding their session link open (protocol §4.2), and
+/// the way to them.
 pub trait Presence: Send + Sync + std::fmt::Debug {
     fn is_live(&self, session: &str) -> bool;
     /// The roles live sessions advertise.
     fn live_roles(&self) -> Vec<String>;
+    /// The modes a live session advertises; `None` when it is not live.
+    fn modes(&self, session: &str) -> Option<Vec<crate::work::messages::Mode>>;
+    /// Live sessions advertising `role`, by id.
+    fn holders(&self, role: &str) -> Vec<String>;
+    /// Hands a delivery to the session's link (the `deliver` frame); false when no link takes
+    /// it.
+    fn deliver(&self, d: &crate::work::messages::Delivery) -> bool;
 }
 
 /// A console ref (protocol §5): `countersign://issue/KEY`, ….
