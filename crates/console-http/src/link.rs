@@ -101,6 +101,16 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
+    /// Queues a text frame on a live session's link, without waiting (a notice such as
+    /// `ask.answered`); false when the session is not linked here or its queue is full.
+    pub fn send_frame(&self, session: &str, frame: String) -> bool {
+        let Ok(m) = self.sessions.lock() else {
+            return false;
+        };
+        m.get(session)
+            .is_some_and(|e| e.out.try_send(frame).is_ok())
+    }
+
     /// Every live session, by id.
     pub fn list(&self) -> Vec<LiveSession> {
         let mut v: Vec<LiveSession> = self

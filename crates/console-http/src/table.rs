@@ -139,6 +139,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/api/v1/comments/{id}", HumanOrAgent, Api, ["session"], "one comment with its thread", api::comments::read),
     route!(PATCH "/api/v1/comments/{id}", HumanOnly, Api, [], "edit a comment's body", api::comments::edit),
     route!(POST "/api/v1/comments/{id}/suggestion/reject", HumanOnly, Api, [], "reject a suggestion", api::comments::reject),
+    route!(POST "/api/v1/comments/{id}/deliveries", HumanOrAgent, Api, [], "retry a mention delivery", api::comments::retry),
     route!(POST "/api/v1/comments/{id}/reopen", HumanOnly, Api, [], "reopen a resolved thread", api::comments::reopen),
     route!(POST "/api/v1/comments/{id}/resolve", HumanOrAgent, Api, [], "resolve a thread", api::comments::resolve),
     route!(POST "/api/v1/comments/{id}/replies", AgentOnly, Api, [], "the mentioned session's reply to a delivery", api::comments::reply),

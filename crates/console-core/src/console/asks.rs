@@ -12,14 +12,16 @@ use serde::{Deserialize, Serialize};
 use super::*;
 use crate::work::asks::{
     Answer, AnswerEntry, Ask, AskFilter, AskKind, AskOption, AskState, AskView, AssigneeFilter,
-    Closed, Comment, CommentFilter, CommentSuggestion, CommentView, InboxFilter, MentionAttempt,
-    Quote, SuggestionState, ThreadState, Turn, Wording,
+    Closed, Comment, CommentFilter, CommentSuggestion, CommentView, InboxFilter, Quote,
+    SuggestionState, ThreadState, Turn, Wording,
 };
 use crate::work::model::rfc3339;
 use crate::work::rules;
 use crate::work::{Actor, Event, IssueKey, NewEvent, ProjectKey, SearchKind, WorkTx, search};
 
+use super::messages::{NewAttempt, Opened};
 use super::work::{console_ref, invalid, not_found};
+use crate::work::messages::{AttemptView, DeliveryContent, DeliveryKind, Mode, Scope};
 
 /// Caps of protocol §2.
 const QUESTION_MAX: usize = 2_000;
@@ -209,7 +211,7 @@ pub struct AskCounts {
 }
 
 /// `GET /asks`: open asks in one scope, with counts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScopeList {
     pub asks: Vec<AskView>,
     pub counts: AskCounts,
@@ -232,7 +234,7 @@ pub struct Recipient {
 }
 
 /// One inbox row (protocol §6.4); its id is its ask's.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InboxRow {
     pub id: String,
     pub ask: AskView,
@@ -248,7 +250,7 @@ pub struct InboxRow {
 
 /// `GET /inbox`: rows by whose turn it is; a row the caller snoozed is under `snoozed` until
 /// then.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Inbox {
     pub human_turn: Vec<InboxRow>,
     pub agent_turn: Vec<InboxRow>,
@@ -309,7 +311,7 @@ pub struct AnswersPage {
 }
 
 /// `GET /comments/{id}`: the comment and its whole thread, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CommentThread {
     #[serde(flatten)]
     pub comment: CommentView,
@@ -384,22 +386,78 @@ impl Console {
         .await
     }
 
-    /// A comment's mentions with their attempts.
-    async fn comment_view(&self, _tx: &mut dyn WorkTx, c: Comment) -> Result<CommentView, Error> {
-        let attempts: Vec<MentionAttempt> = Vec::new();
-        Ok(CommentView::of(c, attempts))
+    /// A comment with its mentions' delivery attempts.
+    async fn comment_view(&self, tx: &mut dyn WorkTx, c: Comment) -> Result<CommentView, Error> {
+        self.comment_views(tx, vec![c])
+            .await?
+            .pop()
+            .ok_or_else(|| Error::new(ErrorCode::INTERNAL))
     }
 
+    /// Comments with their mentions' attempts, read in one query.
     async fn comment_views(
         &self,
         tx: &mut dyn WorkTx,
         cs: Vec<Comment>,
     ) -> Result<Vec<CommentView>, Error> {
-        let mut out = Vec::with_capacity(cs.len());
-        for c in cs {
-            out.push(self.comment_view(tx, c).await?);
+        let ids: Vec<String> = cs
+            .iter()
+            .filter(|c| !c.mentions.is_empty())
+            .map(|c| c.id.clone())
+            .collect();
+        let mut attempts: HashMap<String, Vec<AttemptView>> = HashMap::new();
+        if !ids.is_empty() {
+            for a in tx.attempts(DeliveryKind::Mention, &ids).await? {
+                attempts
+                    .entry(a.id.clone())
+                    .or_default()
+                    .push(AttemptView::from(&a));
+            }
         }
-        Ok(out)
+        Ok(cs
+            .into_iter()
+            .map(|c| {
+                let a = attempts.remove(&c.id).unwrap_or_default();
+                CommentView::of(c, a)
+            })
+            .collect())
+    }
+
+    /// Opens a mention delivery of comment `c` to `session` in `tx` (mode `send`: a mention
+    /// asks the session to act).
+    async fn mention(
+        &self,
+        tx: &mut dyn WorkTx,
+        c: &Comment,
+        session: &str,
+        requested_by: &Actor,
+    ) -> Result<Opened, Error> {
+        let content = DeliveryContent {
+            thread_id: c.thread_id.clone(),
+            issue: c.issue.as_ref().map(|k| k.as_str().to_owned()),
+            mode: Mode::Send,
+            author: c.author.clone(),
+            body: c.body.clone(),
+            notice: None,
+        };
+        let scope = Scope {
+            project: Some(c.project.clone()),
+            issue: c.issue.clone(),
+            artifact: c.artifact.clone(),
+        };
+        self.open_attempt(
+            tx,
+            &NewAttempt {
+                kind: DeliveryKind::Mention,
+                id: &c.id,
+                session_id: session,
+                mode: Mode::Send,
+                requested_by,
+                content: &content,
+                scope: &scope,
+            },
+        )
+        .await
     }
 
     /// The read route's shape: with replies, edit history and answers.
@@ -1086,7 +1144,7 @@ impl Console {
             .map_err(|_| invalid("`parent` names no comment of this issue"))?;
         let now = self.now();
         let id = self.new_id();
-        let (view, event) = transact!(self, |tx| {
+        let (view, event, opened) = transact!(self, |tx| {
             // The ask first (locks go ask, then issue).
             let root = match &parent {
                 Some(p) => {
@@ -1147,24 +1205,24 @@ impl Console {
                 Self::replied(a, actor, now);
                 tx.update_ask(a).await?;
             }
+            let mut opened = Vec::new();
+            for m in &comment.mentions {
+                opened.push(self.mention(tx, &comment, m, actor).await?);
+            }
             let view = self.comment_view(tx, comment).await?;
             let place = Place {
                 project: &view.project,
                 issue: Some(&key),
                 artifact: view.artifact.as_deref(),
             };
+            let data = serde_json::to_value(&view).unwrap_or_default();
             let e = self
-                .append_at(
-                    tx,
-                    "comment.created",
-                    actor,
-                    place,
-                    serde_json::to_value(&view).unwrap_or_default(),
-                )
+                .append_at(tx, "comment.created", actor, place, data)
                 .await?;
-            Ok((view, e))
+            Ok((view, e, opened))
         })?;
         self.event_committed(event.id);
+        self.dispatch(&opened).await;
         Ok(view)
     }
 
@@ -1413,6 +1471,41 @@ impl Console {
             Some(k) => self.comment_on_issue(actor, k.as_str(), new).await,
             None => Err(not_found("comment")),
         }
+    }
+}
+
+impl Console {
+    /// Retries a comment's mention delivery: a new attempt to `target`, which must be one of
+    /// its mentions (required when it mentions several). Answers the new attempt.
+    pub async fn retry_mention(
+        &self,
+        actor: &Actor,
+        id: &str,
+        target: Option<&str>,
+    ) -> Result<AttemptView, Error> {
+        let id = uuid_id(id, "comment")?;
+        if target.is_some_and(|t| !is_session_id(t)) {
+            return Err(ErrorCode::INVALID_SESSION_ID.into());
+        }
+        let opened = transact!(self, |tx| {
+            let c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            let session = match (target, c.mentions.as_slice()) {
+                (_, []) => return Err(invalid("the comment mentions no session")),
+                (None, [only]) => only.clone(),
+                (None, _) => {
+                    return Err(invalid(
+                        "the comment mentions several sessions: `target` names one",
+                    ));
+                }
+                (Some(t), all) if all.iter().any(|m| m == t) => t.to_owned(),
+                (Some(_), _) => {
+                    return Err(invalid("`target` is not one of the comment's mentions"));
+                }
+            };
+            self.mention(tx, &c, &session, actor).await
+        })?;
+        self.dispatch(std::slice::from_ref(&opened)).await;
+        Ok(AttemptView::from(&opened.attempt))
     }
 }
 

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Time;
 use crate::ids::Login;
 use crate::storage::StorageError;
+use crate::work::messages::AttemptView;
 use crate::work::model::{Actor, Hit, IssueKey, ProjectKey, rfc3339};
 
 /// `question` (the default) or `approval` (a document's approval request).
@@ -466,7 +467,7 @@ pub trait AskTx: Send {
 
 /// An ask as the routes answer it. Lists leave out `replies`, `history` and `answers` (the
 /// read route, the write routes and the events carry them).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AskView {
     pub id: String,
     pub kind: AskKind,
@@ -530,29 +531,15 @@ impl AskView {
     }
 }
 
-/// One delivery attempt of a mention (protocol §6.4's attempt shape).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MentionAttempt {
-    pub attempt: i64,
-    pub session_id: String,
-    pub state: String,
-    pub requested_by: Actor,
-    #[serde(with = "rfc3339")]
-    pub created_at: Time,
-    #[serde(with = "crate::work::model::rfc3339_opt")]
-    pub sent_at: Option<Time>,
-    pub error: Option<String>,
-}
-
 /// A mentioned session with its delivery attempts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MentionView {
     pub session_id: String,
-    pub deliveries: Vec<MentionAttempt>,
+    pub deliveries: Vec<AttemptView>,
 }
 
 /// A comment as the routes answer it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CommentView {
     pub id: String,
     pub thread_id: String,
@@ -577,7 +564,7 @@ pub struct CommentView {
 
 impl CommentView {
     /// A stored comment with its mentions' attempts.
-    pub fn of(c: Comment, mut attempts: Vec<MentionAttempt>) -> Self {
+    pub fn of(c: Comment, mut attempts: Vec<AttemptView>) -> Self {
         let mentions = c
             .mentions
             .iter()

@@ -58,6 +58,38 @@ pub async fn issue_open(
     Ok(opened(&st, ask).await)
 }
 
+/// The `ask.answered` link message (outside protocol §4.2's table: v1 grows by link
+/// messages).
+#[derive(Serialize)]
+struct AnsweredFrame<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    ask: &'a AskView,
+}
+
+/// After an answer committed: the ask, answered, to each of its recipients (author's session,
+/// followers, subscribers) whose link is open to this replica. Fire and forget: the answer
+/// is in the ask and on the event stream for any session that misses it.
+pub(crate) async fn tell_answered(st: &crate::AppState, ask: &AskView) {
+    let recipients = match st.console.recipients(&ask.id).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(code = e.code_str(), "an answer's recipients not read");
+            return;
+        }
+    };
+    let frame = serde_json::to_string(&AnsweredFrame {
+        kind: "ask.answered",
+        ask,
+    })
+    .unwrap_or_default();
+    for r in recipients {
+        if st.sessions.send_frame(&r.session_id, frame.clone()) {
+            tracing::debug!(session = %r.session_id, ask = %ask.id, "answer sent on the link");
+        }
+    }
+}
+
 /// `?state=` (repeatable).
 pub(crate) fn states(q: &Query) -> ApiResult<Vec<AskState>> {
     q.all("state")
@@ -118,7 +150,9 @@ pub async fn answer(
     In(b): In<AnswerIn>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.answer_ask(&actor, &id, b).await?))
+    let ask = st.console.answer_ask(&actor, &id, b).await?;
+    tell_answered(&st, &ask).await;
+    Ok(ok(ask))
 }
 
 pub async fn close(

@@ -135,3 +135,29 @@ pub async fn reply(
     let location = format!("/api/v1/comments/{}", c.id);
     Ok(created(c, Some(location)))
 }
+
+/// `{target?, actor?}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBody {
+    target: Option<String>,
+    actor: Option<String>,
+}
+
+impl Input for RetryBody {}
+
+/// `POST /comments/{id}/deliveries`: 201 with the new attempt(s) (one: a mention retry names
+/// one session), as a message retry answers.
+pub async fn retry(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<RetryBody>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    let attempt = st
+        .console
+        .retry_mention(&actor, &id, b.target.as_deref())
+        .await?;
+    Ok(created(vec![attempt], None))
+}

@@ -1211,3 +1211,186 @@ on_both_databases!(
     search_finds_asks_and_comments_sqlite,
     search_finds_asks_and_comments_postgres
 );
+
+/// The session link (protocol §4.2) from a session's side: a real WebSocket client.
+pub(crate) mod link {
+    use std::time::Duration;
+
+    use futures_util::{SinkExt, StreamExt};
+    use serde_json::{Value, json};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    use crate::common::TestConsole;
+
+    pub type Ws = tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >;
+
+    /// Opens session `session`'s link and says hello (modes `send`); answers after `welcome`.
+    pub async fn live(console: &TestConsole, session: &str, token: &str) -> anyhow::Result<Ws> {
+        let url = format!(
+            "{}/link/v1/sessions/{session}",
+            console.url.replace("http://", "ws://")
+        );
+        let mut req = url.into_client_request()?;
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {token}").parse()?);
+        req.headers_mut()
+            .insert("sec-websocket-protocol", "countersign.link.v1".parse()?);
+        let (mut ws, _) = tokio_tungstenite::connect_async(req).await?;
+        ws.send(Message::Text(
+            json!({"type": "hello", "title": "asking", "roles": ["asker"], "modes": ["send"]})
+                .to_string()
+                .into(),
+        ))
+        .await?;
+        let w = next_of(&mut ws, "welcome").await?;
+        anyhow::ensure!(w["session_id"] == session, "{w}");
+        Ok(ws)
+    }
+
+    /// The next text message of `kind` (others skipped), within 10 s.
+    pub async fn next_of(ws: &mut Ws, kind: &str) -> anyhow::Result<Value> {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), ws.next()).await? {
+                Some(Ok(Message::Text(t))) => {
+                    let v: Value = serde_json::from_str(&t)?;
+                    if v["type"] == kind {
+                        return Ok(v);
+                    }
+                }
+                Some(Ok(_)) => continue,
+                other => anyhow::bail!("expected {kind}, got {other:?}"),
+            }
+        }
+    }
+
+    pub async fn send(ws: &mut Ws, v: Value) -> anyhow::Result<()> {
+        ws.send(Message::Text(v.to_string().into())).await?;
+        Ok(())
+    }
+}
+
+async fn mention_failed_offline_retried_live(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let (ada, _bob, agent) = setup(&console).await?;
+    // s1 is not live: its mention fails at once.
+    let c = ada
+        .post(
+            "/api/v1/issues/ASK-1/comments",
+            json!({"body": "@s1 please check the refund totals", "mentions": ["s1"]}),
+        )
+        .await?;
+    assert_eq!(c.status, 201, "{}", c.text);
+    let cid = c.json["id"].as_str().unwrap_or_default().to_owned();
+    let d = &c.json["mentions"][0]["deliveries"];
+    assert_eq!(d[0]["attempt"], 1, "{}", c.text);
+    assert_eq!(d[0]["state"], "failed");
+    assert_eq!(d[0]["error"], "not_live");
+    assert_eq!(d[0]["requested_by"]["login"], ADA);
+
+    // Live now: a retry (the one mention needs no target) is delivered and acknowledged.
+    let mut ws = link::live(&console, "s1", SHARED_TOKEN).await?;
+    let r = agent
+        .post(
+            &format!("/api/v1/comments/{cid}/deliveries"),
+            json!({"actor": "s2"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json[0]["attempt"], 2);
+    assert_eq!(r.json[0]["state"], "pending");
+    assert_eq!(r.json[0]["requested_by"]["session"], "s2");
+    let frame = link::next_of(&mut ws, "deliver").await?;
+    assert_eq!(
+        frame["delivery"],
+        json!({"kind": "mention", "id": cid, "attempt": 2})
+    );
+    assert_eq!(frame["body"], "@s1 please check the refund totals");
+    assert_eq!(frame["thread_id"], cid.as_str());
+    assert_eq!(frame["issue"], "ASK-1");
+    link::send(
+        &mut ws,
+        json!({"type": "delivered", "kind": "mention", "id": cid, "attempt": 2}),
+    )
+    .await?;
+    eventually(10, || async {
+        let t = agent.get(&format!("/api/v1/comments/{cid}")).await?;
+        Ok((t.json["mentions"][0]["deliveries"][1]["state"] == "sent").then_some(()))
+    })
+    .await?;
+
+    // Its reply threads under the comment.
+    let r = agent
+        .post(
+            &format!("/api/v1/comments/{cid}/replies"),
+            json!({"actor": "s1", "body": "totals match"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let t = ada.get(&format!("/api/v1/comments/{cid}")).await?;
+    assert_eq!(t.json["thread"][1]["body"], "totals match", "{}", t.text);
+    assert_eq!(t.json["thread"][1]["parent"], cid.as_str());
+    assert_eq!(t.json["thread"][1]["author"]["session"], "s1");
+
+    // Retry refusals.
+    let two = ada
+        .post(
+            "/api/v1/issues/ASK-1/comments",
+            json!({"body": "both of you", "mentions": ["s1", "s2"]}),
+        )
+        .await?;
+    let two = two.json["id"].as_str().unwrap_or_default().to_owned();
+    let none = ada
+        .post("/api/v1/issues/ASK-1/comments", json!({"body": "nobody"}))
+        .await?;
+    let none = none.json["id"].as_str().unwrap_or_default().to_owned();
+    for (id, body, status, code) in [
+        (two.as_str(), json!({}), 400, "INVALID_BODY"),
+        (two.as_str(), json!({"target": "s9"}), 400, "INVALID_BODY"),
+        (
+            two.as_str(),
+            json!({"target": "a b"}),
+            400,
+            "INVALID_SESSION_ID",
+        ),
+        (none.as_str(), json!({}), 400, "INVALID_BODY"),
+        (two.as_str(), json!({"colour": "red"}), 400, "INVALID_BODY"),
+        (
+            "6f1c0a4e-0000-4000-8000-000000000000",
+            json!({}),
+            404,
+            "NOT_FOUND",
+        ),
+    ] {
+        refused(
+            &ada.post(&format!("/api/v1/comments/{id}/deliveries"), body)
+                .await?,
+            status,
+            code,
+        );
+    }
+    let r = ada
+        .post(
+            &format!("/api/v1/comments/{two}/deliveries"),
+            json!({"target": "s1"}),
+        )
+        .await?;
+    assert_eq!(
+        (r.status, &r.json[0]["attempt"]),
+        (201, &json!(3)),
+        "{}",
+        r.text
+    );
+    let frame = link::next_of(&mut ws, "deliver").await?;
+    assert_eq!(frame["delivery"]["id"], two.as_str());
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    mention_failed_offline_retried_live,
+    mention_failed_offline_retried_live_sqlite,
+    mention_failed_offline_retried_live_postgres
+);
