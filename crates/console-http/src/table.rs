@@ -162,7 +162,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/api/v1/machine-logins", HumanOnly, Api, [], "machine logins the caller may revoke", api::front::list_machines),
     route!(POST "/api/v1/machine-logins/{id}/revoke", HumanOnly, Api, [], "revoke a machine login, ending every session it enrolled", api::front::revoke_machine),
     // ----- pages -----
-    route!(GET "/", HumanOnly, Page, [], "the inbox: credential requests waiting for the signed-in person", pages::inbox),
+    route!(GET "/", HumanOnly, Page, [], "the inbox: agents' asks by whose turn, and credential requests waiting for the signed-in person", pages::asks::home),
     route!(GET "/inbox/rows", HumanOnly, Page, [], "the inbox's rows, for the page's live refresh", pages::inbox_rows),
     route!(GET "/requests/{id}", HumanOnly, Page, [], "one credential request, to approve or deny", pages::request_page),
     route!(GET "/machines/approve", HumanOnly, Page, [], "approve a machine login by its typed confirmation code", pages::machine_approve_page),
@@ -177,7 +177,9 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- pages: documents (issue 12) -----
 
     // ----- pages: asks and the inbox (issue 13) -----
-
+    route!(GET "/asks/{id}", HumanOnly, Page, [], "one ask: answer it with its options in one click, its replies and history", pages::asks::ask_page),
+    route!(GET "/assets/asks.js", Anyone, Page, [], "the asks pages' script", pages::asks::script),
+    route!(GET "/assets/asks.css", Anyone, Page, [], "the asks pages' style sheet", pages::asks::style),
     // ----- pages: conversations, relay, broadcasts (issue 14) -----
 
     // ----- pages: delivery and architecture (issue 15) -----

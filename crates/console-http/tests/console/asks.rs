@@ -1394,3 +1394,106 @@ on_both_databases!(
     mention_failed_offline_retried_live_sqlite,
     mention_failed_offline_retried_live_postgres
 );
+
+/// A person signed in through dev mode's local form, in Chromium.
+async fn browser_sign_in(
+    b: &crate::common::webdriver::Browser,
+    console: &TestConsole,
+    email: &str,
+) -> anyhow::Result<()> {
+    b.goto(&format!("{}/sign-in", console.url)).await?;
+    b.type_into("#email", email).await?;
+    b.click("form.local button[type=submit]").await?;
+    b.wait_text("h1", "Inbox", 10).await?;
+    Ok(())
+}
+
+/// An agent session on a real link opens an ask; a person answers it in Chromium with one
+/// click on an option; the session receives the answer over its link; after the console
+/// restarts on the same database, the ask and its answer are still there.
+async fn answered_in_the_browser_over_the_link(db: Option<String>) -> anyhow::Result<()> {
+    use crate::common::webdriver::{Driver, browser_or_skip};
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let db = db.unwrap_or_else(|| {
+        format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("console.db").display()
+        )
+    });
+    let console = console_on(Some(db.clone())).await?;
+    let (ada, _bob, agent) = setup(&console).await?;
+    let mut ws = link::live(&console, "s1", SHARED_TOKEN).await?;
+    let id = open(
+        &agent,
+        "ASK-1",
+        "Refund the partial capture on order 1042?",
+        json!([{"id": "yes", "label": "Refund it"}, {"id": "no", "label": "Keep it"}]),
+    )
+    .await?;
+
+    let driver = Driver::start(&chromedriver).await?;
+    let b = driver.browser(&chromium, &dir.path().join("ada")).await?;
+    browser_sign_in(&b, &console, ADA).await?;
+    let row = format!("#human-turn li[data-ask-id=\"{id}\"]");
+    b.wait_text(&row, "Refund the partial capture on order 1042?", 10)
+        .await?;
+    b.screenshot(&crate::browser::shots().join("inbox-asks.png"))
+        .await?;
+    b.click(&format!("{row} button[data-option=\"yes\"]"))
+        .await?;
+    b.wait_text("#flash", "Answered: Refund it.", 10).await?;
+    // The row moves to the agent's turn, live.
+    b.wait_for(&format!("#agent-turn li[data-ask-id=\"{id}\"]"), 10)
+        .await?;
+
+    // The session holds the answer, over its link.
+    let frame = link::next_of(&mut ws, "ask.answered").await?;
+    assert_eq!(frame["ask"]["id"], id.as_str(), "{frame}");
+    assert_eq!(frame["ask"]["answer"]["options"], json!(["yes"]));
+    assert_eq!(frame["ask"]["answer"]["by"]["login"], ADA);
+    // And it is on the event stream.
+    let log = agent.get("/api/v1/issues/ASK-1/events?limit=200").await?;
+    assert!(
+        log.json.as_array().is_some_and(|a| a
+            .iter()
+            .any(|e| e["kind"] == "ask.answered" && e["data"]["id"] == id.as_str())),
+        "{}",
+        log.text
+    );
+
+    // One ask page: its answer and history.
+    b.goto(&format!("{}/asks/{id}", console.url)).await?;
+    b.wait_text("#current-answer", "Refund it", 10).await?;
+    b.quit().await;
+    drop(ws);
+    drop(ada);
+    console.stop().await;
+
+    // A restart on the same database: the ask and its answer are still there.
+    let again = console_on(Some(db)).await?;
+    let agent = Who::agent(&again, SHARED_TOKEN);
+    let r = agent.get(&format!("/api/v1/asks/{id}")).await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["state"], "answered");
+    assert_eq!(r.json["answer"]["options"], json!(["yes"]));
+    assert_eq!(r.json["answer"]["by"]["login"], ADA);
+    assert_eq!(
+        r.json["question"],
+        "Refund the partial capture on order 1042?"
+    );
+    let mine = agent
+        .get("/api/v1/issues/ASK-1/asks?state=answered")
+        .await?;
+    assert_eq!(ids(&mine.json), [id.clone()]);
+    again.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    answered_in_the_browser_over_the_link,
+    answered_in_the_browser_over_the_link_sqlite,
+    answered_in_the_browser_over_the_link_postgres
+);
