@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::work::documents::PrimaryDocument;
 use crate::work::rules::{self, NameProblem};
 use crate::work::{
     Actor, Claim, Components, ComponentsMode, Event, EventPage, Issue, IssueFilter, IssueKey,
@@ -361,22 +362,35 @@ impl Console {
 
     // ----- issues -----
 
-    /// The answer for an issue: its children and progress read in the same transaction.
+    /// The answer for an issue: its children, primary document and progress read in the same
+    /// transaction.
     async fn view(&self, tx: &mut dyn WorkTx, issue: Issue) -> Result<IssueView, Error> {
         let children = tx.children(&issue.key).await?;
-        Ok(self.view_with(issue, children, &self.live_roles()))
+        let primary = tx
+            .primary_documents(std::slice::from_ref(&issue.key))
+            .await?
+            .pop()
+            .map(|(_, d)| d);
+        Ok(self.view_with(issue, children, primary, &self.live_roles()))
     }
 
-    /// The answer for an issue whose children were read already.
+    /// The answer for an issue whose children and primary document were read already.
     fn view_with(
         &self,
         issue: Issue,
         children: Vec<(IssueKey, Status)>,
+        primary: Option<PrimaryDocument>,
         live_roles: &[String],
     ) -> IssueView {
         let done = children.iter().filter(|(_, s)| !s.is_open()).count() as i64;
         let progress = IssueProgress {
-            tasks: None,
+            tasks: primary
+                .as_ref()
+                .filter(|d| d.tasks.1 > 0)
+                .map(|d| Progress {
+                    done: d.tasks.0,
+                    total: d.tasks.1,
+                }),
             children: (!children.is_empty()).then_some(Progress {
                 done,
                 total: children.len() as i64,
@@ -387,7 +401,7 @@ impl Console {
             route_status,
             progress,
             open_asks: Vec::new(),
-            primary_document: None,
+            primary_document: primary.map(|d| json!({ "id": d.id, "slug": d.slug })),
             children: children.into_iter().map(|(k, _)| k).collect(),
             key: issue.key,
             project: issue.project,
@@ -583,11 +597,14 @@ impl Console {
         for (parent, child, status) in tx.children_of(&keys).await? {
             children.entry(parent).or_default().push((child, status));
         }
+        let mut primary: std::collections::HashMap<IssueKey, PrimaryDocument> =
+            tx.primary_documents(&keys).await?.into_iter().collect();
         let out = issues
             .into_iter()
             .map(|i| {
                 let c = children.remove(&i.key).unwrap_or_default();
-                self.view_with(i, c, &roles)
+                let d = primary.remove(&i.key);
+                self.view_with(i, c, d, &roles)
             })
             .collect();
         Ok((out, total))
@@ -940,19 +957,28 @@ impl Console {
             })
             .transpose()?;
         let words = search::words(q);
-        let (hits, total) = if words.is_empty() {
-            (Vec::new(), 0)
+        let ((hits, total), (documents, document_total)) = if words.is_empty() {
+            ((Vec::new(), 0), (Vec::new(), 0))
         } else {
             let mut tx = self.parts.storage.read().await?;
-            tx.search_issues(&words, false, project.as_ref(), search::PER_KIND)
-                .await?
+            let issues = tx
+                .search_issues(&words, false, project.as_ref(), search::PER_KIND)
+                .await?;
+            let documents = tx
+                .search_documents(&words, false, project.as_ref(), search::PER_KIND)
+                .await?;
+            (issues, documents)
         };
-        let reachable = hits.len() as i64;
-        let rows = search::fuse(vec![(SearchKind::Issue, hits)], console_ref)
-            .into_iter()
-            .skip(offset as usize)
-            .take(limit as usize)
-            .collect();
+        let reachable = (hits.len() + documents.len()) as i64;
+        let total = total + document_total;
+        let rows = search::fuse(
+            vec![(SearchKind::Issue, hits), (SearchKind::Document, documents)],
+            console_ref,
+        )
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect();
         Ok(SearchPage {
             rows,
             total,
