@@ -1,1 +1,1017 @@
-//! The documents routes end to end, on SQLite and PostgreSQL.
+//! The documents area over real HTTP, on SQLite and on PostgreSQL: uploads (JSON and
+//! multipart) of documents, files and images with strict sniffing, downloads that are never
+//! active content, slugs and filename resolution, versions (named, and settled by the clock),
+//! the document event log, agent conversation artifacts, references, subscribers; with the
+//! document engine: text, blocks, block positions, edits (stale tokens refused, concurrent
+//! writers), rebuild, the block schema, issue progress, search, and the document page.
+
+use std::time::Duration;
+
+use base64::Engine;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::on_both_databases;
+
+const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+const JPEG: &[u8] = b"\xff\xd8\xff\xe0\0\x10JFIF\0\x01";
+const GIF: &[u8] = b"GIF89a\x01\0\x01\0\x80\0\0";
+const WEBP: &[u8] = b"RIFF\x24\0\0\0WEBPVP8 \x18\0\0\0";
+const SVG: &[u8] =
+    b"<svg xmlns=\"http://www.w3.org/2000/svg\"><script>alert(document.cookie)</script></svg>";
+const HTML: &[u8] = b"<!doctype html><script>fetch('/api/v1/me')</script><p>hi</p>";
+
+fn b64(b: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
+/// Lowercase hex SHA-256 (through the proto crate's body hash, base64url).
+fn sha256(b: &[u8]) -> String {
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(countersign_proto::claims::body_hash(b))
+        .unwrap_or_default();
+    raw.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A project `PAY` with an issue `PAY-1`.
+async fn setup(db: Option<String>) -> anyhow::Result<(TestConsole, Who, Who)> {
+    let console = console_on(db).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    let r = ada
+        .post(
+            "/api/v1/projects",
+            json!({"key": "PAY", "name": "Payments"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = ada
+        .post(
+            "/api/v1/issues",
+            json!({"project": "PAY", "title": "Refunds"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    Ok((console, ada, agent))
+}
+
+fn file<'a>(filename: &'a str, content_type: &'a str, bytes: &'a [u8]) -> Part<'a> {
+    Part {
+        name: "file",
+        filename: Some(filename),
+        content_type: Some(content_type),
+        bytes,
+    }
+}
+
+/// The events of the stream from `since`, until `n` arrived or `secs` passed.
+async fn read_events(
+    who: &Who,
+    since: i64,
+    n: usize,
+    secs: u64,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let mut req = who
+        .http
+        .get(format!("{}/api/v1/events?since={since}", who.base));
+    if let Some(t) = &who.bearer {
+        req = req.bearer_auth(t);
+    }
+    let mut resp = req.send().await?;
+    anyhow::ensure!(resp.status() == 200, "events: {}", resp.status());
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while out.len() < n {
+        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(c))) => c,
+            _ => break,
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut kind, mut data) = (None, None);
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    kind = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str::<Value>(v).ok();
+                }
+            }
+            if let (Some(k), Some(d)) = (kind, data) {
+                out.push((k, d));
+            }
+        }
+    }
+    Ok(out)
+}
+
+// ----- files and images -----
+
+async fn uploads_are_what_their_bytes_say(db: Option<String>) -> anyhow::Result<()> {
+    let (console, ada, agent) = setup(db).await?;
+
+    // JSON, text content: a file under its declared type.
+    let r = agent
+        .post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "notes.txt", "content_type": "text/plain", "content": "hello", "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let notes = r.json.clone();
+    let id = notes["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(r.location(), Some(format!("/api/v1/artifacts/{id}")));
+    assert_eq!(notes["slug"], "notes");
+    assert_eq!(notes["filename"], "notes.txt");
+    assert_eq!(notes["kind"], "file");
+    assert_eq!(notes["content_type"], "text/plain");
+    assert_eq!(notes["size"], 5);
+    assert_eq!(notes["issue"], "PAY-1");
+    assert_eq!(notes["project"], "PAY");
+    assert_eq!(notes["token"], sha256(b"hello"));
+    assert_eq!(
+        notes["version"],
+        json!({"number": 1, "name": null, "kind": "settled"})
+    );
+    assert!(
+        notes["created_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    assert_eq!(
+        ada.get(&format!("/api/v1/artifacts/{id}")).await?.json,
+        notes
+    );
+    assert_eq!(
+        ada.get(&format!("/api/v1/artifacts/{}", id.to_uppercase()))
+            .await?
+            .json,
+        notes,
+        "ids are read in any case"
+    );
+
+    // The issue's checks, each stored and served as its bytes say, never as active content.
+    let cases: [(&str, &str, &[u8], &str, &str); 7] = [
+        ("photo.txt", "text/plain", PNG, "image", "image/png"),
+        (
+            "fake.png",
+            "image/png",
+            b"not a png at all",
+            "file",
+            "application/octet-stream",
+        ),
+        ("page.html", "text/html", HTML, "file", "text/html"),
+        ("logo.svg", "image/svg+xml", SVG, "file", "image/svg+xml"),
+        (
+            "a.jpg",
+            "application/octet-stream",
+            JPEG,
+            "image",
+            "image/jpeg",
+        ),
+        ("b.gif", "text/plain", GIF, "image", "image/gif"),
+        ("c.webp", "image/webp", WEBP, "image", "image/webp"),
+    ];
+    for (name, declared, bytes, kind, stored) in cases {
+        let r = ada
+            .multipart(
+                "/api/v1/issues/PAY-1/artifacts",
+                &[file(name, declared, bytes)],
+            )
+            .await?;
+        assert_eq!(r.status, 201, "{name}: {}", r.text);
+        assert_eq!(
+            (r.json["kind"].as_str(), r.json["content_type"].as_str()),
+            (Some(kind), Some(stored)),
+            "{name}"
+        );
+        assert_eq!(r.json["size"], bytes.len());
+        let (status, h, body) = agent
+            .bytes(&format!(
+                "/api/v1/artifacts/{}/versions/1",
+                r.json["id"].as_str().unwrap_or_default()
+            ))
+            .await?;
+        assert_eq!(status, 200, "{name}");
+        assert_eq!(body, bytes, "{name}");
+        let header = |n: &str| {
+            h.get(n)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        assert_eq!(header("content-type"), stored, "{name}");
+        assert_eq!(header("x-content-type-options"), "nosniff");
+        assert_eq!(
+            header("cache-control"),
+            "private, max-age=31536000, immutable"
+        );
+        assert!(
+            header("content-security-policy").starts_with("sandbox"),
+            "{name}"
+        );
+        if kind == "image" {
+            assert_eq!(
+                header("content-disposition"),
+                "",
+                "{name}: an image shows inline"
+            );
+        } else {
+            assert!(
+                header("content-disposition").starts_with("attachment; filename=\""),
+                "{name}"
+            );
+        }
+    }
+
+    // The same filename again: a new version; the old one is still there, byte for byte.
+    let r = agent
+        .post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "notes.txt", "content_type": "text/plain", "content_base64": b64(b"hello again")}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json["id"], id.as_str());
+    assert_eq!(r.json["version"]["number"], 2);
+    assert_eq!(r.json["size"], 11);
+    let (_, _, v1) = ada
+        .bytes(&format!("/api/v1/artifacts/{id}/versions/1"))
+        .await?;
+    let (_, _, v2) = ada
+        .bytes("/api/v1/issues/PAY-1/artifacts/notes.txt/versions/2")
+        .await?;
+    assert_eq!(
+        (v1.as_slice(), v2.as_slice()),
+        (&b"hello"[..], &b"hello again"[..])
+    );
+
+    // Slugs: from the filename, `-2` on a collision, or given.
+    let r = ada
+        .multipart(
+            "/api/v1/issues/PAY-1/artifacts",
+            &[file("Notes.csv", "text/csv", b"a,b")],
+        )
+        .await?;
+    assert_eq!(r.json["slug"], "notes-2", "{}", r.text);
+    let r = ada
+        .multipart(
+            "/api/v1/issues/PAY-1/artifacts",
+            &[
+                file("Q3 report.csv", "text/csv", b"a,b"),
+                Part {
+                    name: "slug",
+                    filename: None,
+                    content_type: None,
+                    bytes: b"q3",
+                },
+            ],
+        )
+        .await?;
+    assert_eq!(r.json["slug"], "q3", "{}", r.text);
+    refused(
+        &ada.post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "other.csv", "slug": "q3", "content_type": "text/csv", "content": "x"}),
+        )
+        .await?,
+        400,
+        "ARTIFACT_INPUT",
+    );
+    refused(
+        &ada.post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "other.csv", "slug": "Not A Slug", "content_type": "text/csv", "content": "x"}),
+        )
+        .await?,
+        400,
+        "ARTIFACT_INPUT",
+    );
+    // The same filename with another slug than its artifact's.
+    refused(
+        &ada.post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "notes.txt", "slug": "elsewhere", "content_type": "text/plain", "content": "x"}),
+        )
+        .await?,
+        400,
+        "ARTIFACT_INPUT",
+    );
+
+    // `{slug}`: a slug, or a filename exactly one artifact carries.
+    for seg in ["notes", "notes.txt", "q3", "Q3%20report.csv"] {
+        let r = ada
+            .get(&format!("/api/v1/issues/PAY-1/artifacts/{seg}"))
+            .await?;
+        assert_eq!(r.status, 200, "{seg}: {}", r.text);
+    }
+    for seg in ["nothing", "Notes.txt", "q3.csv"] {
+        refused(
+            &ada.get(&format!("/api/v1/issues/PAY-1/artifacts/{seg}"))
+                .await?,
+            404,
+            "NOT_FOUND",
+        );
+    }
+    let list = agent
+        .get("/api/v1/issues/PAY-1/artifacts?session=s1")
+        .await?;
+    assert_eq!(list.status, 200, "{}", list.text);
+    let names: Vec<&str> = list
+        .json
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x["filename"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names.len(), 10);
+    assert_eq!(names[0], "notes.txt");
+
+    // A project's artifacts, and the scopes are apart.
+    let r = ada
+        .multipart(
+            "/api/v1/projects/PAY/artifacts",
+            &[file("notes.txt", "text/plain", b"project notes")],
+        )
+        .await?;
+    assert_eq!(
+        (
+            r.status,
+            r.json["slug"].as_str(),
+            r.json["issue"].is_null(),
+            r.json["project"].as_str()
+        ),
+        (201, Some("notes"), true, Some("PAY")),
+        "{}",
+        r.text
+    );
+    let (_, _, b) = ada
+        .bytes("/api/v1/projects/PAY/artifacts/notes/versions/1")
+        .await?;
+    assert_eq!(b, b"project notes");
+    assert_eq!(
+        ada.get("/api/v1/projects/PAY/artifacts")
+            .await?
+            .json
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(
+        ada.get("/api/v1/projects/PAY/artifacts/notes").await?.json["id"],
+        r.json["id"]
+    );
+
+    // Refusals of the upload body (protocol §2).
+    let bad_bodies = [
+        json!({"filename": "x.txt", "content_type": "text/plain", "content": "x", "colour": "red"}),
+        json!({"filename": "x.txt", "content_type": "text/plain"}),
+        json!({"filename": "x.txt", "content_type": "text/plain", "content": "x", "content_base64": "eA=="}),
+        json!({"filename": "x.txt", "content_type": "text/plain", "content_base64": "not base64!"}),
+        json!({"filename": "x.txt", "content_type": "not a type", "content": "x"}),
+        json!({"filename": "a/b.txt", "content_type": "text/plain", "content": "x"}),
+        json!({"filename": "", "content_type": "text/plain", "content": "x"}),
+        json!({"content_type": "text/plain", "content": "x"}),
+        json!({"filename": 3, "content_type": "text/plain", "content": "x"}),
+        json!({"filename": "x.md", "content_type": "text/markdown", "content_base64": b64(b"\xff\xfe")}),
+    ];
+    for b in bad_bodies {
+        refused(
+            &ada.post("/api/v1/issues/PAY-1/artifacts", b.clone())
+                .await?,
+            400,
+            "ARTIFACT_INPUT",
+        );
+    }
+    refused(
+        &ada.raw(
+            Method::POST,
+            "/api/v1/issues/PAY-1/artifacts",
+            "application/json",
+            b"{not json".to_vec(),
+        )
+        .await?,
+        400,
+        "ARTIFACT_INPUT",
+    );
+    refused(
+        &ada.raw(
+            Method::POST,
+            "/api/v1/issues/PAY-1/artifacts",
+            "text/plain",
+            b"hello".to_vec(),
+        )
+        .await?,
+        415,
+        "UNSUPPORTED_MEDIA_TYPE",
+    );
+    for parts in [
+        vec![Part {
+            name: "file",
+            filename: None,
+            content_type: Some("text/plain"),
+            bytes: b"x",
+        }],
+        vec![Part {
+            name: "slug",
+            filename: None,
+            content_type: None,
+            bytes: b"x",
+        }],
+        vec![
+            file("a.txt", "text/plain", b"x"),
+            Part {
+                name: "extra",
+                filename: None,
+                content_type: None,
+                bytes: b"x",
+            },
+        ],
+        vec![
+            file("a.txt", "text/plain", b"x"),
+            file("b.txt", "text/plain", b"y"),
+        ],
+    ] {
+        refused(
+            &ada.multipart("/api/v1/issues/PAY-1/artifacts", &parts)
+                .await?,
+            400,
+            "ARTIFACT_INPUT",
+        );
+    }
+    refused(
+        &ada.raw(
+            Method::POST,
+            "/api/v1/issues/PAY-1/artifacts",
+            "multipart/form-data",
+            b"--x\r\n".to_vec(),
+        )
+        .await?,
+        400,
+        "ARTIFACT_INPUT",
+    );
+    // Sizes: a JSON body over 1 MiB; a multipart body over 25 MiB.
+    let big = "x".repeat(1024 * 1024 + 1);
+    refused(
+        &ada.post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "big.txt", "content_type": "text/plain", "content": big}),
+        )
+        .await?,
+        413,
+        "REQUEST_TOO_LARGE",
+    );
+    let two = vec![7u8; 2 * 1024 * 1024];
+    let r = ada
+        .multipart(
+            "/api/v1/issues/PAY-1/artifacts",
+            &[file("two.bin", "application/octet-stream", &two)],
+        )
+        .await?;
+    assert_eq!(
+        (r.status, r.json["size"].as_i64()),
+        (201, Some(2 * 1024 * 1024)),
+        "a multipart upload takes more than 1 MiB"
+    );
+    let huge = vec![7u8; 25 * 1024 * 1024 + 1];
+    let r = ada
+        .multipart(
+            "/api/v1/issues/PAY-1/artifacts",
+            &[file("huge.bin", "application/octet-stream", &huge)],
+        )
+        .await;
+    if let Ok(r) = r {
+        refused(&r, 413, "REQUEST_TOO_LARGE");
+    }
+
+    // What the paths name.
+    refused(
+        &ada.post(
+            "/api/v1/issues/PAY-9/artifacts",
+            json!({"filename": "x.txt", "content_type": "text/plain", "content": "x"}),
+        )
+        .await?,
+        404,
+        "NOT_FOUND",
+    );
+    refused(
+        &ada.get("/api/v1/projects/NOPE/artifacts").await?,
+        404,
+        "NOT_FOUND",
+    );
+    refused(
+        &ada.get("/api/v1/issues/pay-1/artifacts").await?,
+        404,
+        "NOT_FOUND",
+    );
+    refused(
+        &ada.get("/api/v1/artifacts/not-a-uuid").await?,
+        404,
+        "NOT_FOUND",
+    );
+    refused(
+        &ada.get("/api/v1/artifacts/00000000-0000-0000-0000-000000000000")
+            .await?,
+        404,
+        "NOT_FOUND",
+    );
+    for n in ["3", "0", "x", "-1"] {
+        refused(
+            &ada.get(&format!("/api/v1/artifacts/{id}/versions/{n}"))
+                .await?,
+            404,
+            "NOT_FOUND",
+        );
+    }
+    // A file has no text.
+    refused(
+        &ada.get(&format!("/api/v1/artifacts/{id}/text")).await?,
+        404,
+        "NOT_FOUND",
+    );
+    // A bearer names a valid session; a person names none.
+    refused(
+        &agent
+            .get(&format!("/api/v1/artifacts/{id}?session=a%20b"))
+            .await?,
+        400,
+        "INVALID_SESSION_ID",
+    );
+    refused(
+        &ada.get(&format!("/api/v1/artifacts/{id}?session=s1"))
+            .await?,
+        400,
+        "INVALID_BODY",
+    );
+    refused(
+        &agent
+            .get(&format!("/api/v1/artifacts/{id}?colour=red"))
+            .await?,
+        400,
+        "INVALID_QUERY",
+    );
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    uploads_are_what_their_bytes_say,
+    uploads_are_what_their_bytes_say_sqlite,
+    uploads_are_what_their_bytes_say_postgres
+);
+
+async fn agent_conversation_artifacts(db: Option<String>) -> anyhow::Result<()> {
+    let (console, ada, agent) = setup(db).await?;
+    let before = read_events(&ada, 0, 100, 2).await?.len();
+
+    let r = agent
+        .multipart(
+            "/api/v1/agents/sess-7/artifacts?session=sess-7",
+            &[file("screen shot.png", "image/png", PNG)],
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        r.location().as_deref(),
+        Some("/api/v1/agents/sess-7/artifacts/screen-shot")
+    );
+    assert_eq!(r.json["kind"], "image");
+    assert_eq!(r.json["session"], "sess-7");
+    assert_eq!(r.json["ref_key"], "agent/sess-7/screen-shot");
+    assert_eq!(
+        r.json["address"],
+        "countersign://agent/sess-7/artifact/screen-shot"
+    );
+    assert!(r.json["issue"].is_null() && r.json["project"].is_null());
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+    let r = ada
+        .multipart(
+            "/api/v1/agents/sess-7/artifacts",
+            &[file("screen shot.png", "image/png", GIF)],
+        )
+        .await?;
+    assert_eq!(
+        (
+            r.json["version"]["number"].as_i64(),
+            r.json["content_type"].as_str()
+        ),
+        (Some(2), Some("image/gif")),
+        "{}",
+        r.text
+    );
+    let r = ada
+        .multipart(
+            "/api/v1/agents/sess-7/artifacts",
+            &[file("log.txt", "text/plain", b"line")],
+        )
+        .await?;
+    assert_eq!(r.json["kind"], "file");
+
+    let r = agent
+        .get("/api/v1/agents/sess-7/artifacts/screen-shot")
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["id"], id.as_str());
+    let versions = r.json["versions"].as_array().cloned().unwrap_or_default();
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[0]["content_type"], "image/png");
+    assert_eq!(versions[1]["content_type"], "image/gif");
+    assert_eq!(
+        ada.get("/api/v1/agents/sess-7/artifacts/screen%20shot.png")
+            .await?
+            .json["id"],
+        id.as_str()
+    );
+    let (status, h, body) = agent
+        .bytes("/api/v1/agents/sess-7/artifacts/screen-shot/versions/1")
+        .await?;
+    assert_eq!((status, body.as_slice()), (200, PNG));
+    assert_eq!(
+        h.get("cache-control").and_then(|v| v.to_str().ok()),
+        Some("private, max-age=31536000, immutable")
+    );
+    assert_eq!(
+        h.get("x-content-type-options")
+            .and_then(|v| v.to_str().ok()),
+        Some("nosniff")
+    );
+    let (_, h, _) = agent
+        .bytes("/api/v1/agents/sess-7/artifacts/log/versions/1")
+        .await?;
+    assert!(h.get("content-disposition").is_some());
+    // Another session's conversation is another scope.
+    refused(
+        &ada.get("/api/v1/agents/sess-8/artifacts/screen-shot")
+            .await?,
+        404,
+        "NOT_FOUND",
+    );
+    refused(
+        &ada.get("/api/v1/agents/sess-7/artifacts/screen-shot/versions/3")
+            .await?,
+        404,
+        "NOT_FOUND",
+    );
+
+    // Files and images only, multipart only.
+    refused(
+        &ada.multipart(
+            "/api/v1/agents/sess-7/artifacts",
+            &[file("plan.md", "text/markdown", b"# Plan\n")],
+        )
+        .await?,
+        400,
+        "ARTIFACT_INPUT",
+    );
+    refused(
+        &ada.post(
+            "/api/v1/agents/sess-7/artifacts",
+            json!({"filename": "x.txt", "content_type": "text/plain", "content": "x"}),
+        )
+        .await?,
+        400,
+        "ARTIFACT_INPUT",
+    );
+    refused(
+        &ada.raw(
+            Method::POST,
+            "/api/v1/agents/sess-7/artifacts",
+            "text/plain",
+            b"x".to_vec(),
+        )
+        .await?,
+        415,
+        "UNSUPPORTED_MEDIA_TYPE",
+    );
+    // INVALID_SESSION_ID on every agent route.
+    for bad in [
+        "a%20b",
+        "a%3Fb",
+        "a%23b",
+        "a%3Cb",
+        "a%22b",
+        "a%60b",
+        "a%7Cb",
+        &"x".repeat(129),
+    ] {
+        refused(
+            &ada.multipart(
+                &format!("/api/v1/agents/{bad}/artifacts"),
+                &[file("a.png", "image/png", PNG)],
+            )
+            .await?,
+            400,
+            "INVALID_SESSION_ID",
+        );
+        refused(
+            &ada.get(&format!("/api/v1/agents/{bad}/artifacts/screen-shot"))
+                .await?,
+            400,
+            "INVALID_SESSION_ID",
+        );
+        refused(
+            &ada.get(&format!(
+                "/api/v1/agents/{bad}/artifacts/screen-shot/versions/1"
+            ))
+            .await?,
+            400,
+            "INVALID_SESSION_ID",
+        );
+    }
+
+    // No event appended: the next event on the stream is the project created after.
+    ada.post("/api/v1/projects", json!({"key": "NEXT", "name": "After"}))
+        .await?;
+    let events = read_events(&ada, 0, before + 1, 5).await?;
+    assert_eq!(events.len(), before + 1);
+    assert_eq!(events[before].0, "project.created");
+    assert_eq!(
+        ada.get(&format!("/api/v1/artifacts/{id}/events"))
+            .await?
+            .json,
+        json!([])
+    );
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    agent_conversation_artifacts,
+    agent_conversation_artifacts_sqlite,
+    agent_conversation_artifacts_postgres
+);
+
+async fn versions_events_and_subscribers(db: Option<String>) -> anyhow::Result<()> {
+    let (console, ada, agent) = setup(db).await?;
+    let r = agent
+        .post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "data.csv", "content_type": "text/csv", "content": "a,b\n", "actor": "s1"}),
+        )
+        .await?;
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+
+    // Naming the current content: a new named version, 201 with its read route.
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{id}/versions"),
+            json!({"name": "first cut", "actor": "s2"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        r.location(),
+        Some(format!("/api/v1/artifacts/{id}/versions/2"))
+    );
+    assert_eq!(
+        (
+            r.json["number"].as_i64(),
+            r.json["name"].as_str(),
+            r.json["kind"].as_str()
+        ),
+        (Some(2), Some("first cut"), Some("named"))
+    );
+    assert_eq!(r.json["by"]["session"], "s2");
+    let r = ada
+        .post(
+            "/api/v1/issues/PAY-1/artifacts/data/versions",
+            json!({"name": "ü".repeat(80)}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    refused(
+        &ada.post(
+            &format!("/api/v1/artifacts/{id}/versions"),
+            json!({"name": "ü".repeat(81)}),
+        )
+        .await?,
+        400,
+        "CAP_EXCEEDED",
+    );
+    refused(
+        &ada.post(
+            &format!("/api/v1/artifacts/{id}/versions"),
+            json!({"name": " "}),
+        )
+        .await?,
+        400,
+        "INVALID_BODY",
+    );
+    refused(
+        &ada.post(
+            &format!("/api/v1/artifacts/{id}/versions"),
+            json!({"name": "x", "colour": 1}),
+        )
+        .await?,
+        400,
+        "INVALID_BODY",
+    );
+    refused(
+        &ada.post(&format!("/api/v1/artifacts/{id}/versions"), json!({}))
+            .await?,
+        400,
+        "INVALID_BODY",
+    );
+    refused(
+        &ada.post(
+            "/api/v1/artifacts/00000000-0000-0000-0000-000000000000/versions",
+            json!({"name": "x"}),
+        )
+        .await?,
+        404,
+        "NOT_FOUND",
+    );
+    let meta = ada.get(&format!("/api/v1/artifacts/{id}")).await?.json;
+    assert_eq!(
+        meta["version"],
+        json!({"number": 3, "name": "ü".repeat(80), "kind": "named"})
+    );
+
+    // The document's log: its own sequence from 1; the issue's log keeps apart.
+    let log = ada.get(&format!("/api/v1/artifacts/{id}/events")).await?;
+    assert_eq!(log.status, 200, "{}", log.text);
+    let kinds: Vec<(&str, i64)> = log
+        .json
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["kind"].as_str().unwrap_or(""),
+                        e["sequence"].as_i64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        kinds,
+        [
+            ("document.created", 1),
+            ("document.versioned", 2),
+            ("document.versioned", 3)
+        ]
+    );
+    let first = &log.json[0];
+    assert_eq!(first["artifact"], id.as_str());
+    assert_eq!(first["issue"], "PAY-1");
+    assert_eq!(first["session"], "s1");
+    assert_eq!(first["data"]["id"], id.as_str());
+    assert_eq!(log.json[1]["data"]["version"]["name"], "first cut");
+    let page = ada
+        .get(&format!(
+            "/api/v1/artifacts/{id}/events?after=1&order=desc&limit=1"
+        ))
+        .await?;
+    assert_eq!(page.json.as_array().map(|a| a.len()), Some(1));
+    assert_eq!(page.json[0]["sequence"], 3);
+    refused(
+        &ada.get(&format!("/api/v1/artifacts/{id}/events?limit=0"))
+            .await?,
+        400,
+        "INVALID_QUERY",
+    );
+    refused(
+        &ada.get(&format!("/api/v1/artifacts/{id}/events?order=up"))
+            .await?,
+        400,
+        "INVALID_QUERY",
+    );
+    let issue_log = ada.get("/api/v1/issues/PAY-1/events").await?;
+    assert!(
+        issue_log
+            .json
+            .as_array()
+            .is_some_and(|a| a.iter().all(|e| e["artifact"].is_null())),
+        "{}",
+        issue_log.text
+    );
+    assert_eq!(issue_log.json.as_array().map(Vec::len), Some(1));
+
+    // Subscribers: the sessions that acted on the document.
+    let subs = ada
+        .get(&format!("/api/v1/artifacts/{id}/subscribers"))
+        .await?;
+    assert_eq!(subs.status, 200, "{}", subs.text);
+    let sessions: Vec<&str> = subs
+        .json
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s["session_id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(sessions, ["s1", "s2"]);
+    assert!(subs.json[0]["since"].as_str().is_some());
+    refused(
+        &agent
+            .get(&format!("/api/v1/artifacts/{id}/subscribers"))
+            .await?,
+        403,
+        "HUMAN_ONLY",
+    );
+    refused(
+        &agent
+            .delete(&format!("/api/v1/artifacts/{id}/subscribers/s1"))
+            .await?,
+        403,
+        "HUMAN_ONLY",
+    );
+    refused(
+        &ada.delete(&format!("/api/v1/artifacts/{id}/subscribers/a%20b"))
+            .await?,
+        400,
+        "INVALID_SESSION_ID",
+    );
+    refused(
+        &ada.delete("/api/v1/artifacts/nope/subscribers/s1").await?,
+        404,
+        "NOT_FOUND",
+    );
+    let r = ada
+        .delete(&format!("/api/v1/artifacts/{id}/subscribers/s1"))
+        .await?;
+    assert_eq!(r.status, 204, "{}", r.text);
+    let r = ada
+        .delete(&format!("/api/v1/artifacts/{id}/subscribers/s1"))
+        .await?;
+    assert_eq!(r.status, 204, "{}", r.text);
+    let subs = ada
+        .get(&format!("/api/v1/artifacts/{id}/subscribers"))
+        .await?;
+    assert_eq!(subs.json.as_array().map(Vec::len), Some(1));
+    let events = read_events(&ada, 0, 100, 2).await?;
+    let removed: Vec<&Value> = events
+        .iter()
+        .filter(|(k, _)| k == "subscription.removed")
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(removed.len(), 1, "a second unsubscribe appends nothing");
+    assert_eq!(removed[0]["artifact"], id.as_str());
+    assert_eq!(
+        removed[0]["data"],
+        json!({"issue": "PAY-1", "artifact": id, "session_id": "s1", "by": {"kind": "user", "login": ADA}})
+    );
+    // Acting again subscribes again.
+    agent
+        .post(
+            &format!("/api/v1/artifacts/{id}/versions"),
+            json!({"name": "again", "actor": "s1"}),
+        )
+        .await?;
+    let subs = ada
+        .get(&format!("/api/v1/artifacts/{id}/subscribers"))
+        .await?;
+    assert_eq!(subs.json.as_array().map(Vec::len), Some(2));
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    versions_events_and_subscribers,
+    versions_events_and_subscribers_sqlite,
+    versions_events_and_subscribers_postgres
+);
+
+async fn reference_queries(db: Option<String>) -> anyhow::Result<()> {
+    let (console, ada, agent) = setup(db).await?;
+    for q in [
+        "",
+        "?to=countersign://issue/PAY-1&from=countersign://issue/PAY-1",
+        "?to=https://example.com/",
+        "?to=countersign://",
+        "?to=countersign://issue/PAY-1&kind=quote",
+        "?to=countersign://issue/PAY-1&since=3",
+        "?to=countersign://issue/PAY-1&kind=link&since=3",
+        "?to=countersign://issue/PAY-1&kind=mention&since=x",
+        "?to=countersign://issue/PAY-1&to=countersign://issue/PAY-2",
+    ] {
+        refused(
+            &agent.get(&format!("/api/v1/references{q}")).await?,
+            400,
+            "INVALID_QUERY",
+        );
+    }
+    let r = agent
+        .get("/api/v1/references?to=countersign://issue/PAY-1&kind=mention&since=0")
+        .await?;
+    assert_eq!((r.status, r.json.clone()), (200, json!([])), "{}", r.text);
+    let r = ada.get("/api/v1/issues/PAY-1/references").await?;
+    assert_eq!(
+        r.json,
+        json!({"incoming": [], "outgoing": []}),
+        "{}",
+        r.text
+    );
+    refused(
+        &ada.get("/api/v1/issues/PAY-7/references").await?,
+        404,
+        "NOT_FOUND",
+    );
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    reference_queries,
+    reference_queries_sqlite,
+    reference_queries_postgres
+);
