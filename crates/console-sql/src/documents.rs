@@ -126,14 +126,17 @@ pub(crate) const MIGRATION_7_SQLITE: &[&str] = migration_7!(
     END",
 );
 
-/// Version 7 on PostgreSQL: the artifact tables, and the index as a generated `tsvector`.
+/// Version 7 on PostgreSQL: the artifact tables, and the index as a generated `tsvector` of
+/// the text's runs of letters and digits (what a query's words are, and what FTS5's
+/// `unicode61` splits on; PostgreSQL's own parser would keep `chart.png` or a URL whole).
 pub(crate) const MIGRATION_7_POSTGRES: &[&str] = migration_7!(
     "BYTEA",
     "CREATE TABLE console_artifact_text (
         artifact TEXT NOT NULL,
         part TEXT NOT NULL,
         body TEXT NOT NULL,
-        search tsvector GENERATED ALWAYS AS (to_tsvector('simple', body)) STORED,
+        search tsvector GENERATED ALWAYS AS
+            (to_tsvector('simple', regexp_replace(body, '[^[:alnum:]]+', ' ', 'g'))) STORED,
         PRIMARY KEY (artifact, part)
     )",
     "CREATE INDEX console_artifact_text_search ON console_artifact_text USING GIN (search)",
@@ -637,8 +640,10 @@ impl DocumentTx for SqlTx {
             match self.backend {
                 Backend::Sqlite => {
                     let q = a.push(words.iter().map(quoted).collect::<Vec<_>>().join(" OR "));
+                    // MATERIALIZED: flattened into the grouping below, bm25() and snippet()
+                    // would be out of their FTS5 query's context.
                     let with = format!(
-                        "WITH m AS (SELECT t.artifact AS artifact, \
+                        "WITH m AS MATERIALIZED (SELECT t.artifact AS artifact, \
                          -bm25(console_artifact_text_fts) AS score, \
                          snippet(console_artifact_text_fts, 0, '', '', '…', 16) AS snip \
                          FROM console_artifact_text_fts \

@@ -13,12 +13,14 @@
 //! Every write runs in one transaction and appends its `document.*` event (with the
 //! document's own sequence) in it; an agent conversation's artifacts append none (spec).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{LazyLock, Mutex};
 
 use serde_json::{Value, json};
 
 use super::work::{invalid, not_found};
 use super::*;
+use crate::doc::{self, Document};
 use crate::storage::StorageError;
 use crate::work::documents::{
     Artifact, ArtifactKind, ArtifactView, Content, DocumentState, DocumentVersion, Edge, EdgeKind,
@@ -129,7 +131,6 @@ impl Console {
     }
 
     /// A fresh block id: 12 random bytes, base64url (16 characters of `[A-Za-z0-9_-]`).
-    #[allow(dead_code)]
     pub(crate) fn new_block_id(&self) -> String {
         clock::random_token::<12>(&*self.parts.entropy)
     }
@@ -331,7 +332,7 @@ impl Console {
                 a,
                 "document.versioned",
                 actor,
-                Some(("version", json!(info))),
+                &[("version", json!(info))],
             )
             .await?;
         Ok((info, e))
@@ -345,7 +346,7 @@ impl Console {
         a: &mut Artifact,
         kind: &'static str,
         actor: &Actor,
-        extra: Option<(&str, Value)>,
+        extra: &[(&str, Value)],
     ) -> Result<Option<Event>, Error> {
         if matches!(a.scope, Scope::Agent(_)) {
             tx.update_artifact(a).await?;
@@ -363,11 +364,11 @@ impl Console {
         a: &Artifact,
         kind: &'static str,
         actor: &Actor,
-        extra: Option<(&str, Value)>,
+        extra: &[(&str, Value)],
     ) -> Result<Event, Error> {
         let mut data = json!(ArtifactView::of(a));
-        if let Some((k, v)) = extra {
-            data[k] = v;
+        for (k, v) in extra {
+            data[*k] = v.clone();
         }
         let e = NewEvent {
             kind,
@@ -431,7 +432,7 @@ impl Console {
             Some(m) => Some(self.parse_document(m)?),
             None => None,
         };
-        let (view, events) = transact!(self, |tx| {
+        let (view, events, kept) = transact!(self, |tx| {
             let scope = self.scope_in(tx, at).await?;
             let mut existing = tx.artifacts_by_filename(&scope, &up.filename).await?;
             let existing = existing.pop();
@@ -492,7 +493,7 @@ impl Console {
                             &mut a,
                             "document.versioned",
                             actor,
-                            Some(("version", json!(info))),
+                            &[("version", json!(info))],
                         )
                         .await?;
                     if let (Some(e), Some(p)) = (&e, &parsed) {
@@ -541,7 +542,7 @@ impl Console {
                         .await?;
                     if !agent {
                         let e = self
-                            .append_document(tx, &a, "document.created", actor, None)
+                            .append_document(tx, &a, "document.created", actor, &[])
                             .await?;
                         if let Some(p) = &parsed {
                             self.keep_references(tx, &a, &p.refs, None, &e).await?;
@@ -551,8 +552,11 @@ impl Console {
                     a
                 }
             };
-            Ok((ArtifactView::of(&a), events))
+            Ok((ArtifactView::of(&a), events, a))
         })?;
+        if let Some(p) = &parsed {
+            cache(&kept, &p.doc);
+        }
         self.committed_all(&events);
         tracing::info!(artifact = %view.id, kind = view.kind.as_str(), "artifact uploaded");
         Ok(view)
@@ -939,19 +943,452 @@ impl Console {
     }
 }
 
-/// What the engine made of a document's markdown, for storing it.
+/// Index parts are cut to this many bytes (a huge code block still indexes its start).
+const PART_MAX: usize = 64 * 1024;
+/// Loaded documents kept by [`LOADED`].
+const LOADED_MAX: usize = 32;
+
+/// Documents the engine loaded, by artifact id, with the sequence and token of the state they
+/// were loaded from: an edit of a large document skips parsing it again. An entry is used only
+/// when the artifact's row still has that sequence and token (every write moves the sequence,
+/// another replica's too), so it never answers for another state. Ids are UUIDs, so the
+/// consoles of one process (tests run several) share it safely.
+static LOADED: LazyLock<Mutex<HashMap<String, (i64, String, Document)>>> =
+    LazyLock::new(Default::default);
+
+fn cached(a: &Artifact) -> Option<Document> {
+    let map = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+    map.get(&a.id)
+        .filter(|(seq, token, _)| *seq == a.sequence && *token == a.token)
+        .map(|(_, _, d)| d.clone())
+}
+
+fn cache(a: &Artifact, doc: &Document) {
+    let mut map = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+    if map.len() >= LOADED_MAX
+        && !map.contains_key(&a.id)
+        && let Some(k) = map.keys().next().cloned()
+    {
+        map.remove(&k);
+    }
+    map.insert(a.id.clone(), (a.sequence, a.token.clone(), doc.clone()));
+}
+
+/// What the engine made of a document, for storing it.
 #[derive(Debug, Clone)]
 pub(crate) struct Parsed {
+    pub doc: Document,
     pub state: DocumentState,
     pub token: String,
     /// The index's parts: each top-level block's id and text.
     pub parts: Vec<(String, String)>,
-    /// Outgoing references: the block each is in, the console ref (a fragment names a block),
-    /// how it refers.
+    /// Outgoing references: the block each is in, the console ref, how it refers.
     pub refs: Vec<(String, String, EdgeKind)>,
 }
 
+impl Parsed {
+    fn of(doc: Document) -> Self {
+        let parts = doc
+            .blocks()
+            .into_iter()
+            .filter(|b| b.path.is_empty())
+            .map(|b| (b.id, part_text(doc.markdown(), &b.range)))
+            .collect();
+        Self {
+            state: state_of(&doc),
+            token: doc.token().to_owned(),
+            parts,
+            refs: references_of(&doc),
+            doc,
+        }
+    }
+}
+
+/// What is stored of a document: its markdown, block ids and task counts.
+fn state_of(doc: &Document) -> DocumentState {
+    DocumentState {
+        markdown: doc.markdown().to_owned(),
+        block_ids: doc.block_ids(),
+        tasks: doc
+            .tasks()
+            .map(|(d, t)| (i64::from(d), i64::from(t)))
+            .unwrap_or((0, 0)),
+    }
+}
+
+/// A block's text for the index, at most [`PART_MAX`] bytes.
+fn part_text(markdown: &str, r: &doc::Range) -> String {
+    let t = markdown.get(r.start..r.end).unwrap_or("");
+    let mut end = t.len().min(PART_MAX);
+    while !t.is_char_boundary(end) {
+        end -= 1;
+    }
+    t[..end].to_owned()
+}
+
+fn references_of(doc: &Document) -> Vec<(String, String, EdgeKind)> {
+    doc.references()
+        .into_iter()
+        .map(|r| {
+            let kind = match r.kind {
+                doc::RefKind::Link => EdgeKind::Link,
+                doc::RefKind::Embed => EdgeKind::Embed,
+            };
+            (r.block, r.to, kind)
+        })
+        .collect()
+}
+
+/// A stored document the engine does not load: refused until a person rebuilds it.
+fn unloadable(id: &str, e: &doc::LoadError) -> Error {
+    tracing::error!(artifact = id, error = %e, "a stored document does not load");
+    Error::with_message(
+        ErrorCode::INTERNAL,
+        format!(
+            "the document's stored blocks do not load ({e}); a person rebuilds it from its \
+             markdown: POST /api/v1/artifacts/{id}/rebuild"
+        ),
+    )
+}
+
+/// One block whose token changed (or that is new): `{id, token}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ChangedBlock {
+    pub id: String,
+    pub token: String,
+}
+
+/// The edit answer: `{token, changed, removed}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EditAnswer {
+    pub token: String,
+    pub changed: Vec<ChangedBlock>,
+    pub removed: Vec<String>,
+}
+
+/// `{incoming, outgoing}` reference counts of a block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RefCounts {
+    pub incoming: i64,
+    pub outgoing: i64,
+}
+
+/// A block of the blocks answer: the engine's entry with its reference counts.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BlockEntry {
+    #[serde(flatten)]
+    pub block: doc::BlockInfo,
+    pub refs: RefCounts,
+}
+
+/// `{token, blocks}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BlocksView {
+    pub token: String,
+    pub blocks: Vec<BlockEntry>,
+}
+
+/// One block's position: the entry, with `table` for a table, row or cell.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BlockView {
+    #[serde(flatten)]
+    pub position: doc::BlockPosition,
+    pub refs: RefCounts,
+}
+
+/// A document as its page shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub artifact: ArtifactView,
+    /// The engine's sanitized HTML (no raw HTML passes; only safe URL schemes).
+    pub html: String,
+    pub versions: Vec<VersionInfo>,
+}
+
+/// The typed document block schema (JSON Schema 2020-12).
+pub fn block_schema() -> Value {
+    doc::block_schema()
+}
+
+/// Where a console ref goes on the pages, if anywhere.
+fn page_of(url: &str) -> Option<String> {
+    Some(match doc::parse_ref(url)? {
+        doc::RefTarget::Issue { key } => format!("/issues/{key}"),
+        doc::RefTarget::Project { key } => format!("/projects/{key}/issues"),
+        doc::RefTarget::Artifact { id } => format!("/artifacts/{id}"),
+        _ => return None,
+    })
+}
+
 impl Console {
+    /// Parses a document with the engine: fresh block ids from the injected entropy.
+    fn parse_document(&self, markdown: &str) -> Result<Parsed, Error> {
+        Ok(Parsed::of(Document::parse(markdown, &mut || {
+            self.new_block_id()
+        })))
+    }
+
+    /// A document as the engine holds it: the cache's for this state, else loaded from its
+    /// stored content (and kept: `a` was read in this transaction, so the state is committed).
+    async fn loaded(&self, tx: &mut dyn WorkTx, a: &Artifact) -> Result<Document, Error> {
+        if let Some(d) = cached(a) {
+            return Ok(d);
+        }
+        let st = tx.document(&a.id).await?.ok_or_else(|| {
+            Error::from(StorageError::Corrupt("a document without content".into()))
+        })?;
+        let d = Document::load(&st.markdown, &st.block_ids).map_err(|e| unloadable(&a.id, &e))?;
+        cache(a, &d);
+        Ok(d)
+    }
+
+    /// A document by id for a read: settled first when due, loaded, with its row.
+    async fn read_document(
+        &self,
+        id: &str,
+    ) -> Result<(Artifact, Document, Box<dyn WorkTx>), Error> {
+        let a = self.current(id).await?;
+        if a.kind != ArtifactKind::Document {
+            return Err(not_document());
+        }
+        let mut tx = self.parts.storage.read().await?;
+        let d = self.loaded(&mut *tx, &a).await?;
+        Ok((a, d, tx))
+    }
+
+    /// Per block, its reference counts.
+    async fn ref_counts(
+        &self,
+        tx: &mut dyn WorkTx,
+        a: &Artifact,
+    ) -> Result<HashMap<String, RefCounts>, Error> {
+        Ok(tx
+            .block_ref_counts(&artifact_ref(a))
+            .await?
+            .into_iter()
+            .map(|(b, incoming, outgoing)| (b, RefCounts { incoming, outgoing }))
+            .collect())
+    }
+
+    /// A document's blocks with ranges, tokens and reference counts, in document order.
+    pub async fn blocks(&self, id: &str) -> Result<BlocksView, Error> {
+        let (a, d, mut tx) = self.read_document(id).await?;
+        let counts = self.ref_counts(&mut *tx, &a).await?;
+        Ok(BlocksView {
+            token: d.token().to_owned(),
+            blocks: d
+                .blocks()
+                .into_iter()
+                .map(|block| BlockEntry {
+                    refs: counts.get(&block.id).copied().unwrap_or_default(),
+                    block,
+                })
+                .collect(),
+        })
+    }
+
+    /// One block's position (TARGET_NOT_FOUND for an id the document lacks).
+    pub async fn block(&self, id: &str, block: &str) -> Result<BlockView, Error> {
+        let (a, d, mut tx) = self.read_document(id).await?;
+        let position = d.position(block).ok_or_else(|| {
+            Error::with_message(
+                ErrorCode::TARGET_NOT_FOUND,
+                "the document has no block with this id",
+            )
+        })?;
+        let refs = self
+            .ref_counts(&mut *tx, &a)
+            .await?
+            .get(block)
+            .copied()
+            .unwrap_or_default();
+        Ok(BlockView { position, refs })
+    }
+
+    /// A document for its page: the sanitized HTML (console refs pointing at the pages) and
+    /// the versions.
+    pub async fn rendered(&self, id: &str) -> Result<Rendered, Error> {
+        let (a, d, mut tx) = self.read_document(id).await?;
+        let versions = tx.versions(&a.id).await?;
+        Ok(Rendered {
+            artifact: ArtifactView::of(&a),
+            html: d.to_html_with(&page_of),
+            versions: versions.iter().map(VersionInfo::of).collect(),
+        })
+    }
+
+    /// Applies quote-anchored edit ops (protocol §6.2), all or none: a stale `expected_token`
+    /// or `block_token` is DOCUMENT_CHANGED (nothing applies); QUOTE_NOT_FOUND,
+    /// QUOTE_AMBIGUOUS, TARGET_NOT_FOUND as the engine finds them. Content due to settle
+    /// settles first. Appends `document.edited` with `changed` and `removed`; an edit that
+    /// changes nothing appends nothing.
+    pub async fn edit(
+        &self,
+        actor: &Actor,
+        id: &str,
+        expected_token: Option<&str>,
+        ops: &[doc::EditOp],
+    ) -> Result<EditAnswer, Error> {
+        let id = artifact_id(id)?;
+        let (answer, events, kept) = transact!(self, |tx| {
+            let mut a = tx
+                .artifact(&id)
+                .await?
+                .ok_or_else(|| not_found("artifact"))?;
+            if a.kind != ArtifactKind::Document {
+                return Err(not_document());
+            }
+            let before = self.loaded(tx, &a).await?;
+            let mut events = Vec::new();
+            self.settle_if_due(tx, &mut a, &mut events).await?;
+            let edited = before.apply(expected_token, ops, &mut || self.new_block_id())?;
+            let answer = EditAnswer {
+                token: edited.document.token().to_owned(),
+                changed: edited
+                    .changed
+                    .iter()
+                    .map(|(id, token)| ChangedBlock {
+                        id: id.clone(),
+                        token: token.clone(),
+                    })
+                    .collect(),
+                removed: edited.removed.clone(),
+            };
+            if edited.document.token() == before.token()
+                && answer.changed.is_empty()
+                && answer.removed.is_empty()
+            {
+                return Ok((answer, events, None));
+            }
+            let doc = edited.document;
+            let now = self.now();
+            tx.put_document(&a.id, &state_of(&doc)).await?;
+            a.token = doc.token().to_owned();
+            a.size = doc.markdown().len() as i64;
+            a.settled = false;
+            a.changed_at = now;
+            a.changed_by = actor.clone();
+            a.updated_at = now;
+            // The index: the top-level blocks changed, made or removed.
+            let mut parts = Vec::new();
+            for c in &answer.changed {
+                if let Some(p) = doc.position(&c.id)
+                    && p.block.path.is_empty()
+                {
+                    parts.push((c.id.clone(), part_text(doc.markdown(), &p.block.range)));
+                }
+            }
+            let agent = matches!(a.scope, Scope::Agent(_));
+            if !agent {
+                tx.index_text(&a.id, &parts, &answer.removed).await?;
+            }
+            let e = self
+                .write_back(
+                    tx,
+                    &mut a,
+                    "document.edited",
+                    actor,
+                    &[
+                        ("changed", json!(answer.changed)),
+                        ("removed", json!(answer.removed)),
+                    ],
+                )
+                .await?;
+            // The reference graph: only when a touched block has a console ref, or had one
+            // (parsing a large document's references again on every edit would cost more
+            // than the edit).
+            if let Some(e) = &e {
+                let touched: Vec<String> = answer
+                    .changed
+                    .iter()
+                    .map(|c| c.id.clone())
+                    .chain(answer.removed.iter().cloned())
+                    .collect();
+                let refers = parts.iter().any(|(_, t)| has_console_ref(t));
+                if refers
+                    || !tx
+                        .edges_from(&artifact_ref(&a), Some(&touched))
+                        .await?
+                        .is_empty()
+                {
+                    self.keep_references(tx, &a, &references_of(&doc), Some(&touched), e)
+                        .await?;
+                }
+            }
+            events.extend(e);
+            Ok((answer, events, Some((a, doc))))
+        })?;
+        if let Some((a, doc)) = kept {
+            cache(&a, &doc);
+        }
+        self.committed_all(&events);
+        Ok(answer)
+    }
+
+    /// Rebuilds a document the engine cannot load from its latest saved markdown, parsed
+    /// afresh (new block ids); appends `document.rebuilt`. A document that loads is 409
+    /// DOCUMENT_LIVE when it has edits of the last five minutes not yet settled (someone is
+    /// working in it: new ids would fail their next edits), else DOCUMENT_LOADS.
+    pub async fn rebuild(&self, actor: &Actor, id: &str) -> Result<ArtifactView, Error> {
+        let id = artifact_id(id)?;
+        let (view, events, kept) = transact!(self, |tx| {
+            let mut a = tx
+                .artifact(&id)
+                .await?
+                .ok_or_else(|| not_found("artifact"))?;
+            if a.kind != ArtifactKind::Document {
+                return Err(not_document());
+            }
+            let st = tx.document(&a.id).await?.ok_or_else(|| {
+                Error::from(StorageError::Corrupt("a document without content".into()))
+            })?;
+            if Document::load(&st.markdown, &st.block_ids).is_ok() {
+                return Err(if self.is_document_live(&a) {
+                    Error::new(ErrorCode::DOCUMENT_LIVE)
+                } else {
+                    Error::new(ErrorCode::DOCUMENT_LOADS)
+                });
+            }
+            let p = self.parse_document(&st.markdown)?;
+            let now = self.now();
+            tx.put_document(&a.id, &p.state).await?;
+            if p.token != a.token {
+                a.token = p.token.clone();
+                a.size = p.state.markdown.len() as i64;
+                a.settled = false;
+                a.changed_at = now;
+                a.changed_by = actor.clone();
+            }
+            a.updated_at = now;
+            if !matches!(a.scope, Scope::Agent(_)) {
+                tx.clear_text(&a.id).await?;
+                let mut parts = vec![(String::new(), a.filename.clone())];
+                parts.extend(p.parts.iter().cloned());
+                tx.index_text(&a.id, &parts, &[]).await?;
+            }
+            let e = self
+                .write_back(tx, &mut a, "document.rebuilt", actor, &[])
+                .await?;
+            if let Some(e) = &e {
+                self.keep_references(tx, &a, &p.refs, None, e).await?;
+            }
+            tracing::warn!(artifact = %a.id, "document rebuilt from its markdown");
+            Ok((
+                ArtifactView::of(&a),
+                e.into_iter().collect::<Vec<_>>(),
+                (a, p.doc),
+            ))
+        })?;
+        cache(&kept.0, &kept.1);
+        self.committed_all(&events);
+        Ok(view)
+    }
+
+    /// Whether a document has edits of the last five minutes not yet settled.
+    fn is_document_live(&self, a: &Artifact) -> bool {
+        !a.settled && self.now() - a.changed_at < settle_after()
+    }
+
     /// Keeps the reference graph's edges from a document in step with its references: those
     /// in `blocks` (every block when `None`) are replaced by `refs`' (an edge that stays keeps
     /// its time and event; a new one is `event`'s).
@@ -995,14 +1432,13 @@ impl Console {
         }
         Ok(())
     }
+}
 
-    /// Parses an uploaded document with the engine.
-    fn parse_document(&self, _markdown: &str) -> Result<Parsed, Error> {
-        Err(Error::with_message(
-            ErrorCode::INTERNAL,
-            "documents arrive with the document engine",
-        ))
-    }
+/// Whether text holds a console ref (`countersign:`, any case).
+fn has_console_ref(t: &str) -> bool {
+    t.as_bytes()
+        .windows(12)
+        .any(|w| w.eq_ignore_ascii_case(b"countersign:"))
 }
 
 fn not_document() -> Error {

@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use countersign_console_core::console::documents::{At, Upload, VersionRead};
+use countersign_console_core::doc::EditOp;
 use countersign_console_core::work::EventPage;
 use countersign_console_core::{Caller, Error, ErrorCatalogue, ErrorCode};
 use serde::Deserialize;
@@ -291,6 +292,24 @@ pub struct NameBody {
 
 impl Input for NameBody {}
 
+/// `{expected_token?, ops, actor?}`: the ops of protocol §6.2, each naming its kind in `op`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditBody {
+    expected_token: Option<String>,
+    ops: Vec<EditOp>,
+    actor: Option<String>,
+}
+
+impl Input for EditBody {}
+
+/// A POST with no body (`{}` at most).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoBody {}
+
+impl Input for NoBody {}
+
 /// An event page's query (protocol §7): `after`, `before`, `ids`, `order`, `limit`.
 fn event_page(q: &Query) -> ApiResult<EventPage> {
     let mut ids = Vec::new();
@@ -344,6 +363,55 @@ pub async fn text(
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
     Ok(ok(st.console.text(&id).await?))
+}
+
+pub async fn blocks(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    Ok(ok(st.console.blocks(&id).await?))
+}
+
+pub async fn block(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path((id, block)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    Ok(ok(st.console.block(&id, &block).await?))
+}
+
+pub async fn edit(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<EditBody>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    Ok(ok(st
+        .console
+        .edit(&actor, &id, b.expected_token.as_deref(), &b.ops)
+        .await?))
+}
+
+pub async fn rebuild(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(_): In<NoBody>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, None, false)?;
+    Ok(ok(st.console.rebuild(&actor, &id).await?))
+}
+
+pub async fn block_schema() -> ApiResult<Response> {
+    Ok(ok(
+        countersign_console_core::console::documents::block_schema(),
+    ))
 }
 
 pub async fn name_version(
@@ -480,6 +548,33 @@ async fn text_of(
     Ok(ok(st.console.text(&id).await?))
 }
 
+async fn blocks_of(
+    st: St,
+    caller: Caller,
+    q: Query,
+    of: Of,
+    (key, slug): (String, String),
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
+    Ok(ok(st.console.blocks(&id).await?))
+}
+
+async fn edit_of(
+    st: St,
+    caller: Caller,
+    of: Of,
+    (key, slug): (String, String),
+    b: EditBody,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
+    Ok(ok(st
+        .console
+        .edit(&actor, &id, b.expected_token.as_deref(), &b.ops)
+        .await?))
+}
+
 async fn name_version_of(
     st: St,
     caller: Caller,
@@ -547,6 +642,24 @@ macro_rules! scoped {
                 Path(p): Path<(String, String)>,
             ) -> ApiResult<Response> {
                 text_of(State(st), caller, q, $of, p).await
+            }
+
+            pub async fn blocks(
+                State(st): St,
+                Extension(caller): Extension<Caller>,
+                q: Query,
+                Path(p): Path<(String, String)>,
+            ) -> ApiResult<Response> {
+                blocks_of(State(st), caller, q, $of, p).await
+            }
+
+            pub async fn edit(
+                State(st): St,
+                Extension(caller): Extension<Caller>,
+                Path(p): Path<(String, String)>,
+                In(b): In<EditBody>,
+            ) -> ApiResult<Response> {
+                edit_of(State(st), caller, $of, p, b).await
             }
 
             pub async fn name_version(

@@ -1015,3 +1015,537 @@ on_both_databases!(
     reference_queries_sqlite,
     reference_queries_postgres
 );
+
+// ----- documents: text, blocks, edits, references, progress, search -----
+
+const PLAN: &str = "# Plan\n\nShip the refund flow.\n\n- [x] design\n- [ ] build\n  - [ ] nested task\n\n| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |\n\nSee [PAY-1](countersign://issue/PAY-1).\n";
+
+fn blocks_of(v: &Value) -> Vec<Value> {
+    v["blocks"].as_array().cloned().unwrap_or_default()
+}
+
+/// The innermost block of `kind` whose markdown holds `text`.
+fn block_with<'a>(blocks: &'a [Value], markdown: &str, kind: &str, text: &str) -> &'a Value {
+    blocks
+        .iter()
+        .rev()
+        .find(|b| {
+            b["type"] == kind && {
+                let (s, e) = (
+                    b["range"]["start"].as_u64().unwrap_or(0) as usize,
+                    b["range"]["end"].as_u64().unwrap_or(0) as usize,
+                );
+                markdown.get(s..e).is_some_and(|m| m.contains(text))
+            }
+        })
+        .unwrap_or_else(|| panic!("no {kind} block holding {text:?}"))
+}
+
+async fn documents_text_blocks_and_edits(db: Option<String>) -> anyhow::Result<()> {
+    let (console, ada, agent) = setup(db).await?;
+    let r = agent
+        .post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "plan.md", "content_type": "text/markdown; charset=utf-8", "content": PLAN, "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        (
+            r.json["kind"].as_str(),
+            r.json["content_type"].as_str(),
+            r.json["slug"].as_str()
+        ),
+        (Some("document"), Some("text/markdown"), Some("plan"))
+    );
+
+    // Text: canonical markdown and the whole-document token.
+    let text = ada.get(&format!("/api/v1/artifacts/{id}/text")).await?;
+    assert_eq!(text.status, 200, "{}", text.text);
+    let md = text.json["markdown"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(md, PLAN, "this markdown is canonical already");
+    let token = text.json["token"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(token, sha256(md.as_bytes()));
+    assert_eq!(r.json["token"], token.as_str());
+    assert_eq!(
+        text.json["version"],
+        json!({"number": 1, "name": null, "kind": "settled"})
+    );
+    assert_eq!(
+        agent
+            .get("/api/v1/issues/PAY-1/artifacts/plan.md/text")
+            .await?
+            .json,
+        text.json
+    );
+
+    // Blocks: flat, in document order, with ranges, tokens, paths and reference counts.
+    let blocks = agent
+        .get(&format!("/api/v1/artifacts/{id}/blocks?session=s1"))
+        .await?;
+    assert_eq!(blocks.status, 200, "{}", blocks.text);
+    assert_eq!(blocks.json["token"], token.as_str());
+    let list = blocks_of(&blocks.json);
+    for b in &list {
+        let (s, e) = (
+            b["range"]["start"].as_u64().unwrap_or(0) as usize,
+            b["range"]["end"].as_u64().unwrap_or(0) as usize,
+        );
+        let _ = (s, e);
+        assert!(
+            b["id"]
+                .as_str()
+                .is_some_and(|i| !i.is_empty() && i.len() <= 64),
+            "{b}"
+        );
+        assert!(
+            b["refs"]["incoming"].is_i64() && b["refs"]["outgoing"].is_i64(),
+            "{b}"
+        );
+        assert!(b["path"].is_array());
+    }
+    let types: Vec<&str> = list
+        .iter()
+        .filter(|b| b["path"].as_array().is_some_and(Vec::is_empty))
+        .filter_map(|b| b["type"].as_str())
+        .collect();
+    assert_eq!(
+        types,
+        ["heading", "paragraph", "list", "table", "paragraph"]
+    );
+    let link = block_with(&list, &md, "paragraph", "See [PAY-1]");
+    assert_eq!(link["refs"], json!({"incoming": 0, "outgoing": 1}));
+    let nested = block_with(&list, &md, "task_item", "nested task");
+    assert_eq!(
+        nested["path"].as_array().map(Vec::len),
+        Some(3),
+        "list > task_item > list > task_item: {nested}"
+    );
+    let table = block_with(&list, &md, "table", "| a | b |");
+    assert_eq!(
+        table["rows"][2]["cells"][1],
+        json!({"index": 1, "text": "4"})
+    );
+    assert_eq!(
+        agent
+            .get("/api/v1/issues/PAY-1/artifacts/plan/blocks")
+            .await?
+            .json,
+        blocks.json
+    );
+
+    // One block's position: a cell names its table, row, column, header and row.
+    let cell = list
+        .iter()
+        .find(|b| {
+            b["type"] == "table_cell"
+                && b["path"][1]["index"] == 2
+                && b["path"].as_array().map(Vec::len) == Some(2)
+        })
+        .cloned();
+    let cell = cell.unwrap_or_default();
+    let one = ada
+        .get(&format!(
+            "/api/v1/artifacts/{id}/blocks/{}",
+            cell["id"].as_str().unwrap_or_default()
+        ))
+        .await?;
+    assert_eq!(one.status, 200, "{}", one.text);
+    assert_eq!(one.json["table"]["id"], table["id"]);
+    assert_eq!(one.json["table"]["row"], 2);
+    assert_eq!(one.json["table"]["header"], json!(["a", "b"]));
+    assert_eq!(one.json["table"]["cells"], json!(["3", "4"]));
+    refused(
+        &ada.get(&format!("/api/v1/artifacts/{id}/blocks/nope"))
+            .await?,
+        404,
+        "TARGET_NOT_FOUND",
+    );
+
+    // The issue names its primary document and counts its tasks, nested ones included.
+    let issue = ada.get("/api/v1/issues/PAY-1").await?;
+    assert_eq!(
+        issue.json["primary_document"],
+        json!({"id": id, "slug": "plan"})
+    );
+    assert_eq!(
+        issue.json["progress"]["tasks"],
+        json!({"done": 1, "total": 3})
+    );
+    let listed = ada.get("/api/v1/issues?project=PAY").await?;
+    assert_eq!(
+        listed.json[0]["progress"]["tasks"],
+        json!({"done": 1, "total": 3})
+    );
+    assert_eq!(listed.json[0]["primary_document"]["slug"], "plan");
+
+    // An edit: the quote, the precondition, the answer.
+    let para = block_with(&list, &md, "paragraph", "refund flow").clone();
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{id}/edits"),
+            json!({"expected_token": token, "ops": [{"op": "replace", "quote": {"exact": "refund flow"}, "text": "refund and chargeback flow"}], "actor": "s2"}),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let token2 = r.json["token"].as_str().unwrap_or_default().to_owned();
+    assert_ne!(token2, token);
+    assert_eq!(
+        r.json["changed"],
+        json!([{"id": para["id"], "token": r.json["changed"][0]["token"]}])
+    );
+    assert_eq!(r.json["removed"], json!([]));
+    let md2 = ada.get(&format!("/api/v1/artifacts/{id}/text")).await?.json["markdown"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(md2.contains("Ship the refund and chargeback flow."));
+    assert_eq!(sha256(md2.as_bytes()), token2);
+
+    // Stale tokens are refused with the current ones, and nothing applies.
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{id}/edits"),
+            json!({"expected_token": token, "ops": [{"op": "delete", "quote": {"exact": "Plan"}}]}),
+        )
+        .await?;
+    refused(&r, 409, "DOCUMENT_CHANGED");
+    assert_eq!(r.json["token"], token2.as_str());
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{id}/edits"),
+            json!({"ops": [{"op": "delete", "quote": {"exact": "chargeback "}, "block": para["id"], "block_token": para["token"]}]}),
+        )
+        .await?;
+    refused(&r, 409, "DOCUMENT_CHANGED");
+    assert!(
+        r.json["blocks"][para["id"].as_str().unwrap_or_default()].is_string(),
+        "{}",
+        r.text
+    );
+    // Quotes: none, several; a block the document lacks; all or none.
+    let r = ada
+        .post(
+            &format!("/api/v1/artifacts/{id}/edits"),
+            json!({"ops": [{"op": "delete", "quote": {"exact": "nowhere"}}]}),
+        )
+        .await?;
+    refused(&r, 409, "QUOTE_NOT_FOUND");
+    assert_eq!(r.json["op"], 0);
+    let r = ada
+        .post(&format!("/api/v1/artifacts/{id}/edits"), json!({"ops": [{"op": "replace", "quote": {"exact": "Ship"}, "text": "Send"}, {"op": "delete", "quote": {"exact": "| "}}]}))
+        .await?;
+    refused(&r, 409, "QUOTE_AMBIGUOUS");
+    assert_eq!(r.json["op"], 1);
+    assert!(
+        r.json["matches"].as_u64().is_some_and(|m| m > 1),
+        "{}",
+        r.text
+    );
+    let r = ada
+        .post(
+            &format!("/api/v1/artifacts/{id}/edits"),
+            json!({"ops": [{"op": "delete", "quote": {"exact": "Plan"}, "block": "nope"}]}),
+        )
+        .await?;
+    refused(&r, 404, "TARGET_NOT_FOUND");
+    assert_eq!(
+        ada.get(&format!("/api/v1/artifacts/{id}/text")).await?.json["token"],
+        token2.as_str(),
+        "nothing applied"
+    );
+    for bad in [
+        json!({"expected_tokn": token2, "ops": []}),
+        json!({"ops": [{"op": "rewrite", "quote": {"exact": "Plan"}}]}),
+        json!({"ops": [{"op": "replace", "quote": {"exact": "Plan"}}]}),
+        json!({}),
+    ] {
+        refused(
+            &ada.post(&format!("/api/v1/artifacts/{id}/edits"), bad)
+                .await?,
+            400,
+            "INVALID_BODY",
+        );
+    }
+    // A file has no blocks and takes no edits.
+    let f = ada
+        .post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "x.txt", "content_type": "text/plain", "content": "x"}),
+        )
+        .await?;
+    let fid = f.json["id"].as_str().unwrap_or_default().to_owned();
+    refused(
+        &ada.get(&format!("/api/v1/artifacts/{fid}/blocks")).await?,
+        404,
+        "NOT_FOUND",
+    );
+    refused(
+        &ada.post(
+            &format!("/api/v1/artifacts/{fid}/edits"),
+            json!({"ops": []}),
+        )
+        .await?,
+        404,
+        "NOT_FOUND",
+    );
+
+    // Table ops with the table's token; a task checked moves the issue's progress.
+    let blocks = ada
+        .get(&format!("/api/v1/artifacts/{id}/blocks"))
+        .await?
+        .json;
+    let list = blocks_of(&blocks);
+    let table = block_with(&list, &md2, "table", "| a | b |").clone();
+    let r = agent
+        .post(
+            "/api/v1/issues/PAY-1/artifacts/plan/edits",
+            json!({"ops": [
+                {"op": "delete_row", "block": table["id"], "index": 1, "block_token": table["token"]},
+                {"op": "replace", "quote": {"exact": "- [ ] build"}, "text": "- [x] build"}
+            ], "actor": "s3"}),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let md3 = ada
+        .get("/api/v1/issues/PAY-1/artifacts/plan/text")
+        .await?
+        .json["markdown"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        !md3.contains("| 1 | 2 |") && md3.contains("| 3 | 4 |") && md3.contains("- [x] build"),
+        "{md3}"
+    );
+    assert_eq!(
+        ada.get("/api/v1/issues/PAY-1").await?.json["progress"]["tasks"],
+        json!({"done": 2, "total": 3})
+    );
+    let stale_table = ada
+        .post(&format!("/api/v1/artifacts/{id}/edits"), json!({"ops": [{"op": "delete_column", "block": table["id"], "index": 0, "block_token": table["token"]}]}))
+        .await?;
+    refused(&stale_table, 409, "DOCUMENT_CHANGED");
+
+    // The document's log: created, then each edit with what it changed.
+    let log = ada
+        .get(&format!("/api/v1/artifacts/{id}/events"))
+        .await?
+        .json;
+    let kinds: Vec<&str> = log
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["kind"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        kinds,
+        ["document.created", "document.edited", "document.edited"]
+    );
+    assert_eq!(log[1]["data"]["changed"][0]["id"], para["id"]);
+    assert_eq!(log[1]["session"], "s2");
+    assert_eq!(log[2]["data"]["token"], sha256(md3.as_bytes()));
+    let subs: Vec<String> = ada
+        .get(&format!("/api/v1/artifacts/{id}/subscribers"))
+        .await?
+        .json
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s["session_id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(subs, ["s1", "s2", "s3"]);
+
+    // References: the link to PAY-1, from the document and from the issue's side.
+    let node = format!("countersign://artifact/{id}");
+    let refs = ada
+        .get(&format!("/api/v1/artifacts/{id}/references"))
+        .await?;
+    assert_eq!(refs.json["incoming"], json!([]));
+    let out = refs.json["outgoing"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(out.len(), 1, "{}", refs.text);
+    assert_eq!(
+        out[0]["from"],
+        format!("{node}#{}", link["id"].as_str().unwrap_or_default())
+    );
+    assert_eq!(out[0]["to"], "countersign://issue/PAY-1");
+    assert_eq!(out[0]["kind"], "link");
+    assert!(out[0]["event_id"].as_i64().is_some_and(|e| e > 0) && out[0]["at"].is_string());
+    let issue_refs = ada.get("/api/v1/issues/PAY-1/references").await?.json;
+    assert_eq!(issue_refs["incoming"], json!(out));
+    assert_eq!(
+        issue_refs["outgoing"],
+        json!(out),
+        "the issue's documents' links are the issue's"
+    );
+    assert_eq!(
+        agent
+            .get("/api/v1/references?to=countersign://issue/PAY-1")
+            .await?
+            .json,
+        json!(out)
+    );
+    assert_eq!(
+        agent
+            .get(&format!("/api/v1/references?from={node}&kind=link"))
+            .await?
+            .json,
+        json!(out)
+    );
+    assert_eq!(
+        agent
+            .get(&format!("/api/v1/references?from={node}&kind=embed"))
+            .await?
+            .json,
+        json!([])
+    );
+    // An embed of an image, added by an edit; then the link removed.
+    let img = ada
+        .multipart(
+            "/api/v1/issues/PAY-1/artifacts",
+            &[file("chart.png", "image/png", PNG)],
+        )
+        .await?;
+    let img_ref = format!(
+        "countersign://artifact/{}",
+        img.json["id"].as_str().unwrap_or_default()
+    );
+    let r = ada
+        .post(&format!("/api/v1/artifacts/{id}/edits"), json!({"ops": [
+            {"op": "insert_after", "quote": {"exact": "See [PAY-1](countersign://issue/PAY-1)."}, "text": format!("\n\n![chart]({img_ref})")},
+        ]}))
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let back = agent
+        .get(&format!("/api/v1/references?to={img_ref}"))
+        .await?
+        .json;
+    assert_eq!(back.as_array().map(Vec::len), Some(1), "{back}");
+    assert_eq!(back[0]["kind"], "embed");
+    let img_block = ada
+        .get(&format!(
+            "/api/v1/artifacts/{}/references",
+            img.json["id"].as_str().unwrap_or_default()
+        ))
+        .await?
+        .json;
+    assert_eq!(img_block["incoming"], back);
+    let r = ada
+        .post(&format!("/api/v1/artifacts/{id}/edits"), json!({"ops": [{"op": "delete", "quote": {"exact": "See [PAY-1](countersign://issue/PAY-1)."}}]}))
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        agent
+            .get("/api/v1/references?to=countersign://issue/PAY-1")
+            .await?
+            .json,
+        json!([])
+    );
+    assert_eq!(
+        agent
+            .get(&format!("/api/v1/references?to={img_ref}"))
+            .await?
+            .json,
+        back,
+        "an untouched edge stays as it was"
+    );
+
+    // Search: documents by their words (in any blocks between them) and their filename.
+    let found = agent.get("/api/v1/search?q=chargeback").await?;
+    assert_eq!(found.status, 200, "{}", found.text);
+    let row = found.json["rows"]
+        .as_array()
+        .and_then(|r| r.iter().find(|x| x["kind"] == "document"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(row["id"], id.as_str());
+    assert_eq!(row["ref"], node.as_str());
+    assert_eq!(row["title"], "plan.md");
+    assert_eq!(row["project"], "PAY");
+    assert!(
+        row["snippet"]
+            .as_str()
+            .is_some_and(|s| s.contains("chargeback")),
+        "{row}"
+    );
+    let both = agent.get("/api/v1/search?q=chargeback+nested").await?.json;
+    assert!(
+        both["rows"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|x| x["id"] == id.as_str())),
+        "{both}"
+    );
+    let none = agent.get("/api/v1/search?q=chargeback+zebra").await?.json;
+    assert_eq!(none["total"], 0, "every word must match: {none}");
+    let by_name = agent.get("/api/v1/search?q=chart").await?.json;
+    assert!(
+        by_name["rows"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|x| x["title"] == "chart.png")),
+        "{by_name}"
+    );
+    let mixed = agent
+        .get("/api/v1/search?q=refunds+OR+chargeback")
+        .await?
+        .json;
+    let _ = mixed;
+    assert_eq!(
+        agent
+            .get("/api/v1/search?q=chargeback&project=ZZ")
+            .await?
+            .json["total"],
+        0
+    );
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    documents_text_blocks_and_edits,
+    documents_text_blocks_and_edits_sqlite,
+    documents_text_blocks_and_edits_postgres
+);
+
+#[tokio::test]
+async fn block_schema_is_public() -> anyhow::Result<()> {
+    let console = console_on(None).await?;
+    let r = reqwest::get(format!("{}/api/v1/block-schema", console.url)).await?;
+    assert_eq!(r.status(), 200);
+    let schema: Value = r.json().await?;
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    let mut defs: Vec<String> = schema["$defs"]
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    defs.sort();
+    let mut want = vec![
+        "heading",
+        "paragraph",
+        "list",
+        "list_item",
+        "task_item",
+        "code",
+        "quote",
+        "table",
+        "table_row",
+        "table_cell",
+        "ask",
+        "image",
+        "file",
+        "thematic_break",
+    ];
+    want.sort();
+    assert_eq!(defs, want);
+    console.stop().await;
+    Ok(())
+}
