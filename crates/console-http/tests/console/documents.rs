@@ -1549,3 +1549,398 @@ async fn block_schema_is_public() -> anyhow::Result<()> {
     console.stop().await;
     Ok(())
 }
+
+// ----- versions by the clock, rebuild, concurrent writers -----
+
+/// Writes straight into the console's database (what a broken writer or an engine change
+/// would leave behind).
+async fn tamper(
+    console: &TestConsole,
+    db: &Option<String>,
+    sql: &[(&str, Vec<String>)],
+) -> anyhow::Result<()> {
+    sqlx::any::install_default_drivers();
+    let url = match db {
+        Some(u) => u.clone(),
+        None => format!(
+            "sqlite://{}",
+            console.dir.path().join("console.db").display()
+        ),
+    };
+    let pool = sqlx::AnyPool::connect(&url).await?;
+    for (q, args) in sql {
+        let mut query = sqlx::query(q);
+        for a in args {
+            query = query.bind(a.clone());
+        }
+        query.execute(&pool).await?;
+    }
+    pool.close().await;
+    Ok(())
+}
+
+async fn versions_settle_and_rebuild(db: Option<String>) -> anyhow::Result<()> {
+    use chrono::TimeZone;
+    let t0 = chrono::Utc
+        .with_ymd_and_hms(2030, 1, 1, 9, 0, 0)
+        .single()
+        .unwrap_or_default();
+    let clock = std::sync::Arc::new(countersign_console_core::ManualClock::new(t0));
+    let console = console_with_clock(db.clone(), clock.clone()).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    ada.post(
+        "/api/v1/projects",
+        json!({"key": "PAY", "name": "Payments"}),
+    )
+    .await?;
+    let r = agent
+        .post(
+            "/api/v1/projects/PAY/artifacts",
+            json!({"filename": "spec.md", "content_type": "text/markdown", "content": "# Spec\n\nalpha\n", "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+    let edit = |from: &'static str, to: &'static str| {
+        let agent = agent.clone();
+        let id = id.clone();
+        async move {
+            let r = agent
+                .post(&format!("/api/v1/artifacts/{id}/edits"), json!({"ops": [{"op": "replace", "quote": {"exact": from}, "text": to}], "actor": "s2"}))
+                .await?;
+            anyhow::ensure!(r.status == 200, "edit: {}", r.text);
+            anyhow::Ok(r)
+        }
+    };
+    let version = |ada: &Who| {
+        let ada = ada.clone();
+        let id = id.clone();
+        async move {
+            anyhow::Ok(ada.get(&format!("/api/v1/artifacts/{id}")).await?.json["version"].clone())
+        }
+    };
+
+    // Loads and quiet: nothing to rebuild. Edited a minute ago: live.
+    refused(
+        &ada.post(&format!("/api/v1/artifacts/{id}/rebuild"), json!({}))
+            .await?,
+        409,
+        "DOCUMENT_LOADS",
+    );
+    clock.advance(chrono::Duration::minutes(1));
+    edit("alpha", "beta").await?;
+    refused(
+        &ada.post(&format!("/api/v1/artifacts/{id}/rebuild"), json!({}))
+            .await?,
+        409,
+        "DOCUMENT_LIVE",
+    );
+    refused(
+        &agent
+            .post(&format!("/api/v1/artifacts/{id}/rebuild"), json!({}))
+            .await?,
+        403,
+        "HUMAN_ONLY",
+    );
+
+    // Four minutes without an edit: not settled yet; five: the next read settles it.
+    clock.advance(chrono::Duration::minutes(4));
+    assert_eq!(
+        version(&ada).await?,
+        json!({"number": 1, "name": null, "kind": "settled"})
+    );
+    clock.advance(chrono::Duration::minutes(1));
+    assert_eq!(
+        version(&ada).await?,
+        json!({"number": 2, "name": null, "kind": "settled"})
+    );
+    let v2 = ada
+        .get(&format!("/api/v1/artifacts/{id}/versions/2"))
+        .await?;
+    assert_eq!(v2.json["markdown"], "# Spec\n\nbeta\n");
+    assert_eq!(v2.json["kind"], "settled");
+    assert_eq!(v2.json["by"]["session"], "s2");
+    assert_eq!(
+        v2.json["created_at"], "2030-01-01T09:06:00.000Z",
+        "five minutes after the edit"
+    );
+    assert_eq!(v2.json["token"], sha256(b"# Spec\n\nbeta\n"));
+    let log = ada
+        .get(&format!("/api/v1/artifacts/{id}/events?order=desc&limit=1"))
+        .await?
+        .json;
+    assert_eq!(log[0]["kind"], "document.versioned");
+    assert_eq!(
+        log[0]["actor"],
+        json!({"kind": "system", "name": "console"})
+    );
+    assert_eq!(log[0]["data"]["version"]["number"], 2);
+    refused(
+        &ada.post(&format!("/api/v1/artifacts/{id}/rebuild"), json!({}))
+            .await?,
+        409,
+        "DOCUMENT_LOADS",
+    );
+
+    // An edit long after the last one settles that one first.
+    edit("beta", "gamma").await?;
+    clock.advance(chrono::Duration::minutes(10));
+    edit("gamma", "delta").await?;
+    let v3 = ada
+        .get(&format!("/api/v1/artifacts/{id}/versions/3"))
+        .await?;
+    assert_eq!(v3.json["markdown"], "# Spec\n\ngamma\n");
+    assert_eq!(version(&ada).await?["number"], 3);
+    // A name: a new version of the current content, at once.
+    let named = ada
+        .post(
+            "/api/v1/projects/PAY/artifacts/spec/versions",
+            json!({"name": "for review"}),
+        )
+        .await?;
+    assert_eq!(named.status, 201, "{}", named.text);
+    assert_eq!(
+        (named.json["number"].as_i64(), named.json["kind"].as_str()),
+        (Some(4), Some("named"))
+    );
+    let v4 = ada
+        .get("/api/v1/projects/PAY/artifacts/spec/versions/4")
+        .await?;
+    assert_eq!(v4.json["markdown"], "# Spec\n\ndelta\n");
+    assert_eq!(v4.json["name"], "for review");
+    assert_eq!(v4.json["by"], json!({"kind": "user", "login": ADA}));
+    // An upload over unsettled edits keeps them as a version first.
+    edit("delta", "epsilon").await?;
+    let r = ada
+        .post("/api/v1/projects/PAY/artifacts", json!({"filename": "spec.md", "content_type": "text/markdown", "content": "# Spec\n\nzeta\n"}))
+        .await?;
+    assert_eq!(r.json["version"]["number"], 6, "{}", r.text);
+    assert_eq!(
+        ada.get(&format!("/api/v1/artifacts/{id}/versions/5"))
+            .await?
+            .json["markdown"],
+        "# Spec\n\nepsilon\n"
+    );
+    assert_eq!(
+        ada.get(&format!("/api/v1/artifacts/{id}/versions/6"))
+            .await?
+            .json["markdown"],
+        "# Spec\n\nzeta\n"
+    );
+    assert_eq!(
+        ada.get(&format!("/api/v1/artifacts/{id}/text")).await?.json["markdown"],
+        "# Spec\n\nzeta\n"
+    );
+    // A markdown document's filename takes markdown only, and the other way round.
+    refused(
+        &ada.post(
+            "/api/v1/projects/PAY/artifacts",
+            json!({"filename": "spec.md", "content_type": "text/plain", "content": "x"}),
+        )
+        .await?,
+        400,
+        "ARTIFACT_INPUT",
+    );
+
+    // Stored block ids that no longer fit the markdown: reads refuse, a person rebuilds.
+    let tampered = "# Spec\n\nzeta\n\nA paragraph its ids never heard of.\n";
+    tamper(
+        &console,
+        &db,
+        &[
+            (
+                "UPDATE console_documents SET markdown = $1 WHERE artifact = $2",
+                vec![tampered.into(), id.clone()],
+            ),
+            (
+                "UPDATE console_artifacts SET token = $1 WHERE id = $2",
+                vec![sha256(tampered.as_bytes()), id.clone()],
+            ),
+        ],
+    )
+    .await?;
+    clock.advance(chrono::Duration::minutes(30));
+    refused(
+        &ada.get(&format!("/api/v1/artifacts/{id}/blocks")).await?,
+        500,
+        "INTERNAL",
+    );
+    refused(
+        &ada.post(
+            &format!("/api/v1/artifacts/{id}/edits"),
+            json!({"ops": [{"op": "delete", "quote": {"exact": "zeta"}}]}),
+        )
+        .await?,
+        500,
+        "INTERNAL",
+    );
+    refused(
+        &ada.post(&format!("/api/v1/artifacts/{id}/rebuild"), json!({"x": 1}))
+            .await?,
+        400,
+        "INVALID_BODY",
+    );
+    let r = ada
+        .post(&format!("/api/v1/artifacts/{id}/rebuild"), json!({}))
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["id"], id.as_str());
+    assert_eq!(r.json["token"], sha256(tampered.as_bytes()));
+    let blocks = ada.get(&format!("/api/v1/artifacts/{id}/blocks")).await?;
+    assert_eq!(blocks.status, 200, "{}", blocks.text);
+    assert_eq!(blocks_of(&blocks.json).len(), 3);
+    let log = ada
+        .get(&format!("/api/v1/artifacts/{id}/events?order=desc&limit=1"))
+        .await?
+        .json;
+    assert_eq!(log[0]["kind"], "document.rebuilt");
+    assert_eq!(log[0]["actor"]["login"], ADA);
+    edit("never heard of", "knows now").await?;
+    refused(
+        &ada.post(&format!("/api/v1/artifacts/{id}/rebuild"), json!({}))
+            .await?,
+        409,
+        "DOCUMENT_LIVE",
+    );
+    let f = ada
+        .post(
+            "/api/v1/projects/PAY/artifacts",
+            json!({"filename": "f.txt", "content_type": "text/plain", "content": "x"}),
+        )
+        .await?;
+    refused(
+        &ada.post(
+            &format!(
+                "/api/v1/artifacts/{}/rebuild",
+                f.json["id"].as_str().unwrap_or_default()
+            ),
+            json!({}),
+        )
+        .await?,
+        404,
+        "NOT_FOUND",
+    );
+    refused(
+        &ada.post(
+            "/api/v1/artifacts/00000000-0000-0000-0000-000000000000/rebuild",
+            json!({}),
+        )
+        .await?,
+        404,
+        "NOT_FOUND",
+    );
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    versions_settle_and_rebuild,
+    versions_settle_and_rebuild_sqlite,
+    versions_settle_and_rebuild_postgres
+);
+
+async fn concurrent_writers(db: Option<String>) -> anyhow::Result<()> {
+    let (console, ada, agent) = setup(db).await?;
+    let r = ada
+        .post("/api/v1/issues/PAY-1/artifacts", json!({"filename": "race.md", "content_type": "text/markdown", "content": "# Race\n\nalpha\n"}))
+        .await?;
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+    let token = r.json["token"].as_str().unwrap_or_default().to_owned();
+    const WRITERS: usize = 16;
+    let mut tasks = Vec::new();
+    for i in 0..WRITERS {
+        let agent = agent.clone();
+        let (id, token) = (id.clone(), token.clone());
+        tasks.push(tokio::spawn(async move {
+            agent
+                .post(
+                    &format!("/api/v1/artifacts/{id}/edits"),
+                    json!({"expected_token": token, "ops": [{"op": "replace", "quote": {"exact": "alpha"}, "text": format!("writer-{i}")}], "actor": format!("w{i}")}),
+                )
+                .await
+        }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        let r = t.await??;
+        match r.status {
+            200 => applied += 1,
+            _ => refused(&r, 409, "DOCUMENT_CHANGED"),
+        }
+    }
+    assert_eq!(
+        applied, 1,
+        "exactly one of the writers with the same token applies"
+    );
+    let md = ada.get(&format!("/api/v1/artifacts/{id}/text")).await?.json["markdown"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(md.matches("writer-").count(), 1, "{md}");
+    let log = ada
+        .get(&format!("/api/v1/artifacts/{id}/events"))
+        .await?
+        .json;
+    assert_eq!(log.as_array().map(Vec::len), Some(2));
+
+    // Writers with no precondition each apply, one after another.
+    let mut tasks = Vec::new();
+    for i in 0..WRITERS {
+        let agent = agent.clone();
+        let id = id.clone();
+        tasks.push(tokio::spawn(async move {
+            agent
+                .post(
+                    &format!("/api/v1/artifacts/{id}/edits"),
+                    json!({"ops": [{"op": "insert_after", "quote": {"exact": "# Race"}, "text": format!("\n\nline {i:02}")}]}),
+                )
+                .await
+        }));
+    }
+    for t in tasks {
+        let r = t.await??;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    let md = ada.get(&format!("/api/v1/artifacts/{id}/text")).await?.json["markdown"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(md.matches("line ").count(), WRITERS, "{md}");
+    let log = ada
+        .get(&format!("/api/v1/artifacts/{id}/events?limit=200"))
+        .await?
+        .json;
+    let seqs: Vec<i64> = log
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["sequence"].as_i64()).collect())
+        .unwrap_or_default();
+    assert_eq!(seqs, (1..=(WRITERS as i64 + 2)).collect::<Vec<_>>());
+
+    // Uploads of one new filename at once: one artifact, one version each.
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let ada = ada.clone();
+        tasks.push(tokio::spawn(async move {
+            ada.post("/api/v1/projects/PAY/artifacts", json!({"filename": "same.txt", "content_type": "text/plain", "content": format!("{i}")}))
+                .await
+        }));
+    }
+    let mut ids = std::collections::HashSet::new();
+    for t in tasks {
+        let r = t.await??;
+        assert_eq!(r.status, 201, "{}", r.text);
+        ids.insert(r.json["id"].as_str().unwrap_or_default().to_owned());
+    }
+    assert_eq!(ids.len(), 1);
+    let meta = ada.get("/api/v1/projects/PAY/artifacts/same").await?.json;
+    assert_eq!(meta["version"]["number"], 8);
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    concurrent_writers,
+    concurrent_writers_sqlite,
+    concurrent_writers_postgres
+);
