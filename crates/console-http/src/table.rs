@@ -186,7 +186,9 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/search", HumanOnly, Page, [], "search from the header: issues by their words", pages::search_page),
     route!(GET "/issues/{key}", HumanOnly, Page, [], "one issue: its fields, children, claim and history, updated live", pages::issue_page),
     // ----- pages: documents (issue 12) -----
-
+    route!(GET "/artifacts/{id}", HumanOnly, Page, [], "one document: its rendered blocks, versions and a diff between two, updated live", pages::documents::document_page),
+    route!(GET "/assets/documents.js", Anyone, Page, [], "the document page's script", pages::documents::script),
+    route!(GET "/assets/documents.css", Anyone, Page, [], "the document page's style sheet", pages::documents::style),
     // ----- pages: asks and the inbox (issue 13) -----
 
     // ----- pages: conversations, relay, broadcasts (issue 14) -----

@@ -1944,3 +1944,197 @@ on_both_databases!(
     concurrent_writers_sqlite,
     concurrent_writers_postgres
 );
+
+// ----- the document page -----
+
+/// The page over real HTTP: the rendered blocks escape what a document holds, and a person's
+/// page is never an agent's.
+#[tokio::test]
+async fn document_page_renders_sanitized_blocks_and_diffs() -> anyhow::Result<()> {
+    let (console, ada, agent) = setup(None).await?;
+    let md = "# Design\n\nFirst draft.\n\n<script>alert(1)</script>\n\n[click](javascript:alert(2)) and [issue](countersign://issue/PAY-1)\n";
+    let r = agent
+        .post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "design.md", "content_type": "text/markdown", "content": md}),
+        )
+        .await?;
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+    agent
+        .post(&format!("/api/v1/artifacts/{id}/edits"), json!({"ops": [{"op": "replace", "quote": {"exact": "First draft."}, "text": "Second draft."}]}))
+        .await?;
+    agent
+        .post(
+            &format!("/api/v1/artifacts/{id}/versions"),
+            json!({"name": "v2"}),
+        )
+        .await?;
+
+    let page = ada.get(&format!("/artifacts/{id}?from=1&to=2")).await?;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let csp = page
+        .headers
+        .get("content-security-policy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    let rendered = page
+        .text
+        .split("id=\"rendered\"")
+        .nth(1)
+        .and_then(|t| t.split("</article>").next())
+        .unwrap_or("");
+    assert!(rendered.contains("Second draft."), "{rendered}");
+    assert!(!rendered.contains("<script"), "raw HTML passed: {rendered}");
+    assert!(!rendered.contains("javascript:"), "{rendered}");
+    assert!(
+        rendered.contains("href=\"/issues/PAY-1\""),
+        "console refs point at the pages: {rendered}"
+    );
+    let diff = page.text.split("id=\"diff\"").nth(1).unwrap_or("");
+    assert!(
+        diff.contains("<span class=\"del\">- First draft.</span>"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("<span class=\"ins\">+ Second draft.</span>"),
+        "{diff}"
+    );
+    // The issue page links its documents.
+    let issue = ada.get("/issues/PAY-1").await?;
+    assert!(
+        issue
+            .text
+            .contains(&format!("<a href=\"/artifacts/{id}\">design.md</a>")),
+        "{}",
+        issue.text
+    );
+    // A file's page lists its versions; an unknown artifact is a 404 page; a bearer is refused.
+    let f = ada
+        .multipart(
+            "/api/v1/issues/PAY-1/artifacts",
+            &[file("chart.png", "image/png", PNG)],
+        )
+        .await?;
+    let fp = ada
+        .get(&format!(
+            "/artifacts/{}",
+            f.json["id"].as_str().unwrap_or_default()
+        ))
+        .await?;
+    assert!(
+        fp.status == 200 && fp.text.contains("Version 1"),
+        "{}",
+        fp.text
+    );
+    assert_eq!(ada.get("/artifacts/nope").await?.status, 404);
+    assert_eq!(agent.get(&format!("/artifacts/{id}")).await?.status, 403);
+    let js = reqwest::get(format!("{}/assets/documents.js", console.url)).await?;
+    assert_eq!(js.status(), 200);
+    console.stop().await;
+    Ok(())
+}
+
+/// Chromium: an agent's edit through the API shows on an open document page without a
+/// reload; a diff between two versions is shown.
+#[tokio::test]
+async fn document_page_follows_edits() -> anyhow::Result<()> {
+    use crate::common::webdriver::{Driver, browser_or_skip};
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return Ok(());
+    };
+    let idp = crate::common::idp::TestIdp::start().await?;
+    let console = TestConsole::start(ConsoleOptions {
+        idp: Some(&idp),
+        shared_token: true,
+        ..Default::default()
+    })
+    .await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    agent
+        .post(
+            "/api/v1/projects",
+            json!({"key": "WEB", "name": "Web", "actor": "s1"}),
+        )
+        .await?;
+    agent
+        .post(
+            "/api/v1/issues",
+            json!({"project": "WEB", "title": "Design the page"}),
+        )
+        .await?;
+    let md = "# Design\n\nThe first draft.\n\n<script>document.title = 'owned'</script>\n\n- [ ] build it\n";
+    let r = agent
+        .post("/api/v1/issues/WEB-1/artifacts", json!({"filename": "design.md", "content_type": "text/markdown", "content": md, "actor": "s1"}))
+        .await?;
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+
+    let profiles = tempfile::tempdir()?;
+    let driver = Driver::start(&chromedriver).await?;
+    let ada = driver
+        .browser(&chromium, &profiles.path().join("ada"))
+        .await?;
+    let url = |p: &str| format!("{}{p}", console.url);
+    idp.set_next_login(ADA);
+    ada.goto(&url("/issues/WEB-1")).await?;
+    ada.click("#oidc").await?;
+    ada.wait_text("#documents", "design.md", 10).await?;
+    ada.click("#documents a").await?;
+    ada.wait_text("#rendered", "The first draft.", 10).await?;
+    assert_eq!(
+        ada.execute("return document.querySelectorAll('#rendered script').length")
+            .await?,
+        json!(0)
+    );
+    assert_ne!(ada.execute("return document.title").await?, json!("owned"));
+    ada.execute("document.body.setAttribute('data-not-reloaded', '1'); return 1")
+        .await?;
+
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{id}/edits"),
+            json!({"ops": [{"op": "replace", "quote": {"exact": "The first draft."}, "text": "The second draft, by an agent."}], "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    ada.wait_text("#rendered", "The second draft, by an agent.", 10)
+        .await?;
+    agent
+        .post(
+            &format!("/api/v1/artifacts/{id}/versions"),
+            json!({"name": "agent's draft", "actor": "s1"}),
+        )
+        .await?;
+    ada.wait_text("#versions", "agent's draft", 10).await?;
+    assert_eq!(
+        ada.execute("return document.body.getAttribute('data-not-reloaded')")
+            .await?,
+        json!("1"),
+        "the page was reloaded"
+    );
+    ada.screenshot(&crate::browser::shots().join("document-live.png"))
+        .await?;
+
+    // The diff between the two versions, from the page's form.
+    ada.click("#diff-form button").await?;
+    ada.wait_text("#diff", "The second draft, by an agent.", 10)
+        .await?;
+    assert_eq!(
+        ada.execute("return document.querySelector('#diff .del').textContent")
+            .await?,
+        json!("- The first draft.")
+    );
+    assert_eq!(
+        ada.execute("return document.querySelector('#diff .ins').textContent")
+            .await?,
+        json!("+ The second draft, by an agent.")
+    );
+    ada.screenshot(&crate::browser::shots().join("document-diff.png"))
+        .await?;
+    ada.quit().await;
+    console.stop().await;
+    Ok(())
+}
