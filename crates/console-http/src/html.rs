@@ -628,6 +628,8 @@ pub struct IssuePage<'a> {
     pub chrome: Chrome<'a>,
     pub i: IssueRow,
     pub events: Vec<EventRow>,
+    /// The issue's documents and files: `(page, filename)`.
+    pub documents: Vec<(String, String)>,
 }
 
 /// A search result as the page lists it.

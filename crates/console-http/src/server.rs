@@ -155,7 +155,13 @@ async fn request_rules(State(spec): State<RouteSpec>, req: Request, next: Next) 
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > crate::api::JSON_LIMIT) {
+        // Multipart uploads take up to 25 MiB; every JSON body 1 MiB (protocol §2).
+        let limit = if crate::api::documents::is_multipart(req.headers()) {
+            crate::api::documents::UPLOAD_LIMIT
+        } else {
+            crate::api::JSON_LIMIT
+        };
+        if declared.is_some_and(|n| n > limit) {
             return ApiError::from(ErrorCode::REQUEST_TOO_LARGE).into_response();
         }
         let query = req.uri().query().unwrap_or("");
@@ -190,17 +196,20 @@ async fn method_not_allowed(req: Request, next: Next) -> Response {
     out
 }
 
-/// Headers on every answer: no framing, no sniffing, scripts and styles from this origin only.
+/// Headers on every answer: no framing, no sniffing, scripts and styles from this origin only
+/// (an answer that set a stricter policy keeps it: a download's `sandbox`).
 async fn security_headers(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                 connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            ),
+        );
+    }
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,

@@ -122,7 +122,40 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- repository mappings (issue 11) -----
 
     // ----- documents (issue 12) -----
-
+    route!(GET "/api/v1/block-schema", Anyone, Api, [], "the typed document block schema as JSON", api::documents::block_schema),
+    route!(GET "/api/v1/references", HumanOrAgent, Api, ["to", "from", "kind", "since", "session"], "edges of one node in the reference graph (?to= or ?from=)", api::documents::graph),
+    route!(GET "/api/v1/projects/{key}/artifacts", HumanOrAgent, Api, ["session"], "list a project's documents and files", api::documents::project::list),
+    route!(POST "/api/v1/projects/{key}/artifacts", HumanOrAgent, Api, ["session"], "upload a project document or file (JSON or multipart)", api::documents::project::upload),
+    route!(GET "/api/v1/projects/{key}/artifacts/{slug}", HumanOrAgent, Api, ["session"], "read a project document by slug or unambiguous filename", api::documents::project::read),
+    route!(GET "/api/v1/projects/{key}/artifacts/{slug}/blocks", HumanOrAgent, Api, ["session"], "blocks and tokens of a project document", api::documents::project::blocks),
+    route!(POST "/api/v1/projects/{key}/artifacts/{slug}/edits", HumanOrAgent, Api, [], "apply edit ops to a project document", api::documents::project::edit),
+    route!(GET "/api/v1/projects/{key}/artifacts/{slug}/text", HumanOrAgent, Api, ["session"], "canonical markdown and token of a project document", api::documents::project::text),
+    route!(POST "/api/v1/projects/{key}/artifacts/{slug}/versions", HumanOrAgent, Api, [], "name the current version of a project document", api::documents::project::name_version),
+    route!(GET "/api/v1/projects/{key}/artifacts/{slug}/versions/{number}", HumanOrAgent, Api, ["session"], "one version of a project document", api::documents::project::version),
+    route!(GET "/api/v1/issues/{key}/artifacts", HumanOrAgent, Api, ["session"], "list an issue's documents and files", api::documents::issue::list),
+    route!(POST "/api/v1/issues/{key}/artifacts", HumanOrAgent, Api, ["session"], "upload an issue document or file (JSON or multipart)", api::documents::issue::upload),
+    route!(GET "/api/v1/issues/{key}/artifacts/{slug}", HumanOrAgent, Api, ["session"], "read an issue document by slug or unambiguous filename", api::documents::issue::read),
+    route!(GET "/api/v1/issues/{key}/artifacts/{slug}/blocks", HumanOrAgent, Api, ["session"], "blocks and tokens of an issue document", api::documents::issue::blocks),
+    route!(POST "/api/v1/issues/{key}/artifacts/{slug}/edits", HumanOrAgent, Api, [], "apply edit ops to an issue document", api::documents::issue::edit),
+    route!(GET "/api/v1/issues/{key}/artifacts/{slug}/text", HumanOrAgent, Api, ["session"], "canonical markdown and token of an issue document", api::documents::issue::text),
+    route!(POST "/api/v1/issues/{key}/artifacts/{slug}/versions", HumanOrAgent, Api, [], "name the current version of an issue document", api::documents::issue::name_version),
+    route!(GET "/api/v1/issues/{key}/artifacts/{slug}/versions/{number}", HumanOrAgent, Api, ["session"], "one version of an issue document", api::documents::issue::version),
+    route!(GET "/api/v1/issues/{key}/references", HumanOrAgent, Api, ["session"], "cross-references to and from the issue", api::documents::issue_references),
+    route!(GET "/api/v1/artifacts/{id}", HumanOrAgent, Api, ["session"], "document metadata and current version", api::documents::read),
+    route!(GET "/api/v1/artifacts/{id}/blocks", HumanOrAgent, Api, ["session"], "blocks with markdown ranges, tokens and reference counts", api::documents::blocks),
+    route!(GET "/api/v1/artifacts/{id}/blocks/{block_id}", HumanOrAgent, Api, ["session"], "position of one block", api::documents::block),
+    route!(POST "/api/v1/artifacts/{id}/edits", HumanOrAgent, Api, [], "apply quote-anchored edit ops", api::documents::edit),
+    route!(GET "/api/v1/artifacts/{id}/events", HumanOrAgent, Api, ["after", "before", "ids", "order", "limit", "session"], "page the document's event log", api::documents::events),
+    route!(POST "/api/v1/artifacts/{id}/rebuild", HumanOnly, Api, [], "rebuild an unloadable history from the latest saved markdown", api::documents::rebuild),
+    route!(GET "/api/v1/artifacts/{id}/references", HumanOrAgent, Api, ["session"], "cross-references to and from the document", api::documents::references),
+    route!(GET "/api/v1/artifacts/{id}/subscribers", HumanOnly, Api, [], "sessions subscribed to the document's topics", api::documents::subscribers),
+    route!(DELETE "/api/v1/artifacts/{id}/subscribers/{session_id}", HumanOnly, Api, [], "unsubscribe a session from a document", api::documents::unsubscribe),
+    route!(GET "/api/v1/artifacts/{id}/text", HumanOrAgent, Api, ["session"], "canonical markdown and whole-document token", api::documents::text),
+    route!(POST "/api/v1/artifacts/{id}/versions", HumanOrAgent, Api, [], "name the current version", api::documents::name_version),
+    route!(GET "/api/v1/artifacts/{id}/versions/{number}", HumanOrAgent, Api, ["session"], "one named or settled version", api::documents::version),
+    route!(POST "/api/v1/agents/{session_id}/artifacts", HumanOrAgent, Api, ["session"], "upload a file or image to an agent's conversation", api::documents::agent_upload),
+    route!(GET "/api/v1/agents/{session_id}/artifacts/{slug}", HumanOrAgent, Api, ["session"], "an agent conversation file or image with its versions", api::documents::agent_read),
+    route!(GET "/api/v1/agents/{session_id}/artifacts/{slug}/versions/{number}", HumanOrAgent, Api, ["session"], "download one version of an agent conversation file", api::documents::agent_version),
     // ----- asks, comments, reviews, the inbox (issue 13) -----
     route!(GET "/api/v1/issues/{key}/asks", HumanOrAgent, Api, ["state", "session"], "list an issue's asks (?state=)", api::asks::issue_list),
     route!(POST "/api/v1/issues/{key}/asks", HumanOrAgent, Api, [], "open a question ask on an issue", api::asks::issue_open),
@@ -175,7 +208,9 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/search", HumanOnly, Page, [], "search from the header: issues by their words", pages::search_page),
     route!(GET "/issues/{key}", HumanOnly, Page, [], "one issue: its fields, children, claim and history, updated live", pages::issue_page),
     // ----- pages: documents (issue 12) -----
-
+    route!(GET "/artifacts/{id}", HumanOnly, Page, [], "one document: its rendered blocks, versions and a diff between two, updated live", pages::documents::document_page),
+    route!(GET "/assets/documents.js", Anyone, Page, [], "the document page's script", pages::documents::script),
+    route!(GET "/assets/documents.css", Anyone, Page, [], "the document page's style sheet", pages::documents::style),
     // ----- pages: asks and the inbox (issue 13) -----
     route!(GET "/asks/{id}", HumanOnly, Page, [], "one ask: answer it with its options in one click, its replies and history", pages::asks::ask_page),
     route!(GET "/assets/asks.js", Anyone, Page, [], "the asks pages' script", pages::asks::script),

@@ -13,7 +13,10 @@
 //! - `console_tokens`: personal agent tokens by id, with the SHA-256 of the token (unique);
 //! - `console_people`: who has signed in, by lowercase login;
 //! - the work core's tables ([`work`]): `console_projects`, `console_issues` with
-//!   `console_issue_labels`, `console_pins` and `console_events`, used in transactions.
+//!   `console_issue_labels`, `console_pins` and `console_events`, used in transactions;
+//! - the artifacts' tables ([`documents`]): `console_artifacts`, `console_documents`,
+//!   `console_artifact_versions`, `console_references`, `console_artifact_unsubscribed` and the
+//!   documents' index `console_artifact_text`.
 
 use async_trait::async_trait;
 use chrono::{TimeZone, Utc};
@@ -144,6 +147,12 @@ const SCHEMA: Schema = Schema {
             name: "the issues' full-text index",
             sqlite: work::MIGRATION_5_SQLITE,
             postgres: work::MIGRATION_5_POSTGRES,
+        },
+        Migration {
+            version: 7,
+            name: "artifacts: documents, files and images, versions, references, their index",
+            sqlite: documents::MIGRATION_7_SQLITE,
+            postgres: documents::MIGRATION_7_POSTGRES,
         },
         Migration {
             version: 8,

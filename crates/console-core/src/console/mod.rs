@@ -39,7 +39,7 @@ macro_rules! transact {
 
 pub mod asks;
 mod delivery;
-mod documents;
+pub mod documents;
 mod front;
 mod messages;
 mod signin;

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::work::asks::AskView;
+use crate::work::documents::PrimaryDocument;
 use crate::work::rules::{self, NameProblem};
 use crate::work::{
     Actor, Claim, Components, ComponentsMode, Event, EventPage, Issue, IssueFilter, IssueKey,
@@ -370,25 +371,39 @@ impl Console {
 
     // ----- issues -----
 
-    /// The answer for an issue: its children and progress read in the same transaction.
+    /// The answer for an issue: its children, primary document and progress read in the same
+    /// transaction.
     async fn view(&self, tx: &mut dyn WorkTx, issue: Issue) -> Result<IssueView, Error> {
         let children = tx.children(&issue.key).await?;
         let asks = tx.open_asks_of(std::slice::from_ref(&issue.key)).await?;
         let asks = asks.into_iter().map(AskView::listed).collect();
-        Ok(self.view_with(issue, children, asks, &self.live_roles()))
+        let primary = tx
+            .primary_documents(std::slice::from_ref(&issue.key))
+            .await?
+            .pop()
+            .map(|(_, d)| d);
+        Ok(self.view_with(issue, children, asks, primary, &self.live_roles()))
     }
 
-    /// The answer for an issue whose children and open asks were read already.
+    /// The answer for an issue whose children, open asks and primary document were read
+    /// already.
     fn view_with(
         &self,
         issue: Issue,
         children: Vec<(IssueKey, Status)>,
         open_asks: Vec<AskView>,
+        primary: Option<PrimaryDocument>,
         live_roles: &[String],
     ) -> IssueView {
         let done = children.iter().filter(|(_, s)| !s.is_open()).count() as i64;
         let progress = IssueProgress {
-            tasks: None,
+            tasks: primary
+                .as_ref()
+                .filter(|d| d.tasks.1 > 0)
+                .map(|d| Progress {
+                    done: d.tasks.0,
+                    total: d.tasks.1,
+                }),
             children: (!children.is_empty()).then_some(Progress {
                 done,
                 total: children.len() as i64,
@@ -399,7 +414,7 @@ impl Console {
             route_status,
             progress,
             open_asks,
-            primary_document: None,
+            primary_document: primary.map(|d| json!({ "id": d.id, "slug": d.slug })),
             children: children.into_iter().map(|(k, _)| k).collect(),
             key: issue.key,
             project: issue.project,
@@ -602,12 +617,15 @@ impl Console {
                 asks.entry(k).or_default().push(AskView::listed(a));
             }
         }
+        let mut primary: std::collections::HashMap<IssueKey, PrimaryDocument> =
+            tx.primary_documents(&keys).await?.into_iter().collect();
         let out = issues
             .into_iter()
             .map(|i| {
                 let c = children.remove(&i.key).unwrap_or_default();
                 let a = asks.remove(&i.key).unwrap_or_default();
-                self.view_with(i, c, a, &roles)
+                let d = primary.remove(&i.key);
+                self.view_with(i, c, a, d, &roles)
             })
             .collect();
         Ok((out, total))
@@ -968,6 +986,11 @@ impl Console {
             let (hits, n) = tx.search_issues(&words, false, p, search::PER_KIND).await?;
             total += n;
             kinds.push((SearchKind::Issue, hits));
+            let (hits, n) = tx
+                .search_documents(&words, false, p, search::PER_KIND)
+                .await?;
+            total += n;
+            kinds.push((SearchKind::Document, hits));
             let (hits, n) = tx
                 .search_asks(&words, false, p, false, search::PER_KIND)
                 .await?;

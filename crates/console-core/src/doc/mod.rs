@@ -1,3 +1,530 @@
 //! The document engine (issue 12), with no IO: markdown parsed into a block tree with stable
 //! block ids, the canonical markdown written back, byte ranges and tokens per block, and the
 //! quote-anchored edit ops of protocol §6.2.
+//!
+//! # API
+//! - [`Document::parse`]`(markdown, new_id)`: any text to a document in canonical form, block
+//!   ids from the caller's source (the console's injected entropy; tests pass a counter).
+//! - [`Document::load`]`(markdown, ids)`: a stored document (canonical markdown plus its block
+//!   ids in document order, [`Document::block_ids`]) back, or a [`LoadError`] when they do not
+//!   fit (then the routes rebuild: parse afresh with new ids).
+//! - [`Document::markdown`], [`Document::token`] (lowercase hex SHA-256 of the markdown),
+//!   [`Document::blocks`] (the flat list of protocol §6.2, nested blocks included, with
+//!   `path`), [`Document::position`] (one block, with `table` for tables, rows and cells).
+//! - [`Document::apply`]`(expected_token, ops, new_id)`: the [`EditOp`]s of protocol §6.2, all
+//!   or none, answering [`Edited`] `{document, changed, removed}` or an [`EditError`] (which
+//!   converts into the console's [`crate::Error`]).
+//! - [`Document::tasks`] (an issue's `progress.tasks`), [`Document::references`] (outgoing
+//!   console refs), [`Document::to_html`] (sanitized), the ask helpers
+//!   ([`Document::asks`], [`Document::insert_after_block`], [`Document::replace_block`],
+//!   [`Document::remove_block`], [`write_ask`], [`read_ask`]) and [`block_schema`].
+//!
+//! # Canonical markdown
+//! The engine keeps each top-level block's source lines as written (so a quote matches what an
+//! author or agent wrote: comrak's own CommonMark writer escapes `_`, `[`, `#`, `<`, `!` …)
+//! and normalizes what lies between them: LF line ends, one blank line between top-level
+//! blocks, nothing before the first, one final LF (the empty document is the empty string).
+//! `write ∘ parse` is therefore a fixpoint, shown by a property test.
+//!
+//! # Blocks
+//! Block types are exactly the schema's ([`BlockType`]). Raw HTML blocks, `:::` directives
+//! other than `:::ask`, and runs of link reference definitions are `paragraph` blocks kept as
+//! text (never rendered as HTML). A paragraph that is only an inline image `![alt](url)` is an
+//! `image` block; one that is only an inline link to a console artifact
+//! `[name](countersign://artifact/<id>)` (or an agent conversation's artifact) is a `file`
+//! block. An `:::ask` directive is an `ask` block, a leaf (its question and options are its
+//! markdown, [`read_ask`]). List items with `[ ]` / `[x]` are `task_item`s. Tables nest
+//! `table_row`s (row 0 the header; the delimiter row is no block) which nest `table_cell`s.
+//!
+//! # Edits
+//! An op's change is a splice of the canonical markdown; only the top-level blocks it touches
+//! are parsed again (see [`Document::apply`] and the notes for what "touched" means), so
+//! every other block keeps its id and token, and the cost of an edit does not grow with the
+//! document beyond copying its text and hashing it once.
+
+mod ask;
+mod block;
+mod edit;
+mod html;
+mod parse;
+pub mod refs;
+mod schema;
+mod table;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+pub use ask::{AskBlock, AskFormatError, AskOption, read_ask, write_ask};
+pub use block::{
+    BlockInfo, BlockPosition, BlockType, CellText, PathStep, Range, RowCells, TablePosition,
+};
+use block::{Detail, Node};
+pub use edit::{EditError, EditOp, Edited, Quote, valid_block_id};
+pub use refs::{OutgoingRef, RefKind, RefTarget, parse_ref};
+pub use schema::block_schema;
+
+use crate::clock::sha256_hex;
+
+/// A document: its canonical markdown, token, and block tree. Cheap to clone (top-level blocks
+/// are shared).
+#[derive(Clone, Debug)]
+pub struct Document {
+    markdown: String,
+    token: String,
+    tops: Vec<Top>,
+}
+
+/// A top-level block: where it starts in the markdown, and its tree (ranges relative to that).
+#[derive(Clone, Debug)]
+pub(crate) struct Top {
+    pub start: usize,
+    pub node: Arc<Node>,
+}
+
+impl Top {
+    pub fn end(&self) -> usize {
+        self.start + self.node.end
+    }
+}
+
+/// Why a stored document does not load.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    #[error("the stored markdown is not in canonical form")]
+    NotCanonical,
+    #[error("the markdown has {blocks} blocks but {ids} ids are stored")]
+    IdCount { blocks: usize, ids: usize },
+    #[error("a stored block id is malformed")]
+    MalformedId,
+    #[error("a stored block id appears twice")]
+    DuplicateId,
+}
+
+/// One `:::ask` block of a document: its block id and what it says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AskAt {
+    pub block: String,
+    pub ask: AskBlock,
+}
+
+impl Document {
+    /// Parses any text (CRLF or CR line ends included) into a document in canonical form; every
+    /// block gets an id from `new_id` (one that is no block id is replaced by a digest of it).
+    pub fn parse(markdown: &str, new_id: &mut dyn FnMut() -> String) -> Document {
+        let (markdown, ranges) = parse::canonical(markdown);
+        let nodes = parse::build_chunks(&markdown, &ranges);
+        let tops = nodes
+            .into_iter()
+            .zip(&ranges)
+            .map(|(mut node, &(start, _))| {
+                edit::assign_fresh(&mut node, new_id);
+                Top {
+                    start,
+                    node: Arc::new(node),
+                }
+            })
+            .collect();
+        let token = sha256_hex(&markdown);
+        Document {
+            markdown,
+            token,
+            tops,
+        }
+    }
+
+    /// Rebuilds a stored document: `markdown` must be canonical and `ids` its block ids in
+    /// document order ([`Document::block_ids`]), valid and distinct.
+    pub fn load(markdown: &str, ids: &[String]) -> Result<Document, LoadError> {
+        let ranges = parse::chunk_ranges(markdown);
+        let joined = parse::join(
+            ranges
+                .iter()
+                .map(|&(s, e)| markdown.get(s..e).unwrap_or("")),
+        );
+        if joined != markdown {
+            return Err(LoadError::NotCanonical);
+        }
+        let nodes = parse::build_chunks(markdown, &ranges);
+        let blocks: usize = nodes.iter().map(Node::count).sum();
+        if blocks != ids.len() {
+            return Err(LoadError::IdCount {
+                blocks,
+                ids: ids.len(),
+            });
+        }
+        let mut seen = HashSet::with_capacity(ids.len());
+        for id in ids {
+            if !valid_block_id(id) {
+                return Err(LoadError::MalformedId);
+            }
+            if !seen.insert(id.as_str()) {
+                return Err(LoadError::DuplicateId);
+            }
+        }
+        let mut next = ids.iter();
+        let mut give = || next.next().cloned().unwrap_or_default();
+        let tops = nodes
+            .into_iter()
+            .zip(&ranges)
+            .map(|(mut node, &(start, _))| {
+                fill_ids(&mut node, &mut give);
+                Top {
+                    start,
+                    node: Arc::new(node),
+                }
+            })
+            .collect();
+        Ok(Document {
+            markdown: markdown.to_owned(),
+            token: sha256_hex(markdown),
+            tops,
+        })
+    }
+
+    /// The canonical markdown.
+    pub fn markdown(&self) -> &str {
+        &self.markdown
+    }
+
+    /// The document's token: lowercase hex SHA-256 of the canonical markdown.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Every block id in document order (pre-order: a block before its children): what
+    /// [`Document::load`] takes back.
+    pub fn block_ids(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for top in &self.tops {
+            top.node.walk(&mut |n| out.push(n.id.clone()));
+        }
+        out
+    }
+
+    /// The flat list of blocks in document order, nested ones included.
+    pub fn blocks(&self) -> Vec<BlockInfo> {
+        let mut out = Vec::with_capacity(self.tops.len() * 2);
+        let mut path = Vec::new();
+        for (index, top) in self.tops.iter().enumerate() {
+            collect(&top.node, top.start, index, &mut path, &mut out);
+        }
+        out
+    }
+
+    /// One block as in [`Document::blocks`], plus its place in a table for a table, table row
+    /// or table cell; None when the document has no such block.
+    pub fn position(&self, id: &str) -> Option<BlockPosition> {
+        for (index, top) in self.tops.iter().enumerate() {
+            let mut chain: Vec<(&Node, usize)> = Vec::new();
+            if find_chain(&top.node, index, id, &mut chain) {
+                let (node, _) = *chain.last()?;
+                let path = chain[..chain.len() - 1]
+                    .iter()
+                    .map(|(n, i)| PathStep {
+                        kind: n.kind,
+                        id: n.id.clone(),
+                        index: *i,
+                    })
+                    .collect();
+                let block = info(node, top.start, path);
+                let table = table_position(&chain);
+                return Some(BlockPosition { block, table });
+            }
+        }
+        None
+    }
+
+    /// Task-list items anywhere (nested lists included): `(done, total)`, None when there are
+    /// none.
+    pub fn tasks(&self) -> Option<(u32, u32)> {
+        let (mut done, mut total) = (0u32, 0u32);
+        for top in &self.tops {
+            top.node.walk(&mut |n| {
+                if let Detail::Task { checked } = n.detail {
+                    total = total.saturating_add(1);
+                    if checked {
+                        done = done.saturating_add(1);
+                    }
+                }
+            });
+        }
+        (total > 0).then_some((done, total))
+    }
+
+    /// Every console ref in links, images and autolinks, with the innermost block it appears
+    /// in; kind `embed` for images, `link` otherwise. Reference-style links count (they are
+    /// resolved against the whole document). One entry per (block, ref, kind), document order.
+    pub fn references(&self) -> Vec<OutgoingRef> {
+        let found = parse::with_ast(&self.markdown, |root, lines| refs::collect(root, lines));
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (at, target, kind) in found {
+            let Some(block) = self.innermost_at(at) else {
+                continue;
+            };
+            let entry = OutgoingRef {
+                block: block.to_owned(),
+                to: target.to_url(),
+                target,
+                kind,
+            };
+            if seen.insert(entry.clone()) {
+                out.push(entry);
+            }
+        }
+        out
+    }
+
+    /// The id of the innermost block whose range holds byte `at`.
+    pub(crate) fn innermost_at(&self, at: usize) -> Option<&str> {
+        let i = self
+            .tops
+            .partition_point(|t| t.start <= at)
+            .checked_sub(1)?;
+        let top = self.tops.get(i)?;
+        let rel = at - top.start;
+        if rel > top.node.end {
+            return None;
+        }
+        let mut node: &Node = &top.node;
+        'down: loop {
+            for child in &node.children {
+                if child.start <= rel && rel < child.end.max(child.start + 1) {
+                    node = child;
+                    continue 'down;
+                }
+            }
+            return Some(&node.id);
+        }
+    }
+
+    /// The document rendered for a page: sanitized HTML (no raw HTML passes, only `http`,
+    /// `https`, `mailto`, `countersign` and relative URLs survive), each top-level element
+    /// carrying `data-block="<id>"`.
+    pub fn to_html(&self) -> String {
+        html::render(self, &|url| Some(url.to_owned()))
+    }
+
+    /// As [`Document::to_html`], with console refs (`countersign://…`) rewritten by `resolve`
+    /// (None drops the link, keeping its text).
+    pub fn to_html_with(&self, resolve: &dyn Fn(&str) -> Option<String>) -> String {
+        html::render(self, resolve)
+    }
+
+    /// The `:::ask` blocks, document order, with what they say (an ask block whose markdown
+    /// does not read as an ask is left out).
+    pub fn asks(&self) -> Vec<AskAt> {
+        let mut out = Vec::new();
+        for top in &self.tops {
+            top.node.walk(&mut |n| {
+                if n.kind == BlockType::Ask
+                    && let Some(text) = self.markdown.get(top.start + n.start..top.start + n.end)
+                    && let Some(ask) = read_ask(text)
+                {
+                    out.push(AskAt {
+                        block: n.id.clone(),
+                        ask,
+                    });
+                }
+            });
+        }
+        out
+    }
+
+    /// Inserts `markdown` (one or more blocks) after block `id`'s top-level block (a nested
+    /// block's container stays whole). The error is [`EditError::TargetNotFound`] `{op: 0}`.
+    pub fn insert_after_block(
+        &self,
+        id: &str,
+        markdown: &str,
+        new_id: &mut dyn FnMut() -> String,
+    ) -> Result<Edited, EditError> {
+        let (_, _, _, i) = self
+            .locate_block(id)
+            .ok_or(EditError::TargetNotFound { op: 0 })?;
+        let end = self.tops[i].end();
+        let text = format!("\n\n{markdown}");
+        Ok(self.edited(self.splice(end, end, &text, new_id)))
+    }
+
+    /// Appends `markdown` as new blocks at the end of the document.
+    pub fn append(&self, markdown: &str, new_id: &mut dyn FnMut() -> String) -> Edited {
+        let end = self.markdown.len();
+        let text = format!("\n\n{markdown}");
+        self.edited(self.splice(end, end, &text, new_id))
+    }
+
+    /// Replaces block `id`'s markdown with `markdown`. For a nested block, the lines after the
+    /// first get the container's prefix (`> ` kept, list markers become spaces).
+    pub fn replace_block(
+        &self,
+        id: &str,
+        markdown: &str,
+        new_id: &mut dyn FnMut() -> String,
+    ) -> Result<Edited, EditError> {
+        let (s, e, _, _) = self
+            .locate_block(id)
+            .ok_or(EditError::TargetNotFound { op: 0 })?;
+        let line_start = self
+            .markdown
+            .get(..s)
+            .and_then(|t| t.rfind('\n'))
+            .map_or(0, |p| p + 1);
+        let prefix: String = self
+            .markdown
+            .get(line_start..s)
+            .unwrap_or("")
+            .chars()
+            .map(|c| if c == '>' { '>' } else { ' ' })
+            .collect();
+        let text = if prefix.is_empty() {
+            markdown.to_owned()
+        } else {
+            markdown
+                .trim_end_matches('\n')
+                .split('\n')
+                .enumerate()
+                .map(|(i, line)| {
+                    if i == 0 {
+                        line.to_owned()
+                    } else {
+                        format!("{prefix}{line}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        Ok(self.edited(self.splice(s, e, &text, new_id)))
+    }
+
+    /// Removes block `id` (its text; a container left empty goes too).
+    pub fn remove_block(
+        &self,
+        id: &str,
+        new_id: &mut dyn FnMut() -> String,
+    ) -> Result<Edited, EditError> {
+        let (s, e, _, _) = self
+            .locate_block(id)
+            .ok_or(EditError::TargetNotFound { op: 0 })?;
+        Ok(self.edited(self.splice(s, e, "", new_id)))
+    }
+
+    /// The top-level blocks, for the renderer: start offset and tree.
+    pub(crate) fn tops(&self) -> &[Top] {
+        &self.tops
+    }
+}
+
+fn fill_ids(node: &mut Node, give: &mut dyn FnMut() -> String) {
+    node.id = give();
+    for c in &mut node.children {
+        fill_ids(c, give);
+    }
+}
+
+fn info(node: &Node, base: usize, path: Vec<PathStep>) -> BlockInfo {
+    let rows = (node.kind == BlockType::Table).then(|| {
+        node.children
+            .iter()
+            .enumerate()
+            .map(|(index, row)| RowCells {
+                index,
+                cells: row
+                    .children
+                    .iter()
+                    .enumerate()
+                    .map(|(index, cell)| CellText {
+                        index,
+                        text: cell_text(cell),
+                    })
+                    .collect(),
+            })
+            .collect()
+    });
+    BlockInfo {
+        id: node.id.clone(),
+        kind: node.kind,
+        range: Range {
+            start: base + node.start,
+            end: base + node.end,
+        },
+        token: node.token.clone(),
+        path,
+        rows,
+    }
+}
+
+fn cell_text(cell: &Node) -> String {
+    match &cell.detail {
+        Detail::Cell { text } => text.clone(),
+        _ => String::new(),
+    }
+}
+
+fn collect(
+    node: &Node,
+    base: usize,
+    index: usize,
+    path: &mut Vec<PathStep>,
+    out: &mut Vec<BlockInfo>,
+) {
+    out.push(info(node, base, path.clone()));
+    if node.children.is_empty() {
+        return;
+    }
+    path.push(PathStep {
+        kind: node.kind,
+        id: node.id.clone(),
+        index,
+    });
+    for (i, child) in node.children.iter().enumerate() {
+        collect(child, base, i, path, out);
+    }
+    path.pop();
+}
+
+fn find_chain<'a>(
+    node: &'a Node,
+    index: usize,
+    id: &str,
+    chain: &mut Vec<(&'a Node, usize)>,
+) -> bool {
+    chain.push((node, index));
+    if node.id == id {
+        return true;
+    }
+    for (i, child) in node.children.iter().enumerate() {
+        if find_chain(child, i, id, chain) {
+            return true;
+        }
+    }
+    chain.pop();
+    false
+}
+
+fn table_position(chain: &[(&Node, usize)]) -> Option<TablePosition> {
+    let t = chain
+        .iter()
+        .rposition(|(n, _)| n.kind == BlockType::Table)?;
+    let (table, _) = chain[t];
+    let row = chain.get(t + 1).map(|&(_, i)| i);
+    let column = chain.get(t + 2).map(|&(_, i)| i);
+    let header = table
+        .children
+        .first()
+        .map(|h| h.children.iter().map(cell_text).collect())
+        .unwrap_or_default();
+    let cells = chain
+        .get(t + 1)
+        .map(|(r, _)| r.children.iter().map(cell_text).collect())
+        .unwrap_or_default();
+    Some(TablePosition {
+        id: table.id.clone(),
+        row,
+        column,
+        header,
+        cells,
+    })
+}

@@ -786,3 +786,112 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A console on `db` (as [`console_on`]) that reads the time from `clock` (documents settle
+/// into versions by it).
+pub async fn console_with_clock(
+    db: Option<String>,
+    clock: Arc<countersign_console_core::ManualClock>,
+) -> anyhow::Result<TestConsole> {
+    let dir = tempfile::tempdir()?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let url = format!("http://{addr}");
+    let mut c = Config::new(&url);
+    c.listen = addr;
+    c.database_url = db.unwrap_or_else(|| {
+        format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("console.db").display()
+        )
+    });
+    let p = dir.path().join("shared-token");
+    std::fs::write(&p, SHARED_TOKEN)?;
+    c.shared_token_file = Some(p);
+    c.local_sign_in = true;
+    let state = countersign_console_http::build(&c, clock).await?;
+    let running = countersign_console_http::serve(state, listener).await?;
+    Ok(TestConsole {
+        url,
+        dir,
+        running: Some(running),
+    })
+}
+
+/// One part of a multipart/form-data body.
+pub struct Part<'a> {
+    pub name: &'a str,
+    pub filename: Option<&'a str>,
+    pub content_type: Option<&'a str>,
+    pub bytes: &'a [u8],
+}
+
+impl Who {
+    /// POSTs a multipart/form-data body (RFC 7578) of `parts`.
+    pub async fn multipart(&self, path: &str, parts: &[Part<'_>]) -> anyhow::Result<Resp> {
+        let boundary = "countersign-test-boundary-7c1e";
+        let mut body: Vec<u8> = Vec::new();
+        for p in parts {
+            body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+            let mut disposition = format!("Content-Disposition: form-data; name=\"{}\"", p.name);
+            if let Some(f) = p.filename {
+                disposition.push_str(&format!("; filename=\"{f}\""));
+            }
+            body.extend_from_slice(disposition.as_bytes());
+            body.extend_from_slice(b"\r\n");
+            if let Some(t) = p.content_type {
+                body.extend_from_slice(format!("Content-Type: {t}\r\n").as_bytes());
+            }
+            body.extend_from_slice(b"\r\n");
+            body.extend_from_slice(p.bytes);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+        self.raw(
+            Method::POST,
+            path,
+            &format!("multipart/form-data; boundary={boundary}"),
+            body,
+        )
+        .await
+    }
+
+    /// A request with a body of any type.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> anyhow::Result<Resp> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("origin", &self.base)
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(t) = &self.bearer {
+            req = req.bearer_auth(t);
+        }
+        if let Some(c) = &self.csrf {
+            req = req.header("x-csrf-token", c);
+        }
+        Resp::read(req.send().await?).await
+    }
+
+    /// A GET answering the raw bytes and headers (downloads).
+    pub async fn bytes(&self, path: &str) -> anyhow::Result<(u16, HeaderMap, Vec<u8>)> {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        if let Some(t) = &self.bearer {
+            req = req.bearer_auth(t);
+        }
+        let r = req.send().await?;
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        Ok((status, headers, r.bytes().await?.to_vec()))
+    }
+
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Resp> {
+        self.call(Method::DELETE, path, None).await
+    }
+}

@@ -1,0 +1,660 @@
+//! Unit tests of the document engine (property tests in `proptests`).
+
+use super::*;
+
+/// An id source for tests: `b0`, `b1`, …
+pub(crate) fn counter() -> impl FnMut() -> String {
+    let mut n = 0u64;
+    move || {
+        n += 1;
+        format!("b{n}")
+    }
+}
+
+pub(crate) fn parse(md: &str) -> Document {
+    Document::parse(md, &mut counter())
+}
+
+fn types(doc: &Document) -> Vec<(BlockType, String)> {
+    doc.blocks()
+        .into_iter()
+        .map(|b| {
+            (
+                b.kind,
+                doc.markdown()[b.range.start..b.range.end].to_owned(),
+            )
+        })
+        .collect()
+}
+
+const SAMPLE: &str = "# Plan\r\n\r\n\r\nSome *text* with snake_case_name and [a link](https://example.com).\nSecond line.\n\n- a\n- [ ] task one\n  - [x] nested done\n\n| h1 | h2 |\n|----|:--:|\n| 1  | 2  |\n| 3  | 4  |\n\n```rust\nfn main() {}\n```\n\n> quoted\n> text\n\n:::ask id=q1 state=open\nWhich one?\n\n- (a) first\n- (b) second\n:::\n\n---\n\n<div onclick=\"x()\">raw</div>\n\n![diagram](countersign://artifact/0b6f2a3c-1d2e-4f5a-8b9c-0d1e2f3a4b5c)\n\n[spec.pdf](countersign://artifact/0B6F2A3C-1D2E-4F5A-8B9C-0D1E2F3A4B5D)\n\n[ref]: https://example.org\n\nSee [x][ref] and <countersign://issue/CS-12>.\n";
+
+#[test]
+fn doc_parse_canonical_form_and_types() {
+    let doc = parse(SAMPLE);
+    let md = doc.markdown();
+    assert!(
+        md.starts_with("# Plan\n\nSome *text* with snake_case_name"),
+        "{md}"
+    );
+    assert!(md.ends_with("<countersign://issue/CS-12>.\n"));
+    assert!(!md.contains('\r'));
+    assert_eq!(doc.token(), crate::clock::sha256_hex(md));
+    let kinds: Vec<BlockType> = types(&doc).into_iter().map(|(k, _)| k).collect();
+    use BlockType::*;
+    assert_eq!(
+        kinds,
+        vec![
+            Heading,
+            Paragraph,
+            List,
+            ListItem,
+            Paragraph,
+            TaskItem,
+            Paragraph,
+            List,
+            TaskItem,
+            Paragraph,
+            Table,
+            TableRow,
+            TableCell,
+            TableCell,
+            TableRow,
+            TableCell,
+            TableCell,
+            TableRow,
+            TableCell,
+            TableCell,
+            Code,
+            Quote,
+            Paragraph,
+            Ask,
+            ThematicBreak,
+            Paragraph,
+            Image,
+            File,
+            Paragraph,
+            Paragraph
+        ]
+    );
+    // Parsing the canonical form again changes nothing.
+    let again = parse(md);
+    assert_eq!(again.markdown(), md);
+}
+
+#[test]
+fn doc_ranges_and_tokens_cover_their_text() {
+    let doc = parse(SAMPLE);
+    let md = doc.markdown();
+    for b in doc.blocks() {
+        let text = &md[b.range.start..b.range.end];
+        assert_eq!(b.token, crate::clock::sha256_hex(text), "{b:?}");
+    }
+    let t = types(&doc);
+    assert_eq!(t[0].1, "# Plan");
+    assert_eq!(t[3].1, "- a");
+    assert_eq!(t[5].1, "- [ ] task one\n  - [x] nested done");
+    assert_eq!(t[8].1, "- [x] nested done");
+    assert_eq!(t[11].1, "| h1 | h2 |");
+    assert_eq!(t[12].1, "h1");
+    assert_eq!(t[19].1, "4");
+    assert!(t[23].1.starts_with(":::ask id=q1 state=open\n") && t[23].1.ends_with("\n:::"));
+}
+
+#[test]
+fn doc_blocks_paths_and_rows() {
+    let doc = parse(SAMPLE);
+    let blocks = doc.blocks();
+    let nested = &blocks[8];
+    assert_eq!(nested.kind, BlockType::TaskItem);
+    let path: Vec<(BlockType, usize)> = nested.path.iter().map(|p| (p.kind, p.index)).collect();
+    assert_eq!(
+        path,
+        vec![
+            (BlockType::List, 2),
+            (BlockType::TaskItem, 1),
+            (BlockType::List, 1)
+        ]
+    );
+    let table = &blocks[10];
+    let rows = table.rows.as_ref().expect("a table has rows");
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0].cells[1].text, "h2");
+    assert_eq!(rows[2].cells[0].text, "3");
+    let json = serde_json::to_value(table).expect("serializes");
+    assert_eq!(json["type"], "table");
+    assert!(json["range"]["start"].is_u64());
+    assert!(
+        serde_json::to_value(&blocks[0])
+            .expect("ok")
+            .get("rows")
+            .is_none()
+    );
+}
+
+#[test]
+fn doc_position_of_a_cell() {
+    let doc = parse(SAMPLE);
+    let cell = doc.blocks()[16].clone();
+    let pos = doc.position(&cell.id).expect("the cell is there");
+    let table = pos.table.expect("a cell has a table position");
+    assert_eq!(table.id, doc.blocks()[10].id);
+    assert_eq!((table.row, table.column), (Some(1), Some(1)));
+    assert_eq!(table.header, vec!["h1", "h2"]);
+    assert_eq!(table.cells, vec!["1", "2"]);
+    assert!(doc.position("nope").is_none());
+    assert!(
+        doc.position(&doc.blocks()[0].id)
+            .expect("there")
+            .table
+            .is_none()
+    );
+}
+
+#[test]
+fn doc_load_round_trip_and_refusals() {
+    let doc = parse(SAMPLE);
+    let ids = doc.block_ids();
+    let loaded = Document::load(doc.markdown(), &ids).expect("loads");
+    assert_eq!(loaded.blocks(), doc.blocks());
+    assert_eq!(loaded.token(), doc.token());
+    assert_eq!(
+        Document::load(doc.markdown(), &ids[1..]).err(),
+        Some(LoadError::IdCount {
+            blocks: ids.len(),
+            ids: ids.len() - 1
+        })
+    );
+    let mut dup = ids.clone();
+    dup[1] = dup[0].clone();
+    assert_eq!(
+        Document::load(doc.markdown(), &dup).err(),
+        Some(LoadError::DuplicateId)
+    );
+    let mut bad = ids.clone();
+    bad[0] = "no spaces".into();
+    assert_eq!(
+        Document::load(doc.markdown(), &bad).err(),
+        Some(LoadError::MalformedId)
+    );
+    assert_eq!(
+        Document::load("# a\n\n\nb\n", &["x".into(), "y".into()]).err(),
+        Some(LoadError::NotCanonical)
+    );
+    let empty = parse("");
+    assert_eq!(empty.markdown(), "");
+    assert!(Document::load("", &[]).is_ok());
+}
+
+#[test]
+fn doc_tasks_count_nested_items() {
+    assert_eq!(parse(SAMPLE).tasks(), Some((1, 2)));
+    assert_eq!(parse("# none\n").tasks(), None);
+    assert_eq!(
+        parse("- [x] a\n  - [ ] b\n    - [X] c\n> - [ ] d\n").tasks(),
+        Some((2, 4))
+    );
+}
+
+#[test]
+fn doc_references_with_blocks_and_kinds() {
+    let doc = parse(SAMPLE);
+    let refs = doc.references();
+    let blocks = doc.blocks();
+    let got: Vec<(usize, &str, RefKind)> = refs
+        .iter()
+        .map(|r| {
+            let i = blocks
+                .iter()
+                .position(|b| b.id == r.block)
+                .expect("a block");
+            (i, r.to.as_str(), r.kind)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                26,
+                "countersign://artifact/0b6f2a3c-1d2e-4f5a-8b9c-0d1e2f3a4b5c",
+                RefKind::Embed
+            ),
+            (
+                27,
+                "countersign://artifact/0b6f2a3c-1d2e-4f5a-8b9c-0d1e2f3a4b5d",
+                RefKind::Link
+            ),
+            (29, "countersign://issue/CS-12", RefKind::Link),
+        ]
+    );
+    assert_eq!(
+        parse_ref("countersign://agent/s-1/artifact/notes-2"),
+        Some(RefTarget::AgentArtifact {
+            session: "s-1".into(),
+            slug: "notes-2".into()
+        })
+    );
+    assert_eq!(parse_ref("countersign://issue/cs-1"), None);
+    assert_eq!(parse_ref("https://x"), None);
+}
+
+fn op(json: serde_json::Value) -> EditOp {
+    serde_json::from_value(json).expect("an op")
+}
+
+#[test]
+fn doc_ops_deserialize_from_the_wire() {
+    use serde_json::json;
+    assert_eq!(
+        op(json!({"op": "replace", "quote": {"exact": "a", "prefix": "b"}, "text": "c"})),
+        EditOp::Replace {
+            quote: Quote {
+                exact: "a".into(),
+                prefix: Some("b".into()),
+                suffix: None
+            },
+            text: "c".into(),
+            block: None,
+            block_token: None
+        }
+    );
+    assert_eq!(
+        op(json!({"op": "delete_row", "block": "t", "index": 2, "block_token": "x"})),
+        EditOp::DeleteRow {
+            block: "t".into(),
+            index: 2,
+            block_token: "x".into()
+        }
+    );
+    for bad in [
+        json!({"op": "replace", "quote": {"exact": "a"}, "text": "c", "extra": 1}),
+        json!({"op": "replace", "quote": {"exact": "a", "x": 1}, "text": "c"}),
+        json!({"op": "delete_row", "block": "t", "index": 2}),
+        json!({"op": "delete_column", "block": "t", "index": -1, "block_token": "x"}),
+        json!({"op": "move", "quote": {"exact": "a"}}),
+    ] {
+        assert!(
+            serde_json::from_value::<EditOp>(bad.clone()).is_err(),
+            "{bad}"
+        );
+    }
+}
+
+fn apply(doc: &Document, ops: Vec<EditOp>) -> Result<Edited, EditError> {
+    let mut ids = counter_from(1000);
+    doc.apply(None, &ops, &mut ids)
+}
+
+pub(crate) fn counter_from(start: u64) -> impl FnMut() -> String {
+    let mut n = start;
+    move || {
+        n += 1;
+        format!("n{n}")
+    }
+}
+
+fn replace(exact: &str, text: &str) -> EditOp {
+    EditOp::Replace {
+        quote: Quote::exact(exact),
+        text: text.into(),
+        block: None,
+        block_token: None,
+    }
+}
+
+#[test]
+fn doc_replace_in_a_paragraph_keeps_ids_and_other_tokens() {
+    let doc = parse("# Title\n\nHello world.\n\n- a\n- b\n");
+    let before = doc.blocks();
+    let edited = apply(&doc, vec![replace("world", "there!")]).expect("applies");
+    let after = edited.document.blocks();
+    assert_eq!(
+        edited.document.markdown(),
+        "# Title\n\nHello there!.\n\n- a\n- b\n"
+    );
+    assert_eq!(before.len(), after.len());
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(b.id, a.id);
+    }
+    assert_eq!(
+        edited.changed,
+        vec![(after[1].id.clone(), after[1].token.clone())]
+    );
+    assert!(edited.removed.is_empty());
+    assert_eq!(after[2].token, before[2].token);
+    assert_ne!(after[2].range, before[2].range);
+}
+
+#[test]
+fn doc_insert_text_creates_a_heading_block() {
+    let doc = parse("Hello world.\n\nEnd.\n");
+    let ops = vec![EditOp::InsertAfter {
+        quote: Quote::exact("world."),
+        text: "\n\n## New".into(),
+        block: None,
+        block_token: None,
+    }];
+    let edited = apply(&doc, ops).expect("applies");
+    assert_eq!(
+        edited.document.markdown(),
+        "Hello world.\n\n## New\n\nEnd.\n"
+    );
+    let blocks = edited.document.blocks();
+    assert_eq!(blocks[1].kind, BlockType::Heading);
+    assert_eq!(
+        edited.changed,
+        vec![(blocks[1].id.clone(), blocks[1].token.clone())]
+    );
+    assert_eq!(blocks[0].id, doc.blocks()[0].id);
+}
+
+#[test]
+fn doc_quote_errors_and_scope() {
+    let doc = parse("one two one\n\nthree one\n");
+    assert_eq!(
+        apply(&doc, vec![replace("four", "x")]).err(),
+        Some(EditError::QuoteNotFound { op: 0 })
+    );
+    assert_eq!(
+        apply(&doc, vec![replace("two", "2"), replace("one", "1")]).err(),
+        Some(EditError::QuoteAmbiguous { op: 1, matches: 3 })
+    );
+    let with_prefix = EditOp::Replace {
+        quote: Quote {
+            exact: "one".into(),
+            prefix: Some("three ".into()),
+            suffix: None,
+        },
+        text: "1".into(),
+        block: None,
+        block_token: None,
+    };
+    let edited = apply(&doc, vec![with_prefix]).expect("applies");
+    assert_eq!(edited.document.markdown(), "one two one\n\nthree 1\n");
+    let second = doc.blocks()[1].clone();
+    let scoped = EditOp::Delete {
+        quote: Quote::exact(" one"),
+        block: Some(second.id.clone()),
+        block_token: Some(second.token.clone()),
+    };
+    let edited = apply(&doc, vec![scoped]).expect("applies");
+    assert_eq!(edited.document.markdown(), "one two one\n\nthree\n");
+    let missing = EditOp::Delete {
+        quote: Quote::exact("one"),
+        block: Some("nope".into()),
+        block_token: None,
+    };
+    assert_eq!(
+        apply(&doc, vec![missing]).err(),
+        Some(EditError::TargetNotFound { op: 0 })
+    );
+    assert!(matches!(
+        apply(&doc, vec![replace("", "x")]),
+        Err(EditError::Invalid { op: 0, .. })
+    ));
+}
+
+#[test]
+fn doc_stale_tokens_are_refused_with_current_tokens() {
+    let doc = parse("a\n\nb\n");
+    let b = doc.blocks()[1].clone();
+    let mut ids = counter_from(0);
+    let err = doc
+        .apply(Some("0000"), &[replace("a", "x")], &mut ids)
+        .err();
+    assert!(
+        matches!(err, Some(EditError::DocumentChanged { ref token, .. }) if token == doc.token())
+    );
+    let stale = EditOp::Replace {
+        quote: Quote::exact("b"),
+        text: "y".into(),
+        block: Some(b.id.clone()),
+        block_token: Some("stale".into()),
+    };
+    match doc.apply(Some(doc.token()), &[stale], &mut ids) {
+        Err(EditError::DocumentChanged { token, blocks }) => {
+            assert_eq!(token, doc.token());
+            assert_eq!(blocks.get(&b.id), Some(&b.token));
+        }
+        other => panic!("{other:?}"),
+    }
+    let err: crate::Error = EditError::QuoteAmbiguous { op: 1, matches: 2 }.into();
+    assert_eq!(err.code_str(), "QUOTE_AMBIGUOUS");
+    assert_eq!(err.details["matches"], 2);
+}
+
+#[test]
+fn doc_all_or_nothing() {
+    let doc = parse("a\n\nb\n");
+    let err = apply(&doc, vec![replace("a", "x"), replace("zzz", "y")]).err();
+    assert_eq!(err, Some(EditError::QuoteNotFound { op: 1 }));
+    assert_eq!(doc.markdown(), "a\n\nb\n");
+    let later = apply(&doc, vec![replace("a", "x"), replace("x", "z")]).expect("applies");
+    assert_eq!(later.document.markdown(), "z\n\nb\n");
+}
+
+#[test]
+fn doc_delete_a_block_and_merge_paragraphs() {
+    let doc = parse("a\n\nb\n\nc\n");
+    let ids = doc.block_ids();
+    let edited = apply(&doc, vec![replace("b\n\n", "")]).expect("applies");
+    assert_eq!(edited.document.markdown(), "a\n\nc\n");
+    assert_eq!(edited.removed, vec![ids[1].clone()]);
+    assert_eq!(
+        edited.document.block_ids(),
+        vec![ids[0].clone(), ids[2].clone()]
+    );
+    let merged = apply(&doc, vec![replace("a\n\nb", "a b")]).expect("applies");
+    assert_eq!(merged.document.markdown(), "a b\n\nc\n");
+    assert_eq!(merged.document.block_ids()[0], ids[0]);
+    assert_eq!(merged.removed, vec![ids[1].clone()]);
+}
+
+#[test]
+fn doc_lists_joined_by_an_edit_merge() {
+    let doc = parse("- a\n\npara\n\n- b\n");
+    let edited = apply(&doc, vec![replace("para", "- c")]).expect("applies");
+    let md = edited.document.markdown();
+    let fresh = parse(md);
+    let kinds = |d: &Document| d.blocks().into_iter().map(|b| b.kind).collect::<Vec<_>>();
+    assert_eq!(kinds(&edited.document), kinds(&fresh));
+    assert_eq!(
+        edited
+            .document
+            .blocks()
+            .iter()
+            .map(|b| b.range)
+            .collect::<Vec<_>>(),
+        fresh.blocks().iter().map(|b| b.range).collect::<Vec<_>>()
+    );
+    assert!(Document::load(md, &edited.document.block_ids()).is_ok());
+}
+
+#[test]
+fn doc_table_ops() {
+    let doc = parse("| a | b | c |\n|---|---|---|\n| 1 | 2 | 3 |\n| 4 | 5 | 6 |\n");
+    let table = doc.blocks()[0].clone();
+    let row = |index| EditOp::DeleteRow {
+        block: table.id.clone(),
+        index,
+        block_token: table.token.clone(),
+    };
+    let edited = apply(&doc, vec![row(1)]).expect("applies");
+    assert_eq!(
+        edited.document.markdown(),
+        "| a | b | c |\n|---|---|---|\n| 4 | 5 | 6 |\n"
+    );
+    assert_eq!(edited.removed.len(), 4);
+    assert!(matches!(
+        apply(&doc, vec![row(0)]),
+        Err(EditError::Invalid { op: 0, .. })
+    ));
+    assert_eq!(
+        apply(&doc, vec![row(3)]).err(),
+        Some(EditError::TargetNotFound { op: 0 })
+    );
+    let col = |index| EditOp::DeleteColumn {
+        block: table.id.clone(),
+        index,
+        block_token: table.token.clone(),
+    };
+    let edited = apply(&doc, vec![col(1)]).expect("applies");
+    assert_eq!(
+        edited.document.markdown(),
+        "| a | c |\n| --- | --- |\n| 1 | 3 |\n| 4 | 6 |\n"
+    );
+    let before = doc.blocks();
+    let after = edited.document.blocks();
+    // The table, rows and the kept cells keep their ids; column 1's cells go.
+    assert_eq!(after[0].id, before[0].id);
+    assert_eq!(after[1].id, before[1].id);
+    assert_eq!(after[2].id, before[2].id);
+    assert_eq!(after[3].id, before[4].id);
+    assert!(edited.removed.contains(&before[3].id));
+    assert_eq!(
+        apply(&doc, vec![col(3)]).err(),
+        Some(EditError::TargetNotFound { op: 0 })
+    );
+    let stale = EditOp::DeleteColumn {
+        block: table.id.clone(),
+        index: 0,
+        block_token: "old".into(),
+    };
+    assert!(matches!(
+        apply(&doc, vec![stale]),
+        Err(EditError::DocumentChanged { .. })
+    ));
+    let para = parse("text\n");
+    let not_table = EditOp::DeleteRow {
+        block: para.blocks()[0].id.clone(),
+        index: 1,
+        block_token: para.blocks()[0].token.clone(),
+    };
+    assert!(matches!(
+        apply(&para, vec![not_table]),
+        Err(EditError::Invalid { .. })
+    ));
+    let one = parse("| a |\n|---|\n| 1 |\n");
+    let t = one.blocks()[0].clone();
+    let last = EditOp::DeleteColumn {
+        block: t.id,
+        index: 0,
+        block_token: t.token,
+    };
+    assert!(matches!(
+        apply(&one, vec![last]),
+        Err(EditError::Invalid { .. })
+    ));
+}
+
+#[test]
+fn doc_ask_blocks_write_read_insert_replace() {
+    let ask = AskBlock {
+        id: "0b6f2a3c-1d2e-4f5a-8b9c-0d1e2f3a4b5c".into(),
+        state: "open".into(),
+        question: "Which **database**?\n\n::: not a fence".into(),
+        options: vec![
+            AskOption {
+                id: "1".into(),
+                label: "PostgreSQL".into(),
+            },
+            AskOption {
+                id: "lite".into(),
+                label: "SQLite\nonly".into(),
+            },
+        ],
+        attributes: Default::default(),
+    };
+    let md = write_ask(&ask).expect("writes");
+    assert!(md.starts_with("::::ask id=0b6f2a3c-1d2e-4f5a-8b9c-0d1e2f3a4b5c state=open\n"));
+    let read = read_ask(&md).expect("reads");
+    assert_eq!(read.options[1].label, "SQLite only");
+    assert_eq!(read.question, ask.question);
+    assert_eq!(read.id, ask.id);
+    let doc = parse("# T\n\nIntro.\n\nMore.\n");
+    let intro = doc.blocks()[1].id.clone();
+    let mut ids = counter_from(50);
+    let edited = doc
+        .insert_after_block(&intro, &md, &mut ids)
+        .expect("inserts");
+    let asks = edited.document.asks();
+    assert_eq!(asks.len(), 1);
+    assert_eq!(asks[0].ask.options.len(), 2);
+    let kinds: Vec<BlockType> = edited.document.blocks().iter().map(|b| b.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            BlockType::Heading,
+            BlockType::Paragraph,
+            BlockType::Ask,
+            BlockType::Paragraph
+        ]
+    );
+    assert_eq!(edited.changed.len(), 1);
+    let answered = AskBlock {
+        state: "answered".into(),
+        ..asks[0].ask.clone()
+    };
+    let again = edited
+        .document
+        .replace_block(
+            &asks[0].block,
+            &write_ask(&answered).expect("writes"),
+            &mut ids,
+        )
+        .expect("replaces");
+    let asks2 = again.document.asks();
+    assert_eq!(asks2[0].block, asks[0].block);
+    assert_eq!(asks2[0].ask.state, "answered");
+    assert!(
+        write_ask(&AskBlock {
+            id: "bad id".into(),
+            ..ask.clone()
+        })
+        .is_err()
+    );
+    assert_eq!(
+        doc.insert_after_block("nope", "x", &mut ids).err(),
+        Some(EditError::TargetNotFound { op: 0 })
+    );
+}
+
+#[test]
+fn doc_html_is_sanitized_and_carries_block_ids() {
+    let doc = parse(
+        "# T <b>x</b>\n\n<script>alert(1)</script>\n\n[js](javascript:alert(1)) [d](data:text/html,x) [ok](https://e.com \"t\") ![i](JaVaScRiPt:x) <img src=x onerror=y>\n\n[c](countersign://issue/CS-1)\n",
+    );
+    let html = doc.to_html();
+    assert!(!html.contains("<script"), "{html}");
+    assert!(!html.contains("<img src=x"), "{html}");
+    assert!(!html.contains("<b>"), "{html}");
+    assert!(!html.to_lowercase().contains("javascript:"), "{html}");
+    assert!(!html.contains("data:"), "{html}");
+    assert!(
+        html.contains("<a href=\"https://e.com\" title=\"t\">ok</a>"),
+        "{html}"
+    );
+    assert!(
+        html.contains(&format!("<h1 data-block=\"{}\">", doc.blocks()[0].id)),
+        "{html}"
+    );
+    assert!(html.contains("&lt;script&gt;"), "{html}");
+    let mapped = doc.to_html_with(&|u| Some(u.replace("countersign://issue/", "/issues/")));
+    assert!(mapped.contains("href=\"/issues/CS-1\""), "{mapped}");
+}
+
+#[test]
+fn doc_schema_has_one_def_per_block_type() {
+    let schema = block_schema();
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    let defs = schema["$defs"].as_object().expect("defs");
+    let mut names: Vec<&str> = defs.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    let mut want: Vec<&str> = BlockType::ALL.iter().map(|k| k.as_str()).collect();
+    want.sort_unstable();
+    assert_eq!(names, want);
+    assert_eq!(defs["table"]["properties"]["type"]["const"], "table");
+}
