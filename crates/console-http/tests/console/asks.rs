@@ -909,10 +909,16 @@ async fn comments_and_threads(db: Option<String>) -> anyhow::Result<()> {
     assert_eq!(root.json["thread_state"], "open");
     assert_eq!(root.json["parent"], Value::Null);
     assert_eq!(root.json["author"], json!({"kind": "user", "login": ADA}));
+    // Each mention once, each with its attempt (numbered per comment); neither is live.
+    let m = &root.json["mentions"];
     assert_eq!(
-        root.json["mentions"],
-        json!([{"session_id": "s1", "deliveries": []}, {"session_id": "s2", "deliveries": []}])
+        (&m[0]["session_id"], &m[1]["session_id"]),
+        (&json!("s1"), &json!("s2"))
     );
+    assert_eq!(m.as_array().map(Vec::len), Some(2));
+    assert_eq!(m[0]["deliveries"][0]["attempt"], 1);
+    assert_eq!(m[1]["deliveries"][0]["attempt"], 2);
+    assert_eq!(m[1]["deliveries"][0]["state"], "failed");
     let reply = agent
         .post(
             "/api/v1/issues/ASK-1/comments",
