@@ -10,10 +10,11 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use super::*;
+use crate::doc;
 use crate::work::asks::{
-    Answer, AnswerEntry, Ask, AskFilter, AskKind, AskOption, AskState, AskView, AssigneeFilter,
-    Closed, Comment, CommentFilter, CommentSuggestion, CommentView, InboxFilter, Quote,
-    SuggestionState, ThreadState, Turn, Wording,
+    Answer, AnswerEntry, Approval, Approved, Ask, AskFilter, AskKind, AskOption, AskState, AskView,
+    AssigneeFilter, Closed, Comment, CommentFilter, CommentSuggestion, CommentView, InboxFilter,
+    Quote, Review, ReviewOutcome, SuggestionState, ThreadState, Turn, Wording,
 };
 use crate::work::model::rfc3339;
 use crate::work::rules;
@@ -21,6 +22,7 @@ use crate::work::{Actor, Event, IssueKey, NewEvent, ProjectKey, SearchKind, Work
 
 use super::messages::{NewAttempt, Opened};
 use super::work::{console_ref, invalid, not_found};
+use crate::work::documents::{Artifact, ArtifactKind, Scope as DocScope};
 use crate::work::messages::{AttemptView, DeliveryContent, DeliveryKind, Mode, Scope};
 
 /// Caps of protocol §2.
@@ -335,8 +337,8 @@ impl Console {
             .to_string()
     }
 
-    /// Appends an event about an ask or comment: to its issue's log (taking the issue's next
-    /// sequence) when it has an issue.
+    /// Appends an event about an ask or comment: to its document's log when it is on a
+    /// document (taking the document's next sequence), else to its issue's (the issue's next).
     async fn append_at(
         &self,
         tx: &mut dyn WorkTx,
@@ -346,16 +348,25 @@ impl Console {
         data: serde_json::Value,
     ) -> Result<Event, Error> {
         let now = self.now();
-        let sequence = match place.issue {
-            Some(k) => Some(tx.next_issue_sequence(k, now).await?),
-            None => None,
+        let (sequence, issue) = match (place.artifact, place.issue) {
+            (Some(id), _) => {
+                let mut a = tx
+                    .artifact(id)
+                    .await?
+                    .ok_or_else(|| not_found("artifact"))?;
+                a.sequence += 1;
+                tx.update_artifact(&a).await?;
+                (Some(a.sequence), a.scope.issue().cloned())
+            }
+            (None, Some(k)) => (Some(tx.next_issue_sequence(k, now).await?), Some(k.clone())),
+            (None, None) => (None, None),
         };
         let e = NewEvent {
             kind,
             at: now,
             actor: actor.clone(),
             project: Some(place.project.clone()),
-            issue: place.issue.cloned(),
+            issue,
             artifact: place.artifact.map(str::to_owned),
             session: actor.session().map(str::to_owned),
             data,
@@ -697,7 +708,7 @@ impl Console {
             .transpose()?;
         let options = patch.options.as_deref().map(check_options).transpose()?;
         let now = self.now();
-        let (view, event) = transact!(self, |tx| {
+        let (view, events, kept) = transact!(self, |tx| {
             let mut ask = self.locked_ask(tx, &id).await?;
             Self::as_author(actor, &ask)?;
             if ask.state != AskState::Open {
@@ -707,7 +718,7 @@ impl Console {
             let o = options.clone().unwrap_or_else(|| ask.options.clone());
             if q == ask.question && o == ask.options {
                 let view = self.ask_full(tx, ask).await?;
-                return Ok((view, None));
+                return Ok((view, Vec::new(), None));
             }
             // The wording being replaced, with who wrote it and when.
             tx.add_wording(
@@ -729,14 +740,14 @@ impl Console {
                 ask.turn = Some(Turn::Human);
                 ask.turn_since = now;
             }
+            // A block ask's `:::ask` block says the new wording.
+            let (mut events, kept) = self.rewrite_block(tx, actor, &mut ask).await?;
             tx.update_ask(&ask).await?;
             let view = self.ask_full(tx, ask).await?;
-            let e = self.append_ask(tx, "ask.reworded", actor, &view).await?;
-            Ok((view, Some(e)))
+            events.push(self.append_ask(tx, "ask.reworded", actor, &view).await?);
+            Ok((view, events, kept))
         })?;
-        if let Some(e) = event {
-            self.event_committed(e.id);
-        }
+        self.document_committed(&events, kept);
         Ok(view)
     }
 
@@ -763,6 +774,42 @@ impl Console {
         }
         if selected.is_empty() && text.is_none() {
             return Err(invalid("an answer selects options or has text, or both"));
+        }
+        // An approval ask is answered by a review of the version it asks about.
+        let approval = {
+            let mut tx = self.parts.storage.read().await?;
+            tx.ask(&id).await?.filter(|a| a.kind == AskKind::Approval)
+        };
+        if let Some(ask) = approval {
+            if !matches!(ask.state, AskState::Open | AskState::Answered) {
+                return Err(ask_state(
+                    ask.state,
+                    "a retracted or resolved ask takes no answer",
+                ));
+            }
+            let outcome = match selected.as_slice() {
+                [o] => ReviewOutcome::parse(o),
+                _ => None,
+            }
+            .ok_or_else(|| {
+                invalid("an approval ask is answered with one option: approve or request_changes")
+            })?;
+            let (Some(artifact), Some(version)) = (
+                ask.artifact.clone(),
+                ask.approval.as_ref().map(|x| x.version),
+            ) else {
+                return Err(not_found("document"));
+            };
+            let r = ReviewIn {
+                outcome,
+                version,
+                body: text,
+            };
+            return self
+                .review_answering(actor, &artifact, r, Some(&id))
+                .await?
+                .1
+                .ok_or_else(|| not_found("ask"));
         }
         let now = self.now();
         let (view, event) = transact!(self, |tx| {
@@ -818,7 +865,7 @@ impl Console {
             })
             .transpose()?;
         let now = self.now();
-        let (view, event) = transact!(self, |tx| {
+        let (view, events, kept) = transact!(self, |tx| {
             let mut ask = self.locked_ask(tx, &id).await?;
             if ask.state != AskState::Open {
                 return Err(ask_state(
@@ -838,16 +885,18 @@ impl Console {
             ask.turn = None;
             ask.turn_since = now;
             ask.updated_at = now;
+            // A block ask's block records how it closed.
+            let (mut events, kept) = self.rewrite_block(tx, actor, &mut ask).await?;
             tx.update_ask(&ask).await?;
             let view = self.ask_full(tx, ask).await?;
             let kind = match c.state {
                 CloseAs::Retracted => "ask.retracted",
                 CloseAs::Resolved => "ask.resolved",
             };
-            let e = self.append_ask(tx, kind, actor, &view).await?;
-            Ok((view, e))
+            events.push(self.append_ask(tx, kind, actor, &view).await?);
+            Ok((view, events, kept))
         })?;
-        self.event_committed(event.id);
+        self.document_committed(&events, kept);
         Ok(view)
     }
 
@@ -875,6 +924,11 @@ impl Console {
         }
         for f in &ask.followers {
             add(f, Via::Follower);
+        }
+        if let Some(d) = &ask.artifact {
+            for (s, _) in tx.document_subscribers(d).await? {
+                add(&s, Via::Subscriber);
+            }
         }
         if let Some(k) = &ask.issue {
             for (s, _) in tx.subscribers(k).await? {
@@ -1124,35 +1178,73 @@ impl Console {
         new: NewComment,
     ) -> Result<CommentView, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
-        let checked = self.check_comment(&new)?;
-        if new.artifact.is_some() || new.quote.is_some() || new.block.is_some() {
+        self.add_comment(actor, On::Issue(key), new).await
+    }
+
+    /// Comments on a document or one of its quotes (with a suggested replacement), or one of
+    /// its asks; as [`Console::comment_on_issue`].
+    pub async fn comment_on_document(
+        &self,
+        actor: &Actor,
+        artifact: &str,
+        new: NewComment,
+    ) -> Result<CommentView, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        if new.artifact.is_some() {
             return Err(invalid(
-                "comments on documents arrive with the documents: `artifact`, `quote` and `block` are not taken yet",
+                "the path names the document: no `artifact` in the body",
             ));
         }
+        self.add_comment(actor, On::Document(artifact), new).await
+    }
+
+    async fn add_comment(
+        &self,
+        actor: &Actor,
+        on: On,
+        new: NewComment,
+    ) -> Result<CommentView, Error> {
+        let checked = self.check_comment(&new)?;
         let ask_id = new
             .ask
             .as_deref()
             .map(|a| uuid_id(a, "ask"))
             .transpose()
-            .map_err(|_| invalid("`ask` names no ask of this issue"))?;
+            .map_err(|_| invalid("`ask` names no ask here"))?;
         let parent = new
             .parent
             .as_deref()
             .map(|p| uuid_id(p, "comment"))
             .transpose()
-            .map_err(|_| invalid("`parent` names no comment of this issue"))?;
+            .map_err(|_| invalid("`parent` names no comment here"))?;
+        let named_artifact = match (&on, &new.artifact) {
+            (On::Document(d), _) => Some(d.clone()),
+            (On::Issue(_), Some(x)) => Some(
+                uuid_id(x, "artifact")
+                    .map_err(|_| invalid("`artifact` names no document of this issue"))?,
+            ),
+            (On::Issue(_), None) => None,
+        };
+        if (new.quote.is_some() || new.block.is_some()) && named_artifact.is_none() {
+            return Err(invalid(
+                "a `quote` or `block` is in a document: name the `artifact`",
+            ));
+        }
+        let here = |issue: Option<&IssueKey>, artifact: Option<&String>| match &on {
+            On::Issue(k) => issue == Some(k),
+            On::Document(d) => artifact == Some(d),
+        };
         let now = self.now();
         let id = self.new_id();
-        let (view, event, opened) = transact!(self, |tx| {
-            // The ask first (locks go ask, then issue).
+        let (view, events, opened) = transact!(self, |tx| {
+            // The thread and the ask first (locks go comment and ask, then document or issue).
             let root = match &parent {
                 Some(p) => {
                     let c = tx
                         .comment(p)
                         .await?
-                        .filter(|c| c.issue.as_ref() == Some(&key))
-                        .ok_or_else(|| invalid("`parent` names no comment of this issue"))?;
+                        .filter(|c| here(c.issue.as_ref(), c.artifact.as_ref()))
+                        .ok_or_else(|| invalid("`parent` names no comment here"))?;
                     let root = if c.thread_id == c.id {
                         c
                     } else {
@@ -1173,12 +1265,69 @@ impl Console {
                 Some(a) => Some(
                     tx.ask(a)
                         .await?
-                        .filter(|x| x.issue.as_ref() == Some(&key))
-                        .ok_or_else(|| invalid("`ask` names no ask of this issue"))?,
+                        .filter(|x| here(x.issue.as_ref(), x.artifact.as_ref()))
+                        .ok_or_else(|| invalid("`ask` names no ask here"))?,
                 ),
                 None => None,
             };
-            let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+            // Its document: named, the thread's, or the ask's; they agree.
+            let mut artifact = named_artifact.clone();
+            for other in [
+                root.as_ref().and_then(|r| r.artifact.clone()),
+                ask.as_ref().and_then(|a| a.artifact.clone()),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                match &artifact {
+                    Some(x) if *x != other => {
+                        return Err(invalid(
+                            "the `artifact`, the thread and the ask are on different documents",
+                        ));
+                    }
+                    _ => artifact = Some(other),
+                }
+            }
+            let (project, issue) = match &artifact {
+                Some(d) => {
+                    let a = self.document_in(tx, d).await?;
+                    if let On::Issue(k) = &on
+                        && a.scope.issue() != Some(k)
+                    {
+                        return Err(invalid("`artifact` names no document of this issue"));
+                    }
+                    if let Some(q) = &new.quote {
+                        // The quote must match once in its scope (the engine's rules).
+                        let d = self.loaded(tx, &a).await?;
+                        let probe = doc::EditOp::Replace {
+                            quote: engine_quote(q),
+                            text: q.exact.clone(),
+                            block: new.block.clone(),
+                            block_token: None,
+                        };
+                        d.apply(None, &[probe], &mut || self.new_block_id())?;
+                    } else if let Some(b) = &new.block {
+                        let d = self.loaded(tx, &a).await?;
+                        if d.position(b).is_none() {
+                            return Err(Error::with_message(
+                                ErrorCode::TARGET_NOT_FOUND,
+                                "the document has no block with this id",
+                            ));
+                        }
+                    }
+                    (
+                        a.scope.project().ok_or_else(no_document)?,
+                        a.scope.issue().cloned(),
+                    )
+                }
+                None => {
+                    let On::Issue(k) = &on else {
+                        return Err(no_document());
+                    };
+                    let issue = tx.issue(k).await?.ok_or_else(|| not_found("issue"))?;
+                    (issue.project, Some(k.clone()))
+                }
+            };
             let comment = Comment {
                 id: id.clone(),
                 thread_id: root
@@ -1186,15 +1335,18 @@ impl Console {
                     .map(|r| r.id.clone())
                     .unwrap_or_else(|| id.clone()),
                 parent: parent.clone(),
-                project: issue.project.clone(),
-                issue: Some(key.clone()),
-                artifact: root.as_ref().and_then(|r| r.artifact.clone()),
+                project,
+                issue,
+                artifact,
                 ask: on_ask.clone(),
-                quote: None,
-                block: None,
+                quote: new.quote.clone(),
+                block: new.block.clone(),
                 body: checked.body.clone(),
                 author: actor.clone(),
-                suggestion: None,
+                suggestion: new.suggestion.as_ref().map(|s| CommentSuggestion {
+                    replacement: s.replacement.clone(),
+                    state: SuggestionState::Pending,
+                }),
                 mentions: checked.mentions.clone(),
                 thread_state: root.is_none().then_some(ThreadState::Open),
                 created_at: now,
@@ -1212,16 +1364,16 @@ impl Console {
             let view = self.comment_view(tx, comment).await?;
             let place = Place {
                 project: &view.project,
-                issue: Some(&key),
+                issue: view.issue.as_ref(),
                 artifact: view.artifact.as_deref(),
             };
             let data = serde_json::to_value(&view).unwrap_or_default();
             let e = self
                 .append_at(tx, "comment.created", actor, place, data)
                 .await?;
-            Ok((view, e, opened))
+            Ok((view, vec![e], opened))
         })?;
-        self.event_committed(event.id);
+        self.document_committed(&events, None);
         self.dispatch(&opened).await;
         Ok(view)
     }
@@ -1337,7 +1489,7 @@ impl Console {
         let now = self.now();
         let (view, event) = transact!(self, |tx| {
             let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
-            if let Some(k) = &c.issue {
+            if let (Some(k), None) = (&c.issue, &c.artifact) {
                 // Locks go comment, then issue.
                 tx.issue(k).await?;
             }
@@ -1467,9 +1619,10 @@ impl Console {
             parent: Some(id.clone()),
             ..Default::default()
         };
-        match &c.issue {
-            Some(k) => self.comment_on_issue(actor, k.as_str(), new).await,
-            None => Err(not_found("comment")),
+        match (&c.artifact, &c.issue) {
+            (Some(d), _) => self.add_comment(actor, On::Document(d.clone()), new).await,
+            (None, Some(k)) => self.add_comment(actor, On::Issue(k.clone()), new).await,
+            (None, None) => Err(not_found("comment")),
         }
     }
 }
@@ -1509,6 +1662,75 @@ impl Console {
     }
 }
 
+impl Console {
+    /// Accepts a comment's pending suggestion (a person): its quote is replaced by the
+    /// replacement as a quote-anchored `replace` edit of the document, in the same transaction
+    /// (the edit's refusals, QUOTE_NOT_FOUND, QUOTE_AMBIGUOUS, TARGET_NOT_FOUND, leave both
+    /// unchanged); a decided or absent suggestion is SUGGESTION_STATE.
+    pub async fn accept_suggestion(&self, actor: &Actor, id: &str) -> Result<CommentView, Error> {
+        if !actor.is_human() {
+            return Err(ErrorCode::HUMAN_ONLY.into());
+        }
+        let id = uuid_id(id, "comment")?;
+        let (view, events, kept) = transact!(self, |tx| {
+            let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            let replacement = match &c.suggestion {
+                Some(CommentSuggestion {
+                    replacement,
+                    state: SuggestionState::Pending,
+                }) => replacement.clone(),
+                other => return Err(suggestion_state(other.as_ref())),
+            };
+            let (Some(artifact), Some(quote)) = (c.artifact.clone(), c.quote.clone()) else {
+                return Err(suggestion_state(None));
+            };
+            let op = doc::EditOp::Replace {
+                quote: engine_quote(&quote),
+                text: replacement,
+                block: c.block.clone(),
+                block_token: None,
+            };
+            let (_, mut events, kept) = self
+                .change_document(tx, actor, &artifact, |d, new_id| {
+                    d.apply(None, std::slice::from_ref(&op), new_id)
+                })
+                .await?;
+            if let Some(s) = c.suggestion.as_mut() {
+                s.state = SuggestionState::Accepted;
+            }
+            tx.update_comment(&c).await?;
+            let view = self.comment_view(tx, c).await?;
+            let place = Place {
+                project: &view.project,
+                issue: view.issue.as_ref(),
+                artifact: view.artifact.as_deref(),
+            };
+            let data = serde_json::to_value(&view).unwrap_or_default();
+            events.push(
+                self.append_at(tx, "suggestion.accepted", actor, place, data)
+                    .await?,
+            );
+            Ok((view, events, kept))
+        })?;
+        self.document_committed(&events, kept);
+        Ok(view)
+    }
+
+    /// A document's comments, oldest first.
+    pub async fn document_comments(&self, artifact: &str) -> Result<Vec<CommentView>, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        let mut tx = self.parts.storage.read().await?;
+        self.document_in(&mut *tx, &artifact).await?;
+        let cs = tx
+            .comments(&CommentFilter {
+                artifact: Some(artifact),
+                ..Default::default()
+            })
+            .await?;
+        self.comment_views(&mut *tx, cs).await
+    }
+}
+
 fn suggestion_state(s: Option<&CommentSuggestion>) -> Error {
     let state = match s.map(|s| s.state) {
         None => "none",
@@ -1523,6 +1745,12 @@ fn suggestion_state(s: Option<&CommentSuggestion>) -> Error {
     .with_detail("state", state)
 }
 
+/// What a new comment is on, as its route names it.
+enum On {
+    Issue(IssueKey),
+    Document(String),
+}
+
 /// A comment body once checked.
 struct CheckedComment {
     body: String,
@@ -1534,4 +1762,510 @@ struct CheckedComment {
 struct FollowData<'a> {
     ask: &'a str,
     session_id: &'a str,
+}
+
+// ----- documents: asks, block asks, approval, reviews, comments and suggestions -----
+
+/// A document that is not one (a file, an image, an agent conversation's artifact).
+fn no_document() -> Error {
+    Error::with_message(
+        ErrorCode::NOT_FOUND,
+        "no such document: asks and comments go on an issue's or a project's markdown document",
+    )
+}
+
+/// An approval request (protocol §6.2): `{summary?, actor?}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalIn {
+    pub summary: Option<String>,
+    pub actor: Option<String>,
+}
+
+/// A review (protocol §6.2): `{outcome, version, body?}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewIn {
+    pub outcome: ReviewOutcome,
+    pub version: i64,
+    pub body: Option<String>,
+}
+
+/// `approval.requested`, `approval.approved`, `approval.changes_requested`.
+#[derive(Serialize)]
+struct ApprovalData<'a> {
+    artifact: &'a str,
+    version: i64,
+    ask: Option<&'a str>,
+    by: &'a Actor,
+    #[serde(with = "rfc3339")]
+    at: Time,
+}
+
+/// What an approval request answers: the ask, and whether it is new (201) or the open one
+/// handed back to a person (200).
+#[derive(Debug, Clone)]
+pub struct ApprovalRequested {
+    pub ask: AskView,
+    pub created: bool,
+}
+
+/// The `:::ask` block of an ask.
+fn ask_block(ask: &Ask) -> Result<String, Error> {
+    doc::write_ask(&doc::AskBlock {
+        id: ask.id.clone(),
+        state: ask.state.as_str().to_owned(),
+        question: ask.question.clone(),
+        options: ask
+            .options
+            .iter()
+            .map(|o| doc::AskOption {
+                id: o.id.clone(),
+                label: o.label.clone(),
+            })
+            .collect(),
+        attributes: Default::default(),
+    })
+    .map_err(|e| invalid(e.to_string()))
+}
+
+/// A comment's quote as the engine takes it.
+fn engine_quote(q: &Quote) -> doc::Quote {
+    doc::Quote {
+        exact: q.exact.clone(),
+        prefix: q.prefix.clone(),
+        suffix: q.suffix.clone(),
+    }
+}
+
+/// The loaded document and the events and document to keep of a change made in a transaction.
+type Changed = (Vec<Event>, Option<(Artifact, doc::Document)>);
+
+impl Console {
+    /// An issue's or project's markdown document, locked in a write transaction.
+    async fn document_in(&self, tx: &mut dyn WorkTx, id: &str) -> Result<Artifact, Error> {
+        let a = tx
+            .artifact(id)
+            .await?
+            .ok_or_else(|| not_found("artifact"))?;
+        if a.kind != ArtifactKind::Document || matches!(a.scope, DocScope::Agent(_)) {
+            return Err(no_document());
+        }
+        Ok(a)
+    }
+
+    /// Open approval asks of a document go to their agent's turn: the content changed after
+    /// the request (protocol §6.3: an open approval ask follows later versions and waits on
+    /// its agent until the approval route hands it back). Called by the documents' writes in
+    /// their transaction.
+    pub(crate) async fn approval_follows(
+        &self,
+        tx: &mut dyn WorkTx,
+        artifact: &str,
+    ) -> Result<(), Error> {
+        let now = self.now();
+        let open = tx
+            .asks(&AskFilter {
+                artifact: Some(artifact.to_owned()),
+                states: vec![AskState::Open],
+                ..Default::default()
+            })
+            .await?;
+        for mut a in open {
+            if a.kind == AskKind::Approval && a.turn != Some(Turn::Agent) {
+                a.turn = Some(Turn::Agent);
+                a.turn_since = now;
+                a.updated_at = now;
+                tx.update_ask(&a).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites a block ask's `:::ask` block to say what the ask says now (its wording, its
+    /// state). A block the document no longer has (someone removed it) is left alone.
+    async fn rewrite_block(
+        &self,
+        tx: &mut dyn WorkTx,
+        actor: &Actor,
+        ask: &mut Ask,
+    ) -> Result<Changed, Error> {
+        let (Some(artifact), Some(_)) = (ask.artifact.clone(), ask.block.clone()) else {
+            return Ok((Vec::new(), None));
+        };
+        let a = self.document_in(tx, &artifact).await?;
+        let current = self.loaded(tx, &a).await?;
+        let Some(block) = current
+            .asks()
+            .into_iter()
+            .find(|x| x.ask.id == ask.id)
+            .map(|x| x.block)
+        else {
+            return Ok((Vec::new(), None));
+        };
+        let md = ask_block(ask)?;
+        let (_, events, kept) = self
+            .change_document(tx, actor, &artifact, |d, new_id| {
+                d.replace_block(&block, &md, new_id)
+            })
+            .await?;
+        if let Some((_, d)) = &kept {
+            ask.block = d
+                .asks()
+                .into_iter()
+                .find(|x| x.ask.id == ask.id)
+                .map(|x| x.block)
+                .or(ask.block.take());
+        }
+        Ok((events, kept))
+    }
+
+    /// Opens a question ask on a document; with `block`, an `:::ask` block goes in after that
+    /// block (a block ask; TARGET_NOT_FOUND for a block the document lacks).
+    pub async fn open_document_ask(
+        &self,
+        actor: &Actor,
+        artifact: &str,
+        new: NewAsk,
+    ) -> Result<AskView, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        let question = check_text(&new.question, "a question", QUESTION_MAX)?;
+        let options = check_options(&new.options)?;
+        let now = self.now();
+        let id = self.new_id();
+        let (view, events, kept) = transact!(self, |tx| {
+            let a = self.document_in(tx, &artifact).await?;
+            let mut ask = Ask {
+                id: id.clone(),
+                kind: AskKind::Question,
+                project: a.scope.project().ok_or_else(no_document)?,
+                issue: a.scope.issue().cloned(),
+                artifact: Some(a.id.clone()),
+                block: None,
+                question: question.clone(),
+                options: options.clone(),
+                state: AskState::Open,
+                answer: None,
+                closed: None,
+                approval: None,
+                followers: Vec::new(),
+                author: actor.clone(),
+                worded_by: actor.clone(),
+                worded_at: now,
+                turn: Some(Turn::Human),
+                turn_since: now,
+                created_at: now,
+                updated_at: now,
+            };
+            let mut events = Vec::new();
+            let mut kept = None;
+            if let Some(after) = &new.block {
+                let md = ask_block(&ask)?;
+                let (_, e, k) = self
+                    .change_document(tx, actor, &artifact, |d, new_id| {
+                        d.insert_after_block(after, &md, new_id)
+                    })
+                    .await?;
+                ask.block = k.as_ref().and_then(|(_, d)| {
+                    d.asks()
+                        .into_iter()
+                        .find(|x| x.ask.id == id)
+                        .map(|x| x.block)
+                });
+                events.extend(e);
+                kept = k;
+            }
+            tx.insert_ask(&ask).await?;
+            let view = self.ask_full(tx, ask).await?;
+            events.push(self.append_ask(tx, "ask.opened", actor, &view).await?);
+            Ok((view, events, kept))
+        })?;
+        self.document_committed(&events, kept);
+        tracing::info!(ask = %view.id, "ask opened on a document");
+        Ok(view)
+    }
+
+    /// A document's asks, oldest first, in `states` (any when empty).
+    pub async fn document_asks(
+        &self,
+        artifact: &str,
+        states: Vec<AskState>,
+    ) -> Result<Vec<AskView>, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        let mut tx = self.parts.storage.read().await?;
+        self.document_in(&mut *tx, &artifact).await?;
+        let asks = tx
+            .asks(&AskFilter {
+                artifact: Some(artifact),
+                states,
+                ..Default::default()
+            })
+            .await?;
+        Ok(asks.into_iter().map(AskView::listed).collect())
+    }
+
+    /// Opens an approval ask for a document's latest version (its content settles into a
+    /// version first), showing an earlier approval; or, when one is open, hands it back to a
+    /// person for the latest version (`created` false). Appends `approval.requested` (and
+    /// `ask.opened` for a new ask).
+    pub async fn request_approval(
+        &self,
+        actor: &Actor,
+        artifact: &str,
+        r: ApprovalIn,
+    ) -> Result<ApprovalRequested, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        let summary = r
+            .summary
+            .as_deref()
+            .map(|s| check_text(s, "a summary", QUESTION_MAX))
+            .transpose()?;
+        let now = self.now();
+        let id = self.new_id();
+        let (out, events) = transact!(self, |tx| {
+            let a = self.document_in(tx, &artifact).await?;
+            let mut events = Vec::new();
+            let version = self
+                .settle_now(tx, &artifact, actor, &mut events)
+                .await?
+                .map(|v| v.number)
+                .ok_or_else(|| invalid("the document has no version to approve"))?;
+            let approved = tx
+                .reviews(&artifact)
+                .await?
+                .into_iter()
+                .rev()
+                .find(|x| x.outcome == ReviewOutcome::Approve)
+                .map(|x| Approved {
+                    version: x.version,
+                    at: x.at,
+                    by: x.by,
+                });
+            let open = tx
+                .asks(&AskFilter {
+                    artifact: Some(artifact.clone()),
+                    states: vec![AskState::Open],
+                    ..Default::default()
+                })
+                .await?
+                .into_iter()
+                .find(|x| x.kind == AskKind::Approval);
+            let (view, created) = match open {
+                Some(ask) => {
+                    // Locks go ask, then document: read it again locked.
+                    let mut ask = tx.ask(&ask.id).await?.unwrap_or_else(|| ask.clone());
+                    ask.approval = Some(Approval { version, approved });
+                    if let Some(s) = &summary {
+                        ask.question = s.clone();
+                    }
+                    ask.turn = Some(Turn::Human);
+                    ask.turn_since = now;
+                    ask.updated_at = now;
+                    tx.update_ask(&ask).await?;
+                    (self.ask_full(tx, ask).await?, false)
+                }
+                None => {
+                    let ask = Ask {
+                        id: id.clone(),
+                        kind: AskKind::Approval,
+                        project: a.scope.project().ok_or_else(no_document)?,
+                        issue: a.scope.issue().cloned(),
+                        artifact: Some(artifact.clone()),
+                        block: None,
+                        question: summary.clone().unwrap_or_else(|| {
+                            format!("Approve version {version} of {}?", a.filename)
+                        }),
+                        options: vec![
+                            AskOption {
+                                id: "approve".into(),
+                                label: "Approve".into(),
+                            },
+                            AskOption {
+                                id: "request_changes".into(),
+                                label: "Request changes".into(),
+                            },
+                        ],
+                        state: AskState::Open,
+                        answer: None,
+                        closed: None,
+                        approval: Some(Approval { version, approved }),
+                        followers: Vec::new(),
+                        author: actor.clone(),
+                        worded_by: actor.clone(),
+                        worded_at: now,
+                        turn: Some(Turn::Human),
+                        turn_since: now,
+                        created_at: now,
+                        updated_at: now,
+                    };
+                    tx.insert_ask(&ask).await?;
+                    let view = self.ask_full(tx, ask).await?;
+                    events.push(self.append_ask(tx, "ask.opened", actor, &view).await?);
+                    (view, true)
+                }
+            };
+            let data = ApprovalData {
+                artifact: &artifact,
+                version,
+                ask: Some(&view.id),
+                by: actor,
+                at: now,
+            };
+            let place = Place {
+                project: &view.project,
+                issue: view.issue.as_ref(),
+                artifact: Some(&artifact),
+            };
+            let data = serde_json::to_value(data).unwrap_or_default();
+            events.push(
+                self.append_at(tx, "approval.requested", actor, place, data)
+                    .await?,
+            );
+            Ok((ApprovalRequested { ask: view, created }, events))
+        })?;
+        self.document_committed(&events, None);
+        Ok(out)
+    }
+
+    /// A person's review of a document's latest settled version (another version:
+    /// DOCUMENT_CHANGED, naming the latest). It answers the open approval ask, if there is
+    /// one, keeping its thread. Appends `approval.approved` or `approval.changes_requested`
+    /// (and `ask.answered`).
+    pub async fn review(
+        &self,
+        actor: &Actor,
+        artifact: &str,
+        r: ReviewIn,
+    ) -> Result<(Review, Option<AskView>), Error> {
+        self.review_answering(actor, artifact, r, None).await
+    }
+
+    /// A review that answers approval ask `ask` (the answer route on an approval ask), or
+    /// with `None` the open approval ask if there is one.
+    async fn review_answering(
+        &self,
+        actor: &Actor,
+        artifact: &str,
+        r: ReviewIn,
+        ask: Option<&str>,
+    ) -> Result<(Review, Option<AskView>), Error> {
+        if !actor.is_human() {
+            return Err(ErrorCode::HUMAN_ONLY.into());
+        }
+        let artifact = uuid_id(artifact, "artifact")?;
+        let body = match r.body.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(b) if rules::chars(b) > TEXT_MAX => {
+                return Err(cap("a review's body is at most 65536 characters"));
+            }
+            Some(b) => Some(b.to_owned()),
+        };
+        let now = self.now();
+        let id = self.new_id();
+        let (review, answered, events) = transact!(self, |tx| {
+            // Any approval ask first (locks go ask, then document).
+            let open = match ask {
+                Some(id) => Some(id.to_owned()),
+                None => tx
+                    .asks(&AskFilter {
+                        artifact: Some(artifact.clone()),
+                        states: vec![AskState::Open],
+                        ..Default::default()
+                    })
+                    .await?
+                    .into_iter()
+                    .find(|x| x.kind == AskKind::Approval)
+                    .map(|x| x.id),
+            };
+            let open = match open {
+                Some(id) => tx.ask(&id).await?,
+                None => None,
+            };
+            let mut a = self.document_in(tx, &artifact).await?;
+            let mut events = Vec::new();
+            // Content due to settle is a version already.
+            if !a.settled && self.now() - a.changed_at >= super::documents::settle_after() {
+                self.settle_now(tx, &artifact, actor, &mut events).await?;
+                a = self.document_in(tx, &artifact).await?;
+            }
+            let latest = a.version.as_ref().map_or(0, |v| v.number);
+            if r.version != latest {
+                return Err(Error::with_message(
+                    ErrorCode::DOCUMENT_CHANGED,
+                    format!("version {latest} is the latest settled version: review that one"),
+                )
+                .with_detail("version", latest)
+                .with_detail("token", a.token.clone()));
+            }
+            let review = Review {
+                id: id.clone(),
+                artifact: artifact.clone(),
+                version: latest,
+                outcome: r.outcome,
+                body: body.clone(),
+                by: actor.clone(),
+                at: now,
+                ask: open.as_ref().map(|x| x.id.clone()),
+            };
+            tx.insert_review(&review).await?;
+            let mut answered = None;
+            if let Some(mut ask) = open {
+                let answer = Answer {
+                    options: vec![r.outcome.as_str().to_owned()],
+                    text: body.clone(),
+                    by: actor.clone(),
+                    at: now,
+                };
+                tx.add_answer(&ask.id, &answer).await?;
+                ask.answer = Some(answer);
+                ask.state = AskState::Answered;
+                ask.turn = Some(Turn::Agent);
+                ask.turn_since = now;
+                ask.updated_at = now;
+                if r.outcome == ReviewOutcome::Approve
+                    && let Some(ap) = ask.approval.as_mut()
+                {
+                    ap.approved = Some(Approved {
+                        version: latest,
+                        at: now,
+                        by: actor.clone(),
+                    });
+                }
+                tx.update_ask(&ask).await?;
+                let view = self.ask_full(tx, ask).await?;
+                events.push(self.append_ask(tx, "ask.answered", actor, &view).await?);
+                answered = Some(view);
+            }
+            let kind = match r.outcome {
+                ReviewOutcome::Approve => "approval.approved",
+                ReviewOutcome::RequestChanges => "approval.changes_requested",
+            };
+            let data = ApprovalData {
+                artifact: &artifact,
+                version: latest,
+                ask: review.ask.as_deref(),
+                by: actor,
+                at: now,
+            };
+            let project = a.scope.project().ok_or_else(no_document)?;
+            let place = Place {
+                project: &project,
+                issue: a.scope.issue(),
+                artifact: Some(&artifact),
+            };
+            let data = serde_json::to_value(data).unwrap_or_default();
+            events.push(self.append_at(tx, kind, actor, place, data).await?);
+            Ok((review, answered, events))
+        })?;
+        self.document_committed(&events, None);
+        Ok((review, answered))
+    }
+
+    /// A document's reviews, oldest first.
+    pub async fn reviews(&self, artifact: &str) -> Result<Vec<Review>, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        let mut tx = self.parts.storage.read().await?;
+        self.document_in(&mut *tx, &artifact).await?;
+        Ok(tx.reviews(&artifact).await?)
+    }
 }

@@ -586,6 +586,8 @@ impl Console {
         tx.insert_version(&a.id, &v, content).await?;
         if let Some(p) = parsed {
             tx.put_document(&a.id, &p.state).await?;
+            // An open approval ask follows the new content: its agent's turn.
+            self.approval_follows(tx, &a.id).await?;
         }
         if !matches!(a.scope, Scope::Agent(_)) {
             tx.clear_text(&a.id).await?;
@@ -1130,7 +1132,11 @@ impl Console {
 
     /// A document as the engine holds it: the cache's for this state, else loaded from its
     /// stored content (and kept: `a` was read in this transaction, so the state is committed).
-    async fn loaded(&self, tx: &mut dyn WorkTx, a: &Artifact) -> Result<Document, Error> {
+    pub(crate) async fn loaded(
+        &self,
+        tx: &mut dyn WorkTx,
+        a: &Artifact,
+    ) -> Result<Document, Error> {
         if let Some(d) = cached(a) {
             return Ok(d);
         }
@@ -1231,98 +1237,129 @@ impl Console {
     ) -> Result<EditAnswer, Error> {
         let id = artifact_id(id)?;
         let (answer, events, kept) = transact!(self, |tx| {
-            let mut a = tx
-                .artifact(&id)
-                .await?
-                .ok_or_else(|| not_found("artifact"))?;
-            if a.kind != ArtifactKind::Document {
-                return Err(not_document());
-            }
-            let before = self.loaded(tx, &a).await?;
-            let mut events = Vec::new();
-            self.settle_if_due(tx, &mut a, &mut events).await?;
-            let edited = before.apply(expected_token, ops, &mut || self.new_block_id())?;
-            let answer = EditAnswer {
-                token: edited.document.token().to_owned(),
-                changed: edited
-                    .changed
-                    .iter()
-                    .map(|(id, token)| ChangedBlock {
-                        id: id.clone(),
-                        token: token.clone(),
-                    })
-                    .collect(),
-                removed: edited.removed.clone(),
-            };
-            if edited.document.token() == before.token()
-                && answer.changed.is_empty()
-                && answer.removed.is_empty()
-            {
-                return Ok((answer, events, None));
-            }
-            let doc = edited.document;
-            let now = self.now();
-            tx.put_document(&a.id, &state_of(&doc)).await?;
-            a.token = doc.token().to_owned();
-            a.size = doc.markdown().len() as i64;
-            a.settled = false;
-            a.changed_at = now;
-            a.changed_by = actor.clone();
-            a.updated_at = now;
-            // The index: the top-level blocks changed, made or removed.
-            let mut parts = Vec::new();
-            for c in &answer.changed {
-                if let Some(p) = doc.position(&c.id)
-                    && p.block.path.is_empty()
-                {
-                    parts.push((c.id.clone(), part_text(doc.markdown(), &p.block.range)));
-                }
-            }
-            let agent = matches!(a.scope, Scope::Agent(_));
-            if !agent {
-                tx.index_text(&a.id, &parts, &answer.removed).await?;
-            }
-            let e = self
-                .write_back(
-                    tx,
-                    &mut a,
-                    "document.edited",
-                    actor,
-                    &[
-                        ("changed", json!(answer.changed)),
-                        ("removed", json!(answer.removed)),
-                    ],
-                )
-                .await?;
-            // The reference graph: only when a touched block has a console ref, or had one
-            // (parsing a large document's references again on every edit would cost more
-            // than the edit).
-            if let Some(e) = &e {
-                let touched: Vec<String> = answer
-                    .changed
-                    .iter()
-                    .map(|c| c.id.clone())
-                    .chain(answer.removed.iter().cloned())
-                    .collect();
-                let refers = parts.iter().any(|(_, t)| has_console_ref(t));
-                if refers
-                    || !tx
-                        .edges_from(&artifact_ref(&a), Some(&touched))
-                        .await?
-                        .is_empty()
-                {
-                    self.keep_references(tx, &a, &references_of(&doc), Some(&touched), e)
-                        .await?;
-                }
-            }
-            events.extend(e);
-            Ok((answer, events, Some((a, doc))))
+            self.change_document(tx, actor, &id, |before, new_id| {
+                before.apply(expected_token, ops, new_id)
+            })
+            .await
         })?;
+        self.document_committed(&events, kept);
+        Ok(answer)
+    }
+
+    /// After a transaction that ran [`Console::change_document`] committed: the loaded
+    /// document kept for the next edit, and the event streams woken.
+    pub(crate) fn document_committed(&self, events: &[Event], kept: Option<(Artifact, Document)>) {
         if let Some((a, doc)) = kept {
             cache(&a, &doc);
         }
-        self.committed_all(&events);
-        Ok(answer)
+        self.committed_all(events);
+    }
+
+    /// The body of an edit in the caller's transaction (the asks' block asks and accepted
+    /// suggestions run theirs through it): `change` makes the edited document from the one
+    /// stored (with fresh block ids from its second argument); the rest is as
+    /// [`Console::edit`]. Answers the edit, its events and the document to keep once the
+    /// transaction commits ([`Console::document_committed`]).
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn change_document(
+        &self,
+        tx: &mut dyn WorkTx,
+        actor: &Actor,
+        id: &str,
+        change: impl FnOnce(
+            &Document,
+            &mut dyn FnMut() -> String,
+        ) -> Result<doc::Edited, doc::EditError>
+        + Send,
+    ) -> Result<(EditAnswer, Vec<Event>, Option<(Artifact, Document)>), Error> {
+        let mut a = tx
+            .artifact(id)
+            .await?
+            .ok_or_else(|| not_found("artifact"))?;
+        if a.kind != ArtifactKind::Document {
+            return Err(not_document());
+        }
+        let before = self.loaded(tx, &a).await?;
+        let mut events = Vec::new();
+        self.settle_if_due(tx, &mut a, &mut events).await?;
+        let edited = change(&before, &mut || self.new_block_id())?;
+        let answer = EditAnswer {
+            token: edited.document.token().to_owned(),
+            changed: edited
+                .changed
+                .iter()
+                .map(|(id, token)| ChangedBlock {
+                    id: id.clone(),
+                    token: token.clone(),
+                })
+                .collect(),
+            removed: edited.removed.clone(),
+        };
+        if edited.document.token() == before.token()
+            && answer.changed.is_empty()
+            && answer.removed.is_empty()
+        {
+            return Ok((answer, events, None));
+        }
+        let doc = edited.document;
+        let now = self.now();
+        tx.put_document(&a.id, &state_of(&doc)).await?;
+        // An open approval ask follows the new content: its agent's turn.
+        self.approval_follows(tx, &a.id).await?;
+        a.token = doc.token().to_owned();
+        a.size = doc.markdown().len() as i64;
+        a.settled = false;
+        a.changed_at = now;
+        a.changed_by = actor.clone();
+        a.updated_at = now;
+        // The index: the top-level blocks changed, made or removed.
+        let mut parts = Vec::new();
+        for c in &answer.changed {
+            if let Some(p) = doc.position(&c.id)
+                && p.block.path.is_empty()
+            {
+                parts.push((c.id.clone(), part_text(doc.markdown(), &p.block.range)));
+            }
+        }
+        let agent = matches!(a.scope, Scope::Agent(_));
+        if !agent {
+            tx.index_text(&a.id, &parts, &answer.removed).await?;
+        }
+        let e = self
+            .write_back(
+                tx,
+                &mut a,
+                "document.edited",
+                actor,
+                &[
+                    ("changed", json!(answer.changed)),
+                    ("removed", json!(answer.removed)),
+                ],
+            )
+            .await?;
+        // The reference graph: only when a touched block has a console ref, or had one
+        // (parsing a large document's references again on every edit would cost more
+        // than the edit).
+        if let Some(e) = &e {
+            let touched: Vec<String> = answer
+                .changed
+                .iter()
+                .map(|c| c.id.clone())
+                .chain(answer.removed.iter().cloned())
+                .collect();
+            let refers = parts.iter().any(|(_, t)| has_console_ref(t));
+            if refers
+                || !tx
+                    .edges_from(&artifact_ref(&a), Some(&touched))
+                    .await?
+                    .is_empty()
+            {
+                self.keep_references(tx, &a, &references_of(&doc), Some(&touched), e)
+                    .await?;
+            }
+        }
+        events.extend(e);
+        Ok((answer, events, Some((a, doc))))
     }
 
     /// Rebuilds a document the engine cannot load from its latest saved markdown, parsed

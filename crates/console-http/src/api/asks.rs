@@ -6,7 +6,9 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use countersign_console_core::console::asks::{AnswerIn, AskPatch, AskSuggestion, CloseIn, NewAsk};
+use countersign_console_core::console::asks::{
+    AnswerIn, ApprovalIn, AskPatch, AskSuggestion, CloseIn, NewAsk, ReviewIn,
+};
 use countersign_console_core::work::asks::{AskState, AskView};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
@@ -269,4 +271,72 @@ pub async fn unsnooze(
     let h = caller.human()?;
     st.console.unsnooze(h, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ----- documents: asks, approval requests, reviews -----
+
+impl Input for ApprovalIn {}
+impl Input for ReviewIn {}
+
+pub async fn document_open(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<NewAsk>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    let ask = st.console.open_document_ask(&actor, &id, b).await?;
+    Ok(opened(&st, ask).await)
+}
+
+pub async fn document_list(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    Ok(ok(st.console.document_asks(&id, states(&q)?).await?))
+}
+
+/// `POST /artifacts/{id}/approval-requests`: 201 with a new approval ask, or 200 with the open
+/// one handed back to a person.
+pub async fn request_approval(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<ApprovalIn>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    let r = st.console.request_approval(&actor, &id, b).await?;
+    if r.created {
+        let location = format!("/api/v1/asks/{}", r.ask.id);
+        Ok(created(r.ask, Some(location)))
+    } else {
+        Ok(ok(r.ask))
+    }
+}
+
+pub async fn review(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<ReviewIn>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, None, false)?;
+    let (review, answered) = st.console.review(&actor, &id, b).await?;
+    if let Some(ask) = &answered {
+        tell_answered(&st, ask).await;
+    }
+    Ok(created(review, None))
+}
+
+pub async fn reviews(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    Ok(ok(st.console.reviews(&id).await?))
 }

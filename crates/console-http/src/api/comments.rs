@@ -161,3 +161,35 @@ pub async fn retry(
         .await?;
     Ok(created(vec![attempt], None))
 }
+
+pub async fn document_create(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<NewComment>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    let c = st.console.comment_on_document(&actor, &id, b).await?;
+    let location = format!("/api/v1/comments/{}", c.id);
+    Ok(created(c, Some(location)))
+}
+
+pub async fn document_list(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    Ok(ok(st.console.document_comments(&id).await?))
+}
+
+pub async fn accept(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(_): In<Empty>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, None, false)?;
+    Ok(ok(st.console.accept_suggestion(&actor, &id).await?))
+}

@@ -1503,3 +1503,588 @@ on_both_databases!(
     answered_in_the_browser_over_the_link_sqlite,
     answered_in_the_browser_over_the_link_postgres
 );
+
+const SPEC: &str = "# Refunds\n\nRefunds go back in full.\n\nPartial captures are kept.\n\nEvery refund is logged.\n";
+
+/// Uploads `spec.md` to ASK-1; answers its id and the id of the paragraph holding `text`.
+async fn spec(agent: &Who, text: &str) -> anyhow::Result<(String, String)> {
+    let r = agent
+        .post(
+            "/api/v1/issues/ASK-1/artifacts",
+            json!({"filename": "spec.md", "content_type": "text/markdown", "content": SPEC, "actor": "s1"}),
+        )
+        .await?;
+    anyhow::ensure!(r.status == 201, "{}", r.text);
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+    let blocks = agent.get(&format!("/api/v1/artifacts/{id}/blocks")).await?;
+    let text_of = |b: &Value| -> String {
+        let (s, e) = (
+            b["range"]["start"].as_u64().unwrap_or(0) as usize,
+            b["range"]["end"].as_u64().unwrap_or(0) as usize,
+        );
+        SPEC.get(s..e).unwrap_or("").to_owned()
+    };
+    let block = blocks.json["blocks"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|b| b["type"] == "paragraph" && text_of(b).contains(text))
+        })
+        .and_then(|b| b["id"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    anyhow::ensure!(!block.is_empty(), "no block holds {text}: {}", blocks.text);
+    Ok((id, block))
+}
+
+async fn markdown(who: &Who, doc: &str) -> anyhow::Result<String> {
+    let t = who.get(&format!("/api/v1/artifacts/{doc}/text")).await?;
+    Ok(t.json["markdown"].as_str().unwrap_or_default().to_owned())
+}
+
+fn kinds_of(log: &Value) -> Vec<String> {
+    log.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e["kind"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn document_asks_and_block_asks(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let (ada, _bob, agent) = setup(&console).await?;
+    let (doc, para) = spec(&agent, "Refunds go back in full.").await?;
+
+    // An ask on the document.
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{doc}/asks"),
+            json!({"question": "Is this the whole policy?", "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let plain = r.json["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        (&r.json["artifact"], &r.json["issue"], &r.json["block"]),
+        (&json!(doc), &json!("ASK-1"), &Value::Null)
+    );
+
+    // A block ask: its `:::ask` block goes in after the block named.
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{doc}/asks"),
+            json!({"question": "Full refunds for partial captures too?", "options": [{"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"}], "block": para, "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let block_ask = r.json["id"].as_str().unwrap_or_default().to_owned();
+    assert!(r.json["block"].is_string(), "{}", r.text);
+    let md = markdown(&agent, &doc).await?;
+    let expected = format!(
+        "Refunds go back in full.\n\n:::ask id={block_ask} state=open\nFull refunds for partial captures too?\n\n- (yes) Yes\n- (no) No\n:::\n\nPartial captures are kept."
+    );
+    assert!(md.contains(&expected), "{md}");
+    refused(
+        &agent
+            .post(
+                &format!("/api/v1/artifacts/{doc}/asks"),
+                json!({"question": "q", "block": "nope"}),
+            )
+            .await?,
+        404,
+        "TARGET_NOT_FOUND",
+    );
+    // The block's id is in the ask's blocks.
+    let b = agent
+        .get(&format!(
+            "/api/v1/artifacts/{doc}/blocks/{}",
+            r.json["block"].as_str().unwrap_or("")
+        ))
+        .await?;
+    assert_eq!(b.json["type"], "ask", "{}", b.text);
+
+    // Reword: the block is rewritten; retract: the block records it.
+    let r = agent
+        .patch(
+            &format!("/api/v1/asks/{block_ask}"),
+            json!({"question": "Full refunds for partial captures as well?", "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let md = markdown(&agent, &doc).await?;
+    assert!(
+        md.contains("Full refunds for partial captures as well?"),
+        "{md}"
+    );
+    assert!(!md.contains("partial captures too?"), "{md}");
+    let r = agent
+        .post(
+            &format!("/api/v1/asks/{block_ask}/close"),
+            json!({"state": "retracted", "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.json["state"], "retracted", "{}", r.text);
+    let md = markdown(&agent, &doc).await?;
+    assert!(
+        md.contains(&format!(":::ask id={block_ask} state=retracted")),
+        "{md}"
+    );
+
+    // Lists: the document's asks, the issue's (its documents' included).
+    let l = agent.get(&format!("/api/v1/artifacts/{doc}/asks")).await?;
+    assert_eq!(ids(&l.json), [plain.clone(), block_ask.clone()]);
+    let l = agent
+        .get(&format!("/api/v1/artifacts/{doc}/asks?state=open"))
+        .await?;
+    assert_eq!(ids(&l.json), [plain.clone()]);
+    let l = agent.get("/api/v1/issues/ASK-1/asks").await?;
+    assert_eq!(ids(&l.json), [plain.clone(), block_ask.clone()]);
+    let s = agent.get("/api/v1/asks?project=ASK").await?;
+    assert_eq!(
+        s.json["counts"],
+        json!({"asks": 1, "issues": 1, "artifacts": 1})
+    );
+
+    // Its events are in the document's log, not the issue's.
+    let dl = agent
+        .get(&format!("/api/v1/artifacts/{doc}/events?limit=200"))
+        .await?;
+    let kinds = kinds_of(&dl.json);
+    for k in [
+        "ask.opened",
+        "ask.reworded",
+        "ask.retracted",
+        "document.edited",
+    ] {
+        assert!(kinds.iter().any(|x| x == k), "{k} in {kinds:?}");
+    }
+    let il = agent.get("/api/v1/issues/ASK-1/events?limit=200").await?;
+    assert!(!kinds_of(&il.json).iter().any(|k| k.starts_with("ask.")));
+
+    // A project's document takes asks too (unassigned in the inbox); a file does not.
+    let p = agent
+        .post(
+            "/api/v1/projects/ASK/artifacts",
+            json!({"filename": "guide.md", "content_type": "text/markdown", "content": "# Guide\n", "actor": "s1"}),
+        )
+        .await?;
+    let guide = p.json["id"].as_str().unwrap_or_default().to_owned();
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{guide}/asks"),
+            json!({"question": "Publish the guide?", "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(
+        (r.json["issue"].clone(), r.json["project"].clone()),
+        (Value::Null, json!("ASK"))
+    );
+    let g = r.json["id"].as_str().unwrap_or_default().to_owned();
+    let inbox = ada.get("/api/v1/inbox?assignee=unassigned").await?;
+    assert!(
+        ids(&inbox.json["human_turn"]).contains(&g),
+        "{}",
+        inbox.text
+    );
+    let f = agent
+        .post(
+            "/api/v1/issues/ASK-1/artifacts",
+            json!({"filename": "notes.txt", "content_type": "text/plain", "content": "x", "actor": "s1"}),
+        )
+        .await?;
+    let file = f.json["id"].as_str().unwrap_or_default().to_owned();
+    for path in [
+        format!("/api/v1/artifacts/{file}/asks"),
+        "/api/v1/artifacts/6f1c0a4e-0000-4000-8000-000000000000/asks".to_owned(),
+        "/api/v1/artifacts/nope/asks".to_owned(),
+    ] {
+        refused(
+            &agent.post(&path, json!({"question": "q"})).await?,
+            404,
+            "NOT_FOUND",
+        );
+    }
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    document_asks_and_block_asks,
+    document_asks_and_block_asks_sqlite,
+    document_asks_and_block_asks_postgres
+);
+
+async fn approval_and_reviews(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let (ada, _bob, agent) = setup(&console).await?;
+    let (doc, _) = spec(&agent, "Every refund is logged.").await?;
+
+    // A request: an approval ask for the latest version (the upload's, 1).
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{doc}/approval-requests"),
+            json!({"summary": "Ready for review?", "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let ask = r.json["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(r.location(), Some(format!("/api/v1/asks/{ask}")));
+    assert_eq!(r.json["kind"], "approval");
+    assert_eq!(r.json["question"], "Ready for review?");
+    assert_eq!(r.json["approval"], json!({"version": 1, "approved": null}));
+    assert_eq!(r.json["options"][0]["id"], "approve");
+    let inbox = ada.get("/api/v1/inbox").await?;
+    assert_eq!(ids(&inbox.json["human_turn"]), [ask.clone()]);
+
+    // A later edit: the ask follows it and waits on its agent.
+    let e = agent
+        .post(
+            &format!("/api/v1/artifacts/{doc}/edits"),
+            json!({"ops": [{"op": "replace", "quote": {"exact": "logged"}, "text": "logged and audited"}], "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(e.status, 200, "{}", e.text);
+    let inbox = ada.get("/api/v1/inbox").await?;
+    assert_eq!(
+        ids(&inbox.json["agent_turn"]),
+        [ask.clone()],
+        "{}",
+        inbox.text
+    );
+    // The same route hands the same row back to a person, for the new latest version (2).
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{doc}/approval-requests"),
+            json!({"actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["id"], ask.as_str());
+    assert_eq!(r.json["approval"]["version"], 2);
+    assert_eq!(r.json["turn"], "human");
+    let inbox = ada.get("/api/v1/inbox").await?;
+    assert_eq!(ids(&inbox.json["human_turn"]), [ask.clone()]);
+
+    // Reviews: a person, on the latest settled version.
+    let path = format!("/api/v1/artifacts/{doc}/reviews");
+    let r = ada
+        .post(&path, json!({"outcome": "approve", "version": 1}))
+        .await?;
+    refused(&r, 409, "DOCUMENT_CHANGED");
+    assert_eq!(r.json["version"], 2);
+    refused(
+        &agent
+            .post(&path, json!({"outcome": "approve", "version": 2}))
+            .await?,
+        403,
+        "HUMAN_ONLY",
+    );
+    for body in [
+        json!({"outcome": "maybe", "version": 2}),
+        json!({"version": 2}),
+        json!({"outcome": "approve"}),
+    ] {
+        refused(&ada.post(&path, body).await?, 400, "INVALID_BODY");
+    }
+    refused(
+        &ada.post(
+            &path,
+            json!({"outcome": "approve", "version": 2, "body": "x".repeat(65_537)}),
+        )
+        .await?,
+        400,
+        "CAP_EXCEEDED",
+    );
+    let r = ada
+        .post(
+            &path,
+            json!({"outcome": "request_changes", "version": 2, "body": "say who audits"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json["outcome"], "request_changes");
+    assert_eq!(r.json["ask"], ask.as_str());
+    assert_eq!(r.json["by"]["login"], ADA);
+    // It answered the approval ask, keeping its thread.
+    let a = agent.get(&format!("/api/v1/asks/{ask}")).await?;
+    assert_eq!(a.json["state"], "answered");
+    assert_eq!(a.json["answer"]["options"], json!(["request_changes"]));
+    assert_eq!(a.json["answer"]["text"], "say who audits");
+
+    // A new request after an answer is a new ask; answering it on the ask approves.
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{doc}/approval-requests"),
+            json!({"actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let second = r.json["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(r.json["approval"]["approved"], Value::Null);
+    refused(
+        &ada.post(
+            &format!("/api/v1/asks/{second}/answer"),
+            json!({"options": ["approve", "request_changes"]}),
+        )
+        .await?,
+        400,
+        "INVALID_BODY",
+    );
+    let r = ada
+        .post(
+            &format!("/api/v1/asks/{second}/answer"),
+            json!({"options": ["approve"]}),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["state"], "answered");
+    assert_eq!(r.json["approval"]["approved"]["version"], 2);
+    let reviews = agent.get(&path).await?;
+    assert_eq!(
+        reviews.json.as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        reviews.text
+    );
+    assert_eq!(reviews.json[1]["outcome"], "approve");
+    assert_eq!(reviews.json[1]["ask"], second.as_str());
+
+    // A third request shows the earlier approval.
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{doc}/approval-requests"),
+            json!({"actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.json["approval"]["approved"]["version"], 2, "{}", r.text);
+    assert_eq!(r.json["approval"]["approved"]["by"]["login"], ADA);
+
+    // A review with no approval ask open is a review alone.
+    let third = r.json["id"].as_str().unwrap_or_default().to_owned();
+    ada.post(
+        &format!("/api/v1/asks/{third}/close"),
+        json!({"state": "resolved"}),
+    )
+    .await?;
+    let r = ada
+        .post(&path, json!({"outcome": "approve", "version": 2}))
+        .await?;
+    assert_eq!(
+        (r.status, &r.json["ask"]),
+        (201, &Value::Null),
+        "{}",
+        r.text
+    );
+
+    let dl = agent
+        .get(&format!("/api/v1/artifacts/{doc}/events?limit=200"))
+        .await?;
+    let kinds = kinds_of(&dl.json);
+    for k in [
+        "approval.requested",
+        "approval.changes_requested",
+        "approval.approved",
+        "ask.answered",
+        "ask.opened",
+    ] {
+        assert!(kinds.iter().any(|x| x == k), "{k} in {kinds:?}");
+    }
+    let requested = dl
+        .json
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["kind"] == "approval.requested"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(requested["data"]["artifact"], doc.as_str());
+    assert_eq!(requested["data"]["version"], 1);
+    assert_eq!(requested["data"]["ask"], ask.as_str());
+    assert_eq!(requested["data"]["by"]["session"], "s1");
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    approval_and_reviews,
+    approval_and_reviews_sqlite,
+    approval_and_reviews_postgres
+);
+
+async fn document_comments_and_suggestions(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let (ada, _bob, agent) = setup(&console).await?;
+    let (doc, para) = spec(&agent, "Partial captures are kept.").await?;
+    let path = format!("/api/v1/artifacts/{doc}/comments");
+
+    // A suggestion on a quote.
+    let r = agent
+        .post(
+            &path,
+            json!({"body": "Say it plainly.", "quote": {"exact": "are kept"}, "suggestion": {"replacement": "stay with the merchant"}, "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sug = r.json["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        r.json["suggestion"],
+        json!({"replacement": "stay with the merchant", "state": "pending"})
+    );
+    assert_eq!(r.json["quote"], json!({"exact": "are kept"}));
+    assert_eq!(r.json["artifact"], doc.as_str());
+    assert_eq!(r.json["issue"], "ASK-1");
+    // Through the issue's route, naming the document; on a block.
+    let r = ada
+        .post(
+            "/api/v1/issues/ASK-1/comments",
+            json!({"body": "Logged where?", "artifact": doc, "quote": {"exact": "logged"}}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = ada
+        .post(&path, json!({"body": "This paragraph.", "block": para}))
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    // The quote's refusals, the engine's.
+    for (body, status, code) in [
+        (
+            json!({"body": "x", "quote": {"exact": "nowhere"}}),
+            409,
+            "QUOTE_NOT_FOUND",
+        ),
+        (
+            json!({"body": "x", "quote": {"exact": "Refund"}}),
+            409,
+            "QUOTE_AMBIGUOUS",
+        ),
+        (
+            json!({"body": "x", "quote": {"exact": "kept"}, "block": "nope"}),
+            404,
+            "TARGET_NOT_FOUND",
+        ),
+        (
+            json!({"body": "x", "block": "nope"}),
+            404,
+            "TARGET_NOT_FOUND",
+        ),
+        (
+            json!({"body": "x", "suggestion": {"replacement": "y"}}),
+            400,
+            "INVALID_BODY",
+        ),
+        (json!({"body": "x", "artifact": doc}), 400, "INVALID_BODY"),
+        (
+            json!({"body": "x", "quote": {"exact": "kept", "colour": "red"}}),
+            400,
+            "INVALID_BODY",
+        ),
+    ] {
+        refused(&ada.post(&path, body).await?, status, code);
+    }
+    refused(
+        &ada.post(
+            "/api/v1/issues/ASK-1/comments",
+            json!({"body": "x", "quote": {"exact": "kept"}}),
+        )
+        .await?,
+        400,
+        "INVALID_BODY",
+    );
+    refused(
+        &ada.post(
+            "/api/v1/issues/ASK-2/comments",
+            json!({"body": "x", "artifact": doc}),
+        )
+        .await?,
+        400,
+        "INVALID_BODY",
+    );
+    // Lists.
+    let l = agent.get(&path).await?;
+    assert_eq!(l.json.as_array().map(Vec::len), Some(3), "{}", l.text);
+    let l = agent
+        .get(&format!("/api/v1/issues/ASK-1/comments?artifact={doc}"))
+        .await?;
+    assert_eq!(l.json.as_array().map(Vec::len), Some(3));
+
+    // Accept: applied as a replace of the quote; then decided.
+    let acc = format!("/api/v1/comments/{sug}/suggestion/accept");
+    refused(&agent.post(&acc, json!({})).await?, 403, "HUMAN_ONLY");
+    let r = ada.post(&acc, json!({})).await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["suggestion"]["state"], "accepted");
+    let md = markdown(&agent, &doc).await?;
+    assert!(
+        md.contains("Partial captures stay with the merchant."),
+        "{md}"
+    );
+    for p in [
+        acc.clone(),
+        format!("/api/v1/comments/{sug}/suggestion/reject"),
+    ] {
+        let r = ada.post(&p, json!({})).await?;
+        refused(&r, 409, "SUGGESTION_STATE");
+        assert_eq!(r.json["state"], "accepted");
+    }
+
+    // A suggestion whose quote is gone: the edit's refusal, and it stays pending.
+    let r = agent
+        .post(
+            &path,
+            json!({"body": "shorter", "quote": {"exact": "Every refund"}, "suggestion": {"replacement": "Each refund"}, "actor": "s1"}),
+        )
+        .await?;
+    let gone = r.json["id"].as_str().unwrap_or_default().to_owned();
+    agent
+        .post(
+            &format!("/api/v1/artifacts/{doc}/edits"),
+            json!({"ops": [{"op": "replace", "quote": {"exact": "Every refund"}, "text": "All refunds"}], "actor": "s1"}),
+        )
+        .await?;
+    let r = ada
+        .post(
+            &format!("/api/v1/comments/{gone}/suggestion/accept"),
+            json!({}),
+        )
+        .await?;
+    refused(&r, 409, "QUOTE_NOT_FOUND");
+    let c = ada.get(&format!("/api/v1/comments/{gone}")).await?;
+    assert_eq!(c.json["suggestion"]["state"], "pending");
+    // Reject it: then decided.
+    let r = ada
+        .post(
+            &format!("/api/v1/comments/{gone}/suggestion/reject"),
+            json!({}),
+        )
+        .await?;
+    assert_eq!(r.json["suggestion"]["state"], "rejected", "{}", r.text);
+    let r = ada
+        .post(
+            &format!("/api/v1/comments/{gone}/suggestion/accept"),
+            json!({}),
+        )
+        .await?;
+    refused(&r, 409, "SUGGESTION_STATE");
+    assert_eq!(r.json["state"], "rejected");
+
+    let dl = agent
+        .get(&format!("/api/v1/artifacts/{doc}/events?limit=200"))
+        .await?;
+    let kinds = kinds_of(&dl.json);
+    for k in [
+        "comment.created",
+        "suggestion.accepted",
+        "suggestion.rejected",
+        "document.edited",
+    ] {
+        assert!(kinds.iter().any(|x| x == k), "{k} in {kinds:?}");
+    }
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    document_comments_and_suggestions,
+    document_comments_and_suggestions_sqlite,
+    document_comments_and_suggestions_postgres
+);
