@@ -220,6 +220,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/assets/documents.js", Anyone, Page, [], "the document page's script", pages::documents::script),
     route!(GET "/assets/documents.css", Anyone, Page, [], "the document page's style sheet", pages::documents::style),
     // ----- pages: asks and the inbox (issue 13) -----
+    route!(GET "/artifacts/{id}/discussion", HumanOnly, Page, [], "a document with its comment threads beside it: suggestions as diffs to accept or reject, its asks", pages::asks::discussion_page),
     route!(GET "/asks/{id}", HumanOnly, Page, [], "one ask: answer it with its options in one click, its replies and history", pages::asks::ask_page),
     route!(GET "/assets/asks.js", Anyone, Page, [], "the asks pages' script", pages::asks::script),
     route!(GET "/assets/asks.css", Anyone, Page, [], "the asks pages' style sheet", pages::asks::style),

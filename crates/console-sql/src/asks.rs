@@ -14,8 +14,9 @@ use countersign_console_core::Time;
 use countersign_console_core::ids::Login;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::asks::{
-    Answer, AnswerEntry, Ask, AskFilter, AskKind, AskState, AssigneeFilter, Comment, CommentFilter,
-    InboxEntry, InboxFilter, PastAnswer, Review, ReviewOutcome, ThreadState, Turn, Wording,
+    Answer, AnswerEntry, Ask, AskFilter, AskKind, AskOption, AskState, AssigneeFilter, Comment,
+    CommentFilter, InboxAsk, InboxEntry, InboxFilter, PastAnswer, Review, ReviewOutcome,
+    ThreadState, Turn, Wording,
 };
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{Actor, AskTx, Hit, IssueKey, ProjectKey};
@@ -150,15 +151,6 @@ const ASK_COLUMNS: &str = "id, kind, project, issue, artifact, block, question, 
      answer, closed, approval, followers, author, author_session, worded_by, worded_at, turn, \
      turn_since, created_at, updated_at";
 
-/// The ask columns qualified by `a.`.
-fn ask_columns_of(alias: &str) -> String {
-    ASK_COLUMNS
-        .split(", ")
-        .map(|c| format!("{alias}.{c}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The next `seq` of comments and answers: one count over both, so that a person's answers
 /// and replies (`GET /inbox/answers`) are in the order they were made, even within one
 /// millisecond.
@@ -242,6 +234,26 @@ fn comment_of(r: &AnyRow) -> Result<Comment, StorageError> {
             .map(time)
             .transpose()?,
     })
+}
+
+/// One inbox row as the database writes it in the inbox's JSON array.
+#[derive(serde::Deserialize)]
+struct StoredInboxRow {
+    id: String,
+    kind: String,
+    project: String,
+    issue: Option<String>,
+    artifact: Option<String>,
+    block: Option<String>,
+    question: String,
+    options: Vec<AskOption>,
+    state: String,
+    answer: Option<Answer>,
+    author: Actor,
+    turn: Option<String>,
+    turn_since: i64,
+    created_at: i64,
+    snoozed_until: Option<i64>,
 }
 
 fn login_of(a: &Actor) -> Option<String> {
@@ -642,25 +654,99 @@ impl AskTx for SqlTx {
             }
             AssigneeFilter::Unassigned => conds.push("i.assignee IS NULL".to_owned()),
         }
-        let sql = format!(
-            "SELECT {}, s.until AS snoozed_until FROM console_asks a \
+        let from = format!(
+            "FROM console_asks a \
              LEFT JOIN console_issues i ON i.key = a.issue \
              LEFT JOIN console_ask_snoozes s ON s.ask = a.id AND s.login = {me} \
-             WHERE {} ORDER BY a.turn_since, a.seq",
-            ask_columns_of("a"),
+             WHERE {}",
             conds.join(" AND ")
         );
-        self.rows(&sql, &a)
-            .await?
-            .iter()
+        let rows: Vec<StoredInboxRow> = match self.backend {
+            // SQLite: one row holding every inbox row as a JSON array made by the database.
+            // A person's inbox may hold thousands of asks, and the driver hands SQLite's rows
+            // over one at a time through a channel from its worker thread, a wake-up each.
+            Backend::Sqlite => {
+                let sql = format!(
+                    "SELECT json_group_array(json_object('id', a.id, 'kind', a.kind, \
+                     'project', a.project, 'issue', a.issue, 'artifact', a.artifact, \
+                     'block', a.block, 'question', a.question, 'options', json(a.options), \
+                     'state', a.state, 'answer', json(a.answer), 'author', json(a.author), \
+                     'turn', a.turn, 'turn_since', a.turn_since, 'created_at', a.created_at, \
+                     'snoozed_until', s.until) ORDER BY a.turn_since, a.seq) AS rows {from}"
+                );
+                let rows: Option<String> = sqlx::query_with(&sql, a.build())
+                    .fetch_one(&mut *self.tx)
+                    .await
+                    .map_err(db_err)?
+                    .try_get("rows")
+                    .map_err(db_err)?;
+                match rows {
+                    Some(r) => json_of(&r, "inbox rows")?,
+                    None => Vec::new(),
+                }
+            }
+            // PostgreSQL streams rows over its socket; building JSON there costs more than
+            // reading them.
+            Backend::Postgres => {
+                let sql = format!(
+                    "SELECT a.id, a.kind, a.project, a.issue, a.artifact, a.block, a.question, \
+                     a.options, a.state, a.answer, a.author, a.turn, a.turn_since, a.created_at, \
+                     s.until AS snoozed_until {from} ORDER BY a.turn_since, a.seq"
+                );
+                self.rows(&sql, &a)
+                    .await?
+                    .iter()
+                    .map(|r| {
+                        let g = |c: &str| -> Result<String, StorageError> {
+                            r.try_get(c).map_err(db_err)
+                        };
+                        let go = |c: &str| -> Result<Option<String>, StorageError> {
+                            r.try_get(c).map_err(db_err)
+                        };
+                        Ok(StoredInboxRow {
+                            id: g("id")?,
+                            kind: g("kind")?,
+                            project: g("project")?,
+                            issue: go("issue")?,
+                            artifact: go("artifact")?,
+                            block: go("block")?,
+                            question: g("question")?,
+                            options: json_of(&g("options")?, "ask options")?,
+                            state: g("state")?,
+                            answer: go("answer")?.map(|x| json_of(&x, "answer")).transpose()?,
+                            author: json_of(&g("author")?, "actor")?,
+                            turn: go("turn")?,
+                            turn_since: r.try_get("turn_since").map_err(db_err)?,
+                            created_at: r.try_get("created_at").map_err(db_err)?,
+                            snoozed_until: r.try_get("snoozed_until").map_err(db_err)?,
+                        })
+                    })
+                    .collect::<Result<_, StorageError>>()?
+            }
+        };
+        rows.into_iter()
             .map(|r| {
                 Ok(InboxEntry {
-                    ask: ask_of(r)?,
-                    snoozed_until: r
-                        .try_get::<Option<i64>, _>("snoozed_until")
-                        .map_err(db_err)?
-                        .map(time)
-                        .transpose()?,
+                    ask: InboxAsk {
+                        id: r.id,
+                        kind: AskKind::parse(&r.kind).ok_or_else(|| corrupt("ask kind"))?,
+                        project: project_of(&r.project)?,
+                        issue: issue_key(r.issue)?,
+                        artifact: r.artifact,
+                        block: r.block,
+                        question: r.question,
+                        options: r.options,
+                        state: AskState::parse(&r.state).ok_or_else(|| corrupt("ask state"))?,
+                        answer: r.answer,
+                        author: r.author,
+                        turn: r
+                            .turn
+                            .map(|t| Turn::parse(&t).ok_or_else(|| corrupt("turn")))
+                            .transpose()?,
+                        turn_since: time(r.turn_since)?,
+                        created_at: time(r.created_at)?,
+                    },
+                    snoozed_until: r.snoozed_until.map(time).transpose()?,
                 })
             })
             .collect()

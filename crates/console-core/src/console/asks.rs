@@ -6,11 +6,13 @@
 //! the event log's.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::*;
 use crate::doc;
+use crate::work::asks::InboxAsk;
 use crate::work::asks::{
     Answer, AnswerEntry, Approval, Approved, Ask, AskFilter, AskKind, AskOption, AskState, AskView,
     AssigneeFilter, Closed, Comment, CommentFilter, CommentSuggestion, CommentView, InboxFilter,
@@ -235,11 +237,11 @@ pub struct Recipient {
     pub via: Via,
 }
 
-/// One inbox row (protocol §6.4); its id is its ask's.
+/// One inbox row (protocol §6.4); its id is its ask's, its `ask` the inbox's view of the ask.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InboxRow {
     pub id: String,
-    pub ask: AskView,
+    pub ask: InboxAsk,
     pub issue: Option<IssueKey>,
     pub artifact: Option<String>,
     /// Whose turn it is (a snoozed row keeps its turn).
@@ -1014,12 +1016,18 @@ impl Console {
     /// none: the caller's and the unassigned; asks on documents with no issue are unassigned),
     /// within `project`; a row the caller snoozed is under `snoozed` until then. Oldest turn
     /// first.
+    ///
+    /// A person's inbox may hold thousands of asks: each answer is kept (with its JSON) until
+    /// the next event commits or a snooze in it ends ([`InboxCache`]). Every write that
+    /// changes an inbox appends an event (a snooze too), so no answer outlives its data; with
+    /// several replicas, another replica's event reaches the watermark through the storage's
+    /// listener.
     pub async fn inbox_asks(
         &self,
         human: &Human,
         project: Option<&str>,
         assignee: Option<&str>,
-    ) -> Result<Inbox, Error> {
+    ) -> Result<Arc<CachedInbox>, Error> {
         let project = project
             .map(|p| {
                 ProjectKey::parse(p).ok_or_else(|| {
@@ -1033,22 +1041,33 @@ impl Console {
             Some("unassigned") => AssigneeFilter::Unassigned,
             Some(e) => AssigneeFilter::Person(self.assignee(e).await?),
         };
+        let filter = InboxFilter {
+            login: human.login.clone(),
+            project,
+            assignee,
+        };
+        // The watermark is read before the storage: an event committed after it makes the
+        // answer read now stale at once, never the other way round.
+        let watermark = *self.committed.borrow();
         let now = self.now();
-        let mut tx = self.parts.storage.read().await?;
-        let entries = tx
-            .inbox(&InboxFilter {
-                login: human.login.clone(),
-                project,
-                assignee,
-            })
-            .await?;
+        if let Some(hit) = self.inboxes.get(&filter, watermark, now) {
+            return Ok(hit);
+        }
+        let entries = {
+            let mut tx = self.parts.storage.read().await?;
+            tx.inbox(&filter).await?
+        };
         let mut inbox = Inbox {
             human_turn: Vec::new(),
             agent_turn: Vec::new(),
             snoozed: Vec::new(),
         };
+        let mut until: Option<Time> = None;
         for e in entries {
             let snoozed = e.snoozed_until.filter(|u| *u > now);
+            if let Some(u) = snoozed {
+                until = Some(until.map_or(u, |x| x.min(u)));
+            }
             let turn = e.ask.turn;
             let row = Self::inbox_row(e.ask, snoozed);
             match (snoozed, turn) {
@@ -1058,10 +1077,12 @@ impl Console {
                 (None, None) => {}
             }
         }
-        Ok(inbox)
+        let cached = Arc::new(CachedInbox::new(inbox));
+        self.inboxes.put(filter, watermark, until, cached.clone());
+        Ok(cached)
     }
 
-    fn inbox_row(a: Ask, snoozed_until: Option<Time>) -> InboxRow {
+    fn inbox_row(a: InboxAsk, snoozed_until: Option<Time>) -> InboxRow {
         InboxRow {
             id: a.id.clone(),
             issue: a.issue.clone(),
@@ -1069,12 +1090,13 @@ impl Console {
             turn: a.turn,
             turn_since: a.turn_since,
             snoozed_until,
-            ask: AskView::listed(a),
+            ask: a,
         }
     }
 
     /// Snoozes an inbox row for the caller until `until` (in the future, at most 365 days
     /// ahead: else INVALID_STATE). An ask that is nobody's turn is in no inbox: ASK_STATE.
+    /// Appends `inbox.snoozed` (`{ask, login, snoozed_until}`; no issue's or document's log).
     pub async fn snooze(&self, human: &Human, id: &str, until: Time) -> Result<InboxRow, Error> {
         let id = uuid_id(id, "ask")?;
         let now = self.now();
@@ -1084,7 +1106,10 @@ impl Console {
                 "snoozed_until is in the future, at most 365 days ahead",
             ));
         }
-        transact!(self, |tx| {
+        let actor = Actor::User {
+            login: human.login.clone(),
+        };
+        let (row, event) = transact!(self, |tx| {
             let ask = self.locked_ask(tx, &id).await?;
             if ask.turn.is_none() {
                 return Err(ask_state(
@@ -1093,18 +1118,71 @@ impl Console {
                 ));
             }
             tx.snooze(&human.login, &id, until).await?;
-            Ok(Self::inbox_row(ask, Some(until)))
-        })
+            let data = serde_json::to_value(SnoozeData {
+                ask: &id,
+                login: &human.login,
+                snoozed_until: Some(until),
+            })
+            .unwrap_or_default();
+            let e = self
+                .append_personal(tx, "inbox.snoozed", &actor, &ask.project, data)
+                .await?;
+            Ok((Self::inbox_row(InboxAsk::of(&ask), Some(until)), e))
+        })?;
+        self.event_committed(event.id);
+        Ok(row)
     }
 
-    /// Un-snoozes an inbox row for the caller (one not snoozed: done already).
+    /// Un-snoozes an inbox row for the caller (one not snoozed: done already, no event);
+    /// appends `inbox.unsnoozed`.
     pub async fn unsnooze(&self, human: &Human, id: &str) -> Result<(), Error> {
         let id = uuid_id(id, "ask")?;
-        transact!(self, |tx| {
-            self.locked_ask(tx, &id).await?;
+        let actor = Actor::User {
+            login: human.login.clone(),
+        };
+        let event = transact!(self, |tx| {
+            let ask = self.locked_ask(tx, &id).await?;
+            if tx.snoozed_until(&human.login, &id).await?.is_none() {
+                return Ok(None);
+            }
             tx.unsnooze(&human.login, &id).await?;
-            Ok(())
-        })
+            let data = serde_json::to_value(SnoozeData {
+                ask: &id,
+                login: &human.login,
+                snoozed_until: None,
+            })
+            .unwrap_or_default();
+            Ok(Some(
+                self.append_personal(tx, "inbox.unsnoozed", &actor, &ask.project, data)
+                    .await?,
+            ))
+        })?;
+        if let Some(e) = event {
+            self.event_committed(e.id);
+        }
+        Ok(())
+    }
+
+    /// Appends an event about a person's own inbox: in no issue's or document's log.
+    async fn append_personal(
+        &self,
+        tx: &mut dyn WorkTx,
+        kind: &'static str,
+        actor: &Actor,
+        project: &ProjectKey,
+        data: serde_json::Value,
+    ) -> Result<Event, Error> {
+        let e = NewEvent {
+            kind,
+            at: self.now(),
+            actor: actor.clone(),
+            project: Some(project.clone()),
+            issue: None,
+            artifact: None,
+            session: None,
+            data,
+        };
+        Ok(tx.append_event(&e, None).await?)
     }
 
     /// The caller's own answers and replies on asks, newest first.
@@ -1755,6 +1833,99 @@ enum On {
 struct CheckedComment {
     body: String,
     mentions: Vec<String>,
+}
+
+/// `inbox.snoozed`, `inbox.unsnoozed`.
+#[derive(Serialize)]
+struct SnoozeData<'a> {
+    ask: &'a str,
+    login: &'a Login,
+    #[serde(with = "crate::work::model::rfc3339_opt")]
+    snoozed_until: Option<Time>,
+}
+
+/// An inbox answer as read once, with its JSON made on first use.
+#[derive(Debug)]
+pub struct CachedInbox {
+    pub inbox: Inbox,
+    json: std::sync::OnceLock<Arc<[u8]>>,
+}
+
+impl CachedInbox {
+    fn new(inbox: Inbox) -> Self {
+        Self {
+            inbox,
+            json: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The answer's JSON, serialized once for every reader of this answer.
+    pub fn json(&self) -> Arc<[u8]> {
+        self.json
+            .get_or_init(|| Arc::from(serde_json::to_vec(&self.inbox).unwrap_or_default()))
+            .clone()
+    }
+
+    /// Rows in it (what the cache's budget counts).
+    fn rows(&self) -> usize {
+        self.inbox.human_turn.len() + self.inbox.agent_turn.len() + self.inbox.snoozed.len()
+    }
+}
+
+/// People's inboxes as last read (per person and filters): an answer is good while no event
+/// has committed since it was read, and until the first snooze in it ends. At most
+/// [`InboxCache::ROWS`] rows are kept, the oldest answers dropped first.
+#[derive(Debug, Default)]
+pub(crate) struct InboxCache {
+    entries: Mutex<std::collections::VecDeque<CacheEntry>>,
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    filter: InboxFilter,
+    watermark: i64,
+    until: Option<Time>,
+    inbox: Arc<CachedInbox>,
+}
+
+impl InboxCache {
+    /// The rows kept in all (about 1 KiB each with their JSON).
+    const ROWS: usize = 100_000;
+
+    fn get(&self, f: &InboxFilter, watermark: i64, now: Time) -> Option<Arc<CachedInbox>> {
+        let mut entries = self.entries.lock().ok()?;
+        // Anything read before the last committed event is stale for good.
+        entries.retain(|e| e.watermark >= watermark);
+        entries
+            .iter()
+            .find(|e| &e.filter == f && e.watermark == watermark && e.until.is_none_or(|u| now < u))
+            .map(|e| e.inbox.clone())
+    }
+
+    fn put(
+        &self,
+        filter: InboxFilter,
+        watermark: i64,
+        until: Option<Time>,
+        inbox: Arc<CachedInbox>,
+    ) {
+        let Ok(mut entries) = self.entries.lock() else {
+            return;
+        };
+        entries.retain(|e| e.filter != filter);
+        entries.push_back(CacheEntry {
+            filter,
+            watermark,
+            until,
+            inbox,
+        });
+        let mut rows: usize = entries.iter().map(|e| e.inbox.rows()).sum();
+        while rows > Self::ROWS && entries.len() > 1 {
+            if let Some(old) = entries.pop_front() {
+                rows -= old.inbox.rows();
+            }
+        }
+    }
 }
 
 /// `ask.followed`, `ask.unfollowed`.

@@ -177,6 +177,8 @@ pub struct Console {
     /// The highest event id this process knows committed (its own writes, and other replicas'
     /// as the storage reports them): event streams wait on it, then read the log.
     committed: tokio::sync::watch::Sender<i64>,
+    /// People's inboxes as last read, each good until an event commits (asks).
+    inboxes: asks::InboxCache,
 }
 
 impl Console {
@@ -188,6 +190,7 @@ impl Console {
             shared_token_hash: shared_token.map(sha256),
             records: Mutex::new(HashMap::new()),
             committed: tokio::sync::watch::Sender::new(0),
+            inboxes: Default::default(),
         }
     }
 

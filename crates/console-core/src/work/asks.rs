@@ -231,10 +231,55 @@ pub enum AssigneeFilter {
     Unassigned,
 }
 
+/// An ask as an inbox row shows it (what the inbox reads of the row: a person's inbox may
+/// hold thousands): what it asks, its options, where, who asked, its current answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InboxAsk {
+    pub id: String,
+    pub kind: AskKind,
+    pub project: ProjectKey,
+    pub issue: Option<IssueKey>,
+    pub artifact: Option<String>,
+    pub block: Option<String>,
+    pub question: String,
+    pub options: Vec<AskOption>,
+    pub state: AskState,
+    pub answer: Option<Answer>,
+    pub author: Actor,
+    #[serde(skip)]
+    pub turn: Option<Turn>,
+    #[serde(skip)]
+    pub turn_since: Time,
+    #[serde(with = "rfc3339")]
+    pub created_at: Time,
+}
+
+impl InboxAsk {
+    /// The inbox's view of a whole ask.
+    pub fn of(a: &Ask) -> Self {
+        Self {
+            id: a.id.clone(),
+            kind: a.kind,
+            project: a.project.clone(),
+            issue: a.issue.clone(),
+            artifact: a.artifact.clone(),
+            block: a.block.clone(),
+            question: a.question.clone(),
+            options: a.options.clone(),
+            state: a.state,
+            answer: a.answer.clone(),
+            author: a.author.clone(),
+            turn: a.turn,
+            turn_since: a.turn_since,
+            created_at: a.created_at,
+        }
+    }
+}
+
 /// One ask in an inbox, with the caller's snooze.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboxEntry {
-    pub ask: Ask,
+    pub ask: InboxAsk,
     pub snoozed_until: Option<Time>,
 }
 

@@ -4,7 +4,7 @@
 
 use axum::Extension;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::asks::{
     AnswerIn, ApprovalIn, AskPatch, AskSuggestion, CloseIn, NewAsk, ReviewIn,
@@ -219,10 +219,19 @@ pub async fn inbox(
     q: Query,
 ) -> ApiResult<Response> {
     let h = caller.human()?;
-    Ok(ok(st
+    let inbox = st
         .console
         .inbox_asks(h, q.one("project")?, q.one("assignee")?)
-        .await?))
+        .await?;
+    // The answer's JSON is made once per answer read (a person's inbox may be large).
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        axum::body::Bytes::from_owner(inbox.json()),
+    )
+        .into_response())
 }
 
 pub async fn answers(

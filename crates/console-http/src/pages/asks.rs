@@ -9,7 +9,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::asks::{Inbox, InboxRow};
 use countersign_console_core::work::Actor;
-use countersign_console_core::work::asks::{AskOption, AskView, Turn};
+use countersign_console_core::work::asks::{AskOption, AskView, InboxAsk, Turn};
 use countersign_console_core::{Caller, Time};
 
 use super::{St, chrome, error_text, human, page, status_of};
@@ -78,15 +78,35 @@ pub struct AskRow {
     pub answerable: bool,
 }
 
+/// The row's view of a whole ask.
+fn summary(a: &AskView) -> InboxAsk {
+    InboxAsk {
+        id: a.id.clone(),
+        kind: a.kind,
+        project: a.project.clone(),
+        issue: a.issue.clone(),
+        artifact: a.artifact.clone(),
+        block: a.block.clone(),
+        question: a.question.clone(),
+        options: a.options.clone(),
+        state: a.state,
+        answer: a.answer.clone(),
+        author: a.author.clone(),
+        turn: a.turn,
+        turn_since: a.updated_at,
+        created_at: a.created_at,
+    }
+}
+
 impl AskRow {
-    fn of(a: &AskView, since: &Time, snoozed_until: Option<&Time>) -> Self {
+    fn of(a: &InboxAsk, since: &Time, snoozed_until: Option<&Time>) -> Self {
         let (where_text, where_href) = match (&a.issue, &a.artifact) {
             (_, Some(doc)) => (
                 match &a.issue {
                     Some(k) => format!("{k}, a document"),
                     None => format!("{}, a document", a.project),
                 },
-                Some(format!("/documents/{doc}/discussion")),
+                Some(format!("/artifacts/{doc}/discussion")),
             ),
             (Some(k), None) => (k.to_string(), Some(format!("/issues/{k}"))),
             (None, None) => (a.project.to_string(), None),
@@ -165,7 +185,7 @@ pub async fn home(State(st): St, Extension(caller): Extension<Caller>) -> Respon
     };
     let now = st.console.now();
     let asks = match st.console.inbox_asks(h, None, None).await {
-        Ok(inbox) => AskRows::of(&inbox),
+        Ok(inbox) => AskRows::of(&inbox.inbox),
         Err(e) => AskRows::failed(notice("error", error_text(&e))),
     };
     let rows = match st.console.inbox(h).await {
@@ -286,7 +306,7 @@ pub async fn ask_page(
         StatusCode::OK,
         &AskPage {
             chrome: chrome("Ask", h, "/"),
-            a: AskRow::of(&a, &a.updated_at, None),
+            a: AskRow::of(&summary(&a), &a.updated_at, None),
             question_rest,
             turn,
             followers,
@@ -294,6 +314,122 @@ pub async fn ask_page(
             history,
             replies,
             comments_url,
+        },
+    )
+}
+
+/// A suggestion, as a diff.
+#[derive(Debug)]
+pub struct SuggestionLine {
+    pub old: String,
+    pub new: String,
+    pub state: &'static str,
+}
+
+/// A thread beside a document: its root, suggestion and replies.
+#[derive(Debug)]
+pub struct ThreadView {
+    pub id: String,
+    pub quote: Option<String>,
+    pub by: String,
+    pub at: When,
+    pub body: String,
+    pub state: &'static str,
+    pub suggestion: Option<SuggestionLine>,
+    pub replies: Vec<ReplyLine>,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "asks_discussion.html")]
+pub struct DiscussionPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub id: String,
+    pub filename: String,
+    /// The engine's sanitized HTML.
+    pub html: String,
+    pub threads: Vec<ThreadView>,
+    pub asks: Vec<AskRow>,
+}
+
+/// `GET /artifacts/{id}/discussion`: a document with its comment threads beside it, each
+/// suggestion a diff to accept or reject, and its asks.
+pub async fn discussion_page(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    use countersign_console_core::work::asks::{SuggestionState, ThreadState};
+    let h = match human(&caller) {
+        Ok(h) => h,
+        Err(r) => return *r,
+    };
+    let fail =
+        |e: countersign_console_core::Error| page(status_of(&e), &notice("error", error_text(&e)));
+    let rendered = match st.console.rendered(&id).await {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let comments = match st.console.document_comments(&rendered.artifact.id).await {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let asks = match st
+        .console
+        .document_asks(&rendered.artifact.id, Vec::new())
+        .await
+    {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let mut threads: Vec<ThreadView> = Vec::new();
+    for c in &comments {
+        if c.thread_id == c.id {
+            threads.push(ThreadView {
+                id: c.id.clone(),
+                quote: c.quote.as_ref().map(|q| q.exact.clone()),
+                by: actor_text(&c.author),
+                at: html::when(&c.created_at),
+                body: c.body.clone(),
+                state: match c.thread_state {
+                    Some(ThreadState::Resolved) => "resolved",
+                    _ => "open",
+                },
+                suggestion: c.suggestion.as_ref().map(|s| SuggestionLine {
+                    old: c
+                        .quote
+                        .as_ref()
+                        .map(|q| q.exact.clone())
+                        .unwrap_or_default(),
+                    new: s.replacement.clone(),
+                    state: match s.state {
+                        SuggestionState::Pending => "pending",
+                        SuggestionState::Accepted => "accepted",
+                        SuggestionState::Rejected => "rejected",
+                    },
+                }),
+                replies: Vec::new(),
+            });
+        } else if let Some(t) = threads.iter_mut().find(|t| t.id == c.thread_id) {
+            t.replies.push(ReplyLine {
+                id: c.id.clone(),
+                by: actor_text(&c.author),
+                at: html::when(&c.created_at),
+                body: c.body.clone(),
+            });
+        }
+    }
+    page(
+        StatusCode::OK,
+        &DiscussionPage {
+            chrome: chrome("Discussion", h, "/projects"),
+            id: rendered.artifact.id.clone(),
+            filename: rendered.artifact.filename.clone(),
+            html: rendered.html,
+            threads,
+            asks: asks
+                .iter()
+                .map(|a| AskRow::of(&summary(a), &a.updated_at, None))
+                .collect(),
         },
     )
 }

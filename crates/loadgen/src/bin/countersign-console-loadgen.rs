@@ -9,6 +9,11 @@
 //! 5. fan-out: `--streams` open `GET /api/v1/events` streams, then `--events` issues created
 //!    one at a time; for each event, the delay from the POST's answer to each stream's receipt.
 //!
+//! With `--inbox-asks N` it runs the inbox phase alone instead (issue 13): `N` open asks across
+//! `--inbox-projects` projects, on issues assigned to one person, made through the core; then
+//! `--queries` reads of that person's `GET /api/v1/inbox` from `--connections` clients, with the
+//! person's browser session: p50, p99.
+//!
 //! The server runs on its own 2-thread runtime; the client on the rest. Figures go to
 //! `docs/benchmarks.md` with the command.
 
@@ -47,6 +52,12 @@ struct Args {
     /// The console's database (default: a SQLite file in a temp dir).
     #[arg(long)]
     database_url: Option<String>,
+    /// Run the inbox phase alone: this many open asks in one person's inbox.
+    #[arg(long, default_value_t = 0)]
+    inbox_asks: usize,
+    /// Across this many projects (ten issues each).
+    #[arg(long, default_value_t = 100)]
+    inbox_projects: usize,
 }
 
 const TOKEN: &str = "loadgen-shared-token-0123456789";
@@ -205,6 +216,8 @@ fn main() -> anyhow::Result<()> {
         )
     });
     config.shared_token_file = Some(token_file);
+    // The inbox phase signs its person in through dev mode's local sign-in (loopback only).
+    config.local_sign_in = args.inbox_asks > 0;
     let state = server_rt.block_on(countersign_console_http::build(
         &config,
         Arc::new(countersign_console_core::SystemClock),
@@ -218,7 +231,176 @@ fn main() -> anyhow::Result<()> {
             "SQLite"
         }
     );
+    if args.inbox_asks > 0 {
+        return client_rt.block_on(inbox(args, url, state));
+    }
     client_rt.block_on(run(args, url, state))
+}
+
+/// The inbox phase (see the module's doc).
+async fn inbox(
+    args: Args,
+    url: String,
+    state: Arc<countersign_console_http::AppState>,
+) -> anyhow::Result<()> {
+    use countersign_console_core::console::asks::{NewAsk, OptionIn};
+    const PERSON: &str = "bench@example.com";
+    let session = state.console.sign_in_local(PERSON).await?;
+    let cookie = format!("countersign_session={}", session.token.as_str());
+    let person = Actor::User {
+        login: countersign_console_core::Login::parse(PERSON)
+            .ok_or_else(|| anyhow::anyhow!("login"))?,
+    };
+    let started = Instant::now();
+    let projects = args.inbox_projects.max(1);
+    let per_project = args.inbox_asks.div_ceil(projects);
+    let issues_per_project = 10usize;
+    let mut rng = Rng(0x6a09_e667_f3bc_c909);
+    let mut made = 0;
+    for p in 0..projects {
+        let key = format!("P{p:03}");
+        state
+            .console
+            .create_project(&person, &key, &format!("Project {p}"))
+            .await?;
+        let mut keys = Vec::new();
+        for _ in 0..issues_per_project {
+            let issue = state
+                .console
+                .create_issue(
+                    &person,
+                    NewIssue {
+                        project: Some(key.clone()),
+                        title: Some(rng.title()),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            keys.push(issue.key.to_string());
+        }
+        for a in 0..per_project {
+            if made == args.inbox_asks {
+                break;
+            }
+            let agent = Actor::Agent {
+                owner: None,
+                service: None,
+                session: Some(format!("agent-{}", a % 7)),
+            };
+            let new = NewAsk {
+                question: format!("{}?", rng.title()),
+                options: vec![
+                    OptionIn {
+                        id: Some("yes".into()),
+                        label: "Yes".into(),
+                    },
+                    OptionIn {
+                        id: Some("no".into()),
+                        label: "No".into(),
+                    },
+                ],
+                block: None,
+                actor: None,
+            };
+            state
+                .console
+                .open_issue_ask(&agent, &keys[a % keys.len()], new)
+                .await?;
+            made += 1;
+        }
+        if p % 10 == 9 {
+            eprintln!("  {made} asks…");
+        }
+    }
+    println!(
+        "filled {made} open asks across {projects} projects in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.connections + 8)
+        .build()?;
+    let check = http
+        .get(format!("{url}/api/v1/inbox"))
+        .header("cookie", &cookie)
+        .send()
+        .await?;
+    anyhow::ensure!(check.status() == 200, "inbox: {}", check.status());
+    let body: serde_json::Value = check.json().await?;
+    let rows = body["human_turn"].as_array().map_or(0, Vec::len);
+    anyhow::ensure!(rows == made, "the inbox has {rows} rows, not {made}");
+    // Where the time goes when nothing is kept: an event commits before each read (what
+    // any write does), so the core reads the storage and makes the JSON again.
+    let me = countersign_console_core::Human {
+        login: countersign_console_core::Login::parse(PERSON)
+            .ok_or_else(|| anyhow::anyhow!("login"))?,
+        csrf_token: String::new(),
+        session_key: String::new(),
+    };
+    let (mut core, mut json, mut cold) = (Vec::new(), Vec::new(), Vec::new());
+    let mut size = 0;
+    for _ in 0..args.queries.min(50) {
+        state
+            .console
+            .session_event("session.updated", &person, json!({}))
+            .await?;
+        let t = Instant::now();
+        let inbox = state.console.inbox_asks(&me, None, None).await?;
+        core.push(t.elapsed());
+        let t = Instant::now();
+        size = inbox.json().len();
+        json.push(t.elapsed());
+        state
+            .console
+            .session_event("session.updated", &person, json!({}))
+            .await?;
+        let t = Instant::now();
+        let r = http
+            .get(format!("{url}/api/v1/inbox"))
+            .header("cookie", &cookie)
+            .send()
+            .await?;
+        anyhow::ensure!(r.status() == 200, "inbox: {}", r.status());
+        r.bytes().await?;
+        cold.push(t.elapsed());
+    }
+    core.sort();
+    json.sort();
+    println!(
+        "inbox read afresh in the core: p50 {:.2} ms, p99 {:.2} ms; its JSON ({size} bytes): p50 {:.2} ms",
+        percentile(&core, 0.5).as_secs_f64() * 1e3,
+        percentile(&core, 0.99).as_secs_f64() * 1e3,
+        percentile(&json, 0.5).as_secs_f64() * 1e3,
+    );
+    let spent: Duration = cold.iter().sum();
+    report(
+        &format!("GET /api/v1/inbox after a write ({made} open asks, read afresh)"),
+        cold,
+        spent,
+    );
+    // Then reads with no write between them: the answer kept since the last event.
+    let (lat, took) = {
+        let (http, url, cookie) = (http.clone(), url.clone(), cookie.clone());
+        closed_loop(args.queries, args.connections, move |_| {
+            let (http, url, cookie) = (http.clone(), url.clone(), cookie.clone());
+            async move {
+                let r = http
+                    .get(format!("{url}/api/v1/inbox"))
+                    .header("cookie", cookie)
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status() == 200, "inbox: {}", r.status());
+                r.bytes().await?;
+                Ok(())
+            }
+        })
+        .await?
+    };
+    report(
+        &format!("GET /api/v1/inbox ({made} open asks, {projects} projects)"),
+        lat,
+        took,
+    );
+    Ok(())
 }
 
 async fn run(
