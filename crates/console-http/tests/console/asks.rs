@@ -1440,6 +1440,16 @@ async fn answered_in_the_browser_over_the_link(db: Option<String>) -> anyhow::Re
     )
     .await?;
 
+    // The live session's open asks are counted.
+    let live = agent.get("/api/v1/sessions").await?;
+    let s1 = live
+        .json
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["session_id"] == "s1"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(s1["open_asks"], 1, "{}", live.text);
+
     let driver = Driver::start(&chromedriver).await?;
     let b = driver.browser(&chromium, &dir.path().join("ada")).await?;
     browser_sign_in(&b, &console, ADA).await?;
@@ -1469,6 +1479,9 @@ async fn answered_in_the_browser_over_the_link(db: Option<String>) -> anyhow::Re
         "{}",
         log.text
     );
+
+    let live = agent.get("/api/v1/sessions").await?;
+    assert_eq!(live.json[0]["open_asks"], 0, "{}", live.text);
 
     // One ask page: its answer and history.
     b.goto(&format!("{}/asks/{id}", console.url)).await?;
@@ -2088,3 +2101,63 @@ on_both_databases!(
     document_comments_and_suggestions_sqlite,
     document_comments_and_suggestions_postgres
 );
+
+/// Comment threads beside a document in Chromium: a suggestion shown as a diff, accepted with
+/// one click, changes the document; a thread is resolved.
+#[tokio::test]
+async fn suggestion_accepted_beside_the_document() -> anyhow::Result<()> {
+    use crate::common::webdriver::{Driver, browser_or_skip};
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return Ok(());
+    };
+    let console = console_on(None).await?;
+    let (_ada, _bob, agent) = setup(&console).await?;
+    let (doc, _) = spec(&agent, "Partial captures are kept.").await?;
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{doc}/comments"),
+            json!({"body": "Plainer, please.", "quote": {"exact": "are kept"}, "suggestion": {"replacement": "stay with the merchant"}, "actor": "s1"}),
+        )
+        .await?;
+    let sug = r.json["id"].as_str().unwrap_or_default().to_owned();
+    let dir = tempfile::tempdir()?;
+    let driver = Driver::start(&chromedriver).await?;
+    let b = driver.browser(&chromium, &dir.path().join("ada")).await?;
+    browser_sign_in(&b, &console, ADA).await?;
+    b.goto(&format!("{}/artifacts/{doc}/discussion", console.url))
+        .await?;
+    let thread = format!("[data-thread-id=\"{sug}\"]");
+    b.wait_text(&format!("{thread} .suggestion del"), "are kept", 10)
+        .await?;
+    b.wait_text(
+        &format!("{thread} .suggestion ins"),
+        "stay with the merchant",
+        10,
+    )
+    .await?;
+    b.screenshot(&crate::browser::shots().join("discussion.png"))
+        .await?;
+    b.click(&format!("{thread} button[data-accept]")).await?;
+    b.wait_text("#flash", "Suggestion accepted", 10).await?;
+    b.wait_text("#doc", "Partial captures stay with the merchant.", 10)
+        .await?;
+    b.wait_for(
+        &format!("{thread} [data-suggestion-state=\"accepted\"]"),
+        10,
+    )
+    .await?;
+    b.click(&format!("{thread} button[data-resolve]")).await?;
+    b.wait_for(
+        &format!("[data-thread-id=\"{sug}\"][data-thread-state=\"resolved\"]"),
+        10,
+    )
+    .await?;
+    let md = markdown(&agent, &doc).await?;
+    assert!(
+        md.contains("Partial captures stay with the merchant."),
+        "{md}"
+    );
+    b.quit().await;
+    console.stop().await;
+    Ok(())
+}
