@@ -953,8 +953,10 @@ const LOADED_MAX: usize = 32;
 /// when the artifact's row still has that sequence and token (every write moves the sequence,
 /// another replica's too), so it never answers for another state. Ids are UUIDs, so the
 /// consoles of one process (tests run several) share it safely.
-static LOADED: LazyLock<Mutex<HashMap<String, (i64, String, Document)>>> =
-    LazyLock::new(Default::default);
+static LOADED: LazyLock<Mutex<HashMap<String, Loaded>>> = LazyLock::new(Default::default);
+
+/// A cache entry: the sequence and token of the state the document was loaded from.
+type Loaded = (i64, String, Document);
 
 fn cached(a: &Artifact) -> Option<Document> {
     let map = LOADED.lock().unwrap_or_else(|p| p.into_inner());
