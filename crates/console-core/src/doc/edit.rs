@@ -667,11 +667,12 @@ impl Document {
                 (None, None) => {}
             }
         }
-        let mut doc = self.clone();
+        let mut current: Option<Document> = None;
         for (i, op) in ops.iter().enumerate() {
-            doc = doc.apply_op(i, op, new_id)?;
+            let next = current.as_ref().unwrap_or(self).apply_op(i, op, new_id)?;
+            current = Some(next);
         }
-        Ok(self.edited(doc))
+        Ok(self.edited(current.unwrap_or_else(|| self.clone())))
     }
 
     /// The [`Edited`] answer for `document`, an edit of this one: top-level blocks both share

@@ -47,6 +47,8 @@ mod block;
 mod edit;
 mod html;
 mod parse;
+#[cfg(test)]
+mod proptests;
 pub mod refs;
 mod schema;
 mod table;
@@ -257,7 +259,7 @@ impl Document {
     /// in; kind `embed` for images, `link` otherwise. Reference-style links count (they are
     /// resolved against the whole document). One entry per (block, ref, kind), document order.
     pub fn references(&self) -> Vec<OutgoingRef> {
-        let found = parse::with_ast(&self.markdown, |root, lines| refs::collect(root, lines));
+        let found = parse::with_ast(&self.markdown, refs::collect);
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for (at, target, kind) in found {

@@ -316,18 +316,7 @@ impl Builder<'_, '_> {
         within: (usize, usize),
     ) -> Option<Node> {
         let value = node.data.borrow().value.clone();
-        let (mut abs_start, mut abs_end) = self.range(node);
-        if matches!(value, NodeValue::TableCell) {
-            // A cell's range is its text, without the spaces around it.
-            let raw = self
-                .text
-                .get(abs_start..abs_end.max(abs_start))
-                .unwrap_or("");
-            let lead = raw.len() - raw.trim_start_matches([' ', '\t']).len();
-            let body = raw.trim_end_matches([' ', '\t']);
-            abs_end = abs_start + body.len().max(lead);
-            abs_start += lead;
-        }
+        let (abs_start, abs_end) = self.range(node);
         let start = abs_start.saturating_sub(base).clamp(within.0, within.1);
         let end = abs_end.saturating_sub(base).clamp(start, within.1);
         let mut detail = Detail::None;
@@ -390,6 +379,9 @@ impl Builder<'_, '_> {
                 }
             }
         }
+        if kind == BlockType::TableRow {
+            self.cells_from_line(base, start, end, &mut children);
+        }
         let token = sha256_hex(self.text.get(base + start..base + end).unwrap_or(""));
         Some(Node {
             id: String::new(),
@@ -400,6 +392,32 @@ impl Builder<'_, '_> {
             detail,
             children,
         })
+    }
+
+    /// A row's cells, from the row's own line split at its unescaped pipes (comrak pads a
+    /// short row with empty cells placed on the row's last pipe): cell `i` is the `i`-th span,
+    /// trimmed, or an empty range at the row's end when the line has fewer cells.
+    fn cells_from_line(&self, base: usize, start: usize, end: usize, cells: &mut [Node]) {
+        let line = self.text.get(base + start..base + end).unwrap_or("");
+        let spans = super::table::cells(line);
+        for (i, cell) in cells.iter_mut().enumerate() {
+            let (s, e) = match spans.get(i) {
+                Some(&(s, e)) => {
+                    let raw = line.get(s..e).unwrap_or("");
+                    let lead = raw.len() - raw.trim_start_matches([' ', '\t']).len();
+                    let body = raw.trim_end_matches([' ', '\t']).len().max(lead);
+                    (start + s + lead, start + s + body)
+                }
+                None => (end, end),
+            };
+            let text = self.text.get(base + s..base + e).unwrap_or("");
+            cell.start = s;
+            cell.end = e;
+            cell.token = sha256_hex(text);
+            cell.detail = Detail::Cell {
+                text: text.to_owned(),
+            };
+        }
     }
 
     /// A paragraph that is one inline image is an `image` block; one inline link to a console

@@ -658,3 +658,71 @@ fn doc_schema_has_one_def_per_block_type() {
     assert_eq!(names, want);
     assert_eq!(defs["table"]["properties"]["type"]["const"], "table");
 }
+
+#[test]
+fn doc_block_helpers_keep_containers() {
+    let doc = parse("> quoted line\n> second\n\n- item\n- other\n");
+    let blocks = doc.blocks();
+    let mut ids = counter_from(200);
+    let quoted = doc
+        .replace_block(&blocks[1].id, "a\nb", &mut ids)
+        .expect("replaces");
+    assert_eq!(quoted.document.markdown(), "> a\n> b\n\n- item\n- other\n");
+    assert_eq!(quoted.document.block_ids(), doc.block_ids());
+    let item_para = &blocks[4];
+    assert_eq!(item_para.kind, BlockType::Paragraph);
+    let listed = doc
+        .replace_block(&item_para.id, "x\ny", &mut ids)
+        .expect("replaces");
+    assert_eq!(
+        listed.document.markdown(),
+        "> quoted line\n> second\n\n- x\n  y\n- other\n"
+    );
+    let removed = doc.remove_block(&blocks[5].id, &mut ids).expect("removes");
+    assert_eq!(
+        removed.document.markdown(),
+        "> quoted line\n> second\n\n- item\n"
+    );
+    assert_eq!(
+        removed.removed,
+        vec![blocks[5].id.clone(), blocks[6].id.clone()]
+    );
+    let appended = doc.append("## End", &mut ids);
+    assert!(
+        appended
+            .document
+            .markdown()
+            .ends_with("- other\n\n## End\n")
+    );
+    assert_eq!(appended.changed.len(), 1);
+}
+
+#[test]
+fn doc_edit_text_with_crlf_and_insert_before() {
+    let doc = parse("alpha\n\nomega\n");
+    let ops = vec![EditOp::InsertBefore {
+        quote: Quote::exact("omega"),
+        text: "beta\r\n\r\n".into(),
+        block: None,
+        block_token: None,
+    }];
+    let edited = apply(&doc, ops).expect("applies");
+    assert_eq!(edited.document.markdown(), "alpha\n\nbeta\n\nomega\n");
+    assert_eq!(edited.document.blocks().len(), 3);
+    assert_eq!(edited.document.blocks()[2].id, doc.blocks()[1].id);
+    let none = apply(&doc, vec![]).expect("no ops");
+    assert!(none.changed.is_empty() && none.removed.is_empty());
+    assert_eq!(none.document.token(), doc.token());
+}
+
+#[test]
+fn doc_an_unclosed_fence_swallows_what_follows_like_a_fresh_parse() {
+    let doc = parse("a\n\nb\n\n- c\n");
+    let edited = apply(&doc, vec![replace("a", "```")]).expect("applies");
+    let md = edited.document.markdown();
+    assert_eq!(md, "```\n\nb\n\n- c\n");
+    let kinds: Vec<BlockType> = edited.document.blocks().iter().map(|b| b.kind).collect();
+    assert_eq!(kinds, vec![BlockType::Code]);
+    assert!(Document::load(md, &edited.document.block_ids()).is_ok());
+    assert_eq!(edited.removed.len(), 5);
+}
