@@ -8,8 +8,8 @@ use chrono::{Duration, Utc};
 use countersign_console_core::Storage;
 use countersign_console_core::ids::Login;
 use countersign_console_core::work::documents::{
-    Artifact, ArtifactKind, Content, DocumentState, DocumentTx, Edge, EdgeKind, EdgeQuery, Scope,
-    Version, VersionKind, VersionRef,
+    Artifact, ArtifactKind, Content, DocumentState, Edge, EdgeKind, EdgeQuery, Scope, Version,
+    VersionKind, VersionRef,
 };
 use countersign_console_core::work::{
     Actor, Components, EventPage, Issue, IssueKey, NewEvent, Project, ProjectKey, Status,
@@ -211,7 +211,7 @@ async fn contract(s: &SqlStorage) {
     );
     assert_eq!(tx.version(&plan.id, 2).await.expect("version"), None);
     let primary = tx
-        .primary_documents(&[issue_key.clone()])
+        .primary_documents(std::slice::from_ref(&issue_key))
         .await
         .expect("primary");
     assert_eq!(primary.len(), 1);
