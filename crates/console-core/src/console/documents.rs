@@ -839,8 +839,8 @@ impl Console {
 
     /// The edges of one node of the reference graph (`GET /references`): `to` (backlinks) or
     /// `from` (links), exactly one, a console ref (a fragment naming a block is dropped: a
-    /// node is a whole document); `since` (an event id) for mentions only. INVALID_QUERY
-    /// otherwise.
+    /// node is a whole document); `since` (an event id) pages mentions only (it implies
+    /// `kind=mention`; another kind with it is refused). INVALID_QUERY otherwise.
     pub async fn references(
         &self,
         to: Option<&str>,
@@ -849,23 +849,27 @@ impl Console {
         since: Option<i64>,
     ) -> Result<Vec<EdgeView>, Error> {
         let bad = |m: &str| Error::with_message(ErrorCode::INVALID_QUERY, m);
+        // A console ref, written as the engine writes one (UUIDs lower-cased).
         let node = |r: &str| -> Result<String, Error> {
             let r = r.split('#').next().unwrap_or("");
-            if !r.starts_with("countersign://") || r.len() <= "countersign://".len() {
-                return Err(bad("`to` and `from` are console refs (countersign://…)"));
-            }
-            Ok(r.to_owned())
+            doc::parse_ref(r)
+                .map(|t| t.to_url())
+                .ok_or_else(|| bad("`to` and `from` are console refs (countersign://…)"))
         };
         let (to, from) = match (to, from) {
             (Some(t), None) => (Some(node(t)?), None),
             (None, Some(f)) => (None, Some(node(f)?)),
             _ => return Err(bad("name one node: `to` or `from`")),
         };
-        let kind = kind
+        let mut kind = kind
             .map(|k| EdgeKind::parse(k).ok_or_else(|| bad("`kind` is link, mention or embed")))
             .transpose()?;
-        if since.is_some() && kind != Some(EdgeKind::Mention) {
-            return Err(bad("`since` pages mentions only: add kind=mention"));
+        if since.is_some() {
+            match kind {
+                None => kind = Some(EdgeKind::Mention),
+                Some(EdgeKind::Mention) => {}
+                Some(_) => return Err(bad("`since` pages mentions only")),
+            }
         }
         let mut tx = self.parts.storage.read().await?;
         Ok(tx

@@ -979,7 +979,6 @@ async fn reference_queries(db: Option<String>) -> anyhow::Result<()> {
         "?to=https://example.com/",
         "?to=countersign://",
         "?to=countersign://issue/PAY-1&kind=quote",
-        "?to=countersign://issue/PAY-1&since=3",
         "?to=countersign://issue/PAY-1&kind=link&since=3",
         "?to=countersign://issue/PAY-1&kind=mention&since=x",
         "?to=countersign://issue/PAY-1&to=countersign://issue/PAY-2",
@@ -992,6 +991,11 @@ async fn reference_queries(db: Option<String>) -> anyhow::Result<()> {
     }
     let r = agent
         .get("/api/v1/references?to=countersign://issue/PAY-1&kind=mention&since=0")
+        .await?;
+    assert_eq!((r.status, r.json.clone()), (200, json!([])), "{}", r.text);
+    // `since` alone pages mentions.
+    let r = agent
+        .get("/api/v1/references?to=countersign://issue/PAY-1&since=0")
         .await?;
     assert_eq!((r.status, r.json.clone()), (200, json!([])), "{}", r.text);
     let r = ada.get("/api/v1/issues/PAY-1/references").await?;
