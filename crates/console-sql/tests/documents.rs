@@ -8,8 +8,8 @@ use chrono::{Duration, Utc};
 use countersign_console_core::Storage;
 use countersign_console_core::ids::Login;
 use countersign_console_core::work::documents::{
-    Artifact, ArtifactKind, Content, DocumentState, Edge, EdgeKind, EdgeQuery, Scope, Version,
-    VersionKind, VersionRef,
+    Artifact, ArtifactKind, Content, Edge, EdgeKind, EdgeQuery, LogEntry, Scope, Snapshot,
+    StoredDocument, Version, VersionKind, VersionRef,
 };
 use countersign_console_core::work::{
     Actor, Components, EventPage, Issue, IssueKey, NewEvent, Project, ProjectKey, Status,
@@ -57,6 +57,9 @@ fn artifact(scope: Scope, slug: &str, filename: &str, kind: ArtifactKind) -> Art
         created_by: ada,
         created_at: t,
         updated_at: t,
+        tasks: (0, 0),
+        log_entry: 0,
+        log_len: 0,
     }
 }
 
@@ -96,28 +99,42 @@ async fn contract(s: &SqlStorage) {
     let scope = Scope::Issue(issue_key.clone());
     let mut plan = artifact(scope.clone(), "plan", "plan.md", ArtifactKind::Document);
     plan.created_at = t0 - Duration::seconds(1);
+    plan.tasks = (1, 2);
     let notes = artifact(scope.clone(), "notes", "notes.md", ArtifactKind::Document);
     let mut blob = artifact(scope.clone(), "blob", "blob.bin", ArtifactKind::File);
     blob.content_type = "application/octet-stream".into();
     for a in [&plan, &notes, &blob] {
         tx.insert_artifact(a).await.expect("insert artifact");
     }
-    let state = DocumentState {
+    let state = Snapshot {
         markdown: "# Plan\n\n- [x] one\n- [ ] two\n".into(),
         block_ids: vec!["h1".into(), "l1".into(), "i1".into(), "i2".into()],
-        tasks: (1, 2),
     };
-    tx.put_document(&plan.id, &state).await.expect("document");
-    tx.put_document(
+    tx.put_snapshot(&plan.id, &state).await.expect("snapshot");
+    tx.put_snapshot(
         &notes.id,
-        &DocumentState {
+        &Snapshot {
             markdown: String::new(),
             block_ids: vec![],
-            tasks: (0, 0),
         },
     )
     .await
-    .expect("document");
+    .expect("snapshot");
+    let entry = |n: i64, text: &str| LogEntry {
+        entry: n,
+        start: 2,
+        end: 6,
+        text: text.into(),
+        ops: "[]".into(),
+        ids: vec!["x1".into(), "x2".into()],
+        token: "t".repeat(64),
+    };
+    tx.append_log(&plan.id, &entry(1, "Spec"))
+        .await
+        .expect("log");
+    tx.append_log(&plan.id, &entry(2, "Note"))
+        .await
+        .expect("log");
     let every_byte: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
     let v = |n: i64| Version {
         number: n,
@@ -191,8 +208,17 @@ async fn contract(s: &SqlStorage) {
     assert_eq!(ids.len(), 3);
     assert_eq!(
         tx.document(&plan.id).await.expect("doc"),
-        Some(state.clone())
+        Some(StoredDocument {
+            snapshot: state.clone(),
+            log: vec![entry(1, "Spec"), entry(2, "Note")],
+        })
     );
+    let stored = tx
+        .document(&plan.id)
+        .await
+        .expect("doc")
+        .unwrap_or_else(|| panic!("doc"));
+    assert_eq!(stored.markdown(), "# Note\n\n- [x] one\n- [ ] two\n");
     let (bv, bytes) = tx
         .version(&blob.id, 1)
         .await
@@ -411,6 +437,15 @@ async fn contract(s: &SqlStorage) {
         .map(|(s, _)| s)
         .collect();
     assert_eq!(subs, ["s2"]);
+    drop(tx);
+
+    // A new snapshot drops the log before it.
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_snapshot(&plan.id, &state).await.expect("snapshot");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read().await.expect("read");
+    let stored = tx.document(&plan.id).await.expect("doc");
+    assert_eq!(stored.map(|d| d.log.len()), Some(0));
 }
 
 #[tokio::test]

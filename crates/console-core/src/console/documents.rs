@@ -23,10 +23,10 @@ use super::*;
 use crate::doc::{self, Document};
 use crate::storage::StorageError;
 use crate::work::documents::{
-    Artifact, ArtifactKind, ArtifactView, Content, DocumentState, DocumentVersion, Edge, EdgeKind,
-    EdgeQuery, EdgeView, References, Scope, Version, VersionInfo, VersionKind, VersionRef,
-    classify, essence, is_filename, is_session_id, is_slug, media_type, slug_of, slug_with_suffix,
-    sniff_image,
+    Artifact, ArtifactKind, ArtifactView, Content, DocumentVersion, Edge, EdgeKind, EdgeQuery,
+    EdgeView, LogEntry, References, Scope, Snapshot, StoredDocument, Version, VersionInfo,
+    VersionKind, VersionRef, classify, essence, is_filename, is_session_id, is_slug, media_type,
+    slug_of, slug_with_suffix, sniff_image, splice,
 };
 use crate::work::{
     Actor, Event, EventPage, IssueKey, NewEvent, ProjectKey, Subscriber, WorkTx, rules,
@@ -289,14 +289,7 @@ impl Console {
         actor: &Actor,
     ) -> Result<(VersionInfo, Option<Event>), Error> {
         let content = match a.kind {
-            ArtifactKind::Document => Content::Markdown(
-                tx.document(&a.id)
-                    .await?
-                    .ok_or_else(|| {
-                        Error::from(StorageError::Corrupt("a document without content".into()))
-                    })?
-                    .markdown,
-            ),
+            ArtifactKind::Document => Content::Markdown(self.markdown_of(tx, a).await?),
             ArtifactKind::Image | ArtifactKind::File => {
                 let latest = a.version.as_ref().map_or(0, |v| v.number);
                 match tx.version(&a.id, latest).await? {
@@ -439,11 +432,11 @@ impl Console {
             let mut events = Vec::new();
             let now = self.now();
             let (token, size) = match &parsed {
-                Some(p) => (p.token.clone(), p.state.markdown.len() as i64),
+                Some(p) => (p.token.clone(), p.snapshot.markdown.len() as i64),
                 None => (bytes_token(&up.content), up.content.len() as i64),
             };
             let content = match &parsed {
-                Some(p) => Content::Markdown(p.state.markdown.clone()),
+                Some(p) => Content::Markdown(p.snapshot.markdown.clone()),
                 None => Content::Bytes(up.content.clone()),
             };
             let a = match existing {
@@ -474,6 +467,8 @@ impl Console {
                     a.content_type = content_type.clone();
                     a.size = size;
                     a.token = token.clone();
+                    a.tasks = parsed.as_ref().map_or((0, 0), |p| p.tasks);
+                    a.log_len = 0;
                     a.changed_at = now;
                     a.changed_by = actor.clone();
                     a.updated_at = now;
@@ -536,6 +531,9 @@ impl Console {
                         created_by: actor.clone(),
                         created_at: now,
                         updated_at: now,
+                        tasks: parsed.as_ref().map_or((0, 0), |p| p.tasks),
+                        log_entry: 0,
+                        log_len: 0,
                     };
                     tx.insert_artifact(&a).await?;
                     self.store_upload(tx, &a, 1, &content, parsed.as_ref(), actor)
@@ -585,7 +583,7 @@ impl Console {
         };
         tx.insert_version(&a.id, &v, content).await?;
         if let Some(p) = parsed {
-            tx.put_document(&a.id, &p.state).await?;
+            tx.put_snapshot(&a.id, &p.snapshot).await?;
         }
         if !matches!(a.scope, Scope::Agent(_)) {
             tx.clear_text(&a.id).await?;
@@ -677,12 +675,8 @@ impl Console {
             return Err(not_document());
         }
         let mut tx = self.parts.storage.read().await?;
-        let d = tx
-            .document(&a.id)
-            .await?
-            .ok_or_else(|| not_found("document"))?;
         Ok(TextView {
-            markdown: d.markdown,
+            markdown: self.markdown_of(&mut *tx, &a).await?,
             token: a.token,
             version: a.version,
         })
@@ -951,6 +945,9 @@ impl Console {
 const PART_MAX: usize = 64 * 1024;
 /// Loaded documents kept by [`LOADED`].
 const LOADED_MAX: usize = 32;
+/// A document's edit log is folded into a new snapshot every this many edits (bounding what a
+/// load replays).
+const LOG_MAX: i64 = 256;
 
 /// Documents the engine loaded, by artifact id, with the sequence and token of the state they
 /// were loaded from: an edit of a large document skips parsing it again. An entry is used only
@@ -961,6 +958,12 @@ static LOADED: LazyLock<Mutex<HashMap<String, Loaded>>> = LazyLock::new(Default:
 
 /// A cache entry: the sequence and token of the state the document was loaded from.
 type Loaded = (i64, String, Document);
+
+/// Drops every loaded document of the process (what a restart does): the next read loads from
+/// the stored snapshot and edit log. For tests and benchmarks.
+pub fn forget_loaded() {
+    LOADED.lock().unwrap_or_else(|p| p.into_inner()).clear();
+}
 
 fn cached(a: &Artifact) -> Option<Document> {
     let map = LOADED.lock().unwrap_or_else(|p| p.into_inner());
@@ -984,7 +987,8 @@ fn cache(a: &Artifact, doc: &Document) {
 #[derive(Debug, Clone)]
 pub(crate) struct Parsed {
     pub doc: Document,
-    pub state: DocumentState,
+    pub snapshot: Snapshot,
+    pub tasks: (i64, i64),
     pub token: String,
     /// The index's parts: each top-level block's id and text.
     pub parts: Vec<(String, String)>,
@@ -1001,7 +1005,8 @@ impl Parsed {
             .map(|b| (b.id, part_text(doc.markdown(), &b.range)))
             .collect();
         Self {
-            state: state_of(&doc),
+            snapshot: snapshot_of(&doc),
+            tasks: tasks_of(&doc),
             token: doc.token().to_owned(),
             parts,
             refs: references_of(&doc),
@@ -1010,16 +1015,52 @@ impl Parsed {
     }
 }
 
-/// What is stored of a document: its markdown, block ids and task counts.
-fn state_of(doc: &Document) -> DocumentState {
-    DocumentState {
+/// A document's snapshot: its markdown and block ids.
+fn snapshot_of(doc: &Document) -> Snapshot {
+    Snapshot {
         markdown: doc.markdown().to_owned(),
         block_ids: doc.block_ids(),
-        tasks: doc
-            .tasks()
-            .map(|(d, t)| (i64::from(d), i64::from(t)))
-            .unwrap_or((0, 0)),
     }
+}
+
+/// `(done, total)` of a document's task-list items.
+fn tasks_of(doc: &Document) -> (i64, i64) {
+    doc.tasks()
+        .map(|(d, t)| (i64::from(d), i64::from(t)))
+        .unwrap_or((0, 0))
+}
+
+/// A stored document as the engine holds it: its snapshot loaded, then each logged edit
+/// replayed with the block ids it took, checked against the token it left. The error says
+/// why it does not load.
+fn replay(stored: &StoredDocument) -> Result<Document, String> {
+    let mut d = Document::load(&stored.snapshot.markdown, &stored.snapshot.block_ids)
+        .map_err(|e| e.to_string())?;
+    for e in &stored.log {
+        let ops: Vec<doc::EditOp> = serde_json::from_str(&e.ops)
+            .map_err(|_| format!("the edit log's entry {} does not read", e.entry))?;
+        let mut ids = e.ids.iter();
+        let mut short = false;
+        let edited = {
+            let mut give = || match ids.next() {
+                Some(i) => i.clone(),
+                None => {
+                    short = true;
+                    String::new()
+                }
+            };
+            d.apply(None, &ops, &mut give)
+        }
+        .map_err(|err| format!("the edit log's entry {} does not apply ({err})", e.entry))?;
+        if short || ids.next().is_some() || edited.document.token() != e.token {
+            return Err(format!(
+                "the edit log's entry {} replays to another document",
+                e.entry
+            ));
+        }
+        d = edited.document;
+    }
+    Ok(d)
 }
 
 /// A block's text for the index, at most [`PART_MAX`] bytes.
@@ -1046,7 +1087,7 @@ fn references_of(doc: &Document) -> Vec<(String, String, EdgeKind)> {
 }
 
 /// A stored document the engine does not load: refused until a person rebuilds it.
-fn unloadable(id: &str, e: &doc::LoadError) -> Error {
+fn unloadable(id: &str, e: &str) -> Error {
     tracing::error!(artifact = id, error = %e, "a stored document does not load");
     Error::with_message(
         ErrorCode::INTERNAL,
@@ -1135,17 +1176,31 @@ impl Console {
     }
 
     /// A document as the engine holds it: the cache's for this state, else loaded from its
-    /// stored content (and kept: `a` was read in this transaction, so the state is committed).
+    /// stored snapshot and log (and kept: `a` was read in this transaction, so the state is
+    /// committed).
     async fn loaded(&self, tx: &mut dyn WorkTx, a: &Artifact) -> Result<Document, Error> {
         if let Some(d) = cached(a) {
             return Ok(d);
         }
-        let st = tx.document(&a.id).await?.ok_or_else(|| {
-            Error::from(StorageError::Corrupt("a document without content".into()))
-        })?;
-        let d = Document::load(&st.markdown, &st.block_ids).map_err(|e| unloadable(&a.id, &e))?;
+        let stored = self.stored(tx, a).await?;
+        let d = replay(&stored).map_err(|e| unloadable(&a.id, &e))?;
         cache(a, &d);
         Ok(d)
+    }
+
+    async fn stored(&self, tx: &mut dyn WorkTx, a: &Artifact) -> Result<StoredDocument, Error> {
+        tx.document(&a.id)
+            .await?
+            .ok_or_else(|| Error::from(StorageError::Corrupt("a document without content".into())))
+    }
+
+    /// A document's latest saved markdown: the cached document's, else the snapshot with the
+    /// logged splices (no engine: it reads even when the document does not load).
+    async fn markdown_of(&self, tx: &mut dyn WorkTx, a: &Artifact) -> Result<String, Error> {
+        if let Some(d) = cached(a) {
+            return Ok(d.markdown().to_owned());
+        }
+        Ok(self.stored(tx, a).await?.markdown())
     }
 
     /// A document by id for a read: settled first when due, loaded, with its row.
@@ -1247,7 +1302,12 @@ impl Console {
             let before = self.loaded(tx, &a).await?;
             let mut events = Vec::new();
             self.settle_if_due(tx, &mut a, &mut events).await?;
-            let edited = before.apply(expected_token, ops, &mut || self.new_block_id())?;
+            let mut made: Vec<String> = Vec::new();
+            let edited = before.apply(expected_token, ops, &mut || {
+                let id = self.new_block_id();
+                made.push(id.clone());
+                id
+            })?;
             let answer = EditAnswer {
                 token: edited.document.token().to_owned(),
                 changed: edited
@@ -1268,7 +1328,30 @@ impl Console {
             }
             let doc = edited.document;
             let now = self.now();
-            tx.put_document(&a.id, &state_of(&doc)).await?;
+            // The edit goes into the log (what it spliced, and what replays it), or, every
+            // LOG_MAX edits, the whole document becomes the snapshot.
+            if a.log_len + 1 >= LOG_MAX {
+                tx.put_snapshot(&a.id, &snapshot_of(&doc)).await?;
+                a.log_len = 0;
+            } else {
+                let (start, end, text) = splice(before.markdown(), doc.markdown());
+                a.log_entry += 1;
+                a.log_len += 1;
+                tx.append_log(
+                    &a.id,
+                    &LogEntry {
+                        entry: a.log_entry,
+                        start: start as i64,
+                        end: end as i64,
+                        text,
+                        ops: serde_json::to_string(ops).unwrap_or_default(),
+                        ids: made,
+                        token: doc.token().to_owned(),
+                    },
+                )
+                .await?;
+            }
+            a.tasks = tasks_of(&doc);
             a.token = doc.token().to_owned();
             a.size = doc.markdown().len() as i64;
             a.settled = false;
@@ -1345,22 +1428,22 @@ impl Console {
             if a.kind != ArtifactKind::Document {
                 return Err(not_document());
             }
-            let st = tx.document(&a.id).await?.ok_or_else(|| {
-                Error::from(StorageError::Corrupt("a document without content".into()))
-            })?;
-            if Document::load(&st.markdown, &st.block_ids).is_ok() {
+            let stored = self.stored(tx, &a).await?;
+            if replay(&stored).is_ok() {
                 return Err(if self.is_document_live(&a) {
                     Error::new(ErrorCode::DOCUMENT_LIVE)
                 } else {
                     Error::new(ErrorCode::DOCUMENT_LOADS)
                 });
             }
-            let p = self.parse_document(&st.markdown)?;
+            let p = self.parse_document(&stored.markdown())?;
             let now = self.now();
-            tx.put_document(&a.id, &p.state).await?;
+            tx.put_snapshot(&a.id, &p.snapshot).await?;
+            a.log_len = 0;
+            a.tasks = p.tasks;
             if p.token != a.token {
                 a.token = p.token.clone();
-                a.size = p.state.markdown.len() as i64;
+                a.size = p.snapshot.markdown.len() as i64;
                 a.settled = false;
                 a.changed_at = now;
                 a.changed_by = actor.clone();
