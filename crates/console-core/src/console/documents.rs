@@ -14,7 +14,7 @@
 //! document's own sequence) in it; an agent conversation's artifacts append none (spec).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use serde_json::{Value, json};
 
@@ -959,10 +959,61 @@ static LOADED: LazyLock<Mutex<HashMap<String, Loaded>>> = LazyLock::new(Default:
 /// A cache entry: the sequence and token of the state the document was loaded from.
 type Loaded = (i64, String, Document);
 
+/// Serialized blocks answers kept by [`ANSWERS`], at most this many bytes in all.
+const ANSWERS_BYTES: usize = 64 * 1024 * 1024;
+
+/// Blocks answers by artifact id, with the sequence, token and reference counts they were made
+/// for (as [`LOADED`], an entry answers only for that state).
+static ANSWERS: LazyLock<Mutex<HashMap<String, Answer>>> = LazyLock::new(Default::default);
+
+/// A kept blocks answer: `(sequence, token, reference counts, JSON)`.
+type Answer = (i64, String, Vec<(String, i64, i64)>, Arc<[u8]>);
+
+fn answered(a: &Artifact, counts: &[(String, i64, i64)]) -> Option<Arc<[u8]>> {
+    let map = ANSWERS.lock().unwrap_or_else(|p| p.into_inner());
+    map.get(&a.id)
+        .filter(|(seq, token, c, _)| *seq == a.sequence && *token == a.token && c == counts)
+        .map(|(_, _, _, json)| json.clone())
+}
+
+fn keep_answer(a: &Artifact, counts: Vec<(String, i64, i64)>, json: &Arc<[u8]>) {
+    if json.len() > ANSWERS_BYTES / 4 {
+        return;
+    }
+    let mut map = ANSWERS.lock().unwrap_or_else(|p| p.into_inner());
+    map.remove(&a.id);
+    while map.values().map(|(_, _, _, j)| j.len()).sum::<usize>() + json.len() > ANSWERS_BYTES {
+        let Some(k) = map.keys().next().cloned() else {
+            break;
+        };
+        map.remove(&k);
+    }
+    map.insert(
+        a.id.clone(),
+        (a.sequence, a.token.clone(), counts, json.clone()),
+    );
+}
+
+/// The blocks answer of a document with its reference counts.
+fn blocks_view(d: &Document, counts: &HashMap<String, RefCounts>) -> BlocksView {
+    BlocksView {
+        token: d.token().to_owned(),
+        blocks: d
+            .blocks()
+            .into_iter()
+            .map(|block| BlockEntry {
+                refs: counts.get(&block.id).copied().unwrap_or_default(),
+                block,
+            })
+            .collect(),
+    }
+}
+
 /// Drops every loaded document of the process (what a restart does): the next read loads from
 /// the stored snapshot and edit log. For tests and benchmarks.
 pub fn forget_loaded() {
     LOADED.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    ANSWERS.lock().unwrap_or_else(|p| p.into_inner()).clear();
 }
 
 fn cached(a: &Artifact) -> Option<Document> {
@@ -1235,17 +1286,42 @@ impl Console {
     pub async fn blocks(&self, id: &str) -> Result<BlocksView, Error> {
         let (a, d, mut tx) = self.read_document(id).await?;
         let counts = self.ref_counts(&mut *tx, &a).await?;
-        Ok(BlocksView {
-            token: d.token().to_owned(),
-            blocks: d
-                .blocks()
-                .into_iter()
-                .map(|block| BlockEntry {
-                    refs: counts.get(&block.id).copied().unwrap_or_default(),
-                    block,
-                })
-                .collect(),
-        })
+        Ok(blocks_view(&d, &counts))
+    }
+
+    /// The blocks answer as JSON, serialized once per document state and reference counts:
+    /// listing a large document's blocks costs far more than sending them again (a 1 MiB
+    /// document has tens of thousands), and the answer changes only with the document (its
+    /// sequence and token) or its edges.
+    pub async fn blocks_json(&self, id: &str) -> Result<Arc<[u8]>, Error> {
+        let a = self.current(id).await?;
+        if a.kind != ArtifactKind::Document {
+            return Err(not_document());
+        }
+        let mut tx = self.parts.storage.read().await?;
+        let mut counts = tx.block_ref_counts(&artifact_ref(&a)).await?;
+        counts.sort();
+        if let Some(json) = answered(&a, &counts) {
+            return Ok(json);
+        }
+        let d = self.loaded(&mut *tx, &a).await?;
+        let by_block = counts
+            .iter()
+            .map(|(b, incoming, outgoing)| {
+                (
+                    b.clone(),
+                    RefCounts {
+                        incoming: *incoming,
+                        outgoing: *outgoing,
+                    },
+                )
+            })
+            .collect();
+        let json: Arc<[u8]> = serde_json::to_vec(&blocks_view(&d, &by_block))
+            .map_err(|e| Error::with_message(ErrorCode::INTERNAL, e.to_string()))?
+            .into();
+        keep_answer(&a, counts, &json);
+        Ok(json)
     }
 
     /// One block's position (TARGET_NOT_FOUND for an id the document lacks).

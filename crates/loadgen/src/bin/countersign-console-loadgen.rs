@@ -369,9 +369,36 @@ async fn documents(args: Args, url: String) -> anyhow::Result<()> {
     }
     report(
         &format!(
-            "GET /api/v1/artifacts/{{id}}/blocks ({} KiB answer)",
+            "GET /api/v1/artifacts/{{id}}/blocks ({} KiB answer, unchanged document)",
             blocks / 1024
         ),
+        lat,
+        started.elapsed(),
+    );
+
+    // The blocks route right after an edit (the answer made afresh), one edit before each.
+    let mut lat = Vec::new();
+    let started = Instant::now();
+    for i in 0..(args.reads / 4).max(1) {
+        let r = http
+            .post(format!("{url}/api/v1/artifacts/{id}/edits"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"ops": [{"op": "insert_after", "quote": {"exact": "# Load"}, "text": format!("\n\nfresh {i}")}]}))
+            .send()
+            .await?;
+        anyhow::ensure!(r.status() == 200, "edit: {}", r.text().await?);
+        let t = Instant::now();
+        let r = http
+            .get(format!("{url}/api/v1/artifacts/{id}/blocks"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await?;
+        anyhow::ensure!(r.status() == 200, "blocks: {}", r.status());
+        r.bytes().await?;
+        lat.push(t.elapsed());
+    }
+    report(
+        "GET /api/v1/artifacts/{id}/blocks (right after an edit)",
         lat,
         started.elapsed(),
     );
