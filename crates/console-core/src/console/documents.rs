@@ -82,6 +82,23 @@ pub struct ArtifactWithVersions {
     pub versions: Vec<VersionInfo>,
 }
 
+/// A version just named: a document's as its read route answers it, a file's record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum NamedVersion {
+    Document(DocumentVersion),
+    File(VersionInfo),
+}
+
+impl NamedVersion {
+    pub fn number(&self) -> i64 {
+        match self {
+            NamedVersion::Document(d) => d.number,
+            NamedVersion::File(f) => f.number,
+        }
+    }
+}
+
 /// `{markdown, token, version}`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TextView {
@@ -736,13 +753,14 @@ impl Console {
     }
 
     /// Names the current content: a new `named` version of it (CAP_EXCEEDED over 80
-    /// characters).
+    /// characters). Answers the version as its read route does (a file's as its record: the
+    /// read route answers its bytes).
     pub async fn name_version(
         &self,
         actor: &Actor,
         id: &str,
         name: &str,
-    ) -> Result<VersionInfo, Error> {
+    ) -> Result<NamedVersion, Error> {
         let id = artifact_id(id)?;
         let name = name.trim();
         if name.is_empty() || name.chars().any(char::is_control) {
@@ -777,7 +795,19 @@ impl Console {
                 )
                 .await?;
             events.extend(e);
-            Ok((info, events))
+            let answer = match a.kind {
+                ArtifactKind::Document => NamedVersion::Document(DocumentVersion {
+                    number: info.number,
+                    name: info.name.clone(),
+                    kind: info.kind,
+                    token: info.token.clone(),
+                    markdown: self.markdown_of(tx, &a).await?,
+                    by: info.by.clone(),
+                    created_at: info.created_at,
+                }),
+                ArtifactKind::Image | ArtifactKind::File => NamedVersion::File(info),
+            };
+            Ok((answer, events))
         })?;
         self.committed_all(&events);
         Ok(info)

@@ -438,7 +438,7 @@ pub async fn name_version(
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let v = st.console.name_version(&actor, &id, &b.name).await?;
-    let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number);
+    let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number());
     Ok(created(v, Some(location)))
 }
 
@@ -601,7 +601,7 @@ async fn name_version_of(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
     let v = st.console.name_version(&actor, &id, &b.name).await?;
-    let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number);
+    let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number());
     Ok(created(v, Some(location)))
 }
 

@@ -1712,6 +1712,10 @@ async fn versions_settle_and_rebuild(db: Option<String>) -> anyhow::Result<()> {
         .get("/api/v1/projects/PAY/artifacts/spec/versions/4")
         .await?;
     assert_eq!(v4.json["markdown"], "# Spec\n\ndelta\n");
+    assert_eq!(
+        named.json, v4.json,
+        "naming answers the version as its read route does"
+    );
     assert_eq!(v4.json["name"], "for review");
     assert_eq!(v4.json["by"], json!({"kind": "user", "login": ADA}));
     // An upload over unsettled edits keeps them as a version first.
