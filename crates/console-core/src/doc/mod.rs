@@ -46,6 +46,7 @@ mod ask;
 mod block;
 mod edit;
 mod html;
+mod json;
 mod parse;
 #[cfg(test)]
 mod proptests;
@@ -60,7 +61,7 @@ use std::sync::Arc;
 
 pub use ask::{AskBlock, AskFormatError, AskOption, read_ask, write_ask};
 pub use block::{
-    BlockInfo, BlockPosition, BlockType, CellText, PathStep, Range, RowCells, TablePosition,
+    BlockInfo, BlockPosition, BlockType, CellText, PathStep, Range, RowCells, TablePosition, Token,
 };
 use block::{Detail, Node};
 pub use edit::{EditError, EditOp, Edited, Quote, valid_block_id};
@@ -115,8 +116,7 @@ impl Document {
     /// Parses any text (CRLF or CR line ends included) into a document in canonical form; every
     /// block gets an id from `new_id` (one that is no block id is replaced by a digest of it).
     pub fn parse(markdown: &str, new_id: &mut dyn FnMut() -> String) -> Document {
-        let (markdown, ranges) = parse::canonical(markdown);
-        let nodes = parse::build_chunks(&markdown, &ranges);
+        let (markdown, ranges, nodes) = parse::canonical(markdown);
         let tops = nodes
             .into_iter()
             .zip(&ranges)
@@ -139,16 +139,7 @@ impl Document {
     /// Rebuilds a stored document: `markdown` must be canonical and `ids` its block ids in
     /// document order ([`Document::block_ids`]), valid and distinct.
     pub fn load(markdown: &str, ids: &[String]) -> Result<Document, LoadError> {
-        let ranges = parse::chunk_ranges(markdown);
-        let joined = parse::join(
-            ranges
-                .iter()
-                .map(|&(s, e)| markdown.get(s..e).unwrap_or("")),
-        );
-        if joined != markdown {
-            return Err(LoadError::NotCanonical);
-        }
-        let nodes = parse::build_chunks(markdown, &ranges);
+        let (ranges, nodes) = parse::canonical_tree(markdown).ok_or(LoadError::NotCanonical)?;
         let blocks: usize = nodes.iter().map(Node::count).sum();
         if blocks != ids.len() {
             return Err(LoadError::IdCount {
@@ -166,7 +157,7 @@ impl Document {
             }
         }
         let mut next = ids.iter();
-        let mut give = || next.next().cloned().unwrap_or_default();
+        let mut give = || Arc::from(next.next().map_or("", String::as_str));
         let tops = nodes
             .into_iter()
             .zip(&ranges)
@@ -200,19 +191,28 @@ impl Document {
     pub fn block_ids(&self) -> Vec<String> {
         let mut out = Vec::new();
         for top in &self.tops {
-            top.node.walk(&mut |n| out.push(n.id.clone()));
+            top.node.walk(&mut |n| out.push(n.id.to_string()));
         }
         out
     }
 
-    /// The flat list of blocks in document order, nested ones included.
+    /// The flat list of blocks in document order, nested ones included. Each entry shares its
+    /// id, `path` and `rows` with the tree and its siblings (no string is copied).
     pub fn blocks(&self) -> Vec<BlockInfo> {
-        let mut out = Vec::with_capacity(self.tops.len() * 2);
-        let mut path = Vec::new();
+        let mut out = Vec::with_capacity(self.tops.len() * 4);
+        let root: Arc<[PathStep]> = Arc::from(Vec::new());
         for (index, top) in self.tops.iter().enumerate() {
-            collect(&top.node, top.start, index, &mut path, &mut out);
+            collect(&top.node, top.start, index, &root, &mut out);
         }
         out
+    }
+
+    /// The blocks list as JSON, written straight from the tree: the bytes
+    /// `serde_json::to_vec(&self.blocks())` gives, but with `extra(id, out)` called before each
+    /// block's closing brace, so a caller can add fields of its own (the routes'
+    /// `,"refs":{…}`) where a `#[serde(flatten)]` wrapper would put them. Appends to `out`.
+    pub fn write_blocks_json(&self, out: &mut Vec<u8>, extra: &mut dyn FnMut(&str, &mut Vec<u8>)) {
+        json::write_blocks(self, out, extra);
     }
 
     /// One block as in [`Document::blocks`], plus its place in a table for a table, table row
@@ -226,7 +226,7 @@ impl Document {
                     .iter()
                     .map(|(n, i)| PathStep {
                         kind: n.kind,
-                        id: n.id.clone(),
+                        id: Arc::clone(&n.id),
                         index: *i,
                     })
                     .collect();
@@ -298,7 +298,7 @@ impl Document {
                     continue 'down;
                 }
             }
-            return Some(&node.id);
+            return Some(&*node.id);
         }
     }
 
@@ -326,7 +326,7 @@ impl Document {
                     && let Some(ask) = read_ask(text)
                 {
                     out.push(AskAt {
-                        block: n.id.clone(),
+                        block: n.id.to_string(),
                         ask,
                     });
                 }
@@ -419,72 +419,49 @@ impl Document {
     }
 }
 
-fn fill_ids(node: &mut Node, give: &mut dyn FnMut() -> String) {
+fn fill_ids(node: &mut Node, give: &mut dyn FnMut() -> Arc<str>) {
     node.id = give();
     for c in &mut node.children {
         fill_ids(c, give);
     }
 }
 
-fn info(node: &Node, base: usize, path: Vec<PathStep>) -> BlockInfo {
-    let rows = (node.kind == BlockType::Table).then(|| {
-        node.children
-            .iter()
-            .enumerate()
-            .map(|(index, row)| RowCells {
-                index,
-                cells: row
-                    .children
-                    .iter()
-                    .enumerate()
-                    .map(|(index, cell)| CellText {
-                        index,
-                        text: cell_text(cell),
-                    })
-                    .collect(),
-            })
-            .collect()
-    });
+fn info(node: &Node, base: usize, path: Arc<[PathStep]>) -> BlockInfo {
     BlockInfo {
-        id: node.id.clone(),
+        id: Arc::clone(&node.id),
         kind: node.kind,
         range: Range {
             start: base + node.start,
             end: base + node.end,
         },
-        token: node.token.clone(),
+        token: node.token,
         path,
-        rows,
+        rows: node.rows().cloned(),
     }
 }
 
-fn cell_text(cell: &Node) -> String {
-    match &cell.detail {
-        Detail::Cell { text } => text.clone(),
-        _ => String::new(),
-    }
-}
-
+/// Pushes `node`'s entry and its descendants' onto `out`; `path` is its ancestors', shared by
+/// its siblings, and its children share one made here.
 fn collect(
     node: &Node,
     base: usize,
     index: usize,
-    path: &mut Vec<PathStep>,
+    path: &Arc<[PathStep]>,
     out: &mut Vec<BlockInfo>,
 ) {
-    out.push(info(node, base, path.clone()));
+    out.push(info(node, base, Arc::clone(path)));
     if node.children.is_empty() {
         return;
     }
-    path.push(PathStep {
+    let step = PathStep {
         kind: node.kind,
-        id: node.id.clone(),
+        id: Arc::clone(&node.id),
         index,
-    });
+    };
+    let inner: Arc<[PathStep]> = path.iter().cloned().chain(std::iter::once(step)).collect();
     for (i, child) in node.children.iter().enumerate() {
-        collect(child, base, i, path, out);
+        collect(child, base, i, &inner, out);
     }
-    path.pop();
 }
 
 fn find_chain<'a>(
@@ -494,7 +471,7 @@ fn find_chain<'a>(
     chain: &mut Vec<(&'a Node, usize)>,
 ) -> bool {
     chain.push((node, index));
-    if node.id == id {
+    if *node.id == *id {
         return true;
     }
     for (i, child) in node.children.iter().enumerate() {
@@ -513,17 +490,17 @@ fn table_position(chain: &[(&Node, usize)]) -> Option<TablePosition> {
     let (table, _) = chain[t];
     let row = chain.get(t + 1).map(|&(_, i)| i);
     let column = chain.get(t + 2).map(|&(_, i)| i);
-    let header = table
-        .children
-        .first()
-        .map(|h| h.children.iter().map(cell_text).collect())
-        .unwrap_or_default();
-    let cells = chain
-        .get(t + 1)
-        .map(|(r, _)| r.children.iter().map(cell_text).collect())
-        .unwrap_or_default();
+    let texts = |row: usize| -> Vec<String> {
+        table
+            .rows()
+            .and_then(|rows| rows.get(row))
+            .map(|r| r.cells.iter().map(|c| c.text.clone()).collect())
+            .unwrap_or_default()
+    };
+    let header = texts(0);
+    let cells = row.map(texts).unwrap_or_default();
     Some(TablePosition {
-        id: table.id.clone(),
+        id: table.id.to_string(),
         row,
         column,
         header,
