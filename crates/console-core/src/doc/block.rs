@@ -71,7 +71,17 @@ impl BlockType {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token(pub(crate) [u8; 32]);
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
+/// Each byte's two lowercase hex digits.
+const HEX_PAIRS: [[u8; 2]; 256] = {
+    let digits = b"0123456789abcdef";
+    let mut table = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        table[i] = [digits[i >> 4], digits[i & 0xf]];
+        i += 1;
+    }
+    table
+};
 
 impl Token {
     /// The token of `text`.
@@ -87,9 +97,8 @@ impl Token {
     /// The 64 lowercase hex digits, as bytes.
     pub fn hex_bytes(&self) -> [u8; 64] {
         let mut out = [0u8; 64];
-        for (i, b) in self.0.iter().enumerate() {
-            out[2 * i] = HEX[usize::from(b >> 4)];
-            out[2 * i + 1] = HEX[usize::from(b & 0xf)];
+        for (pair, b) in out.chunks_exact_mut(2).zip(self.0) {
+            pair.copy_from_slice(&HEX_PAIRS[usize::from(b)]);
         }
         out
     }

@@ -40,6 +40,8 @@ struct Writer<'o, 'e> {
 impl Writer<'_, '_> {
     fn block(&mut self, node: &Node, base: usize, index: usize) {
         let out = &mut *self.out;
+        // One block's fields but its rows and the caller's: some 200 bytes and its path.
+        out.reserve(256 + self.path.len());
         if !self.first {
             out.push(b',');
         }
@@ -116,17 +118,63 @@ fn string(out: &mut Vec<u8>, s: &str) {
     }
 }
 
+/// `"00"` to `"99"`: two digits at a time.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// A decimal number.
 fn number(out: &mut Vec<u8>, mut n: usize) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
-    loop {
+    while n >= 100 {
+        let pair = (n % 100) * 2;
+        n /= 100;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[n * 2..n * 2 + 2]);
+    } else {
         at -= 1;
-        digits[at] = b'0' + u8::try_from(n % 10).unwrap_or(0);
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        digits[at] = b'0' + u8::try_from(n).unwrap_or(0);
     }
     out.extend_from_slice(&digits[at..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{number, string};
+
+    #[test]
+    fn doc_json_numbers_and_strings_as_serde_writes_them() {
+        let mut n = 1usize;
+        let mut cases = vec![0, 9, 10, 99, 100, 101, 999, 1000, 1_048_576, usize::MAX];
+        while let Some(next) = n.checked_mul(7) {
+            cases.push(next);
+            cases.push(next - 1);
+            n = next;
+        }
+        for n in cases {
+            let mut out = Vec::new();
+            number(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+        for s in [
+            "",
+            "id-1_x",
+            "a\"b",
+            "c\\d",
+            "\u{1}\n\t\u{1f}",
+            "é ü \u{7f} ✓",
+        ] {
+            let mut out = Vec::new();
+            string(&mut out, s);
+            assert_eq!(out, serde_json::to_vec(s).unwrap_or_default());
+        }
+    }
 }

@@ -278,8 +278,28 @@ proptest! {
     }
 
     #[test]
-    fn doc_prop_blocks_json_writer_matches_serde(md in markdown()) {
-        super::tests::assert_writer_matches_serde(&Document::parse(&md, &mut counter()));
+    fn doc_prop_blocks_json_writer_matches_serde(md in markdown(), which in any::<usize>()) {
+        // Once written, a top-level block's JSON is kept with its tree and shared by the
+        // documents edits make: it must hold where the block moved to.
+        let doc = Document::parse(&md, &mut counter());
+        super::tests::assert_writer_matches_serde(&doc);
+        let ids = doc.block_ids();
+        if let Some(id) = ids.get(which % ids.len().max(1)) {
+            let mut ids = counter_from(10_000);
+            for edited in [
+                doc.insert_after_block(id, "new\n\n- a\n  - b", &mut ids),
+                doc.remove_block(id, &mut ids),
+                doc.replace_block(id, "| x |\n|---|\n| y |", &mut ids),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                super::tests::assert_writer_matches_serde(&edited.document);
+                super::tests::assert_writer_matches_serde(&edited.document.append("end", &mut ids).document);
+            }
+        }
+        let prepended = Document::parse(&format!("# new\n\n{md}"), &mut counter());
+        super::tests::assert_writer_matches_serde(&prepended);
     }
 
     /// A text loads exactly when it is its chunks joined the canonical way (the check `load`

@@ -213,7 +213,22 @@ pub(crate) fn assert_writer_matches_serde(doc: &Document) {
 
 #[test]
 fn doc_blocks_json_writer_matches_serde() {
-    assert_writer_matches_serde(&parse(SAMPLE));
+    let doc = parse(SAMPLE);
+    assert_writer_matches_serde(&doc);
+    // The documents an edit makes share the untouched top-level blocks, and the JSON kept
+    // with them: written again, each lands where its block now is.
+    let mut ids = counter_from(100);
+    let first = doc.blocks()[0].id.to_string();
+    let grown = doc
+        .insert_after_block(&first, "- new\n- list\n\nand text", &mut ids)
+        .expect("inserts");
+    assert_writer_matches_serde(&grown.document);
+    let shrunk = grown
+        .document
+        .remove_block(&first, &mut ids)
+        .expect("removes");
+    assert_writer_matches_serde(&shrunk.document);
+    assert_writer_matches_serde(&doc);
     assert_writer_matches_serde(&parse(""));
     assert_writer_matches_serde(&parse(
         "| a \\| b | \u{1}c |\n|---|---|\n| é \"q\" | \\\\ |\n\n> - [x] t\n>   - n\n",
