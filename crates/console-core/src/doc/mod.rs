@@ -421,7 +421,7 @@ impl Document {
     }
 }
 
-/// FxHash (rustc's hasher) for `load`'s duplicate check: the ids are the engine's own, read
+/// FxHash (rustc's hasher, with a final mix) for `load`'s duplicate check: the ids are the engine's own, read
 /// back from storage (no caller picks them), so a fast unkeyed hash is enough; SipHash was a
 /// twentieth of a large document's load.
 #[derive(Default)]
@@ -447,7 +447,12 @@ impl Hasher for IdHasher {
     }
 
     fn finish(&self) -> u64 {
-        self.0
+        // The multiplications carry low bits up, never down: fold the high half in (the table
+        // picks buckets by the low bits), as MurmurHash3's finalizer does.
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^ (x >> 33)
     }
 }
 
