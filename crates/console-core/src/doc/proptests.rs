@@ -189,10 +189,13 @@ fn check_well_formed(doc: &Document) -> Result<(), TestCaseError> {
     let mut seen = HashSet::new();
     for b in doc.blocks() {
         prop_assert!(valid_block_id(&b.id));
-        prop_assert!(seen.insert(b.id.clone()), "duplicate id {}", b.id);
+        prop_assert!(seen.insert(b.id.to_string()), "duplicate id {}", b.id);
         let text = md.get(b.range.start..b.range.end);
         prop_assert!(text.is_some(), "range {:?} off the text", b.range);
-        prop_assert_eq!(&b.token, &crate::clock::sha256_hex(text.unwrap_or("")));
+        prop_assert_eq!(
+            b.token.to_string(),
+            crate::clock::sha256_hex(text.unwrap_or(""))
+        );
     }
     let loaded = Document::load(md, &doc.block_ids());
     prop_assert!(loaded.is_ok(), "{:?}", loaded.err());
@@ -275,6 +278,53 @@ proptest! {
     }
 
     #[test]
+    fn doc_prop_blocks_json_writer_matches_serde(md in markdown(), which in any::<usize>()) {
+        // Once written, a top-level block's JSON is kept with its tree and shared by the
+        // documents edits make: it must hold where the block moved to.
+        let doc = Document::parse(&md, &mut counter());
+        super::tests::assert_writer_matches_serde(&doc);
+        let ids = doc.block_ids();
+        if let Some(id) = ids.get(which % ids.len().max(1)) {
+            let mut ids = counter_from(10_000);
+            for edited in [
+                doc.insert_after_block(id, "new\n\n- a\n  - b", &mut ids),
+                doc.remove_block(id, &mut ids),
+                doc.replace_block(id, "| x |\n|---|\n| y |", &mut ids),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                super::tests::assert_writer_matches_serde(&edited.document);
+                super::tests::assert_writer_matches_serde(&edited.document.append("end", &mut ids).document);
+            }
+        }
+        let prepended = Document::parse(&format!("# new\n\n{md}"), &mut counter());
+        super::tests::assert_writer_matches_serde(&prepended);
+    }
+
+    /// A text loads exactly when it is its chunks joined the canonical way (the check `load`
+    /// makes without building the joined text).
+    #[test]
+    fn doc_prop_load_takes_exactly_canonical_text(
+        text in "[-#*>|`:\\[\\]()!<>a-c0-9 \n\t\\\\_~=]{0,200}",
+        at in any::<usize>(),
+        put in "[\n \t]{1,2}",
+    ) {
+        let canonical = Document::parse(&text, &mut counter()).markdown().to_owned();
+        let mut nudged = canonical.clone();
+        let at = at % (nudged.len() + 1);
+        if nudged.is_char_boundary(at) {
+            nudged.insert_str(at, &put);
+        }
+        for t in [&text, &canonical, &nudged] {
+            let ranges = parse::chunk_ranges(t);
+            let joined = parse::join(ranges.iter().map(|&(s, e)| t.get(s..e).unwrap_or("")));
+            prop_assert_eq!(parse::canonical_tree(t, None).is_some(), joined == *t, "{:?}", t);
+        }
+        prop_assert!(parse::canonical_tree(&canonical, None).is_some());
+    }
+
+    #[test]
     fn doc_prop_arbitrary_markdownish_text_is_canonical(text in "[-#*>|`:\\[\\]()!<>a-c0-9 \n\t\\\\_~=]{0,200}") {
         let doc = Document::parse(&text, &mut counter());
         check_well_formed(&doc)?;
@@ -294,7 +344,7 @@ proptest! {
             return Ok(());
         };
         let (block_id, block_token) = match &block {
-            Some(b) => (Some(b.id.clone()), Some(b.token.clone())),
+            Some(b) => (Some(b.id.to_string()), Some(b.token.to_string())),
             None => (None, None),
         };
         let (op, a, b) = match kind {
@@ -313,21 +363,21 @@ proptest! {
 
         let old_blocks = doc.blocks();
         let new_blocks = new.blocks();
-        let old_by_id: HashMap<&str, &BlockInfo> = old_blocks.iter().map(|b| (b.id.as_str(), b)).collect();
-        let new_by_id: HashMap<&str, &BlockInfo> = new_blocks.iter().map(|b| (b.id.as_str(), b)).collect();
+        let old_by_id: HashMap<&str, &BlockInfo> = old_blocks.iter().map(|b| (b.id.as_ref(), b)).collect();
+        let new_by_id: HashMap<&str, &BlockInfo> = new_blocks.iter().map(|b| (b.id.as_ref(), b)).collect();
 
         // `changed` is exactly the blocks created or whose token changed, in document order.
         let expected_changed: Vec<(String, String)> = new_blocks
             .iter()
-            .filter(|nb| old_by_id.get(nb.id.as_str()).is_none_or(|ob| ob.token != nb.token))
-            .map(|nb| (nb.id.clone(), nb.token.clone()))
+            .filter(|nb| old_by_id.get(nb.id.as_ref()).is_none_or(|ob| ob.token != nb.token))
+            .map(|nb| (nb.id.to_string(), nb.token.to_string()))
             .collect();
         prop_assert_eq!(&edited.changed, &expected_changed);
         // `removed` is exactly the ids gone.
         let expected_removed: Vec<String> = old_blocks
             .iter()
-            .filter(|ob| !new_by_id.contains_key(ob.id.as_str()))
-            .map(|ob| ob.id.clone())
+            .filter(|ob| !new_by_id.contains_key(ob.id.as_ref()))
+            .map(|ob| ob.id.to_string())
             .collect();
         prop_assert_eq!(&edited.removed, &expected_removed);
         prop_assert_eq!(new.token() == doc.token(), new.markdown() == doc.markdown());
@@ -345,7 +395,7 @@ proptest! {
             }
             s <= b && a <= e
         };
-        let kept = |blk: &BlockInfo| new_by_id.get(blk.id.as_str()).is_some_and(|nb| nb.token == blk.token);
+        let kept = |blk: &BlockInfo| new_by_id.get(blk.id.as_ref()).is_some_and(|nb| nb.token == blk.token);
         // The reach: [a, b] widened over untouched blocks that changed or went, with no
         // untouched block that kept its id and token between them and the reach.
         let blank = |s: usize, e: usize| {
@@ -379,12 +429,12 @@ proptest! {
             }
         }
         // Tables whose column count changed.
-        let reshaped: HashSet<String> = old_blocks
+        let reshaped: HashSet<std::sync::Arc<str>> = old_blocks
             .iter()
             .filter(|ob| ob.kind == BlockType::Table)
             .filter(|ob| {
                 let cols = |bi: &BlockInfo| bi.rows.as_ref().and_then(|r| r.first()).map(|r| r.cells.len());
-                new_by_id.get(ob.id.as_str()).is_none_or(|nb| cols(nb) != cols(ob))
+                new_by_id.get(ob.id.as_ref()).is_none_or(|nb| cols(nb) != cols(ob))
             })
             .map(|ob| ob.id.clone())
             .collect();
@@ -399,9 +449,9 @@ proptest! {
             if ob.kind == BlockType::TableCell && ob.path.iter().any(|p| reshaped.contains(&p.id)) {
                 continue;
             }
-            let nb = new_by_id.get(ob.id.as_str());
+            let nb = new_by_id.get(ob.id.as_ref());
             prop_assert!(nb.is_some(), "untouched block {:?} lost its id after {:?}\nold: {:?}\nnew: {:?}", ob, op, doc.markdown(), new.markdown());
-            prop_assert_eq!(&nb.map(|n| n.token.clone()).unwrap_or_default(), &ob.token, "untouched block {:?} changed", ob);
+            prop_assert_eq!(nb.map(|n| n.token), Some(ob.token), "untouched block {:?} changed", ob);
         }
     }
 
@@ -429,9 +479,9 @@ proptest! {
             c.into_iter().collect::<String>()
         };
         let (expected, block_token) = if stale_doc {
-            (Some(bad(doc.token())), Some(target.token.clone()))
+            (Some(bad(doc.token())), Some(target.token.to_string()))
         } else {
-            (Some(doc.token().to_owned()), Some(bad(&target.token)))
+            (Some(doc.token().to_owned()), Some(bad(&target.token.to_string())))
         };
         let op = EditOp::Replace { quote, text, block: None, block_token: None };
         // The quote may lie outside `target`: give the block only as a precondition of a
@@ -439,14 +489,14 @@ proptest! {
         let scoped = EditOp::InsertAfter {
             quote: Quote::exact(doc.markdown().get(target.range.start..target.range.end).unwrap_or("")),
             text: String::new(),
-            block: Some(target.id.clone()),
+            block: Some(target.id.to_string()),
             block_token,
         };
         let got = doc.apply(expected.as_deref(), &[op, scoped], &mut counter_from(10_000));
         match got {
             Err(EditError::DocumentChanged { token, blocks }) => {
                 prop_assert_eq!(token.as_str(), doc.token());
-                prop_assert_eq!(blocks.get(&target.id), Some(&target.token));
+                prop_assert_eq!(blocks.get(&*target.id), Some(&target.token.to_string()));
             }
             other => return Err(TestCaseError::fail(format!("not refused: {other:?}"))),
         }
