@@ -1032,7 +1032,7 @@ fn blocks_view(d: &Document, counts: &HashMap<String, RefCounts>) -> BlocksView 
             .blocks()
             .into_iter()
             .map(|block| BlockEntry {
-                refs: counts.get(&block.id).copied().unwrap_or_default(),
+                refs: counts.get(&*block.id).copied().unwrap_or_default(),
                 block,
             })
             .collect(),
@@ -1083,7 +1083,7 @@ impl Parsed {
             .blocks()
             .into_iter()
             .filter(|b| b.path.is_empty())
-            .map(|b| (b.id, part_text(doc.markdown(), &b.range)))
+            .map(|b| (b.id.to_string(), part_text(doc.markdown(), &b.range)))
             .collect();
         Self {
             snapshot: snapshot_of(&doc),
@@ -1335,21 +1335,24 @@ impl Console {
             return Ok(json);
         }
         let d = self.loaded(&mut *tx, &a).await?;
-        let by_block = counts
+        let by_block: HashMap<&str, (i64, i64)> = counts
             .iter()
-            .map(|(b, incoming, outgoing)| {
-                (
-                    b.clone(),
-                    RefCounts {
-                        incoming: *incoming,
-                        outgoing: *outgoing,
-                    },
-                )
-            })
+            .map(|(b, incoming, outgoing)| (b.as_str(), (*incoming, *outgoing)))
             .collect();
-        let json: Arc<[u8]> = serde_json::to_vec(&blocks_view(&d, &by_block))
-            .map_err(|e| Error::with_message(ErrorCode::INTERNAL, e.to_string()))?
-            .into();
+        // The engine writes the list straight from its tree (the bytes serde would give for
+        // [`BlocksView`]), each block's `refs` added before its closing brace.
+        let mut out = Vec::new();
+        out.extend_from_slice(b"{\"token\":\"");
+        out.extend_from_slice(d.token().as_bytes());
+        out.extend_from_slice(b"\",\"blocks\":");
+        d.write_blocks_json(&mut out, &mut |id, out| match by_block.get(id) {
+            None => out.extend_from_slice(b",\"refs\":{\"incoming\":0,\"outgoing\":0}"),
+            Some((incoming, outgoing)) => out.extend_from_slice(
+                format!(",\"refs\":{{\"incoming\":{incoming},\"outgoing\":{outgoing}}}").as_bytes(),
+            ),
+        });
+        out.push(b'}');
+        let json: Arc<[u8]> = out.into();
         keep_answer(&a, counts, &json);
         Ok(json)
     }
