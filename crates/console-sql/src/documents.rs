@@ -1,5 +1,5 @@
 //! [`countersign_console_core::work::DocumentTx`] on SQLite and PostgreSQL: artifacts, a
-//! document's current content, versions (markdown, or the bytes of a file or image: BLOB on
+//! document's snapshot and edit log, versions (markdown, or the bytes of a file or image: BLOB on
 //! SQLite, BYTEA on PostgreSQL), the reference graph's edges, unsubscribed sessions, and the
 //! documents' full-text index.
 //!
@@ -15,8 +15,8 @@ use countersign_common::sql::{Backend, db_err, is_unique_violation};
 use countersign_console_core::Time;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::documents::{
-    Artifact, ArtifactKind, Content, DocumentState, DocumentTx, Edge, EdgeKind, EdgeQuery,
-    PrimaryDocument, Scope, Version, VersionKind, VersionRef,
+    Artifact, ArtifactKind, Content, DocumentTx, Edge, EdgeKind, EdgeQuery, LogEntry,
+    PrimaryDocument, Scope, Snapshot, StoredDocument, Version, VersionKind, VersionRef,
 };
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{Event, EventPage, Hit, IssueKey, ProjectKey};
@@ -51,7 +51,11 @@ macro_rules! migration_7 {
                 changed_by TEXT NOT NULL,
                 created_by TEXT NOT NULL,
                 created_at BIGINT NOT NULL,
-                updated_at BIGINT NOT NULL
+                updated_at BIGINT NOT NULL,
+                tasks_done BIGINT NOT NULL,
+                tasks_total BIGINT NOT NULL,
+                log_entry BIGINT NOT NULL,
+                log_len BIGINT NOT NULL
             )",
             "CREATE UNIQUE INDEX console_artifacts_slug ON console_artifacts (scope, slug)",
             "CREATE UNIQUE INDEX console_artifacts_filename ON console_artifacts (scope, filename)",
@@ -60,9 +64,18 @@ macro_rules! migration_7 {
             "CREATE TABLE console_documents (
                 artifact TEXT PRIMARY KEY,
                 markdown TEXT NOT NULL,
+                block_ids TEXT NOT NULL
+            )",
+            "CREATE TABLE console_document_log (
+                artifact TEXT NOT NULL,
+                entry BIGINT NOT NULL,
+                start_at BIGINT NOT NULL,
+                end_at BIGINT NOT NULL,
+                text TEXT NOT NULL,
+                ops TEXT NOT NULL,
                 block_ids TEXT NOT NULL,
-                tasks_done BIGINT NOT NULL,
-                tasks_total BIGINT NOT NULL
+                token TEXT NOT NULL,
+                PRIMARY KEY (artifact, entry)
             )",
             concat!("CREATE TABLE console_artifact_versions (
                 artifact TEXT NOT NULL,
@@ -144,7 +157,7 @@ pub(crate) const MIGRATION_7_POSTGRES: &[&str] = migration_7!(
 
 const ARTIFACT_COLUMNS: &str = "id, scope, slug, filename, kind, content_type, size, token, \
      sequence, version, version_name, version_kind, settled, changed_at, changed_by, created_by, \
-     created_at, updated_at";
+     created_at, updated_at, tasks_done, tasks_total, log_entry, log_len";
 const VERSION_COLUMNS: &str = "number, name, kind, token, content_type, size, by_actor, created_at";
 const EDGE_COLUMNS: &str = "from_ref, from_block, from_issue, to_ref, to_block, kind, at, event_id";
 const EVENT_COLUMNS: &str =
@@ -183,6 +196,9 @@ fn artifact_of(r: &AnyRow) -> Result<Artifact, StorageError> {
         created_by: json_of(&g("created_by")?, "actor")?,
         created_at: time(i("created_at")?)?,
         updated_at: time(i("updated_at")?)?,
+        tasks: (i("tasks_done")?, i("tasks_total")?),
+        log_entry: i("log_entry")?,
+        log_len: i("log_len")?,
     })
 }
 
@@ -252,7 +268,7 @@ impl DocumentTx for SqlTx {
         sqlx::query(&format!(
             "INSERT INTO console_artifacts ({ARTIFACT_COLUMNS}, issue, project, session) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-             $19, $20, $21)"
+             $19, $20, $21, $22, $23, $24, $25)"
         ))
         .bind(a.id.as_str())
         .bind(a.scope.key())
@@ -272,6 +288,10 @@ impl DocumentTx for SqlTx {
         .bind(text(&a.created_by))
         .bind(ms(&a.created_at))
         .bind(ms(&a.updated_at))
+        .bind(a.tasks.0)
+        .bind(a.tasks.1)
+        .bind(a.log_entry)
+        .bind(a.log_len)
         .bind(a.scope.issue().map(|k| k.as_str().to_owned()))
         .bind(a.scope.project().map(|p| p.as_str().to_owned()))
         .bind(a.scope.session().map(str::to_owned))
@@ -293,7 +313,8 @@ impl DocumentTx for SqlTx {
         sqlx::query(
             "UPDATE console_artifacts SET kind = $2, content_type = $3, size = $4, token = $5, \
              sequence = $6, version = $7, version_name = $8, version_kind = $9, settled = $10, \
-             changed_at = $11, changed_by = $12, updated_at = $13 WHERE id = $1",
+             changed_at = $11, changed_by = $12, updated_at = $13, tasks_done = $14, \
+             tasks_total = $15, log_entry = $16, log_len = $17 WHERE id = $1",
         )
         .bind(a.id.as_str())
         .bind(a.kind.as_str())
@@ -308,6 +329,10 @@ impl DocumentTx for SqlTx {
         .bind(ms(&a.changed_at))
         .bind(text(&a.changed_by))
         .bind(ms(&a.updated_at))
+        .bind(a.tasks.0)
+        .bind(a.tasks.1)
+        .bind(a.log_entry)
+        .bind(a.log_len)
         .execute(&mut *self.tx)
         .await
         .map_err(db_err)?;
@@ -364,42 +389,81 @@ impl DocumentTx for SqlTx {
         self.artifacts_where(&cond, a).await
     }
 
-    async fn document(&mut self, id: &str) -> Result<Option<DocumentState>, StorageError> {
-        let row = sqlx::query(
-            "SELECT markdown, block_ids, tasks_done, tasks_total FROM console_documents \
-             WHERE artifact = $1",
+    async fn document(&mut self, id: &str) -> Result<Option<StoredDocument>, StorageError> {
+        let Some(r) =
+            sqlx::query("SELECT markdown, block_ids FROM console_documents WHERE artifact = $1")
+                .bind(id)
+                .fetch_optional(&mut *self.tx)
+                .await
+                .map_err(db_err)?
+        else {
+            return Ok(None);
+        };
+        let ids: String = r.try_get("block_ids").map_err(db_err)?;
+        let snapshot = Snapshot {
+            markdown: r.try_get("markdown").map_err(db_err)?,
+            block_ids: ids.split_ascii_whitespace().map(str::to_owned).collect(),
+        };
+        let log = sqlx::query(
+            "SELECT entry, start_at, end_at, text, ops, block_ids, token FROM console_document_log \
+             WHERE artifact = $1 ORDER BY entry",
         )
         .bind(id)
-        .fetch_optional(&mut *self.tx)
+        .fetch_all(&mut *self.tx)
         .await
-        .map_err(db_err)?;
-        row.map(|r| -> Result<DocumentState, StorageError> {
+        .map_err(db_err)?
+        .iter()
+        .map(|r| {
             let ids: String = r.try_get("block_ids").map_err(db_err)?;
-            Ok(DocumentState {
-                markdown: r.try_get("markdown").map_err(db_err)?,
-                block_ids: ids.split_ascii_whitespace().map(str::to_owned).collect(),
-                tasks: (
-                    r.try_get("tasks_done").map_err(db_err)?,
-                    r.try_get("tasks_total").map_err(db_err)?,
-                ),
+            Ok(LogEntry {
+                entry: r.try_get("entry").map_err(db_err)?,
+                start: r.try_get("start_at").map_err(db_err)?,
+                end: r.try_get("end_at").map_err(db_err)?,
+                text: r.try_get("text").map_err(db_err)?,
+                ops: r.try_get("ops").map_err(db_err)?,
+                ids: ids.split_ascii_whitespace().map(str::to_owned).collect(),
+                token: r.try_get("token").map_err(db_err)?,
             })
         })
-        .transpose()
+        .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok(Some(StoredDocument { snapshot, log }))
     }
 
-    async fn put_document(&mut self, id: &str, d: &DocumentState) -> Result<(), StorageError> {
+    async fn put_snapshot(&mut self, id: &str, d: &Snapshot) -> Result<(), StorageError> {
         // Block ids are `[A-Za-z0-9_-]`: one space apart is unambiguous and quick to split.
         sqlx::query(
-            "INSERT INTO console_documents (artifact, markdown, block_ids, tasks_done, tasks_total) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (artifact) DO UPDATE SET \
-             markdown = excluded.markdown, block_ids = excluded.block_ids, \
-             tasks_done = excluded.tasks_done, tasks_total = excluded.tasks_total",
+            "INSERT INTO console_documents (artifact, markdown, block_ids) VALUES ($1, $2, $3) \
+             ON CONFLICT (artifact) DO UPDATE SET markdown = excluded.markdown, \
+             block_ids = excluded.block_ids",
         )
         .bind(id)
         .bind(d.markdown.as_str())
         .bind(d.block_ids.join(" "))
-        .bind(d.tasks.0)
-        .bind(d.tasks.1)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        sqlx::query("DELETE FROM console_document_log WHERE artifact = $1")
+            .bind(id)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn append_log(&mut self, id: &str, e: &LogEntry) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO console_document_log \
+             (artifact, entry, start_at, end_at, text, ops, block_ids, token) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(id)
+        .bind(e.entry)
+        .bind(e.start)
+        .bind(e.end)
+        .bind(e.text.as_str())
+        .bind(e.ops.as_str())
+        .bind(e.ids.join(" "))
+        .bind(e.token.as_str())
         .execute(&mut *self.tx)
         .await
         .map_err(db_err)?;
@@ -912,10 +976,8 @@ impl DocumentTx for SqlTx {
             .map(|k| a.push(k.as_str().to_owned()))
             .collect();
         let sql = format!(
-            "SELECT a.issue AS issue, a.id AS id, a.slug AS slug, d.tasks_done AS tasks_done, \
-             d.tasks_total AS tasks_total FROM console_artifacts a \
-             JOIN console_documents d ON d.artifact = a.id \
-             WHERE a.kind = 'document' AND a.issue IN ({}) ORDER BY a.issue, a.created_at, a.id",
+            "SELECT issue, id, slug, tasks_done, tasks_total FROM console_artifacts \
+             WHERE kind = 'document' AND issue IN ({}) ORDER BY issue, created_at, id",
             list.join(", ")
         );
         let rows = sqlx::query_with(&sql, a.build())

@@ -1769,9 +1769,7 @@ impl Console {
                 block_token: None,
             };
             let (_, mut events, kept) = self
-                .change_document(tx, actor, &artifact, |d, new_id| {
-                    d.apply(None, std::slice::from_ref(&op), new_id)
-                })
+                .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
                 .await?;
             if let Some(s) = c.suggestion.as_mut() {
                 s.state = SuggestionState::Accepted;
@@ -2000,6 +1998,18 @@ fn ask_block(ask: &Ask) -> Result<String, Error> {
     .map_err(|e| invalid(e.to_string()))
 }
 
+/// An edit op on the whole text of block `id` (made by `op` from that text); `None` when the
+/// document has no such block.
+fn whole_block(
+    d: &doc::Document,
+    id: &str,
+    op: impl FnOnce(String) -> doc::EditOp,
+) -> Option<doc::EditOp> {
+    let p = d.position(id)?;
+    let text = d.markdown().get(p.block.range.start..p.block.range.end)?;
+    Some(op(text.to_owned()))
+}
+
 /// A comment's quote as the engine takes it.
 fn engine_quote(q: &Quote) -> doc::Quote {
     doc::Quote {
@@ -2075,10 +2085,17 @@ impl Console {
             return Ok((Vec::new(), None));
         };
         let md = ask_block(ask)?;
+        // As an edit op (the document's log replays ops): the block's whole text replaced.
+        let Some(op) = whole_block(&current, &block, |text| doc::EditOp::Replace {
+            quote: doc::Quote::exact(text),
+            text: md.clone(),
+            block: Some(block.clone()),
+            block_token: None,
+        }) else {
+            return Ok((Vec::new(), None));
+        };
         let (_, events, kept) = self
-            .change_document(tx, actor, &artifact, |d, new_id| {
-                d.replace_block(&block, &md, new_id)
-            })
+            .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
             .await?;
         if let Some((_, d)) = &kept {
             ask.block = d
@@ -2132,10 +2149,33 @@ impl Console {
             let mut kept = None;
             if let Some(after) = &new.block {
                 let md = ask_block(&ask)?;
-                let (_, e, k) = self
-                    .change_document(tx, actor, &artifact, |d, new_id| {
-                        d.insert_after_block(after, &md, new_id)
+                // As an edit op (the document's log replays ops): after the whole text of
+                // the top-level block holding `after`, the ask block as a block of its own.
+                let current = self.loaded(tx, &a).await?;
+                let top = current
+                    .position(after)
+                    .map(|p| {
+                        p.block
+                            .path
+                            .first()
+                            .map(|s| s.id.to_string())
+                            .unwrap_or_else(|| p.block.id.to_string())
                     })
+                    .ok_or_else(|| {
+                        Error::with_message(
+                            ErrorCode::TARGET_NOT_FOUND,
+                            "the document has no block with this id",
+                        )
+                    })?;
+                let op = whole_block(&current, &top, |text| doc::EditOp::InsertAfter {
+                    quote: doc::Quote::exact(text),
+                    text: format!("\n\n{md}"),
+                    block: Some(top.clone()),
+                    block_token: None,
+                })
+                .ok_or_else(|| not_found("block"))?;
+                let (_, e, k) = self
+                    .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
                     .await?;
                 ask.block = k.as_ref().and_then(|(_, d)| {
                     d.asks()

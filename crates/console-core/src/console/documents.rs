@@ -14,7 +14,7 @@
 //! document's own sequence) in it; an agent conversation's artifacts append none (spec).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use serde_json::{Value, json};
 
@@ -23,10 +23,10 @@ use super::*;
 use crate::doc::{self, Document};
 use crate::storage::StorageError;
 use crate::work::documents::{
-    Artifact, ArtifactKind, ArtifactView, Content, DocumentState, DocumentVersion, Edge, EdgeKind,
-    EdgeQuery, EdgeView, References, Scope, Version, VersionInfo, VersionKind, VersionRef,
-    classify, essence, is_filename, is_session_id, is_slug, media_type, slug_of, slug_with_suffix,
-    sniff_image,
+    Artifact, ArtifactKind, ArtifactView, Content, DocumentVersion, Edge, EdgeKind, EdgeQuery,
+    EdgeView, LogEntry, References, Scope, Snapshot, StoredDocument, Version, VersionInfo,
+    VersionKind, VersionRef, classify, essence, is_filename, is_session_id, is_slug, media_type,
+    slug_of, slug_with_suffix, sniff_image, splice,
 };
 use crate::work::{
     Actor, Event, EventPage, IssueKey, NewEvent, ProjectKey, Subscriber, WorkTx, rules,
@@ -80,6 +80,23 @@ pub struct ArtifactWithVersions {
     #[serde(flatten)]
     pub artifact: ArtifactView,
     pub versions: Vec<VersionInfo>,
+}
+
+/// A version just named: a document's as its read route answers it, a file's record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum NamedVersion {
+    Document(DocumentVersion),
+    File(VersionInfo),
+}
+
+impl NamedVersion {
+    pub fn number(&self) -> i64 {
+        match self {
+            NamedVersion::Document(d) => d.number,
+            NamedVersion::File(f) => f.number,
+        }
+    }
 }
 
 /// `{markdown, token, version}`.
@@ -289,14 +306,7 @@ impl Console {
         actor: &Actor,
     ) -> Result<(VersionInfo, Option<Event>), Error> {
         let content = match a.kind {
-            ArtifactKind::Document => Content::Markdown(
-                tx.document(&a.id)
-                    .await?
-                    .ok_or_else(|| {
-                        Error::from(StorageError::Corrupt("a document without content".into()))
-                    })?
-                    .markdown,
-            ),
+            ArtifactKind::Document => Content::Markdown(self.markdown_of(tx, a).await?),
             ArtifactKind::Image | ArtifactKind::File => {
                 let latest = a.version.as_ref().map_or(0, |v| v.number);
                 match tx.version(&a.id, latest).await? {
@@ -439,11 +449,11 @@ impl Console {
             let mut events = Vec::new();
             let now = self.now();
             let (token, size) = match &parsed {
-                Some(p) => (p.token.clone(), p.state.markdown.len() as i64),
+                Some(p) => (p.token.clone(), p.snapshot.markdown.len() as i64),
                 None => (bytes_token(&up.content), up.content.len() as i64),
             };
             let content = match &parsed {
-                Some(p) => Content::Markdown(p.state.markdown.clone()),
+                Some(p) => Content::Markdown(p.snapshot.markdown.clone()),
                 None => Content::Bytes(up.content.clone()),
             };
             let a = match existing {
@@ -474,6 +484,8 @@ impl Console {
                     a.content_type = content_type.clone();
                     a.size = size;
                     a.token = token.clone();
+                    a.tasks = parsed.as_ref().map_or((0, 0), |p| p.tasks);
+                    a.log_len = 0;
                     a.changed_at = now;
                     a.changed_by = actor.clone();
                     a.updated_at = now;
@@ -536,6 +548,9 @@ impl Console {
                         created_by: actor.clone(),
                         created_at: now,
                         updated_at: now,
+                        tasks: parsed.as_ref().map_or((0, 0), |p| p.tasks),
+                        log_entry: 0,
+                        log_len: 0,
                     };
                     tx.insert_artifact(&a).await?;
                     self.store_upload(tx, &a, 1, &content, parsed.as_ref(), actor)
@@ -585,7 +600,7 @@ impl Console {
         };
         tx.insert_version(&a.id, &v, content).await?;
         if let Some(p) = parsed {
-            tx.put_document(&a.id, &p.state).await?;
+            tx.put_snapshot(&a.id, &p.snapshot).await?;
             // An open approval ask follows the new content: its agent's turn.
             self.approval_follows(tx, &a.id).await?;
         }
@@ -679,12 +694,8 @@ impl Console {
             return Err(not_document());
         }
         let mut tx = self.parts.storage.read().await?;
-        let d = tx
-            .document(&a.id)
-            .await?
-            .ok_or_else(|| not_found("document"))?;
         Ok(TextView {
-            markdown: d.markdown,
+            markdown: self.markdown_of(&mut *tx, &a).await?,
             token: a.token,
             version: a.version,
         })
@@ -744,13 +755,14 @@ impl Console {
     }
 
     /// Names the current content: a new `named` version of it (CAP_EXCEEDED over 80
-    /// characters).
+    /// characters). Answers the version as its read route does (a file's as its record: the
+    /// read route answers its bytes).
     pub async fn name_version(
         &self,
         actor: &Actor,
         id: &str,
         name: &str,
-    ) -> Result<VersionInfo, Error> {
+    ) -> Result<NamedVersion, Error> {
         let id = artifact_id(id)?;
         let name = name.trim();
         if name.is_empty() || name.chars().any(char::is_control) {
@@ -785,7 +797,19 @@ impl Console {
                 )
                 .await?;
             events.extend(e);
-            Ok((info, events))
+            let answer = match a.kind {
+                ArtifactKind::Document => NamedVersion::Document(DocumentVersion {
+                    number: info.number,
+                    name: info.name.clone(),
+                    kind: info.kind,
+                    token: info.token.clone(),
+                    markdown: self.markdown_of(tx, &a).await?,
+                    by: info.by.clone(),
+                    created_at: info.created_at,
+                }),
+                ArtifactKind::Image | ArtifactKind::File => NamedVersion::File(info),
+            };
+            Ok((answer, events))
         })?;
         self.committed_all(&events);
         Ok(info)
@@ -841,8 +865,8 @@ impl Console {
 
     /// The edges of one node of the reference graph (`GET /references`): `to` (backlinks) or
     /// `from` (links), exactly one, a console ref (a fragment naming a block is dropped: a
-    /// node is a whole document); `since` (an event id) for mentions only. INVALID_QUERY
-    /// otherwise.
+    /// node is a whole document); `since` (an event id) pages mentions only (it implies
+    /// `kind=mention`; another kind with it is refused). INVALID_QUERY otherwise.
     pub async fn references(
         &self,
         to: Option<&str>,
@@ -851,23 +875,27 @@ impl Console {
         since: Option<i64>,
     ) -> Result<Vec<EdgeView>, Error> {
         let bad = |m: &str| Error::with_message(ErrorCode::INVALID_QUERY, m);
+        // A console ref, written as the engine writes one (UUIDs lower-cased).
         let node = |r: &str| -> Result<String, Error> {
             let r = r.split('#').next().unwrap_or("");
-            if !r.starts_with("countersign://") || r.len() <= "countersign://".len() {
-                return Err(bad("`to` and `from` are console refs (countersign://…)"));
-            }
-            Ok(r.to_owned())
+            doc::parse_ref(r)
+                .map(|t| t.to_url())
+                .ok_or_else(|| bad("`to` and `from` are console refs (countersign://…)"))
         };
         let (to, from) = match (to, from) {
             (Some(t), None) => (Some(node(t)?), None),
             (None, Some(f)) => (None, Some(node(f)?)),
             _ => return Err(bad("name one node: `to` or `from`")),
         };
-        let kind = kind
+        let mut kind = kind
             .map(|k| EdgeKind::parse(k).ok_or_else(|| bad("`kind` is link, mention or embed")))
             .transpose()?;
-        if since.is_some() && kind != Some(EdgeKind::Mention) {
-            return Err(bad("`since` pages mentions only: add kind=mention"));
+        if since.is_some() {
+            match kind {
+                None => kind = Some(EdgeKind::Mention),
+                Some(EdgeKind::Mention) => {}
+                Some(_) => return Err(bad("`since` pages mentions only")),
+            }
         }
         let mut tx = self.parts.storage.read().await?;
         Ok(tx
@@ -949,14 +977,76 @@ impl Console {
 const PART_MAX: usize = 64 * 1024;
 /// Loaded documents kept by [`LOADED`].
 const LOADED_MAX: usize = 32;
+/// A document's edit log is folded into a new snapshot every this many edits (bounding what a
+/// load replays).
+const LOG_MAX: i64 = 256;
 
 /// Documents the engine loaded, by artifact id, with the sequence and token of the state they
 /// were loaded from: an edit of a large document skips parsing it again. An entry is used only
 /// when the artifact's row still has that sequence and token (every write moves the sequence,
 /// another replica's too), so it never answers for another state. Ids are UUIDs, so the
 /// consoles of one process (tests run several) share it safely.
-static LOADED: LazyLock<Mutex<HashMap<String, (i64, String, Document)>>> =
-    LazyLock::new(Default::default);
+static LOADED: LazyLock<Mutex<HashMap<String, Loaded>>> = LazyLock::new(Default::default);
+
+/// A cache entry: the sequence and token of the state the document was loaded from.
+type Loaded = (i64, String, Document);
+
+/// Serialized blocks answers kept by [`ANSWERS`], at most this many bytes in all.
+const ANSWERS_BYTES: usize = 64 * 1024 * 1024;
+
+/// Blocks answers by artifact id, with the sequence, token and reference counts they were made
+/// for (as [`LOADED`], an entry answers only for that state).
+static ANSWERS: LazyLock<Mutex<HashMap<String, Answer>>> = LazyLock::new(Default::default);
+
+/// A kept blocks answer: `(sequence, token, reference counts, JSON)`.
+type Answer = (i64, String, Vec<(String, i64, i64)>, Arc<[u8]>);
+
+fn answered(a: &Artifact, counts: &[(String, i64, i64)]) -> Option<Arc<[u8]>> {
+    let map = ANSWERS.lock().unwrap_or_else(|p| p.into_inner());
+    map.get(&a.id)
+        .filter(|(seq, token, c, _)| *seq == a.sequence && *token == a.token && c == counts)
+        .map(|(_, _, _, json)| json.clone())
+}
+
+fn keep_answer(a: &Artifact, counts: Vec<(String, i64, i64)>, json: &Arc<[u8]>) {
+    if json.len() > ANSWERS_BYTES / 4 {
+        return;
+    }
+    let mut map = ANSWERS.lock().unwrap_or_else(|p| p.into_inner());
+    map.remove(&a.id);
+    while map.values().map(|(_, _, _, j)| j.len()).sum::<usize>() + json.len() > ANSWERS_BYTES {
+        let Some(k) = map.keys().next().cloned() else {
+            break;
+        };
+        map.remove(&k);
+    }
+    map.insert(
+        a.id.clone(),
+        (a.sequence, a.token.clone(), counts, json.clone()),
+    );
+}
+
+/// The blocks answer of a document with its reference counts.
+fn blocks_view(d: &Document, counts: &HashMap<String, RefCounts>) -> BlocksView {
+    BlocksView {
+        token: d.token().to_owned(),
+        blocks: d
+            .blocks()
+            .into_iter()
+            .map(|block| BlockEntry {
+                refs: counts.get(&*block.id).copied().unwrap_or_default(),
+                block,
+            })
+            .collect(),
+    }
+}
+
+/// Drops every loaded document of the process (what a restart does): the next read loads from
+/// the stored snapshot and edit log. For tests and benchmarks.
+pub fn forget_loaded() {
+    LOADED.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    ANSWERS.lock().unwrap_or_else(|p| p.into_inner()).clear();
+}
 
 fn cached(a: &Artifact) -> Option<Document> {
     let map = LOADED.lock().unwrap_or_else(|p| p.into_inner());
@@ -980,7 +1070,8 @@ fn cache(a: &Artifact, doc: &Document) {
 #[derive(Debug, Clone)]
 pub(crate) struct Parsed {
     pub doc: Document,
-    pub state: DocumentState,
+    pub snapshot: Snapshot,
+    pub tasks: (i64, i64),
     pub token: String,
     /// The index's parts: each top-level block's id and text.
     pub parts: Vec<(String, String)>,
@@ -994,10 +1085,11 @@ impl Parsed {
             .blocks()
             .into_iter()
             .filter(|b| b.path.is_empty())
-            .map(|b| (b.id, part_text(doc.markdown(), &b.range)))
+            .map(|b| (b.id.to_string(), part_text(doc.markdown(), &b.range)))
             .collect();
         Self {
-            state: state_of(&doc),
+            snapshot: snapshot_of(&doc),
+            tasks: tasks_of(&doc),
             token: doc.token().to_owned(),
             parts,
             refs: references_of(&doc),
@@ -1006,16 +1098,52 @@ impl Parsed {
     }
 }
 
-/// What is stored of a document: its markdown, block ids and task counts.
-fn state_of(doc: &Document) -> DocumentState {
-    DocumentState {
+/// A document's snapshot: its markdown and block ids.
+fn snapshot_of(doc: &Document) -> Snapshot {
+    Snapshot {
         markdown: doc.markdown().to_owned(),
         block_ids: doc.block_ids(),
-        tasks: doc
-            .tasks()
-            .map(|(d, t)| (i64::from(d), i64::from(t)))
-            .unwrap_or((0, 0)),
     }
+}
+
+/// `(done, total)` of a document's task-list items.
+fn tasks_of(doc: &Document) -> (i64, i64) {
+    doc.tasks()
+        .map(|(d, t)| (i64::from(d), i64::from(t)))
+        .unwrap_or((0, 0))
+}
+
+/// A stored document as the engine holds it: its snapshot loaded, then each logged edit
+/// replayed with the block ids it took, checked against the token it left. The error says
+/// why it does not load.
+fn replay(stored: &StoredDocument) -> Result<Document, String> {
+    let mut d = Document::load(&stored.snapshot.markdown, &stored.snapshot.block_ids)
+        .map_err(|e| e.to_string())?;
+    for e in &stored.log {
+        let ops: Vec<doc::EditOp> = serde_json::from_str(&e.ops)
+            .map_err(|_| format!("the edit log's entry {} does not read", e.entry))?;
+        let mut ids = e.ids.iter();
+        let mut short = false;
+        let edited = {
+            let mut give = || match ids.next() {
+                Some(i) => i.clone(),
+                None => {
+                    short = true;
+                    String::new()
+                }
+            };
+            d.apply(None, &ops, &mut give)
+        }
+        .map_err(|err| format!("the edit log's entry {} does not apply ({err})", e.entry))?;
+        if short || ids.next().is_some() || edited.document.token() != e.token {
+            return Err(format!(
+                "the edit log's entry {} replays to another document",
+                e.entry
+            ));
+        }
+        d = edited.document;
+    }
+    Ok(d)
 }
 
 /// A block's text for the index, at most [`PART_MAX`] bytes.
@@ -1042,7 +1170,7 @@ fn references_of(doc: &Document) -> Vec<(String, String, EdgeKind)> {
 }
 
 /// A stored document the engine does not load: refused until a person rebuilds it.
-fn unloadable(id: &str, e: &doc::LoadError) -> Error {
+fn unloadable(id: &str, e: &str) -> Error {
     tracing::error!(artifact = id, error = %e, "a stored document does not load");
     Error::with_message(
         ErrorCode::INTERNAL,
@@ -1131,7 +1259,8 @@ impl Console {
     }
 
     /// A document as the engine holds it: the cache's for this state, else loaded from its
-    /// stored content (and kept: `a` was read in this transaction, so the state is committed).
+    /// stored snapshot and log (and kept: `a` was read in this transaction, so the state is
+    /// committed).
     pub(crate) async fn loaded(
         &self,
         tx: &mut dyn WorkTx,
@@ -1140,12 +1269,25 @@ impl Console {
         if let Some(d) = cached(a) {
             return Ok(d);
         }
-        let st = tx.document(&a.id).await?.ok_or_else(|| {
-            Error::from(StorageError::Corrupt("a document without content".into()))
-        })?;
-        let d = Document::load(&st.markdown, &st.block_ids).map_err(|e| unloadable(&a.id, &e))?;
+        let stored = self.stored(tx, a).await?;
+        let d = replay(&stored).map_err(|e| unloadable(&a.id, &e))?;
         cache(a, &d);
         Ok(d)
+    }
+
+    async fn stored(&self, tx: &mut dyn WorkTx, a: &Artifact) -> Result<StoredDocument, Error> {
+        tx.document(&a.id)
+            .await?
+            .ok_or_else(|| Error::from(StorageError::Corrupt("a document without content".into())))
+    }
+
+    /// A document's latest saved markdown: the cached document's, else the snapshot with the
+    /// logged splices (no engine: it reads even when the document does not load).
+    async fn markdown_of(&self, tx: &mut dyn WorkTx, a: &Artifact) -> Result<String, Error> {
+        if let Some(d) = cached(a) {
+            return Ok(d.markdown().to_owned());
+        }
+        Ok(self.stored(tx, a).await?.markdown())
     }
 
     /// A document by id for a read: settled first when due, loaded, with its row.
@@ -1180,17 +1322,45 @@ impl Console {
     pub async fn blocks(&self, id: &str) -> Result<BlocksView, Error> {
         let (a, d, mut tx) = self.read_document(id).await?;
         let counts = self.ref_counts(&mut *tx, &a).await?;
-        Ok(BlocksView {
-            token: d.token().to_owned(),
-            blocks: d
-                .blocks()
-                .into_iter()
-                .map(|block| BlockEntry {
-                    refs: counts.get(&block.id).copied().unwrap_or_default(),
-                    block,
-                })
-                .collect(),
-        })
+        Ok(blocks_view(&d, &counts))
+    }
+
+    /// The blocks answer as JSON, serialized once per document state and reference counts:
+    /// listing a large document's blocks costs far more than sending them again (a 1 MiB
+    /// document has tens of thousands), and the answer changes only with the document (its
+    /// sequence and token) or its edges.
+    pub async fn blocks_json(&self, id: &str) -> Result<Arc<[u8]>, Error> {
+        let a = self.current(id).await?;
+        if a.kind != ArtifactKind::Document {
+            return Err(not_document());
+        }
+        let mut tx = self.parts.storage.read().await?;
+        let mut counts = tx.block_ref_counts(&artifact_ref(&a)).await?;
+        counts.sort();
+        if let Some(json) = answered(&a, &counts) {
+            return Ok(json);
+        }
+        let d = self.loaded(&mut *tx, &a).await?;
+        let by_block: HashMap<&str, (i64, i64)> = counts
+            .iter()
+            .map(|(b, incoming, outgoing)| (b.as_str(), (*incoming, *outgoing)))
+            .collect();
+        // The engine writes the list straight from its tree (the bytes serde would give for
+        // [`BlocksView`]), each block's `refs` added before its closing brace.
+        let mut out = Vec::new();
+        out.extend_from_slice(b"{\"token\":\"");
+        out.extend_from_slice(d.token().as_bytes());
+        out.extend_from_slice(b"\",\"blocks\":");
+        d.write_blocks_json(&mut out, &mut |id, out| match by_block.get(id) {
+            None => out.extend_from_slice(b",\"refs\":{\"incoming\":0,\"outgoing\":0}"),
+            Some((incoming, outgoing)) => out.extend_from_slice(
+                format!(",\"refs\":{{\"incoming\":{incoming},\"outgoing\":{outgoing}}}").as_bytes(),
+            ),
+        });
+        out.push(b'}');
+        let json: Arc<[u8]> = out.into();
+        keep_answer(&a, counts, &json);
+        Ok(json)
     }
 
     /// One block's position (TARGET_NOT_FOUND for an id the document lacks).
@@ -1237,10 +1407,8 @@ impl Console {
     ) -> Result<EditAnswer, Error> {
         let id = artifact_id(id)?;
         let (answer, events, kept) = transact!(self, |tx| {
-            self.change_document(tx, actor, &id, |before, new_id| {
-                before.apply(expected_token, ops, new_id)
-            })
-            .await
+            self.change_document(tx, actor, &id, expected_token, ops)
+                .await
         })?;
         self.document_committed(&events, kept);
         Ok(answer)
@@ -1256,21 +1424,17 @@ impl Console {
     }
 
     /// The body of an edit in the caller's transaction (the asks' block asks and accepted
-    /// suggestions run theirs through it): `change` makes the edited document from the one
-    /// stored (with fresh block ids from its second argument); the rest is as
-    /// [`Console::edit`]. Answers the edit, its events and the document to keep once the
-    /// transaction commits ([`Console::document_committed`]).
+    /// suggestions run theirs through it): as [`Console::edit`], answering the edit, its
+    /// events and the document to keep once the transaction commits
+    /// ([`Console::document_committed`]).
     #[allow(clippy::type_complexity)]
     pub(crate) async fn change_document(
         &self,
         tx: &mut dyn WorkTx,
         actor: &Actor,
         id: &str,
-        change: impl FnOnce(
-            &Document,
-            &mut dyn FnMut() -> String,
-        ) -> Result<doc::Edited, doc::EditError>
-        + Send,
+        expected_token: Option<&str>,
+        ops: &[doc::EditOp],
     ) -> Result<(EditAnswer, Vec<Event>, Option<(Artifact, Document)>), Error> {
         let mut a = tx
             .artifact(id)
@@ -1282,7 +1446,12 @@ impl Console {
         let before = self.loaded(tx, &a).await?;
         let mut events = Vec::new();
         self.settle_if_due(tx, &mut a, &mut events).await?;
-        let edited = change(&before, &mut || self.new_block_id())?;
+        let mut made: Vec<String> = Vec::new();
+        let edited = before.apply(expected_token, ops, &mut || {
+            let id = self.new_block_id();
+            made.push(id.clone());
+            id
+        })?;
         let answer = EditAnswer {
             token: edited.document.token().to_owned(),
             changed: edited
@@ -1303,9 +1472,32 @@ impl Console {
         }
         let doc = edited.document;
         let now = self.now();
-        tx.put_document(&a.id, &state_of(&doc)).await?;
         // An open approval ask follows the new content: its agent's turn.
         self.approval_follows(tx, &a.id).await?;
+        // The edit goes into the log (what it spliced, and what replays it), or, every
+        // LOG_MAX edits, the whole document becomes the snapshot.
+        if a.log_len + 1 >= LOG_MAX {
+            tx.put_snapshot(&a.id, &snapshot_of(&doc)).await?;
+            a.log_len = 0;
+        } else {
+            let (start, end, text) = splice(before.markdown(), doc.markdown());
+            a.log_entry += 1;
+            a.log_len += 1;
+            tx.append_log(
+                &a.id,
+                &LogEntry {
+                    entry: a.log_entry,
+                    start: start as i64,
+                    end: end as i64,
+                    text,
+                    ops: serde_json::to_string(ops).unwrap_or_default(),
+                    ids: made,
+                    token: doc.token().to_owned(),
+                },
+            )
+            .await?;
+        }
+        a.tasks = tasks_of(&doc);
         a.token = doc.token().to_owned();
         a.size = doc.markdown().len() as i64;
         a.settled = false;
@@ -1376,22 +1568,22 @@ impl Console {
             if a.kind != ArtifactKind::Document {
                 return Err(not_document());
             }
-            let st = tx.document(&a.id).await?.ok_or_else(|| {
-                Error::from(StorageError::Corrupt("a document without content".into()))
-            })?;
-            if Document::load(&st.markdown, &st.block_ids).is_ok() {
+            let stored = self.stored(tx, &a).await?;
+            if replay(&stored).is_ok() {
                 return Err(if self.is_document_live(&a) {
                     Error::new(ErrorCode::DOCUMENT_LIVE)
                 } else {
                     Error::new(ErrorCode::DOCUMENT_LOADS)
                 });
             }
-            let p = self.parse_document(&st.markdown)?;
+            let p = self.parse_document(&stored.markdown())?;
             let now = self.now();
-            tx.put_document(&a.id, &p.state).await?;
+            tx.put_snapshot(&a.id, &p.snapshot).await?;
+            a.log_len = 0;
+            a.tasks = p.tasks;
             if p.token != a.token {
                 a.token = p.token.clone();
-                a.size = p.state.markdown.len() as i64;
+                a.size = p.snapshot.markdown.len() as i64;
                 a.settled = false;
                 a.changed_at = now;
                 a.changed_by = actor.clone();

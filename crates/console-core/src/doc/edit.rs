@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::block::{BlockType, Node};
+use super::block::{BlockType, Node, Token};
 use super::{Document, Top, parse, table};
 use crate::clock::sha256_hex;
 
@@ -185,12 +185,12 @@ pub fn valid_block_id(id: &str) -> bool {
 
 /// A fresh id from the caller's source; one that is not a block id is replaced by a digest of
 /// it (so a bad source cannot break the id rule).
-pub(crate) fn fresh(new_id: &mut dyn FnMut() -> String) -> String {
+pub(crate) fn fresh(new_id: &mut dyn FnMut() -> String) -> Arc<str> {
     let id = new_id();
     if valid_block_id(&id) {
-        id
+        Arc::from(id)
     } else {
-        sha256_hex(&id).chars().take(32).collect()
+        Arc::from(sha256_hex(&id).get(..32).unwrap_or_default())
     }
 }
 
@@ -350,8 +350,8 @@ impl Document {
         region.push_str(md.get(rs..a).unwrap_or(""));
         region.push_str(text);
         region.push_str(md.get(b..re).unwrap_or(""));
-        let (canon, ranges) = loop {
-            let (canon, ranges) = parse::canonical(&region);
+        let (canon, ranges, mut nodes) = loop {
+            let (canon, ranges, nodes) = parse::canonical(&region);
             let chunk = |i: usize| {
                 ranges
                     .get(i)
@@ -384,9 +384,8 @@ impl Document {
                 hi += 1;
                 continue;
             }
-            break (canon, ranges);
+            break (canon, ranges, nodes);
         };
-        let mut nodes = parse::build_chunks(&canon, &ranges);
         let old: Vec<&Node> = self.tops[lo..hi].iter().map(|t| t.node.as_ref()).collect();
         match_ids(&old, &mut nodes, new_id);
 
@@ -444,7 +443,7 @@ impl Document {
         for (i, top) in self.tops.iter().enumerate() {
             let mut found = None;
             top.node.walk(&mut |node| {
-                if found.is_none() && node.id == id {
+                if found.is_none() && *node.id == *id {
                     found = Some(node);
                 }
             });
@@ -625,7 +624,7 @@ impl Document {
             if let Some(id) = op.block()
                 && let Some((_, _, node, _)) = self.locate_block(id)
             {
-                out.insert(id.to_owned(), node.token.clone());
+                out.insert(id.to_owned(), node.token.to_string());
             }
         }
         out
@@ -660,18 +659,19 @@ impl Document {
                     let (_, _, node, _) = self
                         .locate_block(id)
                         .ok_or(EditError::TargetNotFound { op: i })?;
-                    if token.is_some_and(|t| t != node.token) {
+                    if token.is_some_and(|t| !node.token.is(t)) {
                         return Err(stale());
                     }
                 }
                 (None, None) => {}
             }
         }
-        let mut doc = self.clone();
+        let mut current: Option<Document> = None;
         for (i, op) in ops.iter().enumerate() {
-            doc = doc.apply_op(i, op, new_id)?;
+            let next = current.as_ref().unwrap_or(self).apply_op(i, op, new_id)?;
+            current = Some(next);
         }
-        Ok(self.edited(doc))
+        Ok(self.edited(current.unwrap_or_else(|| self.clone())))
     }
 
     /// The [`Edited`] answer for `document`, an edit of this one: top-level blocks both share
@@ -679,27 +679,27 @@ impl Document {
     pub(crate) fn edited(&self, document: Document) -> Edited {
         let shared: HashSet<*const Node> =
             document.tops.iter().map(|t| Arc::as_ptr(&t.node)).collect();
-        let mut before: HashMap<&str, &str> = HashMap::new();
+        let mut before: HashMap<&str, Token> = HashMap::new();
         let mut order: Vec<&str> = Vec::new();
         let kept: HashSet<*const Node> = self.tops.iter().map(|t| Arc::as_ptr(&t.node)).collect();
         for top in &self.tops {
             if !shared.contains(&Arc::as_ptr(&top.node)) {
                 top.node.walk(&mut |n| {
-                    before.insert(&n.id, &n.token);
+                    before.insert(&n.id, n.token);
                     order.push(&n.id);
                 });
             }
         }
         let mut changed = Vec::new();
-        let mut seen: HashSet<String> = HashSet::new();
+        let mut seen: HashSet<&str> = HashSet::new();
         for top in &document.tops {
             if kept.contains(&Arc::as_ptr(&top.node)) {
                 continue;
             }
             top.node.walk(&mut |n| {
-                seen.insert(n.id.clone());
-                if before.get(n.id.as_str()) != Some(&n.token.as_str()) {
-                    changed.push((n.id.clone(), n.token.clone()));
+                seen.insert(&n.id);
+                if before.get(&*n.id) != Some(&n.token) {
+                    changed.push((n.id.to_string(), n.token.to_string()));
                 }
             });
         }

@@ -76,9 +76,7 @@ pub(crate) fn render(doc: &Document, resolve: &dyn Fn(&str) -> Option<String>) -
 fn top_id(doc: &Document, at: usize) -> Option<&str> {
     let tops = doc.tops();
     let i = tops.partition_point(|t| t.start <= at).checked_sub(1)?;
-    tops.get(i)
-        .filter(|t| at <= t.end())
-        .map(|t| t.node.id.as_str())
+    tops.get(i).filter(|t| at <= t.end()).map(|t| &*t.node.id)
 }
 
 impl Renderer<'_> {

@@ -46,7 +46,10 @@ mod ask;
 mod block;
 mod edit;
 mod html;
+mod json;
 mod parse;
+#[cfg(test)]
+mod proptests;
 pub mod refs;
 mod schema;
 mod table;
@@ -54,11 +57,12 @@ mod table;
 mod tests;
 
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 pub use ask::{AskBlock, AskFormatError, AskOption, read_ask, write_ask};
 pub use block::{
-    BlockInfo, BlockPosition, BlockType, CellText, PathStep, Range, RowCells, TablePosition,
+    BlockInfo, BlockPosition, BlockType, CellText, PathStep, Range, RowCells, TablePosition, Token,
 };
 use block::{Detail, Node};
 pub use edit::{EditError, EditOp, Edited, Quote, valid_block_id};
@@ -113,8 +117,7 @@ impl Document {
     /// Parses any text (CRLF or CR line ends included) into a document in canonical form; every
     /// block gets an id from `new_id` (one that is no block id is replaced by a digest of it).
     pub fn parse(markdown: &str, new_id: &mut dyn FnMut() -> String) -> Document {
-        let (markdown, ranges) = parse::canonical(markdown);
-        let nodes = parse::build_chunks(&markdown, &ranges);
+        let (markdown, ranges, nodes) = parse::canonical(markdown);
         let tops = nodes
             .into_iter()
             .zip(&ranges)
@@ -137,43 +140,43 @@ impl Document {
     /// Rebuilds a stored document: `markdown` must be canonical and `ids` its block ids in
     /// document order ([`Document::block_ids`]), valid and distinct.
     pub fn load(markdown: &str, ids: &[String]) -> Result<Document, LoadError> {
-        let ranges = parse::chunk_ranges(markdown);
-        let joined = parse::join(
-            ranges
-                .iter()
-                .map(|&(s, e)| markdown.get(s..e).unwrap_or("")),
-        );
-        if joined != markdown {
-            return Err(LoadError::NotCanonical);
+        // The ids first: each stored id is read once (they are scattered over the heap),
+        // checked and copied while at hand, and the blocks take them as they are built. Their
+        // refusals come after the markdown's and the count's, as the order of checks says.
+        let mut seen: HashSet<&str, BuildHasherDefault<IdHasher>> =
+            HashSet::with_capacity_and_hasher(ids.len(), BuildHasherDefault::default());
+        let mut shared: Vec<Arc<str>> = Vec::with_capacity(ids.len());
+        let mut refused = None;
+        for id in ids {
+            if !valid_block_id(id) {
+                refused = Some(LoadError::MalformedId);
+                break;
+            }
+            if !seen.insert(id.as_str()) {
+                refused = Some(LoadError::DuplicateId);
+                break;
+            }
+            shared.push(Arc::from(id.as_str()));
         }
-        let nodes = parse::build_chunks(markdown, &ranges);
-        let blocks: usize = nodes.iter().map(Node::count).sum();
+        drop(seen);
+        let given = refused.is_none().then_some(shared);
+        let (ranges, nodes, blocks) =
+            parse::canonical_tree(markdown, given).ok_or(LoadError::NotCanonical)?;
         if blocks != ids.len() {
             return Err(LoadError::IdCount {
                 blocks,
                 ids: ids.len(),
             });
         }
-        let mut seen = HashSet::with_capacity(ids.len());
-        for id in ids {
-            if !valid_block_id(id) {
-                return Err(LoadError::MalformedId);
-            }
-            if !seen.insert(id.as_str()) {
-                return Err(LoadError::DuplicateId);
-            }
+        if let Some(refused) = refused {
+            return Err(refused);
         }
-        let mut next = ids.iter();
-        let mut give = || next.next().cloned().unwrap_or_default();
         let tops = nodes
             .into_iter()
             .zip(&ranges)
-            .map(|(mut node, &(start, _))| {
-                fill_ids(&mut node, &mut give);
-                Top {
-                    start,
-                    node: Arc::new(node),
-                }
+            .map(|(node, &(start, _))| Top {
+                start,
+                node: Arc::new(node),
             })
             .collect();
         Ok(Document {
@@ -198,19 +201,29 @@ impl Document {
     pub fn block_ids(&self) -> Vec<String> {
         let mut out = Vec::new();
         for top in &self.tops {
-            top.node.walk(&mut |n| out.push(n.id.clone()));
+            top.node.walk(&mut |n| out.push(n.id.to_string()));
         }
         out
     }
 
-    /// The flat list of blocks in document order, nested ones included.
+    /// The flat list of blocks in document order, nested ones included. Each entry shares its
+    /// id, `path` and `rows` with the tree and its siblings (no string is copied).
     pub fn blocks(&self) -> Vec<BlockInfo> {
-        let mut out = Vec::with_capacity(self.tops.len() * 2);
-        let mut path = Vec::new();
+        let mut out = Vec::with_capacity(self.tops.len() * 4);
+        let root: Arc<[PathStep]> = Arc::from(Vec::new());
         for (index, top) in self.tops.iter().enumerate() {
-            collect(&top.node, top.start, index, &mut path, &mut out);
+            let text = self.markdown.get(top.start..).unwrap_or_default();
+            collect(&top.node, top.start, text, index, &root, &mut out);
         }
         out
+    }
+
+    /// The blocks list as JSON, written straight from the tree: the bytes
+    /// `serde_json::to_vec(&self.blocks())` gives, but with `extra(id, out)` called before each
+    /// block's closing brace, so a caller can add fields of its own (the routes'
+    /// `,"refs":{…}`) where a `#[serde(flatten)]` wrapper would put them. Appends to `out`.
+    pub fn write_blocks_json(&self, out: &mut Vec<u8>, extra: &mut dyn FnMut(&str, &mut Vec<u8>)) {
+        json::write_blocks(self, out, extra);
     }
 
     /// One block as in [`Document::blocks`], plus its place in a table for a table, table row
@@ -224,12 +237,13 @@ impl Document {
                     .iter()
                     .map(|(n, i)| PathStep {
                         kind: n.kind,
-                        id: n.id.clone(),
+                        id: Arc::clone(&n.id),
                         index: *i,
                     })
                     .collect();
-                let block = info(node, top.start, path);
-                let table = table_position(&chain);
+                let text = self.markdown.get(top.start..).unwrap_or_default();
+                let block = info(node, top.start, text, path);
+                let table = table_position(&chain, text);
                 return Some(BlockPosition { block, table });
             }
         }
@@ -257,7 +271,7 @@ impl Document {
     /// in; kind `embed` for images, `link` otherwise. Reference-style links count (they are
     /// resolved against the whole document). One entry per (block, ref, kind), document order.
     pub fn references(&self) -> Vec<OutgoingRef> {
-        let found = parse::with_ast(&self.markdown, |root, lines| refs::collect(root, lines));
+        let found = parse::with_ast(&self.markdown, refs::collect);
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for (at, target, kind) in found {
@@ -296,7 +310,7 @@ impl Document {
                     continue 'down;
                 }
             }
-            return Some(&node.id);
+            return Some(&*node.id);
         }
     }
 
@@ -324,7 +338,7 @@ impl Document {
                     && let Some(ask) = read_ask(text)
                 {
                     out.push(AskAt {
-                        block: n.id.clone(),
+                        block: n.id.to_string(),
                         ask,
                     });
                 }
@@ -417,72 +431,78 @@ impl Document {
     }
 }
 
-fn fill_ids(node: &mut Node, give: &mut dyn FnMut() -> String) {
-    node.id = give();
-    for c in &mut node.children {
-        fill_ids(c, give);
+/// FxHash (rustc's hasher, with a final mix) for `load`'s duplicate check: the ids are the engine's own, read
+/// back from storage (no caller picks them), so a fast unkeyed hash is enough; SipHash was a
+/// twentieth of a large document's load.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl IdHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
 }
 
-fn info(node: &Node, base: usize, path: Vec<PathStep>) -> BlockInfo {
-    let rows = (node.kind == BlockType::Table).then(|| {
-        node.children
-            .iter()
-            .enumerate()
-            .map(|(index, row)| RowCells {
-                index,
-                cells: row
-                    .children
-                    .iter()
-                    .enumerate()
-                    .map(|(index, cell)| CellText {
-                        index,
-                        text: cell_text(cell),
-                    })
-                    .collect(),
-            })
-            .collect()
-    });
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.add(u64::from(byte));
+    }
+
+    fn finish(&self) -> u64 {
+        // The multiplications carry low bits up, never down: fold the high half in (the table
+        // picks buckets by the low bits), as MurmurHash3's finalizer does.
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^ (x >> 33)
+    }
+}
+
+fn info(node: &Node, base: usize, text: &str, path: Arc<[PathStep]>) -> BlockInfo {
     BlockInfo {
-        id: node.id.clone(),
+        id: Arc::clone(&node.id),
         kind: node.kind,
         range: Range {
             start: base + node.start,
             end: base + node.end,
         },
-        token: node.token.clone(),
+        token: node.token,
         path,
-        rows,
+        rows: node.rows(text).cloned(),
     }
 }
 
-fn cell_text(cell: &Node) -> String {
-    match &cell.detail {
-        Detail::Cell { text } => text.clone(),
-        _ => String::new(),
-    }
-}
-
+/// Pushes `node`'s entry and its descendants' onto `out`; `path` is its ancestors', shared by
+/// its siblings, and its children share one made here.
 fn collect(
     node: &Node,
     base: usize,
+    text: &str,
     index: usize,
-    path: &mut Vec<PathStep>,
+    path: &Arc<[PathStep]>,
     out: &mut Vec<BlockInfo>,
 ) {
-    out.push(info(node, base, path.clone()));
+    out.push(info(node, base, text, Arc::clone(path)));
     if node.children.is_empty() {
         return;
     }
-    path.push(PathStep {
+    let step = PathStep {
         kind: node.kind,
-        id: node.id.clone(),
+        id: Arc::clone(&node.id),
         index,
-    });
+    };
+    let inner: Arc<[PathStep]> = path.iter().cloned().chain(std::iter::once(step)).collect();
     for (i, child) in node.children.iter().enumerate() {
-        collect(child, base, i, path, out);
+        collect(child, base, text, i, &inner, out);
     }
-    path.pop();
 }
 
 fn find_chain<'a>(
@@ -492,7 +512,7 @@ fn find_chain<'a>(
     chain: &mut Vec<(&'a Node, usize)>,
 ) -> bool {
     chain.push((node, index));
-    if node.id == id {
+    if *node.id == *id {
         return true;
     }
     for (i, child) in node.children.iter().enumerate() {
@@ -504,24 +524,24 @@ fn find_chain<'a>(
     false
 }
 
-fn table_position(chain: &[(&Node, usize)]) -> Option<TablePosition> {
+fn table_position(chain: &[(&Node, usize)], text: &str) -> Option<TablePosition> {
     let t = chain
         .iter()
         .rposition(|(n, _)| n.kind == BlockType::Table)?;
     let (table, _) = chain[t];
     let row = chain.get(t + 1).map(|&(_, i)| i);
     let column = chain.get(t + 2).map(|&(_, i)| i);
-    let header = table
-        .children
-        .first()
-        .map(|h| h.children.iter().map(cell_text).collect())
-        .unwrap_or_default();
-    let cells = chain
-        .get(t + 1)
-        .map(|(r, _)| r.children.iter().map(cell_text).collect())
-        .unwrap_or_default();
+    let texts = |row: usize| -> Vec<String> {
+        table
+            .children
+            .get(row)
+            .map(|r| r.cell_texts(text).into_iter().map(|c| c.text).collect())
+            .unwrap_or_default()
+    };
+    let header = texts(0);
+    let cells = row.map(texts).unwrap_or_default();
     Some(TablePosition {
-        id: table.id.clone(),
+        id: table.id.to_string(),
         row,
         column,
         header,

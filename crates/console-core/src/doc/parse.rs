@@ -9,8 +9,10 @@
 use comrak::nodes::{AstNode, NodeValue};
 use comrak::{Arena, Options, parse_document};
 
-use super::block::{BlockType, Detail, Node};
-use crate::clock::sha256_hex;
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+use super::block::{BlockType, Detail, Node, Token};
 
 /// The parser's options: CommonMark plus GFM tables and task lists and `:::` block directives.
 /// Nothing else (no raw HTML rendering is ever asked of comrak: the engine renders itself).
@@ -118,14 +120,15 @@ fn is_blank(line: &str) -> bool {
     line.bytes().all(|b| b == b' ' || b == b'\t')
 }
 
-/// The last line any node of a subtree reaches (comrak's end positions of a container can
-/// stop short of its last child's text).
-fn last_line<'a>(node: &'a AstNode<'a>) -> usize {
-    let mut last = node.data.borrow().sourcepos.end.line;
+/// The furthest (line, column) a node or any of its descendants reaches (comrak's end
+/// positions of a container can stop short of its last child's text).
+fn reach<'a>(node: &'a AstNode<'a>) -> (usize, usize) {
+    let mut end = (0, 0);
     for d in node.descendants() {
-        last = last.max(d.data.borrow().sourcepos.end.line);
+        let e = d.data.borrow().sourcepos.end;
+        end = end.max((e.line, e.column));
     }
-    last
+    end
 }
 
 /// The top-level chunks of `text` (LF line ends), as line spans (1-based, inclusive): one per
@@ -136,7 +139,7 @@ fn chunk_lines<'a>(root: &'a AstNode<'a>, lines: &Lines<'_>) -> Vec<(usize, usiz
     let mut spans: Vec<(usize, usize)> = Vec::new();
     for child in root.children() {
         let start = child.data.borrow().sourcepos.start.line.max(1);
-        let end = last_line(child).max(start).min(count);
+        let end = reach(child).0.max(start).min(count);
         if start > count {
             continue;
         }
@@ -184,16 +187,23 @@ fn chunk_lines<'a>(root: &'a AstNode<'a>, lines: &Lines<'_>) -> Vec<(usize, usiz
         .collect()
 }
 
+/// The byte ranges of a text's top-level chunks, in order.
+pub(crate) type Chunks = Vec<(usize, usize)>;
+
+/// The byte ranges of the top-level chunks of a parsed text.
+fn ranges_of<'a>(root: &'a AstNode<'a>, lines: &Lines<'_>) -> Vec<(usize, usize)> {
+    chunk_lines(root, lines)
+        .into_iter()
+        .map(|(s, e)| (lines.start(s), lines.end(e)))
+        .collect()
+}
+
 /// The byte ranges of the top-level chunks of `text` (LF line ends).
 pub(crate) fn chunk_ranges(text: &str) -> Vec<(usize, usize)> {
     let arena = Arena::new();
     let opts = options();
     let root = parse_document(&arena, text, &opts);
-    let lines = Lines::new(text);
-    chunk_lines(root, &lines)
-        .into_iter()
-        .map(|(s, e)| (lines.start(s), lines.end(e)))
-        .collect()
+    ranges_of(root, &Lines::new(text))
 }
 
 /// Joins chunk texts the canonical way: one blank line between, one final LF.
@@ -211,75 +221,132 @@ pub(crate) fn join<'s>(chunks: impl IntoIterator<Item = &'s str>) -> String {
     out
 }
 
-/// The canonical markdown of `text` and its chunk ranges. The normalization is repeated until
-/// it holds still (it does after one round for every input we know of; the bound keeps a
-/// pathological one from looping).
-pub(crate) fn canonical(text: &str) -> (String, Vec<(usize, usize)>) {
-    let mut current = normalize_newlines(text).into_owned();
-    for _ in 0..8 {
-        let ranges = chunk_ranges(&current);
-        let joined = join(ranges.iter().map(|&(s, e)| current.get(s..e).unwrap_or("")));
-        if joined == current {
-            return (current, ranges);
+/// Whether `text` is its chunks joined the canonical way (`join` of the chunks equals `text`),
+/// without building the joined text.
+fn is_joined(text: &str, ranges: &[(usize, usize)]) -> bool {
+    let bytes = text.as_bytes();
+    let follows = |at: usize, piece: &[u8]| bytes.get(at..).is_some_and(|r| r.starts_with(piece));
+    let mut at = 0;
+    for (i, &(s, e)) in ranges.iter().enumerate() {
+        let chunk = text.get(s..e).unwrap_or("").as_bytes();
+        if chunk.is_empty() && i == 0 {
+            // `join` writes no separator before a first empty chunk's successor.
+            return join(ranges.iter().map(|&(s, e)| text.get(s..e).unwrap_or(""))) == text;
         }
-        current = joined;
+        if i > 0 {
+            if !follows(at, b"\n\n") {
+                return false;
+            }
+            at += 2;
+        }
+        if !follows(at, chunk) {
+            return false;
+        }
+        at += chunk.len();
     }
-    let ranges = chunk_ranges(&current);
-    (current, ranges)
+    if !ranges.is_empty() {
+        if !follows(at, b"\n") {
+            return false;
+        }
+        at += 1;
+    }
+    at == bytes.len()
 }
 
-/// Builds the block trees of the chunks of `text` (one comrak parse), ranges relative to each
-/// chunk's start, ids empty. `chunks` are the byte ranges [`chunk_ranges`] gives for `text`.
-pub(crate) fn build_chunks(text: &str, chunks: &[(usize, usize)]) -> Vec<Node> {
+/// The canonical markdown of `text`, its chunk ranges and block trees (ids empty). The
+/// normalization is repeated until it holds still (it does after one round for every input we
+/// know of; the bound keeps a pathological one from looping); the trees are built from the
+/// last round's parse, so a text already canonical is parsed once.
+pub(crate) fn canonical(text: &str) -> (String, Chunks, Vec<Node>) {
+    let mut current = normalize_newlines(text).into_owned();
+    let opts = options();
+    let mut round = 0;
+    loop {
+        let arena = Arena::new();
+        let root = parse_document(&arena, &current, &opts);
+        let lines = Lines::new(&current);
+        let ranges = ranges_of(root, &lines);
+        if round == 8 || is_joined(&current, &ranges) {
+            let (nodes, _) = build(root, &current, &lines, &ranges, None);
+            return (current, ranges, nodes);
+        }
+        round += 1;
+        let joined = join(ranges.iter().map(|&(s, e)| current.get(s..e).unwrap_or("")));
+        current = joined;
+    }
+}
+
+/// The chunk ranges and block trees of `text`, which must be canonical (None when it is not):
+/// one comrak parse. The blocks take `ids` in document order (pre-order) as they are made
+/// (empty ids when there are none, or too few); the count is of the blocks made.
+pub(crate) fn canonical_tree(
+    text: &str,
+    ids: Option<Vec<Arc<str>>>,
+) -> Option<(Chunks, Vec<Node>, usize)> {
     let arena = Arena::new();
     let opts = options();
     let root = parse_document(&arena, text, &opts);
     let lines = Lines::new(text);
+    let ranges = ranges_of(root, &lines);
+    if !is_joined(text, &ranges) {
+        return None;
+    }
+    let (nodes, count) = build(root, text, &lines, &ranges, ids);
+    Some((ranges, nodes, count))
+}
+
+/// Builds the block trees of the chunks of a parsed `text`, ranges relative to each chunk's
+/// start, ids from `ids` in pre-order (else empty), and counts the blocks. `chunks` are the
+/// byte ranges [`ranges_of`] gives for it.
+fn build<'a>(
+    root: &'a AstNode<'a>,
+    text: &str,
+    lines: &Lines<'_>,
+    chunks: &[(usize, usize)],
+    ids: Option<Vec<Arc<str>>>,
+) -> (Vec<Node>, usize) {
     let builder = Builder {
         text,
-        lines: &lines,
+        lines,
+        empty: Arc::from(""),
+        ids: RefCell::new(ids.map(Vec::into_iter)),
+        made: Cell::new(0),
     };
-    let tops: Vec<&AstNode<'_>> = root.children().collect();
-    let mut next = 0;
+    let mut tops = root.children().peekable();
     let mut out = Vec::with_capacity(chunks.len());
     for &(cs, ce) in chunks {
         let chunk_text = text.get(cs..ce).unwrap_or("");
         // The top-level AST nodes that start within this chunk.
-        let mut inside = Vec::new();
-        while let Some(node) = tops.get(next) {
+        let mut inside = None;
+        let mut several = false;
+        while let Some(node) = tops.peek() {
             let start = lines.start(node.data.borrow().sourcepos.start.line);
             if start >= ce {
                 break;
             }
             if start >= cs {
-                inside.push(*node);
+                several |= inside.is_some();
+                inside = Some(*node);
             }
-            next += 1;
+            tops.next();
         }
-        let node = match inside.as_slice() {
-            [one] => builder
-                .block(one, cs, (0, ce - cs))
-                .unwrap_or_else(|| text_block(chunk_text)),
-            _ => text_block(chunk_text),
+        let built = match (inside, several) {
+            (Some(one), false) => builder.top(one, cs, ce - cs),
+            _ => None,
         };
-        let mut node = node;
-        // The top-level block spans its whole chunk (its leading indentation included).
-        node.start = 0;
-        node.end = ce - cs;
-        node.token = sha256_hex(chunk_text);
-        out.push(node);
+        out.push(built.unwrap_or_else(|| text_block(chunk_text, builder.next_id())));
     }
-    out
+    (out, builder.made.get())
 }
 
 /// A block kept as text: raw HTML, reference definitions, other directives.
-fn text_block(text: &str) -> Node {
+fn text_block(text: &str, id: Arc<str>) -> Node {
     Node {
-        id: String::new(),
+        id,
         kind: BlockType::Paragraph,
         start: 0,
         end: text.len(),
-        token: sha256_hex(text),
+        token: Token::of(text),
         detail: Detail::None,
         children: Vec::new(),
     }
@@ -288,118 +355,181 @@ fn text_block(text: &str) -> Node {
 struct Builder<'t, 'l> {
     text: &'t str,
     lines: &'l Lines<'t>,
+    /// The empty id a node gets without `ids` (shared, not one allocation per node).
+    empty: Arc<str>,
+    /// The ids to give the blocks as they are made (pre-order).
+    ids: RefCell<Option<std::vec::IntoIter<Arc<str>>>>,
+    /// Blocks made so far.
+    made: Cell<usize>,
 }
 
 impl Builder<'_, '_> {
-    /// The absolute byte range of a node, its end the furthest any descendant reaches.
-    fn range<'a>(&self, node: &'a AstNode<'a>) -> (usize, usize) {
-        let sp = node.data.borrow().sourcepos;
-        let start = self.lines.offset(sp.start.line, sp.start.column);
-        let mut end = (sp.end.line, sp.end.column);
-        for d in node.descendants() {
-            let e = d.data.borrow().sourcepos.end;
-            if (e.line, e.column) > end {
-                end = (e.line, e.column);
-            }
-        }
-        let end = self.lines.offset_after(end.0, end.1).max(start);
-        (start, end)
+    /// The next block's id.
+    fn next_id(&self) -> Arc<str> {
+        self.made.set(self.made.get() + 1);
+        let next = self.ids.borrow_mut().as_mut().and_then(Iterator::next);
+        next.unwrap_or_else(|| Arc::clone(&self.empty))
     }
 
-    /// The block a comrak node is, with its block children, or None for an inline node.
-    /// `base` is the chunk's absolute start; `within` the parent's relative range, which the
-    /// node's range is clamped into.
-    fn block<'a>(
-        &self,
-        node: &'a AstNode<'a>,
-        base: usize,
-        within: (usize, usize),
-    ) -> Option<Node> {
-        let value = node.data.borrow().value.clone();
-        let (mut abs_start, mut abs_end) = self.range(node);
-        if matches!(value, NodeValue::TableCell) {
-            // A cell's range is its text, without the spaces around it.
-            let raw = self
-                .text
-                .get(abs_start..abs_end.max(abs_start))
-                .unwrap_or("");
-            let lead = raw.len() - raw.trim_start_matches([' ', '\t']).len();
-            let body = raw.trim_end_matches([' ', '\t']);
-            abs_end = abs_start + body.len().max(lead);
-            abs_start += lead;
-        }
-        let start = abs_start.saturating_sub(base).clamp(within.0, within.1);
-        let end = abs_end.saturating_sub(base).clamp(start, within.1);
-        let mut detail = Detail::None;
-        let mut nested = false;
-        let kind = match &value {
-            NodeValue::Heading(_) => BlockType::Heading,
-            NodeValue::Paragraph => self.paragraph_kind(node, abs_start, abs_end),
-            NodeValue::ThematicBreak => BlockType::ThematicBreak,
-            NodeValue::CodeBlock(_) => BlockType::Code,
-            NodeValue::HtmlBlock(_) => BlockType::Paragraph,
-            NodeValue::BlockQuote => {
-                nested = true;
-                BlockType::Quote
-            }
-            NodeValue::List(_) => {
-                nested = true;
-                BlockType::List
-            }
-            NodeValue::Item(_) => {
-                nested = true;
-                BlockType::ListItem
-            }
-            NodeValue::TaskItem(t) => {
-                nested = true;
-                detail = Detail::Task {
-                    checked: t.symbol.is_some(),
-                };
-                BlockType::TaskItem
-            }
-            NodeValue::Table(_) => {
-                nested = true;
-                BlockType::Table
-            }
-            NodeValue::TableRow(header) => {
-                nested = true;
-                detail = Detail::Row { header: *header };
-                BlockType::TableRow
-            }
-            NodeValue::TableCell => {
-                let text = self.text.get(abs_start..abs_end).unwrap_or("").to_owned();
-                detail = Detail::Cell { text };
-                BlockType::TableCell
-            }
-            NodeValue::BlockDirective(d) => {
-                if is_ask_info(&d.info) {
+    /// The top-level block a comrak node is, its chunk `[base, base + len)`: its tree with
+    /// ranges relative to `base`, and the block itself spanning the whole chunk (its leading
+    /// indentation included).
+    fn top<'a>(&self, node: &'a AstNode<'a>, base: usize, len: usize) -> Option<Node> {
+        let (node, _) = self.raw(node);
+        let mut node = node?;
+        self.place(&mut node, base, (0, len), false);
+        node.start = 0;
+        node.end = len;
+        node.token = Token::of(self.text.get(base..base + len).unwrap_or(""));
+        Some(node)
+    }
+
+    /// The block a comrak node is, with its block children, or None for an inline node; and
+    /// the furthest (line, column) the node's subtree reaches. The block's `start` and `end`
+    /// are absolute byte offsets (its end the furthest any descendant reaches), not yet
+    /// clamped into its parent's; tokens and table rows are left for [`Builder::place`].
+    fn raw<'a>(&self, node: &'a AstNode<'a>) -> (Option<Node>, (usize, usize)) {
+        let (kind, nested, detail, start_pos, own_end, paragraph) = {
+            let data = node.data.borrow();
+            let sp = data.sourcepos;
+            let mut detail = Detail::None;
+            let mut nested = false;
+            let kind = match &data.value {
+                NodeValue::Heading(_) => Some(BlockType::Heading),
+                NodeValue::Paragraph => Some(BlockType::Paragraph),
+                NodeValue::ThematicBreak => Some(BlockType::ThematicBreak),
+                NodeValue::CodeBlock(_) => Some(BlockType::Code),
+                NodeValue::HtmlBlock(_) => Some(BlockType::Paragraph),
+                NodeValue::BlockQuote => {
+                    nested = true;
+                    Some(BlockType::Quote)
+                }
+                NodeValue::List(_) => {
+                    nested = true;
+                    Some(BlockType::List)
+                }
+                NodeValue::Item(_) => {
+                    nested = true;
+                    Some(BlockType::ListItem)
+                }
+                NodeValue::TaskItem(t) => {
+                    nested = true;
+                    detail = Detail::Task {
+                        checked: t.symbol.is_some(),
+                    };
+                    Some(BlockType::TaskItem)
+                }
+                NodeValue::Table(_) => {
+                    nested = true;
+                    detail = Detail::Table {
+                        rows: std::sync::OnceLock::new(),
+                    };
+                    Some(BlockType::Table)
+                }
+                NodeValue::TableRow(header) => {
+                    nested = true;
+                    detail = Detail::Row { header: *header };
+                    Some(BlockType::TableRow)
+                }
+                NodeValue::TableCell => Some(BlockType::TableCell),
+                NodeValue::BlockDirective(d) => Some(if is_ask_info(&d.info) {
                     BlockType::Ask
                 } else {
                     BlockType::Paragraph
-                }
-            }
-            NodeValue::Document => return None,
-            v if v.block() => BlockType::Paragraph,
-            _ => return None,
+                }),
+                NodeValue::Document => None,
+                v if v.block() => Some(BlockType::Paragraph),
+                _ => None,
+            };
+            (
+                kind,
+                nested && kind.is_some(),
+                detail,
+                (sp.start.line, sp.start.column),
+                (sp.end.line, sp.end.column),
+                matches!(data.value, NodeValue::Paragraph),
+            )
         };
+        // Pre-order: the block's id before its children's.
+        let id = kind.map(|_| self.next_id());
+        let mut end = own_end;
         let mut children = Vec::new();
         if nested {
+            children.reserve_exact(node.children().count());
             for child in node.children() {
-                if let Some(c) = self.block(child, base, (start, end)) {
-                    children.push(c);
+                let (block, reached) = self.raw(child);
+                end = end.max(reached);
+                if let Some(block) = block {
+                    children.push(block);
                 }
             }
+        } else {
+            end = end.max(reach(node));
         }
-        let token = sha256_hex(self.text.get(base + start..base + end).unwrap_or(""));
-        Some(Node {
-            id: String::new(),
+        let Some(kind) = kind else {
+            return (None, end);
+        };
+        let abs_start = self.lines.offset(start_pos.0, start_pos.1);
+        let abs_end = self.lines.offset_after(end.0, end.1).max(abs_start);
+        let kind = if paragraph {
+            self.paragraph_kind(node, abs_start, abs_end)
+        } else {
+            kind
+        };
+        let block = Node {
+            id: id.unwrap_or_else(|| Arc::clone(&self.empty)),
             kind,
-            start,
-            end,
-            token,
+            start: abs_start,
+            end: abs_end,
+            token: Token([0; 32]),
             detail,
             children,
-        })
+        };
+        (Some(block), end)
+    }
+
+    /// Makes a [`Builder::raw`] block's range relative to `base` (the chunk's start) and
+    /// clamps it into `within` (its parent's relative range), then its children's into its
+    /// own; sets the tokens (but the node's own when `top`: the caller sets it) and a table
+    /// row's cells from its line.
+    fn place(&self, node: &mut Node, base: usize, within: (usize, usize), token: bool) {
+        let start = node.start.saturating_sub(base).clamp(within.0, within.1);
+        let end = node.end.saturating_sub(base).clamp(start, within.1);
+        node.start = start;
+        node.end = end;
+        if node.kind == BlockType::TableRow {
+            self.cells_from_line(base, start, end, &mut node.children);
+        } else {
+            for child in &mut node.children {
+                self.place(child, base, (start, end), true);
+            }
+        }
+        if token {
+            node.token = Token::of(self.text.get(base + start..base + end).unwrap_or(""));
+        }
+    }
+
+    /// A row's cells, from the row's own line split at its unescaped pipes (comrak pads a
+    /// short row with empty cells placed on the row's last pipe): cell `i` is the `i`-th span,
+    /// trimmed, or an empty range at the row's end when the line has fewer cells.
+    fn cells_from_line(&self, base: usize, start: usize, end: usize, cells: &mut [Node]) {
+        let line = self.text.get(base + start..base + end).unwrap_or("");
+        let spans = super::table::cells(line);
+        for (i, cell) in cells.iter_mut().enumerate() {
+            let (s, e) = match spans.get(i) {
+                Some(&(s, e)) => {
+                    let raw = line.get(s..e).unwrap_or("");
+                    let lead = raw.len() - raw.trim_start_matches([' ', '\t']).len();
+                    let body = raw.trim_end_matches([' ', '\t']).len().max(lead);
+                    (start + s + lead, start + s + body)
+                }
+                None => (end, end),
+            };
+            let text = self.text.get(base + s..base + e).unwrap_or("");
+            cell.start = s;
+            cell.end = e;
+            cell.token = Token::of(text);
+        }
     }
 
     /// A paragraph that is one inline image is an `image` block; one inline link to a console

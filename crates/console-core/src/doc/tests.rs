@@ -132,13 +132,134 @@ fn doc_blocks_paths_and_rows() {
     );
 }
 
+/// The blocks list's JSON, field by field (protocol §6.2 "Text, blocks", less `refs`): the
+/// shape `BlockInfo` serializes to and the tree writer writes.
+#[test]
+fn doc_blocks_json_is_the_protocol_shape() {
+    let doc = parse("- a\n\n| x | y |\n|---|---|\n| \"1\" | 2\\\\ |\n");
+    let b = doc.blocks();
+    let head = |i: usize| {
+        format!(
+            r#"{{"id":"{}","type":"{}","range":{{"start":{},"end":{}}},"token":"{}","path":"#,
+            b[i].id,
+            b[i].kind.as_str(),
+            b[i].range.start,
+            b[i].range.end,
+            crate::clock::sha256_hex(&doc.markdown()[b[i].range.start..b[i].range.end]),
+        )
+    };
+    let list = r#"{"type":"list","id":"b1","index":0}"#;
+    let item = r#"{"type":"list_item","id":"b2","index":0}"#;
+    let table = r#"{"type":"table","id":"b4","index":1}"#;
+    let row = |id: &str, i: usize| format!(r#"{{"type":"table_row","id":"{id}","index":{i}}}"#);
+    let rows = r#"[{"index":0,"cells":[{"index":0,"text":"x"},{"index":1,"text":"y"}]},{"index":1,"cells":[{"index":0,"text":"\"1\""},{"index":1,"text":"2\\\\"}]}]"#;
+    let expected = [
+        format!("{}[]}}", head(0)),
+        format!("{}[{list}]}}", head(1)),
+        format!("{}[{list},{item}]}}", head(2)),
+        format!(r#"{}[],"rows":{rows}}}"#, head(3)),
+        format!("{}[{table}]}}", head(4)),
+        format!("{}[{table},{}]}}", head(5), row("b5", 0)),
+        format!("{}[{table},{}]}}", head(6), row("b5", 0)),
+        format!("{}[{table}]}}", head(7)),
+        format!("{}[{table},{}]}}", head(8), row("b8", 1)),
+        format!("{}[{table},{}]}}", head(9), row("b8", 1)),
+    ];
+    let expected = format!("[{}]", expected.join(","));
+    assert_eq!(b.len(), 10);
+    assert_eq!(serde_json::to_string(&b).expect("serializes"), expected);
+    let mut written = Vec::new();
+    doc.write_blocks_json(&mut written, &mut |_, _| {});
+    assert_eq!(String::from_utf8(written).expect("UTF-8"), expected);
+}
+
+/// What the routes answer: each entry with fields of their own (`refs`), flattened.
+#[derive(serde::Serialize)]
+struct Entry {
+    #[serde(flatten)]
+    block: BlockInfo,
+    refs: (u32, u32),
+}
+
+/// The tree writer gives the bytes serde gives for the list, with the caller's fields where a
+/// flattened wrapper puts them.
+pub(crate) fn assert_writer_matches_serde(doc: &Document) {
+    let blocks = doc.blocks();
+    let mut written = Vec::new();
+    doc.write_blocks_json(&mut written, &mut |_, _| {});
+    assert_eq!(
+        String::from_utf8_lossy(&written),
+        serde_json::to_string(&blocks).expect("serializes")
+    );
+    let entries: Vec<Entry> = blocks
+        .into_iter()
+        .map(|block| Entry {
+            refs: (block.id.len() as u32, 7),
+            block,
+        })
+        .collect();
+    let mut written = b"prefix".to_vec();
+    doc.write_blocks_json(&mut written, &mut |id, out| {
+        out.extend_from_slice(format!(r#","refs":[{},7]"#, id.len()).as_bytes());
+    });
+    assert_eq!(
+        String::from_utf8_lossy(&written),
+        format!(
+            "prefix{}",
+            serde_json::to_string(&entries).expect("serializes")
+        )
+    );
+}
+
+#[test]
+fn doc_blocks_json_writer_matches_serde() {
+    let doc = parse(SAMPLE);
+    assert_writer_matches_serde(&doc);
+    // The documents an edit makes share the untouched top-level blocks, and the JSON kept
+    // with them: written again, each lands where its block now is.
+    let mut ids = counter_from(100);
+    let first = doc.blocks()[0].id.to_string();
+    let grown = doc
+        .insert_after_block(&first, "- new\n- list\n\nand text", &mut ids)
+        .expect("inserts");
+    assert_writer_matches_serde(&grown.document);
+    let shrunk = grown
+        .document
+        .remove_block(&first, &mut ids)
+        .expect("removes");
+    assert_writer_matches_serde(&shrunk.document);
+    assert_writer_matches_serde(&doc);
+    assert_writer_matches_serde(&parse(""));
+    assert_writer_matches_serde(&parse(
+        "| a \\| b | \u{1}c |\n|---|---|\n| é \"q\" | \\\\ |\n\n> - [x] t\n>   - n\n",
+    ));
+}
+
+#[test]
+fn doc_token_is_hex_sha256() {
+    let t = Token::of("abc");
+    let hex = crate::clock::sha256_hex("abc");
+    assert_eq!(t.to_string(), hex);
+    assert_eq!(t, hex);
+    assert_eq!(hex, t);
+    assert!(t.is(&hex));
+    assert!(!t.is(&hex.to_uppercase()));
+    assert!(!t.is(&hex[..63]));
+    assert!(!t.is(""));
+    assert_eq!(
+        serde_json::to_string(&t).expect("serializes"),
+        format!("\"{hex}\"")
+    );
+    assert_eq!(format!("{t:?}"), format!("\"{hex}\""));
+}
+
 #[test]
 fn doc_position_of_a_cell() {
     let doc = parse(SAMPLE);
     let cell = doc.blocks()[16].clone();
     let pos = doc.position(&cell.id).expect("the cell is there");
     let table = pos.table.expect("a cell has a table position");
-    assert_eq!(table.id, doc.blocks()[10].id);
+    assert_eq!(table.id, *doc.blocks()[10].id);
     assert_eq!((table.row, table.column), (Some(1), Some(1)));
     assert_eq!(table.header, vec!["h1", "h2"]);
     assert_eq!(table.cells, vec!["1", "2"]);
@@ -186,6 +307,49 @@ fn doc_load_round_trip_and_refusals() {
     assert!(Document::load("", &[]).is_ok());
 }
 
+/// `load` checks the ids before it parses (the blocks take them as they are built), but its
+/// refusals keep their order: the markdown, then the count, then the first bad id.
+#[test]
+fn doc_load_refusals_keep_their_order() {
+    let doc = parse(SAMPLE);
+    let ids = doc.block_ids();
+    let mut bad = ids.clone();
+    bad[3] = "no spaces".into();
+    bad[5] = bad[4].clone();
+    assert_eq!(
+        Document::load("# a\n\n\nb\n", &bad).err(),
+        Some(LoadError::NotCanonical)
+    );
+    assert_eq!(
+        Document::load(doc.markdown(), &bad[1..]).err(),
+        Some(LoadError::IdCount {
+            blocks: ids.len(),
+            ids: ids.len() - 1
+        })
+    );
+    assert_eq!(
+        Document::load(doc.markdown(), &bad).err(),
+        Some(LoadError::MalformedId)
+    );
+    bad[3] = ids[3].clone();
+    assert_eq!(
+        Document::load(doc.markdown(), &bad).err(),
+        Some(LoadError::DuplicateId)
+    );
+    let mut extra = ids.clone();
+    extra.push("more".into());
+    assert_eq!(
+        Document::load(doc.markdown(), &extra).err(),
+        Some(LoadError::IdCount {
+            blocks: ids.len(),
+            ids: ids.len() + 1
+        })
+    );
+    // The ids land on the blocks in document order.
+    let loaded = Document::load(doc.markdown(), &ids).expect("loads");
+    assert_eq!(loaded.block_ids(), ids);
+}
+
 #[test]
 fn doc_tasks_count_nested_items() {
     assert_eq!(parse(SAMPLE).tasks(), Some((1, 2)));
@@ -206,7 +370,7 @@ fn doc_references_with_blocks_and_kinds() {
         .map(|r| {
             let i = blocks
                 .iter()
-                .position(|b| b.id == r.block)
+                .position(|b| *b.id == *r.block)
                 .expect("a block");
             (i, r.to.as_str(), r.kind)
         })
@@ -318,7 +482,7 @@ fn doc_replace_in_a_paragraph_keeps_ids_and_other_tokens() {
     }
     assert_eq!(
         edited.changed,
-        vec![(after[1].id.clone(), after[1].token.clone())]
+        vec![(after[1].id.to_string(), after[1].token.to_string())]
     );
     assert!(edited.removed.is_empty());
     assert_eq!(after[2].token, before[2].token);
@@ -343,7 +507,7 @@ fn doc_insert_text_creates_a_heading_block() {
     assert_eq!(blocks[1].kind, BlockType::Heading);
     assert_eq!(
         edited.changed,
-        vec![(blocks[1].id.clone(), blocks[1].token.clone())]
+        vec![(blocks[1].id.to_string(), blocks[1].token.to_string())]
     );
     assert_eq!(blocks[0].id, doc.blocks()[0].id);
 }
@@ -374,8 +538,8 @@ fn doc_quote_errors_and_scope() {
     let second = doc.blocks()[1].clone();
     let scoped = EditOp::Delete {
         quote: Quote::exact(" one"),
-        block: Some(second.id.clone()),
-        block_token: Some(second.token.clone()),
+        block: Some(second.id.to_string()),
+        block_token: Some(second.token.to_string()),
     };
     let edited = apply(&doc, vec![scoped]).expect("applies");
     assert_eq!(edited.document.markdown(), "one two one\n\nthree\n");
@@ -408,13 +572,13 @@ fn doc_stale_tokens_are_refused_with_current_tokens() {
     let stale = EditOp::Replace {
         quote: Quote::exact("b"),
         text: "y".into(),
-        block: Some(b.id.clone()),
+        block: Some(b.id.to_string()),
         block_token: Some("stale".into()),
     };
     match doc.apply(Some(doc.token()), &[stale], &mut ids) {
         Err(EditError::DocumentChanged { token, blocks }) => {
             assert_eq!(token, doc.token());
-            assert_eq!(blocks.get(&b.id), Some(&b.token));
+            assert_eq!(blocks.get(&*b.id), Some(&b.token.to_string()));
         }
         other => panic!("{other:?}"),
     }
@@ -475,9 +639,9 @@ fn doc_table_ops() {
     let doc = parse("| a | b | c |\n|---|---|---|\n| 1 | 2 | 3 |\n| 4 | 5 | 6 |\n");
     let table = doc.blocks()[0].clone();
     let row = |index| EditOp::DeleteRow {
-        block: table.id.clone(),
+        block: table.id.to_string(),
         index,
-        block_token: table.token.clone(),
+        block_token: table.token.to_string(),
     };
     let edited = apply(&doc, vec![row(1)]).expect("applies");
     assert_eq!(
@@ -494,9 +658,9 @@ fn doc_table_ops() {
         Some(EditError::TargetNotFound { op: 0 })
     );
     let col = |index| EditOp::DeleteColumn {
-        block: table.id.clone(),
+        block: table.id.to_string(),
         index,
-        block_token: table.token.clone(),
+        block_token: table.token.to_string(),
     };
     let edited = apply(&doc, vec![col(1)]).expect("applies");
     assert_eq!(
@@ -510,13 +674,13 @@ fn doc_table_ops() {
     assert_eq!(after[1].id, before[1].id);
     assert_eq!(after[2].id, before[2].id);
     assert_eq!(after[3].id, before[4].id);
-    assert!(edited.removed.contains(&before[3].id));
+    assert!(edited.removed.contains(&before[3].id.to_string()));
     assert_eq!(
         apply(&doc, vec![col(3)]).err(),
         Some(EditError::TargetNotFound { op: 0 })
     );
     let stale = EditOp::DeleteColumn {
-        block: table.id.clone(),
+        block: table.id.to_string(),
         index: 0,
         block_token: "old".into(),
     };
@@ -526,9 +690,9 @@ fn doc_table_ops() {
     ));
     let para = parse("text\n");
     let not_table = EditOp::DeleteRow {
-        block: para.blocks()[0].id.clone(),
+        block: para.blocks()[0].id.to_string(),
         index: 1,
-        block_token: para.blocks()[0].token.clone(),
+        block_token: para.blocks()[0].token.to_string(),
     };
     assert!(matches!(
         apply(&para, vec![not_table]),
@@ -537,9 +701,9 @@ fn doc_table_ops() {
     let one = parse("| a |\n|---|\n| 1 |\n");
     let t = one.blocks()[0].clone();
     let last = EditOp::DeleteColumn {
-        block: t.id,
+        block: t.id.to_string(),
         index: 0,
-        block_token: t.token,
+        block_token: t.token.to_string(),
     };
     assert!(matches!(
         apply(&one, vec![last]),
@@ -572,7 +736,7 @@ fn doc_ask_blocks_write_read_insert_replace() {
     assert_eq!(read.question, ask.question);
     assert_eq!(read.id, ask.id);
     let doc = parse("# T\n\nIntro.\n\nMore.\n");
-    let intro = doc.blocks()[1].id.clone();
+    let intro = doc.blocks()[1].id.to_string();
     let mut ids = counter_from(50);
     let edited = doc
         .insert_after_block(&intro, &md, &mut ids)
@@ -657,4 +821,72 @@ fn doc_schema_has_one_def_per_block_type() {
     want.sort_unstable();
     assert_eq!(names, want);
     assert_eq!(defs["table"]["properties"]["type"]["const"], "table");
+}
+
+#[test]
+fn doc_block_helpers_keep_containers() {
+    let doc = parse("> quoted line\n> second\n\n- item\n- other\n");
+    let blocks = doc.blocks();
+    let mut ids = counter_from(200);
+    let quoted = doc
+        .replace_block(&blocks[1].id, "a\nb", &mut ids)
+        .expect("replaces");
+    assert_eq!(quoted.document.markdown(), "> a\n> b\n\n- item\n- other\n");
+    assert_eq!(quoted.document.block_ids(), doc.block_ids());
+    let item_para = &blocks[4];
+    assert_eq!(item_para.kind, BlockType::Paragraph);
+    let listed = doc
+        .replace_block(&item_para.id, "x\ny", &mut ids)
+        .expect("replaces");
+    assert_eq!(
+        listed.document.markdown(),
+        "> quoted line\n> second\n\n- x\n  y\n- other\n"
+    );
+    let removed = doc.remove_block(&blocks[5].id, &mut ids).expect("removes");
+    assert_eq!(
+        removed.document.markdown(),
+        "> quoted line\n> second\n\n- item\n"
+    );
+    assert_eq!(
+        removed.removed,
+        vec![blocks[5].id.to_string(), blocks[6].id.to_string()]
+    );
+    let appended = doc.append("## End", &mut ids);
+    assert!(
+        appended
+            .document
+            .markdown()
+            .ends_with("- other\n\n## End\n")
+    );
+    assert_eq!(appended.changed.len(), 1);
+}
+
+#[test]
+fn doc_edit_text_with_crlf_and_insert_before() {
+    let doc = parse("alpha\n\nomega\n");
+    let ops = vec![EditOp::InsertBefore {
+        quote: Quote::exact("omega"),
+        text: "beta\r\n\r\n".into(),
+        block: None,
+        block_token: None,
+    }];
+    let edited = apply(&doc, ops).expect("applies");
+    assert_eq!(edited.document.markdown(), "alpha\n\nbeta\n\nomega\n");
+    assert_eq!(edited.document.blocks().len(), 3);
+    assert_eq!(edited.document.blocks()[2].id, doc.blocks()[1].id);
+    let none = apply(&doc, vec![]).expect("no ops");
+    assert!(none.changed.is_empty() && none.removed.is_empty());
+    assert_eq!(none.document.token(), doc.token());
+}
+
+#[test]
+fn doc_an_unclosed_fence_swallows_what_follows_like_a_fresh_parse() {
+    let doc = parse("a\n\nb\n\n- c\n");
+    let edited = apply(&doc, vec![replace("a", "```")]).expect("applies");
+    let md = edited.document.markdown();
+    assert_eq!(md, "```\n\nb\n\n- c\n");
+    let kinds: Vec<BlockType> = edited.document.blocks().iter().map(|b| b.kind).collect();
+    assert_eq!(kinds, vec![BlockType::Code]);
+    assert!(Document::load(md, &edited.document.block_ids()).is_ok());
+    assert_eq!(edited.removed.len(), 5);
 }

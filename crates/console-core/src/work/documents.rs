@@ -3,9 +3,10 @@
 //! trait ([`DocumentTx`]), joined into [`crate::work::WorkTx`] with the others.
 //!
 //! An artifact belongs to one scope: an issue, a project, or an agent session's conversation.
-//! Its current content is, for a document, the canonical markdown and its block ids
-//! ([`DocumentState`]); for a file or an image, its latest version's bytes. Versions are
-//! numbered from 1 per artifact and never change, but for a name given to the latest one.
+//! Its current content is, for a document, a [`Snapshot`] (canonical markdown and block ids)
+//! and the [`LogEntry`]s of the edits since (so an edit of a large document writes what it
+//! changed, not the whole document); for a file or an image, its latest version's bytes.
+//! Versions are numbered from 1 per artifact and never change.
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -161,16 +162,86 @@ pub struct Artifact {
     pub created_by: Actor,
     pub created_at: Time,
     pub updated_at: Time,
+    /// A document's `(done, total)` task-list items, nested lists included (the issue's
+    /// progress reads them).
+    pub tasks: (i64, i64),
+    /// A document's last edit-log entry number, and how many entries follow its snapshot.
+    pub log_entry: i64,
+    pub log_len: i64,
 }
 
-/// A document's current content: its canonical markdown and the id of each block, in the
-/// engine's order; the task counts the issue's progress reads.
+/// A document's snapshot: canonical markdown and the id of each block, in the engine's order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DocumentState {
+pub struct Snapshot {
     pub markdown: String,
     pub block_ids: Vec<String>,
-    /// `(done, total)` of its task-list items, nested lists included.
-    pub tasks: (i64, i64),
+}
+
+/// One edit made after a document's snapshot: the splice it made to the canonical markdown
+/// (`[start, end)` became `text`: what the markdown is, with no engine), the ops and the block
+/// ids the engine took for them (what replays the edit, ids included), and the token after it
+/// (what checks the replay).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    pub entry: i64,
+    pub start: i64,
+    pub end: i64,
+    pub text: String,
+    /// The ops as JSON.
+    pub ops: String,
+    pub ids: Vec<String>,
+    pub token: String,
+}
+
+/// A document as stored: its snapshot and the edits since, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredDocument {
+    pub snapshot: Snapshot,
+    pub log: Vec<LogEntry>,
+}
+
+impl StoredDocument {
+    /// The latest saved markdown: the snapshot with every logged splice applied in order (no
+    /// engine needed, so it reads even when the engine cannot load the document).
+    pub fn markdown(&self) -> String {
+        let mut md = self.snapshot.markdown.clone();
+        for e in &self.log {
+            let (s, t) = (e.start as usize, e.end as usize);
+            if s <= t && t <= md.len() && md.is_char_boundary(s) && md.is_char_boundary(t) {
+                md.replace_range(s..t, &e.text);
+            }
+        }
+        md
+    }
+}
+
+/// The splice that turns `old` into `new`: `(start, end, text)` with `old[start..end]`
+/// replaced by `text`, the longest common prefix and suffix kept (on character boundaries).
+pub fn splice(old: &str, new: &str) -> (usize, usize, String) {
+    let (a, b) = (old.as_bytes(), new.as_bytes());
+    let n = a.len().min(b.len());
+    let mut p = 0;
+    while p + 64 <= n && a[p..p + 64] == b[p..p + 64] {
+        p += 64;
+    }
+    while p < n && a[p] == b[p] {
+        p += 1;
+    }
+    while !old.is_char_boundary(p) {
+        p -= 1;
+    }
+    let room = n - p;
+    let mut s = 0;
+    while s + 64 <= room && a[a.len() - s - 64..a.len() - s] == b[b.len() - s - 64..b.len() - s] {
+        s += 64;
+    }
+    while s < room && a[a.len() - s - 1] == b[b.len() - s - 1] {
+        s += 1;
+    }
+    while !old.is_char_boundary(a.len() - s) || !new.is_char_boundary(b.len() - s) {
+        s -= 1;
+    }
+    (p, a.len() - s, new[p..b.len() - s].to_owned())
 }
 
 /// A version as stored (without its content).
@@ -299,10 +370,12 @@ pub trait DocumentTx: Send {
     /// Every artifact of `scope`, oldest first.
     async fn artifacts(&mut self, scope: &Scope) -> Result<Vec<Artifact>, StorageError>;
 
-    /// A document's current content.
-    async fn document(&mut self, id: &str) -> Result<Option<DocumentState>, StorageError>;
-    /// Sets a document's current content.
-    async fn put_document(&mut self, id: &str, d: &DocumentState) -> Result<(), StorageError>;
+    /// A document's snapshot and the edit-log entries after it.
+    async fn document(&mut self, id: &str) -> Result<Option<StoredDocument>, StorageError>;
+    /// Sets a document's snapshot; the edit log before it goes.
+    async fn put_snapshot(&mut self, id: &str, s: &Snapshot) -> Result<(), StorageError>;
+    /// Appends an entry to a document's edit log.
+    async fn append_log(&mut self, id: &str, e: &LogEntry) -> Result<(), StorageError>;
 
     async fn insert_version(
         &mut self,
@@ -689,6 +762,54 @@ mod tests {
         for bad in ["", "A", "a--b", "-a", "a-", "a_b", &"z".repeat(65)] {
             assert!(!is_slug(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn splices_and_the_markdown_they_rebuild() {
+        let old = "# Title\n\nSome text é here.\n";
+        for new in [
+            "# Title\n\nSome other text é here.\n",
+            "# Title\n\nSome text ê here.\n",
+            "",
+            "# Title\n\nSome text é here.\n\nMore.\n",
+            "X# Title\n\nSome text é here.\n",
+            old,
+        ] {
+            let (s, e, t) = splice(old, new);
+            let mut m = old.to_owned();
+            m.replace_range(s..e, &t);
+            assert_eq!(m, new);
+        }
+        let long_a = "a".repeat(300) + "b" + &"c".repeat(300);
+        let long_b = "a".repeat(300) + "xy" + &"c".repeat(300);
+        assert_eq!(splice(&long_a, &long_b), (300, 301, "xy".to_owned()));
+        let stored = StoredDocument {
+            snapshot: Snapshot {
+                markdown: "abc".into(),
+                block_ids: vec![],
+            },
+            log: vec![
+                LogEntry {
+                    entry: 1,
+                    start: 1,
+                    end: 2,
+                    text: "XY".into(),
+                    ops: "[]".into(),
+                    ids: vec![],
+                    token: String::new(),
+                },
+                LogEntry {
+                    entry: 2,
+                    start: 0,
+                    end: 0,
+                    text: "0".into(),
+                    ops: "[]".into(),
+                    ids: vec![],
+                    token: String::new(),
+                },
+            ],
+        };
+        assert_eq!(stored.markdown(), "0aXYc");
     }
 
     #[test]

@@ -258,6 +258,22 @@ fn download(v: VersionRead) -> Response {
     }
 }
 
+/// 200 with a JSON answer serialized already (kept by the core), not stored by caches.
+fn json_bytes(json: std::sync::Arc<[u8]>) -> Response {
+    let mut r = (
+        StatusCode::OK,
+        Body::from(axum::body::Bytes::from_owner(json)),
+    )
+        .into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
 /// `attachment` with the filename (RFC 6266 §4.3): an ASCII fallback, and the name itself as
 /// `filename*` (RFC 8187).
 fn attachment(filename: &str) -> String {
@@ -372,7 +388,7 @@ pub async fn blocks(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.blocks(&id).await?))
+    Ok(json_bytes(st.console.blocks_json(&id).await?))
 }
 
 pub async fn block(
@@ -422,7 +438,7 @@ pub async fn name_version(
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let v = st.console.name_version(&actor, &id, &b.name).await?;
-    let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number);
+    let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number());
     Ok(created(v, Some(location)))
 }
 
@@ -557,7 +573,7 @@ async fn blocks_of(
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
     let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
-    Ok(ok(st.console.blocks(&id).await?))
+    Ok(json_bytes(st.console.blocks_json(&id).await?))
 }
 
 async fn edit_of(
@@ -585,7 +601,7 @@ async fn name_version_of(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
     let v = st.console.name_version(&actor, &id, &b.name).await?;
-    let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number);
+    let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number());
     Ok(created(v, Some(location)))
 }
 

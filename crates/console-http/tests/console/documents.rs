@@ -979,7 +979,6 @@ async fn reference_queries(db: Option<String>) -> anyhow::Result<()> {
         "?to=https://example.com/",
         "?to=countersign://",
         "?to=countersign://issue/PAY-1&kind=quote",
-        "?to=countersign://issue/PAY-1&since=3",
         "?to=countersign://issue/PAY-1&kind=link&since=3",
         "?to=countersign://issue/PAY-1&kind=mention&since=x",
         "?to=countersign://issue/PAY-1&to=countersign://issue/PAY-2",
@@ -992,6 +991,11 @@ async fn reference_queries(db: Option<String>) -> anyhow::Result<()> {
     }
     let r = agent
         .get("/api/v1/references?to=countersign://issue/PAY-1&kind=mention&since=0")
+        .await?;
+    assert_eq!((r.status, r.json.clone()), (200, json!([])), "{}", r.text);
+    // `since` alone pages mentions.
+    let r = agent
+        .get("/api/v1/references?to=countersign://issue/PAY-1&since=0")
         .await?;
     assert_eq!((r.status, r.json.clone()), (200, json!([])), "{}", r.text);
     let r = ada.get("/api/v1/issues/PAY-1/references").await?;
@@ -1708,6 +1712,10 @@ async fn versions_settle_and_rebuild(db: Option<String>) -> anyhow::Result<()> {
         .get("/api/v1/projects/PAY/artifacts/spec/versions/4")
         .await?;
     assert_eq!(v4.json["markdown"], "# Spec\n\ndelta\n");
+    assert_eq!(
+        named.json, v4.json,
+        "naming answers the version as its read route does"
+    );
     assert_eq!(v4.json["name"], "for review");
     assert_eq!(v4.json["by"], json!({"kind": "user", "login": ADA}));
     // An upload over unsettled edits keeps them as a version first.
@@ -2138,3 +2146,110 @@ async fn document_page_follows_edits() -> anyhow::Result<()> {
     console.stop().await;
     Ok(())
 }
+
+/// A document's edits are kept as a log after its snapshot: loaded afresh (a restart, another
+/// replica), the log replays to the same blocks, ids and tokens; every 256 edits it folds into
+/// a new snapshot.
+async fn edit_log_replays_after_a_restart(db: Option<String>) -> anyhow::Result<()> {
+    let (console, ada, agent) = setup(db).await?;
+    let r = ada
+        .post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "log.md", "content_type": "text/markdown", "content": PLAN}),
+        )
+        .await?;
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+    let edit = |ops: Value| {
+        let agent = agent.clone();
+        let id = id.clone();
+        async move {
+            let r = agent
+                .post(
+                    &format!("/api/v1/artifacts/{id}/edits"),
+                    json!({ "ops": ops }),
+                )
+                .await?;
+            anyhow::ensure!(r.status == 200, "edit: {}", r.text);
+            anyhow::Ok(r.json)
+        }
+    };
+    edit(json!([{"op": "insert_after", "quote": {"exact": "Ship the refund flow."}, "text": "\n\nA new paragraph.\n\n- [ ] a new task"}])).await?;
+    edit(json!([{"op": "replace", "quote": {"exact": "- [ ] build"}, "text": "- [x] build"}]))
+        .await?;
+    let blocks = ada
+        .get(&format!("/api/v1/artifacts/{id}/blocks"))
+        .await?
+        .json;
+    let table = blocks_of(&blocks)
+        .into_iter()
+        .find(|b| b["type"] == "table")
+        .unwrap_or_default();
+    edit(json!([{"op": "delete_row", "block": table["id"], "index": 1, "block_token": table["token"]}])).await?;
+    edit(json!([{"op": "delete", "quote": {"exact": "A new paragraph.\n\n"}}])).await?;
+    let before = ada
+        .get(&format!("/api/v1/artifacts/{id}/blocks"))
+        .await?
+        .json;
+    let text = ada.get(&format!("/api/v1/artifacts/{id}/text")).await?.json;
+
+    countersign_console_core::console::documents::forget_loaded();
+    assert_eq!(
+        ada.get(&format!("/api/v1/artifacts/{id}/text")).await?.json,
+        text,
+        "the markdown from the snapshot and splices"
+    );
+    assert_eq!(
+        ada.get(&format!("/api/v1/artifacts/{id}/blocks"))
+            .await?
+            .json,
+        before,
+        "the same ids and tokens after a replay"
+    );
+    // An edit scoped to a block made by a logged edit still finds it.
+    let task = block_with(
+        &blocks_of(&before),
+        text["markdown"].as_str().unwrap_or_default(),
+        "task_item",
+        "a new task",
+    )
+    .clone();
+    edit(json!([{"op": "replace", "quote": {"exact": "a new task"}, "text": "a renamed task", "block": task["id"], "block_token": task["token"]}])).await?;
+    assert_eq!(
+        ada.get("/api/v1/issues/PAY-1").await?.json["progress"]["tasks"],
+        json!({"done": 2, "total": 4})
+    );
+
+    // Past 256 edits the log folds into a snapshot; the document still replays.
+    for i in 0..260 {
+        edit(json!([{"op": "replace", "quote": {"exact": format!("Plan{}", if i == 0 { String::new() } else { format!(" {}", i - 1) })}, "text": format!("Plan {i}")}])).await?;
+    }
+    let before = ada
+        .get(&format!("/api/v1/artifacts/{id}/blocks"))
+        .await?
+        .json;
+    countersign_console_core::console::documents::forget_loaded();
+    assert_eq!(
+        ada.get(&format!("/api/v1/artifacts/{id}/blocks"))
+            .await?
+            .json,
+        before
+    );
+    assert!(
+        ada.get(&format!("/api/v1/artifacts/{id}/text")).await?.json["markdown"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("# Plan 259\n"))
+    );
+    let log = ada
+        .get(&format!("/api/v1/artifacts/{id}/events?order=desc&limit=1"))
+        .await?
+        .json;
+    assert_eq!(log[0]["sequence"], 1 + 5 + 260);
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    edit_log_replays_after_a_restart,
+    edit_log_replays_after_a_restart_sqlite,
+    edit_log_replays_after_a_restart_postgres
+);
