@@ -102,6 +102,16 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     if let Ok(mut slot) = state.event_listener.lock() {
         *slot = listener;
     }
+    // Link notices from other replicas: deliveries to the links this one holds, links to close.
+    let weak = Arc::downgrade(&state);
+    let links = listener_storage.listen_links(Arc::new(move |payload| {
+        if let Some(st) = weak.upgrade() {
+            crate::link::on_notice(st, payload);
+        }
+    }));
+    if let Ok(mut slot) = state.sessions.listener.lock() {
+        *slot = links;
+    }
     Ok(state)
 }
 

@@ -133,6 +133,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/api/v1/broadcasts/{id}", HumanOnly, Api, [], "one broadcast with every recipient's attempts and replies", api::messages::get_broadcast),
     route!(GET "/api/v1/sessions/{session_id}/messages", HumanOnly, Api, ["limit", "offset"], "a session's targeted messages, newest first", api::messages::session_messages),
     route!(POST "/api/v1/sessions/{session_id}/messages", HumanOnly, Api, [], "send an issue-less targeted message to a session", api::messages::post_session_message),
+    route!(GET "/api/v1/sessions/{session_id}/relay", HumanOnly, Api, [], "server-sent relay of a live session's conversation", crate::link::relay),
     route!(GET "/api/v1/messages/{id}/thread", HumanOrAgent, Api, ["session"], "the conversation a message belongs to, oldest first", api::messages::thread),
     route!(POST "/api/v1/messages/{id}/deliveries", HumanOrAgent, Api, [], "retry delivering a targeted message", api::messages::retry),
     route!(POST "/api/v1/messages/{id}/deliveries/{attempt}/accept", AgentOnly, Api, [], "the targeted session accepts a delivery attempt", api::messages::accept),

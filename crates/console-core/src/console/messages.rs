@@ -22,11 +22,13 @@ use crate::work::{Actor, Event, IssueKey, NewEvent, WorkTx, rules};
 mod accept;
 mod broadcasts;
 mod delivery;
+mod presence;
 
 pub use broadcasts::NewBroadcast;
 pub use delivery::{ACK_WITHIN, Ack};
 #[allow(unused_imports)]
 pub(crate) use delivery::{NewAttempt, Opened};
+pub use presence::{LIVE_FOR, LinkNotice};
 
 /// The longest message, reply or broadcast body (protocol §2), in characters.
 pub const BODY_MAX: usize = 65_536;
@@ -189,7 +191,7 @@ impl Console {
     ) -> Result<Vec<Opened>, Error> {
         let sessions = match &m.target {
             Some(Target::Session(s)) => vec![s.clone()],
-            Some(Target::Role(r)) => self.holders_of(tx, r).await?,
+            Some(Target::Role(r)) => self.holders_in(tx, r).await?,
             None => return Ok(Vec::new()),
         };
         let mode = m.delivery.unwrap_or(Mode::Send);

@@ -367,6 +367,31 @@ pub struct BroadcastSent {
     pub excluded: Vec<Excluded>,
 }
 
+/// A live session (protocol §6.4): what its link advertises, as `GET /api/v1/sessions` lists
+/// it, and (not on the wire) the replica and link holding it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LiveSession {
+    pub session_id: String,
+    pub title: String,
+    pub roles: Vec<String>,
+    pub capabilities: Vec<String>,
+    pub modes: Vec<Mode>,
+    pub owner: Option<Login>,
+    pub service: Option<String>,
+    #[serde(with = "rfc3339")]
+    pub live_since: Time,
+    #[serde(with = "rfc3339")]
+    pub last_activity_at: Time,
+    /// Open asks the session wrote (asks arrive with issue 13: 0 until they join here).
+    pub open_asks: i64,
+    /// The console replica whose link holds it.
+    #[serde(skip)]
+    pub replica: String,
+    /// That link's number on its replica.
+    #[serde(skip)]
+    pub link: i64,
+}
+
 /// How [`MessageTx::finish_attempt`] moves a pending attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish<'a> {
@@ -484,4 +509,65 @@ pub trait MessageTx: Send {
     ) -> Result<Vec<BroadcastRow>, StorageError>;
     /// A broadcast's copies, in send order.
     async fn broadcast_messages(&mut self, id: &str) -> Result<Vec<Message>, StorageError>;
+
+    // ----- live sessions (shared by every replica) -----
+
+    /// Records a session live on `s.replica`'s link `s.link`, replacing any earlier holder;
+    /// answers the earlier one's `(replica, link)` when there was one.
+    async fn put_live(&mut self, s: &LiveSession) -> Result<Option<(String, i64)>, StorageError>;
+    /// Replaces what a live session advertises, if that link still holds it.
+    async fn update_live(&mut self, s: &LiveSession) -> Result<bool, StorageError>;
+    /// Removes a live session if `replica`'s link `link` still holds it; answers it.
+    async fn remove_live(
+        &mut self,
+        session: &str,
+        replica: &str,
+        link: i64,
+    ) -> Result<Option<LiveSession>, StorageError>;
+    /// Live sessions: held by `replica`, or heard of after `fresh_after` (their replica's
+    /// heartbeat); by id.
+    async fn live_sessions(
+        &mut self,
+        replica: &str,
+        fresh_after: Time,
+    ) -> Result<Vec<LiveSession>, StorageError>;
+    /// One live session, as [`MessageTx::live_sessions`] reads them.
+    async fn live_session(
+        &mut self,
+        session: &str,
+        replica: &str,
+        fresh_after: Time,
+    ) -> Result<Option<LiveSession>, StorageError>;
+    /// The roles live sessions advertise, sorted.
+    async fn live_roles(
+        &mut self,
+        replica: &str,
+        fresh_after: Time,
+    ) -> Result<Vec<String>, StorageError>;
+    /// The live sessions advertising `role`, by id.
+    async fn role_holders(
+        &mut self,
+        role: &str,
+        replica: &str,
+        fresh_after: Time,
+    ) -> Result<Vec<String>, StorageError>;
+    /// A replica's heartbeat: its sessions are fresh at `at`; `activity` moves their
+    /// `last_activity_at`.
+    async fn heartbeat(
+        &mut self,
+        replica: &str,
+        at: Time,
+        activity: &[(String, Time)],
+    ) -> Result<(), StorageError>;
+    /// Removes the sessions of other replicas not heard of since `before` (a replica that
+    /// died), at most `limit`; answers them.
+    async fn remove_stale(
+        &mut self,
+        replica: &str,
+        before: Time,
+        limit: u32,
+    ) -> Result<Vec<LiveSession>, StorageError>;
+    /// Tells every replica something about a link (PostgreSQL `NOTIFY` on the links channel,
+    /// sent when the transaction commits; one SQLite database is one process: nothing).
+    async fn notify_links(&mut self, payload: &str) -> Result<(), StorageError>;
 }

@@ -264,3 +264,158 @@ on_both_databases!(
     delivery_attempts_sqlite,
     delivery_attempts_postgres
 );
+
+/// Presence is shared by consoles on one PostgreSQL: a session linked to one is live for the
+/// other (its list, `route_status`, claims, deliveries requested there reach the link through
+/// the first); a newer link on the other closes the older with 4409; the sessions of a replica
+/// that stopped heartbeating expire (`session.gone`), and deliveries to them fail.
+#[tokio::test]
+async fn presence_across_replicas() -> anyhow::Result<()> {
+    let Some(db) = fresh_postgres().await? else {
+        return Ok(());
+    };
+    let one = console_on(Some(db.clone())).await?;
+    let two = console_on(Some(db.clone())).await?;
+    let ada_two = Who::person(&two, ADA).await?;
+    let agent_two = Who::agent(&two, SHARED_TOKEN);
+    let mut s1 = session(&one, "s1", &["reviewer"], &[Mode::Send, Mode::Steer], true).await?;
+
+    let l = agent_two.get("/api/v1/sessions").await?;
+    assert_eq!(l.json[0]["session_id"], "s1", "{}", l.text);
+    assert_eq!(l.json[0]["roles"], json!(["reviewer"]));
+    assert_eq!(l.json[0]["modes"], json!(["send", "steer"]));
+    ada_two
+        .post(
+            "/api/v1/projects",
+            json!({"key": "REP", "name": "Replicas"}),
+        )
+        .await?;
+    ada_two
+        .post(
+            "/api/v1/issues",
+            json!({"project": "REP", "title": "two replicas", "route": "reviewer"}),
+        )
+        .await?;
+    assert_eq!(
+        agent_two.get("/api/v1/issues/REP-1").await?.json["route_status"],
+        "live"
+    );
+    agent_two
+        .post("/api/v1/issues/REP-1/claim", json!({"actor": "s1"}))
+        .await?;
+    refused(
+        &agent_two
+            .post("/api/v1/issues/REP-1/claim", json!({"actor": "s2"}))
+            .await?,
+        409,
+        "ISSUE_CLAIMED",
+    );
+
+    // A delivery requested on two reaches the link on one, and is acknowledged.
+    let r = ada_two
+        .post(
+            "/api/v1/sessions/s1/messages",
+            json!({"body": "from the other replica", "delivery": "steer"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+    let d = delivery(&mut s1).await?;
+    assert_eq!(d.body, "from the other replica");
+    attempt_becomes(
+        &ada_two,
+        &format!("/api/v1/messages/{id}/thread"),
+        1,
+        "sent",
+    )
+    .await?;
+    // A role message on an issue, from two: one attempt to the holder on one.
+    let r = ada_two
+        .post(
+            "/api/v1/issues/REP-1/messages",
+            json!({"body": "reviewers?", "target": {"role": "reviewer"}}),
+        )
+        .await?;
+    assert_eq!(r.json["deliveries"][0]["session_id"], "s1", "{}", r.text);
+    assert_eq!(delivery(&mut s1).await?.issue.as_deref(), Some("REP-1"));
+
+    // A newer link on two closes the older on one with 4409; the session stays live.
+    let mut again = session(&two, "s1", &["reviewer"], &[Mode::Send], true).await?;
+    let code = loop {
+        match tokio::time::timeout(Duration::from_secs(10), s1.next()).await? {
+            Some(Event::Closed { code, .. }) => break code,
+            Some(_) => continue,
+            None => anyhow::bail!("the older link ended without a close"),
+        }
+    };
+    assert_eq!(code, Some(4409));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let l = Who::agent(&one, SHARED_TOKEN)
+        .get("/api/v1/sessions")
+        .await?;
+    assert_eq!(l.json[0]["modes"], json!(["send"]), "{}", l.text);
+    let r = Who::person(&one, ADA)
+        .await?
+        .post(
+            "/api/v1/sessions/s1/messages",
+            json!({"body": "now on two"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(delivery(&mut again).await?.body, "now on two");
+
+    // A replica that stopped heartbeating: its session is not live, and expires.
+    {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&db).await?;
+        let old = chrono::Utc::now().timestamp_millis() - 120_000;
+        sqlx::query(
+            "INSERT INTO console_live_sessions (session_id, replica, link, title, roles, \
+             capabilities, modes, owner, service, live_since, last_activity_at, heartbeat_at) \
+             VALUES ('ghost', 'dead-replica', 1, 'ghost', '[\"reviewer\"]', '[]', '[\"send\"]', \
+             NULL, NULL, $1, $1, $1)",
+        )
+        .bind(old)
+        .execute(&mut c)
+        .await?;
+        sqlx::query(
+            "INSERT INTO console_live_roles (role, session_id) VALUES ('reviewer', 'ghost')",
+        )
+        .execute(&mut c)
+        .await?;
+    }
+    let listed = agent_two.get("/api/v1/sessions").await?;
+    assert!(
+        !listed.text.contains("ghost"),
+        "a stale session is listed: {}",
+        listed.text
+    );
+    let r = ada_two
+        .post("/api/v1/sessions/ghost/messages", json!({"body": "hello?"}))
+        .await?;
+    assert_eq!(r.json["deliveries"][0]["error"], "not_live", "{}", r.text);
+    let gone = eventually(10, || async {
+        let events = events_since(&agent_two, 0, 500, 2).await?;
+        Ok(events
+            .into_iter()
+            .find(|e| e.1 == "session.gone" && e.2["data"]["session_id"] == "ghost"))
+    })
+    .await?;
+    assert_eq!(
+        gone.2["actor"],
+        json!({"kind": "system", "name": "console"})
+    );
+
+    // The link closing on two: gone for both.
+    again.handle().close();
+    eventually(10, || async {
+        let l = Who::agent(&one, SHARED_TOKEN)
+            .get("/api/v1/sessions")
+            .await?;
+        Ok(l.json.as_array().is_some_and(Vec::is_empty).then_some(()))
+    })
+    .await?;
+    one.stop().await;
+    two.stop().await;
+    Ok(())
+}

@@ -20,6 +20,7 @@ use chrono::Duration;
 use serde_json::json;
 
 use super::super::*;
+use super::presence::LinkNotice;
 use crate::work::messages::{
     Attempt, AttemptState, Delivery, DeliveryContent, DeliveryKind, Finish, Mode, Scope, failure,
 };
@@ -74,24 +75,10 @@ impl Console {
     /// The modes a session's live link advertises; `None` when it has none.
     pub(crate) async fn modes_of(
         &self,
-        _tx: &mut dyn WorkTx,
+        tx: &mut dyn WorkTx,
         session: &str,
     ) -> Result<Option<Vec<Mode>>, Error> {
-        Ok(self.parts.presence.as_ref().and_then(|p| p.modes(session)))
-    }
-
-    /// The live sessions advertising `role`, by id.
-    pub(crate) async fn holders_of(
-        &self,
-        _tx: &mut dyn WorkTx,
-        role: &str,
-    ) -> Result<Vec<String>, Error> {
-        Ok(self
-            .parts
-            .presence
-            .as_ref()
-            .map(|p| p.holders(role))
-            .unwrap_or_default())
+        Ok(self.live_in(tx, session).await?.map(|l| l.modes))
     }
 
     /// Opens an attempt in `tx` (see the module's doc). The caller runs [`Console::dispatch`]
@@ -102,9 +89,10 @@ impl Console {
         new: &NewAttempt<'_>,
     ) -> Result<Opened, Error> {
         let number = tx.next_attempt(new.kind, new.id).await?;
-        let (state, error) = match self.modes_of(tx, new.session_id).await? {
+        let live = self.live_in(tx, new.session_id).await?;
+        let (state, error) = match &live {
             None => (AttemptState::Failed, Some(failure::NOT_LIVE)),
-            Some(m) if !m.contains(&new.mode) => {
+            Some(l) if !l.modes.contains(&new.mode) => {
                 (AttemptState::Failed, Some(failure::MODE_NOT_ADVERTISED))
             }
             Some(_) => (AttemptState::Pending, None),
@@ -128,7 +116,22 @@ impl Console {
         tx.insert_attempt(&attempt, pending.then_some(new.content))
             .await?;
         let event = self.attempt_event(tx, &attempt, new.requested_by).await?;
-        let delivery = pending.then(|| Delivery {
+        // The link is this replica's, or another's: told at commit, it sends the content.
+        let elsewhere = live
+            .as_ref()
+            .map(|l| l.replica.clone())
+            .filter(|r| r != self.replica());
+        if let (true, Some(replica)) = (pending, &elsewhere) {
+            let notice = LinkNotice::Deliver {
+                replica: replica.clone(),
+                kind: attempt.kind,
+                id: attempt.id.clone(),
+                attempt: attempt.attempt,
+                session: attempt.session_id.clone(),
+            };
+            tx.notify_links(&notice.to_payload()).await?;
+        }
+        let delivery = (pending && elsewhere.is_none()).then(|| Delivery {
             kind: attempt.kind,
             id: attempt.id.clone(),
             attempt: attempt.attempt,
@@ -260,6 +263,18 @@ impl Console {
                 return Ok(failed);
             }
         }
+    }
+
+    /// Fails one pending attempt (a delivery the link named for it could not take).
+    pub async fn fail_delivery(
+        &self,
+        kind: DeliveryKind,
+        id: &str,
+        attempt: i64,
+    ) -> Result<(), Error> {
+        self.fail_attempts(&[(kind, id.to_owned(), attempt)], failure::NOT_LIVE, None)
+            .await
+            .map(|_| ())
     }
 
     /// Fails every pending attempt of a session whose link closed (`not_live`): nothing will
