@@ -92,6 +92,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     );
     let mut state = state(console, config);
     state.sessions = sessions;
+    state.webhook_secret = config.webhook_secret()?;
     let state = Arc::new(state);
     let weak = Arc::downgrade(&state);
     let listener = listener_storage.listen_events(Arc::new(move |id| {
@@ -124,6 +125,7 @@ pub fn state(console: Console, config: &Config) -> AppState {
         local_sign_in_hint: config.local_sign_in_hint.clone(),
         history: Default::default(),
         sessions: Default::default(),
+        webhook_secret: None,
         event_listener: Default::default(),
     }
 }

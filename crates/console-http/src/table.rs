@@ -138,6 +138,10 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(POST "/api/v1/messages/{id}/deliveries", HumanOrAgent, Api, [], "retry delivering a targeted message", api::messages::retry),
     route!(POST "/api/v1/messages/{id}/deliveries/{attempt}/accept", AgentOnly, Api, [], "the targeted session accepts a delivery attempt", api::messages::accept),
     route!(POST "/api/v1/messages/{id}/replies", AgentOnly, Api, ["follow_up"], "the targeted session's reply to a delivery", api::messages::reply),
+    route!(GET "/api/v1/inbox/threads", HumanOnly, Api, ["issue", "artifact", "limit", "offset"], "threads with replies the caller has not read", api::messages::inbox_threads),
+    route!(POST "/api/v1/inbox/threads/{id}/read", HumanOnly, Api, [], "move the caller's read mark on a thread forward", api::messages::mark_thread_read),
+    route!(GET "/api/v1/inbox/agents", HumanOnly, Api, [], "the caller's per-agent conversation state", api::messages::agent_states),
+    route!(PATCH "/api/v1/inbox/agents/{session_id}", HumanOnly, Api, [], "clear or mark read an agent's conversation for the caller", api::messages::update_agent_state),
     // ----- delivery and architecture (issue 15) -----
 
     // ----- the broker front -----
@@ -178,6 +182,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/assets/console.js", Anyone, Page, [], "the pages' script", pages::script),
     route!(GET "/assets/console.css", Anyone, Page, [], "the pages' style sheet", pages::style),
     route!(GET "/link/v1/sessions/{session_id}", AgentOnly, Api, [], "the session link: one WebSocket per live session (subprotocol countersign.link.v1)", crate::link::link),
+    route!(POST "/hooks/broker", Anyone, Api, [], "the broker's expiry webhook (Standard Webhooks; protocol §8)", crate::hooks::broker),
     route!(GET "/healthz", Anyone, Api, [], "health: the console's database answers", api::meta::health),
 ];
 

@@ -16,7 +16,7 @@ use countersign_console_core::work::messages::{
     LiveSession, Message, MessageTx, Mode, Scope, Target,
 };
 use countersign_console_core::work::store::ms;
-use countersign_console_core::work::{IssueKey, ProjectKey};
+use countersign_console_core::work::{Hit, IssueKey, ProjectKey};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -121,6 +121,33 @@ const LIVE_ROLES: &str = "CREATE TABLE console_live_roles (
     PRIMARY KEY (role, session_id)
 )";
 
+const INBOX: [&str; 5] = [
+    "CREATE TABLE console_thread_reads (
+        login TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        read_through BIGINT NOT NULL,
+        PRIMARY KEY (login, thread_id)
+    )",
+    "CREATE TABLE console_agent_state (
+        login TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        cleared_before BIGINT,
+        read_through BIGINT,
+        PRIMARY KEY (login, session_id)
+    )",
+    "CREATE TABLE console_read_replies (
+        login TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        PRIMARY KEY (login, message_id)
+    )",
+    "CREATE TABLE console_webhooks (
+        webhook_id TEXT PRIMARY KEY,
+        message_id TEXT NOT NULL,
+        received_at BIGINT NOT NULL
+    )",
+    "CREATE INDEX console_messages_author_session ON console_messages (author_session, created_at)",
+];
+
 /// Version 9 on SQLite: messages, broadcasts, delivery attempts, live sessions, conversation
 /// state (issue 14). The messages' full-text index is an FTS5 table keyed by `seq` (the rowid).
 pub(crate) const MIGRATION_9_SQLITE: &[&str] = &[
@@ -140,6 +167,11 @@ pub(crate) const MIGRATION_9_SQLITE: &[&str] = &[
     LIVE_REPLICA,
     LIVE_HEARTBEAT,
     LIVE_ROLES,
+    INBOX[0],
+    INBOX[1],
+    INBOX[2],
+    INBOX[3],
+    INBOX[4],
 ];
 
 /// Version 9 on PostgreSQL; the messages' full-text index is a generated `tsvector`.
@@ -162,6 +194,11 @@ pub(crate) const MIGRATION_9_POSTGRES: &[&str] = &[
     LIVE_REPLICA,
     LIVE_HEARTBEAT,
     LIVE_ROLES,
+    INBOX[0],
+    INBOX[1],
+    INBOX[2],
+    INBOX[3],
+    INBOX[4],
 ];
 
 const ATTEMPT_COLUMNS: &str = "kind, id, attempt, session_id, mode, state, requested_by, \
@@ -219,8 +256,26 @@ const MESSAGE_COLUMNS: &str = "id, thread_id, parent, issue, broadcast, target_s
      target_role, delivery, body, notice, author, created_at";
 
 fn message_of(r: &AnyRow) -> Result<Message, StorageError> {
-    let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
-    let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    message_at(r, "")
+}
+
+/// The message columns of table alias `alias`, each named `<prefix><column>`.
+fn message_columns(alias: &str, prefix: &str) -> String {
+    MESSAGE_COLUMNS
+        .split(", ")
+        .map(|c| format!("{alias}.{c} AS {prefix}{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A message from columns named `<prefix><column>`.
+fn message_at(r: &AnyRow, prefix: &str) -> Result<Message, StorageError> {
+    let g = |c: &str| -> Result<String, StorageError> {
+        r.try_get(format!("{prefix}{c}").as_str()).map_err(db_err)
+    };
+    let go = |c: &str| -> Result<Option<String>, StorageError> {
+        r.try_get(format!("{prefix}{c}").as_str()).map_err(db_err)
+    };
     let target = match (go("target_session")?, go("target_role")?) {
         (Some(s), _) => Some(Target::Session(s)),
         (None, Some(r)) => Some(Target::Role(r)),
@@ -241,8 +296,15 @@ fn message_of(r: &AnyRow) -> Result<Message, StorageError> {
         body: g("body")?,
         notice: go("notice")?.map(|n| json_of(&n, "notice")).transpose()?,
         author: json_of(&g("author")?, "actor")?,
-        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+        created_at: time(
+            r.try_get(format!("{prefix}created_at").as_str())
+                .map_err(db_err)?,
+        )?,
     })
+}
+
+fn opt_ms(r: &AnyRow, c: &str) -> Result<Option<Time>, StorageError> {
+    opt_time(r, c)
 }
 
 fn broadcast_of(r: &AnyRow) -> Result<Broadcast, StorageError> {
@@ -994,6 +1056,358 @@ impl MessageTx for SqlTx {
                 .map_err(db_err)?;
         }
         Ok(())
+    }
+    async fn unread_message_threads(
+        &mut self,
+        login: &Login,
+        issue: Option<&IssueKey>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<(Message, Message)>, i64), StorageError> {
+        let mut a = Args::default();
+        let me = a.push(login.as_str().to_owned());
+        let mut filter = String::new();
+        if let Some(k) = issue {
+            filter = format!(" AND root.issue = {}", a.push(k.as_str().to_owned()));
+        }
+        let from = format!(
+            "FROM console_messages root \
+             JOIN console_messages nr ON nr.seq = (SELECT r.seq FROM console_messages r \
+                 WHERE r.thread_id = root.id AND (r.author_login IS NULL OR r.author_login <> {me}) \
+                 ORDER BY r.created_at DESC, r.seq DESC LIMIT 1) \
+             LEFT JOIN console_thread_reads tr ON tr.login = {me} AND tr.thread_id = root.id \
+             WHERE root.id = root.thread_id AND root.issue IS NOT NULL AND root.author_login = {me}{filter} \
+             AND (tr.read_through IS NULL OR nr.created_at > tr.read_through)"
+        );
+        let total: i64 = sqlx::query_with(&format!("SELECT COUNT(*) AS n {from}"), a.build())
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .try_get("n")
+            .map_err(db_err)?;
+        let l = a.push(i64::from(limit));
+        let o = a.push(i64::from(offset));
+        let sql = format!(
+            "SELECT {}, {} {from} ORDER BY nr.created_at DESC, nr.seq DESC LIMIT {l} OFFSET {o}",
+            message_columns("root", "t_"),
+            message_columns("nr", "n_"),
+        );
+        let rows = sqlx::query_with(&sql, a.build())
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        let threads = rows
+            .iter()
+            .map(|r| Ok((message_at(r, "t_")?, message_at(r, "n_")?)))
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok((threads, total))
+    }
+
+    async fn wrote_in_message_thread(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+    ) -> Result<bool, StorageError> {
+        let row = sqlx::query(
+            "SELECT 1 AS x FROM console_messages WHERE thread_id = $1 AND author_login = $2 LIMIT 1",
+        )
+        .bind(thread_id)
+        .bind(login.as_str())
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(row.is_some())
+    }
+
+    async fn thread_read(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+    ) -> Result<Option<Time>, StorageError> {
+        let row = sqlx::query(&format!(
+            "SELECT read_through FROM console_thread_reads WHERE login = $1 AND thread_id = $2{}",
+            self.lock()
+        ))
+        .bind(login.as_str())
+        .bind(thread_id)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        row.map(|r| time(r.try_get("read_through").map_err(db_err)?))
+            .transpose()
+    }
+
+    async fn put_thread_read(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+        read_through: Time,
+    ) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO console_thread_reads (login, thread_id, read_through) VALUES ($1, $2, $3) \
+             ON CONFLICT (login, thread_id) DO UPDATE SET read_through = excluded.read_through",
+        )
+        .bind(login.as_str())
+        .bind(thread_id)
+        .bind(ms(&read_through))
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn agent_states(
+        &mut self,
+        login: &Login,
+    ) -> Result<Vec<(String, Option<Time>, Option<Time>)>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT x.session_id AS session_id, st.cleared_before AS cleared_before, \
+             st.read_through AS read_through FROM \
+             (SELECT target_session AS session_id FROM console_messages \
+                WHERE author_login = $1 AND issue IS NULL AND target_session IS NOT NULL \
+              UNION SELECT session_id FROM console_agent_state WHERE login = $1) x \
+             LEFT JOIN console_agent_state st ON st.login = $1 AND st.session_id = x.session_id \
+             ORDER BY x.session_id",
+        )
+        .bind(login.as_str())
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("session_id").map_err(db_err)?,
+                    opt_ms(r, "cleared_before")?,
+                    opt_ms(r, "read_through")?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn agent_state(
+        &mut self,
+        login: &Login,
+        session: &str,
+    ) -> Result<Option<(Option<Time>, Option<Time>)>, StorageError> {
+        let row = sqlx::query(&format!(
+            "SELECT cleared_before, read_through FROM console_agent_state \
+             WHERE login = $1 AND session_id = $2{}",
+            self.lock()
+        ))
+        .bind(login.as_str())
+        .bind(session)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        row.map(|r| Ok((opt_ms(&r, "cleared_before")?, opt_ms(&r, "read_through")?)))
+            .transpose()
+    }
+
+    async fn put_agent_state(
+        &mut self,
+        login: &Login,
+        session: &str,
+        cleared_before: Option<Time>,
+        read_through: Option<Time>,
+    ) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO console_agent_state (login, session_id, cleared_before, read_through) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (login, session_id) DO UPDATE \
+             SET cleared_before = excluded.cleared_before, read_through = excluded.read_through",
+        )
+        .bind(login.as_str())
+        .bind(session)
+        .bind(cleared_before.as_ref().map(ms))
+        .bind(read_through.as_ref().map(ms))
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn unread_replies(
+        &mut self,
+        login: &Login,
+        session: Option<&str>,
+    ) -> Result<Vec<(String, String)>, StorageError> {
+        let mut a = Args::default();
+        let me = a.push(login.as_str().to_owned());
+        let mut filter = String::new();
+        if let Some(s) = session {
+            filter = format!(" AND root.target_session = {}", a.push(s.to_owned()));
+        }
+        let sql = format!(
+            "SELECT root.target_session AS session_id, r.id AS id FROM console_messages r \
+             JOIN console_messages root ON root.id = r.thread_id \
+             LEFT JOIN console_agent_state st ON st.login = {me} AND st.session_id = root.target_session \
+             WHERE root.author_login = {me} AND root.issue IS NULL AND root.target_session IS NOT NULL{filter} \
+             AND r.author_session = root.target_session AND r.id <> root.id \
+             AND (st.cleared_before IS NULL OR r.created_at > st.cleared_before) \
+             AND (st.read_through IS NULL OR r.created_at > st.read_through) \
+             AND NOT EXISTS (SELECT 1 FROM console_read_replies rr \
+                             WHERE rr.login = {me} AND rr.message_id = r.id) \
+             ORDER BY r.created_at DESC, r.seq DESC"
+        );
+        let rows = sqlx::query_with(&sql, a.build())
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("session_id").map_err(db_err)?,
+                    r.try_get("id").map_err(db_err)?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn read_replies(&mut self, login: &Login, ids: &[String]) -> Result<(), StorageError> {
+        for id in ids {
+            sqlx::query(
+                "INSERT INTO console_read_replies (login, message_id) VALUES ($1, $2) \
+                 ON CONFLICT (login, message_id) DO NOTHING",
+            )
+            .bind(login.as_str())
+            .bind(id.as_str())
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    async fn messages_by_session(
+        &mut self,
+        session: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, StorageError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut a = Args::default();
+        let s = a.push(session.to_owned());
+        let list: Vec<String> = ids.iter().map(|i| a.push(i.clone())).collect();
+        let sql = format!(
+            "SELECT id FROM console_messages WHERE author_session = {s} AND id IN ({}) ORDER BY id",
+            list.join(", ")
+        );
+        sqlx::query_with(&sql, a.build())
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(|r| r.try_get("id").map_err(db_err))
+            .collect()
+    }
+
+    async fn insert_webhook(
+        &mut self,
+        webhook_id: &str,
+        message_id: &str,
+        at: Time,
+    ) -> Result<bool, StorageError> {
+        let r = sqlx::query(
+            "INSERT INTO console_webhooks (webhook_id, message_id, received_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (webhook_id) DO NOTHING",
+        )
+        .bind(webhook_id)
+        .bind(message_id)
+        .bind(ms(&at))
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn search_messages(
+        &mut self,
+        words: &[String],
+        any: bool,
+        project: Option<&ProjectKey>,
+        limit: u32,
+    ) -> Result<(Vec<Hit>, i64), StorageError> {
+        let mut a = Args::default();
+        let (from, matches, score, snippet) = match self.backend {
+            Backend::Sqlite => {
+                let joined = words
+                    .iter()
+                    .map(|w| format!("\"{}\"", w.replace('"', "")))
+                    .collect::<Vec<_>>()
+                    .join(if any { " OR " } else { " " });
+                (
+                    "console_messages_fts f JOIN console_messages m ON m.seq = f.rowid".to_owned(),
+                    format!("console_messages_fts MATCH {}", a.push(joined)),
+                    "-bm25(console_messages_fts)".to_owned(),
+                    "snippet(console_messages_fts, 0, '', '', '…', 16)".to_owned(),
+                )
+            }
+            Backend::Postgres => {
+                let joined = words.join(if any { " | " } else { " & " });
+                let q = a.push(joined);
+                (
+                    "console_messages m".to_owned(),
+                    format!("m.search @@ to_tsquery('simple', {q})"),
+                    format!("ts_rank(m.search, to_tsquery('simple', {q}))::float8"),
+                    format!(
+                        "ts_headline('simple', m.body, to_tsquery('simple', {q}), \
+                         'StartSel=\"\",StopSel=\"\",MaxWords=24,MinWords=8')"
+                    ),
+                )
+            }
+        };
+        let mut filter = format!("WHERE {matches}");
+        if let Some(p) = project {
+            filter.push_str(&format!(
+                " AND m.issue LIKE {}",
+                a.push(format!("{}-%", p.as_str()))
+            ));
+        }
+        let total: i64 = sqlx::query_with(
+            &format!("SELECT COUNT(*) AS n FROM {from} {filter}"),
+            a.build(),
+        )
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .try_get("n")
+        .map_err(db_err)?;
+        let l = a.push(i64::from(limit));
+        let sql = format!(
+            "SELECT m.id AS id, m.body AS body, m.issue AS issue, m.created_at AS at, \
+             {score} AS score, {snippet} AS snippet FROM {from} {filter} \
+             ORDER BY score DESC, m.created_at DESC, m.id LIMIT {l}"
+        );
+        let rows = sqlx::query_with(&sql, a.build())
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        let hits = rows
+            .iter()
+            .map(|r| {
+                let body: String = r.try_get("body").map_err(db_err)?;
+                let issue: Option<String> = r.try_get("issue").map_err(db_err)?;
+                Ok(Hit {
+                    id: r.try_get("id").map_err(db_err)?,
+                    title: body
+                        .lines()
+                        .find(|l| !l.trim().is_empty())
+                        .unwrap_or("")
+                        .trim()
+                        .chars()
+                        .take(120)
+                        .collect(),
+                    snippet: r.try_get("snippet").map_err(db_err)?,
+                    project: issue
+                        .as_deref()
+                        .and_then(IssueKey::parse)
+                        .map(|k| k.project()),
+                    at: time(r.try_get("at").map_err(db_err)?)?,
+                    score: r.try_get("score").map_err(db_err)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok((hits, total))
     }
 }
 

@@ -14,20 +14,22 @@ use serde_json::json;
 use super::work::not_found;
 use super::*;
 use crate::work::messages::{
-    Accepted, Attempt, AttemptView, DeliveryContent, DeliveryKind, Message, MessageView, Mode,
-    Target, Thread,
+    Accepted, Attempt, AttemptView, DeliveryContent, DeliveryKind, ExpiryNotice, Message,
+    MessageView, Mode, Target, Thread,
 };
 use crate::work::{Actor, Event, IssueKey, NewEvent, WorkTx, rules};
 
 mod accept;
 mod broadcasts;
 mod delivery;
+mod inbox;
 mod presence;
 
 pub use broadcasts::NewBroadcast;
 pub use delivery::{ACK_WITHIN, Ack};
 #[allow(unused_imports)]
 pub(crate) use delivery::{NewAttempt, Opened};
+pub use inbox::AgentPatch;
 pub use presence::{LIVE_FOR, LinkNotice};
 
 /// The longest message, reply or broadcast body (protocol §2), in characters.
@@ -216,7 +218,24 @@ impl Console {
     /// Writes a new targeted message, appends `message.sent` (with the body), opens its
     /// attempts, and after the commit hands them to the links.
     pub(crate) async fn send_message(&self, m: Message) -> Result<MessageView, Error> {
-        let (view, opened, sent) = transact!(self, |tx| {
+        self.send_message_once(m, None)
+            .await?
+            .ok_or_else(|| Error::new(ErrorCode::INTERNAL))
+    }
+
+    /// [`Console::send_message`], kept with `webhook_id` when given: `None` (nothing sent)
+    /// when that id made a message already.
+    async fn send_message_once(
+        &self,
+        m: Message,
+        webhook_id: Option<&str>,
+    ) -> Result<Option<MessageView>, Error> {
+        let done = transact!(self, |tx| {
+            if let Some(w) = webhook_id
+                && !tx.insert_webhook(w, &m.id, m.created_at).await?
+            {
+                return Ok(None);
+            }
             if let Some(k) = &m.issue
                 && tx.issue(k).await?.is_none()
             {
@@ -229,11 +248,39 @@ impl Console {
                 .await?;
             let opened = self.attempt_message(tx, &m, &m.author).await?;
             let view = self.message_view(tx, &m).await?;
-            Ok((view, opened, sent))
+            Ok(Some((view, opened, sent)))
         })?;
+        let Some((view, opened, sent)) = done else {
+            return Ok(None);
+        };
         self.event_committed(sent.id);
         self.dispatch(&opened).await;
-        Ok(view)
+        Ok(Some(view))
+    }
+
+    /// The broker's expiry notice (protocol §8; its signature verified by the caller): one
+    /// issue-less `send` message to the session, authored by `{kind: system, name: broker}`,
+    /// with the notice beside its body. A webhook id seen before makes nothing (`false`).
+    pub async fn broker_expired(&self, webhook_id: &str, n: ExpiryNotice) -> Result<bool, Error> {
+        check_session(&n.session_id)?;
+        let body = format!(
+            "Credential request {} for {} expired undecided at {}.",
+            n.request_id,
+            n.identifiers.join(", "),
+            n.expired_at
+        );
+        let author = Actor::System {
+            name: "broker".into(),
+        };
+        let mut m = self.targeted_message(
+            &author,
+            None,
+            Target::Session(n.session_id.clone()),
+            Mode::Send,
+            &body,
+        );
+        m.notice = Some(json!(n));
+        Ok(self.send_message_once(m, Some(webhook_id)).await?.is_some())
     }
 
     fn targeted_message(

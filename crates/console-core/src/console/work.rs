@@ -933,19 +933,28 @@ impl Console {
             })
             .transpose()?;
         let words = search::words(q);
-        let (hits, total) = if words.is_empty() {
-            (Vec::new(), 0)
+        let (hits, total, messages, message_total) = if words.is_empty() {
+            (Vec::new(), 0, Vec::new(), 0)
         } else {
             let mut tx = self.parts.storage.read().await?;
-            tx.search_issues(&words, false, project.as_ref(), search::PER_KIND)
-                .await?
+            let (hits, total) = tx
+                .search_issues(&words, false, project.as_ref(), search::PER_KIND)
+                .await?;
+            let (messages, message_total) = tx
+                .search_messages(&words, false, project.as_ref(), search::PER_KIND)
+                .await?;
+            (hits, total, messages, message_total)
         };
-        let reachable = hits.len() as i64;
-        let rows = search::fuse(vec![(SearchKind::Issue, hits)], console_ref)
-            .into_iter()
-            .skip(offset as usize)
-            .take(limit as usize)
-            .collect();
+        let total = total + message_total;
+        let reachable = (hits.len() + messages.len()) as i64;
+        let rows = search::fuse(
+            vec![(SearchKind::Issue, hits), (SearchKind::Message, messages)],
+            console_ref,
+        )
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect();
         Ok(SearchPage {
             rows,
             total,

@@ -392,6 +392,76 @@ pub struct LiveSession {
     pub link: i64,
 }
 
+/// What kind of thread an inbox row is (protocol §6.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThreadKind {
+    Ask,
+    Comment,
+    Message,
+}
+
+/// `thread {kind, id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadRef {
+    pub kind: ThreadKind,
+    pub id: String,
+}
+
+/// The newest reply of a thread someone else wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NewestReply {
+    pub author: Actor,
+    pub first_line: String,
+    #[serde(with = "rfc3339")]
+    pub at: Time,
+}
+
+/// A thread with replies the caller has not read (protocol §6.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadRow {
+    pub thread: ThreadRef,
+    /// Whose thread it is: its root's author.
+    pub owner: Actor,
+    /// The root's first line.
+    pub subject: String,
+    /// The root's console ref.
+    pub link: String,
+    pub newest_reply: NewestReply,
+}
+
+/// A page of inbox threads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadPage {
+    pub rows: Vec<ThreadRow>,
+    pub total: i64,
+    pub limit: u32,
+    pub offset: u32,
+}
+
+/// A person's conversation state with one agent session (spec, "Conversation state per
+/// agent"): `unread_replies` names the session's replies to the person's direct messages
+/// newer than both marks and not read by id, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentState {
+    pub session_id: String,
+    #[serde(with = "rfc3339_opt")]
+    pub cleared_before: Option<Time>,
+    #[serde(with = "rfc3339_opt")]
+    pub read_through: Option<Time>,
+    pub unread_replies: Vec<String>,
+}
+
+/// The broker's expiry notice (protocol §8), less its `type`: the message's `notice`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpiryNotice {
+    pub session_id: String,
+    pub request_id: String,
+    pub record_id: String,
+    pub identifiers: Vec<String>,
+    pub expired_at: String,
+}
+
 /// How [`MessageTx::finish_attempt`] moves a pending attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish<'a> {
@@ -570,4 +640,89 @@ pub trait MessageTx: Send {
     /// Tells every replica something about a link (PostgreSQL `NOTIFY` on the links channel,
     /// sent when the transaction commits; one SQLite database is one process: nothing).
     async fn notify_links(&mut self, payload: &str) -> Result<(), StorageError>;
+
+    // ----- inbox: threads, read marks, per-agent state -----
+
+    /// The issue message threads `login` wrote in where someone else wrote after the
+    /// person's read mark (within `issue`): each thread's root and newest reply by another,
+    /// newest reply first; a page, and how many in all.
+    async fn unread_message_threads(
+        &mut self,
+        login: &Login,
+        issue: Option<&IssueKey>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<(Message, Message)>, i64), StorageError>;
+    /// Whether `login` wrote in the message thread `thread_id`.
+    async fn wrote_in_message_thread(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+    ) -> Result<bool, StorageError>;
+    async fn thread_read(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+    ) -> Result<Option<Time>, StorageError>;
+    async fn put_thread_read(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+        read_through: Time,
+    ) -> Result<(), StorageError>;
+    /// The sessions `login` has direct messages with or state for, with the state's
+    /// `(cleared_before, read_through)`; by session id.
+    async fn agent_states(
+        &mut self,
+        login: &Login,
+    ) -> Result<Vec<(String, Option<Time>, Option<Time>)>, StorageError>;
+    async fn agent_state(
+        &mut self,
+        login: &Login,
+        session: &str,
+    ) -> Result<Option<(Option<Time>, Option<Time>)>, StorageError>;
+    async fn put_agent_state(
+        &mut self,
+        login: &Login,
+        session: &str,
+        cleared_before: Option<Time>,
+        read_through: Option<Time>,
+    ) -> Result<(), StorageError>;
+    /// The unread replies of sessions to `login`'s direct messages (of `session` only, when
+    /// given): `(session, message id)`, newest first.
+    async fn unread_replies(
+        &mut self,
+        login: &Login,
+        session: Option<&str>,
+    ) -> Result<Vec<(String, String)>, StorageError>;
+    /// Marks replies read by id for `login`.
+    async fn read_replies(&mut self, login: &Login, ids: &[String]) -> Result<(), StorageError>;
+    /// Which of `ids` are messages `session` wrote.
+    async fn messages_by_session(
+        &mut self,
+        session: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, StorageError>;
+
+    // ----- the broker's webhook -----
+
+    /// Keeps a webhook id with the message it made; false when it was kept already.
+    async fn insert_webhook(
+        &mut self,
+        webhook_id: &str,
+        message_id: &str,
+        at: Time,
+    ) -> Result<bool, StorageError>;
+
+    // ----- search -----
+
+    /// The messages whose body holds every one of `words` (with `any`, one at least), on
+    /// `project`'s issues when given, best first, at most `limit`, and how many match.
+    async fn search_messages(
+        &mut self,
+        words: &[String],
+        any: bool,
+        project: Option<&ProjectKey>,
+        limit: u32,
+    ) -> Result<(Vec<crate::work::model::Hit>, i64), StorageError>;
 }

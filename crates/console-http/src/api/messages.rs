@@ -5,7 +5,7 @@
 
 use axum::Extension;
 use axum::extract::{Path, State};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::NewBroadcast;
 use countersign_console_core::work::messages::{Mode, Target};
 use countersign_console_core::{Caller, Error, ErrorCode};
@@ -254,4 +254,99 @@ pub async fn send_broadcast(
 
 pub async fn get_broadcast(State(st): St, Path(id): Path<String>) -> ApiResult<Response> {
     Ok(ok(st.console.broadcast_by_id(&id).await?))
+}
+
+// ----- the inbox's conversation parts -----
+
+/// A time in a body: RFC 3339, any offset.
+fn time_of(v: &str, field: &str) -> ApiResult<countersign_console_core::Time> {
+    chrono::DateTime::parse_from_rfc3339(v)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|_| {
+            Error::with_message(
+                ErrorCode::INVALID_BODY,
+                format!("`{field}` is an RFC 3339 time"),
+            )
+            .into()
+        })
+}
+
+/// `POST /inbox/threads/{id}/read`: `{read_through}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadMarkBody {
+    read_through: String,
+}
+
+impl Input for ReadMarkBody {}
+
+/// `PATCH /inbox/agents/{session_id}`: `{cleared_before?, read_through?, read_replies?}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentStateBody {
+    cleared_before: Option<String>,
+    read_through: Option<String>,
+    #[serde(default)]
+    read_replies: Vec<String>,
+}
+
+impl Input for AgentStateBody {}
+
+pub async fn inbox_threads(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+) -> ApiResult<Response> {
+    let human = caller.human()?;
+    let (limit, offset) = page(&q)?;
+    Ok(ok(st
+        .console
+        .inbox_threads(human, q.one("issue")?, q.one("artifact")?, limit, offset)
+        .await?))
+}
+
+pub async fn mark_thread_read(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<ReadMarkBody>,
+) -> ApiResult<Response> {
+    let human = caller.human()?;
+    let at = time_of(&b.read_through, "read_through")?;
+    st.console.mark_thread_read(human, &id, at).await?;
+    Ok(axum::http::StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn agent_states(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Response> {
+    let human = caller.human()?;
+    Ok(ok(st.console.agent_states(human).await?))
+}
+
+pub async fn update_agent_state(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(session): Path<String>,
+    In(b): In<AgentStateBody>,
+) -> ApiResult<Response> {
+    let human = caller.human()?;
+    let patch = countersign_console_core::console::AgentPatch {
+        cleared_before: b
+            .cleared_before
+            .as_deref()
+            .map(|t| time_of(t, "cleared_before"))
+            .transpose()?,
+        read_through: b
+            .read_through
+            .as_deref()
+            .map(|t| time_of(t, "read_through"))
+            .transpose()?,
+        read_replies: b.read_replies,
+    };
+    Ok(ok(st
+        .console
+        .update_agent_state(human, &session, patch)
+        .await?))
 }

@@ -156,6 +156,7 @@ impl TestConsole {
                 url: b.url.clone(),
                 console_token_file: Some(b.dir.path().join("console-token")),
                 timeout_seconds: 5,
+                webhook_secret_file: None,
             });
         }
         if let Some(i) = o.idp {
