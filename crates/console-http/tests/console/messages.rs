@@ -1291,3 +1291,1009 @@ async fn accept_rules(db: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 on_both_databases!(accept_rules, accept_rules_sqlite, accept_rules_postgres);
+
+fn broadcast_body(key: &str, sessions: &[&str], mode: &str, body: &str) -> Value {
+    json!({"idempotency_key": key, "sessions": sessions, "mode": mode, "body": body})
+}
+
+/// Broadcasts: one copy per recipient; sessions not live or not advertising the mode excluded
+/// and named, never moved to another mode; the same key and request answer the original
+/// (200), another request under the key is BROADCAST_KEY_REUSED naming it and sends nothing;
+/// concurrent sends with one key send once; recent broadcasts with counts; one broadcast with
+/// every recipient's attempts and replies; the refusals.
+async fn broadcasts(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let bob = Who::person(&console, BOB).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    let mut s1 = session(&console, "s1", &[], &[Mode::Send, Mode::Steer], true).await?;
+    let mut s2 = session(&console, "s2", &[], &[Mode::Send], true).await?;
+
+    let body = broadcast_body("release-1", &["s1", "s2", "s3"], "steer", "freeze merges");
+    let r = ada.post("/api/v1/broadcasts", body.clone()).await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let b = r.json["broadcast"].clone();
+    let id = b["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        r.location().as_deref(),
+        Some(format!("/api/v1/broadcasts/{id}").as_str())
+    );
+    assert_eq!(b["idempotency_key"], "release-1");
+    assert_eq!(b["mode"], "steer");
+    assert_eq!(b["by"], json!({"kind": "user", "login": ADA}));
+    assert_eq!(b["recipient_count"], 1);
+    assert_eq!(b["recipients"][0]["session_id"], "s1");
+    let copy = b["recipients"][0]["message"].clone();
+    assert_eq!(copy["broadcast"], id.as_str());
+    assert_eq!(copy["target"], json!({"session": "s1"}));
+    assert_eq!(copy["delivery"], "steer");
+    assert_eq!(
+        r.json["excluded"],
+        json!([
+            {"session_id": "s2", "reason": "mode_not_advertised"},
+            {"session_id": "s3", "reason": "not_live"}
+        ])
+    );
+    let d = delivery(&mut s1).await?;
+    assert_eq!((d.body.as_str(), d.mode), ("freeze merges", Mode::Steer));
+    quiet(&mut s2).await?;
+
+    // The same key and request: the original, 200, nothing sent.
+    let again = ada.post("/api/v1/broadcasts", body.clone()).await?;
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json["broadcast"]["id"], id.as_str());
+    assert_eq!(again.json["excluded"], r.json["excluded"]);
+    quiet(&mut s1).await?;
+    // The key for another request (sessions in another order, another body, another mode).
+    for other in [
+        broadcast_body("release-1", &["s2", "s1", "s3"], "steer", "freeze merges"),
+        broadcast_body("release-1", &["s1", "s2", "s3"], "steer", "thaw merges"),
+        broadcast_body("release-1", &["s1", "s2", "s3"], "send", "freeze merges"),
+    ] {
+        let x = ada.post("/api/v1/broadcasts", other).await?;
+        refused(&x, 409, "BROADCAST_KEY_REUSED");
+        assert_eq!(x.json["broadcast"], id.as_str());
+    }
+    quiet(&mut s1).await?;
+    quiet(&mut s2).await?;
+    // Keys are per person.
+    let bobs = bob.post("/api/v1/broadcasts", body.clone()).await?;
+    assert_eq!(bobs.status, 201, "{}", bobs.text);
+    assert_ne!(bobs.json["broadcast"]["id"], id.as_str());
+    delivery(&mut s1).await?;
+
+    // Concurrent sends with one key: one sends, the others answer it.
+    let same = broadcast_body("release-2", &["s1", "s2"], "send", "one only");
+    let sends: Vec<_> = (0..6)
+        .map(|_| {
+            let ada = ada.clone();
+            let same = same.clone();
+            async move { ada.post("/api/v1/broadcasts", same).await }
+        })
+        .collect();
+    let answers: Vec<Resp> = futures_util::future::join_all(sends)
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<_>>()?;
+    let mut statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 201]);
+    let ids: std::collections::HashSet<&str> = answers
+        .iter()
+        .filter_map(|a| a.json["broadcast"]["id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(delivery(&mut s1).await?.body, "one only");
+    assert_eq!(delivery(&mut s2).await?.body, "one only");
+    quiet(&mut s1).await?;
+    quiet(&mut s2).await?;
+    // Concurrent sends with one key and different bodies: one sends, the others are refused.
+    let sends: Vec<_> = (0..4)
+        .map(|i| {
+            let ada = ada.clone();
+            async move {
+                ada.post(
+                    "/api/v1/broadcasts",
+                    broadcast_body("release-3", &["s2"], "send", &format!("body {i}")),
+                )
+                .await
+            }
+        })
+        .collect();
+    let mut statuses: Vec<(u16, String)> = futures_util::future::join_all(sends)
+        .await
+        .into_iter()
+        .map(|r| {
+            r.map(|r| (r.status, r.code().to_owned()))
+                .unwrap_or_default()
+        })
+        .collect();
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [
+            (201, String::new()),
+            (409, "BROADCAST_KEY_REUSED".into()),
+            (409, "BROADCAST_KEY_REUSED".into()),
+            (409, "BROADCAST_KEY_REUSED".into())
+        ]
+    );
+    delivery(&mut s2).await?;
+    quiet(&mut s2).await?;
+
+    // Replies count; one broadcast answers every recipient's attempts and replies.
+    let copy_id = copy["id"].as_str().unwrap_or_default().to_owned();
+    agent
+        .post(
+            &format!("/api/v1/messages/{copy_id}/replies"),
+            json!({"actor": "s1", "body": "frozen"}),
+        )
+        .await?;
+    let one = ada.get(&format!("/api/v1/broadcasts/{id}")).await?;
+    assert_eq!(one.status, 200, "{}", one.text);
+    assert_eq!(one.json["recipients"][0]["session_id"], "s1");
+    assert_eq!(
+        one.json["recipients"][0]["message"]["deliveries"][0]["state"],
+        "sent"
+    );
+    assert_eq!(
+        one.json["recipients"][0]["message"]["replies"][0]["body"],
+        "frozen"
+    );
+    assert_eq!(one.json["reply_count"], 1);
+    let list = ada.get("/api/v1/broadcasts").await?;
+    let rows = list.json.as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 4, "{}", list.text);
+    let row = rows
+        .iter()
+        .find(|x| x["id"] == id.as_str())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (row["recipient_count"].clone(), row["reply_count"].clone()),
+        (json!(1), json!(1))
+    );
+    assert_eq!(rows[0]["idempotency_key"], "release-3", "newest first");
+    let page = ada.get("/api/v1/broadcasts?limit=1&offset=1").await?;
+    assert_eq!(page.json[0]["idempotency_key"], "release-2");
+    // `broadcast.sent` names its recipients' messages.
+    let events = events_since(&agent, 0, 300, 3).await?;
+    let sent: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.1 == "broadcast.sent")
+        .map(|e| &e.2["data"])
+        .collect();
+    assert_eq!(sent.len(), 4);
+    assert_eq!(sent[0]["id"], id.as_str());
+    assert_eq!(sent[0]["recipients"][0]["message"], copy_id.as_str());
+
+    // The refusals.
+    for (b, status, code) in [
+        (
+            json!({"idempotency_key": "k", "sessions": ["s1"], "mode": "send"}),
+            400,
+            "MESSAGE_INPUT",
+        ),
+        (
+            json!({"idempotency_key": "k", "sessions": ["s1"], "mode": "send", "body": "x", "to": 1}),
+            400,
+            "MESSAGE_INPUT",
+        ),
+        (broadcast_body("k", &[], "send", "x"), 400, "MESSAGE_INPUT"),
+        (
+            broadcast_body("k", &["s1", "s1"], "send", "x"),
+            400,
+            "MESSAGE_INPUT",
+        ),
+        (
+            broadcast_body("", &["s1"], "send", "x"),
+            400,
+            "MESSAGE_INPUT",
+        ),
+        (
+            broadcast_body("a key", &["s1"], "send", "x"),
+            400,
+            "MESSAGE_INPUT",
+        ),
+        (
+            broadcast_body("k", &["s1"], "yell", "x"),
+            400,
+            "MESSAGE_INPUT",
+        ),
+        (
+            broadcast_body("k", &["s1"], "send", ""),
+            400,
+            "MESSAGE_INPUT",
+        ),
+        (
+            broadcast_body(&"k".repeat(256), &["s1"], "send", "x"),
+            400,
+            "CAP_EXCEEDED",
+        ),
+        (
+            broadcast_body("k", &["s1"], "send", &"x".repeat(65_537)),
+            400,
+            "CAP_EXCEEDED",
+        ),
+        (
+            broadcast_body("k", &["a b"], "send", "x"),
+            400,
+            "INVALID_SESSION_ID",
+        ),
+    ] {
+        refused(&ada.post("/api/v1/broadcasts", b).await?, status, code);
+    }
+    let many: Vec<String> = (0..501).map(|i| format!("s-{i}")).collect();
+    refused(
+        &ada.post(
+            "/api/v1/broadcasts",
+            json!({"idempotency_key": "many", "sessions": many, "mode": "send", "body": "x"}),
+        )
+        .await?,
+        400,
+        "CAP_EXCEEDED",
+    );
+    let k255 = "k".repeat(255);
+    assert_eq!(
+        ada.post(
+            "/api/v1/broadcasts",
+            broadcast_body(&k255, &["s9"], "send", "x")
+        )
+        .await?
+        .status,
+        201
+    );
+    for (path, status, code) in [
+        ("/api/v1/broadcasts/not-a-uuid", 404, "NOT_FOUND"),
+        (
+            "/api/v1/broadcasts/00000000-0000-4000-8000-000000000000",
+            404,
+            "NOT_FOUND",
+        ),
+        ("/api/v1/broadcasts?limit=0", 400, "INVALID_QUERY"),
+        ("/api/v1/broadcasts?cursor=x", 400, "INVALID_QUERY"),
+    ] {
+        refused(&ada.get(path).await?, status, code);
+    }
+    refused(
+        &agent.post("/api/v1/broadcasts", body.clone()).await?,
+        403,
+        "HUMAN_ONLY",
+    );
+    refused(&agent.get("/api/v1/broadcasts").await?, 403, "HUMAN_ONLY");
+    refused(
+        &agent.get(&format!("/api/v1/broadcasts/{id}")).await?,
+        403,
+        "HUMAN_ONLY",
+    );
+    console.stop().await;
+    Ok(())
+}
+on_both_databases!(broadcasts, broadcasts_sqlite, broadcasts_postgres);
+
+/// Reads server-sent events from an open response: `(event, data)` pairs, up to `n`, giving
+/// up after `secs`.
+async fn sse(
+    resp: &mut reqwest::Response,
+    buf: &mut String,
+    n: usize,
+    secs: u64,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while out.len() < n {
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut kind, mut data) = (None, None);
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    kind = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data = serde_json::from_str::<Value>(v.trim()).ok();
+                }
+            }
+            if let (Some(k), Some(d)) = (kind, data) {
+                out.push((k, d));
+                if out.len() == n {
+                    return Ok(out);
+                }
+            }
+        }
+        match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(c))) => buf.push_str(&String::from_utf8_lossy(&c)),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// The next relay request on a link.
+async fn relay_event(link: &mut Link) -> anyhow::Result<Event> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), link.next()).await? {
+            Some(e @ (Event::RelayOpen { .. } | Event::RelayClose { .. })) => return Ok(e),
+            Some(Event::Closed { .. }) | None => anyhow::bail!("the link ended"),
+            Some(_) => continue,
+        }
+    }
+}
+
+fn frame(seq: u64, text: &str) -> countersign_link_client::Frame {
+    countersign_link_client::Frame {
+        seq,
+        kind: countersign_link_client::FrameKind::Turn,
+        at: "2031-01-02T03:04:05.000Z".into(),
+        data: json!({"text": text}),
+    }
+}
+
+/// The relay (protocol §6.6): `relay.open` on the link, the session's `replay` first, then its
+/// frames above the replay's last, never stored; `relay.close` when the viewer leaves; `end`
+/// when the link closes; 404 for a session not live or without the `relay` capability.
+async fn relay(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    let mut s1 = session(&console, "s1", &[], &[Mode::Send], true).await?;
+    let _plain = Link::connect(Options::new(
+        &console.url,
+        SHARED_TOKEN,
+        "plain",
+        Advert::new("no relay"),
+    ))
+    .await?;
+
+    let mut resp = ada
+        .http
+        .get(format!("{}/api/v1/sessions/s1/relay", console.url))
+        .send()
+        .await?;
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"))
+    );
+    let Event::RelayOpen { viewer } = relay_event(&mut s1).await? else {
+        anyhow::bail!("expected relay.open");
+    };
+    let h = s1.handle();
+    // A frame before this viewer's replay is not sent to it (the replay holds it).
+    h.frame(&frame(2, "two"))?;
+    h.replay(&viewer, &[frame(1, "one"), frame(2, "two")])?;
+    h.frame(&frame(2, "two again"))?;
+    h.frame(&frame(3, "three"))?;
+    let mut buf = String::new();
+    let got = sse(&mut resp, &mut buf, 2, 10).await?;
+    assert_eq!(got[0].0, "replay");
+    assert_eq!(got[0].1["frames"][1]["data"]["text"], "two");
+    assert_eq!(got[0].1["frames"][0]["seq"], 1);
+    assert_eq!(got[1].0, "frame");
+    assert_eq!(
+        got[1].1,
+        json!({"seq": 3, "kind": "turn", "at": "2031-01-02T03:04:05.000Z", "data": {"text": "three"}})
+    );
+    // The viewer leaves: relay.close.
+    drop(resp);
+    assert_eq!(relay_event(&mut s1).await?, Event::RelayClose { viewer });
+    // Nothing was stored: a new viewer starts from a fresh replay.
+    let mut resp = ada
+        .http
+        .get(format!("{}/api/v1/sessions/s1/relay", console.url))
+        .send()
+        .await?;
+    let Event::RelayOpen { viewer } = relay_event(&mut s1).await? else {
+        anyhow::bail!("expected relay.open");
+    };
+    h.replay(&viewer, &[])?;
+    let mut buf = String::new();
+    let got = sse(&mut resp, &mut buf, 1, 10).await?;
+    assert_eq!(got[0], ("replay".to_owned(), json!({"frames": []})));
+    // The link closes: `end`.
+    h.close();
+    let got = sse(&mut resp, &mut buf, 1, 10).await?;
+    assert_eq!(
+        got[0],
+        ("end".to_owned(), json!({"reason": "session_gone"}))
+    );
+
+    refused(
+        &ada.get("/api/v1/sessions/s1/relay").await?,
+        404,
+        "NOT_FOUND",
+    );
+    refused(
+        &ada.get("/api/v1/sessions/plain/relay").await?,
+        404,
+        "NOT_FOUND",
+    );
+    refused(
+        &ada.get("/api/v1/sessions/a%20b/relay").await?,
+        400,
+        "INVALID_SESSION_ID",
+    );
+    refused(
+        &agent.get("/api/v1/sessions/plain/relay").await?,
+        403,
+        "HUMAN_ONLY",
+    );
+    console.stop().await;
+    Ok(())
+}
+on_both_databases!(relay, relay_sqlite, relay_postgres);
+
+fn rfc(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Inbox threads (issue message threads the person wrote in with a reply since their read
+/// mark, newest reply first, narrowed by issue; never on a document), read marks (forward
+/// only, a minute ahead at most, THREAD_ID_INPUT), and per-agent state (`cleared_before`,
+/// `read_through`, replies read by id).
+async fn inbox_threads_and_agent_state(db: Option<String>) -> anyhow::Result<()> {
+    let clock = Arc::new(ManualClock::new(start()));
+    let console = console_with_clock(db, clock.clone()).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let bob = Who::person(&console, BOB).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    let _s1 = session(&console, "s1", &[], &[Mode::Send], true).await?;
+    ada.post("/api/v1/projects", json!({"key": "INB", "name": "Inbox"}))
+        .await?;
+    for t in ["one", "two"] {
+        ada.post("/api/v1/issues", json!({"project": "INB", "title": t}))
+            .await?;
+    }
+    let tick = |s: i64| clock.advance(chrono::Duration::seconds(s));
+    let r = ada
+        .post(
+            "/api/v1/issues/INB-1/messages",
+            json!({"body": "Why is CI red?\nDetails follow.", "target": {"session": "s1"}}),
+        )
+        .await?;
+    let t1 = id_of(&r);
+    let r = ada
+        .post(
+            "/api/v1/issues/INB-2/messages",
+            json!({"body": "Second question", "target": {"session": "s1"}}),
+        )
+        .await?;
+    let t2 = id_of(&r);
+    let threads = |q: &'static str| {
+        let ada = ada.clone();
+        async move { ada.get(&format!("/api/v1/inbox/threads{q}")).await }
+    };
+    // Nobody else wrote yet.
+    assert_eq!(threads("").await?.json["total"], 0);
+    tick(1);
+    agent
+        .post(
+            &format!("/api/v1/messages/{t1}/replies"),
+            json!({"actor": "s1", "body": "A flaky test.\nMore later."}),
+        )
+        .await?;
+    tick(1);
+    agent
+        .post(
+            &format!("/api/v1/messages/{t2}/replies"),
+            json!({"actor": "s1", "body": "Answer two"}),
+        )
+        .await?;
+    let p = threads("").await?;
+    assert_eq!(p.status, 200, "{}", p.text);
+    assert_eq!(
+        (
+            p.json["total"].clone(),
+            p.json["limit"].clone(),
+            p.json["offset"].clone()
+        ),
+        (json!(2), json!(50), json!(0))
+    );
+    assert_eq!(
+        p.json["rows"][0]["thread"],
+        json!({"kind": "message", "id": t2})
+    );
+    let row = &p.json["rows"][1];
+    assert_eq!(row["thread"], json!({"kind": "message", "id": t1}));
+    assert_eq!(row["owner"], json!({"kind": "user", "login": ADA}));
+    assert_eq!(row["subject"], "Why is CI red?");
+    assert_eq!(row["link"], format!("countersign://message/{t1}"));
+    assert_eq!(row["newest_reply"]["author"]["session"], "s1");
+    assert_eq!(row["newest_reply"]["first_line"], "A flaky test.");
+    assert!(row["newest_reply"]["at"].is_string());
+    let p = threads("?issue=INB-1").await?;
+    assert_eq!(p.json["rows"].as_array().map(Vec::len), Some(1));
+    assert_eq!(p.json["total"], 1);
+    let p = threads("?artifact=00000000-0000-4000-8000-000000000000").await?;
+    assert_eq!(p.json["total"], 0);
+    let p = threads("?limit=1&offset=1").await?;
+    assert_eq!(p.json["rows"][0]["thread"]["id"], t1.as_str());
+    assert_eq!(p.json["total"], 2);
+    // Bob wrote in neither.
+    assert_eq!(bob.get("/api/v1/inbox/threads").await?.json["total"], 0);
+    for q in [
+        "?issue=INB-1&artifact=x",
+        "?limit=0",
+        "?limit=201",
+        "?since=1",
+        "?issue=nope",
+    ] {
+        refused(&threads(q).await?, 400, "INVALID_QUERY");
+    }
+    refused(
+        &agent.get("/api/v1/inbox/threads").await?,
+        403,
+        "HUMAN_ONLY",
+    );
+
+    // Read marks: only forward, at most a minute ahead, stored no later than now.
+    let read = |id: String, at: String| {
+        let ada = ada.clone();
+        async move {
+            ada.post(
+                &format!("/api/v1/inbox/threads/{id}/read"),
+                json!({"read_through": at}),
+            )
+            .await
+        }
+    };
+    let now = clock.now();
+    let r = read(t1.clone(), rfc(now)).await?;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert_eq!(threads("").await?.json["total"], 1);
+    // An earlier mark leaves it.
+    assert_eq!(
+        read(t1.clone(), rfc(now - chrono::Duration::hours(1)))
+            .await?
+            .status,
+        204
+    );
+    assert_eq!(threads("").await?.json["total"], 1);
+    // Up to a minute ahead is taken (stored as now); a later reply shows again.
+    assert_eq!(
+        read(t2.clone(), rfc(now + chrono::Duration::seconds(59)))
+            .await?
+            .status,
+        204
+    );
+    assert_eq!(threads("").await?.json["total"], 0);
+    tick(1);
+    agent
+        .post(
+            &format!("/api/v1/messages/{t2}/replies?follow_up=true"),
+            json!({"actor": "s1", "body": "One more thing"}),
+        )
+        .await?;
+    let p = threads("").await?;
+    assert_eq!(
+        p.json["rows"][0]["newest_reply"]["first_line"],
+        "One more thing"
+    );
+    refused(
+        &read(t1.clone(), rfc(clock.now() + chrono::Duration::seconds(61))).await?,
+        400,
+        "INVALID_STATE",
+    );
+    refused(
+        &read("nope".into(), rfc(now)).await?,
+        400,
+        "THREAD_ID_INPUT",
+    );
+    refused(
+        &read(t1.clone(), "yesterday".into()).await?,
+        400,
+        "INVALID_BODY",
+    );
+    refused(
+        &ada.post(
+            &format!("/api/v1/inbox/threads/{t1}/read"),
+            json!({"read_through": rfc(now), "x": 1}),
+        )
+        .await?,
+        400,
+        "INVALID_BODY",
+    );
+    // A thread the caller never wrote in: 204, nothing written.
+    assert_eq!(
+        bob.post(
+            &format!("/api/v1/inbox/threads/{t1}/read"),
+            json!({"read_through": rfc(now)}),
+        )
+        .await?
+        .status,
+        204
+    );
+    refused(
+        &agent
+            .post(
+                &format!("/api/v1/inbox/threads/{t1}/read"),
+                json!({"read_through": rfc(now)}),
+            )
+            .await?,
+        403,
+        "HUMAN_ONLY",
+    );
+
+    // Per-agent state: the session's replies to Ada's direct messages.
+    let d = ada
+        .post("/api/v1/sessions/s1/messages", json!({"body": "direct"}))
+        .await?;
+    let direct = id_of(&d);
+    tick(1);
+    let r1 = id_of(
+        &agent
+            .post(
+                &format!("/api/v1/messages/{direct}/replies"),
+                json!({"actor": "s1", "body": "r1"}),
+            )
+            .await?,
+    );
+    tick(1);
+    let r2 = id_of(
+        &agent
+            .post(
+                &format!("/api/v1/messages/{direct}/replies?follow_up=true"),
+                json!({"actor": "s1", "body": "r2"}),
+            )
+            .await?,
+    );
+    let states = ada.get("/api/v1/inbox/agents").await?;
+    assert_eq!(
+        states.json,
+        json!([{"session_id": "s1", "cleared_before": null, "read_through": null, "unread_replies": [r2, r1]}]),
+        "{}",
+        states.text
+    );
+    assert_eq!(bob.get("/api/v1/inbox/agents").await?.json, json!([]));
+    let patch = |body: Value| {
+        let ada = ada.clone();
+        async move { ada.patch("/api/v1/inbox/agents/s1", body).await }
+    };
+    let s = patch(json!({"read_replies": [r1]})).await?;
+    assert_eq!(s.status, 200, "{}", s.text);
+    assert_eq!(s.json["unread_replies"], json!([r2]));
+    let mark_at = clock.now();
+    let s = patch(json!({"read_through": rfc(mark_at)})).await?;
+    assert_eq!(s.json["unread_replies"], json!([]));
+    assert_eq!(s.json["read_through"], rfc(mark_at));
+    // Forward only.
+    let s = patch(json!({"read_through": rfc(mark_at - chrono::Duration::hours(1))})).await?;
+    assert_eq!(s.json["read_through"], rfc(mark_at));
+    tick(1);
+    let r3 = id_of(
+        &agent
+            .post(
+                &format!("/api/v1/messages/{direct}/replies?follow_up=true"),
+                json!({"actor": "s1", "body": "r3"}),
+            )
+            .await?,
+    );
+    assert_eq!(
+        ada.get("/api/v1/inbox/agents").await?.json[0]["unread_replies"],
+        json!([r3])
+    );
+    // Clearing hides the exchanges at or before it.
+    let s = patch(json!({"cleared_before": rfc(clock.now())})).await?;
+    assert_eq!(s.json["unread_replies"], json!([]));
+    assert_eq!(s.json["cleared_before"], rfc(clock.now()));
+    for (body, status, code) in [
+        (
+            json!({"read_through": rfc(clock.now() + chrono::Duration::minutes(2))}),
+            400,
+            "INVALID_STATE",
+        ),
+        (
+            json!({"cleared_before": rfc(clock.now() + chrono::Duration::minutes(2))}),
+            400,
+            "INVALID_STATE",
+        ),
+        (json!({"read_replies": ["nope"]}), 400, "INVALID_BODY"),
+        (json!({"read_replies": [direct]}), 400, "INVALID_BODY"),
+        (json!({"read_through": "soon"}), 400, "INVALID_BODY"),
+        (json!({"pinned": true}), 400, "INVALID_BODY"),
+    ] {
+        refused(&patch(body).await?, status, code);
+    }
+    refused(
+        &ada.patch("/api/v1/inbox/agents/a%20b", json!({})).await?,
+        400,
+        "INVALID_SESSION_ID",
+    );
+    refused(&agent.get("/api/v1/inbox/agents").await?, 403, "HUMAN_ONLY");
+    refused(
+        &agent.patch("/api/v1/inbox/agents/s1", json!({})).await?,
+        403,
+        "HUMAN_ONLY",
+    );
+    console.stop().await;
+    Ok(())
+}
+on_both_databases!(
+    inbox_threads_and_agent_state,
+    inbox_threads_and_agent_state_sqlite,
+    inbox_threads_and_agent_state_postgres
+);
+
+/// The broker's expiry webhook (protocol §8): verified (headers, timestamp within 5 minutes,
+/// a `v1` signature), replay-safe by `webhook-id`, a message to the named session from the
+/// broker; another type or a bad session id is taken and dropped; no secret: 404.
+async fn broker_webhook(db: Option<String>) -> anyhow::Result<()> {
+    let clock = Arc::new(ManualClock::new(start()));
+    let (console, secret) = console_with_webhook(db, clock.clone()).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    let mut s1 = session(&console, "s1", &[], &[Mode::Send], true).await?;
+    let now = clock.now().timestamp();
+
+    let r = webhook(&console, &secret, "msg_1", now, &expired("s1")).await?;
+    assert_eq!(r.status, 204, "{}", r.text);
+    let d = delivery(&mut s1).await?;
+    assert_eq!(
+        d.body,
+        "Credential request req-1 for DEPLOY_KEY, DB_URL expired undecided at 2031-01-02T03:04:05Z."
+    );
+    assert_eq!(d.author, json!({"kind": "system", "name": "broker"}));
+    assert_eq!(d.mode, Mode::Send);
+    assert_eq!(
+        d.notice,
+        Some(
+            json!({"session_id": "s1", "request_id": "req-1", "record_id": "rec-1",
+                    "identifiers": ["DEPLOY_KEY", "DB_URL"], "expired_at": "2031-01-02T03:04:05Z"})
+        )
+    );
+    // The same webhook-id again (the broker retries): nothing more.
+    assert_eq!(
+        webhook(&console, &secret, "msg_1", now, &expired("s1"))
+            .await?
+            .status,
+        204
+    );
+    quiet(&mut s1).await?;
+    let l = ada.get("/api/v1/sessions/s1/messages").await?;
+    assert_eq!(l.json.as_array().map(Vec::len), Some(1), "{}", l.text);
+    assert_eq!(l.json[0]["author"]["name"], "broker");
+    // It takes replies.
+    assert_eq!(
+        agent
+            .post(
+                &format!("/api/v1/messages/{}/replies", d.delivery.id),
+                json!({"actor": "s1", "body": "asking again"}),
+            )
+            .await?
+            .status,
+        201
+    );
+    // A session not live: the message stays in its list with a failed attempt.
+    webhook(&console, &secret, "msg_2", now, &expired("s9")).await?;
+    let l = ada.get("/api/v1/sessions/s9/messages").await?;
+    assert_eq!(
+        l.json[0]["deliveries"][0]["error"], "not_live",
+        "{}",
+        l.text
+    );
+
+    // Taken and dropped: another type, a session id §4.1 refuses, a body that is no notice.
+    for (id, body) in [
+        (
+            "msg_3",
+            json!({"type": "request.decided", "session_id": "s1"}),
+        ),
+        ("msg_4", expired("a b")),
+        ("msg_5", json!({"type": "request.expired"})),
+    ] {
+        assert_eq!(
+            webhook(&console, &secret, id, now, &body).await?.status,
+            204
+        );
+    }
+    quiet(&mut s1).await?;
+
+    // Refused: a bad signature, another secret, a stale or future timestamp, a header missing.
+    let other = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=";
+    refused(
+        &webhook(&console, other, "msg_6", now, &expired("s1")).await?,
+        401,
+        "WEBHOOK_INVALID",
+    );
+    for at in [now - 301, now + 301] {
+        refused(
+            &webhook(&console, &secret, "msg_7", at, &expired("s1")).await?,
+            401,
+            "WEBHOOK_INVALID",
+        );
+    }
+    let raw = serde_json::to_vec(&expired("s1"))?;
+    let sig =
+        countersign_broker_http::notify::WebhookSecret::parse(&secret)?.sign("msg_8", now, &raw);
+    let post = |headers: Vec<(&'static str, String)>, body: Vec<u8>| {
+        let mut req = reqwest::Client::new()
+            .post(format!("{}/hooks/broker", console.url))
+            .header("content-type", "application/json")
+            .body(body);
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        async move { Resp::read(req.send().await?).await }
+    };
+    refused(
+        &post(
+            vec![
+                ("webhook-id", "msg_8".into()),
+                ("webhook-signature", sig.clone()),
+            ],
+            raw.clone(),
+        )
+        .await?,
+        401,
+        "WEBHOOK_INVALID",
+    );
+    // Tampered body under a good signature.
+    let mut tampered = raw.clone();
+    tampered.extend_from_slice(b" ");
+    refused(
+        &post(
+            vec![
+                ("webhook-id", "msg_8".into()),
+                ("webhook-timestamp", now.to_string()),
+                ("webhook-signature", sig.clone()),
+            ],
+            tampered,
+        )
+        .await?,
+        401,
+        "WEBHOOK_INVALID",
+    );
+    // Several signatures: one that verifies is enough.
+    let r = post(
+        vec![
+            ("webhook-id", "msg_8".into()),
+            ("webhook-timestamp", now.to_string()),
+            ("webhook-signature", format!("v1,AAAA {sig}")),
+        ],
+        raw.clone(),
+    )
+    .await?;
+    assert_eq!(r.status, 204, "{}", r.text);
+    refused(
+        &post(
+            vec![
+                ("webhook-id", "msg_9".into()),
+                ("webhook-timestamp", now.to_string()),
+                ("webhook-signature", "v1,AAAA".into()),
+            ],
+            vec![b' '; 65 * 1024],
+        )
+        .await?,
+        413,
+        "REQUEST_TOO_LARGE",
+    );
+    // Without a secret the route is not there.
+    let plain = console_on(None).await?;
+    let r = webhook(
+        &plain,
+        &secret,
+        "msg_1",
+        chrono::Utc::now().timestamp(),
+        &expired("s1"),
+    )
+    .await?;
+    refused(&r, 404, "NOT_FOUND");
+    plain.stop().await;
+    console.stop().await;
+    Ok(())
+}
+on_both_databases!(
+    broker_webhook,
+    broker_webhook_sqlite,
+    broker_webhook_postgres
+);
+
+/// Messages join search (their own index, kind `message`, fused with issues).
+async fn messages_in_search(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    for (k, n) in [("SRC", "Search"), ("OTH", "Other")] {
+        ada.post("/api/v1/projects", json!({"key": k, "name": n}))
+            .await?;
+        ada.post(
+            "/api/v1/issues",
+            json!({"project": k, "title": "zebra migration plan"}),
+        )
+        .await?;
+    }
+    let r = ada
+        .post(
+            "/api/v1/issues/SRC-1/messages",
+            json!({"body": "Please check the zebra crossing logs\nthanks", "target": {"session": "s1"}}),
+        )
+        .await?;
+    let m = id_of(&r);
+    ada.post(
+        "/api/v1/sessions/s2/messages",
+        json!({"body": "zebra stripes, direct"}),
+    )
+    .await?;
+    let s = agent.get("/api/v1/search?q=zebra").await?;
+    assert_eq!(s.status, 200, "{}", s.text);
+    let kinds: Vec<&str> = s.json["rows"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["kind"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "message").count(),
+        2,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "issue").count(),
+        2,
+        "{kinds:?}"
+    );
+    assert_eq!(s.json["total"], 4);
+    let s = agent.get("/api/v1/search?q=crossing%20logs").await?;
+    assert_eq!(s.json["rows"][0]["kind"], "message", "{}", s.text);
+    assert_eq!(s.json["rows"][0]["id"], m.as_str());
+    assert_eq!(
+        s.json["rows"][0]["ref"],
+        format!("countersign://message/{m}")
+    );
+    assert_eq!(
+        s.json["rows"][0]["title"],
+        "Please check the zebra crossing logs"
+    );
+    assert_eq!(s.json["rows"][0]["project"], "SRC");
+    let s = agent.get("/api/v1/search?q=zebra&project=SRC").await?;
+    let ids: Vec<&str> = s.json["rows"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids.len(), 2, "{}", s.text);
+    assert!(ids.contains(&m.as_str()) && ids.contains(&"SRC-1"));
+    console.stop().await;
+    Ok(())
+}
+on_both_databases!(
+    messages_in_search,
+    messages_in_search_sqlite,
+    messages_in_search_postgres
+);
+
+/// `GET /api/v1` lists this area's routes with their protocol purposes, and the link and the
+/// webhook under `other_routes`.
+#[tokio::test]
+async fn route_table_lists_the_message_routes() -> anyhow::Result<()> {
+    let console = console_on(None).await?;
+    let t = Resp::read(reqwest::get(format!("{}/api/v1", console.url)).await?).await?;
+    let has = |field: &str, method: &str, path: &str| {
+        t.json[field]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|r| r["method"] == method && r["path"] == path))
+    };
+    for (m, p) in [
+        ("POST", "/api/v1/issues/{key}/messages"),
+        ("GET", "/api/v1/issues/{key}/messages/{id}"),
+        ("GET", "/api/v1/broadcasts"),
+        ("POST", "/api/v1/broadcasts"),
+        ("GET", "/api/v1/broadcasts/{id}"),
+        ("GET", "/api/v1/sessions"),
+        ("GET", "/api/v1/sessions/{session_id}/messages"),
+        ("POST", "/api/v1/sessions/{session_id}/messages"),
+        ("GET", "/api/v1/sessions/{session_id}/relay"),
+        ("GET", "/api/v1/messages/{id}/thread"),
+        ("POST", "/api/v1/messages/{id}/deliveries"),
+        ("POST", "/api/v1/messages/{id}/deliveries/{attempt}/accept"),
+        ("POST", "/api/v1/messages/{id}/replies"),
+        ("GET", "/api/v1/inbox/threads"),
+        ("POST", "/api/v1/inbox/threads/{id}/read"),
+        ("GET", "/api/v1/inbox/agents"),
+        ("PATCH", "/api/v1/inbox/agents/{session_id}"),
+    ] {
+        assert!(has("routes", m, p), "{m} {p} not listed");
+    }
+    assert!(has("other_routes", "POST", "/hooks/broker"));
+    assert!(has("other_routes", "GET", "/link/v1/sessions/{session_id}"));
+    assert!(!has("routes", "POST", "/hooks/broker"));
+    console.stop().await;
+    Ok(())
+}
