@@ -2297,3 +2297,82 @@ async fn route_table_lists_the_message_routes() -> anyhow::Result<()> {
     console.stop().await;
     Ok(())
 }
+
+/// Dev mode wires the broker's expiry notifications to the console: a request left to expire
+/// reaches its session's link as a message from the broker.
+#[tokio::test]
+async fn dev_mode_expiry_reaches_the_session() -> anyhow::Result<()> {
+    use countersign_console_http::dev::{self, DEV_PERSON, DevOptions};
+    let dir = tempfile::tempdir()?;
+    let d = dev::start_with(
+        &dir.path().join("state"),
+        0,
+        0,
+        DevOptions {
+            request_pending_seconds: Some(2),
+        },
+    )
+    .await?;
+    assert!(dir.path().join("state/webhook-secret").exists());
+    let mut person = Person::at(&d.console_url)?;
+    anyhow::ensure!(person.sign_in_local(DEV_PERSON).await?.status == 303);
+    let minted = person
+        .post("/api/v1/agent-tokens", json!({"name": "dev agent"}))
+        .await?;
+    let token = minted.json["token"].as_str().unwrap_or_default().to_owned();
+    let broker = TestBroker::at(&d.broker_url)?;
+    let login = start_machine_login(&broker, DEV_PERSON, "dev-laptop").await?;
+    let facts = person
+        .post(
+            "/api/v1/credential-requests/machine-lookup",
+            json!({"code": login.code}),
+        )
+        .await?;
+    let record = facts.json["record_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let approved = person
+        .post(
+            &format!("/api/v1/credential-requests/{record}/approve"),
+            json!({"code": login.code}),
+        )
+        .await?;
+    assert_eq!(approved.status, 200, "{}", approved.text);
+    let machine = login.machine(&broker).await?;
+    let enrolled = machine.enroll(&broker, "rt1").await?;
+    // The enrolled session (its id `notify-rt1`) holds the console link.
+    let mut link = Link::connect(Options::new(
+        &d.console_url,
+        &token,
+        "notify-rt1",
+        Advert::new("a dev agent"),
+    ))
+    .await?;
+    let req = enrolled
+        .request(&broker, &["DEMO_OWNER"], "deploy the demo", None)
+        .await?;
+    assert_eq!(req["state"], "pending", "{req}");
+    let got = loop {
+        match tokio::time::timeout(Duration::from_secs(60), link.next()).await? {
+            Some(Event::Delivery(x)) => break x,
+            Some(Event::Closed { code, reason }) => anyhow::bail!("closed {code:?} {reason}"),
+            Some(_) => continue,
+            None => anyhow::bail!("the link ended"),
+        }
+    };
+    assert_eq!(got.author, json!({"kind": "system", "name": "broker"}));
+    let notice = got.notice.clone().unwrap_or_default();
+    assert_eq!(notice["record_id"], req["record_id"], "{notice}");
+    assert_eq!(notice["request_id"], req["request_id"], "{notice}");
+    assert_eq!(notice["session_id"], "notify-rt1");
+    assert_eq!(notice["identifiers"], json!(["DEMO_OWNER"]));
+    assert!(
+        got.body.starts_with("Credential request ")
+            && got.body.contains("DEMO_OWNER expired undecided at "),
+        "{}",
+        got.body
+    );
+    d.shutdown(Duration::from_secs(2)).await;
+    Ok(())
+}

@@ -889,3 +889,15 @@ pub async fn events_since(
     }
     Ok(out)
 }
+
+impl TestBroker {
+    /// A broker already running at `url` (dev mode's), for the protocol helpers.
+    pub fn at(url: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            url: url.to_owned(),
+            values: HashMap::new(),
+            running: None,
+            dir: tempfile::tempdir()?,
+        })
+    }
+}
