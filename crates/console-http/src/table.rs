@@ -172,7 +172,14 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- pages: asks and the inbox (issue 13) -----
 
     // ----- pages: conversations, relay, broadcasts (issue 14) -----
-
+    route!(GET "/sessions", HumanOnly, Page, [], "the live sessions, each with its conversation and relay", pages::messages::sessions_page),
+    route!(GET "/sessions/{session_id}", HumanOnly, Page, [], "a conversation with a session: its messages and replies, unread marks, a send box with the mode", pages::messages::conversation_page),
+    route!(GET "/sessions/{session_id}/relay", HumanOnly, Page, [], "a live session's conversation as it works, relayed from the session", pages::messages::relay_page),
+    route!(GET "/broadcasts", HumanOnly, Page, [], "send a broadcast and see each recipient's result; the recent broadcasts", pages::messages::broadcasts_page),
+    route!(GET "/broadcasts/{id}", HumanOnly, Page, [], "one broadcast: every recipient's attempts and replies", pages::messages::broadcast_page),
+    route!(GET "/messages/{id}", HumanOnly, Page, [], "a message, read where it was written: its conversation or its issue", pages::messages::message_page),
+    route!(GET "/assets/messages.js", Anyone, Page, [], "the conversation pages' script", pages::messages::script),
+    route!(GET "/assets/messages.css", Anyone, Page, [], "the conversation pages' style sheet", pages::messages::style),
     // ----- pages: delivery and architecture (issue 15) -----
     route!(POST "/sign-out", HumanOnly, Page, [], "sign out (ends the browser session)", pages::sign_out),
     route!(GET "/sign-in", Anyone, Page, [], "sign-in page", pages::sign_in_page),

@@ -600,7 +600,12 @@ pub async fn search_page(
                     .rows
                     .into_iter()
                     .map(|r| html::SearchResult {
-                        href: format!("/issues/{}", r.id),
+                        href: match r.kind {
+                            countersign_console_core::work::SearchKind::Message => {
+                                format!("/messages/{}", r.id)
+                            }
+                            _ => format!("/issues/{}", r.id),
+                        },
                         id: r.id,
                         reference: r.reference,
                         title: r.title,

@@ -2376,3 +2376,295 @@ async fn dev_mode_expiry_reaches_the_session() -> anyhow::Result<()> {
     d.shutdown(Duration::from_secs(2)).await;
     Ok(())
 }
+
+/// The conversation pages render what the API holds, escaping the text they print.
+async fn conversation_pages(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
+    let ada = Who::person(&console, ADA).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    let _s1 = session(
+        &console,
+        "s1",
+        &["reviewer"],
+        &[Mode::Send, Mode::Steer],
+        true,
+    )
+    .await?;
+    let r = ada
+        .post(
+            "/api/v1/sessions/s1/messages",
+            json!({"body": "<b>bold</b> & more", "delivery": "steer"}),
+        )
+        .await?;
+    let id = id_of(&r);
+    agent
+        .post(
+            &format!("/api/v1/messages/{id}/replies"),
+            json!({"actor": "s1", "body": "a reply <i>here</i>"}),
+        )
+        .await?;
+    let b = ada
+        .post(
+            "/api/v1/broadcasts",
+            broadcast_body("pages-1", &["s1", "s9"], "send", "to everyone"),
+        )
+        .await?;
+    let bid = b.json["broadcast"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let get = |p: String| {
+        let ada = ada.clone();
+        async move { ada.get(&p).await }
+    };
+    let p = get("/sessions".into()).await?;
+    assert_eq!(p.status, 200);
+    assert!(p.text.contains("href=\"/sessions/s1\"") && p.text.contains("/sessions/s1/relay"));
+    let p = get("/sessions/s1".into()).await?;
+    assert_eq!(p.status, 200, "{}", p.text);
+    assert!(
+        p.text.contains("&#60;b&#62;bold&#60;/b&#62; &#38; more"),
+        "escaped body: {}",
+        p.text
+    );
+    assert!(!p.text.contains("<b>bold</b>"));
+    assert!(p.text.contains("a reply &#60;i&#62;here&#60;/i&#62;"));
+    assert!(
+        p.text.contains("class=\"badge new\""),
+        "the unread reply is marked"
+    );
+    assert!(p.text.contains("data-state=\"sent\"") || p.text.contains("data-state=\"pending\""));
+    assert!(p.text.contains("id=\"send-mode\""));
+    assert!(p.text.contains("/assets/messages.js"));
+    let p = get("/sessions/s1/relay".into()).await?;
+    assert!(p.status == 200 && p.text.contains("data-relay=\"s1\""));
+    let p = get("/broadcasts".into()).await?;
+    assert!(p.status == 200 && p.text.contains(&format!("/broadcasts/{bid}")));
+    assert!(p.text.contains("value=\"s1\""), "live sessions to pick");
+    let p = get(format!("/broadcasts/{bid}")).await?;
+    assert!(
+        p.status == 200 && p.text.contains("data-recipient=\"s1\""),
+        "{}",
+        p.text
+    );
+    let p = get(format!("/messages/{id}")).await?;
+    assert_eq!(p.status, 303);
+    assert_eq!(p.location(), Some(format!("/sessions/s1#m-{id}")));
+    let js = Resp::read(reqwest::get(format!("{}/assets/messages.js", console.url)).await?).await?;
+    assert!(js.status == 200 && js.text.contains("data-conversation"));
+    let css =
+        Resp::read(reqwest::get(format!("{}/assets/messages.css", console.url)).await?).await?;
+    assert_eq!(css.status, 200);
+    // Pages are for people.
+    assert_eq!(agent.get("/sessions/s1").await?.status, 403);
+    console.stop().await;
+    Ok(())
+}
+on_both_databases!(
+    conversation_pages,
+    conversation_pages_sqlite,
+    conversation_pages_postgres
+);
+
+/// The `countersign-link-demo` binary, beside this test's own target directory, built first
+/// when missing or older than its sources.
+fn demo_bin() -> anyhow::Result<std::path::PathBuf> {
+    use std::path::Path;
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| anyhow::anyhow!("test binary outside target/<profile>/deps"))?;
+    let bin = profile_dir.join("countersign-link-demo");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../link-client/src");
+    let newest = |p: &Path| -> Option<std::time::SystemTime> {
+        fn walk(p: &Path) -> Option<std::time::SystemTime> {
+            let m = std::fs::metadata(p).ok()?;
+            if !m.is_dir() {
+                return m.modified().ok();
+            }
+            std::fs::read_dir(p)
+                .ok()?
+                .flatten()
+                .filter_map(|e| walk(&e.path()))
+                .max()
+        }
+        walk(p)
+    };
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+    if matches!((built, newest(&src)), (Some(b), Some(n)) if b >= n) {
+        return Ok(bin);
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = std::process::Command::new(cargo);
+    build.args([
+        "build",
+        "--quiet",
+        "-p",
+        "countersign-link-client",
+        "--bin",
+        "countersign-link-demo",
+    ]);
+    if let Some(p) = profile_dir.file_name().and_then(|n| n.to_str())
+        && p != "debug"
+    {
+        build.args(["--profile", p]);
+    }
+    let status = build.current_dir(env!("CARGO_MANIFEST_DIR")).status()?;
+    anyhow::ensure!(
+        status.success() || bin.exists(),
+        "could not build the link demo"
+    );
+    Ok(bin)
+}
+
+/// A real session process (`countersign-link-demo`) receives a steer a person sends from the
+/// conversation page, acknowledges it and replies; the person sees the reply and the sent
+/// attempt without a reload; the relay page shows the frames the session sends as it sends
+/// them; the broadcast form shows each recipient's result.
+#[tokio::test]
+async fn conversation_in_the_browser() -> anyhow::Result<()> {
+    use crate::common::webdriver::{Driver, browser_or_skip};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return Ok(());
+    };
+    let idp = crate::common::idp::TestIdp::start().await?;
+    let console = TestConsole::start(ConsoleOptions {
+        idp: Some(&idp),
+        shared_token: true,
+        ..Default::default()
+    })
+    .await?;
+    let mut child = tokio::process::Command::new(demo_bin()?)
+        .args([
+            "--console",
+            &console.url,
+            "--session",
+            "demo-1",
+            "--title",
+            "fixing the build",
+            "--mode",
+            "send",
+            "--mode",
+            "steer",
+            "--relay",
+            "--reply",
+            "on it: {body}",
+        ])
+        .env("COUNTERSIGN_AGENT_TOKEN", SHARED_TOKEN)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = child.stdin.take().ok_or_else(|| anyhow::anyhow!("stdin"))?;
+    let mut out = tokio::io::BufReader::new(
+        child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("stdout"))?,
+    )
+    .lines();
+    type Out = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+    async fn said_on(out: &mut Out, event: &str) -> anyhow::Result<Value> {
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(20), out.next_line())
+                .await??
+                .ok_or_else(|| anyhow::anyhow!("the demo ended"))?;
+            let v: Value = serde_json::from_str(&line)?;
+            if v["event"] == event {
+                return Ok(v);
+            }
+        }
+    }
+    macro_rules! said {
+        ($e:expr) => {
+            said_on(&mut out, $e)
+        };
+    }
+    said!("live").await?;
+
+    let profiles = tempfile::tempdir()?;
+    let driver = Driver::start(&chromedriver).await?;
+    let ada = driver
+        .browser(&chromium, &profiles.path().join("ada"))
+        .await?;
+    let url = |p: &str| format!("{}{p}", console.url);
+    idp.set_next_login(ADA);
+    ada.goto(&url("/sessions/demo-1")).await?;
+    ada.click("#oidc").await?;
+    ada.wait_text("#session-state", "fixing the build", 10)
+        .await?;
+    ada.execute("document.body.setAttribute('data-not-reloaded', '1'); return 1")
+        .await?;
+    // A steer from the send box.
+    ada.execute("document.getElementById('send-mode').value = 'steer'; return 1")
+        .await?;
+    ada.type_into("#send-body", "please stop and rebase")
+        .await?;
+    ada.click("#send-button").await?;
+    let d = said!("delivery").await?;
+    assert_eq!(
+        (d["mode"].clone(), d["body"].clone()),
+        (json!("steer"), json!("please stop and rebase"))
+    );
+    said!("replied").await?;
+    // The reply and the sent attempt appear live.
+    ada.wait_text("#conversation", "on it: please stop and rebase", 15)
+        .await?;
+    ada.wait_for("#conversation .attempt.sent", 15).await?;
+    ada.wait_text("#conversation", "new", 5).await?;
+    assert_eq!(
+        ada.execute("return document.body.getAttribute('data-not-reloaded')")
+            .await?,
+        json!("1"),
+        "the page was reloaded"
+    );
+    ada.screenshot(&crate::browser::shots().join("conversation.png"))
+        .await?;
+    ada.click("#mark-read").await?;
+    ada.wait_text("#unread-count", "No unread reply", 10)
+        .await?;
+
+    // The relay: the replay holds the delivery's frame; a frame sent now appears as it comes.
+    ada.goto(&url("/sessions/demo-1/relay")).await?;
+    said!("relay.open").await?;
+    ada.wait_text("#frames", "please stop and rebase", 15)
+        .await?;
+    stdin
+        .write_all(b"frame compiling crate countersign-console-http\n")
+        .await?;
+    stdin.flush().await?;
+    ada.wait_text("#frames", "compiling crate countersign-console-http", 15)
+        .await?;
+    ada.screenshot(&crate::browser::shots().join("relay.png"))
+        .await?;
+
+    // The broadcast form: each recipient's result.
+    ada.goto(&url("/broadcasts")).await?;
+    ada.wait_for("input[value='demo-1']", 10).await?;
+    ada.click("input[value='demo-1']").await?;
+    ada.type_into("#broadcast-more", "nobody-here").await?;
+    ada.type_into("#broadcast-body", "release at noon").await?;
+    ada.click("#broadcast-send").await?;
+    ada.wait_text("#broadcast-recipients", "not_live", 10)
+        .await?;
+    ada.wait_text("tr[data-recipient='demo-1']", "sent", 15)
+        .await?;
+    assert_eq!(said!("delivery").await?["body"], "release at noon");
+    ada.screenshot(&crate::browser::shots().join("broadcast.png"))
+        .await?;
+
+    // The session's link closing ends the relay.
+    ada.goto(&url("/sessions/demo-1/relay")).await?;
+    ada.wait_text("#relay-state", "Live", 15).await?;
+    stdin.write_all(b"quit\n").await?;
+    stdin.flush().await?;
+    ada.wait_text("#relay-state", "closed", 15).await?;
+    ada.quit().await;
+    drop(stdin);
+    said!("closed").await?;
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    console.stop().await;
+    Ok(())
+}

@@ -127,9 +127,10 @@ async fn main() -> anyhow::Result<()> {
                 }
                 Some(Event::Closed { code, reason }) => {
                     say(json!({"event": "closed", "code": code, "reason": reason}));
-                    return Ok(());
+                    // Standard input's reader is a blocking thread the runtime would wait for.
+                    std::process::exit(0);
                 }
-                None => return Ok(()),
+                None => std::process::exit(0),
             },
             line = stdin.next_line(), if stdin_open => match line {
                 Ok(Some(l)) => {
