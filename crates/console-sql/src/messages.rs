@@ -1015,6 +1015,18 @@ impl MessageTx for SqlTx {
         Ok(())
     }
 
+    async fn any_stale(&mut self, replica: &str, before: Time) -> Result<bool, StorageError> {
+        let row = sqlx::query(
+            "SELECT 1 AS x FROM console_live_sessions WHERE heartbeat_at <= $1 AND replica <> $2 LIMIT 1",
+        )
+        .bind(ms(&before))
+        .bind(replica)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(row.is_some())
+    }
+
     async fn remove_stale(
         &mut self,
         replica: &str,

@@ -629,6 +629,9 @@ pub trait MessageTx: Send {
         at: Time,
         activity: &[(String, Time)],
     ) -> Result<(), StorageError>;
+    /// Whether another replica's session was not heard of since `before` (a cheap read before
+    /// [`MessageTx::remove_stale`]'s write).
+    async fn any_stale(&mut self, replica: &str, before: Time) -> Result<bool, StorageError>;
     /// Removes the sessions of other replicas not heard of since `before` (a replica that
     /// died), at most `limit`; answers them.
     async fn remove_stale(

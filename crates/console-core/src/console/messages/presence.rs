@@ -224,6 +224,12 @@ impl Console {
     pub async fn expire_sessions(&self) -> Result<usize, Error> {
         let replica = self.replica().to_owned();
         let before = self.fresh_after();
+        {
+            let mut tx = self.parts.storage.read().await?;
+            if !tx.any_stale(&replica, before).await? {
+                return Ok(0);
+            }
+        }
         let actor = Actor::System {
             name: "console".into(),
         };
