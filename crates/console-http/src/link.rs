@@ -572,10 +572,8 @@ async fn serve(
                     e.active = true;
                 });
                 match m {
-                    Message::Text(t) => {
-                        if !on_text(st, actor, &by, session_id, link, &t).await {
-                            return "bad message";
-                        }
+                    Message::Text(t) if !on_text(st, actor, &by, session_id, link, &t).await => {
+                        return "bad message";
                     }
                     Message::Close(_) => return "closed",
                     _ => {}

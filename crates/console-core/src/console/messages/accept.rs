@@ -124,18 +124,28 @@ mod tests {
         let now = t0() + Duration::seconds(10);
         let m = message();
         let a = attempt(1);
-        assert_eq!(refusal(&m, &m, &[a.clone()], &a, "s1", now), None);
+        assert_eq!(
+            refusal(&m, &m, std::slice::from_ref(&a), &a, "s1", now),
+            None
+        );
 
         let mut on_issue = message();
         on_issue.issue = IssueKey::parse("PAY-1");
         assert_eq!(
-            refusal(&on_issue, &on_issue, &[a.clone()], &a, "s1", now),
+            refusal(
+                &on_issue,
+                &on_issue,
+                std::slice::from_ref(&a),
+                &a,
+                "s1",
+                now
+            ),
             Some(ErrorCode::ACCEPT_NOT_DIRECT)
         );
         let mut copy = message();
         copy.broadcast = Some("b".into());
         assert_eq!(
-            refusal(&copy, &copy, &[a.clone()], &a, "s1", now),
+            refusal(&copy, &copy, std::slice::from_ref(&a), &a, "s1", now),
             Some(ErrorCode::ACCEPT_NOT_DIRECT)
         );
 
@@ -144,7 +154,14 @@ mod tests {
             name: "broker".into(),
         };
         assert_eq!(
-            refusal(&by_agent, &by_agent, &[a.clone()], &a, "s1", now),
+            refusal(
+                &by_agent,
+                &by_agent,
+                std::slice::from_ref(&a),
+                &a,
+                "s1",
+                now
+            ),
             Some(ErrorCode::ACCEPT_NOT_WRITTEN_BY_PERSON)
         );
 
@@ -202,7 +219,14 @@ mod tests {
         );
 
         assert_eq!(
-            refusal(&m, &m, &[a.clone()], &a, "s1", t0() + Duration::seconds(61)),
+            refusal(
+                &m,
+                &m,
+                std::slice::from_ref(&a),
+                &a,
+                "s1",
+                t0() + Duration::seconds(61)
+            ),
             Some(ErrorCode::ACCEPT_STALE)
         );
     }
