@@ -23,6 +23,7 @@ pub mod config;
 pub mod dev;
 pub mod error;
 pub mod history;
+pub mod hooks;
 mod html;
 pub mod link;
 pub mod oidc;
@@ -51,6 +52,9 @@ pub struct AppState {
     pub history: history::DecisionLog,
     /// The live sessions linked to this replica.
     pub sessions: Arc<link::Registry>,
+    /// The broker's webhook signing secret (`[broker] webhook_secret_file`); none: the
+    /// webhook route answers 404.
+    pub webhook_secret: Option<hooks::WebhookSecret>,
     /// The storage's listener for other replicas' events, until [`serve`] takes it.
     pub event_listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }

@@ -92,6 +92,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     );
     let mut state = state(console, config);
     state.sessions = sessions;
+    state.webhook_secret = config.webhook_secret()?;
     let state = Arc::new(state);
     let weak = Arc::downgrade(&state);
     let listener = listener_storage.listen_events(Arc::new(move |id| {
@@ -101,6 +102,16 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     }));
     if let Ok(mut slot) = state.event_listener.lock() {
         *slot = listener;
+    }
+    // Link notices from other replicas: deliveries to the links this one holds, links to close.
+    let weak = Arc::downgrade(&state);
+    let links = listener_storage.listen_links(Arc::new(move |payload| {
+        if let Some(st) = weak.upgrade() {
+            crate::link::on_notice(st, payload);
+        }
+    }));
+    if let Ok(mut slot) = state.sessions.listener.lock() {
+        *slot = links;
     }
     Ok(state)
 }
@@ -114,6 +125,7 @@ pub fn state(console: Console, config: &Config) -> AppState {
         local_sign_in_hint: config.local_sign_in_hint.clone(),
         history: Default::default(),
         sessions: Default::default(),
+        webhook_secret: None,
         event_listener: Default::default(),
     }
 }

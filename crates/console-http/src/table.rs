@@ -189,7 +189,22 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(PUT "/api/v1/inbox/asks/{id}/snooze", HumanOnly, Api, [], "snooze an inbox row until snoozed_until", api::asks::snooze),
     route!(DELETE "/api/v1/inbox/asks/{id}/snooze", HumanOnly, Api, [], "un-snooze an inbox row", api::asks::unsnooze),
     // ----- messages, broadcasts, conversation state (issue 14) -----
-
+    route!(POST "/api/v1/issues/{key}/messages", HumanOrAgent, Api, [], "post an issue message to a session or role", api::messages::post_issue_message),
+    route!(GET "/api/v1/issues/{key}/messages/{id}", HumanOrAgent, Api, ["session"], "one issue message with deliveries and replies", api::messages::get_issue_message),
+    route!(GET "/api/v1/broadcasts", HumanOnly, Api, ["limit", "offset"], "recent broadcasts with recipient and reply counts", api::messages::list_broadcasts),
+    route!(POST "/api/v1/broadcasts", HumanOnly, Api, [], "send one message to many sessions under an idempotency_key", api::messages::send_broadcast),
+    route!(GET "/api/v1/broadcasts/{id}", HumanOnly, Api, [], "one broadcast with every recipient's attempts and replies", api::messages::get_broadcast),
+    route!(GET "/api/v1/sessions/{session_id}/messages", HumanOnly, Api, ["limit", "offset"], "a session's targeted messages, newest first", api::messages::session_messages),
+    route!(POST "/api/v1/sessions/{session_id}/messages", HumanOnly, Api, [], "send an issue-less targeted message to a session", api::messages::post_session_message),
+    route!(GET "/api/v1/sessions/{session_id}/relay", HumanOnly, Api, [], "server-sent relay of a live session's conversation", crate::link::relay),
+    route!(GET "/api/v1/messages/{id}/thread", HumanOrAgent, Api, ["session"], "the conversation a message belongs to, oldest first", api::messages::thread),
+    route!(POST "/api/v1/messages/{id}/deliveries", HumanOrAgent, Api, [], "retry delivering a targeted message", api::messages::retry),
+    route!(POST "/api/v1/messages/{id}/deliveries/{attempt}/accept", AgentOnly, Api, [], "the targeted session accepts a delivery attempt", api::messages::accept),
+    route!(POST "/api/v1/messages/{id}/replies", AgentOnly, Api, ["follow_up"], "the targeted session's reply to a delivery", api::messages::reply),
+    route!(GET "/api/v1/inbox/threads", HumanOnly, Api, ["issue", "artifact", "limit", "offset"], "threads with replies the caller has not read", api::messages::inbox_threads),
+    route!(POST "/api/v1/inbox/threads/{id}/read", HumanOnly, Api, [], "move the caller's read mark on a thread forward", api::messages::mark_thread_read),
+    route!(GET "/api/v1/inbox/agents", HumanOnly, Api, [], "the caller's per-agent conversation state", api::messages::agent_states),
+    route!(PATCH "/api/v1/inbox/agents/{session_id}", HumanOnly, Api, [], "clear or mark read an agent's conversation for the caller", api::messages::update_agent_state),
     // ----- delivery and architecture (issue 15) -----
 
     // ----- the broker front -----
@@ -225,7 +240,14 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/assets/asks.js", Anyone, Page, [], "the asks pages' script", pages::asks::script),
     route!(GET "/assets/asks.css", Anyone, Page, [], "the asks pages' style sheet", pages::asks::style),
     // ----- pages: conversations, relay, broadcasts (issue 14) -----
-
+    route!(GET "/sessions", HumanOnly, Page, [], "the live sessions, each with its conversation and relay", pages::messages::sessions_page),
+    route!(GET "/sessions/{session_id}", HumanOnly, Page, [], "a conversation with a session: its messages and replies, unread marks, a send box with the mode", pages::messages::conversation_page),
+    route!(GET "/sessions/{session_id}/relay", HumanOnly, Page, [], "a live session's conversation as it works, relayed from the session", pages::messages::relay_page),
+    route!(GET "/broadcasts", HumanOnly, Page, [], "send a broadcast and see each recipient's result; the recent broadcasts", pages::messages::broadcasts_page),
+    route!(GET "/broadcasts/{id}", HumanOnly, Page, [], "one broadcast: every recipient's attempts and replies", pages::messages::broadcast_page),
+    route!(GET "/messages/{id}", HumanOnly, Page, [], "a message, read where it was written: its conversation or its issue", pages::messages::message_page),
+    route!(GET "/assets/messages.js", Anyone, Page, [], "the conversation pages' script", pages::messages::script),
+    route!(GET "/assets/messages.css", Anyone, Page, [], "the conversation pages' style sheet", pages::messages::style),
     // ----- pages: delivery and architecture (issue 15) -----
     route!(POST "/sign-out", HumanOnly, Page, [], "sign out (ends the browser session)", pages::sign_out),
     route!(GET "/sign-in", Anyone, Page, [], "sign-in page", pages::sign_in_page),
@@ -235,6 +257,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/assets/console.js", Anyone, Page, [], "the pages' script", pages::script),
     route!(GET "/assets/console.css", Anyone, Page, [], "the pages' style sheet", pages::style),
     route!(GET "/link/v1/sessions/{session_id}", AgentOnly, Api, [], "the session link: one WebSocket per live session (subprotocol countersign.link.v1)", crate::link::link),
+    route!(POST "/hooks/broker", Anyone, Api, [], "the broker's expiry webhook (Standard Webhooks; protocol §8)", crate::hooks::broker),
     route!(GET "/healthz", Anyone, Api, [], "health: the console's database answers", api::meta::health),
 ];
 

@@ -46,7 +46,9 @@ mod signin;
 mod tokens;
 mod work;
 
-pub use messages::{ACK_WITHIN, Ack};
+pub use messages::{
+    ACK_WITHIN, Ack, AgentPatch, LIVE_FOR, LinkNotice, NewBroadcast, is_session_id,
+};
 pub use signin::safe_return_to;
 pub use work::{IssuePatch, NewIssue, Presence, Suggestion, console_ref, is_role};
 

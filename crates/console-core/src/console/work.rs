@@ -15,18 +15,14 @@ use crate::work::{
     RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx, search,
 };
 
-/// Which agent sessions are live: those holding their session link open (protocol §4.2), and
-/// the way to them.
+/// The session links this console replica holds (protocol §4.2). Which sessions are live is
+/// shared by every replica through the storage (`console/messages/presence.rs`); this is the
+/// way to the links themselves.
 pub trait Presence: Send + Sync + std::fmt::Debug {
-    fn is_live(&self, session: &str) -> bool;
-    /// The roles live sessions advertise.
-    fn live_roles(&self) -> Vec<String>;
-    /// The modes a live session advertises; `None` when it is not live.
-    fn modes(&self, session: &str) -> Option<Vec<crate::work::messages::Mode>>;
-    /// Live sessions advertising `role`, by id.
-    fn holders(&self, role: &str) -> Vec<String>;
-    /// Hands a delivery to the session's link (the `deliver` frame); false when no link takes
-    /// it.
+    /// This replica's id (random per process): the live-session rows it writes.
+    fn replica(&self) -> &str;
+    /// Hands a delivery to the session's link on this replica (the `deliver` frame); false
+    /// when none here takes it.
     fn deliver(&self, d: &crate::work::messages::Delivery) -> bool;
 }
 
@@ -273,21 +269,6 @@ impl Console {
         self.committed.subscribe()
     }
 
-    fn is_live(&self, session: &str) -> bool {
-        self.parts
-            .presence
-            .as_ref()
-            .is_some_and(|p| p.is_live(session))
-    }
-
-    fn live_roles(&self) -> Vec<String> {
-        self.parts
-            .presence
-            .as_ref()
-            .map(|p| p.live_roles())
-            .unwrap_or_default()
-    }
-
     pub(super) async fn append(
         &self,
         tx: &mut dyn WorkTx,
@@ -382,7 +363,8 @@ impl Console {
             .await?
             .pop()
             .map(|(_, d)| d);
-        Ok(self.view_with(issue, children, asks, primary, &self.live_roles()))
+        let roles = self.live_roles_in(tx).await?;
+        Ok(self.view_with(issue, children, asks, primary, &roles))
     }
 
     /// The answer for an issue whose children, open asks and primary document were read
@@ -596,13 +578,13 @@ impl Console {
         mut filter: IssueFilter,
         route_status: Option<RouteStatus>,
     ) -> Result<(Vec<IssueView>, i64), Error> {
-        let roles = self.live_roles();
+        let mut tx = self.parts.storage.read().await?;
+        let roles = self.live_roles_in(&mut *tx).await?;
         filter.route = route_status.map(|s| match s {
             RouteStatus::Live => RouteFilter::In(roles.clone()),
             RouteStatus::NoHolder => RouteFilter::NotIn(roles.clone()),
             RouteStatus::Unknown => RouteFilter::NoRoute,
         });
-        let mut tx = self.parts.storage.read().await?;
         let (issues, total) = tx.issues(&filter).await?;
         let keys: Vec<IssueKey> = issues.iter().map(|i| i.key.clone()).collect();
         let mut children: std::collections::HashMap<IssueKey, Vec<(IssueKey, Status)>> =
@@ -784,10 +766,13 @@ impl Console {
     }
 
     /// Whether a holder still holds: a person always, a session while it is live.
-    fn holder_live(&self, holder: &Actor) -> bool {
+    async fn holder_live(&self, holder: &Actor) -> Result<bool, Error> {
         match holder {
-            Actor::Agent { session, .. } => session.as_deref().is_some_and(|s| self.is_live(s)),
-            _ => true,
+            Actor::Agent {
+                session: Some(s), ..
+            } => self.session_is_live(s).await,
+            Actor::Agent { session: None, .. } => Ok(false),
+            _ => Ok(true),
         }
     }
 
@@ -809,7 +794,7 @@ impl Console {
                 if Self::holds(c, actor) {
                     return Ok(c.clone());
                 }
-                if self.holder_live(&c.holder) && !force {
+                if self.holder_live(&c.holder).await? && !force {
                     return Err(
                         Error::new(ErrorCode::ISSUE_CLAIMED).with_detail("holder", &c.holder)
                     );
@@ -897,7 +882,7 @@ impl Console {
             let Some(c) = &seen else {
                 return Ok(());
             };
-            if !Self::holds(c, actor) && !actor.is_human() && self.holder_live(&c.holder) {
+            if !Self::holds(c, actor) && !actor.is_human() && self.holder_live(&c.holder).await? {
                 return Err(Error::new(ErrorCode::ISSUE_CLAIMED).with_detail("holder", &c.holder));
             }
             if self
@@ -999,6 +984,11 @@ impl Console {
             let (hits, n) = tx.search_comments(&words, p, search::PER_KIND).await?;
             total += n;
             kinds.push((SearchKind::Comment, hits));
+            let (hits, n) = tx
+                .search_messages(&words, false, p, search::PER_KIND)
+                .await?;
+            total += n;
+            kinds.push((SearchKind::Message, hits));
         }
         let reachable = kinds.iter().map(|(_, h)| h.len() as i64).sum();
         let rows = search::fuse(kinds, console_ref)

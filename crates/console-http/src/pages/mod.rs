@@ -615,6 +615,9 @@ pub async fn search_page(
                             countersign_console_core::work::SearchKind::Document => {
                                 format!("/artifacts/{}", r.id)
                             }
+                            countersign_console_core::work::SearchKind::Message => {
+                                format!("/messages/{}", r.id)
+                            }
                             _ => format!("/issues/{}", r.id),
                         },
                         id: r.id,

@@ -20,6 +20,7 @@ use chrono::Duration;
 use serde_json::json;
 
 use super::super::*;
+use super::presence::LinkNotice;
 use crate::work::messages::{
     Attempt, AttemptState, Delivery, DeliveryContent, DeliveryKind, Finish, Mode, Scope, failure,
 };
@@ -72,8 +73,12 @@ fn console_actor() -> Actor {
 
 impl Console {
     /// The modes a session's live link advertises; `None` when it has none.
-    pub(crate) fn modes_of(&self, session: &str) -> Option<Vec<Mode>> {
-        self.parts.presence.as_ref().and_then(|p| p.modes(session))
+    pub(crate) async fn modes_of(
+        &self,
+        tx: &mut dyn WorkTx,
+        session: &str,
+    ) -> Result<Option<Vec<Mode>>, Error> {
+        Ok(self.live_in(tx, session).await?.map(|l| l.modes))
     }
 
     /// Opens an attempt in `tx` (see the module's doc). The caller runs [`Console::dispatch`]
@@ -84,9 +89,10 @@ impl Console {
         new: &NewAttempt<'_>,
     ) -> Result<Opened, Error> {
         let number = tx.next_attempt(new.kind, new.id).await?;
-        let (state, error) = match self.modes_of(new.session_id) {
+        let live = self.live_in(tx, new.session_id).await?;
+        let (state, error) = match &live {
             None => (AttemptState::Failed, Some(failure::NOT_LIVE)),
-            Some(m) if !m.contains(&new.mode) => {
+            Some(l) if !l.modes.contains(&new.mode) => {
                 (AttemptState::Failed, Some(failure::MODE_NOT_ADVERTISED))
             }
             Some(_) => (AttemptState::Pending, None),
@@ -110,7 +116,22 @@ impl Console {
         tx.insert_attempt(&attempt, pending.then_some(new.content))
             .await?;
         let event = self.attempt_event(tx, &attempt, new.requested_by).await?;
-        let delivery = pending.then(|| Delivery {
+        // The link is this replica's, or another's: told at commit, it sends the content.
+        let elsewhere = live
+            .as_ref()
+            .map(|l| l.replica.clone())
+            .filter(|r| r != self.replica());
+        if let (true, Some(replica)) = (pending, &elsewhere) {
+            let notice = LinkNotice::Deliver {
+                replica: replica.clone(),
+                kind: attempt.kind,
+                id: attempt.id.clone(),
+                attempt: attempt.attempt,
+                session: attempt.session_id.clone(),
+            };
+            tx.notify_links(&notice.to_payload()).await?;
+        }
+        let delivery = (pending && elsewhere.is_none()).then(|| Delivery {
             kind: attempt.kind,
             id: attempt.id.clone(),
             attempt: attempt.attempt,
@@ -166,7 +187,7 @@ impl Console {
         let refused: Vec<(DeliveryKind, String, i64)> = opened
             .iter()
             .filter_map(|o| o.delivery.as_ref())
-            .filter(|d| !self.hand_over(d))
+            .filter(|d| !self.hand_over_delivery(d))
             .map(|d| (d.kind, d.id.clone(), d.attempt))
             .collect();
         if !refused.is_empty()
@@ -177,7 +198,7 @@ impl Console {
     }
 
     /// Hands a delivery to the session's link.
-    fn hand_over(&self, d: &Delivery) -> bool {
+    fn hand_over_delivery(&self, d: &Delivery) -> bool {
         self.parts.presence.as_ref().is_some_and(|p| p.deliver(d))
     }
 
@@ -242,6 +263,18 @@ impl Console {
                 return Ok(failed);
             }
         }
+    }
+
+    /// Fails one pending attempt (a delivery the link named for it could not take).
+    pub async fn fail_delivery(
+        &self,
+        kind: DeliveryKind,
+        id: &str,
+        attempt: i64,
+    ) -> Result<(), Error> {
+        self.fail_attempts(&[(kind, id.to_owned(), attempt)], failure::NOT_LIVE, None)
+            .await
+            .map(|_| ())
     }
 
     /// Fails every pending attempt of a session whose link closed (`not_live`): nothing will
