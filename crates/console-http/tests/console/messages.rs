@@ -817,6 +817,21 @@ async fn threads_and_session_messages(db: Option<String>) -> anyhow::Result<()> 
         .await?;
     let reply_id = id_of(&reply);
 
+    // Direct-conversation text reaches every authenticated caller through the event stream.
+    let events = events_since(&agent, 0, 50, 2).await?;
+    let text = |kind: &str| {
+        events
+            .iter()
+            .find(|e| e.1 == kind)
+            .map(|e| e.2["data"]["body"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(text("message.sent"), "first");
+    assert_eq!(text("message.replied"), "hello back");
+    let bob = Who::person(&console, BOB).await?;
+    let seen = events_since(&bob, 0, 50, 2).await?;
+    assert!(seen.iter().any(|e| e.1 == "message.replied" && e.2["data"]["body"] == "hello back"));
+
     // By any message id, oldest first.
     for id in [&root, &reply_id] {
         let t = ada.get(&format!("/api/v1/messages/{id}/thread")).await?;
