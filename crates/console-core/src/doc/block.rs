@@ -1,7 +1,7 @@
 //! The block tree: block types (protocol §6.2's schema), the owned nodes a document keeps, and
 //! the flat views the routes answer with.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -174,9 +174,9 @@ pub(crate) enum Detail {
     Task { checked: bool },
     /// A table row: the header row or a body row.
     Row { header: bool },
-    /// A table: its rows' cell texts (the cells' markdown, trimmed), as the blocks list shows
-    /// them, built once with the tree.
-    Table { rows: Arc<[RowCells]> },
+    /// A table: its rows' cell texts (the cells' markdown, trimmed) as the blocks list shows
+    /// them, made the first time it is asked for (the tree never changes once built).
+    Table { rows: OnceLock<Arc<[RowCells]>> },
 }
 
 /// One block of the tree. `start` and `end` are byte offsets relative to the start of the
@@ -207,12 +207,37 @@ impl Node {
         1 + self.children.iter().map(Node::count).sum::<usize>()
     }
 
-    /// A table's rows (empty for another block).
-    pub fn rows(&self) -> Option<&Arc<[RowCells]>> {
+    /// A table's rows (None for another block); `text` is the markdown from the node's
+    /// top-level block on (the node's ranges are relative to it).
+    pub fn rows(&self, text: &str) -> Option<&Arc<[RowCells]>> {
         match &self.detail {
-            Detail::Table { rows } => Some(rows),
+            Detail::Table { rows } => Some(rows.get_or_init(|| {
+                self.children
+                    .iter()
+                    .enumerate()
+                    .map(|(index, row)| RowCells {
+                        index,
+                        cells: row.cell_texts(text),
+                    })
+                    .collect()
+            })),
             _ => None,
         }
+    }
+
+    /// A table row's cells' texts (their ranges' text).
+    pub fn cell_texts(&self, text: &str) -> Vec<CellText> {
+        self.children
+            .iter()
+            .enumerate()
+            .map(|(index, cell)| CellText {
+                index,
+                text: text
+                    .get(cell.start..cell.end)
+                    .unwrap_or_default()
+                    .to_owned(),
+            })
+            .collect()
     }
 }
 

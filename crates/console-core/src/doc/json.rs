@@ -5,7 +5,7 @@
 //! into every block under it, ids (`[A-Za-z0-9_-]`) and tokens (hex) need no escaping.
 
 use super::Document;
-use super::block::Node;
+use super::block::{BlockType, Node};
 
 /// Appends the JSON array of the document's blocks to `out`.
 pub(crate) fn write_blocks(
@@ -22,22 +22,26 @@ pub(crate) fn write_blocks(
         extra,
         path: Vec::with_capacity(256),
         first: true,
+        text: "",
     };
     for (index, top) in doc.tops().iter().enumerate() {
+        w.text = doc.markdown().get(top.start..).unwrap_or_default();
         w.block(&top.node, top.start, index);
     }
     w.out.push(b']');
 }
 
-struct Writer<'o, 'e> {
+struct Writer<'o, 'e, 't> {
     out: &'o mut Vec<u8>,
     extra: &'e mut dyn FnMut(&str, &mut Vec<u8>),
     /// The current block's ancestors as `path` entries, comma-separated, without brackets.
     path: Vec<u8>,
     first: bool,
+    /// The markdown from the current top-level block on (its nodes' ranges are relative).
+    text: &'t str,
 }
 
-impl Writer<'_, '_> {
+impl Writer<'_, '_, '_> {
     fn block(&mut self, node: &Node, base: usize, index: usize) {
         let out = &mut *self.out;
         // One block's fields but its rows and the caller's: some 200 bytes and its path.
@@ -59,23 +63,24 @@ impl Writer<'_, '_> {
         out.extend_from_slice(b"\",\"path\":[");
         out.extend_from_slice(&self.path);
         out.push(b']');
-        if let Some(rows) = node.rows() {
+        if node.kind == BlockType::Table {
+            // `rows`, as `Node::rows` makes them, from the cells' ranges.
             out.extend_from_slice(b",\"rows\":[");
-            for (r, row) in rows.iter().enumerate() {
+            for (r, row) in node.children.iter().enumerate() {
                 if r > 0 {
                     out.push(b',');
                 }
                 out.extend_from_slice(b"{\"index\":");
-                number(out, row.index);
+                number(out, r);
                 out.extend_from_slice(b",\"cells\":[");
-                for (c, cell) in row.cells.iter().enumerate() {
+                for (c, cell) in row.children.iter().enumerate() {
                     if c > 0 {
                         out.push(b',');
                     }
                     out.extend_from_slice(b"{\"index\":");
-                    number(out, cell.index);
+                    number(out, c);
                     out.extend_from_slice(b",\"text\":");
-                    string(out, &cell.text);
+                    string(out, self.text.get(cell.start..cell.end).unwrap_or_default());
                     out.push(b'}');
                 }
                 out.extend_from_slice(b"]}");

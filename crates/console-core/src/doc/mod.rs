@@ -150,6 +150,9 @@ impl Document {
         }
         let mut seen: HashSet<&str, BuildHasherDefault<IdHasher>> =
             HashSet::with_capacity_and_hasher(ids.len(), BuildHasherDefault::default());
+        // Each stored id is read once (they are scattered over the heap): checked, and copied
+        // into the tree's own allocation while it is at hand.
+        let mut shared: Vec<Arc<str>> = Vec::with_capacity(ids.len());
         for id in ids {
             if !valid_block_id(id) {
                 return Err(LoadError::MalformedId);
@@ -157,9 +160,10 @@ impl Document {
             if !seen.insert(id.as_str()) {
                 return Err(LoadError::DuplicateId);
             }
+            shared.push(Arc::from(id.as_str()));
         }
-        let mut next = ids.iter();
-        let mut give = || Arc::from(next.next().map_or("", String::as_str));
+        let mut next = shared.into_iter();
+        let mut give = || next.next().unwrap_or_else(|| Arc::from(""));
         let tops = nodes
             .into_iter()
             .zip(&ranges)
@@ -204,7 +208,8 @@ impl Document {
         let mut out = Vec::with_capacity(self.tops.len() * 4);
         let root: Arc<[PathStep]> = Arc::from(Vec::new());
         for (index, top) in self.tops.iter().enumerate() {
-            collect(&top.node, top.start, index, &root, &mut out);
+            let text = self.markdown.get(top.start..).unwrap_or_default();
+            collect(&top.node, top.start, text, index, &root, &mut out);
         }
         out
     }
@@ -232,8 +237,9 @@ impl Document {
                         index: *i,
                     })
                     .collect();
-                let block = info(node, top.start, path);
-                let table = table_position(&chain);
+                let text = self.markdown.get(top.start..).unwrap_or_default();
+                let block = info(node, top.start, text, path);
+                let table = table_position(&chain, text);
                 return Some(BlockPosition { block, table });
             }
         }
@@ -463,7 +469,7 @@ fn fill_ids(node: &mut Node, give: &mut dyn FnMut() -> Arc<str>) {
     }
 }
 
-fn info(node: &Node, base: usize, path: Arc<[PathStep]>) -> BlockInfo {
+fn info(node: &Node, base: usize, text: &str, path: Arc<[PathStep]>) -> BlockInfo {
     BlockInfo {
         id: Arc::clone(&node.id),
         kind: node.kind,
@@ -473,7 +479,7 @@ fn info(node: &Node, base: usize, path: Arc<[PathStep]>) -> BlockInfo {
         },
         token: node.token,
         path,
-        rows: node.rows().cloned(),
+        rows: node.rows(text).cloned(),
     }
 }
 
@@ -482,11 +488,12 @@ fn info(node: &Node, base: usize, path: Arc<[PathStep]>) -> BlockInfo {
 fn collect(
     node: &Node,
     base: usize,
+    text: &str,
     index: usize,
     path: &Arc<[PathStep]>,
     out: &mut Vec<BlockInfo>,
 ) {
-    out.push(info(node, base, Arc::clone(path)));
+    out.push(info(node, base, text, Arc::clone(path)));
     if node.children.is_empty() {
         return;
     }
@@ -497,7 +504,7 @@ fn collect(
     };
     let inner: Arc<[PathStep]> = path.iter().cloned().chain(std::iter::once(step)).collect();
     for (i, child) in node.children.iter().enumerate() {
-        collect(child, base, i, &inner, out);
+        collect(child, base, text, i, &inner, out);
     }
 }
 
@@ -520,7 +527,7 @@ fn find_chain<'a>(
     false
 }
 
-fn table_position(chain: &[(&Node, usize)]) -> Option<TablePosition> {
+fn table_position(chain: &[(&Node, usize)], text: &str) -> Option<TablePosition> {
     let t = chain
         .iter()
         .rposition(|(n, _)| n.kind == BlockType::Table)?;
@@ -529,9 +536,9 @@ fn table_position(chain: &[(&Node, usize)]) -> Option<TablePosition> {
     let column = chain.get(t + 2).map(|&(_, i)| i);
     let texts = |row: usize| -> Vec<String> {
         table
-            .rows()
-            .and_then(|rows| rows.get(row))
-            .map(|r| r.cells.iter().map(|c| c.text.clone()).collect())
+            .children
+            .get(row)
+            .map(|r| r.cell_texts(text).into_iter().map(|c| c.text).collect())
             .unwrap_or_default()
     };
     let header = texts(0);

@@ -11,7 +11,7 @@ use comrak::{Arena, Options, parse_document};
 
 use std::sync::Arc;
 
-use super::block::{BlockType, CellText, Detail, Node, RowCells, Token};
+use super::block::{BlockType, Detail, Node, Token};
 
 /// The parser's options: CommonMark plus GFM tables and task lists and `:::` block directives.
 /// Nothing else (no raw HTML rendering is ever asked of comrak: the engine renders itself).
@@ -401,6 +401,9 @@ impl Builder<'_, '_> {
                 }
                 NodeValue::Table(_) => {
                     nested = true;
+                    detail = Detail::Table {
+                        rows: std::sync::OnceLock::new(),
+                    };
                     Some(BlockType::Table)
                 }
                 NodeValue::TableRow(header) => {
@@ -464,8 +467,8 @@ impl Builder<'_, '_> {
 
     /// Makes a [`Builder::raw`] block's range relative to `base` (the chunk's start) and
     /// clamps it into `within` (its parent's relative range), then its children's into its
-    /// own; sets the tokens (but the node's own when `top`: the caller sets it), a table row's
-    /// cells from its line, and a table's rows.
+    /// own; sets the tokens (but the node's own when `top`: the caller sets it) and a table
+    /// row's cells from its line.
     fn place(&self, node: &mut Node, base: usize, within: (usize, usize), token: bool) {
         let start = node.start.saturating_sub(base).clamp(within.0, within.1);
         let end = node.end.saturating_sub(base).clamp(start, within.1);
@@ -478,37 +481,9 @@ impl Builder<'_, '_> {
                 self.place(child, base, (start, end), true);
             }
         }
-        if node.kind == BlockType::Table {
-            let rows: Vec<RowCells> = node
-                .children
-                .iter()
-                .enumerate()
-                .map(|(index, row)| RowCells {
-                    index,
-                    cells: row
-                        .children
-                        .iter()
-                        .enumerate()
-                        .map(|(index, cell)| CellText {
-                            index,
-                            text: self.cell_text(base, cell),
-                        })
-                        .collect(),
-                })
-                .collect();
-            node.detail = Detail::Table { rows: rows.into() };
-        }
         if token {
             node.token = Token::of(self.text.get(base + start..base + end).unwrap_or(""));
         }
-    }
-
-    /// A cell's text: its range's, trimmed (as [`Builder::cells_from_line`] placed it).
-    fn cell_text(&self, base: usize, cell: &Node) -> String {
-        self.text
-            .get(base + cell.start..base + cell.end)
-            .unwrap_or("")
-            .to_owned()
     }
 
     /// A row's cells, from the row's own line split at its unescaped pipes (comrak pads a
