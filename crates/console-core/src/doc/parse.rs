@@ -433,6 +433,7 @@ impl Builder<'_, '_> {
         let mut end = own_end;
         let mut children = Vec::new();
         if nested {
+            children.reserve_exact(node.children().count());
             for child in node.children() {
                 let (block, reached) = self.raw(child);
                 end = end.max(reached);
