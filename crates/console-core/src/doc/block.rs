@@ -202,11 +202,6 @@ impl Node {
         }
     }
 
-    /// Number of nodes in this subtree.
-    pub fn count(&self) -> usize {
-        1 + self.children.iter().map(Node::count).sum::<usize>()
-    }
-
     /// A table's rows (None for another block); `text` is the markdown from the node's
     /// top-level block on (the node's ranges are relative to it).
     pub fn rows(&self, text: &str) -> Option<&Arc<[RowCells]>> {

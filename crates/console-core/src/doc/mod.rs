@@ -140,39 +140,43 @@ impl Document {
     /// Rebuilds a stored document: `markdown` must be canonical and `ids` its block ids in
     /// document order ([`Document::block_ids`]), valid and distinct.
     pub fn load(markdown: &str, ids: &[String]) -> Result<Document, LoadError> {
-        let (ranges, nodes) = parse::canonical_tree(markdown).ok_or(LoadError::NotCanonical)?;
-        let blocks: usize = nodes.iter().map(Node::count).sum();
+        // The ids first: each stored id is read once (they are scattered over the heap),
+        // checked and copied while at hand, and the blocks take them as they are built. Their
+        // refusals come after the markdown's and the count's, as the order of checks says.
+        let mut seen: HashSet<&str, BuildHasherDefault<IdHasher>> =
+            HashSet::with_capacity_and_hasher(ids.len(), BuildHasherDefault::default());
+        let mut shared: Vec<Arc<str>> = Vec::with_capacity(ids.len());
+        let mut refused = None;
+        for id in ids {
+            if !valid_block_id(id) {
+                refused = Some(LoadError::MalformedId);
+                break;
+            }
+            if !seen.insert(id.as_str()) {
+                refused = Some(LoadError::DuplicateId);
+                break;
+            }
+            shared.push(Arc::from(id.as_str()));
+        }
+        drop(seen);
+        let given = refused.is_none().then_some(shared);
+        let (ranges, nodes, blocks) =
+            parse::canonical_tree(markdown, given).ok_or(LoadError::NotCanonical)?;
         if blocks != ids.len() {
             return Err(LoadError::IdCount {
                 blocks,
                 ids: ids.len(),
             });
         }
-        let mut seen: HashSet<&str, BuildHasherDefault<IdHasher>> =
-            HashSet::with_capacity_and_hasher(ids.len(), BuildHasherDefault::default());
-        // Each stored id is read once (they are scattered over the heap): checked, and copied
-        // into the tree's own allocation while it is at hand.
-        let mut shared: Vec<Arc<str>> = Vec::with_capacity(ids.len());
-        for id in ids {
-            if !valid_block_id(id) {
-                return Err(LoadError::MalformedId);
-            }
-            if !seen.insert(id.as_str()) {
-                return Err(LoadError::DuplicateId);
-            }
-            shared.push(Arc::from(id.as_str()));
+        if let Some(refused) = refused {
+            return Err(refused);
         }
-        let mut next = shared.into_iter();
-        let mut give = || next.next().unwrap_or_else(|| Arc::from(""));
         let tops = nodes
             .into_iter()
             .zip(&ranges)
-            .map(|(mut node, &(start, _))| {
-                fill_ids(&mut node, &mut give);
-                Top {
-                    start,
-                    node: Arc::new(node),
-                }
+            .map(|(node, &(start, _))| Top {
+                start,
+                node: Arc::new(node),
             })
             .collect();
         Ok(Document {
@@ -459,13 +463,6 @@ impl Hasher for IdHasher {
         x ^= x >> 33;
         x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
         x ^ (x >> 33)
-    }
-}
-
-fn fill_ids(node: &mut Node, give: &mut dyn FnMut() -> Arc<str>) {
-    node.id = give();
-    for c in &mut node.children {
-        fill_ids(c, give);
     }
 }
 

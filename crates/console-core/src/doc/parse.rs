@@ -9,6 +9,7 @@
 use comrak::nodes::{AstNode, NodeValue};
 use comrak::{Arena, Options, parse_document};
 
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use super::block::{BlockType, Detail, Node, Token};
@@ -266,7 +267,7 @@ pub(crate) fn canonical(text: &str) -> (String, Chunks, Vec<Node>) {
         let lines = Lines::new(&current);
         let ranges = ranges_of(root, &lines);
         if round == 8 || is_joined(&current, &ranges) {
-            let nodes = build(root, &current, &lines, &ranges);
+            let (nodes, _) = build(root, &current, &lines, &ranges, None);
             return (current, ranges, nodes);
         }
         round += 1;
@@ -275,9 +276,13 @@ pub(crate) fn canonical(text: &str) -> (String, Chunks, Vec<Node>) {
     }
 }
 
-/// The chunk ranges and block trees (ids empty) of `text`, which must be canonical (None
-/// when it is not): one comrak parse.
-pub(crate) fn canonical_tree(text: &str) -> Option<(Chunks, Vec<Node>)> {
+/// The chunk ranges and block trees of `text`, which must be canonical (None when it is not):
+/// one comrak parse. The blocks take `ids` in document order (pre-order) as they are made
+/// (empty ids when there are none, or too few); the count is of the blocks made.
+pub(crate) fn canonical_tree(
+    text: &str,
+    ids: Option<Vec<Arc<str>>>,
+) -> Option<(Chunks, Vec<Node>, usize)> {
     let arena = Arena::new();
     let opts = options();
     let root = parse_document(&arena, text, &opts);
@@ -286,22 +291,26 @@ pub(crate) fn canonical_tree(text: &str) -> Option<(Chunks, Vec<Node>)> {
     if !is_joined(text, &ranges) {
         return None;
     }
-    let nodes = build(root, text, &lines, &ranges);
-    Some((ranges, nodes))
+    let (nodes, count) = build(root, text, &lines, &ranges, ids);
+    Some((ranges, nodes, count))
 }
 
 /// Builds the block trees of the chunks of a parsed `text`, ranges relative to each chunk's
-/// start, ids empty. `chunks` are the byte ranges [`ranges_of`] gives for it.
+/// start, ids from `ids` in pre-order (else empty), and counts the blocks. `chunks` are the
+/// byte ranges [`ranges_of`] gives for it.
 fn build<'a>(
     root: &'a AstNode<'a>,
     text: &str,
     lines: &Lines<'_>,
     chunks: &[(usize, usize)],
-) -> Vec<Node> {
+    ids: Option<Vec<Arc<str>>>,
+) -> (Vec<Node>, usize) {
     let builder = Builder {
         text,
         lines,
         empty: Arc::from(""),
+        ids: RefCell::new(ids.map(Vec::into_iter)),
+        made: Cell::new(0),
     };
     let mut tops = root.children().peekable();
     let mut out = Vec::with_capacity(chunks.len());
@@ -325,15 +334,15 @@ fn build<'a>(
             (Some(one), false) => builder.top(one, cs, ce - cs),
             _ => None,
         };
-        out.push(built.unwrap_or_else(|| text_block(chunk_text, &builder.empty)));
+        out.push(built.unwrap_or_else(|| text_block(chunk_text, builder.next_id())));
     }
-    out
+    (out, builder.made.get())
 }
 
 /// A block kept as text: raw HTML, reference definitions, other directives.
-fn text_block(text: &str, empty: &Arc<str>) -> Node {
+fn text_block(text: &str, id: Arc<str>) -> Node {
     Node {
-        id: Arc::clone(empty),
+        id,
         kind: BlockType::Paragraph,
         start: 0,
         end: text.len(),
@@ -346,11 +355,22 @@ fn text_block(text: &str, empty: &Arc<str>) -> Node {
 struct Builder<'t, 'l> {
     text: &'t str,
     lines: &'l Lines<'t>,
-    /// The empty id every node starts with (shared, not one allocation per node).
+    /// The empty id a node gets without `ids` (shared, not one allocation per node).
     empty: Arc<str>,
+    /// The ids to give the blocks as they are made (pre-order).
+    ids: RefCell<Option<std::vec::IntoIter<Arc<str>>>>,
+    /// Blocks made so far.
+    made: Cell<usize>,
 }
 
 impl Builder<'_, '_> {
+    /// The next block's id.
+    fn next_id(&self) -> Arc<str> {
+        self.made.set(self.made.get() + 1);
+        let next = self.ids.borrow_mut().as_mut().and_then(Iterator::next);
+        next.unwrap_or_else(|| Arc::clone(&self.empty))
+    }
+
     /// The top-level block a comrak node is, its chunk `[base, base + len)`: its tree with
     /// ranges relative to `base`, and the block itself spanning the whole chunk (its leading
     /// indentation included).
@@ -430,6 +450,8 @@ impl Builder<'_, '_> {
                 matches!(data.value, NodeValue::Paragraph),
             )
         };
+        // Pre-order: the block's id before its children's.
+        let id = kind.map(|_| self.next_id());
         let mut end = own_end;
         let mut children = Vec::new();
         if nested {
@@ -455,7 +477,7 @@ impl Builder<'_, '_> {
             kind
         };
         let block = Node {
-            id: Arc::clone(&self.empty),
+            id: id.unwrap_or_else(|| Arc::clone(&self.empty)),
             kind,
             start: abs_start,
             end: abs_end,

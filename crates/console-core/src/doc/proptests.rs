@@ -319,9 +319,9 @@ proptest! {
         for t in [&text, &canonical, &nudged] {
             let ranges = parse::chunk_ranges(t);
             let joined = parse::join(ranges.iter().map(|&(s, e)| t.get(s..e).unwrap_or("")));
-            prop_assert_eq!(parse::canonical_tree(t).is_some(), joined == *t, "{:?}", t);
+            prop_assert_eq!(parse::canonical_tree(t, None).is_some(), joined == *t, "{:?}", t);
         }
-        prop_assert!(parse::canonical_tree(&canonical).is_some());
+        prop_assert!(parse::canonical_tree(&canonical, None).is_some());
     }
 
     #[test]

@@ -307,6 +307,49 @@ fn doc_load_round_trip_and_refusals() {
     assert!(Document::load("", &[]).is_ok());
 }
 
+/// `load` checks the ids before it parses (the blocks take them as they are built), but its
+/// refusals keep their order: the markdown, then the count, then the first bad id.
+#[test]
+fn doc_load_refusals_keep_their_order() {
+    let doc = parse(SAMPLE);
+    let ids = doc.block_ids();
+    let mut bad = ids.clone();
+    bad[3] = "no spaces".into();
+    bad[5] = bad[4].clone();
+    assert_eq!(
+        Document::load("# a\n\n\nb\n", &bad).err(),
+        Some(LoadError::NotCanonical)
+    );
+    assert_eq!(
+        Document::load(doc.markdown(), &bad[1..]).err(),
+        Some(LoadError::IdCount {
+            blocks: ids.len(),
+            ids: ids.len() - 1
+        })
+    );
+    assert_eq!(
+        Document::load(doc.markdown(), &bad).err(),
+        Some(LoadError::MalformedId)
+    );
+    bad[3] = ids[3].clone();
+    assert_eq!(
+        Document::load(doc.markdown(), &bad).err(),
+        Some(LoadError::DuplicateId)
+    );
+    let mut extra = ids.clone();
+    extra.push("more".into());
+    assert_eq!(
+        Document::load(doc.markdown(), &extra).err(),
+        Some(LoadError::IdCount {
+            blocks: ids.len(),
+            ids: ids.len() + 1
+        })
+    );
+    // The ids land on the blocks in document order.
+    let loaded = Document::load(doc.markdown(), &ids).expect("loads");
+    assert_eq!(loaded.block_ids(), ids);
+}
+
 #[test]
 fn doc_tasks_count_nested_items() {
     assert_eq!(parse(SAMPLE).tasks(), Some((1, 2)));
