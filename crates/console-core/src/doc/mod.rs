@@ -57,7 +57,7 @@ mod table;
 mod tests;
 
 use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 pub use ask::{AskBlock, AskFormatError, AskOption, read_ask, write_ask};
@@ -143,8 +143,6 @@ impl Document {
         // The ids first: each stored id is read once (they are scattered over the heap),
         // checked and copied while at hand, and the blocks take them as they are built. Their
         // refusals come after the markdown's and the count's, as the order of checks says.
-        let mut seen: HashSet<&str, BuildHasherDefault<IdHasher>> =
-            HashSet::with_capacity_and_hasher(ids.len(), BuildHasherDefault::default());
         let mut shared: Vec<Arc<str>> = Vec::with_capacity(ids.len());
         let mut refused = None;
         for id in ids {
@@ -152,13 +150,12 @@ impl Document {
                 refused = Some(LoadError::MalformedId);
                 break;
             }
-            if !seen.insert(id.as_str()) {
-                refused = Some(LoadError::DuplicateId);
-                break;
-            }
             shared.push(Arc::from(id.as_str()));
         }
-        drop(seen);
+        // An id repeated before the first malformed one is the first refusal.
+        if has_duplicate(&shared) {
+            refused = Some(LoadError::DuplicateId);
+        }
         let given = refused.is_none().then_some(shared);
         let (ranges, nodes, blocks) =
             parse::canonical_tree(markdown, given).ok_or(LoadError::NotCanonical)?;
@@ -429,6 +426,21 @@ impl Document {
     pub(crate) fn tops(&self) -> &[Top] {
         &self.tops
     }
+}
+
+/// Whether an id appears twice: their 64-bit hashes sorted (8 bytes an id, in order: far
+/// fewer cache misses than a hash set of 75,000 strings), and only when two hashes meet, the
+/// ids themselves compared.
+fn has_duplicate(ids: &[Arc<str>]) -> bool {
+    let hasher = BuildHasherDefault::<IdHasher>::default();
+    let mut hashes: Vec<u64> = ids.iter().map(|id| hasher.hash_one(&**id)).collect();
+    hashes.sort_unstable();
+    if hashes.windows(2).all(|w| w[0] != w[1]) {
+        return false;
+    }
+    let mut seen: HashSet<&str, BuildHasherDefault<IdHasher>> =
+        HashSet::with_capacity_and_hasher(ids.len(), hasher);
+    !ids.iter().all(|id| seen.insert(id))
 }
 
 /// FxHash (rustc's hasher, with a final mix) for `load`'s duplicate check: the ids are the engine's own, read

@@ -336,6 +336,13 @@ fn doc_load_refusals_keep_their_order() {
         Document::load(doc.markdown(), &bad).err(),
         Some(LoadError::DuplicateId)
     );
+    let mut bad = ids.clone();
+    bad[2] = bad[1].clone();
+    bad[4] = "no/slash".into();
+    assert_eq!(
+        Document::load(doc.markdown(), &bad).err(),
+        Some(LoadError::DuplicateId)
+    );
     let mut extra = ids.clone();
     extra.push("more".into());
     assert_eq!(
