@@ -10,7 +10,10 @@
 //!   fit (then the routes rebuild: parse afresh with new ids).
 //! - [`Document::markdown`], [`Document::token`] (lowercase hex SHA-256 of the markdown),
 //!   [`Document::blocks`] (the flat list of protocol §6.2, nested blocks included, with
-//!   `path`), [`Document::position`] (one block, with `table` for tables, rows and cells).
+//!   `path`; ids are `Arc<str>` and tokens [`Token`]s shared with the tree, so it is cheap),
+//!   [`Document::write_blocks_json`] (the same list as JSON bytes, written straight from the
+//!   tree, with room for the route's own fields per block: the blocks route's fast path),
+//!   [`Document::position`] (one block, with `table` for tables, rows and cells).
 //! - [`Document::apply`]`(expected_token, ops, new_id)`: the [`EditOp`]s of protocol §6.2, all
 //!   or none, answering [`Edited`] `{document, changed, removed}` or an [`EditError`] (which
 //!   converts into the console's [`crate::Error`]).
