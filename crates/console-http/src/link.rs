@@ -20,11 +20,13 @@ use axum::Extension;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use countersign_console_core::console::Ack;
 use countersign_console_core::work::Actor;
+use countersign_console_core::work::messages::{Delivery, DeliveryContent, DeliveryKind, Mode};
 use countersign_console_core::work::model::rfc3339;
 use countersign_console_core::{Caller, Error, ErrorCode, Presence, Time};
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::AppState;
 use crate::api::{St, acting, ok};
@@ -40,6 +42,10 @@ const SILENT: Duration = Duration::from_secs(60);
 const HELLO_WITHIN: Duration = Duration::from_secs(10);
 /// The largest link message.
 const MESSAGE_LIMIT: usize = 1024 * 1024;
+/// Frames queued to one link before a delivery to it is refused (the link is not reading).
+const OUTBOUND: usize = 256;
+/// Acknowledgements committed in one transaction at most.
+const ACK_BATCH: usize = 512;
 
 /// What a live session advertises, as `GET /api/v1/sessions` lists it.
 #[derive(Debug, Clone, Serialize)]
@@ -55,7 +61,7 @@ pub struct LiveSession {
     pub live_since: Time,
     #[serde(with = "rfc3339")]
     pub last_activity_at: Time,
-    /// Open asks the session wrote (asks arrive with their issue: 0 until then).
+    /// Open asks the session wrote (counted when listed).
     pub open_asks: u32,
 }
 
@@ -63,13 +69,29 @@ struct Entry {
     live: LiveSession,
     link: u64,
     close: Option<oneshot::Sender<()>>,
+    /// Text frames to send on the link.
+    out: mpsc::Sender<String>,
 }
 
-/// The live sessions of this replica.
-#[derive(Default)]
+/// The live sessions of this replica, and the acknowledgements their links pass on.
 pub struct Registry {
     sessions: Mutex<HashMap<String, Entry>>,
     next_link: AtomicU64,
+    acks: mpsc::UnboundedSender<Ack>,
+    /// Taken by [`background`], which commits the acknowledgements in batches.
+    ack_queue: Mutex<Option<mpsc::UnboundedReceiver<Ack>>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        let (acks, queue) = mpsc::unbounded_channel();
+        Self {
+            sessions: Mutex::default(),
+            next_link: AtomicU64::default(),
+            acks,
+            ack_queue: Mutex::new(Some(queue)),
+        }
+    }
 }
 
 impl std::fmt::Debug for Registry {
@@ -79,6 +101,16 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
+    /// Queues a text frame on a live session's link, without waiting (a notice such as
+    /// `ask.answered`); false when the session is not linked here or its queue is full.
+    pub fn send_frame(&self, session: &str, frame: String) -> bool {
+        let Ok(m) = self.sessions.lock() else {
+            return false;
+        };
+        m.get(session)
+            .is_some_and(|e| e.out.try_send(frame).is_ok())
+    }
+
     /// Every live session, by id.
     pub fn list(&self) -> Vec<LiveSession> {
         let mut v: Vec<LiveSession> = self
@@ -91,7 +123,12 @@ impl Registry {
     }
 
     /// Registers a link's session; an older link of the same session is told to close.
-    fn enter(&self, live: LiveSession, close: oneshot::Sender<()>) -> u64 {
+    fn enter(
+        &self,
+        live: LiveSession,
+        close: oneshot::Sender<()>,
+        out: mpsc::Sender<String>,
+    ) -> u64 {
         let link = self.next_link.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut m) = self.sessions.lock() {
             let old = m.insert(
@@ -100,6 +137,7 @@ impl Registry {
                     live,
                     link,
                     close: Some(close),
+                    out,
                 },
             );
             if let Some(mut old) = old
@@ -152,6 +190,75 @@ impl Presence for Registry {
         roles.dedup();
         roles
     }
+
+    fn modes(&self, session: &str) -> Option<Vec<Mode>> {
+        let m = self.sessions.lock().ok()?;
+        let e = m.get(session)?;
+        Some(e.live.modes.iter().filter_map(|x| Mode::parse(x)).collect())
+    }
+
+    fn holders(&self, role: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .sessions
+            .lock()
+            .map(|m| {
+                m.values()
+                    .filter(|e| e.live.roles.iter().any(|r| r == role))
+                    .map(|e| e.live.session_id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    fn deliver(&self, d: &Delivery) -> bool {
+        let frame = deliver_frame(d);
+        let Ok(m) = self.sessions.lock() else {
+            return false;
+        };
+        m.get(&d.session_id)
+            .is_some_and(|e| e.out.try_send(frame).is_ok())
+    }
+}
+
+/// The `deliver` frame (protocol §4.2).
+#[derive(Serialize)]
+struct DeliverFrame<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    delivery: DeliveryRef<'a>,
+    #[serde(flatten)]
+    content: &'a DeliveryContent,
+}
+
+/// `delivery {kind, id, attempt}` in `deliver`, and the fields of `delivered`.
+#[derive(Debug, Serialize, Deserialize)]
+struct DeliveryRef<'a> {
+    kind: DeliveryKind,
+    id: &'a str,
+    attempt: i64,
+}
+
+fn deliver_frame(d: &Delivery) -> String {
+    serde_json::to_string(&DeliverFrame {
+        kind: "deliver",
+        delivery: DeliveryRef {
+            kind: d.kind,
+            id: &d.id,
+            attempt: d.attempt,
+        },
+        content: &d.content,
+    })
+    .unwrap_or_default()
+}
+
+/// `delivered`: the session holds a delivery.
+#[derive(Debug, Deserialize)]
+struct Delivered {
+    kind: DeliveryKind,
+    id: String,
+    attempt: i64,
 }
 
 /// `hello` and `update`: what a session advertises.
@@ -211,9 +318,18 @@ fn apply(live: &mut LiveSession, a: Advert) -> bool {
     true
 }
 
-/// `GET /api/v1/sessions`.
+/// `GET /api/v1/sessions`, with each session's open asks counted in one query.
 pub async fn list(State(st): St) -> ApiResult<Response> {
-    Ok(ok(st.sessions.list()))
+    let mut live = st.sessions.list();
+    let ids: Vec<String> = live.iter().map(|l| l.session_id.clone()).collect();
+    let counts = st.console.open_ask_counts(&ids).await?;
+    for l in &mut live {
+        l.open_asks = counts
+            .get(&l.session_id)
+            .map(|n| u32::try_from(*n).unwrap_or(u32::MAX))
+            .unwrap_or(0);
+    }
+    Ok(ok(live))
 }
 
 /// `GET /link/v1/sessions/{session_id}`: the upgrade.
@@ -311,7 +427,8 @@ async fn run(st: Arc<AppState>, actor: Actor, session_id: String, mut socket: We
         return;
     }
     let (close_tx, mut close_rx) = oneshot::channel();
-    let link = st.sessions.enter(live.clone(), close_tx);
+    let (out_tx, mut out_rx) = mpsc::channel::<String>(OUTBOUND);
+    let link = st.sessions.enter(live.clone(), close_tx, out_tx);
     record(&st, "session.live", &actor, &live).await;
     tracing::info!(session = %session_id, "session link open");
 
@@ -323,6 +440,11 @@ async fn run(st: Arc<AppState>, actor: Actor, session_id: String, mut socket: We
             _ = &mut close_rx => {
                 close(socket, 4409, "a newer link for this session").await;
                 break "replaced";
+            }
+            Some(frame) = out_rx.recv() => {
+                if socket.send(Message::Text(frame.into())).await.is_err() {
+                    break "gone";
+                }
             }
             _ = ping.tick() => {
                 if heard.elapsed() >= SILENT {
@@ -362,7 +484,23 @@ async fn run(st: Arc<AppState>, actor: Actor, session_id: String, mut socket: We
                                 record(&st, "session.updated", &actor, &l).await;
                             }
                         }
-                        // `delivered`, `replay` and `frame` arrive with messages and the relay.
+                        else if kind == "delivered" {
+                            match serde_json::from_str::<Delivered>(&t) {
+                                Ok(d) => {
+                                    let _ = st.sessions.acks.send(Ack {
+                                        by: actor_of(&actor, &session_id),
+                                        kind: d.kind,
+                                        id: d.id,
+                                        attempt: d.attempt,
+                                    });
+                                }
+                                Err(_) => {
+                                    close(socket, 4400, "a malformed delivered").await;
+                                    break "bad delivered";
+                                }
+                            }
+                        }
+                        // `replay` and `frame` arrive with the relay.
                     }
                     Message::Close(_) => break "closed",
                     _ => {}
@@ -372,6 +510,13 @@ async fn run(st: Arc<AppState>, actor: Actor, session_id: String, mut socket: We
     };
     if let Some(l) = st.sessions.leave(&session_id, link) {
         record(&st, "session.gone", &actor, &l).await;
+        // Nothing will acknowledge what was handed to this link.
+        if let Err(e) = st.console.session_left(&session_id).await {
+            tracing::warn!(
+                code = e.code_str(),
+                "pending deliveries of a gone session not failed"
+            );
+        }
     }
     tracing::info!(session = %session_id, reason, "session link closed");
 }
@@ -381,4 +526,54 @@ async fn record(st: &AppState, kind: &'static str, actor: &Actor, live: &LiveSes
     if let Err(e) = st.console.session_event(kind, actor, data).await {
         tracing::warn!(code = e.code_str(), kind, "session event not recorded");
     }
+}
+
+/// The link's caller acting for its session.
+fn actor_of(actor: &Actor, session: &str) -> Actor {
+    match actor {
+        Actor::Agent { owner, service, .. } => Actor::Agent {
+            owner: owner.clone(),
+            service: service.clone(),
+            session: Some(session.to_owned()),
+        },
+        other => other.clone(),
+    }
+}
+
+/// The link's background work, until the server stops: acknowledgements committed in batches
+/// (one transaction for all that arrived together), and every second the attempts no
+/// `delivered` came for within 30 s failed.
+pub fn background(st: Arc<AppState>) -> tokio::task::JoinHandle<()> {
+    let queue = st.sessions.ack_queue.lock().ok().and_then(|mut q| q.take());
+    tokio::spawn(async move {
+        let acks = {
+            let st = st.clone();
+            async move {
+                let Some(mut queue) = queue else { return };
+                let mut batch = Vec::with_capacity(ACK_BATCH);
+                while queue.recv_many(&mut batch, ACK_BATCH).await > 0 {
+                    if let Err(e) = st.console.delivered(&batch).await {
+                        tracing::warn!(
+                            code = e.code_str(),
+                            n = batch.len(),
+                            "acknowledgements not recorded"
+                        );
+                    }
+                    batch.clear();
+                }
+            }
+        };
+        let sweep = async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                match st.console.expire_deliveries().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(n, "deliveries not acknowledged in time failed"),
+                    Err(e) => tracing::warn!(code = e.code_str(), "delivery sweep failed"),
+                }
+            }
+        };
+        tokio::join!(acks, sweep);
+    })
 }

@@ -213,6 +213,15 @@ async fn security_headers(req: Request, next: Next) -> Response {
     resp
 }
 
+/// Aborts a task when dropped (the housekeeping task's helpers end with it).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A running console.
 #[derive(Debug)]
 pub struct Running {
@@ -270,7 +279,9 @@ pub async fn serve(
             })
             .await
     });
+    let links = crate::link::background(state.clone());
     let background = tokio::spawn(async move {
+        let _links = AbortOnDrop(links);
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {
             tick.tick().await;

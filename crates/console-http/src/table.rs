@@ -124,7 +124,29 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- documents (issue 12) -----
 
     // ----- asks, comments, reviews, the inbox (issue 13) -----
-
+    route!(GET "/api/v1/issues/{key}/asks", HumanOrAgent, Api, ["state", "session"], "list an issue's asks (?state=)", api::asks::issue_list),
+    route!(POST "/api/v1/issues/{key}/asks", HumanOrAgent, Api, [], "open a question ask on an issue", api::asks::issue_open),
+    route!(GET "/api/v1/issues/{key}/comments", HumanOrAgent, Api, ["artifact", "session"], "list an issue's comments (?artifact= scopes to a document)", api::comments::issue_list),
+    route!(POST "/api/v1/issues/{key}/comments", HumanOrAgent, Api, [], "comment on an issue, a document quote or an ask", api::comments::issue_create),
+    route!(GET "/api/v1/asks", HumanOrAgent, Api, ["author_session", "project", "session"], "open asks in one scope with counts (?author_session= or ?project=)", api::asks::scope),
+    route!(GET "/api/v1/asks/{id}", HumanOrAgent, Api, ["session"], "one ask with replies and edit history", api::asks::read),
+    route!(PATCH "/api/v1/asks/{id}", HumanOrAgent, Api, [], "reword an open ask", api::asks::reword),
+    route!(POST "/api/v1/asks/{id}/answer", HumanOnly, Api, [], "answer with selected options and/or text", api::asks::answer),
+    route!(POST "/api/v1/asks/{id}/close", HumanOrAgent, Api, [], "retract or resolve an ask without answering", api::asks::close),
+    route!(GET "/api/v1/asks/{id}/recipients", HumanOrAgent, Api, ["session"], "sessions reached by the ask's answer and replies", api::asks::recipients),
+    route!(PUT "/api/v1/asks/{id}/followers/{session_id}", HumanOrAgent, Api, ["session"], "follow an ask", api::asks::follow),
+    route!(DELETE "/api/v1/asks/{id}/followers/{session_id}", HumanOrAgent, Api, ["session"], "unfollow an ask", api::asks::unfollow),
+    route!(GET "/api/v1/comments/{id}", HumanOrAgent, Api, ["session"], "one comment with its thread", api::comments::read),
+    route!(PATCH "/api/v1/comments/{id}", HumanOnly, Api, [], "edit a comment's body", api::comments::edit),
+    route!(POST "/api/v1/comments/{id}/suggestion/reject", HumanOnly, Api, [], "reject a suggestion", api::comments::reject),
+    route!(POST "/api/v1/comments/{id}/deliveries", HumanOrAgent, Api, [], "retry a mention delivery", api::comments::retry),
+    route!(POST "/api/v1/comments/{id}/reopen", HumanOnly, Api, [], "reopen a resolved thread", api::comments::reopen),
+    route!(POST "/api/v1/comments/{id}/resolve", HumanOrAgent, Api, [], "resolve a thread", api::comments::resolve),
+    route!(POST "/api/v1/comments/{id}/replies", AgentOnly, Api, [], "the mentioned session's reply to a delivery", api::comments::reply),
+    route!(GET "/api/v1/inbox", HumanOnly, Api, ["project", "assignee"], "open asks waiting on the caller, grouped by whose turn it is", api::asks::inbox),
+    route!(GET "/api/v1/inbox/answers", HumanOnly, Api, ["limit", "offset"], "the caller's own answers and replies on asks, newest first", api::asks::answers),
+    route!(PUT "/api/v1/inbox/asks/{id}/snooze", HumanOnly, Api, [], "snooze an inbox row until snoozed_until", api::asks::snooze),
+    route!(DELETE "/api/v1/inbox/asks/{id}/snooze", HumanOnly, Api, [], "un-snooze an inbox row", api::asks::unsnooze),
     // ----- messages, broadcasts, conversation state (issue 14) -----
 
     // ----- delivery and architecture (issue 15) -----
@@ -140,7 +162,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/api/v1/machine-logins", HumanOnly, Api, [], "machine logins the caller may revoke", api::front::list_machines),
     route!(POST "/api/v1/machine-logins/{id}/revoke", HumanOnly, Api, [], "revoke a machine login, ending every session it enrolled", api::front::revoke_machine),
     // ----- pages -----
-    route!(GET "/", HumanOnly, Page, [], "the inbox: credential requests waiting for the signed-in person", pages::inbox),
+    route!(GET "/", HumanOnly, Page, [], "the inbox: agents' asks by whose turn, and credential requests waiting for the signed-in person", pages::asks::home),
     route!(GET "/inbox/rows", HumanOnly, Page, [], "the inbox's rows, for the page's live refresh", pages::inbox_rows),
     route!(GET "/requests/{id}", HumanOnly, Page, [], "one credential request, to approve or deny", pages::request_page),
     route!(GET "/machines/approve", HumanOnly, Page, [], "approve a machine login by its typed confirmation code", pages::machine_approve_page),
@@ -155,7 +177,9 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- pages: documents (issue 12) -----
 
     // ----- pages: asks and the inbox (issue 13) -----
-
+    route!(GET "/asks/{id}", HumanOnly, Page, [], "one ask: answer it with its options in one click, its replies and history", pages::asks::ask_page),
+    route!(GET "/assets/asks.js", Anyone, Page, [], "the asks pages' script", pages::asks::script),
+    route!(GET "/assets/asks.css", Anyone, Page, [], "the asks pages' style sheet", pages::asks::style),
     // ----- pages: conversations, relay, broadcasts (issue 14) -----
 
     // ----- pages: delivery and architecture (issue 15) -----

@@ -145,6 +145,18 @@ const SCHEMA: Schema = Schema {
             sqlite: work::MIGRATION_5_SQLITE,
             postgres: work::MIGRATION_5_POSTGRES,
         },
+        Migration {
+            version: 8,
+            name: "asks, comments, reviews and the inbox",
+            sqlite: asks::MIGRATION_8_SQLITE,
+            postgres: asks::MIGRATION_8_POSTGRES,
+        },
+        Migration {
+            version: 9,
+            name: "messages, broadcasts, delivery attempts, live sessions, conversation state",
+            sqlite: messages::MIGRATION_9,
+            postgres: messages::MIGRATION_9,
+        },
     ],
 };
 

@@ -37,7 +37,7 @@ macro_rules! transact {
     }};
 }
 
-mod asks;
+pub mod asks;
 mod delivery;
 mod documents;
 mod front;
@@ -46,6 +46,7 @@ mod signin;
 mod tokens;
 mod work;
 
+pub use messages::{ACK_WITHIN, Ack};
 pub use signin::safe_return_to;
 pub use work::{IssuePatch, NewIssue, Presence, Suggestion, console_ref, is_role};
 

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::work::asks::AskView;
 use crate::work::rules::{self, NameProblem};
 use crate::work::{
     Actor, Claim, Components, ComponentsMode, Event, EventPage, Issue, IssueFilter, IssueKey,
@@ -13,11 +14,19 @@ use crate::work::{
     RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx, search,
 };
 
-/// Which agent sessions are live: those holding their session link open (protocol §4.2).
+/// Which agent sessions are live: those holding their session link open (protocol §4.2), and
+/// the way to them.
 pub trait Presence: Send + Sync + std::fmt::Debug {
     fn is_live(&self, session: &str) -> bool;
     /// The roles live sessions advertise.
     fn live_roles(&self) -> Vec<String>;
+    /// The modes a live session advertises; `None` when it is not live.
+    fn modes(&self, session: &str) -> Option<Vec<crate::work::messages::Mode>>;
+    /// Live sessions advertising `role`, by id.
+    fn holders(&self, role: &str) -> Vec<String>;
+    /// Hands a delivery to the session's link (the `deliver` frame); false when no link takes
+    /// it.
+    fn deliver(&self, d: &crate::work::messages::Delivery) -> bool;
 }
 
 /// A console ref (protocol §5): `countersign://issue/KEY`, ….
@@ -364,14 +373,17 @@ impl Console {
     /// The answer for an issue: its children and progress read in the same transaction.
     async fn view(&self, tx: &mut dyn WorkTx, issue: Issue) -> Result<IssueView, Error> {
         let children = tx.children(&issue.key).await?;
-        Ok(self.view_with(issue, children, &self.live_roles()))
+        let asks = tx.open_asks_of(std::slice::from_ref(&issue.key)).await?;
+        let asks = asks.into_iter().map(AskView::listed).collect();
+        Ok(self.view_with(issue, children, asks, &self.live_roles()))
     }
 
-    /// The answer for an issue whose children were read already.
+    /// The answer for an issue whose children and open asks were read already.
     fn view_with(
         &self,
         issue: Issue,
         children: Vec<(IssueKey, Status)>,
+        open_asks: Vec<AskView>,
         live_roles: &[String],
     ) -> IssueView {
         let done = children.iter().filter(|(_, s)| !s.is_open()).count() as i64;
@@ -386,7 +398,7 @@ impl Console {
         IssueView {
             route_status,
             progress,
-            open_asks: Vec::new(),
+            open_asks,
             primary_document: None,
             children: children.into_iter().map(|(k, _)| k).collect(),
             key: issue.key,
@@ -421,7 +433,7 @@ impl Console {
     }
 
     /// The person an assignee names: a login someone signed in with.
-    async fn assignee(&self, login: &str) -> Result<Login, Error> {
+    pub(super) async fn assignee(&self, login: &str) -> Result<Login, Error> {
         let not_allowed = || {
             Error::with_message(
                 ErrorCode::ASSIGNEE_NOT_ALLOWED,
@@ -583,11 +595,19 @@ impl Console {
         for (parent, child, status) in tx.children_of(&keys).await? {
             children.entry(parent).or_default().push((child, status));
         }
+        // The page's open asks in one query, not one per issue.
+        let mut asks: std::collections::HashMap<IssueKey, Vec<AskView>> = Default::default();
+        for a in tx.open_asks_of(&keys).await? {
+            if let Some(k) = a.issue.clone() {
+                asks.entry(k).or_default().push(AskView::listed(a));
+            }
+        }
         let out = issues
             .into_iter()
             .map(|i| {
                 let c = children.remove(&i.key).unwrap_or_default();
-                self.view_with(i, c, &roles)
+                let a = asks.remove(&i.key).unwrap_or_default();
+                self.view_with(i, c, a, &roles)
             })
             .collect();
         Ok((out, total))
@@ -940,15 +960,25 @@ impl Console {
             })
             .transpose()?;
         let words = search::words(q);
-        let (hits, total) = if words.is_empty() {
-            (Vec::new(), 0)
-        } else {
+        let mut kinds: Vec<(SearchKind, Vec<crate::work::Hit>)> = Vec::new();
+        let mut total = 0;
+        if !words.is_empty() {
             let mut tx = self.parts.storage.read().await?;
-            tx.search_issues(&words, false, project.as_ref(), search::PER_KIND)
-                .await?
-        };
-        let reachable = hits.len() as i64;
-        let rows = search::fuse(vec![(SearchKind::Issue, hits)], console_ref)
+            let p = project.as_ref();
+            let (hits, n) = tx.search_issues(&words, false, p, search::PER_KIND).await?;
+            total += n;
+            kinds.push((SearchKind::Issue, hits));
+            let (hits, n) = tx
+                .search_asks(&words, false, p, false, search::PER_KIND)
+                .await?;
+            total += n;
+            kinds.push((SearchKind::Ask, hits));
+            let (hits, n) = tx.search_comments(&words, p, search::PER_KIND).await?;
+            total += n;
+            kinds.push((SearchKind::Comment, hits));
+        }
+        let reachable = kinds.iter().map(|(_, h)| h.len() as i64).sum();
+        let rows = search::fuse(kinds, console_ref)
             .into_iter()
             .skip(offset as usize)
             .take(limit as usize)

@@ -1,8 +1,288 @@
-//! The records and storage of targeted messages, broadcasts, delivery attempts, threads and per-agent conversation state (issue 14): one trait, joined into
-//! [`crate::work::WorkTx`] with the others.
+//! The records and storage of targeted messages, broadcasts, delivery attempts, threads and
+//! per-agent conversation state (issue 14): one trait, joined into [`crate::work::WorkTx`]
+//! with the others.
+//!
+//! Delivery attempts are generic over what is delivered ([`DeliveryKind`]: a message, or a
+//! comment's mention): one table, one state machine (`pending` → `sent` | `failed`), one path
+//! over the session link, numbered from 1 per message (per comment for mentions).
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
-/// Storage of targeted messages, broadcasts, delivery attempts, threads and per-agent conversation state (issue 14).
+use crate::clock::Time;
+use crate::storage::StorageError;
+use crate::work::model::{Actor, IssueKey, ProjectKey, rfc3339, rfc3339_opt};
+
+/// What a delivery attempt carries (protocol §4.2 `delivery.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryKind {
+    /// A targeted message (its id).
+    Message,
+    /// A comment's mention of a session (the comment's id).
+    Mention,
+}
+
+impl DeliveryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryKind::Message => "message",
+            DeliveryKind::Mention => "mention",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "message" => Some(DeliveryKind::Message),
+            "mention" => Some(DeliveryKind::Mention),
+            _ => None,
+        }
+    }
+}
+
+/// How a delivery reaches a session (protocol §6.4): `send` a new turn (queued while one
+/// runs), `aside` shown to the running turn without redirecting it, `steer` redirecting it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Send,
+    Aside,
+    Steer,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Send => "send",
+            Mode::Aside => "aside",
+            Mode::Steer => "steer",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "send" => Some(Mode::Send),
+            "aside" => Some(Mode::Aside),
+            "steer" => Some(Mode::Steer),
+            _ => None,
+        }
+    }
+}
+
+/// A delivery attempt's state (spec, "States and transitions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttemptState {
+    Pending,
+    Sent,
+    Failed,
+}
+
+impl AttemptState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptState::Pending => "pending",
+            AttemptState::Sent => "sent",
+            AttemptState::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(AttemptState::Pending),
+            "sent" => Some(AttemptState::Sent),
+            "failed" => Some(AttemptState::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// Why an attempt failed (its `error`).
+pub mod failure {
+    /// The session had no live link when the attempt was made, or lost it while pending.
+    pub const NOT_LIVE: &str = "not_live";
+    /// The session's link does not advertise the attempt's mode.
+    pub const MODE_NOT_ADVERTISED: &str = "mode_not_advertised";
+    /// No `delivered` came within 30 s.
+    pub const NOT_ACKNOWLEDGED: &str = "not_acknowledged";
+}
+
+/// Where a delivery's events go: the envelope's project, issue and artifact. An issue's
+/// events take the issue's next sequence (they are in its log).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    pub project: Option<ProjectKey>,
+    pub issue: Option<IssueKey>,
+    pub artifact: Option<String>,
+}
+
+impl Scope {
+    /// The scope of an issue (and its project).
+    pub fn issue(key: &IssueKey) -> Self {
+        Self {
+            project: Some(key.project()),
+            issue: Some(key.clone()),
+            artifact: None,
+        }
+    }
+}
+
+/// What the session receives with a delivery (the `deliver` frame's fields after `delivery`,
+/// protocol §4.2), kept with a pending attempt so that any replica can send it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryContent {
+    /// The thread the delivered item belongs to (a thread's id is its root's).
+    pub thread_id: String,
+    /// The issue key, if any.
+    pub issue: Option<String>,
+    pub mode: Mode,
+    pub author: Actor,
+    pub body: String,
+    /// Structured facts beside the body (the broker's expiry notice), or null.
+    pub notice: Option<serde_json::Value>,
+}
+
+/// One delivery attempt, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub kind: DeliveryKind,
+    /// The message's or comment's id.
+    pub id: String,
+    /// From 1 per message (per comment for mentions).
+    pub attempt: i64,
+    pub session_id: String,
+    pub mode: Mode,
+    pub state: AttemptState,
+    pub requested_by: Actor,
+    pub created_at: Time,
+    pub sent_at: Option<Time>,
+    pub accepted_at: Option<Time>,
+    pub accepted_as: Option<Mode>,
+    pub error: Option<String>,
+    pub scope: Scope,
+}
+
+/// An attempt on the wire (protocol §6.4).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptView {
+    pub attempt: i64,
+    pub session_id: String,
+    pub state: AttemptState,
+    pub requested_by: Actor,
+    #[serde(with = "rfc3339")]
+    pub created_at: Time,
+    #[serde(with = "rfc3339_opt")]
+    pub sent_at: Option<Time>,
+    #[serde(with = "rfc3339_opt")]
+    pub accepted_at: Option<Time>,
+    pub accepted_as: Option<Mode>,
+    pub error: Option<String>,
+}
+
+impl From<&Attempt> for AttemptView {
+    fn from(a: &Attempt) -> Self {
+        Self {
+            attempt: a.attempt,
+            session_id: a.session_id.clone(),
+            state: a.state,
+            requested_by: a.requested_by.clone(),
+            created_at: a.created_at,
+            sent_at: a.sent_at,
+            accepted_at: a.accepted_at,
+            accepted_as: a.accepted_as,
+            error: a.error.clone(),
+        }
+    }
+}
+
+/// A pending attempt handed to a session's link: the `deliver` frame's content.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    pub kind: DeliveryKind,
+    pub id: String,
+    pub attempt: i64,
+    pub session_id: String,
+    pub content: DeliveryContent,
+}
+
+/// How [`MessageTx::finish_attempt`] moves a pending attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish<'a> {
+    /// `Sent` or `Failed`.
+    pub to: AttemptState,
+    pub at: Time,
+    pub error: Option<&'a str>,
+    /// Only if the attempt is this session's.
+    pub session: Option<&'a str>,
+    /// Only if the attempt was made after this time.
+    pub created_after: Option<Time>,
+}
+
+/// Storage of targeted messages, broadcasts, delivery attempts, threads and per-agent
+/// conversation state (issue 14).
 #[async_trait]
-pub trait MessageTx: Send {}
+pub trait MessageTx: Send {
+    // ----- delivery attempts (any kind) -----
+
+    /// The next attempt number of a message or comment (1 for the first).
+    async fn next_attempt(&mut self, kind: DeliveryKind, id: &str) -> Result<i64, StorageError>;
+    /// Adds an attempt, with the content a pending one is sent with. Two attempts of one
+    /// number (concurrent retries): [`StorageError::Conflict`], and the transaction reruns.
+    async fn insert_attempt(
+        &mut self,
+        a: &Attempt,
+        content: Option<&DeliveryContent>,
+    ) -> Result<(), StorageError>;
+    /// One attempt; in a write transaction its row is locked until commit.
+    async fn attempt(
+        &mut self,
+        kind: DeliveryKind,
+        id: &str,
+        attempt: i64,
+    ) -> Result<Option<Attempt>, StorageError>;
+    /// Every attempt of the given messages or comments, by id then number; in a write
+    /// transaction their rows are locked until commit.
+    async fn attempts(
+        &mut self,
+        kind: DeliveryKind,
+        ids: &[String],
+    ) -> Result<Vec<Attempt>, StorageError>;
+    /// Moves a pending attempt to `sent` or `failed` as `f` says, dropping its content;
+    /// `None` when it is not pending (anymore), or not `f.session`'s, or made at or before
+    /// `f.created_after`.
+    async fn finish_attempt(
+        &mut self,
+        kind: DeliveryKind,
+        id: &str,
+        attempt: i64,
+        f: &Finish<'_>,
+    ) -> Result<Option<Attempt>, StorageError>;
+    /// Pending attempts made at or before `before` (those past their acknowledgement time),
+    /// or (with `session`) every pending attempt of that session; oldest first, at most
+    /// `limit`.
+    async fn pending_attempts(
+        &mut self,
+        before: Option<Time>,
+        session: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StorageError>;
+    /// The content a pending attempt is sent with; `None` when it is not pending.
+    async fn pending_content(
+        &mut self,
+        kind: DeliveryKind,
+        id: &str,
+        attempt: i64,
+    ) -> Result<Option<(String, DeliveryContent)>, StorageError>;
+    /// Sets an attempt's acceptance.
+    async fn accept_attempt(
+        &mut self,
+        kind: DeliveryKind,
+        id: &str,
+        attempt: i64,
+        at: Time,
+        accepted_as: Mode,
+    ) -> Result<(), StorageError>;
+    /// Takes the issue's next event sequence (message events are in the issue's log);
+    /// `None` when there is no such issue.
+    async fn bump_issue_sequence(&mut self, key: &IssueKey) -> Result<Option<i64>, StorageError>;
+}
