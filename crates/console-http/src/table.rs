@@ -148,7 +148,17 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(PUT "/api/v1/inbox/asks/{id}/snooze", HumanOnly, Api, [], "snooze an inbox row until snoozed_until", api::asks::snooze),
     route!(DELETE "/api/v1/inbox/asks/{id}/snooze", HumanOnly, Api, [], "un-snooze an inbox row", api::asks::unsnooze),
     // ----- messages, broadcasts, conversation state (issue 14) -----
-
+    route!(POST "/api/v1/issues/{key}/messages", HumanOrAgent, Api, [], "post an issue message to a session or role", api::messages::post_issue_message),
+    route!(GET "/api/v1/issues/{key}/messages/{id}", HumanOrAgent, Api, ["session"], "one issue message with deliveries and replies", api::messages::get_issue_message),
+    route!(GET "/api/v1/broadcasts", HumanOnly, Api, ["limit", "offset"], "recent broadcasts with recipient and reply counts", api::messages::list_broadcasts),
+    route!(POST "/api/v1/broadcasts", HumanOnly, Api, [], "send one message to many sessions under an idempotency_key", api::messages::send_broadcast),
+    route!(GET "/api/v1/broadcasts/{id}", HumanOnly, Api, [], "one broadcast with every recipient's attempts and replies", api::messages::get_broadcast),
+    route!(GET "/api/v1/sessions/{session_id}/messages", HumanOnly, Api, ["limit", "offset"], "a session's targeted messages, newest first", api::messages::session_messages),
+    route!(POST "/api/v1/sessions/{session_id}/messages", HumanOnly, Api, [], "send an issue-less targeted message to a session", api::messages::post_session_message),
+    route!(GET "/api/v1/messages/{id}/thread", HumanOrAgent, Api, ["session"], "the conversation a message belongs to, oldest first", api::messages::thread),
+    route!(POST "/api/v1/messages/{id}/deliveries", HumanOrAgent, Api, [], "retry delivering a targeted message", api::messages::retry),
+    route!(POST "/api/v1/messages/{id}/deliveries/{attempt}/accept", AgentOnly, Api, [], "the targeted session accepts a delivery attempt", api::messages::accept),
+    route!(POST "/api/v1/messages/{id}/replies", AgentOnly, Api, ["follow_up"], "the targeted session's reply to a delivery", api::messages::reply),
     // ----- delivery and architecture (issue 15) -----
 
     // ----- the broker front -----

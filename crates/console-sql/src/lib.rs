@@ -154,8 +154,8 @@ const SCHEMA: Schema = Schema {
         Migration {
             version: 9,
             name: "messages, broadcasts, delivery attempts, live sessions, conversation state",
-            sqlite: messages::MIGRATION_9,
-            postgres: messages::MIGRATION_9,
+            sqlite: messages::MIGRATION_9_SQLITE,
+            postgres: messages::MIGRATION_9_POSTGRES,
         },
     ],
 };

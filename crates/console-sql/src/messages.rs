@@ -9,9 +9,11 @@
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, db_err, is_unique_violation};
 use countersign_console_core::Time;
+use countersign_console_core::ids::Login;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::messages::{
-    Attempt, AttemptState, DeliveryContent, DeliveryKind, Finish, MessageTx, Mode, Scope,
+    Attempt, AttemptState, Broadcast, BroadcastRow, DeliveryContent, DeliveryKind, Finish, Message,
+    MessageTx, Mode, Scope, Target,
 };
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{IssueKey, ProjectKey};
@@ -19,33 +21,115 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::SqlTx;
-use crate::time;
 use crate::work::{Args, corrupt, json_of, text};
+use crate::{login, time};
 
-/// Version 9: messages, broadcasts, delivery attempts, conversation state (issue 14).
-pub(crate) const MIGRATION_9: &[&str] = &[
-    "CREATE TABLE console_delivery_attempts (
-        kind TEXT NOT NULL,
-        id TEXT NOT NULL,
-        attempt BIGINT NOT NULL,
-        session_id TEXT NOT NULL,
-        mode TEXT NOT NULL,
-        state TEXT NOT NULL,
-        requested_by TEXT NOT NULL,
-        created_at BIGINT NOT NULL,
-        sent_at BIGINT,
-        accepted_at BIGINT,
-        accepted_as TEXT,
-        error TEXT,
-        project TEXT,
-        issue TEXT,
-        artifact TEXT,
-        content TEXT,
-        PRIMARY KEY (kind, id, attempt)
-    )",
-    "CREATE INDEX console_delivery_attempts_pending ON console_delivery_attempts (created_at)
-        WHERE state = 'pending'",
-    "CREATE INDEX console_delivery_attempts_session ON console_delivery_attempts (session_id, state)",
+const ATTEMPTS: &str = "CREATE TABLE console_delivery_attempts (
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL,
+    attempt BIGINT NOT NULL,
+    session_id TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    state TEXT NOT NULL,
+    requested_by TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    sent_at BIGINT,
+    accepted_at BIGINT,
+    accepted_as TEXT,
+    error TEXT,
+    project TEXT,
+    issue TEXT,
+    artifact TEXT,
+    content TEXT,
+    PRIMARY KEY (kind, id, attempt)
+)";
+const ATTEMPTS_PENDING: &str = "CREATE INDEX console_delivery_attempts_pending \
+    ON console_delivery_attempts (created_at) WHERE state = 'pending'";
+const ATTEMPTS_SESSION: &str = "CREATE INDEX console_delivery_attempts_session ON console_delivery_attempts (session_id, state)";
+
+/// The messages' columns after `seq` (SQLite's rowid, PostgreSQL's identity: the order they
+/// were written in, which breaks ties of time).
+macro_rules! messages_table {
+    ($seq:literal) => {
+        concat!(
+            "CREATE TABLE console_messages (",
+            $seq,
+            ",
+            id TEXT NOT NULL UNIQUE,
+            thread_id TEXT NOT NULL,
+            parent TEXT,
+            issue TEXT,
+            broadcast TEXT,
+            target_session TEXT,
+            target_role TEXT,
+            delivery TEXT,
+            body TEXT NOT NULL,
+            notice TEXT,
+            author TEXT NOT NULL,
+            author_login TEXT,
+            author_session TEXT,
+            created_at BIGINT NOT NULL
+        )"
+        )
+    };
+}
+const MESSAGES_THREAD: &str =
+    "CREATE INDEX console_messages_thread ON console_messages (thread_id, created_at)";
+const MESSAGES_TARGET: &str =
+    "CREATE INDEX console_messages_target ON console_messages (target_session, seq)";
+const MESSAGES_BROADCAST: &str =
+    "CREATE INDEX console_messages_broadcast ON console_messages (broadcast, seq)";
+const MESSAGES_AUTHOR: &str =
+    "CREATE INDEX console_messages_author ON console_messages (author_login, created_at)";
+const MESSAGES_ISSUE: &str = "CREATE INDEX console_messages_issue ON console_messages (issue)";
+const BROADCASTS: &str = "CREATE TABLE console_broadcasts (
+    id TEXT PRIMARY KEY,
+    login TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    body TEXT NOT NULL,
+    by_actor TEXT NOT NULL,
+    excluded TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    UNIQUE (login, idempotency_key)
+)";
+const BROADCASTS_CREATED: &str =
+    "CREATE INDEX console_broadcasts_created ON console_broadcasts (created_at)";
+
+/// Version 9 on SQLite: messages, broadcasts, delivery attempts, live sessions, conversation
+/// state (issue 14). The messages' full-text index is an FTS5 table keyed by `seq` (the rowid).
+pub(crate) const MIGRATION_9_SQLITE: &[&str] = &[
+    ATTEMPTS,
+    ATTEMPTS_PENDING,
+    ATTEMPTS_SESSION,
+    messages_table!("seq INTEGER PRIMARY KEY"),
+    MESSAGES_THREAD,
+    MESSAGES_TARGET,
+    MESSAGES_BROADCAST,
+    MESSAGES_AUTHOR,
+    MESSAGES_ISSUE,
+    "CREATE VIRTUAL TABLE console_messages_fts USING fts5(body, tokenize = 'unicode61')",
+    BROADCASTS,
+    BROADCASTS_CREATED,
+];
+
+/// Version 9 on PostgreSQL; the messages' full-text index is a generated `tsvector`.
+pub(crate) const MIGRATION_9_POSTGRES: &[&str] = &[
+    ATTEMPTS,
+    ATTEMPTS_PENDING,
+    ATTEMPTS_SESSION,
+    messages_table!("seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),
+    MESSAGES_THREAD,
+    MESSAGES_TARGET,
+    MESSAGES_BROADCAST,
+    MESSAGES_AUTHOR,
+    MESSAGES_ISSUE,
+    "ALTER TABLE console_messages ADD COLUMN search tsvector
+        GENERATED ALWAYS AS (to_tsvector('simple', body)) STORED",
+    "CREATE INDEX console_messages_search ON console_messages USING GIN (search)",
+    BROADCASTS,
+    BROADCASTS_CREATED,
 ];
 
 const ATTEMPT_COLUMNS: &str = "kind, id, attempt, session_id, mode, state, requested_by, \
@@ -98,6 +182,54 @@ fn attempt_of(r: &AnyRow) -> Result<Attempt, StorageError> {
         },
     })
 }
+
+const MESSAGE_COLUMNS: &str = "id, thread_id, parent, issue, broadcast, target_session, \
+     target_role, delivery, body, notice, author, created_at";
+
+fn message_of(r: &AnyRow) -> Result<Message, StorageError> {
+    let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
+    let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    let target = match (go("target_session")?, go("target_role")?) {
+        (Some(s), _) => Some(Target::Session(s)),
+        (None, Some(r)) => Some(Target::Role(r)),
+        (None, None) => None,
+    };
+    Ok(Message {
+        id: g("id")?,
+        thread_id: g("thread_id")?,
+        parent: go("parent")?,
+        issue: go("issue")?
+            .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
+            .transpose()?,
+        broadcast: go("broadcast")?,
+        target,
+        delivery: go("delivery")?
+            .map(|m| Mode::parse(&m).ok_or_else(|| corrupt("mode")))
+            .transpose()?,
+        body: g("body")?,
+        notice: go("notice")?.map(|n| json_of(&n, "notice")).transpose()?,
+        author: json_of(&g("author")?, "actor")?,
+        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+    })
+}
+
+fn broadcast_of(r: &AnyRow) -> Result<Broadcast, StorageError> {
+    let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
+    Ok(Broadcast {
+        id: g("id")?,
+        login: login(&g("login")?)?,
+        idempotency_key: g("idempotency_key")?,
+        fingerprint: g("fingerprint")?,
+        mode: Mode::parse(&g("mode")?).ok_or_else(|| corrupt("mode"))?,
+        body: g("body")?,
+        by: json_of(&g("by_actor")?, "actor")?,
+        excluded: json_of(&g("excluded")?, "excluded list")?,
+        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+    })
+}
+
+const BROADCAST_COLUMNS: &str =
+    "id, login, idempotency_key, fingerprint, mode, body, by_actor, excluded, created_at";
 
 #[async_trait]
 impl MessageTx for SqlTx {
@@ -333,5 +465,206 @@ impl MessageTx for SqlTx {
         .map_err(db_err)?;
         row.map(|r| r.try_get("sequence").map_err(db_err))
             .transpose()
+    }
+
+    async fn insert_message(&mut self, m: &Message) -> Result<(), StorageError> {
+        let (ts, tr) = match &m.target {
+            Some(Target::Session(s)) => (Some(s.clone()), None),
+            Some(Target::Role(r)) => (None, Some(r.clone())),
+            None => (None, None),
+        };
+        let seq: i64 = sqlx::query(&format!(
+            "INSERT INTO console_messages ({MESSAGE_COLUMNS}, author_login, author_session) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING seq"
+        ))
+        .bind(m.id.as_str())
+        .bind(m.thread_id.as_str())
+        .bind(m.parent.clone())
+        .bind(m.issue.as_ref().map(|k| k.as_str().to_owned()))
+        .bind(m.broadcast.clone())
+        .bind(ts)
+        .bind(tr)
+        .bind(m.delivery.map(|d| d.as_str().to_owned()))
+        .bind(m.body.as_str())
+        .bind(m.notice.as_ref().map(text))
+        .bind(text(&m.author))
+        .bind(ms(&m.created_at))
+        .bind(m.author_login().map(|l| l.as_str().to_owned()))
+        .bind(m.author_session().map(str::to_owned))
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .try_get("seq")
+        .map_err(db_err)?;
+        if self.backend == Backend::Sqlite {
+            sqlx::query("INSERT INTO console_messages_fts (rowid, body) VALUES ($1, $2)")
+                .bind(seq)
+                .bind(m.body.as_str())
+                .execute(&mut *self.tx)
+                .await
+                .map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    async fn message(&mut self, id: &str) -> Result<Option<Message>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE id = $1{}",
+            self.lock()
+        ))
+        .bind(id)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(message_of)
+        .transpose()
+    }
+
+    async fn thread_messages(
+        &mut self,
+        thread_ids: &[String],
+    ) -> Result<Vec<Message>, StorageError> {
+        if thread_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut a = Args::default();
+        let list: Vec<String> = thread_ids.iter().map(|i| a.push(i.clone())).collect();
+        let sql = format!(
+            "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE thread_id IN ({}) \
+             ORDER BY created_at, seq",
+            list.join(", ")
+        );
+        sqlx::query_with(&sql, a.build())
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(message_of)
+            .collect()
+    }
+
+    async fn session_messages(
+        &mut self,
+        session: &str,
+        limit: u32,
+        offset: u32,
+    ) -> Result<Vec<Message>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE target_session = $1 \
+             OR id IN (SELECT a.id FROM console_delivery_attempts a \
+                       WHERE a.kind = 'message' AND a.session_id = $1) \
+             ORDER BY seq DESC LIMIT $2 OFFSET $3"
+        ))
+        .bind(session)
+        .bind(i64::from(limit))
+        .bind(i64::from(offset))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(message_of)
+        .collect()
+    }
+
+    async fn insert_broadcast(&mut self, b: &Broadcast) -> Result<bool, StorageError> {
+        let r = sqlx::query(&format!(
+            "INSERT INTO console_broadcasts ({BROADCAST_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (login, idempotency_key) DO NOTHING"
+        ))
+        .bind(b.id.as_str())
+        .bind(b.login.as_str())
+        .bind(b.idempotency_key.as_str())
+        .bind(b.fingerprint.as_str())
+        .bind(b.mode.as_str())
+        .bind(b.body.as_str())
+        .bind(text(&b.by))
+        .bind(text(&b.excluded))
+        .bind(ms(&b.created_at))
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn broadcast(&mut self, id: &str) -> Result<Option<Broadcast>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {BROADCAST_COLUMNS} FROM console_broadcasts WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(broadcast_of)
+        .transpose()
+    }
+
+    async fn broadcast_by_key(
+        &mut self,
+        login: &Login,
+        key: &str,
+    ) -> Result<Option<Broadcast>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {BROADCAST_COLUMNS} FROM console_broadcasts \
+             WHERE login = $1 AND idempotency_key = $2"
+        ))
+        .bind(login.as_str())
+        .bind(key)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(broadcast_of)
+        .transpose()
+    }
+
+    async fn broadcasts(
+        &mut self,
+        limit: u32,
+        offset: u32,
+    ) -> Result<Vec<BroadcastRow>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT b.id AS id, b.idempotency_key AS idempotency_key, b.mode AS mode, \
+             b.body AS body, b.by_actor AS by_actor, b.created_at AS created_at, \
+             (SELECT COUNT(*) FROM console_messages m WHERE m.broadcast = b.id) AS recipient_count, \
+             (SELECT COUNT(*) FROM console_messages r WHERE r.parent IS NOT NULL AND r.thread_id IN \
+                 (SELECT m.id FROM console_messages m WHERE m.broadcast = b.id)) AS reply_count \
+             FROM console_broadcasts b ORDER BY b.created_at DESC, b.id DESC LIMIT $1 OFFSET $2",
+        )
+        .bind(i64::from(limit))
+        .bind(i64::from(offset))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
+                Ok(BroadcastRow {
+                    id: g("id")?,
+                    idempotency_key: g("idempotency_key")?,
+                    mode: Mode::parse(&g("mode")?).ok_or_else(|| corrupt("mode"))?,
+                    body: g("body")?,
+                    by: json_of(&g("by_actor")?, "actor")?,
+                    created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+                    recipient_count: r.try_get("recipient_count").map_err(db_err)?,
+                    reply_count: r.try_get("reply_count").map_err(db_err)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn broadcast_messages(&mut self, id: &str) -> Result<Vec<Message>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE broadcast = $1 ORDER BY seq"
+        ))
+        .bind(id)
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(message_of)
+        .collect()
     }
 }

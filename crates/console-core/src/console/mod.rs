@@ -46,7 +46,7 @@ mod signin;
 mod tokens;
 mod work;
 
-pub use messages::{ACK_WITHIN, Ack};
+pub use messages::{ACK_WITHIN, Ack, NewBroadcast, is_session_id};
 pub use signin::safe_return_to;
 pub use work::{IssuePatch, NewIssue, Presence, Suggestion, console_ref, is_role};
 

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
+use crate::ids::Login;
 use crate::storage::StorageError;
 use crate::work::model::{Actor, IssueKey, ProjectKey, rfc3339, rfc3339_opt};
 
@@ -205,6 +206,167 @@ pub struct Delivery {
     pub content: DeliveryContent,
 }
 
+/// Whom a targeted message is for: `{session}` or `{role}` (every live session advertising
+/// it, one attempt each).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum Target {
+    Session(String),
+    Role(String),
+}
+
+/// A message as stored: a targeted message (a thread's root, with `target` and `delivery`), or
+/// a session's reply (with `parent`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub id: String,
+    /// The root's id.
+    pub thread_id: String,
+    pub parent: Option<String>,
+    pub issue: Option<IssueKey>,
+    pub broadcast: Option<String>,
+    pub target: Option<Target>,
+    pub delivery: Option<Mode>,
+    pub body: String,
+    pub notice: Option<serde_json::Value>,
+    pub author: Actor,
+    pub created_at: Time,
+}
+
+impl Message {
+    /// The session of an agent author.
+    pub fn author_session(&self) -> Option<&str> {
+        self.author.session()
+    }
+
+    /// The person who wrote it, if a person did.
+    pub fn author_login(&self) -> Option<&Login> {
+        match &self.author {
+            Actor::User { login } => Some(login),
+            _ => None,
+        }
+    }
+
+    /// Where its events go.
+    pub fn scope(&self) -> Scope {
+        self.issue.as_ref().map(Scope::issue).unwrap_or_default()
+    }
+}
+
+/// A message on the wire (protocol §6.4): its attempts and its replies (each with its own:
+/// a reply's replies are its follow-ups), oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessageView {
+    pub id: String,
+    pub thread_id: String,
+    pub parent: Option<String>,
+    pub issue: Option<IssueKey>,
+    pub broadcast: Option<String>,
+    pub target: Option<Target>,
+    pub delivery: Option<Mode>,
+    pub body: String,
+    pub notice: Option<serde_json::Value>,
+    pub author: Actor,
+    pub deliveries: Vec<AttemptView>,
+    pub replies: Vec<MessageView>,
+    #[serde(with = "rfc3339")]
+    pub created_at: Time,
+    /// A reply that posted nothing: the stored one it repeats.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate: Option<bool>,
+}
+
+/// A whole conversation: the root with its deliveries, and every other message of the
+/// thread, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Thread {
+    pub root: MessageView,
+    pub replies: Vec<MessageView>,
+}
+
+/// An accepted attempt: the attempt with `accepted_at`, `accepted_as`, and the message's body.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Accepted {
+    #[serde(flatten)]
+    pub attempt: AttemptView,
+    pub body: String,
+}
+
+/// Why a broadcast left a selected session out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExcludeReason {
+    NotLive,
+    ModeNotAdvertised,
+}
+
+/// A session a broadcast left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Excluded {
+    pub session_id: String,
+    pub reason: ExcludeReason,
+}
+
+/// A broadcast as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Broadcast {
+    pub id: String,
+    /// The person who sent it (keys are per person).
+    pub login: Login,
+    pub idempotency_key: String,
+    /// SHA-256 (hex) of the request (`sessions` in order, `mode`, `body`): a repeat of the key
+    /// with another fingerprint is another request.
+    pub fingerprint: String,
+    pub mode: Mode,
+    pub body: String,
+    pub by: Actor,
+    pub excluded: Vec<Excluded>,
+    pub created_at: Time,
+}
+
+/// A broadcast in the recent list, with its counts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BroadcastRow {
+    pub id: String,
+    pub idempotency_key: String,
+    pub mode: Mode,
+    pub body: String,
+    pub by: Actor,
+    #[serde(with = "rfc3339")]
+    pub created_at: Time,
+    pub recipient_count: i64,
+    pub reply_count: i64,
+}
+
+/// One recipient of a broadcast: its copy of the message, with attempts and replies.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recipient {
+    pub session_id: String,
+    pub message: MessageView,
+}
+
+/// A broadcast on the wire (protocol §6.4): recipients in send order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BroadcastView {
+    pub id: String,
+    pub idempotency_key: String,
+    pub mode: Mode,
+    pub body: String,
+    pub by: Actor,
+    #[serde(with = "rfc3339")]
+    pub created_at: Time,
+    pub recipients: Vec<Recipient>,
+    pub recipient_count: i64,
+    pub reply_count: i64,
+}
+
+/// The broadcast send's answer: the broadcast and the sessions left out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BroadcastSent {
+    pub broadcast: BroadcastView,
+    pub excluded: Vec<Excluded>,
+}
+
 /// How [`MessageTx::finish_attempt`] moves a pending attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish<'a> {
@@ -285,4 +447,41 @@ pub trait MessageTx: Send {
     /// Takes the issue's next event sequence (message events are in the issue's log);
     /// `None` when there is no such issue.
     async fn bump_issue_sequence(&mut self, key: &IssueKey) -> Result<Option<i64>, StorageError>;
+
+    // ----- messages -----
+
+    async fn insert_message(&mut self, m: &Message) -> Result<(), StorageError>;
+    /// One message; in a write transaction its row is locked until commit.
+    async fn message(&mut self, id: &str) -> Result<Option<Message>, StorageError>;
+    /// Every message of the given threads, oldest first (by time, then as written).
+    async fn thread_messages(
+        &mut self,
+        thread_ids: &[String],
+    ) -> Result<Vec<Message>, StorageError>;
+    /// A page of the messages targeting a session, or with an attempt to it, newest first.
+    async fn session_messages(
+        &mut self,
+        session: &str,
+        limit: u32,
+        offset: u32,
+    ) -> Result<Vec<Message>, StorageError>;
+
+    // ----- broadcasts -----
+
+    /// Adds a broadcast; false (and nothing written) when its person already used its key.
+    async fn insert_broadcast(&mut self, b: &Broadcast) -> Result<bool, StorageError>;
+    async fn broadcast(&mut self, id: &str) -> Result<Option<Broadcast>, StorageError>;
+    async fn broadcast_by_key(
+        &mut self,
+        login: &Login,
+        key: &str,
+    ) -> Result<Option<Broadcast>, StorageError>;
+    /// A page of broadcasts, newest first, with their recipient and reply counts.
+    async fn broadcasts(
+        &mut self,
+        limit: u32,
+        offset: u32,
+    ) -> Result<Vec<BroadcastRow>, StorageError>;
+    /// A broadcast's copies, in send order.
+    async fn broadcast_messages(&mut self, id: &str) -> Result<Vec<Message>, StorageError>;
 }

@@ -72,8 +72,26 @@ fn console_actor() -> Actor {
 
 impl Console {
     /// The modes a session's live link advertises; `None` when it has none.
-    pub(crate) fn modes_of(&self, session: &str) -> Option<Vec<Mode>> {
-        self.parts.presence.as_ref().and_then(|p| p.modes(session))
+    pub(crate) async fn modes_of(
+        &self,
+        _tx: &mut dyn WorkTx,
+        session: &str,
+    ) -> Result<Option<Vec<Mode>>, Error> {
+        Ok(self.parts.presence.as_ref().and_then(|p| p.modes(session)))
+    }
+
+    /// The live sessions advertising `role`, by id.
+    pub(crate) async fn holders_of(
+        &self,
+        _tx: &mut dyn WorkTx,
+        role: &str,
+    ) -> Result<Vec<String>, Error> {
+        Ok(self
+            .parts
+            .presence
+            .as_ref()
+            .map(|p| p.holders(role))
+            .unwrap_or_default())
     }
 
     /// Opens an attempt in `tx` (see the module's doc). The caller runs [`Console::dispatch`]
@@ -84,7 +102,7 @@ impl Console {
         new: &NewAttempt<'_>,
     ) -> Result<Opened, Error> {
         let number = tx.next_attempt(new.kind, new.id).await?;
-        let (state, error) = match self.modes_of(new.session_id) {
+        let (state, error) = match self.modes_of(tx, new.session_id).await? {
             None => (AttemptState::Failed, Some(failure::NOT_LIVE)),
             Some(m) if !m.contains(&new.mode) => {
                 (AttemptState::Failed, Some(failure::MODE_NOT_ADVERTISED))
@@ -166,7 +184,7 @@ impl Console {
         let refused: Vec<(DeliveryKind, String, i64)> = opened
             .iter()
             .filter_map(|o| o.delivery.as_ref())
-            .filter(|d| !self.hand_over(d))
+            .filter(|d| !self.hand_over_delivery(d))
             .map(|d| (d.kind, d.id.clone(), d.attempt))
             .collect();
         if !refused.is_empty()
@@ -177,7 +195,7 @@ impl Console {
     }
 
     /// Hands a delivery to the session's link.
-    fn hand_over(&self, d: &Delivery) -> bool {
+    fn hand_over_delivery(&self, d: &Delivery) -> bool {
         self.parts.presence.as_ref().is_some_and(|p| p.deliver(d))
     }
 

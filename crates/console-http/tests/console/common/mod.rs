@@ -786,3 +786,105 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+// ----- messages (issue 14) -----
+
+impl TestConsole {
+    /// A console on `clock` (tests move a `ManualClock`), its configuration adjusted by
+    /// `tweak` before it starts.
+    pub async fn start_with(
+        o: ConsoleOptions<'_>,
+        clock: Arc<dyn countersign_console_core::Clock>,
+        tweak: impl FnOnce(&mut Config, &std::path::Path),
+    ) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let url = format!("http://{addr}");
+        let mut c = Config::new(&url);
+        c.listen = addr;
+        c.database_url = o.database_url.clone().unwrap_or_else(|| {
+            format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("console.db").display()
+            )
+        });
+        if o.shared_token {
+            let p = dir.path().join("shared-token");
+            std::fs::write(&p, SHARED_TOKEN)?;
+            c.shared_token_file = Some(p);
+        }
+        c.local_sign_in = o.local_sign_in;
+        tweak(&mut c, dir.path());
+        let state = countersign_console_http::build(&c, clock).await?;
+        let running = countersign_console_http::serve(state, listener).await?;
+        Ok(Self {
+            url,
+            dir,
+            running: Some(running),
+        })
+    }
+}
+
+/// A console with local sign-in and the shared token on `clock`.
+pub async fn console_with_clock(
+    db: Option<String>,
+    clock: Arc<dyn countersign_console_core::Clock>,
+) -> anyhow::Result<TestConsole> {
+    TestConsole::start_with(
+        ConsoleOptions {
+            local_sign_in: true,
+            shared_token: true,
+            database_url: db,
+            ..Default::default()
+        },
+        clock,
+        |_, _| {},
+    )
+    .await
+}
+
+/// Reads `n` events from `/api/v1/events` (from `since`), each `(id, kind, data)`, giving up
+/// after `secs`.
+pub async fn events_since(
+    who: &Who,
+    since: i64,
+    n: usize,
+    secs: u64,
+) -> anyhow::Result<Vec<(i64, String, Value)>> {
+    let mut req = who
+        .http
+        .get(format!("{}/api/v1/events?since={since}", who.base));
+    if let Some(t) = &who.bearer {
+        req = req.bearer_auth(t);
+    }
+    let mut resp = req.send().await?;
+    anyhow::ensure!(resp.status() == 200, "events: {}", resp.status());
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while out.len() < n {
+        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(c))) => c,
+            _ => break,
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut id, mut kind, mut data) = (None, None, None);
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse::<i64>().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    kind = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data = serde_json::from_str::<Value>(v.trim()).ok();
+                }
+            }
+            if let (Some(id), Some(kind), Some(data)) = (id, kind, data) {
+                out.push((id, kind, data));
+            }
+        }
+    }
+    Ok(out)
+}
