@@ -2,9 +2,9 @@
 //! /api/v1/asks/{id}`, console protocol §6.3, acting as this session), and the session link
 //! (protocol §4.2) over which messages are delivered to this session, with replies over the API.
 //!
-//! The link is held from the start to the end of the server, so the session is live on the
-//! console while the agent runs: `hello` (title, roles, mode `send`), then every `deliver` is
-//! queued for `read_messages` and acknowledged with `delivered`. A dropped link is opened again
+//! The link (`countersign-link-client`) is held from the start to the end of the server, so the
+//! session is live on the console while the agent runs: `hello` (title, roles, mode `send`),
+//! then every `deliver` is acknowledged (`delivered`) and queued for `read_messages`. A dropped link is opened again
 //! (1 s, doubling to 30 s); a link replaced by a newer one for the same session id (4409) or
 //! refused for its `hello` (4400) is not.
 //!
@@ -16,15 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use countersign_launcher_proto::Secret;
-use futures_util::{SinkExt, StreamExt};
+use countersign_link_client::{Advert, Event, Link, LinkError, Mode, Options};
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use crate::args::McpArgs;
 use crate::ctx::Ctx;
@@ -35,8 +31,6 @@ use super::{SessionFacts, log};
 
 /// The environment variable that may hold the agent token.
 pub const TOKEN_ENV: &str = "COUNTERSIGN_AGENT_TOKEN";
-/// The link's subprotocol (protocol §4.2).
-pub const SUBPROTOCOL: &str = "countersign.link.v1";
 /// Messages kept for `read_messages` at most (the oldest are dropped beyond).
 const QUEUE_LIMIT: usize = 1000;
 
@@ -156,7 +150,7 @@ impl Console {
 
     /// Opens the session link in the background.
     #[must_use]
-    pub fn start_link(&self, args: &McpArgs) -> Link {
+    pub fn start_link(&self, args: &McpArgs) -> LinkTask {
         let title = args
             .title
             .clone()
@@ -166,29 +160,21 @@ impl Console {
             .filter(|c| !c.is_control())
             .take(200)
             .collect();
-        let hello = json!({
-            "type": "hello",
-            "title": if title.is_empty() { "countersign mcp".to_owned() } else { title },
-            "roles": args.roles,
-            "capabilities": [],
-            "modes": ["send"],
-        });
-        let ws = format!(
-            "{}/link/v1/sessions/{}",
-            self.base
-                .replacen("https://", "wss://", 1)
-                .replacen("http://", "ws://", 1),
-            self.session_id.replace('%', "%25")
+        let title = if title.is_empty() {
+            "countersign mcp".to_owned()
+        } else {
+            title
+        };
+        let roles: Vec<&str> = args.roles.iter().map(String::as_str).collect();
+        let options = Options::new(
+            &self.base,
+            self.token.expose(),
+            &self.session_id,
+            Advert::new(&title).roles(&roles).modes(&[Mode::Send]),
         );
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(hold_link(
-            ws,
-            self.token.clone(),
-            hello,
-            Arc::clone(&self.inbox),
-            stop_rx,
-        ));
-        Link {
+        let task = tokio::spawn(hold_link(options, Arc::clone(&self.inbox), stop_rx));
+        LinkTask {
             task,
             stop: stop_tx,
         }
@@ -458,14 +444,14 @@ fn error_result(text: String) -> CallToolResult {
     r
 }
 
-/// The link task; stopped (its socket closed) by [`Link::stop`].
+/// The link task; stopped (its socket closed) by [`LinkTask::stop`].
 #[derive(Debug)]
-pub struct Link {
+pub struct LinkTask {
     task: tokio::task::JoinHandle<()>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
-impl Link {
+impl LinkTask {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(2), self.task).await;
@@ -489,16 +475,14 @@ enum Ended {
 }
 
 async fn hold_link(
-    url: String,
-    token: Secret,
-    hello: Value,
+    options: Options,
     inbox: Arc<Inbox>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_secs(1);
     set_state(&inbox, "connecting");
     loop {
-        let ended = once(&url, &token, &hello, &inbox, &mut stop).await;
+        let ended = once(options.clone(), &inbox, &mut stop).await;
         match ended {
             Ended::Stopped => {
                 set_state(&inbox, "closed");
@@ -525,132 +509,82 @@ async fn hold_link(
     }
 }
 
+/// One link, from connecting to its close.
 async fn once(
-    url: &str,
-    token: &Secret,
-    hello: &Value,
+    options: Options,
     inbox: &Inbox,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Ended {
-    let mut req = match url.into_client_request() {
-        Ok(r) => r,
-        Err(e) => return Ended::Final(format!("link URL: {e}")),
+    let connected = tokio::select! {
+        c = Link::connect(options) => c,
+        _ = stop.changed() => return Ended::Stopped,
     };
-    let Ok(auth) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) else {
-        return Ended::Final("the agent token is not a valid header value".into());
-    };
-    req.headers_mut().insert("authorization", auth);
-    req.headers_mut().insert(
-        "sec-websocket-protocol",
-        HeaderValue::from_static(SUBPROTOCOL),
-    );
-    let (mut ws, _) = match tokio_tungstenite::connect_async(req).await {
-        Ok(c) => c,
-        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
-            let status = resp.status().as_u16();
-            let body: Value = resp
-                .body()
-                .as_deref()
-                .and_then(|b| serde_json::from_slice(b).ok())
-                .unwrap_or(Value::Null);
-            let why = format!(
-                "refused with HTTP {status} {}",
-                body["code"].as_str().unwrap_or("")
-            );
-            return if matches!(status, 401 | 403 | 400) {
-                Ended::Final(why)
-            } else {
-                Ended::Retry(why)
-            };
+    let mut link = match connected {
+        Ok(l) => l,
+        Err(LinkError::Closed { code, reason }) if matches!(code, 4400 | 4409) => {
+            return Ended::Final(format!("closed by the console ({code} {reason})"));
         }
-        Err(e) => return Ended::Retry(format!("cannot connect: {e}")),
+        Err(e @ LinkError::Connect(_)) if e.to_string().contains("HTTP error: 40") => {
+            // 400 (a bad session id), 401 (a bad token), 403 (not an agent): no retry mends it.
+            return Ended::Final(e.to_string());
+        }
+        Err(e) => return Ended::Retry(e.to_string()),
     };
-    if ws
-        .send(Message::Text(hello.to_string().into()))
-        .await
-        .is_err()
-    {
-        return Ended::Retry("the hello was not sent".into());
-    }
+    set_state(inbox, "live");
+    log("console link live");
+    let handle = link.handle();
     loop {
-        let msg = tokio::select! {
-            m = ws.next() => m,
+        let event = tokio::select! {
+            e = link.next() => e,
             _ = stop.changed() => {
-                let _ = ws.close(None).await;
+                handle.close();
+                let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    while link.next().await.is_some() {}
+                }).await;
                 return Ended::Stopped;
             }
         };
-        let msg = match msg {
-            Some(Ok(m)) => m,
-            Some(Err(e)) => return Ended::Retry(format!("link error: {e}")),
-            None => return Ended::Retry("the console closed the link".into()),
-        };
-        match msg {
-            Message::Text(t) => {
-                let Ok(v) = serde_json::from_str::<Value>(&t) else {
-                    continue;
-                };
-                match v["type"].as_str() {
-                    Some("welcome") => {
-                        set_state(inbox, "live");
-                        log("console link live");
-                    }
-                    Some("deliver") => {
-                        let d = &v["delivery"];
-                        let kind = d["kind"].as_str().unwrap_or("message").to_owned();
-                        let id = d["id"].as_str().unwrap_or_default().to_owned();
-                        let ack = json!({
-                            "type": "delivered",
-                            "kind": kind,
-                            "id": id,
-                            "attempt": d["attempt"],
-                        });
-                        if let Ok(mut k) = inbox.kinds.lock() {
-                            k.insert(id.clone(), kind.clone());
-                        }
-                        let entry = json!({
-                            "kind": kind,
-                            "id": id,
-                            "attempt": d["attempt"],
-                            "thread_id": v["thread_id"],
-                            "issue": v["issue"],
-                            "mode": v["mode"],
-                            "author": v["author"],
-                            "body": v["body"],
-                            "notice": v["notice"],
-                        });
-                        if let Ok(mut q) = inbox.queue.lock() {
-                            if q.len() >= QUEUE_LIMIT {
-                                q.pop_front();
-                            }
-                            q.push_back(entry);
-                        }
-                        inbox.arrived.notify_waiters();
-                        log(format!("{kind} {id} delivered"));
-                        if ws
-                            .send(Message::Text(ack.to_string().into()))
-                            .await
-                            .is_err()
-                        {
-                            return Ended::Retry("the delivery was not acknowledged".into());
-                        }
-                    }
-                    // relay.open / relay.close: this session serves no relay.
-                    _ => {}
+        match event {
+            Some(Event::Delivery(d)) => {
+                let kind = d.delivery.kind.clone();
+                let id = d.delivery.id.clone();
+                if let Ok(mut k) = inbox.kinds.lock() {
+                    k.insert(id.clone(), kind.clone());
                 }
+                let entry = json!({
+                    "kind": kind,
+                    "id": id,
+                    "attempt": d.delivery.attempt,
+                    "thread_id": d.thread_id,
+                    "issue": d.issue,
+                    "mode": d.mode,
+                    "author": d.author,
+                    "body": d.body,
+                    "notice": d.notice,
+                });
+                if let Ok(mut q) = inbox.queue.lock() {
+                    if q.len() >= QUEUE_LIMIT {
+                        q.pop_front();
+                    }
+                    q.push_back(entry);
+                }
+                inbox.arrived.notify_waiters();
+                log(format!("{kind} {id} delivered"));
             }
-            Message::Close(frame) => {
-                let (code, reason) = frame
-                    .map(|f| (u16::from(f.code), f.reason.to_string()))
-                    .unwrap_or((u16::from(CloseCode::Normal), String::new()));
-                let why = format!("closed by the console ({code} {reason})");
-                return if matches!(code, 4400 | 4409) {
+            // This session serves no relay (it does not advertise the capability).
+            Some(Event::RelayOpen { .. } | Event::RelayClose { .. }) => {}
+            Some(Event::Closed { code, reason }) => {
+                let why = format!(
+                    "closed by the console ({} {reason})",
+                    code.map(|c| c.to_string()).unwrap_or_default()
+                );
+                return if matches!(code, Some(4400 | 4409)) {
                     Ended::Final(why)
                 } else {
                     Ended::Retry(why)
                 };
             }
-            _ => {}
+            None => return Ended::Retry("the link ended".into()),
         }
     }
 }

@@ -7,7 +7,7 @@
 //!    and leaves it running at exit.)
 //! 2. It serves MCP over stdio with [`rmcp`] ([`tools::Server`]): secret tools always, console
 //!    tools when a console agent token is configured (then it also holds the session's console
-//!    link, [`console::Link`]).
+//!    link, [`console::LinkTask`]).
 //! 3. When standard input closes, or on SIGTERM, SIGINT or SIGHUP, it stops the commands still
 //!    running (their process groups), unregisters the session (the helper unenrolls it at the
 //!    broker, which ends its grants and pending requests) and exits 0. Killed otherwise, the
