@@ -454,7 +454,7 @@ pub struct LinkTask {
 impl LinkTask {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.task).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.task).await;
     }
 }
 

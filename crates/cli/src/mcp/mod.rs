@@ -178,8 +178,9 @@ async fn serve_session(ctx: Arc<Ctx>, args: &McpArgs, facts: SessionFacts) -> Re
     };
     log(format!("stopping: {why}"));
     commands.stop_all().await;
+    // The link closes (the session is no longer live on the console) while the session ends.
     if let Some(l) = link {
-        l.stop().await;
+        tokio::spawn(l.stop());
     }
     Ok(exit::SUCCESS)
 }
