@@ -107,10 +107,12 @@ pub enum Command {
     /// process never does), then serves MCP over stdio until its standard input closes or it
     /// gets SIGTERM, SIGINT or SIGHUP: then it ends the session (its grants and pending requests
     /// end with it) and exits 0. If it dies another way, the helper ends the session within a
-    /// second. Tools: run_with_secrets, request_status, cancel_request, list_grants; with a
-    /// console agent token also ask_person, get_answer, read_messages and reply. No tool result,
-    /// error or log line carries a secret's value: command output is masked, and a value too
-    /// short to mask withholds the output. Logs go to standard error. See docs/agents.md.
+    /// second. Started inside a session already (countersign run -- countersign mcp), it serves
+    /// that session and leaves it to its owner. Tools: run_with_secrets, request_status,
+    /// cancel_request, list_grants; with a console agent token also ask_person, get_answer,
+    /// read_messages and reply. No tool result, error or log line carries a secret's value:
+    /// command output is masked, and a value too short to mask withholds the output. Logs go to
+    /// standard error. See docs/agents.md.
     Mcp(McpArgs),
     /// Print shell completions.
     Completions {

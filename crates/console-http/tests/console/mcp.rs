@@ -700,3 +700,90 @@ async fn ask_answered_in_chromium(s: &Setup, c: &mut Client) -> anyhow::Result<(
     assert!(text.contains(DEV_PERSON), "{text}");
     Ok(())
 }
+
+/// Started inside a session (`countersign run -- countersign mcp`), the server serves that
+/// session and leaves ending it to its owner; without an agent token it offers no console tool.
+#[tokio::test]
+async fn mcp_inside_a_session_serves_it() -> anyhow::Result<()> {
+    let Some(python) = python_mcp_or_skip() else {
+        return Ok(());
+    };
+    let s = setup().await?;
+    let values = s.dev.values()?;
+    let cli = cli::cli_bin()?.display().to_string();
+    let socket = s.helper.socket.display().to_string();
+    let server: Vec<String> = [
+        cli.as_str(),
+        "--socket",
+        &socket,
+        "run",
+        "--",
+        cli.as_str(),
+        "--socket",
+        &socket,
+        "--poll-interval",
+        "0.2",
+        "mcp",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    let mut c = Client::start(&python, s.helper.dir.path(), &server).await?;
+    c.send(json!({ "id": 1000, "op": "list_tools" })).await?;
+    let tools = c.wait_line(30, |v| v["id"] == 1000).await?;
+    let mut names: Vec<&str> = tools["tools"]
+        .as_array()
+        .context("tools")?
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "cancel_request",
+            "list_grants",
+            "request_status",
+            "run_with_secrets"
+        ]
+    );
+    let ran = c
+        .call(
+            "run_with_secrets",
+            json!({ "command": "env", "secrets": ["DEMO_AUTOMATIC"], "reason": "inside run" }),
+        )
+        .await?;
+    assert!(
+        text_of(&ran).contains(&format!("DEMO_AUTOMATIC={CONCEALED}")),
+        "{ran}"
+    );
+    // The session is `run`'s (labelled by its command's name), not one of its own.
+    let grants = c.call("list_grants", json!({})).await?;
+    let runtime = grants["structured"]["runtime_id"].as_str().unwrap_or("");
+    assert!(runtime.ends_with("/countersign"), "{grants}");
+    let (lines, mcp_log) = c.close().await?;
+    assert!(mcp_log.contains("already inside session"), "{mcp_log}");
+    // `run` ends the session when the server (its command) exits.
+    eventually(20, || async {
+        let out = s
+            .helper
+            .cli(&["--json", "status"])?
+            .stdin(Stdio::null())
+            .output()
+            .await?;
+        let status: Value = serde_json::from_slice(&out.stdout)?;
+        Ok((status["sessions"] == json!([])).then_some(()))
+    })
+    .await?;
+    let helper_log = s.helper.log();
+    let dev_log = s.dev.stop().await;
+    for (what, text) in [
+        ("the MCP client's lines", serde_json::to_string(&lines)?),
+        ("countersign mcp's log", mcp_log),
+        ("the helper's log", helper_log),
+        ("dev mode's log", dev_log),
+    ] {
+        assert_no_value(what, &text, &values);
+    }
+    Ok(())
+}
