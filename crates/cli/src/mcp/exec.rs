@@ -373,6 +373,7 @@ fn show(c: &mut Capture, mut m: Masker, longest: usize) -> Shown {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -165,7 +165,7 @@ impl Client {
         tokio::spawn(async move {
             while let Ok(Some(l)) = out.next_line().await {
                 let v = serde_json::from_str(&l).unwrap_or(Value::String(l));
-                sink.lock().unwrap().push(v);
+                sink.lock().unwrap_or_else(|e| e.into_inner()).push(v);
             }
         });
         let mut c = Self {
@@ -181,7 +181,7 @@ impl Client {
     }
 
     fn all(&self) -> Vec<Value> {
-        self.lines.lock().unwrap().clone()
+        self.lines.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The first line from `from` on that `pred` accepts, waiting up to `secs`.
