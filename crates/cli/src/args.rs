@@ -332,6 +332,40 @@ mod tests {
     }
 
     #[test]
+    fn parses_mcp() {
+        let cli = Cli::try_parse_from([
+            "countersign",
+            "mcp",
+            "--session-id",
+            "agent-7",
+            "--wait",
+            "2.5",
+            "--role",
+            "reviewer",
+            "--role",
+            "ci.bot",
+        ]);
+        let Ok(Cli {
+            command: Command::Mcp(a),
+            ..
+        }) = cli
+        else {
+            panic!("{cli:?}");
+        };
+        assert_eq!(a.session_id.as_deref(), Some("agent-7"));
+        assert_eq!(a.wait, Duration::from_millis(2500));
+        assert_eq!(a.roles, ["reviewer", "ci.bot"]);
+        assert_eq!(a.label, "mcp");
+        for bad in ["a b", "a/b", "", "x?y", "<s>"] {
+            let e = Cli::try_parse_from(["countersign", "mcp", "--session-id", bad]);
+            assert_eq!(e.err().map(|e| e.exit_code()), Some(2), "{bad:?}");
+        }
+        // The agent token is never a flag.
+        let e = Cli::try_parse_from(["countersign", "mcp", "--agent-token", "t"]);
+        assert_eq!(e.err().map(|e| e.exit_code()), Some(2));
+    }
+
+    #[test]
     fn parses_run() {
         let cli = Cli::try_parse_from([
             "countersign",
