@@ -787,3 +787,62 @@ async fn mcp_inside_a_session_serves_it() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Killed outright (SIGKILL: no chance to unregister), the server's session still ends: the
+/// helper sees its root gone, unenrolls it, and the broker ends its grants.
+#[tokio::test]
+async fn mcp_killed_still_ends_its_session() -> anyhow::Result<()> {
+    let Some(python) = python_mcp_or_skip() else {
+        return Ok(());
+    };
+    let s = setup().await?;
+    let mut c = Client::start(&python, s.helper.dir.path(), &server_args(&s, &[])?).await?;
+    let ran = c
+        .call(
+            "run_with_secrets",
+            json!({ "command": "true", "secrets": ["DEMO_AUTOMATIC"], "reason": "before the kill" }),
+        )
+        .await?;
+    assert_eq!(ran["structured"]["exit_code"], 0, "{ran}");
+    let grants = c.call("list_grants", json!({})).await?;
+    // The runtime id names the root: <host>/pid-<pid>-<start>/<label>.
+    let runtime = grants["structured"]["runtime_id"]
+        .as_str()
+        .context("runtime_id")?
+        .to_owned();
+    let pid = runtime
+        .split('/')
+        .nth(1)
+        .and_then(|p| p.strip_prefix("pid-"))
+        .and_then(|p| p.split('-').next())
+        .context("pid in the runtime id")?
+        .to_owned();
+    let live = s
+        .person
+        .get("/api/v1/credential-grants?approver=me")
+        .await?;
+    assert_eq!(live.json.as_array().map(Vec::len), Some(1), "{}", live.text);
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()?;
+    assert!(killed.success());
+    eventually(20, || async {
+        let out = s
+            .helper
+            .cli(&["--json", "status"])?
+            .stdin(Stdio::null())
+            .output()
+            .await?;
+        let status: Value = serde_json::from_slice(&out.stdout)?;
+        let grants = s
+            .person
+            .get("/api/v1/credential-grants?approver=me")
+            .await?;
+        let none = grants.json.as_array().is_some_and(Vec::is_empty);
+        Ok((status["sessions"] == json!([]) && none).then_some(()))
+    })
+    .await?;
+    let _ = c.close().await;
+    s.dev.stop().await;
+    Ok(())
+}
