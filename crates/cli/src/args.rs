@@ -23,7 +23,8 @@ Exit status:
 Environment:
   COUNTERSIGN_HELPER_SOCKET     the launcher helper's socket (as --socket)
   XDG_RUNTIME_DIR               the default socket is $XDG_RUNTIME_DIR/countersign/launcher.sock
-  COUNTERSIGN_NON_INTERACTIVE   as --non-interactive";
+  COUNTERSIGN_NON_INTERACTIVE   as --non-interactive
+  COUNTERSIGN_AGENT_TOKEN       mcp: the console agent token (or --agent-token-file)";
 
 /// Countersign: secrets for agent sessions, released only on a policy's yes or a person's
 /// countersignature.
@@ -99,6 +100,20 @@ pub enum Command {
     /// Keep the current session's lease renewed: a worker for a supervisor. Exits 76 on a
     /// terminal refusal (the session is over; do not restart it).
     Renew(RenewArgs),
+    /// Serve the Model Context Protocol on standard input and output: tools through which a
+    /// model uses secrets without ever seeing them.
+    ///
+    /// Registers a session around this process (the launcher helper holds its key; this
+    /// process never does), then serves MCP over stdio until its standard input closes or it
+    /// gets SIGTERM, SIGINT or SIGHUP: then it ends the session (its grants and pending requests
+    /// end with it) and exits 0. If it dies another way, the helper ends the session within a
+    /// second. Started inside a session already (countersign run -- countersign mcp), it serves
+    /// that session and leaves it to its owner. Tools: run_with_secrets, request_status,
+    /// cancel_request, list_grants; with a console agent token also ask_person, get_answer,
+    /// read_messages and reply. No tool result, error or log line carries a secret's value:
+    /// command output is masked, and a value too short to mask withholds the output. Logs go to
+    /// standard error. See docs/agents.md.
+    Mcp(McpArgs),
     /// Print shell completions.
     Completions {
         /// The shell.
@@ -182,6 +197,39 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct McpArgs {
+    /// This session's id on the approval console (the actor of its asks and replies, the id of
+    /// its session link), also the notification session the broker tells when a pending
+    /// request expires [default: mcp-<random>].
+    #[arg(long, value_name = "ID", value_parser = parse_session_id)]
+    pub session_id: Option<String>,
+    /// A short name for the session, part of its runtime id (as the approver sees it).
+    #[arg(long, value_name = "NAME", default_value = "mcp")]
+    pub label: String,
+    /// How long run_with_secrets waits for a person before it answers that the request is
+    /// still waiting (a call may ask for another wait, up to an hour).
+    #[arg(long, value_name = "SECONDS", default_value = "25", value_parser = parse_seconds)]
+    pub wait: Duration,
+    /// The approval console, for ask_person, get_answer, read_messages and reply [default: the
+    /// console URL the launcher helper was started with].
+    #[arg(long, value_name = "URL", env = "COUNTERSIGN_CONSOLE_URL")]
+    pub console_url: Option<String>,
+    /// A file holding this session's console agent token (a personal agent token minted in the
+    /// console, or the console's shared agent token). The token itself is never taken from the
+    /// command line; COUNTERSIGN_AGENT_TOKEN may hold it instead. Without a token the console
+    /// tools are not offered.
+    #[arg(long, value_name = "PATH", env = "COUNTERSIGN_AGENT_TOKEN_FILE")]
+    pub agent_token_file: Option<PathBuf>,
+    /// The session's title on the console [default: "countersign mcp (<label>)"].
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+    /// A role the session advertises on the console link (messages to the role reach it);
+    /// repeat for more.
+    #[arg(long = "role", value_name = "ROLE")]
+    pub roles: Vec<String>,
+}
+
+#[derive(Args, Debug)]
 pub struct RequestArgs {
     #[command(flatten)]
     pub ask: Ask,
@@ -236,7 +284,7 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 }
 
 /// An agent secret name: `^[A-Z][A-Z0-9_]{0,127}$`.
-fn parse_secret_name(s: &str) -> Result<String, String> {
+pub(crate) fn parse_secret_name(s: &str) -> Result<String, String> {
     let b = s.as_bytes();
     let ok = !b.is_empty()
         && b.len() <= 128
@@ -247,6 +295,21 @@ fn parse_secret_name(s: &str) -> Result<String, String> {
         Ok(s.to_owned())
     } else {
         Err("a secret name is upper case letters, digits and _, starting with a letter".into())
+    }
+}
+
+/// A console session id (console protocol §4.1): 1 to 128 characters, no whitespace, control
+/// character, or one of `/?#<>"'`[]\|`.
+pub fn parse_session_id(s: &str) -> Result<String, String> {
+    let n = s.chars().count();
+    let ok = (1..=128).contains(&n)
+        && !s
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || "/?#<>\"'`[]\\|".contains(c));
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err("a session id is 1 to 128 characters without whitespace, control characters or any of / ? # < > \" ' ` [ ] \\ |".into())
     }
 }
 
@@ -266,6 +329,40 @@ mod tests {
     #[test]
     fn definitions_are_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_mcp() {
+        let cli = Cli::try_parse_from([
+            "countersign",
+            "mcp",
+            "--session-id",
+            "agent-7",
+            "--wait",
+            "2.5",
+            "--role",
+            "reviewer",
+            "--role",
+            "ci.bot",
+        ]);
+        let Ok(Cli {
+            command: Command::Mcp(a),
+            ..
+        }) = cli
+        else {
+            panic!("{cli:?}");
+        };
+        assert_eq!(a.session_id.as_deref(), Some("agent-7"));
+        assert_eq!(a.wait, Duration::from_millis(2500));
+        assert_eq!(a.roles, ["reviewer", "ci.bot"]);
+        assert_eq!(a.label, "mcp");
+        for bad in ["a b", "a/b", "", "x?y", "<s>"] {
+            let e = Cli::try_parse_from(["countersign", "mcp", "--session-id", bad]);
+            assert_eq!(e.err().map(|e| e.exit_code()), Some(2), "{bad:?}");
+        }
+        // The agent token is never a flag.
+        let e = Cli::try_parse_from(["countersign", "mcp", "--agent-token", "t"]);
+        assert_eq!(e.err().map(|e| e.exit_code()), Some(2));
     }
 
     #[test]

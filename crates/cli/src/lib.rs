@@ -13,6 +13,7 @@ pub mod ctx;
 pub mod exit;
 pub mod login;
 pub mod mask;
+pub mod mcp;
 pub mod operator;
 pub mod prompt;
 pub mod relay;
@@ -76,6 +77,10 @@ fn execute(cli: Cli) -> Result<u8, Fail> {
             ))
         })?;
     let ctx = Ctx::new(socket, cli.json, !cli.non_interactive, cli.poll_interval);
+    if let Command::Mcp(a) = cli.command {
+        // Its own runtime (several threads: tool calls run side by side); stdout is MCP's.
+        return mcp::main(ctx, a);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -96,7 +101,7 @@ async fn dispatch(ctx: &Ctx, command: Command) -> Result<u8, Fail> {
         Command::Revoke { grant_id } => session::revoke(ctx, &grant_id).await,
         Command::Operator(op) => operator::operator(ctx, op).await,
         Command::Renew(a) => session::renew(ctx, a).await,
-        Command::Completions { .. } | Command::Man { .. } => Ok(exit::SUCCESS),
+        Command::Completions { .. } | Command::Man { .. } | Command::Mcp(_) => Ok(exit::SUCCESS),
     }
 }
 

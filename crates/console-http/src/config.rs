@@ -100,6 +100,10 @@ pub struct BrokerConfig {
     pub console_token_file: Option<PathBuf>,
     #[serde(default = "default_broker_timeout")]
     pub timeout_seconds: u64,
+    /// The secret the broker signs its expiry webhooks with (its `[notifications]
+    /// secret_file`), for `POST /hooks/broker` (protocol §8); none: that route is 404.
+    #[serde(default)]
+    pub webhook_secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -198,6 +202,7 @@ impl Config {
                         url: v,
                         console_token_file: None,
                         timeout_seconds: default_broker_timeout(),
+                        webhook_secret_file: None,
                     })
                 }
             }
@@ -248,6 +253,26 @@ impl Config {
             .and_then(|b| b.console_token_file.as_ref())
         {
             Some(p) => read_secret(p, "console token").map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The broker's webhook signing secret, if configured (`[broker] webhook_secret_file`).
+    pub fn webhook_secret(&self) -> anyhow::Result<Option<crate::hooks::WebhookSecret>> {
+        match self
+            .broker
+            .as_ref()
+            .and_then(|b| b.webhook_secret_file.as_ref())
+        {
+            Some(p) => {
+                let text = Zeroizing::new(
+                    std::fs::read_to_string(p)
+                        .with_context(|| format!("read webhook secret file {}", p.display()))?,
+                );
+                crate::hooks::WebhookSecret::parse(&text)
+                    .with_context(|| format!("webhook secret file {}", p.display()))
+                    .map(Some)
+            }
             None => Ok(None),
         }
     }

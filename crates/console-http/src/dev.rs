@@ -6,6 +6,10 @@
 //! the same files and formats, so either command can start from the other's state. The console
 //! keeps its own SQLite database there (`console.db`), talks to the broker with that console
 //! token, and offers dev mode's local sign-in (an e-mail, loopback only).
+//!
+//! The broker's expiry notifications go to the console's webhook (`/hooks/broker`, protocol
+//! §8), signed with a secret both share (`webhook-secret`, made on first run), so a request
+//! left to expire reaches its session as a message out of the box.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -56,15 +60,75 @@ impl Dev {
     }
 }
 
+/// What dev mode can be asked to do differently (tests).
+#[derive(Debug, Clone, Default)]
+pub struct DevOptions {
+    /// Seconds a credential request stays pending (the broker's default otherwise).
+    pub request_pending_seconds: Option<i64>,
+}
+
 /// Starts both on 127.0.0.1 (port 0 picks a free one), creating dev state in `dir` on first run.
 pub async fn start(dir: &Path, broker_port: u16, console_port: u16) -> anyhow::Result<Dev> {
+    start_with(dir, broker_port, console_port, DevOptions::default()).await
+}
+
+/// The broker's webhook secret in the dev state (`whsec_` and 32 random bytes, made once).
+fn webhook_secret(dir: &Path) -> anyhow::Result<PathBuf> {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = dir.join("webhook-secret");
+    if !path.exists() {
+        let key =
+            countersign_console_core::clock::random::<32>(&countersign_console_core::SystemEntropy);
+        let text = format!(
+            "whsec_{}",
+            base64::engine::general_purpose::STANDARD.encode(key)
+        );
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(path)
+}
+
+/// [`start`], with [`DevOptions`].
+pub async fn start_with(
+    dir: &Path,
+    broker_port: u16,
+    console_port: u16,
+    options: DevOptions,
+) -> anyhow::Result<Dev> {
     let broker_listener =
         std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], broker_port)))
             .with_context(|| format!("bind the broker on 127.0.0.1:{broker_port}"))?;
     let broker_addr = broker_listener.local_addr()?;
     let broker_url = format!("http://{broker_addr}");
-    // The broker's dev state and configuration, exactly as `countersign-broker dev` makes them.
-    let broker_config = countersign_broker_http::dev::dev_config(dir, broker_addr)?;
+    let console_listener =
+        tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], console_port)))
+            .await
+            .with_context(|| format!("bind the console on 127.0.0.1:{console_port}"))?;
+    let console_addr = console_listener.local_addr()?;
+    let console_url = format!("http://{console_addr}");
+    // The broker's dev state and configuration, exactly as `countersign-broker dev` makes them,
+    // with its expiry notifications sent to this console.
+    let mut broker_config = countersign_broker_http::dev::dev_config(dir, broker_addr)?;
+    let secret = webhook_secret(dir)?;
+    broker_config.notifications = Some(countersign_broker_http::config::NotificationsConfig {
+        url: format!("{console_url}/hooks/broker"),
+        secret_file: secret.clone(),
+        timeout_seconds: 10,
+        retry_initial_seconds: 1,
+        retry_max_seconds: 60,
+        max_attempts: 100,
+    });
+    if let Some(s) = options.request_pending_seconds {
+        broker_config.durations.request_pending = s;
+    }
     let state = countersign_broker_http::server::build(
         &broker_config,
         Arc::new(countersign_broker_core::SystemClock),
@@ -78,12 +142,6 @@ pub async fn start(dir: &Path, broker_port: u16, console_port: u16) -> anyhow::R
     )
     .await?;
 
-    let console_listener =
-        tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], console_port)))
-            .await
-            .with_context(|| format!("bind the console on 127.0.0.1:{console_port}"))?;
-    let console_addr = console_listener.local_addr()?;
-    let console_url = format!("http://{console_addr}");
     let mut config = Config::new(&console_url);
     config.listen = console_addr;
     config.database_url = format!("sqlite://{}?mode=rwc", dir.join("console.db").display());
@@ -91,6 +149,7 @@ pub async fn start(dir: &Path, broker_port: u16, console_port: u16) -> anyhow::R
         url: broker_url.clone(),
         console_token_file: Some(dir.join("console-token")),
         timeout_seconds: 10,
+        webhook_secret_file: Some(secret),
     });
     config.local_sign_in = true;
     config.local_sign_in_hint = Some(DEV_PERSON.to_owned());

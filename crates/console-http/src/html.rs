@@ -110,6 +110,7 @@ pub struct Chrome<'a> {
 const NAV: &[(&str, &str)] = &[
     ("/", "Inbox"),
     ("/projects", "Issues"),
+    ("/sessions", "Sessions"),
     ("/machines/approve", "Approve a machine"),
     ("/grants", "Grants"),
     ("/machines", "Machines"),
@@ -530,7 +531,7 @@ pub struct IssueRow {
     pub updated: When,
 }
 
-fn actor_text(a: &countersign_console_core::work::Actor) -> String {
+pub(crate) fn actor_text(a: &countersign_console_core::work::Actor) -> String {
     use countersign_console_core::work::Actor;
     match a {
         Actor::User { login } => login.to_string(),
@@ -628,6 +629,8 @@ pub struct IssuePage<'a> {
     pub chrome: Chrome<'a>,
     pub i: IssueRow,
     pub events: Vec<EventRow>,
+    /// The issue's documents and files: `(page, filename)`.
+    pub documents: Vec<(String, String)>,
 }
 
 /// A search result as the page lists it.

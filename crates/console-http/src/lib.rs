@@ -22,6 +22,7 @@ pub mod config;
 #[cfg(feature = "dev")]
 pub mod dev;
 pub mod error;
+pub mod hooks;
 mod html;
 pub mod link;
 pub mod oidc;
@@ -48,6 +49,9 @@ pub struct AppState {
     pub local_sign_in_hint: Option<String>,
     /// The live sessions linked to this replica.
     pub sessions: Arc<link::Registry>,
+    /// The broker's webhook signing secret (`[broker] webhook_secret_file`); none: the
+    /// webhook route answers 404.
+    pub webhook_secret: Option<hooks::WebhookSecret>,
     /// The storage's listener for other replicas' events, until [`serve`] takes it.
     pub event_listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }

@@ -100,6 +100,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     }
     let mut state = state(console, config);
     state.sessions = sessions;
+    state.webhook_secret = config.webhook_secret()?;
     let state = Arc::new(state);
     let weak = Arc::downgrade(&state);
     let listener = listener_storage.listen_events(Arc::new(move |id| {
@@ -109,6 +110,16 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     }));
     if let Ok(mut slot) = state.event_listener.lock() {
         *slot = listener;
+    }
+    // Link notices from other replicas: deliveries to the links this one holds, links to close.
+    let weak = Arc::downgrade(&state);
+    let links = listener_storage.listen_links(Arc::new(move |payload| {
+        if let Some(st) = weak.upgrade() {
+            crate::link::on_notice(st, payload);
+        }
+    }));
+    if let Ok(mut slot) = state.sessions.listener.lock() {
+        *slot = links;
     }
     Ok(state)
 }
@@ -121,6 +132,7 @@ pub fn state(console: Console, config: &Config) -> AppState {
         secure_cookies: config.is_https(),
         local_sign_in_hint: config.local_sign_in_hint.clone(),
         sessions: Default::default(),
+        webhook_secret: None,
         event_listener: Default::default(),
     }
 }
@@ -162,7 +174,13 @@ async fn request_rules(State(spec): State<RouteSpec>, req: Request, next: Next) 
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > crate::api::JSON_LIMIT) {
+        // Multipart uploads take up to 25 MiB; every JSON body 1 MiB (protocol §2).
+        let limit = if crate::api::documents::is_multipart(req.headers()) {
+            crate::api::documents::UPLOAD_LIMIT
+        } else {
+            crate::api::JSON_LIMIT
+        };
+        if declared.is_some_and(|n| n > limit) {
             return ApiError::from(ErrorCode::REQUEST_TOO_LARGE).into_response();
         }
         let query = req.uri().query().unwrap_or("");
@@ -197,17 +215,20 @@ async fn method_not_allowed(req: Request, next: Next) -> Response {
     out
 }
 
-/// Headers on every answer: no framing, no sniffing, scripts and styles from this origin only.
+/// Headers on every answer: no framing, no sniffing, scripts and styles from this origin only
+/// (an answer that set a stricter policy keeps it: a download's `sandbox`).
 async fn security_headers(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                 connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            ),
+        );
+    }
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
@@ -218,6 +239,15 @@ async fn security_headers(req: Request, next: Next) -> Response {
         HeaderValue::from_static("same-origin"),
     );
     resp
+}
+
+/// Aborts a task when dropped (the housekeeping task's helpers end with it).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A running console.
@@ -278,7 +308,9 @@ pub async fn serve(
             .await
     });
     let syncs = crate::api::delivery::background(state.clone());
+    let links = crate::link::background(state.clone());
     let background = tokio::spawn(async move {
+        let _links = AbortOnDrop(links);
         let housekeeping = async {
             let mut tick = tokio::time::interval(Duration::from_secs(60));
             loop {

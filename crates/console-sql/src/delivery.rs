@@ -5,7 +5,7 @@
 //! imported component trees.
 
 use async_trait::async_trait;
-use countersign_common::sql::{Backend, db_err};
+use countersign_common::sql::db_err;
 use countersign_console_core::Time;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::delivery::{
@@ -130,14 +130,6 @@ const SOURCE_COLUMNS: &str = "project, repo, branch, commit_sha, synced_at, last
 const PULL_COLUMNS: &str = "body, deploy_run, deployed_at, reverted_by";
 
 impl SqlTx {
-    fn lock(&self) -> &'static str {
-        if self.write && self.backend == Backend::Postgres {
-            " FOR UPDATE"
-        } else {
-            ""
-        }
-    }
-
     async fn state_row(&mut self) -> Result<Option<AnyRow>, StorageError> {
         let lock = self.lock();
         sqlx::query(&format!(

@@ -13,7 +13,10 @@
 //! - `console_tokens`: personal agent tokens by id, with the SHA-256 of the token (unique);
 //! - `console_people`: who has signed in, by lowercase login;
 //! - the work core's tables ([`work`]): `console_projects`, `console_issues` with
-//!   `console_issue_labels`, `console_pins` and `console_events`, used in transactions.
+//!   `console_issue_labels`, `console_pins` and `console_events`, used in transactions;
+//! - the artifacts' tables ([`documents`]): `console_artifacts`, `console_documents`,
+//!   `console_artifact_versions`, `console_references`, `console_artifact_unsubscribed` and the
+//!   documents' index `console_artifact_text`.
 
 use async_trait::async_trait;
 use chrono::{TimeZone, Utc};
@@ -168,6 +171,24 @@ const SCHEMA: Schema = Schema {
             name: "delivery and architecture: settings, synced pull requests and runs, session groups, sources",
             sqlite: delivery::MIGRATION_7,
             postgres: delivery::MIGRATION_7,
+        },
+        Migration {
+            version: 8,
+            name: "artifacts: documents, files and images, versions, references, their index",
+            sqlite: documents::MIGRATION_8_SQLITE,
+            postgres: documents::MIGRATION_8_POSTGRES,
+        },
+        Migration {
+            version: 9,
+            name: "asks, comments, reviews and the inbox",
+            sqlite: asks::MIGRATION_9_SQLITE,
+            postgres: asks::MIGRATION_9_POSTGRES,
+        },
+        Migration {
+            version: 10,
+            name: "messages, broadcasts, delivery attempts, live sessions, conversation state",
+            sqlite: messages::MIGRATION_10_SQLITE,
+            postgres: messages::MIGRATION_10_POSTGRES,
         },
     ],
 };

@@ -1308,7 +1308,12 @@ impl EventTx for SqlTx {
         page: &EventPage,
     ) -> Result<Vec<Event>, StorageError> {
         let mut a = Args::default();
-        let mut conds = vec![format!("issue = {}", a.push(key.as_str().to_owned()))];
+        // A document's events name its issue too, with the document's own sequence: the
+        // issue's log is the events about the issue itself.
+        let mut conds = vec![
+            format!("issue = {}", a.push(key.as_str().to_owned())),
+            "artifact IS NULL".to_owned(),
+        ];
         if let Some(x) = page.after {
             conds.push(format!("sequence > {}", a.push(x)));
         }

@@ -37,9 +37,9 @@ macro_rules! transact {
     }};
 }
 
-mod asks;
+pub mod asks;
 mod delivery;
-mod documents;
+pub mod documents;
 mod front;
 mod messages;
 mod repos;
@@ -51,6 +51,9 @@ pub use delivery::full_date;
 pub use delivery::{
     ComponentTree, MeasuresAnswer, NewSessionGroup, PipelineAnswer, SessionGroupPatch,
     TimelineAnswer,
+};
+pub use messages::{
+    ACK_WITHIN, Ack, AgentPatch, LIVE_FOR, LinkNotice, NewBroadcast, is_session_id,
 };
 pub use signin::safe_return_to;
 pub use work::{IssuePatch, NewIssue, Presence, Suggestion, console_ref, is_role};
@@ -184,6 +187,8 @@ pub struct Console {
     committed: tokio::sync::watch::Sender<i64>,
     /// The delivery area's code host, targets and sync locks (issue 15).
     delivery: delivery::DeliveryState,
+    /// People's inboxes as last read, each good until an event commits (asks).
+    inboxes: asks::InboxCache,
 }
 
 impl Console {
@@ -196,6 +201,7 @@ impl Console {
             records: Mutex::new(HashMap::new()),
             committed: tokio::sync::watch::Sender::new(0),
             delivery: Default::default(),
+            inboxes: Default::default(),
         }
     }
 

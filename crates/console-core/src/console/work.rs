@@ -6,7 +6,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::work::asks::AskView;
 use crate::work::delivery::HostError;
+use crate::work::documents::PrimaryDocument;
 use crate::work::rules::{self, NameProblem};
 use crate::work::{
     Actor, Claim, CodeRef, Components, ComponentsMode, Event, EventPage, Issue, IssueFilter,
@@ -14,11 +16,15 @@ use crate::work::{
     RouteFilter, RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx, search,
 };
 
-/// Which agent sessions are live: those holding their session link open (protocol §4.2).
+/// The session links this console replica holds (protocol §4.2). Which sessions are live is
+/// shared by every replica through the storage (`console/messages/presence.rs`); this is the
+/// way to the links themselves.
 pub trait Presence: Send + Sync + std::fmt::Debug {
-    fn is_live(&self, session: &str) -> bool;
-    /// The roles live sessions advertise.
-    fn live_roles(&self) -> Vec<String>;
+    /// This replica's id (random per process): the live-session rows it writes.
+    fn replica(&self) -> &str;
+    /// Hands a delivery to the session's link on this replica (the `deliver` frame); false
+    /// when none here takes it.
+    fn deliver(&self, d: &crate::work::messages::Delivery) -> bool;
 }
 
 /// A console ref (protocol §5): `countersign://issue/KEY`, ….
@@ -267,21 +273,6 @@ impl Console {
         self.committed.subscribe()
     }
 
-    fn is_live(&self, session: &str) -> bool {
-        self.parts
-            .presence
-            .as_ref()
-            .is_some_and(|p| p.is_live(session))
-    }
-
-    fn live_roles(&self) -> Vec<String> {
-        self.parts
-            .presence
-            .as_ref()
-            .map(|p| p.live_roles())
-            .unwrap_or_default()
-    }
-
     pub(super) async fn append(
         &self,
         tx: &mut dyn WorkTx,
@@ -365,22 +356,40 @@ impl Console {
 
     // ----- issues -----
 
-    /// The answer for an issue: its children and progress read in the same transaction.
+    /// The answer for an issue: its children, primary document and progress read in the same
+    /// transaction.
     async fn view(&self, tx: &mut dyn WorkTx, issue: Issue) -> Result<IssueView, Error> {
         let children = tx.children(&issue.key).await?;
-        Ok(self.view_with(issue, children, &self.live_roles()))
+        let asks = tx.open_asks_of(std::slice::from_ref(&issue.key)).await?;
+        let asks = asks.into_iter().map(AskView::listed).collect();
+        let primary = tx
+            .primary_documents(std::slice::from_ref(&issue.key))
+            .await?
+            .pop()
+            .map(|(_, d)| d);
+        let roles = self.live_roles_in(tx).await?;
+        Ok(self.view_with(issue, children, asks, primary, &roles))
     }
 
-    /// The answer for an issue whose children were read already.
+    /// The answer for an issue whose children, open asks and primary document were read
+    /// already.
     fn view_with(
         &self,
         issue: Issue,
         children: Vec<(IssueKey, Status)>,
+        open_asks: Vec<AskView>,
+        primary: Option<PrimaryDocument>,
         live_roles: &[String],
     ) -> IssueView {
         let done = children.iter().filter(|(_, s)| !s.is_open()).count() as i64;
         let progress = IssueProgress {
-            tasks: None,
+            tasks: primary
+                .as_ref()
+                .filter(|d| d.tasks.1 > 0)
+                .map(|d| Progress {
+                    done: d.tasks.0,
+                    total: d.tasks.1,
+                }),
             children: (!children.is_empty()).then_some(Progress {
                 done,
                 total: children.len() as i64,
@@ -390,8 +399,8 @@ impl Console {
         IssueView {
             route_status,
             progress,
-            open_asks: Vec::new(),
-            primary_document: None,
+            open_asks,
+            primary_document: primary.map(|d| json!({ "id": d.id, "slug": d.slug })),
             children: children.into_iter().map(|(k, _)| k).collect(),
             key: issue.key,
             project: issue.project,
@@ -425,7 +434,7 @@ impl Console {
     }
 
     /// The person an assignee names: a login someone signed in with.
-    async fn assignee(&self, login: &str) -> Result<Login, Error> {
+    pub(super) async fn assignee(&self, login: &str) -> Result<Login, Error> {
         let not_allowed = || {
             Error::with_message(
                 ErrorCode::ASSIGNEE_NOT_ALLOWED,
@@ -599,8 +608,9 @@ impl Console {
                 closed_at: (!new.status.unwrap_or(Status::Todo).is_open()).then_some(now),
             };
             tx.insert_issue(&issue).await?;
-            // A new issue has no children yet.
-            let view = self.view_with(issue, Vec::new(), &self.live_roles());
+            // A new issue has no children, asks or documents yet.
+            let roles = self.live_roles_in(tx).await?;
+            let view = self.view_with(issue, Vec::new(), Vec::new(), None, &roles);
             let event = self
                 .append(
                     tx,
@@ -669,13 +679,13 @@ impl Console {
         mut filter: IssueFilter,
         route_status: Option<RouteStatus>,
     ) -> Result<(Vec<IssueView>, i64), Error> {
-        let roles = self.live_roles();
+        let mut tx = self.parts.storage.read().await?;
+        let roles = self.live_roles_in(&mut *tx).await?;
         filter.route = route_status.map(|s| match s {
             RouteStatus::Live => RouteFilter::In(roles.clone()),
             RouteStatus::NoHolder => RouteFilter::NotIn(roles.clone()),
             RouteStatus::Unknown => RouteFilter::NoRoute,
         });
-        let mut tx = self.parts.storage.read().await?;
         let (issues, total) = tx.issues(&filter).await?;
         let keys: Vec<IssueKey> = issues.iter().map(|i| i.key.clone()).collect();
         let mut children: std::collections::HashMap<IssueKey, Vec<(IssueKey, Status)>> =
@@ -683,11 +693,22 @@ impl Console {
         for (parent, child, status) in tx.children_of(&keys).await? {
             children.entry(parent).or_default().push((child, status));
         }
+        // The page's open asks in one query, not one per issue.
+        let mut asks: std::collections::HashMap<IssueKey, Vec<AskView>> = Default::default();
+        for a in tx.open_asks_of(&keys).await? {
+            if let Some(k) = a.issue.clone() {
+                asks.entry(k).or_default().push(AskView::listed(a));
+            }
+        }
+        let mut primary: std::collections::HashMap<IssueKey, PrimaryDocument> =
+            tx.primary_documents(&keys).await?.into_iter().collect();
         let out = issues
             .into_iter()
             .map(|i| {
                 let c = children.remove(&i.key).unwrap_or_default();
-                self.view_with(i, c, &roles)
+                let a = asks.remove(&i.key).unwrap_or_default();
+                let d = primary.remove(&i.key);
+                self.view_with(i, c, a, d, &roles)
             })
             .collect();
         Ok((out, total))
@@ -846,10 +867,13 @@ impl Console {
     }
 
     /// Whether a holder still holds: a person always, a session while it is live.
-    fn holder_live(&self, holder: &Actor) -> bool {
+    async fn holder_live(&self, holder: &Actor) -> Result<bool, Error> {
         match holder {
-            Actor::Agent { session, .. } => session.as_deref().is_some_and(|s| self.is_live(s)),
-            _ => true,
+            Actor::Agent {
+                session: Some(s), ..
+            } => self.session_is_live(s).await,
+            Actor::Agent { session: None, .. } => Ok(false),
+            _ => Ok(true),
         }
     }
 
@@ -871,7 +895,7 @@ impl Console {
                 if Self::holds(c, actor) {
                     return Ok(c.clone());
                 }
-                if self.holder_live(&c.holder) && !force {
+                if self.holder_live(&c.holder).await? && !force {
                     return Err(
                         Error::new(ErrorCode::ISSUE_CLAIMED).with_detail("holder", &c.holder)
                     );
@@ -959,7 +983,7 @@ impl Console {
             let Some(c) = &seen else {
                 return Ok(());
             };
-            if !Self::holds(c, actor) && !actor.is_human() && self.holder_live(&c.holder) {
+            if !Self::holds(c, actor) && !actor.is_human() && self.holder_live(&c.holder).await? {
                 return Err(Error::new(ErrorCode::ISSUE_CLAIMED).with_detail("holder", &c.holder));
             }
             if self
@@ -1040,15 +1064,35 @@ impl Console {
             })
             .transpose()?;
         let words = search::words(q);
-        let (hits, total) = if words.is_empty() {
-            (Vec::new(), 0)
-        } else {
+        let mut kinds: Vec<(SearchKind, Vec<crate::work::Hit>)> = Vec::new();
+        let mut total = 0;
+        if !words.is_empty() {
             let mut tx = self.parts.storage.read().await?;
-            tx.search_issues(&words, false, project.as_ref(), search::PER_KIND)
-                .await?
-        };
-        let reachable = hits.len() as i64;
-        let rows = search::fuse(vec![(SearchKind::Issue, hits)], console_ref)
+            let p = project.as_ref();
+            let (hits, n) = tx.search_issues(&words, false, p, search::PER_KIND).await?;
+            total += n;
+            kinds.push((SearchKind::Issue, hits));
+            let (hits, n) = tx
+                .search_documents(&words, false, p, search::PER_KIND)
+                .await?;
+            total += n;
+            kinds.push((SearchKind::Document, hits));
+            let (hits, n) = tx
+                .search_asks(&words, false, p, false, search::PER_KIND)
+                .await?;
+            total += n;
+            kinds.push((SearchKind::Ask, hits));
+            let (hits, n) = tx.search_comments(&words, p, search::PER_KIND).await?;
+            total += n;
+            kinds.push((SearchKind::Comment, hits));
+            let (hits, n) = tx
+                .search_messages(&words, false, p, search::PER_KIND)
+                .await?;
+            total += n;
+            kinds.push((SearchKind::Message, hits));
+        }
+        let reachable = kinds.iter().map(|(_, h)| h.len() as i64).sum();
+        let rows = search::fuse(kinds, console_ref)
             .into_iter()
             .skip(offset as usize)
             .take(limit as usize)

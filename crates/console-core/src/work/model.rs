@@ -333,8 +333,8 @@ pub struct IssueView {
     pub assignee: Option<Login>,
     pub components: Components,
     pub progress: IssueProgress,
-    /// Open asks (asks arrive with their issue: always empty until then).
-    pub open_asks: Vec<Value>,
+    /// Open asks on the issue and its documents, oldest first (the list shape).
+    pub open_asks: Vec<crate::work::asks::AskView>,
     /// The earliest markdown document (documents arrive with their issue: null until then).
     pub primary_document: Option<Value>,
     pub children: Vec<IssueKey>,

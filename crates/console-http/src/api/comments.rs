@@ -1,4 +1,195 @@
-//! The comments routes.
+//! The comments routes (protocol §6.3): comment on an issue (or an ask, or a document quote),
+//! list, read with the thread, edit, resolve and reopen, suggestions, mention deliveries and
+//! the mentioned session's reply.
 
-#[allow(unused_imports)]
-use super::*;
+use axum::Extension;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use countersign_console_core::Caller;
+use countersign_console_core::console::asks::NewComment;
+use serde::Deserialize;
+
+use super::{In, Input, Query, St, acting, created, ok};
+use crate::error::ApiResult;
+
+impl Input for NewComment {}
+
+pub async fn issue_create(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(key): Path<String>,
+    In(b): In<NewComment>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    let c = st.console.comment_on_issue(&actor, &key, b).await?;
+    let location = format!("/api/v1/comments/{}", c.id);
+    Ok(created(c, Some(location)))
+}
+
+pub async fn issue_list(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path(key): Path<String>,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    Ok(ok(st
+        .console
+        .issue_comments(&key, q.one("artifact")?)
+        .await?))
+}
+
+pub async fn read(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    Ok(ok(st.console.comment(&id).await?))
+}
+
+/// `{body}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditBody {
+    body: String,
+}
+
+impl Input for EditBody {}
+
+pub async fn edit(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<EditBody>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, None, false)?;
+    Ok(ok(st.console.edit_comment(&actor, &id, &b.body).await?))
+}
+
+/// `{actor?}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActorBody {
+    actor: Option<String>,
+}
+
+impl Input for ActorBody {}
+
+pub async fn resolve(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<ActorBody>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    Ok(ok(st.console.resolve_thread(&actor, &id, true).await?))
+}
+
+/// An empty body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Empty {}
+
+impl Input for Empty {}
+
+pub async fn reopen(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(_): In<Empty>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, None, false)?;
+    Ok(ok(st.console.resolve_thread(&actor, &id, false).await?))
+}
+
+pub async fn reject(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(_): In<Empty>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, None, false)?;
+    Ok(ok(st.console.reject_suggestion(&actor, &id).await?))
+}
+
+/// `{actor, body}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyBody {
+    actor: Option<String>,
+    body: String,
+}
+
+impl Input for ReplyBody {}
+
+pub async fn reply(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<ReplyBody>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), true)?;
+    let c = st.console.comment_reply(&actor, &id, &b.body).await?;
+    let location = format!("/api/v1/comments/{}", c.id);
+    Ok(created(c, Some(location)))
+}
+
+/// `{target?, actor?}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBody {
+    target: Option<String>,
+    actor: Option<String>,
+}
+
+impl Input for RetryBody {}
+
+/// `POST /comments/{id}/deliveries`: 201 with the new attempt(s) (one: a mention retry names
+/// one session), as a message retry answers.
+pub async fn retry(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<RetryBody>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    let attempt = st
+        .console
+        .retry_mention(&actor, &id, b.target.as_deref())
+        .await?;
+    Ok(created(vec![attempt], None))
+}
+
+pub async fn document_create(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<NewComment>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, b.actor.as_deref(), false)?;
+    let c = st.console.comment_on_document(&actor, &id, b).await?;
+    let location = format!("/api/v1/comments/{}", c.id);
+    Ok(created(c, Some(location)))
+}
+
+pub async fn document_list(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: Query,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    acting(&caller, q.one("session")?, false)?;
+    Ok(ok(st.console.document_comments(&id).await?))
+}
+
+pub async fn accept(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(_): In<Empty>,
+) -> ApiResult<Response> {
+    let actor = acting(&caller, None, false)?;
+    Ok(ok(st.console.accept_suggestion(&actor, &id).await?))
+}

@@ -223,12 +223,15 @@ pub async fn run(State(st): St, Path(id): Path<String>) -> ApiResult<Response> {
     Ok(ok(st.console.delivery_run(id).await?))
 }
 
-fn live_titles(st: &AppState) -> Vec<(String, String)> {
-    st.sessions
-        .list()
+/// Every live session's id and title, on whichever replica its link is.
+async fn live_titles(st: &AppState) -> ApiResult<Vec<(String, String)>> {
+    Ok(st
+        .console
+        .live_sessions()
+        .await?
         .into_iter()
         .map(|s| (s.session_id, s.title))
-        .collect()
+        .collect())
 }
 
 pub async fn create_group(
@@ -239,7 +242,7 @@ pub async fn create_group(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let g = st
         .console
-        .create_session_group(&actor, &b.name, &b.sessions, &live_titles(&st))
+        .create_session_group(&actor, &b.name, &b.sessions, &live_titles(&st).await?)
         .await?;
     Ok(created(g, None))
 }
@@ -253,7 +256,7 @@ pub async fn update_group(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     Ok(ok(st
         .console
-        .update_session_group(&actor, &id, &b, &live_titles(&st))
+        .update_session_group(&actor, &id, &b, &live_titles(&st).await?)
         .await?))
 }
 

@@ -1,4 +1,457 @@
-//! The asks pages.
+//! The asks pages: the inbox as the console's home (agents' questions by whose turn, and the
+//! credential requests the home showed before), one ask answered with its options in one
+//! click, and the assets they share (`/assets/asks.js`, `/assets/asks.css`).
 
-#[allow(unused_imports)]
-use super::*;
+use askama::Template;
+use axum::Extension;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use countersign_console_core::console::asks::{Inbox, InboxRow};
+use countersign_console_core::work::Actor;
+use countersign_console_core::work::asks::{AskOption, AskView, InboxAsk, Turn};
+use countersign_console_core::{Caller, Time};
+
+use super::{St, chrome, error_text, human, page, status_of};
+use crate::html::{self, Chrome, InboxRows, Notice, When, notice};
+
+const SCRIPT: &str = include_str!("../../assets/asks.js");
+const STYLE: &str = include_str!("../../assets/asks.css");
+
+/// Who, for people.
+fn actor_text(a: &Actor) -> String {
+    match a {
+        Actor::User { login } => login.to_string(),
+        Actor::Agent {
+            session: Some(s), ..
+        } => format!("session {s}"),
+        Actor::Agent {
+            service: Some(s), ..
+        } => s.clone(),
+        Actor::Agent { owner: Some(o), .. } => format!("an agent of {o}"),
+        Actor::Agent { .. } => "an agent".into(),
+        Actor::System { name } => name.clone(),
+    }
+}
+
+/// Selected options' labels and the text, as one line.
+fn answer_text(options: &[String], text: Option<&str>, all: &[AskOption]) -> String {
+    let mut parts: Vec<String> = options
+        .iter()
+        .map(|o| {
+            all.iter()
+                .find(|x| &x.id == o)
+                .map(|x| x.label.clone())
+                .unwrap_or_else(|| o.clone())
+        })
+        .collect();
+    if let Some(t) = text {
+        parts.push(t.to_owned());
+    }
+    parts.join("; ")
+}
+
+/// An answer, for people.
+#[derive(Debug)]
+pub struct AnswerLine {
+    pub by: String,
+    pub what: String,
+}
+
+/// One ask, as a row or a page shows it.
+#[derive(Debug)]
+pub struct AskRow {
+    pub id: String,
+    pub kind: &'static str,
+    pub state: &'static str,
+    /// The question's first line (the title).
+    pub question_line: String,
+    pub where_text: String,
+    pub where_href: Option<String>,
+    pub author: String,
+    pub since: When,
+    pub snoozed_until: Option<When>,
+    pub answer: Option<AnswerLine>,
+    /// `(id, label)`.
+    pub options: Vec<(String, String)>,
+    /// Open or answered: a person may answer (again).
+    pub answerable: bool,
+}
+
+/// The row's view of a whole ask.
+fn summary(a: &AskView) -> InboxAsk {
+    InboxAsk {
+        id: a.id.clone(),
+        kind: a.kind,
+        project: a.project.clone(),
+        issue: a.issue.clone(),
+        artifact: a.artifact.clone(),
+        block: a.block.clone(),
+        question: a.question.clone(),
+        options: a.options.clone(),
+        state: a.state,
+        answer: a.answer.clone(),
+        author: a.author.clone(),
+        turn: a.turn,
+        turn_since: a.updated_at,
+        created_at: a.created_at,
+    }
+}
+
+impl AskRow {
+    fn of(a: &InboxAsk, since: &Time, snoozed_until: Option<&Time>) -> Self {
+        let (where_text, where_href) = match (&a.issue, &a.artifact) {
+            (_, Some(doc)) => (
+                match &a.issue {
+                    Some(k) => format!("{k}, a document"),
+                    None => format!("{}, a document", a.project),
+                },
+                Some(format!("/artifacts/{doc}/discussion")),
+            ),
+            (Some(k), None) => (k.to_string(), Some(format!("/issues/{k}"))),
+            (None, None) => (a.project.to_string(), None),
+        };
+        Self {
+            id: a.id.clone(),
+            kind: a.kind.as_str(),
+            state: a.state.as_str(),
+            question_line: a.question.lines().next().unwrap_or("").to_owned(),
+            where_text,
+            where_href,
+            author: actor_text(&a.author),
+            since: html::when(since),
+            snoozed_until: snoozed_until.map(html::when),
+            answer: a.answer.as_ref().map(|x| AnswerLine {
+                by: actor_text(&x.by),
+                what: answer_text(&x.options, x.text.as_deref(), &a.options),
+            }),
+            options: a
+                .options
+                .iter()
+                .map(|o| (o.id.clone(), o.label.clone()))
+                .collect(),
+            answerable: matches!(a.state.as_str(), "open" | "answered"),
+        }
+    }
+
+    fn of_row(r: &InboxRow) -> Self {
+        Self::of(&r.ask, &r.turn_since, r.snoozed_until.as_ref())
+    }
+}
+
+/// The inbox's asks, by whose turn (the home page and its live refresh render the same).
+#[derive(Debug, Template)]
+#[template(path = "asks_rows.html")]
+pub struct AskRows {
+    pub error: Option<Notice>,
+    pub human: Vec<AskRow>,
+    pub agent: Vec<AskRow>,
+    pub snoozed: Vec<AskRow>,
+}
+
+impl AskRows {
+    fn of(inbox: &Inbox) -> Self {
+        Self {
+            error: None,
+            human: inbox.human_turn.iter().map(AskRow::of_row).collect(),
+            agent: inbox.agent_turn.iter().map(AskRow::of_row).collect(),
+            snoozed: inbox.snoozed.iter().map(AskRow::of_row).collect(),
+        }
+    }
+
+    fn failed(n: Notice) -> Self {
+        Self {
+            error: Some(n),
+            human: Vec::new(),
+            agent: Vec::new(),
+            snoozed: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Template)]
+#[template(path = "asks_home.html")]
+pub struct HomePage<'a> {
+    pub chrome: Chrome<'a>,
+    pub asks: AskRows,
+    pub rows: InboxRows,
+}
+
+/// `GET /`: the inbox, the console's home.
+pub async fn home(State(st): St, Extension(caller): Extension<Caller>) -> Response {
+    let h = match human(&caller) {
+        Ok(h) => h,
+        Err(r) => return *r,
+    };
+    let now = st.console.now();
+    let asks = match st.console.inbox_asks(h, None, None).await {
+        Ok(inbox) => AskRows::of(&inbox.inbox),
+        Err(e) => AskRows::failed(notice("error", error_text(&e))),
+    };
+    let rows = match st.console.inbox(h).await {
+        Ok(list) => InboxRows::of(list.as_deref(), &h.login, &now),
+        Err(e) => InboxRows::failed(notice("error", error_text(&e))),
+    };
+    page(
+        StatusCode::OK,
+        &HomePage {
+            chrome: chrome("Inbox", h, "/"),
+            asks,
+            rows,
+        },
+    )
+}
+
+/// An entry of an ask's answers or edit history, for people.
+#[derive(Debug)]
+pub struct HistoryLine {
+    pub at: When,
+    pub by: String,
+    pub what: String,
+    pub current: bool,
+}
+
+/// A reply, for people.
+#[derive(Debug)]
+pub struct ReplyLine {
+    pub id: String,
+    pub by: String,
+    pub at: When,
+    pub body: String,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "asks_ask.html")]
+pub struct AskPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub a: AskRow,
+    pub question_rest: String,
+    pub turn: &'static str,
+    pub followers: String,
+    pub answers: Vec<HistoryLine>,
+    pub history: Vec<HistoryLine>,
+    pub replies: Vec<ReplyLine>,
+    /// Where a reply is posted.
+    pub comments_url: String,
+}
+
+/// `GET /asks/{id}`: one ask, answered with its options in one click.
+pub async fn ask_page(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    let h = match human(&caller) {
+        Ok(h) => h,
+        Err(r) => return *r,
+    };
+    let a = match st.console.ask(&id).await {
+        Ok(a) => a,
+        Err(e) => return page(status_of(&e), &notice("error", error_text(&e))),
+    };
+    let question_rest = a
+        .question
+        .split_once('\n')
+        .map(|(_, r)| r.trim().to_owned())
+        .unwrap_or_default();
+    let answers = a
+        .answers
+        .iter()
+        .flatten()
+        .map(|x| HistoryLine {
+            at: html::when(&x.at),
+            by: actor_text(&x.by),
+            what: answer_text(&x.options, x.text.as_deref(), &a.options),
+            current: x.current,
+        })
+        .collect();
+    let history = a
+        .history
+        .iter()
+        .flatten()
+        .map(|w| HistoryLine {
+            at: html::when(&w.at),
+            by: actor_text(&w.by),
+            what: w.question.clone(),
+            current: false,
+        })
+        .collect();
+    let replies = a
+        .replies
+        .iter()
+        .flatten()
+        .map(|c| ReplyLine {
+            id: c.id.clone(),
+            by: actor_text(&c.author),
+            at: html::when(&c.created_at),
+            body: c.body.clone(),
+        })
+        .collect();
+    let comments_url = match (&a.artifact, &a.issue) {
+        (Some(doc), _) => format!("/api/v1/artifacts/{doc}/comments"),
+        (None, Some(k)) => format!("/api/v1/issues/{k}/comments"),
+        (None, None) => String::new(),
+    };
+    let turn = match a.turn {
+        Some(Turn::Human) => "a person's",
+        Some(Turn::Agent) => "its agent's",
+        None => "nobody's",
+    };
+    let followers = if a.followers.is_empty() {
+        "none".to_owned()
+    } else {
+        a.followers.join(", ")
+    };
+    page(
+        StatusCode::OK,
+        &AskPage {
+            chrome: chrome("Ask", h, "/"),
+            a: AskRow::of(&summary(&a), &a.updated_at, None),
+            question_rest,
+            turn,
+            followers,
+            answers,
+            history,
+            replies,
+            comments_url,
+        },
+    )
+}
+
+/// A suggestion, as a diff.
+#[derive(Debug)]
+pub struct SuggestionLine {
+    pub old: String,
+    pub new: String,
+    pub state: &'static str,
+}
+
+/// A thread beside a document: its root, suggestion and replies.
+#[derive(Debug)]
+pub struct ThreadView {
+    pub id: String,
+    pub quote: Option<String>,
+    pub by: String,
+    pub at: When,
+    pub body: String,
+    pub state: &'static str,
+    pub suggestion: Option<SuggestionLine>,
+    pub replies: Vec<ReplyLine>,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "asks_discussion.html")]
+pub struct DiscussionPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub id: String,
+    pub filename: String,
+    /// The engine's sanitized HTML.
+    pub html: String,
+    pub threads: Vec<ThreadView>,
+    pub asks: Vec<AskRow>,
+}
+
+/// `GET /artifacts/{id}/discussion`: a document with its comment threads beside it, each
+/// suggestion a diff to accept or reject, and its asks.
+pub async fn discussion_page(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    use countersign_console_core::work::asks::{SuggestionState, ThreadState};
+    let h = match human(&caller) {
+        Ok(h) => h,
+        Err(r) => return *r,
+    };
+    let fail =
+        |e: countersign_console_core::Error| page(status_of(&e), &notice("error", error_text(&e)));
+    let rendered = match st.console.rendered(&id).await {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let comments = match st.console.document_comments(&rendered.artifact.id).await {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let asks = match st
+        .console
+        .document_asks(&rendered.artifact.id, Vec::new())
+        .await
+    {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let mut threads: Vec<ThreadView> = Vec::new();
+    for c in &comments {
+        if c.thread_id == c.id {
+            threads.push(ThreadView {
+                id: c.id.clone(),
+                quote: c.quote.as_ref().map(|q| q.exact.clone()),
+                by: actor_text(&c.author),
+                at: html::when(&c.created_at),
+                body: c.body.clone(),
+                state: match c.thread_state {
+                    Some(ThreadState::Resolved) => "resolved",
+                    _ => "open",
+                },
+                suggestion: c.suggestion.as_ref().map(|s| SuggestionLine {
+                    old: c
+                        .quote
+                        .as_ref()
+                        .map(|q| q.exact.clone())
+                        .unwrap_or_default(),
+                    new: s.replacement.clone(),
+                    state: match s.state {
+                        SuggestionState::Pending => "pending",
+                        SuggestionState::Accepted => "accepted",
+                        SuggestionState::Rejected => "rejected",
+                    },
+                }),
+                replies: Vec::new(),
+            });
+        } else if let Some(t) = threads.iter_mut().find(|t| t.id == c.thread_id) {
+            t.replies.push(ReplyLine {
+                id: c.id.clone(),
+                by: actor_text(&c.author),
+                at: html::when(&c.created_at),
+                body: c.body.clone(),
+            });
+        }
+    }
+    page(
+        StatusCode::OK,
+        &DiscussionPage {
+            chrome: chrome("Discussion", h, "/projects"),
+            id: rendered.artifact.id.clone(),
+            filename: rendered.artifact.filename.clone(),
+            html: rendered.html,
+            threads,
+            asks: asks
+                .iter()
+                .map(|a| AskRow::of(&summary(a), &a.updated_at, None))
+                .collect(),
+        },
+    )
+}
+
+pub async fn script() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        SCRIPT,
+    )
+        .into_response()
+}
+
+pub async fn style() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        STYLE,
+    )
+        .into_response()
+}

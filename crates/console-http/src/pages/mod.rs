@@ -577,12 +577,23 @@ pub async fn issue_page(
         .issue_events(&key, &history)
         .await
         .unwrap_or_default();
+    let documents = st
+        .console
+        .artifacts_of(countersign_console_core::console::documents::At::Issue(
+            &key,
+        ))
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| (format!("/artifacts/{}", a.id), a.filename))
+        .collect();
     page(
         StatusCode::OK,
         &html::IssuePage {
             chrome: chrome("Issue", h, "/projects"),
             i: html::IssueRow::of(&issue),
             events: events.iter().map(html::EventRow::of).collect(),
+            documents,
         },
     )
 }
@@ -612,7 +623,15 @@ pub async fn search_page(
                     .rows
                     .into_iter()
                     .map(|r| html::SearchResult {
-                        href: format!("/issues/{}", r.id),
+                        href: match r.kind {
+                            countersign_console_core::work::SearchKind::Document => {
+                                format!("/artifacts/{}", r.id)
+                            }
+                            countersign_console_core::work::SearchKind::Message => {
+                                format!("/messages/{}", r.id)
+                            }
+                            _ => format!("/issues/{}", r.id),
+                        },
                         id: r.id,
                         reference: r.reference,
                         title: r.title,

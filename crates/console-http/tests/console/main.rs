@@ -8,6 +8,7 @@ mod common;
 mod delivery;
 mod dev;
 mod documents;
+mod mcp;
 mod messages;
 mod pages;
 mod repos;

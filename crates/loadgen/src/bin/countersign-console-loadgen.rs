@@ -9,6 +9,16 @@
 //! 5. fan-out: `--streams` open `GET /api/v1/events` streams, then `--events` issues created
 //!    one at a time; for each event, the delay from the POST's answer to each stream's receipt.
 //!
+//! With `--inbox-asks N` it runs the inbox phase alone instead (issue 13): `N` open asks across
+//! `--inbox-projects` projects, on issues assigned to one person, made through the core; then
+//! `--queries` reads of that person's `GET /api/v1/inbox` from `--connections` clients, with the
+//! person's browser session: p50, p99.
+//!
+//! `--mode documents` (issue 12) instead: one `--document-kib` markdown document (headings,
+//! paragraphs, task lists, tables, code) uploaded through `POST …/artifacts` (multipart), then
+//! `--edits` replace ops through `POST /api/v1/artifacts/{id}/edits`, one at a time, each with
+//! the previous answer's token as `expected_token`, and `--reads` `GET …/blocks`: p50, p99.
+//!
 //! The server runs on its own 2-thread runtime; the client on the rest. Figures go to
 //! `docs/benchmarks.md` with the command.
 
@@ -51,6 +61,25 @@ struct Args {
     /// `--database-url`): skip creating them.
     #[arg(long)]
     existing: bool,
+    /// Run the inbox phase alone: this many open asks in one person's inbox.
+    #[arg(long, default_value_t = 0)]
+    inbox_asks: usize,
+    /// Across this many projects (ten issues each).
+    #[arg(long, default_value_t = 100)]
+    inbox_projects: usize,
+    /// `work` (issues, lists, search, fan-out) or `documents` (edits and blocks of one large
+    /// document).
+    #[arg(long, default_value = "work")]
+    mode: String,
+    /// The document's size in KiB (documents mode).
+    #[arg(long, default_value_t = 1024)]
+    document_kib: usize,
+    /// Replace ops, one at a time (documents mode).
+    #[arg(long, default_value_t = 500)]
+    edits: usize,
+    /// Blocks reads, one at a time (documents mode).
+    #[arg(long, default_value_t = 100)]
+    reads: usize,
 }
 
 const TOKEN: &str = "loadgen-shared-token-0123456789";
@@ -169,16 +198,23 @@ fn server_cpu() -> f64 {
 
 fn report(name: &str, mut lat: Vec<Duration>, elapsed: Duration, server_cpu_s: f64) {
     lat.sort();
+    // NaN: the phase's server CPU is not its own (other work ran between its requests).
+    let cpu = if server_cpu_s.is_finite() {
+        format!(
+            "; server CPU {:.0} µs per request",
+            server_cpu_s * 1e6 / lat.len().max(1) as f64
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "{name}: {} requests in {:.2} s ({:.0}/s), p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; \
-         server CPU {:.0} µs per request",
+        "{name}: {} requests in {:.2} s ({:.0}/s), p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms{cpu}",
         lat.len(),
         elapsed.as_secs_f64(),
         lat.len() as f64 / elapsed.as_secs_f64(),
         percentile(&lat, 0.50).as_secs_f64() * 1e3,
         percentile(&lat, 0.99).as_secs_f64() * 1e3,
         lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
-        server_cpu_s * 1e6 / lat.len().max(1) as f64,
     );
 }
 
@@ -250,6 +286,8 @@ fn main() -> anyhow::Result<()> {
         )
     });
     config.shared_token_file = Some(token_file);
+    // The inbox phase signs its person in through dev mode's local sign-in (loopback only).
+    config.local_sign_in = args.inbox_asks > 0;
     let state = server_rt.block_on(countersign_console_http::build(
         &config,
         Arc::new(countersign_console_core::SystemClock),
@@ -267,7 +305,354 @@ fn main() -> anyhow::Result<()> {
             "SQLite"
         }
     );
+    if args.inbox_asks > 0 {
+        return client_rt.block_on(inbox(args, url, state));
+    }
+    if args.mode == "documents" {
+        return client_rt.block_on(documents(args, url));
+    }
     client_rt.block_on(run(args, url, state))
+}
+
+/// The inbox phase (see the module's doc).
+async fn inbox(
+    args: Args,
+    url: String,
+    state: Arc<countersign_console_http::AppState>,
+) -> anyhow::Result<()> {
+    use countersign_console_core::console::asks::{NewAsk, OptionIn};
+    const PERSON: &str = "bench@example.com";
+    let session = state.console.sign_in_local(PERSON).await?;
+    let cookie = format!("countersign_session={}", session.token.as_str());
+    let person = Actor::User {
+        login: countersign_console_core::Login::parse(PERSON)
+            .ok_or_else(|| anyhow::anyhow!("login"))?,
+    };
+    let started = Instant::now();
+    let projects = args.inbox_projects.max(1);
+    let per_project = args.inbox_asks.div_ceil(projects);
+    let issues_per_project = 10usize;
+    let mut rng = Rng(0x6a09_e667_f3bc_c909);
+    let mut made = 0;
+    for p in 0..projects {
+        let key = format!("P{p:03}");
+        state
+            .console
+            .create_project(&person, &key, &format!("Project {p}"))
+            .await?;
+        let mut keys = Vec::new();
+        for _ in 0..issues_per_project {
+            let (issue, _) = state
+                .console
+                .create_issue(
+                    &person,
+                    NewIssue {
+                        project: Some(key.clone()),
+                        title: Some(rng.title()),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            keys.push(issue.key.to_string());
+        }
+        for a in 0..per_project {
+            if made == args.inbox_asks {
+                break;
+            }
+            let agent = Actor::Agent {
+                owner: None,
+                service: None,
+                session: Some(format!("agent-{}", a % 7)),
+            };
+            let new = NewAsk {
+                question: format!("{}?", rng.title()),
+                options: vec![
+                    OptionIn {
+                        id: Some("yes".into()),
+                        label: "Yes".into(),
+                    },
+                    OptionIn {
+                        id: Some("no".into()),
+                        label: "No".into(),
+                    },
+                ],
+                block: None,
+                actor: None,
+            };
+            state
+                .console
+                .open_issue_ask(&agent, &keys[a % keys.len()], new)
+                .await?;
+            made += 1;
+        }
+        if p % 10 == 9 {
+            eprintln!("  {made} asks…");
+        }
+    }
+    println!(
+        "filled {made} open asks across {projects} projects in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.connections + 8)
+        .build()?;
+    let check = http
+        .get(format!("{url}/api/v1/inbox"))
+        .header("cookie", &cookie)
+        .send()
+        .await?;
+    anyhow::ensure!(check.status() == 200, "inbox: {}", check.status());
+    let body: serde_json::Value = check.json().await?;
+    let rows = body["human_turn"].as_array().map_or(0, Vec::len);
+    anyhow::ensure!(rows == made, "the inbox has {rows} rows, not {made}");
+    // Where the time goes when nothing is kept: an event commits before each read (what
+    // any write does), so the core reads the storage and makes the JSON again.
+    let me = countersign_console_core::Human {
+        login: countersign_console_core::Login::parse(PERSON)
+            .ok_or_else(|| anyhow::anyhow!("login"))?,
+        csrf_token: String::new(),
+        session_key: String::new(),
+    };
+    let (mut core, mut json, mut cold) = (Vec::new(), Vec::new(), Vec::new());
+    let mut size = 0;
+    for _ in 0..args.queries.min(50) {
+        state
+            .console
+            .session_event("session.updated", &person, json!({}))
+            .await?;
+        let t = Instant::now();
+        let inbox = state.console.inbox_asks(&me, None, None).await?;
+        core.push(t.elapsed());
+        let t = Instant::now();
+        size = inbox.json().len();
+        json.push(t.elapsed());
+        state
+            .console
+            .session_event("session.updated", &person, json!({}))
+            .await?;
+        let t = Instant::now();
+        let r = http
+            .get(format!("{url}/api/v1/inbox"))
+            .header("cookie", &cookie)
+            .send()
+            .await?;
+        anyhow::ensure!(r.status() == 200, "inbox: {}", r.status());
+        r.bytes().await?;
+        cold.push(t.elapsed());
+    }
+    core.sort();
+    json.sort();
+    println!(
+        "inbox read afresh in the core: p50 {:.2} ms, p99 {:.2} ms; its JSON ({size} bytes): p50 {:.2} ms",
+        percentile(&core, 0.5).as_secs_f64() * 1e3,
+        percentile(&core, 0.99).as_secs_f64() * 1e3,
+        percentile(&json, 0.5).as_secs_f64() * 1e3,
+    );
+    let spent: Duration = cold.iter().sum();
+    report(
+        &format!("GET /api/v1/inbox after a write ({made} open asks, read afresh)"),
+        cold,
+        spent,
+        f64::NAN,
+    );
+    // Then reads with no write between them: the answer kept since the last event.
+    let cpu0 = server_cpu();
+    let (lat, took) = {
+        let (http, url, cookie) = (http.clone(), url.clone(), cookie.clone());
+        closed_loop(args.queries, args.connections, move |_| {
+            let (http, url, cookie) = (http.clone(), url.clone(), cookie.clone());
+            async move {
+                let r = http
+                    .get(format!("{url}/api/v1/inbox"))
+                    .header("cookie", cookie)
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status() == 200, "inbox: {}", r.status());
+                r.bytes().await?;
+                Ok(())
+            }
+        })
+        .await?
+    };
+    report(
+        &format!("GET /api/v1/inbox ({made} open asks, {projects} projects)"),
+        lat,
+        took,
+        server_cpu() - cpu0,
+    );
+    Ok(())
+}
+
+/// A markdown document of about `kib` KiB: sections of a heading, a paragraph holding the
+/// unique word `paraNx` (what the edits replace), a task list, and now and then a table or a
+/// code block. Answers it and its number of sections.
+fn document(kib: usize) -> (String, usize) {
+    let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+    let mut md = String::from("# Load\n");
+    let mut n = 0;
+    while md.len() < kib * 1024 {
+        md.push_str(&format!("\n## Section {n}\n\n"));
+        let words: Vec<&str> = (0..40).map(|_| rng.pick(WORDS)).collect();
+        md.push_str(&format!("para{n}x {}.\n\n", words.join(" ")));
+        for t in 0..3 {
+            let done = if rng.next().is_multiple_of(2) {
+                "x"
+            } else {
+                " "
+            };
+            md.push_str(&format!("- [{done}] task {n}.{t} {}\n", rng.title()));
+        }
+        if n % 5 == 0 {
+            md.push_str("\n| name | value | note |\n|---|---|---|\n");
+            for r in 0..3 {
+                md.push_str(&format!(
+                    "| r{r} | {} | {} |\n",
+                    rng.next() % 1000,
+                    rng.pick(WORDS)
+                ));
+            }
+        }
+        if n % 7 == 0 {
+            md.push_str(&format!(
+                "\n```\nfn f{n}() -> u64 {{ {} }}\n```\n",
+                rng.next() % 1000
+            ));
+        }
+        n += 1;
+    }
+    (md, n)
+}
+
+async fn documents(args: Args, url: String) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{url}/api/v1/projects"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"key": "BENCH", "name": "Bench", "actor": "loadgen"}))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status() == 201, "project: {}", r.status());
+    let (md, sections) = document(args.document_kib);
+    let boundary = "loadgen-boundary-5f3a";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"load.md\"\r\n\
+         Content-Type: text/markdown\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(md.as_bytes());
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let started = Instant::now();
+    let r = http
+        .post(format!("{url}/api/v1/projects/BENCH/artifacts"))
+        .bearer_auth(TOKEN)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await?;
+    anyhow::ensure!(r.status() == 201, "upload: {}", r.text().await?);
+    let meta: serde_json::Value = r.json().await?;
+    println!(
+        "uploaded a {} byte document ({sections} sections) in {:.1} ms",
+        meta["size"],
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    let id = meta["id"].as_str().unwrap_or_default().to_owned();
+    let mut token = meta["token"].as_str().unwrap_or_default().to_owned();
+
+    // Replace ops, one at a time, each conditional on the last answer's token.
+    let mut lat = Vec::with_capacity(args.edits);
+    let started = Instant::now();
+    let cpu0 = server_cpu();
+    for i in 0..args.edits {
+        let n = (i * 7919) % sections;
+        let (from, to) = if (i / sections) % 2 == 0 {
+            (format!("para{n}x"), format!("para{n}y"))
+        } else {
+            (format!("para{n}y"), format!("para{n}x"))
+        };
+        let t = Instant::now();
+        let r = http
+            .post(format!("{url}/api/v1/artifacts/{id}/edits"))
+            .bearer_auth(TOKEN)
+            .json(&json!({
+                "expected_token": token,
+                "ops": [{"op": "replace", "quote": {"exact": from}, "text": to}],
+            }))
+            .send()
+            .await?;
+        anyhow::ensure!(r.status() == 200, "edit {i}: {}", r.text().await?);
+        let answer: serde_json::Value = r.json().await?;
+        lat.push(t.elapsed());
+        token = answer["token"].as_str().unwrap_or_default().to_owned();
+    }
+    report(
+        &format!(
+            "POST /api/v1/artifacts/{{id}}/edits (one replace, {} KiB)",
+            args.document_kib
+        ),
+        lat,
+        started.elapsed(),
+        server_cpu() - cpu0,
+    );
+
+    // The blocks route.
+    let mut lat = Vec::with_capacity(args.reads);
+    let mut blocks = 0;
+    let started = Instant::now();
+    let cpu0 = server_cpu();
+    for _ in 0..args.reads {
+        let t = Instant::now();
+        let r = http
+            .get(format!("{url}/api/v1/artifacts/{id}/blocks"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await?;
+        anyhow::ensure!(r.status() == 200, "blocks: {}", r.status());
+        let b = r.bytes().await?;
+        lat.push(t.elapsed());
+        blocks = b.len();
+    }
+    report(
+        &format!(
+            "GET /api/v1/artifacts/{{id}}/blocks ({} KiB answer, unchanged document)",
+            blocks / 1024
+        ),
+        lat,
+        started.elapsed(),
+        server_cpu() - cpu0,
+    );
+
+    // The blocks route right after an edit (the answer made afresh), one edit before each.
+    let mut lat = Vec::new();
+    let started = Instant::now();
+    for i in 0..(args.reads / 4).max(1) {
+        let r = http
+            .post(format!("{url}/api/v1/artifacts/{id}/edits"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"ops": [{"op": "insert_after", "quote": {"exact": "# Load"}, "text": format!("\n\nfresh {i}")}]}))
+            .send()
+            .await?;
+        anyhow::ensure!(r.status() == 200, "edit: {}", r.text().await?);
+        let t = Instant::now();
+        let r = http
+            .get(format!("{url}/api/v1/artifacts/{id}/blocks"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await?;
+        anyhow::ensure!(r.status() == 200, "blocks: {}", r.status());
+        r.bytes().await?;
+        lat.push(t.elapsed());
+    }
+    report(
+        "GET /api/v1/artifacts/{id}/blocks (right after an edit)",
+        lat,
+        started.elapsed(),
+        f64::NAN,
+    );
+    Ok(())
 }
 
 async fn run(

@@ -164,6 +164,7 @@ impl TestConsole {
                 url: b.url.clone(),
                 console_token_file: Some(b.dir.path().join("console-token")),
                 timeout_seconds: 5,
+                webhook_secret_file: None,
             });
         }
         if let Some(i) = o.idp {
@@ -875,5 +876,197 @@ where
             bail!("condition not met within {secs} s");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One part of a multipart/form-data body.
+pub struct Part<'a> {
+    pub name: &'a str,
+    pub filename: Option<&'a str>,
+    pub content_type: Option<&'a str>,
+    pub bytes: &'a [u8],
+}
+
+impl Who {
+    /// POSTs a multipart/form-data body (RFC 7578) of `parts`.
+    pub async fn multipart(&self, path: &str, parts: &[Part<'_>]) -> anyhow::Result<Resp> {
+        let boundary = "countersign-test-boundary-7c1e";
+        let mut body: Vec<u8> = Vec::new();
+        for p in parts {
+            body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+            let mut disposition = format!("Content-Disposition: form-data; name=\"{}\"", p.name);
+            if let Some(f) = p.filename {
+                disposition.push_str(&format!("; filename=\"{f}\""));
+            }
+            body.extend_from_slice(disposition.as_bytes());
+            body.extend_from_slice(b"\r\n");
+            if let Some(t) = p.content_type {
+                body.extend_from_slice(format!("Content-Type: {t}\r\n").as_bytes());
+            }
+            body.extend_from_slice(b"\r\n");
+            body.extend_from_slice(p.bytes);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+        self.raw(
+            Method::POST,
+            path,
+            &format!("multipart/form-data; boundary={boundary}"),
+            body,
+        )
+        .await
+    }
+
+    /// A request with a body of any type.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> anyhow::Result<Resp> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("origin", &self.base)
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(t) = &self.bearer {
+            req = req.bearer_auth(t);
+        }
+        if let Some(c) = &self.csrf {
+            req = req.header("x-csrf-token", c);
+        }
+        Resp::read(req.send().await?).await
+    }
+
+    /// A GET answering the raw bytes and headers (downloads).
+    pub async fn bytes(&self, path: &str) -> anyhow::Result<(u16, HeaderMap, Vec<u8>)> {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        if let Some(t) = &self.bearer {
+            req = req.bearer_auth(t);
+        }
+        let r = req.send().await?;
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        Ok((status, headers, r.bytes().await?.to_vec()))
+    }
+
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Resp> {
+        self.call(Method::DELETE, path, None).await
+    }
+}
+
+// ----- messages (issue 14) -----
+
+impl TestConsole {
+    /// A console on `clock` (tests move a `ManualClock`), its configuration adjusted by
+    /// `tweak` before it starts.
+    pub async fn start_with(
+        o: ConsoleOptions<'_>,
+        clock: Arc<dyn countersign_console_core::Clock>,
+        tweak: impl FnOnce(&mut Config, &std::path::Path),
+    ) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let url = format!("http://{addr}");
+        let mut c = Config::new(&url);
+        c.listen = addr;
+        c.database_url = o.database_url.clone().unwrap_or_else(|| {
+            format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("console.db").display()
+            )
+        });
+        if o.shared_token {
+            let p = dir.path().join("shared-token");
+            std::fs::write(&p, SHARED_TOKEN)?;
+            c.shared_token_file = Some(p);
+        }
+        c.local_sign_in = o.local_sign_in;
+        tweak(&mut c, dir.path());
+        let state = countersign_console_http::build(&c, clock).await?;
+        let running = countersign_console_http::serve(state, listener).await?;
+        Ok(Self {
+            url,
+            dir,
+            running: Some(running),
+        })
+    }
+}
+
+/// A console with local sign-in and the shared token on `clock`.
+pub async fn console_with_clock(
+    db: Option<String>,
+    clock: Arc<dyn countersign_console_core::Clock>,
+) -> anyhow::Result<TestConsole> {
+    TestConsole::start_with(
+        ConsoleOptions {
+            local_sign_in: true,
+            shared_token: true,
+            database_url: db,
+            ..Default::default()
+        },
+        clock,
+        |_, _| {},
+    )
+    .await
+}
+
+/// Reads `n` events from `/api/v1/events` (from `since`), each `(id, kind, data)`, giving up
+/// after `secs`.
+pub async fn events_since(
+    who: &Who,
+    since: i64,
+    n: usize,
+    secs: u64,
+) -> anyhow::Result<Vec<(i64, String, Value)>> {
+    let mut req = who
+        .http
+        .get(format!("{}/api/v1/events?since={since}", who.base));
+    if let Some(t) = &who.bearer {
+        req = req.bearer_auth(t);
+    }
+    let mut resp = req.send().await?;
+    anyhow::ensure!(resp.status() == 200, "events: {}", resp.status());
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while out.len() < n {
+        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(c))) => c,
+            _ => break,
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut id, mut kind, mut data) = (None, None, None);
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse::<i64>().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    kind = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data = serde_json::from_str::<Value>(v.trim()).ok();
+                }
+            }
+            if let (Some(id), Some(kind), Some(data)) = (id, kind, data) {
+                out.push((id, kind, data));
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl TestBroker {
+    /// A broker already running at `url` (dev mode's), for the protocol helpers.
+    pub fn at(url: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            url: url.to_owned(),
+            values: HashMap::new(),
+            running: None,
+            dir: tempfile::tempdir()?,
+        })
     }
 }

@@ -1,0 +1,225 @@
+//! The inbox's conversation parts (spec, "Inbox and read state"): threads with replies the
+//! person has not read, read marks on threads, and the person's state per agent session.
+//!
+//! Threads come from each kind's storage query, newest reply first, and are merged here; this
+//! area answers issue message threads. Asks and comment threads (issue 13) join the merge
+//! at the seam marked below, each kind answering its first `offset + limit` rows and its
+//! total, less the open asks the inbox lists.
+
+use super::*;
+use crate::clock::Time;
+use crate::console::console_ref;
+use crate::work::SearchKind;
+use crate::work::messages::{
+    AgentState, NewestReply, ThreadKind, ThreadPage, ThreadRef, ThreadRow,
+};
+
+/// How far ahead of the server a read mark may be (spec: a minute).
+const AHEAD: chrono::Duration = chrono::Duration::minutes(1);
+
+/// The first line of a text, at most 120 characters.
+pub(crate) fn first_line(text: &str) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let line = line.trim();
+    if line.chars().count() > 120 {
+        let mut s: String = line.chars().take(119).collect();
+        s.push('…');
+        s
+    } else {
+        line.to_owned()
+    }
+}
+
+/// A read mark: at most a minute ahead of the server (else INVALID_STATE), stored no later
+/// than now.
+fn mark(at: Time, now: Time) -> Result<Time, Error> {
+    if at > now + AHEAD {
+        return Err(Error::with_message(
+            ErrorCode::INVALID_STATE,
+            "a read mark is at most a minute ahead of the server",
+        ));
+    }
+    Ok(at.min(now))
+}
+
+fn later(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A per-agent state change (PATCH): absent fields stay.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentPatch {
+    pub cleared_before: Option<Time>,
+    pub read_through: Option<Time>,
+    pub read_replies: Vec<String>,
+}
+
+impl Console {
+    /// Threads the person wrote in where someone else has written since they last read,
+    /// newest reply first; `issue` or `artifact` narrows (both: INVALID_QUERY).
+    pub async fn inbox_threads(
+        &self,
+        human: &Human,
+        issue: Option<&str>,
+        artifact: Option<&str>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<ThreadPage, Error> {
+        if issue.is_some() && artifact.is_some() {
+            return Err(Error::with_message(
+                ErrorCode::INVALID_QUERY,
+                "narrow by `issue` or by `artifact`, not both",
+            ));
+        }
+        let issue = issue
+            .map(|k| {
+                IssueKey::parse(k).ok_or_else(|| {
+                    Error::with_message(ErrorCode::INVALID_QUERY, "`issue` is an issue key")
+                })
+            })
+            .transpose()?;
+        let want = offset.saturating_add(limit);
+        let mut tx = self.parts.storage.read().await?;
+        let mut rows: Vec<ThreadRow> = Vec::new();
+        let mut total = 0;
+        // Issue message threads: never on a document.
+        if artifact.is_none() {
+            let (threads, n) = tx
+                .unread_message_threads(&human.login, issue.as_ref(), want, 0)
+                .await?;
+            total += n;
+            rows.extend(threads.into_iter().map(|(root, reply)| ThreadRow {
+                thread: ThreadRef {
+                    kind: ThreadKind::Message,
+                    id: root.id.clone(),
+                },
+                owner: root.author.clone(),
+                subject: first_line(&root.body),
+                link: console_ref(SearchKind::Message, &root.id),
+                newest_reply: NewestReply {
+                    author: reply.author.clone(),
+                    first_line: first_line(&reply.body),
+                    at: reply.created_at,
+                },
+            }));
+        }
+        // ----- seam: asks and comment threads (issue 13) join here -----
+        rows.sort_by(|a, b| {
+            b.newest_reply
+                .at
+                .cmp(&a.newest_reply.at)
+                .then_with(|| a.thread.id.cmp(&b.thread.id))
+        });
+        Ok(ThreadPage {
+            rows: rows
+                .into_iter()
+                .skip(offset as usize)
+                .take(limit as usize)
+                .collect(),
+            total,
+            limit,
+            offset,
+        })
+    }
+
+    /// Moves the person's read mark on a thread forward (a thread they never wrote in:
+    /// nothing is written). THREAD_ID_INPUT for a non-UUID id.
+    pub async fn mark_thread_read(
+        &self,
+        human: &Human,
+        thread_id: &str,
+        read_through: Time,
+    ) -> Result<(), Error> {
+        let id = uuid_of(thread_id).ok_or_else(|| Error::new(ErrorCode::THREAD_ID_INPUT))?;
+        let now = self.now();
+        let at = mark(read_through, now)?;
+        transact!(self, |tx| {
+            let wrote = tx.wrote_in_message_thread(&human.login, &id).await?;
+            // ----- seam: asks and comment threads (issue 13): the person wrote in one -----
+            if !wrote {
+                return Ok(());
+            }
+            let was = tx.thread_read(&human.login, &id).await?;
+            if was.is_none_or(|w| at > w) {
+                tx.put_thread_read(&human.login, &id, at).await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The person's state with every session they have direct messages with (or state for),
+    /// by session id.
+    pub async fn agent_states(&self, human: &Human) -> Result<Vec<AgentState>, Error> {
+        let mut tx = self.parts.storage.read().await?;
+        let states = tx.agent_states(&human.login).await?;
+        let unread = tx.unread_replies(&human.login, None).await?;
+        Ok(states
+            .into_iter()
+            .map(|(session_id, cleared_before, read_through)| AgentState {
+                unread_replies: unread
+                    .iter()
+                    .filter(|(s, _)| *s == session_id)
+                    .map(|(_, id)| id.clone())
+                    .collect(),
+                session_id,
+                cleared_before,
+                read_through,
+            })
+            .collect())
+    }
+
+    /// Clears a session's conversation for the person (`cleared_before`), marks it read
+    /// (`read_through`), and/or marks its replies read by id; both marks only move forward
+    /// and are at most a minute ahead (INVALID_STATE). Answers the state.
+    pub async fn update_agent_state(
+        &self,
+        human: &Human,
+        session: &str,
+        patch: AgentPatch,
+    ) -> Result<AgentState, Error> {
+        check_session(session)?;
+        let now = self.now();
+        let cleared = patch.cleared_before.map(|t| mark(t, now)).transpose()?;
+        let read = patch.read_through.map(|t| mark(t, now)).transpose()?;
+        let mut ids = Vec::with_capacity(patch.read_replies.len());
+        for id in &patch.read_replies {
+            ids.push(uuid_of(id).ok_or_else(|| {
+                Error::with_message(ErrorCode::INVALID_BODY, "`read_replies` holds message ids")
+            })?);
+        }
+        ids.sort();
+        ids.dedup();
+        transact!(self, |tx| {
+            if !ids.is_empty() {
+                let own = tx.messages_by_session(session, &ids).await?;
+                if own.len() != ids.len() {
+                    return Err(Error::with_message(
+                        ErrorCode::INVALID_BODY,
+                        "`read_replies` names the session's own messages",
+                    ));
+                }
+                tx.read_replies(&human.login, &ids).await?;
+            }
+            let (was_cleared, was_read) = tx
+                .agent_state(&human.login, session)
+                .await?
+                .unwrap_or((None, None));
+            let cleared_before = later(was_cleared, cleared);
+            let read_through = later(was_read, read);
+            if (cleared_before, read_through) != (was_cleared, was_read) {
+                tx.put_agent_state(&human.login, session, cleared_before, read_through)
+                    .await?;
+            }
+            let unread = tx.unread_replies(&human.login, Some(session)).await?;
+            Ok(AgentState {
+                session_id: session.to_owned(),
+                cleared_before,
+                read_through,
+                unread_replies: unread.into_iter().map(|(_, id)| id).collect(),
+            })
+        })
+    }
+}

@@ -1,0 +1,504 @@
+//! Property tests of the document engine on generated markdown: the write/parse fixpoint, what
+//! an edit changes (exactly the tokens of the blocks it touched), stale tokens refused, and no
+//! panic on arbitrary text.
+//!
+//! "Touched", precisely: an op replaces bytes `[a, b)` of the canonical markdown (an insertion
+//! has `a == b`). A block is touched when its closed range `[start, end]`, widened over the
+//! spaces and tabs next to it (a cell's padding, a line's trailing blanks), meets `[a, b]`; its
+//! ancestors contain it, so they are touched too. Beyond those, an edit may reach the blocks its
+//! new text joins with (a line that becomes a lazy continuation of the paragraph before or its
+//! setext underline, a list continued by a list of the same kind, blocks an unclosed fence or
+//! raw HTML block swallows): those are contiguous with the touched text (no block that keeps
+//! its id and token lies between), and are themselves changed or removed.
+//! And a table whose header changes its column count gains or loses cells in every row. Every
+//! other block keeps its id and token.
+
+use std::collections::{HashMap, HashSet};
+
+use proptest::prelude::*;
+
+use super::tests::{counter, counter_from};
+use super::*;
+
+fn word() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("word".to_owned()),
+        Just("snake_case".to_owned()),
+        Just("*emph*".to_owned()),
+        Just("**strong**".to_owned()),
+        Just("`code`".to_owned()),
+        Just("[link](https://e.com/x)".to_owned()),
+        Just("<countersign://issue/CS-1>".to_owned()),
+        Just("<b>x</b>".to_owned()),
+        Just("a\\*b".to_owned()),
+        Just("&amp;".to_owned()),
+        Just("ünï".to_owned()),
+        Just("1.".to_owned()),
+        Just("#tag".to_owned()),
+        Just("|".to_owned()),
+        "[a-z]{1,6}",
+    ]
+}
+
+fn line() -> impl Strategy<Value = String> {
+    prop::collection::vec(word(), 1..5).prop_map(|w| w.join(" "))
+}
+
+fn paragraph() -> impl Strategy<Value = String> {
+    prop::collection::vec(line(), 1..3).prop_map(|l| l.join("\n"))
+}
+
+fn list(depth: u32) -> BoxedStrategy<String> {
+    let item = (
+        prop_oneof![Just("- "), Just("* "), Just("1. "), Just("2) ")],
+        prop_oneof![Just(""), Just("[ ] "), Just("[x] ")],
+        line(),
+    );
+    let nested = if depth > 0 {
+        prop::option::of(list(depth - 1)).boxed()
+    } else {
+        Just(None).boxed()
+    };
+    prop::collection::vec((item, nested, any::<bool>()), 1..4)
+        .prop_map(|items| {
+            let marker = items[0].0.0;
+            let mut out = Vec::new();
+            for ((_, task, text), nested, loose) in items {
+                let mut s = format!("{marker}{task}{text}");
+                if let Some(n) = nested {
+                    let pad = " ".repeat(marker.len());
+                    let inner: Vec<String> = n.lines().map(|l| format!("{pad}{l}")).collect();
+                    s.push('\n');
+                    s.push_str(&inner.join("\n"));
+                }
+                if loose {
+                    s.push('\n');
+                }
+                out.push(s);
+            }
+            out.join("\n")
+        })
+        .boxed()
+}
+
+fn table() -> impl Strategy<Value = String> {
+    (1usize..4, 0usize..4).prop_flat_map(|(cols, rows)| {
+        prop::collection::vec(prop::collection::vec("[a-z0-9 ]{0,5}", cols), rows + 1).prop_map(
+            move |cells| {
+                let mut lines = Vec::new();
+                for (i, row) in cells.iter().enumerate() {
+                    lines.push(format!("| {} |", row.join(" | ")));
+                    if i == 0 {
+                        lines.push(format!("|{}", "---|".repeat(cols)));
+                    }
+                }
+                lines.join("\n")
+            },
+        )
+    })
+}
+
+fn block() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (1usize..4, line()).prop_map(|(n, l)| format!("{} {l}", "#".repeat(n))),
+        paragraph(),
+        paragraph(),
+        list(2),
+        table(),
+        (
+            prop_oneof![Just("```"), Just("~~~")],
+            "[a-z ]{0,8}",
+            paragraph()
+        )
+            .prop_map(|(f, info, body)| format!("{f}{info}\n{body}\n{f}")),
+        paragraph().prop_map(|p| p
+            .lines()
+            .map(|l| format!("> {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")),
+        (line(), prop::collection::vec("[a-z]{1,5}", 0..3)).prop_map(|(q, opts)| {
+            let mut s = format!(":::ask id=a1 state=open\n{q}\n");
+            for (i, o) in opts.iter().enumerate() {
+                s.push_str(&format!("\n- ({i}) {o}"));
+            }
+            s.push_str("\n:::");
+            s
+        }),
+        prop_oneof![Just("---"), Just("***"), Just("___")].prop_map(str::to_owned),
+        prop_oneof![
+            Just("<div onclick=\"x()\">raw</div>".to_owned()),
+            Just("<!-- note -->".to_owned()),
+            Just("<script>alert(1)</script>".to_owned())
+        ],
+        "[a-z]{1,5}".prop_map(|a| format!("![{a}](https://e.com/{a}.png)")),
+        "    [a-z]{1,8}".prop_map(|c| c.to_owned()),
+    ]
+}
+
+fn separator() -> impl Strategy<Value = &'static str> {
+    prop_oneof![
+        4 => Just("\n\n"),
+        1 => Just("\n"),
+        1 => Just("\n\n\n"),
+        1 => Just(" \n\n"),
+        1 => Just("\r\n\r\n"),
+    ]
+}
+
+fn markdown() -> impl Strategy<Value = String> {
+    prop::collection::vec((block(), separator()), 0..8).prop_map(|blocks| {
+        let mut s = String::new();
+        for (b, sep) in blocks {
+            s.push_str(&b);
+            s.push_str(sep);
+        }
+        s
+    })
+}
+
+/// Text an edit puts in: inline words, or new blocks.
+fn edit_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => line(),
+        1 => Just(String::new()),
+        1 => line().prop_map(|l| format!("\n\n## {l}")),
+        1 => block().prop_map(|b| format!("\n\n{b}\n\n")),
+        1 => Just("\n- x".to_owned()),
+        1 => Just("```".to_owned()),
+        1 => Just("<!--".to_owned()),
+        1 => Just("\n".to_owned()),
+    ]
+}
+
+/// The shape of a document: every block's type and range, in order.
+fn shape(doc: &Document) -> Vec<(BlockType, Range)> {
+    doc.blocks()
+        .into_iter()
+        .map(|b| (b.kind, b.range))
+        .collect()
+}
+
+/// A document is well formed: canonical (a fixpoint), its shape the shape a fresh parse gives,
+/// tokens the digests of the ranges, ids valid and distinct, and it loads back.
+fn check_well_formed(doc: &Document) -> Result<(), TestCaseError> {
+    let md = doc.markdown();
+    let fresh = Document::parse(md, &mut counter());
+    prop_assert_eq!(fresh.markdown(), md);
+    prop_assert_eq!(shape(&fresh), shape(doc));
+    prop_assert_eq!(doc.token(), crate::clock::sha256_hex(md));
+    let mut seen = HashSet::new();
+    for b in doc.blocks() {
+        prop_assert!(valid_block_id(&b.id));
+        prop_assert!(seen.insert(b.id.to_string()), "duplicate id {}", b.id);
+        let text = md.get(b.range.start..b.range.end);
+        prop_assert!(text.is_some(), "range {:?} off the text", b.range);
+        prop_assert_eq!(
+            b.token.to_string(),
+            crate::clock::sha256_hex(text.unwrap_or(""))
+        );
+    }
+    let loaded = Document::load(md, &doc.block_ids());
+    prop_assert!(loaded.is_ok(), "{:?}", loaded.err());
+    Ok(())
+}
+
+/// Picks a quote in `doc`: a slice of a block's text, and that block when the slice occurs
+/// more than once in the document.
+pub(crate) fn pick_quote(
+    doc: &Document,
+    which: usize,
+    from: usize,
+    len: usize,
+) -> Option<(Quote, Option<BlockInfo>, usize, usize)> {
+    let blocks = doc.blocks();
+    if blocks.is_empty() {
+        return None;
+    }
+    let b = blocks[which % blocks.len()].clone();
+    let md = doc.markdown();
+    let text = md.get(b.range.start..b.range.end)?;
+    let bounds: Vec<usize> = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain(std::iter::once(text.len()))
+        .collect();
+    let s = bounds[from % bounds.len()];
+    let e_i = (from % bounds.len() + 1 + len).min(bounds.len() - 1);
+    let e = bounds[e_i];
+    let exact = text.get(s..e)?;
+    if exact.is_empty() {
+        return None;
+    }
+    let (a, bb) = (b.range.start + s, b.range.start + e);
+    let count_in = |scope: &str| {
+        let mut n = 0;
+        let mut at = 0;
+        while let Some(p) = scope.get(at..).and_then(|r| r.find(exact)) {
+            n += 1;
+            at += p + scope[at + p..].chars().next().map_or(1, char::len_utf8);
+        }
+        n
+    };
+    if count_in(md) == 1 {
+        Some((Quote::exact(exact), None, a, bb))
+    } else if count_in(text) == 1 {
+        Some((Quote::exact(exact), Some(b), a, bb))
+    } else {
+        None
+    }
+}
+
+proptest! {
+    #[test]
+    fn doc_prop_write_parse_is_a_fixpoint(md in markdown()) {
+        let doc = Document::parse(&md, &mut counter());
+        check_well_formed(&doc)?;
+        let again = Document::parse(doc.markdown(), &mut counter());
+        prop_assert_eq!(again.markdown(), doc.markdown());
+    }
+
+    #[test]
+    fn doc_prop_arbitrary_text_never_panics(text in "(?s).{0,300}", cut in any::<usize>(), len in 0usize..20, put in "(?s).{0,40}") {
+        let doc = Document::parse(&text, &mut counter());
+        // Canonical, and loads back.
+        let again = Document::parse(doc.markdown(), &mut counter());
+        prop_assert_eq!(again.markdown(), doc.markdown());
+        prop_assert!(Document::load(doc.markdown(), &doc.block_ids()).is_ok());
+        let _ = doc.to_html();
+        let _ = doc.references();
+        let _ = doc.tasks();
+        let md = doc.markdown();
+        let chars: Vec<usize> = md.char_indices().map(|(i, _)| i).chain(std::iter::once(md.len())).collect();
+        let s = chars[cut % chars.len()];
+        let e = chars[(cut % chars.len() + len).min(chars.len() - 1)];
+        let ops = [EditOp::Replace { quote: Quote::exact(&md[s..e]), text: put, block: None, block_token: None }];
+        if let Ok(edited) = doc.apply(None, &ops, &mut counter_from(10_000)) {
+            check_well_formed(&edited.document)?;
+        }
+    }
+
+    #[test]
+    fn doc_prop_blocks_json_writer_matches_serde(md in markdown(), which in any::<usize>()) {
+        // Once written, a top-level block's JSON is kept with its tree and shared by the
+        // documents edits make: it must hold where the block moved to.
+        let doc = Document::parse(&md, &mut counter());
+        super::tests::assert_writer_matches_serde(&doc);
+        let ids = doc.block_ids();
+        if let Some(id) = ids.get(which % ids.len().max(1)) {
+            let mut ids = counter_from(10_000);
+            for edited in [
+                doc.insert_after_block(id, "new\n\n- a\n  - b", &mut ids),
+                doc.remove_block(id, &mut ids),
+                doc.replace_block(id, "| x |\n|---|\n| y |", &mut ids),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                super::tests::assert_writer_matches_serde(&edited.document);
+                super::tests::assert_writer_matches_serde(&edited.document.append("end", &mut ids).document);
+            }
+        }
+        let prepended = Document::parse(&format!("# new\n\n{md}"), &mut counter());
+        super::tests::assert_writer_matches_serde(&prepended);
+    }
+
+    /// A text loads exactly when it is its chunks joined the canonical way (the check `load`
+    /// makes without building the joined text).
+    #[test]
+    fn doc_prop_load_takes_exactly_canonical_text(
+        text in "[-#*>|`:\\[\\]()!<>a-c0-9 \n\t\\\\_~=]{0,200}",
+        at in any::<usize>(),
+        put in "[\n \t]{1,2}",
+    ) {
+        let canonical = Document::parse(&text, &mut counter()).markdown().to_owned();
+        let mut nudged = canonical.clone();
+        let at = at % (nudged.len() + 1);
+        if nudged.is_char_boundary(at) {
+            nudged.insert_str(at, &put);
+        }
+        for t in [&text, &canonical, &nudged] {
+            let ranges = parse::chunk_ranges(t);
+            let joined = parse::join(ranges.iter().map(|&(s, e)| t.get(s..e).unwrap_or("")));
+            prop_assert_eq!(parse::canonical_tree(t, None).is_some(), joined == *t, "{:?}", t);
+        }
+        prop_assert!(parse::canonical_tree(&canonical, None).is_some());
+    }
+
+    #[test]
+    fn doc_prop_arbitrary_markdownish_text_is_canonical(text in "[-#*>|`:\\[\\]()!<>a-c0-9 \n\t\\\\_~=]{0,200}") {
+        let doc = Document::parse(&text, &mut counter());
+        check_well_formed(&doc)?;
+    }
+
+    #[test]
+    fn doc_prop_an_edit_changes_exactly_the_tokens_it_touches(
+        md in markdown(),
+        which in any::<usize>(),
+        from in any::<usize>(),
+        len in 0usize..12,
+        kind in 0u8..4,
+        text in edit_text(),
+    ) {
+        let doc = Document::parse(&md, &mut counter());
+        let Some((quote, block, qa, qb)) = pick_quote(&doc, which, from, len) else {
+            return Ok(());
+        };
+        let (block_id, block_token) = match &block {
+            Some(b) => (Some(b.id.to_string()), Some(b.token.to_string())),
+            None => (None, None),
+        };
+        let (op, a, b) = match kind {
+            0 => (EditOp::Replace { quote, text: text.clone(), block: block_id, block_token }, qa, qb),
+            1 => (EditOp::InsertBefore { quote, text: text.clone(), block: block_id, block_token }, qa, qa),
+            2 => (EditOp::InsertAfter { quote, text: text.clone(), block: block_id, block_token }, qb, qb),
+            _ => (EditOp::Delete { quote, block: block_id, block_token }, qa, qb),
+        };
+        let edited = doc.apply(Some(doc.token()), std::slice::from_ref(&op), &mut counter_from(10_000));
+        let edited = match edited {
+            Ok(e) => e,
+            Err(e) => return Err(TestCaseError::fail(format!("{e:?} for {op:?}"))),
+        };
+        let new = &edited.document;
+        check_well_formed(new)?;
+
+        let old_blocks = doc.blocks();
+        let new_blocks = new.blocks();
+        let old_by_id: HashMap<&str, &BlockInfo> = old_blocks.iter().map(|b| (b.id.as_ref(), b)).collect();
+        let new_by_id: HashMap<&str, &BlockInfo> = new_blocks.iter().map(|b| (b.id.as_ref(), b)).collect();
+
+        // `changed` is exactly the blocks created or whose token changed, in document order.
+        let expected_changed: Vec<(String, String)> = new_blocks
+            .iter()
+            .filter(|nb| old_by_id.get(nb.id.as_ref()).is_none_or(|ob| ob.token != nb.token))
+            .map(|nb| (nb.id.to_string(), nb.token.to_string()))
+            .collect();
+        prop_assert_eq!(&edited.changed, &expected_changed);
+        // `removed` is exactly the ids gone.
+        let expected_removed: Vec<String> = old_blocks
+            .iter()
+            .filter(|ob| !new_by_id.contains_key(ob.id.as_ref()))
+            .map(|ob| ob.id.to_string())
+            .collect();
+        prop_assert_eq!(&edited.removed, &expected_removed);
+        prop_assert_eq!(new.token() == doc.token(), new.markdown() == doc.markdown());
+
+        // Touched: closed ranges, widened over the blanks next to them, meeting [a, b].
+        let bytes = doc.markdown().as_bytes();
+        let touched = |r: Range| {
+            let mut s = r.start;
+            while s > 0 && matches!(bytes[s - 1], b' ' | b'\t') {
+                s -= 1;
+            }
+            let mut e = r.end;
+            while e < bytes.len() && matches!(bytes[e], b' ' | b'\t') {
+                e += 1;
+            }
+            s <= b && a <= e
+        };
+        let kept = |blk: &BlockInfo| new_by_id.get(blk.id.as_ref()).is_some_and(|nb| nb.token == blk.token);
+        // The reach: [a, b] widened over untouched blocks that changed or went, with no
+        // untouched block that kept its id and token between them and the reach.
+        let blank = |s: usize, e: usize| {
+            s <= e
+                && !old_blocks.iter().any(|k| {
+                    k.range.start < k.range.end
+                        && k.range.start < e
+                        && k.range.end > s
+                        && !touched(k.range)
+                        && kept(k)
+                })
+        };
+        let (mut lo, mut hi) = (a, b);
+        loop {
+            let mut grew = false;
+            for ob in &old_blocks {
+                if touched(ob.range) || kept(ob) {
+                    continue;
+                }
+                if ob.range.end > hi && ob.range.start >= hi && blank(hi, ob.range.start) {
+                    hi = ob.range.end;
+                    grew = true;
+                }
+                if ob.range.start < lo && ob.range.end <= lo && blank(ob.range.end, lo) {
+                    lo = ob.range.start;
+                    grew = true;
+                }
+            }
+            if !grew {
+                break;
+            }
+        }
+        // Tables whose column count changed.
+        let reshaped: HashSet<std::sync::Arc<str>> = old_blocks
+            .iter()
+            .filter(|ob| ob.kind == BlockType::Table)
+            .filter(|ob| {
+                let cols = |bi: &BlockInfo| bi.rows.as_ref().and_then(|r| r.first()).map(|r| r.cells.len());
+                new_by_id.get(ob.id.as_ref()).is_none_or(|nb| cols(nb) != cols(ob))
+            })
+            .map(|ob| ob.id.clone())
+            .collect();
+        for ob in &old_blocks {
+            if touched(ob.range) {
+                continue;
+            }
+            if lo <= ob.range.start && ob.range.end <= hi {
+                // Joined by the new text (a lazy line, a list continued, an unclosed fence).
+                continue;
+            }
+            if ob.kind == BlockType::TableCell && ob.path.iter().any(|p| reshaped.contains(&p.id)) {
+                continue;
+            }
+            let nb = new_by_id.get(ob.id.as_ref());
+            prop_assert!(nb.is_some(), "untouched block {:?} lost its id after {:?}\nold: {:?}\nnew: {:?}", ob, op, doc.markdown(), new.markdown());
+            prop_assert_eq!(nb.map(|n| n.token), Some(ob.token), "untouched block {:?} changed", ob);
+        }
+    }
+
+    #[test]
+    fn doc_prop_a_stale_token_is_always_refused(
+        md in markdown(),
+        which in any::<usize>(),
+        from in any::<usize>(),
+        text in line(),
+        stale_doc in any::<bool>(),
+        flip in 0usize..64,
+    ) {
+        let doc = Document::parse(&md, &mut counter());
+        let Some((quote, _, _, _)) = pick_quote(&doc, which, from, 3) else {
+            return Ok(());
+        };
+        let blocks = doc.blocks();
+        let target = &blocks[which % blocks.len()];
+        let bad = |t: &str| {
+            let mut c: Vec<char> = t.chars().collect();
+            let i = flip % c.len().max(1);
+            if let Some(ch) = c.get_mut(i) {
+                *ch = if *ch == '0' { '1' } else { '0' };
+            }
+            c.into_iter().collect::<String>()
+        };
+        let (expected, block_token) = if stale_doc {
+            (Some(bad(doc.token())), Some(target.token.to_string()))
+        } else {
+            (Some(doc.token().to_owned()), Some(bad(&target.token.to_string())))
+        };
+        let op = EditOp::Replace { quote, text, block: None, block_token: None };
+        // The quote may lie outside `target`: give the block only as a precondition of a
+        // second, scoped op that would apply if the token were fresh.
+        let scoped = EditOp::InsertAfter {
+            quote: Quote::exact(doc.markdown().get(target.range.start..target.range.end).unwrap_or("")),
+            text: String::new(),
+            block: Some(target.id.to_string()),
+            block_token,
+        };
+        let got = doc.apply(expected.as_deref(), &[op, scoped], &mut counter_from(10_000));
+        match got {
+            Err(EditError::DocumentChanged { token, blocks }) => {
+                prop_assert_eq!(token.as_str(), doc.token());
+                prop_assert_eq!(blocks.get(&*target.id), Some(&target.token.to_string()));
+            }
+            other => return Err(TestCaseError::fail(format!("not refused: {other:?}"))),
+        }
+    }
+}

@@ -1,0 +1,167 @@
+// Countersign console: the asks pages (the inbox home, one ask, a document's discussion).
+// Answers, snoozes, replies, resolutions and suggestion decisions go to the JSON API with the
+// session's CSRF token; the sections marked data-live-asks follow the event stream and are
+// fetched again when an ask, comment or suggestion event arrives. No framework.
+"use strict";
+
+(function () {
+  const meta = document.querySelector('meta[name="csrf-token"]');
+  const csrf = meta ? meta.content : "";
+
+  async function api(method, path, body) {
+    const init = {
+      method: method,
+      credentials: "same-origin",
+      headers: { "X-CSRF-Token": csrf, "Accept": "application/json" },
+    };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const r = await fetch(path, init);
+    let data = null;
+    if (r.status !== 204) {
+      try { data = await r.json(); } catch (e) { data = null; }
+    }
+    if (!r.ok) {
+      const err = new Error((data && data.error) || r.statusText);
+      err.code = (data && data.code) || ("HTTP_" + r.status);
+      throw err;
+    }
+    return data;
+  }
+
+  function flash(kind, text) {
+    const el = document.getElementById("flash");
+    if (!el) return;
+    el.hidden = false;
+    el.className = "notice " + kind;
+    el.textContent = text;
+  }
+
+  // ----- live sections: fetched again (and swapped in by id) on the events about them -----
+  const sections = Array.prototype.slice.call(document.querySelectorAll("[data-live-asks]"));
+  let fetching = null;
+  let again = false;
+  async function refresh() {
+    if (!sections.length) return;
+    if (fetching) { again = true; return fetching; }
+    fetching = (async function () {
+      do {
+        again = false;
+        try {
+          const r = await fetch(window.location.pathname + window.location.search,
+            { credentials: "same-origin", cache: "no-store" });
+          if (r.redirected || r.status === 401) { window.location.reload(); return; }
+          const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+          sections.forEach(function (s) {
+            const fresh = doc.getElementById(s.id);
+            if (fresh) s.innerHTML = fresh.innerHTML;
+          });
+        } catch (e) {
+          // The next event tries again.
+        }
+      } while (again);
+    })();
+    await fetching;
+    fetching = null;
+  }
+  if (sections.length && typeof EventSource === "function") {
+    const stream = new EventSource("/api/v1/events");
+    ["ask.opened", "ask.reworded", "ask.answered", "ask.retracted", "ask.resolved",
+      "ask.followed", "ask.unfollowed", "comment.created", "comment.edited", "comment.resolved",
+      "comment.reopened", "suggestion.accepted", "suggestion.rejected", "document.edited",
+      "approval.requested", "approval.approved", "approval.changes_requested"].forEach(function (kind) {
+      stream.addEventListener(kind, function () { refresh(); });
+    });
+  }
+
+  function inSeconds(hours) {
+    return new Date(Date.now() + hours * 3600 * 1000).toISOString();
+  }
+
+  // ----- buttons -----
+  document.addEventListener("click", async function (ev) {
+    const b = ev.target.closest("button[data-answer], button[data-snooze], button[data-unsnooze], " +
+      "button[data-close], button[data-resolve], button[data-reopen], button[data-accept], button[data-reject]");
+    if (!b) return;
+    b.disabled = true;
+    try {
+      if (b.hasAttribute("data-answer")) {
+        const id = b.getAttribute("data-answer");
+        await api("POST", "/api/v1/asks/" + encodeURIComponent(id) + "/answer",
+          { options: [b.getAttribute("data-option")] });
+        flash("ok", "Answered: " + b.textContent.trim() + ".");
+      } else if (b.hasAttribute("data-snooze")) {
+        const id = b.getAttribute("data-snooze");
+        const hours = Number(b.getAttribute("data-hours") || "24");
+        await api("PUT", "/api/v1/inbox/asks/" + encodeURIComponent(id) + "/snooze",
+          { snoozed_until: inSeconds(hours) });
+        flash("ok", "Snoozed.");
+      } else if (b.hasAttribute("data-unsnooze")) {
+        await api("DELETE", "/api/v1/inbox/asks/" + encodeURIComponent(b.getAttribute("data-unsnooze")) + "/snooze");
+        flash("ok", "Back in your inbox.");
+      } else if (b.hasAttribute("data-close")) {
+        await api("POST", "/api/v1/asks/" + encodeURIComponent(b.getAttribute("data-close")) + "/close",
+          { state: b.getAttribute("data-as") || "resolved" });
+        flash("ok", "Closed.");
+      } else if (b.hasAttribute("data-resolve")) {
+        await api("POST", "/api/v1/comments/" + encodeURIComponent(b.getAttribute("data-resolve")) + "/resolve", {});
+      } else if (b.hasAttribute("data-reopen")) {
+        await api("POST", "/api/v1/comments/" + encodeURIComponent(b.getAttribute("data-reopen")) + "/reopen", {});
+      } else if (b.hasAttribute("data-accept")) {
+        await api("POST", "/api/v1/comments/" + encodeURIComponent(b.getAttribute("data-accept")) + "/suggestion/accept", {});
+        flash("ok", "Suggestion accepted: the document is changed.");
+      } else if (b.hasAttribute("data-reject")) {
+        await api("POST", "/api/v1/comments/" + encodeURIComponent(b.getAttribute("data-reject")) + "/suggestion/reject", {});
+        flash("ok", "Suggestion rejected.");
+      }
+      await refresh();
+    } catch (e) {
+      flash("error", (e.code ? e.code + ": " : "") + e.message);
+      b.disabled = false;
+    }
+  });
+
+  // ----- forms: an answer in words, a reply, a new comment -----
+  document.addEventListener("submit", async function (ev) {
+    const f = ev.target;
+    if (!(f instanceof HTMLFormElement)) return;
+    const text = f.hasAttribute("data-answer-text");
+    const reply = f.hasAttribute("data-reply-ask") || f.hasAttribute("data-reply-comment");
+    const comment = f.hasAttribute("data-comment");
+    if (!text && !reply && !comment) return;
+    ev.preventDefault();
+    const field = f.querySelector("input[name], textarea[name]");
+    const value = field ? field.value.trim() : "";
+    if (!value) return;
+    const button = f.querySelector("button[type=submit]");
+    if (button) button.disabled = true;
+    try {
+      if (text) {
+        await api("POST", "/api/v1/asks/" + encodeURIComponent(f.getAttribute("data-answer-text")) + "/answer",
+          { text: value });
+        flash("ok", "Answered.");
+      } else if (f.hasAttribute("data-reply-ask")) {
+        await api("POST", f.getAttribute("data-comments"), { body: value, ask: f.getAttribute("data-reply-ask") });
+      } else if (f.hasAttribute("data-reply-comment")) {
+        await api("POST", f.getAttribute("data-comments"), { body: value, parent: f.getAttribute("data-reply-comment") });
+      } else {
+        const body = { body: value };
+        const quote = f.querySelector("input[name=quote]");
+        const replacement = f.querySelector("input[name=replacement]");
+        if (quote && quote.value) body.quote = { exact: quote.value };
+        if (quote && quote.value && replacement && replacement.value) {
+          body.suggestion = { replacement: replacement.value };
+        }
+        await api("POST", f.getAttribute("data-comments"), body);
+      }
+      f.reset();
+      await refresh();
+    } catch (e) {
+      flash("error", (e.code ? e.code + ": " : "") + e.message);
+    } finally {
+      if (button) button.disabled = false;
+    }
+  });
+})();
