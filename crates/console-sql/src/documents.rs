@@ -26,7 +26,7 @@ use sqlx::any::AnyRow;
 use crate::time;
 use crate::work::{Args, SqlTx, corrupt, event_of, json_of, text};
 
-/// The statements of version 7 both backends share.
+/// The statements of version 8 both backends share.
 macro_rules! migration_8 {
     ($bytes:literal, $($extra:literal),* $(,)?) => {
         &[
@@ -117,7 +117,7 @@ macro_rules! migration_8 {
     };
 }
 
-/// Version 7 on SQLite: the artifact tables, and the index as an FTS5 table over
+/// Version 8 on SQLite: the artifact tables, and the index as an FTS5 table over
 /// `console_artifact_text` (external content: triggers keep it).
 pub(crate) const MIGRATION_8_SQLITE: &[&str] = migration_8!(
     "BLOB",
@@ -139,7 +139,7 @@ pub(crate) const MIGRATION_8_SQLITE: &[&str] = migration_8!(
     END",
 );
 
-/// Version 7 on PostgreSQL: the artifact tables, and the index as a generated `tsvector` of
+/// Version 8 on PostgreSQL: the artifact tables, and the index as a generated `tsvector` of
 /// the text's runs of letters and digits (what a query's words are, and what FTS5's
 /// `unicode61` splits on; PostgreSQL's own parser would keep `chart.png` or a URL whole).
 pub(crate) const MIGRATION_8_POSTGRES: &[&str] = migration_8!(

@@ -1449,6 +1449,9 @@ impl Console {
             let e = self
                 .append_at(tx, "comment.created", actor, place, data)
                 .await?;
+            let from = format!("countersign://comment/{}", view.id);
+            self.keep_mentions(tx, &from, view.issue.as_ref(), (&view.body, false), &e)
+                .await?;
             Ok((view, vec![e], opened))
         })?;
         self.document_committed(&events, None);
@@ -1456,7 +1459,7 @@ impl Console {
         Ok(view)
     }
 
-    /// A reply on an ask moves its turn (docs/notes-asks.md, "Whose turn").
+    /// A reply on an ask moves its turn (docs/asks.md, "Whose turn").
     fn replied(ask: &mut Ask, actor: &Actor, now: Time) {
         let next = match (ask.state, actor.is_human()) {
             (AskState::Open | AskState::Answered, true) => Some(Turn::Agent),
@@ -1584,6 +1587,11 @@ impl Console {
             };
             let data = serde_json::to_value(&view).unwrap_or_default();
             let e = self.append_at(tx, kind, actor, place, data).await?;
+            if kind == "comment.edited" {
+                let from = format!("countersign://comment/{}", view.id);
+                self.keep_mentions(tx, &from, view.issue.as_ref(), (&view.body, true), &e)
+                    .await?;
+            }
             Ok((view, Some(e)))
         })?;
         if let Some(e) = event {

@@ -1618,6 +1618,49 @@ impl Console {
         !a.settled && self.now() - a.changed_at < settle_after()
     }
 
+    /// Keeps the `mention` edges from a comment or a message (`from`, its console ref) in step
+    /// with the console refs its text names ([`mentioned_refs`]): an edge that stays keeps its
+    /// time and event; a new one is `event`'s. The edges count for `from_issue`'s outgoing
+    /// references. `edited`: the text replaces an earlier one (a new text has no edges yet).
+    pub(crate) async fn keep_mentions(
+        &self,
+        tx: &mut dyn WorkTx,
+        from: &str,
+        from_issue: Option<&IssueKey>,
+        (text, edited): (&str, bool),
+        event: &Event,
+    ) -> Result<(), Error> {
+        let old = match (edited, has_console_ref(text)) {
+            (true, _) => tx.edges_from(from, None).await?,
+            (false, true) => Vec::new(),
+            (false, false) => return Ok(()),
+        };
+        let new: Vec<Edge> = mentioned_refs(text)
+            .into_iter()
+            .map(|(to, to_block)| Edge {
+                from: from.to_owned(),
+                from_block: String::new(),
+                from_issue: from_issue.cloned(),
+                to,
+                to_block,
+                kind: EdgeKind::Mention,
+                at: event.at,
+                event_id: event.id,
+            })
+            .collect();
+        for o in &old {
+            if !new.iter().any(|n| n.same(o)) {
+                tx.delete_edge(o).await?;
+            }
+        }
+        for n in &new {
+            if !old.iter().any(|o| o.same(n)) {
+                tx.insert_edge(n).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Keeps the reference graph's edges from a document in step with its references: those
     /// in `blocks` (every block when `None`) are replaced by `refs`' (an edge that stays keeps
     /// its time and event; a new one is `event`'s).
@@ -1663,6 +1706,36 @@ impl Console {
     }
 }
 
+/// The console refs a plain text (a comment's or a message's body) names, each once, in the
+/// order they first appear: every `countersign://…` up to a space, a bracket or a quote, with
+/// trailing punctuation dropped, read as the engine reads a link (`#<block>` kept apart).
+/// Anything that does not parse as a console ref is not a mention.
+pub(crate) fn mentioned_refs(text: &str) -> Vec<(String, String)> {
+    const SCHEME: &str = "countersign://";
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut at = 0;
+    while let Some(i) = text.get(at..).and_then(|rest| {
+        rest.as_bytes()
+            .windows(SCHEME.len())
+            .position(|w| w.eq_ignore_ascii_case(SCHEME.as_bytes()))
+    }) {
+        let start = at + i;
+        let end = text[start..]
+            .find(|c: char| c.is_whitespace() || "<>()[]{}\"'`|".contains(c))
+            .map_or(text.len(), |e| start + e);
+        at = end;
+        let r = text[start..end].trim_end_matches(|c: char| ".,;:!?*_~".contains(c));
+        let (node, block) = r.split_once('#').unwrap_or((r, ""));
+        if let Some(t) = doc::parse_ref(node) {
+            let pair = (t.to_url(), block.to_owned());
+            if !out.contains(&pair) {
+                out.push(pair);
+            }
+        }
+    }
+    out
+}
+
 /// Whether text holds a console ref (`countersign:`, any case).
 fn has_console_ref(t: &str) -> bool {
     t.as_bytes()
@@ -1675,4 +1748,39 @@ fn not_document() -> Error {
         ErrorCode::NOT_FOUND,
         "no such document: this artifact is a file or an image",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mentioned_refs;
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| ((*a).into(), (*b).into())).collect()
+    }
+
+    #[test]
+    fn mentions_are_the_console_refs_a_text_names() {
+        let id = "6f1c0a4e-0000-4000-8000-00000000000a";
+        let text = format!(
+            "See countersign://issue/PAY-1. Also [the plan](countersign://artifact/{id}#b-2), \
+             <COUNTERSIGN://issue/PAY-1>, \"countersign://project/PAY\"; again \
+             countersign://issue/PAY-1, countersign://issue/pay-1 countersign:// \
+             countersign://agent/s-1/artifact/notes-2!"
+        );
+        assert_eq!(
+            mentioned_refs(&text),
+            pairs(&[
+                ("countersign://issue/PAY-1", ""),
+                (&format!("countersign://artifact/{id}"), "b-2"),
+                ("countersign://project/PAY", ""),
+                ("countersign://agent/s-1/artifact/notes-2", ""),
+            ])
+        );
+        assert!(mentioned_refs("no refs here, just countersign: words").is_empty());
+        // Multi-byte text around a ref, and a ref at the very end.
+        assert_eq!(
+            mentioned_refs("é→countersign://issue/AB-12"),
+            pairs(&[("countersign://issue/AB-12", "")])
+        );
+    }
 }

@@ -74,7 +74,7 @@ impl AskState {
     }
 }
 
-/// Whose turn an ask is (docs/notes-asks.md, "Whose turn"): a person's (it waits for an
+/// Whose turn an ask is (docs/asks.md, "Whose turn"): a person's (it waits for an
 /// answer) or its agent's (it waits for the agent's follow-up). An ask that is nobody's turn
 /// is in no inbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

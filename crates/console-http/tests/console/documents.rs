@@ -1010,6 +1010,118 @@ async fn reference_queries(db: Option<String>) -> anyhow::Result<()> {
         404,
         "NOT_FOUND",
     );
+
+    // Comments and messages that name a console ref mention it: one `mention` edge each.
+    let r = ada
+        .post(
+            "/api/v1/issues",
+            json!({"project": "PAY", "title": "Chargebacks"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let c = ada
+        .post(
+            "/api/v1/issues/PAY-2/comments",
+            json!({"body": "Blocked by countersign://issue/PAY-1, see \
+                    (Countersign://issue/PAY-1#b-1). Not countersign://issue/pay and \
+                    countersign://nothing/here."}),
+        )
+        .await?;
+    assert_eq!(c.status, 201, "{}", c.text);
+    let comment = format!(
+        "countersign://comment/{}",
+        c.json["id"].as_str().unwrap_or("")
+    );
+    let mentions = agent
+        .get("/api/v1/references?to=countersign://issue/PAY-1&kind=mention")
+        .await?;
+    let edges: Vec<(Value, Value, Value)> = mentions
+        .json
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| (e["from"].clone(), e["to"].clone(), e["kind"].clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        edges,
+        [
+            (
+                json!(comment),
+                json!("countersign://issue/PAY-1"),
+                json!("mention")
+            ),
+            (
+                json!(comment),
+                json!("countersign://issue/PAY-1#b-1"),
+                json!("mention")
+            ),
+        ],
+        "{}",
+        mentions.text
+    );
+    let first = mentions.json[0]["event_id"].as_i64().unwrap_or(0);
+    assert!(first > 0, "{}", mentions.text);
+    // The issue the comment is on lists them as its outgoing references; PAY-1 as incoming.
+    let r = ada.get("/api/v1/issues/PAY-2/references").await?;
+    assert_eq!(
+        r.json["outgoing"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        r.text
+    );
+    let r = ada.get("/api/v1/issues/PAY-1/references").await?;
+    assert_eq!(
+        r.json["incoming"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        r.text
+    );
+
+    // A message to a session mentions it too, and `since` pages past the comment's.
+    let m = ada
+        .post(
+            "/api/v1/sessions/s9/messages",
+            json!({"body": "look at countersign://issue/PAY-1 please"}),
+        )
+        .await?;
+    assert_eq!(m.status, 201, "{}", m.text);
+    let since = agent
+        .get(&format!(
+            "/api/v1/references?to=countersign://issue/PAY-1&since={first}"
+        ))
+        .await?;
+    assert_eq!(
+        since.json.as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        since.text
+    );
+    assert_eq!(
+        since.json[0]["from"],
+        format!(
+            "countersign://message/{}",
+            m.json["id"].as_str().unwrap_or("")
+        ),
+        "{}",
+        since.text
+    );
+
+    // Editing the comment replaces its mentions: the ref it no longer names is dropped.
+    let path = format!("/api/v1/comments/{}", c.json["id"].as_str().unwrap_or(""));
+    let e = ada
+        .patch(
+            &path,
+            json!({"body": "now about countersign://issue/PAY-2 only"}),
+        )
+        .await?;
+    assert_eq!(e.status, 200, "{}", e.text);
+    let r = agent
+        .get(&format!("/api/v1/references?from={comment}&kind=mention"))
+        .await?;
+    assert_eq!(r.json.as_array().map(Vec::len), Some(1), "{}", r.text);
+    assert_eq!(r.json[0]["to"], "countersign://issue/PAY-2", "{}", r.text);
     console.stop().await;
     Ok(())
 }

@@ -9,7 +9,7 @@
 //!   `--sessions` idle links opened to it; the child's resident memory (VmRSS, VmHWM) before
 //!   and after, and the sessions it lists.
 //!
-//! Figures and the commands that made them: `docs/notes-messages.md`.
+//! Figures and the commands that made them: `docs/benchmarks.md`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

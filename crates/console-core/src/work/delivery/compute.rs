@@ -1,6 +1,6 @@
 //! The delivery computation, with no IO: pull requests linked to issues and sessions, the
 //! timeline with its facets, the measures (DORA's four keys as DevLake computes them, plus
-//! rework share), and the pipeline page. Definitions are in `docs/notes-delivery.md`.
+//! rework share), and the pipeline page. Definitions are in `docs/delivery.md`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
