@@ -339,120 +339,7 @@ proptest! {
         kind in 0u8..4,
         text in edit_text(),
     ) {
-        let doc = Document::parse(&md, &mut counter());
-        let Some((quote, block, qa, qb)) = pick_quote(&doc, which, from, len) else {
-            return Ok(());
-        };
-        let (block_id, block_token) = match &block {
-            Some(b) => (Some(b.id.to_string()), Some(b.token.to_string())),
-            None => (None, None),
-        };
-        let (op, a, b) = match kind {
-            0 => (EditOp::Replace { quote, text: text.clone(), block: block_id, block_token }, qa, qb),
-            1 => (EditOp::InsertBefore { quote, text: text.clone(), block: block_id, block_token }, qa, qa),
-            2 => (EditOp::InsertAfter { quote, text: text.clone(), block: block_id, block_token }, qb, qb),
-            _ => (EditOp::Delete { quote, block: block_id, block_token }, qa, qb),
-        };
-        let edited = doc.apply(Some(doc.token()), std::slice::from_ref(&op), &mut counter_from(10_000));
-        let edited = match edited {
-            Ok(e) => e,
-            Err(e) => return Err(TestCaseError::fail(format!("{e:?} for {op:?}"))),
-        };
-        let new = &edited.document;
-        check_well_formed(new)?;
-
-        let old_blocks = doc.blocks();
-        let new_blocks = new.blocks();
-        let old_by_id: HashMap<&str, &BlockInfo> = old_blocks.iter().map(|b| (b.id.as_ref(), b)).collect();
-        let new_by_id: HashMap<&str, &BlockInfo> = new_blocks.iter().map(|b| (b.id.as_ref(), b)).collect();
-
-        // `changed` is exactly the blocks created or whose token changed, in document order.
-        let expected_changed: Vec<(String, String)> = new_blocks
-            .iter()
-            .filter(|nb| old_by_id.get(nb.id.as_ref()).is_none_or(|ob| ob.token != nb.token))
-            .map(|nb| (nb.id.to_string(), nb.token.to_string()))
-            .collect();
-        prop_assert_eq!(&edited.changed, &expected_changed);
-        // `removed` is exactly the ids gone.
-        let expected_removed: Vec<String> = old_blocks
-            .iter()
-            .filter(|ob| !new_by_id.contains_key(ob.id.as_ref()))
-            .map(|ob| ob.id.to_string())
-            .collect();
-        prop_assert_eq!(&edited.removed, &expected_removed);
-        prop_assert_eq!(new.token() == doc.token(), new.markdown() == doc.markdown());
-
-        // Touched: closed ranges, widened over the blanks next to them, meeting [a, b].
-        let bytes = doc.markdown().as_bytes();
-        let touched = |r: Range| {
-            let mut s = r.start;
-            while s > 0 && matches!(bytes[s - 1], b' ' | b'\t') {
-                s -= 1;
-            }
-            let mut e = r.end;
-            while e < bytes.len() && matches!(bytes[e], b' ' | b'\t') {
-                e += 1;
-            }
-            s <= b && a <= e
-        };
-        let kept = |blk: &BlockInfo| new_by_id.get(blk.id.as_ref()).is_some_and(|nb| nb.token == blk.token);
-        // The reach: [a, b] widened over untouched blocks that changed or went, with no
-        // untouched block that kept its id and token between them and the reach.
-        let blank = |s: usize, e: usize| {
-            s <= e
-                && !old_blocks.iter().any(|k| {
-                    k.range.start < k.range.end
-                        && k.range.start < e
-                        && k.range.end > s
-                        && !touched(k.range)
-                        && kept(k)
-                })
-        };
-        let (mut lo, mut hi) = (a, b);
-        loop {
-            let mut grew = false;
-            for ob in &old_blocks {
-                if touched(ob.range) || kept(ob) {
-                    continue;
-                }
-                if ob.range.end > hi && ob.range.start >= hi && blank(hi, ob.range.start) {
-                    hi = ob.range.end;
-                    grew = true;
-                }
-                if ob.range.start < lo && ob.range.end <= lo && blank(ob.range.end, lo) {
-                    lo = ob.range.start;
-                    grew = true;
-                }
-            }
-            if !grew {
-                break;
-            }
-        }
-        // Tables whose column count changed.
-        let reshaped: HashSet<std::sync::Arc<str>> = old_blocks
-            .iter()
-            .filter(|ob| ob.kind == BlockType::Table)
-            .filter(|ob| {
-                let cols = |bi: &BlockInfo| bi.rows.as_ref().and_then(|r| r.first()).map(|r| r.cells.len());
-                new_by_id.get(ob.id.as_ref()).is_none_or(|nb| cols(nb) != cols(ob))
-            })
-            .map(|ob| ob.id.clone())
-            .collect();
-        for ob in &old_blocks {
-            if touched(ob.range) {
-                continue;
-            }
-            if lo <= ob.range.start && ob.range.end <= hi {
-                // Joined by the new text (a lazy line, a list continued, an unclosed fence).
-                continue;
-            }
-            if ob.kind == BlockType::TableCell && ob.path.iter().any(|p| reshaped.contains(&p.id)) {
-                continue;
-            }
-            let nb = new_by_id.get(ob.id.as_ref());
-            prop_assert!(nb.is_some(), "untouched block {:?} lost its id after {:?}\nold: {:?}\nnew: {:?}", ob, op, doc.markdown(), new.markdown());
-            prop_assert_eq!(nb.map(|n| n.token), Some(ob.token), "untouched block {:?} changed", ob);
-        }
+        edit_changes_exactly_the_tokens_it_touches(&md, which, from, len, kind, text)?;
     }
 
     #[test]
@@ -501,4 +388,226 @@ proptest! {
             other => return Err(TestCaseError::fail(format!("not refused: {other:?}"))),
         }
     }
+}
+
+/// The property of `doc_prop_an_edit_changes_exactly_the_tokens_it_touches`, for one input.
+fn edit_changes_exactly_the_tokens_it_touches(
+    md: &str,
+    which: usize,
+    from: usize,
+    len: usize,
+    kind: u8,
+    text: String,
+) -> Result<(), TestCaseError> {
+    let doc = Document::parse(md, &mut counter());
+    let Some((quote, block, qa, qb)) = pick_quote(&doc, which, from, len) else {
+        return Ok(());
+    };
+    let (block_id, block_token) = match &block {
+        Some(b) => (Some(b.id.to_string()), Some(b.token.to_string())),
+        None => (None, None),
+    };
+    let (op, a, b) = match kind {
+        0 => (
+            EditOp::Replace {
+                quote,
+                text: text.clone(),
+                block: block_id,
+                block_token,
+            },
+            qa,
+            qb,
+        ),
+        1 => (
+            EditOp::InsertBefore {
+                quote,
+                text: text.clone(),
+                block: block_id,
+                block_token,
+            },
+            qa,
+            qa,
+        ),
+        2 => (
+            EditOp::InsertAfter {
+                quote,
+                text: text.clone(),
+                block: block_id,
+                block_token,
+            },
+            qb,
+            qb,
+        ),
+        _ => (
+            EditOp::Delete {
+                quote,
+                block: block_id,
+                block_token,
+            },
+            qa,
+            qb,
+        ),
+    };
+    let edited = doc.apply(
+        Some(doc.token()),
+        std::slice::from_ref(&op),
+        &mut counter_from(10_000),
+    );
+    let edited = match edited {
+        Ok(e) => e,
+        Err(e) => return Err(TestCaseError::fail(format!("{e:?} for {op:?}"))),
+    };
+    let new = &edited.document;
+    check_well_formed(new)?;
+
+    let old_blocks = doc.blocks();
+    let new_blocks = new.blocks();
+    let old_by_id: HashMap<&str, &BlockInfo> =
+        old_blocks.iter().map(|b| (b.id.as_ref(), b)).collect();
+    let new_by_id: HashMap<&str, &BlockInfo> =
+        new_blocks.iter().map(|b| (b.id.as_ref(), b)).collect();
+
+    // `changed` is exactly the blocks created or whose token changed, in document order.
+    let expected_changed: Vec<(String, String)> = new_blocks
+        .iter()
+        .filter(|nb| {
+            old_by_id
+                .get(nb.id.as_ref())
+                .is_none_or(|ob| ob.token != nb.token)
+        })
+        .map(|nb| (nb.id.to_string(), nb.token.to_string()))
+        .collect();
+    prop_assert_eq!(&edited.changed, &expected_changed);
+    // `removed` is exactly the ids gone.
+    let expected_removed: Vec<String> = old_blocks
+        .iter()
+        .filter(|ob| !new_by_id.contains_key(ob.id.as_ref()))
+        .map(|ob| ob.id.to_string())
+        .collect();
+    prop_assert_eq!(&edited.removed, &expected_removed);
+    prop_assert_eq!(new.token() == doc.token(), new.markdown() == doc.markdown());
+
+    // Touched: closed ranges, widened over the blanks next to them, meeting [a, b].
+    let bytes = doc.markdown().as_bytes();
+    let touched = |r: Range| {
+        let mut s = r.start;
+        while s > 0 && matches!(bytes[s - 1], b' ' | b'\t') {
+            s -= 1;
+        }
+        let mut e = r.end;
+        while e < bytes.len() && matches!(bytes[e], b' ' | b'\t') {
+            e += 1;
+        }
+        s <= b && a <= e
+    };
+    // Kept: the same id and token, where the edit leaves it (before the edit: where it was;
+    // after: moved by the edit's change of length). An id that went with its text to a
+    // copy elsewhere (new text equal to a block the edit swallowed, e.g. by a fence it
+    // opened) is not a block kept in place: it joins the reach.
+    let delta = new.markdown().len() as isize - doc.markdown().len() as isize;
+    let kept = |blk: &BlockInfo| {
+        new_by_id.get(blk.id.as_ref()).is_some_and(|nb| {
+            let at = if blk.range.start < a {
+                blk.range.start as isize
+            } else {
+                blk.range.start as isize + delta
+            };
+            nb.token == blk.token && nb.range.start as isize == at
+        })
+    };
+    // The reach: [a, b] widened over untouched blocks that changed or went, with no
+    // untouched block that kept its id and token between them and the reach.
+    let blank = |s: usize, e: usize| {
+        s <= e
+            && !old_blocks.iter().any(|k| {
+                k.range.start < k.range.end
+                    && k.range.start < e
+                    && k.range.end > s
+                    && !touched(k.range)
+                    && kept(k)
+            })
+    };
+    let (mut lo, mut hi) = (a, b);
+    loop {
+        let mut grew = false;
+        for ob in &old_blocks {
+            if touched(ob.range) || kept(ob) {
+                continue;
+            }
+            if ob.range.end > hi && ob.range.start >= hi && blank(hi, ob.range.start) {
+                hi = ob.range.end;
+                grew = true;
+            }
+            if ob.range.start < lo && ob.range.end <= lo && blank(ob.range.end, lo) {
+                lo = ob.range.start;
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    // Tables whose column count changed.
+    let reshaped: HashSet<std::sync::Arc<str>> = old_blocks
+        .iter()
+        .filter(|ob| ob.kind == BlockType::Table)
+        .filter(|ob| {
+            let cols = |bi: &BlockInfo| {
+                bi.rows
+                    .as_ref()
+                    .and_then(|r| r.first())
+                    .map(|r| r.cells.len())
+            };
+            new_by_id
+                .get(ob.id.as_ref())
+                .is_none_or(|nb| cols(nb) != cols(ob))
+        })
+        .map(|ob| ob.id.clone())
+        .collect();
+    for ob in &old_blocks {
+        if touched(ob.range) {
+            continue;
+        }
+        if lo <= ob.range.start && ob.range.end <= hi {
+            // Joined by the new text (a lazy line, a list continued, an unclosed fence).
+            continue;
+        }
+        if ob.kind == BlockType::TableCell && ob.path.iter().any(|p| reshaped.contains(&p.id)) {
+            continue;
+        }
+        let nb = new_by_id.get(ob.id.as_ref());
+        prop_assert!(
+            nb.is_some(),
+            "untouched block {:?} lost its id after {:?}\nold: {:?}\nnew: {:?}",
+            ob,
+            op,
+            doc.markdown(),
+            new.markdown()
+        );
+        prop_assert_eq!(
+            nb.map(|n| n.token),
+            Some(ob.token),
+            "untouched block {:?} changed",
+            ob
+        );
+    }
+    Ok(())
+}
+
+/// A case proptest found: the new text (a raw HTML block) replaces a code block's opening
+/// fence, so the fences pair differently to the end, and equals a block the edit swallowed,
+/// whose id goes with its text to the copy.
+#[test]
+fn an_edit_that_repairs_fences_changes_the_blocks_to_the_end() {
+    let md = "# word\n\n```\n<countersign://issue/CS-1> snake_case <countersign://issue/CS-1> a\\*b\n```\n\n> word\n\n:::ask id=a1 state=open\nword\n\n:::\n\n<script>alert(1)</script>\n\n```\nword\n```\n\n";
+    let text = "\n\n<script>alert(1)</script>\n\n".to_owned();
+    edit_changes_exactly_the_tokens_it_touches(
+        md,
+        4903479064803716300,
+        3513367486392160332,
+        3,
+        0,
+        text,
+    )
+    .expect("the property holds");
 }
