@@ -435,6 +435,7 @@ impl Document {
             markdown,
             token,
             tops,
+            tasks: Default::default(),
         }
     }
 
@@ -675,14 +676,34 @@ impl Document {
     }
 
     /// The [`Edited`] answer for `document`, an edit of this one: top-level blocks both share
-    /// (the same allocation) are untouched and not looked into.
+    /// (the same allocation) are untouched and not looked into. An edit replaces a run of
+    /// top-level blocks (several ops: a few runs), so the shared ones are first found as the
+    /// common head and tail by pointer, and only the middles are compared. The new document's
+    /// task count follows from this one's, when counted, and the two middles'.
     pub(crate) fn edited(&self, document: Document) -> Edited {
-        let shared: HashSet<*const Node> =
-            document.tops.iter().map(|t| Arc::as_ptr(&t.node)).collect();
+        let same = |a: &Top, b: &Top| Arc::ptr_eq(&a.node, &b.node);
+        let (old, new) = (&self.tops[..], &document.tops[..]);
+        let head = old.iter().zip(new).take_while(|(a, b)| same(a, b)).count();
+        let tail = old[head..]
+            .iter()
+            .rev()
+            .zip(new[head..].iter().rev())
+            .take_while(|(a, b)| same(a, b))
+            .count();
+        let (old, new) = (&old[head..old.len() - tail], &new[head..new.len() - tail]);
+        if let Some(&(done, total)) = self.tasks.get() {
+            let (od, ot) = super::tasks_in(old);
+            let (nd, nt) = super::tasks_in(new);
+            let _ = document.tasks.set((
+                done.saturating_sub(od).saturating_add(nd),
+                total.saturating_sub(ot).saturating_add(nt),
+            ));
+        }
+        let shared: HashSet<*const Node> = new.iter().map(|t| Arc::as_ptr(&t.node)).collect();
         let mut before: HashMap<&str, Token> = HashMap::new();
         let mut order: Vec<&str> = Vec::new();
-        let kept: HashSet<*const Node> = self.tops.iter().map(|t| Arc::as_ptr(&t.node)).collect();
-        for top in &self.tops {
+        let kept: HashSet<*const Node> = old.iter().map(|t| Arc::as_ptr(&t.node)).collect();
+        for top in old {
             if !shared.contains(&Arc::as_ptr(&top.node)) {
                 top.node.walk(&mut |n| {
                     before.insert(&n.id, n.token);
@@ -692,7 +713,7 @@ impl Document {
         }
         let mut changed = Vec::new();
         let mut seen: HashSet<&str> = HashSet::new();
-        for top in &document.tops {
+        for top in new {
             if kept.contains(&Arc::as_ptr(&top.node)) {
                 continue;
             }

@@ -81,6 +81,9 @@ pub struct Document {
     markdown: String,
     token: String,
     tops: Vec<Top>,
+    /// `(done, total)` task-list items, once counted: an edit's document counts its own from
+    /// this one's and the top-level blocks the edit replaced ([`Document::edited`]).
+    tasks: std::sync::OnceLock<(u32, u32)>,
 }
 
 /// A top-level block: where it starts in the markdown, and its tree (ranges relative to that).
@@ -94,6 +97,22 @@ impl Top {
     pub fn end(&self) -> usize {
         self.start + self.node.end
     }
+}
+
+/// `(done, total)` task-list items in top-level blocks (nested lists included).
+pub(crate) fn tasks_in(tops: &[Top]) -> (u32, u32) {
+    let (mut done, mut total) = (0u32, 0u32);
+    for top in tops {
+        top.node.walk(&mut |n| {
+            if let Detail::Task { checked } = n.detail {
+                total = total.saturating_add(1);
+                if checked {
+                    done = done.saturating_add(1);
+                }
+            }
+        });
+    }
+    (done, total)
 }
 
 /// Why a stored document does not load.
@@ -137,6 +156,7 @@ impl Document {
             markdown,
             token,
             tops,
+            tasks: Default::default(),
         }
     }
 
@@ -183,6 +203,7 @@ impl Document {
             markdown: markdown.to_owned(),
             token: sha256_hex(markdown),
             tops,
+            tasks: Default::default(),
         })
     }
 
@@ -253,17 +274,7 @@ impl Document {
     /// Task-list items anywhere (nested lists included): `(done, total)`, None when there are
     /// none.
     pub fn tasks(&self) -> Option<(u32, u32)> {
-        let (mut done, mut total) = (0u32, 0u32);
-        for top in &self.tops {
-            top.node.walk(&mut |n| {
-                if let Detail::Task { checked } = n.detail {
-                    total = total.saturating_add(1);
-                    if checked {
-                        done = done.saturating_add(1);
-                    }
-                }
-            });
-        }
+        let (done, total) = *self.tasks.get_or_init(|| tasks_in(&self.tops));
         (total > 0).then_some((done, total))
     }
 

@@ -441,12 +441,22 @@ impl Builder<'_, '_> {
                 v if v.block() => Some(BlockType::Paragraph),
                 _ => None,
             };
+            // A fenced code block holds at least its opening fence's line: comrak may end an
+            // empty one that its container closes (a list item ended by an unindented line)
+            // inside its fence, where an edit's reparse of the same text ends it at the line's
+            // end.
+            let own_end = match &data.value {
+                NodeValue::CodeBlock(c) if c.fenced => {
+                    (sp.end.line, sp.end.column).max((sp.start.line, usize::MAX / 4))
+                }
+                _ => (sp.end.line, sp.end.column),
+            };
             (
                 kind,
                 nested && kind.is_some(),
                 detail,
                 (sp.start.line, sp.start.column),
-                (sp.end.line, sp.end.column),
+                own_end,
                 matches!(data.value, NodeValue::Paragraph),
             )
         };

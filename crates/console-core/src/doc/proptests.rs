@@ -448,6 +448,8 @@ fn edit_changes_exactly_the_tokens_it_touches(
             qb,
         ),
     };
+    // Counted first, so the edit's document counts its own from it.
+    let counted = doc.tasks();
     let edited = doc.apply(
         Some(doc.token()),
         std::slice::from_ref(&op),
@@ -459,6 +461,13 @@ fn edit_changes_exactly_the_tokens_it_touches(
     };
     let new = &edited.document;
     check_well_formed(new)?;
+    // The task count carried through the edit is the count of the new text.
+    prop_assert_eq!(
+        new.tasks(),
+        Document::parse(new.markdown(), &mut counter()).tasks(),
+        "tasks before: {:?}",
+        counted
+    );
 
     let old_blocks = doc.blocks();
     let new_blocks = new.blocks();
@@ -608,6 +617,23 @@ fn an_edit_that_repairs_fences_changes_the_blocks_to_the_end() {
         3,
         0,
         text,
+    )
+    .expect("the property holds");
+}
+
+/// A case proptest found: a fence written into a task item (`- [ ] x` → ``- ``` ] x``) opens
+/// an empty code block its list item closes; a fresh parse ended it inside the fence, the
+/// edit's reparse at the line's end.
+#[test]
+fn a_fence_written_into_a_list_item_holds_its_line() {
+    let md = ":::ask id=a1 state=open\nword\n\n:::\n\n- [ ] snake_case\n\nword\n\n# word\n\n:::ask id=a1 state=open\nword\n\n:::\n\n```\nword\n```\n\n:::ask id=a1 state=open\nword\n\n:::\n\n";
+    edit_changes_exactly_the_tokens_it_touches(
+        md,
+        16262622254752564213,
+        7132712283470874292,
+        0,
+        0,
+        "```".to_owned(),
     )
     .expect("the property holds");
 }
