@@ -1,5 +1,6 @@
 //! [`countersign_console_core::work::AskTx`] on SQLite and PostgreSQL: asks with their edit
-//! and answers histories, per-person snoozes, comments and reviews (migration 9).
+//! and answers histories, per-person snoozes, comments and reviews (migration 9; 11 adds the
+//! person who asked), and the inbox's comment and ask threads.
 //!
 //! - An ask's current answer, followers and turn are in its row, so the inbox is one indexed
 //!   query joined to the issue's assignee and the person's snooze.
@@ -14,8 +15,8 @@ use countersign_console_core::Time;
 use countersign_console_core::ids::Login;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::asks::{
-    Answer, AnswerEntry, Ask, AskFilter, AskKind, AskOption, AskState, AssigneeFilter, Comment,
-    CommentFilter, InboxAsk, InboxEntry, InboxFilter, PastAnswer, Review, ReviewOutcome,
+    Answer, AnswerEntry, Ask, AskFilter, AskKind, AskOption, AskState, AskWrite, AssigneeFilter,
+    Comment, CommentFilter, InboxAsk, InboxEntry, InboxFilter, PastAnswer, Review, ReviewOutcome,
     ThreadState, Turn, Wording,
 };
 use countersign_console_core::work::store::ms;
@@ -147,6 +148,23 @@ pub(crate) const MIGRATION_9_POSTGRES: &[&str] = migration_9!(
     "CREATE INDEX console_comments_search ON console_comments USING GIN (search)",
 );
 
+/// Version 11 on SQLite: the person who asked, as a column (the inbox's threads find the asks
+/// a person wrote in by it), filled in for the asks there are.
+pub(crate) const MIGRATION_11_SQLITE: &[&str] = &[
+    "ALTER TABLE console_asks ADD COLUMN author_login TEXT",
+    "UPDATE console_asks SET author_login = json_extract(author, '$.login') \
+     WHERE json_extract(author, '$.kind') = 'user'",
+    "CREATE INDEX console_asks_author ON console_asks (author_login)",
+];
+
+/// Version 11 on PostgreSQL.
+pub(crate) const MIGRATION_11_POSTGRES: &[&str] = &[
+    "ALTER TABLE console_asks ADD COLUMN author_login TEXT",
+    "UPDATE console_asks SET author_login = CAST(author AS jsonb) ->> 'login' \
+     WHERE CAST(author AS jsonb) ->> 'kind' = 'user'",
+    "CREATE INDEX console_asks_author ON console_asks (author_login)",
+];
+
 const ASK_COLUMNS: &str = "id, kind, project, issue, artifact, block, question, options, state, \
      answer, closed, approval, followers, author, author_session, worded_by, worded_at, turn, \
      turn_since, created_at, updated_at";
@@ -202,8 +220,27 @@ fn ask_of(r: &AnyRow) -> Result<Ask, StorageError> {
 }
 
 fn comment_of(r: &AnyRow) -> Result<Comment, StorageError> {
-    let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
-    let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    comment_at(r, "")
+}
+
+/// The columns of `list` (comma-separated) of table alias `alias`, each named
+/// `<prefix><column>`.
+fn columns_as(list: &str, alias: &str, prefix: &str) -> String {
+    list.split(',')
+        .map(str::trim)
+        .map(|c| format!("{alias}.{c} AS {prefix}{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A comment from columns named `<prefix><column>`.
+fn comment_at(r: &AnyRow, prefix: &str) -> Result<Comment, StorageError> {
+    let col = |c: &str| format!("{prefix}{c}");
+    let g =
+        |c: &str| -> Result<String, StorageError> { r.try_get(col(c).as_str()).map_err(db_err) };
+    let go = |c: &str| -> Result<Option<String>, StorageError> {
+        r.try_get(col(c).as_str()).map_err(db_err)
+    };
     Ok(Comment {
         id: g("id")?,
         thread_id: g("thread_id")?,
@@ -227,9 +264,9 @@ fn comment_of(r: &AnyRow) -> Result<Comment, StorageError> {
                 _ => Err(corrupt("thread state")),
             })
             .transpose()?,
-        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+        created_at: time(r.try_get(col("created_at").as_str()).map_err(db_err)?)?,
         edited_at: r
-            .try_get::<Option<i64>, _>("edited_at")
+            .try_get::<Option<i64>, _>(col("edited_at").as_str())
             .map_err(db_err)?
             .map(time)
             .transpose()?,
@@ -379,9 +416,9 @@ impl AskTx for SqlTx {
     async fn insert_ask(&mut self, a: &Ask) -> Result<(), StorageError> {
         // `seq` orders asks made in one millisecond as they were made.
         sqlx::query(&format!(
-            "INSERT INTO console_asks ({ASK_COLUMNS}, seq) SELECT \
+            "INSERT INTO console_asks ({ASK_COLUMNS}, author_login, seq) SELECT \
              $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, \
-             COALESCE(MAX(seq), 0) + 1 FROM console_asks"
+             $22, COALESCE(MAX(seq), 0) + 1 FROM console_asks"
         ))
         .bind(a.id.as_str())
         .bind(a.kind.as_str())
@@ -404,6 +441,7 @@ impl AskTx for SqlTx {
         .bind(ms(&a.turn_since))
         .bind(ms(&a.created_at))
         .bind(ms(&a.updated_at))
+        .bind(login_of(&a.author))
         .execute(&mut *self.tx)
         .await
         .map_err(db_err)?;
@@ -1010,6 +1048,192 @@ impl AskTx for SqlTx {
             limit,
         )
         .await
+    }
+
+    async fn unread_comment_threads(
+        &mut self,
+        login: &Login,
+        issue: Option<&IssueKey>,
+        artifact: Option<&str>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<(Comment, Comment)>, i64), StorageError> {
+        let mut a = Args::default();
+        let me = a.push(login.as_str().to_owned());
+        let mut filter = String::new();
+        if let Some(k) = issue {
+            filter = format!(" AND root.issue = {}", a.push(k.as_str().to_owned()));
+        }
+        if let Some(x) = artifact {
+            filter.push_str(&format!(" AND root.artifact = {}", a.push(x.to_owned())));
+        }
+        // From the person's own comments (by author): each thread's last one (`seq` orders
+        // within a millisecond), then the thread's newest comment by someone else, later than
+        // that and than the read mark.
+        let from = format!(
+            "FROM (SELECT thread_id, MAX(seq) AS last_seq FROM console_comments \
+                   WHERE author_login = {me} AND ask IS NULL GROUP BY thread_id) w \
+             JOIN console_comments root ON root.id = w.thread_id \
+             JOIN console_comments nr ON nr.id = (SELECT r.id FROM console_comments r \
+                 WHERE r.thread_id = w.thread_id AND (r.author_login IS NULL OR r.author_login <> {me}) \
+                 ORDER BY r.created_at DESC, r.seq DESC LIMIT 1) \
+             LEFT JOIN console_thread_reads tr ON tr.login = {me} AND tr.thread_id = w.thread_id \
+             WHERE nr.seq > w.last_seq{filter} \
+             AND (tr.read_through IS NULL OR nr.created_at > tr.read_through)"
+        );
+        let total: i64 = sqlx::query_with(&format!("SELECT COUNT(*) AS n {from}"), a.build())
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .try_get("n")
+            .map_err(db_err)?;
+        let l = a.push(i64::from(limit));
+        let o = a.push(i64::from(offset));
+        let sql = format!(
+            "SELECT {}, {} {from} ORDER BY nr.created_at DESC, root.id LIMIT {l} OFFSET {o}",
+            columns_as(COMMENT_COLUMNS, "root", "t_"),
+            columns_as(COMMENT_COLUMNS, "nr", "n_"),
+        );
+        let threads = self
+            .rows(&sql, &a)
+            .await?
+            .iter()
+            .map(|r| Ok((comment_at(r, "t_")?, comment_at(r, "n_")?)))
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok((threads, total))
+    }
+
+    async fn unread_ask_threads(
+        &mut self,
+        login: &Login,
+        issue: Option<&IssueKey>,
+        artifact: Option<&str>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<(Ask, AskWrite)>, i64), StorageError> {
+        let mut a = Args::default();
+        let me = a.push(login.as_str().to_owned());
+        // Less the open asks the person's inbox lists (`inbox` with no filter: someone's turn,
+        // on an issue assigned to them or to nobody, or on a document with no issue).
+        let mut filter = format!(
+            "NOT (a.state = 'open' AND a.turn IS NOT NULL \
+             AND (i.assignee IS NULL OR i.assignee = {me}))"
+        );
+        if let Some(k) = issue {
+            filter.push_str(&format!(" AND a.issue = {}", a.push(k.as_str().to_owned())));
+        }
+        if let Some(x) = artifact {
+            filter.push_str(&format!(" AND a.artifact = {}", a.push(x.to_owned())));
+        }
+        // `w`: the asks the person wrote in, with the `seq` of their last reply or answer (one
+        // count over both; 0 when they only asked). `u`: with each ask's newest reply and
+        // newest answer by someone else. `v`: the newer of the two.
+        let newer = "(n.ask IS NULL OR (c.id IS NOT NULL AND (c.created_at > n.at \
+             OR (c.created_at = n.at AND c.seq > n.seq))))";
+        let from = format!(
+            "FROM (SELECT u.ask AS ask, u.last_seq AS last_seq, u.c_id AS c_id, u.a_n AS a_n, \
+                 CASE WHEN {newer} THEN c.created_at ELSE n.at END AS nr_at, \
+                 CASE WHEN {newer} THEN c.seq ELSE n.seq END AS nr_seq, \
+                 CASE WHEN {newer} THEN 'reply' ELSE 'answer' END AS nr_kind \
+               FROM (SELECT w.ask AS ask, w.last_seq AS last_seq, \
+                   (SELECT r.id FROM console_comments r WHERE r.ask = w.ask \
+                      AND (r.author_login IS NULL OR r.author_login <> {me}) \
+                      ORDER BY r.created_at DESC, r.seq DESC LIMIT 1) AS c_id, \
+                   (SELECT x.n FROM console_ask_answers x WHERE x.ask = w.ask \
+                      AND (x.by_login IS NULL OR x.by_login <> {me}) \
+                      ORDER BY x.at DESC, x.seq DESC LIMIT 1) AS a_n \
+                 FROM (SELECT mine.ask AS ask, MAX(mine.seq) AS last_seq FROM ( \
+                     SELECT id AS ask, CAST(0 AS BIGINT) AS seq FROM console_asks \
+                       WHERE author_login = {me} \
+                     UNION ALL SELECT ask, seq FROM console_comments \
+                       WHERE author_login = {me} AND ask IS NOT NULL \
+                     UNION ALL SELECT ask, seq FROM console_ask_answers WHERE by_login = {me} \
+                   ) mine GROUP BY mine.ask) w \
+                 JOIN console_asks a ON a.id = w.ask \
+                 LEFT JOIN console_issues i ON i.key = a.issue \
+                 WHERE {filter}) u \
+               LEFT JOIN console_comments c ON c.id = u.c_id \
+               LEFT JOIN console_ask_answers n ON n.ask = u.ask AND n.n = u.a_n) v \
+             JOIN console_asks a ON a.id = v.ask \
+             LEFT JOIN console_comments c ON c.id = v.c_id \
+             LEFT JOIN console_ask_answers n ON n.ask = v.ask AND n.n = v.a_n \
+             LEFT JOIN console_thread_reads tr ON tr.login = {me} AND tr.thread_id = v.ask \
+             WHERE v.nr_seq > v.last_seq \
+             AND (tr.read_through IS NULL OR v.nr_at > tr.read_through)"
+        );
+        let total: i64 = sqlx::query_with(&format!("SELECT COUNT(*) AS n {from}"), a.build())
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .try_get("n")
+            .map_err(db_err)?;
+        let l = a.push(i64::from(limit));
+        let o = a.push(i64::from(offset));
+        let sql = format!(
+            "SELECT {}, {}, n.options AS a_options, n.text AS a_text, n.by_actor AS a_by_actor, \
+             n.at AS a_at, v.nr_kind AS nr_kind {from} \
+             ORDER BY v.nr_at DESC, v.ask LIMIT {l} OFFSET {o}",
+            columns_as(ASK_COLUMNS, "a", ""),
+            columns_as(COMMENT_COLUMNS, "c", "c_"),
+        );
+        let threads = self
+            .rows(&sql, &a)
+            .await?
+            .iter()
+            .map(|r| {
+                let kind: String = r.try_get("nr_kind").map_err(db_err)?;
+                let write = if kind == "reply" {
+                    AskWrite::Reply(Box::new(comment_at(r, "c_")?))
+                } else {
+                    AskWrite::Answer(Answer {
+                        options: json_of(
+                            &r.try_get::<String, _>("a_options").map_err(db_err)?,
+                            "answer options",
+                        )?,
+                        text: r.try_get("a_text").map_err(db_err)?,
+                        by: json_of(
+                            &r.try_get::<String, _>("a_by_actor").map_err(db_err)?,
+                            "actor",
+                        )?,
+                        at: time(r.try_get("a_at").map_err(db_err)?)?,
+                    })
+                };
+                Ok((ask_of(r)?, write))
+            })
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok((threads, total))
+    }
+
+    async fn wrote_in_comment_thread(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+    ) -> Result<bool, StorageError> {
+        let row = sqlx::query(
+            "SELECT 1 AS x FROM console_comments \
+             WHERE thread_id = $1 AND author_login = $2 AND ask IS NULL LIMIT 1",
+        )
+        .bind(thread_id)
+        .bind(login.as_str())
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(row.is_some())
+    }
+
+    async fn wrote_in_ask(&mut self, login: &Login, ask: &str) -> Result<bool, StorageError> {
+        let row = sqlx::query(
+            "SELECT 1 AS x FROM console_asks WHERE id = $1 AND author_login = $2 \
+             UNION ALL SELECT 1 AS x FROM console_comments WHERE ask = $1 AND author_login = $2 \
+             UNION ALL SELECT 1 AS x FROM console_ask_answers WHERE ask = $1 AND by_login = $2 \
+             LIMIT 1",
+        )
+        .bind(ask)
+        .bind(login.as_str())
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(row.is_some())
     }
 
     async fn insert_review(&mut self, r: &Review) -> Result<(), StorageError> {

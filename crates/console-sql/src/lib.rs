@@ -190,6 +190,12 @@ const SCHEMA: Schema = Schema {
             sqlite: messages::MIGRATION_10_SQLITE,
             postgres: messages::MIGRATION_10_POSTGRES,
         },
+        Migration {
+            version: 11,
+            name: "the person who asked, for the inbox's threads",
+            sqlite: asks::MIGRATION_11_SQLITE,
+            postgres: asks::MIGRATION_11_POSTGRES,
+        },
     ],
 };
 

@@ -1100,7 +1100,7 @@ impl MessageTx for SqlTx {
         let l = a.push(i64::from(limit));
         let o = a.push(i64::from(offset));
         let sql = format!(
-            "SELECT {}, {} {from} ORDER BY nr.created_at DESC, nr.seq DESC LIMIT {l} OFFSET {o}",
+            "SELECT {}, {} {from} ORDER BY nr.created_at DESC, root.id LIMIT {l} OFFSET {o}",
             message_columns("root", "t_"),
             message_columns("nr", "n_"),
         );

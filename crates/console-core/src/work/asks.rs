@@ -298,6 +298,14 @@ pub enum AnswerEntry {
     },
 }
 
+/// The newest write in an ask's thread by someone other than the reader (the inbox's
+/// threads): a reply (a comment on the ask) or an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AskWrite {
+    Reply(Box<Comment>),
+    Answer(Answer),
+}
+
 /// A W3C TextQuoteSelector (Web Annotation Data Model §4.2.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -498,6 +506,43 @@ pub trait AskTx: Send {
         project: Option<&ProjectKey>,
         limit: u32,
     ) -> Result<(Vec<Hit>, i64), StorageError>;
+
+    // ----- the inbox's threads (docs/asks.md, "Inbox threads") -----
+
+    /// The comment threads (not on an ask) `login` wrote in where someone else wrote after
+    /// both the person's read mark and their own last comment in it, within `issue` (on it or
+    /// its documents) or `artifact`: each thread's root and newest comment by another, newest
+    /// first (then by root id); a page, and how many in all.
+    async fn unread_comment_threads(
+        &mut self,
+        login: &Login,
+        issue: Option<&IssueKey>,
+        artifact: Option<&str>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<(Comment, Comment)>, i64), StorageError>;
+    /// The asks `login` wrote in (asked, replied to or answered) where someone else replied or
+    /// answered after both the person's read mark and their own last reply or answer, less
+    /// the open asks `login`'s inbox lists (someone's turn, on an issue assigned to them or to
+    /// nobody, or on a document with no issue), within `issue` (on it or its documents) or
+    /// `artifact`: each ask and its newest write by another, newest first (then by ask id);
+    /// a page, and how many in all.
+    async fn unread_ask_threads(
+        &mut self,
+        login: &Login,
+        issue: Option<&IssueKey>,
+        artifact: Option<&str>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<(Ask, AskWrite)>, i64), StorageError>;
+    /// Whether `login` wrote in the comment thread `thread_id` (one not on an ask).
+    async fn wrote_in_comment_thread(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+    ) -> Result<bool, StorageError>;
+    /// Whether `login` asked, replied to or answered the ask `ask`.
+    async fn wrote_in_ask(&mut self, login: &Login, ask: &str) -> Result<bool, StorageError>;
 
     async fn insert_review(&mut self, r: &Review) -> Result<(), StorageError>;
     /// A document's reviews, oldest first.

@@ -648,7 +648,8 @@ pub trait MessageTx: Send {
 
     /// The issue message threads `login` wrote in where someone else wrote after the
     /// person's read mark (within `issue`): each thread's root and newest reply by another,
-    /// newest reply first; a page, and how many in all.
+    /// newest reply first (then by root id, as the inbox merges the kinds); a page, and how
+    /// many in all.
     async fn unread_message_threads(
         &mut self,
         login: &Login,

@@ -2171,3 +2171,395 @@ async fn suggestion_accepted_beside_the_document() -> anyhow::Result<()> {
     console.stop().await;
     Ok(())
 }
+
+fn rfc(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// `(kind, id)` of each row of an inbox threads page.
+fn thread_ids(page: &Value) -> Vec<(String, String)> {
+    page["rows"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| {
+                    (
+                        r["thread"]["kind"].as_str().unwrap_or_default().to_owned(),
+                        r["thread"]["id"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The inbox's threads beyond messages: a comment thread the person wrote in shows when
+/// someone else comments later (not to the one who wrote last), leaves when marked read or
+/// when the person writes again, and comes back on a newer comment; an ask the person wrote
+/// in shows when someone else replies or answers, unless it is open and in the person's inbox
+/// lists; `?issue=` (an issue's documents included) and `?artifact=`; paging over message,
+/// comment and ask threads merged newest reply first.
+async fn inbox_threads_of_comments_and_asks(db: Option<String>) -> anyhow::Result<()> {
+    use countersign_console_core::{Clock, ManualClock};
+    use std::sync::Arc;
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    let console = console_with_clock(db, clock.clone()).await?;
+    let (ada, bob, agent) = setup(&console).await?;
+    let tick = || clock.advance(chrono::Duration::seconds(1));
+    let threads = |who: &Who, q: &str| {
+        let (who, q) = (who.clone(), q.to_owned());
+        async move { who.get(&format!("/api/v1/inbox/threads{q}")).await }
+    };
+    let read = |who: &Who, id: &str, at: chrono::DateTime<chrono::Utc>| {
+        let (who, id) = (who.clone(), id.to_owned());
+        async move {
+            who.post(
+                &format!("/api/v1/inbox/threads/{id}/read"),
+                json!({"read_through": rfc(at)}),
+            )
+            .await
+        }
+    };
+
+    // A comment thread on Bob's issue: Ada's root, Bob's reply.
+    tick();
+    let root = ada
+        .post(
+            "/api/v1/issues/ASK-2/comments",
+            json!({"body": "Ledger totals are off\nby a cent."}),
+        )
+        .await?;
+    assert_eq!(root.status, 201, "{}", root.text);
+    let c1 = root.json["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        threads(&ada, "").await?.json["total"],
+        0,
+        "nobody else wrote"
+    );
+    tick();
+    let r = bob
+        .post(
+            "/api/v1/issues/ASK-2/comments",
+            json!({"body": "Rounding, I think.\nChecking.", "parent": c1}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let p = threads(&ada, "").await?;
+    assert_eq!(p.status, 200, "{}", p.text);
+    assert_eq!(
+        (&p.json["total"], &p.json["limit"], &p.json["offset"]),
+        (&json!(1), &json!(50), &json!(0))
+    );
+    let row = &p.json["rows"][0];
+    assert_eq!(row["thread"], json!({"kind": "comment", "id": c1}));
+    assert_eq!(row["owner"], json!({"kind": "user", "login": ADA}));
+    assert_eq!(row["subject"], "Ledger totals are off");
+    assert_eq!(row["link"], format!("countersign://comment/{c1}"));
+    assert_eq!(
+        row["newest_reply"]["author"],
+        json!({"kind": "user", "login": BOB})
+    );
+    assert_eq!(row["newest_reply"]["first_line"], "Rounding, I think.");
+    assert_eq!(row["newest_reply"]["at"], rfc(clock.now()));
+    // Bob wrote last: nothing for him.
+    assert_eq!(threads(&bob, "").await?.json["total"], 0);
+
+    // Marked read: gone; a newer reply: back.
+    let r = read(&ada, &c1, clock.now()).await?;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert_eq!(threads(&ada, "").await?.json["total"], 0);
+    tick();
+    bob.post(
+        "/api/v1/issues/ASK-2/comments",
+        json!({"body": "Found it.", "parent": c1}),
+    )
+    .await?;
+    let p = threads(&ada, "").await?;
+    assert_eq!(thread_ids(&p.json), [("comment".to_owned(), c1.clone())]);
+    assert_eq!(p.json["rows"][0]["newest_reply"]["first_line"], "Found it.");
+    // Writing in it reads it; an agent's reply is someone else's too.
+    tick();
+    ada.post(
+        "/api/v1/issues/ASK-2/comments",
+        json!({"body": "Thanks.", "parent": c1}),
+    )
+    .await?;
+    assert_eq!(threads(&ada, "").await?.json["total"], 0);
+    let p = threads(&bob, "").await?;
+    assert_eq!(thread_ids(&p.json), [("comment".to_owned(), c1.clone())]);
+    assert_eq!(p.json["rows"][0]["newest_reply"]["first_line"], "Thanks.");
+    tick();
+    agent
+        .post(
+            "/api/v1/issues/ASK-2/comments",
+            json!({"body": "Fixed in the export.", "parent": c1, "actor": "s1"}),
+        )
+        .await?;
+    let p = threads(&ada, "").await?;
+    assert_eq!(p.json["rows"][0]["newest_reply"]["author"]["session"], "s1");
+
+    // An ask on Bob's issue (open, but not in Ada's inbox lists): Ada replies, the agent
+    // answers her.
+    tick();
+    let on_bobs = open(
+        &agent,
+        "ASK-2",
+        "Which ledger?\nThe old one is gone.",
+        json!([]),
+    )
+    .await?;
+    tick();
+    ada.post(
+        "/api/v1/issues/ASK-2/comments",
+        json!({"body": "The one in the export.", "ask": on_bobs}),
+    )
+    .await?;
+    let ids_now = thread_ids(&threads(&ada, "").await?.json);
+    assert!(
+        !ids_now.contains(&("ask".to_owned(), on_bobs.clone())),
+        "{ids_now:?}"
+    );
+    tick();
+    agent
+        .post(
+            "/api/v1/issues/ASK-2/comments",
+            json!({"body": "Got it, the new one.", "ask": on_bobs, "actor": "s1"}),
+        )
+        .await?;
+    let p = threads(&ada, "").await?;
+    assert_eq!(
+        thread_ids(&p.json),
+        [
+            ("ask".to_owned(), on_bobs.clone()),
+            ("comment".to_owned(), c1.clone())
+        ]
+    );
+    let row = &p.json["rows"][0];
+    assert_eq!(row["owner"]["session"], "s1");
+    assert_eq!(row["subject"], "Which ledger?");
+    assert_eq!(row["link"], format!("countersign://ask/{on_bobs}"));
+    assert_eq!(row["newest_reply"]["first_line"], "Got it, the new one.");
+    assert_eq!(row["newest_reply"]["at"], rfc(clock.now()));
+    // Bob never wrote in it.
+    assert!(
+        !thread_ids(&threads(&bob, "").await?.json).contains(&("ask".to_owned(), on_bobs.clone()))
+    );
+
+    // An ask on Ada's issue: open and in her inbox, so not a thread, until Bob answers it.
+    tick();
+    let on_adas = open(
+        &agent,
+        "ASK-1",
+        "Refund partial captures?",
+        json!([{"id": "yes", "label": "Yes, in full"}, {"id": "no", "label": "No"}]),
+    )
+    .await?;
+    tick();
+    ada.post(
+        "/api/v1/issues/ASK-1/comments",
+        json!({"body": "What do the others do?", "ask": on_adas}),
+    )
+    .await?;
+    tick();
+    agent
+        .post(
+            "/api/v1/issues/ASK-1/comments",
+            json!({"body": "They refund in full.", "ask": on_adas, "actor": "s1"}),
+        )
+        .await?;
+    let inbox = ada.get("/api/v1/inbox").await?;
+    assert!(
+        ids(&inbox.json["human_turn"]).contains(&on_adas),
+        "{}",
+        inbox.text
+    );
+    let ids_now = thread_ids(&threads(&ada, "").await?.json);
+    assert!(
+        !ids_now.contains(&("ask".to_owned(), on_adas.clone())),
+        "{ids_now:?}"
+    );
+    tick();
+    let r = bob
+        .post(
+            &format!("/api/v1/asks/{on_adas}/answer"),
+            json!({"options": ["yes"]}),
+        )
+        .await?;
+    assert_eq!(r.json["state"], "answered", "{}", r.text);
+    let p = threads(&ada, "").await?;
+    assert_eq!(
+        thread_ids(&p.json)[0],
+        ("ask".to_owned(), on_adas.clone()),
+        "{}",
+        p.text
+    );
+    let row = &p.json["rows"][0];
+    assert_eq!(
+        row["newest_reply"]["author"],
+        json!({"kind": "user", "login": BOB})
+    );
+    assert_eq!(row["newest_reply"]["first_line"], "Yes, in full");
+    // Bob answered last: nothing for him there.
+    assert!(
+        !thread_ids(&threads(&bob, "").await?.json).contains(&("ask".to_owned(), on_adas.clone()))
+    );
+    // An ask's read mark is its id.
+    let r = read(&ada, &on_adas, clock.now()).await?;
+    assert_eq!(r.status, 204, "{}", r.text);
+    let ids_now = thread_ids(&threads(&ada, "").await?.json);
+    assert!(
+        !ids_now.contains(&("ask".to_owned(), on_adas.clone())),
+        "{ids_now:?}"
+    );
+
+    // A thread on ASK-1's document, and a message thread on ASK-3.
+    let (doc, _) = spec(&agent, "Partial captures are kept.").await?;
+    tick();
+    let r = ada
+        .post(
+            &format!("/api/v1/artifacts/{doc}/comments"),
+            json!({"body": "Kept where?", "quote": {"exact": "are kept"}}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let c2 = r.json["id"].as_str().unwrap_or_default().to_owned();
+    tick();
+    let r = ada
+        .post(
+            "/api/v1/issues/ASK-3/messages",
+            json!({"body": "Is the export done?", "target": {"session": "s1"}}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let m1 = r.json["id"].as_str().unwrap_or_default().to_owned();
+    tick();
+    let r = bob
+        .post(
+            &format!("/api/v1/artifacts/{doc}/comments"),
+            json!({"body": "With the merchant.", "parent": c2}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    tick();
+    let r = agent
+        .post(
+            &format!("/api/v1/messages/{m1}/replies"),
+            json!({"actor": "s1", "body": "Yes."}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+
+    // Every kind, newest reply first.
+    let all = [
+        ("message", m1.clone()),
+        ("comment", c2.clone()),
+        ("ask", on_bobs.clone()),
+        ("comment", c1.clone()),
+    ]
+    .map(|(k, id)| (k.to_owned(), id));
+    let p = threads(&ada, "").await?;
+    assert_eq!(thread_ids(&p.json), all, "{}", p.text);
+    assert_eq!(p.json["total"], 4);
+    // Pages over the merge.
+    for (q, from, to) in [
+        ("?limit=2", 0, 2),
+        ("?limit=2&offset=1", 1, 3),
+        ("?limit=1&offset=3", 3, 4),
+        ("?offset=2", 2, 4),
+        ("?limit=3&offset=4", 4, 4),
+    ] {
+        let p = threads(&ada, q).await?;
+        assert_eq!(thread_ids(&p.json), all[from..to], "{q}: {}", p.text);
+        assert_eq!(p.json["total"], 4, "{q}");
+    }
+    let p = threads(&ada, "?limit=2&offset=1").await?;
+    assert_eq!(
+        (&p.json["limit"], &p.json["offset"]),
+        (&json!(2), &json!(1))
+    );
+
+    // Narrowed: an issue takes its documents' threads; a document only its own.
+    let p = threads(&ada, "?issue=ASK-2").await?;
+    assert_eq!(
+        thread_ids(&p.json),
+        [
+            ("ask".to_owned(), on_bobs.clone()),
+            ("comment".to_owned(), c1.clone())
+        ]
+    );
+    assert_eq!(p.json["total"], 2);
+    let p = threads(&ada, "?issue=ASK-1").await?;
+    assert_eq!(thread_ids(&p.json), [("comment".to_owned(), c2.clone())]);
+    let p = threads(&ada, "?issue=ASK-3").await?;
+    assert_eq!(thread_ids(&p.json), [("message".to_owned(), m1.clone())]);
+    let p = threads(&ada, &format!("?artifact={}", doc.to_uppercase())).await?;
+    assert_eq!(thread_ids(&p.json), [("comment".to_owned(), c2.clone())]);
+    assert_eq!(p.json["total"], 1);
+    let p = threads(&ada, "?artifact=6f1c0a4e-0000-4000-8000-000000000000").await?;
+    assert_eq!(p.json["total"], 0);
+    for q in [
+        format!("?issue=ASK-1&artifact={doc}"),
+        "?artifact=x".to_owned(),
+    ] {
+        refused(&threads(&ada, &q).await?, 400, "INVALID_QUERY");
+    }
+
+    // Marks on the comment threads; an answer's text is its first line.
+    assert_eq!(read(&ada, &c1, clock.now()).await?.status, 204);
+    assert_eq!(read(&ada, &c2, clock.now()).await?.status, 204);
+    let p = threads(&ada, "").await?;
+    assert_eq!(
+        thread_ids(&p.json),
+        [
+            ("message".to_owned(), m1.clone()),
+            ("ask".to_owned(), on_bobs.clone())
+        ]
+    );
+    tick();
+    bob.post(
+        &format!("/api/v1/asks/{on_bobs}/answer"),
+        json!({"text": "The new ledger.\nSee the export."}),
+    )
+    .await?;
+    let p = threads(&ada, "").await?;
+    assert_eq!(thread_ids(&p.json)[0], ("ask".to_owned(), on_bobs.clone()));
+    assert_eq!(
+        p.json["rows"][0]["newest_reply"]["first_line"],
+        "The new ledger."
+    );
+
+    // An ask a person opened is theirs: Bob's answer brings it; her mark takes it away.
+    tick();
+    let r = ada
+        .post(
+            "/api/v1/issues/ASK-2/asks",
+            json!({"question": "Can the export wait?"}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let hers = r.json["id"].as_str().unwrap_or_default().to_owned();
+    tick();
+    bob.post(
+        &format!("/api/v1/asks/{hers}/answer"),
+        json!({"text": "A week."}),
+    )
+    .await?;
+    let p = threads(&ada, "").await?;
+    assert_eq!(thread_ids(&p.json)[0], ("ask".to_owned(), hers.clone()));
+    assert_eq!(
+        p.json["rows"][0]["owner"],
+        json!({"kind": "user", "login": ADA})
+    );
+    assert_eq!(p.json["rows"][0]["subject"], "Can the export wait?");
+    assert_eq!(read(&ada, &hers, clock.now()).await?.status, 204);
+    let p = threads(&ada, "").await?;
+    assert_eq!(thread_ids(&p.json)[0], ("ask".to_owned(), on_bobs.clone()));
+    console.stop().await;
+    Ok(())
+}
+
+on_both_databases!(
+    inbox_threads_of_comments_and_asks,
+    inbox_threads_of_comments_and_asks_sqlite,
+    inbox_threads_of_comments_and_asks_postgres
+);

@@ -1,15 +1,33 @@
 //! The inbox's conversation parts (spec, "Inbox and read state"): threads with replies the
 //! person has not read, read marks on threads, and the person's state per agent session.
 //!
-//! Threads come from each kind's storage query, newest reply first, and are merged here; this
-//! area answers issue message threads. Asks and comment threads (issue 13) join the merge
-//! at the seam marked below, each kind answering its first `offset + limit` rows and its
-//! total, less the open asks the inbox lists.
+//! Threads are of three kinds, each from its storage query (filtering, ordering and paging
+//! in SQL: each kind answers its first `offset + limit` rows, newest reply first and then by
+//! thread id, and its total), merged here in the same order:
+//!
+//! - issue message threads (`MessageTx::unread_message_threads`): the roots the person wrote
+//!   (people write no replies), where a message by someone else is newer than their read mark;
+//! - comment threads not on an ask (`AskTx::unread_comment_threads`): a root and its replies,
+//!   where the person wrote the root or a reply and someone else commented later than both the
+//!   person's read mark and the person's own last comment there;
+//! - asks (`AskTx::unread_ask_threads`): the person asked, replied to (a comment on the ask)
+//!   or answered it, and someone else replied or answered later than both their read mark and
+//!   their own last reply or answer; less the open asks the person's inbox lists (the inbox
+//!   with no filter: someone's turn, on an issue assigned to them or to nobody, or on a
+//!   document with no issue), which the inbox shows already.
+//!
+//! "Someone else" is anyone but the person: an agent acting for them too. Writing in a thread
+//! counts as reading it up to there. `?issue=` narrows every kind to the issue (a comment's or
+//! ask's issue is its document's for those on a document, so an issue's documents are in it);
+//! `?artifact=` narrows to comments and asks on that document (messages are on none).
+//! A read mark (`console_thread_reads`) names a message or comment thread by its root's id and
+//! an ask by its id.
 
 use super::*;
 use crate::clock::Time;
 use crate::console::console_ref;
 use crate::work::SearchKind;
+use crate::work::asks::{Answer, Ask, AskWrite};
 use crate::work::messages::{
     AgentState, NewestReply, ThreadKind, ThreadPage, ThreadRef, ThreadRow,
 };
@@ -28,6 +46,24 @@ pub(crate) fn first_line(text: &str) -> String {
     } else {
         line.to_owned()
     }
+}
+
+/// An answer's first line: its text's, else its options' labels.
+fn answer_line(ask: &Ask, a: &Answer) -> String {
+    if let Some(t) = a.text.as_deref().filter(|t| !t.trim().is_empty()) {
+        return first_line(t);
+    }
+    let labels: Vec<&str> = a
+        .options
+        .iter()
+        .map(|id| {
+            ask.options
+                .iter()
+                .find(|o| &o.id == id)
+                .map_or(id.as_str(), |o| o.label.as_str())
+        })
+        .collect();
+    first_line(&labels.join(", "))
 }
 
 /// A read mark: at most a minute ahead of the server (else INVALID_STATE), stored no later
@@ -58,8 +94,10 @@ pub struct AgentPatch {
 }
 
 impl Console {
-    /// Threads the person wrote in where someone else has written since they last read,
-    /// newest reply first; `issue` or `artifact` narrows (both: INVALID_QUERY).
+    /// Threads the person wrote in (issue message threads, comment threads, asks) where
+    /// someone else has written since they last read, newest reply first, less the open asks
+    /// their inbox lists; `issue` or `artifact` narrows (both, or either malformed:
+    /// INVALID_QUERY). See the module's comment.
     pub async fn inbox_threads(
         &self,
         human: &Human,
@@ -78,6 +116,13 @@ impl Console {
             .map(|k| {
                 IssueKey::parse(k).ok_or_else(|| {
                     Error::with_message(ErrorCode::INVALID_QUERY, "`issue` is an issue key")
+                })
+            })
+            .transpose()?;
+        let artifact = artifact
+            .map(|a| {
+                uuid_of(a).ok_or_else(|| {
+                    Error::with_message(ErrorCode::INVALID_QUERY, "`artifact` is a document id")
                 })
             })
             .transpose()?;
@@ -106,7 +151,54 @@ impl Console {
                 },
             }));
         }
-        // ----- seam: asks and comment threads (issue 13) join here -----
+        // Comment threads not on an ask.
+        let (threads, n) = tx
+            .unread_comment_threads(&human.login, issue.as_ref(), artifact.as_deref(), want, 0)
+            .await?;
+        total += n;
+        rows.extend(threads.into_iter().map(|(root, reply)| ThreadRow {
+            thread: ThreadRef {
+                kind: ThreadKind::Comment,
+                id: root.id.clone(),
+            },
+            owner: root.author.clone(),
+            subject: first_line(&root.body),
+            link: console_ref(SearchKind::Comment, &root.id),
+            newest_reply: NewestReply {
+                author: reply.author.clone(),
+                first_line: first_line(&reply.body),
+                at: reply.created_at,
+            },
+        }));
+        // Asks, less the open ones the inbox lists.
+        let (asks, n) = tx
+            .unread_ask_threads(&human.login, issue.as_ref(), artifact.as_deref(), want, 0)
+            .await?;
+        total += n;
+        rows.extend(asks.into_iter().map(|(ask, write)| {
+            let newest_reply = match &write {
+                AskWrite::Reply(c) => NewestReply {
+                    author: c.author.clone(),
+                    first_line: first_line(&c.body),
+                    at: c.created_at,
+                },
+                AskWrite::Answer(a) => NewestReply {
+                    author: a.by.clone(),
+                    first_line: answer_line(&ask, a),
+                    at: a.at,
+                },
+            };
+            ThreadRow {
+                thread: ThreadRef {
+                    kind: ThreadKind::Ask,
+                    id: ask.id.clone(),
+                },
+                owner: ask.author.clone(),
+                subject: first_line(&ask.question),
+                link: console_ref(SearchKind::Ask, &ask.id),
+                newest_reply,
+            }
+        }));
         rows.sort_by(|a, b| {
             b.newest_reply
                 .at
@@ -125,8 +217,9 @@ impl Console {
         })
     }
 
-    /// Moves the person's read mark on a thread forward (a thread they never wrote in:
-    /// nothing is written). THREAD_ID_INPUT for a non-UUID id.
+    /// Moves the person's read mark on a thread (an issue message thread or comment thread
+    /// by its root's id, an ask by its id) forward; a thread they never wrote in: nothing is
+    /// written. THREAD_ID_INPUT for a non-UUID id.
     pub async fn mark_thread_read(
         &self,
         human: &Human,
@@ -137,8 +230,9 @@ impl Console {
         let now = self.now();
         let at = mark(read_through, now)?;
         transact!(self, |tx| {
-            let wrote = tx.wrote_in_message_thread(&human.login, &id).await?;
-            // ----- seam: asks and comment threads (issue 13): the person wrote in one -----
+            let wrote = tx.wrote_in_message_thread(&human.login, &id).await?
+                || tx.wrote_in_comment_thread(&human.login, &id).await?
+                || tx.wrote_in_ask(&human.login, &id).await?;
             if !wrote {
                 return Ok(());
             }
