@@ -42,6 +42,9 @@
     show(el, "error", (e.code ? e.code + ": " : "") + e.message);
   }
 
+  // What the area scripts loaded after this one (messages.js) share.
+  window.countersign = Object.freeze({ api: api, show: show, fail: fail });
+
   // ----- times: the one format the server writes too (2026-11-24 14:05 UTC) -----
   function two(n) { return (n < 10 ? "0" : "") + n; }
   function timeText(iso) {

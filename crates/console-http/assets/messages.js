@@ -6,42 +6,10 @@
 "use strict";
 
 (function () {
-  const meta = document.querySelector('meta[name="csrf-token"]');
-  const csrf = meta ? meta.content : "";
-
-  async function api(method, path, body) {
-    const init = {
-      method: method,
-      credentials: "same-origin",
-      headers: { "X-CSRF-Token": csrf, "Accept": "application/json" },
-    };
-    if (body !== undefined) {
-      init.headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    const r = await fetch(path, init);
-    let data = null;
-    if (r.status !== 204) {
-      try { data = await r.json(); } catch (e) { data = null; }
-    }
-    if (!r.ok) {
-      const err = new Error((data && data.error) || r.statusText);
-      err.code = (data && data.code) || ("HTTP_" + r.status);
-      throw err;
-    }
-    return data;
-  }
-
-  function note(el, kind, text) {
-    if (!el) return;
-    el.hidden = false;
-    el.className = "notice " + kind;
-    el.textContent = text;
-  }
-
-  function failed(el, e) {
-    note(el, "error", (e.code ? e.code + ": " : "") + e.message);
-  }
+  // console.js (loaded first, in the page's head) holds the API call and the notices.
+  const api = window.countersign.api;
+  const note = window.countersign.show;
+  const failed = window.countersign.fail;
 
   function envelope(ev) {
     try { return JSON.parse(ev.data); } catch (e) { return null; }
