@@ -2,12 +2,16 @@
 //! and answers histories, per-person snoozes, comments and reviews (migration 9; 11 adds the
 //! person who asked), and the inbox's comment and ask threads.
 //!
-//! - An ask's current answer, followers and turn are in its row, so the inbox is one indexed
-//!   query joined to the issue's assignee and the person's snooze.
+//! - An ask's current answer, followers and turn are in its row, so the inbox is one query:
+//!   the asks, filtered by a set of issue keys (whose issues) and joined to the person's
+//!   snooze.
 //! - Asks and comments have their own full-text indexes, as issues do (SQLite FTS5 tables
 //!   keyed by the row's rowid, written in the row's transaction; PostgreSQL a generated
 //!   `tsvector` with a GIN index).
 //! - In a write transaction an ask or comment read on PostgreSQL is `FOR UPDATE`.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, db_err};
@@ -21,6 +25,7 @@ use countersign_console_core::work::asks::{
 };
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{Actor, AskTx, Hit, IssueKey, ProjectKey};
+use serde_json::value::RawValue;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -273,24 +278,137 @@ fn comment_at(r: &AnyRow, prefix: &str) -> Result<Comment, StorageError> {
     })
 }
 
-/// One inbox row as the database writes it in the inbox's JSON array.
-#[derive(serde::Deserialize)]
-struct StoredInboxRow {
+/// One inbox row as stored, less its options and author (see [`inbox_entry`]).
+struct StoredInboxRow<'a> {
     id: String,
-    kind: String,
-    project: String,
+    kind: &'a str,
+    project: &'a str,
     issue: Option<String>,
     artifact: Option<String>,
     block: Option<String>,
     question: String,
-    options: Vec<AskOption>,
-    state: String,
+    state: &'a str,
     answer: Option<Answer>,
-    author: Actor,
-    turn: Option<String>,
+    turn: Option<&'a str>,
     turn_since: i64,
     created_at: i64,
     snoozed_until: Option<i64>,
+}
+
+fn inbox_entry(
+    r: StoredInboxRow<'_>,
+    options: Vec<AskOption>,
+    author: Actor,
+) -> Result<InboxEntry, StorageError> {
+    Ok(InboxEntry {
+        ask: InboxAsk {
+            id: r.id,
+            kind: AskKind::parse(r.kind).ok_or_else(|| corrupt("ask kind"))?,
+            project: project_of(r.project)?,
+            issue: issue_key(r.issue)?,
+            artifact: r.artifact,
+            block: r.block,
+            question: r.question,
+            options,
+            state: AskState::parse(r.state).ok_or_else(|| corrupt("ask state"))?,
+            answer: r.answer,
+            author,
+            turn: r
+                .turn
+                .map(|t| Turn::parse(t).ok_or_else(|| corrupt("turn")))
+                .transpose()?,
+            turn_since: time(r.turn_since)?,
+            created_at: time(r.created_at)?,
+        },
+        snoozed_until: r.snoozed_until.map(time).transpose()?,
+    })
+}
+
+/// One inbox row as SQLite writes it in the inbox's JSON array: an array of these, in this
+/// order. Options and author are the stored JSON text as a JSON string, kept as written: an
+/// inbox repeats a few of each (the same options, the same agents), each distinct one read
+/// once.
+#[derive(serde::Deserialize)]
+struct SqliteInboxRow<'a> {
+    id: String,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    project: Cow<'a, str>,
+    issue: Option<String>,
+    artifact: Option<String>,
+    block: Option<String>,
+    question: String,
+    #[serde(borrow)]
+    options: &'a RawValue,
+    #[serde(borrow)]
+    state: Cow<'a, str>,
+    answer: Option<Answer>,
+    #[serde(borrow)]
+    author: &'a RawValue,
+    #[serde(borrow)]
+    turn: Option<Cow<'a, str>>,
+    turn_since: i64,
+    created_at: i64,
+    snoozed_until: Option<i64>,
+    seq: i64,
+}
+
+/// The inbox's rows from SQLite's JSON array, each with its `turn_since` and `seq`.
+fn sqlite_inbox_rows(json: &str) -> Result<Vec<(i64, i64, InboxEntry)>, StorageError> {
+    let rows: Vec<SqliteInboxRow<'_>> = json_borrowed(json, "inbox rows")?;
+    let mut options: HashMap<&str, Vec<AskOption>> = HashMap::new();
+    let mut authors: HashMap<&str, Actor> = HashMap::new();
+    rows.into_iter()
+        .map(|r| {
+            let o = match options.get(r.options.get()) {
+                Some(o) => o.clone(),
+                None => {
+                    let o: Vec<AskOption> = json_of(&json_text(r.options)?, "ask options")?;
+                    options.insert(r.options.get(), o.clone());
+                    o
+                }
+            };
+            let by = match authors.get(r.author.get()) {
+                Some(a) => a.clone(),
+                None => {
+                    let a: Actor = json_of(&json_text(r.author)?, "actor")?;
+                    authors.insert(r.author.get(), a.clone());
+                    a
+                }
+            };
+            let (turn_since, seq) = (r.turn_since, r.seq);
+            let entry = inbox_entry(
+                StoredInboxRow {
+                    id: r.id,
+                    kind: &r.kind,
+                    project: &r.project,
+                    issue: r.issue,
+                    artifact: r.artifact,
+                    block: r.block,
+                    question: r.question,
+                    state: &r.state,
+                    answer: r.answer,
+                    turn: r.turn.as_deref(),
+                    turn_since,
+                    created_at: r.created_at,
+                    snoozed_until: r.snoozed_until,
+                },
+                o,
+                by,
+            )?;
+            Ok((turn_since, seq, entry))
+        })
+        .collect()
+}
+
+/// The text of a JSON string.
+fn json_text(s: &RawValue) -> Result<String, StorageError> {
+    json_borrowed(s.get(), "inbox row")
+}
+
+fn json_borrowed<'a, T: serde::Deserialize<'a>>(s: &'a str, what: &str) -> Result<T, StorageError> {
+    serde_json::from_str(s).map_err(|_| corrupt(what))
 }
 
 fn login_of(a: &Actor) -> Option<String> {
@@ -678,39 +796,46 @@ impl AskTx for SqlTx {
     async fn inbox(&mut self, f: &InboxFilter) -> Result<Vec<InboxEntry>, StorageError> {
         let mut a = Args::default();
         let me = a.push(f.login.as_str().to_owned());
-        let mut conds = vec!["a.turn IS NOT NULL".to_owned()];
+        // Whose issues, as a set of issue keys read once (an ask on no issue, or on an issue
+        // not in the table, is unassigned): not a join per ask.
+        let assignee = match &f.assignee {
+            AssigneeFilter::MineAndUnassigned(l) => format!(
+                "(a.issue IS NULL OR a.issue NOT IN (SELECT key FROM console_issues \
+                 WHERE assignee IS NOT NULL AND assignee <> {}))",
+                a.push(l.as_str().to_owned())
+            ),
+            AssigneeFilter::Person(l) => format!(
+                "a.issue IN (SELECT key FROM console_issues WHERE assignee = {})",
+                a.push(l.as_str().to_owned())
+            ),
+            AssigneeFilter::Unassigned => "(a.issue IS NULL OR a.issue NOT IN (SELECT key \
+                 FROM console_issues WHERE assignee IS NOT NULL))"
+                .to_owned(),
+        };
+        let mut conds = vec!["a.turn IS NOT NULL".to_owned(), assignee];
         if let Some(p) = &f.project {
             conds.push(format!("a.project = {}", a.push(p.as_str().to_owned())));
         }
-        match &f.assignee {
-            AssigneeFilter::MineAndUnassigned(l) => conds.push(format!(
-                "(i.assignee = {} OR i.assignee IS NULL)",
-                a.push(l.as_str().to_owned())
-            )),
-            AssigneeFilter::Person(l) => {
-                conds.push(format!("i.assignee = {}", a.push(l.as_str().to_owned())))
-            }
-            AssigneeFilter::Unassigned => conds.push("i.assignee IS NULL".to_owned()),
-        }
         let from = format!(
             "FROM console_asks a \
-             LEFT JOIN console_issues i ON i.key = a.issue \
              LEFT JOIN console_ask_snoozes s ON s.ask = a.id AND s.login = {me} \
              WHERE {}",
             conds.join(" AND ")
         );
-        let rows: Vec<StoredInboxRow> = match self.backend {
+        // Each row with its order (`turn_since`, then `seq`), sorted here.
+        let mut rows: Vec<(i64, i64, InboxEntry)> = match self.backend {
             // SQLite: one row holding every inbox row as a JSON array made by the database.
             // A person's inbox may hold thousands of asks, and the driver hands SQLite's rows
             // over one at a time through a channel from its worker thread, a wake-up each.
+            // Each row is an array (no keys to write and match), its options and author as
+            // the stored text (not parsed and written again), unordered (an ordered aggregate
+            // sorts the rows' JSON through a temporary table).
             Backend::Sqlite => {
                 let sql = format!(
-                    "SELECT json_group_array(json_object('id', a.id, 'kind', a.kind, \
-                     'project', a.project, 'issue', a.issue, 'artifact', a.artifact, \
-                     'block', a.block, 'question', a.question, 'options', json(a.options), \
-                     'state', a.state, 'answer', json(a.answer), 'author', json(a.author), \
-                     'turn', a.turn, 'turn_since', a.turn_since, 'created_at', a.created_at, \
-                     'snoozed_until', s.until) ORDER BY a.turn_since, a.seq) AS rows {from}"
+                    "SELECT json_group_array(json_array(a.id, a.kind, a.project, a.issue, \
+                     a.artifact, a.block, a.question, a.options, a.state, json(a.answer), a.author, \
+                     a.turn, a.turn_since, a.created_at, s.until, a.seq)) \
+                     AS rows {from}"
                 );
                 let rows: Option<String> = sqlx::query_with(&sql, a.build())
                     .fetch_one(&mut *self.tx)
@@ -719,7 +844,7 @@ impl AskTx for SqlTx {
                     .try_get("rows")
                     .map_err(db_err)?;
                 match rows {
-                    Some(r) => json_of(&r, "inbox rows")?,
+                    Some(r) => sqlite_inbox_rows(&r)?,
                     None => Vec::new(),
                 }
             }
@@ -729,7 +854,7 @@ impl AskTx for SqlTx {
                 let sql = format!(
                     "SELECT a.id, a.kind, a.project, a.issue, a.artifact, a.block, a.question, \
                      a.options, a.state, a.answer, a.author, a.turn, a.turn_since, a.created_at, \
-                     s.until AS snoozed_until {from} ORDER BY a.turn_since, a.seq"
+                     s.until AS snoozed_until, a.seq {from}"
                 );
                 self.rows(&sql, &a)
                     .await?
@@ -741,53 +866,35 @@ impl AskTx for SqlTx {
                         let go = |c: &str| -> Result<Option<String>, StorageError> {
                             r.try_get(c).map_err(db_err)
                         };
-                        Ok(StoredInboxRow {
-                            id: g("id")?,
-                            kind: g("kind")?,
-                            project: g("project")?,
-                            issue: go("issue")?,
-                            artifact: go("artifact")?,
-                            block: go("block")?,
-                            question: g("question")?,
-                            options: json_of(&g("options")?, "ask options")?,
-                            state: g("state")?,
-                            answer: go("answer")?.map(|x| json_of(&x, "answer")).transpose()?,
-                            author: json_of(&g("author")?, "actor")?,
-                            turn: go("turn")?,
-                            turn_since: r.try_get("turn_since").map_err(db_err)?,
-                            created_at: r.try_get("created_at").map_err(db_err)?,
-                            snoozed_until: r.try_get("snoozed_until").map_err(db_err)?,
-                        })
+                        let turn_since: i64 = r.try_get("turn_since").map_err(db_err)?;
+                        let seq: i64 = r.try_get("seq").map_err(db_err)?;
+                        let entry = inbox_entry(
+                            StoredInboxRow {
+                                id: g("id")?,
+                                kind: &g("kind")?,
+                                project: &g("project")?,
+                                issue: go("issue")?,
+                                artifact: go("artifact")?,
+                                block: go("block")?,
+                                question: g("question")?,
+                                state: &g("state")?,
+                                answer: go("answer")?.map(|x| json_of(&x, "answer")).transpose()?,
+                                turn: go("turn")?.as_deref(),
+                                turn_since,
+                                created_at: r.try_get("created_at").map_err(db_err)?,
+                                snoozed_until: r.try_get("snoozed_until").map_err(db_err)?,
+                            },
+                            json_of(&g("options")?, "ask options")?,
+                            json_of(&g("author")?, "actor")?,
+                        )?;
+                        Ok((turn_since, seq, entry))
                     })
                     .collect::<Result<_, StorageError>>()?
             }
         };
-        rows.into_iter()
-            .map(|r| {
-                Ok(InboxEntry {
-                    ask: InboxAsk {
-                        id: r.id,
-                        kind: AskKind::parse(&r.kind).ok_or_else(|| corrupt("ask kind"))?,
-                        project: project_of(&r.project)?,
-                        issue: issue_key(r.issue)?,
-                        artifact: r.artifact,
-                        block: r.block,
-                        question: r.question,
-                        options: r.options,
-                        state: AskState::parse(&r.state).ok_or_else(|| corrupt("ask state"))?,
-                        answer: r.answer,
-                        author: r.author,
-                        turn: r
-                            .turn
-                            .map(|t| Turn::parse(&t).ok_or_else(|| corrupt("turn")))
-                            .transpose()?,
-                        turn_since: time(r.turn_since)?,
-                        created_at: time(r.created_at)?,
-                    },
-                    snoozed_until: r.snoozed_until.map(time).transpose()?,
-                })
-            })
-            .collect()
+        // Oldest turn first (`seq` orders asks made in one millisecond as they were made).
+        rows.sort_unstable_by_key(|(turn_since, seq, _)| (*turn_since, *seq));
+        Ok(rows.into_iter().map(|(_, _, e)| e).collect())
     }
 
     async fn snooze(&mut self, login: &Login, ask: &str, until: Time) -> Result<(), StorageError> {

@@ -1868,7 +1868,14 @@ impl CachedInbox {
     /// The answer's JSON, serialized once for every reader of this answer.
     pub fn json(&self) -> Arc<[u8]> {
         self.json
-            .get_or_init(|| Arc::from(serde_json::to_vec(&self.inbox).unwrap_or_default()))
+            .get_or_init(|| {
+                // About 550 bytes a row: written into one buffer, not grown by doubling.
+                let mut out = Vec::with_capacity(64 + self.rows() * 640);
+                match serde_json::to_writer(&mut out, &self.inbox) {
+                    Ok(()) => Arc::from(out),
+                    Err(_) => Arc::from(Vec::new()),
+                }
+            })
             .clone()
     }
 
