@@ -2,9 +2,8 @@
 //! and answers histories, per-person snoozes, comments and reviews (migration 9; 11 adds the
 //! person who asked), and the inbox's comment and ask threads.
 //!
-//! - An ask's current answer, followers and turn are in its row, so the inbox is one query:
-//!   the asks, filtered by a set of issue keys (whose issues) and joined to the person's
-//!   snooze.
+//! - An ask's current answer, followers and turn are in its row, so the inbox is one indexed
+//!   query joined to the issue's assignee and the person's snooze.
 //! - Asks and comments have their own full-text indexes, as issues do (SQLite FTS5 tables
 //!   keyed by the row's rowid, written in the row's transaction; PostgreSQL a generated
 //!   `tsvector` with a GIN index).
@@ -796,28 +795,23 @@ impl AskTx for SqlTx {
     async fn inbox(&mut self, f: &InboxFilter) -> Result<Vec<InboxEntry>, StorageError> {
         let mut a = Args::default();
         let me = a.push(f.login.as_str().to_owned());
-        // Whose issues, as a set of issue keys read once (an ask on no issue, or on an issue
-        // not in the table, is unassigned): not a join per ask.
-        let assignee = match &f.assignee {
-            AssigneeFilter::MineAndUnassigned(l) => format!(
-                "(a.issue IS NULL OR a.issue NOT IN (SELECT key FROM console_issues \
-                 WHERE assignee IS NOT NULL AND assignee <> {}))",
-                a.push(l.as_str().to_owned())
-            ),
-            AssigneeFilter::Person(l) => format!(
-                "a.issue IN (SELECT key FROM console_issues WHERE assignee = {})",
-                a.push(l.as_str().to_owned())
-            ),
-            AssigneeFilter::Unassigned => "(a.issue IS NULL OR a.issue NOT IN (SELECT key \
-                 FROM console_issues WHERE assignee IS NOT NULL))"
-                .to_owned(),
-        };
-        let mut conds = vec!["a.turn IS NOT NULL".to_owned(), assignee];
+        let mut conds = vec!["a.turn IS NOT NULL".to_owned()];
         if let Some(p) = &f.project {
             conds.push(format!("a.project = {}", a.push(p.as_str().to_owned())));
         }
+        match &f.assignee {
+            AssigneeFilter::MineAndUnassigned(l) => conds.push(format!(
+                "(i.assignee = {} OR i.assignee IS NULL)",
+                a.push(l.as_str().to_owned())
+            )),
+            AssigneeFilter::Person(l) => {
+                conds.push(format!("i.assignee = {}", a.push(l.as_str().to_owned())))
+            }
+            AssigneeFilter::Unassigned => conds.push("i.assignee IS NULL".to_owned()),
+        }
         let from = format!(
             "FROM console_asks a \
+             LEFT JOIN console_issues i ON i.key = a.issue \
              LEFT JOIN console_ask_snoozes s ON s.ask = a.id AND s.login = {me} \
              WHERE {}",
             conds.join(" AND ")
