@@ -31,7 +31,7 @@ use sqlx::any::AnyRow;
 use crate::work::{Args, corrupt, json_of, text};
 use crate::{SqlTx, time};
 
-/// Version 8's tables, then the backend's full-text statements.
+/// Version 9's tables, then the backend's full-text statements.
 macro_rules! migration_9 {
     ($($extra:literal),* $(,)?) => {
         &[
@@ -136,13 +136,13 @@ macro_rules! migration_9 {
     };
 }
 
-/// Version 8 on SQLite: the tables and FTS5 indexes of questions and comment bodies.
+/// Version 9 on SQLite: the tables and FTS5 indexes of questions and comment bodies.
 pub(crate) const MIGRATION_9_SQLITE: &[&str] = migration_9!(
     "CREATE VIRTUAL TABLE console_asks_fts USING fts5(body, tokenize = 'unicode61')",
     "CREATE VIRTUAL TABLE console_comments_fts USING fts5(body, tokenize = 'unicode61')",
 );
 
-/// Version 8 on PostgreSQL: the tables and generated `tsvector`s with GIN indexes.
+/// Version 9 on PostgreSQL: the tables and generated `tsvector`s with GIN indexes.
 pub(crate) const MIGRATION_9_POSTGRES: &[&str] = migration_9!(
     "ALTER TABLE console_asks ADD COLUMN search tsvector
         GENERATED ALWAYS AS (to_tsvector('simple', question)) STORED",

@@ -148,7 +148,7 @@ const INBOX: [&str; 5] = [
     "CREATE INDEX console_messages_author_session ON console_messages (author_session, created_at)",
 ];
 
-/// Version 9 on SQLite: messages, broadcasts, delivery attempts, live sessions, conversation
+/// Version 10 on SQLite: messages, broadcasts, delivery attempts, live sessions, conversation
 /// state (issue 14). The messages' full-text index is an FTS5 table keyed by `seq` (the rowid).
 pub(crate) const MIGRATION_10_SQLITE: &[&str] = &[
     ATTEMPTS,
@@ -174,7 +174,7 @@ pub(crate) const MIGRATION_10_SQLITE: &[&str] = &[
     INBOX[4],
 ];
 
-/// Version 9 on PostgreSQL; the messages' full-text index is a generated `tsvector`.
+/// Version 10 on PostgreSQL; the messages' full-text index is a generated `tsvector`.
 pub(crate) const MIGRATION_10_POSTGRES: &[&str] = &[
     ATTEMPTS,
     ATTEMPTS_PENDING,

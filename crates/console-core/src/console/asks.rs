@@ -516,28 +516,15 @@ impl Console {
         let id = self.new_id();
         let (view, event) = transact!(self, |tx| {
             let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
-            let ask = Ask {
-                id: id.clone(),
-                kind: AskKind::Question,
-                project: issue.project.clone(),
-                issue: Some(issue.key.clone()),
-                artifact: None,
-                block: None,
-                question: question.clone(),
-                options: options.clone(),
-                state: AskState::Open,
-                answer: None,
-                closed: None,
-                approval: None,
-                followers: Vec::new(),
-                author: actor.clone(),
-                worded_by: actor.clone(),
-                worded_at: now,
-                turn: Some(Turn::Human),
-                turn_since: now,
-                created_at: now,
-                updated_at: now,
-            };
+            let ask = Ask::opened(
+                id.clone(),
+                AskKind::Question,
+                (issue.project.clone(), Some(issue.key.clone()), None),
+                question.clone(),
+                options.clone(),
+                actor,
+                now,
+            );
             tx.insert_ask(&ask).await?;
             let view = self.ask_full(tx, ask).await?;
             let e = self.append_ask(tx, "ask.opened", actor, &view).await?;
@@ -2138,28 +2125,19 @@ impl Console {
         let id = self.new_id();
         let (view, events, kept) = transact!(self, |tx| {
             let a = self.document_in(tx, &artifact).await?;
-            let mut ask = Ask {
-                id: id.clone(),
-                kind: AskKind::Question,
-                project: a.scope.project().ok_or_else(no_document)?,
-                issue: a.scope.issue().cloned(),
-                artifact: Some(a.id.clone()),
-                block: None,
-                question: question.clone(),
-                options: options.clone(),
-                state: AskState::Open,
-                answer: None,
-                closed: None,
-                approval: None,
-                followers: Vec::new(),
-                author: actor.clone(),
-                worded_by: actor.clone(),
-                worded_at: now,
-                turn: Some(Turn::Human),
-                turn_since: now,
-                created_at: now,
-                updated_at: now,
-            };
+            let mut ask = Ask::opened(
+                id.clone(),
+                AskKind::Question,
+                (
+                    a.scope.project().ok_or_else(no_document)?,
+                    a.scope.issue().cloned(),
+                    Some(a.id.clone()),
+                ),
+                question.clone(),
+                options.clone(),
+                actor,
+                now,
+            );
             let mut events = Vec::new();
             let mut kept = None;
             if let Some(after) = &new.block {
@@ -2292,37 +2270,31 @@ impl Console {
                 }
                 None => {
                     let ask = Ask {
-                        id: id.clone(),
-                        kind: AskKind::Approval,
-                        project: a.scope.project().ok_or_else(no_document)?,
-                        issue: a.scope.issue().cloned(),
-                        artifact: Some(artifact.clone()),
-                        block: None,
-                        question: summary.clone().unwrap_or_else(|| {
-                            format!("Approve version {version} of {}?", a.filename)
-                        }),
-                        options: vec![
-                            AskOption {
-                                id: "approve".into(),
-                                label: "Approve".into(),
-                            },
-                            AskOption {
-                                id: "request_changes".into(),
-                                label: "Request changes".into(),
-                            },
-                        ],
-                        state: AskState::Open,
-                        answer: None,
-                        closed: None,
                         approval: Some(Approval { version, approved }),
-                        followers: Vec::new(),
-                        author: actor.clone(),
-                        worded_by: actor.clone(),
-                        worded_at: now,
-                        turn: Some(Turn::Human),
-                        turn_since: now,
-                        created_at: now,
-                        updated_at: now,
+                        ..Ask::opened(
+                            id.clone(),
+                            AskKind::Approval,
+                            (
+                                a.scope.project().ok_or_else(no_document)?,
+                                a.scope.issue().cloned(),
+                                Some(artifact.clone()),
+                            ),
+                            summary.clone().unwrap_or_else(|| {
+                                format!("Approve version {version} of {}?", a.filename)
+                            }),
+                            vec![
+                                AskOption {
+                                    id: "approve".into(),
+                                    label: "Approve".into(),
+                                },
+                                AskOption {
+                                    id: "request_changes".into(),
+                                    label: "Request changes".into(),
+                                },
+                            ],
+                            actor,
+                            now,
+                        )
                     };
                     tx.insert_ask(&ask).await?;
                     let view = self.ask_full(tx, ask).await?;

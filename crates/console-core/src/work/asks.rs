@@ -184,7 +184,45 @@ pub struct Ask {
     pub updated_at: Time,
 }
 
+/// Where an ask is: its project, and the issue and document it is on.
+pub type AskPlace = (ProjectKey, Option<IssueKey>, Option<String>);
+
 impl Ask {
+    /// A new open ask of `kind` by `author` at `now`, worded by its author, a person's turn:
+    /// what every way of opening one shares (an approval then sets `approval`).
+    pub fn opened(
+        id: String,
+        kind: AskKind,
+        (project, issue, artifact): AskPlace,
+        question: String,
+        options: Vec<AskOption>,
+        author: &Actor,
+        now: Time,
+    ) -> Ask {
+        Ask {
+            id,
+            kind,
+            project,
+            issue,
+            artifact,
+            block: None,
+            question,
+            options,
+            state: AskState::Open,
+            answer: None,
+            closed: None,
+            approval: None,
+            followers: Vec::new(),
+            author: author.clone(),
+            worded_by: author.clone(),
+            worded_at: now,
+            turn: Some(Turn::Human),
+            turn_since: now,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
     /// The session that wrote it, if an agent acting for one did.
     pub fn author_session(&self) -> Option<&str> {
         self.author.session()
