@@ -5,7 +5,7 @@
 //! imported component trees.
 
 use async_trait::async_trait;
-use countersign_common::sql::db_err;
+use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::Time;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::delivery::{
@@ -18,6 +18,22 @@ use sqlx::any::AnyRow;
 
 use crate::time;
 use crate::work::{Args, ISSUE_COLUMNS, SqlTx, corrupt, issue_of, json_of, text};
+
+/// Version 12: the synced data's generation (what a kept copy of it is good for).
+pub(crate) const MIGRATION_12: &[&str] =
+    &["ALTER TABLE console_delivery_state ADD COLUMN generation BIGINT NOT NULL DEFAULT 0"];
+
+/// Moves the synced data's generation (at the commit of a transaction that wrote it).
+pub(crate) async fn move_generation(tx: &mut SqlTx) -> Result<(), StorageError> {
+    sqlx::query(
+        "INSERT INTO console_delivery_state (id, generation) VALUES (1, 1) \
+         ON CONFLICT (id) DO UPDATE SET generation = console_delivery_state.generation + 1",
+    )
+    .execute(&mut *tx.tx)
+    .await
+    .map_err(db_err)?;
+    Ok(())
+}
 
 /// Version 7: delivery and architecture (issue 15).
 pub(crate) const MIGRATION_7: &[&str] = &[
@@ -145,26 +161,26 @@ impl SqlTx {
         column: &str,
         values: &[String],
     ) -> Result<Vec<Issue>, StorageError> {
-        let mut out = Vec::new();
-        // In slices, so that no statement binds more parameters than a driver takes.
-        for chunk in values.chunks(500) {
-            let mut a = Args::default();
-            let list: Vec<String> = chunk.iter().map(|v| a.push(v.clone())).collect();
-            let rows = sqlx::query_with(
-                &format!(
-                    "SELECT {ISSUE_COLUMNS} FROM console_issues WHERE {column} IN ({})",
-                    list.join(", ")
-                ),
-                a.build(),
-            )
-            .fetch_all(&mut *self.tx)
-            .await
-            .map_err(db_err)?;
-            for r in &rows {
-                out.push(issue_of(r)?);
-            }
+        if values.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(out)
+        // A window's pull requests name thousands of keys and references: one parameter
+        // holding them as a JSON array, not a parameter each (binding thousands costs more
+        // than the lookups).
+        let list = match self.backend {
+            Backend::Sqlite => "SELECT value FROM json_each($1)",
+            Backend::Postgres => "SELECT jsonb_array_elements_text($1::jsonb)",
+        };
+        sqlx::query(&format!(
+            "SELECT {ISSUE_COLUMNS} FROM console_issues WHERE {column} IN ({list})"
+        ))
+        .bind(text(&values))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(issue_of)
+        .collect()
     }
 }
 
@@ -221,6 +237,7 @@ impl DeliveryTx for SqlTx {
     }
 
     async fn clear_synced(&mut self) -> Result<(), StorageError> {
+        self.delivery_written = true;
         for t in [
             "console_delivery_pulls",
             "console_delivery_runs",
@@ -239,6 +256,7 @@ impl DeliveryTx for SqlTx {
     }
 
     async fn put_pull(&mut self, p: &Pull) -> Result<(), StorageError> {
+        self.delivery_written = true;
         sqlx::query(
             "INSERT INTO console_delivery_pulls \
              (repo, number, body, merged_at, merge_sha, reverts, deploy_run, deployed_at, reverted_by) \
@@ -276,6 +294,51 @@ impl DeliveryTx for SqlTx {
         .as_ref()
         .map(pull_of)
         .transpose()
+    }
+
+    async fn delivery_generation(&mut self) -> Result<i64, StorageError> {
+        let r = sqlx::query("SELECT generation FROM console_delivery_state WHERE id = 1")
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        match r {
+            Some(r) => r.try_get("generation").map_err(db_err),
+            None => Ok(0),
+        }
+    }
+
+    async fn synced_rows(&mut self) -> Result<i64, StorageError> {
+        sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM console_delivery_pulls) \
+             + (SELECT COUNT(*) FROM console_delivery_runs) AS n",
+        )
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .try_get("n")
+        .map_err(db_err)
+    }
+
+    async fn all_pulls(&mut self) -> Result<Vec<Pull>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {PULL_COLUMNS} FROM console_delivery_pulls ORDER BY merged_at, repo, number"
+        ))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(pull_of)
+        .collect()
+    }
+
+    async fn all_runs(&mut self) -> Result<Vec<Run>, StorageError> {
+        sqlx::query("SELECT body FROM console_delivery_runs ORDER BY started_at, id")
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(run_of)
+            .collect()
     }
 
     async fn pulls_for_window(&mut self, from: Time, to: Time) -> Result<Vec<Pull>, StorageError> {
@@ -316,6 +379,7 @@ impl DeliveryTx for SqlTx {
         run: i64,
         at: Time,
     ) -> Result<u64, StorageError> {
+        self.delivery_written = true;
         let mut n = 0;
         for chunk in shas.chunks(500) {
             let mut a = Args::default();
@@ -387,6 +451,7 @@ impl DeliveryTx for SqlTx {
     }
 
     async fn mark_reverts(&mut self, repo: &str) -> Result<(), StorageError> {
+        self.delivery_written = true;
         sqlx::query(
             "UPDATE console_delivery_pulls SET reverted_by = \
                (SELECT MIN(r.number) FROM console_delivery_pulls r \
@@ -401,6 +466,7 @@ impl DeliveryTx for SqlTx {
     }
 
     async fn put_run(&mut self, r: &Run) -> Result<(), StorageError> {
+        self.delivery_written = true;
         let deploy_at = r
             .production
             .as_ref()

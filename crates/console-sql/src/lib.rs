@@ -196,6 +196,12 @@ const SCHEMA: Schema = Schema {
             sqlite: asks::MIGRATION_11_SQLITE,
             postgres: asks::MIGRATION_11_POSTGRES,
         },
+        Migration {
+            version: 12,
+            name: "the synced delivery data's generation",
+            sqlite: delivery::MIGRATION_12,
+            postgres: delivery::MIGRATION_12,
+        },
     ],
 };
 

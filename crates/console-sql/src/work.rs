@@ -251,6 +251,8 @@ pub struct SqlTx {
     pub(crate) events_locked: bool,
     /// The last event this transaction appended: PostgreSQL notifies it at commit.
     last_event: Option<i64>,
+    /// This transaction wrote synced pull requests or runs: their generation moves at commit.
+    pub(crate) delivery_written: bool,
 }
 
 /// The PostgreSQL channel event ids are notified on (ids only, never content).
@@ -289,6 +291,7 @@ impl SqlTx {
             write,
             events_locked: false,
             last_event: None,
+            delivery_written: false,
         })
     }
 }
@@ -1352,6 +1355,9 @@ impl EventTx for SqlTx {
 #[async_trait]
 impl WorkTx for SqlTx {
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
+        if self.delivery_written {
+            crate::delivery::move_generation(&mut self).await?;
+        }
         // Delivered to listeners when (and only if) the transaction commits.
         if let (Backend::Postgres, Some(id)) = (self.backend, self.last_event) {
             sqlx::query("SELECT pg_notify($1, $2)")

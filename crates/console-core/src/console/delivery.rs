@@ -17,7 +17,7 @@ use crate::work::delivery::compute::{
 };
 use crate::work::delivery::{
     ArchitectureSource, CodeHost, Component, DeliverySettings, Freshness, HostError, HostSession,
-    Run, SessionGroup, Targets,
+    Pull, Run, SessionGroup, Targets,
 };
 use crate::work::{Actor, ComponentsMode, Issue, IssueKey, ProjectKey, Status, WorkTx};
 
@@ -32,8 +32,117 @@ const GROUP_NAME_MAX: usize = 80;
 #[derive(Debug, Default)]
 pub struct DeliveryState {
     host: std::sync::OnceLock<(Arc<dyn CodeHost>, Targets)>,
+    /// The synced data as last read whole, good while its generation holds.
+    synced: std::sync::Mutex<Option<Arc<Synced>>>,
     sync: tokio::sync::Mutex<()>,
     architecture: tokio::sync::Mutex<()>,
+}
+
+impl DeliveryState {
+    /// The kept copy of the synced data, if it is of `generation`.
+    fn synced(&self, generation: i64) -> Option<Arc<Synced>> {
+        let kept = self.synced.lock().ok()?;
+        kept.as_ref()
+            .filter(|s| s.generation == generation)
+            .cloned()
+    }
+
+    /// Keeps a copy read whole, unless a newer one is kept already.
+    fn keep(&self, s: Arc<Synced>) {
+        if let Ok(mut kept) = self.synced.lock()
+            && kept.as_ref().is_none_or(|k| k.generation <= s.generation)
+        {
+            *kept = Some(s);
+        }
+    }
+}
+
+/// Synced pull requests (by merge time, repository, number) and runs (by start, id), parsed
+/// once: a year of a busy repository is thousands of each, and a sync every five minutes is
+/// the only writer.
+#[derive(Debug)]
+struct Synced {
+    generation: i64,
+    pulls: Vec<Pull>,
+    runs: Vec<Run>,
+    run_at: HashMap<i64, usize>,
+}
+
+impl Synced {
+    /// Pull requests and runs together that a copy holds; more are read per window.
+    const MAX_ROWS: i64 = 200_000;
+
+    fn new(generation: i64, pulls: Vec<Pull>, runs: Vec<Run>) -> Self {
+        let run_at = runs.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+        Self {
+            generation,
+            pulls,
+            runs,
+            run_at,
+        }
+    }
+
+    /// The window's rows, as the storage's window reads answer them: pull requests merged
+    /// in `[from, to)`, deployed in it, or merged before `to` and not deployed; runs started
+    /// from a day before `from` to `to`, the deploys that shipped those pull requests, and
+    /// the first successful deploy of the deploy repository (the baseline).
+    fn window(&self, s: &DeliverySettings, from: Time, to: Time) -> (Vec<usize>, Vec<usize>) {
+        let within = |t: Time| from <= t && t < to;
+        let pulls: Vec<usize> = (0..self.pulls.len())
+            .filter(|&i| {
+                let p = &self.pulls[i];
+                within(p.merged_at)
+                    || p.deployed_at.is_some_and(within)
+                    || (p.deploy_run.is_none() && p.merged_at < to)
+            })
+            .collect();
+        let since = from - chrono::Duration::days(1);
+        let lo = self.runs.partition_point(|r| r.started_at < since);
+        let hi = self.runs.partition_point(|r| r.started_at < to);
+        let mut runs: Vec<usize> = (lo..hi.max(lo)).collect();
+        let mut extra: Vec<usize> = pulls
+            .iter()
+            .filter_map(|&i| self.pulls[i].deploy_run)
+            .filter_map(|id| self.run_at.get(&id).copied())
+            .filter(|&i| i < lo || i >= hi)
+            .collect();
+        let first = self
+            .runs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.repo == s.deploy_repository)
+            .filter_map(|(i, r)| {
+                let p = r.production.as_ref().filter(|p| p.success)?;
+                Some((p.finished_at, r.id, i))
+            })
+            .min()
+            .map(|(_, _, i)| i);
+        extra.extend(first.filter(|&i| i < lo || i >= hi));
+        extra.sort_unstable();
+        extra.dedup();
+        runs.extend(extra);
+        (pulls, runs)
+    }
+}
+
+/// A window's inputs: indexes into the synced data.
+struct Inputs {
+    settings: DeliverySettings,
+    synced: Arc<Synced>,
+    pulls: Vec<usize>,
+    runs: Vec<usize>,
+    ctx: Context,
+    freshness: Freshness,
+}
+
+impl Inputs {
+    fn pulls(&self) -> Vec<&Pull> {
+        self.pulls.iter().map(|&i| &self.synced.pulls[i]).collect()
+    }
+
+    fn runs(&self) -> Vec<&Run> {
+        self.runs.iter().map(|&i| &self.synced.runs[i]).collect()
+    }
 }
 
 /// The timeline answer (protocol §6.5).
@@ -338,7 +447,24 @@ impl Console {
         }
         tx.put_freshness(&f).await?;
         tx.commit().await?;
+        // Readers after a sync find the synced data parsed already.
+        if let Err(e) = self.keep_synced().await {
+            tracing::warn!(error = %e, "the synced delivery data could not be read");
+        }
         Ok(f)
+    }
+
+    /// Reads the synced data whole into the copy kept in memory, unless it is kept already
+    /// or is more than a copy holds.
+    async fn keep_synced(&self) -> Result<(), Error> {
+        let mut tx = self.parts.storage.read().await?;
+        let generation = tx.delivery_generation().await?;
+        if self.delivery.synced(generation).is_none() && tx.synced_rows().await? <= Synced::MAX_ROWS
+        {
+            let s = Synced::new(generation, tx.all_pulls().await?, tx.all_runs().await?);
+            self.delivery.keep(Arc::new(s));
+        }
+        Ok(())
     }
 
     async fn sync_once(&self, s: &DeliverySettings) -> Result<(), String> {
@@ -490,56 +616,81 @@ impl Console {
     }
 
     /// What the computation reads for a window: settings, pull requests, runs and context.
-    async fn delivery_inputs(
-        &self,
-        from: Time,
-        to: Time,
-    ) -> Result<
-        (
-            DeliverySettings,
-            Vec<crate::work::delivery::Pull>,
-            Vec<Run>,
-            Context,
-            Freshness,
-        ),
-        Error,
-    > {
+    /// What the timeline, measures and pipeline read for `[from, to)`: the synced pull
+    /// requests and runs from the copy kept in memory while their generation holds (a sync
+    /// moves it; other replicas' syncs too, as the storage counts it), else read afresh.
+    async fn delivery_inputs(&self, from: Time, to: Time) -> Result<Inputs, Error> {
         let mut tx = self.parts.storage.read().await?;
         let settings = tx.delivery_settings().await?.ok_or_else(not_configured)?;
-        let pulls = tx.pulls_for_window(from, to).await?;
-        // Runs of the window, and the deploys that shipped its pull requests.
-        let mut runs = tx
-            .runs_between(from - chrono::Duration::days(1), to)
-            .await?;
-        let have: HashSet<i64> = runs.iter().map(|r| r.id).collect();
-        let mut extra: Vec<i64> = pulls
-            .iter()
-            .filter_map(|p| p.deploy_run)
-            .filter(|d| !have.contains(d))
-            .collect();
-        extra.sort_unstable();
-        extra.dedup();
-        for id in extra {
-            if let Some(r) = tx.run(id).await? {
-                runs.push(r);
+        // The generation is read before the rows: rows read after it are as new or newer.
+        let generation = tx.delivery_generation().await?;
+        let kept = self.delivery.synced(generation);
+        let synced = match kept {
+            Some(s) => Some(s),
+            None if tx.synced_rows().await? <= Synced::MAX_ROWS => {
+                let s = Arc::new(Synced::new(
+                    generation,
+                    tx.all_pulls().await?,
+                    tx.all_runs().await?,
+                ));
+                self.delivery.keep(s.clone());
+                Some(s)
             }
-        }
-        // A baseline: the first successful deploy ever synced, for `deployed_status`.
-        if let Some(first) = tx.first_deploy(&settings.deploy_repository).await?
-            && !runs.iter().any(|r| r.id == first.id)
-        {
-            runs.push(first);
-        }
-        let ctx = self.context(&mut *tx, &pulls).await?;
+            None => None,
+        };
+        let (synced, pulls, runs) = match synced {
+            Some(s) => {
+                let (p, r) = s.window(&settings, from, to);
+                (s, p, r)
+            }
+            // More than a copy may hold: the window's rows alone.
+            None => {
+                let pulls = tx.pulls_for_window(from, to).await?;
+                let mut runs = tx
+                    .runs_between(from - chrono::Duration::days(1), to)
+                    .await?;
+                let have: HashSet<i64> = runs.iter().map(|r| r.id).collect();
+                let mut extra: Vec<i64> = pulls
+                    .iter()
+                    .filter_map(|p| p.deploy_run)
+                    .filter(|d| !have.contains(d))
+                    .collect();
+                extra.sort_unstable();
+                extra.dedup();
+                for id in extra {
+                    if let Some(r) = tx.run(id).await? {
+                        runs.push(r);
+                    }
+                }
+                if let Some(first) = tx.first_deploy(&settings.deploy_repository).await?
+                    && !runs.iter().any(|r| r.id == first.id)
+                {
+                    runs.push(first);
+                }
+                let (np, nr) = (pulls.len(), runs.len());
+                (
+                    Arc::new(Synced::new(generation, pulls, runs)),
+                    (0..np).collect(),
+                    (0..nr).collect(),
+                )
+            }
+        };
+        let ctx = {
+            let chosen: Vec<&Pull> = pulls.iter().map(|&i| &synced.pulls[i]).collect();
+            self.context(&mut *tx, &chosen).await?
+        };
         let freshness = tx.freshness().await?;
-        Ok((settings, pulls, runs, ctx, freshness))
+        Ok(Inputs {
+            settings,
+            synced,
+            pulls,
+            runs,
+            ctx,
+            freshness,
+        })
     }
 
-    async fn context(
-        &self,
-        tx: &mut dyn WorkTx,
-        pulls: &[crate::work::delivery::Pull],
-    ) -> Result<Context, Error> {
+    async fn context(&self, tx: &mut dyn WorkTx, pulls: &[&Pull]) -> Result<Context, Error> {
         let mut keys: Vec<IssueKey> = Vec::new();
         for p in pulls {
             let (a, b) = compute::candidate_keys(p);
@@ -593,21 +744,21 @@ impl Console {
 
     /// The timeline over a window with search and facets (DELIVERY_NOT_CONFIGURED).
     pub async fn delivery_timeline(&self, w: Window, f: &Filters) -> Result<TimelineAnswer, Error> {
-        let (s, pulls, runs, ctx, freshness) = self.delivery_inputs(w.from, w.to).await?;
-        let timeline = compute::timeline(&s, w, f, &pulls, &runs, &ctx);
+        let i = self.delivery_inputs(w.from, w.to).await?;
+        let timeline = compute::timeline(&i.settings, w, f, &i.pulls(), &i.runs(), &i.ctx);
         Ok(TimelineAnswer {
             timeline,
-            freshness,
-            session_groups: ctx.groups,
+            freshness: i.freshness,
+            session_groups: i.ctx.groups,
         })
     }
 
     /// The measures over a window with search and facets.
     pub async fn delivery_measures(&self, w: Window, f: &Filters) -> Result<MeasuresAnswer, Error> {
-        let (s, pulls, runs, ctx, freshness) = self.delivery_inputs(w.from, w.to).await?;
+        let i = self.delivery_inputs(w.from, w.to).await?;
         Ok(MeasuresAnswer {
-            measures: compute::measures_of(&s, w, f, &pulls, &runs, &ctx),
-            freshness,
+            measures: compute::measures_of(&i.settings, w, f, &i.pulls(), &i.runs(), &i.ctx),
+            freshness: i.freshness,
         })
     }
 
@@ -628,10 +779,10 @@ impl Console {
         } else {
             now
         };
-        let (s, pulls, runs, ctx, freshness) = self.delivery_inputs(start, end).await?;
+        let i = self.delivery_inputs(start, end).await?;
         Ok(PipelineAnswer {
-            pipeline: compute::pipeline(&s, last, fail_end, &pulls, &runs, &ctx),
-            freshness,
+            pipeline: compute::pipeline(&i.settings, last, fail_end, &i.pulls(), &i.runs(), &i.ctx),
+            freshness: i.freshness,
         })
     }
 

@@ -212,7 +212,7 @@ pub struct PullRow {
 }
 
 /// The rows of the pull requests the population authored, linked to issues and sessions.
-pub fn rows(s: &DeliverySettings, pulls: &[Pull], runs: &[Run], ctx: &Context) -> Vec<PullRow> {
+pub fn rows(s: &DeliverySettings, pulls: &[&Pull], runs: &[&Run], ctx: &Context) -> Vec<PullRow> {
     let excluded: HashSet<&str> = s.excluded_repositories.iter().map(String::as_str).collect();
     let population: HashSet<String> = s
         .population_authors
@@ -560,7 +560,7 @@ pub fn measures(
     all_rows: &[PullRow],
     selected: &[&PullRow],
     filtered: bool,
-    runs: &[Run],
+    runs: &[&Run],
     ctx: &Context,
 ) -> Measures {
     // Successful production deploys in the window; with filters, those that shipped a
@@ -592,6 +592,7 @@ pub fn measures(
                         .any(|p| selected_ids.contains(&(p.repo.as_str(), p.number)))
                 })
         })
+        .copied()
         .collect();
     let production_runs: Vec<&Run> = runs
         .iter()
@@ -600,6 +601,7 @@ pub fn measures(
                 .as_ref()
                 .is_some_and(|p| w.holds(p.finished_at))
         })
+        .copied()
         .collect();
     let deployed_in: Vec<&&PullRow> = selected
         .iter()
@@ -652,6 +654,7 @@ pub fn measures(
         let mut v: Vec<&Run> = runs
             .iter()
             .filter(|r| r.production.as_ref().is_some_and(|p| p.success))
+            .copied()
             .collect();
         v.sort_by_key(|r| r.production.as_ref().map(|p| p.finished_at));
         v
@@ -909,8 +912,8 @@ pub fn timeline(
     s: &DeliverySettings,
     w: Window,
     f: &Filters,
-    pulls: &[Pull],
-    runs: &[Run],
+    pulls: &[&Pull],
+    runs: &[&Run],
     ctx: &Context,
 ) -> Timeline {
     let all = rows(s, pulls, runs, ctx);
@@ -1036,8 +1039,8 @@ pub fn measures_of(
     s: &DeliverySettings,
     w: Window,
     f: &Filters,
-    pulls: &[Pull],
-    runs: &[Run],
+    pulls: &[&Pull],
+    runs: &[&Run],
     ctx: &Context,
 ) -> Measures {
     let all = rows(s, pulls, runs, ctx);
@@ -1116,18 +1119,20 @@ pub fn pipeline(
     s: &DeliverySettings,
     last_day: NaiveDate,
     now: Time,
-    pulls: &[Pull],
-    runs: &[Run],
+    pulls: &[&Pull],
+    runs: &[&Run],
     ctx: &Context,
 ) -> Pipeline {
     let first = last_day - Duration::days(6);
     let checks: Vec<&Run> = runs
         .iter()
         .filter(|r| r.event == "pull_request" && r.repo == s.deploy_repository)
+        .copied()
         .collect();
     let pushes: Vec<&Run> = runs
         .iter()
         .filter(|r| r.event == "push" && r.repo == s.deploy_repository)
+        .copied()
         .collect();
     let rows = rows(s, pulls, runs, ctx);
     let named_job = |name: &Option<String>, day: NaiveDate| -> Option<JobResult> {

@@ -222,6 +222,15 @@ pub trait DeliveryTx: Send {
     /// argument has none).
     async fn put_pull(&mut self, p: &Pull) -> Result<(), StorageError>;
     async fn pull(&mut self, repo: &str, number: i64) -> Result<Option<Pull>, StorageError>;
+    /// A number that moves at the commit of every transaction that writes synced pull
+    /// requests or runs (0 before any): what a copy of them kept in memory is good for.
+    async fn delivery_generation(&mut self) -> Result<i64, StorageError>;
+    /// How many pull requests and runs are synced, together.
+    async fn synced_rows(&mut self) -> Result<i64, StorageError>;
+    /// Every synced pull request, by merge time (then repository and number).
+    async fn all_pulls(&mut self) -> Result<Vec<Pull>, StorageError>;
+    /// Every synced run, by start (then id).
+    async fn all_runs(&mut self) -> Result<Vec<Run>, StorageError>;
     /// Pull requests merged in `[from, to)`, or deployed in it, or merged before `to` and not
     /// deployed: what a window's timeline and measures read; by merge time.
     async fn pulls_for_window(&mut self, from: Time, to: Time) -> Result<Vec<Pull>, StorageError>;
