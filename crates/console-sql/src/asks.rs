@@ -19,8 +19,8 @@ use countersign_console_core::ids::Login;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::asks::{
     Answer, AnswerEntry, Ask, AskFilter, AskKind, AskOption, AskState, AskWrite, AssigneeFilter,
-    Comment, CommentFilter, InboxAsk, InboxEntry, InboxFilter, PastAnswer, Review, ReviewOutcome,
-    ThreadState, Turn, Wording,
+    Comment, CommentFilter, InboxAsk, InboxEntry, InboxFilter, InboxScope, PastAnswer, Review,
+    ReviewOutcome, ThreadState, Turn, Wording,
 };
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{Actor, AskTx, Hit, IssueKey, ProjectKey};
@@ -320,6 +320,7 @@ fn inbox_entry(
             created_at: time(r.created_at)?,
         },
         snoozed_until: r.snoozed_until.map(time).transpose()?,
+        seq: 0,
     })
 }
 
@@ -792,10 +793,38 @@ impl AskTx for SqlTx {
         .collect()
     }
 
-    async fn inbox(&mut self, f: &InboxFilter) -> Result<Vec<InboxEntry>, StorageError> {
+    async fn inbox(
+        &mut self,
+        f: &InboxFilter,
+        within: Option<&InboxScope>,
+    ) -> Result<Vec<InboxEntry>, StorageError> {
         let mut a = Args::default();
         let me = a.push(f.login.as_str().to_owned());
         let mut conds = vec!["a.turn IS NOT NULL".to_owned()];
+        if let Some(w) = within {
+            // Each list as one JSON array parameter.
+            let mut any = Vec::new();
+            for (column, values) in [
+                ("a.id", &w.asks),
+                ("a.issue", &w.issues),
+                ("a.artifact", &w.artifacts),
+            ] {
+                if values.is_empty() {
+                    continue;
+                }
+                let p = a.push(text(values));
+                any.push(match self.backend {
+                    Backend::Sqlite => format!("{column} IN (SELECT value FROM json_each({p}))"),
+                    Backend::Postgres => {
+                        format!("{column} IN (SELECT jsonb_array_elements_text({p}::jsonb))")
+                    }
+                });
+            }
+            if any.is_empty() {
+                return Ok(Vec::new());
+            }
+            conds.push(format!("({})", any.join(" OR ")));
+        }
         if let Some(p) = &f.project {
             conds.push(format!("a.project = {}", a.push(p.as_str().to_owned())));
         }
@@ -888,7 +917,13 @@ impl AskTx for SqlTx {
         };
         // Oldest turn first (`seq` orders asks made in one millisecond as they were made).
         rows.sort_unstable_by_key(|(turn_since, seq, _)| (*turn_since, *seq));
-        Ok(rows.into_iter().map(|(_, _, e)| e).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(_, seq, mut e)| {
+                e.seq = seq;
+                e
+            })
+            .collect())
     }
 
     async fn snooze(&mut self, login: &Login, ask: &str, until: Time) -> Result<(), StorageError> {

@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 use crate::doc;
-use crate::work::asks::InboxAsk;
 use crate::work::asks::{
     Answer, AnswerEntry, Approval, Approved, Ask, AskFilter, AskKind, AskOption, AskState, AskView,
     AssigneeFilter, Closed, Comment, CommentFilter, CommentSuggestion, CommentView, InboxFilter,
     Quote, Review, ReviewOutcome, SuggestionState, ThreadState, Turn, Wording,
 };
+use crate::work::asks::{InboxAsk, InboxEntry, InboxScope};
 use crate::work::model::rfc3339;
 use crate::work::rules;
 use crate::work::{Actor, Event, IssueKey, NewEvent, ProjectKey, SearchKind, WorkTx, search};
@@ -1037,35 +1037,32 @@ impl Console {
         // answer read now stale at once, never the other way round.
         let watermark = *self.committed.borrow();
         let now = self.now();
-        if let Some(hit) = self.inboxes.get(&filter, watermark, now) {
-            return Ok(hit);
-        }
-        let entries = {
-            let mut tx = self.parts.storage.read().await?;
-            tx.inbox(&filter).await?
+        let (kept, since) = match self.inboxes.get(&filter, watermark, now) {
+            Lookup::Hit(hit) => return Ok(hit),
+            Lookup::Stale(kept, since) => (Some(kept), since),
+            Lookup::Miss => (None, 0),
         };
-        let mut inbox = Inbox {
-            human_turn: Vec::new(),
-            agent_turn: Vec::new(),
-            snoozed: Vec::new(),
-        };
-        let mut until: Option<Time> = None;
-        for e in entries {
-            let snoozed = e.snoozed_until.filter(|u| *u > now);
-            if let Some(u) = snoozed {
-                until = Some(until.map_or(u, |x| x.min(u)));
-            }
-            let turn = e.ask.turn;
-            let row = Self::inbox_row(e.ask, snoozed);
-            match (snoozed, turn) {
-                (Some(_), _) => inbox.snoozed.push(row),
-                (None, Some(Turn::Human)) => inbox.human_turn.push(row),
-                (None, Some(Turn::Agent)) => inbox.agent_turn.push(row),
-                (None, None) => {}
+        let mut tx = self.parts.storage.read().await?;
+        // Events since the kept answer was read name what they may have changed: only that
+        // part is read again (event ids have no gaps: `watermark - since` events).
+        if let Some(kept) = kept
+            && let Ok(n) = u32::try_from(watermark - since)
+            && n <= InboxCache::PATCH_EVENTS
+        {
+            let events = tx.events_after(since, n).await?;
+            if events.len() == n as usize
+                && let Some(scope) = inbox_scope(&events)
+            {
+                let fresh = tx.inbox(&filter, Some(&scope)).await?;
+                let cached = Arc::new(kept.patched(&scope, fresh, now, Self::inbox_row));
+                self.inboxes.put(filter, watermark, cached.clone());
+                return Ok(cached);
             }
         }
-        let cached = Arc::new(CachedInbox::new(inbox));
-        self.inboxes.put(filter, watermark, until, cached.clone());
+        let entries = tx.inbox(&filter, None).await?;
+        drop(tx);
+        let cached = Arc::new(CachedInbox::of(entries, now, Self::inbox_row));
+        self.inboxes.put(filter, watermark, cached.clone());
         Ok(cached)
     }
 
@@ -1837,44 +1834,237 @@ struct SnoozeData<'a> {
     snoozed_until: Option<Time>,
 }
 
-/// An inbox answer as read once, with its JSON made on first use.
+/// Kinds of event that name no issue, document or ask and change no inbox: a kept inbox
+/// answer stays good across them. Any other kind naming none of those is read afresh.
+const NOT_IN_INBOXES: &[&str] = &[
+    "architecture.synced",
+    "broadcast.sent",
+    "delivery.attempt",
+    "delivery.settings_changed",
+    "message.accepted",
+    "message.replied",
+    "message.sent",
+    "project.created",
+    "repo_mapping.changed",
+    "session.gone",
+    "session.live",
+    "session.updated",
+    "session_group.changed",
+    "subscription.removed",
+];
+
+/// What a run of events may have changed in anyone's inbox: the asks on the issues and
+/// documents they are in, and the asks they name (`data.ask`: a snooze, an ask's own
+/// events). `None` when one may have changed more (a kind not known to leave inboxes alone
+/// that names nothing): the inbox is read afresh.
+///
+/// It holds because each write that changes an ask, an issue's assignee or a snooze appends
+/// its event in the same transaction, in the log of that ask's issue or document.
+fn inbox_scope(events: &[Event]) -> Option<InboxScope> {
+    let mut scope = InboxScope::default();
+    for e in events {
+        let mut named = false;
+        if let Some(i) = &e.issue {
+            scope.issues.push(i.as_str().to_owned());
+            named = true;
+        }
+        if let Some(a) = &e.artifact {
+            scope.artifacts.push(a.clone());
+            named = true;
+        }
+        if let Some(a) = e.data.get("ask").and_then(serde_json::Value::as_str) {
+            scope.asks.push(a.to_owned());
+            named = true;
+        }
+        if !named && !NOT_IN_INBOXES.contains(&e.kind.as_str()) {
+            return None;
+        }
+    }
+    for v in [&mut scope.asks, &mut scope.issues, &mut scope.artifacts] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    Some(scope)
+}
+
+/// An inbox answer: its rows in order, each with its JSON made once; the whole JSON and the
+/// typed answer are made on first use.
 #[derive(Debug)]
 pub struct CachedInbox {
-    pub inbox: Inbox,
+    rows: Vec<KeptRow>,
+    /// The first snooze in it to end: the answer is good until then.
+    until: Option<Time>,
     json: std::sync::OnceLock<Arc<[u8]>>,
+    inbox: std::sync::OnceLock<Inbox>,
+}
+
+#[derive(Debug, Clone)]
+struct KeptRow {
+    turn_since: Time,
+    seq: i64,
+    section: Section,
+    row: Arc<InboxRow>,
+    json: Arc<str>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Section {
+    Human,
+    Agent,
+    Snoozed,
+}
+
+impl KeptRow {
+    fn of(e: InboxEntry, now: Time, row: fn(InboxAsk, Option<Time>) -> InboxRow) -> Option<Self> {
+        let snoozed = e.snoozed_until.filter(|u| *u > now);
+        let section = match (snoozed, e.ask.turn) {
+            (Some(_), _) => Section::Snoozed,
+            (None, Some(Turn::Human)) => Section::Human,
+            (None, Some(Turn::Agent)) => Section::Agent,
+            (None, None) => return None,
+        };
+        let (turn_since, seq) = (e.ask.turn_since, e.seq);
+        let row = row(e.ask, snoozed);
+        // Serializing an inbox row cannot fail.
+        let json = serde_json::to_string(&row).unwrap_or_default();
+        Some(Self {
+            turn_since,
+            seq,
+            section,
+            row: Arc::new(row),
+            json: Arc::from(json),
+        })
+    }
 }
 
 impl CachedInbox {
-    fn new(inbox: Inbox) -> Self {
+    fn of(
+        entries: Vec<InboxEntry>,
+        now: Time,
+        row: fn(InboxAsk, Option<Time>) -> InboxRow,
+    ) -> Self {
+        Self::sorted(
+            entries
+                .into_iter()
+                .filter_map(|e| KeptRow::of(e, now, row))
+                .collect(),
+        )
+    }
+
+    fn sorted(mut rows: Vec<KeptRow>) -> Self {
+        // Oldest turn first; asks made in one millisecond as they were made.
+        rows.sort_by_key(|r| (r.turn_since, r.seq));
+        let until = rows
+            .iter()
+            .filter(|r| r.section == Section::Snoozed)
+            .filter_map(|r| r.row.snoozed_until)
+            .min();
         Self {
-            inbox,
+            rows,
+            until,
             json: std::sync::OnceLock::new(),
+            inbox: std::sync::OnceLock::new(),
         }
     }
 
-    /// The answer's JSON, serialized once for every reader of this answer.
+    /// This answer with the part in `scope` replaced by `fresh` (that part read again).
+    fn patched(
+        &self,
+        scope: &InboxScope,
+        fresh: Vec<InboxEntry>,
+        now: Time,
+        row: fn(InboxAsk, Option<Time>) -> InboxRow,
+    ) -> Self {
+        let asks: HashSet<&str> = scope.asks.iter().map(String::as_str).collect();
+        let issues: HashSet<&str> = scope.issues.iter().map(String::as_str).collect();
+        let artifacts: HashSet<&str> = scope.artifacts.iter().map(String::as_str).collect();
+        let within = |r: &InboxRow| {
+            asks.contains(r.id.as_str())
+                || r.issue
+                    .as_ref()
+                    .is_some_and(|i| issues.contains(i.as_str()))
+                || r.artifact.as_deref().is_some_and(|a| artifacts.contains(a))
+        };
+        let mut rows: Vec<KeptRow> = self
+            .rows
+            .iter()
+            .filter(|k| !within(&k.row))
+            .cloned()
+            .collect();
+        rows.extend(fresh.into_iter().filter_map(|e| KeptRow::of(e, now, row)));
+        Self::sorted(rows)
+    }
+
+    /// The typed answer (the home page's), made on first use.
+    pub fn inbox(&self) -> &Inbox {
+        self.inbox.get_or_init(|| {
+            let of = |s: Section| -> Vec<InboxRow> {
+                self.rows
+                    .iter()
+                    .filter(|r| r.section == s)
+                    .map(|r| (*r.row).clone())
+                    .collect()
+            };
+            Inbox {
+                human_turn: of(Section::Human),
+                agent_turn: of(Section::Agent),
+                snoozed: of(Section::Snoozed),
+            }
+        })
+    }
+
+    /// The answer's JSON (what serializing [`CachedInbox::inbox`] writes), made once for
+    /// every reader of this answer from each row's JSON.
     pub fn json(&self) -> Arc<[u8]> {
         self.json
             .get_or_init(|| {
-                // About 550 bytes a row: written into one buffer, not grown by doubling.
-                let mut out = Vec::with_capacity(64 + self.rows() * 640);
-                match serde_json::to_writer(&mut out, &self.inbox) {
-                    Ok(()) => Arc::from(out),
-                    Err(_) => Arc::from(Vec::new()),
+                let size: usize = self.rows.iter().map(|r| r.json.len() + 1).sum();
+                let mut out = Vec::with_capacity(64 + size);
+                for (i, (name, s)) in [
+                    ("human_turn", Section::Human),
+                    ("agent_turn", Section::Agent),
+                    ("snoozed", Section::Snoozed),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    out.extend_from_slice(if i == 0 { b"{\"" } else { b"],\"" });
+                    out.extend_from_slice(name.as_bytes());
+                    out.extend_from_slice(b"\":[");
+                    let mut first = true;
+                    for r in self.rows.iter().filter(|r| r.section == s) {
+                        if !first {
+                            out.push(b',');
+                        }
+                        first = false;
+                        out.extend_from_slice(r.json.as_bytes());
+                    }
                 }
+                out.extend_from_slice(b"]}");
+                Arc::from(out)
             })
             .clone()
     }
 
     /// Rows in it (what the cache's budget counts).
     fn rows(&self) -> usize {
-        self.inbox.human_turn.len() + self.inbox.agent_turn.len() + self.inbox.snoozed.len()
+        self.rows.len()
     }
 }
 
+/// What the cache holds for a person's inbox with filters.
+enum Lookup {
+    /// Read since the last event committed, its snoozes still on.
+    Hit(Arc<CachedInbox>),
+    /// Read before the events after this watermark.
+    Stale(Arc<CachedInbox>, i64),
+    Miss,
+}
+
 /// People's inboxes as last read (per person and filters): an answer is good while no event
-/// has committed since it was read, and until the first snooze in it ends. At most
-/// [`InboxCache::ROWS`] rows are kept, the oldest answers dropped first.
+/// has committed since it was read, and until the first snooze in it ends; one read before
+/// later events is patched from them. At most [`InboxCache::ROWS`] rows are kept, the oldest
+/// answers dropped first.
 #[derive(Debug, Default)]
 pub(crate) struct InboxCache {
     entries: Mutex<std::collections::VecDeque<CacheEntry>>,
@@ -1884,39 +2074,49 @@ pub(crate) struct InboxCache {
 struct CacheEntry {
     filter: InboxFilter,
     watermark: i64,
-    until: Option<Time>,
     inbox: Arc<CachedInbox>,
 }
 
 impl InboxCache {
     /// The rows kept in all (about 1 KiB each with their JSON).
     const ROWS: usize = 100_000;
+    /// Events since a kept answer that are read to patch it; more, and it is read afresh.
+    const PATCH_EVENTS: u32 = 200;
 
-    fn get(&self, f: &InboxFilter, watermark: i64, now: Time) -> Option<Arc<CachedInbox>> {
-        let mut entries = self.entries.lock().ok()?;
-        // Anything read before the last committed event is stale for good.
-        entries.retain(|e| e.watermark >= watermark);
-        entries
+    fn get(&self, f: &InboxFilter, watermark: i64, now: Time) -> Lookup {
+        let Ok(entries) = self.entries.lock() else {
+            return Lookup::Miss;
+        };
+        let Some(e) = entries
             .iter()
-            .find(|e| &e.filter == f && e.watermark == watermark && e.until.is_none_or(|u| now < u))
-            .map(|e| e.inbox.clone())
+            .find(|e| &e.filter == f && e.inbox.until.is_none_or(|u| now < u))
+        else {
+            return Lookup::Miss;
+        };
+        if e.watermark == watermark {
+            Lookup::Hit(e.inbox.clone())
+        } else if e.watermark < watermark {
+            Lookup::Stale(e.inbox.clone(), e.watermark)
+        } else {
+            // Read after events this reader has not seen yet: read afresh.
+            Lookup::Miss
+        }
     }
 
-    fn put(
-        &self,
-        filter: InboxFilter,
-        watermark: i64,
-        until: Option<Time>,
-        inbox: Arc<CachedInbox>,
-    ) {
+    fn put(&self, filter: InboxFilter, watermark: i64, inbox: Arc<CachedInbox>) {
         let Ok(mut entries) = self.entries.lock() else {
             return;
         };
+        if entries
+            .iter()
+            .any(|e| e.filter == filter && e.watermark > watermark)
+        {
+            return;
+        }
         entries.retain(|e| e.filter != filter);
         entries.push_back(CacheEntry {
             filter,
             watermark,
-            until,
             inbox,
         });
         let mut rows: usize = entries.iter().map(|e| e.inbox.rows()).sum();

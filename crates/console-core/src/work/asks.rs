@@ -319,6 +319,17 @@ impl InboxAsk {
 pub struct InboxEntry {
     pub ask: InboxAsk,
     pub snoozed_until: Option<Time>,
+    /// The order asks were made in (ties of `turn_since` go by it).
+    pub seq: i64,
+}
+
+/// Asks by id, by issue or by document: the part of an inbox that events since it was read
+/// may have changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InboxScope {
+    pub asks: Vec<String>,
+    pub issues: Vec<String>,
+    pub artifacts: Vec<String>,
 }
 
 /// One of a person's answers or replies on asks, newest first (`GET /inbox/answers`).
@@ -503,8 +514,12 @@ pub trait AskTx: Send {
     async fn answers(&mut self, ask: &str) -> Result<Vec<PastAnswer>, StorageError>;
 
     /// A person's inbox: asks that are someone's turn, oldest turn first, with the person's
-    /// snooze.
-    async fn inbox(&mut self, f: &InboxFilter) -> Result<Vec<InboxEntry>, StorageError>;
+    /// snooze; with `within`, only its asks that are in that scope.
+    async fn inbox(
+        &mut self,
+        f: &InboxFilter,
+        within: Option<&InboxScope>,
+    ) -> Result<Vec<InboxEntry>, StorageError>;
     async fn snooze(&mut self, login: &Login, ask: &str, until: Time) -> Result<(), StorageError>;
     async fn unsnooze(&mut self, login: &Login, ask: &str) -> Result<(), StorageError>;
     async fn snoozed_until(

@@ -185,7 +185,7 @@ pub async fn home(State(st): St, Extension(caller): Extension<Caller>) -> Respon
     };
     let now = st.console.now();
     let asks = match st.console.inbox_asks(h, None, None).await {
-        Ok(inbox) => AskRows::of(&inbox.inbox),
+        Ok(inbox) => AskRows::of(inbox.inbox()),
         Err(e) => AskRows::failed(notice("error", error_text(&e))),
     };
     let rows = match st.console.inbox(h).await {

@@ -314,6 +314,26 @@ fn main() -> anyhow::Result<()> {
     client_rt.block_on(run(args, url, state))
 }
 
+/// An agent rewords one of its asks (a write in the inbox: the next read patches it).
+async fn reword(
+    console: &countersign_console_core::Console,
+    asked: &[(Actor, String)],
+    turn: usize,
+) -> anyhow::Result<()> {
+    let (agent, id) = &asked[(turn * 7919) % asked.len()];
+    console
+        .reword_ask(
+            agent,
+            id,
+            countersign_console_core::console::asks::AskPatch {
+                question: Some(format!("Reworded, take {turn}?")),
+                ..Default::default()
+            },
+        )
+        .await?;
+    Ok(())
+}
+
 /// The inbox phase (see the module's doc).
 async fn inbox(
     args: Args,
@@ -334,6 +354,7 @@ async fn inbox(
     let issues_per_project = 10usize;
     let mut rng = Rng(0x6a09_e667_f3bc_c909);
     let mut made = 0;
+    let mut asked = Vec::new();
     for p in 0..projects {
         let key = format!("P{p:03}");
         state
@@ -379,10 +400,11 @@ async fn inbox(
                 block: None,
                 actor: None,
             };
-            state
+            let opened = state
                 .console
                 .open_issue_ask(&agent, &keys[a % keys.len()], new)
                 .await?;
+            asked.push((agent, opened.id));
             made += 1;
         }
         if p % 10 == 9 {
@@ -396,6 +418,7 @@ async fn inbox(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections + 8)
         .build()?;
+    let first = Instant::now();
     let check = http
         .get(format!("{url}/api/v1/inbox"))
         .header("cookie", &cookie)
@@ -403,10 +426,15 @@ async fn inbox(
         .await?;
     anyhow::ensure!(check.status() == 200, "inbox: {}", check.status());
     let body: serde_json::Value = check.json().await?;
+    println!(
+        "GET /api/v1/inbox, the first read (nothing kept): {:.1} ms",
+        first.elapsed().as_secs_f64() * 1e3
+    );
     let rows = body["human_turn"].as_array().map_or(0, Vec::len);
     anyhow::ensure!(rows == made, "the inbox has {rows} rows, not {made}");
-    // Where the time goes when nothing is kept: an event commits before each read (what
-    // any write does), so the core reads the storage and makes the JSON again.
+    // A write in the inbox before each read (an agent rewords one of its asks): the kept
+    // answer is patched from the events since, that ask read again, the JSON made again.
+    let mut turn = 0usize;
     let me = countersign_console_core::Human {
         login: countersign_console_core::Login::parse(PERSON)
             .ok_or_else(|| anyhow::anyhow!("login"))?,
@@ -418,11 +446,9 @@ async fn inbox(
     // process's for the core's reads (nothing else runs then), the server's for the requests.
     let (mut core_cpu, mut cold_cpu) = (0.0, 0.0);
     let mut size = 0;
-    for _ in 0..args.queries.min(50) {
-        state
-            .console
-            .session_event("session.updated", &person, json!({}))
-            .await?;
+    for _ in 0..args.queries.min(200) {
+        turn += 1;
+        reword(&state.console, &asked, turn).await?;
         let c = cpu_seconds("/proc/self/stat");
         let t = Instant::now();
         let inbox = state.console.inbox_asks(&me, None, None).await?;
@@ -431,10 +457,8 @@ async fn inbox(
         size = inbox.json().len();
         json.push(t.elapsed());
         core_cpu += cpu_seconds("/proc/self/stat") - c;
-        state
-            .console
-            .session_event("session.updated", &person, json!({}))
-            .await?;
+        turn += 1;
+        reword(&state.console, &asked, turn).await?;
         let c = server_cpu();
         let t = Instant::now();
         let r = http
@@ -450,7 +474,7 @@ async fn inbox(
     core.sort();
     json.sort();
     println!(
-        "inbox read afresh in the core: p50 {:.2} ms, p99 {:.2} ms; its JSON ({size} bytes): p50 {:.2} ms; CPU {:.1} ms per read with its JSON",
+        "inbox read after a write in it, in the core: p50 {:.2} ms, p99 {:.2} ms; its JSON ({size} bytes): p50 {:.2} ms; CPU {:.1} ms per read with its JSON",
         percentile(&core, 0.5).as_secs_f64() * 1e3,
         percentile(&core, 0.99).as_secs_f64() * 1e3,
         percentile(&json, 0.5).as_secs_f64() * 1e3,
@@ -458,7 +482,7 @@ async fn inbox(
     );
     let spent: Duration = cold.iter().sum();
     report(
-        &format!("GET /api/v1/inbox after a write ({made} open asks, read afresh)"),
+        &format!("GET /api/v1/inbox after a write in it ({made} open asks)"),
         cold,
         spent,
         cold_cpu,

@@ -1,0 +1,216 @@
+//! A person's inbox kept between reads and patched from the events since (issue 13), on
+//! SQLite and on PostgreSQL (when `COUNTERSIGN_TEST_POSTGRES_URL` names a server): after each
+//! kind of write, the answer the console keeps is the answer a console that keeps nothing
+//! reads, byte for byte, and its typed rows are what its JSON says.
+
+mod common;
+
+use std::sync::Arc;
+
+use chrono::{Duration, Utc};
+use countersign_console_core::console::asks::{
+    AnswerIn, AskPatch, CloseAs, CloseIn, NewAsk, NewComment, OptionIn,
+};
+use countersign_console_core::console::{ConsoleConfig, IssuePatch, NewIssue};
+use countersign_console_core::work::Actor;
+use countersign_console_core::{Console, Human, Login, ManualClock, Parts, SystemEntropy};
+use countersign_console_sql::SqlStorage;
+use serde_json::{Value, json};
+
+fn console(s: &Arc<SqlStorage>, clock: &Arc<ManualClock>) -> Console {
+    Console::new(
+        Parts {
+            storage: s.clone(),
+            broker: None,
+            idp: None,
+            clock: clock.clone(),
+            entropy: Arc::new(SystemEntropy),
+            presence: None,
+            service_tokens: None,
+        },
+        ConsoleConfig::default(),
+        None,
+    )
+}
+
+fn ask(q: &str) -> NewAsk {
+    NewAsk {
+        question: q.into(),
+        options: vec![
+            OptionIn {
+                id: Some("yes".into()),
+                label: "Yes".into(),
+            },
+            OptionIn {
+                id: Some("no".into()),
+                label: "No".into(),
+            },
+        ],
+        block: None,
+        actor: None,
+    }
+}
+
+async fn scenario(s: Arc<SqlStorage>) {
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let c = console(&s, &clock);
+    let login = Login::parse("ada@example.com").expect("login");
+    let ada = Human {
+        login: login.clone(),
+        csrf_token: String::new(),
+        session_key: String::new(),
+    };
+    let person = Actor::User { login };
+    let agent = Actor::Agent {
+        owner: None,
+        service: None,
+        session: Some("s-1".into()),
+    };
+    // Each step's answer: the kept one against one read by a console that keeps nothing.
+    let check = |why: &'static str| {
+        let (c, s, clock, ada) = (&c, &s, &clock, &ada);
+        async move {
+            let kept = c.inbox_asks(ada, None, None).await.expect("inbox");
+            let fresh = console(s, clock)
+                .inbox_asks(ada, None, None)
+                .await
+                .expect("inbox afresh");
+            assert_eq!(
+                String::from_utf8_lossy(&kept.json()),
+                String::from_utf8_lossy(&fresh.json()),
+                "{why}"
+            );
+            let typed = serde_json::to_value(kept.inbox()).expect("typed");
+            let json: Value = serde_json::from_slice(&kept.json()).expect("json");
+            assert_eq!(typed, json, "{why}: the typed rows are the JSON's");
+            json
+        }
+    };
+    c.create_project(&person, "INBX", "Inbox")
+        .await
+        .expect("project");
+    let mut issues = Vec::new();
+    for t in ["One", "Two"] {
+        let (i, _) = c
+            .create_issue(
+                &person,
+                NewIssue {
+                    project: Some("INBX".into()),
+                    title: Some(t.into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("issue");
+        issues.push(i.key.to_string());
+    }
+    let mut asks = Vec::new();
+    for n in 0..5 {
+        clock.advance(Duration::milliseconds(5));
+        let a = c
+            .open_issue_ask(&agent, &issues[n % 2], ask(&format!("Question {n}?")))
+            .await
+            .expect("ask");
+        asks.push(a.id.clone());
+    }
+    let v = check("five asks").await;
+    assert_eq!(v["human_turn"].as_array().map(Vec::len), Some(5));
+
+    c.answer_ask(
+        &person,
+        &asks[0],
+        AnswerIn {
+            options: vec!["yes".into()],
+            text: None,
+        },
+    )
+    .await
+    .expect("answer");
+    let v = check("an answer hands the ask to its agent").await;
+    assert_eq!(v["agent_turn"].as_array().map(Vec::len), Some(1));
+
+    c.reword_ask(
+        &agent,
+        &asks[1],
+        AskPatch {
+            question: Some("Question one, reworded?".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("reword");
+    check("a reworded ask").await;
+
+    c.close_ask(
+        &agent,
+        &asks[2],
+        CloseIn {
+            state: CloseAs::Retracted,
+            note: None,
+            actor: None,
+        },
+    )
+    .await
+    .expect("close");
+    check("a retracted ask leaves").await;
+
+    c.snooze(&ada, &asks[3], c.now() + Duration::hours(1))
+        .await
+        .expect("snooze");
+    let v = check("a snooze").await;
+    assert_eq!(v["snoozed"].as_array().map(Vec::len), Some(1));
+    c.unsnooze(&ada, &asks[3]).await.expect("unsnooze");
+    check("an un-snooze").await;
+
+    c.comment_on_issue(
+        &agent,
+        &issues[0],
+        NewComment {
+            body: "Following up on the answer.".into(),
+            ask: Some(asks[0].clone()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("reply");
+    check("the agent's reply on its answered ask").await;
+
+    c.update_issue(
+        &person,
+        &issues[1],
+        IssuePatch {
+            title: Some("Two, renamed".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("update");
+    check("an issue update").await;
+
+    c.session_event("session.updated", &agent, json!({}))
+        .await
+        .expect("session");
+    check("an event no inbox shows").await;
+
+    clock.advance(Duration::milliseconds(5));
+    c.open_issue_ask(&agent, &issues[1], ask("A late question?"))
+        .await
+        .expect("ask");
+    let v = check("a new ask").await;
+    assert_eq!(v["human_turn"].as_array().map(Vec::len), Some(4));
+}
+
+#[tokio::test]
+async fn kept_inbox_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("i.db").display());
+    scenario(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
+}
+
+#[tokio::test]
+async fn kept_inbox_postgres() {
+    let Some(url) = common::fresh_postgres().await else {
+        return;
+    };
+    scenario(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
+}
