@@ -20,7 +20,7 @@ fn settings() -> DeliverySettings {
         workflow_paths: vec![".github/workflows/deploy.yml".into()],
         production_jobs: vec!["production-deploy".into()],
         production_apply_step: None,
-        population_authors: vec!["alice".into()],
+        population_authors: vec!["alice".into(), "bob".into()],
         excluded_repositories: vec![],
         staging_e2e_job: None,
         staging_deploy_job: None,
@@ -72,6 +72,22 @@ fn deploy(id: i64, at: chrono::DateTime<Utc>) -> Run {
             failing_step: None,
         }),
     }
+}
+
+fn console_with(s: &Arc<SqlStorage>, now: chrono::DateTime<Utc>, config: ConsoleConfig) -> Console {
+    Console::new(
+        Parts {
+            storage: s.clone(),
+            broker: None,
+            idp: None,
+            clock: Arc::new(ManualClock::new(now)),
+            entropy: Arc::new(SystemEntropy),
+            presence: None,
+            service_tokens: None,
+        },
+        config,
+        None,
+    )
 }
 
 async fn generation(s: &SqlStorage) -> i64 {
@@ -145,19 +161,8 @@ async fn contract(s: Arc<SqlStorage>) {
     // The console's kept copy follows the generation: a read keeps it, a sync's write
     // (here straight through the storage, as a sync on another replica writes) shows at once.
     let end = start + Duration::days(30);
-    let console = Console::new(
-        Parts {
-            storage: s.clone(),
-            broker: None,
-            idp: None,
-            clock: Arc::new(ManualClock::new(end)),
-            entropy: Arc::new(SystemEntropy),
-            presence: None,
-            service_tokens: None,
-        },
-        ConsoleConfig::default(),
-        None,
-    );
+    let kept = console_with(&s, end, ConsoleConfig::default());
+    let console = &kept;
     let w = console
         .delivery_window(Some(start), Some(end))
         .expect("window");
@@ -185,6 +190,84 @@ async fn contract(s: Arc<SqlStorage>) {
         .expect("pull");
     tx.commit().await.expect("commit");
     merges(3, "a pull request synced since").await;
+
+    // Two months of a busy repository: deploys every ~9 hours, one in five failing (its fix
+    // the next), pull requests merged every ~2 hours, some never deployed, some reverted.
+    let mut tx = s.begin().await.expect("begin");
+    for d in 0..160i64 {
+        let at = start + Duration::hours(9 * d + 7);
+        let mut r = deploy(100 + d, at);
+        if d % 5 == 4 {
+            r.conclusion = Some("failure".into());
+            if let Some(p) = r.production.as_mut() {
+                p.success = false;
+                p.failing_job = Some("production-deploy".into());
+                p.failing_step = Some("apply".into());
+            }
+        }
+        tx.put_run(&r).await.expect("run");
+    }
+    for n in 10..700i64 {
+        let merged = start + Duration::hours(2 * n) + Duration::minutes(n % 60);
+        let mut p = pull(n, merged);
+        p.author = ["alice", "bob", "alice"][(n % 3) as usize].into();
+        p.reverts = (n % 41 == 40).then_some(n - 3);
+        let d = (2 * n - 7 + 8).div_euclid(9).max(0);
+        let d = if d % 5 == 4 { d + 1 } else { d };
+        if d < 160 && n % 17 != 0 {
+            p.deploy_run = Some(100 + d);
+            p.deployed_at = Some(start + Duration::hours(9 * d + 7));
+        }
+        tx.put_pull(&p).await.expect("pull");
+    }
+    tx.mark_reverts("acme/shop").await.expect("reverts");
+    tx.commit().await.expect("commit");
+
+    // A console that keeps nothing reads each window from SQL: the same answers.
+    let by_sql = console_with(
+        &s,
+        end,
+        ConsoleConfig {
+            delivery_kept_rows: 0,
+            ..ConsoleConfig::default()
+        },
+    );
+    for (from, to) in [
+        (start, end),
+        (start + Duration::days(2), start + Duration::days(4)),
+        (start + Duration::days(4), end),
+        (start + Duration::days(20), start + Duration::days(27)),
+        (start - Duration::days(30), start),
+        (start, start + Duration::days(70)),
+    ] {
+        let w = console
+            .delivery_window(Some(from), Some(to))
+            .expect("window");
+        let mut f = Filters::default();
+        for facets in [false, true] {
+            if facets {
+                f.facets.insert("author".into(), vec!["alice".into()]);
+                f.facets.insert("rework".into(), vec!["false".into()]);
+            }
+            let kept = console.delivery_timeline(w, &f).await.expect("timeline");
+            let read = by_sql.delivery_timeline(w, &f).await.expect("timeline");
+            if from == start && to == end {
+                assert!(kept.timeline.merges.len() > 100, "the month's merges");
+            }
+            assert_eq!(
+                serde_json::to_value(&kept).expect("json"),
+                serde_json::to_value(&read).expect("json"),
+                "timeline {from}..{to}"
+            );
+            let kept = console.delivery_measures(w, &f).await.expect("measures");
+            let read = by_sql.delivery_measures(w, &f).await.expect("measures");
+            assert_eq!(
+                serde_json::to_value(&kept).expect("json"),
+                serde_json::to_value(&read).expect("json"),
+                "measures {from}..{to}"
+            );
+        }
+    }
     let mut tx = s.begin().await.expect("begin");
     tx.clear_synced().await.expect("clear");
     tx.commit().await.expect("commit");

@@ -69,9 +69,6 @@ struct Synced {
 }
 
 impl Synced {
-    /// Pull requests and runs together that a copy holds; more are read per window.
-    const MAX_ROWS: i64 = 200_000;
-
     fn new(generation: i64, pulls: Vec<Pull>, runs: Vec<Run>) -> Self {
         let run_at = runs.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
         Self {
@@ -458,13 +455,28 @@ impl Console {
     /// or is more than a copy holds.
     async fn keep_synced(&self) -> Result<(), Error> {
         let mut tx = self.parts.storage.read().await?;
-        let generation = tx.delivery_generation().await?;
-        if self.delivery.synced(generation).is_none() && tx.synced_rows().await? <= Synced::MAX_ROWS
-        {
-            let s = Synced::new(generation, tx.all_pulls().await?, tx.all_runs().await?);
-            self.delivery.keep(Arc::new(s));
-        }
+        self.synced(&mut *tx).await?;
         Ok(())
+    }
+
+    /// The synced data of the storage's generation: the copy kept, else read whole and kept.
+    /// `None` when it is more than a copy holds. The generation is read before the rows, so
+    /// rows read after it are as new or newer than its label.
+    async fn synced(&self, tx: &mut dyn WorkTx) -> Result<Option<Arc<Synced>>, Error> {
+        let generation = tx.delivery_generation().await?;
+        if let Some(kept) = self.delivery.synced(generation) {
+            return Ok(Some(kept));
+        }
+        if tx.synced_rows().await? > self.config.delivery_kept_rows {
+            return Ok(None);
+        }
+        let s = Arc::new(Synced::new(
+            generation,
+            tx.all_pulls().await?,
+            tx.all_runs().await?,
+        ));
+        self.delivery.keep(s.clone());
+        Ok(Some(s))
     }
 
     async fn sync_once(&self, s: &DeliverySettings) -> Result<(), String> {
@@ -622,23 +634,7 @@ impl Console {
     async fn delivery_inputs(&self, from: Time, to: Time) -> Result<Inputs, Error> {
         let mut tx = self.parts.storage.read().await?;
         let settings = tx.delivery_settings().await?.ok_or_else(not_configured)?;
-        // The generation is read before the rows: rows read after it are as new or newer.
-        let generation = tx.delivery_generation().await?;
-        let kept = self.delivery.synced(generation);
-        let synced = match kept {
-            Some(s) => Some(s),
-            None if tx.synced_rows().await? <= Synced::MAX_ROWS => {
-                let s = Arc::new(Synced::new(
-                    generation,
-                    tx.all_pulls().await?,
-                    tx.all_runs().await?,
-                ));
-                self.delivery.keep(s.clone());
-                Some(s)
-            }
-            None => None,
-        };
-        let (synced, pulls, runs) = match synced {
+        let (synced, pulls, runs) = match self.synced(&mut *tx).await? {
             Some(s) => {
                 let (p, r) = s.window(&settings, from, to);
                 (s, p, r)
@@ -669,7 +665,8 @@ impl Console {
                 }
                 let (np, nr) = (pulls.len(), runs.len());
                 (
-                    Arc::new(Synced::new(generation, pulls, runs)),
+                    // The window alone, never kept: no generation.
+                    Arc::new(Synced::new(-1, pulls, runs)),
                     (0..np).collect(),
                     (0..nr).collect(),
                 )

@@ -111,6 +111,9 @@ pub struct ConsoleConfig {
     pub require_verified_email: bool,
     /// When not empty, only logins of these domains sign in.
     pub allowed_domains: Vec<String>,
+    /// Synced pull requests and runs together that the delivery reads keep parsed in memory
+    /// (~1-2 KiB each); with more, each read reads its window from the storage.
+    pub delivery_kept_rows: i64,
 }
 
 impl Default for ConsoleConfig {
@@ -121,6 +124,7 @@ impl Default for ConsoleConfig {
             local_sign_in: false,
             require_verified_email: true,
             allowed_domains: Vec::new(),
+            delivery_kept_rows: 200_000,
         }
     }
 }

@@ -777,14 +777,20 @@ async fn issue_messages_and_replies(db: Option<String>) -> anyhow::Result<()> {
         .cloned()
         .unwrap_or_default();
     assert_eq!(sent["data"]["body"], "can you look?");
-    let seqs: Vec<i64> = log
-        .json
-        .as_array()
-        .map(|a| a.iter().filter_map(|e| e["sequence"].as_i64()).collect())
-        .unwrap_or_default();
-    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
-    let issue = agent.get("/api/v1/issues/MSG-1").await?;
-    assert_eq!(issue.json["sequence"], json!(seqs.last()));
+    // The issue's sequence is its log's last: read both until no delivery attempt (moved by
+    // the delivery task on its own time) lands between the two reads.
+    eventually(10, || async {
+        let log = agent.get("/api/v1/issues/MSG-1/events?limit=200").await?;
+        let seqs: Vec<i64> = log
+            .json
+            .as_array()
+            .map(|a| a.iter().filter_map(|e| e["sequence"].as_i64()).collect())
+            .unwrap_or_default();
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+        let issue = agent.get("/api/v1/issues/MSG-1").await?;
+        Ok((issue.json["sequence"] == json!(seqs.last())).then_some(()))
+    })
+    .await?;
     let subs = ada.get("/api/v1/issues/MSG-1/subscribers").await?;
     assert!(subs.text.contains("\"s1\""), "{}", subs.text);
     console.stop().await;
