@@ -82,8 +82,9 @@ impl Schema {
 }
 
 /// Opens a pool on `url` (`sqlite://path?mode=rwc`, `sqlite::memory:`, `postgres://…`).
-/// SQLite gets WAL (`synchronous = NORMAL`), a 5 s busy timeout, a memory map and a 64 MiB
-/// page cache; `:memory:` one connection kept for the pool's life
+/// SQLite gets WAL (`synchronous = NORMAL`), a 5 s busy timeout, a memory map, a 64 MiB
+/// page cache and temporary files (savepoints' journals) in memory; `:memory:` one connection
+/// kept for the pool's life
 /// (each connection would be its own database).
 pub async fn open_pool(
     url: &str,
@@ -116,6 +117,10 @@ pub async fn open_pool(
                 // system call per page.
                 conn.execute("PRAGMA mmap_size = 1073741824").await?;
                 conn.execute("PRAGMA cache_size = -65536").await?;
+                // Savepoints' sub-journals in memory, not spilled to temporary files: a
+                // group-committed writer opens a savepoint per transaction, and the pages each
+                // one changes are journalled there.
+                conn.execute("PRAGMA temp_store = MEMORY").await?;
                 Ok(())
             })
         });

@@ -107,4 +107,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     async fn begin(&self) -> Result<Box<dyn WorkTx>, StorageError>;
     /// Begins a read-only transaction over the work storage.
     async fn read(&self) -> Result<Box<dyn WorkTx>, StorageError>;
+    /// Reads with no transaction: each statement sees the latest commit, none a snapshot
+    /// shared with the others. For reads of one statement, or of several that need not agree
+    /// (`advice.suggestions`), it spares the transaction's own round trips.
+    async fn read_loose(&self) -> Result<Box<dyn WorkTx>, StorageError> {
+        self.read().await
+    }
 }

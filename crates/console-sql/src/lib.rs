@@ -202,6 +202,12 @@ const SCHEMA: Schema = Schema {
             sqlite: delivery::MIGRATION_12,
             postgres: delivery::MIGRATION_12,
         },
+        Migration {
+            version: 13,
+            name: "SQLite's issue index newest first",
+            sqlite: work::MIGRATION_13_SQLITE,
+            postgres: work::MIGRATION_13_POSTGRES,
+        },
     ],
 };
 
@@ -567,6 +573,10 @@ impl Storage for SqlStorage {
         Ok(Box::new(
             SqlTx::begin(&self.pool, self.backend, None, false).await?,
         ))
+    }
+
+    async fn read_loose(&self) -> Result<Box<dyn WorkTx>, StorageError> {
+        Ok(Box::new(SqlTx::loose(&self.pool, self.backend).await?))
     }
 }
 

@@ -16,11 +16,12 @@ use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::search::snippet;
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{
-    Actor, Claim, Components, Event, EventPage, EventTx, Hit, Issue, IssueFilter, IssueKey,
-    IssueTx, NewEvent, Project, ProjectKey, ProjectTx, ReadState, RepoMapping, RepoName,
+    Actor, Candidate, Claim, Components, Event, EventPage, EventTx, Hit, Issue, IssueFilter,
+    IssueKey, IssueTx, NewEvent, Project, ProjectKey, ProjectTx, ReadState, RepoMapping, RepoName,
     RouteFilter, Status, WorkTx,
 };
 use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Arguments, Row, Transaction};
 
 use crate::writer::{Slot, Writer};
@@ -192,6 +193,34 @@ pub(crate) const MIGRATION_6_SQLITE: &[&str] = &[
         UPDATE console_issue_labels SET status = new.status, rank = new.rank WHERE issue = new.key;
     END",
 ];
+/// SQLite's issue index keyed by the issue's rowid negated, so that its own (ascending) order
+/// is newest first: `advice.suggestions` reads the newest matches, and FTS5 walks a posting
+/// list backwards only by first reading each page of it whole. PostgreSQL's index is a GIN
+/// over a generated column, unchanged.
+pub(crate) const MIGRATION_13_SQLITE: &[&str] = &[
+    "DROP TRIGGER console_issues_insert",
+    "DROP TRIGGER console_issues_search",
+    "DROP TABLE console_issues_fts",
+    "CREATE VIRTUAL TABLE console_issues_fts USING fts5(body, project, tokenize = 'unicode61')",
+    "INSERT INTO console_issues_fts (rowid, body, project) \
+     SELECT -rowid, title || ' ' || labels, project FROM console_issues",
+    "CREATE TRIGGER console_issues_insert AFTER INSERT ON console_issues BEGIN
+        INSERT INTO console_issues_fts (rowid, body, project)
+            VALUES (-new.rowid, new.title || ' ' || new.labels, new.project);
+        INSERT INTO console_issue_labels (label, issue, project, status, rank, number)
+            SELECT value, new.key, new.project, new.status, new.rank, new.number
+            FROM json_each(new.labels);
+    END",
+    "CREATE TRIGGER console_issues_search AFTER UPDATE OF title, labels ON console_issues
+        WHEN old.title IS NOT new.title OR old.labels IS NOT new.labels BEGIN
+        DELETE FROM console_issues_fts WHERE rowid = -old.rowid;
+        INSERT INTO console_issues_fts (rowid, body, project)
+            VALUES (-new.rowid, new.title || ' ' || new.labels, new.project);
+    END",
+];
+/// PostgreSQL's index is unchanged: a statement that changes nothing (a migration has one at
+/// least).
+pub(crate) const MIGRATION_13_POSTGRES: &[&str] = &["SELECT 1"];
 pub(crate) const MIGRATION_6_POSTGRES: &[&str] = &[
     // An issue's labels, each row carrying what a list filters and orders by (project,
     // status, rank, number), so a list by label within a project and status is one index range
@@ -230,8 +259,14 @@ pub(crate) const MIGRATION_6_POSTGRES: &[&str] = &[
     "CREATE INDEX console_decisions_record ON console_decisions (record_id, at)",
 ];
 
-/// How many of the newest issues sharing a word with a new one `advice.suggestions` ranks.
-const SIMILAR_CANDIDATES: u32 = 500;
+/// An FTS5 query of `words` in the issue index's `body` column, each quoted, joined by `op`.
+fn fts_words(words: &[String], op: &str) -> String {
+    words
+        .iter()
+        .map(|w| format!("body : \"{}\"", w.replace('"', "")))
+        .collect::<Vec<_>>()
+        .join(op)
+}
 
 /// The advisory lock PostgreSQL event appends take (distinct from the migration lock).
 const PG_EVENTS_LOCK: i64 = 7_243_102;
@@ -285,14 +320,24 @@ impl SqlTx {
             (Some(w), true) => Conn::Writer(w.begin().await?),
             _ => Conn::Tx(pool.begin().await.map_err(begin_err)?),
         };
-        Ok(SqlTx {
+        Ok(Self::on(tx, backend, write))
+    }
+
+    /// A read with no transaction ([`Conn::Single`]).
+    pub(crate) async fn loose(pool: &AnyPool, backend: Backend) -> Result<SqlTx, StorageError> {
+        let conn = pool.acquire().await.map_err(begin_err)?;
+        Ok(Self::on(Conn::Single(conn), backend, false))
+    }
+
+    fn on(tx: Conn, backend: Backend, write: bool) -> SqlTx {
+        SqlTx {
             tx,
             backend,
             write,
             events_locked: false,
             last_event: None,
             delivery_written: false,
-        })
+        }
     }
 }
 
@@ -1095,7 +1140,6 @@ impl IssueTx for SqlTx {
     async fn search_issues(
         &mut self,
         words: &[String],
-        any: bool,
         project: Option<&ProjectKey>,
         limit: u32,
     ) -> Result<(Vec<Hit>, i64), StorageError> {
@@ -1105,20 +1149,9 @@ impl IssueTx for SqlTx {
         // rows of those alone are read after, with their snippets made in Rust: scoring every
         // match is the cost, and it stays the only per-match work.
         let mut a = Args::default();
-        // Similar items (`any`) are drawn from the newest matches only: an answer that must
-        // not slow the write never scores every issue that shares a common word.
-        let candidates = if any {
-            format!(" LIMIT {SIMILAR_CANDIDATES}")
-        } else {
-            String::new()
-        };
         let (count_sql, top_sql) = match self.backend {
             Backend::Sqlite => {
-                let mut m = words
-                    .iter()
-                    .map(|w| format!("body : \"{}\"", w.replace('"', "")))
-                    .collect::<Vec<_>>()
-                    .join(if any { " OR " } else { " AND " });
+                let mut m = fts_words(words, " AND ");
                 if let Some(p) = project {
                     m = format!("({m}) AND project : \"{}\"", p.as_str().to_lowercase());
                 }
@@ -1127,22 +1160,22 @@ impl IssueTx for SqlTx {
                     format!(
                         "SELECT COUNT(*) AS n FROM console_issues_fts WHERE console_issues_fts MATCH {m}"
                     ),
+                    // The index's rowid is the issue's negated (migration 13): ascending is
+                    // newest first.
                     format!(
                         "SELECT i.key AS key, i.title AS title, i.project AS project, \
                          i.updated_at AS at, t.score AS score FROM ( \
-                           SELECT rowid, score FROM ( \
-                             SELECT rowid, -bm25(console_issues_fts, 1.0, 0.0) AS score \
-                             FROM console_issues_fts WHERE console_issues_fts MATCH {m} \
-                             ORDER BY rowid DESC{candidates}) \
-                           ORDER BY score DESC, rowid DESC LIMIT {l}) t \
-                         JOIN console_issues i ON i.rowid = t.rowid \
+                           SELECT rowid, -bm25(console_issues_fts, 1.0, 0.0) AS score \
+                           FROM console_issues_fts WHERE console_issues_fts MATCH {m} \
+                           ORDER BY score DESC, rowid LIMIT {l}) t \
+                         JOIN console_issues i ON i.rowid = -t.rowid \
                          ORDER BY t.score DESC, i.updated_at DESC, i.key",
                         l = a.push(i64::from(limit))
                     ),
                 )
             }
             Backend::Postgres => {
-                let q = a.push(words.join(if any { " | " } else { " & " }));
+                let q = a.push(words.join(" & "));
                 let mut filter = format!("search @@ to_tsquery('simple', {q})");
                 if let Some(p) = project {
                     filter.push_str(&format!(" AND project = {}", a.push(p.as_str().to_owned())));
@@ -1152,25 +1185,19 @@ impl IssueTx for SqlTx {
                     format!(
                         "SELECT key, title, project, updated_at AS at, \
                          ts_rank(search, to_tsquery('simple', {q}))::float8 AS score \
-                         FROM (SELECT key, title, project, updated_at, search \
-                               FROM console_issues WHERE {filter} \
-                               ORDER BY created_at DESC{candidates}) c \
+                         FROM console_issues WHERE {filter} \
                          ORDER BY score DESC, updated_at DESC, key LIMIT {l}",
                         l = a.push(i64::from(limit))
                     ),
                 )
             }
         };
-        let total: i64 = if any {
-            -1
-        } else {
-            sqlx::query_with(&count_sql, a.build())
-                .fetch_one(&mut *self.tx)
-                .await
-                .map_err(db_err)?
-                .try_get("n")
-                .map_err(db_err)?
-        };
+        let total: i64 = sqlx::query_with(&count_sql, a.build())
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .try_get("n")
+            .map_err(db_err)?;
         if total == 0 {
             return Ok((Vec::new(), 0));
         }
@@ -1193,8 +1220,90 @@ impl IssueTx for SqlTx {
                 })
             })
             .collect::<Result<Vec<_>, StorageError>>()?;
-        let total = if any { hits.len() as i64 } else { total };
         Ok((hits, total))
+    }
+
+    async fn word_counts(&mut self, words: &[String]) -> Result<(Vec<i64>, i64), StorageError> {
+        // A count per word from the index (SQLite: the FTS table's posting list of the word;
+        // PostgreSQL: the GIN index), each with its place in `words`, and the number of issues:
+        // one row.
+        let sql = match self.backend {
+            Backend::Sqlite => {
+                "SELECT (SELECT COUNT(*) FROM console_issues) AS total, \
+                   (SELECT json_group_array(json_array(w.key, (SELECT COUNT(*) FROM console_issues_fts \
+                      WHERE console_issues_fts MATCH 'body : \"' || replace(w.value, '\"', '') || '\"'))) \
+                    FROM json_each($1) w) AS counts"
+            }
+            Backend::Postgres => {
+                "SELECT (SELECT COUNT(*) FROM console_issues) AS total, \
+                   (SELECT COALESCE(json_agg(json_build_array(w.i - 1, (SELECT COUNT(*) FROM console_issues \
+                      WHERE search @@ to_tsquery('simple', w.word)))), '[]')::text \
+                    FROM jsonb_array_elements_text(CAST($1 AS jsonb)) WITH ORDINALITY AS w(word, i)) AS counts"
+            }
+        };
+        let row = sqlx::query(sql)
+            .bind(text(&words))
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        let total: i64 = row.try_get("total").map_err(db_err)?;
+        let mut counts: Vec<(i64, i64)> = json_of(
+            &row.try_get::<String, _>("counts").map_err(db_err)?,
+            "word counts",
+        )?;
+        counts.sort_unstable();
+        if counts.len() != words.len() {
+            return Err(corrupt("word counts"));
+        }
+        Ok((counts.into_iter().map(|(_, n)| n).collect(), total))
+    }
+
+    async fn similar_candidates(
+        &mut self,
+        words: &[String],
+        limit: u32,
+    ) -> Result<Vec<Candidate>, StorageError> {
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The newest matches from the index (SQLite: its rowid is the issue's negated, so its own
+        // ascending order is newest first, by insertion), with the
+        // text it indexes (title and labels, read from the issue row, not the FTS table's copy:
+        // one seek less each); nothing is scored here. One row of JSON, not a row each: each row is
+        // a hand-over between SQLite's thread and ours. Each match carries its place, newer
+        // higher (an aggregate's input order is not an order to rely on).
+        let (sql, q) = match self.backend {
+            Backend::Sqlite => (
+                "SELECT json_group_array(json_array(-f.rowid, i.key, i.title, i.title || ' ' || i.labels)) \
+                 AS found FROM ( \
+                   SELECT rowid FROM console_issues_fts WHERE console_issues_fts MATCH $1 \
+                   ORDER BY rowid LIMIT $2) f \
+                 JOIN console_issues i ON i.rowid = -f.rowid",
+                fts_words(words, " OR "),
+            ),
+            Backend::Postgres => (
+                "SELECT COALESCE(json_agg(json_build_array(-n, key, title, body)), '[]')::text AS found \
+                 FROM (SELECT key, title, title || ' ' || labels AS body, \
+                         ROW_NUMBER() OVER (ORDER BY created_at DESC, number DESC) AS n \
+                       FROM console_issues WHERE search @@ to_tsquery('simple', $1) \
+                       ORDER BY created_at DESC, number DESC LIMIT $2) c",
+                words.join(" | "),
+            ),
+        };
+        let found: String = sqlx::query(sql)
+            .bind(q)
+            .bind(i64::from(limit))
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .try_get("found")
+            .map_err(db_err)?;
+        let mut found: Vec<(i64, String, String, String)> = json_of(&found, "candidate list")?;
+        found.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
+        Ok(found
+            .into_iter()
+            .map(|(_, key, title, text)| Candidate { key, title, text })
+            .collect())
     }
 
     async fn subscribers(&mut self, key: &IssueKey) -> Result<Vec<(String, Time)>, StorageError> {
@@ -1369,6 +1478,9 @@ impl WorkTx for SqlTx {
         }
         match self.tx {
             Conn::Tx(t) => t.commit().await.map_err(db_err),
+            // Nothing to commit: each statement ran on its own (a write here would have been
+            // refused: `write` is false).
+            Conn::Single(_) => Ok(()),
             Conn::Writer(slot) => slot.commit().await,
         }
     }
@@ -1378,6 +1490,9 @@ impl WorkTx for SqlTx {
 pub(crate) enum Conn {
     /// A transaction of its own (PostgreSQL; reads).
     Tx(Transaction<'static, Any>),
+    /// A connection with no transaction: each statement sees the latest commit (a read of
+    /// one statement, with no `BEGIN` or `ROLLBACK` round trip).
+    Single(PoolConnection<Any>),
     /// A turn at SQLite's writer, in its group-committed transaction.
     Writer(Slot),
 }
@@ -1388,6 +1503,7 @@ impl std::ops::Deref for Conn {
     fn deref(&self) -> &AnyConnection {
         match self {
             Conn::Tx(t) => t,
+            Conn::Single(c) => c,
             Conn::Writer(s) => s,
         }
     }
@@ -1397,6 +1513,7 @@ impl std::ops::DerefMut for Conn {
     fn deref_mut(&mut self) -> &mut AnyConnection {
         match self {
             Conn::Tx(t) => t,
+            Conn::Single(c) => c,
             Conn::Writer(s) => s,
         }
     }

@@ -9,10 +9,14 @@
 //! physical transaction for all of them at once:
 //!
 //! - [`Writer::begin`] takes the mutex and, when no physical transaction is open, checks a
-//!   connection out of the pool and runs `BEGIN IMMEDIATE` on it; then `SAVEPOINT w`.
-//! - [`Slot::commit`] runs `RELEASE w`, puts itself on the batch, releases the mutex, wakes the
-//!   flusher and waits for the physical `COMMIT`: its caller hears "committed" only once the
-//!   batch committed.
+//!   connection out of the pool and runs `BEGIN IMMEDIATE` on it; then `SAVEPOINT w`. Only
+//!   one savepoint is ever open.
+//! - [`Slot::commit`] leaves its savepoint to be released by the next member's begin (`RELEASE
+//!   w; SAVEPOINT w`, one round trip) or by the `COMMIT`, puts itself on the batch, releases
+//!   the mutex, wakes the flusher and waits for the physical `COMMIT`: its caller hears
+//!   "committed" only once the batch committed. Every statement the writer waits on holds
+//!   every other writer, so a transaction's begin is one round trip (`BEGIN IMMEDIATE;
+//!   SAVEPOINT w` when it opens the batch) and its commit none.
 //! - The flusher queues on the same mutex. Being fair, it gets it after the writers already
 //!   waiting, which join the batch; it then commits and answers every member with the result
 //!   (a failed `COMMIT`: [`StorageError::Conflict`], so the core runs them again).
@@ -45,12 +49,16 @@ type Answer = oneshot::Sender<Result<(), StorageError>>;
 struct Batch {
     conn: Option<PoolConnection<Any>>,
     waiting: Vec<Answer>,
+    /// The last member committed, and its savepoint is not released yet: the next member's
+    /// `SAVEPOINT` releases it in the same round trip, and `COMMIT` releases every one.
+    unreleased: bool,
 }
 
 impl Batch {
     /// Ends the physical transaction: `COMMIT` (or `ROLLBACK`), the connection back to the
     /// pool (closed instead when ending it failed), and every waiting member answered.
     async fn end(&mut self, commit: bool) {
+        self.unreleased = false;
         let result = match self.conn.as_mut() {
             None => Ok(()),
             Some(conn) => {
@@ -151,16 +159,28 @@ impl Writer {
         let mut batch = self.0.batch.clone().lock_owned().await;
         if batch.conn.is_none() {
             let mut conn = self.0.pool.acquire().await.map_err(begin_err)?;
-            if let Err(e) = conn.execute("BEGIN IMMEDIATE").await {
+            // One round trip for both: each one the writer waits on holds every other writer.
+            if let Err(e) = conn.execute("BEGIN IMMEDIATE; SAVEPOINT w").await {
+                // Never hand back a connection that may be inside a transaction.
                 conn.close_on_drop();
                 return Err(begin_err(e));
             }
             batch.conn = Some(conn);
+            return Ok(Slot {
+                batch: Some(batch),
+                writer: self.0.clone(),
+            });
         }
+        let sql = if batch.unreleased {
+            "RELEASE w; SAVEPOINT w"
+        } else {
+            "SAVEPOINT w"
+        };
         let started = match batch.conn.as_mut() {
-            Some(conn) => conn.execute("SAVEPOINT w").await.map_err(db_err),
+            Some(conn) => conn.execute(sql).await.map_err(db_err),
             None => Err(StorageError::Unavailable("no write connection".into())),
         };
+        batch.unreleased = false;
         if let Err(e) = started {
             batch.end(false).await;
             return Err(e);
@@ -184,15 +204,12 @@ impl Slot {
         let Some(mut batch) = self.batch.take() else {
             return Err(StorageError::Conflict);
         };
-        let released = match batch.conn.as_mut() {
-            Some(conn) => conn.execute("RELEASE w").await.map_err(db_err),
-            None => Err(StorageError::Conflict),
-        };
-        if let Err(e) = released {
-            tracing::warn!(error = %e, "a savepoint could not be released; the batch runs again");
-            batch.end(false).await;
+        if batch.conn.is_none() {
             return Err(StorageError::Conflict);
         }
+        // Released by the next member's `SAVEPOINT` or by the `COMMIT`, not in a round trip
+        // of its own.
+        batch.unreleased = true;
         let (tx, rx) = oneshot::channel();
         batch.waiting.push(tx);
         drop(batch);

@@ -214,3 +214,77 @@ async fn kept_inbox_postgres() {
     };
     scenario(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
 }
+
+/// An inbox over a megabyte, whose answers are written into the buffers of answers no longer
+/// read (`SpareBuffer`): after each write in it, the kept answer is still the one a console
+/// that keeps nothing reads, byte for byte, and as long as it should be.
+#[tokio::test]
+async fn a_large_kept_inbox_reuses_its_buffers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("l.db").display());
+    let s = Arc::new(SqlStorage::connect(&url).await.expect("connect"));
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let c = console(&s, &clock);
+    let login = Login::parse("ada@example.com").expect("login");
+    let ada = Human {
+        login: login.clone(),
+        csrf_token: String::new(),
+        session_key: String::new(),
+    };
+    let person = Actor::User { login };
+    let agent = Actor::Agent {
+        owner: None,
+        service: None,
+        session: Some("s-1".into()),
+    };
+    c.create_project(&person, "BIG", "Big")
+        .await
+        .expect("project");
+    let (issue, _) = c
+        .create_issue(
+            &person,
+            NewIssue {
+                project: Some("BIG".into()),
+                title: Some("Many questions".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("issue");
+    let key = issue.key.to_string();
+    let long = "Which of these is it? ".repeat(80);
+    let mut asks = Vec::new();
+    for n in 0..700 {
+        let a = c
+            .open_issue_ask(&agent, &key, ask(&format!("{n}: {long}")))
+            .await
+            .expect("ask");
+        asks.push(a.id.clone());
+    }
+    let mut sizes = Vec::new();
+    for (turn, id) in asks.iter().take(4).enumerate() {
+        // A shorter wording each time: an answer written over a longer one must not keep
+        // the longer one's tail.
+        c.reword_ask(
+            &agent,
+            id,
+            AskPatch {
+                question: Some(format!("Reworded {turn}?")),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("reword");
+        let kept = c.inbox_asks(&ada, None, None).await.expect("inbox");
+        let fresh = console(&s, &clock)
+            .inbox_asks(&ada, None, None)
+            .await
+            .expect("inbox afresh");
+        let (kept, fresh) = (kept.json(), fresh.json());
+        assert!(kept.len() > 1 << 20, "{} bytes", kept.len());
+        assert!(kept[..] == fresh[..], "after reword {turn}");
+        serde_json::from_slice::<Value>(&kept).expect("json");
+        sizes.push(kept.len());
+    }
+    assert!(sizes.windows(2).all(|w| w[1] < w[0]), "{sizes:?}");
+}

@@ -551,3 +551,130 @@ async fn writers_postgres() {
     writers_that_fail_cost_only_themselves(&SqlStorage::connect(&url).await.expect("connect"))
         .await;
 }
+
+/// What `advice.suggestions` reads: each word's count and the number of issues, and the newest
+/// issues holding one of the words (newest first, with the text their index holds), in a
+/// transaction and with none (`read_loose`); an issue renamed is found by its new words only
+/// (SQLite's index is keyed by the negated rowid and kept by triggers, migration 13).
+async fn advice_reads(s: &SqlStorage) {
+    let key = fresh_key();
+    let mut tx = s.begin().await.expect("begin");
+    let p = Project {
+        key: key.clone(),
+        name: "Payments".into(),
+        created_at: Utc::now(),
+    };
+    assert!(tx.insert_project(&p).await.expect("project"));
+    let titles = [
+        "Refund a partial payment",
+        "Refund fees twice",
+        "Rotate the refund service keys",
+        "Upgrade PostgreSQL",
+    ];
+    let mut issues = Vec::new();
+    for (n, title) in titles.iter().enumerate() {
+        let mut i = issue(&key, n as i64 + 1, &format!("r{n}"));
+        i.title = (*title).into();
+        if n == 1 {
+            i.labels = vec!["billing".into()];
+        }
+        tx.insert_issue(&i).await.expect("insert");
+        issues.push(i);
+    }
+    tx.commit().await.expect("commit");
+
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let keys = |c: Vec<countersign_console_core::work::Candidate>| {
+        c.into_iter().map(|c| c.key).collect::<Vec<_>>()
+    };
+    let k = |n: usize| issues[n - 1].key.to_string();
+    for loose in [false, true] {
+        let mut tx = if loose {
+            s.read_loose().await.expect("read")
+        } else {
+            s.read().await.expect("read")
+        };
+        assert_eq!(
+            tx.word_counts(&words(&["refund", "upgrade", "billing", "nothing"]))
+                .await
+                .expect("counts"),
+            (vec![3, 1, 1, 0], 4)
+        );
+        assert_eq!(
+            tx.word_counts(&[]).await.expect("no words"),
+            (Vec::new(), 4)
+        );
+        let found = tx
+            .similar_candidates(&words(&["refund"]), 2)
+            .await
+            .expect("candidates");
+        assert_eq!(
+            found.iter().map(|c| c.text.as_str()).collect::<Vec<_>>(),
+            [
+                "Rotate the refund service keys []",
+                "Refund fees twice [\"billing\"]"
+            ]
+        );
+        assert_eq!(keys(found), [k(3), k(2)]);
+        assert_eq!(
+            keys(
+                tx.similar_candidates(&words(&["refund", "postgresql"]), 10)
+                    .await
+                    .expect("candidates")
+            ),
+            [k(4), k(3), k(2), k(1)]
+        );
+        assert!(
+            tx.similar_candidates(&words(&["nothing"]), 10)
+                .await
+                .expect("none")
+                .is_empty()
+        );
+    }
+
+    // Renamed: found by its new words, no longer by its old ones.
+    let mut tx = s.begin().await.expect("begin");
+    let mut renamed = issues[0].clone();
+    renamed.title = "Upgrade the ledger".into();
+    renamed.sequence += 1;
+    tx.update_issue(&renamed).await.expect("update");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read_loose().await.expect("read");
+    assert_eq!(
+        keys(
+            tx.similar_candidates(&words(&["upgrade"]), 10)
+                .await
+                .expect("candidates")
+        ),
+        [k(4), k(1)]
+    );
+    assert_eq!(
+        keys(
+            tx.similar_candidates(&words(&["refund"]), 10)
+                .await
+                .expect("candidates")
+        ),
+        [k(3), k(2)]
+    );
+    assert_eq!(
+        tx.word_counts(&words(&["refund", "upgrade"]))
+            .await
+            .expect("counts"),
+        (vec![2, 2], 4)
+    );
+}
+
+#[tokio::test]
+async fn advice_reads_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("a.db").display());
+    advice_reads(&SqlStorage::connect(&url).await.expect("connect")).await;
+}
+
+#[tokio::test]
+async fn advice_reads_postgres() {
+    let Some(url) = common::fresh_postgres().await else {
+        return;
+    };
+    advice_reads(&SqlStorage::connect(&url).await.expect("connect")).await;
+}

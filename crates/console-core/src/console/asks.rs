@@ -1887,6 +1887,71 @@ fn inbox_scope(events: &[Event]) -> Option<InboxScope> {
     Some(scope)
 }
 
+/// An inbox answer's JSON, shared by every read of it (a person's inbox may be megabytes).
+#[derive(Debug, Clone)]
+pub struct InboxJson(Arc<SpareBuffer>);
+
+impl std::ops::Deref for InboxJson {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0.0
+    }
+}
+
+impl AsRef<[u8]> for InboxJson {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.0
+    }
+}
+
+/// Buffers of inbox answers no longer read, kept for the next answer's JSON. An answer after
+/// each write is megabytes made afresh, and a fresh allocation that size is mapped anew by the
+/// allocator and faulted in page by page (then unmapped when freed, which stalls the other
+/// threads while their TLBs are flushed); a buffer kept is written in place.
+static SPARE_BUFFERS: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+/// Spare buffers kept at most, and the sizes kept (a smaller allocation is recycled by the
+/// allocator itself).
+const SPARE_BUFFERS_KEPT: usize = 2;
+const SPARE_BUFFER_SIZES: std::ops::RangeInclusive<usize> = (1 << 20)..=(64 << 20);
+
+/// A buffer that goes back to [`SPARE_BUFFERS`] when dropped (when there is room for it).
+#[derive(Debug)]
+pub struct SpareBuffer(Vec<u8>);
+
+impl SpareBuffer {
+    /// A buffer of at least `capacity`, empty: a spare one if any.
+    fn with_capacity(capacity: usize) -> Vec<u8> {
+        if capacity < *SPARE_BUFFER_SIZES.start() {
+            return Vec::with_capacity(capacity);
+        }
+        let spare = SPARE_BUFFERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        match spare {
+            Some(mut b) => {
+                b.clear();
+                b.reserve(capacity);
+                b
+            }
+            None => Vec::with_capacity(capacity),
+        }
+    }
+}
+
+impl Drop for SpareBuffer {
+    fn drop(&mut self) {
+        if !SPARE_BUFFER_SIZES.contains(&self.0.capacity()) {
+            return;
+        }
+        let mut spare = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.len() < SPARE_BUFFERS_KEPT {
+            spare.push(std::mem::take(&mut self.0));
+        }
+    }
+}
+
 /// An inbox answer: its rows in order, each with its JSON made once; the whole JSON and the
 /// typed answer are made on first use.
 #[derive(Debug)]
@@ -1894,7 +1959,7 @@ pub struct CachedInbox {
     rows: Vec<KeptRow>,
     /// The first snooze in it to end: the answer is good until then.
     until: Option<Time>,
-    json: std::sync::OnceLock<Arc<[u8]>>,
+    json: std::sync::OnceLock<InboxJson>,
     inbox: std::sync::OnceLock<Inbox>,
 }
 
@@ -2015,11 +2080,11 @@ impl CachedInbox {
 
     /// The answer's JSON (what serializing [`CachedInbox::inbox`] writes), made once for
     /// every reader of this answer from each row's JSON.
-    pub fn json(&self) -> Arc<[u8]> {
+    pub fn json(&self) -> InboxJson {
         self.json
             .get_or_init(|| {
                 let size: usize = self.rows.iter().map(|r| r.json.len() + 1).sum();
-                let mut out = Vec::with_capacity(64 + size);
+                let mut out = SpareBuffer::with_capacity(64 + size);
                 for (i, (name, s)) in [
                     ("human_turn", Section::Human),
                     ("agent_turn", Section::Agent),
@@ -2041,7 +2106,8 @@ impl CachedInbox {
                     }
                 }
                 out.extend_from_slice(b"]}");
-                Arc::from(out)
+                // Shared as it was written: `Arc<[u8]>` would copy the megabytes once more.
+                InboxJson(Arc::new(SpareBuffer(out)))
             })
             .clone()
     }

@@ -193,6 +193,8 @@ pub struct Console {
     delivery: delivery::DeliveryState,
     /// People's inboxes as last read, each good until an event commits (asks).
     inboxes: asks::InboxCache,
+    /// The word counts `advice.suggestions` weighs a new issue's words by.
+    advice: work::WordCounts,
 }
 
 impl Console {
@@ -206,6 +208,7 @@ impl Console {
             committed: tokio::sync::watch::Sender::new(0),
             delivery: Default::default(),
             inboxes: Default::default(),
+            advice: Default::default(),
         }
     }
 

@@ -39,6 +39,66 @@ pub fn console_ref(kind: SearchKind, id: &str) -> String {
     format!("countersign://{k}/{id}")
 }
 
+/// How many of the newest issues sharing a word with a new one `advice.suggestions` scores.
+pub const SIMILAR_CANDIDATES: u32 = 50;
+/// How many of a new issue's rarest words draw those candidates.
+pub const SIMILAR_DRAWN_BY: usize = 3;
+/// How long `advice.suggestions` keeps a word's count, and the number of issues.
+const WORD_COUNTS_FOR: chrono::Duration = chrono::Duration::seconds(60);
+/// Words whose counts are kept at most; past it the kept counts start afresh.
+const WORD_COUNTS_KEPT: usize = 4096;
+
+/// The word counts `advice.suggestions` weighs words by (how many issues hold each, and how
+/// many issues there are), each kept [`WORD_COUNTS_FOR`]: a weight a minute old ranks near
+/// enough, and reading a common word's count reads its whole posting list.
+#[derive(Debug, Default)]
+pub(super) struct WordCounts {
+    kept: std::sync::Mutex<KeptCounts>,
+}
+
+#[derive(Debug, Default)]
+struct KeptCounts {
+    words: HashMap<String, (i64, Time)>,
+    total: Option<(i64, Time)>,
+}
+
+impl WordCounts {
+    /// The counts kept and fresh at `now` (`None` where not), the total if fresh, and the
+    /// indexes of the words to read.
+    fn lookup(&self, words: &[String], now: Time) -> (Vec<Option<i64>>, Option<i64>, Vec<usize>) {
+        let fresh = |at: &Time| *at <= now && now - *at < WORD_COUNTS_FOR;
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let counts: Vec<Option<i64>> = words
+            .iter()
+            .map(|w| {
+                kept.words
+                    .get(w)
+                    .filter(|(_, at)| fresh(at))
+                    .map(|(n, _)| *n)
+            })
+            .collect();
+        let missing = counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_none())
+            .map(|(i, _)| i)
+            .collect();
+        let total = kept.total.filter(|(_, at)| fresh(at)).map(|(n, _)| n);
+        (counts, total, missing)
+    }
+
+    fn keep(&self, words: &[String], counts: &[i64], total: i64, now: Time) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.words.len() + words.len() > WORD_COUNTS_KEPT {
+            kept.words.clear();
+        }
+        for (w, n) in words.iter().zip(counts) {
+            kept.words.insert(w.clone(), (*n, now));
+        }
+        kept.total = Some((total, now));
+    }
+}
+
 /// One of `advice.suggestions` on a new issue.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Suggestion {
@@ -608,8 +668,13 @@ impl Console {
                 closed_at: (!new.status.unwrap_or(Status::Todo).is_open()).then_some(now),
             };
             tx.insert_issue(&issue).await?;
-            // A new issue has no children, asks or documents yet.
-            let roles = self.live_roles_in(tx).await?;
+            // A new issue has no children, asks or documents yet; the live roles matter only
+            // to an open issue with a route (each statement here holds the write lock).
+            let roles = if issue.route.is_some() && issue.status.is_open() {
+                self.live_roles_in(tx).await?
+            } else {
+                Vec::new()
+            };
             let view = self.view_with(issue, Vec::new(), Vec::new(), None, &roles);
             let event = self
                 .append(
@@ -1069,7 +1134,7 @@ impl Console {
         if !words.is_empty() {
             let mut tx = self.parts.storage.read().await?;
             let p = project.as_ref();
-            let (hits, n) = tx.search_issues(&words, false, p, search::PER_KIND).await?;
+            let (hits, n) = tx.search_issues(&words, p, search::PER_KIND).await?;
             total += n;
             kinds.push((SearchKind::Issue, hits));
             let (hits, n) = tx
@@ -1108,24 +1173,49 @@ impl Console {
 
     /// The three items most similar to a new issue, from the same index, read after its write
     /// committed (so it never slows or blocks the write); empty when the search fails.
+    ///
+    /// The newest [`SIMILAR_CANDIDATES`] issues holding one of the title's
+    /// [`SIMILAR_DRAWN_BY`] rarest words are scored by BM25 over all its words
+    /// ([`search::rank_similar`]), each word weighted by how many issues hold it. Those counts
+    /// are what the index's own `bm25` reads whole posting lists for on every query (a common
+    /// word's, tens of thousands of rows on 100,000 issues); here they are kept a minute
+    /// ([`WordCounts`]), so an issue's advice reads only its candidates, with no transaction
+    /// (the counts and the candidates need not agree).
     pub async fn similar_to(&self, key: &IssueKey, title: &str) -> Vec<Suggestion> {
-        let words = search::words(title);
+        let mut words = search::words(title);
+        words.sort_unstable();
+        words.dedup();
         if words.is_empty() {
             return Vec::new();
         }
-        // Any word may match: similar, not the same.
         let found = async {
-            let mut tx = self.parts.storage.read().await?;
-            tx.search_issues(&words, true, None, 4).await
+            let mut tx = self.parts.storage.read_loose().await?;
+            let (counts, total) = self.word_counts(&mut *tx, &words).await?;
+            // Drawn by the rarest words: they say the most about likeness, and each word
+            // drawn by is a posting list to walk.
+            let mut by_rarity: Vec<(i64, &String)> = counts.iter().copied().zip(&words).collect();
+            by_rarity.sort();
+            let drawn: Vec<String> = by_rarity
+                .into_iter()
+                .take(SIMILAR_DRAWN_BY)
+                .map(|(_, w)| w.clone())
+                .collect();
+            let candidates = tx.similar_candidates(&drawn, SIMILAR_CANDIDATES).await?;
+            Ok::<_, crate::storage::StorageError>(search::rank_similar(
+                &words,
+                &counts,
+                total,
+                candidates,
+                key.as_str(),
+                3,
+            ))
         };
         match found.await {
-            Ok((hits, _)) => hits
+            Ok(found) => found
                 .into_iter()
-                .filter(|h| h.id != key.as_str())
-                .take(3)
-                .map(|h| Suggestion {
-                    reference: console_ref(SearchKind::Issue, &h.id),
-                    title: h.title,
+                .map(|c| Suggestion {
+                    reference: console_ref(SearchKind::Issue, &c.key),
+                    title: c.title,
                 })
                 .collect(),
             Err(e) => {
@@ -1133,6 +1223,30 @@ impl Console {
                 Vec::new()
             }
         }
+    }
+
+    /// How many issues hold each of `words`, and how many there are: from the counts kept,
+    /// the rest read in `tx` (and kept).
+    async fn word_counts(
+        &self,
+        tx: &mut dyn WorkTx,
+        words: &[String],
+    ) -> Result<(Vec<i64>, i64), crate::storage::StorageError> {
+        let now = self.now();
+        let (mut counts, total, missing) = self.advice.lookup(words, now);
+        if missing.is_empty() && total.is_some() {
+            return Ok((
+                counts.into_iter().map(|c| c.unwrap_or(0)).collect(),
+                total.unwrap_or(0),
+            ));
+        }
+        let unknown: Vec<String> = missing.iter().map(|&i| words[i].clone()).collect();
+        let (read, total) = tx.word_counts(&unknown).await?;
+        for (&i, n) in missing.iter().zip(&read) {
+            counts[i] = Some(*n);
+        }
+        self.advice.keep(&unknown, &read, total, now);
+        Ok((counts.into_iter().map(|c| c.unwrap_or(0)).collect(), total))
     }
 
     /// A person's read state of every issue they read or pinned.
@@ -1264,5 +1378,34 @@ mod tests {
         }
         let m = rank_between(Some("az"), Some("b"));
         assert!("az" < m.as_str() && m.as_str() < "b", "{m}");
+    }
+
+    #[test]
+    fn word_counts_are_kept_a_minute() {
+        let kept = WordCounts::default();
+        let t0 = chrono::Utc::now();
+        let words: Vec<String> = ["refund", "fees"].map(String::from).into();
+        assert_eq!(
+            kept.lookup(&words, t0),
+            (vec![None, None], None, vec![0, 1])
+        );
+        kept.keep(&words[..1], &[7], 100, t0);
+        let later = t0 + chrono::Duration::seconds(59);
+        assert_eq!(
+            kept.lookup(&words, later),
+            (vec![Some(7), None], Some(100), vec![1])
+        );
+        // A minute on, or a clock gone back, reads them again.
+        for at in [t0 + WORD_COUNTS_FOR, t0 - chrono::Duration::seconds(1)] {
+            assert_eq!(
+                kept.lookup(&words, at),
+                (vec![None, None], None, vec![0, 1])
+            );
+        }
+        // Past the cap, the kept counts start afresh.
+        let many: Vec<String> = (0..WORD_COUNTS_KEPT).map(|i| format!("w{i}")).collect();
+        kept.keep(&many, &vec![1; many.len()], 100, t0);
+        assert_eq!(kept.lookup(&words, t0).0, vec![None, None]);
+        assert_eq!(kept.lookup(&many[..1], t0).0, vec![Some(1)]);
     }
 }

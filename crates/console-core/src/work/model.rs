@@ -247,6 +247,15 @@ pub struct Hit {
     pub score: f64,
 }
 
+/// An issue that may be like a new one (`advice.suggestions`), with the text its index holds
+/// (its title and labels), which [`crate::work::search::rank_similar`] scores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub key: String,
+    pub title: String,
+    pub text: String,
+}
+
 /// The kinds search covers (protocol §6.5); issues are indexed now, the others with their
 /// issues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

@@ -2,7 +2,7 @@
 //! reciprocal rank fusion (Cormack, Clarke and Büttcher 2009; k = 60), ties broken by the row's
 //! score in its kind, then the newer, then `(kind, id)` (protocol §6.5).
 
-use crate::work::model::{Hit, SearchKind, SearchRow};
+use crate::work::model::{Candidate, Hit, SearchKind, SearchRow};
 
 /// RRF's constant.
 pub const RRF_K: f64 = 60.0;
@@ -41,6 +41,69 @@ pub fn snippet(text: &str, words: &[String], width: usize) -> String {
         out.push('…');
     }
     out
+}
+
+/// BM25's constants, as SQLite's `bm25` and Lucene take them.
+const BM25_K1: f64 = 1.2;
+const BM25_B: f64 = 0.75;
+
+/// The `n` candidates most like a text of `words` by BM25 over the words of each one's title
+/// and labels, best first (ties: the order given, newest first, then the key), `skip` (the new
+/// issue itself) left out. `counts[i]` is how many of `total` issues hold `words[i]`; each
+/// candidate's length is compared with the candidates' average length.
+pub fn rank_similar(
+    words: &[String],
+    counts: &[i64],
+    total: i64,
+    candidates: Vec<Candidate>,
+    skip: &str,
+    n: usize,
+) -> Vec<Candidate> {
+    let total = total.max(1) as f64;
+    // Lucene's IDF, never negative, so a word in most issues weighs little, not less than
+    // nothing.
+    let idf: Vec<f64> = counts
+        .iter()
+        .map(|&c| {
+            let c = (c.max(1) as f64).min(total);
+            (1.0 + (total - c + 0.5) / (c + 0.5)).ln()
+        })
+        .collect();
+    // Each text lowercased once and cut where `words` cuts, with no string per word.
+    let lowered: Vec<String> = candidates.iter().map(|c| c.text.to_lowercase()).collect();
+    let texts: Vec<Vec<&str>> = lowered
+        .iter()
+        .map(|t| {
+            t.split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .collect()
+        })
+        .collect();
+    let average =
+        (texts.iter().map(Vec::len).sum::<usize>() as f64 / texts.len().max(1) as f64).max(1.0);
+    let mut scored: Vec<(f64, usize, Candidate)> = candidates
+        .into_iter()
+        .zip(texts)
+        .enumerate()
+        .filter(|(_, (c, _))| c.key != skip)
+        .map(|(order, (c, text))| {
+            let norm = BM25_K1 * (1.0 - BM25_B + BM25_B * text.len() as f64 / average);
+            let score = words
+                .iter()
+                .zip(&idf)
+                .map(|(w, idf)| {
+                    let tf = text.iter().filter(|t| **t == w.as_str()).count() as f64;
+                    idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+                })
+                .sum::<f64>();
+            (score, order, c)
+        })
+        .filter(|(score, _, _)| *score > 0.0)
+        .collect();
+    scored.sort_by(|(sa, oa, a), (sb, ob, b)| {
+        sb.total_cmp(sa).then(oa.cmp(ob)).then(a.key.cmp(&b.key))
+    });
+    scored.into_iter().take(n).map(|(_, _, c)| c).collect()
 }
 
 /// Merges each kind's ranked hits into one list by reciprocal rank fusion.
@@ -93,6 +156,59 @@ mod tests {
                 .unwrap_or_default(),
             score,
         }
+    }
+
+    fn candidate(key: &str, text: &str) -> Candidate {
+        Candidate {
+            key: key.into(),
+            title: text.into(),
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn similar_items_weigh_rare_words_above_common_ones() {
+        let words = words("Refund the fees");
+        // "the" is in nearly every issue, "refund" in two, "fees" in ten.
+        let counts = [2, 990, 10];
+        let ranked = rank_similar(
+            &words,
+            &counts,
+            1000,
+            vec![
+                candidate("P-9", "The the the page"),
+                candidate("P-8", "Fees on the invoice"),
+                candidate("P-7", "Refund a payment"),
+                candidate("P-6", "Nothing alike"),
+                candidate("P-5", "Refund the fees twice"),
+            ],
+            "P-10",
+            3,
+        );
+        let keys: Vec<&str> = ranked.iter().map(|c| c.key.as_str()).collect();
+        assert_eq!(keys, ["P-5", "P-7", "P-8"]);
+    }
+
+    #[test]
+    fn similar_items_leave_out_the_new_one_and_those_sharing_no_word() {
+        let words = words("rotate keys");
+        let ranked = rank_similar(
+            &words,
+            &[3, 3],
+            100,
+            vec![
+                candidate("OPS-4", "Rotate keys"),
+                candidate("OPS-3", "Upgrade PostgreSQL"),
+                candidate("OPS-2", "Rotate keys"),
+                candidate("OPS-1", "Rotate keys"),
+            ],
+            "OPS-4",
+            3,
+        );
+        // Equal scores keep the order given (newest first).
+        let keys: Vec<&str> = ranked.iter().map(|c| c.key.as_str()).collect();
+        assert_eq!(keys, ["OPS-2", "OPS-1"]);
+        assert!(rank_similar(&words, &[3, 3], 100, Vec::new(), "X-1", 3).is_empty());
     }
 
     #[test]

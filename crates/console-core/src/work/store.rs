@@ -9,8 +9,8 @@ use crate::clock::Time;
 use crate::ids::Login;
 use crate::storage::StorageError;
 use crate::work::model::{
-    Event, EventPage, Hit, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey, ReadState,
-    Status,
+    Candidate, Event, EventPage, Hit, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey,
+    ReadState, Status,
 };
 use crate::work::repos::{RepoMapping, RepoName};
 
@@ -85,17 +85,25 @@ pub trait IssueTx: Send {
     /// Every read state a person has, with each issue's last sequence, by issue key.
     async fn read_states(&mut self, login: &Login) -> Result<Vec<ReadState>, StorageError>;
     /// The issues whose title or labels hold every one of `words`, within `project`, best
-    /// first, at most `limit`, and how many match in all. With `any` (similar items): those
-    /// holding one word at least, ranked among a bounded number of the newest such issues,
-    /// and the count is only of those answered.
+    /// first, at most `limit`, and how many match in all.
     /// `words` are lowercase runs of letters and digits ([`crate::work::search::words`]).
     async fn search_issues(
         &mut self,
         words: &[String],
-        any: bool,
         project: Option<&ProjectKey>,
         limit: u32,
     ) -> Result<(Vec<Hit>, i64), StorageError>;
+    /// How many issues hold each of `words` (as [`IssueTx::search_issues`] takes them) in
+    /// their title or labels, in the order given, and how many issues there are: the words'
+    /// weights for `advice.suggestions`.
+    async fn word_counts(&mut self, words: &[String]) -> Result<(Vec<i64>, i64), StorageError>;
+    /// The newest `limit` issues whose title or labels hold one of `words` at least, newest
+    /// first, each with the text its index holds (`advice.suggestions` scores them).
+    async fn similar_candidates(
+        &mut self,
+        words: &[String],
+        limit: u32,
+    ) -> Result<Vec<Candidate>, StorageError>;
     /// Sessions subscribed to an issue: each that acted there (an event naming it) since its
     /// last unsubscribe, with the time of its first such event; by that time.
     async fn subscribers(&mut self, key: &IssueKey) -> Result<Vec<(String, Time)>, StorageError>;
