@@ -68,12 +68,15 @@ impl WordCounts {
     fn lookup(&self, words: &[String], now: Time) -> (Vec<Option<i64>>, Option<i64>, Vec<usize>) {
         let fresh = |at: &Time| *at <= now && now - *at < WORD_COUNTS_FOR;
         let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        // A count of one or none is read again: the issue being advised holds each of its
+        // words, so such a count says no other issue held the word, and that changes with the
+        // next issue that does (the match that matters most). A rare word is cheap to count.
         let counts: Vec<Option<i64>> = words
             .iter()
             .map(|w| {
                 kept.words
                     .get(w)
-                    .filter(|(_, at)| fresh(at))
+                    .filter(|(n, at)| *n > 1 && fresh(at))
                     .map(|(n, _)| *n)
             })
             .collect();
@@ -1175,7 +1178,8 @@ impl Console {
     /// committed (so it never slows or blocks the write); empty when the search fails.
     ///
     /// The newest [`SIMILAR_CANDIDATES`] issues holding one of the title's
-    /// [`SIMILAR_DRAWN_BY`] rarest words are scored by BM25 over all its words
+    /// [`SIMILAR_DRAWN_BY`] rarest words that another issue holds too are scored by BM25 over
+    /// all its words
     /// ([`search::rank_similar`]), each word weighted by how many issues hold it. Those counts
     /// are what the index's own `bm25` reads whole posting lists for on every query (a common
     /// word's, tens of thousands of rows on 100,000 issues); here they are kept a minute
@@ -1191,9 +1195,14 @@ impl Console {
         let found = async {
             let mut tx = self.parts.storage.read_loose().await?;
             let (counts, total) = self.word_counts(&mut *tx, &words).await?;
-            // Drawn by the rarest words: they say the most about likeness, and each word
-            // drawn by is a posting list to walk.
-            let mut by_rarity: Vec<(i64, &String)> = counts.iter().copied().zip(&words).collect();
+            // Drawn by the rarest words another issue holds too (this one holds each): they
+            // say the most about likeness, and each word drawn by is a posting list to walk.
+            let mut by_rarity: Vec<(i64, &String)> = counts
+                .iter()
+                .copied()
+                .zip(&words)
+                .filter(|(n, _)| *n > 1)
+                .collect();
             by_rarity.sort();
             let drawn: Vec<String> = by_rarity
                 .into_iter()
@@ -1389,8 +1398,9 @@ mod tests {
             kept.lookup(&words, t0),
             (vec![None, None], None, vec![0, 1])
         );
-        kept.keep(&words[..1], &[7], 100, t0);
+        kept.keep(&words, &[7, 1], 100, t0);
         let later = t0 + chrono::Duration::seconds(59);
+        // A count of one (the advised issue's own word) is read again each time.
         assert_eq!(
             kept.lookup(&words, later),
             (vec![Some(7), None], Some(100), vec![1])
@@ -1404,8 +1414,8 @@ mod tests {
         }
         // Past the cap, the kept counts start afresh.
         let many: Vec<String> = (0..WORD_COUNTS_KEPT).map(|i| format!("w{i}")).collect();
-        kept.keep(&many, &vec![1; many.len()], 100, t0);
+        kept.keep(&many, &vec![2; many.len()], 100, t0);
         assert_eq!(kept.lookup(&words, t0).0, vec![None, None]);
-        assert_eq!(kept.lookup(&many[..1], t0).0, vec![Some(1)]);
+        assert_eq!(kept.lookup(&many[..1], t0).0, vec![Some(2)]);
     }
 }
