@@ -51,21 +51,26 @@ fn ask(q: &str) -> NewAsk {
     }
 }
 
-async fn scenario(s: Arc<SqlStorage>) {
-    let clock = Arc::new(ManualClock::new(Utc::now()));
-    let c = console(&s, &clock);
+/// Ada (as the inbox's reader and as an actor) and the agent session that asks her.
+fn people() -> (Human, Actor, Actor) {
     let login = Login::parse("ada@example.com").expect("login");
     let ada = Human {
         login: login.clone(),
         csrf_token: String::new(),
         session_key: String::new(),
     };
-    let person = Actor::User { login };
     let agent = Actor::Agent {
         owner: None,
         service: None,
         session: Some("s-1".into()),
     };
+    (ada, Actor::User { login }, agent)
+}
+
+async fn scenario(s: Arc<SqlStorage>) {
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let c = console(&s, &clock);
+    let (ada, person, agent) = people();
     // Each step's answer: the kept one against one read by a console that keeps nothing.
     let check = |why: &'static str| {
         let (c, s, clock, ada) = (&c, &s, &clock, &ada);
@@ -225,18 +230,7 @@ async fn a_large_kept_inbox_reuses_its_buffers() {
     let s = Arc::new(SqlStorage::connect(&url).await.expect("connect"));
     let clock = Arc::new(ManualClock::new(Utc::now()));
     let c = console(&s, &clock);
-    let login = Login::parse("ada@example.com").expect("login");
-    let ada = Human {
-        login: login.clone(),
-        csrf_token: String::new(),
-        session_key: String::new(),
-    };
-    let person = Actor::User { login };
-    let agent = Actor::Agent {
-        owner: None,
-        service: None,
-        session: Some("s-1".into()),
-    };
+    let (ada, person, agent) = people();
     c.create_project(&person, "BIG", "Big")
         .await
         .expect("project");
