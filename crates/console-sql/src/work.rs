@@ -1223,39 +1223,46 @@ impl IssueTx for SqlTx {
         Ok((hits, total))
     }
 
-    async fn word_counts(&mut self, words: &[String]) -> Result<(Vec<i64>, i64), StorageError> {
+    async fn word_counts(&mut self, words: &[String]) -> Result<Vec<i64>, StorageError> {
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
         // A count per word from the index (SQLite: the FTS table's posting list of the word;
-        // PostgreSQL: the GIN index), each with its place in `words`, and the number of issues:
-        // one row.
+        // PostgreSQL: the GIN index), each with its place in `words`: one row.
         let sql = match self.backend {
             Backend::Sqlite => {
-                "SELECT (SELECT COUNT(*) FROM console_issues) AS total, \
-                   (SELECT json_group_array(json_array(w.key, (SELECT COUNT(*) FROM console_issues_fts \
-                      WHERE console_issues_fts MATCH 'body : \"' || replace(w.value, '\"', '') || '\"'))) \
-                    FROM json_each($1) w) AS counts"
+                "SELECT json_group_array(json_array(w.key, (SELECT COUNT(*) FROM console_issues_fts \
+                   WHERE console_issues_fts MATCH 'body : \"' || replace(w.value, '\"', '') || '\"'))) \
+                 AS counts FROM json_each($1) w"
             }
             Backend::Postgres => {
-                "SELECT (SELECT COUNT(*) FROM console_issues) AS total, \
-                   (SELECT COALESCE(json_agg(json_build_array(w.i - 1, (SELECT COUNT(*) FROM console_issues \
-                      WHERE search @@ to_tsquery('simple', w.word)))), '[]')::text \
-                    FROM jsonb_array_elements_text(CAST($1 AS jsonb)) WITH ORDINALITY AS w(word, i)) AS counts"
+                "SELECT COALESCE(json_agg(json_build_array(w.i - 1, (SELECT COUNT(*) FROM console_issues \
+                   WHERE search @@ to_tsquery('simple', w.word)))), '[]')::text AS counts \
+                 FROM jsonb_array_elements_text(CAST($1 AS jsonb)) WITH ORDINALITY AS w(word, i)"
             }
         };
-        let row = sqlx::query(sql)
+        let counts: String = sqlx::query(sql)
             .bind(text(&words))
             .fetch_one(&mut *self.tx)
             .await
+            .map_err(db_err)?
+            .try_get("counts")
             .map_err(db_err)?;
-        let total: i64 = row.try_get("total").map_err(db_err)?;
-        let mut counts: Vec<(i64, i64)> = json_of(
-            &row.try_get::<String, _>("counts").map_err(db_err)?,
-            "word counts",
-        )?;
+        let mut counts: Vec<(i64, i64)> = json_of(&counts, "word counts")?;
         counts.sort_unstable();
         if counts.len() != words.len() {
             return Err(corrupt("word counts"));
         }
-        Ok((counts.into_iter().map(|(_, n)| n).collect(), total))
+        Ok(counts.into_iter().map(|(_, n)| n).collect())
+    }
+
+    async fn issue_count(&mut self) -> Result<i64, StorageError> {
+        sqlx::query("SELECT COUNT(*) AS n FROM console_issues")
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .try_get("n")
+            .map_err(db_err)
     }
 
     async fn similar_candidates(

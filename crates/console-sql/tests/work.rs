@@ -598,12 +598,10 @@ async fn advice_reads(s: &SqlStorage) {
             tx.word_counts(&words(&["refund", "upgrade", "billing", "nothing"]))
                 .await
                 .expect("counts"),
-            (vec![3, 1, 1, 0], 4)
+            [3, 1, 1, 0]
         );
-        assert_eq!(
-            tx.word_counts(&[]).await.expect("no words"),
-            (Vec::new(), 4)
-        );
+        assert!(tx.word_counts(&[]).await.expect("no words").is_empty());
+        assert_eq!(tx.issue_count().await.expect("issues"), 4);
         let found = tx
             .similar_candidates(&words(&["refund"]), 2)
             .await
@@ -660,7 +658,7 @@ async fn advice_reads(s: &SqlStorage) {
         tx.word_counts(&words(&["refund", "upgrade"]))
             .await
             .expect("counts"),
-        (vec![2, 2], 4)
+        [2, 2]
     );
 }
 

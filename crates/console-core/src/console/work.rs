@@ -90,7 +90,8 @@ impl WordCounts {
         (counts, total, missing)
     }
 
-    fn keep(&self, words: &[String], counts: &[i64], total: i64, now: Time) {
+    /// Keeps the counts read, and the number of issues when it was read.
+    fn keep(&self, words: &[String], counts: &[i64], total: Option<i64>, now: Time) {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         if kept.words.len() + words.len() > WORD_COUNTS_KEPT {
             kept.words.clear();
@@ -98,7 +99,9 @@ impl WordCounts {
         for (w, n) in words.iter().zip(counts) {
             kept.words.insert(w.clone(), (*n, now));
         }
-        kept.total = Some((total, now));
+        if let Some(total) = total {
+            kept.total = Some((total, now));
+        }
     }
 }
 
@@ -1177,9 +1180,8 @@ impl Console {
     /// The three items most similar to a new issue, from the same index, read after its write
     /// committed (so it never slows or blocks the write); empty when the search fails.
     ///
-    /// The newest [`SIMILAR_CANDIDATES`] issues holding one of the title's
-    /// [`SIMILAR_DRAWN_BY`] rarest words that another issue holds too are scored by BM25 over
-    /// all its words
+    /// The newest [`SIMILAR_CANDIDATES`] issues holding one of the title's [`SIMILAR_DRAWN_BY`]
+    /// rarest words that another issue holds too are scored by BM25 over all its words
     /// ([`search::rank_similar`]), each word weighted by how many issues hold it. Those counts
     /// are what the index's own `bm25` reads whole posting lists for on every query (a common
     /// word's, tens of thousands of rows on 100,000 issues); here they are kept a minute
@@ -1243,18 +1245,21 @@ impl Console {
     ) -> Result<(Vec<i64>, i64), crate::storage::StorageError> {
         let now = self.now();
         let (mut counts, total, missing) = self.advice.lookup(words, now);
-        if missing.is_empty() && total.is_some() {
-            return Ok((
-                counts.into_iter().map(|c| c.unwrap_or(0)).collect(),
-                total.unwrap_or(0),
-            ));
-        }
         let unknown: Vec<String> = missing.iter().map(|&i| words[i].clone()).collect();
-        let (read, total) = tx.word_counts(&unknown).await?;
+        let read = if unknown.is_empty() {
+            Vec::new()
+        } else {
+            tx.word_counts(&unknown).await?
+        };
+        let read_total = match total {
+            Some(_) => None,
+            None => Some(tx.issue_count().await?),
+        };
         for (&i, n) in missing.iter().zip(&read) {
             counts[i] = Some(*n);
         }
-        self.advice.keep(&unknown, &read, total, now);
+        self.advice.keep(&unknown, &read, read_total, now);
+        let total = total.or(read_total).unwrap_or(0);
         Ok((counts.into_iter().map(|c| c.unwrap_or(0)).collect(), total))
     }
 
@@ -1398,23 +1403,27 @@ mod tests {
             kept.lookup(&words, t0),
             (vec![None, None], None, vec![0, 1])
         );
-        kept.keep(&words, &[7, 1], 100, t0);
+        kept.keep(&words, &[7, 1], Some(100), t0);
         let later = t0 + chrono::Duration::seconds(59);
         // A count of one (the advised issue's own word) is read again each time.
         assert_eq!(
             kept.lookup(&words, later),
             (vec![Some(7), None], Some(100), vec![1])
         );
+        // Counts kept later leave the number of issues its time when not read with them.
+        kept.keep(&words[1..], &[3], None, later);
+        assert_eq!(
+            kept.lookup(&words, later),
+            (vec![Some(7), Some(3)], Some(100), vec![])
+        );
         // A minute on, or a clock gone back, reads them again.
         for at in [t0 + WORD_COUNTS_FOR, t0 - chrono::Duration::seconds(1)] {
-            assert_eq!(
-                kept.lookup(&words, at),
-                (vec![None, None], None, vec![0, 1])
-            );
+            let (counts, total, _) = kept.lookup(&words, at);
+            assert_eq!((&counts[..1], total), (&[None][..], None), "{at}");
         }
         // Past the cap, the kept counts start afresh.
         let many: Vec<String> = (0..WORD_COUNTS_KEPT).map(|i| format!("w{i}")).collect();
-        kept.keep(&many, &vec![2; many.len()], 100, t0);
+        kept.keep(&many, &vec![2; many.len()], None, t0);
         assert_eq!(kept.lookup(&words, t0).0, vec![None, None]);
         assert_eq!(kept.lookup(&many[..1], t0).0, vec![Some(2)]);
     }

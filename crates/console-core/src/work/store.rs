@@ -94,9 +94,11 @@ pub trait IssueTx: Send {
         limit: u32,
     ) -> Result<(Vec<Hit>, i64), StorageError>;
     /// How many issues hold each of `words` (as [`IssueTx::search_issues`] takes them) in
-    /// their title or labels, in the order given, and how many issues there are: the words'
-    /// weights for `advice.suggestions`.
-    async fn word_counts(&mut self, words: &[String]) -> Result<(Vec<i64>, i64), StorageError>;
+    /// their title or labels, in the order given: the words' weights for
+    /// `advice.suggestions`.
+    async fn word_counts(&mut self, words: &[String]) -> Result<Vec<i64>, StorageError>;
+    /// How many issues there are.
+    async fn issue_count(&mut self) -> Result<i64, StorageError>;
     /// The newest `limit` issues whose title or labels hold one of `words` at least, newest
     /// first, each with the text its index holds (`advice.suggestions` scores them).
     async fn similar_candidates(
