@@ -1273,12 +1273,12 @@ impl IssueTx for SqlTx {
         if words.is_empty() {
             return Ok(Vec::new());
         }
-        // The newest matches from the index (SQLite: its rowid is the issue's negated, so its own
-        // ascending order is newest first, by insertion), with the
-        // text it indexes (title and labels, read from the issue row, not the FTS table's copy:
-        // one seek less each); nothing is scored here. One row of JSON, not a row each: each row is
-        // a hand-over between SQLite's thread and ours. Each match carries its place, newer
-        // higher (an aggregate's input order is not an order to rely on).
+        // The newest matches from the index (SQLite: its rowid is the issue's negated, so its
+        // own ascending order is newest first, by insertion), with the text it indexes (title
+        // and labels, read from the issue row, not the FTS table's copy: one seek less each);
+        // nothing is scored here. One row of JSON, not a row each: each row is a hand-over
+        // between SQLite's thread and ours. Each match carries its place, newer higher (an
+        // aggregate's input order is not an order to rely on).
         let (sql, q) = match self.backend {
             Backend::Sqlite => (
                 "SELECT json_group_array(json_array(-f.rowid, i.key, i.title, i.title || ' ' || i.labels)) \
@@ -1485,8 +1485,7 @@ impl WorkTx for SqlTx {
         }
         match self.tx {
             Conn::Tx(t) => t.commit().await.map_err(db_err),
-            // Nothing to commit: each statement ran on its own (a write here would have been
-            // refused: `write` is false).
+            // Nothing to commit: each statement ran on its own (`read_loose` is for reads).
             Conn::Single(_) => Ok(()),
             Conn::Writer(slot) => slot.commit().await,
         }

@@ -11,11 +11,13 @@ pub const PER_KIND: u32 = 100;
 
 /// The words of a query, for the indexes: letters and digits runs, lowercased, at most 32.
 pub fn words(q: &str) -> Vec<String> {
-    q.split(|c: char| !c.is_alphanumeric())
+    runs(q).map(str::to_lowercase).take(32).collect()
+}
+
+/// The runs of letters and digits in `text`, as they are.
+fn runs(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .take(32)
-        .collect()
 }
 
 /// A snippet of `text` around the first of `words` it holds (whole words, case-insensitive):
@@ -71,14 +73,7 @@ pub fn rank_similar(
         .collect();
     // Each text lowercased once and cut where `words` cuts, with no string per word.
     let lowered: Vec<String> = candidates.iter().map(|c| c.text.to_lowercase()).collect();
-    let texts: Vec<Vec<&str>> = lowered
-        .iter()
-        .map(|t| {
-            t.split(|c: char| !c.is_alphanumeric())
-                .filter(|w| !w.is_empty())
-                .collect()
-        })
-        .collect();
+    let texts: Vec<Vec<&str>> = lowered.iter().map(|t| runs(t).collect()).collect();
     let average =
         (texts.iter().map(Vec::len).sum::<usize>() as f64 / texts.len().max(1) as f64).max(1.0);
     let mut scored: Vec<(f64, usize, Candidate)> = candidates
