@@ -303,6 +303,18 @@ impl Storage for SqlStorage {
         // Batched with every other caller's (once.rs): one transaction, one commit for all.
         self.once.remember(scope, value, until, now).await
     }
+
+    async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
+        let rows = sqlx::query("SELECT value FROM once_values WHERE scope = $1 AND until_ms >= $2")
+            .bind(scope)
+            .bind(now.timestamp_millis())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows.iter()
+            .map(|r| r.try_get::<String, _>("value").map_err(db_err))
+            .collect()
+    }
 }
 
 /// A write transaction: a turn at SQLite's writer, or a pooled PostgreSQL transaction.

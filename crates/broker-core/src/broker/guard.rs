@@ -108,6 +108,17 @@ impl Storage for Guarded {
     ) -> Result<bool, StorageError> {
         self.inner.remember_once(scope, value, until, now).await
     }
+
+    async fn remember_proof(
+        &self,
+        use_: crate::storage::ProofUse<'_>,
+    ) -> Result<bool, StorageError> {
+        self.inner.remember_proof(use_).await
+    }
+
+    async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
+        self.inner.remembered(scope, now).await
+    }
 }
 
 /// The state of rows a write transaction read, to tell which writes change what the log

@@ -270,9 +270,10 @@ impl Broker {
         }
         self.check_window(c.iat, c.exp)?;
         if !self
-            .check_replay(
+            .check_proof_replay(
                 &format!("request:{}", caller.id),
                 &c.jti,
+                c.iat,
                 "request object check",
             )
             .await?
