@@ -311,7 +311,8 @@ impl<S: Storage> Storage for Exclusive<S> {
         // second finds it recorded) before anything is accepted now.
         let second = use_.now.timestamp();
         if self.horizon.load(Ordering::Acquire) < second {
-            self.advance_horizon(second.saturating_add(1), &use_).await?;
+            self.advance_horizon(second.saturating_add(1), &use_)
+                .await?;
         }
         let key: Arc<str> = format!("{}\0{}", use_.scope, use_.jti).into();
         if !self.remember_in_memory(&key, use_.until, use_.now) {

@@ -1692,7 +1692,11 @@ async fn exclusive_asks_the_database_about_values_new_to_it() {
 }
 
 /// A proof's `jti` at `now_s`, dated `iat_s` (offsets from the tests' epoch), with a 60 s skew.
-fn proof_use<'a>(jti: &'a str, iat_s: i64, now_s: i64) -> countersign_broker_core::storage::ProofUse<'a> {
+fn proof_use<'a>(
+    jti: &'a str,
+    iat_s: i64,
+    now_s: i64,
+) -> countersign_broker_core::storage::ProofUse<'a> {
     countersign_broker_core::storage::ProofUse {
         scope: "session:x",
         jti,
@@ -1716,37 +1720,101 @@ async fn exclusive_keeps_proof_jtis_in_memory_behind_a_durable_horizon() {
         async move { st.remembered(s, at(now)).await.expect("remembered") }
     };
     let first = Exclusive::new(db.storage.clone());
-    assert!(first.remember_proof(proof_use("a", 100, 100)).await.expect("a"));
-    assert!(!first.remember_proof(proof_use("a", 100, 100)).await.expect("a again"));
-    assert!(first.remember_proof(proof_use("b", 101, 101)).await.expect("b"));
+    assert!(
+        first
+            .remember_proof(proof_use("a", 100, 100))
+            .await
+            .expect("a")
+    );
+    assert!(
+        !first
+            .remember_proof(proof_use("a", 100, 100))
+            .await
+            .expect("a again")
+    );
+    assert!(
+        first
+            .remember_proof(proof_use("b", 101, 101))
+            .await
+            .expect("b")
+    );
     // Dated 40 s ahead of the clock: past the horizon, so written through.
-    assert!(first.remember_proof(proof_use("ahead", 141, 101)).await.expect("ahead"));
+    assert!(
+        first
+            .remember_proof(proof_use("ahead", 141, 101))
+            .await
+            .expect("ahead")
+    );
     assert_eq!(stored("session:x", 101).await, vec!["ahead".to_owned()]);
     let horizon = first.proof_horizon().expect("a horizon");
     // The clock's second and the next, recorded at the first call (the second call's second
     // was covered).
     assert_eq!(horizon, at(101).timestamp());
-    assert!(stored(HORIZON_SCOPE, 101).await.contains(&horizon.to_string()));
+    assert!(
+        stored(HORIZON_SCOPE, 101)
+            .await
+            .contains(&horizon.to_string())
+    );
 
     // The restart.
     let second = Exclusive::new(db.storage.clone());
-    assert!(!second.remember_proof(proof_use("a", 100, 103)).await.expect("a replayed"));
-    assert!(!second.remember_proof(proof_use("b", 101, 103)).await.expect("b replayed"));
+    assert!(
+        !second
+            .remember_proof(proof_use("a", 100, 103))
+            .await
+            .expect("a replayed")
+    );
+    assert!(
+        !second
+            .remember_proof(proof_use("b", 101, 103))
+            .await
+            .expect("b replayed")
+    );
     // Fresh, but signed in the horizon's second: refused all the same.
-    assert!(!second.remember_proof(proof_use("c", 101, 103)).await.expect("c"));
+    assert!(
+        !second
+            .remember_proof(proof_use("c", 101, 103))
+            .await
+            .expect("c")
+    );
     // Past the floor, within the skew after it: the database decides (and keeps it), even
     // where this process's own horizon would have kept the value in memory.
-    assert!(!second.remember_proof(proof_use("ahead", 141, 141)).await.expect("ahead replayed"));
-    assert!(second.remember_proof(proof_use("d", 141, 141)).await.expect("d"));
+    assert!(
+        !second
+            .remember_proof(proof_use("ahead", 141, 141))
+            .await
+            .expect("ahead replayed")
+    );
+    assert!(
+        second
+            .remember_proof(proof_use("d", 141, 141))
+            .await
+            .expect("d")
+    );
     assert!(stored("session:x", 141).await.contains(&"d".to_owned()));
     // Past the skew after the floor: memory alone again.
-    assert!(second.remember_proof(proof_use("e", 170, 170)).await.expect("e"));
+    assert!(
+        second
+            .remember_proof(proof_use("e", 170, 170))
+            .await
+            .expect("e")
+    );
     assert!(!stored("session:x", 170).await.contains(&"e".to_owned()));
-    assert!(!second.remember_proof(proof_use("e", 170, 171)).await.expect("e again"));
+    assert!(
+        !second
+            .remember_proof(proof_use("e", 170, 171))
+            .await
+            .expect("e again")
+    );
 
     // And a third process refuses what the second kept in memory.
     let third = Exclusive::new(db.storage.clone());
-    assert!(!third.remember_proof(proof_use("e", 170, 172)).await.expect("e replayed"));
+    assert!(
+        !third
+            .remember_proof(proof_use("e", 170, 172))
+            .await
+            .expect("e replayed")
+    );
     db.finish().await;
 }
 

@@ -521,7 +521,10 @@ async fn proof_jtis_stay_in_memory_and_their_replay_is_refused_after_each_restar
     second.advance(chrono::Duration::seconds(2));
     session.describe().await?.expect(200);
     let (jtis_near_floor, _) = stored_once_values(&second).await?;
-    assert_eq!(jtis_near_floor, 1, "a proof near the floor is written through");
+    assert_eq!(
+        jtis_near_floor, 1,
+        "a proof near the floor is written through"
+    );
     second.advance(chrono::Duration::seconds(70));
     let proof = session.proof("GET", "/v1/enrollments/self", b"");
     describe_with(&second, &proof).await?.expect(200);
@@ -535,7 +538,11 @@ async fn proof_jtis_stay_in_memory_and_their_replay_is_refused_after_each_restar
     let third = TestBroker::builder().replica_of(&first).start().await?;
     let replayed = describe_with(&third, &proof).await?;
     replayed.refused(401, "PROOF_INVALID");
-    assert!(replayed.error().contains("replayed"), "{}", replayed.error());
+    assert!(
+        replayed.error().contains("replayed"),
+        "{}",
+        replayed.error()
+    );
     third.shutdown().await;
     second.shutdown().await;
     first.shutdown().await;
@@ -562,7 +569,11 @@ async fn a_proof_dated_ahead_replayed_after_a_restart_is_refused() -> R {
     after.advance(chrono::Duration::seconds(45));
     let replayed = describe_with(&after, &ahead).await?;
     replayed.refused(401, "PROOF_INVALID");
-    assert!(replayed.error().contains("replayed"), "{}", replayed.error());
+    assert!(
+        replayed.error().contains("replayed"),
+        "{}",
+        replayed.error()
+    );
     // While a fresh proof is accepted.
     session.describe().await?.expect(200);
     after.shutdown().await;

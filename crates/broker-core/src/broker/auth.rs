@@ -100,9 +100,9 @@ impl Broker {
             claims.iat,
             "proof check",
         )
-            .await?
-            .then_some(())
-            .ok_or_else(|| invalid("proof invalid: replayed"))?;
+        .await?
+        .then_some(())
+        .ok_or_else(|| invalid("proof invalid: replayed"))?;
         Ok(enrollment)
     }
 
