@@ -125,13 +125,10 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     state.read_timeout = Duration::from_secs(config.limits.read_timeout_seconds.max(1));
     state.max_connections = config.limits.max_connections;
     state.metrics = Some(metrics_handle());
-    // The audit log head this replica verified before it stopped: a chain now shorter or
-    // different fails closed at the first follow.
-    let audit_state = crate::audit::state_path(config);
-    if let Some(head) = crate::audit::read_state(&audit_state)? {
-        state.broker.audit_follower().reset(head);
-    }
-    state.audit_state_file = Some(audit_state);
+    // The audit log head this replica remembers (its state file, written before every end is
+    // answered): a chain now shorter or different fails closed before the first request.
+    let keeper = crate::audit::start(&state.broker, config).await?;
+    state.audit_state_file = keeper.map(|k| k.path().to_path_buf());
     state.notifier = config
         .notifications
         .as_ref()
@@ -177,6 +174,10 @@ pub fn router(state: Arc<AppState>) -> Router {
     crate::routes::api()
         .route("/v1/openapi.json", get(openapi))
         .route("/metrics", get(render_metrics))
+        .route(
+            "/v1/audit/witness",
+            axum::routing::post(crate::audit::witness_route),
+        )
         .fallback(not_found)
         .layer(middleware::from_fn(track))
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(span_for))
@@ -241,19 +242,23 @@ pub struct Running {
     pub handle: axum_server::Handle<SocketAddr>,
     server: JoinHandle<std::io::Result<()>>,
     background: Vec<JoinHandle<()>>,
+    state: Arc<AppState>,
 }
 
 impl Running {
-    /// Stops accepting, lets requests in flight finish (up to `grace`), stops background work.
+    /// Stops accepting, lets requests in flight finish (up to `grace`), stops background work,
+    /// and keeps the audit head this replica verified (its state file).
     pub async fn shutdown(self, grace: Duration) {
         self.handle.graceful_shutdown(Some(grace));
         let _ = self.server.await;
         for b in self.background {
             b.abort();
         }
+        crate::audit::at_shutdown(&self.state.broker).await;
     }
 
-    /// Waits for the server to end (after a shutdown from elsewhere).
+    /// Waits for the server to end (after a shutdown from elsewhere), then stops background
+    /// work and keeps the audit head this replica verified.
     pub async fn wait(self) -> std::io::Result<()> {
         let r = self
             .server
@@ -262,6 +267,7 @@ impl Running {
         for b in self.background {
             b.abort();
         }
+        crate::audit::at_shutdown(&self.state.broker).await;
         r
     }
 }
@@ -329,12 +335,13 @@ pub async fn serve_listener(
             tokio::spawn(async move { srv.serve(app).await })
         }
     };
-    let background = background(state, reload);
+    let background = background(state.clone(), reload);
     Ok(Running {
         addr,
         handle,
         server,
         background,
+        state,
     })
 }
 
@@ -377,10 +384,7 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
             }
         })
     };
-    let auditor = tokio::spawn(crate::audit::follow(
-        state.broker.clone(),
-        state.audit_state_file.clone(),
-    ));
+    let auditor = tokio::spawn(crate::audit::follow(state.broker.clone()));
     let deliverer = tokio::spawn(crate::notify::run(
         state.broker.clone(),
         state.notifier.clone(),

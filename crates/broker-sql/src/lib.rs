@@ -48,12 +48,14 @@
 //! for it (up to the 3 s acquire timeout). It is meant for tests.
 
 mod error;
+mod inventory;
 mod once;
 mod schema;
 mod tx;
 mod writer;
 
 /// The condition of the audit log's index by subject: the entries that end their subject.
+pub use inventory::Inventory;
 pub use schema::AUDIT_ENDS;
 
 use std::fmt;

@@ -29,6 +29,7 @@ pub mod oidc;
 pub mod pages;
 pub mod server;
 pub mod table;
+pub mod witness;
 
 use std::sync::Arc;
 

@@ -38,6 +38,11 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         }
         None => None,
     };
+    // The console witnesses the broker's audit log outside the broker's database (witness.rs).
+    if let (Some(b), Some(token)) = (&config.broker, config.console_token()?) {
+        let timeout = Duration::from_secs(b.timeout_seconds);
+        crate::witness::Witness::new(storage.clone(), &b.url, token, timeout)?.spawn();
+    }
     let idp: Option<Arc<dyn countersign_console_core::IdentityProvider>> = match &config.oidc {
         Some(o) => Some(Arc::new(crate::oidc::OidcProvider::new(
             &o.issuer,

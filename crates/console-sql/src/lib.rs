@@ -33,8 +33,10 @@ mod asks;
 mod delivery;
 mod documents;
 mod messages;
+mod witness;
 mod work;
 mod writer;
+pub use witness::WitnessRecord;
 pub use work::SqlTx;
 
 use countersign_common::sql::{
@@ -207,6 +209,12 @@ const SCHEMA: Schema = Schema {
             name: "SQLite's issue index newest first",
             sqlite: work::MIGRATION_13_SQLITE,
             postgres: work::MIGRATION_13_POSTGRES,
+        },
+        Migration {
+            version: 14,
+            name: "the broker's audit head, as this console witnessed it",
+            sqlite: witness::MIGRATION_14,
+            postgres: witness::MIGRATION_14,
         },
     ],
 };

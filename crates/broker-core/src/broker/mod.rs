@@ -18,7 +18,7 @@ use std::sync::{Arc, RwLock};
 pub use approver::{Approved, GrantListItem};
 pub use auth::ProofTarget;
 pub use login::{MachineLoginStarted, PollState};
-pub use requests::{CreatedRequest, EnrollInput, Released};
+pub use requests::{CreatedRequest, EnrollInput, Released, grant_chain_verifies};
 pub use sweep::SweepReport;
 
 use crate::clock::{Clock, Entropy, Time, random, to_millis};
@@ -207,6 +207,15 @@ impl Broker {
 
     /// Refuses while the audit chain is broken: DATABASE_UNAVAILABLE, step `audit log`.
     pub(crate) fn audit_gate(&self) -> Result<(), Error> {
+        if let Some(why) = self.audit.unkept() {
+            return Err(Error::with_message(
+                ErrorCode::DATABASE_UNAVAILABLE,
+                format!(
+                    "audit log: {} (this replica's memory of the head cannot be written: {why})",
+                    ErrorCode::DATABASE_UNAVAILABLE.message()
+                ),
+            ));
+        }
         match self.audit.broken() {
             None => Ok(()),
             Some(b) => Err(Error::with_message(

@@ -15,6 +15,7 @@ use crate::model::{
     RequestState, SessionIds,
 };
 use crate::policy::Outcome;
+use crate::seal::Sealer;
 use crate::secrets::SecretValue;
 
 /// The body of an enrollment.
@@ -446,47 +447,8 @@ impl Broker {
         record: Option<&Record>,
         e: &Enrollment,
     ) -> Result<(), Error> {
-        let broken = || Error::new(ErrorCode::GRANT_CHAIN_INVALID);
-        if !self.sealer.verify_grant(g) || g.enrollment_id != e.id {
-            return Err(broken());
-        }
-        match (g.granted, g.record_id, record) {
-            (GrantedBy::Automatic, None, None) => {
-                let seal = g.decision_seal.as_deref().ok_or_else(broken)?;
-                if !self.sealer.verify_automatic(
-                    &g.request_id,
-                    &g.enrollment_id,
-                    &g.names,
-                    &g.rules_version,
-                    g.created_at,
-                    seal,
-                ) {
-                    return Err(broken());
-                }
-            }
-            (GrantedBy::Approval, Some(rid), Some(rec)) if rec.id == rid => {
-                let d = rec.decided.as_ref().ok_or_else(broken)?;
-                let approver = g.approver.as_ref().ok_or_else(broken)?;
-                let mut asked: Vec<String> = rec.body.identifiers.clone();
-                asked.sort();
-                let granted: Vec<String> = g.names.iter().map(|n| n.as_str().to_owned()).collect();
-                let ok = rec.text_verifies()
-                    && rec.state == RecordState::Approved
-                    && d.event == RecordState::Approved
-                    && d.by == approver.as_str()
-                    && rec.body.approver.admits(approver)
-                    && rec.body.kind == RecordKind::AgentSecret
-                    && rec.body.enrollment_id == Some(e.id)
-                    && rec.body.request_id == Some(g.request_id)
-                    && asked == granted
-                    && self
-                        .sealer
-                        .verify_decision(&rec.id, d.event, &d.by, d.at, &d.seal);
-                if !ok {
-                    return Err(broken());
-                }
-            }
-            _ => return Err(broken()),
+        if g.enrollment_id != e.id || !grant_chain_verifies(&self.sealer, g, record) {
+            return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID));
         }
         Ok(())
     }
@@ -519,5 +481,45 @@ impl Broker {
             }
             Ok::<_, Fail>(g.state_str())
         })
+    }
+}
+
+/// Every link of a grant's chain: the grant's seal; for an approved grant, the record's text
+/// against its id, its sealed approval, and that it names the grant's session and secrets; for
+/// an automatic grant, the sealed policy decision. (`audit verify` checks every grant with it.)
+pub fn grant_chain_verifies(sealer: &Sealer, g: &Grant, record: Option<&Record>) -> bool {
+    if !sealer.verify_grant(g) {
+        return false;
+    }
+    match (g.granted, g.record_id, record) {
+        (GrantedBy::Automatic, None, None) => g.decision_seal.as_deref().is_some_and(|seal| {
+            sealer.verify_automatic(
+                &g.request_id,
+                &g.enrollment_id,
+                &g.names,
+                &g.rules_version,
+                g.created_at,
+                seal,
+            )
+        }),
+        (GrantedBy::Approval, Some(rid), Some(rec)) if rec.id == rid => {
+            let (Some(d), Some(approver)) = (rec.decided.as_ref(), g.approver.as_ref()) else {
+                return false;
+            };
+            let mut asked: Vec<String> = rec.body.identifiers.clone();
+            asked.sort();
+            let granted: Vec<String> = g.names.iter().map(|n| n.as_str().to_owned()).collect();
+            rec.text_verifies()
+                && rec.state == RecordState::Approved
+                && d.event == RecordState::Approved
+                && d.by == approver.as_str()
+                && rec.body.approver.admits(approver)
+                && rec.body.kind == RecordKind::AgentSecret
+                && rec.body.enrollment_id == Some(g.enrollment_id)
+                && rec.body.request_id == Some(g.request_id)
+                && asked == granted
+                && sealer.verify_decision(&rec.id, d.event, &d.by, d.at, &d.seal)
+        }
+        _ => false,
     }
 }
