@@ -693,7 +693,8 @@ impl DocumentTx for SqlTx {
         }
         let mut a = Args::default();
         // Only letters and digits reach here; each word is quoted for FTS5 all the same.
-        let quoted = |w: &String| format!("\"{}\"", w.replace('"', ""));
+        // Each word a prefix: "safar" finds "Safari".
+        let quoted = |w: &String| crate::work::fts_prefix(w);
         let (with, from_page, snippet, each_word): (String, String, String, Vec<String>) =
             match self.backend {
                 Backend::Sqlite => {
@@ -733,7 +734,9 @@ impl DocumentTx for SqlTx {
                     )
                 }
                 Backend::Postgres => {
-                    let q = a.push(words.join(" | "));
+                    let prefixed: Vec<String> =
+                        words.iter().map(|w| crate::work::pg_prefix(w)).collect();
+                    let q = a.push(prefixed.join(" | "));
                     let with = format!(
                         "WITH best AS (SELECT DISTINCT ON (t.artifact) t.artifact AS artifact, \
                          t.part AS part, ts_rank(t.search, to_tsquery('simple', {q}))::float8 AS score \
@@ -749,7 +752,7 @@ impl DocumentTx for SqlTx {
                                 format!(
                                     "a.id IN (SELECT artifact FROM console_artifact_text \
                                      WHERE search @@ to_tsquery('simple', {}))",
-                                    a.push(w.clone())
+                                    a.push(crate::work::pg_prefix(w))
                                 )
                             })
                             .collect()
@@ -789,7 +792,7 @@ impl DocumentTx for SqlTx {
         let l = a.push(i64::from(limit));
         let sql = format!(
             "{with} SELECT a.id AS id, a.filename AS title, a.project AS project, \
-             a.updated_at AS at, best.score AS score, {snippet} AS snippet FROM {from_page} \
+             a.issue AS issue, a.updated_at AS at, best.score AS score, {snippet} AS snippet FROM {from_page} \
              {filter} ORDER BY score DESC, a.updated_at DESC, a.id LIMIT {l}"
         );
         let rows = sqlx::query_with(&sql, a.build())
@@ -800,8 +803,12 @@ impl DocumentTx for SqlTx {
             .iter()
             .map(|r| {
                 let project: Option<String> = r.try_get("project").map_err(db_err)?;
+                let issue: Option<String> = r.try_get("issue").map_err(db_err)?;
+                let id: String = r.try_get("id").map_err(db_err)?;
                 Ok(Hit {
-                    id: r.try_get("id").map_err(db_err)?,
+                    issue: issue.as_deref().and_then(IssueKey::parse),
+                    artifact: Some(id.clone()),
+                    id,
                     title: r.try_get("title").map_err(db_err)?,
                     snippet: r.try_get("snippet").map_err(db_err)?,
                     project: project.as_deref().and_then(ProjectKey::parse),

@@ -208,6 +208,12 @@ const SCHEMA: Schema = Schema {
             sqlite: work::MIGRATION_13_SQLITE,
             postgres: work::MIGRATION_13_POSTGRES,
         },
+        Migration {
+            version: 14,
+            name: "the issue lists' orders: by update, creation and priority within a project; a person's issues",
+            sqlite: work::MIGRATION_14,
+            postgres: work::MIGRATION_14,
+        },
     ],
 };
 

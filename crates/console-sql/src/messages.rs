@@ -1341,7 +1341,7 @@ impl MessageTx for SqlTx {
             Backend::Sqlite => {
                 let joined = words
                     .iter()
-                    .map(|w| format!("\"{}\"", w.replace('"', "")))
+                    .map(|w| crate::work::fts_prefix(w))
                     .collect::<Vec<_>>()
                     .join(if any { " OR " } else { " " });
                 (
@@ -1352,7 +1352,11 @@ impl MessageTx for SqlTx {
                 )
             }
             Backend::Postgres => {
-                let joined = words.join(if any { " | " } else { " & " });
+                let joined = words
+                    .iter()
+                    .map(|w| crate::work::pg_prefix(w))
+                    .collect::<Vec<_>>()
+                    .join(if any { " | " } else { " & " });
                 let q = a.push(joined);
                 (
                     "console_messages m".to_owned(),
@@ -1398,6 +1402,8 @@ impl MessageTx for SqlTx {
                 let issue: Option<String> = r.try_get("issue").map_err(db_err)?;
                 Ok(Hit {
                     id: r.try_get("id").map_err(db_err)?,
+                    issue: issue.as_deref().and_then(IssueKey::parse),
+                    artifact: None,
                     title: body
                         .lines()
                         .find(|l| !l.trim().is_empty())

@@ -16,7 +16,7 @@ use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::search::snippet;
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{
-    Actor, AssigneeFilter, Candidate, Claim, Components, Event, EventPage, EventTx, Hit, Issue,
+    Actor, Candidate, Claim, Components, Event, EventPage, EventTx, Hit, Issue, IssueAssignee,
     IssueFilter, IssueKey, IssueListQuery, IssueSort, IssueTx, NewEvent, Project, ProjectKey,
     ProjectTx, ReadState, RepoMapping, RepoName, RouteFilter, Status, WorkTx,
 };
@@ -221,6 +221,15 @@ pub(crate) const MIGRATION_13_SQLITE: &[&str] = &[
 /// PostgreSQL's index is unchanged: a statement that changes nothing (a migration has one at
 /// least).
 pub(crate) const MIGRATION_13_POSTGRES: &[&str] = &["SELECT 1"];
+/// The console's issue lists (issue 27): each order within a project, and a person's issues,
+/// one index range each (a page of 50 reads 51 rows, not the project's).
+pub(crate) const MIGRATION_14: &[&str] = &[
+    "CREATE INDEX console_issues_project_updated ON console_issues (project, updated_at)",
+    "CREATE INDEX console_issues_project_created ON console_issues (project, created_at)",
+    "CREATE INDEX console_issues_project_priority ON console_issues \
+     (project, (COALESCE(priority, 4)), number)",
+    "CREATE INDEX console_issues_assignee ON console_issues (assignee, updated_at)",
+];
 pub(crate) const MIGRATION_6_POSTGRES: &[&str] = &[
     // An issue's labels, each row carrying what a list filters and orders by (project,
     // status, rank, number), so a list by label within a project and status is one index range
@@ -258,6 +267,30 @@ pub(crate) const MIGRATION_6_POSTGRES: &[&str] = &[
     "CREATE INDEX console_decisions_login ON console_decisions (login, at)",
     "CREATE INDEX console_decisions_record ON console_decisions (record_id, at)",
 ];
+
+/// A search word as an FTS5 prefix query: `"safar"*` finds "Safari" (issue 27). Search words
+/// are runs of letters and digits ([`countersign_console_core::work::search::words`]);
+/// quoted all the same.
+pub(crate) fn fts_prefix(w: &str) -> String {
+    format!("\"{}\"*", w.replace('"', ""))
+}
+
+/// A search word as a PostgreSQL `tsquery` prefix term: `safar:*`. Search words are runs of
+/// letters and digits; anything else is dropped all the same.
+pub(crate) fn pg_prefix(w: &str) -> String {
+    let w: String = w.chars().filter(|c| c.is_alphanumeric()).collect();
+    format!("{w}:*")
+}
+
+/// The FTS5 query of the search route's `words` in the issue index's `body` column: every
+/// word, each a prefix.
+fn fts_prefix_words(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| format!("body : {}", fts_prefix(w)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
 
 /// An FTS5 query of `words` in the issue index's `body` column, each quoted, joined by `op`.
 fn fts_words(words: &[String], op: &str) -> String {
@@ -487,10 +520,10 @@ fn list_conds(
     }
     match &q.assignee {
         None => {}
-        Some(AssigneeFilter::Person(l)) => {
+        Some(IssueAssignee::Person(l)) => {
             conds.push(format!("assignee = {}", a.push(l.as_str().to_owned())))
         }
-        Some(AssigneeFilter::Nobody) => conds.push("assignee IS NULL".into()),
+        Some(IssueAssignee::Nobody) => conds.push("assignee IS NULL".into()),
     }
     if !q.priority.is_empty() {
         let vals: Vec<i64> = q.priority.iter().flatten().map(|p| i64::from(*p)).collect();
@@ -1071,10 +1104,10 @@ impl IssueTx for SqlTx {
         let (expr, dir) = list_order(q.sort);
         // The rank order is within a project: a list across projects goes project by
         // project; the other orders put the project after the sort value.
-        let cols = if q.sort == IssueSort::Rank {
-            format!("project, {expr}, number")
+        let cols: [&str; 3] = if q.sort == IssueSort::Rank {
+            ["project", expr, "number"]
         } else {
-            format!("{expr}, project, number")
+            [expr, "project", "number"]
         };
         if let Some(c) = &q.after {
             let v = match q.sort {
@@ -1089,7 +1122,7 @@ impl IssueTx for SqlTx {
             } else {
                 format!("{v}, {p}, {n}")
             };
-            conds.push(format!("({cols}) {cmp} ({vals})"));
+            conds.push(format!("({}) {cmp} ({vals})", cols.join(", ")));
         }
         let filter = if conds.is_empty() {
             String::new()
@@ -1097,7 +1130,7 @@ impl IssueTx for SqlTx {
             format!(" WHERE {}", conds.join(" AND "))
         };
         let order = cols
-            .split(", ")
+            .iter()
             .map(|c| format!("{c} {dir}"))
             .collect::<Vec<_>>()
             .join(", ");
@@ -1363,7 +1396,7 @@ impl IssueTx for SqlTx {
         let mut a = Args::default();
         let (count_sql, top_sql) = match self.backend {
             Backend::Sqlite => {
-                let mut m = fts_words(words, " AND ");
+                let mut m = fts_prefix_words(words);
                 if let Some(p) = project {
                     m = format!("({m}) AND project : \"{}\"", p.as_str().to_lowercase());
                 }
@@ -1387,7 +1420,13 @@ impl IssueTx for SqlTx {
                 )
             }
             Backend::Postgres => {
-                let q = a.push(words.join(" & "));
+                let q = a.push(
+                    words
+                        .iter()
+                        .map(|w| pg_prefix(w))
+                        .collect::<Vec<_>>()
+                        .join(" & "),
+                );
                 let mut filter = format!("search @@ to_tsquery('simple', {q})");
                 if let Some(p) = project {
                     filter.push_str(&format!(" AND project = {}", a.push(p.as_str().to_owned())));
@@ -1422,8 +1461,11 @@ impl IssueTx for SqlTx {
             .map(|r| {
                 let project: String = r.try_get("project").map_err(db_err)?;
                 let title: String = r.try_get("title").map_err(db_err)?;
+                let key: String = r.try_get("key").map_err(db_err)?;
                 Ok(Hit {
-                    id: r.try_get("key").map_err(db_err)?,
+                    issue: IssueKey::parse(&key),
+                    artifact: None,
+                    id: key,
                     snippet: snippet(&title, words, 16),
                     title,
                     project: ProjectKey::parse(&project),

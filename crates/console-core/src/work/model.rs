@@ -243,6 +243,11 @@ pub struct Hit {
     pub title: String,
     pub snippet: String,
     pub project: Option<ProjectKey>,
+    /// The issue the match is, or belongs to (a comment, ask or message on it, a document of
+    /// it).
+    pub issue: Option<IssueKey>,
+    /// The document the match is, or is on (a comment or ask on it).
+    pub artifact: Option<String>,
     pub at: Time,
     pub score: f64,
 }
@@ -281,6 +286,12 @@ pub struct SearchRow {
     pub project: Option<ProjectKey>,
     #[serde(with = "crate::work::model::rfc3339")]
     pub at: Time,
+    /// Added to the spec's row (protocol §1.2 "Growth": answers grow by fields): the issue the
+    /// row is or belongs to, the document it is or is on, and the console page that shows it
+    /// (a comment: its issue's or its document's discussion, at the comment).
+    pub issue: Option<IssueKey>,
+    pub artifact: Option<String>,
+    pub page: String,
 }
 
 /// A page of search results: `reachable` is how many the pages can reach (each kind's best
@@ -392,7 +403,7 @@ impl IssueSort {
 
 /// Whose issues a list shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AssigneeFilter {
+pub enum IssueAssignee {
     /// Issues assigned to this person ("My issues" is the signed-in person's own login).
     Person(Login),
     /// Issues assigned to nobody.
@@ -455,7 +466,7 @@ impl IssueCursor {
             IssueSort::Rank => {
                 !value.is_empty()
                     && value.len() <= 1024
-                    && value.bytes().all(|b| b.is_ascii_lowercase())
+                    && value.bytes().all(|b| b.is_ascii_alphanumeric())
             }
             IssueSort::Updated | IssueSort::Created => value.parse::<i64>().is_ok(),
             IssueSort::Priority => matches!(value, "0" | "1" | "2" | "3" | "4"),
@@ -476,7 +487,7 @@ impl IssueCursor {
 pub struct IssueListQuery {
     pub project: Option<ProjectKey>,
     pub status: Vec<Status>,
-    pub assignee: Option<AssigneeFilter>,
+    pub assignee: Option<IssueAssignee>,
     /// `None` in the list is "no priority".
     pub priority: Vec<Option<u8>>,
     pub labels: Vec<String>,
