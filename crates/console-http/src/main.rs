@@ -53,6 +53,10 @@ enum Command {
         /// The console's port on 127.0.0.1 (0 picks a free one).
         #[arg(long, default_value_t = 8081, env = "COUNTERSIGN_CONSOLE_PORT")]
         console_port: u16,
+        /// A TOML file with the console's optional tables (`[code_hosting]`,
+        /// `[delivery_targets]`, `[agents]`), as `serve`'s configuration writes them.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -67,8 +71,18 @@ async fn main() -> anyhow::Result<()> {
             dir,
             broker_port,
             console_port,
+            config,
         } => {
-            let dev = countersign_console_http::dev::start(&dir, broker_port, console_port).await?;
+            let options = countersign_console_http::dev::DevOptions {
+                extras: match &config {
+                    Some(path) => countersign_console_http::dev::DevExtras::load(path)?,
+                    None => Default::default(),
+                },
+                ..Default::default()
+            };
+            let dev =
+                countersign_console_http::dev::start_with(&dir, broker_port, console_port, options)
+                    .await?;
             dev.print();
             shutdown_signal().await;
             tracing::info!("shutting down: finishing requests in flight");

@@ -212,9 +212,15 @@ const SCHEMA: Schema = Schema {
         },
         Migration {
             version: 14,
+            name: "the issue lists' orders: by update, creation and priority within a project; a person's issues",
+            sqlite: work::MIGRATION_14,
+            postgres: work::MIGRATION_14,
+        },
+        Migration {
+            version: 15,
             name: "the broker's audit head, as this console witnessed it",
-            sqlite: witness::MIGRATION_14,
-            postgres: witness::MIGRATION_14,
+            sqlite: witness::MIGRATION_15,
+            postgres: witness::MIGRATION_15,
         },
     ],
 };

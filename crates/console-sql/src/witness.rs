@@ -7,8 +7,8 @@ use sqlx::Row;
 
 use crate::{SqlStorage, db_err};
 
-/// Migration 14: the witness's records.
-pub(crate) const MIGRATION_14: &[&str] = &["CREATE TABLE broker_witness (
+/// migration 15: the witness's records.
+pub(crate) const MIGRATION_15: &[&str] = &["CREATE TABLE broker_witness (
         broker TEXT PRIMARY KEY,
         position BIGINT NOT NULL,
         hash TEXT NOT NULL,
