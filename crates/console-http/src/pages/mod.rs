@@ -134,7 +134,11 @@ impl From<Error> for PageError {
 impl From<Box<Response>> for PageError {
     /// A refusal already rendered (not a person: [`human`]) keeps its status.
     fn from(r: Box<Response>) -> Self {
-        Self::new(r.status(), "HUMAN_ONLY", "this page is for a signed-in person")
+        Self::new(
+            r.status(),
+            "HUMAN_ONLY",
+            "this page is for a signed-in person",
+        )
     }
 }
 
@@ -626,122 +630,6 @@ pub async fn style() -> Response {
 }
 
 // ----- work -----
-
-pub async fn projects_page(State(st): St, Extension(caller): Extension<Caller>) -> Response {
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    match st.console.projects().await {
-        Ok(ps) => page(
-            StatusCode::OK,
-            &html::ProjectsPage {
-                chrome: chrome("Projects", h, "/projects"),
-                projects: ps
-                    .iter()
-                    .map(|p| html::ProjectRow {
-                        key: p.key.to_string(),
-                        name: p.name.clone(),
-                        created: html::when(&p.created_at),
-                    })
-                    .collect(),
-            },
-        ),
-        Err(e) => page(status_of(&e), &notice("error", error_text(&e))),
-    }
-}
-
-pub async fn issues_page(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(project): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    use countersign_console_core::work::{IssueFilter, ProjectKey, Status};
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    let Some(key) = ProjectKey::parse(&project) else {
-        return page(StatusCode::NOT_FOUND, &notice("error", "no such project"));
-    };
-    let status = q.get("status").cloned().unwrap_or_default();
-    let label = q
-        .get("label")
-        .map(|l| l.trim().to_owned())
-        .unwrap_or_default();
-    let filter = IssueFilter {
-        project: Some(key.clone()),
-        status: Status::parse(&status).into_iter().collect(),
-        labels: if label.is_empty() {
-            vec![]
-        } else {
-            vec![label.clone()]
-        },
-        ..Default::default()
-    };
-    match st.console.issues(filter, None).await {
-        Ok((issues, _)) => page(
-            StatusCode::OK,
-            &html::IssuesPage {
-                chrome: chrome("Issues", h, "/projects"),
-                project: key.to_string(),
-                statuses: Status::ALL.iter().map(|s| s.as_str()).collect(),
-                status,
-                label,
-                issues: issues.iter().map(html::IssueRow::of).collect(),
-            },
-        ),
-        Err(e) => page(status_of(&e), &notice("error", error_text(&e))),
-    }
-}
-
-pub async fn issue_page(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(key): Path<String>,
-) -> Response {
-    use countersign_console_core::work::EventPage;
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    let issue = match st.console.issue(&key).await {
-        Ok(i) => i,
-        Err(e) => return page(status_of(&e), &notice("error", error_text(&e))),
-    };
-    let history = EventPage {
-        after: None,
-        before: None,
-        ids: vec![],
-        descending: true,
-        limit: 50,
-    };
-    let events = st
-        .console
-        .issue_events(&key, &history)
-        .await
-        .unwrap_or_default();
-    let documents = st
-        .console
-        .artifacts_of(countersign_console_core::console::documents::At::Issue(
-            &key,
-        ))
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .map(|a| (format!("/artifacts/{}", a.id), a.filename))
-        .collect();
-    page(
-        StatusCode::OK,
-        &html::IssuePage {
-            chrome: chrome("Issue", h, "/projects"),
-            i: html::IssueRow::of(&issue),
-            events: events.iter().map(html::EventRow::of).collect(),
-            documents,
-        },
-    )
-}
 
 pub async fn search_page(
     State(st): St,

@@ -13,9 +13,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use countersign_console_core::Caller;
-use countersign_console_core::work::asks::{AskState, AskView, CommentView};
+use countersign_console_core::Login;
+use countersign_console_core::work::asks::{AskState, AskView, CommentView, ThreadState};
 use countersign_console_core::work::{
-    Actor, Event, EventPage, IssueFilter, IssueView, ProjectKey, Status,
+    Actor, AssigneeFilter, Event, EventPage, IssueCursor, IssueListQuery, IssueSort, ProjectKey,
+    Status,
 };
 use serde_json::Value;
 
@@ -87,18 +89,13 @@ pub struct IssueRow {
     pub assignee: String,
     pub claim: String,
     pub progress: String,
+    pub open_asks: i64,
     pub updated: When,
 }
 
 impl IssueRow {
-    pub fn of(i: &IssueView) -> Self {
-        let mut progress = Vec::new();
-        if let Some(t) = i.progress.tasks {
-            progress.push(format!("{}/{} tasks", t.done, t.total));
-        }
-        if let Some(c) = i.progress.children {
-            progress.push(format!("{}/{} children", c.done, c.total));
-        }
+    pub fn of(r: &countersign_console_core::work::IssueRow) -> Self {
+        let i = &r.issue;
         Self {
             key: i.key.to_string(),
             title: i.title.clone(),
@@ -116,7 +113,11 @@ impl IssueRow {
                 .as_ref()
                 .map(|c| actor_text(&c.holder))
                 .unwrap_or_default(),
-            progress: progress.join(", "),
+            progress: r
+                .children
+                .map(|c| format!("{}/{} children done", c.done, c.total))
+                .unwrap_or_default(),
+            open_asks: r.open_asks,
             updated: when(&i.updated_at),
         }
     }
@@ -131,7 +132,8 @@ pub struct Filters {
     pub assignee: String,
     pub sort: String,
     pub view: String,
-    pub page: u32,
+    /// Where this page resumes (the previous page's last row), opaque.
+    pub after: String,
 }
 
 impl Filters {
@@ -144,12 +146,12 @@ impl Filters {
             assignee: get("assignee"),
             sort: get("sort"),
             view: get("view"),
-            page: get("page").parse().unwrap_or(1).max(1),
+            after: get("after"),
         }
     }
 
-    /// The query string of these filters with another page (or view), for links.
-    pub fn query(&self, page: u32, view: &str) -> String {
+    /// The query string of these filters, with a view and where to resume, for links.
+    pub fn query(&self, after: &str, view: &str) -> String {
         let mut s = url::form_urlencoded::Serializer::new(String::new());
         for (k, v) in [
             ("status", self.status.as_str()),
@@ -158,13 +160,11 @@ impl Filters {
             ("assignee", &self.assignee),
             ("sort", &self.sort),
             ("view", view),
+            ("after", after),
         ] {
             if !v.is_empty() {
                 s.append_pair(k, v);
             }
-        }
-        if page > 1 {
-            s.append_pair("page", &page.to_string());
         }
         let q = s.finish();
         if q.is_empty() { q } else { format!("?{q}") }
@@ -181,61 +181,67 @@ impl Filters {
             && self.assignee.is_empty())
     }
 
-    /// The core filter; a value that is not one (a status, a priority) is refused.
-    fn filter(&self, project: Option<ProjectKey>) -> Result<IssueFilter, PageError> {
+    /// The core query; a value that is not one (a status, a priority, a person) is refused.
+    fn query_of(&self, project: Option<ProjectKey>) -> Result<IssueListQuery, PageError> {
         let bad = |m: &str| PageError::new(StatusCode::BAD_REQUEST, "INVALID_QUERY", m);
-        let mut f = IssueFilter {
+        let mut q = IssueListQuery {
             project,
+            limit: PAGE_ROWS,
             ..Default::default()
         };
         match self.status.as_str() {
             "" => {}
-            "open" => f.open = Some(true),
-            "closed" => f.open = Some(false),
-            s => f
+            "open" => q.open = Some(true),
+            "closed" => q.open = Some(false),
+            s => q
                 .status
                 .push(Status::parse(s).ok_or_else(|| bad("the status filter is not a status"))?),
         }
         if !self.label.is_empty() {
-            f.labels = vec![self.label.clone()];
+            q.labels = vec![self.label.clone()];
         }
         match self.priority.as_str() {
             "" => {}
-            "none" => f.priority = vec![None],
-            p => f.priority = vec![Some(
-                p.parse::<u8>()
-                    .ok()
-                    .filter(|p| *p <= 3)
-                    .ok_or_else(|| bad("the priority filter is 0 to 3, or none"))?,
-            )],
+            "none" => q.priority = vec![None],
+            p => {
+                q.priority =
+                    vec![Some(p.parse::<u8>().ok().filter(|p| *p <= 3).ok_or_else(
+                        || bad("the priority filter is 0 to 3, or none"),
+                    )?)]
+            }
         }
-        Ok(f)
+        match self.assignee.as_str() {
+            "" => {}
+            "nobody" => q.assignee = Some(AssigneeFilter::Nobody),
+            a => {
+                q.assignee = Some(AssigneeFilter::Person(
+                    Login::parse(a).ok_or_else(|| bad("the assignee filter is an e-mail"))?,
+                ))
+            }
+        }
+        if !self.sort.is_empty() {
+            q.sort = IssueSort::parse(&self.sort)
+                .ok_or_else(|| bad("the order is rank, updated, created or priority"))?;
+        }
+        if !self.after.is_empty() {
+            q.after = Some(
+                IssueCursor::parse(&self.after)
+                    .filter(|c| c.sort == q.sort)
+                    .ok_or_else(|| bad("this page's place in the list is not one"))?,
+            );
+        }
+        Ok(q)
     }
 }
 
-/// Pages of a list: `(number, query, current)`, with the way back and on.
+/// Where a list page stands: which rows of how many, and the way on.
 #[derive(Debug)]
 pub struct Pager {
-    pub first: u64,
-    pub last: u64,
+    pub shown: usize,
     pub total: i64,
-    pub prev: Option<String>,
+    /// The first page, when this one is not it.
+    pub first: Option<String>,
     pub next: Option<String>,
-}
-
-impl Pager {
-    fn of(f: &Filters, shown: usize, total: i64) -> Self {
-        let first = u64::from(f.page - 1) * u64::from(PAGE_ROWS);
-        let last = first + shown as u64;
-        Self {
-            first: if shown == 0 { first } else { first + 1 },
-            last,
-            total,
-            prev: (f.page > 1).then(|| f.query(f.page - 1, &f.view)),
-            next: (i64::try_from(last).unwrap_or(i64::MAX) < total)
-                .then(|| f.query(f.page + 1, &f.view)),
-        }
-    }
 }
 
 /// One column of the board.
@@ -262,12 +268,13 @@ async fn people(st: &crate::AppState) -> Vec<String> {
 #[template(path = "issues.html")]
 pub struct IssuesPage<'a> {
     pub chrome: Chrome<'a>,
-    /// The project (none: the person's own issues across projects).
+    /// The project `(key, name)` (none: the person's own issues across projects).
     pub project: Option<(String, String)>,
     pub heading: String,
     /// The list's base path (`/projects/KEY/issues` or `/issues`).
     pub base: String,
     pub statuses: Vec<(&'static str, String)>,
+    pub sorts: Vec<(&'static str, &'static str)>,
     pub f: Filters,
     pub rows: Vec<IssueRow>,
     pub pager: Pager,
@@ -280,11 +287,17 @@ pub struct IssuesPage<'a> {
 
 impl IssuesPage<'_> {
     pub fn list_href(&self) -> String {
-        format!("{}{}", self.base, self.f.query(1, ""))
+        format!("{}{}", self.base, self.f.query("", ""))
     }
 
     pub fn board_href(&self) -> String {
-        format!("{}{}", self.base, self.f.query(1, "board"))
+        format!("{}{}", self.base, self.f.query("", "board"))
+    }
+
+    pub fn mine_href(&self) -> String {
+        let mut f = self.f.clone();
+        f.assignee = self.me.clone();
+        format!("{}{}", self.base, f.query("", &self.f.view))
     }
 }
 
@@ -295,43 +308,65 @@ fn statuses() -> Vec<(&'static str, String)> {
         .collect()
 }
 
-/// Reads a list page, or the board's columns.
+const SORTS: [(&str, &str); 4] = [
+    ("rank", "rank"),
+    ("updated", "recently updated"),
+    ("created", "newest"),
+    ("priority", "priority"),
+];
+
+/// Reads a list page, or the board's columns (each its first cards and its count).
 async fn read_list(
     st: &crate::AppState,
     f: &Filters,
-    base: IssueFilter,
+    q: IssueListQuery,
 ) -> Result<(Vec<IssueRow>, Pager, Vec<Column>), PageError> {
     let mut columns = Vec::new();
     let mut rows = Vec::new();
-    let mut pager = Pager::of(f, 0, 0);
+    let mut pager = Pager {
+        shown: 0,
+        total: 0,
+        first: None,
+        next: None,
+    };
     if f.board() {
-        for s in Status::ALL {
-            let mut cf = base.clone();
-            if !cf.status.is_empty() && !cf.status.contains(&s) {
+        let counts = st.console.status_counts(&q).await?;
+        for (s, total) in counts {
+            if !q.status.is_empty() && !q.status.contains(&s) {
                 continue;
             }
-            cf.status = vec![s];
-            cf.open = None;
-            cf.limit = Some(BOARD_CARDS);
-            cf.offset = 0;
-            let (issues, total) = st.console.issues(cf, None).await?;
+            if q.open.is_some_and(|open| open != s.is_open()) {
+                continue;
+            }
+            let mut cq = q.clone();
+            cq.status = vec![s];
+            cq.open = None;
+            cq.after = None;
+            cq.limit = BOARD_CARDS;
+            let cards = if total > 0 {
+                st.console.issue_rows(&cq).await?.rows
+            } else {
+                Vec::new()
+            };
             let mut more = f.clone();
             more.status = s.as_str().to_owned();
             columns.push(Column {
                 status: s.as_str(),
                 title: status_words(s.as_str()),
                 total,
-                cards: issues.iter().map(IssueRow::of).collect(),
-                more: more.query(1, ""),
+                cards: cards.iter().map(IssueRow::of).collect(),
+                more: more.query("", ""),
             });
         }
     } else {
-        let mut lf = base;
-        lf.limit = Some(PAGE_ROWS);
-        lf.offset = (f.page - 1).saturating_mul(PAGE_ROWS);
-        let (issues, total) = st.console.issues(lf, None).await?;
-        rows = issues.iter().map(IssueRow::of).collect();
-        pager = Pager::of(f, rows.len(), total);
+        let page = st.console.issue_rows(&q).await?;
+        rows = page.rows.iter().map(IssueRow::of).collect();
+        pager = Pager {
+            shown: rows.len(),
+            total: page.total,
+            first: (!f.after.is_empty()).then(|| f.query("", "")),
+            next: page.next.map(|n| f.query(&n, "")),
+        };
     }
     Ok((rows, pager, columns))
 }
@@ -351,10 +386,10 @@ pub async fn issues_page(
         return Err(no_project(&project));
     };
     let f = Filters::of(&q);
-    let base = f.filter(Some(key.clone()))?;
-    let (rows, pager, columns) = read_list(&st, &f, base).await?;
+    let query = f.query_of(Some(key.clone()))?;
+    let (rows, pager, columns) = read_list(&st, &f, query).await?;
     let empty_project = !f.any() && pager.total == 0 && columns.iter().all(|c| c.total == 0);
-    let heading = format!("{} issues", p.name);
+    let heading = format!("{} · {}", key, p.name);
     Ok(page(
         StatusCode::OK,
         &IssuesPage {
@@ -363,6 +398,7 @@ pub async fn issues_page(
             heading: heading.clone(),
             base: format!("/projects/{key}/issues"),
             statuses: statuses(),
+            sorts: SORTS.to_vec(),
             f,
             rows,
             pager,
@@ -379,7 +415,7 @@ fn no_project(key: &str) -> PageError {
         .back("/projects", "See the projects")
 }
 
-/// `GET /issues`: the person's issues, across projects (open ones unless asked otherwise).
+/// `GET /issues`: the person's issues across projects (another person's with `?assignee=`).
 pub async fn my_issues_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
@@ -390,9 +426,15 @@ pub async fn my_issues_page(
     if f.assignee.is_empty() {
         f.assignee = h.login.to_string();
     }
-    let base = f.filter(None)?;
-    let (rows, pager, columns) = read_list(&st, &f, base).await?;
-    let heading = "Your issues".to_owned();
+    let query = f.query_of(None)?;
+    let (rows, pager, columns) = read_list(&st, &f, query).await?;
+    let heading = if f.assignee == h.login.as_str() {
+        "Your issues".to_owned()
+    } else if f.assignee == "nobody" {
+        "Issues assigned to nobody".to_owned()
+    } else {
+        format!("Issues of {}", f.assignee)
+    };
     Ok(page(
         StatusCode::OK,
         &IssuesPage {
@@ -401,6 +443,7 @@ pub async fn my_issues_page(
             heading: heading.clone(),
             base: "/issues".into(),
             statuses: statuses(),
+            sorts: SORTS.to_vec(),
             f,
             rows,
             pager,
@@ -451,7 +494,11 @@ pub enum Entry {
         at: When,
     },
     /// A history line in words ("ada changed status from todo to in progress").
-    Change { by: String, what: String, at: When },
+    Change {
+        by: String,
+        what: String,
+        at: When,
+    },
 }
 
 #[derive(Debug)]
@@ -529,17 +576,9 @@ fn comment_entry(c: &CommentView, docs: &HashMap<String, String>) -> CommentEntr
                 docs.get(a).cloned().unwrap_or_else(|| "a document".into()),
             )
         }),
-        quote: c
-            .quote
-            .as_ref()
-            .and_then(|q| serde_json::to_value(q).ok())
-            .and_then(|v| v["text"].as_str().map(str::to_owned))
-            .unwrap_or_default(),
+        quote: c.quote.as_ref().map(|q| q.exact.clone()).unwrap_or_default(),
         mentions: c.mentions.iter().map(|m| m.session_id.clone()).collect(),
-        resolved: c
-            .thread_state
-            .and_then(|s| serde_json::to_value(s).ok())
-            .is_some_and(|v| v == "resolved"),
+        resolved: c.thread_state == Some(ThreadState::Resolved),
         edited: c.edited_at.is_some(),
         replies: Vec::new(),
     }
@@ -555,7 +594,11 @@ fn value_words(field: &str, v: &Value) -> String {
         Value::Array(a) if a.is_empty() => "none".into(),
         Value::Array(a) => a
             .iter()
-            .map(|x| x.as_str().map(str::to_owned).unwrap_or_else(|| x.to_string()))
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| x.to_string())
+            })
             .collect::<Vec<_>>()
             .join(", "),
         other => other.to_string(),
@@ -612,8 +655,9 @@ pub fn event_words(e: &Event) -> Option<String> {
         "suggestion.accepted" => "accepted a suggestion".into(),
         "suggestion.rejected" => "rejected a suggestion".into(),
         "ask.answered" | "ask.retracted" | "ask.resolved" | "ask.reworded" => return None,
-        "comment.created" | "comment.edited" | "ask.opened" | "ask.followed"
-        | "ask.unfollowed" => return None,
+        "comment.created" | "comment.edited" | "ask.opened" | "ask.followed" | "ask.unfollowed" => {
+            return None;
+        }
         "message.sent" | "message.replied" | "message.accepted" => return None,
         "document.edited" => "edited a document".into(),
         other => other.replace(['.', '_'], " "),
@@ -699,21 +743,34 @@ pub async fn issue_page(
             roots.push(entry);
         }
     }
+    /// A root's replies, and theirs, in thread order (shown as one list under the root).
     fn attach(e: &mut CommentEntry, replies: &mut HashMap<String, Vec<CommentEntry>>) {
-        let mut mine = replies.remove(&e.id).unwrap_or_default();
-        for r in &mut mine {
-            attach(r, replies);
+        fn under(
+            id: &str,
+            replies: &mut HashMap<String, Vec<CommentEntry>>,
+            out: &mut Vec<CommentEntry>,
+        ) {
+            for r in replies.remove(id).unwrap_or_default() {
+                let rid = r.id.clone();
+                out.push(r);
+                under(&rid, replies, out);
+            }
         }
-        e.replies = mine;
+        let mut out = Vec::new();
+        under(&e.id, replies, &mut out);
+        e.replies = out;
     }
     for (mut e, at) in roots.into_iter().zip(root_at) {
         attach(&mut e, &mut replies);
         timeline.push((at, Entry::Comment(e)));
     }
     for a in &asks {
-        let mut rs = ask_replies.remove(&a.id).unwrap_or_default();
-        for r in &mut rs {
-            attach(r, &mut replies);
+        let mut rs = Vec::new();
+        for mut r in ask_replies.remove(&a.id).unwrap_or_default() {
+            attach(&mut r, &mut replies);
+            let more = std::mem::take(&mut r.replies);
+            rs.push(r);
+            rs.extend(more);
         }
         timeline.push((a.created_at, Entry::Ask(Box::new(ask_entry(a, rs)))));
     }
@@ -839,7 +896,13 @@ fn ask_entry(a: &AskView, replies: Vec<CommentEntry>) -> AskEntry {
         answered_by: a
             .answer
             .as_ref()
-            .map(|ans| format!("{} at {}", actor_text(&ans.by), ans.at.format(crate::html::TIME_FORMAT)))
+            .map(|ans| {
+                format!(
+                    "{} at {}",
+                    actor_text(&ans.by),
+                    ans.at.format(crate::html::TIME_FORMAT)
+                )
+            })
             .unwrap_or_default(),
         closed: a.closed.as_ref().map(|c| {
             format!(

@@ -13,3 +13,4 @@ mod messages;
 mod pages;
 mod repos;
 mod work;
+mod work_pages;
