@@ -14,3 +14,4 @@ mod pages;
 mod person;
 mod repos;
 mod work;
+mod work_pages;
