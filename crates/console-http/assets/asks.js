@@ -127,7 +127,9 @@
         const body = { body: value };
         const quote = f.querySelector("input[name=quote]");
         const replacement = f.querySelector("input[name=replacement]");
+        const block = f.querySelector("input[name=block]");
         if (quote && quote.value) body.quote = { exact: quote.value };
+        if (quote && quote.value && block && block.value) body.block = block.value;
         if (quote && quote.value && replacement && replacement.value) {
           body.suggestion = { replacement: replacement.value };
         }

@@ -248,10 +248,14 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/history", HumanOnly, Page, [], "what the person decided through this console, newest first", pages::history_page),
     route!(GET "/projects", HumanOnly, Page, [], "the projects, each with its issue list", pages::projects_page),
     route!(GET "/projects/{key}/issues", HumanOnly, Page, [], "a project's issues, filtered by status and label", pages::issues_page),
-    route!(GET "/search", HumanOnly, Page, [], "search from the header: issues by their words", pages::search_page),
+    route!(GET "/search", HumanOnly, Page, [], "search from the header: issues, documents, asks, comments and messages by their words, each linked to its page", pages::search::search_page),
     route!(GET "/issues/{key}", HumanOnly, Page, [], "one issue: its fields, children, claim and history, updated live", pages::issue_page),
     // ----- pages: documents (issue 12) -----
     route!(GET "/artifacts/{id}", HumanOnly, Page, [], "one document: its rendered blocks, versions and a diff between two, updated live", pages::documents::document_page),
+    route!(GET "/artifacts/{id}/versions/{number}", HumanOnly, Page, [], "one version of a document, rendered (a file's or image's to download)", pages::documents::version_page),
+    route!(GET "/artifacts/{id}/edit", HumanOnly, Page, [], "the markdown editor with a preview; a stale save shows what changed and keeps the person's text", pages::documents::edit_page),
+    route!(POST "/documents/preview", HumanOnly, Page, [], "markdown rendered as the document page renders it, for the editor's preview", pages::documents::preview),
+    route!(GET "/projects/{key}/documents", HumanOnly, Page, [], "a project's documents and files, with the forms that write and upload one", pages::documents::list_page),
     route!(GET "/assets/documents.js", Anyone, Page, [], "the document page's script", pages::documents::script),
     route!(GET "/assets/documents.css", Anyone, Page, [], "the document page's style sheet", pages::documents::style),
     // ----- pages: asks and the inbox (issue 13) -----

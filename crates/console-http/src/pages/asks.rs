@@ -4,7 +4,7 @@
 
 use askama::Template;
 use axum::Extension;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::asks::{Inbox, InboxRow};
@@ -349,6 +349,12 @@ pub struct DiscussionPage<'a> {
     pub html: String,
     pub threads: Vec<ThreadView>,
     pub asks: Vec<AskRow>,
+    /// The comment form's fields as a link from the document page fills them (`?quote=`,
+    /// `?block=`, `?suggest=1`: the replacement starts as the quote).
+    pub quote: String,
+    pub block: String,
+    pub replacement: String,
+    pub body: String,
 }
 
 /// `GET /artifacts/{id}/discussion`: a document with its comment threads beside it, each
@@ -357,6 +363,7 @@ pub async fn discussion_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
 ) -> Response {
     use countersign_console_core::work::asks::{SuggestionState, ThreadState};
     let h = match human(&caller) {
@@ -430,6 +437,14 @@ pub async fn discussion_page(
                 .iter()
                 .map(|a| AskRow::of(&summary(a), &a.updated_at, None))
                 .collect(),
+            quote: q.get("quote").cloned().unwrap_or_default(),
+            block: q.get("block").cloned().unwrap_or_default(),
+            replacement: if q.get("suggest").is_some_and(|s| s == "1") {
+                q.get("quote").cloned().unwrap_or_default()
+            } else {
+                String::new()
+            },
+            body: String::new(),
         },
     )
 }

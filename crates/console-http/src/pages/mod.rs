@@ -23,6 +23,7 @@ pub mod asks;
 pub mod delivery;
 pub mod documents;
 pub mod messages;
+pub mod search;
 
 pub(crate) type St = State<Arc<AppState>>;
 
