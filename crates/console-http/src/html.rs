@@ -107,15 +107,24 @@ pub struct Chrome<'a> {
     pub active: &'a str,
 }
 
+/// The main navigation: work and people, then the delivery pages.
 const NAV: &[(&str, &str)] = &[
     ("/", "Inbox"),
-    ("/projects", "Issues"),
+    ("/issues", "Issues"),
+    ("/projects", "Projects"),
     ("/sessions", "Sessions"),
+    ("/broadcasts", "Broadcasts"),
+    ("/delivery", "Delivery"),
+    ("/delivery/pipeline", "Pipeline"),
+];
+
+/// The second row: secrets, machines, tokens and what the person decided.
+const MORE: &[(&str, &str)] = &[
     ("/machines/approve", "Approve a machine"),
     ("/grants", "Grants"),
     ("/machines", "Machines"),
     ("/tokens", "Agent tokens"),
-    ("/history", "History"),
+    ("/history", "Decisions"),
 ];
 
 impl Chrome<'_> {
@@ -125,6 +134,26 @@ impl Chrome<'_> {
             .map(|(href, label)| (*href, *label, *href == self.active))
             .collect()
     }
+
+    /// The second navigation row, as [`Chrome::nav`].
+    pub fn more(&self) -> Vec<(&'static str, &'static str, bool)> {
+        MORE.iter()
+            .map(|(href, label)| (*href, *label, *href == self.active))
+            .collect()
+    }
+}
+
+/// An error page inside the layout: the status, what went wrong and a way back.
+#[derive(Debug, Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub status: u16,
+    pub reason: &'a str,
+    pub code: &'a str,
+    pub message: &'a str,
+    /// Where "back" goes: `(href, label)`.
+    pub back: (&'a str, &'a str),
 }
 
 fn who_decides(rec: &CredentialRecord, me: &Login) -> String {

@@ -140,7 +140,17 @@ pub fn state(console: Console, config: &Config) -> AppState {
 /// The message of the fallback, which the route-table test tells apart from a handler's 404.
 pub const NO_ROUTE: &str = "no route has this method and path";
 
-async fn no_route() -> Response {
+/// No route: JSON for API callers; a browser asking for a page gets the 404 page in the layout.
+async fn no_route(req: Request) -> Response {
+    let path = req.uri().path();
+    let wants_html = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"));
+    if wants_html && !path.starts_with("/api/") && !path.starts_with("/link/") {
+        return crate::pages::no_page();
+    }
     ApiError(Error::with_message(ErrorCode::NOT_FOUND, NO_ROUTE)).into_response()
 }
 
@@ -152,9 +162,14 @@ pub fn router(state: Arc<AppState>) -> Router {
             let auth =
                 middleware::from_fn_with_state((state.clone(), *spec), crate::auth::authenticate);
             let rules = middleware::from_fn_with_state(*spec, request_rules);
+            // Inside the caller's check: a page's error is framed with the person's navigation.
+            let faults = middleware::from_fn(crate::pages::render_faults);
             router.route(
                 spec.path,
-                (spec.handler)().route_layer(rules).route_layer(auth),
+                (spec.handler)()
+                    .route_layer(rules)
+                    .route_layer(faults)
+                    .route_layer(auth),
             )
         })
         .fallback(no_route)
