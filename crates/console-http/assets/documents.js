@@ -1,6 +1,6 @@
-// Countersign console: the document pages. The document page follows the event stream (its
-// section is fetched again and swapped in when the document is edited, versioned, rebuilt or
-// reviewed); its forms name a version and review one. The editor saves one quote-anchored
+// Countersign console: the document pages (their live sections and plain API forms are
+// console.js's data-live and data-api; see its contract). The review form sends the latest
+// version the page shows. The editor saves one quote-anchored
 // edit guarded by the token the person started from: a stale save (409 DOCUMENT_CHANGED)
 // applies nothing, and the page shows what changed and keeps the person's text (never a
 // silent merge). Selecting text in a document offers to comment on it or suggest a change,
@@ -26,103 +26,31 @@
   }
   const enc = encodeURIComponent;
 
-  // ----- live: a section fetched again and swapped in, one fetch at a time -----
-  function liveSection(section, kinds, about) {
-    let fetching = null;
-    let again = false;
-    const refresh = async function () {
-      if (fetching) { again = true; return; }
-      fetching = (async function () {
-        do {
-          again = false;
-          try {
-            const r = await fetch(window.location.pathname + window.location.search,
-              { credentials: "same-origin", cache: "no-store" });
-            if (r.redirected || r.status === 401) { window.location.reload(); return; }
-            const doc = new DOMParser().parseFromString(await r.text(), "text/html");
-            const fresh = doc.getElementById(section.id);
-            if (fresh) {
-              // Keep what the person is typing in the section's forms.
-              const typed = {};
-              section.querySelectorAll("input[id], textarea[id]").forEach(function (f) {
-                if (f.value) typed[f.id] = f.value;
-              });
-              section.innerHTML = fresh.innerHTML;
-              Object.keys(typed).forEach(function (id) {
-                const f = document.getElementById(id);
-                if (f) f.value = typed[id];
-              });
-            }
-          } catch (e) {
-            // The next event tries again.
-          }
-        } while (again);
-      })();
-      await fetching;
-      fetching = null;
-    };
-    if (cs.live) {
-      cs.live(kinds, function (env) { if (about(env)) refresh(); });
-    } else if (typeof EventSource === "function") {
-      const stream = new EventSource("/api/v1/events");
-      kinds.forEach(function (kind) {
-        stream.addEventListener(kind, function (ev) {
-          let env;
-          try { env = JSON.parse(ev.data); } catch (e) { return; }
-          if (about(env)) refresh();
-        });
-      });
-      window.addEventListener("pagehide", function () { stream.close(); });
-    }
-    return refresh;
-  }
-
-  // ----- the document page -----
-  const section = document.querySelector("[data-live-artifact]");
-  let refreshDocument = function () {};
-  if (section) {
-    const id = section.getAttribute("data-live-artifact");
-    refreshDocument = liveSection(section,
-      ["document.edited", "document.versioned", "document.rebuilt", "document.created",
-        "approval.approved", "approval.changes_requested"],
-      function (env) { return env && (env.artifact === id || (env.data && env.data.artifact === id)); });
-    const result = function () { return document.getElementById("doc-result"); };
-    document.addEventListener("submit", async function (ev) {
-      const f = ev.target;
-      if (!(f instanceof HTMLFormElement)) return;
-      if (f.id === "name-version") {
-        ev.preventDefault();
-        const name = f.querySelector("input[name=name]").value.trim();
-        if (!name) return;
-        const b = f.querySelector("button[type=submit]");
-        b.disabled = true;
-        try {
-          const v = await api("POST", "/api/v1/artifacts/" + enc(id) + "/versions", { name: name });
-          f.reset();
-          say(result(), "ok", "Version " + v.number + " is named “" + name + "”.");
-          await refreshDocument();
-        } catch (e) {
-          failed(result(), e);
-        } finally {
-          b.disabled = false;
-        }
-      } else if (f.id === "review") {
-        ev.preventDefault();
-        const outcome = ev.submitter ? ev.submitter.value : "approve";
-        const body = f.querySelector("textarea[name=body]").value.trim();
-        const version = Number(f.getAttribute("data-version"));
-        const req = { outcome: outcome, version: version };
-        if (body) req.body = body;
-        f.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
-        try {
-          await api("POST", "/api/v1/artifacts/" + enc(id) + "/reviews", req);
-          say(result(), "ok", outcome === "approve" ? "You approved version " + version + "."
-            : "You asked for changes to version " + version + ".");
-          await refreshDocument();
-        } catch (e) {
-          failed(result(), e);
-          f.querySelectorAll("button").forEach(function (b) { b.disabled = false; });
-        }
+  // ----- the document page: reviews (its live section is console.js's data-live) -----
+  const review = document.getElementById("review");
+  if (review) {
+    const id = review.getAttribute("data-artifact");
+    const result = document.getElementById("doc-result");
+    review.addEventListener("submit", async function (ev) {
+      ev.preventDefault();
+      const outcome = ev.submitter ? ev.submitter.value : "approve";
+      const body = review.querySelector("textarea[name=body]").value.trim();
+      const latest = document.getElementById("latest-version");
+      const version = Number(latest ? latest.getAttribute("data-version") : "0");
+      const req = { outcome: outcome, version: version };
+      if (body) req.body = body;
+      const buttons = review.querySelectorAll("button");
+      buttons.forEach(function (b) { b.disabled = true; });
+      try {
+        await api("POST", "/api/v1/artifacts/" + enc(id) + "/reviews", req);
+        review.reset();
+        say(result, "ok", outcome === "approve" ? "You approved version " + version + "."
+          : "You asked for changes to version " + version + ".");
+        if (cs.refresh) await cs.refresh();
+      } catch (e) {
+        failed(result, e);
+      } finally {
+        buttons.forEach(function (b) { b.disabled = false; });
       }
     });
   }
@@ -432,10 +360,5 @@
         b.disabled = false;
       }
     });
-    const list = document.querySelector("[data-live-documents]");
-    if (list) {
-      liveSection(list, ["document.created", "document.edited", "document.versioned"],
-        function () { return true; });
-    }
   }
 })();

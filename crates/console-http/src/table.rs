@@ -261,6 +261,7 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- pages: asks and the inbox (issue 13) -----
     route!(GET "/artifacts/{id}/discussion", HumanOnly, Page, [], "a document with its comment threads beside it: suggestions as diffs to accept or reject, its asks", pages::asks::discussion_page),
     route!(GET "/asks/{id}", HumanOnly, Page, [], "one ask: answer it with its options in one click, its replies and history", pages::asks::ask_page),
+    route!(GET "/answers", HumanOnly, Page, [], "the person's own answers and replies on asks, and the credential requests they decided", pages::asks::answers_page),
     route!(GET "/assets/asks.js", Anyone, Page, [], "the asks pages' script", pages::asks::script),
     route!(GET "/assets/asks.css", Anyone, Page, [], "the asks pages' style sheet", pages::asks::style),
     // ----- pages: conversations, relay, broadcasts (issue 14) -----
@@ -275,6 +276,7 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- pages: delivery and architecture (issue 15) -----
     route!(GET "/delivery", HumanOnly, Page, [], "the delivery timeline with facets, the daily chart and the measures against targets", pages::delivery::timeline_page),
     route!(GET "/delivery/pipeline", HumanOnly, Page, [], "the pipeline page over seven UTC days", pages::delivery::pipeline_page),
+    route!(GET "/settings", HumanOnly, Page, [], "the delivery settings, each project's architecture source and the repository mappings, as forms", pages::delivery::settings_page),
     route!(GET "/projects/{key}/components", HumanOnly, Page, [], "a project's component tree with its issues", pages::delivery::components_page),
     route!(POST "/sign-out", HumanOnly, Page, [], "sign out (ends the browser session)", pages::sign_out),
     route!(GET "/sign-in", Anyone, Page, [], "sign-in page", pages::sign_in_page),

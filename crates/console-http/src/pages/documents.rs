@@ -22,8 +22,8 @@ use countersign_console_core::work::asks::Review;
 use countersign_console_core::work::documents::{ArtifactKind, ArtifactView, VersionInfo};
 use similar::{ChangeTag, TextDiff};
 
-use super::{St, chrome, error_text, html_response, human, page, status_of};
-use crate::html::{Chrome, When, notice, when};
+use super::{PageError, PageResult, St, chrome, error_text, html_response, human, page};
+use crate::html::{Chrome, When, when};
 
 const SCRIPT: &str = include_str!("../../assets/documents.js");
 const STYLE: &str = include_str!("../../assets/documents.css");
@@ -272,34 +272,26 @@ pub fn diff_lines(old: &str, new: &str) -> Vec<DiffLine> {
     out
 }
 
-fn fail(_h: &countersign_console_core::Human, e: &countersign_console_core::Error) -> Response {
-    page(status_of(e), &notice("error", error_text(e)))
-}
-
 pub async fn document_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    let a = match st.console.artifact(&id).await {
-        Ok(a) => a,
-        Err(e) => return fail(h, &e),
-    };
+) -> PageResult {
+    let h = human(&caller)?;
+    let a = st.console.artifact(&id).await.map_err(|e| {
+        PageError::from(e).back("/projects", "Back to the projects")
+    })?;
     let is_document = a.kind == ArtifactKind::Document;
     let (html, versions) = if is_document {
         match st.console.rendered(&a.id).await {
             Ok(r) => (r.html, r.versions),
-            Err(e) => return fail(h, &e),
+            Err(e) => return Err(e.into()),
         }
     } else {
         match st.console.versions(&a.id).await {
             Ok(v) => (String::new(), v),
-            Err(e) => return fail(h, &e),
+            Err(e) => return Err(e.into()),
         }
     };
     let reviews = if is_document {
@@ -349,7 +341,7 @@ pub async fn document_page(
             None => format!("{} ({})", v.number, v.kind.as_str()),
         })
         .unwrap_or_else(|| "none yet".into());
-    page(
+    Ok(page(
         StatusCode::OK,
         &DocumentPage {
             chrome: chrome("Document", h, "/projects"),
@@ -371,7 +363,7 @@ pub async fn document_page(
             latest,
             a,
         },
-    )
+    ))
 }
 
 /// `GET /artifacts/{id}/versions/{number}`: one version as a page (a document's rendered, a
@@ -380,37 +372,30 @@ pub async fn version_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
     Path((id, number)): Path<(String, String)>,
-) -> Response {
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    let a = match st.console.artifact(&id).await {
-        Ok(a) => a,
-        Err(e) => return fail(h, &e),
-    };
+) -> PageResult {
+    let h = human(&caller)?;
+    let a = st.console.artifact(&id).await.map_err(|e| {
+        PageError::from(e).back("/projects", "Back to the projects")
+    })?;
     let versions = match st.console.versions(&a.id).await {
         Ok(v) => v,
-        Err(e) => return fail(h, &e),
+        Err(e) => return Err(e.into()),
     };
     let Some(info) = number
         .parse::<i64>()
         .ok()
         .and_then(|n| versions.iter().find(|v| v.number == n))
     else {
-        return fail(
-            h,
-            &countersign_console_core::Error::with_message(
-                countersign_console_core::ErrorCode::NOT_FOUND,
-                format!("{} has no version {number}", a.filename),
-            ),
+        return Err(
+            PageError::not_found(format!("{} has no version {number}.", a.filename))
+                .back(format!("/artifacts/{}", a.id), format!("Back to {}", a.filename)),
         );
     };
     let n = info.number;
     let (html, image) = match st.console.version(&a.id, &n.to_string()).await {
         Ok(VersionRead::Document(d)) => (render(&d.markdown), false),
         Ok(VersionRead::Bytes { image, .. }) => (String::new(), image),
-        Err(e) => return fail(h, &e),
+        Err(e) => return Err(e.into()),
     };
     let heading = match &info.name {
         Some(name) => format!("{} · version {n} “{name}”", a.filename),
@@ -422,7 +407,7 @@ pub async fn version_page(
         .find(|v| v.number < n)
         .map(|v| v.number);
     let next = versions.iter().find(|v| v.number > n).map(|v| v.number);
-    page(
+    Ok(page(
         StatusCode::OK,
         &VersionPage {
             chrome: chrome("Version", h, "/projects"),
@@ -438,7 +423,7 @@ pub async fn version_page(
             next,
             a,
         },
-    )
+    ))
 }
 
 /// `GET /artifacts/{id}/edit`: the markdown editor, with the token the text was read at.
@@ -446,20 +431,16 @@ pub async fn edit_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    let a = match st.console.artifact(&id).await {
-        Ok(a) => a,
-        Err(e) => return fail(h, &e),
-    };
+) -> PageResult {
+    let h = human(&caller)?;
+    let a = st.console.artifact(&id).await.map_err(|e| {
+        PageError::from(e).back("/projects", "Back to the projects")
+    })?;
     let text = match st.console.text(&a.id).await {
         Ok(t) => t,
-        Err(e) => return fail(h, &e),
+        Err(e) => return Err(e.into()),
     };
-    page(
+    Ok(page(
         StatusCode::OK,
         &EditPage {
             chrome: chrome("Edit a document", h, "/projects"),
@@ -468,7 +449,7 @@ pub async fn edit_page(
             token: text.token,
             a,
         },
-    )
+    ))
 }
 
 /// `POST /documents/preview`: markdown (the body) rendered as the document page renders it.
@@ -492,33 +473,25 @@ pub async fn list_page(
     Extension(caller): Extension<Caller>,
     Path(key): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
+) -> PageResult {
+    let h = human(&caller)?;
     let project = match st.console.projects().await {
         Ok(ps) => ps.into_iter().find(|p| p.key.as_str() == key),
-        Err(e) => return fail(h, &e),
+        Err(e) => return Err(e.into()),
     };
     let Some(project) = project else {
-        return fail(
-            h,
-            &countersign_console_core::Error::with_message(
-                countersign_console_core::ErrorCode::NOT_FOUND,
-                format!("no project has the key {key}"),
-            ),
-        );
+        return Err(PageError::not_found(format!("No project has the key {key}."))
+            .back("/projects", "Back to the projects"));
     };
     let rows = match st.console.artifacts_of(At::Project(project.key.as_str())).await {
         Ok(list) => list.iter().rev().map(DocumentRow::of).collect(),
-        Err(e) => return fail(h, &e),
+        Err(e) => return Err(e.into()),
     };
     let issue = q
         .get("issue")
         .map(|i| i.trim().to_owned())
         .unwrap_or_default();
-    page(
+    Ok(page(
         StatusCode::OK,
         &ListPage {
             chrome: chrome("Documents", h, "/projects"),
@@ -527,7 +500,7 @@ pub async fn list_page(
             issue,
             rows,
         },
-    )
+    ))
 }
 
 pub async fn script() -> Response {

@@ -11,5 +11,6 @@ mod documents;
 mod mcp;
 mod messages;
 mod pages;
+mod person_pages;
 mod repos;
 mod work;
