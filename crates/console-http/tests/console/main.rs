@@ -8,6 +8,7 @@ mod common;
 mod delivery;
 mod dev;
 mod documents;
+mod first_day;
 mod mcp;
 mod messages;
 mod pages;
