@@ -12,7 +12,7 @@ use countersign_console_core::work::Actor;
 use countersign_console_core::work::asks::{AskOption, AskView, InboxAsk, Turn};
 use countersign_console_core::{Caller, Time};
 
-use super::{St, chrome, error_text, human, page, status_of};
+use super::{St, chrome, error_text, human, page};
 use crate::html::{self, Chrome, InboxRows, Notice, When, notice};
 
 const SCRIPT: &str = include_str!("../../assets/asks.js");
@@ -247,7 +247,11 @@ pub async fn ask_page(
     };
     let a = match st.console.ask(&id).await {
         Ok(a) => a,
-        Err(e) => return page(status_of(&e), &notice("error", error_text(&e))),
+        Err(e) => {
+            return super::PageError::from(e)
+                .back("/", "Back to your inbox")
+                .into_response();
+        }
     };
     let question_rest = a
         .question
@@ -371,7 +375,7 @@ pub async fn discussion_page(
         Err(r) => return *r,
     };
     let fail =
-        |e: countersign_console_core::Error| page(status_of(&e), &notice("error", error_text(&e)));
+        |e: countersign_console_core::Error| super::PageError::from(e).into_response();
     let rendered = match st.console.rendered(&id).await {
         Ok(r) => r,
         Err(e) => return fail(e),

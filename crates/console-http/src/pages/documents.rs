@@ -279,9 +279,11 @@ pub async fn document_page(
     Query(q): Query<HashMap<String, String>>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let a = st.console.artifact(&id).await.map_err(|e| {
-        PageError::from(e).back("/projects", "Back to the projects")
-    })?;
+    let a = st
+        .console
+        .artifact(&id)
+        .await
+        .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
     let is_document = a.kind == ArtifactKind::Document;
     let (html, versions) = if is_document {
         match st.console.rendered(&a.id).await {
@@ -374,9 +376,11 @@ pub async fn version_page(
     Path((id, number)): Path<(String, String)>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let a = st.console.artifact(&id).await.map_err(|e| {
-        PageError::from(e).back("/projects", "Back to the projects")
-    })?;
+    let a = st
+        .console
+        .artifact(&id)
+        .await
+        .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
     let versions = match st.console.versions(&a.id).await {
         Ok(v) => v,
         Err(e) => return Err(e.into()),
@@ -387,8 +391,10 @@ pub async fn version_page(
         .and_then(|n| versions.iter().find(|v| v.number == n))
     else {
         return Err(
-            PageError::not_found(format!("{} has no version {number}.", a.filename))
-                .back(format!("/artifacts/{}", a.id), format!("Back to {}", a.filename)),
+            PageError::not_found(format!("{} has no version {number}.", a.filename)).back(
+                format!("/artifacts/{}", a.id),
+                format!("Back to {}", a.filename),
+            ),
         );
     };
     let n = info.number;
@@ -433,9 +439,11 @@ pub async fn edit_page(
     Path(id): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let a = st.console.artifact(&id).await.map_err(|e| {
-        PageError::from(e).back("/projects", "Back to the projects")
-    })?;
+    let a = st
+        .console
+        .artifact(&id)
+        .await
+        .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
     let text = match st.console.text(&a.id).await {
         Ok(t) => t,
         Err(e) => return Err(e.into()),
@@ -480,10 +488,16 @@ pub async fn list_page(
         Err(e) => return Err(e.into()),
     };
     let Some(project) = project else {
-        return Err(PageError::not_found(format!("No project has the key {key}."))
-            .back("/projects", "Back to the projects"));
+        return Err(
+            PageError::not_found(format!("No project has the key {key}."))
+                .back("/projects", "Back to the projects"),
+        );
     };
-    let rows = match st.console.artifacts_of(At::Project(project.key.as_str())).await {
+    let rows = match st
+        .console
+        .artifacts_of(At::Project(project.key.as_str()))
+        .await
+    {
         Ok(list) => list.iter().rev().map(DocumentRow::of).collect(),
         Err(e) => return Err(e.into()),
     };

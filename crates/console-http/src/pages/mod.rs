@@ -135,7 +135,11 @@ impl From<Error> for PageError {
 impl From<Box<Response>> for PageError {
     /// A refusal already rendered (not a person: [`human`]) keeps its status.
     fn from(r: Box<Response>) -> Self {
-        Self::new(r.status(), "HUMAN_ONLY", "this page is for a signed-in person")
+        Self::new(
+            r.status(),
+            "HUMAN_ONLY",
+            "this page is for a signed-in person",
+        )
     }
 }
 

@@ -54,7 +54,11 @@ impl SearchPage<'_> {
 
 /// One line of at most `max` characters (an ellipsis marks the cut).
 fn line(text: &str, max: usize) -> String {
-    let first = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
     let flat: String = first.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= max {
         flat

@@ -281,9 +281,7 @@ async fn a_first_day_in_chromium() -> anyhow::Result<()> {
     };
     let result = walk(&mut w, &agent, &console).await;
     if let Err(e) = &result {
-        let _ = b
-            .screenshot(&w.shots.join("first-day-failed.png"))
-            .await;
+        let _ = b.screenshot(&w.shots.join("first-day-failed.png")).await;
         eprintln!(
             "the walk failed at {}: {e:#}",
             w.path().await.unwrap_or_default()
@@ -328,7 +326,8 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
         w.follow("WALK").await?;
     }
     w.sees("WALK").await?;
-    w.js("document.activeElement && document.activeElement.blur(); return 1").await?;
+    w.js("document.activeElement && document.activeElement.blur(); return 1")
+        .await?;
     w.b.keys("c").await?;
     w.fill("Title", "Safari checkout breaks").await?;
     w.press("Create issue").await?;
@@ -380,7 +379,9 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
     w.sees("The Safari layout shifts the pay button.").await?;
     w.sees("Ship the Safari fix today?").await?;
     anyhow::ensure!(
-        w.js("return document.body.getAttribute('data-not-reloaded')").await? == json!("1"),
+        w.js("return document.body.getAttribute('data-not-reloaded')")
+            .await?
+            == json!("1"),
         "the issue page reloaded"
     );
     w.check("issue-live").await?;
@@ -434,11 +435,7 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
     .await?;
     w.press("Create document").await?;
     w.b.wait_text("h1", "checkout-plan.md", 15).await?;
-    let doc = w
-        .path()
-        .await?
-        .trim_start_matches("/artifacts/")
-        .to_owned();
+    let doc = w.path().await?.trim_start_matches("/artifacts/").to_owned();
     w.sees("Move the pay button above the fold.").await?;
     w.check("document").await?;
 
@@ -483,14 +480,19 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
         .await?;
     w.b.wait_text("#stale-theirs", "Chrome", 5).await?;
     w.b.wait_text("#stale-mine", "winter sale", 5).await?;
-    let kept = w.js("return document.getElementById('stale-kept').value").await?;
+    let kept = w
+        .js("return document.getElementById('stale-kept').value")
+        .await?;
     anyhow::ensure!(
         kept.as_str().unwrap_or("").contains("winter sale"),
         "{kept}"
     );
     let md = agent.get(&format!("/api/v1/artifacts/{doc}/text")).await?;
     anyhow::ensure!(
-        !md.json["markdown"].as_str().unwrap_or("").contains("winter sale"),
+        !md.json["markdown"]
+            .as_str()
+            .unwrap_or("")
+            .contains("winter sale"),
         "a stale save applied: {}",
         md.text
     );
@@ -558,9 +560,12 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
     );
 
     // ----- search: `/`, then every result link answers -----
-    w.js("document.activeElement && document.activeElement.blur(); return 1").await?;
+    w.js("document.activeElement && document.activeElement.blur(); return 1")
+        .await?;
     w.b.keys("/").await?;
-    let focused = w.js("return document.activeElement && document.activeElement.id").await?;
+    let focused = w
+        .js("return document.activeElement && document.activeElement.id")
+        .await?;
     anyhow::ensure!(focused == json!("header-search"), "`/` focused {focused}");
     w.b.keys("safar\u{E007}").await?;
     w.b.wait_for("ol.results", 10).await?;
@@ -592,7 +597,8 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
         )
         .await?;
     w.b.click(&s1).await?;
-    w.fill("Message", "Freeze merges until the Safari fix ships.").await?;
+    w.fill("Message", "Freeze merges until the Safari fix ships.")
+        .await?;
     let send = w.control("Send to the selected").await?;
     w.js(&format!(
         "const b = document.querySelector('{send}'); b.click(); b.click(); return 1"
@@ -600,7 +606,9 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
     .await?;
     w.b.wait_text("#broadcast-result", "Sent to 1 session", 10)
         .await?;
-    let body = w.js("return document.getElementById('broadcast-body').value").await?;
+    let body = w
+        .js("return document.getElementById('broadcast-body').value")
+        .await?;
     anyhow::ensure!(body == json!(""), "the form kept its text: {body}");
     // The real double click too.
     w.b.click(&send).await?;
@@ -619,7 +627,8 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
     w.follow("Back").await.context("the 404 page's way back")?;
 
     // The shortcuts dialog.
-    w.js("document.activeElement && document.activeElement.blur(); return 1").await?;
+    w.js("document.activeElement && document.activeElement.blur(); return 1")
+        .await?;
     w.b.keys("?").await?;
     w.b.wait_for("#shortcuts[open]", 5).await?;
     Ok(())

@@ -49,7 +49,10 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
     let ada = Who::person(&console, ADA).await?;
     let agent = Who::agent(&console, SHARED_TOKEN);
     let r = ada
-        .post("/api/v1/projects", json!({"key": "WEB", "name": "Web shop"}))
+        .post(
+            "/api/v1/projects",
+            json!({"key": "WEB", "name": "Web shop"}),
+        )
         .await?;
     assert_eq!(r.status, 201, "{}", r.text);
     let r = ada
@@ -117,7 +120,11 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
         "{:?}",
         v.headers
     );
-    assert!(v.text.contains("The first draft of the plan."), "{}", v.text);
+    assert!(
+        v.text.contains("The first draft of the plan."),
+        "{}",
+        v.text
+    );
     assert!(v.text.contains("<h1>Checkout plan</h1>") || v.text.contains(">Checkout plan</h1>"));
     assert!(page_links(&v.text).contains(&format!("/artifacts/{doc}/versions/2")));
     assert!(!page_links(&v.text).contains(&format!("/artifacts/{doc}?from=1&to=2")));
@@ -126,7 +133,9 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
     // A version that is not there: 404 inside the layout, with the way back to the document.
     let none = ada.get(&format!("/artifacts/{doc}/versions/9")).await?;
     assert_eq!(none.status, 404, "{}", none.text);
-    assert!(none.text.contains("<nav") && none.text.contains(&format!("href=\"/artifacts/{doc}\"")));
+    assert!(
+        none.text.contains("<nav") && none.text.contains(&format!("href=\"/artifacts/{doc}\""))
+    );
     // The editor holds the markdown as it is, and the token the save is guarded by.
     let e = ada.get(&format!("/artifacts/{doc}/edit")).await?;
     assert_eq!(e.status, 200, "{}", e.text);
@@ -149,7 +158,10 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
     assert_eq!(preview.status(), 200);
     let html = preview.text().await?;
     assert!(html.contains("Title</h1>"), "{html}");
-    assert!(!html.contains("<script") && !html.contains("javascript:"), "{html}");
+    assert!(
+        !html.contains("<script") && !html.contains("javascript:"),
+        "{html}"
+    );
     assert!(html.contains("href=\"/issues/WEB-1\""), "{html}");
     let no_csrf = ada
         .http
@@ -159,12 +171,18 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
         .send()
         .await?;
     assert_eq!(no_csrf.status(), 403);
-    assert_eq!(agent.get(&format!("/artifacts/{doc}/edit")).await?.status, 403);
+    assert_eq!(
+        agent.get(&format!("/artifacts/{doc}/edit")).await?.status,
+        403
+    );
 
     // The project's documents page lists it, with the forms to write and upload one.
     let list = ada.get("/projects/WEB/documents").await?;
     assert_eq!(list.status, 200, "{}", list.text);
-    assert!(list.text.contains(&format!("href=\"/artifacts/{doc}\">plan.md</a>")));
+    assert!(
+        list.text
+            .contains(&format!("href=\"/artifacts/{doc}\">plan.md</a>"))
+    );
     assert!(list.text.contains("id=\"new-document\"") && list.text.contains("id=\"upload\""));
     let nope = ada.get("/projects/NOPE/documents").await?;
     assert_eq!(nope.status, 404);
@@ -206,7 +224,9 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
     // beginning finds the word.
     let empty = ada.get("/search").await?;
     assert!(
-        empty.text.contains("issues, documents, asks, comments and messages"),
+        empty
+            .text
+            .contains("issues, documents, asks, comments and messages"),
         "{}",
         empty.text
     );
@@ -229,14 +249,21 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
             assert_eq!(got.status, 200, "{q}: {link} answers {}", got.status);
         }
         // No UUID is a link's text.
-        for text in list.split("\">").skip(1).filter_map(|t| t.split("</a>").next()) {
+        for text in list
+            .split("\">")
+            .skip(1)
+            .filter_map(|t| t.split("</a>").next())
+        {
             assert!(
                 uuid::Uuid::parse_str(text.trim()).is_err(),
                 "an id as link text: {text}"
             );
         }
         assert!(list.contains(&format!("href=\"/asks/{ask}\"")), "{list}");
-        assert!(list.contains(&format!("href=\"/artifacts/{doc}/discussion#comment-")), "{list}");
+        assert!(
+            list.contains(&format!("href=\"/artifacts/{doc}/discussion#comment-")),
+            "{list}"
+        );
     }
 
     // Ada answers with an option and words: her answers page lists it.
@@ -261,7 +288,11 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
     for path in ["/delivery", "/delivery/pipeline"] {
         let d = ada.get(path).await?;
         assert_eq!(d.status, 404, "{path}: {}", d.text);
-        assert!(d.text.contains("<nav"), "{path}: not in the layout: {}", d.text);
+        assert!(
+            d.text.contains("<nav"),
+            "{path}: not in the layout: {}",
+            d.text
+        );
         assert!(d.text.contains("href=\"/settings#delivery\""), "{}", d.text);
         assert!(d.text.contains("deploy repository"), "{}", d.text);
     }
@@ -284,7 +315,10 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
     assert_eq!(r.status, 200, "{}", r.text);
     let s = ada.get("/settings").await?;
     assert!(s.text.contains("data-repo=\"acme/shop\""), "{}", s.text);
-    assert!(s.text.contains("DELETE /api/v1/settings/repo-projects/acme/shop"));
+    assert!(
+        s.text
+            .contains("DELETE /api/v1/settings/repo-projects/acme/shop")
+    );
 
     // Session groups on the sessions page.
     let r = ada
@@ -296,7 +330,11 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
     assert_eq!(r.status, 201, "{}", r.text);
     let gid = r.json["id"].as_str().unwrap_or_default().to_owned();
     let sessions = ada.get("/sessions").await?;
-    assert!(sessions.text.contains(&format!("data-group=\"{gid}\"")), "{}", sessions.text);
+    assert!(
+        sessions.text.contains(&format!("data-group=\"{gid}\"")),
+        "{}",
+        sessions.text
+    );
     assert!(sessions.text.contains("s1, s2"));
     assert!(sessions.text.contains("id=\"group-new\""));
     console.stop().await;
