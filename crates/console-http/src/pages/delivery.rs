@@ -426,13 +426,6 @@ pub struct SettingsPage<'a> {
     pub projects: Vec<String>,
 }
 
-impl SettingsPage<'_> {
-    /// A list field as the form shows it: one a line.
-    pub fn lines(v: &[String]) -> String {
-        v.join("\n")
-    }
-}
-
 /// `GET /settings`: the delivery settings, each project's architecture source and the
 /// repository mappings, as forms; what configuration they need, when it is missing.
 pub async fn settings_page(

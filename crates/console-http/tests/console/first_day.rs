@@ -326,9 +326,23 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
         w.follow("WALK").await?;
     }
     w.sees("WALK").await?;
-    w.js("document.activeElement && document.activeElement.blur(); return 1")
-        .await?;
-    w.b.keys("c").await?;
+    // `c` shows the new-issue form (on an empty project it is open already: `c` closes it,
+    // and `c` again opens it).
+    let open_form = "const f = document.getElementById('new-issue'); return !!f && !f.hidden;";
+    for _ in 0..2 {
+        let was = w.js(open_form).await?;
+        w.js("document.activeElement && document.activeElement.blur(); return 1")
+            .await?;
+        w.b.keys("c").await?;
+        let until = Instant::now() + Duration::from_secs(5);
+        while w.js(open_form).await? == was {
+            anyhow::ensure!(Instant::now() < until, "`c` did not toggle the new-issue form");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if w.js(open_form).await? == json!(true) {
+            break;
+        }
+    }
     w.fill("Title", "Safari checkout breaks").await?;
     w.press("Create issue").await?;
     w.b.wait_text("h1", "Safari checkout breaks", 15).await?;
@@ -636,7 +650,13 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
 
 /// Opens a form that starts hidden behind a button, when there is such a button.
 async fn open_form(w: &Walk<'_>, button: &str) -> anyhow::Result<()> {
-    if let Ok(c) = w.control(button).await {
+    let c = w.control(button).await?;
+    let open = w
+        .js(&format!(
+            "return document.querySelector('{c}').getAttribute('aria-expanded')"
+        ))
+        .await?;
+    if open != json!("true") {
         w.b.click(&c).await?;
     }
     Ok(())
