@@ -667,11 +667,8 @@ impl AskTx for SqlTx {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list: Vec<String> = ids.iter().map(|i| a.push(i.clone())).collect();
-        let sql = format!(
-            "SELECT {ASK_COLUMNS} FROM console_asks WHERE id IN ({})",
-            list.join(", ")
-        );
+        let list = a.list(self.backend, ids);
+        let sql = format!("SELECT {ASK_COLUMNS} FROM console_asks WHERE id IN {list}");
         self.rows(&sql, &a).await?.iter().map(ask_of).collect()
     }
 
@@ -680,14 +677,11 @@ impl AskTx for SqlTx {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list: Vec<String> = issues
-            .iter()
-            .map(|k| a.push(k.as_str().to_owned()))
-            .collect();
+        let keys: Vec<&str> = issues.iter().map(IssueKey::as_str).collect();
+        let list = a.list(self.backend, &keys);
         let sql = format!(
-            "SELECT {ASK_COLUMNS} FROM console_asks WHERE issue IN ({}) AND state = 'open' \
-             ORDER BY seq",
-            list.join(", ")
+            "SELECT {ASK_COLUMNS} FROM console_asks WHERE issue IN {list} AND state = 'open' \
+             ORDER BY seq"
         );
         self.rows(&sql, &a).await?.iter().map(ask_of).collect()
     }
@@ -700,11 +694,10 @@ impl AskTx for SqlTx {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list: Vec<String> = sessions.iter().map(|s| a.push(s.clone())).collect();
+        let list = a.list(self.backend, sessions);
         let sql = format!(
             "SELECT author_session AS s, COUNT(*) AS n FROM console_asks \
-             WHERE author_session IN ({}) AND state = 'open' GROUP BY author_session",
-            list.join(", ")
+             WHERE author_session IN {list} AND state = 'open' GROUP BY author_session"
         );
         self.rows(&sql, &a)
             .await?

@@ -581,8 +581,7 @@ impl DocumentTx for SqlTx {
             conds.push(format!("sequence < {}", a.push(x)));
         }
         if !page.ids.is_empty() {
-            let list: Vec<String> = page.ids.iter().map(|i| a.push(*i)).collect();
-            conds.push(format!("id IN ({})", list.join(", ")));
+            conds.push(format!("id IN {}", a.int_list(self.backend, &page.ids)));
         }
         let order = if page.descending { "DESC" } else { "ASC" };
         let limit = a.push(i64::from(page.limit));
@@ -825,8 +824,8 @@ impl DocumentTx for SqlTx {
             if b.is_empty() {
                 return Ok(Vec::new());
             }
-            let list: Vec<String> = b.iter().map(|x| a.push(x.clone())).collect();
-            cond.push_str(&format!(" AND from_block IN ({})", list.join(", ")));
+            let list = a.list(self.backend, b);
+            cond.push_str(&format!(" AND from_block IN {list}"));
         }
         let sql = format!(
             "SELECT {EDGE_COLUMNS} FROM console_references WHERE {cond} ORDER BY event_id, to_ref"
@@ -971,14 +970,11 @@ impl DocumentTx for SqlTx {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list: Vec<String> = issues
-            .iter()
-            .map(|k| a.push(k.as_str().to_owned()))
-            .collect();
+        let keys: Vec<&str> = issues.iter().map(IssueKey::as_str).collect();
+        let list = a.list(self.backend, &keys);
         let sql = format!(
             "SELECT issue, id, slug, tasks_done, tasks_total FROM console_artifacts \
-             WHERE kind = 'document' AND issue IN ({}) ORDER BY issue, created_at, id",
-            list.join(", ")
+             WHERE kind = 'document' AND issue IN {list} ORDER BY issue, created_at, id"
         );
         let rows = sqlx::query_with(&sql, a.build())
             .fetch_all(&mut *self.tx)
