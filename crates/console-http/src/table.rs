@@ -242,15 +242,20 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/projects", HumanOnly, Page, [], "the projects, each with its issue list; create one", pages::work::projects_page),
     route!(GET "/projects/{key}/issues", HumanOnly, Page, [], "a project's issues: paged, filtered by status, assignee, priority and label, sorted, or a board by status; create one", pages::work::issues_page),
     route!(GET "/issues", HumanOnly, Page, [], "the person's issues across projects (?assignee= another's), paged and filtered, or a board", pages::work::my_issues_page),
-    route!(GET "/search", HumanOnly, Page, [], "search from the header: issues by their words", pages::search_page),
+    route!(GET "/search", HumanOnly, Page, [], "search from the header: issues, documents, asks, comments and messages by their words, each linked to its page", pages::search::search_page),
     route!(GET "/issues/{key}", HumanOnly, Page, [], "one issue as the conversation: its fields edited in place, claim, description, comments, asks, messages and history in one live timeline", pages::work::issue_page),
     // ----- pages: documents (issue 12) -----
     route!(GET "/artifacts/{id}", HumanOnly, Page, [], "one document: its rendered blocks, versions and a diff between two, updated live", pages::documents::document_page),
+    route!(GET "/artifacts/{id}/versions/{number}", HumanOnly, Page, [], "one version of a document, rendered (a file's or image's to download)", pages::documents::version_page),
+    route!(GET "/artifacts/{id}/edit", HumanOnly, Page, [], "the markdown editor with a preview; a stale save shows what changed and keeps the person's text", pages::documents::edit_page),
+    route!(POST "/documents/preview", HumanOnly, Page, [], "markdown rendered as the document page renders it, for the editor's preview", pages::documents::preview),
+    route!(GET "/projects/{key}/documents", HumanOnly, Page, [], "a project's documents and files, with the forms that write and upload one", pages::documents::list_page),
     route!(GET "/assets/documents.js", Anyone, Page, [], "the document page's script", pages::documents::script),
     route!(GET "/assets/documents.css", Anyone, Page, [], "the document page's style sheet", pages::documents::style),
     // ----- pages: asks and the inbox (issue 13) -----
     route!(GET "/artifacts/{id}/discussion", HumanOnly, Page, [], "a document with its comment threads beside it: suggestions as diffs to accept or reject, its asks", pages::asks::discussion_page),
     route!(GET "/asks/{id}", HumanOnly, Page, [], "one ask: answer it with its options in one click, its replies and history", pages::asks::ask_page),
+    route!(GET "/answers", HumanOnly, Page, [], "the person's own answers and replies on asks, and the credential requests they decided", pages::asks::answers_page),
     route!(GET "/assets/asks.js", Anyone, Page, [], "the asks pages' script", pages::asks::script),
     route!(GET "/assets/asks.css", Anyone, Page, [], "the asks pages' style sheet", pages::asks::style),
     // ----- pages: conversations, relay, broadcasts (issue 14) -----
@@ -265,6 +270,7 @@ pub static ROUTES: &[RouteSpec] = &[
     // ----- pages: delivery and architecture (issue 15) -----
     route!(GET "/delivery", HumanOnly, Page, [], "the delivery timeline with facets, the daily chart and the measures against targets", pages::delivery::timeline_page),
     route!(GET "/delivery/pipeline", HumanOnly, Page, [], "the pipeline page over seven UTC days", pages::delivery::pipeline_page),
+    route!(GET "/settings", HumanOnly, Page, [], "the delivery settings, each project's architecture source and the repository mappings, as forms", pages::delivery::settings_page),
     route!(GET "/projects/{key}/components", HumanOnly, Page, [], "a project's component tree with its issues", pages::delivery::components_page),
     route!(POST "/sign-out", HumanOnly, Page, [], "sign out (ends the browser session)", pages::sign_out),
     route!(GET "/sign-in", Anyone, Page, [], "sign-in page", pages::sign_in_page),

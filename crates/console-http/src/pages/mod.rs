@@ -28,6 +28,7 @@ pub mod asks;
 pub mod delivery;
 pub mod documents;
 pub mod messages;
+pub mod search;
 pub mod work;
 
 pub(crate) type St = State<Arc<AppState>>;

@@ -290,6 +290,22 @@ impl Browser {
         .await
     }
 
+    /// Types `text` as key presses to whatever has the focus (the Actions API): shortcuts.
+    pub async fn keys(&self, text: &str) -> anyhow::Result<()> {
+        let mut actions = Vec::new();
+        for c in text.chars() {
+            actions.push(json!({ "type": "keyDown", "value": c.to_string() }));
+            actions.push(json!({ "type": "keyUp", "value": c.to_string() }));
+        }
+        self.cmd(
+            reqwest::Method::POST,
+            "/actions",
+            Some(json!({ "actions": [{ "type": "key", "id": "keyboard", "actions": actions }] })),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Waits until nothing matches `css`.
     pub async fn wait_gone(&self, css: &str, secs: u64) -> anyhow::Result<()> {
         let until = Instant::now() + Duration::from_secs(secs);
