@@ -10,7 +10,7 @@
 //   - Each named control is a member of the JSON body. Its type comes from data-json on the
 //     control: "string" (default), "int" (a number), "list" (comma- or newline-separated,
 //     trimmed, empties dropped), "bool" (a checkbox's checked; checkboxes default to bool),
-//     "json" (parsed). An empty value is left out of the body; data-empty="null" sends null
+//     "json" (parsed); a list control's data-item="label" makes each item {label: item}. An empty value is left out of the body; data-empty="null" sends null
 //     instead (to clear a field), data-empty="keep" sends "" / [].
 //   - {name} in the path is filled (URL-encoded) from the control of that name, which then
 //     leaves the body. Hidden inputs carry fixed members (expected_sequence, …).
@@ -29,6 +29,10 @@
 //   - data-confirm="text" on the form asks first, in the layout's <dialog id="confirm">.
 //   - data-submit-on="change" sends the form when one of its controls changes (selects of
 //     in-place editors).
+//   - A control with data-followup="METHOD /path/{answer field}" is not in the body: when it
+//     holds a value, a second call follows the first's success, with data-followup-body (JSON)
+//     plus the value as data-followup-field (e.g. a new issue's description, uploaded as its
+//     document once the issue exists).
 //   A <button data-api="METHOD /path" data-body='{"json":1}' data-then=…> outside a form does
 //   the same with a fixed body (claim, release, retract); its error goes to the nearest
 //   [data-form-error] inside its closest [data-error-scope], else #flash.
@@ -39,8 +43,8 @@
 // LIVE REGIONS. An element with an id and data-live="kind kind …" (event kinds of
 //   GET /api/v1/events, or "*" for every kind) is fetched again, as the same URL, and its
 //   inner HTML swapped in by id, when such an event arrives. data-live-issue, -project,
-//   -artifact, -session narrow it to events naming that key. Forms being typed into must not
-//   sit inside a live region (the swap would drop what was typed). Area scripts use the same
+//   -artifact, -session narrow it to events naming that key. A region the person is typing in
+//   (or with a toggled editor open) is swapped once focus leaves it, so nothing typed is lost. Area scripts use the same
 //   stream: countersign.on(kinds, fn(envelope, kind)) and countersign.refresh(ids?).
 //   One EventSource per page, opened when something listens, closed on pagehide and while the
 //   page is hidden, reopened (resuming at the last event id with ?since=) on pageshow and
@@ -168,6 +172,7 @@
           now.forEach(function (id) {
             const old = document.getElementById(id);
             const fresh = doc.getElementById(id);
+            if (old && busy(old)) { deferred[id] = true; return; }
             if (old && fresh && old.innerHTML !== fresh.innerHTML) {
               old.innerHTML = fresh.innerHTML;
               old.dispatchEvent(new CustomEvent("countersign:swapped", { bubbles: true }));
@@ -181,6 +186,24 @@
     })();
     try { await fetching; } finally { fetching = null; }
   }
+  // A region the person is typing in, or with an editor open, is swapped once they leave it.
+  const deferred = {};
+  function busy(el) {
+    const a = document.activeElement;
+    if (a && el.contains(a) && (typing(a) || a.tagName === "SELECT")) return true;
+    return Array.prototype.some.call(el.querySelectorAll("[data-toggled]"), function (t) { return !t.hidden; });
+  }
+  function retryDeferred() {
+    setTimeout(function () {
+      const ids = Object.keys(deferred).filter(function (id) {
+        const el = document.getElementById(id);
+        return el && !busy(el);
+      });
+      ids.forEach(function (id) { delete deferred[id]; });
+      if (ids.length) refresh(ids);
+    }, 0);
+  }
+  document.addEventListener("focusout", retryDeferred);
   function follows(el, env) {
     const pairs = [["data-live-issue", "issue"], ["data-live-project", "project"],
       ["data-live-artifact", "artifact"], ["data-live-session", "session"]];
@@ -253,6 +276,8 @@
     if (type === "list") {
       v = Array.isArray(raw) ? raw : raw.split(/[,\n]/).map(function (s) { return s.trim(); }).filter(Boolean);
       if (!v.length && empty !== "keep") return empty === "null" ? { v: null } : null;
+      const item = el.getAttribute("data-item");
+      if (item) v = v.map(function (x) { const o = {}; o[item] = x; return o; });
       return { v: v };
     }
     if (Array.isArray(raw)) return { v: raw };
@@ -301,6 +326,7 @@
     if (then === "reload") { window.location.reload(); return; }
     if (then === "refresh" || then === "none") {
       if (el.tagName === "FORM" && !el.hasAttribute("data-keep")) el.reset();
+      if (el.hasAttribute("data-toggled")) hide(el);
       if (then === "refresh") await refresh();
       return;
     }
@@ -321,6 +347,7 @@
     try {
       let body;
       let url = path;
+      const followups = [];
       if (el.tagName === "FORM") {
         body = {};
         const used = {};
@@ -332,7 +359,9 @@
         Array.prototype.forEach.call(el.elements, function (c) {
           if (!c.name || used[c.name] || c.disabled || c.type === "submit" || c.type === "button") return;
           const v = valueOf(c);
-          if (v) body[c.name] = v.v;
+          if (!v) return;
+          if (c.hasAttribute("data-followup")) followups.push({ control: c, value: v.v });
+          else body[c.name] = v.v;
         });
         const keyName = el.getAttribute("data-idempotency");
         if (keyName) {
@@ -344,6 +373,19 @@
         body = raw ? JSON.parse(raw) : undefined;
       }
       const out = await api(method, url, method === "GET" || method === "DELETE" ? (body && Object.keys(body).length ? body : undefined) : (body || {}));
+      for (const f of followups) {
+        const c = f.control;
+        const fspec = c.getAttribute("data-followup").trim().split(/\s+/);
+        const fbody = JSON.parse(c.getAttribute("data-followup-body") || "{}");
+        fbody[c.getAttribute("data-followup-field") || c.name] = f.value;
+        try {
+          await api(fspec[0], fill(fspec[1], function (name) { return out ? out[name] : ""; }), fbody);
+        } catch (e) {
+          delete el.dataset.key;
+          e.message = "saved, but not " + (c.getAttribute("data-followup-what") || c.name) + ": " + e.message;
+          throw e;
+        }
+      }
       if (el.tagName === "FORM") delete el.dataset.key;
       await after(el, out);
       return out;
@@ -381,22 +423,25 @@
     if (t) {
       const target = document.getElementById(t.getAttribute("data-toggle"));
       if (!target) return;
-      target.hidden = !target.hidden;
-      t.setAttribute("aria-expanded", String(!target.hidden));
-      if (!target.hidden) {
+      if (!target.hidden) { hide(target); return; }
+      target.hidden = false;
+      t.setAttribute("aria-expanded", "true");
+      {
         const first = target.querySelector("input:not([type=hidden]), textarea, select");
         if (first) first.focus();
       }
     }
   });
+  function hide(t) {
+    t.hidden = true;
+    const opener = document.querySelector('[data-toggle="' + t.id + '"]');
+    if (opener) { opener.setAttribute("aria-expanded", "false"); opener.focus(); }
+    retryDeferred();
+  }
   document.addEventListener("keydown", function (ev) {
     if (ev.key !== "Escape") return;
     const open = ev.target.closest && ev.target.closest("[data-toggled]");
-    if (open && !open.hidden) {
-      open.hidden = true;
-      const opener = document.querySelector('[data-toggle="' + open.id + '"]');
-      if (opener) { opener.setAttribute("aria-expanded", "false"); opener.focus(); }
-    }
+    if (open && !open.hidden) hide(open);
   });
 
   // ----- keyboard shortcuts -----

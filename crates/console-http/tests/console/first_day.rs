@@ -338,7 +338,10 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
         w.b.keys("c").await?;
         let until = Instant::now() + Duration::from_secs(5);
         while w.js(open_form).await? == was {
-            anyhow::ensure!(Instant::now() < until, "`c` did not toggle the new-issue form");
+            anyhow::ensure!(
+                Instant::now() < until,
+                "`c` did not toggle the new-issue form"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if w.js(open_form).await? == json!(true) {

@@ -15,3 +15,4 @@ mod pages;
 mod person_pages;
 mod repos;
 mod work;
+mod work_pages;
