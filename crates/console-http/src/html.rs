@@ -543,26 +543,6 @@ pub(crate) fn actor_text(a: &countersign_console_core::work::Actor) -> String {
     }
 }
 
-/// A search result as the page lists it.
-#[derive(Debug)]
-pub struct SearchResult {
-    pub id: String,
-    pub reference: String,
-    pub href: String,
-    pub title: String,
-    pub snippet: String,
-}
-
-#[derive(Debug, Template)]
-#[template(path = "search.html")]
-pub struct SearchPage<'a> {
-    pub chrome: Chrome<'a>,
-    pub q: String,
-    pub total: i64,
-    pub rows: Vec<SearchResult>,
-    pub error: Option<String>,
-}
-
 // ----- signing in -----
 
 #[derive(Debug, Template)]

@@ -374,8 +374,7 @@ pub async fn discussion_page(
         Ok(h) => h,
         Err(r) => return *r,
     };
-    let fail =
-        |e: countersign_console_core::Error| super::PageError::from(e).into_response();
+    let fail = |e: countersign_console_core::Error| super::PageError::from(e).into_response();
     let rendered = match st.console.rendered(&id).await {
         Ok(r) => r,
         Err(e) => return fail(e),

@@ -576,7 +576,11 @@ fn comment_entry(c: &CommentView, docs: &HashMap<String, String>) -> CommentEntr
                 docs.get(a).cloned().unwrap_or_else(|| "a document".into()),
             )
         }),
-        quote: c.quote.as_ref().map(|q| q.exact.clone()).unwrap_or_default(),
+        quote: c
+            .quote
+            .as_ref()
+            .map(|q| q.exact.clone())
+            .unwrap_or_default(),
         mentions: c.mentions.iter().map(|m| m.session_id.clone()).collect(),
         resolved: c.thread_state == Some(ThreadState::Resolved),
         edited: c.edited_at.is_some(),

@@ -288,16 +288,18 @@ async fn a_first_day_in_chromium() -> anyhow::Result<()> {
         );
     }
     println!("first loads (bytes): {:?}", w.audit.sizes);
+    let audit = std::mem::take(&mut w.audit);
+    drop(w);
     b.quit().await;
     drop(driver);
     console.stop().await;
     result?;
     assert!(
-        w.audit.violations.is_empty(),
+        audit.violations.is_empty(),
         "axe-core: serious or critical violations:\n{}",
-        w.audit.violations.join("\n")
+        audit.violations.join("\n")
     );
-    assert!(w.audit.pages >= 12, "only {} pages checked", w.audit.pages);
+    assert!(audit.pages >= 12, "only {} pages checked", audit.pages);
     Ok(())
 }
 
@@ -336,7 +338,10 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
         w.b.keys("c").await?;
         let until = Instant::now() + Duration::from_secs(5);
         while w.js(open_form).await? == was {
-            anyhow::ensure!(Instant::now() < until, "`c` did not toggle the new-issue form");
+            anyhow::ensure!(
+                Instant::now() < until,
+                "`c` did not toggle the new-issue form"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if w.js(open_form).await? == json!(true) {
