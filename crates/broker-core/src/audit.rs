@@ -372,7 +372,10 @@ impl Follower {
 
     /// Why the last head could not be kept, until a later one is.
     pub fn unkept(&self) -> Option<String> {
-        self.unkept.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.unkept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The position of the last [`ACCEPT_KIND`] entry verified, once a round has verified the
@@ -780,7 +783,7 @@ impl Inspection {
         };
         if e.prev_hash != self.walk.hash && e.position == self.walk.position + 1 {
             self.find(
-                place,
+                place.clone(),
                 format!(
                     "prev_hash: does not link to position {} (an entry inserted, removed or replaced)",
                     self.walk.position
@@ -843,7 +846,10 @@ impl Inspection {
         let subject = format!("credential:{}", c.id);
         self.rows.insert(subject.clone());
         if c.seal.is_empty() {
-            self.find(place.clone(), "unsealed (written before seals, or inserted)");
+            self.find(
+                place.clone(),
+                "unsealed (written before seals, or inserted)",
+            );
         } else if !sealer.verify_credential(c) {
             self.find(
                 place.clone(),
@@ -870,7 +876,10 @@ impl Inspection {
         let subject = format!("enrollment:{}", e.id);
         self.rows.insert(subject.clone());
         if e.seal.is_empty() {
-            self.find(place.clone(), "unsealed (written before seals, or inserted)");
+            self.find(
+                place.clone(),
+                "unsealed (written before seals, or inserted)",
+            );
         } else if !sealer.verify_enrollment(e) {
             self.find(
                 place.clone(),
@@ -890,7 +899,11 @@ impl Inspection {
             _ => {}
         }
         let mut withheld = std::collections::BTreeSet::new();
-        for s in self.said(&subject).iter().filter(|s| s.kind == "withholding") {
+        for s in self
+            .said(&subject)
+            .iter()
+            .filter(|s| s.kind == "withholding")
+        {
             if let Some(names) = s.body.get("names").and_then(|n| n.as_array()) {
                 withheld.extend(names.iter().filter_map(|n| n.as_str()).map(str::to_owned));
             }

@@ -195,7 +195,11 @@ impl StateKeeper {
     }
 
     fn written(&self) -> Walk {
-        self.heads.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+        self.heads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()
     }
 }
 

@@ -233,14 +233,18 @@ async fn audit(action: AuditAction) -> anyhow::Result<()> {
                 (None, None, _) => None,
             };
             let remembered = match &path {
-                Some(p) => log::read_state(p)?
-                    .map(|h| (h, format!("the state file {}", p.display()))),
+                Some(p) => {
+                    log::read_state(p)?.map(|h| (h, format!("the state file {}", p.display())))
+                }
                 None => None,
             };
             let found = log::inspect(&storage, &sealer, remembered).await?;
             storage.close().await;
             if found.findings.is_empty() {
-                println!("ok: {} entries, head {}", found.head.position, found.head.hash);
+                println!(
+                    "ok: {} entries, head {}",
+                    found.head.position, found.head.hash
+                );
                 return Ok(());
             }
             for f in &found.findings {
@@ -260,8 +264,9 @@ async fn audit(action: AuditAction) -> anyhow::Result<()> {
         AuditAction::AcceptHead { state_file, .. } => {
             let path = match (state_file, &config) {
                 (Some(p), _) => p,
-                (None, Some(c)) => log::state_path(c)?
-                    .context("an in-memory database has no state file")?,
+                (None, Some(c)) => {
+                    log::state_path(c)?.context("an in-memory database has no state file")?
+                }
                 (None, None) => anyhow::bail!("give --state-file or --config"),
             };
             let remembered = log::read_state(&path)?;

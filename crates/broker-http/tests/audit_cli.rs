@@ -95,7 +95,10 @@ async fn verify_reports_the_head_then_the_edited_entry() {
     assert_eq!(broken.status.code(), Some(1), "{broken:?}");
     let stderr = String::from_utf8_lossy(&broken.stderr);
     assert!(
-        stderr.lines().next().is_some_and(|l| l.starts_with("position 4: hash:")),
+        stderr
+            .lines()
+            .next()
+            .is_some_and(|l| l.starts_with("position 4: hash:")),
         "{stderr}"
     );
     let refused = run(&[

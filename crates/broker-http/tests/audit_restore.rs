@@ -217,17 +217,32 @@ async fn machine(c: &Client, host: &str) -> anyhow::Result<Machine> {
         },
     )?;
     let started = c
-        .expect(202, M::POST, "/v1/launcher-credentials", &[], Some(&json!({ "request": login })))
+        .expect(
+            202,
+            M::POST,
+            "/v1/launcher-credentials",
+            &[],
+            Some(&json!({ "request": login })),
+        )
         .await?;
     let code = s(&started, "code");
     let record = c
-        .expect(200, M::POST, "/v1/machine-logins/lookup", &bearer(), Some(&json!({ "code": code })))
+        .expect(
+            200,
+            M::POST,
+            "/v1/machine-logins/lookup",
+            &bearer(),
+            Some(&json!({ "code": code })),
+        )
         .await?;
     let approved = c
         .expect(
             200,
             M::POST,
-            &format!("/v1/credential-requests/{}/approve", s(&record, "record_id")),
+            &format!(
+                "/v1/credential-requests/{}/approve",
+                s(&record, "record_id")
+            ),
             &bearer(),
             Some(&json!({ "approver": ADA, "code": code })),
         )
@@ -239,7 +254,11 @@ async fn machine(c: &Client, host: &str) -> anyhow::Result<Machine> {
 }
 
 /// Enrolls a session under `m`: the answer's status and body.
-async fn enroll(c: &Client, m: &Machine, runtime: &str) -> anyhow::Result<(u16, Value, SigningKey)> {
+async fn enroll(
+    c: &Client,
+    m: &Machine,
+    runtime: &str,
+) -> anyhow::Result<(u16, Value, SigningKey)> {
     let key = SigningKey::generate()?;
     let body = json!({
         "kind": "session",
@@ -297,7 +316,13 @@ async fn grant(c: &Client, se: &Session, lifetime: Option<u64>) -> anyhow::Resul
         Some(&body),
     );
     let made = c
-        .expect(200, M::POST, "/v1/requests", &[("proof", proof)], Some(&body))
+        .expect(
+            200,
+            M::POST,
+            "/v1/requests",
+            &[("proof", proof)],
+            Some(&body),
+        )
         .await?;
     if s(&made, "state") != "granted" {
         bail!("not granted: {made}");
@@ -308,7 +333,14 @@ async fn grant(c: &Client, se: &Session, lifetime: Option<u64>) -> anyhow::Resul
 /// Asks for `grant`'s values: the status and body.
 async fn values(c: &Client, se: &Session, grant: &str) -> anyhow::Result<(u16, Value)> {
     let path = format!("/v1/grants/{grant}/values");
-    let proof = c.proof(claims::TYP_SESSION_PROOF, &se.enrollment, &se.key, "GET", &path, None);
+    let proof = c.proof(
+        claims::TYP_SESSION_PROOF,
+        &se.enrollment,
+        &se.key,
+        "GET",
+        &path,
+        None,
+    );
     c.send(M::GET, &path, &[("proof", proof)], None).await
 }
 
@@ -337,7 +369,9 @@ impl Deployment {
         let db = if postgres {
             let Ok(admin) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
                 if std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") {
-                    bail!("COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is unset");
+                    bail!(
+                        "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is unset"
+                    );
                 }
                 eprintln!("skipped: COUNTERSIGN_TEST_POSTGRES_URL is unset");
                 return Ok(None);
@@ -398,7 +432,10 @@ path = {store:?}
     async fn start(&self) -> anyhow::Result<Broker> {
         let b = Broker::spawn(&self.config, &self.log)?;
         if let Err(e) = self.client().wait_healthy().await {
-            bail!("{e}; log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            bail!(
+                "{e}; log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
         }
         Ok(b)
     }
@@ -418,7 +455,11 @@ path = {store:?}
             }
             Db::Postgres { admin, name } => {
                 pg(admin, &format!("DROP DATABASE IF EXISTS {name}_{tag}")).await?;
-                pg(admin, &format!("CREATE DATABASE {name}_{tag} TEMPLATE {name}")).await?;
+                pg(
+                    admin,
+                    &format!("CREATE DATABASE {name}_{tag} TEMPLATE {name}"),
+                )
+                .await?;
             }
         }
         Ok(())
@@ -439,7 +480,11 @@ path = {store:?}
             }
             Db::Postgres { admin, name } => {
                 pg(admin, &format!("DROP DATABASE {name}")).await?;
-                pg(admin, &format!("CREATE DATABASE {name} TEMPLATE {name}_{tag}")).await?;
+                pg(
+                    admin,
+                    &format!("CREATE DATABASE {name} TEMPLATE {name}_{tag}"),
+                )
+                .await?;
             }
         }
         Ok(())
@@ -541,23 +586,56 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
             match end {
                 End::Revocation => {
                     let path = format!("/v1/grants/{g}/revoke");
-                    let proof = c.proof(claims::TYP_SESSION_PROOF, &se.enrollment, &se.key, "POST", &path, None);
-                    c.expect(200, M::POST, &path, &[("proof", proof)], None).await?;
+                    let proof = c.proof(
+                        claims::TYP_SESSION_PROOF,
+                        &se.enrollment,
+                        &se.key,
+                        "POST",
+                        &path,
+                        None,
+                    );
+                    c.expect(200, M::POST, &path, &[("proof", proof)], None)
+                        .await?;
                 }
                 End::SessionEnd => {
                     let path = format!("/v1/enrollments/{}", se.enrollment);
-                    let proof = c.proof(claims::TYP_LAUNCHER_PROOF, &m.credential, &m.key, "DELETE", &path, None);
-                    c.expect(204, M::DELETE, &path, &[("proof", proof)], None).await?;
+                    let proof = c.proof(
+                        claims::TYP_LAUNCHER_PROOF,
+                        &m.credential,
+                        &m.key,
+                        "DELETE",
+                        &path,
+                        None,
+                    );
+                    c.expect(204, M::DELETE, &path, &[("proof", proof)], None)
+                        .await?;
                 }
                 End::MachineLoginRevocation => {
-                    let path = format!("/v1/launcher-credentials/{}/revoke-by-approver", m.credential);
-                    c.expect(200, M::POST, &path, &bearer(), Some(&json!({ "approver": ADA })))
-                        .await?;
+                    let path = format!(
+                        "/v1/launcher-credentials/{}/revoke-by-approver",
+                        m.credential
+                    );
+                    c.expect(
+                        200,
+                        M::POST,
+                        &path,
+                        &bearer(),
+                        Some(&json!({ "approver": ADA })),
+                    )
+                    .await?;
                 }
                 End::Withholding => {
                     let path = format!("/v1/operator/grants/{g}/revoke");
-                    let proof = c.proof(claims::TYP_LAUNCHER_PROOF, &m.credential, &m.key, "POST", &path, None);
-                    c.expect(200, M::POST, &path, &[("proof", proof)], None).await?;
+                    let proof = c.proof(
+                        claims::TYP_LAUNCHER_PROOF,
+                        &m.credential,
+                        &m.key,
+                        "POST",
+                        &path,
+                        None,
+                    );
+                    c.expect(200, M::POST, &path, &[("proof", proof)], None)
+                        .await?;
                 }
                 End::Expiry => {
                     // The sweep writes the expiry (every 2 s): wait until the values are refused
@@ -618,7 +696,10 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
     let tag_refs: Vec<&str> = tags.iter().map(|t| t.as_str()).collect();
     d.drop_databases(&tag_refs).await;
     if let Err(e) = result {
-        bail!("{e:#}\nbroker log:\n{}", std::fs::read_to_string(&d.log).unwrap_or_default());
+        bail!(
+            "{e:#}\nbroker log:\n{}",
+            std::fs::read_to_string(&d.log).unwrap_or_default()
+        );
     }
     Ok(())
 }
@@ -672,12 +753,17 @@ async fn verify_names_each_tampering() -> R {
     let (status, _) = values(&c, &se, &g).await?;
     assert_eq!(status, 200);
     b.stop(Stop::Term)?;
-    let Db::Sqlite(db) = &d.db else { bail!("sqlite") };
+    let Db::Sqlite(db) = &d.db else {
+        bail!("sqlite")
+    };
     let state = d.dir.0.join("state/audit-state.json");
 
     let ok = verify(&d, db, Some(&state))?;
     assert!(ok.status.success(), "an untampered copy passes: {ok:?}");
-    assert!(String::from_utf8_lossy(&ok.stdout).starts_with("ok: "), "{ok:?}");
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).starts_with("ok: "),
+        "{ok:?}"
+    );
 
     let record_id = {
         sqlx::any::install_default_drivers();
@@ -805,8 +891,16 @@ async fn a_witness_catches_a_rollback_of_database_and_state_file() -> R {
     // The grant is revoked; the witness sees the later head.
     let b = d.start().await?;
     let path = format!("/v1/grants/{g}/revoke");
-    let proof = c.proof(claims::TYP_SESSION_PROOF, &se.enrollment, &se.key, "POST", &path, None);
-    c.expect(200, M::POST, &path, &[("proof", proof)], None).await?;
+    let proof = c.proof(
+        claims::TYP_SESSION_PROOF,
+        &se.enrollment,
+        &se.key,
+        "POST",
+        &path,
+        None,
+    );
+    c.expect(200, M::POST, &path, &[("proof", proof)], None)
+        .await?;
     let Round::Kept(later) = witness_round(&w).await? else {
         bail!("refused after the revocation");
     };
@@ -822,11 +916,20 @@ async fn a_witness_catches_a_rollback_of_database_and_state_file() -> R {
         other => bail!("the witness's round: {other:?}"),
     }
     let (status, v) = values(&c, &se, &g).await?;
-    assert!(closed(status, &v), "values after the witness's round: {status} {v}");
+    assert!(
+        closed(status, &v),
+        "values after the witness's round: {status} {v}"
+    );
     let (status, v, _) = enroll(&c, &m, "rt-witness-2").await?;
-    assert!(closed(status, &v), "enroll after the witness's round: {status} {v}");
+    assert!(
+        closed(status, &v),
+        "enroll after the witness's round: {status} {v}"
+    );
     // The console kept its record.
-    let kept = storage.witness_record(&d.base).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let kept = storage
+        .witness_record(&d.base)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     assert_eq!(kept.map(|k| k.position), Some(later.position));
     b.stop(Stop::Term)?;
 

@@ -141,7 +141,9 @@ impl Witness {
                     Ok(Round::Refused(status, m)) => {
                         tracing::warn!(broker = %self.broker, status, message = %m, "audit witness refused")
                     }
-                    Err(e) => tracing::debug!(broker = %self.broker, error = %e, "audit witness round failed"),
+                    Err(e) => {
+                        tracing::debug!(broker = %self.broker, error = %e, "audit witness round failed")
+                    }
                 }
             }
         })

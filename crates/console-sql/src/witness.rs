@@ -27,14 +27,16 @@ pub struct WitnessRecord {
 
 impl SqlStorage {
     /// The record kept for `broker`, if any.
-    pub async fn witness_record(&self, broker: &str) -> Result<Option<WitnessRecord>, StorageError> {
-        let row = sqlx::query(
-            "SELECT position, hash, accepted FROM broker_witness WHERE broker = $1",
-        )
-        .bind(broker)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db_err)?;
+    pub async fn witness_record(
+        &self,
+        broker: &str,
+    ) -> Result<Option<WitnessRecord>, StorageError> {
+        let row =
+            sqlx::query("SELECT position, hash, accepted FROM broker_witness WHERE broker = $1")
+                .bind(broker)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db_err)?;
         row.map(|r| {
             Ok(WitnessRecord {
                 position: r.try_get("position").map_err(db_err)?,
