@@ -47,6 +47,7 @@ pub fn dev_config(dir: &Path, listen: SocketAddr) -> anyhow::Result<Config> {
         token_issuer: None,
         notifications: None,
         audit_state_file: None,
+        otlp_endpoint: None,
     })
 }
 

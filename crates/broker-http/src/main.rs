@@ -77,6 +77,17 @@ enum AuditAction {
         /// A position or an RFC 3339 time.
         #[arg(long, default_value = "1")]
         since: countersign_broker_http::audit::Since,
+        /// Keep going: write new entries as they are appended, until SIGTERM or Ctrl-C (for
+        /// a log shipper).
+        #[arg(long)]
+        follow: bool,
+        /// With --follow: resume after the entry this file names, and write it after each
+        /// batch (at-least-once delivery; `position` tells a repeat).
+        #[arg(long, requires = "follow")]
+        cursor_file: Option<PathBuf>,
+        /// With --follow: how often to look for new entries, in milliseconds.
+        #[arg(long, default_value_t = 1000, requires = "follow")]
+        poll_ms: u64,
     },
     /// After investigating a break: verify the chain as it now is and make its head the one
     /// this replica remembers (its state file); restart the broker afterwards.
@@ -130,6 +141,11 @@ async fn main() -> anyhow::Result<()> {
             (c, Some(dir), bound)
         }
     };
+    let telemetry = countersign_common::telemetry::enable(
+        "countersign-broker",
+        config.otlp_endpoint.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
     let state = countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;
     let reload = chrono::Duration::seconds(config.durations.policy_reload);
     let running = match bound {
@@ -180,6 +196,7 @@ async fn main() -> anyhow::Result<()> {
         handle.graceful_shutdown(Some(Duration::from_secs(20)));
     });
     running.wait().await.context("server")?;
+    telemetry.shutdown();
     Ok(())
 }
 
@@ -215,6 +232,25 @@ async fn audit(action: AuditAction) -> anyhow::Result<()> {
             }
             Err(b) => Some(b),
         },
+        AuditAction::Export {
+            since,
+            follow: true,
+            cursor_file,
+            poll_ms,
+            ..
+        } => {
+            let mut out = std::io::stdout().lock();
+            log::export_follow(
+                &storage,
+                &sealer,
+                since,
+                cursor_file.as_deref(),
+                Duration::from_millis(poll_ms.max(10)),
+                &mut out,
+                shutdown_signal(),
+            )
+            .await?
+        }
         AuditAction::Export { since, .. } => {
             let mut out = std::io::stdout().lock();
             log::export(&storage, &sealer, since, &mut out).await?

@@ -10,6 +10,7 @@ mod dev;
 mod documents;
 mod mcp;
 mod messages;
+mod ops;
 mod pages;
 mod repos;
 mod work;
