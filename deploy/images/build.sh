@@ -109,6 +109,8 @@ build_image() {
         --label org.opencontainers.image.created="$created" \
         --label dev.countersign.sbom.cyclonedx.sha256="$sbom_sha" \
         "$ctr"
+    # A rebuild replaces the image of that tag (vfs keeps a full copy of each image).
+    bh rmi "$prefix$name:$tag" >/dev/null 2>&1 || true
     bh commit -q --rm "$ctr" "$prefix$name:$tag" > "$out_dir/$name.id"
     echo "$prefix$name:$tag  $(wc -l < "$out_dir/$name.files") files  sbom $out_dir/$name.cdx.json"
 }

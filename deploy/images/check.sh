@@ -103,7 +103,7 @@ check_image() {
     for bin in "$@"; do
         local v
         if v=$(chroot --userspec="$user" "$mnt" "/usr/local/bin/$bin" --version 2>&1) && [ -n "$v" ]; then
-            ok "$name: $bin --version: $v"
+            ok "$name: $bin --version: $(echo "$v" | head -1)"
         else
             fail "$name: $bin --version: $v"
         fi

@@ -24,6 +24,7 @@ import glob
 import os
 import re
 import sys
+import tomllib
 
 import yaml
 import kubernetes_validate
@@ -174,6 +175,15 @@ def main():
             bad = re.search(r"^\s*(console_token|seal_key|client_secret|password)\s*=", text, re.M)
             check(bad is None and "postgres://" not in text,
                   f"ConfigMap/{cm['metadata']['name']} {key}: names secret files, holds no secret")
+
+    for cm in by_kind.get("ConfigMap", {}).values():
+        for key, text in (cm.get("data") or {}).items():
+            if key.endswith(".toml"):
+                try:
+                    tomllib.loads(text)
+                    check(True, f"ConfigMap/{cm['metadata']['name']} {key}: TOML parses")
+                except tomllib.TOMLDecodeError as e:
+                    check(False, f"ConfigMap/{cm['metadata']['name']} {key}: {e}")
 
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

@@ -573,3 +573,120 @@ pub async fn export(
         }
     }
 }
+
+/// Where `audit export --follow` has got to: the last entry it wrote, by position and hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    pub position: i64,
+    pub hash: String,
+}
+
+/// Reads an export cursor; `None` when the file does not exist.
+pub fn read_cursor(path: &Path) -> anyhow::Result<Option<Cursor>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => serde_json::from_str(&t)
+            .map(Some)
+            .with_context(|| format!("parse {}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
+    }
+}
+
+/// Writes an export cursor: a temporary file, synced, renamed over the old one.
+fn write_cursor(path: &Path, c: &Cursor) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).with_context(|| format!("write {}", tmp.display()))?;
+    f.write_all(serde_json::to_string(c)?.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
+    Ok(())
+}
+
+/// `audit export --follow`: as [`export`], then waits for new entries (polling every
+/// `interval`) and writes them as they are appended, until `stop` completes. With a cursor
+/// file it resumes after the entry the file names (whose hash must still be the chain's: a
+/// log rewritten or rolled back below the cursor is an error, not a silent gap), and writes the
+/// file after each batch it has written and flushed: delivery is at least once (a shipper
+/// that dies between the two sees the batch again; `position` tells the repeat).
+pub async fn export_follow(
+    storage: &dyn Storage,
+    sealer: &Sealer,
+    since: Since,
+    cursor_file: Option<&Path>,
+    interval: Duration,
+    out: &mut dyn std::io::Write,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<Option<ChainBreak>> {
+    let resume = match cursor_file {
+        Some(p) => read_cursor(p)?,
+        None => None,
+    };
+    let mut walk = Walk::default();
+    let mut written: Option<i64> = None;
+    tokio::pin!(stop);
+    loop {
+        let batch: Vec<AuditEntry> = {
+            let mut tx = storage.read().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            tx.audit_entries(walk.position, 1000)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        };
+        if batch.is_empty() {
+            if let Some(c) = &resume
+                && walk.position < c.position
+            {
+                anyhow::bail!(
+                    "the audit log ends at position {} but the cursor is at {}: the log was rolled back",
+                    walk.position,
+                    c.position
+                );
+            }
+            tokio::select! {
+                _ = &mut stop => return Ok(None),
+                _ = tokio::time::sleep(interval) => continue,
+            }
+        }
+        let mut last = None;
+        for e in &batch {
+            if let Err(b) = walk.step(sealer, e) {
+                return Ok(Some(b));
+            }
+            let wanted = match &resume {
+                Some(c) if e.position == c.position && e.hash != c.hash => anyhow::bail!(
+                    "the entry at the cursor's position {} has another hash: the log was rewritten",
+                    c.position
+                ),
+                Some(c) => e.position > c.position,
+                None => match since {
+                    Since::Position(p) => e.position >= p,
+                    Since::Time(t) => e.at >= t,
+                },
+            };
+            if wanted {
+                let line = Line {
+                    position: e.position,
+                    at: e.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                    kind: &e.kind,
+                    subject: &e.subject,
+                    body: serde_json::from_str(&e.body).unwrap_or(serde_json::Value::Null),
+                    prev_hash: &e.prev_hash,
+                    hash: &e.hash,
+                    seal: &e.seal,
+                };
+                writeln!(out, "{}", serde_json::to_string(&line)?)?;
+                last = Some(Cursor {
+                    position: e.position,
+                    hash: e.hash.clone(),
+                });
+            }
+        }
+        out.flush()?;
+        if let (Some(p), Some(c)) = (cursor_file, last)
+            && written != Some(c.position)
+        {
+            write_cursor(p, &c)?;
+            written = Some(c.position);
+        }
+    }
+}

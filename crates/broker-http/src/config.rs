@@ -50,6 +50,10 @@ pub struct Config {
     /// `~/.local/state/countersign`), named by the database (`crate::audit::state_path`).
     #[serde(default)]
     pub audit_state_file: Option<PathBuf>,
+    /// Where traces go over OTLP (HTTP/protobuf), a base URL as `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// is; none: that variable, else no export (`docs/metrics.md`).
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[token_issuer]`: a Kubernetes ServiceAccount token issuer (protocol.md §7), as the console's

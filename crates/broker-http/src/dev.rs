@@ -48,6 +48,7 @@ pub fn dev_config(dir: &Path, listen: SocketAddr) -> anyhow::Result<Config> {
         notifications: None,
         // Dev mode keeps its state together, under its directory.
         audit_state_file: Some(dir.join("broker.db.audit-state.json")),
+        otlp_endpoint: None,
     })
 }
 

@@ -85,6 +85,17 @@ enum AuditAction {
         /// A position or an RFC 3339 time.
         #[arg(long, default_value = "1")]
         since: countersign_broker_http::audit::Since,
+        /// Keep going: write new entries as they are appended, until SIGTERM or Ctrl-C (for
+        /// a log shipper).
+        #[arg(long)]
+        follow: bool,
+        /// With --follow: resume after the entry this file names, and write it after each
+        /// batch (at-least-once delivery; `position` tells a repeat).
+        #[arg(long, requires = "follow")]
+        cursor_file: Option<PathBuf>,
+        /// With --follow: how often to look for new entries, in milliseconds.
+        #[arg(long, default_value_t = 1000, requires = "follow")]
+        poll_ms: u64,
     },
     /// After investigating a break: verify the chain as it now is, record the acceptance in
     /// it (a sealed `head_accepted` entry, which also lets witnesses take the new head), and make
@@ -139,6 +150,11 @@ async fn main() -> anyhow::Result<()> {
             (c, Some(dir), bound)
         }
     };
+    let telemetry = countersign_common::telemetry::enable(
+        "countersign-broker",
+        config.otlp_endpoint.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
     let state = countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;
     let audit_state_file = state.audit_state_file.clone();
     let reload = chrono::Duration::seconds(config.durations.policy_reload);
@@ -193,6 +209,7 @@ async fn main() -> anyhow::Result<()> {
         handle.graceful_shutdown(Some(Duration::from_secs(20)));
     });
     running.wait().await.context("server")?;
+    telemetry.shutdown();
     Ok(())
 }
 
@@ -256,6 +273,25 @@ async fn audit(action: AuditAction) -> anyhow::Result<()> {
                 found.entries
             );
             std::process::exit(1)
+        }
+        AuditAction::Export {
+            since,
+            follow: true,
+            cursor_file,
+            poll_ms,
+            ..
+        } => {
+            let mut out = std::io::stdout().lock();
+            log::export_follow(
+                &storage,
+                &sealer,
+                since,
+                cursor_file.as_deref(),
+                Duration::from_millis(poll_ms.max(10)),
+                &mut out,
+                shutdown_signal(),
+            )
+            .await?
         }
         AuditAction::Export { since, .. } => {
             let mut out = std::io::stdout().lock();

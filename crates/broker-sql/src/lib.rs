@@ -226,10 +226,14 @@ impl SqlStorage {
 
 #[async_trait]
 impl Storage for SqlStorage {
+    // Spans (issue 30): a request's trace shows its time waiting for and committing to the
+    // database (`docs/metrics.md`, "Traces").
+    #[tracing::instrument(name = "database begin", level = "info", skip_all, fields(otel.kind = "client"))]
     async fn begin(&self) -> Result<Box<dyn Tx>, StorageError> {
         Ok(Box::new(self.begin_sql().await?))
     }
 
+    #[tracing::instrument(name = "database read", level = "info", skip_all, fields(otel.kind = "client"))]
     async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
         if self.backend == Backend::Postgres {
             let conn = self.pool.acquire().await.map_err(begin_err)?;

@@ -65,7 +65,17 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logs(cli.log_json, "info,tower_http=warn,sqlx=warn");
     match cli.command {
-        Command::Serve { config } => serve(Config::load(&config)?).await,
+        Command::Serve { config } => {
+            let config = Config::load(&config)?;
+            let telemetry = countersign_common::telemetry::enable(
+                "countersign-console",
+                config.otlp_endpoint.as_deref(),
+            )
+            .map_err(anyhow::Error::msg)?;
+            let r = serve(config).await;
+            telemetry.shutdown();
+            r
+        }
         #[cfg(feature = "dev")]
         Command::Dev {
             dir,
@@ -73,6 +83,9 @@ async fn main() -> anyhow::Result<()> {
             console_port,
             config,
         } => {
+            // Dev mode exports traces when the standard variables name an endpoint.
+            let telemetry = countersign_common::telemetry::enable("countersign-console", None)
+                .map_err(anyhow::Error::msg)?;
             let options = countersign_console_http::dev::DevOptions {
                 extras: match &config {
                     Some(path) => countersign_console_http::dev::DevExtras::load(path)?,
@@ -87,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
             shutdown_signal().await;
             tracing::info!("shutting down: finishing requests in flight");
             dev.shutdown(std::time::Duration::from_secs(10)).await;
+            telemetry.shutdown();
             Ok(())
         }
     }

@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 #[derive(Parser, Debug)]
 #[command(
     name = "countersign-loadgen",
+    version,
     about = "Throughput and latency of the broker's proof-verified routes"
 )]
 struct Args {
@@ -149,6 +150,7 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         database_url,
         seal_key_file: dir.join("seal.key"),
         audit_state_file: None,
+        otlp_endpoint: None,
         console_token_file: Some(dir.join("console-token")),
         tls: None,
         store: StoreConfig::Local {

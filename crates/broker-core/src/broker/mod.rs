@@ -88,6 +88,21 @@ macro_rules! transact {
     }};
 }
 
+/// Counts a person's decision on a record once it has committed, with how long the record
+/// waited for it (`docs/metrics.md`).
+pub(crate) fn count_decision(
+    kind: crate::model::RecordKind,
+    decision: &'static str,
+    requested_at: Time,
+    now: Time,
+) {
+    let waited = (now - requested_at).num_milliseconds().max(0) as f64 / 1000.0;
+    metrics::counter!("countersign_decisions_total", "kind" => kind.as_str(), "decision" => decision)
+        .increment(1);
+    metrics::histogram!("countersign_approval_wait_seconds", "kind" => kind.as_str(), "decision" => decision)
+        .record(waited);
+}
+
 /// Runs `$body` in a read-only transaction.
 macro_rules! read {
     ($self:expr, $step:expr, |$tx:ident| $body:expr) => {{

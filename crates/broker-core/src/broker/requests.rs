@@ -105,7 +105,7 @@ impl Broker {
         }
         let now = self.now();
         let policy = self.policy();
-        transact!(self, "create request", |tx| {
+        let created = transact!(self, "create request", |tx| {
             let e = tx
                 .get_enrollment(caller.id)
                 .await?
@@ -237,7 +237,16 @@ impl Broker {
                 request: r,
                 coalesced: false,
             })
-        })
+        })?;
+        if !created.coalesced {
+            let outcome = match created.request.state {
+                RequestState::Granted => "granted",
+                RequestState::Denied => "denied",
+                _ => "pending",
+            };
+            metrics::counter!("countersign_requests_total", "outcome" => outcome).increment(1);
+        }
+        Ok(created)
     }
 
     async fn verify_secret_request(
@@ -407,7 +416,12 @@ impl Broker {
         let mut values = Vec::with_capacity(grant.names.len());
         for n in &grant.names {
             let entry = policy.get(n).ok_or(ErrorCode::SECRET_NOT_IN_STORE)?;
-            let v = self.store.read_value(entry).await.map_err(|e| match e {
+            let v = tracing::Instrument::instrument(
+                self.store.read_value(entry),
+                tracing::info_span!("secret store read", otel.kind = "client"),
+            )
+            .await
+            .map_err(|e| match e {
                 crate::secrets::StoreError::NotFound => Error::new(ErrorCode::SECRET_NOT_IN_STORE),
                 other => {
                     tracing::warn!(error = %other, secret = %n, "secret store read failed");
@@ -432,6 +446,12 @@ impl Broker {
             Ok::<_, Fail>(())
         })?;
         tracing::info!(grant = %grant.id, enrollment = %caller.id, secrets = ?grant.names.iter().map(|n| n.as_str()).collect::<Vec<_>>(), "values released");
+        let by = match grant.granted {
+            GrantedBy::Automatic => "automatic",
+            GrantedBy::Approval => "approval",
+        };
+        metrics::counter!("countersign_releases_total", "granted" => by).increment(1);
+        metrics::counter!("countersign_released_secrets_total").increment(values.len() as u64);
         Ok(Released {
             expires_at: grant.expires_at,
             values,

@@ -11,6 +11,7 @@ mod documents;
 mod first_day;
 mod mcp;
 mod messages;
+mod ops;
 mod pages;
 mod person;
 mod person_pages;

@@ -42,7 +42,7 @@ use serde_json::json;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug, Parser)]
-#[command(about = "Throughput and latency of the console's work routes")]
+#[command(version, about = "Throughput and latency of the console's work routes")]
 struct Args {
     /// Issues in the table for the list, search and fan-out phases.
     #[arg(long, default_value_t = 100_000)]
