@@ -586,7 +586,7 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
         .js("return document.activeElement && document.activeElement.id")
         .await?;
     anyhow::ensure!(focused == json!("header-search"), "`/` focused {focused}");
-    w.b.keys("safari\u{E007}").await?;
+    w.b.keys("safar\u{E007}").await?;
     w.b.wait_for("ol.results", 10).await?;
     w.check("search").await?;
     let links = w
