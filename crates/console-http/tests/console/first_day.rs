@@ -643,7 +643,9 @@ async fn walk(w: &mut Walk<'_>, agent: &Who, console: &TestConsole) -> anyhow::R
     w.b.wait_for("nav", 5).await?;
     w.sees("404").await?;
     w.check("not-found").await?;
-    w.follow("Back").await.context("the 404 page's way back")?;
+    w.follow("See your issues")
+        .await
+        .context("the 404 page's way back")?;
 
     // The shortcuts dialog.
     w.js("document.activeElement && document.activeElement.blur(); return 1")
