@@ -331,7 +331,8 @@ async fn sample_gauges(st: &AppState) {
         let pending: Vec<_> = records
             .iter()
             .filter(|r| r.body.kind == kind)
-            .filter(|r| r.clone().settled(now).state == RecordState::Pending)
+            // Stored-pending and not yet past its expiry (what `Record::settled` decides).
+            .filter(|r| r.state == RecordState::Pending && now < r.body.expires_at)
             .collect();
         let oldest = pending
             .iter()
