@@ -11,7 +11,6 @@ use askama::Template;
 use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
 use countersign_console_core::Caller;
 use countersign_console_core::Login;
 use countersign_console_core::work::asks::{AskState, AskView, CommentView, ThreadState};
@@ -474,8 +473,8 @@ pub struct IssueFacts {
     pub claimed_by_me: bool,
     pub parent: Option<String>,
     pub children: Vec<String>,
-    pub tasks: Option<(u32, u32)>,
-    pub children_done: Option<(u32, u32)>,
+    pub tasks: Option<(i64, i64)>,
+    pub children_done: Option<(i64, i64)>,
     pub sequence: i64,
     pub created: When,
     pub updated: When,
@@ -576,7 +575,11 @@ fn comment_entry(c: &CommentView, docs: &HashMap<String, String>) -> CommentEntr
                 docs.get(a).cloned().unwrap_or_else(|| "a document".into()),
             )
         }),
-        quote: c.quote.as_ref().map(|q| q.exact.clone()).unwrap_or_default(),
+        quote: c
+            .quote
+            .as_ref()
+            .map(|q| q.exact.clone())
+            .unwrap_or_default(),
         mentions: c.mentions.iter().map(|m| m.session_id.clone()).collect(),
         resolved: c.thread_state == Some(ThreadState::Resolved),
         edited: c.edited_at.is_some(),
