@@ -11,7 +11,6 @@ use askama::Template;
 use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
 use countersign_console_core::Caller;
 use countersign_console_core::Login;
 use countersign_console_core::work::asks::{AskState, AskView, CommentView, ThreadState};
