@@ -15,7 +15,7 @@ use countersign_console_core::Caller;
 use countersign_console_core::Login;
 use countersign_console_core::work::asks::{AskState, AskView, CommentView, ThreadState};
 use countersign_console_core::work::{
-    Actor, AssigneeFilter, Event, EventPage, IssueCursor, IssueListQuery, IssueSort, ProjectKey,
+    Actor, Event, EventPage, IssueAssignee, IssueCursor, IssueListQuery, IssueSort, ProjectKey,
     Status,
 };
 use serde_json::Value;
@@ -211,9 +211,9 @@ impl Filters {
         }
         match self.assignee.as_str() {
             "" => {}
-            "nobody" => q.assignee = Some(AssigneeFilter::Nobody),
+            "nobody" => q.assignee = Some(IssueAssignee::Nobody),
             a => {
-                q.assignee = Some(AssigneeFilter::Person(
+                q.assignee = Some(IssueAssignee::Person(
                     Login::parse(a).ok_or_else(|| bad("the assignee filter is an e-mail"))?,
                 ))
             }
