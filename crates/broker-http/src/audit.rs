@@ -193,14 +193,6 @@ impl StateKeeper {
     pub fn path(&self) -> &Path {
         &self.path
     }
-
-    fn written(&self) -> Walk {
-        self.heads
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .1
-            .clone()
-    }
 }
 
 #[async_trait::async_trait]

@@ -35,7 +35,7 @@ async fn verify_reports_the_head_then_the_edited_entry() {
     let events: Vec<AuditEvent> = (0..5)
         .map(|i| AuditEvent {
             kind: "release",
-            subject: format!("grant:{i}"),
+            subject: format!("session:{i}"),
             body: serde_json::json!({ "names": [format!("SECRET_{i}")] }).to_string(),
         })
         .collect();

@@ -386,7 +386,7 @@ impl Deployment {
         std::fs::write(p("console-token"), CONSOLE)?;
         std::fs::write(
             p("secrets.toml"),
-            "prefix = \"agents/\"\nkey = \"local\"\n\n[[secret]]\nname = \"agents/auto-secret\"\ntier = \"automatic\"\nvalue = \"v\"\n",
+            "prefix = \"agents/\"\nkey = \"local\"\n\n[[secret]]\nname = \"agents/auto-secret\"\nowner = \"ops@example.com\"\ntier = \"automatic\"\nvalue = \"v\"\n",
         )?;
         let port = free_port()?;
         let base = format!("http://127.0.0.1:{port}");
