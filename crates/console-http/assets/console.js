@@ -50,7 +50,7 @@
 //   page is hidden, reopened (resuming at the last event id with ?since=) on pageshow and
 //   when visible again, so pages kept in the back/forward cache hold no connection.
 //
-// THE UNREAD COUNT. #unread-count in the navigation and the page title's "(N) " prefix show
+// THE UNREAD COUNT. #nav-unread in the navigation and the page title's "(N) " prefix show
 //   what waits on the person (GET /inbox/count: {count}), read on load, on ask and comment
 //   events and when the page becomes visible.
 //
@@ -220,7 +220,7 @@
 
   // ----- the unread count in the navigation and the title -----
   const baseTitle = document.title;
-  const counter = document.getElementById("unread-count");
+  const counter = document.getElementById("nav-unread");
   let counting = false;
   async function unread() {
     if (!counter || counting) return;
