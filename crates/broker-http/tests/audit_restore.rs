@@ -539,7 +539,7 @@ async fn pg(admin: &str, sql: &str) -> R {
 #[derive(Clone, Copy, Debug)]
 enum End {
     Revocation,
-    SessionEnd,
+    SessionEnded,
     MachineLoginRevocation,
     Withholding,
     Expiry,
@@ -547,7 +547,7 @@ enum End {
 
 const ENDS: [End; 5] = [
     End::Revocation,
-    End::SessionEnd,
+    End::SessionEnded,
     End::MachineLoginRevocation,
     End::Withholding,
     End::Expiry,
@@ -597,7 +597,7 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
                     c.expect(200, M::POST, &path, &[("proof", proof)], None)
                         .await?;
                 }
-                End::SessionEnd => {
+                End::SessionEnded => {
                     let path = format!("/v1/enrollments/{}", se.enrollment);
                     let proof = c.proof(
                         claims::TYP_LAUNCHER_PROOF,
@@ -665,7 +665,7 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
             if !closed(status, &v) {
                 bail!("{end:?} ({stop:?}): values after the restore: {status} {v}");
             }
-            if matches!(end, End::MachineLoginRevocation | End::SessionEnd) {
+            if matches!(end, End::MachineLoginRevocation | End::SessionEnded) {
                 let (status, v, _) = enroll(&c, &m, &format!("rt-again-{i}")).await?;
                 if !closed(status, &v) {
                     bail!("{end:?} ({stop:?}): enroll after the restore: {status} {v}");

@@ -148,8 +148,7 @@ async fn rows(s: Arc<SqlStorage>) {
             ..Default::default()
         })
         .await
-        .err()
-        .expect("another order's cursor");
+        .expect_err("another order's cursor");
     assert_eq!(err.code_str(), "INVALID_QUERY");
 
     // A board's counts: every status, zeros included, whatever the status filter.
