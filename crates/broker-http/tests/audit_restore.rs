@@ -337,11 +337,39 @@ async fn values(c: &Client, se: &Session, grant: &str) -> anyhow::Result<(u16, V
         claims::TYP_SESSION_PROOF,
         &se.enrollment,
         &se.key,
-        "GET",
+        "POST",
         &path,
         None,
     );
-    c.send(M::GET, &path, &[("proof", proof)], None).await
+    c.send(M::POST, &path, &[("proof", proof)], None).await
+}
+
+/// The session revokes its grant. Right after a restart on SQLite, a proof signed at or before
+/// the previous process's proof horizon is refused as replayed (docs/decisions.md, "the proof
+/// horizon"); like the launcher, the test signs a fresh proof and tries again, for a few
+/// seconds at most.
+async fn revoke(c: &Client, se: &Session, grant: &str) -> R {
+    let path = format!("/v1/grants/{grant}/revoke");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let proof = c.proof(
+            claims::TYP_SESSION_PROOF,
+            &se.enrollment,
+            &se.key,
+            "POST",
+            &path,
+            None,
+        );
+        let (status, v) = c.send(M::POST, &path, &[("proof", proof)], None).await?;
+        if status == 200 {
+            return Ok(());
+        }
+        let replayed = status == 401 && v["code"] == "PROOF_INVALID";
+        if !replayed || std::time::Instant::now() > deadline {
+            bail!("{path}: expected 200, got {status}: {v}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// A deployment under test: its files, its database (SQLite file or PostgreSQL database).
@@ -585,17 +613,7 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
             let b = d.start().await?;
             match end {
                 End::Revocation => {
-                    let path = format!("/v1/grants/{g}/revoke");
-                    let proof = c.proof(
-                        claims::TYP_SESSION_PROOF,
-                        &se.enrollment,
-                        &se.key,
-                        "POST",
-                        &path,
-                        None,
-                    );
-                    c.expect(200, M::POST, &path, &[("proof", proof)], None)
-                        .await?;
+                    revoke(&c, &se, &g).await?;
                 }
                 End::SessionEnded => {
                     let path = format!("/v1/enrollments/{}", se.enrollment);
@@ -890,17 +908,7 @@ async fn a_witness_catches_a_rollback_of_database_and_state_file() -> R {
 
     // The grant is revoked; the witness sees the later head.
     let b = d.start().await?;
-    let path = format!("/v1/grants/{g}/revoke");
-    let proof = c.proof(
-        claims::TYP_SESSION_PROOF,
-        &se.enrollment,
-        &se.key,
-        "POST",
-        &path,
-        None,
-    );
-    c.expect(200, M::POST, &path, &[("proof", proof)], None)
-        .await?;
+    revoke(&c, &se, &g).await?;
     let Round::Kept(later) = witness_round(&w).await? else {
         bail!("refused after the revocation");
     };
