@@ -367,22 +367,34 @@ impl Browser {
         self.wait_xpath(&x, 10).await
     }
 
-    /// Types `text` into the field labelled `label` (cleared first).
+    /// Types `text` into the field labelled `label` (cleared first). A live region may swap
+    /// the field between finding it and typing (the page follows its event stream): the field
+    /// is then found again, a few times at most.
     pub async fn fill(&self, label: &str, text: &str) -> anyhow::Result<()> {
-        let id = self.field(label).await?;
-        self.cmd(
-            reqwest::Method::POST,
-            &format!("/element/{id}/clear"),
-            Some(json!({})),
-        )
-        .await?;
-        self.cmd(
-            reqwest::Method::POST,
-            &format!("/element/{id}/value"),
-            Some(json!({ "text": text })),
-        )
-        .await?;
-        Ok(())
+        let mut tries = 0;
+        loop {
+            let id = self.field(label).await?;
+            let typed = async {
+                self.cmd(
+                    reqwest::Method::POST,
+                    &format!("/element/{id}/clear"),
+                    Some(json!({})),
+                )
+                .await?;
+                self.cmd(
+                    reqwest::Method::POST,
+                    &format!("/element/{id}/value"),
+                    Some(json!({ "text": text })),
+                )
+                .await
+            }
+            .await;
+            match typed {
+                Ok(_) => return Ok(()),
+                Err(e) if tries < 5 && e.to_string().contains("stale element") => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Picks the option shown as `option` in the select labelled `label`.
