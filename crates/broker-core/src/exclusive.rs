@@ -29,10 +29,19 @@
 //!     with `iat` up to the skew later), and the database decides it, as before.
 //!
 //!   Past that, a proof whose `iat` is at or before the current horizon is remembered in
-//!   memory only. The price: for a second or two after a restart, proofs signed before it
+//!   memory only. The price: for a second or two after a crash, proofs signed before it
 //!   (including honest ones, and those of clients whose clock runs behind the broker's by up
 //!   to that long) are refused as replays, and for the skew after it, proofs cost a write as
 //!   they all did before. See `docs/decisions.md` (issue 28).
+//!
+//!   A graceful stop pays nothing of that: at shutdown ([`Storage::at_shutdown`], after the
+//!   last request) the process writes every live value it holds in memory through, in one
+//!   transaction, and then records that its horizon is *released* (a value `H:F` of
+//!   [`RELEASED_SCOPE`]: its last horizon `H` and the floor `F` it refused below itself). A
+//!   successor whose predecessors' highest horizon is a released `H` refuses only at or before
+//!   `F` (what a crash before that predecessor may have accepted on memory alone) and lets the
+//!   database decide the rest. From the moment the release begins, every proof is written
+//!   through.
 //!
 //! With several replicas (PostgreSQL) do not use it: their writes would not reach this cache,
 //! nor their proofs this memory.
@@ -40,7 +49,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
@@ -133,6 +142,21 @@ impl Once {
 /// this).
 pub const HORIZON_SCOPE: &str = "proof-horizon";
 
+/// The scope under which a process that stopped gracefully records that its horizon is
+/// released: `H:F`, its last horizon and the floor it inherited (see the module's notes).
+pub const RELEASED_SCOPE: &str = "proof-horizon-released";
+
+/// What a process inherits from its predecessors, read once at its first proof.
+#[derive(Debug, Clone, Copy)]
+struct Floor {
+    /// Proofs whose `iat` is at or before it are refused (a predecessor may have accepted them
+    /// on memory alone).
+    refuse: i64,
+    /// The predecessors' highest horizon: proofs whose `iat` is within the skew after it (or
+    /// before it) are written through, so that the database decides them.
+    horizon: i64,
+}
+
 /// The decorator.
 #[derive(Debug)]
 pub struct Exclusive<S> {
@@ -140,10 +164,14 @@ pub struct Exclusive<S> {
     cache: Arc<Mutex<Cache>>,
     once: Box<[Mutex<Once>]>,
     shard_of: RandomState,
-    /// The highest horizon recorded before this process's first proof: read once.
-    floor: OnceLock<i64>,
+    /// What the predecessors left: read once, at the first proof.
+    floor: OnceLock<Floor>,
     /// The highest horizon this process has recorded durably (`i64::MIN`: none yet).
     horizon: AtomicI64,
+    /// Until when (ms since the epoch) the highest horizon's row is kept.
+    horizon_until: AtomicI64,
+    /// Set when the shutdown's release begins: every proof is then written through.
+    released: AtomicBool,
 }
 
 impl<S: Storage> Exclusive<S> {
@@ -155,6 +183,8 @@ impl<S: Storage> Exclusive<S> {
             shard_of: RandomState::new(),
             floor: OnceLock::new(),
             horizon: AtomicI64::new(i64::MIN),
+            horizon_until: AtomicI64::new(i64::MIN),
+            released: AtomicBool::new(false),
         }
     }
 
@@ -163,22 +193,36 @@ impl<S: Storage> Exclusive<S> {
         Some(self.horizon.load(Ordering::Acquire)).filter(|h| *h != i64::MIN)
     }
 
-    /// The highest horizon recorded before this process's first proof: proofs with an `iat`
-    /// at or before it are refused. Read from the database at the first proof.
-    async fn floor(&self, now: Time) -> Result<i64, StorageError> {
+    /// What the predecessors left: their highest horizon, and below what to refuse (that
+    /// horizon, unless the process that recorded it released it at a graceful stop). Read from
+    /// the database at the first proof.
+    async fn floor(&self, now: Time) -> Result<Floor, StorageError> {
         if let Some(f) = self.floor.get() {
             return Ok(*f);
         }
-        let mut floor = i64::MIN;
-        for v in self.inner.remembered(HORIZON_SCOPE, now).await? {
-            let h = v.parse::<i64>().map_err(|_| {
+        let number = |v: &str| {
+            v.parse::<i64>().map_err(|_| {
                 StorageError::Other(format!("the proof horizon {v:?} is not a number"))
-            })?;
-            floor = floor.max(h);
+            })
+        };
+        let mut horizon = i64::MIN;
+        for v in self.inner.remembered(HORIZON_SCOPE, now).await? {
+            horizon = horizon.max(number(&v)?);
+        }
+        let mut refuse = horizon;
+        if horizon != i64::MIN {
+            for v in self.inner.remembered(RELEASED_SCOPE, now).await? {
+                let (h, f) = v.split_once(':').ok_or_else(|| {
+                    StorageError::Other(format!("the released horizon {v:?} is not H:F"))
+                })?;
+                if number(h)? == horizon {
+                    refuse = number(f)?;
+                }
+            }
         }
         // The first value set wins: it was read before any horizon of this process was
         // recorded (recording waits for the floor), so it is the predecessors' alone.
-        Ok(*self.floor.get_or_init(|| floor))
+        Ok(*self.floor.get_or_init(|| Floor { refuse, horizon }))
     }
 
     /// Makes the recorded horizon at least `to`, durably, before answering.
@@ -196,6 +240,58 @@ impl<S: Storage> Exclusive<S> {
             .remember_once(HORIZON_SCOPE, &to.to_string(), until, use_.now)
             .await?;
         self.horizon.fetch_max(to, Ordering::AcqRel);
+        self.horizon_until
+            .fetch_max(until.timestamp_millis(), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The release at a graceful stop (see the module's notes): every live value held in
+    /// memory alone is written through, then the horizon is recorded as released.
+    async fn release(&self, now: Time) -> Result<(), StorageError> {
+        // Before the snapshot: a proof remembered after it sees the flag and is written
+        // through (the flag is read after the value enters memory).
+        self.released.store(true, Ordering::SeqCst);
+        let mut live: Vec<(Arc<str>, Time)> = Vec::new();
+        for shard in &self.once {
+            let once = lock(shard);
+            live.extend(
+                once.seen
+                    .iter()
+                    .filter(|(_, t)| **t >= now)
+                    .map(|(k, t)| (k.clone(), *t)),
+            );
+        }
+        let values: Vec<(&str, &str, Time)> = live
+            .iter()
+            .filter_map(|(k, t)| k.split_once('\0').map(|(s, v)| (s, v, *t)))
+            .collect();
+        self.inner.remember_all(&values, now).await?;
+        let horizon = self.horizon.load(Ordering::SeqCst);
+        let Some(floor) = self.floor.get() else {
+            // No proof was ever accepted: nothing in memory alone.
+            return Ok(());
+        };
+        if horizon == i64::MIN {
+            return Ok(());
+        }
+        let until =
+            chrono::DateTime::from_timestamp_millis(self.horizon_until.load(Ordering::SeqCst))
+                .ok_or_else(|| {
+                    StorageError::Other("the horizon's keeping is out of range".into())
+                })?;
+        self.inner
+            .remember_once(
+                RELEASED_SCOPE,
+                &format!("{horizon}:{}", floor.refuse),
+                until,
+                now,
+            )
+            .await?;
+        tracing::info!(
+            values = values.len(),
+            horizon,
+            "proof values kept at shutdown; the proof horizon is released"
+        );
         Ok(())
     }
 
@@ -303,7 +399,7 @@ impl<S: Storage> Storage for Exclusive<S> {
 
     async fn remember_proof(&self, use_: ProofUse<'_>) -> Result<bool, StorageError> {
         let floor = self.floor(use_.now).await?;
-        if use_.iat <= floor {
+        if use_.iat <= floor.refuse {
             // A predecessor may have accepted it on memory alone.
             return Ok(false);
         }
@@ -318,10 +414,11 @@ impl<S: Storage> Storage for Exclusive<S> {
         if !self.remember_in_memory(&key, use_.until, use_.now) {
             return Ok(false);
         }
-        // (2), and what a predecessor may have written through.
+        // (2), what a predecessor may have written through (or released), and anything once
+        // the release has begun.
         let beyond_horizon = use_.iat > self.horizon.load(Ordering::Acquire);
-        let near_floor = use_.iat <= floor.saturating_add(use_.skew);
-        if beyond_horizon || near_floor {
+        let near_floor = use_.iat <= floor.horizon.saturating_add(use_.skew);
+        if beyond_horizon || near_floor || self.released.load(Ordering::SeqCst) {
             return self
                 .write_through(&key, use_.scope, use_.jti, use_.until, use_.now)
                 .await;
@@ -331,6 +428,19 @@ impl<S: Storage> Storage for Exclusive<S> {
 
     async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
         self.inner.remembered(scope, now).await
+    }
+
+    async fn remember_all(
+        &self,
+        values: &[(&str, &str, Time)],
+        now: Time,
+    ) -> Result<(), StorageError> {
+        self.inner.remember_all(values, now).await
+    }
+
+    async fn at_shutdown(&self, now: Time) -> Result<(), StorageError> {
+        self.release(now).await?;
+        self.inner.at_shutdown(now).await
     }
 }
 

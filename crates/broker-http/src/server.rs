@@ -413,6 +413,7 @@ impl Running {
         for b in self.background {
             b.abort();
         }
+        self.state.broker.at_shutdown().await;
         crate::audit::at_shutdown(&self.state.broker).await;
     }
 
@@ -426,6 +427,7 @@ impl Running {
         for b in self.background {
             b.abort();
         }
+        self.state.broker.at_shutdown().await;
         crate::audit::at_shutdown(&self.state.broker).await;
         r
     }

@@ -344,32 +344,21 @@ async fn values(c: &Client, se: &Session, grant: &str) -> anyhow::Result<(u16, V
     c.send(M::POST, &path, &[("proof", proof)], None).await
 }
 
-/// The session revokes its grant. Right after a restart on SQLite, a proof signed at or before
-/// the previous process's proof horizon is refused as replayed (docs/decisions.md, "the proof
-/// horizon"); like the launcher, the test signs a fresh proof and tries again, for a few
-/// seconds at most.
+/// The session revokes its grant. It runs right after a graceful restart: the previous
+/// process released its proof horizon at shutdown (`exclusive.rs`), so nothing honest is refused.
 async fn revoke(c: &Client, se: &Session, grant: &str) -> R {
     let path = format!("/v1/grants/{grant}/revoke");
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let proof = c.proof(
-            claims::TYP_SESSION_PROOF,
-            &se.enrollment,
-            &se.key,
-            "POST",
-            &path,
-            None,
-        );
-        let (status, v) = c.send(M::POST, &path, &[("proof", proof)], None).await?;
-        if status == 200 {
-            return Ok(());
-        }
-        let replayed = status == 401 && v["code"] == "PROOF_INVALID";
-        if !replayed || std::time::Instant::now() > deadline {
-            bail!("{path}: expected 200, got {status}: {v}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let proof = c.proof(
+        claims::TYP_SESSION_PROOF,
+        &se.enrollment,
+        &se.key,
+        "POST",
+        &path,
+        None,
+    );
+    c.expect(200, M::POST, &path, &[("proof", proof)], None)
+        .await?;
+    Ok(())
 }
 
 /// A deployment under test: its files, its database (SQLite file or PostgreSQL database).

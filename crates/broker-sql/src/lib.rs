@@ -310,6 +310,20 @@ impl Storage for SqlStorage {
         self.once.remember(scope, value, until, now).await
     }
 
+    async fn remember_all(
+        &self,
+        values: &[(&str, &str, Time)],
+        now: Time,
+    ) -> Result<(), StorageError> {
+        // One transaction, a statement per thousand values: at shutdown, a busy minute's
+        // values cost one commit rather than one turn each.
+        let mut tx = begin_write(&self.pool, self.backend, self.writer.as_ref()).await?;
+        for chunk in values.chunks(once::MAX_BATCH) {
+            tx.remember_many(chunk, now).await?;
+        }
+        countersign_broker_core::storage::Tx::commit(Box::new(tx)).await
+    }
+
     async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
         let rows = sqlx::query("SELECT value FROM once_values WHERE scope = $1 AND until_ms >= $2")
             .bind(scope)

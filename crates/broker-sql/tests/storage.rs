@@ -1818,6 +1818,108 @@ async fn exclusive_keeps_proof_jtis_in_memory_behind_a_durable_horizon() {
     db.finish().await;
 }
 
+/// A graceful stop releases the horizon: the values held in memory are written through at
+/// shutdown, so the successor refuses their replay from the database and accepts honest proofs
+/// signed in the horizon's second (which a crash makes it refuse). What a crash before the
+/// released process left unknown stays refused.
+#[tokio::test]
+async fn exclusive_releases_its_horizon_at_a_graceful_stop() {
+    use countersign_broker_core::exclusive::{Exclusive, RELEASED_SCOPE};
+    let db = TestDb::sqlite().await;
+    // A first process crashes after keeping "old" in memory alone.
+    let crashed = Exclusive::new(db.storage.clone());
+    assert!(
+        crashed
+            .remember_proof(proof_use("old", 90, 90))
+            .await
+            .expect("old")
+    );
+    drop(crashed);
+
+    // The second refuses below the crashed one's horizon, keeps "a" and "b" in memory, and
+    // stops gracefully.
+    let first = Exclusive::new(db.storage.clone());
+    assert!(
+        !first
+            .remember_proof(proof_use("c0", 91, 92))
+            .await
+            .expect("c0")
+    );
+    assert!(
+        first
+            .remember_proof(proof_use("a", 160, 160))
+            .await
+            .expect("a")
+    );
+    assert!(
+        first
+            .remember_proof(proof_use("b", 161, 161))
+            .await
+            .expect("b")
+    );
+    let horizon = first.proof_horizon().expect("a horizon");
+    first.at_shutdown(at(161)).await.expect("release");
+    let released = db
+        .storage
+        .remembered(RELEASED_SCOPE, at(161))
+        .await
+        .expect("released");
+    assert_eq!(released, vec![format!("{horizon}:{}", at(91).timestamp())]);
+    // After the release began, even a proof within the horizon is written through.
+    assert!(
+        first
+            .remember_proof(proof_use("late", 161, 161))
+            .await
+            .expect("late")
+    );
+    assert!(
+        db.storage
+            .remembered("session:x", at(161))
+            .await
+            .expect("stored")
+            .contains(&"late".to_owned())
+    );
+
+    // The successor: honest proofs signed in the released horizon's second pass; the values the
+    // first held in memory are refused by the database; the crashed process's floor holds.
+    let second = Exclusive::new(db.storage.clone());
+    assert!(
+        second
+            .remember_proof(proof_use("c", 161, 162))
+            .await
+            .expect("c")
+    );
+    assert!(
+        !second
+            .remember_proof(proof_use("a", 160, 162))
+            .await
+            .expect("a replayed")
+    );
+    assert!(
+        !second
+            .remember_proof(proof_use("b", 161, 162))
+            .await
+            .expect("b replayed")
+    );
+    assert!(
+        !second
+            .remember_proof(proof_use("old", 90, 140))
+            .await
+            .expect("old replayed")
+    );
+
+    // A crash of the successor: its own horizon is not released, so a third refuses below it.
+    drop(second);
+    let third = Exclusive::new(db.storage.clone());
+    assert!(
+        !third
+            .remember_proof(proof_use("d", 162, 163))
+            .await
+            .expect("d")
+    );
+    db.finish().await;
+}
+
 #[tokio::test]
 async fn sqlite_in_memory_is_one_shared_database() {
     let s = SqlStorage::connect("sqlite::memory:")

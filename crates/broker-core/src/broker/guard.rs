@@ -121,6 +121,18 @@ impl Storage for Guarded {
     async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
         self.inner.remembered(scope, now).await
     }
+
+    async fn remember_all(
+        &self,
+        values: &[(&str, &str, Time)],
+        now: Time,
+    ) -> Result<(), StorageError> {
+        self.inner.remember_all(values, now).await
+    }
+
+    async fn at_shutdown(&self, now: Time) -> Result<(), StorageError> {
+        self.inner.at_shutdown(now).await
+    }
 }
 
 /// The state of rows a write transaction read, to tell which writes change what the log

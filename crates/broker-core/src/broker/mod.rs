@@ -243,6 +243,14 @@ impl Broker {
         }
     }
 
+    /// After the last request of a graceful stop: the storage keeps what it held in memory
+    /// alone ([`Storage::at_shutdown`]), so that the next process refuses nothing honest.
+    pub async fn at_shutdown(&self) {
+        if let Err(e) = self.storage.at_shutdown(self.now()).await {
+            tracing::error!(error = %e, "storage: what was kept in memory was not written at shutdown");
+        }
+    }
+
     pub fn config(&self) -> &BrokerConfig {
         &self.config
     }
