@@ -254,17 +254,18 @@ fn span_for(req: &Request) -> tracing::Span {
         .get::<MatchedPath>()
         .map(|m| m.as_str())
         .unwrap_or("unmatched");
-    let span = tracing::info_span!(
-        "request",
-        method = %req.method(),
-        route,
-        otel.name = format!("broker {} {route}", req.method()),
-        otel.kind = "server",
-    );
-    countersign_common::telemetry::set_parent(&span, |name| {
-        req.headers().get(name).and_then(|v| v.to_str().ok())
-    });
-    span
+    countersign_common::telemetry::in_remote_context(
+        |name| req.headers().get(name).and_then(|v| v.to_str().ok()),
+        || {
+            tracing::info_span!(
+                "request",
+                method = %req.method(),
+                route,
+                otel.name = format!("broker {} {route}", req.method()),
+                otel.kind = "server",
+            )
+        },
+    )
 }
 
 /// `GET /readyz`: 200 when this replica can serve: its database answers, the policy has been

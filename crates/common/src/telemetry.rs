@@ -2,7 +2,8 @@
 //! process is also exported as an OpenTelemetry span (HTTP/protobuf to `<endpoint>/v1/traces`,
 //! batched on the exporter's own thread), and W3C trace context (`traceparent`, `tracestate`)
 //! joins a process's spans to its caller's: the console injects it into its broker calls
-//! ([`inject_current`]), the broker's request span takes it as its parent ([`set_parent`]).
+//! ([`inject_current`]), the broker's request span takes it as its parent
+//! ([`in_remote_context`]).
 //!
 //! [`metrics_handle`] is the process's one Prometheus recorder.
 //!
@@ -17,7 +18,6 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::reload;
 
 /// The OpenTelemetry layer as it sits on the registry.
@@ -121,15 +121,26 @@ impl<'a, F: Fn(&str) -> Option<&'a str>> Extractor for Headers<'a, F> {
     }
 }
 
-/// Makes the trace context a request carries (`traceparent`, `tracestate`, read by `header`)
-/// the parent of `span`. A request without one, or a process that exports nothing, keeps
-/// `span` as it is.
-pub fn set_parent<'a>(span: &tracing::Span, header: impl Fn(&str) -> Option<&'a str>) {
+/// Runs `make` (which creates a request's server span) inside the trace context the request
+/// carries (`traceparent`, `tracestate`, read by `header`), so that the span continues the
+/// caller's trace. A request without one, or a process that exports nothing, runs `make` as it
+/// is.
+///
+/// Why not `OpenTelemetrySpanExt::set_parent`: it reaches the OpenTelemetry layer by
+/// downcasting, which the `reload` layer its slot sits in refuses (tracing-subscriber's
+/// `reload::Layer::downcast_raw` answers `None`), so it silently did nothing. The layer instead
+/// takes a new span's parent from the OpenTelemetry context attached at its creation (its
+/// "context activation", on by default).
+pub fn in_remote_context<'a, T>(
+    header: impl Fn(&str) -> Option<&'a str>,
+    make: impl FnOnce() -> T,
+) -> T {
     if header("traceparent").is_none() {
-        return;
+        return make();
     }
     let cx = TraceContextPropagator::new().extract(&Headers(header));
-    let _ = span.set_parent(cx);
+    let _attached = cx.attach();
+    make()
 }
 
 #[derive(Default)]
@@ -149,7 +160,9 @@ impl Injector for Collected {
 /// The headers that carry the current span's trace context to a callee (none when nothing
 /// is exported).
 pub fn inject_current() -> Vec<(&'static str, String)> {
-    let cx = tracing::Span::current().context();
+    // The OpenTelemetry context the layer attached when the current span was entered (not
+    // `Span::current().context()`, which needs a downcast the `reload` layer refuses).
+    let cx = opentelemetry::Context::current();
     let mut out = Collected::default();
     TraceContextPropagator::new().inject_context(&cx, &mut out);
     out.0

@@ -200,17 +200,18 @@ fn span_for(req: &Request) -> tracing::Span {
         .get::<axum::extract::MatchedPath>()
         .map(|m| m.as_str())
         .unwrap_or("unmatched");
-    let span = tracing::info_span!(
-        "request",
-        method = %req.method(),
-        route,
-        otel.name = format!("console {} {route}", req.method()),
-        otel.kind = "server",
-    );
-    countersign_common::telemetry::set_parent(&span, |name| {
-        req.headers().get(name).and_then(|v| v.to_str().ok())
-    });
-    span
+    countersign_common::telemetry::in_remote_context(
+        |name| req.headers().get(name).and_then(|v| v.to_str().ok()),
+        || {
+            tracing::info_span!(
+                "request",
+                method = %req.method(),
+                route,
+                otel.name = format!("console {} {route}", req.method()),
+                otel.kind = "server",
+            )
+        },
+    )
 }
 
 /// Counts requests and their latency by route and status (`docs/metrics.md`).

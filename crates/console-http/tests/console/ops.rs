@@ -147,6 +147,10 @@ async fn readyz_and_every_documented_console_metric_in_dev_mode() -> anyhow::Res
     Ok(())
 }
 
+fn hx(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// One exported span, as the receiver decoded it.
 #[derive(Debug, Clone)]
 struct Span {
@@ -325,7 +329,18 @@ async fn one_trace_crosses_console_broker_and_storage_over_otlp() -> anyhow::Res
             break chain;
         }
         if Instant::now() > deadline {
-            let names: Vec<_> = now.iter().map(|s| s.name.clone()).collect();
+            let names: Vec<_> = now
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} [{}] {} < {}",
+                        s.name,
+                        hx(&s.trace),
+                        hx(&s.id),
+                        hx(&s.parent)
+                    )
+                })
+                .collect();
             anyhow::bail!(
                 "no trace crossed console → broker → storage; spans: {names:?}\nlog: {}",
                 std::fs::read_to_string(&log).unwrap_or_default()
