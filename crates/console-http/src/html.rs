@@ -118,13 +118,16 @@ const NAV: &[(&str, &str)] = &[
     ("/delivery/pipeline", "Pipeline"),
 ];
 
-/// The second row: secrets, machines, tokens and what the person decided.
+/// The second row: secrets, machines, tokens, what the person answered and decided, and the
+/// settings.
 const MORE: &[(&str, &str)] = &[
     ("/machines/approve", "Approve a machine"),
     ("/grants", "Grants"),
     ("/machines", "Machines"),
     ("/tokens", "Agent tokens"),
+    ("/answers", "Your answers"),
     ("/history", "Decisions"),
+    ("/settings", "Settings"),
 ];
 
 impl Chrome<'_> {

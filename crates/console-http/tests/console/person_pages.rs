@@ -187,6 +187,19 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
     let nope = ada.get("/projects/NOPE/documents").await?;
     assert_eq!(nope.status, 404);
     assert!(nope.text.contains("<nav"), "{}", nope.text);
+    // Every page's navigation reaches the person's answers and the settings.
+    for href in [
+        "/answers",
+        "/settings",
+        "/history",
+        "/broadcasts",
+        "/delivery/pipeline",
+    ] {
+        assert!(
+            list.text.contains(&format!("href=\"{href}\"")),
+            "no link to {href} in the navigation"
+        );
+    }
 
     // Something of every kind to find: a comment on the issue, an ask, a comment on the
     // document, a message.
