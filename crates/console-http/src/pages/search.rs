@@ -8,7 +8,7 @@ use askama::Template;
 use axum::Extension;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use countersign_console_core::Caller;
 use countersign_console_core::work::{SearchKind, SearchRow};
 
@@ -178,6 +178,12 @@ pub async fn search_page(
         Err(r) => return *r,
     };
     let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
+    // A credential request's record id, as the CLI and MCP print it while a request waits:
+    // its page.
+    if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return axum::response::Redirect::to(&format!("/requests/{}", text.to_ascii_lowercase()))
+            .into_response();
+    }
     let offset = q
         .get("offset")
         .and_then(|o| o.parse::<u32>().ok())

@@ -354,6 +354,14 @@ async fn documents_pages_search_and_settings() -> anyhow::Result<()> {
     );
     assert!(sessions.text.contains("s1, s2"));
     assert!(sessions.text.contains("id=\"group-new\""));
+    // A record id, as the CLI and MCP print a waiting request's, leads to its page.
+    let record = "AB".repeat(32);
+    let s = ada.get(&format!("/search?q={record}")).await?;
+    assert_eq!(s.status, 303, "{}", s.text);
+    assert_eq!(
+        s.location().as_deref(),
+        Some(format!("/requests/{}", record.to_ascii_lowercase()).as_str())
+    );
     // A word's beginning finds the word (the search's prefix match).
     let s = ada.get("/search?q=safar").await?;
     let list = results(&s.text);

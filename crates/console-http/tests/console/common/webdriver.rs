@@ -369,7 +369,7 @@ impl Browser {
 
     /// Types `text` into the field labelled `label` (cleared first). A live region may swap
     /// the field between finding it and typing (the page follows its event stream): the field
-    /// is then found again, a few times at most.
+    /// is then found again, for two seconds at most.
     pub async fn fill(&self, label: &str, text: &str) -> anyhow::Result<()> {
         let mut tries = 0;
         loop {
@@ -391,7 +391,16 @@ impl Browser {
             .await;
             match typed {
                 Ok(_) => return Ok(()),
-                Err(e) if tries < 5 && e.to_string().contains("stale element") => tries += 1,
+                // Swapped out (stale), or swapped in and not yet shown (not interactable): the
+                // live region settles within a moment.
+                Err(e)
+                    if tries < 20
+                        && (e.to_string().contains("stale element")
+                            || e.to_string().contains("not interactable")) =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
                 Err(e) => return Err(e),
             }
         }
