@@ -46,6 +46,8 @@
 //   -artifact, -session narrow it to events naming that key. A region the person is typing in
 //   (or with a toggled editor open) is swapped once focus leaves it, so nothing typed is lost. Area scripts use the same
 //   stream: countersign.on(kinds, fn(envelope, kind)) and countersign.refresh(ids?).
+//   data-live-every="N" fetches a region again every N seconds while the page is visible
+//   (for what changes with no event: the delivery pages after a background sync).
 //   One EventSource per page, opened when something listens, closed on pagehide and while the
 //   page is hidden, reopened (resuming at the last event id with ?since=) on pageshow and
 //   when visible again, so pages kept in the back/forward cache hold no connection.
@@ -216,6 +218,17 @@
     on(el.getAttribute("data-live") || "*", function (env) {
       if (follows(el, env)) refresh([el.id]);
     });
+  });
+  // A region with data-live-every="N" (seconds, at least 10) is also fetched again every N
+  // seconds while the page is visible: what changes with no event (the delivery pages after a
+  // background sync) still reaches the page.
+  const timed = {};
+  document.querySelectorAll("[data-live-every][id]").forEach(function (el) {
+    const n = parseInt(el.getAttribute("data-live-every"), 10);
+    if (n >= 10) (timed[n] = timed[n] || []).push(el.id);
+  });
+  Object.keys(timed).forEach(function (n) {
+    setInterval(function () { if (!document.hidden) refresh(timed[n]); }, n * 1000);
   });
 
   // ----- the unread count in the navigation and the title -----
