@@ -222,6 +222,12 @@ const SCHEMA: Schema = Schema {
             sqlite: witness::MIGRATION_15,
             postgres: witness::MIGRATION_15,
         },
+        Migration {
+            version: 16,
+            name: "a project's issues by status, in rank order",
+            sqlite: work::MIGRATION_16,
+            postgres: work::MIGRATION_16,
+        },
     ],
 };
 

@@ -230,6 +230,12 @@ pub(crate) const MIGRATION_14: &[&str] = &[
      (project, (COALESCE(priority, 4)), number)",
     "CREATE INDEX console_issues_assignee ON console_issues (assignee, updated_at)",
 ];
+/// A project's issues in one status (issue 27's `?status=` lists and the board): the count and
+/// a page by rank are one index range each. With the status index alone, counting a status of
+/// 90,000 issues read each row for its project (p99 107 ms at 100,000 issues).
+pub(crate) const MIGRATION_16: &[&str] = &[
+    "CREATE INDEX console_issues_project_status ON console_issues (project, status, rank, number)",
+];
 pub(crate) const MIGRATION_6_POSTGRES: &[&str] = &[
     // An issue's labels, each row carrying what a list filters and orders by (project,
     // status, rank, number), so a list by label within a project and status is one index range
