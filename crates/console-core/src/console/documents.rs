@@ -1233,7 +1233,10 @@ const RENDERED_KEPT: usize = 32;
 /// artifact is unchanged: keyed by its id, and good while its token, its last event and its
 /// last edit-log entry are the same. Bounded: full, it starts again empty.
 #[derive(Debug, Default)]
-pub(crate) struct RenderedCache(Mutex<HashMap<String, ((String, i64, i64), Arc<str>)>>);
+pub(crate) struct RenderedCache(Mutex<HashMap<String, (Stamp, Arc<str>)>>);
+
+/// What a rendering is good for: the document's token, last event and last edit-log entry.
+type Stamp = (String, i64, i64);
 
 impl RenderedCache {
     fn html(&self, a: &Artifact, render: impl FnOnce() -> String) -> String {
