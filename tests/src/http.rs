@@ -313,6 +313,17 @@ impl Storage for FaultyStorage {
         check_fault(&self.faults.once)?;
         self.inner.remember_once(scope, value, until, now).await
     }
+    async fn remember_proof(
+        &self,
+        use_: countersign_broker_core::storage::ProofUse<'_>,
+    ) -> Result<bool, StorageError> {
+        check_fault(&self.faults.once)?;
+        self.inner.remember_proof(use_).await
+    }
+    async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
+        check_fault(&self.faults.reads)?;
+        self.inner.remembered(scope, now).await
+    }
 }
 
 // ----- answers -----

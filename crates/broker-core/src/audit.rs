@@ -14,11 +14,13 @@
 //! Entries are appended by [`append`] inside the transaction of the change they record, so the
 //! row and its entry commit together; the backend's `audit_head` serialises appenders.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
+use crate::model::{Enrollment, Grant, LauncherCredential, Record};
 use crate::seal::Sealer;
 use crate::storage::{StorageError, Tx};
 
@@ -63,6 +65,35 @@ pub const END_KINDS: &[&str] = &[
     "machine_login_end",
 ];
 
+/// Kinds whose commit is made durable in this replica's memory of the head (its
+/// [`HeadKeeper`]) before the change is answered: whatever ends something. An end a replica has
+/// acknowledged is then never forgotten by it, whatever happens to the database afterwards.
+pub const DURABLE_KINDS: &[&str] = &[
+    "revocation",
+    "expiry",
+    "end",
+    "session_end",
+    "machine_login_end",
+    "withholding",
+];
+
+/// The kind of the entry `audit accept-head` appends: an operator accepted the chain as it was
+/// (its subject is [`ACCEPT_SUBJECT`]). A witness whose record is no longer in the chain but
+/// predates such an entry takes the broker's head instead of failing it closed.
+pub const ACCEPT_KIND: &str = "head_accepted";
+
+/// The subject of an [`ACCEPT_KIND`] entry.
+pub const ACCEPT_SUBJECT: &str = "audit:head";
+
+/// Where a replica keeps the head it has verified outside the database (the server: a state
+/// file, written and `fsync`ed). [`Follower::keep`] calls it before an end is answered.
+#[async_trait::async_trait]
+pub trait HeadKeeper: Send + Sync + std::fmt::Debug {
+    /// Makes `head` (or a later one) durable. Never moves backwards: a lower head than one
+    /// already kept is already kept.
+    async fn keep(&self, head: &Walk) -> Result<(), String>;
+}
+
 /// The chained hash of an entry's content.
 pub fn entry_hash(
     prev_hash: &str,
@@ -101,6 +132,8 @@ pub enum BreakReason {
     PrevHash,
     /// The entry at the remembered position is not the one remembered.
     Rewritten,
+    /// A witness outside the database (the console) has seen an entry the chain no longer has.
+    Witness,
 }
 
 impl BreakReason {
@@ -111,6 +144,7 @@ impl BreakReason {
             Self::Gap => "gap",
             Self::PrevHash => "prev_hash",
             Self::Rewritten => "rewritten",
+            Self::Witness => "witness",
         }
     }
 }
@@ -258,6 +292,19 @@ pub struct Follower {
     /// from: applied as soon as the head reaches them. Bounded: past [`PENDING_MAX`] ranges
     /// the oldest are dropped and the follower's round verifies those entries instead.
     pending: Mutex<std::collections::BTreeMap<i64, (String, Walk)>>,
+    /// The last entry this process committed itself (or the head it resumed from): the chain
+    /// must reach it, with that hash, even before the follower has verified up to it.
+    floor: Mutex<Walk>,
+    /// Where heads are kept outside the database (the server's state file).
+    keeper: OnceLock<Arc<dyn HeadKeeper>>,
+    /// The position of the last [`ACCEPT_KIND`] entry verified (0: none).
+    accepted: AtomicI64,
+    /// Whether a round has verified the whole chain since the start (so [`Self::accepted`] is
+    /// known).
+    lapped: AtomicBool,
+    /// The keeper's last failure, until a later head is kept: the broker refuses releases,
+    /// requests and decisions meanwhile (an end it answered may not be remembered).
+    unkept: Mutex<Option<String>>,
 }
 
 /// Appended ranges a follower holds while waiting for the head to reach them.
@@ -292,13 +339,71 @@ impl Follower {
             sweep: Mutex::new(Walk::default()),
             sweep_per_round: per_round.max(1),
             pending: Mutex::new(Default::default()),
+            floor: Mutex::new(Walk::default()),
+            keeper: OnceLock::new(),
+            accepted: AtomicI64::new(0),
+            lapped: AtomicBool::new(false),
+            unkept: Mutex::new(None),
         }
     }
 
     /// Resumes from `head` (the state file, or a head an operator accepted), clearing a break.
     pub fn reset(&self, head: Walk) {
+        *self.floor.lock().unwrap_or_else(|p| p.into_inner()) = head.clone();
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) =
             FollowerState { head, broken: None };
+    }
+
+    /// Where heads are kept outside the database; set once, before serving.
+    pub fn set_keeper(&self, keeper: Arc<dyn HeadKeeper>) {
+        let _ = self.keeper.set(keeper);
+    }
+
+    /// Makes `head` durable with the keeper (none set: nothing to do). Called, after its
+    /// commit, by a transaction that ended something, before it is answered.
+    pub async fn keep(&self, head: &Walk) -> Result<(), String> {
+        let Some(k) = self.keeper.get() else {
+            return Ok(());
+        };
+        let r = k.keep(head).await;
+        *self.unkept.lock().unwrap_or_else(|p| p.into_inner()) = r.as_ref().err().cloned();
+        r
+    }
+
+    /// Why the last head could not be kept, until a later one is.
+    pub fn unkept(&self) -> Option<String> {
+        self.unkept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The position of the last [`ACCEPT_KIND`] entry verified, once a round has verified the
+    /// whole chain since the start; `None` before.
+    pub fn accepted(&self) -> Option<i64> {
+        self.lapped
+            .load(Ordering::Acquire)
+            .then(|| self.accepted.load(Ordering::Acquire))
+    }
+
+    /// Fails closed with `b` (a break found outside the follower's rounds, e.g. by a witness).
+    /// Sticky, as every break.
+    pub fn fail(&self, b: ChainBreak) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.broken.is_none() {
+            tracing::error!(
+                position = b.position,
+                reason = b.reason.as_str(),
+                "audit chain broken"
+            );
+            st.broken = Some(b);
+        }
+    }
+
+    fn saw(&self, e: &AuditEntry) {
+        if e.kind == ACCEPT_KIND {
+            self.accepted.fetch_max(e.position, Ordering::AcqRel);
+        }
     }
 
     pub fn state(&self) -> FollowerState {
@@ -318,6 +423,12 @@ impl Follower {
     pub fn appended(&self, from: &Walk, to: Walk) {
         if to.position <= from.position {
             return;
+        }
+        {
+            let mut floor = self.floor.lock().unwrap_or_else(|p| p.into_inner());
+            if to.position > floor.position {
+                *floor = to.clone();
+            }
         }
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.broken.is_some() {
@@ -372,13 +483,25 @@ impl Follower {
         if st.broken.is_some() {
             return Ok(st);
         }
+        // Taken before this round's first read: every entry committed by then is visible to
+        // it, so a chain that does not reach the floor has lost entries this process committed.
+        let floor = self.floor.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut walk = st.head.clone();
-        let mut result = self.advance(tx, sealer, &mut walk).await?;
+        let mut result = self.advance(tx, sealer, &mut walk, &floor).await?;
+        if result.is_ok() && walk.position < floor.position {
+            result = Err(ChainBreak {
+                position: floor.position,
+                reason: BreakReason::Gap,
+            });
+        }
         if result.is_ok() {
             let budget = if full { i64::MAX } else { self.sweep_per_round };
             let mut sweep = self.sweep.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            result = sweep_below(tx, sealer, &mut sweep, &walk, budget).await?;
+            result = sweep_below(tx, sealer, &mut sweep, &walk, budget, &|e| self.saw(e)).await?;
             *self.sweep.lock().unwrap_or_else(|p| p.into_inner()) = sweep;
+            if full && result.is_ok() {
+                self.lapped.store(true, Ordering::Release);
+            }
         }
         st.head = walk;
         if let Err(b) = result {
@@ -404,6 +527,7 @@ impl Follower {
         tx: &mut dyn Tx,
         sealer: &Sealer,
         walk: &mut Walk,
+        floor: &Walk,
     ) -> Result<Result<(), ChainBreak>, StorageError> {
         if walk.position > 0 {
             let at = tx.audit_entries(walk.position - 1, 1).await?;
@@ -440,8 +564,83 @@ impl Follower {
                 if let Err(b) = walk.step(sealer, e) {
                     return Ok(Err(b));
                 }
+                if e.position == floor.position && e.hash != floor.hash {
+                    return Ok(Err(ChainBreak {
+                        position: e.position,
+                        reason: BreakReason::Rewritten,
+                    }));
+                }
+                self.saw(e);
             }
         }
+    }
+}
+
+/// What a witness outside the database (the console) remembers of this broker's chain: the
+/// highest head it has been answered, and the last [`ACCEPT_KIND`] entry it had seen then.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Witnessed {
+    pub head: Walk,
+    pub accepted: i64,
+}
+
+impl crate::broker::Broker {
+    /// A witness's check: `seen` is what the witness remembers. The entry it names must still
+    /// be in the chain (at its position, with its hash, sealed), unless an operator accepted a
+    /// head after the witness recorded it (an [`ACCEPT_KIND`] entry after `seen.accepted`):
+    /// otherwise the chain is behind what someone outside the database saw, and the broker fails
+    /// closed (`witness`, sticky as every break). Answers this replica's verified head and the
+    /// last accepted position, for the witness to remember instead.
+    pub async fn witness(&self, seen: &Witnessed) -> Result<Witnessed, crate::Error> {
+        use crate::error::{Error, ErrorCode};
+        self.audit_gate()?;
+        let follower = self.audit_follower();
+        let Some(accepted) = follower.accepted() else {
+            return Err(Error::with_message(
+                ErrorCode::DATABASE_UNAVAILABLE,
+                "audit log: the chain is still being verified since the start; ask again",
+            ));
+        };
+        if seen.head.position > 0 {
+            let unavailable = |e: StorageError| {
+                tracing::warn!(error = %e, "audit log read for a witness failed");
+                Error::with_message(
+                    ErrorCode::DATABASE_UNAVAILABLE,
+                    "audit log read: a dependency the broker needs is unavailable",
+                )
+            };
+            let mut tx = self.storage.read().await.map_err(unavailable)?;
+            let at = tx
+                .audit_entries(seen.head.position - 1, 1)
+                .await
+                .map_err(unavailable)?;
+            drop(tx);
+            let held = at.first().is_some_and(|e| {
+                e.position == seen.head.position
+                    && e.hash == seen.head.hash
+                    && check_entry(&self.sealer, e).is_ok()
+            });
+            if !held {
+                if accepted > seen.accepted {
+                    tracing::warn!(
+                        witnessed = seen.head.position,
+                        accepted,
+                        "a witness's head is no longer in the chain, but an operator accepted a head since: the witness takes this one"
+                    );
+                } else {
+                    follower.fail(ChainBreak {
+                        position: seen.head.position,
+                        reason: BreakReason::Witness,
+                    });
+                    metrics::gauge!("countersign_audit_chain_broken").set(1.0);
+                    self.audit_gate()?;
+                }
+            }
+        }
+        Ok(Witnessed {
+            head: follower.state().head,
+            accepted,
+        })
     }
 }
 
@@ -453,6 +652,7 @@ async fn sweep_below(
     sweep: &mut Walk,
     head: &Walk,
     budget: i64,
+    saw: &(dyn Fn(&AuditEntry) + Sync),
 ) -> Result<Result<(), ChainBreak>, StorageError> {
     if sweep.position > head.position {
         *sweep = Walk::default();
@@ -476,6 +676,7 @@ async fn sweep_below(
                 *sweep = Walk::default();
                 return Ok(Err(b));
             }
+            saw(e);
             left -= 1;
         }
     }
@@ -490,6 +691,416 @@ async fn sweep_below(
         }
     }
     Ok(Ok(()))
+}
+
+// ----- Offline inspection (`countersign-broker audit verify`) -----
+
+/// One thing an inspection found: where (a position, or a table and id) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub place: String,
+    pub why: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.place, self.why)
+    }
+}
+
+/// What a verified entry says about its subject.
+#[derive(Debug, Clone)]
+struct Said {
+    position: i64,
+    kind: String,
+    body: serde_json::Value,
+}
+
+/// Checks everything sealed in a database, offline: the whole chain (going on past each break,
+/// so every bad entry is named), then each sealed row against its seal and against what the
+/// chain's entries say about it, and finally the entries that name a row that is not there.
+#[derive(Debug, Default)]
+pub struct Inspection {
+    walk: Walk,
+    entries: i64,
+    findings: Vec<Finding>,
+    /// Verified entries by subject.
+    said: std::collections::HashMap<String, Vec<Said>>,
+    /// Subjects whose row was inspected.
+    rows: std::collections::HashSet<String>,
+    /// A head a replica remembers, and where it comes from.
+    remembered: Option<(Walk, String)>,
+}
+
+fn at_ms(body: &serde_json::Value) -> Option<i64> {
+    body.get("at").and_then(|v| v.as_i64())
+}
+
+impl Inspection {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn find(&mut self, place: impl Into<String>, why: impl Into<String>) {
+        self.findings.push(Finding {
+            place: place.into(),
+            why: why.into(),
+        });
+    }
+
+    /// The next entry of the chain, in position order.
+    pub fn entry(&mut self, sealer: &Sealer, e: &AuditEntry) {
+        self.entries += 1;
+        let place = format!("position {}", e.position);
+        if e.position != self.walk.position + 1 {
+            if e.position > self.walk.position + 1 {
+                let why = format!(
+                    "gap: positions {} to {} are missing",
+                    self.walk.position + 1,
+                    e.position - 1
+                );
+                self.find(format!("position {}", self.walk.position + 1), why);
+            } else {
+                self.find(place.clone(), "gap: out of order");
+            }
+        }
+        let whole = match check_entry(sealer, e) {
+            Ok(()) => true,
+            Err(BreakReason::Hash) => {
+                self.find(
+                    place.clone(),
+                    "hash: the stored hash is not the hash of the entry's content (edited)",
+                );
+                false
+            }
+            Err(_) => {
+                self.find(
+                    place.clone(),
+                    "seal: the seal does not verify over the position and hash (forged or edited)",
+                );
+                false
+            }
+        };
+        if e.prev_hash != self.walk.hash && e.position == self.walk.position + 1 {
+            self.find(
+                place.clone(),
+                format!(
+                    "prev_hash: does not link to position {} (an entry inserted, removed or replaced)",
+                    self.walk.position
+                ),
+            );
+        }
+        if let Some((head, source)) = &self.remembered
+            && head.position == e.position
+            && head.hash != e.hash
+        {
+            let why = format!(
+                "rewritten: not the entry {source} remembers at this position ({})",
+                head.hash
+            );
+            self.find(place.clone(), why);
+        }
+        if whole {
+            let body = serde_json::from_str(&e.body).unwrap_or(serde_json::Value::Null);
+            self.said.entry(e.subject.clone()).or_default().push(Said {
+                position: e.position,
+                kind: e.kind.clone(),
+                body,
+            });
+        }
+        self.walk = Walk {
+            position: e.position,
+            hash: e.hash.clone(),
+        };
+    }
+
+    /// The head of the chain as walked.
+    pub fn head(&self) -> &Walk {
+        &self.walk
+    }
+
+    pub fn entries(&self) -> i64 {
+        self.entries
+    }
+
+    /// Before the chain: a head a replica remembers (its state file), which the chain must
+    /// hold (at its position, with its hash).
+    pub fn remember(&mut self, head: Walk, source: impl Into<String>) {
+        self.remembered = Some((head, source.into()));
+    }
+
+    fn said(&self, subject: &str) -> &[Said] {
+        self.said.get(subject).map(|v| v.as_slice()).unwrap_or(&[])
+    }
+
+    fn ends_in_log(&self, subject: &str, kinds: &[&str]) -> Option<i64> {
+        self.said(subject)
+            .iter()
+            .find(|s| kinds.contains(&s.kind.as_str()))
+            .map(|s| s.position)
+    }
+
+    /// A launcher credential row.
+    pub fn credential(&mut self, sealer: &Sealer, c: &LauncherCredential) {
+        let place = format!("credentials {}", c.id);
+        let subject = format!("credential:{}", c.id);
+        self.rows.insert(subject.clone());
+        if c.seal.is_empty() {
+            self.find(
+                place.clone(),
+                "unsealed (written before seals, or inserted)",
+            );
+        } else if !sealer.verify_credential(c) {
+            self.find(
+                place.clone(),
+                "seal: does not verify (key, operator, service, record, approver or expiry edited, or the row inserted)",
+            );
+        }
+        let logged = self.ends_in_log(&subject, &["machine_login_end"]);
+        match (c.revoked_at, logged) {
+            (None, Some(p)) => self.find(
+                place,
+                format!("revoked at position {p} of the audit log, but the row is not revoked (its end was cleared)"),
+            ),
+            (Some(_), None) => self.find(
+                place,
+                "revoked, but no machine_login_end entry in the audit log records it",
+            ),
+            _ => {}
+        }
+    }
+
+    /// An enrollment row.
+    pub fn enrollment(&mut self, sealer: &Sealer, e: &Enrollment) {
+        let place = format!("enrollments {}", e.id);
+        let subject = format!("enrollment:{}", e.id);
+        self.rows.insert(subject.clone());
+        if e.seal.is_empty() {
+            self.find(
+                place.clone(),
+                "unsealed (written before seals, or inserted)",
+            );
+        } else if !sealer.verify_enrollment(e) {
+            self.find(
+                place.clone(),
+                "seal: does not verify (key, credential, kind, runtime id or operator edited, or the row inserted)",
+            );
+        }
+        let logged = self.ends_in_log(&subject, &["session_end"]);
+        match (&e.ended, logged) {
+            (None, Some(p)) => self.find(
+                place.clone(),
+                format!("ended at position {p} of the audit log, but the row is live (its end was cleared)"),
+            ),
+            (Some(_), None) => self.find(
+                place.clone(),
+                "ended, but no session_end entry in the audit log records it",
+            ),
+            _ => {}
+        }
+        let mut withheld = std::collections::BTreeSet::new();
+        for s in self
+            .said(&subject)
+            .iter()
+            .filter(|s| s.kind == "withholding")
+        {
+            if let Some(names) = s.body.get("names").and_then(|n| n.as_array()) {
+                withheld.extend(names.iter().filter_map(|n| n.as_str()).map(str::to_owned));
+            }
+        }
+        let row: std::collections::BTreeSet<String> =
+            e.withheld.iter().map(|n| n.as_str().to_owned()).collect();
+        if let Some(n) = withheld.difference(&row).next() {
+            self.find(
+                place.clone(),
+                format!("{n} is withheld in the audit log, but not in the row (cleared)"),
+            );
+        }
+        if let Some(n) = row.difference(&withheld).next() {
+            self.find(
+                place,
+                format!("{n} is withheld in the row, but no withholding entry records it"),
+            );
+        }
+    }
+
+    /// A record (a request for approval) and its decision.
+    pub fn record(&mut self, sealer: &Sealer, r: &Record) {
+        let place = format!("records {}", r.id);
+        let subject = format!("record:{}", r.id);
+        self.rows.insert(subject.clone());
+        if !r.text_verifies() {
+            self.find(
+                place.clone(),
+                "text: the stored text does not hash to the record's id (edited)",
+            );
+        }
+        let logged: Vec<Said> = self
+            .said(&subject)
+            .iter()
+            .filter(|s| s.kind == "decision")
+            .cloned()
+            .collect();
+        match (&r.decided, logged.first()) {
+            (Some(d), entry) => {
+                if !sealer.verify_decision(&r.id, d.event, &d.by, d.at, &d.seal) {
+                    self.find(
+                        place.clone(),
+                        "decision seal: does not verify (decision, who or when edited, or inserted)",
+                    );
+                }
+                if d.event != r.state {
+                    self.find(
+                        place.clone(),
+                        format!(
+                            "state {} is not its decision's {}",
+                            r.state.as_str(),
+                            d.event.as_str()
+                        ),
+                    );
+                }
+                match entry {
+                    None => self.find(
+                        place,
+                        "decided, but no decision entry in the audit log records it",
+                    ),
+                    Some(s) => {
+                        let same = s.body.get("event").and_then(|v| v.as_str())
+                            == Some(d.event.as_str())
+                            && s.body.get("by").and_then(|v| v.as_str()) == Some(d.by.as_str())
+                            && at_ms(&s.body) == Some(d.at.timestamp_millis());
+                        if !same {
+                            self.find(
+                                place,
+                                format!(
+                                    "its decision is not the one the audit log records at position {}",
+                                    s.position
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            (None, Some(s)) => self.find(
+                place,
+                format!(
+                    "decided at position {} of the audit log, but the row is undecided (cleared)",
+                    s.position
+                ),
+            ),
+            (None, None) => {}
+        }
+    }
+
+    /// A grant, with its record when it names one: the grant's seal, its chain (the record's
+    /// sealed decision, or policy's sealed automatic decision), and the log's entries for it.
+    pub fn grant(&mut self, sealer: &Sealer, g: &Grant, record: Option<&Record>) {
+        let place = format!("grants {}", g.id);
+        let subject = format!("grant:{}", g.id);
+        self.rows.insert(subject.clone());
+        if !sealer.verify_grant(g) {
+            self.find(
+                place.clone(),
+                "seal: does not verify (secrets, session, record, approver or lifetime edited, or inserted)",
+            );
+        } else if !crate::broker::grant_chain_verifies(sealer, g, record) {
+            self.find(
+                place.clone(),
+                "chain: its record's decision or policy's automatic decision does not verify for it",
+            );
+        }
+        let said = self.said(&subject).to_vec();
+        match said.iter().find(|s| s.kind == "grant") {
+            None => self.find(place.clone(), "no grant entry in the audit log records it"),
+            Some(s) => {
+                let names: Vec<&str> = g.names.iter().map(|n| n.as_str()).collect();
+                let logged: Vec<&str> = s
+                    .body
+                    .get("names")
+                    .and_then(|n| n.as_array())
+                    .map(|a| a.iter().filter_map(|n| n.as_str()).collect())
+                    .unwrap_or_default();
+                let same = logged == names
+                    && s.body.get("enrollment").and_then(|v| v.as_str())
+                        == Some(g.enrollment_id.to_string().as_str())
+                    && s.body.get("expires_at").and_then(|v| v.as_i64())
+                        == g.expires_at.map(|t| t.timestamp_millis())
+                    && s.body.get("approver").and_then(|v| v.as_str())
+                        == g.approver.as_ref().map(|a| a.as_str());
+                if !same {
+                    self.find(
+                        place.clone(),
+                        format!(
+                            "not the grant the audit log records at position {}",
+                            s.position
+                        ),
+                    );
+                }
+            }
+        }
+        let logged = said
+            .iter()
+            .find(|s| ["revocation", "expiry", "end"].contains(&s.kind.as_str()));
+        match (g.end, logged) {
+            (None, Some(s)) => self.find(
+                place,
+                format!(
+                    "ended ({}) at position {} of the audit log, but the row is live (its end was cleared)",
+                    s.kind, s.position
+                ),
+            ),
+            (Some((end, _)), None) => self.find(
+                place,
+                format!(
+                    "{}, but no entry in the audit log records its end",
+                    match end {
+                        crate::model::GrantEnd::Revoked => "revoked",
+                        crate::model::GrantEnd::Expired => "expired",
+                        crate::model::GrantEnd::Ended => "ended",
+                    }
+                ),
+            ),
+            _ => {}
+        }
+    }
+
+    /// A row that could not be read at all.
+    pub fn unreadable(&mut self, table: &str, id: &str, why: &str) {
+        self.find(format!("{table} {id}"), format!("unreadable: {why}"));
+    }
+
+    /// After every row: entries that name a credential, enrollment, grant or record with no row
+    /// (deleted). Answers every finding, in the order found.
+    pub fn finish(mut self) -> Vec<Finding> {
+        if let Some((head, source)) = self.remembered.take()
+            && head.position > self.walk.position
+        {
+            let why = format!(
+                "the database is behind {source}: its chain ends at position {}, {source} remembers position {} ({})",
+                self.walk.position, head.position, head.hash
+            );
+            self.find(format!("position {}", head.position), why);
+        }
+        let mut missing: Vec<(i64, String)> = self
+            .said
+            .iter()
+            .filter(|(subject, _)| {
+                ["credential:", "enrollment:", "grant:", "record:"]
+                    .iter()
+                    .any(|p| subject.starts_with(p))
+                    && !self.rows.contains(*subject)
+            })
+            .filter_map(|(subject, said)| said.first().map(|s| (s.position, subject.clone())))
+            .collect();
+        missing.sort();
+        for (position, subject) in missing {
+            self.find(
+                format!("position {position}"),
+                format!("names {subject}, which has no row (deleted)"),
+            );
+        }
+        self.findings
+    }
 }
 
 #[cfg(test)]

@@ -6,20 +6,51 @@
 //!   from a cache filled on a miss. A write transaction reads the database as usual and, when
 //!   it commits, drops every cached entry it wrote, before its caller sees the commit; a fill
 //!   that raced with such a commit is not kept (entries carry a version checked at fill time).
-//! - `remember_once` refuses a replay from memory: the values seen, in shards (so that no
-//!   shard's map grows large enough for its rehash to stall callers); each call forgets a few
-//!   lapsed values of its shard, soonest lapsed first. A value new to memory is then written
-//!   through to the database, which answers whether it is fresh (it may have been seen before a
-//!   restart), and the caller hears that answer only once it is durable. The database batches
-//!   these writes (`broker-sql`'s group commit), so memory saves the write for replays only;
-//!   correctness across a restart rests on the database.
+//! - `remember_once` (login request objects) refuses a replay from memory: the values seen, in shards
+//!   (so that no shard's map grows large enough for its rehash to stall callers); each call
+//!   forgets a few lapsed values of its shard, soonest lapsed first. A value new to memory is
+//!   then written through to the database, which answers whether it is fresh (it may have been
+//!   seen before a restart), and the caller hears that answer only once it is durable.
+//! - `remember_proof` (the `jti`s of proofs, one per proof-verified call, and of secret request
+//!   objects, whose `iat` is within the skew as a proof's is) keeps most values in memory
+//!   only, and refuses their replay after a restart by a *proof horizon* instead: a second `H`,
+//!   recorded durably (a value of its own scope in the database's single-use values) before
+//!   any proof is accepted at a time after it, such that
+//!   1. no proof is accepted while the broker's clock reads a second after `H`, and
+//!   2. no proof whose `iat` is after `H` is accepted on memory alone: it is written through.
 //!
-//! With several replicas (PostgreSQL) do not use it: their writes would not reach this cache.
+//!   The horizon moves one second ahead of the clock, written when a call finds the clock past
+//!   it: about one write a second under load, batched with any other. At its first call a
+//!   process reads the highest horizon its predecessors recorded (its *floor*), and then
+//!   - refuses every proof whose `iat` is at or before the floor: a predecessor may have
+//!     accepted it on memory alone (1 and 2 bound every such `iat` by the floor); and
+//!   - writes through every proof whose `iat` is within the skew after the floor: a
+//!     predecessor may have written such a proof through (it accepted proofs until the floor,
+//!     with `iat` up to the skew later), and the database decides it, as before.
+//!
+//!   Past that, a proof whose `iat` is at or before the current horizon is remembered in
+//!   memory only. The price: for a second or two after a crash, proofs signed before it
+//!   (including honest ones, and those of clients whose clock runs behind the broker's by up
+//!   to that long) are refused as replays, and for the skew after it, proofs cost a write as
+//!   they all did before. See `docs/decisions.md` (issue 28).
+//!
+//!   A graceful stop pays nothing of that: at shutdown ([`Storage::at_shutdown`], after the
+//!   last request) the process writes every live value it holds in memory through, in one
+//!   transaction, and then records that its horizon is *released* (a value `H:F` of
+//!   [`RELEASED_SCOPE`]: its last horizon `H` and the floor `F` it refused below itself). A
+//!   successor whose predecessors' highest horizon is a released `H` refuses only at or before
+//!   `F` (what a crash before that predecessor may have accepted on memory alone) and lets the
+//!   database decide the rest. From the moment the release begins, every proof is written
+//!   through.
+//!
+//! With several replicas (PostgreSQL) do not use it: their writes would not reach this cache,
+//! nor their proofs this memory.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasher, RandomState};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 
@@ -27,7 +58,7 @@ use crate::audit::AuditEntry;
 use crate::clock::Time;
 use crate::ids::{ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId};
 use crate::model::{Enrollment, Grant, LauncherCredential, PendingLogin, Record, Request};
-use crate::storage::{Due, OutboxItem, Storage, StorageError, Tx};
+use crate::storage::{Due, OutboxItem, ProofUse, Storage, StorageError, Tx};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {
@@ -106,6 +137,26 @@ impl Once {
     }
 }
 
+/// The scope under which the proof horizon is recorded among the single-use values (a proof's
+/// scope is `session:…` or `launcher:…`, a request object's `request:…` or a login's: none is
+/// this).
+pub const HORIZON_SCOPE: &str = "proof-horizon";
+
+/// The scope under which a process that stopped gracefully records that its horizon is
+/// released: `H:F`, its last horizon and the floor it inherited (see the module's notes).
+pub const RELEASED_SCOPE: &str = "proof-horizon-released";
+
+/// What a process inherits from its predecessors, read once at its first proof.
+#[derive(Debug, Clone, Copy)]
+struct Floor {
+    /// Proofs whose `iat` is at or before it are refused (a predecessor may have accepted them
+    /// on memory alone).
+    refuse: i64,
+    /// The predecessors' highest horizon: proofs whose `iat` is within the skew after it (or
+    /// before it) are written through, so that the database decides them.
+    horizon: i64,
+}
+
 /// The decorator.
 #[derive(Debug)]
 pub struct Exclusive<S> {
@@ -113,6 +164,14 @@ pub struct Exclusive<S> {
     cache: Arc<Mutex<Cache>>,
     once: Box<[Mutex<Once>]>,
     shard_of: RandomState,
+    /// What the predecessors left: read once, at the first proof.
+    floor: OnceLock<Floor>,
+    /// The highest horizon this process has recorded durably (`i64::MIN`: none yet).
+    horizon: AtomicI64,
+    /// Until when (ms since the epoch) the highest horizon's row is kept.
+    horizon_until: AtomicI64,
+    /// Set when the shutdown's release begins: every proof is then written through.
+    released: AtomicBool,
 }
 
 impl<S: Storage> Exclusive<S> {
@@ -122,7 +181,162 @@ impl<S: Storage> Exclusive<S> {
             cache: Arc::default(),
             once: (0..ONCE_SHARDS).map(|_| Mutex::default()).collect(),
             shard_of: RandomState::new(),
+            floor: OnceLock::new(),
+            horizon: AtomicI64::new(i64::MIN),
+            horizon_until: AtomicI64::new(i64::MIN),
+            released: AtomicBool::new(false),
         }
+    }
+
+    /// The proof horizon this process has recorded, if any (seconds since the epoch).
+    pub fn proof_horizon(&self) -> Option<i64> {
+        Some(self.horizon.load(Ordering::Acquire)).filter(|h| *h != i64::MIN)
+    }
+
+    /// What the predecessors left: their highest horizon, and below what to refuse (that
+    /// horizon, unless the process that recorded it released it at a graceful stop). Read from
+    /// the database at the first proof.
+    async fn floor(&self, now: Time) -> Result<Floor, StorageError> {
+        if let Some(f) = self.floor.get() {
+            return Ok(*f);
+        }
+        let number = |v: &str| {
+            v.parse::<i64>().map_err(|_| {
+                StorageError::Other(format!("the proof horizon {v:?} is not a number"))
+            })
+        };
+        let mut horizon = i64::MIN;
+        for v in self.inner.remembered(HORIZON_SCOPE, now).await? {
+            horizon = horizon.max(number(&v)?);
+        }
+        let mut refuse = horizon;
+        if horizon != i64::MIN {
+            for v in self.inner.remembered(RELEASED_SCOPE, now).await? {
+                let (h, f) = v.split_once(':').ok_or_else(|| {
+                    StorageError::Other(format!("the released horizon {v:?} is not H:F"))
+                })?;
+                if number(h)? == horizon {
+                    refuse = number(f)?;
+                }
+            }
+        }
+        // The first value set wins: it was read before any horizon of this process was
+        // recorded (recording waits for the floor), so it is the predecessors' alone.
+        Ok(*self.floor.get_or_init(|| Floor { refuse, horizon }))
+    }
+
+    /// Makes the recorded horizon at least `to`, durably, before answering.
+    async fn advance_horizon(&self, to: i64, use_: &ProofUse<'_>) -> Result<(), StorageError> {
+        if self.horizon.load(Ordering::Acquire) >= to {
+            return Ok(());
+        }
+        // Kept as long as a proof with an `iat` at the horizon could be accepted.
+        let keep = (use_.until - use_.now).max(chrono::TimeDelta::seconds(use_.skew));
+        let until = chrono::DateTime::from_timestamp(to, 0)
+            .and_then(|t| t.checked_add_signed(keep))
+            .ok_or_else(|| StorageError::Other(format!("proof horizon {to} out of range")))?;
+        // Fresh or already recorded, the row stands once this answers.
+        self.inner
+            .remember_once(HORIZON_SCOPE, &to.to_string(), until, use_.now)
+            .await?;
+        self.horizon.fetch_max(to, Ordering::AcqRel);
+        self.horizon_until
+            .fetch_max(until.timestamp_millis(), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The release at a graceful stop (see the module's notes): every live value held in
+    /// memory alone is written through, then the horizon is recorded as released.
+    async fn release(&self, now: Time) -> Result<(), StorageError> {
+        // Before the snapshot: a proof remembered after it sees the flag and is written
+        // through (the flag is read after the value enters memory).
+        self.released.store(true, Ordering::SeqCst);
+        let mut live: Vec<(Arc<str>, Time)> = Vec::new();
+        for shard in &self.once {
+            let once = lock(shard);
+            live.extend(
+                once.seen
+                    .iter()
+                    .filter(|(_, t)| **t >= now)
+                    .map(|(k, t)| (k.clone(), *t)),
+            );
+        }
+        let values: Vec<(&str, &str, Time)> = live
+            .iter()
+            .filter_map(|(k, t)| k.split_once('\0').map(|(s, v)| (s, v, *t)))
+            .collect();
+        self.inner.remember_all(&values, now).await?;
+        let horizon = self.horizon.load(Ordering::SeqCst);
+        let Some(floor) = self.floor.get() else {
+            // No proof was ever accepted: nothing in memory alone.
+            return Ok(());
+        };
+        if horizon == i64::MIN {
+            return Ok(());
+        }
+        let until =
+            chrono::DateTime::from_timestamp_millis(self.horizon_until.load(Ordering::SeqCst))
+                .ok_or_else(|| {
+                    StorageError::Other("the horizon's keeping is out of range".into())
+                })?;
+        self.inner
+            .remember_once(
+                RELEASED_SCOPE,
+                &format!("{horizon}:{}", floor.refuse),
+                until,
+                now,
+            )
+            .await?;
+        tracing::info!(
+            values = values.len(),
+            horizon,
+            "proof values kept at shutdown; the proof horizon is released"
+        );
+        Ok(())
+    }
+
+    /// Remembers `key` in memory until `until`: `false` when it is there and live (a replay).
+    fn remember_in_memory(&self, key: &Arc<str>, until: Time, now: Time) -> bool {
+        let mut once = lock(&self.once[self.shard(key)]);
+        once.forget_lapsed(now);
+        match once.seen.get(key) {
+            Some(t) if *t >= now => false,
+            _ => {
+                once.seen.insert(key.clone(), until);
+                once.lapsing.push(Reverse((until, key.clone())));
+                true
+            }
+        }
+    }
+
+    /// Forgets `key` remembered until `until` (nothing may be stored for it).
+    fn forget_in_memory(&self, key: &Arc<str>, until: Time) {
+        let mut once = lock(&self.once[self.shard(key)]);
+        if once.seen.get(key) == Some(&until) {
+            once.seen.remove(key);
+        }
+    }
+
+    fn shard(&self, key: &Arc<str>) -> usize {
+        self.shard_of.hash_one(key) as usize % ONCE_SHARDS
+    }
+
+    /// Writes a value new to memory through to the database, which decides (it may have been
+    /// seen before a restart); the caller hears only once it is durable.
+    async fn write_through(
+        &self,
+        key: &Arc<str>,
+        scope: &str,
+        value: &str,
+        until: Time,
+        now: Time,
+    ) -> Result<bool, StorageError> {
+        let fresh = self.inner.remember_once(scope, value, until, now).await;
+        if fresh.is_err() {
+            // Nothing may be stored: do not refuse the value as a replay next time.
+            self.forget_in_memory(key, until);
+        }
+        fresh
     }
 
     pub fn inner(&self) -> &S {
@@ -177,29 +391,56 @@ impl<S: Storage> Storage for Exclusive<S> {
         now: Time,
     ) -> Result<bool, StorageError> {
         let key: Arc<str> = format!("{scope}\0{value}").into();
-        let shard = self.shard_of.hash_one(&key) as usize % ONCE_SHARDS;
-        {
-            let mut once = lock(&self.once[shard]);
-            once.forget_lapsed(now);
-            match once.seen.get(&key) {
-                Some(t) if *t >= now => return Ok(false),
-                _ => {
-                    once.seen.insert(key.clone(), until);
-                    once.lapsing.push(Reverse((until, key.clone())));
-                }
-            }
+        if !self.remember_in_memory(&key, until, now) {
+            return Ok(false);
         }
-        // New to this process, which may have restarted since the value was first seen: the
-        // database decides, durably, before the caller is answered.
-        let fresh = self.inner.remember_once(scope, value, until, now).await;
-        if fresh.is_err() {
-            // Nothing may be stored: do not refuse the value as a replay next time.
-            let mut once = lock(&self.once[shard]);
-            if once.seen.get(&key) == Some(&until) {
-                once.seen.remove(&key);
-            }
+        self.write_through(&key, scope, value, until, now).await
+    }
+
+    async fn remember_proof(&self, use_: ProofUse<'_>) -> Result<bool, StorageError> {
+        let floor = self.floor(use_.now).await?;
+        if use_.iat <= floor.refuse {
+            // A predecessor may have accepted it on memory alone.
+            return Ok(false);
         }
-        fresh
+        // (1): the horizon covers the clock's second (and the next, so that a call early in a
+        // second finds it recorded) before anything is accepted now.
+        let second = use_.now.timestamp();
+        if self.horizon.load(Ordering::Acquire) < second {
+            self.advance_horizon(second.saturating_add(1), &use_)
+                .await?;
+        }
+        let key: Arc<str> = format!("{}\0{}", use_.scope, use_.jti).into();
+        if !self.remember_in_memory(&key, use_.until, use_.now) {
+            return Ok(false);
+        }
+        // (2), what a predecessor may have written through (or released), and anything once
+        // the release has begun.
+        let beyond_horizon = use_.iat > self.horizon.load(Ordering::Acquire);
+        let near_floor = use_.iat <= floor.horizon.saturating_add(use_.skew);
+        if beyond_horizon || near_floor || self.released.load(Ordering::SeqCst) {
+            return self
+                .write_through(&key, use_.scope, use_.jti, use_.until, use_.now)
+                .await;
+        }
+        Ok(true)
+    }
+
+    async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
+        self.inner.remembered(scope, now).await
+    }
+
+    async fn remember_all(
+        &self,
+        values: &[(&str, &str, Time)],
+        now: Time,
+    ) -> Result<(), StorageError> {
+        self.inner.remember_all(values, now).await
+    }
+
+    async fn at_shutdown(&self, now: Time) -> Result<(), StorageError> {
+        self.release(now).await?;
+        self.inner.at_shutdown(now).await
     }
 }
 

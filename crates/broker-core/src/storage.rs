@@ -60,6 +60,60 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         until: Time,
         now: Time,
     ) -> Result<bool, StorageError>;
+    /// Remembers the `jti` of a proof or of a secret request object: [`Storage::remember_once`]
+    /// of `use_.scope` and `use_.jti`, given its `iat` (within the skew of `now`) as well, so that a storage this process alone writes
+    /// ([`Exclusive`](crate::exclusive::Exclusive)) may remember it in memory and still refuse
+    /// its replay after a restart. `Ok(false)`: a replay, or a proof it cannot tell from one.
+    /// By default the value is written through.
+    async fn remember_proof(&self, use_: ProofUse<'_>) -> Result<bool, StorageError> {
+        self.remember_once(use_.scope, use_.jti, use_.until, use_.now)
+            .await
+    }
+    /// Remembers many distinct single-use values at once, each as [`Storage::remember_once`]
+    /// would (whether each was fresh is not answered). By default one at a time.
+    async fn remember_all(
+        &self,
+        values: &[(&str, &str, Time)],
+        now: Time,
+    ) -> Result<(), StorageError> {
+        for (scope, value, until) in values {
+            self.remember_once(scope, value, *until, now).await?;
+        }
+        Ok(())
+    }
+    /// Called once when the process stops serving, after its last request (a graceful
+    /// shutdown): what the storage keeps in memory alone is made durable, so that the next
+    /// process need not refuse what it cannot know. By default there is nothing to keep.
+    async fn at_shutdown(&self, now: Time) -> Result<(), StorageError> {
+        let _ = now;
+        Ok(())
+    }
+    /// The live values remembered under `scope` (lapsed ones, before `now`, may be left out).
+    /// For the few values of a scope of its own ([`Exclusive`](crate::exclusive::Exclusive)'s
+    /// proof horizon); by default unsupported.
+    async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
+        let _ = (scope, now);
+        Err(StorageError::Other(
+            "this storage does not list remembered values".into(),
+        ))
+    }
+}
+
+/// The single-use value of a proof or a secret request object, and what bounds when it can be
+/// accepted.
+#[derive(Debug, Clone, Copy)]
+pub struct ProofUse<'a> {
+    /// Whose key signed it, and what it is (`session:<enrollment>`, `launcher:<credential>`,
+    /// `request:<enrollment>`).
+    pub scope: &'a str,
+    pub jti: &'a str,
+    /// Its `iat`, seconds since the epoch (already checked to be within the skew of `now`).
+    pub iat: i64,
+    /// How far `iat` may be from the broker's clock, seconds.
+    pub skew: i64,
+    /// Until when the value is remembered.
+    pub until: Time,
+    pub now: Time,
 }
 
 /// A transaction. Every `put_*` writes the whole row (insert or replace).

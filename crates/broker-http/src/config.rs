@@ -45,9 +45,15 @@ pub struct Config {
     #[serde(default)]
     pub notifications: Option<NotificationsConfig>,
     /// This replica's audit log state file (the head it has verified, kept outside the
-    /// database); none: beside a SQLite database file, else in the working directory.
+    /// database, `fsync`ed before an end is answered); none: in the state directory
+    /// (`$STATE_DIRECTORY`, else `$XDG_STATE_HOME/countersign`, else
+    /// `~/.local/state/countersign`), named by the database (`crate::audit::state_path`).
     #[serde(default)]
     pub audit_state_file: Option<PathBuf>,
+    /// Where traces go over OTLP (HTTP/protobuf), a base URL as `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// is; none: that variable, else no export (`docs/metrics.md`).
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[token_issuer]`: a Kubernetes ServiceAccount token issuer (protocol.md §7), as the console's

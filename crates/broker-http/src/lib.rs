@@ -43,6 +43,8 @@ pub struct AppState {
     /// Where this replica remembers the audit log head it has verified (see [`audit`]);
     /// `None`: in memory only.
     pub audit_state_file: Option<std::path::PathBuf>,
+    /// Set once the audit follower's first full walk of the chain has verified (`/readyz`).
+    pub audit_walked: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {
@@ -58,6 +60,7 @@ impl AppState {
             metrics: None,
             notifier: None,
             audit_state_file: None,
+            audit_walked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }

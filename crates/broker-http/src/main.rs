@@ -63,11 +63,19 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum AuditAction {
-    /// Walk the whole chain: `ok: N entries, head H`, or the first position where it breaks
-    /// and why (seal, hash, gap, prev_hash); exit status 1 on a break.
+    /// Check everything sealed: every entry of the chain, every credential, enrollment, grant
+    /// and record against its seal and the chain's entries, and that the chain holds the head
+    /// this replica's state file remembers. `ok: N entries, head H`, or every finding (position,
+    /// or table and id, and why) on stderr with exit status 1.
     Verify {
         #[command(flatten)]
         db: AuditDb,
+        /// The replica's state file (default: as the configuration says).
+        #[arg(long, conflicts_with = "no_state_file")]
+        state_file: Option<PathBuf>,
+        /// Do not compare against a state file.
+        #[arg(long)]
+        no_state_file: bool,
     },
     /// Print entries from a position or an RFC 3339 time on, as JSON lines (names, never
     /// values), verifying the chain as it goes; exit status 1 on a break.
@@ -77,9 +85,21 @@ enum AuditAction {
         /// A position or an RFC 3339 time.
         #[arg(long, default_value = "1")]
         since: countersign_broker_http::audit::Since,
+        /// Keep going: write new entries as they are appended, until SIGTERM or Ctrl-C (for
+        /// a log shipper).
+        #[arg(long)]
+        follow: bool,
+        /// With --follow: resume after the entry this file names, and write it after each
+        /// batch (at-least-once delivery; `position` tells a repeat).
+        #[arg(long, requires = "follow")]
+        cursor_file: Option<PathBuf>,
+        /// With --follow: how often to look for new entries, in milliseconds.
+        #[arg(long, default_value_t = 1000, requires = "follow")]
+        poll_ms: u64,
     },
-    /// After investigating a break: verify the chain as it now is and make its head the one
-    /// this replica remembers (its state file); restart the broker afterwards.
+    /// After investigating a break: verify the chain as it now is, record the acceptance in
+    /// it (a sealed `head_accepted` entry, which also lets witnesses take the new head), and make
+    /// its head the one this replica remembers (its state file); restart the broker afterwards.
     AcceptHead {
         #[command(flatten)]
         db: AuditDb,
@@ -130,7 +150,13 @@ async fn main() -> anyhow::Result<()> {
             (c, Some(dir), bound)
         }
     };
+    let telemetry = countersign_common::telemetry::enable(
+        "countersign-broker",
+        config.otlp_endpoint.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
     let state = countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;
+    let audit_state_file = state.audit_state_file.clone();
     let reload = chrono::Duration::seconds(config.durations.policy_reload);
     let running = match bound {
         Some(listener) => {
@@ -164,6 +190,9 @@ async fn main() -> anyhow::Result<()> {
             config.public_url.trim_end_matches('/')
         );
         println!("  state:         {}", dir.display());
+        if let Some(p) = &audit_state_file {
+            println!("  audit state:   {}", p.display());
+        }
         println!("  console token: {token}");
         println!(
             "  demo secrets:  DEMO_AUTOMATIC (automatic), DEMO_OWNER (owner {DEV_PERSON}), DEMO_SHARED (shared), DEMO_LOCKED (locked)"
@@ -180,6 +209,7 @@ async fn main() -> anyhow::Result<()> {
         handle.graceful_shutdown(Some(Duration::from_secs(20)));
     });
     running.wait().await.context("server")?;
+    telemetry.shutdown();
     Ok(())
 }
 
@@ -187,7 +217,7 @@ async fn main() -> anyhow::Result<()> {
 async fn audit(action: AuditAction) -> anyhow::Result<()> {
     use countersign_broker_http::audit as log;
     let db = match &action {
-        AuditAction::Verify { db } | AuditAction::Export { db, .. } => db,
+        AuditAction::Verify { db, .. } | AuditAction::Export { db, .. } => db,
         AuditAction::AcceptHead { db, .. } => db,
     };
     let (config, url, key) = match (&db.config, &db.database_url, &db.seal_key_file) {
@@ -208,35 +238,90 @@ async fn audit(action: AuditAction) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("database: {e}"))?;
     let broken = match action {
-        AuditAction::Verify { .. } => match log::verify(&storage, &sealer).await? {
-            Ok(head) => {
-                println!("ok: {} entries, head {}", head.position, head.hash);
-                None
+        AuditAction::Verify {
+            state_file,
+            no_state_file,
+            ..
+        } => {
+            let path = match (state_file, &config, no_state_file) {
+                (_, _, true) => None,
+                (Some(p), _, _) => Some(p),
+                (None, Some(c), _) => log::state_path(c)?,
+                (None, None, _) => None,
+            };
+            let remembered = match &path {
+                Some(p) => {
+                    log::read_state(p)?.map(|h| (h, format!("the state file {}", p.display())))
+                }
+                None => None,
+            };
+            let found = log::inspect(&storage, &sealer, remembered).await?;
+            storage.close().await;
+            if found.findings.is_empty() {
+                println!(
+                    "ok: {} entries, head {}",
+                    found.head.position, found.head.hash
+                );
+                return Ok(());
             }
-            Err(b) => Some(b),
-        },
+            for f in &found.findings {
+                eprintln!("{f}");
+            }
+            eprintln!(
+                "{} finding(s) in {} entries and the sealed rows",
+                found.findings.len(),
+                found.entries
+            );
+            std::process::exit(1)
+        }
+        AuditAction::Export {
+            since,
+            follow: true,
+            cursor_file,
+            poll_ms,
+            ..
+        } => {
+            let mut out = std::io::stdout().lock();
+            log::export_follow(
+                &storage,
+                &sealer,
+                since,
+                cursor_file.as_deref(),
+                Duration::from_millis(poll_ms.max(10)),
+                &mut out,
+                shutdown_signal(),
+            )
+            .await?
+        }
         AuditAction::Export { since, .. } => {
             let mut out = std::io::stdout().lock();
             log::export(&storage, &sealer, since, &mut out).await?
         }
-        AuditAction::AcceptHead { state_file, .. } => match log::verify(&storage, &sealer).await? {
-            Ok(head) => {
-                let path = match (state_file, &config) {
-                    (Some(p), _) => p,
-                    (None, Some(c)) => log::state_path(c),
-                    (None, None) => anyhow::bail!("give --state-file or --config"),
-                };
-                log::write_state(&path, &head)?;
-                println!(
-                    "accepted: head {} ({}) written to {}; restart the broker",
-                    head.position,
-                    head.hash,
-                    path.display()
-                );
-                None
+        AuditAction::AcceptHead { state_file, .. } => {
+            let path = match (state_file, &config) {
+                (Some(p), _) => p,
+                (None, Some(c)) => {
+                    log::state_path(c)?.context("an in-memory database has no state file")?
+                }
+                (None, None) => anyhow::bail!("give --state-file or --config"),
+            };
+            let remembered = log::read_state(&path)?;
+            match log::accept_head(&storage, &sealer, remembered.as_ref(), chrono::Utc::now())
+                .await?
+            {
+                Ok(head) => {
+                    log::write_state(&path, &head)?;
+                    println!(
+                        "accepted: head {} ({}) written to {}; restart the broker",
+                        head.position,
+                        head.hash,
+                        path.display()
+                    );
+                    None
+                }
+                Err(b) => Some(b),
             }
-            Err(b) => Some(b),
-        },
+        }
     };
     storage.close().await;
     match broken {

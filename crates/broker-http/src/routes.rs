@@ -108,7 +108,7 @@ async fn session(st: &AppState, r: &Raw) -> ApiResult<Enrollment> {
 }
 
 /// The console token check: SHA-256 of the presented bearer, compared in constant time.
-fn console(st: &AppState, headers: &HeaderMap) -> ApiResult<()> {
+pub(crate) fn console(st: &AppState, headers: &HeaderMap) -> ApiResult<()> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

@@ -4,7 +4,7 @@
 //! (sweep, policy reload on the core's clock, expiry notifications) and graceful shutdown.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -17,7 +17,7 @@ use axum::routing::get;
 use countersign_broker_core::broker::Parts;
 use countersign_broker_core::seal::Sealer;
 use countersign_broker_core::{Broker, Clock, SystemEntropy};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 
 use crate::AppState;
@@ -125,13 +125,10 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     state.read_timeout = Duration::from_secs(config.limits.read_timeout_seconds.max(1));
     state.max_connections = config.limits.max_connections;
     state.metrics = Some(metrics_handle());
-    // The audit log head this replica verified before it stopped: a chain now shorter or
-    // different fails closed at the first follow.
-    let audit_state = crate::audit::state_path(config);
-    if let Some(head) = crate::audit::read_state(&audit_state)? {
-        state.broker.audit_follower().reset(head);
-    }
-    state.audit_state_file = Some(audit_state);
+    // The audit log head this replica remembers (its state file, written before every end is
+    // answered): a chain now shorter or different fails closed before the first request.
+    let keeper = crate::audit::start(&state.broker, config).await?;
+    state.audit_state_file = keeper.map(|k| k.path().to_path_buf());
     state.notifier = config
         .notifications
         .as_ref()
@@ -157,26 +154,91 @@ pub fn storage_for(
     }
 }
 
-/// The process-wide Prometheus recorder.
+/// The process-wide Prometheus recorder (shared with the console in dev mode's one process),
+/// with the broker's metrics described and its rare-event counters registered at zero, so that
+/// they are listed (and `rate()` works) before their first event (`docs/metrics.md`).
 pub fn metrics_handle() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
-            let handle = recorder.handle();
-            // Another recorder may already be installed by an embedding program; then ours
-            // only renders what it saw.
-            let _ = metrics::set_global_recorder(recorder);
-            handle
-        })
-        .clone()
+    let handle = countersign_common::telemetry::metrics_handle();
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(register_metrics);
+    handle
 }
 
-/// The full router: the API, `/v1/openapi.json`, `/metrics`, logs and metrics.
+fn register_metrics() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!("countersign_http_requests_total", "HTTP requests answered");
+    describe_histogram!(
+        "countersign_http_request_duration_seconds",
+        metrics::Unit::Seconds,
+        "time from the request's head to the answer's head"
+    );
+    describe_counter!(
+        "countersign_http_connections_refused_total",
+        "connections closed on accept at the connection cap"
+    );
+    describe_counter!(
+        "countersign_requests_total",
+        "secret requests created, by outcome"
+    );
+    describe_gauge!(
+        "countersign_requests_pending",
+        "credential requests waiting for a person"
+    );
+    describe_gauge!(
+        "countersign_requests_pending_oldest_age_seconds",
+        metrics::Unit::Seconds,
+        "how long the oldest pending credential request has waited"
+    );
+    describe_counter!(
+        "countersign_decisions_total",
+        "people's decisions on credential requests"
+    );
+    describe_histogram!(
+        "countersign_approval_wait_seconds",
+        metrics::Unit::Seconds,
+        "from a credential request's creation to a person's decision"
+    );
+    describe_gauge!(
+        "countersign_grants_live",
+        "grants not ended and not expired"
+    );
+    describe_counter!("countersign_releases_total", "releases of a grant's values");
+    describe_counter!(
+        "countersign_released_secrets_total",
+        "secret values released"
+    );
+    describe_counter!("countersign_notifications_total", "expiry notifications");
+    describe_gauge!(
+        "countersign_audit_head_position",
+        "the audit log head this replica has verified"
+    );
+    describe_gauge!(
+        "countersign_audit_chain_broken",
+        "1 while the audit chain is broken"
+    );
+    describe_counter!(
+        "countersign_tamper_detected_total",
+        "rows refused because their seal did not verify"
+    );
+    metrics::counter!("countersign_http_connections_refused_total").increment(0);
+    for outcome in ["delivered", "failed", "given_up", "dropped"] {
+        metrics::counter!("countersign_notifications_total", "outcome" => outcome).increment(0);
+    }
+    for what in ["credentials", "enrollments", "grants", "audit_log"] {
+        metrics::counter!("countersign_tamper_detected_total", "what" => what).increment(0);
+    }
+}
+
+/// The full router: the API, `/v1/openapi.json`, `/metrics`, `/readyz`, logs and metrics.
 pub fn router(state: Arc<AppState>) -> Router {
     crate::routes::api()
         .route("/v1/openapi.json", get(openapi))
         .route("/metrics", get(render_metrics))
+        .route(
+            "/v1/audit/witness",
+            axum::routing::post(crate::audit::witness_route),
+        )
+        .route("/readyz", get(readyz))
         .fallback(not_found)
         .layer(middleware::from_fn(track))
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(span_for))
@@ -184,14 +246,110 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// The request's log span names its route template, never its URI: paths carry ids such as a
-/// machine login's `pending_id`, which only its machine may know.
+/// machine login's `pending_id`, which only its machine may know. Exported as a trace's server
+/// span, it continues the caller's trace when the request carries W3C trace context.
 fn span_for(req: &Request) -> tracing::Span {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map(|m| m.as_str())
         .unwrap_or("unmatched");
-    tracing::info_span!("request", method = %req.method(), route)
+    countersign_common::telemetry::in_remote_context(
+        |name| req.headers().get(name).and_then(|v| v.to_str().ok()),
+        || {
+            tracing::info_span!(
+                "request",
+                method = %req.method(),
+                route,
+                otel.name = format!("broker {} {route}", req.method()),
+                otel.kind = "server",
+            )
+        },
+    )
+}
+
+/// `GET /readyz`: 200 when this replica can serve: its database answers, the policy has been
+/// loaded from the secret store, and the audit follower has verified the chain (its first full
+/// walk done, no break since); otherwise 503 naming what is not ready. `/healthz` stays the
+/// liveness check (the database only).
+async fn readyz(State(st): State<Arc<AppState>>) -> Response {
+    use std::sync::atomic::Ordering;
+    let database = match st.broker.health().await {
+        Ok(()) => "ok",
+        Err(_) => "unavailable",
+    };
+    let store = match st.broker.policy_state().loaded_at {
+        Some(_) => "ok",
+        None => "not loaded",
+    };
+    let audit = if st.broker.audit_follower().state().broken.is_some() {
+        "broken"
+    } else if st.audit_walked.load(Ordering::Acquire) {
+        "ok"
+    } else {
+        "verifying"
+    };
+    let ready = database == "ok" && store == "ok" && audit == "ok";
+    let status = if ready {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = serde_json::json!({
+        "status": if ready { "ready" } else { "not ready" },
+        "database": database,
+        "store": store,
+        "audit": audit,
+    });
+    (
+        status,
+        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+        axum::Json(body),
+    )
+        .into_response()
+}
+
+/// The gauges read from the database at each scrape (`docs/metrics.md`): credential requests
+/// pending and the oldest one's age, by kind, and live grants. With PostgreSQL every replica
+/// reads the same rows: aggregate them with `max`, not `sum`.
+async fn sample_gauges(st: &AppState) {
+    use countersign_broker_core::model::{RecordKind, RecordState};
+    let now = st.broker.now();
+    let read = async {
+        let mut tx = st.broker.storage().read().await?;
+        let records = tx.pending_records().await?;
+        let grants = tx.live_grants().await?;
+        Ok::<_, countersign_broker_core::StorageError>((records, grants))
+    };
+    let (records, grants) = match read.await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(error = %e, "metrics: pending requests not read");
+            return;
+        }
+    };
+    for kind in [RecordKind::AgentSecret, RecordKind::LauncherCredential] {
+        let pending: Vec<_> = records
+            .iter()
+            .filter(|r| r.body.kind == kind)
+            // Stored-pending and not yet past its expiry (what `Record::settled` decides).
+            .filter(|r| r.state == RecordState::Pending && now < r.body.expires_at)
+            .collect();
+        let oldest = pending
+            .iter()
+            .map(|r| (now - r.body.requested_at).num_milliseconds().max(0))
+            .max()
+            .unwrap_or(0);
+        metrics::gauge!("countersign_requests_pending", "kind" => kind.as_str())
+            .set(pending.len() as f64);
+        metrics::gauge!("countersign_requests_pending_oldest_age_seconds", "kind" => kind.as_str())
+            .set(oldest as f64 / 1000.0);
+    }
+    let live = grants
+        .iter()
+        .filter(|g| g.end.is_none() && g.expires_at.is_none_or(|at| at > now))
+        .count();
+    metrics::gauge!("countersign_grants_live").set(live as f64);
 }
 
 async fn not_found() -> Response {
@@ -210,6 +368,9 @@ async fn openapi() -> Response {
 }
 
 async fn render_metrics(State(st): State<Arc<AppState>>) -> Response {
+    if st.metrics.is_some() {
+        sample_gauges(&st).await;
+    }
     let text = st
         .metrics
         .as_ref()
@@ -241,19 +402,24 @@ pub struct Running {
     pub handle: axum_server::Handle<SocketAddr>,
     server: JoinHandle<std::io::Result<()>>,
     background: Vec<JoinHandle<()>>,
+    state: Arc<AppState>,
 }
 
 impl Running {
-    /// Stops accepting, lets requests in flight finish (up to `grace`), stops background work.
+    /// Stops accepting, lets requests in flight finish (up to `grace`), stops background work,
+    /// and keeps the audit head this replica verified (its state file).
     pub async fn shutdown(self, grace: Duration) {
         self.handle.graceful_shutdown(Some(grace));
         let _ = self.server.await;
         for b in self.background {
             b.abort();
         }
+        self.state.broker.at_shutdown().await;
+        crate::audit::at_shutdown(&self.state.broker).await;
     }
 
-    /// Waits for the server to end (after a shutdown from elsewhere).
+    /// Waits for the server to end (after a shutdown from elsewhere), then stops background
+    /// work and keeps the audit head this replica verified.
     pub async fn wait(self) -> std::io::Result<()> {
         let r = self
             .server
@@ -262,6 +428,8 @@ impl Running {
         for b in self.background {
             b.abort();
         }
+        self.state.broker.at_shutdown().await;
+        crate::audit::at_shutdown(&self.state.broker).await;
         r
     }
 }
@@ -329,12 +497,13 @@ pub async fn serve_listener(
             tokio::spawn(async move { srv.serve(app).await })
         }
     };
-    let background = background(state, reload);
+    let background = background(state.clone(), reload);
     Ok(Running {
         addr,
         handle,
         server,
         background,
+        state,
     })
 }
 
@@ -377,10 +546,24 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
             }
         })
     };
-    let auditor = tokio::spawn(crate::audit::follow(
-        state.broker.clone(),
-        state.audit_state_file.clone(),
-    ));
+    let auditor = {
+        // `/readyz` waits for a first full walk of the chain; then the follower goes on as
+        // ever (its own first round walks it again).
+        let st = state.clone();
+        tokio::spawn(async move {
+            loop {
+                // A break is answered by `/readyz` from the follower's state.
+                match st.broker.follow_audit(true).await {
+                    Ok(_) => break,
+                    Err(e) => tracing::debug!(code = %e.code, "audit log: first walk failed"),
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            st.audit_walked
+                .store(true, std::sync::atomic::Ordering::Release);
+            crate::audit::follow(st.broker.clone()).await
+        })
+    };
     let deliverer = tokio::spawn(crate::notify::run(
         state.broker.clone(),
         state.notifier.clone(),

@@ -48,12 +48,14 @@
 //! for it (up to the 3 s acquire timeout). It is meant for tests.
 
 mod error;
+mod inventory;
 mod once;
 mod schema;
 mod tx;
 mod writer;
 
 /// The condition of the audit log's index by subject: the entries that end their subject.
+pub use inventory::Inventory;
 pub use schema::AUDIT_ENDS;
 
 use std::fmt;
@@ -224,10 +226,14 @@ impl SqlStorage {
 
 #[async_trait]
 impl Storage for SqlStorage {
+    // Spans (issue 30): a request's trace shows its time waiting for and committing to the
+    // database (`docs/metrics.md`, "Traces").
+    #[tracing::instrument(name = "database begin", level = "info", skip_all, fields(otel.kind = "client"))]
     async fn begin(&self) -> Result<Box<dyn Tx>, StorageError> {
         Ok(Box::new(self.begin_sql().await?))
     }
 
+    #[tracing::instrument(name = "database read", level = "info", skip_all, fields(otel.kind = "client"))]
     async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
         if self.backend == Backend::Postgres {
             let conn = self.pool.acquire().await.map_err(begin_err)?;
@@ -302,6 +308,32 @@ impl Storage for SqlStorage {
         }
         // Batched with every other caller's (once.rs): one transaction, one commit for all.
         self.once.remember(scope, value, until, now).await
+    }
+
+    async fn remember_all(
+        &self,
+        values: &[(&str, &str, Time)],
+        now: Time,
+    ) -> Result<(), StorageError> {
+        // One transaction, a statement per thousand values: at shutdown, a busy minute's
+        // values cost one commit rather than one turn each.
+        let mut tx = begin_write(&self.pool, self.backend, self.writer.as_ref()).await?;
+        for chunk in values.chunks(once::MAX_BATCH) {
+            tx.remember_many(chunk, now).await?;
+        }
+        countersign_broker_core::storage::Tx::commit(Box::new(tx)).await
+    }
+
+    async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
+        let rows = sqlx::query("SELECT value FROM once_values WHERE scope = $1 AND until_ms >= $2")
+            .bind(scope)
+            .bind(now.timestamp_millis())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows.iter()
+            .map(|r| r.try_get::<String, _>("value").map_err(db_err))
+            .collect()
     }
 }
 

@@ -1,7 +1,10 @@
 //! Single-use values (proof and request-object `jti`s) remembered in batches: group commit for
 //! [`Storage::remember_once`](countersign_broker_core::Storage::remember_once).
 //!
-//! Every proof-verified call remembers its `jti`, durably, before it is answered. One
+//! On PostgreSQL every proof-verified call remembers its `jti`, durably, before it is answered
+//! (replicas share no memory); on SQLite only login request objects and the values that
+//! `Exclusive`'s proof horizon cannot keep in memory come here (`broker-core`'s
+//! `exclusive.rs`). One
 //! transaction per value made each call wait for a commit of its own (on PostgreSQL a
 //! synchronous WAL flush per read). Here callers queue their value, and one task writes what
 //! has queued, up to [`MAX_BATCH`] values, with one multi-row `INSERT … ON CONFLICT (scope,

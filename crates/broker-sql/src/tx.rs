@@ -529,6 +529,7 @@ fn finished() -> StorageError {
 
 #[async_trait]
 impl Tx for SqlTx {
+    #[tracing::instrument(name = "database commit", level = "info", skip_all, fields(otel.kind = "client"))]
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
         match self.inner.take().ok_or_else(finished)? {
             Inner::Pool(tx) => tx.commit().await.map_err(db_err),

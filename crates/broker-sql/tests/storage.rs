@@ -1691,6 +1691,235 @@ async fn exclusive_asks_the_database_about_values_new_to_it() {
     db.finish().await;
 }
 
+/// A proof's `jti` at `now_s`, dated `iat_s` (offsets from the tests' epoch), with a 60 s skew.
+fn proof_use<'a>(
+    jti: &'a str,
+    iat_s: i64,
+    now_s: i64,
+) -> countersign_broker_core::storage::ProofUse<'a> {
+    countersign_broker_core::storage::ProofUse {
+        scope: "session:x",
+        jti,
+        iat: at(iat_s).timestamp(),
+        skew: 60,
+        until: at(now_s + 420),
+        now: at(now_s),
+    }
+}
+
+/// `Exclusive`'s proof horizon: proof `jti`s stay in memory (none reaches the database), and a
+/// second `Exclusive` over the same database (a restarted process) refuses what the first may
+/// have accepted on memory alone (dated at or before its horizon), asks the database about
+/// what is dated within the skew after it, and keeps the rest in memory again.
+#[tokio::test]
+async fn exclusive_keeps_proof_jtis_in_memory_behind_a_durable_horizon() {
+    use countersign_broker_core::exclusive::{Exclusive, HORIZON_SCOPE};
+    let db = TestDb::sqlite().await;
+    let stored = |s: &'static str, now: i64| {
+        let st = db.storage.clone();
+        async move { st.remembered(s, at(now)).await.expect("remembered") }
+    };
+    let first = Exclusive::new(db.storage.clone());
+    assert!(
+        first
+            .remember_proof(proof_use("a", 100, 100))
+            .await
+            .expect("a")
+    );
+    assert!(
+        !first
+            .remember_proof(proof_use("a", 100, 100))
+            .await
+            .expect("a again")
+    );
+    assert!(
+        first
+            .remember_proof(proof_use("b", 101, 101))
+            .await
+            .expect("b")
+    );
+    // Dated 40 s ahead of the clock: past the horizon, so written through.
+    assert!(
+        first
+            .remember_proof(proof_use("ahead", 141, 101))
+            .await
+            .expect("ahead")
+    );
+    assert_eq!(stored("session:x", 101).await, vec!["ahead".to_owned()]);
+    let horizon = first.proof_horizon().expect("a horizon");
+    // The clock's second and the next, recorded at the first call (the second call's second
+    // was covered).
+    assert_eq!(horizon, at(101).timestamp());
+    assert!(
+        stored(HORIZON_SCOPE, 101)
+            .await
+            .contains(&horizon.to_string())
+    );
+
+    // The restart.
+    let second = Exclusive::new(db.storage.clone());
+    assert!(
+        !second
+            .remember_proof(proof_use("a", 100, 103))
+            .await
+            .expect("a replayed")
+    );
+    assert!(
+        !second
+            .remember_proof(proof_use("b", 101, 103))
+            .await
+            .expect("b replayed")
+    );
+    // Fresh, but signed in the horizon's second: refused all the same.
+    assert!(
+        !second
+            .remember_proof(proof_use("c", 101, 103))
+            .await
+            .expect("c")
+    );
+    // Past the floor, within the skew after it: the database decides (and keeps it), even
+    // where this process's own horizon would have kept the value in memory.
+    assert!(
+        !second
+            .remember_proof(proof_use("ahead", 141, 141))
+            .await
+            .expect("ahead replayed")
+    );
+    assert!(
+        second
+            .remember_proof(proof_use("d", 141, 141))
+            .await
+            .expect("d")
+    );
+    assert!(stored("session:x", 141).await.contains(&"d".to_owned()));
+    // Past the skew after the floor: memory alone again.
+    assert!(
+        second
+            .remember_proof(proof_use("e", 170, 170))
+            .await
+            .expect("e")
+    );
+    assert!(!stored("session:x", 170).await.contains(&"e".to_owned()));
+    assert!(
+        !second
+            .remember_proof(proof_use("e", 170, 171))
+            .await
+            .expect("e again")
+    );
+
+    // And a third process refuses what the second kept in memory.
+    let third = Exclusive::new(db.storage.clone());
+    assert!(
+        !third
+            .remember_proof(proof_use("e", 170, 172))
+            .await
+            .expect("e replayed")
+    );
+    db.finish().await;
+}
+
+/// A graceful stop releases the horizon: the values held in memory are written through at
+/// shutdown, so the successor refuses their replay from the database and accepts honest proofs
+/// signed in the horizon's second (which a crash makes it refuse). What a crash before the
+/// released process left unknown stays refused.
+#[tokio::test]
+async fn exclusive_releases_its_horizon_at_a_graceful_stop() {
+    use countersign_broker_core::exclusive::{Exclusive, RELEASED_SCOPE};
+    let db = TestDb::sqlite().await;
+    // A first process crashes after keeping "old" in memory alone.
+    let crashed = Exclusive::new(db.storage.clone());
+    assert!(
+        crashed
+            .remember_proof(proof_use("old", 90, 90))
+            .await
+            .expect("old")
+    );
+    drop(crashed);
+
+    // The second refuses below the crashed one's horizon, keeps "a" and "b" in memory, and
+    // stops gracefully.
+    let first = Exclusive::new(db.storage.clone());
+    assert!(
+        !first
+            .remember_proof(proof_use("c0", 91, 92))
+            .await
+            .expect("c0")
+    );
+    assert!(
+        first
+            .remember_proof(proof_use("a", 160, 160))
+            .await
+            .expect("a")
+    );
+    assert!(
+        first
+            .remember_proof(proof_use("b", 161, 161))
+            .await
+            .expect("b")
+    );
+    let horizon = first.proof_horizon().expect("a horizon");
+    first.at_shutdown(at(161)).await.expect("release");
+    let released = db
+        .storage
+        .remembered(RELEASED_SCOPE, at(161))
+        .await
+        .expect("released");
+    assert_eq!(released, vec![format!("{horizon}:{}", at(91).timestamp())]);
+    // After the release began, even a proof within the horizon is written through.
+    assert!(
+        first
+            .remember_proof(proof_use("late", 161, 161))
+            .await
+            .expect("late")
+    );
+    assert!(
+        db.storage
+            .remembered("session:x", at(161))
+            .await
+            .expect("stored")
+            .contains(&"late".to_owned())
+    );
+
+    // The successor: honest proofs signed in the released horizon's second pass; the values the
+    // first held in memory are refused by the database; the crashed process's floor holds.
+    let second = Exclusive::new(db.storage.clone());
+    assert!(
+        second
+            .remember_proof(proof_use("c", 161, 162))
+            .await
+            .expect("c")
+    );
+    assert!(
+        !second
+            .remember_proof(proof_use("a", 160, 162))
+            .await
+            .expect("a replayed")
+    );
+    assert!(
+        !second
+            .remember_proof(proof_use("b", 161, 162))
+            .await
+            .expect("b replayed")
+    );
+    assert!(
+        !second
+            .remember_proof(proof_use("old", 90, 140))
+            .await
+            .expect("old replayed")
+    );
+
+    // A crash of the successor: its own horizon is not released, so a third refuses below it.
+    drop(second);
+    let third = Exclusive::new(db.storage.clone());
+    assert!(
+        !third
+            .remember_proof(proof_use("d", 162, 163))
+            .await
+            .expect("d")
+    );
+    db.finish().await;
+}
+
 #[tokio::test]
 async fn sqlite_in_memory_is_one_shared_database() {
     let s = SqlStorage::connect("sqlite::memory:")

@@ -13,6 +13,7 @@
 //! - [`sql`] (feature `sql`): the sqlx migration runner, driver error mapping and pool opening
 //!   for SQLite and PostgreSQL through sqlx `Any`.
 //! - [`server`] (feature `server`): `init_logs` and `shutdown_signal` for the binaries.
+//! - [`telemetry`] (feature `server`): traces over OTLP and W3C trace context.
 //!
 //! With neither feature the crate has no IO dependency, so core crates may use it.
 
@@ -24,6 +25,8 @@ pub mod server;
 #[cfg(feature = "sql")]
 pub mod sql;
 pub mod storage;
+#[cfg(feature = "server")]
+pub mod telemetry;
 
 pub use clock::{Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time};
 pub use code::{Refusal, WireCode};

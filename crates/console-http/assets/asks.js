@@ -33,7 +33,19 @@
           const doc = new DOMParser().parseFromString(await r.text(), "text/html");
           sections.forEach(function (s) {
             const fresh = doc.getElementById(s.id);
-            if (fresh) s.innerHTML = fresh.innerHTML;
+            if (!fresh || fresh.innerHTML === s.innerHTML) return;
+            // What the person is typing stays (fields with an id).
+            const typed = {};
+            s.querySelectorAll("input[id], textarea[id]").forEach(function (f) {
+              if (f.value && f.type !== "checkbox") typed[f.id] = f.value;
+            });
+            const focused = document.activeElement && document.activeElement.id;
+            s.innerHTML = fresh.innerHTML;
+            Object.keys(typed).forEach(function (id) {
+              const f = document.getElementById(id);
+              if (f) f.value = typed[id];
+            });
+            if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
           });
         } catch (e) {
           // The next event tries again.
@@ -43,14 +55,12 @@
     await fetching;
     fetching = null;
   }
-  if (sections.length && typeof EventSource === "function") {
-    const stream = new EventSource("/api/v1/events");
-    ["ask.opened", "ask.reworded", "ask.answered", "ask.retracted", "ask.resolved",
+  if (sections.length) {
+    // The page's one event stream (console.js), closed when the page is left or hidden.
+    window.countersign.on(["ask.opened", "ask.reworded", "ask.answered", "ask.retracted", "ask.resolved",
       "ask.followed", "ask.unfollowed", "comment.created", "comment.edited", "comment.resolved",
       "comment.reopened", "suggestion.accepted", "suggestion.rejected", "document.edited",
-      "approval.requested", "approval.approved", "approval.changes_requested"].forEach(function (kind) {
-      stream.addEventListener(kind, function () { refresh(); });
-    });
+      "approval.requested", "approval.approved", "approval.changes_requested"], function () { refresh(); });
   }
 
   function inSeconds(hours) {
@@ -109,15 +119,20 @@
     const comment = f.hasAttribute("data-comment");
     if (!text && !reply && !comment) return;
     ev.preventDefault();
-    const field = f.querySelector("input[name], textarea[name]");
+    const field = f.querySelector("input[name=text], input[name=body], textarea[name=body]");
     const value = field ? field.value.trim() : "";
-    if (!value) return;
+    const picked = Array.prototype.map.call(f.querySelectorAll("input[name=option]:checked"),
+      function (c) { return c.value; });
+    if (!value && !(text && picked.length)) return;
     const button = f.querySelector("button[type=submit]");
     if (button) button.disabled = true;
     try {
       if (text) {
+        const answer = {};
+        if (picked.length) answer.options = picked;
+        if (value) answer.text = value;
         await api("POST", "/api/v1/asks/" + encodeURIComponent(f.getAttribute("data-answer-text")) + "/answer",
-          { text: value });
+          answer);
         flash("ok", "Answered.");
       } else if (f.hasAttribute("data-reply-ask")) {
         await api("POST", f.getAttribute("data-comments"), { body: value, ask: f.getAttribute("data-reply-ask") });
@@ -127,7 +142,9 @@
         const body = { body: value };
         const quote = f.querySelector("input[name=quote]");
         const replacement = f.querySelector("input[name=replacement]");
+        const block = f.querySelector("input[name=block]");
         if (quote && quote.value) body.quote = { exact: quote.value };
+        if (quote && quote.value && block && block.value) body.block = block.value;
         if (quote && quote.value && replacement && replacement.value) {
           body.suggestion = { replacement: replacement.value };
         }

@@ -56,14 +56,9 @@
       const d = env.data || {};
       return d.session_id === session || (d.target && d.target.session === session);
     };
-    if (typeof EventSource === "function") {
-      const stream = new EventSource("/api/v1/events");
-      MESSAGE_EVENTS.concat(["session.live", "session.updated", "session.gone"]).forEach(function (kind) {
-        stream.addEventListener(kind, function (ev) {
-          if (about(envelope(ev))) refresh();
-        });
-      });
-    }
+    // The page's one event stream (console.js), closed when the page is left or hidden.
+    window.countersign.on(MESSAGE_EVENTS.concat(["session.live", "session.updated", "session.gone"]),
+      function (env) { if (about(env)) refresh(); });
     const form = document.getElementById("send");
     const result = document.getElementById("send-result");
     form.addEventListener("submit", async function (ev) {
@@ -122,6 +117,10 @@
       list.appendChild(li);
     };
     const stream = new EventSource("/api/v1/sessions/" + encodeURIComponent(session) + "/relay");
+    // The relay holds a connection: closed when the page is left (a page kept in the
+    // back/forward cache is loaded afresh when shown again).
+    window.addEventListener("pagehide", function () { stream.close(); });
+    window.addEventListener("pageshow", function (ev) { if (ev.persisted) window.location.reload(); });
     stream.addEventListener("replay", function (ev) {
       const r = envelope(ev) || { frames: [] };
       list.textContent = "";
@@ -187,19 +186,20 @@
       });
       out.appendChild(table);
     };
-    if (typeof EventSource === "function") {
-      const stream = new EventSource("/api/v1/events");
-      stream.addEventListener("delivery.attempt", function (ev) {
-        const env = envelope(ev);
-        const d = env && env.data;
-        if (!d || d.kind !== "message") return;
-        seen[d.id] = d.state;
-        const tr = cells[d.id];
-        if (tr) tr.children[1].textContent = d.state;
-      });
-    }
+    window.countersign.on(["delivery.attempt"], function (env) {
+      const d = env && env.data;
+      if (!d || d.kind !== "message") return;
+      seen[d.id] = d.state;
+      const tr = cells[d.id];
+      if (tr) tr.children[1].textContent = d.state;
+    });
+    // One idempotency key per form fill: made with the page, kept while the person retries
+    // after a refusal, replaced once a broadcast is sent (and the form emptied). A second
+    // click while one is being sent does nothing.
+    let sending = false;
     bform.addEventListener("submit", async function (ev) {
       ev.preventDefault();
+      if (sending) return;
       const sessions = Array.from(bform.querySelectorAll('input[name="session"]:checked'))
         .map(function (i) { return i.value; });
       document.getElementById("broadcast-more").value.split(/\s+/).forEach(function (s) {
@@ -207,6 +207,7 @@
       });
       const button = document.getElementById("broadcast-send");
       button.disabled = true;
+      sending = true;
       try {
         const res = await api("POST", "/api/v1/broadcasts", {
           idempotency_key: bform.getAttribute("data-key"),
@@ -215,11 +216,14 @@
           body: document.getElementById("broadcast-body").value,
         });
         render(res);
-        // The next send is another broadcast.
-        bform.setAttribute("data-key", "page-" + (crypto.randomUUID ? crypto.randomUUID() : Date.now()));
+        // The next fill is another broadcast.
+        bform.reset();
+        bform.setAttribute("data-key", "page-" + (crypto.randomUUID ? crypto.randomUUID() : String(Date.now())));
+        if (window.countersign.refresh) window.countersign.refresh(["recent"]);
       } catch (e) {
         failed(out, e);
       } finally {
+        sending = false;
         button.disabled = false;
       }
     });

@@ -59,10 +59,30 @@ impl HttpBroker {
         url: url::Url,
         body: Option<Value>,
     ) -> Result<T, Error> {
+        // The call's client span (method only: paths carry ids), whose W3C trace context the
+        // broker's request span continues (`docs/metrics.md`, "Traces").
+        let span = tracing::info_span!(
+            "broker call",
+            method = %method,
+            otel.name = format!("console → broker {method}"),
+            otel.kind = "client",
+        );
+        tracing::Instrument::instrument(self.call_in_span(method, url, body), span).await
+    }
+
+    async fn call_in_span<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        url: url::Url,
+        body: Option<Value>,
+    ) -> Result<T, Error> {
         let mut req = self
             .http
             .request(method, url)
             .bearer_auth(self.token.as_str());
+        for (name, value) in countersign_common::telemetry::inject_current() {
+            req = req.header(name, value);
+        }
         if let Some(b) = body {
             req = req.json(&b);
         }

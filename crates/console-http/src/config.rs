@@ -47,6 +47,10 @@ pub struct Config {
     /// KPI targets the measures and pipeline page check (each optional).
     #[serde(default)]
     pub delivery_targets: Option<countersign_console_core::work::delivery::Targets>,
+    /// Where traces go over OTLP (HTTP/protobuf), a base URL as `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// is; none: that variable, else no export (`docs/metrics.md`).
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
     /// Dev mode's sign-in by e-mail alone. Never read from a file: only `countersign-console
     /// dev` (and tests) turn it on, and only on a loopback listener.
     #[serde(skip)]
@@ -166,6 +170,7 @@ impl Config {
             oidc: None,
             code_hosting: None,
             delivery_targets: None,
+            otlp_endpoint: None,
             local_sign_in: false,
             local_sign_in_hint: None,
         }

@@ -10,6 +10,12 @@
 //! The broker's expiry notifications go to the console's webhook (`/hooks/broker`, protocol
 //! §8), signed with a secret both share (`webhook-secret`, made on first run), so a request
 //! left to expire reaches its session as a message out of the box.
+//!
+//! Agents use the console's API with the shared agent token (`agent-token`, made on first
+//! run; an agent names its session in `actor`), printed apart from the broker's console token,
+//! which is for the broker's API only. `--config FILE` adds the console's optional tables
+//! (`[code_hosting]`, `[delivery_targets]`, `[agents]`: [`DevExtras`]), so the delivery
+//! timeline can be tried on one's own repository without a full `serve` configuration.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -18,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::{BrokerConfig, Config};
+use crate::config::{AgentsConfig, BrokerConfig, CodeHostingConfig, Config};
 
 /// The person dev mode's demo secrets belong to (as `countersign-broker dev` writes them).
 pub use countersign_broker_http::dev::DEV_PERSON;
@@ -34,24 +40,53 @@ pub struct Dev {
 }
 
 impl Dev {
-    /// Tells the person where things are and what to do next.
-    pub fn print(&self) {
-        let token = std::fs::read_to_string(self.dir.join("console-token")).unwrap_or_default();
-        println!("Countersign (dev mode): broker and approval console");
-        println!(
+    /// The console's agent token: the bearer agents use with the console's API (`/api/v1`,
+    /// naming their session in `actor`).
+    pub fn agent_token(&self) -> String {
+        std::fs::read_to_string(self.dir.join(AGENT_TOKEN_FILE))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    }
+
+    /// What dev mode prints: where things are, the tokens (each labelled for the API that
+    /// takes it), and what to do next.
+    pub fn banner(&self) -> String {
+        let broker_token =
+            std::fs::read_to_string(self.dir.join("console-token")).unwrap_or_default();
+        let mut out = String::new();
+        let mut line = |s: String| {
+            out.push_str(&s);
+            out.push('\n');
+        };
+        line("Countersign (dev mode): broker and approval console".into());
+        line(format!(
             "  console:       {}   (sign in as {DEV_PERSON})",
             self.console_url
-        );
-        println!("  broker:        {}", self.broker_url);
-        println!("  state:         {}", self.dir.display());
-        println!("  console token: {}", token.trim());
-        println!(
+        ));
+        line(format!("  broker:        {}", self.broker_url));
+        line(format!("  state:         {}", self.dir.display()));
+        line(format!(
+            "  agent token:   {}   (for the console API: Authorization: Bearer …, name your session in `actor`)",
+            self.agent_token()
+        ));
+        line(format!(
+            "  broker console token: {}   (for the broker API, not the console's)",
+            broker_token.trim()
+        ));
+        line(format!(
             "  demo secrets:  DEMO_AUTOMATIC (automatic), DEMO_OWNER (owner {DEV_PERSON}), DEMO_SHARED (shared), DEMO_LOCKED (locked)"
-        );
-        println!(
-            "Next: open {} and sign in as {DEV_PERSON}; an agent's request for DEMO_OWNER or DEMO_SHARED appears in its inbox. (Broker API: {}/v1/openapi.json)",
-            self.console_url, self.broker_url
-        );
+        ));
+        line(format!(
+            "Next: open {} and sign in as {DEV_PERSON}; an agent's request for DEMO_OWNER or DEMO_SHARED appears in its inbox. (Console API: {}/api/v1; broker API: {}/v1/openapi.json)",
+            self.console_url, self.console_url, self.broker_url
+        ));
+        out
+    }
+
+    /// Prints [`Dev::banner`].
+    pub fn print(&self) {
+        print!("{}", self.banner());
     }
 
     pub async fn shutdown(self, grace: Duration) {
@@ -60,11 +95,67 @@ impl Dev {
     }
 }
 
-/// What dev mode can be asked to do differently (tests).
+/// The file in the dev state holding the console's shared agent token.
+pub const AGENT_TOKEN_FILE: &str = "agent-token";
+
+/// What dev mode can be asked to do differently (`--config`, tests).
 #[derive(Debug, Clone, Default)]
 pub struct DevOptions {
     /// Seconds a credential request stays pending (the broker's default otherwise).
     pub request_pending_seconds: Option<i64>,
+    /// The console's optional tables (`countersign-console dev --config FILE`).
+    pub extras: DevExtras,
+}
+
+/// `countersign-console dev --config FILE`: the console's optional tables, as `serve`'s
+/// configuration writes them; anything else in the file is refused (dev mode makes the rest).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevExtras {
+    #[serde(default)]
+    pub code_hosting: Option<CodeHostingConfig>,
+    #[serde(default)]
+    pub delivery_targets: Option<countersign_console_core::work::delivery::Targets>,
+    #[serde(default)]
+    pub agents: Option<AgentsConfig>,
+}
+
+impl DevExtras {
+    /// Reads `FILE`.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("read dev config {}", path.display()))?;
+        toml::from_str(&text).with_context(|| {
+            format!(
+                "parse dev config {} (it takes [code_hosting], [delivery_targets] and [agents])",
+                path.display()
+            )
+        })
+    }
+}
+
+/// The console's shared agent token in the dev state (`csa_` and 32 random bytes, made once).
+fn agent_token(dir: &Path) -> anyhow::Result<PathBuf> {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = dir.join(AGENT_TOKEN_FILE);
+    if !path.exists() {
+        let key =
+            countersign_console_core::clock::random::<32>(&countersign_console_core::SystemEntropy);
+        let text = format!(
+            "csa_{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+        );
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(path)
 }
 
 /// Starts both on 127.0.0.1 (port 0 picks a free one), creating dev state in `dir` on first run.
@@ -153,6 +244,10 @@ pub async fn start_with(
     });
     config.local_sign_in = true;
     config.local_sign_in_hint = Some(DEV_PERSON.to_owned());
+    config.shared_token_file = Some(agent_token(dir)?);
+    config.code_hosting = options.extras.code_hosting;
+    config.delivery_targets = options.extras.delivery_targets;
+    config.agents = options.extras.agents;
     let state = crate::build(&config, Arc::new(countersign_console_core::SystemClock)).await?;
     let console = crate::serve(state, console_listener).await?;
     Ok(Dev {

@@ -107,15 +107,27 @@ pub struct Chrome<'a> {
     pub active: &'a str,
 }
 
+/// The main navigation: work and people, then the delivery pages.
 const NAV: &[(&str, &str)] = &[
     ("/", "Inbox"),
-    ("/projects", "Issues"),
+    ("/issues", "Issues"),
+    ("/projects", "Projects"),
     ("/sessions", "Sessions"),
+    ("/broadcasts", "Broadcasts"),
+    ("/delivery", "Delivery"),
+    ("/delivery/pipeline", "Pipeline"),
+];
+
+/// The second row: secrets, machines, tokens, what the person answered and decided, and the
+/// settings.
+const MORE: &[(&str, &str)] = &[
     ("/machines/approve", "Approve a machine"),
     ("/grants", "Grants"),
     ("/machines", "Machines"),
     ("/tokens", "Agent tokens"),
-    ("/history", "History"),
+    ("/answers", "Your answers"),
+    ("/history", "Decisions"),
+    ("/settings", "Settings"),
 ];
 
 impl Chrome<'_> {
@@ -125,6 +137,26 @@ impl Chrome<'_> {
             .map(|(href, label)| (*href, *label, *href == self.active))
             .collect()
     }
+
+    /// The second navigation row, as [`Chrome::nav`].
+    pub fn more(&self) -> Vec<(&'static str, &'static str, bool)> {
+        MORE.iter()
+            .map(|(href, label)| (*href, *label, *href == self.active))
+            .collect()
+    }
+}
+
+/// An error page inside the layout: the status, what went wrong and a way back.
+#[derive(Debug, Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub status: u16,
+    pub reason: &'a str,
+    pub code: &'a str,
+    pub message: &'a str,
+    /// Where "back" goes: `(href, label)`.
+    pub back: (&'a str, &'a str),
 }
 
 fn who_decides(rec: &CredentialRecord, me: &Login) -> String {
@@ -498,39 +530,6 @@ pub struct HistoryPage<'a> {
 
 // ----- work -----
 
-#[derive(Debug)]
-pub struct ProjectRow {
-    pub key: String,
-    pub name: String,
-    pub created: When,
-}
-
-#[derive(Debug, Template)]
-#[template(path = "projects.html")]
-pub struct ProjectsPage<'a> {
-    pub chrome: Chrome<'a>,
-    pub projects: Vec<ProjectRow>,
-}
-
-/// An issue as the list and the issue page print it.
-#[derive(Debug)]
-pub struct IssueRow {
-    pub key: String,
-    pub project: String,
-    pub title: String,
-    pub status: &'static str,
-    pub priority: String,
-    pub labels: String,
-    pub assignee: String,
-    pub route: String,
-    pub claim: String,
-    pub parent: Option<String>,
-    pub children: Vec<String>,
-    pub progress: String,
-    pub sequence: i64,
-    pub updated: When,
-}
-
 pub(crate) fn actor_text(a: &countersign_console_core::work::Actor) -> String {
     use countersign_console_core::work::Actor;
     match a {
@@ -545,112 +544,6 @@ pub(crate) fn actor_text(a: &countersign_console_core::work::Actor) -> String {
         Actor::Agent { .. } => "an agent".into(),
         Actor::System { name } => name.clone(),
     }
-}
-
-impl IssueRow {
-    pub fn of(i: &countersign_console_core::work::IssueView) -> Self {
-        Self {
-            key: i.key.to_string(),
-            project: i.project.to_string(),
-            title: i.title.clone(),
-            status: i.status.as_str(),
-            priority: i
-                .priority
-                .map(|p| format!("P{p}"))
-                .unwrap_or_else(|| "none".into()),
-            labels: if i.labels.is_empty() {
-                "none".into()
-            } else {
-                i.labels.join(", ")
-            },
-            assignee: i
-                .assignee
-                .as_ref()
-                .map(|a| a.to_string())
-                .unwrap_or_else(|| "nobody".into()),
-            route: i.route.clone().unwrap_or_else(|| "none".into()),
-            claim: i
-                .claim
-                .as_ref()
-                .map(|c| actor_text(&c.holder))
-                .unwrap_or_else(|| "nobody".into()),
-            parent: i.parent.as_ref().map(|p| p.to_string()),
-            children: i.children.iter().map(|c| c.to_string()).collect(),
-            progress: i
-                .progress
-                .children
-                .map(|p| format!("{} of {} done", p.done, p.total))
-                .unwrap_or_default(),
-            sequence: i.sequence,
-            updated: when(&i.updated_at),
-        }
-    }
-}
-
-#[derive(Debug, Template)]
-#[template(path = "issues.html")]
-pub struct IssuesPage<'a> {
-    pub chrome: Chrome<'a>,
-    pub project: String,
-    pub statuses: Vec<&'static str>,
-    pub status: String,
-    pub label: String,
-    pub issues: Vec<IssueRow>,
-}
-
-#[derive(Debug)]
-pub struct EventRow {
-    pub sequence: i64,
-    pub at: When,
-    pub kind: String,
-    pub actor: String,
-    pub changes: String,
-}
-
-impl EventRow {
-    pub fn of(e: &countersign_console_core::work::Event) -> Self {
-        let changes = e.data["changes"]
-            .as_object()
-            .map(|c| c.keys().cloned().collect::<Vec<_>>().join(", "))
-            .unwrap_or_default();
-        Self {
-            sequence: e.sequence.unwrap_or_default(),
-            at: when(&e.at),
-            kind: e.kind.clone(),
-            actor: actor_text(&e.actor),
-            changes,
-        }
-    }
-}
-
-#[derive(Debug, Template)]
-#[template(path = "issue.html")]
-pub struct IssuePage<'a> {
-    pub chrome: Chrome<'a>,
-    pub i: IssueRow,
-    pub events: Vec<EventRow>,
-    /// The issue's documents and files: `(page, filename)`.
-    pub documents: Vec<(String, String)>,
-}
-
-/// A search result as the page lists it.
-#[derive(Debug)]
-pub struct SearchResult {
-    pub id: String,
-    pub reference: String,
-    pub href: String,
-    pub title: String,
-    pub snippet: String,
-}
-
-#[derive(Debug, Template)]
-#[template(path = "search.html")]
-pub struct SearchPage<'a> {
-    pub chrome: Chrome<'a>,
-    pub q: String,
-    pub total: i64,
-    pub rows: Vec<SearchResult>,
-    pub error: Option<String>,
 }
 
 // ----- signing in -----

@@ -29,6 +29,7 @@ pub mod oidc;
 pub mod pages;
 pub mod server;
 pub mod table;
+pub mod witness;
 
 use std::sync::Arc;
 
@@ -54,6 +55,8 @@ pub struct AppState {
     pub webhook_secret: Option<hooks::WebhookSecret>,
     /// The storage's listener for other replicas' events, until [`serve`] takes it.
     pub event_listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The broker's `/readyz`, which the console's own `/readyz` asks (none: no broker).
+    pub broker_readyz: Option<url::Url>,
 }
 
 impl AppState {

@@ -41,7 +41,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::AppState;
-use crate::api::{St, acting, ok};
+use crate::api::{St, acting_session, ok};
 use crate::error::ApiResult;
 
 /// The link's subprotocol.
@@ -428,7 +428,7 @@ pub async fn link(
     Path(session_id): Path<String>,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
-    let actor = acting(&caller, Some(&session_id), true)?;
+    let actor = acting_session(&caller, Some(&session_id))?;
     let ws = ws.map_err(|_| {
         Error::with_message(
             ErrorCode::INVALID_BODY,

@@ -53,6 +53,10 @@ enum Command {
         /// The console's port on 127.0.0.1 (0 picks a free one).
         #[arg(long, default_value_t = 8081, env = "COUNTERSIGN_CONSOLE_PORT")]
         console_port: u16,
+        /// A TOML file with the console's optional tables (`[code_hosting]`,
+        /// `[delivery_targets]`, `[agents]`), as `serve`'s configuration writes them.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -61,18 +65,42 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logs(cli.log_json, "info,tower_http=warn,sqlx=warn");
     match cli.command {
-        Command::Serve { config } => serve(Config::load(&config)?).await,
+        Command::Serve { config } => {
+            let config = Config::load(&config)?;
+            let telemetry = countersign_common::telemetry::enable(
+                "countersign-console",
+                config.otlp_endpoint.as_deref(),
+            )
+            .map_err(anyhow::Error::msg)?;
+            let r = serve(config).await;
+            telemetry.shutdown();
+            r
+        }
         #[cfg(feature = "dev")]
         Command::Dev {
             dir,
             broker_port,
             console_port,
+            config,
         } => {
-            let dev = countersign_console_http::dev::start(&dir, broker_port, console_port).await?;
+            // Dev mode exports traces when the standard variables name an endpoint.
+            let telemetry = countersign_common::telemetry::enable("countersign-console", None)
+                .map_err(anyhow::Error::msg)?;
+            let options = countersign_console_http::dev::DevOptions {
+                extras: match &config {
+                    Some(path) => countersign_console_http::dev::DevExtras::load(path)?,
+                    None => Default::default(),
+                },
+                ..Default::default()
+            };
+            let dev =
+                countersign_console_http::dev::start_with(&dir, broker_port, console_port, options)
+                    .await?;
             dev.print();
             shutdown_signal().await;
             tracing::info!("shutting down: finishing requests in flight");
             dev.shutdown(std::time::Duration::from_secs(10)).await;
+            telemetry.shutdown();
             Ok(())
         }
     }

@@ -38,6 +38,11 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         }
         None => None,
     };
+    // The console witnesses the broker's audit log outside the broker's database (witness.rs).
+    if let (Some(b), Some(token)) = (&config.broker, config.console_token()?) {
+        let timeout = Duration::from_secs(b.timeout_seconds);
+        crate::witness::Witness::new(storage.clone(), &b.url, token, timeout)?.spawn();
+    }
     let idp: Option<Arc<dyn countersign_console_core::IdentityProvider>> = match &config.oidc {
         Some(o) => Some(Arc::new(crate::oidc::OidcProvider::new(
             &o.issuer,
@@ -134,13 +139,28 @@ pub fn state(console: Console, config: &Config) -> AppState {
         sessions: Default::default(),
         webhook_secret: None,
         event_listener: Default::default(),
+        broker_readyz: config.broker.as_ref().and_then(|b| {
+            let mut u = url::Url::parse(&b.url).ok()?;
+            u.path_segments_mut().ok()?.pop_if_empty().push("readyz");
+            Some(u)
+        }),
     }
 }
 
 /// The message of the fallback, which the route-table test tells apart from a handler's 404.
 pub const NO_ROUTE: &str = "no route has this method and path";
 
-async fn no_route() -> Response {
+/// No route: JSON for API callers; a browser asking for a page gets the 404 page in the layout.
+async fn no_route(req: Request) -> Response {
+    let path = req.uri().path();
+    let wants_html = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"));
+    if wants_html && !path.starts_with("/api/") && !path.starts_with("/link/") {
+        return crate::pages::no_page();
+    }
     ApiError(Error::with_message(ErrorCode::NOT_FOUND, NO_ROUTE)).into_response()
 }
 
@@ -152,16 +172,142 @@ pub fn router(state: Arc<AppState>) -> Router {
             let auth =
                 middleware::from_fn_with_state((state.clone(), *spec), crate::auth::authenticate);
             let rules = middleware::from_fn_with_state(*spec, request_rules);
+            // Inside the caller's check: a page's error is framed with the person's navigation.
+            let faults = middleware::from_fn(crate::pages::render_faults);
             router.route(
                 spec.path,
-                (spec.handler)().route_layer(rules).route_layer(auth),
+                (spec.handler)()
+                    .route_layer(rules)
+                    .route_layer(faults)
+                    .route_layer(auth),
             )
         })
         .fallback(no_route)
         .layer(middleware::from_fn(method_not_allowed))
         .layer(middleware::from_fn(security_headers))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(middleware::from_fn(track))
+        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(span_for))
         .with_state(state)
+}
+
+/// The request's span names its route template, never its URI (paths and queries carry ids
+/// and search words). Exported as a trace's server span, it continues the caller's trace when
+/// the request carries W3C trace context; the broker calls made under it carry it on
+/// ([`crate::broker_client`]).
+fn span_for(req: &Request) -> tracing::Span {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|m| m.as_str())
+        .unwrap_or("unmatched");
+    countersign_common::telemetry::in_remote_context(
+        |name| req.headers().get(name).and_then(|v| v.to_str().ok()),
+        || {
+            tracing::info_span!(
+                "request",
+                method = %req.method(),
+                route,
+                otel.name = format!("console {} {route}", req.method()),
+                otel.kind = "server",
+            )
+        },
+    )
+}
+
+/// Counts requests and their latency by route and status (`docs/metrics.md`).
+async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().as_str().to_owned();
+    let start = std::time::Instant::now();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16().to_string();
+    metrics::counter!("countersign_console_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status).increment(1);
+    metrics::histogram!("countersign_console_http_request_duration_seconds", "method" => method, "route" => route).record(start.elapsed().as_secs_f64());
+    resp
+}
+
+/// `GET /metrics`: the process's Prometheus text (in dev mode's one process, the broker's
+/// metrics too), with the live-session gauge read at the scrape.
+pub async fn metrics_page(State(st): State<Arc<AppState>>) -> Response {
+    let handle = countersign_common::telemetry::metrics_handle();
+    metrics::gauge!("countersign_console_live_sessions").set(st.sessions.len() as f64);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+        .into_response()
+}
+
+/// `GET /readyz`: 200 when the console can serve: its database answers and, when a broker is
+/// configured, the broker answers its own `/readyz` (so a console in front of a broker that
+/// cannot serve approvals takes no traffic); otherwise 503 naming what is not ready.
+/// `/healthz` stays the liveness check (the database only).
+pub async fn readyz(State(st): State<Arc<AppState>>) -> Response {
+    let database = match st.console.health().await {
+        Ok(()) => "ok",
+        Err(_) => "unavailable",
+    };
+    let broker = match &st.broker_readyz {
+        None => "not configured",
+        Some(url) => {
+            static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+            let http = HTTP.get_or_init(|| {
+                reqwest::Client::builder()
+                    .timeout(Duration::from_secs(2))
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .unwrap_or_default()
+            });
+            match http.get(url.as_str()).send().await {
+                Ok(r) if r.status().is_success() => "ok",
+                Ok(_) => "not ready",
+                Err(_) => "unreachable",
+            }
+        }
+    };
+    let ready = database == "ok" && matches!(broker, "ok" | "not configured");
+    let status = if ready {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+        axum::Json(serde_json::json!({
+            "status": if ready { "ready" } else { "not ready" },
+            "database": database,
+            "broker": broker,
+        })),
+    )
+        .into_response()
+}
+
+/// Counts an open event stream while it lives (`countersign_console_streams`).
+#[derive(Debug)]
+pub struct OpenStream(());
+
+impl OpenStream {
+    pub fn new() -> Self {
+        metrics::gauge!("countersign_console_streams").increment(1.0);
+        Self(())
+    }
+}
+
+impl Default for OpenStream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        metrics::gauge!("countersign_console_streams").decrement(1.0);
+    }
 }
 
 /// The request rules every API row holds before its handler (protocol §2, after the caller's

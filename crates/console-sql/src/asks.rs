@@ -28,7 +28,7 @@ use serde_json::value::RawValue;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::work::{Args, corrupt, json_of, text};
+use crate::work::{Args, corrupt, fts_prefix, json_of, pg_prefix, text};
 use crate::{SqlTx, time};
 
 /// Version 9's tables, then the backend's full-text statements.
@@ -456,7 +456,7 @@ impl SqlTx {
             Backend::Sqlite => {
                 let joined = words
                     .iter()
-                    .map(|w| format!("\"{}\"", w.replace('"', "")))
+                    .map(|w| fts_prefix(w))
                     .collect::<Vec<_>>()
                     .join(if any { " OR " } else { " " });
                 (
@@ -467,7 +467,11 @@ impl SqlTx {
                 )
             }
             Backend::Postgres => {
-                let joined = words.join(if any { " | " } else { " & " });
+                let joined = words
+                    .iter()
+                    .map(|w| pg_prefix(w))
+                    .collect::<Vec<_>>()
+                    .join(if any { " | " } else { " & " });
                 let q = a.push(joined);
                 (
                     format!("{table} t"),
@@ -496,6 +500,7 @@ impl SqlTx {
         let l = a.push(i64::from(limit));
         let sql = format!(
             "SELECT t.id AS id, t.{column} AS title, t.project AS project, t.{at} AS at, \
+             t.issue AS issue, t.artifact AS artifact, \
              {score} AS score, {snippet} AS snippet FROM {from} {filter} \
              ORDER BY score DESC, t.{at} DESC, t.id LIMIT {l}"
         );
@@ -507,6 +512,8 @@ impl SqlTx {
                 let title: String = r.try_get("title").map_err(db_err)?;
                 Ok(Hit {
                     id: r.try_get("id").map_err(db_err)?,
+                    issue: issue_key(r.try_get("issue").map_err(db_err)?)?,
+                    artifact: r.try_get("artifact").map_err(db_err)?,
                     title: first_line(&title),
                     snippet: r.try_get("snippet").map_err(db_err)?,
                     project: ProjectKey::parse(&project),
@@ -667,11 +674,8 @@ impl AskTx for SqlTx {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list: Vec<String> = ids.iter().map(|i| a.push(i.clone())).collect();
-        let sql = format!(
-            "SELECT {ASK_COLUMNS} FROM console_asks WHERE id IN ({})",
-            list.join(", ")
-        );
+        let list = a.list(self.backend, ids);
+        let sql = format!("SELECT {ASK_COLUMNS} FROM console_asks WHERE id IN {list}");
         self.rows(&sql, &a).await?.iter().map(ask_of).collect()
     }
 
@@ -680,14 +684,11 @@ impl AskTx for SqlTx {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list: Vec<String> = issues
-            .iter()
-            .map(|k| a.push(k.as_str().to_owned()))
-            .collect();
+        let keys: Vec<&str> = issues.iter().map(IssueKey::as_str).collect();
+        let list = a.list(self.backend, &keys);
         let sql = format!(
-            "SELECT {ASK_COLUMNS} FROM console_asks WHERE issue IN ({}) AND state = 'open' \
-             ORDER BY seq",
-            list.join(", ")
+            "SELECT {ASK_COLUMNS} FROM console_asks WHERE issue IN {list} AND state = 'open' \
+             ORDER BY seq"
         );
         self.rows(&sql, &a).await?.iter().map(ask_of).collect()
     }
@@ -700,11 +701,10 @@ impl AskTx for SqlTx {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list: Vec<String> = sessions.iter().map(|s| a.push(s.clone())).collect();
+        let list = a.list(self.backend, sessions);
         let sql = format!(
             "SELECT author_session AS s, COUNT(*) AS n FROM console_asks \
-             WHERE author_session IN ({}) AND state = 'open' GROUP BY author_session",
-            list.join(", ")
+             WHERE author_session IN {list} AND state = 'open' GROUP BY author_session"
         );
         self.rows(&sql, &a)
             .await?

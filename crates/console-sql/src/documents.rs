@@ -581,8 +581,7 @@ impl DocumentTx for SqlTx {
             conds.push(format!("sequence < {}", a.push(x)));
         }
         if !page.ids.is_empty() {
-            let list: Vec<String> = page.ids.iter().map(|i| a.push(*i)).collect();
-            conds.push(format!("id IN ({})", list.join(", ")));
+            conds.push(format!("id IN {}", a.int_list(self.backend, &page.ids)));
         }
         let order = if page.descending { "DESC" } else { "ASC" };
         let limit = a.push(i64::from(page.limit));
@@ -694,7 +693,8 @@ impl DocumentTx for SqlTx {
         }
         let mut a = Args::default();
         // Only letters and digits reach here; each word is quoted for FTS5 all the same.
-        let quoted = |w: &String| format!("\"{}\"", w.replace('"', ""));
+        // Each word a prefix: "safar" finds "Safari".
+        let quoted = |w: &String| crate::work::fts_prefix(w);
         let (with, from_page, snippet, each_word): (String, String, String, Vec<String>) =
             match self.backend {
                 Backend::Sqlite => {
@@ -734,7 +734,9 @@ impl DocumentTx for SqlTx {
                     )
                 }
                 Backend::Postgres => {
-                    let q = a.push(words.join(" | "));
+                    let prefixed: Vec<String> =
+                        words.iter().map(|w| crate::work::pg_prefix(w)).collect();
+                    let q = a.push(prefixed.join(" | "));
                     let with = format!(
                         "WITH best AS (SELECT DISTINCT ON (t.artifact) t.artifact AS artifact, \
                          t.part AS part, ts_rank(t.search, to_tsquery('simple', {q}))::float8 AS score \
@@ -750,7 +752,7 @@ impl DocumentTx for SqlTx {
                                 format!(
                                     "a.id IN (SELECT artifact FROM console_artifact_text \
                                      WHERE search @@ to_tsquery('simple', {}))",
-                                    a.push(w.clone())
+                                    a.push(crate::work::pg_prefix(w))
                                 )
                             })
                             .collect()
@@ -790,7 +792,7 @@ impl DocumentTx for SqlTx {
         let l = a.push(i64::from(limit));
         let sql = format!(
             "{with} SELECT a.id AS id, a.filename AS title, a.project AS project, \
-             a.updated_at AS at, best.score AS score, {snippet} AS snippet FROM {from_page} \
+             a.issue AS issue, a.updated_at AS at, best.score AS score, {snippet} AS snippet FROM {from_page} \
              {filter} ORDER BY score DESC, a.updated_at DESC, a.id LIMIT {l}"
         );
         let rows = sqlx::query_with(&sql, a.build())
@@ -801,8 +803,12 @@ impl DocumentTx for SqlTx {
             .iter()
             .map(|r| {
                 let project: Option<String> = r.try_get("project").map_err(db_err)?;
+                let issue: Option<String> = r.try_get("issue").map_err(db_err)?;
+                let id: String = r.try_get("id").map_err(db_err)?;
                 Ok(Hit {
-                    id: r.try_get("id").map_err(db_err)?,
+                    issue: issue.as_deref().and_then(IssueKey::parse),
+                    artifact: Some(id.clone()),
+                    id,
                     title: r.try_get("title").map_err(db_err)?,
                     snippet: r.try_get("snippet").map_err(db_err)?,
                     project: project.as_deref().and_then(ProjectKey::parse),
@@ -825,8 +831,8 @@ impl DocumentTx for SqlTx {
             if b.is_empty() {
                 return Ok(Vec::new());
             }
-            let list: Vec<String> = b.iter().map(|x| a.push(x.clone())).collect();
-            cond.push_str(&format!(" AND from_block IN ({})", list.join(", ")));
+            let list = a.list(self.backend, b);
+            cond.push_str(&format!(" AND from_block IN {list}"));
         }
         let sql = format!(
             "SELECT {EDGE_COLUMNS} FROM console_references WHERE {cond} ORDER BY event_id, to_ref"
@@ -971,14 +977,11 @@ impl DocumentTx for SqlTx {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list: Vec<String> = issues
-            .iter()
-            .map(|k| a.push(k.as_str().to_owned()))
-            .collect();
+        let keys: Vec<&str> = issues.iter().map(IssueKey::as_str).collect();
+        let list = a.list(self.backend, &keys);
         let sql = format!(
             "SELECT issue, id, slug, tasks_done, tasks_total FROM console_artifacts \
-             WHERE kind = 'document' AND issue IN ({}) ORDER BY issue, created_at, id",
-            list.join(", ")
+             WHERE kind = 'document' AND issue IN {list} ORDER BY issue, created_at, id"
         );
         let rows = sqlx::query_with(&sql, a.build())
             .fetch_all(&mut *self.tx)

@@ -33,8 +33,10 @@ mod asks;
 mod delivery;
 mod documents;
 mod messages;
+mod witness;
 mod work;
 mod writer;
+pub use witness::WitnessRecord;
 pub use work::SqlTx;
 
 use countersign_common::sql::{
@@ -207,6 +209,24 @@ const SCHEMA: Schema = Schema {
             name: "SQLite's issue index newest first",
             sqlite: work::MIGRATION_13_SQLITE,
             postgres: work::MIGRATION_13_POSTGRES,
+        },
+        Migration {
+            version: 14,
+            name: "the issue lists' orders: by update, creation and priority within a project; a person's issues",
+            sqlite: work::MIGRATION_14,
+            postgres: work::MIGRATION_14,
+        },
+        Migration {
+            version: 15,
+            name: "the broker's audit head, as this console witnessed it",
+            sqlite: witness::MIGRATION_15,
+            postgres: witness::MIGRATION_15,
+        },
+        Migration {
+            version: 16,
+            name: "a project's issues by status, in rank order",
+            sqlite: work::MIGRATION_16,
+            postgres: work::MIGRATION_16,
         },
     ],
 };

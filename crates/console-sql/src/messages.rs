@@ -458,11 +458,10 @@ impl MessageTx for SqlTx {
         }
         let mut a = Args::default();
         let k = a.push(kind.as_str().to_owned());
-        let list: Vec<String> = ids.iter().map(|i| a.push(i.clone())).collect();
+        let list = a.list(self.backend, ids);
         let sql = format!(
             "SELECT {ATTEMPT_COLUMNS} FROM console_delivery_attempts \
-             WHERE kind = {k} AND id IN ({}) ORDER BY id, attempt{}",
-            list.join(", "),
+             WHERE kind = {k} AND id IN {list} ORDER BY id, attempt{}",
             self.lock()
         );
         sqlx::query_with(&sql, a.build())
@@ -670,11 +669,10 @@ impl MessageTx for SqlTx {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list: Vec<String> = thread_ids.iter().map(|i| a.push(i.clone())).collect();
+        let list = a.list(self.backend, thread_ids);
         let sql = format!(
-            "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE thread_id IN ({}) \
-             ORDER BY created_at, seq",
-            list.join(", ")
+            "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE thread_id IN {list} \
+             ORDER BY created_at, seq"
         );
         sqlx::query_with(&sql, a.build())
             .fetch_all(&mut *self.tx)
@@ -1299,10 +1297,9 @@ impl MessageTx for SqlTx {
         }
         let mut a = Args::default();
         let s = a.push(session.to_owned());
-        let list: Vec<String> = ids.iter().map(|i| a.push(i.clone())).collect();
+        let list = a.list(self.backend, ids);
         let sql = format!(
-            "SELECT id FROM console_messages WHERE author_session = {s} AND id IN ({}) ORDER BY id",
-            list.join(", ")
+            "SELECT id FROM console_messages WHERE author_session = {s} AND id IN {list} ORDER BY id"
         );
         sqlx::query_with(&sql, a.build())
             .fetch_all(&mut *self.tx)
@@ -1344,7 +1341,7 @@ impl MessageTx for SqlTx {
             Backend::Sqlite => {
                 let joined = words
                     .iter()
-                    .map(|w| format!("\"{}\"", w.replace('"', "")))
+                    .map(|w| crate::work::fts_prefix(w))
                     .collect::<Vec<_>>()
                     .join(if any { " OR " } else { " " });
                 (
@@ -1355,7 +1352,11 @@ impl MessageTx for SqlTx {
                 )
             }
             Backend::Postgres => {
-                let joined = words.join(if any { " | " } else { " & " });
+                let joined = words
+                    .iter()
+                    .map(|w| crate::work::pg_prefix(w))
+                    .collect::<Vec<_>>()
+                    .join(if any { " | " } else { " & " });
                 let q = a.push(joined);
                 (
                     "console_messages m".to_owned(),
@@ -1401,6 +1402,8 @@ impl MessageTx for SqlTx {
                 let issue: Option<String> = r.try_get("issue").map_err(db_err)?;
                 Ok(Hit {
                     id: r.try_get("id").map_err(db_err)?,
+                    issue: issue.as_deref().and_then(IssueKey::parse),
+                    artifact: None,
                     title: body
                         .lines()
                         .find(|l| !l.trim().is_empty())

@@ -4,6 +4,8 @@
 //! byte value), the reference graph, the per-part index and its search, primary documents, the
 //! document log apart from the issue's.
 
+mod common;
+
 use chrono::{Duration, Utc};
 use countersign_console_core::Storage;
 use countersign_console_core::ids::Login;
@@ -458,12 +460,7 @@ async fn sqlite() {
 
 #[tokio::test]
 async fn postgres() {
-    let Ok(url) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
-        assert!(
-            std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-            "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is unset"
-        );
-        println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL is not set");
+    let Some(url) = common::fresh_postgres().await else {
         return;
     };
     let s = SqlStorage::connect(&url).await.expect("connect");

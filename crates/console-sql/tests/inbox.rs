@@ -131,8 +131,9 @@ async fn scenario(s: Arc<SqlStorage>) {
     )
     .await
     .expect("answer");
-    let v = check("an answer hands the ask to its agent").await;
-    assert_eq!(v["agent_turn"].as_array().map(Vec::len), Some(1));
+    let v = check("an answer takes the ask out of the inbox").await;
+    assert_eq!(v["agent_turn"].as_array().map(Vec::len), Some(0));
+    assert_eq!(v["human_turn"].as_array().map(Vec::len), Some(4));
 
     c.reword_ask(
         &agent,
@@ -281,4 +282,111 @@ async fn a_large_kept_inbox_reuses_its_buffers() {
         sizes.push(kept.len());
     }
     assert!(sizes.windows(2).all(|w| w[1] < w[0]), "{sizes:?}");
+}
+
+/// A person's answers and credential decisions in one list, newest first (issue 27), paged;
+/// an answered ask is in no inbox.
+async fn answers_and_decisions(s: Arc<SqlStorage>) {
+    use countersign_console_core::Storage;
+    use countersign_console_core::console::asks::Decided;
+    use countersign_console_core::storage::Decision;
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let c = console(&s, &clock);
+    let (ada, person, agent) = people();
+    c.create_project(&person, "DCD", "Decided")
+        .await
+        .expect("project");
+    let (i, _) = c
+        .create_issue(
+            &person,
+            NewIssue {
+                project: Some("DCD".into()),
+                title: Some("One".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("issue");
+    let key = i.key.to_string();
+    // Alternately: an answer (options and words together), a credential decision.
+    for n in 0..3 {
+        clock.advance(Duration::minutes(1));
+        let a = c
+            .open_issue_ask(&agent, &key, ask(&format!("Question {n}?")))
+            .await
+            .expect("ask");
+        clock.advance(Duration::minutes(1));
+        let answered = c
+            .answer_ask(
+                &person,
+                &a.id,
+                AnswerIn {
+                    options: vec!["yes".into()],
+                    text: Some(format!("and why {n}")),
+                },
+            )
+            .await
+            .expect("answer");
+        assert_eq!(answered.turn, None, "answered: nobody's turn");
+        clock.advance(Duration::minutes(1));
+        s.record_decision(&Decision {
+            login: ada.login.clone(),
+            record_id: format!("{n:064x}"),
+            event: "approved".into(),
+            at: c.now(),
+        })
+        .await
+        .expect("decision");
+    }
+    let inbox = c.inbox_asks(&ada, None, None).await.expect("inbox");
+    let v: Value = serde_json::from_slice(&inbox.json()).expect("json");
+    assert_eq!(v["human_turn"], json!([]));
+    assert_eq!(v["agent_turn"], json!([]));
+
+    let all = c.answers_and_decisions(&ada, 10, 0).await.expect("all");
+    assert!(!all.more);
+    let kinds: Vec<&str> = all
+        .rows
+        .iter()
+        .map(|d| match d {
+            Decided::Ask(_) => "answer",
+            Decided::Credential(_) => "decision",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "decision", "answer", "decision", "answer", "decision", "answer"
+        ]
+    );
+    assert!(all.rows.windows(2).all(|w| w[0].at() >= w[1].at()));
+    match &all.rows[1] {
+        Decided::Ask(r) => {
+            let a = r.answer.as_ref().expect("an answer row");
+            assert_eq!(a.options, ["yes"]);
+            assert_eq!(a.text.as_deref(), Some("and why 2"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let page = c.answers_and_decisions(&ada, 4, 2).await.expect("page");
+    assert_eq!(page.rows, all.rows[2..6].to_vec());
+    assert!(!page.more);
+    let first = c.answers_and_decisions(&ada, 2, 0).await.expect("first");
+    assert_eq!(first.rows, all.rows[..2].to_vec());
+    assert!(first.more);
+}
+
+#[tokio::test]
+async fn answers_and_decisions_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("d.db").display());
+    answers_and_decisions(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
+}
+
+#[tokio::test]
+async fn answers_and_decisions_postgres() {
+    let Some(url) = common::fresh_postgres().await else {
+        return;
+    };
+    answers_and_decisions(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
 }

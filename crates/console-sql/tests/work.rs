@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::collections::HashSet;
+
 use chrono::{Duration, TimeZone, Utc};
 use countersign_console_core::Storage;
 use countersign_console_core::ids::Login;
@@ -675,4 +677,247 @@ async fn advice_reads_postgres() {
         return;
     };
     advice_reads(&SqlStorage::connect(&url).await.expect("connect")).await;
+}
+
+/// The console's issue lists (issue 27): every filter and order, walked page by page with the
+/// cursor each page answers, holds exactly the matches in the order computed here, with the
+/// total and the board's counts; the children's progress of a page; and a list of keys longer
+/// than any database's parameter limit is bound as one argument.
+async fn issue_rows(s: &SqlStorage) {
+    use countersign_console_core::work::{IssueAssignee, IssueCursor, IssueListQuery, IssueSort};
+    let key = fresh_key();
+    let other = fresh_key();
+    let mut tx = s.begin().await.expect("begin");
+    for k in [&key, &other] {
+        tx.insert_project(&Project {
+            key: k.clone(),
+            name: "Rows".into(),
+            created_at: Utc::now(),
+        })
+        .await
+        .expect("project");
+    }
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let ada = Login::parse("ada@example.com");
+    let bob = Login::parse("bob@example.com");
+    let mut all = Vec::new();
+    for n in 1..=80 {
+        let project = if n % 5 == 0 { &other } else { &key };
+        let mut i = issue(project, n, &format!("r{:03}", next() % 500));
+        i.status = Status::ALL[(next() % 6) as usize];
+        i.priority = match next() % 5 {
+            4 => None,
+            p => Some(p as u8),
+        };
+        i.labels = ["a", "b"]
+            .iter()
+            .filter(|_| next() % 2 == 0)
+            .map(|l| l.to_string())
+            .collect();
+        i.assignee = match next() % 3 {
+            0 => ada.clone(),
+            1 => bob.clone(),
+            _ => None,
+        };
+        // Ties in both times: the project and number break them.
+        i.created_at += Duration::minutes((next() % 9) as i64);
+        i.updated_at = i.created_at + Duration::minutes((next() % 4) as i64);
+        if n > 10 && n % 3 == 0 {
+            i.parent = Some(IssueKey::new(project, n % 10 + 1));
+        }
+        tx.insert_issue(&i).await.expect("insert");
+        all.push(i);
+    }
+    tx.commit().await.expect("commit");
+    let mine = |i: &Issue| i.project == key || i.project == other;
+
+    let mut queries: Vec<IssueListQuery> = Vec::new();
+    for sort in IssueSort::ALL {
+        for (status, assignee, priority, labels, open) in [
+            (vec![], None, vec![], vec![], None),
+            (vec![Status::Done], None, vec![], vec![], None),
+            (
+                vec![],
+                Some(IssueAssignee::Person(ada.clone().expect("login"))),
+                vec![],
+                vec![],
+                None,
+            ),
+            (
+                vec![],
+                Some(IssueAssignee::Nobody),
+                vec![Some(0), None],
+                vec![],
+                Some(true),
+            ),
+            (
+                vec![Status::Todo, Status::Blocked],
+                None,
+                vec![Some(1)],
+                vec!["a".to_owned()],
+                None,
+            ),
+            (
+                vec![],
+                None,
+                vec![],
+                vec!["a".to_owned(), "b".to_owned()],
+                Some(false),
+            ),
+        ] {
+            for project in [Some(key.clone()), None] {
+                queries.push(IssueListQuery {
+                    project,
+                    status: status.clone(),
+                    assignee: assignee.clone(),
+                    priority: priority.clone(),
+                    labels: labels.clone(),
+                    open,
+                    sort,
+                    after: None,
+                    limit: 7,
+                });
+            }
+        }
+    }
+    let mut tx = s.read().await.expect("read");
+    for q in &queries {
+        let mut want: Vec<&Issue> = all
+            .iter()
+            .filter(|i| q.project.as_ref().is_none_or(|p| i.project == *p))
+            .filter(|i| q.status.is_empty() || q.status.contains(&i.status))
+            .filter(|i| match &q.assignee {
+                None => true,
+                Some(IssueAssignee::Person(l)) => i.assignee.as_ref() == Some(l),
+                Some(IssueAssignee::Nobody) => i.assignee.is_none(),
+            })
+            .filter(|i| q.priority.is_empty() || q.priority.contains(&i.priority))
+            .filter(|i| q.labels.is_empty() || i.labels.iter().any(|l| q.labels.contains(l)))
+            .filter(|i| q.open.is_none_or(|o| i.status.is_open() == o))
+            .collect();
+        let tie = |i: &Issue| (i.project.as_str().to_owned(), i.key.number());
+        match q.sort {
+            IssueSort::Rank => want.sort_by_key(|i| {
+                (
+                    i.project.as_str().to_owned(),
+                    i.rank.clone(),
+                    i.key.number(),
+                )
+            }),
+            IssueSort::Updated => want.sort_by_key(|i| std::cmp::Reverse((i.updated_at, tie(i)))),
+            IssueSort::Created => want.sort_by_key(|i| std::cmp::Reverse((i.created_at, tie(i)))),
+            IssueSort::Priority => want.sort_by_key(|i| (i.priority.map_or(4, i64::from), tie(i))),
+        }
+        // Other runs' projects on a shared database: only this run's count.
+        let mut got: Vec<IssueKey> = Vec::new();
+        let mut page = q.clone();
+        loop {
+            let rows = tx.issue_page(&page, 7).await.expect("page");
+            got.extend(rows.iter().filter(|i| mine(i)).map(|i| i.key.clone()));
+            match rows.last() {
+                Some(last) if rows.len() == 7 => {
+                    // The cursor goes through its text form, as a page's link carries it.
+                    let c = IssueCursor::after(q.sort, last).encode();
+                    page.after = Some(IssueCursor::parse(&c).expect("cursor parses"));
+                }
+                _ => break,
+            }
+        }
+        let want_keys: Vec<IssueKey> = want.iter().map(|i| i.key.clone()).collect();
+        assert_eq!(got, want_keys, "{q:?}");
+        if q.project.is_some() {
+            let total = tx.issue_page_total(q).await.expect("total");
+            assert_eq!(total, want.len() as i64, "{q:?}");
+            let counts = tx.status_counts(q).await.expect("counts");
+            for s in Status::ALL {
+                let n = all
+                    .iter()
+                    .filter(|i| q.project.as_ref().is_none_or(|p| i.project == *p))
+                    .filter(|i| match &q.assignee {
+                        None => true,
+                        Some(IssueAssignee::Person(l)) => i.assignee.as_ref() == Some(l),
+                        Some(IssueAssignee::Nobody) => i.assignee.is_none(),
+                    })
+                    .filter(|i| q.priority.is_empty() || q.priority.contains(&i.priority))
+                    .filter(|i| {
+                        q.labels.is_empty() || i.labels.iter().any(|l| q.labels.contains(l))
+                    })
+                    .filter(|i| q.open.is_none_or(|o| i.status.is_open() == o))
+                    .filter(|i| i.status == s)
+                    .count() as i64;
+                let got = counts.iter().find(|(c, _)| *c == s).map_or(0, |(_, n)| *n);
+                assert_eq!(got, n, "{s:?} {q:?}");
+            }
+        }
+    }
+
+    // The children's progress of every issue at once.
+    let keys: Vec<IssueKey> = all.iter().map(|i| i.key.clone()).collect();
+    let mut progress = tx.child_progress(&keys).await.expect("progress");
+    progress.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    let mut want: Vec<(IssueKey, i64, i64)> = Vec::new();
+    for p in &all {
+        let kids: Vec<&Issue> = all
+            .iter()
+            .filter(|c| c.parent.as_ref() == Some(&p.key))
+            .collect();
+        if !kids.is_empty() {
+            let done = kids.iter().filter(|c| !c.status.is_open()).count() as i64;
+            want.push((p.key.clone(), done, kids.len() as i64));
+        }
+    }
+    want.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    assert!(!want.is_empty());
+    assert_eq!(progress, want);
+
+    // 70,000 keys: above SQLite's 32,766 parameters and PostgreSQL's 65,535, one argument.
+    let many: Vec<IssueKey> = (1..=70_000).map(|n| IssueKey::new(&key, n)).collect();
+    let children = tx.children_of(&many).await.expect("children of many");
+    assert_eq!(
+        children.len(),
+        all.iter()
+            .filter(|i| i.parent.is_some() && i.project == key)
+            .count()
+    );
+    assert_eq!(
+        tx.child_progress(&many)
+            .await
+            .expect("progress of many")
+            .len(),
+        // Every parent key of this project's range the children name (some name numbers the
+        // other project holds: no issue, and still children).
+        all.iter()
+            .filter_map(|i| i.parent.clone())
+            .filter(|p| p.project() == key)
+            .collect::<HashSet<_>>()
+            .len()
+    );
+    let none = tx.open_asks_of(&many).await.expect("asks of many");
+    assert!(none.is_empty());
+    let docs = tx
+        .primary_documents(&many)
+        .await
+        .expect("documents of many");
+    assert!(docs.is_empty());
+}
+
+#[tokio::test]
+async fn issue_rows_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("r.db").display());
+    issue_rows(&SqlStorage::connect(&url).await.expect("connect")).await;
+}
+
+#[tokio::test]
+async fn issue_rows_postgres() {
+    let Some(url) = common::fresh_postgres().await else {
+        return;
+    };
+    issue_rows(&SqlStorage::connect(&url).await.expect("connect")).await;
 }

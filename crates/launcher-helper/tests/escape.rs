@@ -3,9 +3,12 @@
 //! double fork re-parenting to init, a `setsid` child whose root dies) are still refused
 //! launcher signing and a new registration (`IN_SESSION`), and are never taken for outside.
 //!
-//! Each scenario runs twice: with session cgroups (`--session-cgroups require`; skipped where
-//! this machine lets no cgroup be made, unless `COUNTERSIGN_REQUIRE_CGROUP=1`, and CI runs as
-//! root where it can), and with process snapshots only (`--session-cgroups off`). With snapshots
+//! Each scenario runs twice: with session cgroups (`--session-cgroups require`), and with
+//! process snapshots only (`--session-cgroups off`). Where this machine lets no cgroup be made,
+//! the first run checks instead that `require` refuses to start and that `auto` falls back to
+//! snapshots and still holds; `COUNTERSIGN_REQUIRE_CGROUP=1` (set by `.ci/run` where its probe
+//! makes a cgroup) turns that fallback into a failure. No run passes having checked nothing.
+//! With snapshots
 //! only, the escaping process first asks `status` while its ancestry is intact (the helper has
 //! then seen it inside); a process whose whole chain dies before the helper ever sees it is the
 //! documented limit of that mode (docs/launcher-helper.md).
@@ -376,38 +379,82 @@ wait"#
     assert_eq!(standings.last().map(String::as_str), Some("former_session"));
 }
 
-fn cgroup_helper(tag: &str) -> Option<Helper> {
-    let h = Helper::start(tag, "require");
-    if h.is_none() {
-        assert!(
-            std::env::var_os("COUNTERSIGN_REQUIRE_CGROUP").is_none(),
-            "COUNTERSIGN_REQUIRE_CGROUP is set but the helper can make no session cgroup here"
-        );
-        println!("skipped: no cgroup v2 directory can be made here (run as root)");
+/// Whether this machine lets a session cgroup be made (the helper's own probe: a directory
+/// made and removed under this process's cgroup v2 directory).
+fn cgroups_here() -> bool {
+    countersign_launcher_helper::cgroup::Cgroups::detect(Path::new("/proc"), None).is_some()
+}
+
+/// Runs `scenario` with session cgroups where they can be made. Where they cannot, a helper
+/// told to require them must refuse to start (fail closed), and the scenario runs against
+/// `--session-cgroups auto`, which then falls back to process snapshots (so the escaping
+/// process asks `status` first, as that mechanism needs): either way something is checked.
+/// `COUNTERSIGN_REQUIRE_CGROUP=1` (set by `.ci/run` where its probe makes a cgroup) makes the
+/// cgroup mechanism mandatory: the fallback is then a failure.
+fn with_cgroups_or_their_fallback(tag: &str, scenario: fn(&Helper, &str)) {
+    if cgroups_here() {
+        let h = Helper::start(tag, "require")
+            .expect("a cgroup can be made here, but the helper with --session-cgroups require did not start");
+        println!("mechanism: session cgroups");
+        // Nothing asked before escaping: the cgroup alone keeps it inside.
+        scenario(&h, "");
+        return;
     }
-    h
+    assert!(
+        std::env::var_os("COUNTERSIGN_REQUIRE_CGROUP").is_none(),
+        "COUNTERSIGN_REQUIRE_CGROUP is set but no session cgroup can be made here"
+    );
+    assert!(
+        Helper::start(tag, "require").is_none(),
+        "with no cgroup to be made, --session-cgroups require must refuse to start"
+    );
+    println!("mechanism: no cgroup can be made here; the fallback (process snapshots) of auto");
+    let h = Helper::start(tag, "auto").expect("the helper with --session-cgroups auto");
+    scenario(&h, "status");
 }
 
 #[test]
 fn with_cgroups_a_process_that_kills_its_root_is_still_inside() {
-    if let Some(h) = cgroup_helper("cg1") {
-        // Nothing asked before escaping: the cgroup alone keeps it inside.
-        kills_its_root(&h, "");
-    }
+    with_cgroups_or_their_fallback("cg1", kills_its_root);
 }
 
 #[test]
 fn with_cgroups_a_double_forked_grandchild_is_still_inside() {
-    if let Some(h) = cgroup_helper("cg2") {
-        double_fork(&h, "");
-    }
+    with_cgroups_or_their_fallback("cg2", double_fork);
 }
 
 #[test]
 fn with_cgroups_a_setsid_child_is_still_inside() {
-    if let Some(h) = cgroup_helper("cg3") {
-        setsid_child(&h, "");
+    with_cgroups_or_their_fallback("cg3", setsid_child);
+}
+
+/// Where a session cgroup can be made, the session's root is moved into one of this helper's
+/// (so the tests above checked the cgroup mechanism, not the snapshots).
+#[test]
+fn with_cgroups_the_session_root_is_in_a_session_cgroup() {
+    if !cgroups_here() {
+        assert!(
+            std::env::var_os("COUNTERSIGN_REQUIRE_CGROUP").is_none(),
+            "COUNTERSIGN_REQUIRE_CGROUP is set but no session cgroup can be made here"
+        );
+        println!("no cgroup can be made here: covered by the fallback runs above");
+        return;
     }
+    let h = Helper::start("cg4", "require").expect("helper with --session-cgroups require");
+    let lines = h.session(r#"cat /proc/$$/cgroup > "$CS_OUT.cgroup"; CS_STEPS="done" $ME; true"#);
+    assert!(lines.iter().any(|l| l["step"] == "done"), "{lines:?}");
+    let out = std::fs::read_dir(&h.dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().ends_with(".cgroup"))
+        .expect("the root's /proc/self/cgroup");
+    let text = std::fs::read_to_string(out.path()).unwrap();
+    let cg = countersign_launcher_helper::cgroup::parse_proc_cgroup(&text).unwrap();
+    let last = cg.rsplit('/').next().unwrap_or_default();
+    assert!(
+        last.starts_with(countersign_launcher_helper::cgroup::PREFIX),
+        "the session's root is in {cg:?}, not a session cgroup"
+    );
 }
 
 #[test]

@@ -419,59 +419,163 @@ async fn proofs_of_ended_enrollments_and_revoked_credentials_are_refused() -> R 
     Ok(())
 }
 
+/// Sends `proof` for `GET /v1/enrollments/self` to `tb`.
+async fn describe_with(tb: &TestBroker, proof: &str) -> anyhow::Result<Resp> {
+    tb.conn
+        .send_with(
+            &tb.conn.client,
+            "GET",
+            "/v1/enrollments/self",
+            &[("proof", proof)],
+            None,
+        )
+        .await
+}
+
+/// `s`, talking to `tb`.
+fn on(tb: &TestBroker, s: &Session) -> anyhow::Result<Session> {
+    Ok(Session {
+        key: SigningKey::from_pkcs8(&s.key.to_pkcs8()?)?,
+        enrollment_id: s.enrollment_id.clone(),
+        credential_id: s.credential_id.clone(),
+        conn: tb.conn.clone(),
+    })
+}
+
+/// How many `jti`s of sessions the database holds, and how many proof horizons.
+async fn stored_once_values(tb: &TestBroker) -> anyhow::Result<(i64, i64)> {
+    use sqlx::{Connection, Row};
+    sqlx::any::install_default_drivers();
+    let mut c = sqlx::AnyConnection::connect(&tb.database_url).await?;
+    let row = sqlx::query(
+        "SELECT \
+           (SELECT COUNT(*) FROM once_values WHERE scope LIKE 'session:%') AS jtis, \
+           (SELECT COUNT(*) FROM once_values WHERE scope = 'proof-horizon') AS horizons",
+    )
+    .fetch_one(&mut c)
+    .await?;
+    Ok((row.try_get("jtis")?, row.try_get("horizons")?))
+}
+
 /// A proof accepted by a SQLite broker, replayed to the same broker after a restart (its
 /// server stopped, a new one started on the same database file with empty memory), is refused:
-/// the `jti` was durable before the first answer.
+/// its `iat` is not after the proof horizon the first process recorded. So is a fresh proof
+/// signed in that second (the price of keeping `jti`s in memory); once the clock is past the
+/// horizon, fresh proofs are accepted.
 #[tokio::test]
 async fn a_proof_replayed_after_a_restart_is_refused() -> R {
     let mut before = TestBroker::start().await?;
     assert!(before.database_url.starts_with("sqlite:"));
     let (_machine, session) = before.session_of(ADA).await?;
     let proof = session.proof("GET", "/v1/enrollments/self", b"");
-    let headers = [("proof", proof.as_str())];
-    before
-        .conn
-        .send_with(
-            &before.conn.client,
-            "GET",
-            "/v1/enrollments/self",
-            &headers,
-            None,
-        )
-        .await?
-        .expect(200);
+    describe_with(&before, &proof).await?.expect(200);
     before.stop().await;
 
     let after = TestBroker::builder().replica_of(&before).start().await?;
-    let replayed = after
-        .conn
-        .send_with(
-            &after.conn.client,
-            "GET",
-            "/v1/enrollments/self",
-            &headers,
-            None,
-        )
-        .await?;
+    let replayed = describe_with(&after, &proof).await?;
     replayed.refused(401, "PROOF_INVALID");
     assert!(
         replayed.error().contains("replayed"),
         "{}",
         replayed.error()
     );
-    // The session itself survived the restart: a fresh proof is accepted.
-    let fresh = session.proof("GET", "/v1/enrollments/self", b"");
-    after
-        .conn
-        .send_with(
-            &after.conn.client,
-            "GET",
-            "/v1/enrollments/self",
-            &[("proof", fresh.as_str())],
-            None,
-        )
+    // Signed in the second the first process may still have accepted proofs in: refused.
+    let same_second = session.proof("GET", "/v1/enrollments/self", b"");
+    describe_with(&after, &same_second)
         .await?
-        .expect(200);
+        .refused(401, "PROOF_INVALID");
+    // The session itself survived the restart: a fresh proof past the horizon is accepted.
+    after.advance(chrono::Duration::seconds(2));
+    let fresh = session.proof("GET", "/v1/enrollments/self", b"");
+    describe_with(&after, &fresh).await?.expect(200);
+    describe_with(&after, &fresh)
+        .await?
+        .refused(401, "PROOF_INVALID");
+    after.shutdown().await;
+    before.shutdown().await;
+    Ok(())
+}
+
+/// Proof `jti`s cost no database write on SQLite: after many proof-verified reads the database
+/// holds no session `jti`, only the proof horizon. And a proof accepted on memory alone by a
+/// second process (past its write-through minute) is still refused by a third.
+#[tokio::test]
+async fn proof_jtis_stay_in_memory_and_their_replay_is_refused_after_each_restart() -> R {
+    let mut first = TestBroker::start().await?;
+    let (_machine, session) = first.session_of(ADA).await?;
+    for i in 0..20 {
+        if i % 5 == 0 {
+            first.advance(chrono::Duration::seconds(1));
+        }
+        session.describe().await?.expect(200);
+    }
+    let (jtis, horizons) = stored_once_values(&first).await?;
+    assert_eq!(jtis, 0, "session jtis were written to the database");
+    assert!(horizons >= 1, "no proof horizon recorded");
+    first.stop().await;
+
+    let mut second = TestBroker::builder().replica_of(&first).start().await?;
+    let session = on(&second, &session)?;
+    // Within the skew after the first process's horizon, proofs are written through (the
+    // first may have written such a proof through); past it, memory alone.
+    second.advance(chrono::Duration::seconds(2));
+    session.describe().await?.expect(200);
+    let (jtis_near_floor, _) = stored_once_values(&second).await?;
+    assert_eq!(
+        jtis_near_floor, 1,
+        "a proof near the floor is written through"
+    );
+    second.advance(chrono::Duration::seconds(70));
+    let proof = session.proof("GET", "/v1/enrollments/self", b"");
+    describe_with(&second, &proof).await?.expect(200);
+    assert_eq!(
+        stored_once_values(&second).await?.0,
+        1,
+        "a proof past the write-through minute is remembered in memory only"
+    );
+    second.stop().await;
+
+    let third = TestBroker::builder().replica_of(&first).start().await?;
+    let replayed = describe_with(&third, &proof).await?;
+    replayed.refused(401, "PROOF_INVALID");
+    assert!(
+        replayed.error().contains("replayed"),
+        "{}",
+        replayed.error()
+    );
+    third.shutdown().await;
+    second.shutdown().await;
+    first.shutdown().await;
+    Ok(())
+}
+
+/// A proof dated ahead of the broker's clock (within the skew) is written through, and its
+/// replay to a restarted broker, past the first process's horizon, is refused by the database.
+#[tokio::test]
+async fn a_proof_dated_ahead_replayed_after_a_restart_is_refused() -> R {
+    let mut before = TestBroker::start().await?;
+    let (_machine, session) = before.session_of(ADA).await?;
+    let mut spec = session.proof_spec("GET", "/v1/enrollments/self", b"");
+    spec.claims.iat += 40;
+    let ahead = spec.sign(&session.key);
+    describe_with(&before, &ahead).await?.expect(200);
+    assert_eq!(stored_once_values(&before).await?.0, 1, "written through");
+    before.stop().await;
+
+    let after = TestBroker::builder().replica_of(&before).start().await?;
+    let session = on(&after, &session)?;
+    // Past the floor, and the proof's `iat` within the second process's own horizon: neither
+    // the floor nor the horizon would write it through, only the minute after the floor.
+    after.advance(chrono::Duration::seconds(45));
+    let replayed = describe_with(&after, &ahead).await?;
+    replayed.refused(401, "PROOF_INVALID");
+    assert!(
+        replayed.error().contains("replayed"),
+        "{}",
+        replayed.error()
+    );
+    // While a fresh proof is accepted.
+    session.describe().await?.expect(200);
     after.shutdown().await;
     before.shutdown().await;
     Ok(())

@@ -20,6 +20,7 @@ mod http_requests;
 mod http_session;
 mod k8s_http;
 mod k8s_tokens;
+mod ops_metrics;
 mod outbox_delivery;
 mod replicas;
 mod stores_aws;

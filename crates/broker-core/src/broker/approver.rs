@@ -129,11 +129,13 @@ impl Broker {
         let now = self.now();
         let policy = self.policy();
         let owners = self.record_owners(id).await?;
-        transact!(self, "approve", |tx| {
+        let mut asked = None;
+        let approved = transact!(self, "approve", |tx| {
             self.lock_session_of(tx, owners).await?;
             let rec = self
                 .lock_decidable(tx, id, approver, code, true, now)
                 .await?;
+            asked = Some((rec.body.kind, rec.body.requested_at));
             match rec.body.kind {
                 RecordKind::LauncherCredential => {
                     let (Some(jwk), Some(thumbprint)) =
@@ -245,7 +247,11 @@ impl Broker {
                     })
                 }
             }
-        })
+        })?;
+        if let Some((kind, at)) = asked {
+            crate::broker::count_decision(kind, "approved", at, now);
+        }
+        Ok(approved)
     }
 
     /// Denies a record as `approver`.
@@ -258,11 +264,13 @@ impl Broker {
         self.audit_gate()?;
         let now = self.now();
         let owners = self.record_owners(id).await?;
-        transact!(self, "deny", |tx| {
+        let mut asked = None;
+        let state = transact!(self, "deny", |tx| {
             self.lock_session_of(tx, owners).await?;
             let rec = self
                 .lock_decidable(tx, id, approver, code, false, now)
                 .await?;
+            asked = Some((rec.body.kind, rec.body.requested_at));
             if let (RecordKind::AgentSecret, Some(rid)) = (rec.body.kind, rec.body.request_id)
                 && let Some(mut r) = tx.get_request(rid).await?
             {
@@ -278,7 +286,11 @@ impl Broker {
                 .decide_record(tx, rec, RecordState::Denied, approver.as_str(), now, None)
                 .await?;
             Ok::<_, Fail>(rec.state)
-        })
+        })?;
+        if let Some((kind, at)) = asked {
+            crate::broker::count_decision(kind, "denied", at, now);
+        }
+        Ok(state)
     }
 
     /// Loads and locks a record for a decision, applying the rules in order: NOT_FOUND,

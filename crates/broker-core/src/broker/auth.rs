@@ -9,6 +9,7 @@ use super::{Broker, Fail, ct_eq, read};
 use crate::error::{Error, ErrorCode};
 use crate::ids::{CredentialId, EnrollmentId};
 use crate::model::{Enrollment, LauncherCredential};
+use crate::storage::ProofUse;
 
 /// What a proof must be bound to: the request as the server received it.
 #[derive(Debug, Clone, Copy)]
@@ -93,10 +94,15 @@ impl Broker {
                 SessionRoute::Plain => invalid("proof invalid: not live"),
             });
         }
-        self.check_replay(&format!("session:{id}"), &claims.jti, "proof check")
-            .await?
-            .then_some(())
-            .ok_or_else(|| invalid("proof invalid: replayed"))?;
+        self.check_proof_replay(
+            &format!("session:{id}"),
+            &claims.jti,
+            claims.iat,
+            "proof check",
+        )
+        .await?
+        .then_some(())
+        .ok_or_else(|| invalid("proof invalid: replayed"))?;
         Ok(enrollment)
     }
 
@@ -148,9 +154,10 @@ impl Broker {
         if credential.is_revoked() {
             return Err(invalid("the launcher credential is not valid: revoked"));
         }
-        self.check_replay(
+        self.check_proof_replay(
             &format!("launcher:{id}"),
             &claims.jti,
+            claims.iat,
             "launcher proof check",
         )
         .await?
@@ -186,6 +193,33 @@ impl Broker {
             (Some(_), true) => Err("proof invalid: bh given without a body"),
             (Some(_), false) => Err("proof invalid: bh does not match the body"),
         }
+    }
+
+    /// Remembers the `jti` of a proof or of a secret request object, whose `iat` was checked
+    /// to be within the skew (see [`Storage::remember_proof`]): `false` for a replay, or for
+    /// one signed before a restart that the broker cannot tell from a replay.
+    ///
+    /// [`Storage::remember_proof`]: crate::storage::Storage::remember_proof
+    pub(crate) async fn check_proof_replay(
+        &self,
+        scope: &str,
+        jti: &str,
+        iat: i64,
+        step: &'static str,
+    ) -> Result<bool, Error> {
+        let now = self.now();
+        let until = now + self.config.proof_skew * 2 + self.config.max_request_object_lifetime;
+        self.storage
+            .remember_proof(ProofUse {
+                scope,
+                jti,
+                iat,
+                skew: self.config.proof_skew.num_seconds(),
+                until,
+                now,
+            })
+            .await
+            .map_err(|e| self.fail(Fail::Storage(e), step))
     }
 
     /// Remembers a single-use value for the proof window (twice the skew, so that a proof

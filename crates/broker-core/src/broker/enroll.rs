@@ -21,6 +21,8 @@ impl Broker {
         credential: &LauncherCredential,
         input: EnrollInput,
     ) -> Result<Enrollment, Error> {
+        // A chain behind what this replica remembers may have lost the credential's revocation.
+        self.audit_gate()?;
         let now = self.now();
         if credential.is_expired(now) {
             return Err(Error::with_message(
@@ -168,6 +170,8 @@ impl Broker {
         path_id: EnrollmentId,
         pod_token: Option<&str>,
     ) -> Result<Time, Error> {
+        // A chain behind what this replica remembers may have lost the session's end.
+        self.audit_gate()?;
         if caller.id != path_id {
             return Err(Error::with_message(
                 ErrorCode::NOT_YOURS,

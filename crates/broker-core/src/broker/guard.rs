@@ -12,7 +12,9 @@
 //! - **The audit log.** A write transaction notes the state of the rows it reads, and each
 //!   write that makes a decision, a grant, a revocation, an end, a withholding or an expiry
 //!   becomes an [`AuditEvent`]; at commit they are appended to the chain ([`audit::append`]) in
-//!   the same transaction, last, so the row and its entry commit together.
+//!   the same transaction, last, so the row and its entry commit together. When one of them
+//!   ends something ([`audit::DURABLE_KINDS`]), the commit returns only once the new head is
+//!   kept outside the database ([`audit::Follower::keep`]: the server's state file, `fsync`ed).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -107,6 +109,29 @@ impl Storage for Guarded {
         now: Time,
     ) -> Result<bool, StorageError> {
         self.inner.remember_once(scope, value, until, now).await
+    }
+
+    async fn remember_proof(
+        &self,
+        use_: crate::storage::ProofUse<'_>,
+    ) -> Result<bool, StorageError> {
+        self.inner.remember_proof(use_).await
+    }
+
+    async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
+        self.inner.remembered(scope, now).await
+    }
+
+    async fn remember_all(
+        &self,
+        values: &[(&str, &str, Time)],
+        now: Time,
+    ) -> Result<(), StorageError> {
+        self.inner.remember_all(values, now).await
+    }
+
+    async fn at_shutdown(&self, now: Time) -> Result<(), StorageError> {
+        self.inner.at_shutdown(now).await
     }
 }
 
@@ -207,6 +232,10 @@ impl GuardTx {
 #[async_trait]
 impl Tx for GuardTx {
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
+        let ends = self
+            .events
+            .iter()
+            .any(|e| audit::DURABLE_KINDS.contains(&e.kind));
         if !self.events.is_empty() {
             let now = to_millis(self.clock.now());
             let events = std::mem::take(&mut self.events);
@@ -221,7 +250,15 @@ impl Tx for GuardTx {
         } = *self;
         inner.commit().await?;
         if let Some((from, to)) = appended {
-            follower.appended(&from, to);
+            follower.appended(&from, to.clone());
+            // An end is in this replica's memory outside the database before it is answered:
+            // a database restored from before it cannot bring back what it ended.
+            if ends {
+                follower.keep(&to).await.map_err(|e| {
+                    tracing::error!(error = %e, "audit head not kept after an end");
+                    StorageError::Unavailable(format!("audit state: {e}"))
+                })?;
+            }
         }
         Ok(())
     }

@@ -18,7 +18,7 @@ use std::sync::{Arc, RwLock};
 pub use approver::{Approved, GrantListItem};
 pub use auth::ProofTarget;
 pub use login::{MachineLoginStarted, PollState};
-pub use requests::{CreatedRequest, EnrollInput, Released};
+pub use requests::{CreatedRequest, EnrollInput, Released, grant_chain_verifies};
 pub use sweep::SweepReport;
 
 use crate::clock::{Clock, Entropy, Time, random, to_millis};
@@ -86,6 +86,21 @@ macro_rules! transact {
             }
         }
     }};
+}
+
+/// Counts a person's decision on a record once it has committed, with how long the record
+/// waited for it (`docs/metrics.md`).
+pub(crate) fn count_decision(
+    kind: crate::model::RecordKind,
+    decision: &'static str,
+    requested_at: Time,
+    now: Time,
+) {
+    let waited = (now - requested_at).num_milliseconds().max(0) as f64 / 1000.0;
+    metrics::counter!("countersign_decisions_total", "kind" => kind.as_str(), "decision" => decision)
+        .increment(1);
+    metrics::histogram!("countersign_approval_wait_seconds", "kind" => kind.as_str(), "decision" => decision)
+        .record(waited);
 }
 
 /// Runs `$body` in a read-only transaction.
@@ -207,6 +222,15 @@ impl Broker {
 
     /// Refuses while the audit chain is broken: DATABASE_UNAVAILABLE, step `audit log`.
     pub(crate) fn audit_gate(&self) -> Result<(), Error> {
+        if let Some(why) = self.audit.unkept() {
+            return Err(Error::with_message(
+                ErrorCode::DATABASE_UNAVAILABLE,
+                format!(
+                    "audit log: {} (this replica's memory of the head cannot be written: {why})",
+                    ErrorCode::DATABASE_UNAVAILABLE.message()
+                ),
+            ));
+        }
         match self.audit.broken() {
             None => Ok(()),
             Some(b) => Err(Error::with_message(
@@ -216,6 +240,14 @@ impl Broker {
                     ErrorCode::DATABASE_UNAVAILABLE.message()
                 ),
             )),
+        }
+    }
+
+    /// After the last request of a graceful stop: the storage keeps what it held in memory
+    /// alone ([`Storage::at_shutdown`]), so that the next process refuses nothing honest.
+    pub async fn at_shutdown(&self) {
+        if let Err(e) = self.storage.at_shutdown(self.now()).await {
+            tracing::error!(error = %e, "storage: what was kept in memory was not written at shutdown");
         }
     }
 

@@ -15,6 +15,7 @@ use crate::model::{
     RequestState, SessionIds,
 };
 use crate::policy::Outcome;
+use crate::seal::Sealer;
 use crate::secrets::SecretValue;
 
 /// The body of an enrollment.
@@ -104,7 +105,7 @@ impl Broker {
         }
         let now = self.now();
         let policy = self.policy();
-        transact!(self, "create request", |tx| {
+        let created = transact!(self, "create request", |tx| {
             let e = tx
                 .get_enrollment(caller.id)
                 .await?
@@ -236,7 +237,16 @@ impl Broker {
                 request: r,
                 coalesced: false,
             })
-        })
+        })?;
+        if !created.coalesced {
+            let outcome = match created.request.state {
+                RequestState::Granted => "granted",
+                RequestState::Denied => "denied",
+                _ => "pending",
+            };
+            metrics::counter!("countersign_requests_total", "outcome" => outcome).increment(1);
+        }
+        Ok(created)
     }
 
     async fn verify_secret_request(
@@ -270,9 +280,10 @@ impl Broker {
         }
         self.check_window(c.iat, c.exp)?;
         if !self
-            .check_replay(
+            .check_proof_replay(
                 &format!("request:{}", caller.id),
                 &c.jti,
+                c.iat,
                 "request object check",
             )
             .await?
@@ -405,7 +416,12 @@ impl Broker {
         let mut values = Vec::with_capacity(grant.names.len());
         for n in &grant.names {
             let entry = policy.get(n).ok_or(ErrorCode::SECRET_NOT_IN_STORE)?;
-            let v = self.store.read_value(entry).await.map_err(|e| match e {
+            let v = tracing::Instrument::instrument(
+                self.store.read_value(entry),
+                tracing::info_span!("secret store read", otel.kind = "client"),
+            )
+            .await
+            .map_err(|e| match e {
                 crate::secrets::StoreError::NotFound => Error::new(ErrorCode::SECRET_NOT_IN_STORE),
                 other => {
                     tracing::warn!(error = %other, secret = %n, "secret store read failed");
@@ -430,6 +446,12 @@ impl Broker {
             Ok::<_, Fail>(())
         })?;
         tracing::info!(grant = %grant.id, enrollment = %caller.id, secrets = ?grant.names.iter().map(|n| n.as_str()).collect::<Vec<_>>(), "values released");
+        let by = match grant.granted {
+            GrantedBy::Automatic => "automatic",
+            GrantedBy::Approval => "approval",
+        };
+        metrics::counter!("countersign_releases_total", "granted" => by).increment(1);
+        metrics::counter!("countersign_released_secrets_total").increment(values.len() as u64);
         Ok(Released {
             expires_at: grant.expires_at,
             values,
@@ -445,47 +467,8 @@ impl Broker {
         record: Option<&Record>,
         e: &Enrollment,
     ) -> Result<(), Error> {
-        let broken = || Error::new(ErrorCode::GRANT_CHAIN_INVALID);
-        if !self.sealer.verify_grant(g) || g.enrollment_id != e.id {
-            return Err(broken());
-        }
-        match (g.granted, g.record_id, record) {
-            (GrantedBy::Automatic, None, None) => {
-                let seal = g.decision_seal.as_deref().ok_or_else(broken)?;
-                if !self.sealer.verify_automatic(
-                    &g.request_id,
-                    &g.enrollment_id,
-                    &g.names,
-                    &g.rules_version,
-                    g.created_at,
-                    seal,
-                ) {
-                    return Err(broken());
-                }
-            }
-            (GrantedBy::Approval, Some(rid), Some(rec)) if rec.id == rid => {
-                let d = rec.decided.as_ref().ok_or_else(broken)?;
-                let approver = g.approver.as_ref().ok_or_else(broken)?;
-                let mut asked: Vec<String> = rec.body.identifiers.clone();
-                asked.sort();
-                let granted: Vec<String> = g.names.iter().map(|n| n.as_str().to_owned()).collect();
-                let ok = rec.text_verifies()
-                    && rec.state == RecordState::Approved
-                    && d.event == RecordState::Approved
-                    && d.by == approver.as_str()
-                    && rec.body.approver.admits(approver)
-                    && rec.body.kind == RecordKind::AgentSecret
-                    && rec.body.enrollment_id == Some(e.id)
-                    && rec.body.request_id == Some(g.request_id)
-                    && asked == granted
-                    && self
-                        .sealer
-                        .verify_decision(&rec.id, d.event, &d.by, d.at, &d.seal);
-                if !ok {
-                    return Err(broken());
-                }
-            }
-            _ => return Err(broken()),
+        if g.enrollment_id != e.id || !grant_chain_verifies(&self.sealer, g, record) {
+            return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID));
         }
         Ok(())
     }
@@ -518,5 +501,45 @@ impl Broker {
             }
             Ok::<_, Fail>(g.state_str())
         })
+    }
+}
+
+/// Every link of a grant's chain: the grant's seal; for an approved grant, the record's text
+/// against its id, its sealed approval, and that it names the grant's session and secrets; for
+/// an automatic grant, the sealed policy decision. (`audit verify` checks every grant with it.)
+pub fn grant_chain_verifies(sealer: &Sealer, g: &Grant, record: Option<&Record>) -> bool {
+    if !sealer.verify_grant(g) {
+        return false;
+    }
+    match (g.granted, g.record_id, record) {
+        (GrantedBy::Automatic, None, None) => g.decision_seal.as_deref().is_some_and(|seal| {
+            sealer.verify_automatic(
+                &g.request_id,
+                &g.enrollment_id,
+                &g.names,
+                &g.rules_version,
+                g.created_at,
+                seal,
+            )
+        }),
+        (GrantedBy::Approval, Some(rid), Some(rec)) if rec.id == rid => {
+            let (Some(d), Some(approver)) = (rec.decided.as_ref(), g.approver.as_ref()) else {
+                return false;
+            };
+            let mut asked: Vec<String> = rec.body.identifiers.clone();
+            asked.sort();
+            let granted: Vec<String> = g.names.iter().map(|n| n.as_str().to_owned()).collect();
+            rec.text_verifies()
+                && rec.state == RecordState::Approved
+                && d.event == RecordState::Approved
+                && d.by == approver.as_str()
+                && rec.body.approver.admits(approver)
+                && rec.body.kind == RecordKind::AgentSecret
+                && rec.body.enrollment_id == Some(g.enrollment_id)
+                && rec.body.request_id == Some(g.request_id)
+                && asked == granted
+                && sealer.verify_decision(&rec.id, d.event, &d.by, d.at, &d.seal)
+        }
+        _ => false,
     }
 }

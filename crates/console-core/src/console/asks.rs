@@ -314,6 +314,31 @@ pub struct AnswersPage {
     pub offset: u32,
 }
 
+/// One thing a person decided: an answer or reply on an ask, or a credential request they
+/// approved or denied through the console (the page of "what you decided").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decided {
+    Ask(AnswerRow),
+    Credential(crate::storage::Decision),
+}
+
+impl Decided {
+    pub fn at(&self) -> Time {
+        match self {
+            Decided::Ask(r) => r.at,
+            Decided::Credential(d) => d.at,
+        }
+    }
+}
+
+/// A page of a person's answers and decisions, newest first; `more` when a later page has
+/// rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecidedPage {
+    pub rows: Vec<Decided>,
+    pub more: bool,
+}
+
 /// `GET /comments/{id}`: the comment and its whole thread, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CommentThread {
@@ -824,7 +849,8 @@ impl Console {
             tx.add_answer(&id, &answer).await?;
             ask.answer = Some(answer);
             ask.state = AskState::Answered;
-            ask.turn = Some(Turn::Agent);
+            // An answered ask is not open: it leaves the inbox (issue 27; docs/decisions.md).
+            ask.turn = None;
             ask.turn_since = now;
             ask.updated_at = now;
             tx.update_ask(&ask).await?;
@@ -1226,6 +1252,42 @@ impl Console {
 }
 
 impl Console {
+    /// The most rows [`Console::answers_and_decisions`] reaches (`offset + limit`).
+    pub const DECIDED_REACH: u32 = 2_000;
+
+    /// A person's answers and replies on asks and their credential decisions, in one list,
+    /// newest first: `limit` rows from `offset` (each source is read up to `offset + limit`
+    /// and merged; together at most [`Console::DECIDED_REACH`]).
+    pub async fn answers_and_decisions(
+        &self,
+        human: &Human,
+        limit: u32,
+        offset: u32,
+    ) -> Result<DecidedPage, Error> {
+        let reach = offset.saturating_add(limit).min(Self::DECIDED_REACH);
+        // One more than the reach from each: whether a later page has rows.
+        let answers = self.my_answers(human, reach + 1, 0).await?;
+        let decisions = self
+            .parts
+            .storage
+            .decisions_of(&human.login, reach + 1)
+            .await?;
+        let mut all: Vec<Decided> = answers
+            .rows
+            .into_iter()
+            .map(Decided::Ask)
+            .chain(decisions.into_iter().map(Decided::Credential))
+            .collect();
+        all.sort_by_key(|d| std::cmp::Reverse(d.at()));
+        let more = all.len() > reach as usize;
+        let rows = all
+            .into_iter()
+            .take(reach as usize)
+            .skip(offset as usize)
+            .collect();
+        Ok(DecidedPage { rows, more })
+    }
+
     // ----- comments -----
 
     /// Comments on an issue, a quote of one of its documents, or one of its asks; `parent`
@@ -1446,9 +1508,10 @@ impl Console {
     /// A reply on an ask moves its turn (docs/asks.md, "Whose turn").
     fn replied(ask: &mut Ask, actor: &Actor, now: Time) {
         let next = match (ask.state, actor.is_human()) {
-            (AskState::Open | AskState::Answered, true) => Some(Turn::Agent),
+            (AskState::Open, true) => Some(Turn::Agent),
             (AskState::Open, false) => Some(Turn::Human),
-            (AskState::Answered, false) => None,
+            // An answered ask is in no inbox, whoever replies (issue 27).
+            (AskState::Answered, _) => None,
             (AskState::Retracted | AskState::Resolved, _) => ask.turn,
         };
         if next != ask.turn {
@@ -2683,7 +2746,8 @@ impl Console {
                 tx.add_answer(&ask.id, &answer).await?;
                 ask.answer = Some(answer);
                 ask.state = AskState::Answered;
-                ask.turn = Some(Turn::Agent);
+                // Answered: out of the inbox (issue 27).
+                ask.turn = None;
                 ask.turn_since = now;
                 ask.updated_at = now;
                 if r.outcome == ReviewOutcome::Approve

@@ -367,6 +367,18 @@ impl Console {
         host.open().await.map_err(|e| host_error(e, access))
     }
 
+    /// Whether a code host is configured (`[code_hosting]`): the delivery settings and the
+    /// architecture sources need one.
+    pub fn has_code_host(&self) -> bool {
+        self.host().is_some()
+    }
+
+    /// The delivery session groups (the sessions page lists and edits them).
+    pub async fn session_groups(&self) -> Result<Vec<SessionGroup>, Error> {
+        let mut tx = self.parts.storage.read().await?;
+        Ok(tx.session_groups().await?)
+    }
+
     // ----- settings -----
 
     pub async fn delivery_settings(&self) -> Result<Option<DeliverySettings>, Error> {

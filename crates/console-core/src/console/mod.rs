@@ -195,6 +195,8 @@ pub struct Console {
     inboxes: asks::InboxCache,
     /// The word counts `advice.suggestions` weighs a new issue's words by.
     advice: work::WordCounts,
+    /// Documents' rendered HTML, each good while its artifact is unchanged.
+    rendered: documents::RenderedCache,
 }
 
 impl Console {
@@ -209,6 +211,7 @@ impl Console {
             delivery: Default::default(),
             inboxes: Default::default(),
             advice: Default::default(),
+            rendered: Default::default(),
         }
     }
 

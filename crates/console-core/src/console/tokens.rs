@@ -87,10 +87,23 @@ impl Console {
                 "expires_at is in the future, at most 365 days ahead",
             ));
         }
+        // 1 to 100 characters, the default only when the field is absent (protocol §4.1): an
+        // empty name, or one of spaces only, is refused, not replaced.
         let name = match name.map(str::trim) {
-            None | Some("") => "agent token".to_owned(),
-            Some(n) if n.chars().count() <= 100 && !n.chars().any(char::is_control) => n.to_owned(),
-            Some(_) => return Err(ErrorCode::TOKEN_INPUT.into()),
+            None => "agent token".to_owned(),
+            Some(n)
+                if !n.is_empty()
+                    && n.chars().count() <= 100
+                    && !n.chars().any(char::is_control) =>
+            {
+                n.to_owned()
+            }
+            Some(_) => {
+                return Err(Error::with_message(
+                    ErrorCode::TOKEN_INPUT,
+                    "name is 1 to 100 characters",
+                ));
+            }
         };
         if self
             .parts

@@ -11,9 +11,10 @@ use crate::work::delivery::HostError;
 use crate::work::documents::PrimaryDocument;
 use crate::work::rules::{self, NameProblem};
 use crate::work::{
-    Actor, Claim, CodeRef, Components, ComponentsMode, Event, EventPage, Issue, IssueFilter,
-    IssueKey, IssueProgress, IssueView, NewEvent, Progress, Project, ProjectKey, ReadState,
-    RouteFilter, RouteStatus, SearchKind, SearchPage, Status, Subscriber, WorkTx, search,
+    Actor, Claim, CodeRef, Components, ComponentsMode, Event, EventPage, Issue, IssueCursor,
+    IssueFilter, IssueKey, IssueListQuery, IssueProgress, IssueRow, IssueRowPage, IssueView,
+    NewEvent, Progress, Project, ProjectKey, ReadState, RouteFilter, RouteStatus, SearchKind,
+    SearchPage, Status, Subscriber, WorkTx, search,
 };
 
 /// The session links this console replica holds (protocol §4.2). Which sessions are live is
@@ -783,6 +784,68 @@ impl Console {
             })
             .collect();
         Ok((out, total))
+    }
+
+    /// A page of issue rows for the console's lists ([`IssueListQuery`]): at most the
+    /// query's page size, in its order, with each row's children's progress and open asks
+    /// (one query each for the page, whatever its size), `next` to resume and the total.
+    /// A cursor of another order is INVALID_QUERY.
+    pub async fn issue_rows(&self, q: &IssueListQuery) -> Result<IssueRowPage, Error> {
+        if q.after.as_ref().is_some_and(|c| c.sort != q.sort) {
+            return Err(Error::with_message(
+                ErrorCode::INVALID_QUERY,
+                "the cursor belongs to another order",
+            ));
+        }
+        let size = q.page_size();
+        let mut tx = self.parts.storage.read().await?;
+        let mut issues = tx.issue_page(q, size + 1).await?;
+        let more = issues.len() > size as usize;
+        issues.truncate(size as usize);
+        let total = tx.issue_page_total(q).await?;
+        let keys: Vec<IssueKey> = issues.iter().map(|i| i.key.clone()).collect();
+        let mut children: std::collections::HashMap<IssueKey, Progress> = tx
+            .child_progress(&keys)
+            .await?
+            .into_iter()
+            .map(|(k, done, total)| (k, Progress { done, total }))
+            .collect();
+        let mut asks: std::collections::HashMap<IssueKey, i64> = Default::default();
+        for a in tx.open_asks_of(&keys).await? {
+            if let Some(k) = a.issue {
+                *asks.entry(k).or_default() += 1;
+            }
+        }
+        let next = if more {
+            issues
+                .last()
+                .map(|i| IssueCursor::after(q.sort, i).encode())
+        } else {
+            None
+        };
+        let rows = issues
+            .into_iter()
+            .map(|issue| IssueRow {
+                children: children.remove(&issue.key),
+                open_asks: asks.remove(&issue.key).unwrap_or(0),
+                issue,
+            })
+            .collect();
+        Ok(IssueRowPage { rows, next, total })
+    }
+
+    /// How many issues `q`'s filters select in each status (its `status` filter and cursor
+    /// aside), in [`Status::ALL`]'s order, zeros included: a board's column counts.
+    pub async fn status_counts(&self, q: &IssueListQuery) -> Result<Vec<(Status, i64)>, Error> {
+        let mut tx = self.parts.storage.read().await?;
+        let counts = tx.status_counts(q).await?;
+        Ok(Status::ALL
+            .iter()
+            .map(|s| {
+                let n = counts.iter().find(|(c, _)| c == s).map_or(0, |(_, n)| *n);
+                (*s, n)
+            })
+            .collect())
     }
 
     /// Updates an issue: conditional on `expected_sequence` (ISSUE_CHANGED), a closed issue

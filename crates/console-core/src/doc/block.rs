@@ -310,14 +310,15 @@ pub struct BlockInfo {
 }
 
 /// A block's place in a table, for the block route's `table` field: the table's id, the row
-/// (0 is the header) and column of a row or cell, the header row's cells, and the cells of the
-/// row a row or cell is in (empty for the table itself).
+/// (0 is the header) and column of a row or cell, the text of the header cell above a cell
+/// (null for the table or a row), and the cells of the row a row or cell is in (empty for the
+/// table itself).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TablePosition {
     pub id: String,
     pub row: Option<usize>,
     pub column: Option<usize>,
-    pub header: Vec<String>,
+    pub header: Option<String>,
     pub cells: Vec<String>,
 }
 

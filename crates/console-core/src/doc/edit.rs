@@ -117,7 +117,7 @@ impl EditOp {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EditError {
     /// A stale `expected_token` or `block_token`. `token` is the document's current token and
-    /// `blocks` the current tokens of the blocks the request names (those that still exist).
+    /// `blocks` the current token of every block, by id.
     #[error("the document changed since the token given; nothing was applied")]
     DocumentChanged {
         token: String,
@@ -619,16 +619,13 @@ impl Document {
     }
 
     /// The current tokens of the blocks the ops name.
-    fn named_tokens(&self, ops: &[EditOp]) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        for op in ops {
-            if let Some(id) = op.block()
-                && let Some((_, _, node, _)) = self.locate_block(id)
-            {
-                out.insert(id.to_owned(), node.token.to_string());
-            }
-        }
-        out
+    /// Every block's current token, by id: what a stale write answers (protocol §6.2 "Stale
+    /// write": the current tokens), so a client re-reads only the blocks whose token moved.
+    fn current_tokens(&self) -> BTreeMap<String, String> {
+        self.blocks()
+            .into_iter()
+            .map(|b| (b.id.to_string(), b.token.to_string()))
+            .collect()
     }
 
     /// Applies `ops` in order, all or none (protocol §6.2 "Edits"). Preconditions are checked
@@ -643,7 +640,7 @@ impl Document {
     ) -> Result<Edited, EditError> {
         let stale = || EditError::DocumentChanged {
             token: self.token.clone(),
-            blocks: self.named_tokens(ops),
+            blocks: self.current_tokens(),
         };
         if expected_token.is_some_and(|t| t != self.token) {
             return Err(stale());

@@ -564,7 +564,8 @@ fn table_position(chain: &[(&Node, usize)], text: &str) -> Option<TablePosition>
             .map(|r| r.cell_texts(text).into_iter().map(|c| c.text).collect())
             .unwrap_or_default()
     };
-    let header = texts(0);
+    // The header cell above: a cell's column in row 0 (the spec's "header cell text above").
+    let header = column.and_then(|c| texts(0).into_iter().nth(c));
     let cells = row.map(texts).unwrap_or_default();
     Some(TablePosition {
         id: table.id.to_string(),

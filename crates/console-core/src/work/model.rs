@@ -243,6 +243,11 @@ pub struct Hit {
     pub title: String,
     pub snippet: String,
     pub project: Option<ProjectKey>,
+    /// The issue the match is, or belongs to (a comment, ask or message on it, a document of
+    /// it).
+    pub issue: Option<IssueKey>,
+    /// The document the match is, or is on (a comment or ask on it).
+    pub artifact: Option<String>,
     pub at: Time,
     pub score: f64,
 }
@@ -281,6 +286,12 @@ pub struct SearchRow {
     pub project: Option<ProjectKey>,
     #[serde(with = "crate::work::model::rfc3339")]
     pub at: Time,
+    /// Added to the spec's row (protocol §1.2 "Growth": answers grow by fields): the issue the
+    /// row is or belongs to, the document it is or is on, and the console page that shows it
+    /// (a comment: its issue's or its document's discussion, at the comment).
+    pub issue: Option<IssueKey>,
+    pub artifact: Option<String>,
+    pub page: String,
 }
 
 /// A page of search results: `reachable` is how many the pages can reach (each kind's best
@@ -356,6 +367,167 @@ pub struct IssueView {
     pub updated_at: Time,
     #[serde(with = "crate::work::model::rfc3339_opt")]
     pub closed_at: Option<Time>,
+}
+
+/// How a page of issue rows is ordered ([`IssueListQuery`]). Each order ends on the issue's
+/// project and number, so it is total and a cursor resumes it exactly.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IssueSort {
+    /// The project's rank order (the board's and the API's order).
+    #[default]
+    Rank,
+    /// Most recently updated first.
+    Updated,
+    /// Newest first.
+    Created,
+    /// P0 first, issues with no priority last, then by rank.
+    Priority,
+}
+
+impl IssueSort {
+    pub const ALL: [IssueSort; 4] = [Self::Rank, Self::Updated, Self::Created, Self::Priority];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rank => "rank",
+            Self::Updated => "updated",
+            Self::Created => "created",
+            Self::Priority => "priority",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+}
+
+/// Whose issues a list shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IssueAssignee {
+    /// Issues assigned to this person ("My issues" is the signed-in person's own login).
+    Person(Login),
+    /// Issues assigned to nobody.
+    Nobody,
+}
+
+/// Where a page of issue rows resumes: the last row's sort value, project and number
+/// (keyset paging: a page is one index range however deep it is, and rows written meanwhile
+/// neither repeat nor skip). Opaque to clients: [`IssueCursor::encode`] and
+/// [`IssueCursor::parse`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueCursor {
+    pub sort: IssueSort,
+    /// The rank (`Rank`), or the milliseconds (`Updated`, `Created`), or the priority with
+    /// none as 4 (`Priority`), as text.
+    pub value: String,
+    pub project: ProjectKey,
+    pub number: i64,
+}
+
+impl IssueCursor {
+    /// The cursor after `issue` in `sort`'s order.
+    pub fn after(sort: IssueSort, issue: &Issue) -> Self {
+        let value = match sort {
+            IssueSort::Rank => issue.rank.clone(),
+            IssueSort::Updated => issue.updated_at.timestamp_millis().to_string(),
+            IssueSort::Created => issue.created_at.timestamp_millis().to_string(),
+            IssueSort::Priority => issue.priority.map_or(4, i64::from).to_string(),
+        };
+        Self {
+            sort,
+            value,
+            project: issue.project.clone(),
+            number: issue.key.number(),
+        }
+    }
+
+    /// `<sort>.<value>.<project>.<number>`: every part is letters or digits.
+    pub fn encode(&self) -> String {
+        format!(
+            "{}.{}.{}.{}",
+            self.sort.as_str(),
+            self.value,
+            self.project.as_str(),
+            self.number
+        )
+    }
+
+    /// A cursor [`IssueCursor::encode`] wrote; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        let mut parts = s.split('.');
+        let sort = IssueSort::parse(parts.next()?)?;
+        let value = parts.next()?;
+        let project = ProjectKey::parse(parts.next()?)?;
+        let number: i64 = parts.next()?.parse().ok()?;
+        if parts.next().is_some() || number < 1 {
+            return None;
+        }
+        let ok = match sort {
+            IssueSort::Rank => {
+                !value.is_empty()
+                    && value.len() <= 1024
+                    && value.bytes().all(|b| b.is_ascii_alphanumeric())
+            }
+            IssueSort::Updated | IssueSort::Created => value.parse::<i64>().is_ok(),
+            IssueSort::Priority => matches!(value, "0" | "1" | "2" | "3" | "4"),
+        };
+        ok.then(|| Self {
+            sort,
+            value: value.to_owned(),
+            project,
+            number,
+        })
+    }
+}
+
+/// A page of issue rows for the console's lists ("My issues", a project's issues, a board's
+/// column): filters, an order, and where to resume. Every filter is ANDed; a list filter
+/// (`status`, `priority`, `labels`) matches any of its values.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IssueListQuery {
+    pub project: Option<ProjectKey>,
+    pub status: Vec<Status>,
+    pub assignee: Option<IssueAssignee>,
+    /// `None` in the list is "no priority".
+    pub priority: Vec<Option<u8>>,
+    pub labels: Vec<String>,
+    pub open: Option<bool>,
+    pub sort: IssueSort,
+    /// Resume after this cursor (an [`IssueRowPage::next`]); its sort must be `sort`'s.
+    pub after: Option<IssueCursor>,
+    /// At most this many rows (1 to [`IssueListQuery::MAX_LIMIT`]; 0 is the default, 50).
+    pub limit: u32,
+}
+
+impl IssueListQuery {
+    pub const DEFAULT_LIMIT: u32 = 50;
+    pub const MAX_LIMIT: u32 = 250;
+
+    /// The page size asked for, within bounds.
+    pub fn page_size(&self) -> u32 {
+        match self.limit {
+            0 => Self::DEFAULT_LIMIT,
+            n => n.min(Self::MAX_LIMIT),
+        }
+    }
+}
+
+/// One row of an issue list: the issue, its children's progress and its open asks' count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IssueRow {
+    pub issue: Issue,
+    /// Direct children, done of total; `None` when it has none.
+    pub children: Option<Progress>,
+    pub open_asks: i64,
+}
+
+/// A page of issue rows: `next` resumes after the last row (`None` on the last page), and
+/// `total` counts every issue the filters select (not only this page's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IssueRowPage {
+    pub rows: Vec<IssueRow>,
+    pub next: Option<String>,
+    pub total: i64,
 }
 
 /// The issue list's filters and page, applied by the storage's query.

@@ -124,13 +124,32 @@ pub fn fuse(
         .map(|(_, kind, h)| SearchRow {
             kind,
             reference: reference(kind, &h.id),
+            page: page_of(kind, &h),
             id: h.id,
             title: h.title,
             snippet: h.snippet,
             project: h.project,
             at: h.at,
+            issue: h.issue,
+            artifact: h.artifact,
         })
         .collect()
+}
+
+/// The console page that shows a match: an issue's, a document's, an ask's or a message's
+/// own page; a comment on its document's discussion or its issue's page, at the comment.
+pub fn page_of(kind: SearchKind, h: &Hit) -> String {
+    match kind {
+        SearchKind::Issue => format!("/issues/{}", h.id),
+        SearchKind::Document => format!("/artifacts/{}", h.id),
+        SearchKind::Ask => format!("/asks/{}", h.id),
+        SearchKind::Message => format!("/messages/{}", h.id),
+        SearchKind::Comment => match (&h.artifact, &h.issue) {
+            (Some(a), _) => format!("/artifacts/{a}/discussion#comment-{}", h.id),
+            (None, Some(k)) => format!("/issues/{k}#comment-{}", h.id),
+            (None, None) => format!("/search?q={}", h.id),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +164,8 @@ mod tests {
             title: id.into(),
             snippet: String::new(),
             project: None,
+            issue: None,
+            artifact: None,
             at: chrono::Utc
                 .timestamp_opt(at, 0)
                 .single()

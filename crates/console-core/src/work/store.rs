@@ -9,8 +9,8 @@ use crate::clock::Time;
 use crate::ids::Login;
 use crate::storage::StorageError;
 use crate::work::model::{
-    Candidate, Event, EventPage, Hit, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey,
-    ReadState, Status,
+    Candidate, Event, EventPage, Hit, Issue, IssueFilter, IssueKey, IssueListQuery, NewEvent,
+    Project, ProjectKey, ReadState, Status,
 };
 use crate::work::repos::{RepoMapping, RepoName};
 
@@ -54,6 +54,27 @@ pub trait IssueTx: Send {
     /// A page of the issues the filter selects, by project then number, and how many it
     /// selects in all.
     async fn issues(&mut self, f: &IssueFilter) -> Result<(Vec<Issue>, i64), StorageError>;
+    /// At most `limit` of the issues `q`'s filters select, in its order, after its cursor
+    /// (keyset paging; every list argument is bound as one JSON array).
+    async fn issue_page(
+        &mut self,
+        q: &IssueListQuery,
+        limit: u32,
+    ) -> Result<Vec<Issue>, StorageError>;
+    /// How many issues `q`'s filters select (its cursor aside).
+    async fn issue_page_total(&mut self, q: &IssueListQuery) -> Result<i64, StorageError>;
+    /// How many issues `q`'s filters select in each status, its `status` filter and cursor
+    /// aside (a board's columns); statuses with none are left out.
+    async fn status_counts(
+        &mut self,
+        q: &IssueListQuery,
+    ) -> Result<Vec<(Status, i64)>, StorageError>;
+    /// The direct children's progress of several issues at once: `(parent, done, total)`
+    /// for each that has children (done: not open).
+    async fn child_progress(
+        &mut self,
+        parents: &[IssueKey],
+    ) -> Result<Vec<(IssueKey, i64, i64)>, StorageError>;
     /// Direct children's keys and statuses, by number.
     async fn children(&mut self, key: &IssueKey) -> Result<Vec<(IssueKey, Status)>, StorageError>;
     /// The direct children of several issues at once: `(parent, child, status)`, by child

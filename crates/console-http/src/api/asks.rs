@@ -13,7 +13,7 @@ use countersign_console_core::work::asks::{AskState, AskView};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use super::{In, Input, Query, St, acting, created, is_session_id, ok, query_err};
+use super::{In, Input, Query, St, acting, acting_session, created, is_session_id, ok, query_err};
 use crate::error::ApiResult;
 
 impl Input for NewAsk {}
@@ -188,7 +188,7 @@ async fn set_follow(
     if !is_session_id(session) {
         return Err(ErrorCode::INVALID_SESSION_ID.into());
     }
-    let actor = acting(caller, q.one("session")?, true)?;
+    let actor = acting_session(caller, q.one("session")?)?;
     st.console.follow_ask(&actor, id, session, follow).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -9,7 +9,7 @@ use countersign_console_core::Caller;
 use countersign_console_core::console::asks::NewComment;
 use serde::Deserialize;
 
-use super::{In, Input, Query, St, acting, created, ok};
+use super::{In, Input, Query, St, acting, acting_session, created, ok};
 use crate::error::ApiResult;
 
 impl Input for NewComment {}
@@ -130,7 +130,7 @@ pub async fn reply(
     Path(id): Path<String>,
     In(b): In<ReplyBody>,
 ) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), true)?;
+    let actor = acting_session(&caller, b.actor.as_deref())?;
     let c = st.console.comment_reply(&actor, &id, &b.body).await?;
     let location = format!("/api/v1/comments/{}", c.id);
     Ok(created(c, Some(location)))

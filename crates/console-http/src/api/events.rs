@@ -46,9 +46,11 @@ pub async fn stream(State(st): St, headers: HeaderMap, q: Query) -> ApiResult<Re
         None => st.console.last_event_id().await?,
     };
     let console = st.clone();
+    let open = crate::server::OpenStream::new();
     let events = stream::unfold(
         (start, watch, Vec::new().into_iter()),
         move |(mut at, mut watch, mut pending)| {
+            let _open = &open;
             let st = console.clone();
             async move {
                 loop {

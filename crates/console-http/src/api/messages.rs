@@ -11,7 +11,7 @@ use countersign_console_core::work::messages::{Mode, Target};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Deserialize;
 
-use super::{In, Input, Query, St, acting, created, ok, query_err, with_status};
+use super::{In, Input, Query, St, acting, acting_session, created, ok, query_err, with_status};
 use crate::error::ApiResult;
 
 /// `limit` (1 to 200, default 50) and `offset` of a list that grows without end.
@@ -195,7 +195,7 @@ pub async fn reply(
             .into());
         }
     };
-    let actor = acting(&caller, b.actor.as_deref(), true)?;
+    let actor = acting_session(&caller, b.actor.as_deref())?;
     let (m, is_new) = st
         .console
         .reply_to_message(&actor, &id, &b.body, follow_up)
@@ -214,7 +214,7 @@ pub async fn accept(
     Path((id, attempt)): Path<(String, String)>,
     In(b): In<AcceptBody>,
 ) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), true)?;
+    let actor = acting_session(&caller, b.actor.as_deref())?;
     Ok(ok(st
         .console
         .accept_delivery(&actor, &id, &attempt, b.accepted_as)

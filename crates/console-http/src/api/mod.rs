@@ -190,9 +190,34 @@ pub fn is_session_id(s: &str) -> bool {
 }
 
 /// Who acts: the caller, and for a bearer the session it names (in the body's `actor` or
-/// `?session=`). A browser names none: for it those are unknown fields. `required`: the route
-/// has the session name itself (INVALID_SESSION_ID when it does not).
+/// `?session=`). A browser names none: for it those are unknown fields. A person's own
+/// personal token naming no session acts as that person (issue 27: history credits the
+/// person; naming a session acts as that session of theirs). `required`: the route has a
+/// session name itself, so the shared token and a service account must name one
+/// (INVALID_SESSION_ID when they do not).
 pub fn acting(caller: &Caller, session: Option<&str>, required: bool) -> ApiResult<Actor> {
+    if let (
+        Caller::Agent {
+            owner: Some(login),
+            service: None,
+        },
+        None,
+    ) = (caller, session)
+    {
+        return Ok(Actor::User {
+            login: login.clone(),
+        });
+    }
+    acting_inner(caller, session, required)
+}
+
+/// Who acts where only a session can: the session link, a session's replies and accepts,
+/// following as a session. Every bearer names its session (INVALID_SESSION_ID otherwise).
+pub fn acting_session(caller: &Caller, session: Option<&str>) -> ApiResult<Actor> {
+    acting_inner(caller, session, true)
+}
+
+fn acting_inner(caller: &Caller, session: Option<&str>, required: bool) -> ApiResult<Actor> {
     match caller {
         Caller::Human(h) => match session {
             Some(_) => Err(Error::with_message(

@@ -4,7 +4,7 @@
 
 use askama::Template;
 use axum::Extension;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::asks::{Inbox, InboxRow};
@@ -12,7 +12,7 @@ use countersign_console_core::work::Actor;
 use countersign_console_core::work::asks::{AskOption, AskView, InboxAsk, Turn};
 use countersign_console_core::{Caller, Time};
 
-use super::{St, chrome, error_text, human, page, status_of};
+use super::{St, chrome, error_text, human, page};
 use crate::html::{self, Chrome, InboxRows, Notice, When, notice};
 
 const SCRIPT: &str = include_str!("../../assets/asks.js");
@@ -247,7 +247,11 @@ pub async fn ask_page(
     };
     let a = match st.console.ask(&id).await {
         Ok(a) => a,
-        Err(e) => return page(status_of(&e), &notice("error", error_text(&e))),
+        Err(e) => {
+            return super::PageError::from(e)
+                .back("/", "Back to your inbox")
+                .into_response();
+        }
     };
     let question_rest = a
         .question
@@ -349,6 +353,12 @@ pub struct DiscussionPage<'a> {
     pub html: String,
     pub threads: Vec<ThreadView>,
     pub asks: Vec<AskRow>,
+    /// The comment form's fields as a link from the document page fills them (`?quote=`,
+    /// `?block=`, `?suggest=1`: the replacement starts as the quote).
+    pub quote: String,
+    pub block: String,
+    pub replacement: String,
+    pub body: String,
 }
 
 /// `GET /artifacts/{id}/discussion`: a document with its comment threads beside it, each
@@ -357,14 +367,14 @@ pub async fn discussion_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
 ) -> Response {
     use countersign_console_core::work::asks::{SuggestionState, ThreadState};
     let h = match human(&caller) {
         Ok(h) => h,
         Err(r) => return *r,
     };
-    let fail =
-        |e: countersign_console_core::Error| page(status_of(&e), &notice("error", error_text(&e)));
+    let fail = |e: countersign_console_core::Error| super::PageError::from(e).into_response();
     let rendered = match st.console.rendered(&id).await {
         Ok(r) => r,
         Err(e) => return fail(e),
@@ -430,6 +440,14 @@ pub async fn discussion_page(
                 .iter()
                 .map(|a| AskRow::of(&summary(a), &a.updated_at, None))
                 .collect(),
+            quote: q.get("quote").cloned().unwrap_or_default(),
+            block: q.get("block").cloned().unwrap_or_default(),
+            replacement: if q.get("suggest").is_some_and(|s| s == "1") {
+                q.get("quote").cloned().unwrap_or_default()
+            } else {
+                String::new()
+            },
+            body: String::new(),
         },
     )
 }
@@ -454,4 +472,132 @@ pub async fn style() -> Response {
         STYLE,
     )
         .into_response()
+}
+
+/// One of the person's answers or replies, for people.
+#[derive(Debug)]
+pub struct MineRow {
+    pub ask: String,
+    pub question: String,
+    pub state: &'static str,
+    pub owner: String,
+    pub at: When,
+    /// `answered` or `replied`.
+    pub kind: &'static str,
+    pub what: String,
+    pub current: bool,
+}
+
+/// A credential decision, for people.
+#[derive(Debug)]
+pub struct DecisionLine {
+    pub id: String,
+    pub event: String,
+    pub at: When,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "asks_answers.html")]
+pub struct AnswersPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub rows: Vec<MineRow>,
+    pub total: i64,
+    pub offset: u32,
+    pub next: Option<u32>,
+    pub previous: Option<u32>,
+    pub decisions: Vec<DecisionLine>,
+    pub error: Option<String>,
+}
+
+/// How many answers a page of `/answers` shows.
+const ANSWERS_SHOWN: u32 = 50;
+
+/// `GET /answers`: what the person answered and replied on asks, newest first, and the
+/// credential requests they decided.
+pub async fn answers_page(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    use countersign_console_core::console::asks::AnswerKind;
+    let h = match human(&caller) {
+        Ok(h) => h,
+        Err(r) => return *r,
+    };
+    let offset = q
+        .get("offset")
+        .and_then(|o| o.parse::<u32>().ok())
+        .unwrap_or(0);
+    let mut view = AnswersPage {
+        chrome: chrome("Your answers", h, "/answers"),
+        rows: Vec::new(),
+        total: 0,
+        offset,
+        next: None,
+        previous: (offset > 0).then(|| offset.saturating_sub(ANSWERS_SHOWN)),
+        decisions: Vec::new(),
+        error: None,
+    };
+    match st.console.my_answers(h, ANSWERS_SHOWN, offset).await {
+        Ok(p) => {
+            view.total = p.total;
+            if i64::from(offset) + (p.rows.len() as i64) < p.total {
+                view.next = Some(offset + ANSWERS_SHOWN);
+            }
+            // Option labels from each ask (read once per ask on the page).
+            let mut labels: std::collections::HashMap<String, Vec<AskOption>> =
+                std::collections::HashMap::new();
+            for r in &p.rows {
+                if r.answer.as_ref().is_some_and(|a| !a.options.is_empty())
+                    && !labels.contains_key(&r.ask.id)
+                    && let Ok(a) = st.console.ask(&r.ask.id).await
+                {
+                    labels.insert(r.ask.id.clone(), a.options);
+                }
+            }
+            view.rows = p
+                .rows
+                .iter()
+                .map(|r| {
+                    let (kind, what, current) = match (r.kind, &r.answer, &r.reply) {
+                        (AnswerKind::Answer, Some(a), _) => (
+                            "answered",
+                            answer_text(
+                                &a.options,
+                                a.text.as_deref(),
+                                labels.get(&r.ask.id).map(Vec::as_slice).unwrap_or(&[]),
+                            ),
+                            a.current,
+                        ),
+                        (_, _, Some(rep)) => ("replied", rep.body.clone(), false),
+                        _ => ("answered", String::new(), false),
+                    };
+                    MineRow {
+                        ask: r.ask.id.clone(),
+                        question: r.ask.question.lines().next().unwrap_or("").to_owned(),
+                        state: r.ask.state.as_str(),
+                        owner: actor_text(&r.ask.owner),
+                        at: html::when(&r.at),
+                        kind,
+                        what,
+                        current,
+                    }
+                })
+                .collect();
+        }
+        Err(e) => view.error = Some(error_text(&e)),
+    }
+    if offset == 0
+        && let Ok(d) = st.console.decisions(h, 20).await
+    {
+        view.decisions = d
+            .into_iter()
+            .map(|d| DecisionLine {
+                id: d.record_id,
+                event: d.event,
+                at: html::when(&d.at),
+            })
+            .collect();
+    }
+    page(StatusCode::OK, &view)
 }

@@ -7,13 +7,15 @@ use askama::Template;
 use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, Uri};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use countersign_console_core::Caller;
 use countersign_console_core::console::{ComponentTree, PipelineAnswer, TimelineAnswer};
 use countersign_console_core::work::delivery::compute::FACETS;
+use countersign_console_core::work::delivery::{ArchitectureSource, DeliverySettings};
+use countersign_console_core::{Error, ErrorCode};
 
-use super::{St, chrome, error_text, human, page, status_of};
-use crate::html::{Chrome, notice};
+use super::{PageError, St, chrome, human, page};
+use crate::html::Chrome;
 
 /// One bar group of the chart.
 #[derive(Debug)]
@@ -143,11 +145,11 @@ pub async fn timeline_page(
     let q = crate::api::Query::of(&uri);
     let (w, f) = match crate::api::delivery::window_and_filters(&st, &q) {
         Ok(x) => x,
-        Err(e) => return page(status_of(&e.0), &notice("error", error_text(&e.0))),
+        Err(e) => return PageError::from(e.0).into_response(),
     };
     let t = match st.console.delivery_timeline(w, &f).await {
         Ok(t) => t,
-        Err(e) => return page(status_of(&e), &notice("error", error_text(&e))),
+        Err(e) => return not_configured_or(e).into_response(),
     };
     let (bars, chart_width) = chart(&t);
     let facets = FACETS
@@ -297,10 +299,13 @@ pub async fn pipeline_page(
         Ok(Some(v)) => match countersign_console_core::console::full_date(v) {
             Some(d) => Some(d),
             None => {
-                return page(
+                return PageError::new(
                     StatusCode::BAD_REQUEST,
-                    &notice("error", "`at` is a full-date (YYYY-MM-DD)".to_owned()),
-                );
+                    "INVALID_QUERY",
+                    "`at` is a full-date (YYYY-MM-DD)",
+                )
+                .back("/delivery/pipeline", "Back to this week's pipeline")
+                .into_response();
             }
         },
         _ => None,
@@ -309,11 +314,11 @@ pub async fn pipeline_page(
         Ok(p) => page(
             StatusCode::OK,
             &PipelinePage {
-                chrome: chrome("Pipeline", h, "/delivery"),
+                chrome: chrome("Pipeline", h, "/delivery/pipeline"),
                 p,
             },
         ),
-        Err(e) => page(status_of(&e), &notice("error", error_text(&e))),
+        Err(e) => not_configured_or(e).into_response(),
     }
 }
 
@@ -363,6 +368,120 @@ pub async fn components_page(
                 },
             )
         }
-        Err(e) => page(status_of(&e), &notice("error", error_text(&e))),
+        Err(e) if e.is(ErrorCode::SOURCE_NOT_FOUND) => PageError::new(
+            StatusCode::NOT_FOUND,
+            e.code_str(),
+            format!(
+                "{key} has no architecture source yet: name the repository and branch whose catalog describes its components."
+            ),
+        )
+        .back("/settings#sources", "Set the architecture source")
+        .into_response(),
+        Err(e) => PageError::from(e).into_response(),
     }
+}
+
+/// The error page of a delivery page: without settings, what to configure and where.
+fn not_configured_or(e: Error) -> PageError {
+    if e.is(ErrorCode::DELIVERY_NOT_CONFIGURED) {
+        PageError::new(
+            StatusCode::NOT_FOUND,
+            e.code_str(),
+            "Delivery is not configured yet: name the deploy repository, its workflow files and the production job names in the settings.",
+        )
+        .back("/settings#delivery", "Configure delivery")
+    } else {
+        PageError::from(e)
+    }
+}
+
+/// A repository mapping as the settings page lists it.
+#[derive(Debug)]
+pub struct MappingRow {
+    pub repo: String,
+    pub owner: String,
+    pub name: String,
+    pub project: String,
+    pub default: bool,
+}
+
+/// A project with its architecture source, if any.
+#[derive(Debug)]
+pub struct SourceRow {
+    pub project: String,
+    pub name: String,
+    pub source: Option<ArchitectureSource>,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "delivery_settings.html")]
+pub struct SettingsPage<'a> {
+    pub chrome: Chrome<'a>,
+    /// Whether `[code_hosting]` is configured (settings and sources need it).
+    pub code_host: bool,
+    pub s: DeliverySettings,
+    pub configured: bool,
+    pub mappings: Vec<MappingRow>,
+    pub sources: Vec<SourceRow>,
+    pub projects: Vec<String>,
+}
+
+/// `GET /settings`: the delivery settings, each project's architecture source and the
+/// repository mappings, as forms; what configuration they need, when it is missing.
+pub async fn settings_page(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+) -> Result<Response, PageError> {
+    let h = human(&caller)?;
+    let settings = st.console.delivery_settings().await?;
+    let mappings = st
+        .console
+        .repo_mappings()
+        .await?
+        .into_iter()
+        .map(|m| MappingRow {
+            repo: m.repo.to_string(),
+            owner: m.repo.owner().to_owned(),
+            name: m
+                .repo
+                .as_str()
+                .split_once('/')
+                .map(|(_, n)| n.to_owned())
+                .unwrap_or_default(),
+            project: m.project.to_string(),
+            default: m.default,
+        })
+        .collect();
+    let projects = st.console.projects().await?;
+    let sources = st.console.architecture_sources().await?;
+    let rows = projects
+        .iter()
+        .map(|p| SourceRow {
+            project: p.key.to_string(),
+            name: p.name.clone(),
+            source: sources.iter().find(|s| s.project == p.key).cloned(),
+        })
+        .collect();
+    Ok(page(
+        StatusCode::OK,
+        &SettingsPage {
+            chrome: chrome("Settings", h, "/settings"),
+            code_host: st.console.has_code_host(),
+            configured: settings.is_some(),
+            s: settings.unwrap_or_else(|| DeliverySettings {
+                deploy_repository: String::new(),
+                workflow_paths: Vec::new(),
+                production_jobs: Vec::new(),
+                production_apply_step: None,
+                population_authors: Vec::new(),
+                excluded_repositories: Vec::new(),
+                staging_e2e_job: None,
+                staging_deploy_job: None,
+                pr_checks_rollup_job: None,
+            }),
+            mappings,
+            sources: rows,
+            projects: projects.iter().map(|p| p.key.to_string()).collect(),
+        },
+    ))
 }

@@ -1,8 +1,11 @@
-//! The document page (issue 12): a document's blocks rendered (the engine's sanitized HTML:
-//! no raw HTML passes, only safe URL schemes, and the console's strict Content-Security-Policy
-//! lets no inline script run), its versions with a diff between any two, and live updates
-//! from the event stream (`assets/documents.js`). A file's or image's page lists its versions
-//! to download.
+//! The document pages (issues 12 and 27): a document's blocks rendered (the engine's sanitized
+//! HTML: no raw HTML passes, only safe URL schemes, and the console's strict
+//! Content-Security-Policy lets no inline script run), its versions (each a page of its own)
+//! with a diff between any two, its reviews, and live updates from the event stream; the
+//! markdown editor with a preview, whose save is one quote-anchored edit guarded by the token
+//! the person started from (a stale save shows what changed and keeps the person's text); a
+//! project's documents with the forms that create and upload them. The behaviour is
+//! `assets/documents.js`. A file's or image's page lists its versions to download.
 
 use std::collections::HashMap;
 
@@ -12,19 +15,24 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::Caller;
-use countersign_console_core::console::documents::VersionRead;
+use countersign_console_core::console::documents::{At, VersionRead};
+use countersign_console_core::doc::{Document, RefTarget, parse_ref};
 use countersign_console_core::work::Actor;
+use countersign_console_core::work::asks::Review;
 use countersign_console_core::work::documents::{ArtifactKind, ArtifactView, VersionInfo};
 use similar::{ChangeTag, TextDiff};
 
-use super::{St, chrome, error_text, human, page, status_of};
-use crate::html::{Chrome, When, notice, when};
+use super::{PageError, PageResult, St, chrome, error_text, html_response, human, page};
+use crate::html::{Chrome, When, when};
 
 const SCRIPT: &str = include_str!("../../assets/documents.js");
 const STYLE: &str = include_str!("../../assets/documents.css");
 
 /// A diff gives up refining after this long (similar's deadline) and shows what it has.
 const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The most markdown a preview renders (a document's JSON body may hold 1 MiB).
+const PREVIEW_LIMIT: usize = 1024 * 1024;
 
 /// One version as the page lists it.
 #[derive(Debug)]
@@ -53,6 +61,31 @@ pub struct DiffView {
     pub lines: Vec<DiffLine>,
 }
 
+/// A review, for people.
+#[derive(Debug)]
+pub struct ReviewRow {
+    pub version: i64,
+    pub outcome: &'static str,
+    pub by: String,
+    pub at: When,
+    pub body: String,
+}
+
+impl ReviewRow {
+    fn of(r: &Review) -> Self {
+        Self {
+            version: r.version,
+            outcome: match r.outcome.as_str() {
+                "approve" => "approved",
+                _ => "changes requested",
+            },
+            by: actor_text(&r.by),
+            at: when(&r.at),
+            body: r.body.clone().unwrap_or_default(),
+        }
+    }
+}
+
 #[derive(Debug, Template)]
 #[template(path = "documents_page.html")]
 pub struct DocumentPage<'a> {
@@ -70,6 +103,78 @@ pub struct DocumentPage<'a> {
     pub diff_error: Option<String>,
     pub from: i64,
     pub to: i64,
+    pub reviews: Vec<ReviewRow>,
+    /// The latest version a review names, if any version is there.
+    pub latest: Option<i64>,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "documents_version.html")]
+pub struct VersionPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub a: ArtifactView,
+    pub scope: Option<(String, String)>,
+    pub number: i64,
+    pub heading: String,
+    pub by: String,
+    pub at: When,
+    /// A document version rendered (sanitized HTML), or empty for a file.
+    pub html: String,
+    /// A file's or image's bytes, to download (the API's URL).
+    pub download: String,
+    pub image: bool,
+    pub previous: Option<i64>,
+    pub next: Option<i64>,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "documents_edit.html")]
+pub struct EditPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub a: ArtifactView,
+    pub scope: Option<(String, String)>,
+    pub markdown: String,
+    pub token: String,
+}
+
+/// A document or file as a list shows it.
+#[derive(Debug)]
+pub struct DocumentRow {
+    pub id: String,
+    pub filename: String,
+    pub kind: &'static str,
+    pub version: String,
+    pub updated: When,
+}
+
+impl DocumentRow {
+    fn of(a: &ArtifactView) -> Self {
+        Self {
+            id: a.id.clone(),
+            filename: a.filename.clone(),
+            kind: a.kind.as_str(),
+            version: a
+                .version
+                .as_ref()
+                .map(|v| match &v.name {
+                    Some(n) => format!("{} “{n}”", v.number),
+                    None => v.number.to_string(),
+                })
+                .unwrap_or_else(|| "none yet".into()),
+            updated: when(&a.updated_at),
+        }
+    }
+}
+
+#[derive(Debug, Template)]
+#[template(path = "documents_list.html")]
+pub struct ListPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub project: String,
+    pub name: String,
+    /// The issue a new document goes to (`?issue=`), else the project.
+    pub issue: String,
+    pub rows: Vec<DocumentRow>,
 }
 
 fn actor_text(a: &Actor) -> String {
@@ -81,9 +186,15 @@ fn actor_text(a: &Actor) -> String {
         Actor::Agent {
             service: Some(s), ..
         } => s.clone(),
+        Actor::Agent { owner: Some(o), .. } => format!("an agent of {o}"),
         Actor::Agent { .. } => "an agent".into(),
         Actor::System { name } => name.clone(),
     }
+}
+
+/// The page of a version.
+pub fn version_href(id: &str, number: i64) -> String {
+    format!("/artifacts/{id}/versions/{number}")
 }
 
 fn version_row(id: &str, v: &VersionInfo) -> VersionRow {
@@ -93,7 +204,39 @@ fn version_row(id: &str, v: &VersionInfo) -> VersionRow {
         kind: v.kind.as_str(),
         by: actor_text(&v.by),
         at: when(&v.created_at),
-        href: format!("/api/v1/artifacts/{id}/versions/{}", v.number),
+        href: version_href(id, v.number),
+    }
+}
+
+/// Where a console ref in a document points among the pages (as the document page does).
+fn page_of(url: &str) -> Option<String> {
+    Some(match parse_ref(url)? {
+        RefTarget::Issue { key } => format!("/issues/{key}"),
+        RefTarget::Project { key } => format!("/projects/{key}/issues"),
+        RefTarget::Artifact { id } => format!("/artifacts/{id}"),
+        RefTarget::Ask { id } => format!("/asks/{id}"),
+        RefTarget::Message { id } => format!("/messages/{id}"),
+        _ => return None,
+    })
+}
+
+/// Markdown rendered as the document page renders it (sanitized; block ids are throwaway).
+pub fn render(markdown: &str) -> String {
+    let mut n = 0u64;
+    Document::parse(markdown, &mut || {
+        n += 1;
+        format!("p{n}")
+    })
+    .to_html_with(&page_of)
+}
+
+/// Where an artifact belongs, as a crumb: `(href, label)`.
+fn scope_of(a: &ArtifactView) -> Option<(String, String)> {
+    match (&a.issue, &a.project, &a.session) {
+        (Some(k), _, _) => Some((format!("/issues/{k}"), k.to_string())),
+        (None, Some(p), _) => Some((format!("/projects/{p}/documents"), p.to_string())),
+        (None, None, Some(s)) => Some((format!("/sessions/{s}"), format!("session {s}"))),
+        _ => None,
     }
 }
 
@@ -134,34 +277,40 @@ pub async fn document_page(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    let fail =
-        |e: countersign_console_core::Error| page(status_of(&e), &notice("error", error_text(&e)));
-    let a = match st.console.artifact(&id).await {
-        Ok(a) => a,
-        Err(e) => return fail(e),
-    };
+) -> PageResult {
+    let h = human(&caller)?;
+    let a = st
+        .console
+        .artifact(&id)
+        .await
+        .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
     let is_document = a.kind == ArtifactKind::Document;
     let (html, versions) = if is_document {
         match st.console.rendered(&a.id).await {
             Ok(r) => (r.html, r.versions),
-            Err(e) => return fail(e),
+            Err(e) => return Err(e.into()),
         }
     } else {
         match st.console.versions(&a.id).await {
             Ok(v) => (String::new(), v),
-            Err(e) => return fail(e),
+            Err(e) => return Err(e.into()),
         }
     };
-    let latest = versions.last().map_or(0, |v| v.number);
+    let reviews = if is_document {
+        st.console
+            .reviews(&a.id)
+            .await
+            .map(|r| r.iter().rev().map(ReviewRow::of).collect())
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let latest = versions.last().map(|v| v.number);
+    let latest_n = latest.unwrap_or(0);
     let number = |k: &str| q.get(k).and_then(|v| v.parse::<i64>().ok());
     let (from, to) = (
-        number("from").unwrap_or((latest - 1).max(1)),
-        number("to").unwrap_or(latest),
+        number("from").unwrap_or((latest_n - 1).max(1)),
+        number("to").unwrap_or(latest_n),
     );
     let (mut diff, mut diff_error) = (None, None);
     if is_document && q.contains_key("from") && q.contains_key("to") {
@@ -186,12 +335,6 @@ pub async fn document_page(
             (Err(e), _) | (_, Err(e)) => diff_error = Some(error_text(&e)),
         }
     }
-    let scope = match (&a.issue, &a.project, &a.session) {
-        (Some(k), _, _) => Some((format!("/issues/{k}"), k.to_string())),
-        (None, Some(p), _) => Some((format!("/projects/{p}/issues"), p.to_string())),
-        (None, None, Some(s)) => Some((String::new(), format!("session {s}"))),
-        _ => None,
-    };
     let version = a
         .version
         .as_ref()
@@ -200,12 +343,12 @@ pub async fn document_page(
             None => format!("{} ({})", v.number, v.kind.as_str()),
         })
         .unwrap_or_else(|| "none yet".into());
-    page(
+    Ok(page(
         StatusCode::OK,
         &DocumentPage {
             chrome: chrome("Document", h, "/projects"),
             is_document,
-            scope,
+            scope: scope_of(&a),
             version,
             updated: when(&a.updated_at),
             html,
@@ -218,9 +361,160 @@ pub async fn document_page(
             diff_error,
             from,
             to,
+            reviews,
+            latest,
             a,
         },
-    )
+    ))
+}
+
+/// `GET /artifacts/{id}/versions/{number}`: one version as a page (a document's rendered, a
+/// file's or image's to download), with the way to the versions beside it.
+pub async fn version_page(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path((id, number)): Path<(String, String)>,
+) -> PageResult {
+    let h = human(&caller)?;
+    let a = st
+        .console
+        .artifact(&id)
+        .await
+        .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
+    let versions = match st.console.versions(&a.id).await {
+        Ok(v) => v,
+        Err(e) => return Err(e.into()),
+    };
+    let Some(info) = number
+        .parse::<i64>()
+        .ok()
+        .and_then(|n| versions.iter().find(|v| v.number == n))
+    else {
+        return Err(
+            PageError::not_found(format!("{} has no version {number}.", a.filename)).back(
+                format!("/artifacts/{}", a.id),
+                format!("Back to {}", a.filename),
+            ),
+        );
+    };
+    let n = info.number;
+    let (html, image) = match st.console.version(&a.id, &n.to_string()).await {
+        Ok(VersionRead::Document(d)) => (render(&d.markdown), false),
+        Ok(VersionRead::Bytes { image, .. }) => (String::new(), image),
+        Err(e) => return Err(e.into()),
+    };
+    let heading = match &info.name {
+        Some(name) => format!("{} · version {n} “{name}”", a.filename),
+        None => format!("{} · version {n}", a.filename),
+    };
+    let previous = versions
+        .iter()
+        .rev()
+        .find(|v| v.number < n)
+        .map(|v| v.number);
+    let next = versions.iter().find(|v| v.number > n).map(|v| v.number);
+    Ok(page(
+        StatusCode::OK,
+        &VersionPage {
+            chrome: chrome("Version", h, "/projects"),
+            scope: scope_of(&a),
+            number: n,
+            heading,
+            by: actor_text(&info.by),
+            at: when(&info.created_at),
+            html,
+            download: format!("/api/v1/artifacts/{}/versions/{n}", a.id),
+            image,
+            previous,
+            next,
+            a,
+        },
+    ))
+}
+
+/// `GET /artifacts/{id}/edit`: the markdown editor, with the token the text was read at.
+pub async fn edit_page(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> PageResult {
+    let h = human(&caller)?;
+    let a = st
+        .console
+        .artifact(&id)
+        .await
+        .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
+    let text = match st.console.text(&a.id).await {
+        Ok(t) => t,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(page(
+        StatusCode::OK,
+        &EditPage {
+            chrome: chrome("Edit a document", h, "/projects"),
+            scope: scope_of(&a),
+            markdown: text.markdown,
+            token: text.token,
+            a,
+        },
+    ))
+}
+
+/// `POST /documents/preview`: markdown (the body) rendered as the document page renders it.
+pub async fn preview(Extension(caller): Extension<Caller>, body: String) -> Response {
+    if let Err(r) = human(&caller) {
+        return *r;
+    }
+    if body.len() > PREVIEW_LIMIT {
+        return html_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "<p class=\"notice error\">The text is too long to preview.</p>".to_owned(),
+        );
+    }
+    html_response(StatusCode::OK, render(&body))
+}
+
+/// `GET /projects/{key}/documents`: a project's documents and files, with the forms that
+/// create and upload one (to the project, or to `?issue=`).
+pub async fn list_page(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(key): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> PageResult {
+    let h = human(&caller)?;
+    let project = match st.console.projects().await {
+        Ok(ps) => ps.into_iter().find(|p| p.key.as_str() == key),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(project) = project else {
+        return Err(
+            PageError::not_found(format!("No project has the key {key}."))
+                .back("/projects", "Back to the projects"),
+        );
+    };
+    let rows = match st
+        .console
+        .artifacts_of(At::Project(project.key.as_str()))
+        .await
+    {
+        Ok(list) => list.iter().rev().map(DocumentRow::of).collect(),
+        Err(e) => return Err(e.into()),
+    };
+    let issue = q
+        .get("issue")
+        .map(|i| i.trim().to_owned())
+        .unwrap_or_default();
+    Ok(page(
+        StatusCode::OK,
+        &ListPage {
+            chrome: chrome("Documents", h, "/projects"),
+            project: project.key.to_string(),
+            name: project.name.clone(),
+            issue,
+            rows,
+        },
+    ))
 }
 
 pub async fn script() -> Response {

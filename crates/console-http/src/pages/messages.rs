@@ -127,6 +127,7 @@ impl SessionRow {
 pub struct SessionsPage<'a> {
     pub chrome: Chrome<'a>,
     pub sessions: Vec<SessionRow>,
+    pub groups: Vec<countersign_console_core::work::delivery::SessionGroup>,
 }
 
 #[derive(Debug, Template)]
@@ -197,7 +198,7 @@ pub struct BroadcastPage<'a> {
 }
 
 fn fail(e: &Error) -> Response {
-    page(status_of(e), &notice("error", error_text(e)))
+    PageError::new(status_of(e), e.code_str(), e.message.clone()).into_response()
 }
 
 macro_rules! person {
@@ -212,12 +213,17 @@ macro_rules! person {
 /// `GET /sessions`: the live sessions.
 pub async fn sessions_page(State(st): St, Extension(caller): Extension<Caller>) -> Response {
     let h = person!(caller);
+    let groups = match st.console.session_groups().await {
+        Ok(g) => g,
+        Err(e) => return fail(&e),
+    };
     match st.console.live_sessions().await {
         Ok(live) => page(
             StatusCode::OK,
             &SessionsPage {
                 chrome: chrome("Sessions", h, "/sessions"),
                 sessions: live.iter().map(SessionRow::of).collect(),
+                groups,
             },
         ),
         Err(e) => fail(&e),

@@ -1,6 +1,11 @@
 //! The pages: server-rendered HTML over the same core operations as the API; the pages' script
-//! (`/assets/console.js`) sends the state changes to the API with the session's CSRF token.
-//! Each page fills one askama template ([`crate::html`]), which escapes what it prints.
+//! (`/assets/console.js`, whose top comment is the contract every page uses) sends the state
+//! changes to the API with the session's CSRF token. Each page fills one askama template
+//! ([`crate::html`]), which escapes what it prints.
+//!
+//! A page handler answers [`PageResult`]: `?` turns a core [`Error`] into a [`PageError`],
+//! which [`render_faults`] (a layer on every page route) shows inside the layout with the
+//! person's navigation, the status, the message and a way back.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,6 +28,8 @@ pub mod asks;
 pub mod delivery;
 pub mod documents;
 pub mod messages;
+pub mod search;
+pub mod work;
 
 pub(crate) type St = State<Arc<AppState>>;
 
@@ -52,6 +59,114 @@ pub(crate) fn page(status: StatusCode, t: &impl Template) -> Response {
             )
         }
     }
+}
+
+// ----- error pages -----
+
+/// A page that cannot be shown, rendered inside the layout: its status, code, message and a
+/// way back. Made from a core [`Error`] by `?`.
+#[derive(Debug, Clone)]
+pub struct PageError {
+    pub status: StatusCode,
+    pub code: String,
+    pub message: String,
+    /// Where "back" goes: `(href, label)`; the inbox when none.
+    pub back: Option<(String, String)>,
+}
+
+/// What a page handler answers.
+pub type PageResult = Result<Response, PageError>;
+
+impl PageError {
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code: code.to_owned(),
+            message: message.into(),
+            back: None,
+        }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
+    }
+
+    /// The way back this page offers.
+    pub fn back(mut self, href: impl Into<String>, label: impl Into<String>) -> Self {
+        self.back = Some((href.into(), label.into()));
+        self
+    }
+
+    /// The page, framed for `human` (none: the frame without navigation).
+    pub fn render(&self, human: Option<&Human>) -> Response {
+        let reason = self.status.canonical_reason().unwrap_or("Error");
+        let back = self
+            .back
+            .as_ref()
+            .map(|(h, l)| (h.as_str(), l.as_str()))
+            .unwrap_or(("/", "Back to your inbox"));
+        let title = format!("{} {reason}", self.status.as_u16());
+        let mut r = page(
+            self.status,
+            &html::ErrorPage {
+                chrome: Chrome {
+                    title: &title,
+                    human,
+                    active: "",
+                },
+                status: self.status.as_u16(),
+                reason,
+                code: &self.code,
+                message: &self.message,
+                back,
+            },
+        );
+        r.extensions_mut().insert(self.clone());
+        r
+    }
+}
+
+impl From<Error> for PageError {
+    fn from(e: Error) -> Self {
+        Self::new(status_of(&e), e.code_str(), e.message.clone())
+    }
+}
+
+impl From<Box<Response>> for PageError {
+    /// A refusal already rendered (not a person: [`human`]) keeps its status.
+    fn from(r: Box<Response>) -> Self {
+        Self::new(
+            r.status(),
+            "HUMAN_ONLY",
+            "this page is for a signed-in person",
+        )
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        self.render(None)
+    }
+}
+
+/// The layer on every page route: a [`PageError`] answer is rendered again with the signed-in
+/// person's navigation (the handler's answer had none).
+pub async fn render_faults(req: Request, next: axum::middleware::Next) -> Response {
+    let human = req
+        .extensions()
+        .get::<Caller>()
+        .and_then(|c| c.human().ok())
+        .cloned();
+    let resp = next.run(req).await;
+    match (resp.extensions().get::<PageError>(), &human) {
+        (Some(fault), Some(h)) => fault.render(Some(h)),
+        _ => resp,
+    }
+}
+
+/// A path no route has, asked for by a browser: 404 inside the layout (API paths keep JSON).
+pub fn no_page() -> Response {
+    PageError::not_found("There is no page at this address.").render(None)
 }
 
 pub(crate) fn status_of(e: &Error) -> StatusCode {
@@ -458,6 +573,41 @@ pub async fn local_sign_in(State(st): St, req: Request) -> Response {
 
 // ----- assets -----
 
+const FAVICON: &str = include_str!("../../assets/favicon.svg");
+
+/// The icon (an SVG; also answered at `/favicon.ico`, which browsers ask for by themselves).
+pub async fn favicon() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "public, max-age=86400"),
+        ],
+        FAVICON,
+    )
+        .into_response()
+}
+
+/// What waits on the person, for the navigation's count and the title: asks whose turn is the
+/// person's, and credential requests waiting for their decision.
+pub async fn inbox_count(State(st): St, Extension(caller): Extension<Caller>) -> Response {
+    let Ok(h) = caller.human() else {
+        return StatusCode::FORBIDDEN.into_response();
+    };
+    let asks = match st.console.inbox_asks(h, None, None).await {
+        Ok(inbox) => inbox.inbox().human_turn.len(),
+        Err(_) => 0,
+    };
+    let requests = match st.console.inbox(h).await {
+        Ok(Some(list)) => list.len(),
+        _ => 0,
+    };
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::Json(serde_json::json!({ "count": asks + requests })),
+    )
+        .into_response()
+}
+
 pub async fn script() -> Response {
     (
         [
@@ -478,169 +628,4 @@ pub async fn style() -> Response {
         STYLE,
     )
         .into_response()
-}
-
-// ----- work -----
-
-pub async fn projects_page(State(st): St, Extension(caller): Extension<Caller>) -> Response {
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    match st.console.projects().await {
-        Ok(ps) => page(
-            StatusCode::OK,
-            &html::ProjectsPage {
-                chrome: chrome("Projects", h, "/projects"),
-                projects: ps
-                    .iter()
-                    .map(|p| html::ProjectRow {
-                        key: p.key.to_string(),
-                        name: p.name.clone(),
-                        created: html::when(&p.created_at),
-                    })
-                    .collect(),
-            },
-        ),
-        Err(e) => page(status_of(&e), &notice("error", error_text(&e))),
-    }
-}
-
-pub async fn issues_page(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(project): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    use countersign_console_core::work::{IssueFilter, ProjectKey, Status};
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    let Some(key) = ProjectKey::parse(&project) else {
-        return page(StatusCode::NOT_FOUND, &notice("error", "no such project"));
-    };
-    let status = q.get("status").cloned().unwrap_or_default();
-    let label = q
-        .get("label")
-        .map(|l| l.trim().to_owned())
-        .unwrap_or_default();
-    let filter = IssueFilter {
-        project: Some(key.clone()),
-        status: Status::parse(&status).into_iter().collect(),
-        labels: if label.is_empty() {
-            vec![]
-        } else {
-            vec![label.clone()]
-        },
-        ..Default::default()
-    };
-    match st.console.issues(filter, None).await {
-        Ok((issues, _)) => page(
-            StatusCode::OK,
-            &html::IssuesPage {
-                chrome: chrome("Issues", h, "/projects"),
-                project: key.to_string(),
-                statuses: Status::ALL.iter().map(|s| s.as_str()).collect(),
-                status,
-                label,
-                issues: issues.iter().map(html::IssueRow::of).collect(),
-            },
-        ),
-        Err(e) => page(status_of(&e), &notice("error", error_text(&e))),
-    }
-}
-
-pub async fn issue_page(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(key): Path<String>,
-) -> Response {
-    use countersign_console_core::work::EventPage;
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    let issue = match st.console.issue(&key).await {
-        Ok(i) => i,
-        Err(e) => return page(status_of(&e), &notice("error", error_text(&e))),
-    };
-    let history = EventPage {
-        after: None,
-        before: None,
-        ids: vec![],
-        descending: true,
-        limit: 50,
-    };
-    let events = st
-        .console
-        .issue_events(&key, &history)
-        .await
-        .unwrap_or_default();
-    let documents = st
-        .console
-        .artifacts_of(countersign_console_core::console::documents::At::Issue(
-            &key,
-        ))
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .map(|a| (format!("/artifacts/{}", a.id), a.filename))
-        .collect();
-    page(
-        StatusCode::OK,
-        &html::IssuePage {
-            chrome: chrome("Issue", h, "/projects"),
-            i: html::IssueRow::of(&issue),
-            events: events.iter().map(html::EventRow::of).collect(),
-            documents,
-        },
-    )
-}
-
-pub async fn search_page(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
-    let mut view = html::SearchPage {
-        chrome: chrome("Search", h, ""),
-        q: text.clone(),
-        total: 0,
-        rows: Vec::new(),
-        error: None,
-    };
-    if !text.is_empty() {
-        match st.console.search(&text, None, 50, 0).await {
-            Ok(found) => {
-                view.total = found.total;
-                view.rows = found
-                    .rows
-                    .into_iter()
-                    .map(|r| html::SearchResult {
-                        href: match r.kind {
-                            countersign_console_core::work::SearchKind::Document => {
-                                format!("/artifacts/{}", r.id)
-                            }
-                            countersign_console_core::work::SearchKind::Message => {
-                                format!("/messages/{}", r.id)
-                            }
-                            _ => format!("/issues/{}", r.id),
-                        },
-                        id: r.id,
-                        reference: r.reference,
-                        title: r.title,
-                        snippet: r.snippet,
-                    })
-                    .collect();
-            }
-            Err(e) => view.error = Some(error_text(&e)),
-        }
-    }
-    page(StatusCode::OK, &view)
 }

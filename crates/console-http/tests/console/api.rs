@@ -21,6 +21,182 @@ async fn setup() -> anyhow::Result<(TestBroker, TestIdp, TestConsole)> {
     Ok((broker, idp, console))
 }
 
+/// The spec's route table (console-protocol.md §1.3), method and path, in its order.
+const SPEC_ORDER: &[(&str, &str)] = &[
+    ("GET", "/api/v1"),
+    ("GET", "/api/v1/me"),
+    ("GET", "/api/v1/people"),
+    ("GET", "/api/v1/agent-tokens"),
+    ("POST", "/api/v1/agent-tokens"),
+    ("DELETE", "/api/v1/agent-tokens/{id}"),
+    ("GET", "/api/v1/block-schema"),
+    ("GET", "/api/v1/search"),
+    ("GET", "/api/v1/references"),
+    ("GET", "/api/v1/events"),
+    ("GET", "/api/v1/projects"),
+    ("POST", "/api/v1/projects"),
+    ("GET", "/api/v1/projects/{key}/components"),
+    ("GET", "/api/v1/projects/{key}/artifacts"),
+    ("POST", "/api/v1/projects/{key}/artifacts"),
+    ("GET", "/api/v1/projects/{key}/artifacts/{slug}"),
+    ("GET", "/api/v1/projects/{key}/artifacts/{slug}/blocks"),
+    ("POST", "/api/v1/projects/{key}/artifacts/{slug}/edits"),
+    ("GET", "/api/v1/projects/{key}/artifacts/{slug}/text"),
+    ("POST", "/api/v1/projects/{key}/artifacts/{slug}/versions"),
+    (
+        "GET",
+        "/api/v1/projects/{key}/artifacts/{slug}/versions/{number}",
+    ),
+    ("GET", "/api/v1/projects/{key}/architecture-source"),
+    ("PUT", "/api/v1/projects/{key}/architecture-source"),
+    ("DELETE", "/api/v1/projects/{key}/architecture-source"),
+    ("POST", "/api/v1/projects/{key}/architecture-source/sync"),
+    ("GET", "/api/v1/architecture-sources"),
+    ("GET", "/api/v1/settings/repo-projects"),
+    ("PUT", "/api/v1/settings/repo-projects/{owner}/{repo}"),
+    ("DELETE", "/api/v1/settings/repo-projects/{owner}/{repo}"),
+    ("GET", "/api/v1/issues"),
+    ("POST", "/api/v1/issues"),
+    ("GET", "/api/v1/issues/resolve"),
+    ("GET", "/api/v1/issues/{key}"),
+    ("PATCH", "/api/v1/issues/{key}"),
+    ("GET", "/api/v1/issues/{key}/artifacts"),
+    ("POST", "/api/v1/issues/{key}/artifacts"),
+    ("GET", "/api/v1/issues/{key}/artifacts/{slug}"),
+    ("GET", "/api/v1/issues/{key}/artifacts/{slug}/blocks"),
+    ("POST", "/api/v1/issues/{key}/artifacts/{slug}/edits"),
+    ("GET", "/api/v1/issues/{key}/artifacts/{slug}/text"),
+    ("POST", "/api/v1/issues/{key}/artifacts/{slug}/versions"),
+    (
+        "GET",
+        "/api/v1/issues/{key}/artifacts/{slug}/versions/{number}",
+    ),
+    ("GET", "/api/v1/issues/{key}/asks"),
+    ("POST", "/api/v1/issues/{key}/asks"),
+    ("POST", "/api/v1/issues/{key}/claim"),
+    ("DELETE", "/api/v1/issues/{key}/claim"),
+    ("GET", "/api/v1/issues/{key}/comments"),
+    ("POST", "/api/v1/issues/{key}/comments"),
+    ("GET", "/api/v1/issues/{key}/events"),
+    ("POST", "/api/v1/issues/{key}/messages"),
+    ("GET", "/api/v1/issues/{key}/messages/{id}"),
+    ("GET", "/api/v1/issues/{key}/references"),
+    ("GET", "/api/v1/issues/{key}/subscribers"),
+    ("DELETE", "/api/v1/issues/{key}/subscribers/{session_id}"),
+    ("GET", "/api/v1/artifacts/{id}"),
+    ("GET", "/api/v1/artifacts/{id}/asks"),
+    ("POST", "/api/v1/artifacts/{id}/asks"),
+    ("POST", "/api/v1/artifacts/{id}/approval-requests"),
+    ("GET", "/api/v1/artifacts/{id}/blocks"),
+    ("GET", "/api/v1/artifacts/{id}/blocks/{block_id}"),
+    ("GET", "/api/v1/artifacts/{id}/comments"),
+    ("POST", "/api/v1/artifacts/{id}/comments"),
+    ("POST", "/api/v1/artifacts/{id}/edits"),
+    ("GET", "/api/v1/artifacts/{id}/events"),
+    ("POST", "/api/v1/artifacts/{id}/rebuild"),
+    ("GET", "/api/v1/artifacts/{id}/references"),
+    ("GET", "/api/v1/artifacts/{id}/reviews"),
+    ("POST", "/api/v1/artifacts/{id}/reviews"),
+    ("GET", "/api/v1/artifacts/{id}/subscribers"),
+    ("DELETE", "/api/v1/artifacts/{id}/subscribers/{session_id}"),
+    ("GET", "/api/v1/artifacts/{id}/text"),
+    ("POST", "/api/v1/artifacts/{id}/versions"),
+    ("GET", "/api/v1/artifacts/{id}/versions/{number}"),
+    ("POST", "/api/v1/agents/{session_id}/artifacts"),
+    ("GET", "/api/v1/agents/{session_id}/artifacts/{slug}"),
+    (
+        "GET",
+        "/api/v1/agents/{session_id}/artifacts/{slug}/versions/{number}",
+    ),
+    ("GET", "/api/v1/asks"),
+    ("GET", "/api/v1/asks/{id}"),
+    ("PATCH", "/api/v1/asks/{id}"),
+    ("POST", "/api/v1/asks/{id}/answer"),
+    ("POST", "/api/v1/asks/{id}/close"),
+    ("GET", "/api/v1/asks/{id}/recipients"),
+    ("PUT", "/api/v1/asks/{id}/followers/{session_id}"),
+    ("DELETE", "/api/v1/asks/{id}/followers/{session_id}"),
+    ("GET", "/api/v1/comments/{id}"),
+    ("PATCH", "/api/v1/comments/{id}"),
+    ("POST", "/api/v1/comments/{id}/suggestion/accept"),
+    ("POST", "/api/v1/comments/{id}/suggestion/reject"),
+    ("POST", "/api/v1/comments/{id}/deliveries"),
+    ("POST", "/api/v1/comments/{id}/reopen"),
+    ("POST", "/api/v1/comments/{id}/resolve"),
+    ("POST", "/api/v1/comments/{id}/replies"),
+    ("GET", "/api/v1/broadcasts"),
+    ("POST", "/api/v1/broadcasts"),
+    ("GET", "/api/v1/broadcasts/{id}"),
+    ("GET", "/api/v1/sessions"),
+    ("GET", "/api/v1/sessions/{session_id}/messages"),
+    ("POST", "/api/v1/sessions/{session_id}/messages"),
+    ("GET", "/api/v1/sessions/{session_id}/relay"),
+    ("GET", "/api/v1/messages/{id}/thread"),
+    ("POST", "/api/v1/messages/{id}/deliveries"),
+    ("POST", "/api/v1/messages/{id}/deliveries/{attempt}/accept"),
+    ("POST", "/api/v1/messages/{id}/replies"),
+    ("GET", "/api/v1/inbox"),
+    ("GET", "/api/v1/inbox/answers"),
+    ("PUT", "/api/v1/inbox/asks/{id}/snooze"),
+    ("DELETE", "/api/v1/inbox/asks/{id}/snooze"),
+    ("GET", "/api/v1/inbox/issues"),
+    ("PATCH", "/api/v1/inbox/issues/{key}"),
+    ("GET", "/api/v1/inbox/threads"),
+    ("POST", "/api/v1/inbox/threads/{id}/read"),
+    ("GET", "/api/v1/inbox/agents"),
+    ("PATCH", "/api/v1/inbox/agents/{session_id}"),
+    ("GET", "/api/v1/delivery/timeline"),
+    ("GET", "/api/v1/delivery/measures"),
+    ("GET", "/api/v1/delivery/pipeline"),
+    ("GET", "/api/v1/delivery/runs/{id}"),
+    ("POST", "/api/v1/delivery/session-groups"),
+    ("PATCH", "/api/v1/delivery/session-groups/{id}"),
+    ("DELETE", "/api/v1/delivery/session-groups/{id}"),
+    ("GET", "/api/v1/delivery/settings"),
+    ("PUT", "/api/v1/delivery/settings"),
+    ("GET", "/api/v1/credential-requests"),
+    ("POST", "/api/v1/credential-requests/machine-lookup"),
+    ("GET", "/api/v1/credential-requests/{id}"),
+    ("POST", "/api/v1/credential-requests/{id}/approve"),
+    ("POST", "/api/v1/credential-requests/{id}/deny"),
+    ("GET", "/api/v1/credential-grants"),
+    ("POST", "/api/v1/credential-grants/{id}/revoke"),
+    ("GET", "/api/v1/machine-logins"),
+    ("POST", "/api/v1/machine-logins/{id}/revoke"),
+];
+
+/// `GET /api/v1` lists `routes` in the spec table's order (issue 27: `GET /api/v1/projects`
+/// came after `/sessions`), and `count` is the table's 131.
+#[tokio::test]
+async fn route_list_is_in_the_spec_tables_order() -> anyhow::Result<()> {
+    let console = TestConsole::start(ConsoleOptions::default()).await?;
+    let table: serde_json::Value = reqwest::get(format!("{}/api/v1", console.url))
+        .await?
+        .json()
+        .await?;
+    let listed: Vec<(String, String)> = table["routes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| {
+                    (
+                        r["method"].as_str().unwrap_or("").to_owned(),
+                        r["path"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let want: Vec<(String, String)> = SPEC_ORDER
+        .iter()
+        .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
+        .collect();
+    assert_eq!(listed, want);
+    assert_eq!(table["count"], 131);
+    console.stop().await;
+    Ok(())
+}
+
 /// `GET /api/v1` lists exactly the router's routes: every row reaches its handler (never the
 /// fallback, never 405), and a path not in the table reaches the fallback.
 #[tokio::test]
@@ -256,6 +432,30 @@ async fn personal_tokens_shared_token_and_human_only() -> anyhow::Result<()> {
             .code(),
         "TOKEN_INPUT"
     );
+    // A name is 1 to 100 characters: empty (or only spaces) is refused, not defaulted; the
+    // default is for an absent name (issue 27).
+    let long = "x".repeat(101);
+    for name in ["", "   ", long.as_str()] {
+        let r = ada
+            .post("/api/v1/agent-tokens", json!({ "name": name }))
+            .await?;
+        refused(&r, 400, "TOKEN_INPUT");
+    }
+    let unnamed = ada.post("/api/v1/agent-tokens", json!({})).await?;
+    assert_eq!(unnamed.json["name"], "agent token", "{}", unnamed.text);
+    let hundred = ada
+        .post("/api/v1/agent-tokens", json!({ "name": "y".repeat(100) }))
+        .await?;
+    assert_eq!(hundred.status, 201, "{}", hundred.text);
+    for id in [&unnamed.json["id"], &hundred.json["id"]] {
+        let gone = ada
+            .delete(&format!(
+                "/api/v1/agent-tokens/{}",
+                id.as_str().unwrap_or_default()
+            ))
+            .await?;
+        assert_eq!(gone.status, 204);
+    }
 
     // Only the token's hash is kept.
     for entry in std::fs::read_dir(console.dir.path())? {

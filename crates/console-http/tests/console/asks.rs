@@ -179,7 +179,8 @@ async fn ask_states(db: Option<String>) -> anyhow::Result<()> {
         r.json["answer"]["by"],
         json!({"kind": "user", "login": ADA})
     );
-    assert_eq!(r.json["turn"], "agent");
+    // Answered is not open: nobody's turn, in no inbox (issue 27).
+    assert_eq!(r.json["turn"], Value::Null);
     // answered → answered: the later answer is current, the earlier in the history.
     let r = ada
         .post(
@@ -692,15 +693,16 @@ async fn inbox_by_turn(db: Option<String>) -> anyhow::Result<()> {
     let r = bob.get("/api/v1/inbox").await?;
     assert_eq!(ids(&r.json["human_turn"]), [bobs.clone(), nobodys.clone()]);
 
-    // Whose turn: answered, the agent's; the agent's follow-up, nobody's (out of the inbox).
+    // Whose turn: answered, nobody's (the inbox lists open asks; issue 27), and the agent's
+    // follow-up leaves it so.
     ada.post(
         &format!("/api/v1/asks/{mine}/answer"),
         json!({"text": "yes"}),
     )
     .await?;
     let r = ada.get("/api/v1/inbox").await?;
-    assert_eq!(ids(&r.json["agent_turn"]), std::slice::from_ref(&mine));
-    assert_eq!(r.json["agent_turn"][0]["turn"], "agent");
+    assert_eq!(r.json["agent_turn"], json!([]), "{}", r.text);
+    assert!(!ids(&r.json["human_turn"]).contains(&mine), "{}", r.text);
     let c = agent
         .post(
             "/api/v1/issues/ASK-1/comments",
@@ -1471,8 +1473,9 @@ async fn answered_in_the_browser_over_the_link(db: Option<String>) -> anyhow::Re
     b.click(&format!("{row} button[data-option=\"yes\"]"))
         .await?;
     b.wait_text("#flash", "Answered: Refund it.", 10).await?;
-    // The row moves to the agent's turn, live.
-    b.wait_for(&format!("#agent-turn li[data-ask-id=\"{id}\"]"), 10)
+    // An answered ask is no longer open: its row leaves the inbox, live (docs/decisions.md,
+    // issue 27: answered asks leave the inbox).
+    b.wait_gone(&format!("li[data-ask-id=\"{id}\"]"), 10)
         .await?;
 
     // The session holds the answer, over its link.

@@ -853,6 +853,17 @@ async fn timeline_page_with_two_facets_in_the_browser() -> anyhow::Result<()> {
     }
     b.screenshot(&crate::browser::shots().join("delivery-timeline.png"))
         .await?;
+    // What changes with no event (a background sync) still reaches the open page: its
+    // freshness line and data are fetched again every 30 s while it is visible. A line made
+    // stale here comes back from the server, without a reload.
+    b.execute("window.notReloaded = true; document.getElementById('freshness').textContent = 'stale'; return true;")
+        .await?;
+    b.wait_text("#freshness", "Synced", 45).await?;
+    assert_eq!(
+        b.execute("return window.notReloaded === true").await?,
+        json!(true),
+        "the page was reloaded"
+    );
     b.quit().await;
     rig.standin.assert_no_misses();
     rig.console.stop().await;

@@ -1273,8 +1273,38 @@ async fn documents_text_blocks_and_edits(db: Option<String>) -> anyhow::Result<(
     assert_eq!(one.status, 200, "{}", one.text);
     assert_eq!(one.json["table"]["id"], table["id"]);
     assert_eq!(one.json["table"]["row"], 2);
-    assert_eq!(one.json["table"]["header"], json!(["a", "b"]));
+    assert_eq!(one.json["table"]["column"], 0);
+    // The header cell text above the cell (not the whole header row; issue 27).
+    assert_eq!(one.json["table"]["header"], json!("a"));
     assert_eq!(one.json["table"]["cells"], json!(["3", "4"]));
+    // The row's second cell (cells come in document order).
+    let second = list
+        .iter()
+        .filter(|b| {
+            b["type"] == "table_cell"
+                && b["path"][1]["index"] == 2
+                && b["path"].as_array().map(Vec::len) == Some(2)
+        })
+        .nth(1)
+        .cloned()
+        .unwrap_or_default();
+    let two = ada
+        .get(&format!(
+            "/api/v1/artifacts/{id}/blocks/{}",
+            second["id"].as_str().unwrap_or_default()
+        ))
+        .await?;
+    assert_eq!(two.json["table"]["column"], 1, "{}", two.text);
+    assert_eq!(two.json["table"]["header"], json!("b"));
+    // A row has no header cell above it.
+    let row = ada
+        .get(&format!(
+            "/api/v1/artifacts/{id}/blocks/{}",
+            second["path"][1]["id"].as_str().unwrap_or_default()
+        ))
+        .await?;
+    assert_eq!(row.json["table"]["row"], 2, "{}", row.text);
+    assert_eq!(row.json["table"]["header"], json!(null));
     refused(
         &ada.get(&format!("/api/v1/artifacts/{id}/blocks/nope"))
             .await?,
@@ -1331,6 +1361,23 @@ async fn documents_text_blocks_and_edits(db: Option<String>) -> anyhow::Result<(
         .await?;
     refused(&r, 409, "DOCUMENT_CHANGED");
     assert_eq!(r.json["token"], token2.as_str());
+    // The current tokens of the blocks, not `{}` (issue 27): each block the document has now.
+    let now = ada.get(&format!("/api/v1/artifacts/{id}/blocks")).await?;
+    let want: serde_json::Map<String, serde_json::Value> = now.json["blocks"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .map(|b| {
+                    (
+                        b["id"].as_str().unwrap_or_default().to_owned(),
+                        b["token"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(!want.is_empty(), "{}", now.text);
+    assert_eq!(r.json["blocks"], serde_json::Value::Object(want));
     let r = agent
         .post(
             &format!("/api/v1/artifacts/{id}/edits"),

@@ -2334,6 +2334,7 @@ async fn dev_mode_expiry_reaches_the_session() -> anyhow::Result<()> {
         0,
         DevOptions {
             request_pending_seconds: Some(2),
+            ..Default::default()
         },
     )
     .await?;

@@ -135,6 +135,8 @@ async fn approval_pages_as_a_new_user_tries_them() -> anyhow::Result<()> {
     ada.goto(&url(&format!("/requests/{first}"))).await?;
     ada.wait_text("h1", "Secret request", 10).await?;
     ada.wait_text("dl.facts", nasty, 5).await?;
+    // The request's id, as the CLI and MCP print it.
+    ada.wait_text("#request-id", &first, 5).await?;
     assert_eq!(
         ada.execute("return document.querySelectorAll('dl.facts b').length")
             .await?,

@@ -17,7 +17,10 @@ use serde_json::json;
 use tokio::io::AsyncBufReadExt;
 
 #[derive(Parser, Debug)]
-#[command(about = "A demo session on the Countersign console's session link")]
+#[command(
+    version,
+    about = "A demo session on the Countersign console's session link"
+)]
 struct Args {
     /// The console's base URL.
     #[arg(long)]

@@ -24,7 +24,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const TOKEN: &str = "loadgen-shared-token-0123456789";
 
 #[derive(Debug, Parser)]
-#[command(about = "The console's session links under load")]
+#[command(version, about = "The console's session links under load")]
 struct Args {
     #[command(subcommand)]
     mode: Bench,

@@ -20,6 +20,13 @@
 //! `--edits` replace ops through `POST /api/v1/artifacts/{id}/edits`, one at a time, each with
 //! the previous answer's token as `expected_token`, and `--reads` `GET …/blocks`: p50, p99.
 //!
+//! `--mode pages` (issue 27) instead: the pages a person reads, as a signed-in browser asks
+//! for them (dev mode's local sign-in, the session cookie), one request at a time so each
+//! latency is the server's time plus loopback, on a project of `--issues` issues (made through
+//! the core unless `--existing`): the issue list `/projects/BENCH/issues` and its
+//! `?status=done`, an issue page with `--timeline` entries (comments and asks on one issue),
+//! and a `--document-kib` document's page `/artifacts/{id}`: p50, p99 of `--reads` each.
+//!
 //! The server runs on its own 2-thread runtime; the client on the rest. Figures go to
 //! `docs/benchmarks.md` with the command.
 
@@ -35,7 +42,7 @@ use serde_json::json;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug, Parser)]
-#[command(about = "Throughput and latency of the console's work routes")]
+#[command(version, about = "Throughput and latency of the console's work routes")]
 struct Args {
     /// Issues in the table for the list, search and fan-out phases.
     #[arg(long, default_value_t = 100_000)]
@@ -78,9 +85,12 @@ struct Args {
     /// Replace ops, one at a time (documents mode).
     #[arg(long, default_value_t = 500)]
     edits: usize,
-    /// Blocks reads, one at a time (documents mode).
+    /// Blocks reads, one at a time (documents mode); page reads of each page (pages mode).
     #[arg(long, default_value_t = 100)]
     reads: usize,
+    /// Entries on the issue page's timeline (pages mode): comments and asks on one issue.
+    #[arg(long, default_value_t = 200)]
+    timeline: usize,
 }
 
 const TOKEN: &str = "loadgen-shared-token-0123456789";
@@ -287,8 +297,9 @@ fn main() -> anyhow::Result<()> {
         )
     });
     config.shared_token_file = Some(token_file);
-    // The inbox phase signs its person in through dev mode's local sign-in (loopback only).
-    config.local_sign_in = args.inbox_asks > 0;
+    // The inbox and pages phases sign their person in through dev mode's local sign-in
+    // (loopback only).
+    config.local_sign_in = args.inbox_asks > 0 || args.mode == "pages";
     let state = server_rt.block_on(countersign_console_http::build(
         &config,
         Arc::new(countersign_console_core::SystemClock),
@@ -311,6 +322,9 @@ fn main() -> anyhow::Result<()> {
     }
     if args.mode == "documents" {
         return client_rt.block_on(documents(args, url));
+    }
+    if args.mode == "pages" {
+        return client_rt.block_on(pages(args, url, state));
     }
     client_rt.block_on(run(args, url, state))
 }
@@ -715,52 +729,7 @@ async fn run(
     } else {
         args.issues - create
     };
-    let started = Instant::now();
-    // No HTTP here: the whole process's CPU is the write path's.
-    let cpu0 = cpu_seconds("/proc/self/stat");
-    let statuses = ["todo", "in_progress", "in_review", "blocked", "done"];
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut fillers = Vec::new();
-    // As many at once as the API phase: the writes group-commit as they would under load.
-    for _ in 0..args.connections {
-        let (state, next) = (state.clone(), next.clone());
-        fillers.push(tokio::spawn(async move {
-            let actor = Actor::System {
-                name: "loadgen".into(),
-            };
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= rest {
-                    return Ok::<_, anyhow::Error>(());
-                }
-                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (i as u64 + 1));
-                let new = NewIssue {
-                    project: Some("BENCH".into()),
-                    title: Some(rng.title()),
-                    status: serde_json::from_value(json!(rng.pick(&statuses))).ok(),
-                    priority: Some((rng.next() % 4) as u8),
-                    labels: vec![format!("l{}", rng.next() % 20)],
-                    ..Default::default()
-                };
-                state.console.create_issue(&actor, new).await?;
-                if i % 10_000 == 9_999 {
-                    eprintln!("  {} issues…", i + 1);
-                }
-            }
-        }));
-    }
-    for f in fillers {
-        f.await??;
-    }
-    let cpu = cpu_seconds("/proc/self/stat") - cpu0;
-    println!(
-        "issue creation through the core (no HTTP, no advice), {} at once: {rest} in {:.1} s \
-         ({:.0}/s); {:.0} µs of CPU each",
-        args.connections,
-        started.elapsed().as_secs_f64(),
-        rest as f64 / started.elapsed().as_secs_f64().max(1e-9),
-        cpu * 1e6 / rest.max(1) as f64,
-    );
+    fill(&state, rest, args.connections).await?;
 
     // 2. Creation through the API, on a table that holds the rest already.
     let cpu0 = server_cpu();
@@ -930,5 +899,251 @@ async fn run(
         percentile(&delays, 0.99).as_secs_f64() * 1e3,
         delays.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
     );
+    Ok(())
+}
+
+/// `rest` issues in project BENCH through the core (no HTTP), `connections` at once, with
+/// statuses, priorities and labels spread as the list phases filter them.
+async fn fill(
+    state: &Arc<countersign_console_http::AppState>,
+    rest: usize,
+    connections: usize,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    // No HTTP here: the whole process's CPU is the write path's.
+    let cpu0 = cpu_seconds("/proc/self/stat");
+    let statuses = ["todo", "in_progress", "in_review", "blocked", "done"];
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut fillers = Vec::new();
+    // As many at once as the API phase: the writes group-commit as they would under load.
+    for _ in 0..connections {
+        let (state, next) = (state.clone(), next.clone());
+        fillers.push(tokio::spawn(async move {
+            let actor = Actor::System {
+                name: "loadgen".into(),
+            };
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= rest {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (i as u64 + 1));
+                let new = NewIssue {
+                    project: Some("BENCH".into()),
+                    title: Some(rng.title()),
+                    status: serde_json::from_value(json!(rng.pick(&statuses))).ok(),
+                    priority: Some((rng.next() % 4) as u8),
+                    labels: vec![format!("l{}", rng.next() % 20)],
+                    ..Default::default()
+                };
+                state.console.create_issue(&actor, new).await?;
+                if i % 10_000 == 9_999 {
+                    eprintln!("  {} issues…", i + 1);
+                }
+            }
+        }));
+    }
+    for f in fillers {
+        f.await??;
+    }
+    let cpu = cpu_seconds("/proc/self/stat") - cpu0;
+    println!(
+        "issue creation through the core (no HTTP, no advice), {} at once: {rest} in {:.1} s \
+         ({:.0}/s); {:.0} µs of CPU each",
+        connections,
+        started.elapsed().as_secs_f64(),
+        rest as f64 / started.elapsed().as_secs_f64().max(1e-9),
+        cpu * 1e6 / rest.max(1) as f64,
+    );
+    Ok(())
+}
+
+/// The pages mode (see the module's doc).
+async fn pages(
+    args: Args,
+    url: String,
+    state: Arc<countersign_console_http::AppState>,
+) -> anyhow::Result<()> {
+    use countersign_console_core::console::asks::{NewAsk, NewComment};
+    const PERSON: &str = "bench@example.com";
+    let person = Actor::User {
+        login: countersign_console_core::Login::parse(PERSON)
+            .ok_or_else(|| anyhow::anyhow!("login"))?,
+    };
+    let created = state
+        .console
+        .create_project(&person, "BENCH", "Bench")
+        .await;
+    anyhow::ensure!(created.is_ok() || args.existing, "project: {created:?}");
+    if !args.existing {
+        fill(&state, args.issues, args.connections).await?;
+    }
+    let session = state.console.sign_in_local(PERSON).await?;
+    let cookie = format!("countersign_session={}", session.token.as_str());
+    let http = reqwest::Client::new();
+
+    // One request at a time: each latency is the server's time and loopback.
+    let reads = args.reads;
+    let read = |path: String| {
+        let (http, url, cookie) = (http.clone(), url.clone(), cookie.clone());
+        async move {
+            let mut lat = Vec::with_capacity(reads);
+            let mut size = 0;
+            let started = Instant::now();
+            let cpu0 = server_cpu();
+            for _ in 0..reads {
+                let t = Instant::now();
+                let r = http
+                    .get(format!("{url}{path}"))
+                    .header("cookie", &cookie)
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status() == 200, "{path}: {}", r.status());
+                size = r.bytes().await?.len();
+                lat.push(t.elapsed());
+            }
+            report(
+                &format!("GET {path} ({} KiB of HTML)", size / 1024),
+                lat,
+                started.elapsed(),
+                server_cpu() - cpu0,
+            );
+            Ok::<_, anyhow::Error>(())
+        }
+    };
+    read("/projects/BENCH/issues".into()).await?;
+    read("/projects/BENCH/issues?status=done".into()).await?;
+
+    // The query the list pages make (`Console::issue_rows`: a page of 50 with its children's
+    // progress and open asks, the total), called in this process: the server's share of a
+    // list page before its markup, for each order, a filter, and the 100th page by cursor.
+    {
+        use countersign_console_core::work::{
+            IssueCursor, IssueListQuery, IssueSort, ProjectKey, Status,
+        };
+        let project = ProjectKey::parse("BENCH");
+        let mut cases: Vec<(String, IssueListQuery)> = Vec::new();
+        for sort in IssueSort::ALL {
+            cases.push((
+                format!("sort={}", sort.as_str()),
+                IssueListQuery {
+                    project: project.clone(),
+                    sort,
+                    ..Default::default()
+                },
+            ));
+        }
+        cases.push((
+            "status=done".into(),
+            IssueListQuery {
+                project: project.clone(),
+                status: vec![Status::Done],
+                ..Default::default()
+            },
+        ));
+        // The 100th page: follow 99 cursors first.
+        let mut deep = IssueListQuery {
+            project: project.clone(),
+            ..Default::default()
+        };
+        for _ in 0..99 {
+            let page = state.console.issue_rows(&deep).await?;
+            deep.after = page.next.as_deref().and_then(IssueCursor::parse);
+        }
+        cases.push(("the 100th page".into(), deep));
+        for (name, q) in cases {
+            let mut lat = Vec::with_capacity(reads);
+            let started = Instant::now();
+            let mut rows = 0;
+            for _ in 0..reads {
+                let t = Instant::now();
+                let page = state.console.issue_rows(&q).await?;
+                lat.push(t.elapsed());
+                rows = page.rows.len();
+            }
+            report(
+                &format!("Console::issue_rows ({name}, {rows} rows)"),
+                lat,
+                started.elapsed(),
+                f64::NAN,
+            );
+        }
+    }
+
+    // An issue with `--timeline` entries: comments, and an ask each fourth.
+    let (issue, _) = state
+        .console
+        .create_issue(
+            &person,
+            NewIssue {
+                project: Some("BENCH".into()),
+                title: Some("An issue with a long conversation".into()),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let key = issue.key.to_string();
+    let agent = Actor::Agent {
+        owner: None,
+        service: None,
+        session: Some("loadgen-agent".into()),
+    };
+    let mut rng = Rng(0x3c6e_f372_fe94_f82b);
+    for i in 0..args.timeline {
+        if i % 4 == 3 {
+            state
+                .console
+                .open_issue_ask(
+                    &agent,
+                    &key,
+                    NewAsk {
+                        question: format!("{}?", rng.title()),
+                        options: Vec::new(),
+                        block: None,
+                        actor: None,
+                    },
+                )
+                .await?;
+        } else {
+            let who = if i % 2 == 0 { &person } else { &agent };
+            state
+                .console
+                .comment_on_issue(
+                    who,
+                    &key,
+                    NewComment {
+                        body: format!("{} {} {}", rng.title(), rng.title(), rng.title()),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+        }
+    }
+    read(format!("/issues/{key}")).await?;
+
+    // A `--document-kib` document's page.
+    let (md, _) = document(args.document_kib);
+    let boundary = "loadgen-boundary-5f3a";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"pages.md\"\r\n\
+         Content-Type: text/markdown\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(md.as_bytes());
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let r = http
+        .post(format!("{url}/api/v1/projects/BENCH/artifacts"))
+        .bearer_auth(TOKEN)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await?;
+    anyhow::ensure!(r.status() == 201, "upload: {}", r.text().await?);
+    let meta: serde_json::Value = r.json().await?;
+    let id = meta["id"].as_str().unwrap_or_default().to_owned();
+    read(format!("/artifacts/{id}")).await?;
     Ok(())
 }

@@ -290,6 +290,22 @@ impl Browser {
         .await
     }
 
+    /// Types `text` as key presses to whatever has the focus (the Actions API): shortcuts.
+    pub async fn keys(&self, text: &str) -> anyhow::Result<()> {
+        let mut actions = Vec::new();
+        for c in text.chars() {
+            actions.push(json!({ "type": "keyDown", "value": c.to_string() }));
+            actions.push(json!({ "type": "keyUp", "value": c.to_string() }));
+        }
+        self.cmd(
+            reqwest::Method::POST,
+            "/actions",
+            Some(json!({ "actions": [{ "type": "key", "id": "keyboard", "actions": actions }] })),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Waits until nothing matches `css`.
     pub async fn wait_gone(&self, css: &str, secs: u64) -> anyhow::Result<()> {
         let until = Instant::now() + Duration::from_secs(secs);
@@ -299,6 +315,150 @@ impl Browser {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        Ok(())
+    }
+
+    /// The first displayed element matching `xpath`, waiting for one.
+    pub async fn wait_xpath(&self, xpath: &str, secs: u64) -> anyhow::Result<String> {
+        let until = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Ok(v) = self
+                .cmd(
+                    reqwest::Method::POST,
+                    "/elements",
+                    Some(json!({ "using": "xpath", "value": xpath })),
+                )
+                .await
+            {
+                for e in v.as_array().cloned().unwrap_or_default() {
+                    if let Some(id) = e[ELEMENT].as_str()
+                        && self.visible(id).await.unwrap_or(false)
+                    {
+                        return Ok(id.to_owned());
+                    }
+                }
+            }
+            if Instant::now() > until {
+                bail!("no displayed element matches {xpath} within {secs} s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Clicks the displayed button or link whose visible text is `text`.
+    pub async fn click_text(&self, text: &str) -> anyhow::Result<()> {
+        let x =
+            format!("//button[normalize-space()=\"{text}\"] | //a[normalize-space()=\"{text}\"]");
+        let id = self.wait_xpath(&x, 10).await?;
+        self.cmd(
+            reqwest::Method::POST,
+            &format!("/element/{id}/click"),
+            Some(json!({})),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The displayed field whose label starts with `label` (a wrapping label, or `for`).
+    async fn field(&self, label: &str) -> anyhow::Result<String> {
+        let l = format!("//label[starts-with(normalize-space(), \"{label}\")]");
+        let x =
+            format!("{l}//*[self::input or self::textarea or self::select] | //*[@id={l}/@for]");
+        self.wait_xpath(&x, 10).await
+    }
+
+    /// Types `text` into the field labelled `label` (cleared first). A live region may swap
+    /// the field between finding it and typing (the page follows its event stream): the field
+    /// is then found again, for two seconds at most.
+    pub async fn fill(&self, label: &str, text: &str) -> anyhow::Result<()> {
+        let mut tries = 0;
+        loop {
+            let id = self.field(label).await?;
+            let typed = async {
+                self.cmd(
+                    reqwest::Method::POST,
+                    &format!("/element/{id}/clear"),
+                    Some(json!({})),
+                )
+                .await?;
+                self.cmd(
+                    reqwest::Method::POST,
+                    &format!("/element/{id}/value"),
+                    Some(json!({ "text": text })),
+                )
+                .await
+            }
+            .await;
+            match typed {
+                Ok(_) => return Ok(()),
+                // Swapped out (stale), or swapped in and not yet shown (not interactable): the
+                // live region settles within a moment.
+                Err(e)
+                    if tries < 20
+                        && (e.to_string().contains("stale element")
+                            || e.to_string().contains("not interactable")) =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Picks the option shown as `option` in the select labelled `label`.
+    pub async fn choose(&self, label: &str, option: &str) -> anyhow::Result<()> {
+        let l = format!("//label[starts-with(normalize-space(), \"{label}\")]");
+        let x = format!(
+            "({l}//select | //select[@id={l}/@for])/option[normalize-space()=\"{option}\"]"
+        );
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let v = self
+                .cmd(
+                    reqwest::Method::POST,
+                    "/elements",
+                    Some(json!({ "using": "xpath", "value": x })),
+                )
+                .await?;
+            if let Some(id) = v
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(|e| e[ELEMENT].as_str())
+            {
+                self.cmd(
+                    reqwest::Method::POST,
+                    &format!("/element/{id}/click"),
+                    Some(json!({})),
+                )
+                .await?;
+                return Ok(());
+            }
+            if Instant::now() > until {
+                bail!("no option {option} under {label}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Presses keys on the page (WebDriver actions), as a person on the keyboard.
+    pub async fn press(&self, keys: &str) -> anyhow::Result<()> {
+        let mut actions = Vec::new();
+        for k in keys.chars() {
+            actions.push(json!({ "type": "keyDown", "value": k.to_string() }));
+            actions.push(json!({ "type": "keyUp", "value": k.to_string() }));
+        }
+        self.cmd(
+            reqwest::Method::POST,
+            "/actions",
+            Some(json!({ "actions": [{ "type": "key", "id": "keyboard", "actions": actions }] })),
+        )
+        .await?;
+        let _ = self
+            .http
+            .delete(format!("{}/actions", self.base))
+            .send()
+            .await;
         Ok(())
     }
 

@@ -1,0 +1,227 @@
+//! The search page (issue 27): every kind of result links to its page (a comment to its
+//! issue's or document's conversation, an ask to its page, a message to where it was written),
+//! with a title a person reads and a snippet of what matched, never an id as link text.
+
+use std::collections::HashMap;
+
+use askama::Template;
+use axum::Extension;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use countersign_console_core::Caller;
+use countersign_console_core::work::{SearchKind, SearchRow};
+
+use super::{St, chrome, error_text, human, page};
+use crate::html::{Chrome, When, when};
+
+/// How many results a page of the search shows.
+pub const PER_PAGE: u32 = 20;
+
+/// A search result as the page lists it.
+#[derive(Debug)]
+pub struct ResultRow {
+    pub kind: &'static str,
+    pub href: String,
+    pub title: String,
+    /// Where it is (an issue, a document), when that is not the title.
+    pub context: String,
+    /// What matched, when it says more than the title.
+    pub snippet: String,
+    pub at: When,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "search.html")]
+pub struct SearchPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub q: String,
+    pub total: i64,
+    pub reachable: i64,
+    pub offset: u32,
+    pub next: Option<u32>,
+    pub previous: Option<u32>,
+    pub rows: Vec<ResultRow>,
+    pub error: Option<String>,
+}
+
+impl SearchPage<'_> {
+    /// The query, for a link's `q=`.
+    pub fn q_param(&self) -> String {
+        url::form_urlencoded::byte_serialize(self.q.as_bytes()).collect()
+    }
+}
+
+/// One line of at most `max` characters (an ellipsis marks the cut).
+fn line(text: &str, max: usize) -> String {
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let flat: String = first.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let mut s: String = flat.chars().take(max).collect();
+        s.push('…');
+        s
+    }
+}
+
+/// The snippet, unless it only repeats the title.
+fn snippet_beside(title: &str, snippet: &str) -> String {
+    let flat: String = snippet.split_whitespace().collect::<Vec<_>>().join(" ");
+    let core = flat.trim_matches('…').trim();
+    if core.is_empty() || title.trim_end_matches('…').contains(core) || core == title {
+        String::new()
+    } else {
+        flat
+    }
+}
+
+/// Where a comment is read: its ask's page, its document's discussion, or its issue.
+async fn comment_place(st: &crate::AppState, id: &str) -> (String, String) {
+    match st.console.comment(id).await {
+        Ok(t) => {
+            let c = &t.comment;
+            match (&c.ask, &c.artifact, &c.issue) {
+                (Some(ask), _, _) => (format!("/asks/{ask}"), "a reply on an ask".to_owned()),
+                (None, Some(doc), _) => {
+                    let name = st
+                        .console
+                        .artifact(doc)
+                        .await
+                        .map(|a| a.filename)
+                        .unwrap_or_else(|_| "a document".to_owned());
+                    (
+                        format!("/artifacts/{doc}/discussion#comment-{id}"),
+                        format!("on {name}"),
+                    )
+                }
+                (None, None, Some(k)) => (format!("/issues/{k}#comment-{id}"), format!("on {k}")),
+                _ => (format!("/projects/{}/issues", c.project), String::new()),
+            }
+        }
+        Err(_) => ("/search".to_owned(), String::new()),
+    }
+}
+
+async fn row_of(st: &crate::AppState, r: SearchRow) -> ResultRow {
+    let at = when(&r.at);
+    match r.kind {
+        SearchKind::Issue => ResultRow {
+            kind: "issue",
+            href: format!("/issues/{}", r.id),
+            title: format!("{} · {}", r.id, line(&r.title, 120)),
+            context: String::new(),
+            snippet: snippet_beside(&r.title, &r.snippet),
+            at,
+        },
+        SearchKind::Document => {
+            let title = line(&r.title, 120);
+            ResultRow {
+                kind: "document",
+                href: format!("/artifacts/{}", r.id),
+                snippet: snippet_beside(&title, &r.snippet),
+                title,
+                context: r.project.map(|p| format!("in {p}")).unwrap_or_default(),
+                at,
+            }
+        }
+        SearchKind::Ask => {
+            let title = line(&r.title, 120);
+            ResultRow {
+                kind: "ask",
+                href: format!("/asks/{}", r.id),
+                snippet: snippet_beside(&title, &r.snippet),
+                title,
+                context: r.project.map(|p| format!("in {p}")).unwrap_or_default(),
+                at,
+            }
+        }
+        SearchKind::Comment => {
+            let (href, context) = comment_place(st, &r.id).await;
+            let title = line(&r.title, 120);
+            ResultRow {
+                kind: "comment",
+                href,
+                snippet: snippet_beside(&title, &r.snippet),
+                title,
+                context,
+                at,
+            }
+        }
+        SearchKind::Message => {
+            let title = line(&r.title, 120);
+            ResultRow {
+                kind: "message",
+                href: format!("/messages/{}", r.id),
+                snippet: snippet_beside(&title, &r.snippet),
+                title,
+                context: r.project.map(|p| format!("in {p}")).unwrap_or_default(),
+                at,
+            }
+        }
+    }
+}
+
+/// `GET /search?q=&offset=`: issues, documents, asks, comments and messages by their words
+/// (a word's prefix matches too).
+pub async fn search_page(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let h = match human(&caller) {
+        Ok(h) => h,
+        Err(r) => return *r,
+    };
+    let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
+    // A credential request's record id, as the CLI and MCP print it while a request waits:
+    // its page.
+    if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return axum::response::Redirect::to(&format!("/requests/{}", text.to_ascii_lowercase()))
+            .into_response();
+    }
+    let offset = q
+        .get("offset")
+        .and_then(|o| o.parse::<u32>().ok())
+        .unwrap_or(0)
+        .min(500);
+    let mut view = SearchPage {
+        chrome: chrome("Search", h, ""),
+        q: text.clone(),
+        total: 0,
+        reachable: 0,
+        offset,
+        next: None,
+        previous: None,
+        rows: Vec::new(),
+        error: None,
+    };
+    let mut status = StatusCode::OK;
+    if !text.is_empty() {
+        match st.console.search(&text, None, PER_PAGE, offset).await {
+            Ok(found) => {
+                view.total = found.total;
+                view.reachable = found.reachable;
+                let shown = found.rows.len() as u32;
+                if i64::from(offset + shown) < found.reachable && shown == PER_PAGE {
+                    view.next = Some(offset + PER_PAGE);
+                }
+                if offset > 0 {
+                    view.previous = Some(offset.saturating_sub(PER_PAGE));
+                }
+                for r in found.rows {
+                    view.rows.push(row_of(&st, r).await);
+                }
+            }
+            Err(e) => {
+                status = super::status_of(&e);
+                view.error = Some(error_text(&e));
+            }
+        }
+    }
+    page(status, &view)
+}

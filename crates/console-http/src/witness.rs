@@ -1,0 +1,151 @@
+//! The console as a witness of the broker's audit log, outside the broker's database (the
+//! broker's `docs/audit.md`, "Witnesses"). Every [`INTERVAL`], the console presents to the
+//! broker's `POST /v1/audit/witness` (with the console token) the highest head of the broker's
+//! chain it has been answered, kept in the console's own database
+//! ([`SqlStorage::witness_record`]); the broker checks that its chain still holds that head and
+//! answers its own, which the console keeps when it is higher. A broker whose chain is behind
+//! the console's record fails closed (503, `audit log: …`), and the console logs it at ERROR.
+
+use std::time::Duration;
+
+use countersign_console_sql::{SqlStorage, WitnessRecord};
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+/// How often the console presents its record.
+pub const INTERVAL: Duration = Duration::from_secs(2);
+
+/// The chain's start: what a witness that has seen nothing presents.
+const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Head {
+    position: i64,
+    hash: String,
+    accepted: i64,
+}
+
+/// What one round found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Round {
+    /// The broker holds the record; what is kept now.
+    Kept(WitnessRecord),
+    /// The broker refused: its chain is behind the record (or otherwise broken), or it is not
+    /// ready yet; the broker's message.
+    Refused(u16, String),
+}
+
+/// The witness of one broker.
+pub struct Witness {
+    storage: SqlStorage,
+    http: reqwest::Client,
+    url: String,
+    broker: String,
+    token: Zeroizing<String>,
+}
+
+impl std::fmt::Debug for Witness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Witness")
+            .field("broker", &self.broker)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Witness {
+    pub fn new(
+        storage: SqlStorage,
+        broker: &str,
+        token: Zeroizing<String>,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        let broker = broker.trim_end_matches('/').to_owned();
+        Ok(Self {
+            storage,
+            http,
+            url: format!("{broker}/v1/audit/witness"),
+            broker,
+            token,
+        })
+    }
+
+    /// One round: present the record, keep the answer.
+    pub async fn round(&self) -> anyhow::Result<Round> {
+        let rec = self
+            .storage
+            .witness_record(&self.broker)
+            .await
+            .map_err(|e| anyhow::anyhow!("console database: {e}"))?
+            .unwrap_or(WitnessRecord {
+                position: 0,
+                hash: GENESIS.to_owned(),
+                accepted: 0,
+            });
+        let body = Head {
+            position: rec.position,
+            hash: rec.hash.clone(),
+            accepted: rec.accepted,
+        };
+        let r = self
+            .http
+            .post(&self.url)
+            .bearer_auth(self.token.as_str())
+            .json(&body)
+            .send()
+            .await?;
+        let status = r.status().as_u16();
+        let text = r.text().await?;
+        if status != 200 {
+            let message = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            return Ok(Round::Refused(status, message));
+        }
+        let head: Head = serde_json::from_str(&text)?;
+        let answered = WitnessRecord {
+            position: head.position,
+            hash: head.hash,
+            accepted: head.accepted,
+        };
+        let now = chrono::Utc::now().timestamp_millis();
+        self.storage
+            .witness_keep(&self.broker, &answered, now)
+            .await
+            .map_err(|e| anyhow::anyhow!("console database: {e}"))?;
+        let kept = self
+            .storage
+            .witness_record(&self.broker)
+            .await
+            .map_err(|e| anyhow::anyhow!("console database: {e}"))?
+            .unwrap_or(answered);
+        Ok(Round::Kept(kept))
+    }
+
+    /// Runs a round every [`INTERVAL`], for as long as the task lives.
+    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(INTERVAL);
+            loop {
+                tick.tick().await;
+                match self.round().await {
+                    Ok(Round::Kept(_)) => {}
+                    Ok(Round::Refused(503, m)) if m.starts_with("audit log:") => {
+                        tracing::error!(broker = %self.broker, message = %m, "the broker's audit log is behind what this console witnessed, or broken: it fails closed")
+                    }
+                    Ok(Round::Refused(status, m)) => {
+                        tracing::warn!(broker = %self.broker, status, message = %m, "audit witness refused")
+                    }
+                    Err(e) => {
+                        tracing::debug!(broker = %self.broker, error = %e, "audit witness round failed")
+                    }
+                }
+            }
+        })
+    }
+}
