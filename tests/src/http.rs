@@ -324,6 +324,18 @@ impl Storage for FaultyStorage {
         check_fault(&self.faults.reads)?;
         self.inner.remembered(scope, now).await
     }
+
+    async fn remember_all(
+        &self,
+        values: &[(&str, &str, Time)],
+        now: Time,
+    ) -> Result<(), StorageError> {
+        self.inner.remember_all(values, now).await
+    }
+
+    async fn at_shutdown(&self, now: Time) -> Result<(), StorageError> {
+        self.inner.at_shutdown(now).await
+    }
 }
 
 // ----- answers -----

@@ -70,24 +70,17 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
             .await
     }
     /// Remembers many distinct single-use values at once, each as [`Storage::remember_once`]
-    /// would (whether each was fresh is not answered). By default one at a time.
+    /// would (whether each was fresh is not answered). Required, like [`Storage::at_shutdown`]:
+    /// a decorator that forgot to forward a default would drop it silently.
     async fn remember_all(
         &self,
         values: &[(&str, &str, Time)],
         now: Time,
-    ) -> Result<(), StorageError> {
-        for (scope, value, until) in values {
-            self.remember_once(scope, value, *until, now).await?;
-        }
-        Ok(())
-    }
+    ) -> Result<(), StorageError>;
     /// Called once when the process stops serving, after its last request (a graceful
     /// shutdown): what the storage keeps in memory alone is made durable, so that the next
-    /// process need not refuse what it cannot know. By default there is nothing to keep.
-    async fn at_shutdown(&self, now: Time) -> Result<(), StorageError> {
-        let _ = now;
-        Ok(())
-    }
+    /// process need not refuse what it cannot know.
+    async fn at_shutdown(&self, now: Time) -> Result<(), StorageError>;
     /// The live values remembered under `scope` (lapsed ones, before `now`, may be left out).
     /// For the few values of a scope of its own ([`Exclusive`](crate::exclusive::Exclusive)'s
     /// proof horizon); by default unsupported.

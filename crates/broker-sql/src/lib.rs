@@ -324,6 +324,11 @@ impl Storage for SqlStorage {
         countersign_broker_core::storage::Tx::commit(Box::new(tx)).await
     }
 
+    async fn at_shutdown(&self, _now: Time) -> Result<(), StorageError> {
+        // Everything is in the database already.
+        Ok(())
+    }
+
     async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
         let rows = sqlx::query("SELECT value FROM once_values WHERE scope = $1 AND until_ms >= $2")
             .bind(scope)

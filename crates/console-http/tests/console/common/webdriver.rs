@@ -265,6 +265,11 @@ impl Browser {
 
     pub async fn type_into(&self, css: &str, text: &str) -> anyhow::Result<()> {
         let id = self.wait_for(css, 10).await?;
+        self.replace_text(&id, text).await
+    }
+
+    /// Clears the element `id` and types `text` into it.
+    async fn replace_text(&self, id: &str, text: &str) -> anyhow::Result<()> {
         self.cmd(
             reqwest::Method::POST,
             &format!("/element/{id}/clear"),
@@ -374,21 +379,7 @@ impl Browser {
         let mut tries = 0;
         loop {
             let id = self.field(label).await?;
-            let typed = async {
-                self.cmd(
-                    reqwest::Method::POST,
-                    &format!("/element/{id}/clear"),
-                    Some(json!({})),
-                )
-                .await?;
-                self.cmd(
-                    reqwest::Method::POST,
-                    &format!("/element/{id}/value"),
-                    Some(json!({ "text": text })),
-                )
-                .await
-            }
-            .await;
+            let typed = self.replace_text(&id, text).await;
             match typed {
                 Ok(_) => return Ok(()),
                 // Swapped out (stale), or swapped in and not yet shown (not interactable): the
