@@ -1524,6 +1524,15 @@ impl TestBroker {
         }
     }
 
+    /// Stops the server as a crash would (nothing released, no audit head kept) but keeps its files: a broker
+    /// started with [`TestBrokerBuilder::replica_of`] this one afterwards inherits only what
+    /// was durable before the crash.
+    pub async fn crash(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.abort().await;
+        }
+    }
+
     /// Stops the server: in-flight requests finish, background work stops.
     pub async fn shutdown(mut self) {
         if let Some(r) = self.running.take() {

@@ -432,6 +432,17 @@ impl Running {
         crate::audit::at_shutdown(&self.state.broker).await;
         r
     }
+
+    /// Stops at once, as a crash would: connections are dropped, background work stops, and
+    /// nothing is kept (no proof horizon released, no audit head written). For tests of what
+    /// a successor inherits from a predecessor that did not stop gracefully.
+    pub async fn abort(self) {
+        self.handle.shutdown();
+        let _ = self.server.await;
+        for b in self.background {
+            b.abort();
+        }
+    }
 }
 
 /// Serves `state` on `listen` (port 0 picks one), with TLS when `tls` is given, and starts the

@@ -249,6 +249,7 @@ public_url = "{base}"
 database_url = {db:?}
 seal_key_file = {seal:?}
 console_token_file = {console:?}
+audit_state_file = {audit:?}
 
 [store]
 kind = "local"
@@ -267,6 +268,7 @@ retry_max_seconds = 2
             db = db_url,
             seal = p("seal.key").display().to_string(),
             console = p("console-token").display().to_string(),
+            audit = p("audit-state.json").display().to_string(),
             store = p("secrets.toml").display().to_string(),
             secret = p("webhook-secret").display().to_string(),
         ),

@@ -149,7 +149,8 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         public_url: public_url.clone(),
         database_url,
         seal_key_file: dir.join("seal.key"),
-        audit_state_file: None,
+        // Its own, beside its database: never the user's state directory.
+        audit_state_file: Some(dir.join("audit-state.json")),
         otlp_endpoint: None,
         console_token_file: Some(dir.join("console-token")),
         tls: None,

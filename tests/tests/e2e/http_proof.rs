@@ -457,19 +457,19 @@ async fn stored_once_values(tb: &TestBroker) -> anyhow::Result<(i64, i64)> {
     Ok((row.try_get("jtis")?, row.try_get("horizons")?))
 }
 
-/// A proof accepted by a SQLite broker, replayed to the same broker after a restart (its
-/// server stopped, a new one started on the same database file with empty memory), is refused:
-/// its `iat` is not after the proof horizon the first process recorded. So is a fresh proof
-/// signed in that second (the price of keeping `jti`s in memory); once the clock is past the
-/// horizon, fresh proofs are accepted.
+/// A proof accepted by a SQLite broker, replayed to the same broker after a crash (its
+/// server gone without a graceful stop, a new one started on the same database file with empty
+/// memory), is refused: its `iat` is not after the proof horizon the first process recorded.
+/// So is a fresh proof signed in that second (the price of keeping `jti`s in memory); once the
+/// clock is past the horizon, fresh proofs are accepted.
 #[tokio::test]
-async fn a_proof_replayed_after_a_restart_is_refused() -> R {
+async fn a_proof_replayed_after_a_crash_is_refused() -> R {
     let mut before = TestBroker::start().await?;
     assert!(before.database_url.starts_with("sqlite:"));
     let (_machine, session) = before.session_of(ADA).await?;
     let proof = session.proof("GET", "/v1/enrollments/self", b"");
     describe_with(&before, &proof).await?.expect(200);
-    before.stop().await;
+    before.crash().await;
 
     let after = TestBroker::builder().replica_of(&before).start().await?;
     let replayed = describe_with(&after, &proof).await?;
@@ -496,9 +496,46 @@ async fn a_proof_replayed_after_a_restart_is_refused() -> R {
     Ok(())
 }
 
+/// After a graceful stop the successor pays nothing for the memory its predecessor kept: the
+/// predecessor wrote its live `jti`s through and released its horizon, so a replayed proof is
+/// refused by the database, and a fresh proof signed in the same second is accepted.
+#[tokio::test]
+async fn after_a_graceful_stop_a_replay_is_refused_and_fresh_proofs_pass_at_once() -> R {
+    let mut before = TestBroker::start().await?;
+    let (_machine, session) = before.session_of(ADA).await?;
+    let proof = session.proof("GET", "/v1/enrollments/self", b"");
+    describe_with(&before, &proof).await?.expect(200);
+    assert_eq!(
+        stored_once_values(&before).await?.0,
+        0,
+        "a proof was written through before the stop"
+    );
+    before.stop().await;
+    assert!(
+        stored_once_values(&before).await?.0 >= 1,
+        "the graceful stop did not write the live jtis through"
+    );
+
+    let after = TestBroker::builder().replica_of(&before).start().await?;
+    let replayed = describe_with(&after, &proof).await?;
+    replayed.refused(401, "PROOF_INVALID");
+    assert!(
+        replayed.error().contains("replayed"),
+        "{}",
+        replayed.error()
+    );
+    // The same second, on the same clock: accepted, the horizon having been released.
+    let same_second = session.proof("GET", "/v1/enrollments/self", b"");
+    describe_with(&after, &same_second).await?.expect(200);
+    after.shutdown().await;
+    before.shutdown().await;
+    Ok(())
+}
+
 /// Proof `jti`s cost no database write on SQLite: after many proof-verified reads the database
 /// holds no session `jti`, only the proof horizon. And a proof accepted on memory alone by a
-/// second process (past its write-through minute) is still refused by a third.
+/// second process (past its write-through minute) is still refused by a third, each process
+/// having crashed rather than stopped.
 #[tokio::test]
 async fn proof_jtis_stay_in_memory_and_their_replay_is_refused_after_each_restart() -> R {
     let mut first = TestBroker::start().await?;
@@ -512,7 +549,7 @@ async fn proof_jtis_stay_in_memory_and_their_replay_is_refused_after_each_restar
     let (jtis, horizons) = stored_once_values(&first).await?;
     assert_eq!(jtis, 0, "session jtis were written to the database");
     assert!(horizons >= 1, "no proof horizon recorded");
-    first.stop().await;
+    first.crash().await;
 
     let mut second = TestBroker::builder().replica_of(&first).start().await?;
     let session = on(&second, &session)?;
@@ -533,7 +570,7 @@ async fn proof_jtis_stay_in_memory_and_their_replay_is_refused_after_each_restar
         1,
         "a proof past the write-through minute is remembered in memory only"
     );
-    second.stop().await;
+    second.crash().await;
 
     let third = TestBroker::builder().replica_of(&first).start().await?;
     let replayed = describe_with(&third, &proof).await?;
@@ -550,7 +587,8 @@ async fn proof_jtis_stay_in_memory_and_their_replay_is_refused_after_each_restar
 }
 
 /// A proof dated ahead of the broker's clock (within the skew) is written through, and its
-/// replay to a restarted broker, past the first process's horizon, is refused by the database.
+/// replay to a broker restarted after a crash, past the first process's horizon, is refused by
+/// the database.
 #[tokio::test]
 async fn a_proof_dated_ahead_replayed_after_a_restart_is_refused() -> R {
     let mut before = TestBroker::start().await?;
@@ -560,7 +598,7 @@ async fn a_proof_dated_ahead_replayed_after_a_restart_is_refused() -> R {
     let ahead = spec.sign(&session.key);
     describe_with(&before, &ahead).await?.expect(200);
     assert_eq!(stored_once_values(&before).await?.0, 1, "written through");
-    before.stop().await;
+    before.crash().await;
 
     let after = TestBroker::builder().replica_of(&before).start().await?;
     let session = on(&after, &session)?;

@@ -104,10 +104,11 @@ impl Broker {
         let addr = listener.local_addr().unwrap();
         let url = format!("http://{addr}");
         let mut config = format!(
-            "listen = \"{addr}\"\npublic_url = \"{url}\"\ndatabase_url = \"sqlite://{}?mode=rwc\"\nseal_key_file = \"{}\"\nconsole_token_file = \"{}\"\n\n[store]\nkind = \"local\"\npath = \"{}\"\n",
+            "listen = \"{addr}\"\npublic_url = \"{url}\"\ndatabase_url = \"sqlite://{}?mode=rwc\"\nseal_key_file = \"{}\"\nconsole_token_file = \"{}\"\naudit_state_file = \"{}\"\n\n[store]\nkind = \"local\"\npath = \"{}\"\n",
             d.join("broker.db").display(),
             d.join("seal.key").display(),
             d.join("console-token").display(),
+            d.join("audit-state.json").display(),
             d.join("secrets.toml").display(),
         );
         if let Some(l) = lease {

@@ -82,13 +82,14 @@ impl TestBroker {
         };
         let toml = format!(
             "listen = \"{addr}\"\npublic_url = \"http://{addr}\"\ndatabase_url = {}\nseal_key_file = {}\n\
-             console_token_file = {}\n[store]\nkind = \"local\"\npath = {}\n",
+             console_token_file = {}\naudit_state_file = {}\n[store]\nkind = \"local\"\npath = {}\n",
             serde_json::to_string(&format!(
                 "sqlite://{}?mode=rwc",
                 dir.path().join("broker.db").display()
             ))?,
             q(dir.path().join("seal.key")),
             q(dir.path().join("console-token")),
+            q(dir.path().join("audit-state.json")),
             q(dir.path().join("secrets.toml")),
         );
         let config: countersign_broker_http::Config = toml::from_str(&toml)?;
