@@ -101,6 +101,10 @@ pub struct Error {
     /// Named detail fields some codes add to the body (protocol §10), e.g. ISSUE_CHANGED's
     /// `sequence`.
     pub details: serde_json::Map<String, serde_json::Value>,
+    /// A write conflict the storage reported (another transaction won): the whole transaction
+    /// may run again. Its wire code is DATABASE_UNAVAILABLE (a retryable 503) should the
+    /// retries run out.
+    conflict: bool,
 }
 
 impl Error {
@@ -109,6 +113,7 @@ impl Error {
             code: Code::Console(code),
             message: code.message().to_owned(),
             details: Default::default(),
+            conflict: false,
         }
     }
 
@@ -117,6 +122,7 @@ impl Error {
             code: Code::Console(code),
             message: message.into(),
             details: Default::default(),
+            conflict: false,
         }
     }
 
@@ -134,6 +140,7 @@ impl Error {
             },
             message: message.into(),
             details: Default::default(),
+            conflict: false,
         }
     }
 
@@ -165,6 +172,12 @@ impl Error {
     pub fn is(&self, code: ErrorCode) -> bool {
         self.code == Code::Console(code)
     }
+
+    /// Whether this is a write conflict (see [`crate::storage::StorageError::Conflict`]): the
+    /// one error a transaction's retry can help.
+    pub fn is_conflict(&self) -> bool {
+        self.conflict
+    }
 }
 
 impl From<ErrorCode> for Error {
@@ -180,10 +193,10 @@ impl From<crate::storage::StorageError> for Error {
                 tracing::warn!(error = %m, "console database unavailable");
                 Error::new(ErrorCode::DATABASE_UNAVAILABLE)
             }
-            crate::storage::StorageError::Conflict => {
-                tracing::warn!("console database conflict outlived its retries");
-                Error::new(ErrorCode::DATABASE_UNAVAILABLE)
-            }
+            crate::storage::StorageError::Conflict => Error {
+                conflict: true,
+                ..Error::new(ErrorCode::DATABASE_UNAVAILABLE)
+            },
             crate::storage::StorageError::Corrupt(m) | crate::storage::StorageError::Other(m) => {
                 tracing::error!(error = %m, "console database failure");
                 Error::with_message(ErrorCode::INTERNAL, "database failure")

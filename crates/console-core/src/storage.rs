@@ -107,6 +107,11 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     async fn begin(&self) -> Result<Box<dyn WorkTx>, StorageError>;
     /// Begins a read-only transaction over the work storage.
     async fn read(&self) -> Result<Box<dyn WorkTx>, StorageError>;
+    /// Waits before a transaction that met a write conflict runs again for the `attempt`+1th
+    /// time (the core has no timer; the storage knows how long its contention lasts).
+    async fn back_off(&self, attempt: u32) {
+        let _ = attempt;
+    }
     /// Reads with no transaction: each statement sees the latest commit, none a snapshot
     /// shared with the others. For reads of one statement, or of several that need not agree
     /// (`advice.suggestions`), it spares the transaction's own round trips.

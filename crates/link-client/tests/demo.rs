@@ -37,9 +37,16 @@ fn help_names_every_option() {
 
 #[test]
 fn without_a_token_it_says_where_the_token_goes() {
-    let o = demo(&["--console", "http://127.0.0.1:9", "--session", "s1"], None);
+    let o = demo(
+        &["--console", "http://127.0.0.1:9", "--session", "s1"],
+        None,
+    );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("COUNTERSIGN_AGENT_TOKEN"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("COUNTERSIGN_AGENT_TOKEN"),
+        "{}",
+        stderr(&o)
+    );
     assert!(o.stdout.is_empty(), "it said something before failing");
 }
 
@@ -68,7 +75,10 @@ fn a_console_that_is_not_there_fails_without_a_live_line() {
         .expect("a free port")
         .port();
     let url = format!("http://127.0.0.1:{port}");
-    let o = demo(&["--console", &url, "--session", "s1"], Some("cs-agent-test"));
+    let o = demo(
+        &["--console", &url, "--session", "s1"],
+        Some("cs-agent-test"),
+    );
     assert!(!o.status.success(), "it connected to nothing");
     assert!(
         !String::from_utf8_lossy(&o.stdout).contains("\"live\""),

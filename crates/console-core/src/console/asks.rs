@@ -45,19 +45,10 @@ fn ask_state(state: AskState, message: &str) -> Error {
 
 /// An ask or comment id: a UUID in any case, written lowercase; anything else names nothing.
 fn uuid_id(s: &str, what: &str) -> Result<String, Error> {
-    uuid::Uuid::parse_str(s)
-        .map(|u| u.hyphenated().to_string())
-        .map_err(|_| not_found(what))
+    crate::ids::uuid_id(s).ok_or_else(|| not_found(what))
 }
 
-/// A session id (protocol §4.1), as the HTTP layer checks it in paths and bodies.
-pub(crate) fn is_session_id(s: &str) -> bool {
-    let n = s.chars().count();
-    (1..=128).contains(&n)
-        && !s
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || "/?#<>\"'`[]\\|".contains(c))
-}
+pub(crate) use crate::ids::is_session_id;
 
 /// An option id: `^[A-Za-z0-9_-]{1,32}$`.
 fn is_option_id(s: &str) -> bool {
@@ -1087,7 +1078,12 @@ impl Console {
         }
         let entries = tx.inbox(&filter, None).await?;
         drop(tx);
-        let cached = Arc::new(CachedInbox::of(entries, now, Self::inbox_row));
+        let cached = Arc::new(CachedInbox::of(
+            entries,
+            now,
+            Self::inbox_row,
+            self.inboxes.spares.clone(),
+        ));
         self.inboxes.put(filter, watermark, cached.clone());
         Ok(cached)
     }
@@ -1904,6 +1900,7 @@ const NOT_IN_INBOXES: &[&str] = &[
     "broadcast.sent",
     "delivery.attempt",
     "delivery.settings_changed",
+    "delivery.synced",
     "message.accepted",
     "message.replied",
     "message.sent",
@@ -1968,30 +1965,26 @@ impl AsRef<[u8]> for InboxJson {
     }
 }
 
-/// Buffers of inbox answers no longer read, kept for the next answer's JSON. An answer after
-/// each write is megabytes made afresh, and a fresh allocation that size is mapped anew by the
-/// allocator and faulted in page by page (then unmapped when freed, which stalls the other
-/// threads while their TLBs are flushed); a buffer kept is written in place.
-static SPARE_BUFFERS: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+/// Buffers of inbox answers no longer read, kept for the next answer's JSON (each console's
+/// own, in its [`InboxCache`]). An answer after each write is megabytes made afresh, and a
+/// fresh allocation that size is mapped anew by the allocator and faulted in page by page (then
+/// unmapped when freed, which stalls the other threads while their TLBs are flushed); a buffer
+/// kept is written in place.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Spares(Arc<Mutex<Vec<Vec<u8>>>>);
+
 /// Spare buffers kept at most, and the sizes kept (a smaller allocation is recycled by the
 /// allocator itself).
 const SPARE_BUFFERS_KEPT: usize = 2;
 const SPARE_BUFFER_SIZES: std::ops::RangeInclusive<usize> = (1 << 20)..=(64 << 20);
 
-/// A buffer that goes back to [`SPARE_BUFFERS`] when dropped (when there is room for it).
-#[derive(Debug)]
-pub struct SpareBuffer(Vec<u8>);
-
-impl SpareBuffer {
+impl Spares {
     /// A buffer of at least `capacity`, empty: a spare one if any.
-    fn with_capacity(capacity: usize) -> Vec<u8> {
+    fn buffer(&self, capacity: usize) -> Vec<u8> {
         if capacity < *SPARE_BUFFER_SIZES.start() {
             return Vec::with_capacity(capacity);
         }
-        let spare = SPARE_BUFFERS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop();
+        let spare = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop();
         match spare {
             Some(mut b) => {
                 b.clear();
@@ -2003,12 +1996,16 @@ impl SpareBuffer {
     }
 }
 
+/// A buffer that goes back to its console's [`Spares`] when dropped (when there is room).
+#[derive(Debug)]
+pub struct SpareBuffer(Vec<u8>, Spares);
+
 impl Drop for SpareBuffer {
     fn drop(&mut self) {
         if !SPARE_BUFFER_SIZES.contains(&self.0.capacity()) {
             return;
         }
-        let mut spare = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spare = self.1.0.lock().unwrap_or_else(|e| e.into_inner());
         if spare.len() < SPARE_BUFFERS_KEPT {
             spare.push(std::mem::take(&mut self.0));
         }
@@ -2024,6 +2021,8 @@ pub struct CachedInbox {
     until: Option<Time>,
     json: std::sync::OnceLock<InboxJson>,
     inbox: std::sync::OnceLock<Inbox>,
+    /// Where the JSON's buffer comes from and goes back to.
+    spares: Spares,
 }
 
 #[derive(Debug, Clone)]
@@ -2070,16 +2069,18 @@ impl CachedInbox {
         entries: Vec<InboxEntry>,
         now: Time,
         row: fn(InboxAsk, Option<Time>) -> InboxRow,
+        spares: Spares,
     ) -> Self {
         Self::sorted(
             entries
                 .into_iter()
                 .filter_map(|e| KeptRow::of(e, now, row))
                 .collect(),
+            spares,
         )
     }
 
-    fn sorted(mut rows: Vec<KeptRow>) -> Self {
+    fn sorted(mut rows: Vec<KeptRow>, spares: Spares) -> Self {
         // Oldest turn first; asks made in one millisecond as they were made.
         rows.sort_by_key(|r| (r.turn_since, r.seq));
         let until = rows
@@ -2092,6 +2093,7 @@ impl CachedInbox {
             until,
             json: std::sync::OnceLock::new(),
             inbox: std::sync::OnceLock::new(),
+            spares,
         }
     }
 
@@ -2120,7 +2122,7 @@ impl CachedInbox {
             .cloned()
             .collect();
         rows.extend(fresh.into_iter().filter_map(|e| KeptRow::of(e, now, row)));
-        Self::sorted(rows)
+        Self::sorted(rows, self.spares.clone())
     }
 
     /// The typed answer (the home page's), made on first use.
@@ -2147,7 +2149,7 @@ impl CachedInbox {
         self.json
             .get_or_init(|| {
                 let size: usize = self.rows.iter().map(|r| r.json.len() + 1).sum();
-                let mut out = SpareBuffer::with_capacity(64 + size);
+                let mut out = self.spares.buffer(64 + size);
                 for (i, (name, s)) in [
                     ("human_turn", Section::Human),
                     ("agent_turn", Section::Agent),
@@ -2170,7 +2172,7 @@ impl CachedInbox {
                 }
                 out.extend_from_slice(b"]}");
                 // Shared as it was written: `Arc<[u8]>` would copy the megabytes once more.
-                InboxJson(Arc::new(SpareBuffer(out)))
+                InboxJson(Arc::new(SpareBuffer(out, self.spares.clone())))
             })
             .clone()
     }
@@ -2197,6 +2199,8 @@ enum Lookup {
 #[derive(Debug, Default)]
 pub(crate) struct InboxCache {
     entries: Mutex<std::collections::VecDeque<CacheEntry>>,
+    /// Buffers of answers no longer read, for the next answer's JSON.
+    spares: Spares,
 }
 
 #[derive(Debug)]

@@ -442,20 +442,37 @@ impl Console {
             return Ok(Freshness::default());
         }
         let result = self.sync_once(&settings).await;
-        let mut tx = self.parts.storage.begin().await?;
-        let mut f = tx.freshness().await?;
-        match &result {
-            Ok(()) => {
-                f.synced_at = Some(self.now());
-                f.error = None;
+        let now = self.now();
+        let (f, event) = transact!(self, |tx| {
+            let old = tx.freshness().await?;
+            let mut f = old.clone();
+            match &result {
+                Ok(_) => {
+                    f.synced_at = Some(now);
+                    f.error = None;
+                }
+                Err(e) => f.error = Some(e.to_string()),
             }
-            Err(m) => {
-                tracing::warn!(error = %m, "delivery sync failed");
-                f.error = Some(m.clone());
-            }
+            tx.put_freshness(&f).await?;
+            // An event when the sync wrote something or its error changed: what a page shows
+            // moved (a quiet sync every few minutes appends nothing).
+            let wrote = matches!(&result, Ok(n) if *n > 0);
+            let event = if wrote || f.error != old.error {
+                Some(
+                    self.append(tx, "delivery.synced", &system(), None, None, json!(f))
+                        .await?,
+                )
+            } else {
+                None
+            };
+            Ok((f, event))
+        })?;
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, "delivery sync failed");
         }
-        tx.put_freshness(&f).await?;
-        tx.commit().await?;
+        if let Some(e) = event {
+            self.event_committed(e.id);
+        }
         // Readers after a sync find the synced data parsed already.
         if let Err(e) = self.keep_synced().await {
             tracing::warn!(error = %e, "the synced delivery data could not be read");
@@ -491,24 +508,28 @@ impl Console {
         Ok(Some(s))
     }
 
-    async fn sync_once(&self, s: &DeliverySettings) -> Result<(), String> {
-        let host = self.host().ok_or("no code host")?;
-        let session = host.open().await.map_err(|e| e.to_string())?;
+    /// One sync: what the code host lists since the last one, stored in transactions of its
+    /// own between the host's calls (each retried on a conflict, none held across a call to
+    /// the host). Answers how many rows it wrote.
+    async fn sync_once(&self, s: &DeliverySettings) -> Result<usize, SyncFailure> {
+        let host = self
+            .host()
+            .ok_or_else(|| SyncFailure::Host("no code host".into()))?;
+        let session = host.open().await.map_err(SyncFailure::host)?;
         let repo = s.deploy_repository.as_str();
         let branch = session
             .default_branch(repo)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(SyncFailure::host)?;
         let now = self.now();
         let history = now - chrono::Duration::days(HISTORY_DAYS);
-        let db = |e: StorageError| e.to_string();
         let (newest_merge, cursors) = {
-            let mut tx = self.parts.storage.read().await.map_err(db)?;
-            let m = tx.newest_merge(repo).await.map_err(db)?;
+            let mut tx = self.parts.storage.read().await?;
+            let m = tx.newest_merge(repo).await?;
             let mut c = HashMap::new();
             for p in &s.workflow_paths {
                 for ev in ["push", "pull_request"] {
-                    c.insert((p.clone(), ev), tx.newest_run(p, ev).await.map_err(db)?);
+                    c.insert((p.clone(), ev), tx.newest_run(p, ev).await?);
                 }
             }
             (m, c)
@@ -519,7 +540,7 @@ impl Console {
         let pulls = session
             .merged_pulls(repo, &branch, since)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(SyncFailure::host)?;
         let mut runs: Vec<Run> = Vec::new();
         for p in &s.workflow_paths {
             for (ev, b) in [("push", Some(branch.as_str())), ("pull_request", None)] {
@@ -533,68 +554,61 @@ impl Console {
                     session
                         .runs(repo, p, b, ev, from, now)
                         .await
-                        .map_err(|e| e.to_string())?,
+                        .map_err(SyncFailure::host)?,
                 );
             }
         }
         // Store what was listed; runs already read keep their jobs.
-        {
-            let mut tx = self.parts.storage.begin().await.map_err(db)?;
-            for mut p in pulls {
+        let mut wrote = transact!(self, |tx| {
+            let mut wrote = 0;
+            for p in &pulls {
+                let mut p = p.clone();
                 if p.deploy_run.is_none()
                     && let Some(sha) = &p.merge_sha
-                    && let Some((run, at)) = tx.deploy_of_commit(repo, sha).await.map_err(db)?
+                    && let Some((run, at)) = tx.deploy_of_commit(repo, sha).await?
                 {
                     p.deploy_run = Some(run);
                     p.deployed_at = Some(at);
                 }
-                tx.put_pull(&p).await.map_err(db)?;
+                tx.put_pull(&p).await?;
+                wrote += 1;
             }
             for r in &runs {
-                let keep = tx
-                    .run(r.id)
-                    .await
-                    .map_err(db)?
-                    .is_some_and(|old| old.jobs.is_some());
+                let keep = tx.run(r.id).await?.is_some_and(|old| old.jobs.is_some());
                 if !keep {
-                    tx.put_run(r).await.map_err(db)?;
+                    tx.put_run(r).await?;
+                    wrote += 1;
                 }
             }
-            tx.commit().await.map_err(db)?;
-        }
+            Ok(wrote)
+        })?;
         // Jobs: every push run (deploy candidates), the newest PR-check runs.
         let pending = {
-            let mut tx = self.parts.storage.read().await.map_err(db)?;
-            let mut v = tx.runs_without_jobs("push", 1000).await.map_err(db)?;
-            v.extend(
-                tx.runs_without_jobs("pull_request", CHECK_JOBS)
-                    .await
-                    .map_err(db)?,
-            );
+            let mut tx = self.parts.storage.read().await?;
+            let mut v = tx.runs_without_jobs("push", 1000).await?;
+            v.extend(tx.runs_without_jobs("pull_request", CHECK_JOBS).await?);
             v
         };
         let mut read = Vec::new();
         for mut r in pending {
-            let jobs = session.jobs(repo, r.id).await.map_err(|e| e.to_string())?;
+            let jobs = session.jobs(repo, r.id).await.map_err(SyncFailure::host)?;
             r.jobs = Some(jobs);
             r.production = compute::production_of(s, &r, &branch);
             read.push(r);
         }
-        {
-            let mut tx = self.parts.storage.begin().await.map_err(db)?;
+        wrote += transact!(self, |tx| {
             for r in &read {
-                tx.put_run(r).await.map_err(db)?;
+                tx.put_run(r).await?;
             }
-            tx.commit().await.map_err(db)?;
-        }
+            Ok(read.len())
+        })?;
         // Deploys: each ships the commits since the previous successful one.
         let (deploys, known) = {
-            let mut tx = self.parts.storage.read().await.map_err(db)?;
+            let mut tx = self.parts.storage.read().await?;
             (
-                tx.successful_deploys(repo).await.map_err(db)?,
+                tx.successful_deploys(repo).await?,
                 tx.deploys_with_commits(repo)
-                    .await
-                    .map_err(db)?
+                    .await?
                     .into_iter()
                     .collect::<HashSet<i64>>(),
             )
@@ -610,18 +624,16 @@ impl Console {
             let shas = session
                 .compare(repo, &prev.head_sha, &d.head_sha)
                 .await
-                .map_err(|e| e.to_string())?;
-            let mut tx = self.parts.storage.begin().await.map_err(db)?;
-            tx.put_deploy_commits(repo, d.id, at, &shas)
-                .await
-                .map_err(db)?;
-            tx.link_deploy(repo, &shas, d.id, at).await.map_err(db)?;
-            tx.commit().await.map_err(db)?;
+                .map_err(SyncFailure::host)?;
+            transact!(self, |tx| {
+                tx.put_deploy_commits(repo, d.id, at, &shas).await?;
+                tx.link_deploy(repo, &shas, d.id, at).await?;
+                Ok(())
+            })?;
+            wrote += 1;
         }
-        let mut tx = self.parts.storage.begin().await.map_err(db)?;
-        tx.mark_reverts(repo).await.map_err(db)?;
-        tx.commit().await.map_err(db)?;
-        Ok(())
+        transact!(self, |tx| Ok(tx.mark_reverts(repo).await?))?;
+        Ok(wrote)
     }
 
     // ----- reads -----
@@ -1273,9 +1285,8 @@ impl Console {
 
 /// A UUID path id, lower-cased (protocol §5); anything else names nothing.
 fn uuid_of(id: &str) -> Result<String, Error> {
-    uuid::Uuid::parse_str(id)
-        .map(|u| u.to_string())
-        .map_err(|_| Error::with_message(ErrorCode::NOT_FOUND, "no such session group"))
+    crate::ids::uuid_id(id)
+        .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such session group"))
 }
 
 /// Parses a full-date (`?at=`).
@@ -1283,4 +1294,26 @@ pub fn full_date(s: &str) -> Option<NaiveDate> {
     NaiveDate::parse_from_str(s, "%Y-%m-%d")
         .ok()
         .filter(|_| s.len() == 10)
+}
+
+/// Why a delivery sync stopped: the code host (its message is what the freshness shows) or
+/// the console's own storage.
+#[derive(Debug, thiserror::Error)]
+enum SyncFailure {
+    #[error("{0}")]
+    Host(String),
+    #[error("the console's database: {}", .0.message)]
+    Storage(#[from] Error),
+}
+
+impl SyncFailure {
+    fn host(e: impl std::fmt::Display) -> Self {
+        Self::Host(e.to_string())
+    }
+}
+
+impl From<StorageError> for SyncFailure {
+    fn from(e: StorageError) -> Self {
+        Self::Storage(e.into())
+    }
 }

@@ -14,7 +14,7 @@
 //! document's own sequence) in it; an agent conversation's artifacts append none (spec).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
@@ -118,9 +118,7 @@ pub fn artifact_ref(a: &Artifact) -> String {
 /// A path's artifact id: a UUID in any case, answered lowercase with hyphens; else the path
 /// names nothing (404).
 fn artifact_id(id: &str) -> Result<String, Error> {
-    uuid::Uuid::parse_str(id)
-        .map(|u| u.hyphenated().to_string())
-        .map_err(|_| not_found("artifact"))
+    crate::ids::uuid_id(id).ok_or_else(|| not_found("artifact"))
 }
 
 /// The console itself, as the actor of what no request did (content settling).
@@ -570,7 +568,7 @@ impl Console {
             Ok((ArtifactView::of(&a), events, a))
         })?;
         if let Some(p) = &parsed {
-            cache(&kept, &p.doc);
+            self.documents.keep_loaded(&kept, &p.doc);
         }
         self.committed_all(&events);
         tracing::info!(artifact = %view.id, kind = view.kind.as_str(), "artifact uploaded");
@@ -975,55 +973,168 @@ impl Console {
 
 /// Index parts are cut to this many bytes (a huge code block still indexes its start).
 const PART_MAX: usize = 64 * 1024;
-/// Loaded documents kept by [`LOADED`].
+/// Loaded documents a console keeps.
 const LOADED_MAX: usize = 32;
 /// A document's edit log is folded into a new snapshot every this many edits (bounding what a
 /// load replays).
 const LOG_MAX: i64 = 256;
-
-/// Documents the engine loaded, by artifact id, with the sequence and token of the state they
-/// were loaded from: an edit of a large document skips parsing it again. An entry is used only
-/// when the artifact's row still has that sequence and token (every write moves the sequence,
-/// another replica's too), so it never answers for another state. Ids are UUIDs, so the
-/// consoles of one process (tests run several) share it safely.
-static LOADED: LazyLock<Mutex<HashMap<String, Loaded>>> = LazyLock::new(Default::default);
-
-/// A cache entry: the sequence and token of the state the document was loaded from.
-type Loaded = (i64, String, Document);
-
-/// Serialized blocks answers kept by [`ANSWERS`], at most this many bytes in all.
+/// Serialized blocks answers a console keeps, at most this many bytes in all.
 const ANSWERS_BYTES: usize = 64 * 1024 * 1024;
+/// How many documents' rendered HTML a console keeps.
+const RENDERED_KEPT: usize = 32;
 
-/// Blocks answers by artifact id, with the sequence, token and reference counts they were made
-/// for (as [`LOADED`], an entry answers only for that state).
-static ANSWERS: LazyLock<Mutex<HashMap<String, Answer>>> = LazyLock::new(Default::default);
-
-/// A kept blocks answer: `(sequence, token, reference counts, JSON)`.
-type Answer = (i64, String, Vec<(String, i64, i64)>, Arc<[u8]>);
-
-fn answered(a: &Artifact, counts: &[(String, i64, i64)]) -> Option<Arc<[u8]>> {
-    let map = ANSWERS.lock().unwrap_or_else(|p| p.into_inner());
-    map.get(&a.id)
-        .filter(|(seq, token, c, _)| *seq == a.sequence && *token == a.token && c == counts)
-        .map(|(_, _, _, json)| json.clone())
+/// What one [`Console`] keeps of its documents, each entry good only for the state it was made
+/// from (see [`Kept`]): the engine's loaded documents (an edit of a large document skips
+/// parsing it again), serialized blocks answers, and rendered HTML (a 1 MiB document's costs
+/// ~40 ms to make). Each is bounded and forgets the entry used least recently. Every write
+/// moves an artifact's sequence (another replica's too), so no entry answers for another
+/// state; the caches belong to their console, so two consoles in one process (an embedder's,
+/// the tests') share nothing.
+#[derive(Debug, Default)]
+pub(crate) struct DocumentCaches {
+    loaded: Mutex<Kept<Document>>,
+    answers: Mutex<Kept<(Vec<(String, i64, i64)>, Arc<[u8]>)>>,
+    rendered: Mutex<Kept<Arc<str>>>,
 }
 
-fn keep_answer(a: &Artifact, counts: Vec<(String, i64, i64)>, json: &Arc<[u8]>) {
-    if json.len() > ANSWERS_BYTES / 4 {
-        return;
+/// Entries by artifact id, each with the state it was made for (the artifact's token, its
+/// last event and its last edit-log entry) and when it was last used.
+#[derive(Debug)]
+struct Kept<T> {
+    entries: HashMap<String, KeptEntry<T>>,
+    /// A counter, not a time: what was used least recently has the lowest.
+    uses: u64,
+    /// The sum of the entries' sizes (as `size` said when each was kept).
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct KeptEntry<T> {
+    state: State,
+    used: u64,
+    bytes: usize,
+    value: T,
+}
+
+/// The state an entry is good for: the artifact's token, sequence and last edit-log entry.
+type State = (String, i64, i64);
+
+fn state_of(a: &Artifact) -> State {
+    (a.token.clone(), a.sequence, a.log_entry)
+}
+
+impl<T> Default for Kept<T> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            uses: 0,
+            bytes: 0,
+        }
     }
-    let mut map = ANSWERS.lock().unwrap_or_else(|p| p.into_inner());
-    map.remove(&a.id);
-    while map.values().map(|(_, _, _, j)| j.len()).sum::<usize>() + json.len() > ANSWERS_BYTES {
-        let Some(k) = map.keys().next().cloned() else {
-            break;
-        };
-        map.remove(&k);
+}
+
+impl<T: Clone> Kept<T> {
+    /// The entry for `a` when it was made for `a`'s state.
+    fn get(&mut self, a: &Artifact) -> Option<T> {
+        self.uses += 1;
+        let uses = self.uses;
+        let e = self.entries.get_mut(&a.id)?;
+        if e.state != state_of(a) {
+            return None;
+        }
+        e.used = uses;
+        Some(e.value.clone())
     }
-    map.insert(
-        a.id.clone(),
-        (a.sequence, a.token.clone(), counts, json.clone()),
-    );
+
+    /// Keeps `value` (of `bytes`) for `a`'s state, forgetting the least recently used entries
+    /// until at most `max_entries` and `max_bytes` are kept.
+    fn put(&mut self, a: &Artifact, value: T, bytes: usize, max_entries: usize, max_bytes: usize) {
+        if bytes > max_bytes {
+            return;
+        }
+        self.uses += 1;
+        if let Some(old) = self.entries.remove(&a.id) {
+            self.bytes -= old.bytes;
+        }
+        while self.entries.len() >= max_entries || self.bytes + bytes > max_bytes {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(e) = self.entries.remove(&oldest) {
+                self.bytes -= e.bytes;
+            }
+        }
+        self.bytes += bytes;
+        self.entries.insert(
+            a.id.clone(),
+            KeptEntry {
+                state: state_of(a),
+                used: self.uses,
+                bytes,
+                value,
+            },
+        );
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl DocumentCaches {
+    fn loaded(&self, a: &Artifact) -> Option<Document> {
+        lock(&self.loaded).get(a)
+    }
+
+    fn keep_loaded(&self, a: &Artifact, doc: &Document) {
+        lock(&self.loaded).put(a, doc.clone(), 0, LOADED_MAX, usize::MAX);
+    }
+
+    fn answered(&self, a: &Artifact, counts: &[(String, i64, i64)]) -> Option<Arc<[u8]>> {
+        lock(&self.answers)
+            .get(a)
+            .filter(|(c, _)| c == counts)
+            .map(|(_, json)| json)
+    }
+
+    fn keep_answer(&self, a: &Artifact, counts: Vec<(String, i64, i64)>, json: &Arc<[u8]>) {
+        // One answer may take at most a quarter of the budget.
+        if json.len() > ANSWERS_BYTES / 4 {
+            return;
+        }
+        lock(&self.answers).put(
+            a,
+            (counts, json.clone()),
+            json.len(),
+            usize::MAX,
+            ANSWERS_BYTES,
+        );
+    }
+
+    fn html(&self, a: &Artifact, render: impl FnOnce() -> String) -> String {
+        if let Some(html) = lock(&self.rendered).get(a) {
+            return html.to_string();
+        }
+        let html = render();
+        lock(&self.rendered).put(a, Arc::from(html.as_str()), 0, RENDERED_KEPT, usize::MAX);
+        html
+    }
+
+    fn forget(&self) {
+        lock(&self.loaded).clear();
+        lock(&self.answers).clear();
+        lock(&self.rendered).clear();
+    }
 }
 
 /// The blocks answer of a document with its reference counts.
@@ -1041,29 +1152,12 @@ fn blocks_view(d: &Document, counts: &HashMap<String, RefCounts>) -> BlocksView 
     }
 }
 
-/// Drops every loaded document of the process (what a restart does): the next read loads from
-/// the stored snapshot and edit log. For tests and benchmarks.
-pub fn forget_loaded() {
-    LOADED.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    ANSWERS.lock().unwrap_or_else(|p| p.into_inner()).clear();
-}
-
-fn cached(a: &Artifact) -> Option<Document> {
-    let map = LOADED.lock().unwrap_or_else(|p| p.into_inner());
-    map.get(&a.id)
-        .filter(|(seq, token, _)| *seq == a.sequence && *token == a.token)
-        .map(|(_, _, d)| d.clone())
-}
-
-fn cache(a: &Artifact, doc: &Document) {
-    let mut map = LOADED.lock().unwrap_or_else(|p| p.into_inner());
-    if map.len() >= LOADED_MAX
-        && !map.contains_key(&a.id)
-        && let Some(k) = map.keys().next().cloned()
-    {
-        map.remove(&k);
+impl Console {
+    /// Drops every document this console keeps in memory (what a restart does): the next read
+    /// loads from the stored snapshot and edit log. For tests and benchmarks.
+    pub fn forget_loaded_documents(&self) {
+        self.documents.forget();
     }
-    map.insert(a.id.clone(), (a.sequence, a.token.clone(), doc.clone()));
 }
 
 /// What the engine made of a document, for storing it.
@@ -1226,38 +1320,6 @@ pub struct BlockView {
     pub refs: RefCounts,
 }
 
-/// How many documents' rendered HTML a console keeps.
-const RENDERED_KEPT: usize = 32;
-
-/// Documents' rendered HTML (a 1 MiB document's costs ~40 ms to make), each kept while its
-/// artifact is unchanged: keyed by its id, and good while its token, its last event and its
-/// last edit-log entry are the same. Bounded: full, it starts again empty.
-#[derive(Debug, Default)]
-pub(crate) struct RenderedCache(Mutex<HashMap<String, (Stamp, Arc<str>)>>);
-
-/// What a rendering is good for: the document's token, last event and last edit-log entry.
-type Stamp = (String, i64, i64);
-
-impl RenderedCache {
-    fn html(&self, a: &Artifact, render: impl FnOnce() -> String) -> String {
-        let stamp = (a.token.clone(), a.sequence, a.log_entry);
-        let kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((s, html)) = kept.get(&a.id)
-            && *s == stamp
-        {
-            return html.to_string();
-        }
-        drop(kept);
-        let html = render();
-        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.len() >= RENDERED_KEPT {
-            kept.clear();
-        }
-        kept.insert(a.id.clone(), (stamp, Arc::from(html.as_str())));
-        html
-    }
-}
-
 /// A document as its page shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
@@ -1298,12 +1360,12 @@ impl Console {
         tx: &mut dyn WorkTx,
         a: &Artifact,
     ) -> Result<Document, Error> {
-        if let Some(d) = cached(a) {
+        if let Some(d) = self.documents.loaded(a) {
             return Ok(d);
         }
         let stored = self.stored(tx, a).await?;
         let d = replay(&stored).map_err(|e| unloadable(&a.id, &e))?;
-        cache(a, &d);
+        self.documents.keep_loaded(a, &d);
         Ok(d)
     }
 
@@ -1316,7 +1378,7 @@ impl Console {
     /// A document's latest saved markdown: the cached document's, else the snapshot with the
     /// logged splices (no engine: it reads even when the document does not load).
     async fn markdown_of(&self, tx: &mut dyn WorkTx, a: &Artifact) -> Result<String, Error> {
-        if let Some(d) = cached(a) {
+        if let Some(d) = self.documents.loaded(a) {
             return Ok(d.markdown().to_owned());
         }
         Ok(self.stored(tx, a).await?.markdown())
@@ -1369,7 +1431,7 @@ impl Console {
         let mut tx = self.parts.storage.read().await?;
         let mut counts = tx.block_ref_counts(&artifact_ref(&a)).await?;
         counts.sort();
-        if let Some(json) = answered(&a, &counts) {
+        if let Some(json) = self.documents.answered(&a, &counts) {
             return Ok(json);
         }
         let d = self.loaded(&mut *tx, &a).await?;
@@ -1391,7 +1453,7 @@ impl Console {
         });
         out.push(b'}');
         let json: Arc<[u8]> = out.into();
-        keep_answer(&a, counts, &json);
+        self.documents.keep_answer(&a, counts, &json);
         Ok(json)
     }
 
@@ -1420,7 +1482,7 @@ impl Console {
         let versions = tx.versions(&a.id).await?;
         Ok(Rendered {
             artifact: ArtifactView::of(&a),
-            html: self.rendered.html(&a, || d.to_html_with(&page_of)),
+            html: self.documents.html(&a, || d.to_html_with(&page_of)),
             versions: versions.iter().map(VersionInfo::of).collect(),
         })
     }
@@ -1450,7 +1512,7 @@ impl Console {
     /// document kept for the next edit, and the event streams woken.
     pub(crate) fn document_committed(&self, events: &[Event], kept: Option<(Artifact, Document)>) {
         if let Some((a, doc)) = kept {
-            cache(&a, &doc);
+            self.documents.keep_loaded(&a, &doc);
         }
         self.committed_all(events);
     }
@@ -1640,7 +1702,7 @@ impl Console {
                 (a, p.doc),
             ))
         })?;
-        cache(&kept.0, &kept.1);
+        self.documents.keep_loaded(&kept.0, &kept.1);
         self.committed_all(&events);
         Ok(view)
     }

@@ -53,15 +53,7 @@ pub(crate) fn check_body(body: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// A session id (protocol §4.1): 1 to 128 characters with no whitespace, control character,
-/// `/`, `?`, `#` or any of ``<>"'`[]\|``.
-pub fn is_session_id(s: &str) -> bool {
-    let n = s.chars().count();
-    (1..=128).contains(&n)
-        && !s
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || "/?#<>\"'`[]\\|".contains(c))
-}
+pub use crate::ids::is_session_id;
 
 pub(crate) fn check_session(s: &str) -> Result<(), Error> {
     if is_session_id(s) {
@@ -73,7 +65,7 @@ pub(crate) fn check_session(s: &str) -> Result<(), Error> {
 
 /// A UUID in any case, written lowercase; `None` when it is not one.
 pub(crate) fn uuid_of(s: &str) -> Option<String> {
-    uuid::Uuid::parse_str(s).ok().map(|u| u.to_string())
+    crate::ids::uuid_id(s)
 }
 
 fn no_message() -> Error {

@@ -13,29 +13,35 @@ macro_rules! transact {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            let mut guard = match $self.parts.storage.begin().await {
-                Ok(t) => t,
-                Err($crate::storage::StorageError::Conflict) if attempts < 10 => continue,
-                Err(e) => break Err($crate::error::Error::from(e)),
-            };
-            let result: Result<_, $crate::error::Error> = {
-                let $tx: &mut dyn $crate::work::WorkTx = &mut *guard;
-                async { $body }.await
-            };
+            let result: Result<_, $crate::error::Error> = async {
+                let mut guard = $self.parts.storage.begin().await?;
+                let v = {
+                    let $tx: &mut dyn $crate::work::WorkTx = &mut *guard;
+                    let body: Result<_, $crate::error::Error> = async { $body }.await;
+                    body?
+                };
+                guard.commit().await?;
+                Ok::<_, $crate::error::Error>(v)
+            }
+            .await;
             match result {
-                Ok(v) => match guard.commit().await {
-                    Ok(()) => break Ok(v),
-                    Err($crate::storage::StorageError::Conflict) if attempts < 10 => continue,
-                    Err(e) => break Err($crate::error::Error::from(e)),
-                },
-                Err(e) if e.is($crate::error::ErrorCode::DATABASE_UNAVAILABLE) && attempts < 10 => {
-                    continue;
+                // Only a conflict is retried: the transaction runs again on what the winner
+                // committed, after the storage's backoff. An outage or a refusal is answered.
+                Err(e) if e.is_conflict() && attempts < $crate::console::TRANSACT_ATTEMPTS => {
+                    $self.parts.storage.back_off(attempts).await;
                 }
-                Err(e) => break Err(e),
+                Err(e) if e.is_conflict() => {
+                    tracing::warn!(attempts, "a write conflict outlived its retries");
+                    break Err(e);
+                }
+                other => break other,
             }
         }
     }};
 }
+
+/// How many times [`transact!`] runs a transaction that keeps meeting write conflicts.
+pub(crate) const TRANSACT_ATTEMPTS: u32 = 10;
 
 pub mod asks;
 mod delivery;
@@ -195,8 +201,9 @@ pub struct Console {
     inboxes: asks::InboxCache,
     /// The word counts `advice.suggestions` weighs a new issue's words by.
     advice: work::WordCounts,
-    /// Documents' rendered HTML, each good while its artifact is unchanged.
-    rendered: documents::RenderedCache,
+    /// Loaded documents, blocks answers and rendered HTML, each good while its artifact is
+    /// unchanged.
+    documents: documents::DocumentCaches,
 }
 
 impl Console {
@@ -211,7 +218,7 @@ impl Console {
             delivery: Default::default(),
             inboxes: Default::default(),
             advice: Default::default(),
-            rendered: Default::default(),
+            documents: Default::default(),
         }
     }
 

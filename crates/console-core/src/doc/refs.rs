@@ -82,17 +82,14 @@ fn issue_key(s: &str) -> bool {
         && n.bytes().all(|c| c.is_ascii_digit())
 }
 
+/// A ref's UUID: the console's one rule ([`crate::ids::uuid_id`]), written hyphenated (a ref
+/// is text a person reads).
 fn uuid(s: &str) -> Option<String> {
-    uuid::Uuid::try_parse(s)
-        .ok()
-        .filter(|_| s.len() == 36)
-        .map(|u| u.hyphenated().to_string())
+    crate::ids::uuid_id(s).filter(|_| s.len() == 36)
 }
 
 fn session_id(s: &str) -> bool {
-    (1..=128).contains(&s.chars().count())
-        && s.chars()
-            .all(|c| !c.is_whitespace() && !c.is_control() && !"/?#<>\"'`[]\\|".contains(c))
+    crate::ids::is_session_id(s)
 }
 
 fn slug(s: &str) -> bool {

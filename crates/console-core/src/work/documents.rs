@@ -659,15 +659,7 @@ pub fn is_filename(s: &str) -> bool {
         && !s.chars().any(|c| c.is_control() || c == '/' || c == '\\')
 }
 
-/// A session id (protocol §4.1): 1 to 128 characters with no whitespace, control character,
-/// `/`, `?`, `#` or any of ``<>"'`[]\|``.
-pub fn is_session_id(s: &str) -> bool {
-    let n = s.chars().count();
-    (1..=128).contains(&n)
-        && !s
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || "/?#<>\"'`[]\\|".contains(c))
-}
+pub use crate::ids::is_session_id;
 
 /// A declared media type (RFC 9110 §8.3.1: `type/subtype` of token characters, optional
 /// parameters), visible ASCII only, at most 255 characters: answers it with its essence

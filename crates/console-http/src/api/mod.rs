@@ -179,15 +179,7 @@ pub fn query_err(message: impl Into<String>) -> ApiError {
     Error::with_message(ErrorCode::INVALID_QUERY, message).into()
 }
 
-/// A session id (protocol §4.1): 1 to 128 characters with no whitespace, control character,
-/// `/`, `?`, `#` or any of ``<>"'`[]\|``.
-pub fn is_session_id(s: &str) -> bool {
-    let n = s.chars().count();
-    (1..=128).contains(&n)
-        && !s
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || "/?#<>\"'`[]\\|".contains(c))
-}
+pub use countersign_console_core::ids::is_session_id;
 
 /// Who acts: the caller, and for a bearer the session it names (in the body's `actor` or
 /// `?session=`). A browser names none: for it those are unknown fields. A person's own

@@ -2351,7 +2351,7 @@ async fn edit_log_replays_after_a_restart(db: Option<String>) -> anyhow::Result<
         .json;
     let text = ada.get(&format!("/api/v1/artifacts/{id}/text")).await?.json;
 
-    countersign_console_core::console::documents::forget_loaded();
+    console.forget_loaded_documents();
     assert_eq!(
         ada.get(&format!("/api/v1/artifacts/{id}/text")).await?.json,
         text,
@@ -2386,7 +2386,7 @@ async fn edit_log_replays_after_a_restart(db: Option<String>) -> anyhow::Result<
         .get(&format!("/api/v1/artifacts/{id}/blocks"))
         .await?
         .json;
-    countersign_console_core::console::documents::forget_loaded();
+    console.forget_loaded_documents();
     assert_eq!(
         ada.get(&format!("/api/v1/artifacts/{id}/blocks"))
             .await?

@@ -15,15 +15,7 @@ use crate::clock::Time;
 use crate::storage::StorageError;
 use crate::work::model::{Issue, IssueKey, ProjectKey};
 
-/// A session id (protocol §4.1): 1 to 128 characters with no whitespace, control character,
-/// `/`, `?`, `#` or any of ``<>"'`[]\|``.
-pub fn is_session_id(s: &str) -> bool {
-    let n = s.chars().count();
-    (1..=128).contains(&n)
-        && !s
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || "/?#<>\"'`[]\\|".contains(c))
-}
+pub use crate::ids::is_session_id;
 
 /// The delivery configuration (protocol §6.5): the PUT body and the GET answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -124,6 +124,8 @@ impl TestBroker {
 pub struct TestConsole {
     pub url: String,
     pub dir: tempfile::TempDir,
+    /// The console's state (its core: `state.console`).
+    pub state: Arc<countersign_console_http::AppState>,
     running: Option<countersign_console_http::Running>,
 }
 
@@ -208,12 +210,18 @@ impl TestConsole {
             .clone()
             .unwrap_or_else(|| Arc::new(countersign_console_core::SystemClock));
         let state = countersign_console_http::build(&c, clock).await?;
-        let running = countersign_console_http::serve(state, listener).await?;
+        let running = countersign_console_http::serve(state.clone(), listener).await?;
         Ok(Self {
             url,
             dir,
+            state,
             running: Some(running),
         })
+    }
+
+    /// Drops the documents the console keeps in memory (what a restart does).
+    pub fn forget_loaded_documents(&self) {
+        self.state.console.forget_loaded_documents();
     }
 
     pub async fn stop(mut self) {
@@ -988,10 +996,11 @@ impl TestConsole {
         c.local_sign_in = o.local_sign_in;
         tweak(&mut c, dir.path());
         let state = countersign_console_http::build(&c, clock).await?;
-        let running = countersign_console_http::serve(state, listener).await?;
+        let running = countersign_console_http::serve(state.clone(), listener).await?;
         Ok(Self {
             url,
             dir,
+            state,
             running: Some(running),
         })
     }
