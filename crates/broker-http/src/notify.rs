@@ -5,9 +5,9 @@
 //! - Headers: `webhook-id` (the message id, the same on every retry: receivers deduplicate on
 //!   it), `webhook-timestamp` (Unix seconds of this attempt, on the broker's clock) and
 //!   `webhook-signature`: `v1,<base64 of HMAC-SHA256 over "<id>.<timestamp>.<body>">`.
-//! - The secret ([`WebhookSecret`]): a `whsec_`-prefixed base64 string is decoded and its bytes
-//!   are the HMAC key (the Standard Webhooks convention, what its libraries expect); any other
-//!   text is used as the key as it is. Either way at least 24 bytes.
+//! - The secret ([`WebhookSecret`], `countersign_common::webhook`, which the console verifies
+//!   with): a `whsec_`-prefixed base64 string is decoded and its bytes are the HMAC key (the
+//!   Standard Webhooks convention); any other text is the key as it is. At least 24 bytes.
 //! - A 2xx answer deletes the message; anything else (another status, a redirect, a refused
 //!   connection, the timeout) reschedules it after an exponential backoff with jitter
 //!   (`retry_initial_seconds` doubling up to `retry_max_seconds`, each delay drawn between half
@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use base64::Engine as _;
 use countersign_broker_core::Broker;
 use countersign_broker_core::clock::{SystemEntropy, random};
 use countersign_broker_core::storage::OutboxItem;
@@ -36,60 +35,7 @@ pub const BATCH: u32 = 16;
 /// How often the deliverer looks for due messages.
 pub const POLL: Duration = Duration::from_secs(1);
 
-/// A Standard Webhooks signing key.
-pub struct WebhookSecret(Zeroizing<Vec<u8>>);
-
-impl std::fmt::Debug for WebhookSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WebhookSecret(..)")
-    }
-}
-
-/// Standard base64, padding optional (Standard Webhooks secrets are written both ways).
-const STANDARD_LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    base64::engine::GeneralPurposeConfig::new()
-        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
-);
-
-impl WebhookSecret {
-    /// The shortest key accepted (Standard Webhooks: 24 to 64 bytes).
-    pub const MIN_BYTES: usize = 24;
-
-    /// `whsec_<base64>`, or else the text's bytes; surrounding whitespace is ignored.
-    pub fn parse(text: &str) -> anyhow::Result<Self> {
-        let text = text.trim();
-        let key =
-            match text.strip_prefix("whsec_") {
-                Some(b64) => Zeroizing::new(STANDARD_LENIENT.decode(b64).map_err(|_| {
-                    anyhow::anyhow!("a whsec_ secret must be base64 after the prefix")
-                })?),
-                None => Zeroizing::new(text.as_bytes().to_vec()),
-            };
-        if key.len() < Self::MIN_BYTES {
-            bail!(
-                "the webhook secret must hold at least {} bytes of key",
-                Self::MIN_BYTES
-            );
-        }
-        Ok(Self(key))
-    }
-
-    /// `v1,<base64 HMAC-SHA256 of "id.timestamp.body">`.
-    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
-        let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &self.0);
-        let mut ctx = aws_lc_rs::hmac::Context::with_key(&key);
-        ctx.update(id.as_bytes());
-        ctx.update(b".");
-        ctx.update(timestamp.to_string().as_bytes());
-        ctx.update(b".");
-        ctx.update(body);
-        format!(
-            "v1,{}",
-            base64::engine::general_purpose::STANDARD.encode(ctx.sign().as_ref())
-        )
-    }
-}
+pub use countersign_common::webhook::WebhookSecret;
 
 /// Where and how notifications are delivered.
 #[derive(Debug)]
@@ -265,35 +211,6 @@ pub async fn run(broker: Arc<Broker>, notifier: Option<Arc<Notifier>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn signs_as_the_standard_webhooks_example() {
-        // The example of the Standard Webhooks specification and its reference libraries.
-        let secret = WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").ok();
-        let sig = secret.map(|s| {
-            s.sign(
-                "msg_p5jXN8AQM9LWM0D4loKWxJek",
-                1614265330,
-                br#"{"test": 2432232314}"#,
-            )
-        });
-        assert_eq!(
-            sig.as_deref(),
-            Some("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
-        );
-    }
-
-    #[test]
-    fn secrets_are_long_enough_and_well_formed() {
-        assert!(WebhookSecret::parse("whsec_short").is_err());
-        assert!(WebhookSecret::parse("whsec_!!!not-base64!!!AAAAAAAAAAAAAAAAAAAA").is_err());
-        assert!(WebhookSecret::parse("too short").is_err());
-        assert!(WebhookSecret::parse("  a raw secret of enough length here \n").is_ok());
-        assert_eq!(
-            format!("{:?}", WebhookSecret::parse(&"x".repeat(32)).ok()),
-            "Some(WebhookSecret(..))"
-        );
-    }
 
     #[test]
     fn backoff_doubles_up_to_the_maximum_with_jitter() -> anyhow::Result<()> {

@@ -42,7 +42,7 @@ impl Credential {
 }
 
 /// One route.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct RouteSpec {
     pub method: &'static str,
     pub path: &'static str,
@@ -53,19 +53,44 @@ pub struct RouteSpec {
     pub codes: &'static [&'static str],
     /// The body-shape code, for routes with a JSON body.
     pub body: Option<&'static str>,
+    /// Mounts the route's handler ([`crate::routes`]) under the row's method: the router is
+    /// built from the rows, so no row is joined to its handler by matching strings.
+    pub handler: fn() -> axum::routing::MethodRouter<std::sync::Arc<crate::AppState>>,
 }
 
 use Credential as C;
 
+impl std::fmt::Debug for RouteSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteSpec")
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("credential", &self.credential)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A row: its handler (a function of [`crate::routes`]), method, path, credential, success
+/// status, summary, refusal codes and body-shape code.
 macro_rules! route {
-    ($m:literal, $p:literal, $c:expr, $s:literal, $sum:literal, [$($code:literal),*], $body:expr) => {
-        RouteSpec { method: $m, path: $p, credential: $c, success: $s, summary: $sum, codes: &[$($code),*], body: $body }
+    ($h:ident, $m:literal, $p:literal, $c:expr, $s:literal, $sum:literal, [$($code:literal),*], $body:expr) => {
+        RouteSpec {
+            method: $m,
+            path: $p,
+            credential: $c,
+            success: $s,
+            summary: $sum,
+            codes: &[$($code),*],
+            body: $body,
+            handler: || axum::routing::on(crate::routes::method_filter($m), crate::routes::$h),
+        }
     };
 }
 
 /// Every route of the broker API, in the spec's order.
 pub const ROUTES: &[RouteSpec] = &[
     route!(
+        enroll,
         "POST",
         "/v1/enrollments",
         C::Machine,
@@ -86,6 +111,7 @@ pub const ROUTES: &[RouteSpec] = &[
         Some("INVALID_ENROLLMENT")
     ),
     route!(
+        unenroll,
         "DELETE",
         "/v1/enrollments/{id}",
         C::Machine,
@@ -101,6 +127,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        login_start,
         "POST",
         "/v1/launcher-credentials",
         C::None,
@@ -117,6 +144,7 @@ pub const ROUTES: &[RouteSpec] = &[
         Some("INVALID_REQUEST")
     ),
     route!(
+        token_login,
         "POST",
         "/v1/launcher-credentials/token",
         C::None,
@@ -138,6 +166,7 @@ pub const ROUTES: &[RouteSpec] = &[
         Some("INVALID_REQUEST")
     ),
     route!(
+        login_poll,
         "GET",
         "/v1/launcher-credentials/{pending}",
         C::None,
@@ -147,6 +176,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        renew,
         "POST",
         "/v1/enrollments/{id}/renew",
         C::Renewal,
@@ -166,6 +196,7 @@ pub const ROUTES: &[RouteSpec] = &[
         Some("INVALID_RENEWAL")
     ),
     route!(
+        enrollment_self,
         "GET",
         "/v1/enrollments/self",
         C::Session,
@@ -175,6 +206,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        create_request,
         "POST",
         "/v1/requests",
         C::Session,
@@ -194,6 +226,7 @@ pub const ROUTES: &[RouteSpec] = &[
         Some("INVALID_REQUEST")
     ),
     route!(
+        get_request,
         "GET",
         "/v1/requests/{id}",
         C::Session,
@@ -203,6 +236,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        cancel_request,
         "POST",
         "/v1/requests/{id}/cancel",
         C::Session,
@@ -218,6 +252,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        grant_values,
         "POST",
         "/v1/grants/{id}/values",
         C::Session,
@@ -235,6 +270,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        revoke_grant,
         "POST",
         "/v1/grants/{id}/revoke",
         C::Session,
@@ -244,6 +280,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        pending,
         "GET",
         "/v1/pending",
         C::Console,
@@ -253,6 +290,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        get_record,
         "GET",
         "/v1/credential-requests/{record}",
         C::Console,
@@ -262,6 +300,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        approve,
         "POST",
         "/v1/credential-requests/{record}/approve",
         C::Console,
@@ -285,6 +324,7 @@ pub const ROUTES: &[RouteSpec] = &[
         Some("INVALID_DECISION")
     ),
     route!(
+        deny,
         "POST",
         "/v1/credential-requests/{record}/deny",
         C::Console,
@@ -305,6 +345,7 @@ pub const ROUTES: &[RouteSpec] = &[
         Some("INVALID_DECISION")
     ),
     route!(
+        lookup,
         "POST",
         "/v1/machine-logins/lookup",
         C::Console,
@@ -321,6 +362,7 @@ pub const ROUTES: &[RouteSpec] = &[
         Some("INVALID_LOOKUP")
     ),
     route!(
+        credentials_for,
         "GET",
         "/v1/launcher-credentials",
         C::Console,
@@ -330,6 +372,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        revoke_credential_by_approver,
         "POST",
         "/v1/launcher-credentials/{id}/revoke-by-approver",
         C::Console,
@@ -347,6 +390,7 @@ pub const ROUTES: &[RouteSpec] = &[
         Some("INVALID_REVOKE")
     ),
     route!(
+        grants_for,
         "GET",
         "/v1/grants",
         C::Console,
@@ -356,6 +400,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        revoke_grant_by_approver,
         "POST",
         "/v1/grants/{id}/revoke-by-approver",
         C::Console,
@@ -373,6 +418,7 @@ pub const ROUTES: &[RouteSpec] = &[
         Some("INVALID_REVOKE")
     ),
     route!(
+        operator_machines,
         "GET",
         "/v1/operator/machines",
         C::Machine,
@@ -382,6 +428,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        operator_revoke_machine,
         "POST",
         "/v1/operator/machines/{id}/revoke",
         C::Machine,
@@ -397,6 +444,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        operator_grants,
         "GET",
         "/v1/operator/grants",
         C::Machine,
@@ -406,6 +454,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        operator_revoke_grant,
         "POST",
         "/v1/operator/grants/{id}/revoke",
         C::Machine,
@@ -421,6 +470,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        settings,
         "GET",
         "/v1/settings",
         C::None,
@@ -430,6 +480,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        reread,
         "POST",
         "/v1/secrets/{name}/reread",
         C::None,
@@ -444,6 +495,7 @@ pub const ROUTES: &[RouteSpec] = &[
         None
     ),
     route!(
+        healthz,
         "GET",
         "/healthz",
         C::None,

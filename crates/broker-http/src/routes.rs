@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, delete, get, post};
+use axum::routing::MethodFilter;
 use countersign_broker_core::broker::EnrollInput;
 use countersign_broker_core::broker::PollState;
 use countersign_broker_core::ids::{
@@ -33,45 +33,18 @@ pub fn api() -> Router<Arc<AppState>> {
     crate::openapi::ROUTES
         .iter()
         .fold(Router::new(), |router, r| {
-            router.route(r.path, handler(r.method, r.path))
+            router.route(r.path, (r.handler)())
         })
 }
 
-/// The handler of one route of the table.
-fn handler(method: &str, path: &str) -> MethodRouter<Arc<AppState>> {
-    match (method, path) {
-        ("POST", "/v1/enrollments") => post(enroll),
-        ("DELETE", "/v1/enrollments/{id}") => delete(unenroll),
-        ("POST", "/v1/launcher-credentials") => post(login_start),
-        ("POST", "/v1/launcher-credentials/token") => post(token_login),
-        ("GET", "/v1/launcher-credentials/{pending}") => get(login_poll),
-        ("POST", "/v1/enrollments/{id}/renew") => post(renew),
-        ("GET", "/v1/enrollments/self") => get(enrollment_self),
-        ("POST", "/v1/requests") => post(create_request),
-        ("GET", "/v1/requests/{id}") => get(get_request),
-        ("POST", "/v1/requests/{id}/cancel") => post(cancel_request),
-        ("POST", "/v1/grants/{id}/values") => post(grant_values),
-        ("POST", "/v1/grants/{id}/revoke") => post(revoke_grant),
-        ("GET", "/v1/pending") => get(pending),
-        ("GET", "/v1/credential-requests/{record}") => get(get_record),
-        ("POST", "/v1/credential-requests/{record}/approve") => post(approve),
-        ("POST", "/v1/credential-requests/{record}/deny") => post(deny),
-        ("POST", "/v1/machine-logins/lookup") => post(lookup),
-        ("GET", "/v1/launcher-credentials") => get(credentials_for),
-        ("POST", "/v1/launcher-credentials/{id}/revoke-by-approver") => {
-            post(revoke_credential_by_approver)
-        }
-        ("GET", "/v1/grants") => get(grants_for),
-        ("POST", "/v1/grants/{id}/revoke-by-approver") => post(revoke_grant_by_approver),
-        ("GET", "/v1/operator/machines") => get(operator_machines),
-        ("POST", "/v1/operator/machines/{id}/revoke") => post(operator_revoke_machine),
-        ("GET", "/v1/operator/grants") => get(operator_grants),
-        ("POST", "/v1/operator/grants/{id}/revoke") => post(operator_revoke_grant),
-        ("GET", "/v1/settings") => get(settings),
-        ("POST", "/v1/secrets/{name}/reread") => post(reread),
-        ("GET", "/healthz") => get(healthz),
-        // The table and this match are kept together by the route-table test.
-        _ => MethodRouter::new(),
+/// The axum method filter of a row's method (the table's methods are these).
+pub(crate) const fn method_filter(method: &str) -> MethodFilter {
+    match method.as_bytes() {
+        b"GET" => MethodFilter::GET,
+        b"DELETE" => MethodFilter::DELETE,
+        b"PUT" => MethodFilter::PUT,
+        b"PATCH" => MethodFilter::PATCH,
+        _ => MethodFilter::POST,
     }
 }
 
@@ -126,7 +99,7 @@ fn parse_id<T>(s: &str, parse: fn(&str) -> Result<T, Error>) -> ApiResult<T> {
 
 // ----- machine credential -----
 
-async fn enroll(
+pub(crate) async fn enroll(
     State(st): St,
     method: Method,
     uri: Uri,
@@ -155,7 +128,7 @@ async fn enroll(
     Ok((StatusCode::CREATED, axum::Json(wire::enrolled(&e))).into_response())
 }
 
-async fn unenroll(
+pub(crate) async fn unenroll(
     State(st): St,
     PathParam(id): PathParam,
     method: Method,
@@ -170,7 +143,7 @@ async fn unenroll(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn operator_machines(
+pub(crate) async fn operator_machines(
     State(st): St,
     method: Method,
     uri: Uri,
@@ -186,7 +159,7 @@ async fn operator_machines(
     ))
 }
 
-async fn operator_revoke_machine(
+pub(crate) async fn operator_revoke_machine(
     State(st): St,
     PathParam(id): PathParam,
     method: Method,
@@ -200,7 +173,7 @@ async fn operator_revoke_machine(
     Ok(state(st.broker.operator_revoke_machine(&cred, id).await?))
 }
 
-async fn operator_grants(
+pub(crate) async fn operator_grants(
     State(st): St,
     method: Method,
     uri: Uri,
@@ -215,7 +188,7 @@ async fn operator_grants(
     ))
 }
 
-async fn operator_revoke_grant(
+pub(crate) async fn operator_revoke_grant(
     State(st): St,
     PathParam(id): PathParam,
     method: Method,
@@ -231,7 +204,7 @@ async fn operator_revoke_grant(
 
 // ----- no credential: machine logins -----
 
-async fn login_start(
+pub(crate) async fn login_start(
     State(st): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     method: Method,
@@ -252,7 +225,7 @@ async fn login_start(
     Ok((StatusCode::ACCEPTED, no_store(), axum::Json(body)).into_response())
 }
 
-async fn token_login(
+pub(crate) async fn token_login(
     State(st): St,
     method: Method,
     uri: Uri,
@@ -277,7 +250,10 @@ async fn token_login(
     ))
 }
 
-async fn login_poll(State(st): St, PathParam(pending): PathParam) -> ApiResult<Response> {
+pub(crate) async fn login_poll(
+    State(st): St,
+    PathParam(pending): PathParam,
+) -> ApiResult<Response> {
     let v = match st.broker.poll_machine_login(&pending).await? {
         PollState::Pending => json!({ "state": "pending" }),
         PollState::Issued {
@@ -296,7 +272,7 @@ async fn login_poll(State(st): St, PathParam(pending): PathParam) -> ApiResult<R
 
 // ----- session proof -----
 
-async fn renew(
+pub(crate) async fn renew(
     State(st): St,
     PathParam(id): PathParam,
     method: Method,
@@ -317,7 +293,7 @@ async fn renew(
     ))
 }
 
-async fn enrollment_self(
+pub(crate) async fn enrollment_self(
     State(st): St,
     method: Method,
     uri: Uri,
@@ -330,7 +306,7 @@ async fn enrollment_self(
     Ok(ok(wire::enrollment_self(&e, &grants)))
 }
 
-async fn create_request(
+pub(crate) async fn create_request(
     State(st): St,
     method: Method,
     uri: Uri,
@@ -347,7 +323,7 @@ async fn create_request(
     Ok(ok(wire::request(&created.request, Some(created.coalesced))))
 }
 
-async fn get_request(
+pub(crate) async fn get_request(
     State(st): St,
     PathParam(id): PathParam,
     method: Method,
@@ -364,7 +340,7 @@ async fn get_request(
     )))
 }
 
-async fn cancel_request(
+pub(crate) async fn cancel_request(
     State(st): St,
     PathParam(id): PathParam,
     method: Method,
@@ -378,7 +354,7 @@ async fn cancel_request(
     Ok(state(st.broker.cancel_own_request(&e, id).await?.as_str()))
 }
 
-async fn grant_values(
+pub(crate) async fn grant_values(
     State(st): St,
     PathParam(id): PathParam,
     method: Method,
@@ -445,7 +421,7 @@ fn write_json_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-async fn revoke_grant(
+pub(crate) async fn revoke_grant(
     State(st): St,
     PathParam(id): PathParam,
     method: Method,
@@ -461,7 +437,7 @@ async fn revoke_grant(
 
 // ----- console token -----
 
-async fn pending(
+pub(crate) async fn pending(
     State(st): St,
     headers: HeaderMap,
     ApproverParam(q): ApproverParam,
@@ -474,7 +450,7 @@ async fn pending(
     ))
 }
 
-async fn get_record(
+pub(crate) async fn get_record(
     State(st): St,
     headers: HeaderMap,
     PathParam(record): PathParam,
@@ -484,7 +460,7 @@ async fn get_record(
     Ok(ok(wire::record(&st.broker.record(&id).await?)))
 }
 
-async fn approve(
+pub(crate) async fn approve(
     State(st): St,
     PathParam(record): PathParam,
     method: Method,
@@ -505,7 +481,7 @@ async fn approve(
     })))
 }
 
-async fn deny(
+pub(crate) async fn deny(
     State(st): St,
     PathParam(record): PathParam,
     method: Method,
@@ -523,7 +499,7 @@ async fn deny(
     ))
 }
 
-async fn lookup(
+pub(crate) async fn lookup(
     State(st): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     method: Method,
@@ -544,7 +520,7 @@ async fn lookup(
     )))
 }
 
-async fn credentials_for(
+pub(crate) async fn credentials_for(
     State(st): St,
     headers: HeaderMap,
     ApproverParam(q): ApproverParam,
@@ -558,7 +534,7 @@ async fn credentials_for(
     ))
 }
 
-async fn revoke_credential_by_approver(
+pub(crate) async fn revoke_credential_by_approver(
     State(st): St,
     PathParam(id): PathParam,
     method: Method,
@@ -576,7 +552,7 @@ async fn revoke_credential_by_approver(
     ))
 }
 
-async fn grants_for(
+pub(crate) async fn grants_for(
     State(st): St,
     headers: HeaderMap,
     ApproverParam(q): ApproverParam,
@@ -589,7 +565,7 @@ async fn grants_for(
     ))
 }
 
-async fn revoke_grant_by_approver(
+pub(crate) async fn revoke_grant_by_approver(
     State(st): St,
     PathParam(id): PathParam,
     method: Method,
@@ -607,11 +583,11 @@ async fn revoke_grant_by_approver(
 
 // ----- open -----
 
-async fn settings(State(st): St) -> Response {
+pub(crate) async fn settings(State(st): St) -> Response {
     ok(serde_json::to_value(st.broker.store().settings()).unwrap_or(Value::Null))
 }
 
-async fn reread(
+pub(crate) async fn reread(
     State(st): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     PathParam(name): PathParam,
@@ -635,7 +611,7 @@ async fn reread(
     Ok(ok(v))
 }
 
-async fn healthz(State(st): St) -> ApiResult<Response> {
+pub(crate) async fn healthz(State(st): St) -> ApiResult<Response> {
     st.broker.health().await?;
     Ok(ok(json!({ "status": "ok" })))
 }

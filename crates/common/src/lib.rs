@@ -14,6 +14,8 @@
 //!   for SQLite and PostgreSQL through sqlx `Any`.
 //! - [`server`] (feature `server`): `init_logs` and `shutdown_signal` for the binaries.
 //! - [`telemetry`] (feature `server`): traces over OTLP and W3C trace context.
+//! - [`webhook`]: Standard Webhooks signing and verification (the broker signs, the console
+//!   verifies).
 //!
 //! With neither feature the crate has no IO dependency, so core crates may use it.
 
@@ -27,6 +29,7 @@ pub mod sql;
 pub mod storage;
 #[cfg(feature = "server")]
 pub mod telemetry;
+pub mod webhook;
 
 pub use clock::{Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time};
 pub use code::{Refusal, WireCode};

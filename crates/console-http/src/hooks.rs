@@ -15,11 +15,9 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use countersign_console_core::work::messages::ExpiryNotice;
 use countersign_console_core::{Error, ErrorCode};
 use serde::Deserialize;
-use zeroize::Zeroizing;
 
 use crate::api::St;
 use crate::error::ApiResult;
@@ -29,74 +27,7 @@ pub const LIMIT: usize = 64 * 1024;
 /// How far `webhook-timestamp` may be from the console's clock.
 const TOLERANCE_SECONDS: i64 = 5 * 60;
 
-/// The broker's signing secret.
-pub struct WebhookSecret(Zeroizing<Vec<u8>>);
-
-impl std::fmt::Debug for WebhookSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WebhookSecret(..)")
-    }
-}
-
-/// Standard base64, padding optional (Standard Webhooks secrets are written both ways).
-const STANDARD_LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    base64::engine::GeneralPurposeConfig::new()
-        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
-);
-
-impl WebhookSecret {
-    /// The shortest key accepted (Standard Webhooks: 24 to 64 bytes).
-    pub const MIN_BYTES: usize = 24;
-
-    /// `whsec_<base64>`, or else the text's bytes; surrounding whitespace is ignored.
-    pub fn parse(text: &str) -> anyhow::Result<Self> {
-        let text = text.trim();
-        let key =
-            match text.strip_prefix("whsec_") {
-                Some(b64) => Zeroizing::new(STANDARD_LENIENT.decode(b64).map_err(|_| {
-                    anyhow::anyhow!("a whsec_ secret must be base64 after the prefix")
-                })?),
-                None => Zeroizing::new(text.as_bytes().to_vec()),
-            };
-        anyhow::ensure!(
-            key.len() >= Self::MIN_BYTES,
-            "the webhook secret must hold at least {} bytes of key",
-            Self::MIN_BYTES
-        );
-        Ok(Self(key))
-    }
-
-    /// HMAC-SHA256 of `<id>.<timestamp>.<body>`.
-    fn mac(&self, id: &str, timestamp: &str, body: &[u8]) -> Vec<u8> {
-        let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &self.0);
-        let mut ctx = aws_lc_rs::hmac::Context::with_key(&key);
-        ctx.update(id.as_bytes());
-        ctx.update(b".");
-        ctx.update(timestamp.as_bytes());
-        ctx.update(b".");
-        ctx.update(body);
-        ctx.sign().as_ref().to_vec()
-    }
-
-    /// Whether one of the `v1,<base64>` entries of `signatures` is the body's signature
-    /// (each compared in constant time).
-    pub fn verifies(&self, id: &str, timestamp: &str, body: &[u8], signatures: &str) -> bool {
-        let expected = self.mac(id, timestamp, body);
-        let mut ok = false;
-        for entry in signatures.split(' ') {
-            let Some(b64) = entry.strip_prefix("v1,") else {
-                continue;
-            };
-            let Ok(given) = base64::engine::general_purpose::STANDARD.decode(b64) else {
-                continue;
-            };
-            // Every entry is compared: the time taken does not say which matched.
-            ok |= countersign_console_core::clock::ct_eq(&given, &expected);
-        }
-        ok
-    }
-}
+pub use countersign_common::webhook::WebhookSecret;
 
 /// The notification's body: its `type`, and for `request.expired` the notice.
 #[derive(Debug, Deserialize)]
@@ -164,25 +95,4 @@ pub async fn broker(State(st): St, headers: HeaderMap, body: Body) -> ApiResult<
         tracing::debug!(webhook = %id, "a broker notification seen before");
     }
     Ok(done())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signatures() {
-        let s = WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
-            .unwrap_or_else(|e| panic!("{e}"));
-        let mac = s.mac("msg_1", "1700000000", b"{}");
-        let sig = format!(
-            "v0,zzz v1,{}",
-            base64::engine::general_purpose::STANDARD.encode(&mac)
-        );
-        assert!(s.verifies("msg_1", "1700000000", b"{}", &sig));
-        assert!(!s.verifies("msg_1", "1700000001", b"{}", &sig));
-        assert!(!s.verifies("msg_1", "1700000000", b"{} ", &sig));
-        assert!(!s.verifies("msg_1", "1700000000", b"{}", "v1,AAAA"));
-        assert!(WebhookSecret::parse("short").is_err());
-    }
 }

@@ -277,13 +277,6 @@ impl InboxRows {
     }
 }
 
-#[derive(Debug, Template)]
-#[template(path = "inbox.html")]
-pub struct InboxPage<'a> {
-    pub chrome: Chrome<'a>,
-    pub rows: InboxRows,
-}
-
 // ----- one request -----
 
 /// How a decided request ended, as a notice.
@@ -636,11 +629,7 @@ mod tests {
         let rec = record(false);
         let machine = record(true);
 
-        let inbox = InboxPage {
-            chrome,
-            rows: InboxRows::of(Some(&[rec.clone(), machine.clone()]), &me, &now),
-        }
-        .render()?;
+        let inbox = InboxRows::of(Some(&[rec.clone(), machine.clone()]), &me, &now).render()?;
         assert_escaped(&inbox);
         assert!(
             inbox.contains("<p class=\"reason\">reason &#60;script&#62;"),

@@ -45,37 +45,22 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Reads one line of at most `cap` bytes (see [`frame::read_line`]).
+/// Reads one line of at most `cap` bytes: [`frame::read_line`]'s rule ([`frame::Framer`]) on
+/// an async reader.
 async fn read_line<R: AsyncBufRead + Unpin>(
     r: &mut R,
     cap: usize,
 ) -> Result<Option<Vec<u8>>, frame::LineError> {
-    let mut line = Vec::new();
+    let mut framer = frame::Framer::new(cap);
     loop {
         let available = r.fill_buf().await?;
         if available.is_empty() {
-            return Ok((!line.is_empty()).then_some(line));
+            return framer.finish();
         }
-        match available.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                line.extend_from_slice(&available[..i]);
-                r.consume(i + 1);
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                if line.len() > cap {
-                    return Err(frame::LineError::TooLong(cap));
-                }
-                return Ok(Some(line));
-            }
-            None => {
-                let n = available.len();
-                line.extend_from_slice(available);
-                r.consume(n);
-                if line.len() > cap + 1 {
-                    return Err(frame::LineError::TooLong(cap));
-                }
-            }
+        let (n, line) = framer.feed(available);
+        r.consume(n);
+        if let Some(line) = line? {
+            return Ok(Some(line));
         }
     }
 }

@@ -21,6 +21,72 @@ pub enum LineError {
     Io(#[from] io::Error),
 }
 
+/// The framing rule, apart from any reader: fed the bytes a reader has available, it keeps
+/// what belongs to the line and says how many bytes to consume. The blocking reader
+/// ([`read_line`]) and the helper's async one both drive it, so both frame alike.
+#[derive(Debug)]
+pub struct Framer {
+    cap: usize,
+    line: Vec<u8>,
+}
+
+impl Framer {
+    /// A framer for lines of at most `cap` bytes (not counting the line ending).
+    #[must_use]
+    pub fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            line: Vec::new(),
+        }
+    }
+
+    /// Takes from `available` up to and including the first `\n`: answers how many bytes it
+    /// took, and the line when one ended (without its `\n` and a `\r` before it).
+    ///
+    /// # Errors
+    /// [`LineError::TooLong`] as soon as the line is longer than the cap (the reader is then in
+    /// the middle of it).
+    pub fn feed(&mut self, available: &[u8]) -> (usize, Result<Option<Vec<u8>>, LineError>) {
+        match available.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                self.line.extend_from_slice(&available[..i]);
+                let line = trim_cr(std::mem::take(&mut self.line));
+                let result = if line.len() > self.cap {
+                    Err(LineError::TooLong(self.cap))
+                } else {
+                    Ok(Some(line))
+                };
+                (i + 1, result)
+            }
+            None => {
+                self.line.extend_from_slice(available);
+                // One byte over the cap may be the `\r` of a line ending still to come.
+                let result = if self.line.len() > self.cap + 1 {
+                    Err(LineError::TooLong(self.cap))
+                } else {
+                    Ok(None)
+                };
+                (available.len(), result)
+            }
+        }
+    }
+
+    /// At the end of input: the last line if it had no newline, `None` if nothing was fed.
+    ///
+    /// # Errors
+    /// [`LineError::TooLong`] when that last line is over the cap.
+    pub fn finish(self) -> Result<Option<Vec<u8>>, LineError> {
+        if self.line.is_empty() {
+            return Ok(None);
+        }
+        let line = trim_cr(self.line);
+        if line.len() > self.cap {
+            return Err(LineError::TooLong(self.cap));
+        }
+        Ok(Some(line))
+    }
+}
+
 /// Reads one line of at most `cap` bytes, without its line ending. `Ok(None)` at end of input
 /// before any byte; a last line without a newline is returned as a line.
 ///
@@ -28,7 +94,7 @@ pub enum LineError {
 /// [`LineError::TooLong`] as soon as more than `cap` bytes arrived without a newline (the
 /// reader is then in the middle of that line); [`LineError::Io`] on a read error.
 pub fn read_line<R: BufRead>(r: &mut R, cap: usize) -> Result<Option<Vec<u8>>, LineError> {
-    let mut line = Vec::new();
+    let mut framer = Framer::new(cap);
     loop {
         let available = match r.fill_buf() {
             Ok(b) => b,
@@ -36,25 +102,12 @@ pub fn read_line<R: BufRead>(r: &mut R, cap: usize) -> Result<Option<Vec<u8>>, L
             Err(e) => return Err(e.into()),
         };
         if available.is_empty() {
-            return Ok((!line.is_empty()).then(|| trim_cr(line)));
+            return framer.finish();
         }
-        match available.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                line.extend_from_slice(&available[..i]);
-                r.consume(i + 1);
-                if line.len() > cap + usize::from(line.last() == Some(&b'\r')) {
-                    return Err(LineError::TooLong(cap));
-                }
-                return Ok(Some(trim_cr(line)));
-            }
-            None => {
-                let n = available.len();
-                line.extend_from_slice(available);
-                r.consume(n);
-                if line.len() > cap + 1 {
-                    return Err(LineError::TooLong(cap));
-                }
-            }
+        let (n, line) = framer.feed(available);
+        r.consume(n);
+        if let Some(line) = line? {
+            return Ok(Some(line));
         }
     }
 }
@@ -131,5 +184,11 @@ mod tests {
         // A line that never ends is refused without reading it all.
         let endless = vec![b'x'; 1 << 20];
         assert_eq!(lines(&endless, 5), vec![Err("line exceeds 5 bytes".into())]);
+        // A last line without a newline: its `\r` goes as any line's does, and the cap holds.
+        assert_eq!(lines(b"12345\r", 5), vec![Ok(b"12345".to_vec())]);
+        assert_eq!(
+            lines(b"123456", 5),
+            vec![Err("line exceeds 5 bytes".into())]
+        );
     }
 }

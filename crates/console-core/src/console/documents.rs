@@ -993,9 +993,12 @@ const RENDERED_KEPT: usize = 32;
 #[derive(Debug, Default)]
 pub(crate) struct DocumentCaches {
     loaded: Mutex<Kept<Document>>,
-    answers: Mutex<Kept<(Vec<(String, i64, i64)>, Arc<[u8]>)>>,
+    answers: Mutex<Kept<Answer>>,
     rendered: Mutex<Kept<Arc<str>>>,
 }
+
+/// A kept blocks answer: the reference counts it was made with, and its JSON.
+type Answer = (Vec<(String, i64, i64)>, Arc<[u8]>);
 
 /// Entries by artifact id, each with the state it was made for (the artifact's token, its
 /// last event and its last edit-log entry) and when it was last used.

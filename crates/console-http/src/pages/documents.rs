@@ -461,17 +461,15 @@ pub async fn edit_page(
 }
 
 /// `POST /documents/preview`: markdown (the body) rendered as the document page renders it.
-pub async fn preview(Extension(caller): Extension<Caller>, body: String) -> Response {
-    if let Err(r) = human(&caller) {
-        return *r;
-    }
+pub async fn preview(Extension(caller): Extension<Caller>, body: String) -> PageResult {
+    human(&caller)?;
     if body.len() > PREVIEW_LIMIT {
-        return html_response(
+        return Ok(html_response(
             StatusCode::PAYLOAD_TOO_LARGE,
             "<p class=\"notice error\">The text is too long to preview.</p>".to_owned(),
-        );
+        ));
     }
-    html_response(StatusCode::OK, render(&body))
+    Ok(html_response(StatusCode::OK, render(&body)))
 }
 
 /// `GET /projects/{key}/documents`: a project's documents and files, with the forms that

@@ -201,33 +201,26 @@ fn fail(e: &Error) -> Response {
     PageError::new(status_of(e), e.code_str(), e.message.clone()).into_response()
 }
 
-macro_rules! person {
-    ($caller:expr) => {
-        match human(&$caller) {
-            Ok(h) => h,
-            Err(r) => return *r,
-        }
-    };
-}
-
 /// `GET /sessions`: the live sessions.
-pub async fn sessions_page(State(st): St, Extension(caller): Extension<Caller>) -> Response {
-    let h = person!(caller);
-    let groups = match st.console.session_groups().await {
-        Ok(g) => g,
-        Err(e) => return fail(&e),
-    };
-    match st.console.live_sessions().await {
-        Ok(live) => page(
-            StatusCode::OK,
-            &SessionsPage {
-                chrome: chrome("Sessions", h, "/sessions"),
-                sessions: live.iter().map(SessionRow::of).collect(),
-                groups,
-            },
-        ),
-        Err(e) => fail(&e),
-    }
+pub async fn sessions_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
+    let h = human(&caller)?;
+    Ok({
+        let groups = match st.console.session_groups().await {
+            Ok(g) => g,
+            Err(e) => return Ok(fail(&e)),
+        };
+        match st.console.live_sessions().await {
+            Ok(live) => page(
+                StatusCode::OK,
+                &SessionsPage {
+                    chrome: chrome("Sessions", h, "/sessions"),
+                    sessions: live.iter().map(SessionRow::of).collect(),
+                    groups,
+                },
+            ),
+            Err(e) => fail(&e),
+        }
+    })
 }
 
 async fn live_row(st: &AppState, session: &str) -> Option<SessionRow> {
@@ -245,53 +238,55 @@ pub async fn conversation_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
     Path(session): Path<String>,
-) -> Response {
-    let h = person!(caller);
-    let messages = match st.console.messages_of_session(&session, 200, 0).await {
-        Ok(m) => m,
-        Err(e) => return fail(&e),
-    };
-    let state = st
-        .console
-        .agent_states(h)
-        .await
-        .ok()
-        .and_then(|s| s.into_iter().find(|a| a.session_id == session));
-    let unread: Vec<String> = state
-        .as_ref()
-        .map(|s| s.unread_replies.clone())
-        .unwrap_or_default();
-    let cleared_before = state.as_ref().and_then(|s| s.cleared_before);
-    let shown: Vec<(MessageRow, Vec<MessageRow>)> = messages
-        .iter()
-        .rev()
-        .filter(|m| cleared_before.is_none_or(|c| m.created_at > c))
-        .map(|m| {
-            let mut row = MessageRow::of(m, &unread);
-            let replies = flat(std::mem::take(&mut row.replies));
-            (row, replies)
-        })
-        .collect();
-    let live = live_row(&st, &session).await;
-    let advertised: Vec<String> = live
-        .as_ref()
-        .map(|l| l.modes.split(", ").map(str::to_owned).collect())
-        .unwrap_or_default();
-    page(
-        StatusCode::OK,
-        &ConversationPage {
-            chrome: chrome("Conversation", h, "/sessions"),
-            modes: [Mode::Send, Mode::Aside, Mode::Steer]
-                .iter()
-                .map(|m| (m.as_str(), advertised.iter().any(|a| a == m.as_str())))
-                .collect(),
-            session_id: session,
-            live,
-            unread: unread.len(),
-            cleared: cleared_before.is_some(),
-            messages: shown,
-        },
-    )
+) -> PageResult {
+    let h = human(&caller)?;
+    Ok({
+        let messages = match st.console.messages_of_session(&session, 200, 0).await {
+            Ok(m) => m,
+            Err(e) => return Ok(fail(&e)),
+        };
+        let state = st
+            .console
+            .agent_states(h)
+            .await
+            .ok()
+            .and_then(|s| s.into_iter().find(|a| a.session_id == session));
+        let unread: Vec<String> = state
+            .as_ref()
+            .map(|s| s.unread_replies.clone())
+            .unwrap_or_default();
+        let cleared_before = state.as_ref().and_then(|s| s.cleared_before);
+        let shown: Vec<(MessageRow, Vec<MessageRow>)> = messages
+            .iter()
+            .rev()
+            .filter(|m| cleared_before.is_none_or(|c| m.created_at > c))
+            .map(|m| {
+                let mut row = MessageRow::of(m, &unread);
+                let replies = flat(std::mem::take(&mut row.replies));
+                (row, replies)
+            })
+            .collect();
+        let live = live_row(&st, &session).await;
+        let advertised: Vec<String> = live
+            .as_ref()
+            .map(|l| l.modes.split(", ").map(str::to_owned).collect())
+            .unwrap_or_default();
+        page(
+            StatusCode::OK,
+            &ConversationPage {
+                chrome: chrome("Conversation", h, "/sessions"),
+                modes: [Mode::Send, Mode::Aside, Mode::Steer]
+                    .iter()
+                    .map(|m| (m.as_str(), advertised.iter().any(|a| a == m.as_str())))
+                    .collect(),
+                session_id: session,
+                live,
+                unread: unread.len(),
+                cleared: cleared_before.is_some(),
+                messages: shown,
+            },
+        )
+    })
 }
 
 /// `GET /sessions/{session_id}/relay`: the live relay view (the script follows the relay
@@ -300,46 +295,50 @@ pub async fn relay_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
     Path(session): Path<String>,
-) -> Response {
-    let h = person!(caller);
-    if !crate::api::is_session_id(&session) {
-        return fail(&ErrorCode::INVALID_SESSION_ID.into());
-    }
-    let live = live_row(&st, &session).await;
-    page(
-        StatusCode::OK,
-        &RelayPage {
-            chrome: chrome("Relay", h, "/sessions"),
-            session_id: session,
-            live,
-        },
-    )
+) -> PageResult {
+    let h = human(&caller)?;
+    Ok({
+        if !crate::api::is_session_id(&session) {
+            return Ok(fail(&ErrorCode::INVALID_SESSION_ID.into()));
+        }
+        let live = live_row(&st, &session).await;
+        page(
+            StatusCode::OK,
+            &RelayPage {
+                chrome: chrome("Relay", h, "/sessions"),
+                session_id: session,
+                live,
+            },
+        )
+    })
 }
 
 /// `GET /broadcasts`: the form (its idempotency key made with the page, so a second submit of
 /// the same form sends nothing twice), and the recent broadcasts.
-pub async fn broadcasts_page(State(st): St, Extension(caller): Extension<Caller>) -> Response {
-    let h = person!(caller);
-    let live = st.console.live_sessions().await;
-    let recent = st.console.recent_broadcasts(50, 0).await;
-    let error = match (&live, &recent) {
-        (Err(e), _) | (_, Err(e)) => Some(error_text(e)),
-        _ => None,
-    };
-    page(
-        StatusCode::OK,
-        &BroadcastsPage {
-            chrome: chrome("Broadcasts", h, "/broadcasts"),
-            key: format!("page-{}", st.console.random_token()),
-            sessions: live
-                .map(|l| l.iter().map(SessionRow::of).collect())
-                .unwrap_or_default(),
-            recent: recent
-                .map(|r| r.iter().map(BroadcastListRow::of).collect())
-                .unwrap_or_default(),
-            error,
-        },
-    )
+pub async fn broadcasts_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
+    let h = human(&caller)?;
+    Ok({
+        let live = st.console.live_sessions().await;
+        let recent = st.console.recent_broadcasts(50, 0).await;
+        let error = match (&live, &recent) {
+            (Err(e), _) | (_, Err(e)) => Some(error_text(e)),
+            _ => None,
+        };
+        page(
+            StatusCode::OK,
+            &BroadcastsPage {
+                chrome: chrome("Broadcasts", h, "/broadcasts"),
+                key: format!("page-{}", st.console.random_token()),
+                sessions: live
+                    .map(|l| l.iter().map(SessionRow::of).collect())
+                    .unwrap_or_default(),
+                recent: recent
+                    .map(|r| r.iter().map(BroadcastListRow::of).collect())
+                    .unwrap_or_default(),
+                error,
+            },
+        )
+    })
 }
 
 /// `GET /broadcasts/{id}`: one broadcast, every recipient's attempts and replies.
@@ -347,38 +346,40 @@ pub async fn broadcast_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    let h = person!(caller);
-    let b: BroadcastView = match st.console.broadcast_by_id(&id).await {
-        Ok(b) => b,
-        Err(e) => return fail(&e),
-    };
-    let row = BroadcastListRow {
-        id: b.id.clone(),
-        key: b.idempotency_key.clone(),
-        mode: b.mode.as_str(),
-        body: b.body.clone(),
-        by: actor_text(&b.by),
-        at: when(&b.created_at),
-        recipients: b.recipient_count,
-        replies: b.reply_count,
-    };
-    page(
-        StatusCode::OK,
-        &BroadcastPage {
-            chrome: chrome("Broadcast", h, "/broadcasts"),
-            recipients: b
-                .recipients
-                .iter()
-                .map(|r| {
-                    let mut m = MessageRow::of(&r.message, &[]);
-                    let replies = flat(std::mem::take(&mut m.replies));
-                    (r.session_id.clone(), m, replies)
-                })
-                .collect(),
-            b: row,
-        },
-    )
+) -> PageResult {
+    let h = human(&caller)?;
+    Ok({
+        let b: BroadcastView = match st.console.broadcast_by_id(&id).await {
+            Ok(b) => b,
+            Err(e) => return Ok(fail(&e)),
+        };
+        let row = BroadcastListRow {
+            id: b.id.clone(),
+            key: b.idempotency_key.clone(),
+            mode: b.mode.as_str(),
+            body: b.body.clone(),
+            by: actor_text(&b.by),
+            at: when(&b.created_at),
+            recipients: b.recipient_count,
+            replies: b.reply_count,
+        };
+        page(
+            StatusCode::OK,
+            &BroadcastPage {
+                chrome: chrome("Broadcast", h, "/broadcasts"),
+                recipients: b
+                    .recipients
+                    .iter()
+                    .map(|r| {
+                        let mut m = MessageRow::of(&r.message, &[]);
+                        let replies = flat(std::mem::take(&mut m.replies));
+                        (r.session_id.clone(), m, replies)
+                    })
+                    .collect(),
+                b: row,
+            },
+        )
+    })
 }
 
 /// `GET /messages/{id}`: where a message is read: its session's conversation, or its issue.
@@ -386,23 +387,25 @@ pub async fn message_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    let h = person!(caller);
-    let actor = countersign_console_core::work::Actor::User {
-        login: h.login.clone(),
-    };
-    match st.console.message_thread(&actor, &id).await {
-        Ok(t) => match (&t.root.issue, &t.root.target) {
-            (Some(k), _) => redirect(&format!("/issues/{k}")),
-            (None, Some(Target::Session(s))) => redirect(&format!(
-                "/sessions/{}#m-{}",
-                url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>(),
-                t.root.id
-            )),
-            _ => redirect("/sessions"),
-        },
-        Err(e) => fail(&e),
-    }
+) -> PageResult {
+    let h = human(&caller)?;
+    Ok({
+        let actor = countersign_console_core::work::Actor::User {
+            login: h.login.clone(),
+        };
+        match st.console.message_thread(&actor, &id).await {
+            Ok(t) => match (&t.root.issue, &t.root.target) {
+                (Some(k), _) => redirect(&format!("/issues/{k}")),
+                (None, Some(Target::Session(s))) => redirect(&format!(
+                    "/sessions/{}#m-{}",
+                    url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>(),
+                    t.root.id
+                )),
+                _ => redirect("/sessions"),
+            },
+            Err(e) => fail(&e),
+        }
+    })
 }
 
 /// `GET /assets/messages.js`.

@@ -8,11 +8,11 @@ use askama::Template;
 use axum::Extension;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use countersign_console_core::Caller;
 use countersign_console_core::work::{SearchKind, SearchRow};
 
-use super::{St, chrome, error_text, human, page};
+use super::{PageResult, St, chrome, error_text, human, page};
 use crate::html::{Chrome, When, when};
 
 /// How many results a page of the search shows.
@@ -172,56 +172,58 @@ pub async fn search_page(
     State(st): St,
     Extension(caller): Extension<Caller>,
     Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let h = match human(&caller) {
-        Ok(h) => h,
-        Err(r) => return *r,
-    };
-    let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
-    // A credential request's record id, as the CLI and MCP print it while a request waits:
-    // its page.
-    if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return axum::response::Redirect::to(&format!("/requests/{}", text.to_ascii_lowercase()))
-            .into_response();
-    }
-    let offset = q
-        .get("offset")
-        .and_then(|o| o.parse::<u32>().ok())
-        .unwrap_or(0)
-        .min(500);
-    let mut view = SearchPage {
-        chrome: chrome("Search", h, ""),
-        q: text.clone(),
-        total: 0,
-        reachable: 0,
-        offset,
-        next: None,
-        previous: None,
-        rows: Vec::new(),
-        error: None,
-    };
-    let mut status = StatusCode::OK;
-    if !text.is_empty() {
-        match st.console.search(&text, None, PER_PAGE, offset).await {
-            Ok(found) => {
-                view.total = found.total;
-                view.reachable = found.reachable;
-                let shown = found.rows.len() as u32;
-                if i64::from(offset + shown) < found.reachable && shown == PER_PAGE {
-                    view.next = Some(offset + PER_PAGE);
+) -> PageResult {
+    let h = human(&caller)?;
+    Ok({
+        let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
+        // A credential request's record id, as the CLI and MCP print it while a request waits:
+        // its page.
+        if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(axum::response::Redirect::to(&format!(
+                "/requests/{}",
+                text.to_ascii_lowercase()
+            ))
+            .into_response());
+        }
+        let offset = q
+            .get("offset")
+            .and_then(|o| o.parse::<u32>().ok())
+            .unwrap_or(0)
+            .min(500);
+        let mut view = SearchPage {
+            chrome: chrome("Search", h, ""),
+            q: text.clone(),
+            total: 0,
+            reachable: 0,
+            offset,
+            next: None,
+            previous: None,
+            rows: Vec::new(),
+            error: None,
+        };
+        let mut status = StatusCode::OK;
+        if !text.is_empty() {
+            match st.console.search(&text, None, PER_PAGE, offset).await {
+                Ok(found) => {
+                    view.total = found.total;
+                    view.reachable = found.reachable;
+                    let shown = found.rows.len() as u32;
+                    if i64::from(offset + shown) < found.reachable && shown == PER_PAGE {
+                        view.next = Some(offset + PER_PAGE);
+                    }
+                    if offset > 0 {
+                        view.previous = Some(offset.saturating_sub(PER_PAGE));
+                    }
+                    for r in found.rows {
+                        view.rows.push(row_of(&st, r).await);
+                    }
                 }
-                if offset > 0 {
-                    view.previous = Some(offset.saturating_sub(PER_PAGE));
+                Err(e) => {
+                    status = super::status_of(&e);
+                    view.error = Some(error_text(&e));
                 }
-                for r in found.rows {
-                    view.rows.push(row_of(&st, r).await);
-                }
-            }
-            Err(e) => {
-                status = super::status_of(&e);
-                view.error = Some(error_text(&e));
             }
         }
-    }
-    page(status, &view)
+        page(status, &view)
+    })
 }
