@@ -3,95 +3,65 @@
 
 use std::fmt;
 
-macro_rules! catalogue {
-    ($($code:ident => $status:literal, $msg:literal;)*) => {
-        /// Every refusal code of the broker API (spec, "Errors").
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
-        pub enum ErrorCode { $($code,)* }
+pub use countersign_common::code::{ErrorCatalogue, WireCode};
 
-        impl ErrorCode {
-            /// Every code, in catalogue order.
-            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$code,)*];
-
-            /// The wire name, e.g. `"NOT_FOUND"`.
-            pub fn as_str(self) -> &'static str {
-                match self { $(ErrorCode::$code => stringify!($code),)* }
-            }
-
-            /// The HTTP status the spec gives this code.
-            pub fn status(self) -> u16 {
-                match self { $(ErrorCode::$code => $status,)* }
-            }
-
-            /// The spec's message for this code.
-            pub fn message(self) -> &'static str {
-                match self { $(ErrorCode::$code => $msg,)* }
-            }
-        }
-    };
-}
-
-catalogue! {
-    ACCOUNT_NOT_LISTED => 403, "the ServiceAccount does not log in as this service";
-    ALREADY_ENROLLED => 409, "this runtime is already enrolled and live";
-    APPROVER_REQUIRED => 400, "approver is required";
-    CODE_MISMATCH => 403, "confirmation code does not match";
-    CODE_REQUIRED => 400, "code is required";
-    CREDENTIAL_ID_INPUT => 400, "launcher credential ids are UUIDs";
-    DATABASE_UNAVAILABLE => 503, "a dependency the broker needs is unavailable";
-    ENROLLMENT_ID_INPUT => 400, "enrollment ids are UUIDs";
-    ENROLLMENT_NOT_LIVE => 401, "enrollment is not live";
-    GRANT_CHAIN_INVALID => 403, "the grant's approval chain no longer verifies";
-    GRANT_ID_INPUT => 400, "grant ids are UUIDs";
-    GRANT_NOT_LIVE => 403, "grant is expired, revoked, or its session ended";
-    INTERNAL => 500, "internal error";
-    INVALID_DECISION => 400, "body must be one valid JSON object";
-    INVALID_ENROLLMENT => 400, "body must be one valid JSON object";
-    INVALID_LOOKUP => 400, "body must be one valid JSON object";
-    INVALID_RENEWAL => 400, "body must be one valid JSON object";
-    INVALID_REQUEST => 400, "body must be one valid JSON object";
-    INVALID_REVOKE => 400, "body must be one valid JSON object";
-    INVALID_KIND => 400, "kind must be `session` or `pod`";
-    INVALID_SLOT => 400, "a slot is only for a pod enrollment and must match the slot pattern";
-    KEY_HOLDS_LIVE_CREDENTIAL => 409, "this machine login's key already holds a live launcher credential";
-    LAUNCHER_INVALID => 401, "the launcher credential is not valid";
-    MIXED_APPROVERS => 400, "the requested secrets need different approvers; request them separately";
-    NOT_APPROVER => 403, "only the record's approver may decide it";
-    NOT_ENROLLING_CREDENTIAL => 403, "only the machine login that enrolled a pod may end its enrollment";
-    NOT_FOUND => 404, "not found";
-    NOT_YOURS => 403, "this belongs to another session";
-    NO_SUCH_CODE => 404, "no pending machine login has this code";
-    OPERATOR_MISMATCH => 403, "this launcher credential enrols a different operator";
-    POD_IDENTITY_MISMATCH => 403, "the projected token does not identify this pod";
-    POD_TOKEN_EXPIRED => 403, "the projected token has expired";
-    POD_TOKEN_REQUIRED => 403, "a pod enrollment's renewal must carry its projected token";
-    PROOF_INVALID => 401, "proof invalid";
-    RATE_LIMITED => 429, "too many requests; try again later";
-    RECORD_ID_INPUT => 400, "record ids are lowercase-hex sha256 hashes";
-    RECORD_TERMINAL => 409, "request is already decided";
-    REQUEST_ENDED => 503, "the request ended before the reread finished; send it again";
-    REQUEST_ID_INPUT => 400, "request ids are UUIDs";
-    REQUEST_INVALID => 400, "request object invalid";
-    REQUEST_PENDING => 409, "a request for one or more of these secrets is already pending";
-    REQUEST_TERMINAL => 409, "request is already decided";
-    REQUEST_TOO_LARGE => 413, "request body exceeds a byte limit";
-    SECRET_NAME_INVALID => 400, "not an agent secret name";
-    SECRET_NOT_IN_STORE => 404, "secret is not in the secrets store";
-    SERVICE_CREDENTIAL => 403, "a service's machine login has no operator; machine and grant commands are a person's";
-    SERVICE_LOGS_IN_WITH_TOKEN => 400, "a service logs in with its ServiceAccount token at POST /v1/launcher-credentials/token, never through a code a person approves";
-    SESSION_ID_INPUT => 400, "session id must be at most 128 characters with no whitespace or control character";
-    TOKEN_EXPIRED => 401, "the ServiceAccount token has expired";
-    TOKEN_INVALID => 401, "the ServiceAccount token does not verify";
-    TOKEN_LOGIN_OFF => 404, "this broker trusts no token issuer, so no service logs in with a token";
-    TOKEN_TOO_LONG_LIVED => 401, "the ServiceAccount token lives longer than an hour from its issue";
-    UI_INVALID => 401, "the console bearer token is not valid";
-    UNKNOWN_SECRET => 400, "no agent secret has this name";
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+countersign_common::error_catalogue! {
+    /// Every refusal code of the broker API (spec, "Errors").
+    pub enum ErrorCode {
+        ACCOUNT_NOT_LISTED => 403, "the ServiceAccount does not log in as this service";
+        ALREADY_ENROLLED => 409, "this runtime is already enrolled and live";
+        APPROVER_REQUIRED => 400, "approver is required";
+        CODE_MISMATCH => 403, "confirmation code does not match";
+        CODE_REQUIRED => 400, "code is required";
+        CREDENTIAL_ID_INPUT => 400, "launcher credential ids are UUIDs";
+        DATABASE_UNAVAILABLE => 503, "a dependency the broker needs is unavailable";
+        ENROLLMENT_ID_INPUT => 400, "enrollment ids are UUIDs";
+        ENROLLMENT_NOT_LIVE => 401, "enrollment is not live";
+        GRANT_CHAIN_INVALID => 403, "the grant's approval chain no longer verifies";
+        GRANT_ID_INPUT => 400, "grant ids are UUIDs";
+        GRANT_NOT_LIVE => 403, "grant is expired, revoked, or its session ended";
+        INTERNAL => 500, "internal error";
+        INVALID_DECISION => 400, "body must be one valid JSON object";
+        INVALID_ENROLLMENT => 400, "body must be one valid JSON object";
+        INVALID_LOOKUP => 400, "body must be one valid JSON object";
+        INVALID_RENEWAL => 400, "body must be one valid JSON object";
+        INVALID_REQUEST => 400, "body must be one valid JSON object";
+        INVALID_REVOKE => 400, "body must be one valid JSON object";
+        INVALID_KIND => 400, "kind must be `session` or `pod`";
+        INVALID_SLOT => 400, "a slot is only for a pod enrollment and must match the slot pattern";
+        KEY_HOLDS_LIVE_CREDENTIAL => 409, "this machine login's key already holds a live launcher credential";
+        LAUNCHER_INVALID => 401, "the launcher credential is not valid";
+        MIXED_APPROVERS => 400, "the requested secrets need different approvers; request them separately";
+        NOT_APPROVER => 403, "only the record's approver may decide it";
+        NOT_ENROLLING_CREDENTIAL => 403, "only the machine login that enrolled a pod may end its enrollment";
+        NOT_FOUND => 404, "not found";
+        NOT_YOURS => 403, "this belongs to another session";
+        NO_SUCH_CODE => 404, "no pending machine login has this code";
+        OPERATOR_MISMATCH => 403, "this launcher credential enrols a different operator";
+        POD_IDENTITY_MISMATCH => 403, "the projected token does not identify this pod";
+        POD_TOKEN_EXPIRED => 403, "the projected token has expired";
+        POD_TOKEN_REQUIRED => 403, "a pod enrollment's renewal must carry its projected token";
+        PROOF_INVALID => 401, "proof invalid";
+        RATE_LIMITED => 429, "too many requests; try again later";
+        RECORD_ID_INPUT => 400, "record ids are lowercase-hex sha256 hashes";
+        RECORD_TERMINAL => 409, "request is already decided";
+        REQUEST_ENDED => 503, "the request ended before the reread finished; send it again";
+        REQUEST_ID_INPUT => 400, "request ids are UUIDs";
+        REQUEST_INVALID => 400, "request object invalid";
+        REQUEST_PENDING => 409, "a request for one or more of these secrets is already pending";
+        REQUEST_TERMINAL => 409, "request is already decided";
+        REQUEST_TOO_LARGE => 413, "request body exceeds a byte limit";
+        SECRET_NAME_INVALID => 400, "not an agent secret name";
+        SECRET_NOT_IN_STORE => 404, "secret is not in the secrets store";
+        SERVICE_CREDENTIAL => 403, "a service's machine login has no operator; machine and grant commands are a person's";
+        SERVICE_LOGS_IN_WITH_TOKEN => 400, "a service logs in with its ServiceAccount token at POST /v1/launcher-credentials/token, never through a code a person approves";
+        SESSION_ID_INPUT => 400, "session id must be at most 128 characters with no whitespace or control character";
+        TOKEN_EXPIRED => 401, "the ServiceAccount token has expired";
+        TOKEN_INVALID => 401, "the ServiceAccount token does not verify";
+        TOKEN_LOGIN_OFF => 404, "this broker trusts no token issuer, so no service logs in with a token";
+        TOKEN_TOO_LONG_LIVED => 401, "the ServiceAccount token lives longer than an hour from its issue";
+        UI_INVALID => 401, "the console bearer token is not valid";
+        UNKNOWN_SECRET => 400, "no agent secret has this name";
     }
 }
 

@@ -26,7 +26,7 @@ pub mod storage;
 pub use broker::Broker;
 pub use clock::{Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time};
 pub use config::BrokerConfig;
-pub use error::{Error, ErrorCode, Result};
+pub use error::{Error, ErrorCatalogue, ErrorCode, Result};
 pub use identity::{ServiceAccountToken, TokenVerifier};
 pub use secrets::{SecretStore, SecretValue};
 pub use storage::{Storage, StorageError, Tx};

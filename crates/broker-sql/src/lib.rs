@@ -85,24 +85,8 @@ const POSTGRES_MAX_CONNECTIONS: u32 = 10;
 /// Every this many `remember_once` calls (starting with the first), lapsed values are purged.
 const ONCE_PURGE_EVERY: u64 = 1000;
 
-/// The database behind a [`SqlStorage`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-impl Backend {
-    /// The backend a database URL names.
-    pub fn of_url(url: &str) -> Option<Backend> {
-        let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase())?;
-        match scheme.as_str() {
-            "sqlite" => Some(Backend::Sqlite),
-            "postgres" | "postgresql" => Some(Backend::Postgres),
-            _ => None,
-        }
-    }
-}
+/// The database behind a [`SqlStorage`] (the console's storage names it the same way).
+pub use countersign_common::sql::Backend;
 
 /// The broker's storage on SQLite or PostgreSQL. Cloning shares the pool.
 #[derive(Clone)]
@@ -181,7 +165,7 @@ impl SqlStorage {
             Backend::Postgres => pool.begin().await,
         }
         .map_err(begin_err)?;
-        schema::migrate(migration, backend).await?;
+        countersign_common::sql::migrate(migration, backend, &schema::SCHEMA).await?;
         let writer = (backend == Backend::Sqlite)
             .then(|| Writer::start(pool.clone(), !is_sqlite_memory(url)));
         let once = OnceBatcher::start(Target {

@@ -1,4 +1,5 @@
-//! The schema, as ordered migrations applied by [`migrate`] at connect.
+//! The schema, as ordered migrations the shared runner (`countersign_common::sql::migrate`)
+//! applies at connect.
 //!
 //! `sqlx::migrate!` wants one migration directory per database type, and through `sqlx::Any`
 //! it cannot tell the two backends apart; so the schema lives here instead, as ordered lists
@@ -11,28 +12,7 @@
 //!
 //! A migration, once released, is never edited: add a new one.
 
-use sqlx::{Any, Row, Transaction};
-
-use crate::Backend;
-use crate::error::db_err;
-use countersign_broker_core::storage::StorageError;
-
-/// One schema step: its statements for each backend, run in order.
-pub(crate) struct Migration {
-    pub version: i64,
-    pub name: &'static str,
-    pub sqlite: &'static [&'static str],
-    pub postgres: &'static [&'static str],
-}
-
-impl Migration {
-    fn statements(&self, backend: Backend) -> &'static [&'static str] {
-        match backend {
-            Backend::Sqlite => self.sqlite,
-            Backend::Postgres => self.postgres,
-        }
-    }
-}
+use countersign_common::sql::{Migration, Schema};
 
 /// Version 1, the same text on both backends.
 ///
@@ -225,65 +205,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// The key of the PostgreSQL advisory lock migrations hold (arbitrary, fixed: "csgn").
-const PG_MIGRATION_LOCK: i64 = 0x6373_676e;
-
-/// Brings the schema up to the latest version, in `tx`, and commits.
-pub(crate) async fn migrate(
-    mut tx: Transaction<'static, Any>,
-    backend: Backend,
-) -> Result<(), StorageError> {
-    if backend == Backend::Postgres {
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(PG_MIGRATION_LOCK)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?;
-    }
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (
-            version BIGINT PRIMARY KEY,
-            name TEXT NOT NULL
-        )",
-    )
-    .execute(&mut *tx)
-    .await
-    .map_err(db_err)?;
-    let current: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db_err)?
-        .try_get("v")
-        .map_err(db_err)?;
-    let latest = MIGRATIONS.last().map_or(0, |m| m.version);
-    if current > latest {
-        return Err(StorageError::Other(format!(
-            "the database schema is at version {current}, newer than this broker knows ({latest})"
-        )));
-    }
-    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
-        for statement in m.statements(backend) {
-            sqlx::query(statement)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| {
-                    StorageError::Other(format!("migration {} ({}): {e}", m.version, m.name))
-                })?;
-        }
-        sqlx::query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)")
-            .bind(m.version)
-            .bind(m.name)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        tracing::info!(
-            version = m.version,
-            name = m.name,
-            "applied schema migration"
-        );
-    }
-    tx.commit().await.map_err(db_err)
-}
+/// The broker's schema, as the shared migration runner (`countersign_common::sql::migrate`)
+/// applies it: versions in `schema_migrations`, replicas serialised on PostgreSQL by an
+/// advisory lock (key "csgn", arbitrary and fixed).
+pub(crate) const SCHEMA: Schema = Schema {
+    table: "schema_migrations",
+    lock_key: 0x6373_676e,
+    program: "broker",
+    migrations: MIGRATIONS,
+};
 
 #[cfg(test)]
 mod tests {

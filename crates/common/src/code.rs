@@ -48,7 +48,8 @@ pub trait ErrorCatalogue: Copy + Eq + fmt::Debug + Send + Sync + 'static {
 }
 
 /// Declares a catalogue: `error_catalogue! { pub enum Name { CODE => 400, "message"; … } }`.
-/// The enum derives `Debug, Clone, Copy, PartialEq, Eq, Hash`, implements [`ErrorCatalogue`],
+/// The enum derives `Debug, Clone, Copy, PartialEq, Eq, Hash`, implements [`ErrorCatalogue`]
+/// (and has its methods as inherent ones, callable without the trait in scope),
 /// `Display` (the wire name), `Serialize`/`Deserialize` as the wire name, and
 /// `From<Name> for WireCode`.
 #[macro_export]
@@ -69,6 +70,25 @@ macro_rules! error_catalogue {
             }
             fn message(self) -> &'static str {
                 match self { $($name::$code => $msg,)* }
+            }
+        }
+
+        // The trait's methods, also callable without it in scope.
+        #[allow(dead_code)]
+        impl $name {
+            /// Every code, in catalogue order.
+            pub const ALL: &'static [$name] = &[$($name::$code,)*];
+            /// The wire name, e.g. `"NOT_FOUND"`.
+            pub fn as_str(self) -> &'static str {
+                $crate::code::ErrorCatalogue::as_str(self)
+            }
+            /// The HTTP status.
+            pub fn status(self) -> u16 {
+                $crate::code::ErrorCatalogue::status(self)
+            }
+            /// The default message.
+            pub fn message(self) -> &'static str {
+                $crate::code::ErrorCatalogue::message(self)
             }
         }
 

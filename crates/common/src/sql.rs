@@ -17,22 +17,21 @@ use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 
 use crate::storage::StorageError;
 
-/// Which database a URL names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which database a URL names (the broker's and the console's storage both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
     Sqlite,
     Postgres,
 }
 
 impl Backend {
-    /// `sqlite:…` or `postgres:`/`postgresql:…`; else `None`.
+    /// `sqlite:…` or `postgres:`/`postgresql:…`, the scheme in any case; else `None`.
     pub fn of_url(url: &str) -> Option<Backend> {
-        if url.starts_with("sqlite:") {
-            Some(Backend::Sqlite)
-        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            Some(Backend::Postgres)
-        } else {
-            None
+        let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase())?;
+        match scheme.as_str() {
+            "sqlite" => Some(Backend::Sqlite),
+            "postgres" | "postgresql" => Some(Backend::Postgres),
+            _ => None,
         }
     }
 }
@@ -47,7 +46,8 @@ pub struct Migration {
 }
 
 impl Migration {
-    fn statements(&self, backend: Backend) -> &'static [&'static str] {
+    /// Its statements for `backend`, in order.
+    pub fn statements(&self, backend: Backend) -> &'static [&'static str] {
         match backend {
             Backend::Sqlite => self.sqlite,
             Backend::Postgres => self.postgres,

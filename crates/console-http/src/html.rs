@@ -4,8 +4,12 @@
 //! the pages fill them from; no inline script or style is emitted, so the
 //! Content-Security-Policy can forbid both.
 //!
-//! A value that is itself a template ([`When`], [`TimeLeft`], [`Notice`], [`InboxRows`]) is
-//! printed with `|safe` (it escaped its own fields); nothing else is.
+//! A value that is itself a template ([`When`], [`TimeLeft`], [`Notice`], [`InboxRows`], the
+//! inbox's `AskRows`) escaped its own fields: it is marked [`askama::filters::HtmlSafe`] and
+//! printed as it is. `|safe` is written only on the document engine's
+//! [`SafeHtml`](countersign_console_core::doc::SafeHtml) (its
+//! sanitizer's output, the one kind of HTML from text people and agents write); a test holds
+//! the templates to that.
 //!
 //! Times have one format everywhere ([`when`]: `2026-11-24 14:05 UTC` in a `<time datetime>`
 //! element); the pages' script writes the same format for the times it renders.
@@ -50,6 +54,8 @@ pub struct When {
     text: String,
 }
 
+impl askama::filters::HtmlSafe for When {}
+
 /// The one way a page shows a time.
 pub fn when(t: &Time) -> When {
     When {
@@ -69,6 +75,8 @@ pub struct TimeLeft {
     at: String,
     text: String,
 }
+
+impl askama::filters::HtmlSafe for TimeLeft {}
 
 pub fn time_left(until: &Time, now: &Time) -> TimeLeft {
     let secs = (*until - *now).num_seconds();
@@ -90,6 +98,8 @@ pub struct Notice {
     kind: &'static str,
     text: String,
 }
+
+impl askama::filters::HtmlSafe for Notice {}
 
 pub fn notice(kind: &'static str, text: impl Into<String>) -> Notice {
     Notice {
@@ -245,6 +255,8 @@ pub struct InboxRows {
     pub error: Option<Notice>,
     pub items: Vec<RequestRow>,
 }
+
+impl askama::filters::HtmlSafe for InboxRows {}
 
 impl InboxRows {
     pub fn of(records: Option<&[CredentialRecord]>, me: &Login, now: &Time) -> Self {
@@ -558,6 +570,43 @@ pub struct SignInPage<'a> {
 
 #[cfg(test)]
 mod tests {
+    /// `|safe` is written only on the document engine's `SafeHtml`: each use is listed here
+    /// with its field, whose type the compiler holds to `SafeHtml`. A new `|safe` fails this
+    /// test until it is one of them (a template type needs no `|safe`: it is `HtmlSafe`).
+    #[test]
+    fn safe_is_only_on_sanitized_html() {
+        const SANITIZED: &[(&str, &str)] = &[
+            ("asks_discussion.html", "html"),   // DiscussionPage::html
+            ("documents_page.html", "html"),    // DocumentPage::html
+            ("documents_version.html", "html"), // VersionPage::html
+            ("issue.html", "c.html"),           // CommentEntry::html
+            ("issue.html", "d.1"),              // IssuePage::description.1
+        ];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates");
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            for part in text.split("|safe").collect::<Vec<_>>().iter().rev().skip(1) {
+                let expr = part
+                    .rsplit("{{")
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned();
+                found.push((name.clone(), expr));
+            }
+        }
+        assert!(!found.is_empty(), "no template read from {}", dir.display());
+        for (file, expr) in &found {
+            assert!(
+                SANITIZED.contains(&(file.as_str(), expr.as_str())),
+                "{file} prints {expr} with |safe: only the sanitizer's SafeHtml may be"
+            );
+        }
+        assert_eq!(found.len(), SANITIZED.len(), "{found:?}");
+    }
+
     use super::*;
     use countersign_console_core::broker::{Decided, EnrollmentSummary, SessionIds};
 

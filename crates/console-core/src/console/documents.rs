@@ -994,7 +994,7 @@ const RENDERED_KEPT: usize = 32;
 pub(crate) struct DocumentCaches {
     loaded: Mutex<Kept<Document>>,
     answers: Mutex<Kept<Answer>>,
-    rendered: Mutex<Kept<Arc<str>>>,
+    rendered: Mutex<Kept<doc::SafeHtml>>,
 }
 
 /// A kept blocks answer: the reference counts it was made with, and its JSON.
@@ -1124,12 +1124,12 @@ impl DocumentCaches {
         );
     }
 
-    fn html(&self, a: &Artifact, render: impl FnOnce() -> String) -> String {
+    fn html(&self, a: &Artifact, render: impl FnOnce() -> doc::SafeHtml) -> doc::SafeHtml {
         if let Some(html) = lock(&self.rendered).get(a) {
-            return html.to_string();
+            return html;
         }
         let html = render();
-        lock(&self.rendered).put(a, Arc::from(html.as_str()), 0, RENDERED_KEPT, usize::MAX);
+        lock(&self.rendered).put(a, html.clone(), 0, RENDERED_KEPT, usize::MAX);
         html
     }
 
@@ -1328,7 +1328,7 @@ pub struct BlockView {
 pub struct Rendered {
     pub artifact: ArtifactView,
     /// The engine's sanitized HTML (no raw HTML passes; only safe URL schemes).
-    pub html: String,
+    pub html: doc::SafeHtml,
     pub versions: Vec<VersionInfo>,
 }
 

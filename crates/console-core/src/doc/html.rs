@@ -57,7 +57,35 @@ struct Renderer<'r> {
 }
 
 /// Renders the document; each top-level element carries `data-block`.
-pub(crate) fn render(doc: &Document, resolve: &dyn Fn(&str) -> Option<String>) -> String {
+/// HTML the sanitizer made (no raw HTML, only safe URL schemes): the one kind of HTML a page
+/// may print unescaped. Only this module makes one; it reads as the `str` it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SafeHtml(std::sync::Arc<str>);
+
+impl SafeHtml {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for SafeHtml {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SafeHtml {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub(crate) fn render(doc: &Document, resolve: &dyn Fn(&str) -> Option<String>) -> SafeHtml {
+    SafeHtml(render_text(doc, resolve).into())
+}
+
+fn render_text(doc: &Document, resolve: &dyn Fn(&str) -> Option<String>) -> String {
     parse::with_ast(doc.markdown(), |root, lines| {
         let mut r = Renderer {
             out: String::with_capacity(doc.markdown().len() * 3 / 2),

@@ -69,6 +69,7 @@ pub use block::{
 };
 use block::{Detail, Node};
 pub use edit::{EditError, EditOp, Edited, Quote, valid_block_id};
+pub use html::SafeHtml;
 pub use refs::{OutgoingRef, RefKind, RefTarget, parse_ref};
 pub use schema::block_schema;
 
@@ -328,13 +329,13 @@ impl Document {
     /// The document rendered for a page: sanitized HTML (no raw HTML passes, only `http`,
     /// `https`, `mailto`, `countersign` and relative URLs survive), each top-level element
     /// carrying `data-block="<id>"`.
-    pub fn to_html(&self) -> String {
+    pub fn to_html(&self) -> SafeHtml {
         html::render(self, &|url| Some(url.to_owned()))
     }
 
     /// As [`Document::to_html`], with console refs (`countersign://…`) rewritten by `resolve`
     /// (None drops the link, keeping its text).
-    pub fn to_html_with(&self, resolve: &dyn Fn(&str) -> Option<String>) -> String {
+    pub fn to_html_with(&self, resolve: &dyn Fn(&str) -> Option<String>) -> SafeHtml {
         html::render(self, resolve)
     }
 

@@ -11,7 +11,7 @@ use base64::Engine;
 use countersign_console_core::console::documents::{At, Upload, VersionRead};
 use countersign_console_core::doc::EditOp;
 use countersign_console_core::work::EventPage;
-use countersign_console_core::{Caller, Error, ErrorCatalogue, ErrorCode};
+use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Deserialize;
 
 use super::{In, Input, JSON_LIMIT, Query, St, acting, created, ok, query_err};

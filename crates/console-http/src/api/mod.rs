@@ -21,7 +21,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::work::Actor;
-use countersign_console_core::{Caller, Error, ErrorCatalogue, ErrorCode};
+use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

@@ -8,6 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::asks::{Inbox, InboxRow};
+use countersign_console_core::doc::SafeHtml;
 use countersign_console_core::work::Actor;
 use countersign_console_core::work::asks::{AskOption, AskView, InboxAsk, Turn};
 use countersign_console_core::{Caller, Time};
@@ -148,6 +149,8 @@ pub struct AskRows {
     pub agent: Vec<AskRow>,
     pub snoozed: Vec<AskRow>,
 }
+
+impl askama::filters::HtmlSafe for AskRows {}
 
 impl AskRows {
     fn of(inbox: &Inbox) -> Self {
@@ -348,7 +351,7 @@ pub struct DiscussionPage<'a> {
     pub id: String,
     pub filename: String,
     /// The engine's sanitized HTML.
-    pub html: String,
+    pub html: SafeHtml,
     pub threads: Vec<ThreadView>,
     pub asks: Vec<AskRow>,
     /// The comment form's fields as a link from the document page fills them (`?quote=`,

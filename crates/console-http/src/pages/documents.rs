@@ -16,7 +16,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::Caller;
 use countersign_console_core::console::documents::{At, VersionRead};
-use countersign_console_core::doc::{Document, RefTarget, parse_ref};
+use countersign_console_core::doc::{Document, RefTarget, SafeHtml, parse_ref};
 use countersign_console_core::work::Actor;
 use countersign_console_core::work::asks::Review;
 use countersign_console_core::work::documents::{ArtifactKind, ArtifactView, VersionInfo};
@@ -97,7 +97,7 @@ pub struct DocumentPage<'a> {
     pub version: String,
     pub updated: When,
     /// The rendered document: the engine's sanitized HTML.
-    pub html: String,
+    pub html: SafeHtml,
     pub versions: Vec<VersionRow>,
     pub diff: Option<DiffView>,
     pub diff_error: Option<String>,
@@ -119,7 +119,7 @@ pub struct VersionPage<'a> {
     pub by: String,
     pub at: When,
     /// A document version rendered (sanitized HTML), or empty for a file.
-    pub html: String,
+    pub html: SafeHtml,
     /// A file's or image's bytes, to download (the API's URL).
     pub download: String,
     pub image: bool,
@@ -221,7 +221,7 @@ fn page_of(url: &str) -> Option<String> {
 }
 
 /// Markdown rendered as the document page renders it (sanitized; block ids are throwaway).
-pub fn render(markdown: &str) -> String {
+pub fn render(markdown: &str) -> SafeHtml {
     let mut n = 0u64;
     Document::parse(markdown, &mut || {
         n += 1;
@@ -292,7 +292,7 @@ pub async fn document_page(
         }
     } else {
         match st.console.versions(&a.id).await {
-            Ok(v) => (String::new(), v),
+            Ok(v) => (SafeHtml::default(), v),
             Err(e) => return Err(e.into()),
         }
     };
@@ -400,7 +400,7 @@ pub async fn version_page(
     let n = info.number;
     let (html, image) = match st.console.version(&a.id, &n.to_string()).await {
         Ok(VersionRead::Document(d)) => (render(&d.markdown), false),
-        Ok(VersionRead::Bytes { image, .. }) => (String::new(), image),
+        Ok(VersionRead::Bytes { image, .. }) => (SafeHtml::default(), image),
         Err(e) => return Err(e.into()),
     };
     let heading = match &info.name {
@@ -469,7 +469,7 @@ pub async fn preview(Extension(caller): Extension<Caller>, body: String) -> Page
             "<p class=\"notice error\">The text is too long to preview.</p>".to_owned(),
         ));
     }
-    Ok(html_response(StatusCode::OK, render(&body)))
+    Ok(html_response(StatusCode::OK, render(&body).to_string()))
 }
 
 /// `GET /projects/{key}/documents`: a project's documents and files, with the forms that

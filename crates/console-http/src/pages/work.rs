@@ -13,6 +13,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use countersign_console_core::Caller;
 use countersign_console_core::Login;
+use countersign_console_core::doc::SafeHtml;
 use countersign_console_core::work::asks::{AskState, AskView, CommentView, ThreadState};
 use countersign_console_core::work::{
     Actor, Event, EventPage, IssueAssignee, IssueCursor, IssueListQuery, IssueSort, ProjectKey,
@@ -506,7 +507,7 @@ pub struct CommentEntry {
     pub by: String,
     pub at: When,
     /// The body as sanitized HTML (the document engine's markdown).
-    pub html: String,
+    pub html: SafeHtml,
     pub on: Option<(String, String)>,
     pub quote: String,
     pub mentions: Vec<String>,
@@ -537,7 +538,7 @@ pub struct IssuePage<'a> {
     pub i: IssueFacts,
     pub statuses: Vec<(&'static str, String)>,
     /// The description: `(document page, sanitized HTML)`.
-    pub description: Option<(String, String)>,
+    pub description: Option<(String, SafeHtml)>,
     pub documents: Vec<(String, String)>,
     pub timeline: Vec<Entry>,
     pub people: Vec<String>,
@@ -545,7 +546,7 @@ pub struct IssuePage<'a> {
 }
 
 /// Markdown as the document engine renders it: sanitized, no raw HTML.
-fn markdown_html(md: &str) -> String {
+fn markdown_html(md: &str) -> SafeHtml {
     let mut n = 0u32;
     countersign_console_core::doc::Document::parse(md, &mut || {
         n += 1;
