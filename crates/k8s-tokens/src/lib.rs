@@ -21,11 +21,15 @@
 //! Key handling (fetch, cache, refresh on an unknown `kid`, rate limit) is described in
 //! [`verifier`].
 
+#[cfg(feature = "verifier")]
 pub mod config;
 pub mod jwks;
 pub mod token;
+#[cfg(feature = "verifier")]
 pub mod verifier;
 
+#[cfg(feature = "verifier")]
 pub use config::IssuerConfig;
 pub use jwks::{Alg, JwksError, KeySet};
+#[cfg(feature = "verifier")]
 pub use verifier::{ConfigError, FetchError, JwksSource, K8sTokenVerifier, VerifierConfig};

@@ -15,6 +15,7 @@
 //! Like kanidm's `unix_proto`, the wire types live in one crate both sides build on, so the
 //! helper and the CLI cannot drift apart.
 
+#[cfg(feature = "broker-client")]
 pub mod broker;
 pub mod client;
 pub mod frame;
