@@ -373,23 +373,12 @@ pub async fn discussion_page(
     use countersign_console_core::work::asks::{SuggestionState, ThreadState};
     let h = human(&caller)?;
     Ok({
-        let fail = |e: countersign_console_core::Error| super::PageError::from(e).into_response();
-        let rendered = match st.console.rendered(&id).await {
-            Ok(r) => r,
-            Err(e) => return Ok(fail(e)),
-        };
-        let comments = match st.console.document_comments(&rendered.artifact.id).await {
-            Ok(c) => c,
-            Err(e) => return Ok(fail(e)),
-        };
-        let asks = match st
+        let rendered = st.console.rendered(&id).await?;
+        let comments = st.console.document_comments(&rendered.artifact.id).await?;
+        let asks = st
             .console
             .document_asks(&rendered.artifact.id, Vec::new())
-            .await
-        {
-            Ok(a) => a,
-            Err(e) => return Ok(fail(e)),
-        };
+            .await?;
         let mut threads: Vec<ThreadView> = Vec::new();
         for c in &comments {
             if c.thread_id == c.id {

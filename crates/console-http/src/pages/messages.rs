@@ -205,10 +205,7 @@ fn fail(e: &Error) -> Response {
 pub async fn sessions_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
     Ok({
-        let groups = match st.console.session_groups().await {
-            Ok(g) => g,
-            Err(e) => return Ok(fail(&e)),
-        };
+        let groups = st.console.session_groups().await?;
         match st.console.live_sessions().await {
             Ok(live) => page(
                 StatusCode::OK,
@@ -241,10 +238,7 @@ pub async fn conversation_page(
 ) -> PageResult {
     let h = human(&caller)?;
     Ok({
-        let messages = match st.console.messages_of_session(&session, 200, 0).await {
-            Ok(m) => m,
-            Err(e) => return Ok(fail(&e)),
-        };
+        let messages = st.console.messages_of_session(&session, 200, 0).await?;
         let state = st
             .console
             .agent_states(h)
@@ -349,10 +343,7 @@ pub async fn broadcast_page(
 ) -> PageResult {
     let h = human(&caller)?;
     Ok({
-        let b: BroadcastView = match st.console.broadcast_by_id(&id).await {
-            Ok(b) => b,
-            Err(e) => return Ok(fail(&e)),
-        };
+        let b: BroadcastView = st.console.broadcast_by_id(&id).await?;
         let row = BroadcastListRow {
             id: b.id.clone(),
             key: b.idempotency_key.clone(),
