@@ -101,6 +101,35 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && aws_lc_rs::constant_time::verify_slices_are_equal(a, b).is_ok()
 }
 
+/// `token` masked with a fresh one-time pad: base64url (no padding) of the pad and the token
+/// XOR the pad. Each call gives different bytes for one token, so a compressed answer's length
+/// tells an observer nothing about it (BREACH). [`masked_matches`] checks one.
+pub fn mask_token(token: &[u8], e: &dyn Entropy) -> String {
+    use base64::Engine;
+    let mut out = vec![0u8; token.len() * 2];
+    let (pad, masked) = out.split_at_mut(token.len());
+    e.fill(pad);
+    for ((m, p), t) in masked.iter_mut().zip(pad.iter()).zip(token) {
+        *m = p ^ t;
+    }
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(out)
+}
+
+/// Whether `presented` is a masking of `token` ([`mask_token`]), constant time in the token;
+/// anything that does not decode to twice its length is refused, and so is an empty token.
+pub fn masked_matches(presented: &str, token: &[u8]) -> bool {
+    use base64::Engine;
+    let Ok(raw) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(presented) else {
+        return false;
+    };
+    if token.is_empty() || raw.len() != token.len() * 2 {
+        return false;
+    }
+    let (pad, masked) = raw.split_at(token.len());
+    let unmasked: Vec<u8> = pad.iter().zip(masked).map(|(p, m)| p ^ m).collect();
+    ct_eq(&unmasked, token)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::clock::{Entropy, mask_token, masked_matches};
 use crate::ids::Login;
 
 /// A signed-in person, as their browser session shows them.
@@ -12,6 +13,20 @@ pub struct Human {
     pub csrf_token: String,
     /// SHA-256 (hex) of the session token: the stored key of the session.
     pub session_key: String,
+}
+
+impl Human {
+    /// The CSRF token as a page prints it: masked with a fresh one-time pad each time
+    /// ([`crate::clock::mask_token`]), so a compressed page's length tells an observer nothing
+    /// about it (BREACH); [`Human::csrf_matches`] takes any masking.
+    pub fn masked_csrf(&self, entropy: &dyn Entropy) -> String {
+        mask_token(self.csrf_token.as_bytes(), entropy)
+    }
+
+    /// Whether `presented` is a masking of the session's CSRF token.
+    pub fn csrf_matches(&self, presented: &str) -> bool {
+        masked_matches(presented, self.csrf_token.as_bytes())
+    }
 }
 
 /// A caller.
@@ -99,5 +114,29 @@ mod tests {
             Some(serde_json::json!({"kind": "agent", "owner": "ada@example.com", "service": null}))
         );
         assert!(a.human().is_err());
+    }
+
+    #[test]
+    fn a_masked_csrf_token_differs_each_time_and_only_its_maskings_match() {
+        let h = Human {
+            login: Login::parse("ada@example.com").expect("login"),
+            csrf_token: "HXWnT3o0c2tEY0u2aS3bKqX8oR5x7Vh0dJkLmN9pQrs".into(),
+            session_key: "k".into(),
+        };
+        let e = crate::clock::SystemEntropy;
+        let (a, b) = (h.masked_csrf(&e), h.masked_csrf(&e));
+        assert_ne!(a, b, "each page carries a fresh masking");
+        assert!(!a.contains(&h.csrf_token));
+        assert!(h.csrf_matches(&a) && h.csrf_matches(&b));
+        // The bare token, a masking of another token, a truncated or non-hex value: refused.
+        assert!(!h.csrf_matches(&h.csrf_token));
+        let other = Human {
+            csrf_token: "x".repeat(h.csrf_token.len()),
+            ..h.clone()
+        };
+        assert!(!h.csrf_matches(&other.masked_csrf(&e)));
+        assert!(!h.csrf_matches(&a[..a.len() - 2]));
+        assert!(!h.csrf_matches(&format!("{}!!", &a[..a.len() - 2])));
+        assert!(!h.csrf_matches(""));
     }
 }

@@ -55,6 +55,71 @@
     });
   }
 
+  // ----- a long document in parts: the next one fetched as the person reads near its end ---
+  // (or at once with the placeholder's button). After a live swap shows the first part again,
+  // the parts the person had read are fetched again, in order.
+  const docSection = document.getElementById("document");
+  if (docSection) {
+    let partsRead = 0;
+    let replaying = false;
+    const near = "IntersectionObserver" in window ? new IntersectionObserver(function (seen) {
+      seen.forEach(function (e) { if (e.isIntersecting) loadPart(e.target); });
+    }, { rootMargin: "1200px 0px" }) : null;
+    async function loadPart(more) {
+      if (more.hasAttribute("data-loading")) return false;
+      more.setAttribute("data-loading", "");
+      if (near) near.unobserve(more);
+      const button = more.querySelector("[data-load-part]");
+      if (button) { button.disabled = true; button.textContent = "Loading…"; }
+      try {
+        const r = await fetch(more.getAttribute("data-doc-part"),
+          { credentials: "same-origin", headers: { "Accept": "text/html" } });
+        const t = document.createElement("template");
+        t.innerHTML = await r.text();
+        if (r.status === 409) {
+          more.replaceWith(t.content);
+          if (cs.refresh) await cs.refresh();
+          return false;
+        }
+        if (!r.ok) throw new Error(String(r.status));
+        more.replaceWith(t.content);
+        partsRead += 1;
+        watch();
+        return true;
+      } catch (e) {
+        more.removeAttribute("data-loading");
+        if (button) { button.disabled = false; button.textContent = "Try again"; }
+        return false;
+      }
+    }
+    function watch() {
+      if (replaying) return;
+      docSection.querySelectorAll("[data-doc-part]:not([data-loading])").forEach(function (m) {
+        if (near) near.observe(m);
+      });
+    }
+    docSection.addEventListener("click", async function (ev) {
+      const b = ev.target.closest("[data-load-part]");
+      const more = b && b.closest("[data-doc-part]");
+      if (more) await loadPart(more);
+    });
+    docSection.addEventListener("countersign:swapped", async function () {
+      const again = partsRead;
+      partsRead = 0;
+      replaying = true;
+      try {
+        for (let i = 0; i < again; i++) {
+          const more = docSection.querySelector("[data-doc-part]:not([data-loading])");
+          if (!more || !(await loadPart(more))) break;
+        }
+      } finally {
+        replaying = false;
+      }
+      watch();
+    });
+    watch();
+  }
+
   // ----- select to quote: the selection found in the document's markdown -----
   const quoted = document.querySelector("[data-quote-from]");
   if (quoted) {

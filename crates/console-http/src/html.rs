@@ -154,6 +154,14 @@ impl Chrome<'_> {
             .map(|(href, label)| (*href, *label, *href == self.active))
             .collect()
     }
+
+    /// The person's CSRF token, masked afresh for this answer (`Human::masked_csrf`: what a
+    /// compressed page's length could tell about it changes with every page).
+    pub fn csrf(&self) -> String {
+        self.human
+            .map(|h| h.masked_csrf(&countersign_common::clock::SystemEntropy))
+            .unwrap_or_default()
+    }
 }
 
 /// An error page inside the layout: the status, what went wrong and a way back.
@@ -577,7 +585,7 @@ mod tests {
     fn safe_is_only_on_sanitized_html() {
         const SANITIZED: &[(&str, &str)] = &[
             ("asks_discussion.html", "html"),   // DiscussionPage::html
-            ("documents_page.html", "html"),    // DocumentPage::html
+            ("documents_part.html", "html"),    // DocumentPart::html
             ("documents_version.html", "html"), // VersionPage::html
             ("issue.html", "c.html"),           // CommentEntry::html
             ("issue.html", "d.1"),              // IssuePage::description.1

@@ -246,6 +246,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/issues/{key}", HumanOnly, Page, [], "one issue as the conversation: its fields edited in place, claim, description, comments, asks, messages and history in one live timeline", pages::work::issue_page),
     // ----- pages: documents (issue 12) -----
     route!(GET "/artifacts/{id}", HumanOnly, Page, [], "one document: its rendered blocks, versions and a diff between two, updated live", pages::documents::document_page),
+    route!(GET "/artifacts/{id}/part", HumanOnly, Page, [], "the next part of a long document's rendered blocks (`?from=` a block index, `?token=` the text the page showed), as an HTML fragment", pages::documents::part),
     route!(GET "/artifacts/{id}/versions/{number}", HumanOnly, Page, [], "one version of a document, rendered (a file's or image's to download)", pages::documents::version_page),
     route!(GET "/artifacts/{id}/edit", HumanOnly, Page, [], "the markdown editor with a preview; a stale save shows what changed and keeps the person's text", pages::documents::edit_page),
     route!(POST "/documents/preview", HumanOnly, Page, [], "markdown rendered as the document page renders it, for the editor's preview", pages::documents::preview),

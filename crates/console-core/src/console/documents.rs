@@ -1327,8 +1327,11 @@ pub struct BlockView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
     pub artifact: ArtifactView,
-    /// The engine's sanitized HTML (no raw HTML passes; only safe URL schemes).
+    /// The engine's sanitized HTML (no raw HTML passes; only safe URL schemes), which knows its
+    /// top-level blocks ([`doc::SafeHtml::part`]).
     pub html: doc::SafeHtml,
+    /// The document's token: the HTML is of this text.
+    pub token: String,
     pub versions: Vec<VersionInfo>,
 }
 
@@ -1486,6 +1489,7 @@ impl Console {
         Ok(Rendered {
             artifact: ArtifactView::of(&a),
             html: self.documents.html(&a, || d.to_html_with(&page_of)),
+            token: d.token().to_owned(),
             versions: versions.iter().map(VersionInfo::of).collect(),
         })
     }

@@ -56,48 +56,117 @@ struct Renderer<'r> {
     resolve: &'r dyn Fn(&str) -> Option<String>,
 }
 
-/// Renders the document; each top-level element carries `data-block`.
 /// HTML the sanitizer made (no raw HTML, only safe URL schemes): the one kind of HTML a page
-/// may print unescaped. Only this module makes one; it reads as the `str` it holds.
+/// may print unescaped. Only this module makes one; it reads as the `str` it holds. A rendered
+/// document also knows where each top-level block's HTML ends, so a page can show it in parts
+/// ([`SafeHtml::part`]) without cutting an element.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SafeHtml(std::sync::Arc<str>);
+pub struct SafeHtml {
+    text: std::sync::Arc<str>,
+    /// The byte offset where each top-level block's HTML ends, in order (empty when not known).
+    ends: std::sync::Arc<[usize]>,
+}
+
+/// Some of a rendered document's top-level blocks: what [`SafeHtml::part`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HtmlPart {
+    pub html: SafeHtml,
+    /// The index of the first block after this part, or None when the part reaches the end.
+    pub next: Option<usize>,
+    /// Top-level blocks and HTML bytes after this part.
+    pub blocks_after: usize,
+    pub bytes_after: usize,
+}
 
 impl SafeHtml {
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
+    }
+
+    /// How many top-level blocks the document has (0 when not known).
+    pub fn blocks(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The top-level blocks from index `from`, as many as fit in `budget` bytes of HTML (at
+    /// least one), or None when `from` is past the last block. HTML with no known blocks is one
+    /// part.
+    pub fn part(&self, from: usize, budget: usize) -> Option<HtmlPart> {
+        if self.ends.is_empty() {
+            return (from == 0).then(|| HtmlPart {
+                html: self.clone(),
+                next: None,
+                blocks_after: 0,
+                bytes_after: 0,
+            });
+        }
+        let start = match from {
+            0 => 0,
+            i => *self.ends.get(i - 1)?,
+        };
+        if from >= self.ends.len() {
+            return None;
+        }
+        // The last block that ends within the budget, and at least the first one.
+        let within = self.ends[from..].partition_point(|&e| e - start <= budget);
+        let to = from + within.max(1);
+        let end = self.ends[to - 1];
+        let whole = from == 0 && to == self.ends.len();
+        Some(HtmlPart {
+            html: if whole {
+                self.clone()
+            } else {
+                SafeHtml {
+                    text: self.text[start..end].into(),
+                    ends: self.ends[from..to].iter().map(|e| e - start).collect(),
+                }
+            },
+            next: (to < self.ends.len()).then_some(to),
+            blocks_after: self.ends.len() - to,
+            bytes_after: self.text.len() - end,
+        })
     }
 }
 
 impl std::ops::Deref for SafeHtml {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        &self.text
     }
 }
 
 impl std::fmt::Display for SafeHtml {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.text)
     }
 }
 
+/// Renders the document; each top-level element carries `data-block`.
 pub(crate) fn render(doc: &Document, resolve: &dyn Fn(&str) -> Option<String>) -> SafeHtml {
-    SafeHtml(render_text(doc, resolve).into())
+    let (text, ends) = render_text(doc, resolve);
+    SafeHtml {
+        text: text.into(),
+        ends: ends.into(),
+    }
 }
 
-fn render_text(doc: &Document, resolve: &dyn Fn(&str) -> Option<String>) -> String {
+fn render_text(doc: &Document, resolve: &dyn Fn(&str) -> Option<String>) -> (String, Vec<usize>) {
     parse::with_ast(doc.markdown(), |root, lines| {
         let mut r = Renderer {
             out: String::with_capacity(doc.markdown().len() * 3 / 2),
             resolve,
         };
+        let mut ends = Vec::new();
         for child in root.children() {
             let sp = child.data.borrow().sourcepos;
             let at = lines.offset(sp.start.line, sp.start.column);
             let id = top_id(doc, at);
             r.block(child, id, lines);
+            if ends.last() != Some(&r.out.len()) {
+                ends.push(r.out.len());
+            }
         }
-        r.out
+        (r.out, ends)
     })
 }
 

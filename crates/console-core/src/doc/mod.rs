@@ -69,7 +69,7 @@ pub use block::{
 };
 use block::{Detail, Node};
 pub use edit::{EditError, EditOp, Edited, Quote, valid_block_id};
-pub use html::SafeHtml;
+pub use html::{HtmlPart, SafeHtml};
 pub use refs::{OutgoingRef, RefKind, RefTarget, parse_ref};
 pub use schema::block_schema;
 

@@ -791,6 +791,50 @@ fn doc_ask_blocks_write_read_insert_replace() {
 }
 
 #[test]
+fn rendered_html_comes_in_parts_of_whole_top_level_blocks() {
+    let mut md = String::from("# Title\n");
+    for i in 0..40 {
+        md.push_str(&format!(
+            "\n## Section {i}\n\nSome words of section {i}.\n\n- [x] a task\n- [ ] another\n"
+        ));
+    }
+    let doc = parse(&md);
+    let html = doc.to_html();
+    assert_eq!(html.blocks(), doc.tops().len());
+    // Parts of at most 300 bytes (one block when a block alone is longer) rebuild the whole.
+    let (mut from, mut whole, mut parts) = (0, String::new(), 0);
+    while let Some(p) = html.part(from, 300) {
+        assert!(
+            p.html.len() <= 300 || p.html.blocks() == 1,
+            "{}",
+            p.html.len()
+        );
+        assert_eq!(p.html.matches(" data-block=\"").count(), p.html.blocks());
+        assert_eq!(p.bytes_after, html.len() - whole.len() - p.html.len());
+        whole.push_str(&p.html);
+        parts += 1;
+        match p.next {
+            Some(n) => {
+                assert_eq!(p.blocks_after, html.blocks() - n);
+                from = n;
+            }
+            None => break,
+        }
+    }
+    assert!(parts > 5, "{parts}");
+    assert_eq!(whole, html.as_str());
+    // A budget the whole fits in answers it all, with nothing after; past the end, nothing.
+    let all = html.part(0, usize::MAX).expect("a part");
+    assert_eq!(
+        (all.html.as_str(), all.next, all.bytes_after),
+        (html.as_str(), None, 0)
+    );
+    assert_eq!(html.part(html.blocks(), 300), None);
+    // A budget smaller than the first block still answers that block.
+    assert_eq!(html.part(0, 1).map(|p| p.html.blocks()), Some(1));
+}
+
+#[test]
 fn doc_html_is_sanitized_and_carries_block_ids() {
     let doc = parse(
         "# T <b>x</b>\n\n<script>alert(1)</script>\n\n[js](javascript:alert(1)) [d](data:text/html,x) [ok](https://e.com \"t\") ![i](JaVaScRiPt:x) <img src=x onerror=y>\n\n[c](countersign://issue/CS-1)\n",

@@ -34,6 +34,53 @@ const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500)
 /// The most markdown a preview renders (a document's JSON body may hold 1 MiB).
 const PREVIEW_LIMIT: usize = 1024 * 1024;
 
+/// A long document's page shows its first top-level blocks up to this much HTML; the rest
+/// follows in parts of [`NEXT_PART`] as the person reads on (`GET /artifacts/{id}/part`), so
+/// the first load stays small whatever the document's size (issue 27: under 200 KB).
+const FIRST_PART: usize = 128 * 1024;
+const NEXT_PART: usize = 256 * 1024;
+
+/// Some of a document's rendered blocks and, when more follow, the placeholder that fetches
+/// the next part: the document page's article, and the answer of `/artifacts/{id}/part`.
+#[derive(Debug, Template)]
+#[template(path = "documents_part.html")]
+pub struct DocumentPart {
+    /// The engine's sanitized HTML of these blocks.
+    pub html: SafeHtml,
+    pub more: Option<MoreBlocks>,
+}
+
+/// Its fields are escaped by its own template.
+impl askama::filters::HtmlSafe for DocumentPart {}
+
+/// What follows a part: where to fetch it and how much it is.
+#[derive(Debug)]
+pub struct MoreBlocks {
+    pub id: String,
+    pub from: usize,
+    /// The document's token: the part is of the text the page showed.
+    pub token: String,
+    pub blocks: usize,
+    pub kib: usize,
+}
+
+impl DocumentPart {
+    /// The blocks of `html` from `from` up to `budget` bytes, or None past the last block.
+    fn of(id: &str, token: &str, html: &SafeHtml, from: usize, budget: usize) -> Option<Self> {
+        let p = html.part(from, budget)?;
+        Some(DocumentPart {
+            html: p.html,
+            more: p.next.map(|from| MoreBlocks {
+                id: id.to_owned(),
+                from,
+                token: token.to_owned(),
+                blocks: p.blocks_after,
+                kib: p.bytes_after.div_ceil(1024),
+            }),
+        })
+    }
+}
+
 /// One version as the page lists it.
 #[derive(Debug)]
 pub struct VersionRow {
@@ -96,8 +143,8 @@ pub struct DocumentPage<'a> {
     pub scope: Option<(String, String)>,
     pub version: String,
     pub updated: When,
-    /// The rendered document: the engine's sanitized HTML.
-    pub html: SafeHtml,
+    /// The rendered document's first part (all of it, when short).
+    pub body: DocumentPart,
     pub versions: Vec<VersionRow>,
     pub diff: Option<DiffView>,
     pub diff_error: Option<String>,
@@ -285,17 +332,17 @@ pub async fn document_page(
         .await
         .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
     let is_document = a.kind == ArtifactKind::Document;
-    let (html, versions) = if is_document {
-        match st.console.rendered(&a.id).await {
-            Ok(r) => (r.html, r.versions),
-            Err(e) => return Err(e.into()),
-        }
+    let (body, versions) = if is_document {
+        let r = st.console.rendered(&a.id).await?;
+        let body = DocumentPart::of(&a.id, &r.token, &r.html, 0, FIRST_PART);
+        (body, r.versions)
     } else {
-        match st.console.versions(&a.id).await {
-            Ok(v) => (SafeHtml::default(), v),
-            Err(e) => return Err(e.into()),
-        }
+        (None, st.console.versions(&a.id).await?)
     };
+    let body = body.unwrap_or(DocumentPart {
+        html: SafeHtml::default(),
+        more: None,
+    });
     let reviews = if is_document {
         st.console
             .reviews(&a.id)
@@ -351,7 +398,7 @@ pub async fn document_page(
             scope: scope_of(&a),
             version,
             updated: when(&a.updated_at),
-            html,
+            body,
             versions: versions
                 .iter()
                 .rev()
@@ -366,6 +413,40 @@ pub async fn document_page(
             a,
         },
     ))
+}
+
+/// `GET /artifacts/{id}/part?from=N&token=T`: the next part of a long document's page (its
+/// top-level blocks from index `N`, as an HTML fragment with the placeholder for the part after
+/// it). 409 when the document's text is no longer `T` (the page then shows it afresh), 404 past
+/// its last block.
+pub async fn part(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> PageResult {
+    human(&caller)?;
+    let from = q.get("from").and_then(|v| v.parse::<usize>().ok());
+    let (Some(from), Some(token)) = (from, q.get("token")) else {
+        return Ok(html_response(
+            StatusCode::BAD_REQUEST,
+            "<p class=\"notice error\">This part of the document needs <code>from</code> and <code>token</code>.</p>".to_owned(),
+        ));
+    };
+    let r = st.console.rendered(&id).await?;
+    if r.token != *token {
+        return Ok(html_response(
+            StatusCode::CONFLICT,
+            "<p class=\"notice\" data-doc-changed>The document changed since this page showed it: it is shown afresh.</p>".to_owned(),
+        ));
+    }
+    match DocumentPart::of(&r.artifact.id, &r.token, &r.html, from, NEXT_PART) {
+        Some(p) => Ok(html_response(StatusCode::OK, p.to_string())),
+        None => Ok(html_response(
+            StatusCode::NOT_FOUND,
+            "<p class=\"notice error\">The document has no more blocks.</p>".to_owned(),
+        )),
+    }
 }
 
 /// `GET /artifacts/{id}/versions/{number}`: one version as a page (a document's rendered, a

@@ -2205,6 +2205,100 @@ async fn document_page_renders_sanitized_blocks_and_diffs() -> anyhow::Result<()
     Ok(())
 }
 
+/// A long document's page shows its first blocks (the first load stays small) and the rest in
+/// parts, each fetched with the token of the text the page showed: all the parts together are
+/// the whole document, in order; a part of a text since edited is 409, past the end 404, a part
+/// without its query 400, and a bearer is refused as on every page.
+#[tokio::test]
+async fn a_long_document_page_comes_in_parts() -> anyhow::Result<()> {
+    let (console, ada, agent) = setup(None).await?;
+    let mut md = String::from("# A long design\n");
+    for i in 0..1500 {
+        md.push_str(&format!(
+            "\n## Section {i}\n\nWhat section {i} says, in a few more words than a title.\n"
+        ));
+    }
+    let r = agent
+        .post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "long.md", "content_type": "text/markdown", "content": md}),
+        )
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+
+    let page = ada.get(&format!("/artifacts/{id}")).await?;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(page.text.len() < 200 * 1024, "{} bytes", page.text.len());
+    let part_href = |html: &str| {
+        html.split("data-doc-part=\"")
+            .nth(1)
+            .and_then(|t| t.split('"').next())
+            .map(|h| h.replace("&amp;", "&"))
+    };
+    let mut next = part_href(&page.text);
+    let first = page.text.split("id=\"rendered\"").nth(1).unwrap_or("");
+    let mut sections = first.matches("<h2 data-block=").count();
+    assert!(first.contains(">Section 0</h2>") && !first.contains(">Section 1499</h2>"));
+    assert!(next.is_some(), "no placeholder for the rest");
+    let mut parts = 0;
+    let mut last = String::new();
+    while let Some(href) = next.take() {
+        let p = ada.get(&href).await?;
+        assert_eq!(p.status, 200, "{href}: {}", p.text);
+        assert!(
+            p.text.contains(&format!(">Section {sections}</h2>")),
+            "part {parts} does not go on from section {sections}"
+        );
+        sections += p.text.matches("<h2 data-block=").count();
+        next = part_href(&p.text);
+        parts += 1;
+        last = href;
+    }
+    assert_eq!(sections, 1500, "the parts together are the whole document");
+    assert!(parts >= 1, "{parts}");
+
+    // A part of a text since edited: 409, and nothing of the new text.
+    agent
+        .post(
+            &format!("/api/v1/artifacts/{id}/edits"),
+            json!({"ops": [{"op": "replace", "quote": {"exact": "What section 3 says"}, "text": "Section 3 now says"}]}),
+        )
+        .await?;
+    let stale = ada.get(&last).await?;
+    assert_eq!(stale.status, 409, "{}", stale.text);
+    assert!(stale.text.contains("data-doc-changed"), "{}", stale.text);
+    // A fresh page's parts: past the last block 404; no query 400; a bearer refused.
+    let fresh = ada.get(&format!("/artifacts/{id}")).await?;
+    let href = part_href(&fresh.text).unwrap_or_default();
+    let token = href.rsplit("token=").next().unwrap_or_default();
+    assert_eq!(
+        ada.get(&format!("/artifacts/{id}/part?from=100000&token={token}"))
+            .await?
+            .status,
+        404
+    );
+    assert_eq!(ada.get(&format!("/artifacts/{id}/part")).await?.status, 400);
+    assert_eq!(ada.get(&href).await?.status, 200);
+    assert_eq!(agent.get(&href).await?.status, 403);
+    // A short document is one part: no placeholder.
+    let short = agent
+        .post(
+            "/api/v1/issues/PAY-1/artifacts",
+            json!({"filename": "short.md", "content_type": "text/markdown", "content": "# Short\n\nAll of it.\n"}),
+        )
+        .await?;
+    let sp = ada
+        .get(&format!(
+            "/artifacts/{}",
+            short.json["id"].as_str().unwrap_or_default()
+        ))
+        .await?;
+    assert!(sp.text.contains("All of it.") && part_href(&sp.text).is_none());
+    console.stop().await;
+    Ok(())
+}
+
 /// Chromium: an agent's edit through the API shows on an open document page without a
 /// reload; a diff between two versions is shown.
 #[tokio::test]
@@ -2301,6 +2395,104 @@ async fn document_page_follows_edits() -> anyhow::Result<()> {
     );
     ada.screenshot(&crate::browser::shots().join("document-diff.png"))
         .await?;
+    ada.quit().await;
+    console.stop().await;
+    Ok(())
+}
+
+/// Chromium: a long document's page reads on in parts as the person scrolls, until all of it
+/// is shown; an agent's edit swaps the page's document live, and the parts the person had read
+/// come back with the new text.
+#[tokio::test]
+async fn a_long_document_reads_on_in_parts_in_the_browser() -> anyhow::Result<()> {
+    use crate::common::webdriver::{Driver, browser_or_skip};
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return Ok(());
+    };
+    let idp = crate::common::idp::TestIdp::start().await?;
+    let console = TestConsole::start(ConsoleOptions {
+        idp: Some(&idp),
+        shared_token: true,
+        ..Default::default()
+    })
+    .await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    agent
+        .post(
+            "/api/v1/projects",
+            json!({"key": "WEB", "name": "Web", "actor": "s1"}),
+        )
+        .await?;
+    let mut md = String::from("# A long design\n");
+    for i in 0..1500 {
+        md.push_str(&format!(
+            "\n## Section {i}\n\nWhat section {i} says, in a few more words than a title.\n"
+        ));
+    }
+    let r = agent
+        .post("/api/v1/projects/WEB/artifacts", json!({"filename": "long.md", "content_type": "text/markdown", "content": md, "actor": "s1"}))
+        .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+
+    let profiles = tempfile::tempdir()?;
+    let driver = Driver::start(&chromedriver).await?;
+    let ada = driver
+        .browser(&chromium, &profiles.path().join("ada"))
+        .await?;
+    idp.set_next_login(ADA);
+    ada.goto(&format!("{}/artifacts/{id}", console.url)).await?;
+    ada.click("#oidc").await?;
+    ada.wait_text("#rendered", "Section 0", 10).await?;
+    let shown = "return document.querySelectorAll('#rendered h2').length";
+    let first = ada.execute(shown).await?.as_u64().unwrap_or(0);
+    assert!(first > 0 && first < 1500, "{first} sections at first");
+    ada.wait_for("[data-doc-part]", 10).await?;
+    ada.execute("document.body.setAttribute('data-not-reloaded', '1'); return 1")
+        .await?;
+    // Scrolling to the end brings the next part, until the last section is there.
+    let mut n = first;
+    for _ in 0..100 {
+        ada.execute("window.scrollTo(0, document.body.scrollHeight); return 1")
+            .await?;
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        n = ada.execute(shown).await?.as_u64().unwrap_or(0);
+        if n == 1500 {
+            break;
+        }
+    }
+    assert_eq!(n, 1500, "scrolling did not show the whole document");
+    ada.wait_text("#rendered", "Section 1499", 5).await?;
+    ada.screenshot(&crate::browser::shots().join("document-parts.png"))
+        .await?;
+
+    // An agent's edit: the page shows it without a reload, with all it had shown.
+    let r = agent
+        .post(
+            &format!("/api/v1/artifacts/{id}/edits"),
+            json!({"ops": [{"op": "replace", "quote": {"exact": "What section 3 says"}, "text": "Section 3 now says"}], "actor": "s1"}),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    ada.wait_text("#rendered", "Section 3 now says", 10).await?;
+    let mut again = 0;
+    for _ in 0..50 {
+        again = ada.execute(shown).await?.as_u64().unwrap_or(0);
+        if again == 1500 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        again, 1500,
+        "the parts read before the edit did not come back"
+    );
+    assert_eq!(
+        ada.execute("return document.body.getAttribute('data-not-reloaded')")
+            .await?,
+        json!("1"),
+        "the page was reloaded"
+    );
     ada.quit().await;
     console.stop().await;
     Ok(())
