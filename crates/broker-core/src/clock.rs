@@ -6,7 +6,7 @@ use chrono::{Duration, DurationRound};
 // One clock and one entropy source for the broker and the console (`countersign-common`); the
 // broker stores times to the millisecond and writes them as below.
 pub use countersign_common::clock::{
-    Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time, random,
+    Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time, random, random_token,
 };
 
 /// Truncates to whole milliseconds, the precision stored.

@@ -18,6 +18,7 @@ pub mod exclusive;
 pub mod identity;
 pub mod ids;
 pub mod model;
+pub mod passkey;
 pub mod policy;
 pub mod seal;
 pub mod secrets;

@@ -77,6 +77,48 @@ impl Sealer {
         self.verify("decision/v1", &f.each_ref().map(|s| s.as_bytes()), seal)
     }
 
+    /// Seals a passkey nonce (`crate::passkey`): the record, the approver, its random part
+    /// and its expiry (Unix seconds).
+    pub fn seal_passkey_nonce(
+        &self,
+        record: &RecordId,
+        approver: &str,
+        random: &str,
+        expires: i64,
+    ) -> String {
+        let (r, e) = (record.to_string(), expires.to_string());
+        self.seal(
+            "passkey-nonce/v1",
+            &[
+                r.as_bytes(),
+                approver.as_bytes(),
+                random.as_bytes(),
+                e.as_bytes(),
+            ],
+        )
+    }
+
+    pub fn verify_passkey_nonce(
+        &self,
+        record: &RecordId,
+        approver: &str,
+        random: &str,
+        expires: i64,
+        seal: &str,
+    ) -> bool {
+        let (r, e) = (record.to_string(), expires.to_string());
+        self.verify(
+            "passkey-nonce/v1",
+            &[
+                r.as_bytes(),
+                approver.as_bytes(),
+                random.as_bytes(),
+                e.as_bytes(),
+            ],
+            seal,
+        )
+    }
+
     /// Seals policy's automatic decision for a request.
     pub fn seal_automatic(
         &self,

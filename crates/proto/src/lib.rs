@@ -9,7 +9,9 @@
 //! - [`jws`]: compact JWS parsing, verification and signing with the protocol's refusals
 //!   (only `ES256`, no `crit`, no `b64`, raw 64-byte signatures with in-range scalars, ...);
 //! - [`json`]: JSON parsing that refuses a repeated object member at any depth;
-//! - [`claims`]: the claim sets of the `Proof` header and the signed request objects.
+//! - [`claims`]: the claim sets of the `Proof` header and the signed request objects;
+//! - [`webauthn`]: the relying party's checks of passkey registrations and assertions
+//!   (countersignatures, issue 29).
 //!
 //! Nothing in this crate panics on input, and no error message carries key material or token
 //! bytes.
@@ -20,6 +22,7 @@ mod error;
 pub mod json;
 pub mod jwk;
 pub mod jws;
+pub mod webauthn;
 
 pub use claims::{
     AuthorizationDetail, MachineLoginClaims, ProofClaims, SecretRequestClaims, TokenLoginClaims,

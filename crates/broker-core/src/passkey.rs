@@ -1,0 +1,419 @@
+//! What a passkey countersignature signs (issue 29): the approval statement and its nonce.
+//!
+//! A person who approves (or denies) a record with a passkey signs a WebAuthn assertion whose
+//! challenge is the SHA-256 of a canonical [`Statement`]: the record (whose id is the hash of
+//! its whole canonical text), the decision, the secret names, the requesting session, its host
+//! and person, the reason, the grant's lifetime, the approver, and a broker [`Nonce`] that
+//! expires within five minutes and is used once. The approval page shows
+//! [`Statement::words`] before the person touches the key; anyone holding the recorded
+//! statement, assertion and public key can check it again offline.
+//!
+//! The nonce is stateless to issue and single-use to spend: `<random>.<expiry>.<seal>`, the
+//! seal the broker's HMAC over the record, the approver, the random part and the expiry
+//! ([`Sealer::seal_passkey_nonce`]); spending it is the storage's `remember_once` in the scope
+//! [`NONCE_SCOPE`] until its expiry, so a replay after a restart or on another replica is
+//! refused by the database. The WebAuthn checks themselves are `countersign_proto::webauthn`.
+
+use aws_lc_rs::digest::{SHA256, digest};
+use serde::Serialize;
+
+use crate::clock::{Entropy, Time};
+use crate::ids::RecordId;
+use crate::model::{Record, RecordKind};
+use crate::seal::Sealer;
+
+/// How long a nonce may be spent after it was issued.
+pub const NONCE_LIFETIME: chrono::Duration = chrono::Duration::minutes(5);
+/// The single-use scope nonces are spent in.
+pub const NONCE_SCOPE: &str = "passkey-nonce";
+/// What precedes the canonical statement in the hash that is the challenge: a version and a
+/// purpose, so no other signed object of this project can be mistaken for a statement.
+const DOMAIN: &[u8] = b"countersign approval statement v1\n";
+
+/// The decision a statement countersigns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Approve,
+    Deny,
+}
+
+/// The approval statement. Its fields are in a fixed order and serialize to one canonical
+/// JSON text ([`Statement::canonical`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Statement {
+    pub version: u32,
+    /// `agent_secret` or `launcher_credential` (a machine login).
+    pub kind: &'static str,
+    /// The record's id: the SHA-256 of its canonical text, so every field of the request is
+    /// bound, not only those repeated here.
+    pub record: String,
+    pub decision: Decision,
+    /// The secret names (a secret request), sorted; empty for a machine login.
+    pub secrets: Vec<String>,
+    /// The requesting session's id, as the request or its enrollment stated it.
+    pub session: Option<String>,
+    /// Where it runs: the enrollment's runtime id (a host or a pod).
+    pub host: Option<String>,
+    /// Whose machine it is: the enrollment's operator (empty for a pod: none).
+    pub person: Option<String>,
+    /// A service account's subject, for a pod.
+    pub service: Option<String>,
+    pub reason: String,
+    /// The grant's lifetime in seconds; none: the session's.
+    pub lifetime_seconds: Option<u64>,
+    /// Who decides: the signed-in person's login.
+    pub approver: String,
+    /// The broker's nonce ([`Nonce`]).
+    pub nonce: String,
+}
+
+impl Statement {
+    /// The statement of `decision` on `record` by `approver`, with `nonce`.
+    pub fn of(record: &Record, decision: Decision, approver: &str, nonce: &str) -> Self {
+        let b = &record.body;
+        let mut secrets = b.identifiers.clone();
+        if b.kind != RecordKind::AgentSecret {
+            secrets.clear();
+        }
+        secrets.sort();
+        let e = b.enrollment.as_ref();
+        Statement {
+            version: 1,
+            kind: b.kind.as_str(),
+            record: record.id.to_string(),
+            decision,
+            secrets,
+            session: b.session.request.clone().or(b.session.enrollment.clone()),
+            host: e.map(|e| e.runtime_id.clone()).filter(|s| !s.is_empty()),
+            person: e.map(|e| e.operator.clone()).filter(|s| !s.is_empty()),
+            service: b.service.clone(),
+            reason: b.reason.clone(),
+            lifetime_seconds: b.lifetime_seconds,
+            approver: approver.to_owned(),
+            nonce: nonce.to_owned(),
+        }
+    }
+
+    /// The canonical text: compact JSON, the fields in this struct's order.
+    pub fn canonical(&self) -> String {
+        // Serializing plain data to a String cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The WebAuthn challenge: SHA-256 of a domain label and the canonical text.
+    pub fn challenge(&self) -> [u8; 32] {
+        let mut bytes = DOMAIN.to_vec();
+        bytes.extend_from_slice(self.canonical().as_bytes());
+        let mut out = [0u8; 32];
+        out.copy_from_slice(digest(&SHA256, &bytes).as_ref());
+        out
+    }
+
+    /// The statement in words, as the approval page shows it before the key is touched.
+    pub fn words(&self) -> String {
+        let verb = match self.decision {
+            Decision::Approve => "approve",
+            Decision::Deny => "deny",
+        };
+        let who = {
+            let mut parts = Vec::new();
+            if let Some(s) = &self.session {
+                parts.push(format!("session {s}"));
+            }
+            if let Some(h) = &self.host {
+                parts.push(format!("on {h}"));
+            }
+            if let Some(p) = &self.person {
+                parts.push(format!("of {p}"));
+            }
+            if let Some(s) = &self.service {
+                parts.push(format!("service account {s}"));
+            }
+            if parts.is_empty() {
+                "an unnamed session".to_owned()
+            } else {
+                parts.join(" ")
+            }
+        };
+        let what = if self.kind == RecordKind::LauncherCredential.as_str() {
+            "a machine login".to_owned()
+        } else {
+            let lifetime = match self.lifetime_seconds {
+                Some(s) => format!("for {}", duration_words(s)),
+                None => "for as long as the session lives".to_owned(),
+            };
+            format!("{} {lifetime}", self.secrets.join(", "))
+        };
+        format!(
+            "I, {}, {verb} that {who} receives {what}, because “{}”. Record {}.",
+            self.approver, self.reason, self.record
+        )
+    }
+}
+
+fn duration_words(s: u64) -> String {
+    match s {
+        s if s % 3600 == 0 => plural(s / 3600, "hour"),
+        s if s % 60 == 0 => plural(s / 60, "minute"),
+        s => plural(s, "second"),
+    }
+}
+
+fn plural(n: u64, unit: &str) -> String {
+    if n == 1 {
+        format!("1 {unit}")
+    } else {
+        format!("{n} {unit}s")
+    }
+}
+
+/// A nonce for one statement: issued to the page that shows it, spent once by the decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nonce {
+    pub value: String,
+    pub expires_at: Time,
+}
+
+/// Why a nonce was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NonceError {
+    #[error("the nonce is not one this broker issued for this record and approver")]
+    Invalid,
+    #[error("the nonce has expired")]
+    Expired,
+}
+
+/// Issues a nonce for `approver`'s decision on `record`, valid for [`NONCE_LIFETIME`].
+pub fn issue_nonce(
+    sealer: &Sealer,
+    entropy: &dyn Entropy,
+    record: &RecordId,
+    approver: &str,
+    now: Time,
+) -> Nonce {
+    let random = crate::clock::random_token::<16>(entropy);
+    let expires_at = now + NONCE_LIFETIME;
+    let seconds = expires_at.timestamp();
+    let seal = sealer.seal_passkey_nonce(record, approver, &random, seconds);
+    Nonce {
+        value: format!("{random}.{seconds}.{seal}"),
+        expires_at,
+    }
+}
+
+/// Checks that `nonce` was issued for `approver`'s decision on `record` and has not expired;
+/// answers its expiry (how long the caller must remember it spent).
+pub fn check_nonce(
+    sealer: &Sealer,
+    nonce: &str,
+    record: &RecordId,
+    approver: &str,
+    now: Time,
+) -> Result<Time, NonceError> {
+    let mut parts = nonce.splitn(3, '.');
+    let (Some(random), Some(seconds), Some(seal)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(NonceError::Invalid);
+    };
+    let seconds: i64 = seconds.parse().map_err(|_| NonceError::Invalid)?;
+    if random.len() != 22 || !sealer.verify_passkey_nonce(record, approver, random, seconds, seal) {
+        return Err(NonceError::Invalid);
+    }
+    let expires_at = chrono::DateTime::from_timestamp(seconds, 0).ok_or(NonceError::Invalid)?;
+    if expires_at <= now {
+        return Err(NonceError::Expired);
+    }
+    // A nonce dated further ahead than it could have been issued is not ours.
+    if expires_at > now + NONCE_LIFETIME + chrono::Duration::seconds(60) {
+        return Err(NonceError::Invalid);
+    }
+    Ok(expires_at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemEntropy;
+    use crate::ids::{Approver, Login};
+    use crate::model::{EnrollmentSummary, RecordState, RecordText, SessionIds};
+
+    fn at(s: i64) -> Time {
+        chrono::DateTime::from_timestamp(s, 0).unwrap_or_default()
+    }
+
+    fn record() -> Record {
+        let body = RecordText {
+            version: 1,
+            kind: RecordKind::AgentSecret,
+            approver: Approver::Person(Login::parse("ada@example.com").expect("login")),
+            enrollment: Some(EnrollmentSummary {
+                kind: "session".into(),
+                runtime_id: "laptop-7".into(),
+                operator: "ben@example.com".into(),
+                slot: None,
+            }),
+            session: SessionIds {
+                request: Some("claude-42".into()),
+                enrollment: Some("claude-42".into()),
+            },
+            identifiers: vec!["DB_PASSWORD".into(), "AWS_KEY".into()],
+            service: None,
+            reason: "migrate the \"orders\" table".into(),
+            lifetime_seconds: Some(900),
+            rules_version: "r1".into(),
+            expires_at: at(1_800_000_600),
+            requested_at: at(1_800_000_000),
+            enrollment_id: None,
+            request_id: None,
+            thumbprint: None,
+            jwk: None,
+            nonce: "n".into(),
+        };
+        let text = body.canonical();
+        Record {
+            id: RecordId::of_text(&text),
+            text,
+            body,
+            state: RecordState::Pending,
+            decided: None,
+            code: None,
+        }
+    }
+
+    fn sealer(byte: u8) -> Sealer {
+        Sealer::new(&zeroize::Zeroizing::new(vec![byte; 32])).expect("sealer")
+    }
+
+    #[test]
+    fn the_statement_is_canonical_and_every_field_moves_its_challenge() {
+        let r = record();
+        let s = Statement::of(&r, Decision::Approve, "ada@example.com", "N");
+        assert_eq!(
+            s.canonical(),
+            format!(
+                r#"{{"version":1,"kind":"agent_secret","record":"{}","decision":"approve","secrets":["AWS_KEY","DB_PASSWORD"],"session":"claude-42","host":"laptop-7","person":"ben@example.com","service":null,"reason":"migrate the \"orders\" table","lifetime_seconds":900,"approver":"ada@example.com","nonce":"N"}}"#,
+                r.id
+            )
+        );
+        assert_eq!(
+            s.words(),
+            format!(
+                "I, ada@example.com, approve that session claude-42 on laptop-7 of ben@example.com receives AWS_KEY, DB_PASSWORD for 15 minutes, because “migrate the \"orders\" table”. Record {}.",
+                r.id
+            )
+        );
+        let base = s.challenge();
+        let changed: Vec<Statement> = vec![
+            Statement {
+                decision: Decision::Deny,
+                ..s.clone()
+            },
+            Statement {
+                record: "0".repeat(64),
+                ..s.clone()
+            },
+            Statement {
+                secrets: vec!["AWS_KEY".into()],
+                ..s.clone()
+            },
+            Statement {
+                session: Some("other".into()),
+                ..s.clone()
+            },
+            Statement {
+                host: None,
+                ..s.clone()
+            },
+            Statement {
+                person: Some("eve@example.com".into()),
+                ..s.clone()
+            },
+            Statement {
+                service: Some("sa".into()),
+                ..s.clone()
+            },
+            Statement {
+                reason: "other".into(),
+                ..s.clone()
+            },
+            Statement {
+                lifetime_seconds: None,
+                ..s.clone()
+            },
+            Statement {
+                approver: "eve@example.com".into(),
+                ..s.clone()
+            },
+            Statement {
+                nonce: "M".into(),
+                ..s.clone()
+            },
+            Statement {
+                kind: "launcher_credential",
+                ..s.clone()
+            },
+        ];
+        for c in changed {
+            assert_ne!(c.challenge(), base, "{}", c.canonical());
+        }
+        assert_eq!(
+            Statement::of(&r, Decision::Approve, "ada@example.com", "N").challenge(),
+            base
+        );
+    }
+
+    #[test]
+    fn a_nonce_is_for_one_record_and_approver_and_expires() {
+        let (s, now, r) = (sealer(7), at(1_800_000_000), record());
+        let n = issue_nonce(&s, &SystemEntropy, &r.id, "ada@example.com", now);
+        assert_eq!(n.expires_at, now + NONCE_LIFETIME);
+        assert_eq!(
+            check_nonce(&s, &n.value, &r.id, "ada@example.com", now),
+            Ok(n.expires_at)
+        );
+        let other = RecordId::of_text("another record");
+        for (nonce, record, who, when, want) in [
+            (
+                n.value.as_str(),
+                &other,
+                "ada@example.com",
+                now,
+                NonceError::Invalid,
+            ),
+            (
+                n.value.as_str(),
+                &r.id,
+                "eve@example.com",
+                now,
+                NonceError::Invalid,
+            ),
+            (
+                n.value.as_str(),
+                &r.id,
+                "ada@example.com",
+                n.expires_at,
+                NonceError::Expired,
+            ),
+            ("x.1.y", &r.id, "ada@example.com", now, NonceError::Invalid),
+            ("", &r.id, "ada@example.com", now, NonceError::Invalid),
+        ] {
+            assert_eq!(check_nonce(&s, nonce, record, who, when), Err(want));
+        }
+        // Another broker's key; an expiry moved later (the seal covers it).
+        assert_eq!(
+            check_nonce(&sealer(8), &n.value, &r.id, "ada@example.com", now),
+            Err(NonceError::Invalid)
+        );
+        let mut parts: Vec<&str> = n.value.split('.').collect();
+        let later = (n.expires_at.timestamp() + 3600).to_string();
+        parts[1] = &later;
+        assert_eq!(
+            check_nonce(&s, &parts.join("."), &r.id, "ada@example.com", now),
+            Err(NonceError::Invalid)
+        );
+        // Two nonces for one statement differ.
+        let m = issue_nonce(&s, &SystemEntropy, &r.id, "ada@example.com", now);
+        assert_ne!(m.value, n.value);
+    }
+}
