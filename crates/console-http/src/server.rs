@@ -192,8 +192,8 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// gzip for what a browser reads, when it asks (`Accept-Encoding`): pages, scripts, styles,
-/// the favicon and JSON over 1 KiB, at the fastest level (a page of 200 KiB compresses in about
-/// a millisecond; the ratio is within a few percent of the default's on this markup). Event
+/// the favicon and JSON over 1 KiB, at the fastest level (the issue page of 215 KiB in
+/// `docs/benchmarks.md` compresses to 26 KiB for about a millisecond of CPU). Event
 /// streams, WebSocket upgrades and everything else pass as they are. Pages carry the CSRF
 /// token masked afresh each time (`Human::masked_csrf`), so compression exposes no secret to a
 /// length-watching observer (BREACH): see `docs/decisions.md`.

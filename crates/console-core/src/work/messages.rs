@@ -360,6 +360,22 @@ pub struct BroadcastView {
     pub reply_count: i64,
 }
 
+impl BroadcastView {
+    /// The broadcast as a list shows it, without its recipients.
+    pub fn row(&self) -> BroadcastRow {
+        BroadcastRow {
+            id: self.id.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            mode: self.mode,
+            body: self.body.clone(),
+            by: self.by.clone(),
+            created_at: self.created_at,
+            recipient_count: self.recipient_count,
+            reply_count: self.reply_count,
+        }
+    }
+}
+
 /// The broadcast send's answer: the broadcast and the sessions left out.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BroadcastSent {

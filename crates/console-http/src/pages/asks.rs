@@ -183,25 +183,23 @@ pub struct HomePage<'a> {
 /// `GET /`: the inbox, the console's home.
 pub async fn home(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let now = st.console.now();
-        let asks = match st.console.inbox_asks(h, None, None).await {
-            Ok(inbox) => AskRows::of(inbox.inbox()),
-            Err(e) => AskRows::failed(notice("error", error_text(&e))),
-        };
-        let rows = match st.console.inbox(h).await {
-            Ok(list) => InboxRows::of(list.as_deref(), &h.login, &now),
-            Err(e) => InboxRows::failed(notice("error", error_text(&e))),
-        };
-        page(
-            StatusCode::OK,
-            &HomePage {
-                chrome: chrome("Inbox", h, "/"),
-                asks,
-                rows,
-            },
-        )
-    })
+    let now = st.console.now();
+    let asks = match st.console.inbox_asks(h, None, None).await {
+        Ok(inbox) => AskRows::of(inbox.inbox()),
+        Err(e) => AskRows::failed(notice("error", error_text(&e))),
+    };
+    let rows = match st.console.inbox(h).await {
+        Ok(list) => InboxRows::of(list.as_deref(), &h.login, &now),
+        Err(e) => InboxRows::failed(notice("error", error_text(&e))),
+    };
+    Ok(page(
+        StatusCode::OK,
+        &HomePage {
+            chrome: chrome("Inbox", h, "/"),
+            asks,
+            rows,
+        },
+    ))
 }
 
 /// An entry of an ask's answers or edit history, for people.
@@ -244,83 +242,81 @@ pub async fn ask_page(
     Path(id): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let a = match st.console.ask(&id).await {
-            Ok(a) => a,
-            Err(e) => {
-                return Ok(super::PageError::from(e)
-                    .back("/", "Back to your inbox")
-                    .into_response());
-            }
-        };
-        let question_rest = a
-            .question
-            .split_once('\n')
-            .map(|(_, r)| r.trim().to_owned())
-            .unwrap_or_default();
-        let answers = a
-            .answers
-            .iter()
-            .flatten()
-            .map(|x| HistoryLine {
-                at: html::when(&x.at),
-                by: actor_text(&x.by),
-                what: answer_text(&x.options, x.text.as_deref(), &a.options),
-                current: x.current,
-            })
-            .collect();
-        let history = a
-            .history
-            .iter()
-            .flatten()
-            .map(|w| HistoryLine {
-                at: html::when(&w.at),
-                by: actor_text(&w.by),
-                what: w.question.clone(),
-                current: false,
-            })
-            .collect();
-        let replies = a
-            .replies
-            .iter()
-            .flatten()
-            .map(|c| ReplyLine {
-                id: c.id.clone(),
-                by: actor_text(&c.author),
-                at: html::when(&c.created_at),
-                body: c.body.clone(),
-            })
-            .collect();
-        let comments_url = match (&a.artifact, &a.issue) {
-            (Some(doc), _) => format!("/api/v1/artifacts/{doc}/comments"),
-            (None, Some(k)) => format!("/api/v1/issues/{k}/comments"),
-            (None, None) => String::new(),
-        };
-        let turn = match a.turn {
-            Some(Turn::Human) => "a person's",
-            Some(Turn::Agent) => "its agent's",
-            None => "nobody's",
-        };
-        let followers = if a.followers.is_empty() {
-            "none".to_owned()
-        } else {
-            a.followers.join(", ")
-        };
-        page(
-            StatusCode::OK,
-            &AskPage {
-                chrome: chrome("Ask", h, "/"),
-                a: AskRow::of(&summary(&a), &a.updated_at, None),
-                question_rest,
-                turn,
-                followers,
-                answers,
-                history,
-                replies,
-                comments_url,
-            },
-        )
-    })
+    let a = match st.console.ask(&id).await {
+        Ok(a) => a,
+        Err(e) => {
+            return Ok(super::PageError::from(e)
+                .back("/", "Back to your inbox")
+                .into_response());
+        }
+    };
+    let question_rest = a
+        .question
+        .split_once('\n')
+        .map(|(_, r)| r.trim().to_owned())
+        .unwrap_or_default();
+    let answers = a
+        .answers
+        .iter()
+        .flatten()
+        .map(|x| HistoryLine {
+            at: html::when(&x.at),
+            by: actor_text(&x.by),
+            what: answer_text(&x.options, x.text.as_deref(), &a.options),
+            current: x.current,
+        })
+        .collect();
+    let history = a
+        .history
+        .iter()
+        .flatten()
+        .map(|w| HistoryLine {
+            at: html::when(&w.at),
+            by: actor_text(&w.by),
+            what: w.question.clone(),
+            current: false,
+        })
+        .collect();
+    let replies = a
+        .replies
+        .iter()
+        .flatten()
+        .map(|c| ReplyLine {
+            id: c.id.clone(),
+            by: actor_text(&c.author),
+            at: html::when(&c.created_at),
+            body: c.body.clone(),
+        })
+        .collect();
+    let comments_url = match (&a.artifact, &a.issue) {
+        (Some(doc), _) => format!("/api/v1/artifacts/{doc}/comments"),
+        (None, Some(k)) => format!("/api/v1/issues/{k}/comments"),
+        (None, None) => String::new(),
+    };
+    let turn = match a.turn {
+        Some(Turn::Human) => "a person's",
+        Some(Turn::Agent) => "its agent's",
+        None => "nobody's",
+    };
+    let followers = if a.followers.is_empty() {
+        "none".to_owned()
+    } else {
+        a.followers.join(", ")
+    };
+    Ok(page(
+        StatusCode::OK,
+        &AskPage {
+            chrome: chrome("Ask", h, "/"),
+            a: AskRow::of(&summary(&a), &a.updated_at, None),
+            question_rest,
+            turn,
+            followers,
+            answers,
+            history,
+            replies,
+            comments_url,
+        },
+    ))
 }
 
 /// A suggestion, as a diff.
@@ -372,73 +368,71 @@ pub async fn discussion_page(
 ) -> PageResult {
     use countersign_console_core::work::asks::{SuggestionState, ThreadState};
     let h = human(&caller)?;
-    Ok({
-        let rendered = st.console.rendered(&id).await?;
-        let comments = st.console.document_comments(&rendered.artifact.id).await?;
-        let asks = st
-            .console
-            .document_asks(&rendered.artifact.id, Vec::new())
-            .await?;
-        let mut threads: Vec<ThreadView> = Vec::new();
-        for c in &comments {
-            if c.thread_id == c.id {
-                threads.push(ThreadView {
-                    id: c.id.clone(),
-                    quote: c.quote.as_ref().map(|q| q.exact.clone()),
-                    by: actor_text(&c.author),
-                    at: html::when(&c.created_at),
-                    body: c.body.clone(),
-                    state: match c.thread_state {
-                        Some(ThreadState::Resolved) => "resolved",
-                        _ => "open",
-                    },
-                    suggestion: c.suggestion.as_ref().map(|s| SuggestionLine {
-                        old: c
-                            .quote
-                            .as_ref()
-                            .map(|q| q.exact.clone())
-                            .unwrap_or_default(),
-                        new: s.replacement.clone(),
-                        state: match s.state {
-                            SuggestionState::Pending => "pending",
-                            SuggestionState::Accepted => "accepted",
-                            SuggestionState::Rejected => "rejected",
-                        },
-                    }),
-                    replies: Vec::new(),
-                });
-            } else if let Some(t) = threads.iter_mut().find(|t| t.id == c.thread_id) {
-                t.replies.push(ReplyLine {
-                    id: c.id.clone(),
-                    by: actor_text(&c.author),
-                    at: html::when(&c.created_at),
-                    body: c.body.clone(),
-                });
-            }
-        }
-        page(
-            StatusCode::OK,
-            &DiscussionPage {
-                chrome: chrome("Discussion", h, "/projects"),
-                id: rendered.artifact.id.clone(),
-                filename: rendered.artifact.filename.clone(),
-                html: rendered.html,
-                threads,
-                asks: asks
-                    .iter()
-                    .map(|a| AskRow::of(&summary(a), &a.updated_at, None))
-                    .collect(),
-                quote: q.get("quote").cloned().unwrap_or_default(),
-                block: q.get("block").cloned().unwrap_or_default(),
-                replacement: if q.get("suggest").is_some_and(|s| s == "1") {
-                    q.get("quote").cloned().unwrap_or_default()
-                } else {
-                    String::new()
+    let rendered = st.console.rendered(&id).await?;
+    let comments = st.console.document_comments(&rendered.artifact.id).await?;
+    let asks = st
+        .console
+        .document_asks(&rendered.artifact.id, Vec::new())
+        .await?;
+    let mut threads: Vec<ThreadView> = Vec::new();
+    for c in &comments {
+        if c.thread_id == c.id {
+            threads.push(ThreadView {
+                id: c.id.clone(),
+                quote: c.quote.as_ref().map(|q| q.exact.clone()),
+                by: actor_text(&c.author),
+                at: html::when(&c.created_at),
+                body: c.body.clone(),
+                state: match c.thread_state {
+                    Some(ThreadState::Resolved) => "resolved",
+                    _ => "open",
                 },
-                body: String::new(),
+                suggestion: c.suggestion.as_ref().map(|s| SuggestionLine {
+                    old: c
+                        .quote
+                        .as_ref()
+                        .map(|q| q.exact.clone())
+                        .unwrap_or_default(),
+                    new: s.replacement.clone(),
+                    state: match s.state {
+                        SuggestionState::Pending => "pending",
+                        SuggestionState::Accepted => "accepted",
+                        SuggestionState::Rejected => "rejected",
+                    },
+                }),
+                replies: Vec::new(),
+            });
+        } else if let Some(t) = threads.iter_mut().find(|t| t.id == c.thread_id) {
+            t.replies.push(ReplyLine {
+                id: c.id.clone(),
+                by: actor_text(&c.author),
+                at: html::when(&c.created_at),
+                body: c.body.clone(),
+            });
+        }
+    }
+    Ok(page(
+        StatusCode::OK,
+        &DiscussionPage {
+            chrome: chrome("Discussion", h, "/projects"),
+            id: rendered.artifact.id.clone(),
+            filename: rendered.artifact.filename.clone(),
+            html: rendered.html,
+            threads,
+            asks: asks
+                .iter()
+                .map(|a| AskRow::of(&summary(a), &a.updated_at, None))
+                .collect(),
+            quote: q.get("quote").cloned().unwrap_or_default(),
+            block: q.get("block").cloned().unwrap_or_default(),
+            replacement: if q.get("suggest").is_some_and(|s| s == "1") {
+                q.get("quote").cloned().unwrap_or_default()
+            } else {
+                String::new()
             },
-        )
-    })
+            body: String::new(),
+        },
+    ))
 }
 
 pub async fn script() -> Response {
@@ -510,82 +504,80 @@ pub async fn answers_page(
 ) -> PageResult {
     use countersign_console_core::console::asks::AnswerKind;
     let h = human(&caller)?;
-    Ok({
-        let offset = q
-            .get("offset")
-            .and_then(|o| o.parse::<u32>().ok())
-            .unwrap_or(0);
-        let mut view = AnswersPage {
-            chrome: chrome("Your answers", h, "/answers"),
-            rows: Vec::new(),
-            total: 0,
-            offset,
-            next: None,
-            previous: (offset > 0).then(|| offset.saturating_sub(ANSWERS_SHOWN)),
-            decisions: Vec::new(),
-            error: None,
-        };
-        match st.console.my_answers(h, ANSWERS_SHOWN, offset).await {
-            Ok(p) => {
-                view.total = p.total;
-                if i64::from(offset) + (p.rows.len() as i64) < p.total {
-                    view.next = Some(offset + ANSWERS_SHOWN);
-                }
-                // Option labels from each ask (read once per ask on the page).
-                let mut labels: std::collections::HashMap<String, Vec<AskOption>> =
-                    std::collections::HashMap::new();
-                for r in &p.rows {
-                    if r.answer.as_ref().is_some_and(|a| !a.options.is_empty())
-                        && !labels.contains_key(&r.ask.id)
-                        && let Ok(a) = st.console.ask(&r.ask.id).await
-                    {
-                        labels.insert(r.ask.id.clone(), a.options);
-                    }
-                }
-                view.rows = p
-                    .rows
-                    .iter()
-                    .map(|r| {
-                        let (kind, what, current) = match (r.kind, &r.answer, &r.reply) {
-                            (AnswerKind::Answer, Some(a), _) => (
-                                "answered",
-                                answer_text(
-                                    &a.options,
-                                    a.text.as_deref(),
-                                    labels.get(&r.ask.id).map(Vec::as_slice).unwrap_or(&[]),
-                                ),
-                                a.current,
-                            ),
-                            (_, _, Some(rep)) => ("replied", rep.body.clone(), false),
-                            _ => ("answered", String::new(), false),
-                        };
-                        MineRow {
-                            ask: r.ask.id.clone(),
-                            question: r.ask.question.lines().next().unwrap_or("").to_owned(),
-                            state: r.ask.state.as_str(),
-                            owner: actor_text(&r.ask.owner),
-                            at: html::when(&r.at),
-                            kind,
-                            what,
-                            current,
-                        }
-                    })
-                    .collect();
+    let offset = q
+        .get("offset")
+        .and_then(|o| o.parse::<u32>().ok())
+        .unwrap_or(0);
+    let mut view = AnswersPage {
+        chrome: chrome("Your answers", h, "/answers"),
+        rows: Vec::new(),
+        total: 0,
+        offset,
+        next: None,
+        previous: (offset > 0).then(|| offset.saturating_sub(ANSWERS_SHOWN)),
+        decisions: Vec::new(),
+        error: None,
+    };
+    match st.console.my_answers(h, ANSWERS_SHOWN, offset).await {
+        Ok(p) => {
+            view.total = p.total;
+            if i64::from(offset) + (p.rows.len() as i64) < p.total {
+                view.next = Some(offset + ANSWERS_SHOWN);
             }
-            Err(e) => view.error = Some(error_text(&e)),
-        }
-        if offset == 0
-            && let Ok(d) = st.console.decisions(h, 20).await
-        {
-            view.decisions = d
-                .into_iter()
-                .map(|d| DecisionLine {
-                    id: d.record_id,
-                    event: d.event,
-                    at: html::when(&d.at),
+            // Option labels from each ask (read once per ask on the page).
+            let mut labels: std::collections::HashMap<String, Vec<AskOption>> =
+                std::collections::HashMap::new();
+            for r in &p.rows {
+                if r.answer.as_ref().is_some_and(|a| !a.options.is_empty())
+                    && !labels.contains_key(&r.ask.id)
+                    && let Ok(a) = st.console.ask(&r.ask.id).await
+                {
+                    labels.insert(r.ask.id.clone(), a.options);
+                }
+            }
+            view.rows = p
+                .rows
+                .iter()
+                .map(|r| {
+                    let (kind, what, current) = match (r.kind, &r.answer, &r.reply) {
+                        (AnswerKind::Answer, Some(a), _) => (
+                            "answered",
+                            answer_text(
+                                &a.options,
+                                a.text.as_deref(),
+                                labels.get(&r.ask.id).map(Vec::as_slice).unwrap_or(&[]),
+                            ),
+                            a.current,
+                        ),
+                        (_, _, Some(rep)) => ("replied", rep.body.clone(), false),
+                        _ => ("answered", String::new(), false),
+                    };
+                    MineRow {
+                        ask: r.ask.id.clone(),
+                        question: r.ask.question.lines().next().unwrap_or("").to_owned(),
+                        state: r.ask.state.as_str(),
+                        owner: actor_text(&r.ask.owner),
+                        at: html::when(&r.at),
+                        kind,
+                        what,
+                        current,
+                    }
                 })
                 .collect();
         }
-        page(StatusCode::OK, &view)
-    })
+        Err(e) => view.error = Some(error_text(&e)),
+    }
+    if offset == 0
+        && let Ok(d) = st.console.decisions(h, 20).await
+    {
+        view.decisions = d
+            .into_iter()
+            .map(|d| DecisionLine {
+                id: d.record_id,
+                event: d.event,
+                at: html::when(&d.at),
+            })
+            .collect();
+    }
+    Ok(page(StatusCode::OK, &view))
 }

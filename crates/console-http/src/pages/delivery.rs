@@ -139,149 +139,147 @@ pub async fn timeline_page(
     uri: Uri,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let q = crate::api::Query::of(&uri);
-        let (w, f) = match crate::api::delivery::window_and_filters(&st, &q) {
-            Ok(x) => x,
-            Err(e) => return Ok(PageError::from(e.0).into_response()),
-        };
-        let t = match st.console.delivery_timeline(w, &f).await {
-            Ok(t) => t,
-            Err(e) => return Ok(not_configured_or(e).into_response()),
-        };
-        let (bars, chart_width) = chart(&t);
-        let facets = FACETS
-            .iter()
-            .map(|name| {
-                let selected = f.facets.get(*name).cloned().unwrap_or_default();
-                let mut values: Vec<FacetValue> = t
-                    .timeline
-                    .facet_counts
-                    .get(name)
-                    .map(|m| {
-                        m.iter()
-                            .map(|(v, c)| FacetValue {
-                                value: v.clone(),
-                                count: *c,
-                                checked: selected.contains(v),
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                for s in selected {
-                    if !values.iter().any(|v| v.value == s) {
-                        values.push(FacetValue {
-                            value: s,
-                            count: 0,
-                            checked: true,
-                        });
-                    }
+    let q = crate::api::Query::of(&uri);
+    let (w, f) = match crate::api::delivery::window_and_filters(&st, &q) {
+        Ok(x) => x,
+        Err(e) => return Ok(PageError::from(e.0).into_response()),
+    };
+    let t = match st.console.delivery_timeline(w, &f).await {
+        Ok(t) => t,
+        Err(e) => return Ok(not_configured_or(e).into_response()),
+    };
+    let (bars, chart_width) = chart(&t);
+    let facets = FACETS
+        .iter()
+        .map(|name| {
+            let selected = f.facets.get(*name).cloned().unwrap_or_default();
+            let mut values: Vec<FacetValue> = t
+                .timeline
+                .facet_counts
+                .get(name)
+                .map(|m| {
+                    m.iter()
+                        .map(|(v, c)| FacetValue {
+                            value: v.clone(),
+                            count: *c,
+                            checked: selected.contains(v),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            for s in selected {
+                if !values.iter().any(|v| v.value == s) {
+                    values.push(FacetValue {
+                        value: s,
+                        count: 0,
+                        checked: true,
+                    });
                 }
-                Facet { name, values }
-            })
-            .collect();
-        let m = &t.timeline.measures;
-        let target = |n: &str| m.targets.get(n);
-        let row = |name: &str, value: String, key: &str, secs: bool| {
-            let t = target(key);
-            MeasureRow {
-                name: name.to_owned(),
-                value,
-                target: t
-                    .map(|t| {
-                        if secs {
-                            seconds(Some(t.target))
-                        } else {
-                            format!("{:.2}", t.target)
-                        }
-                    })
-                    .unwrap_or_else(|| "—".into()),
-                met: match t.and_then(|t| t.met) {
-                    Some(true) => "met",
-                    Some(false) => "missed",
-                    None => "",
-                },
             }
-        };
-        let measures = vec![
-            row(
-                "Deploys per day",
-                format!("{:.2}", m.deploys_per_day),
-                "deploys_per_day",
-                false,
-            ),
-            row(
-                "Merge to production (median)",
-                seconds(m.lead_time.merge_to_production.median),
-                "merge_to_production",
-                true,
-            ),
-            row(
-                "First commit to production (median)",
-                seconds(m.lead_time.first_commit_to_production.median),
-                "first_commit_to_production",
-                true,
-            ),
-            row(
-                "Open to production (median)",
-                seconds(m.lead_time.open_to_production.median),
-                "open_to_production",
-                true,
-            ),
-            row(
-                "Open to merge (median)",
-                seconds(m.lead_time.open_to_merge.median),
-                "open_to_merge",
-                true,
-            ),
-            row(
-                "Change failure rate per deploy",
-                opt(m.change_failure_rate.per_deploy),
-                "change_failure_rate",
-                false,
-            ),
-            row(
-                "Change failure rate per PR",
-                opt(m.change_failure_rate.per_pr),
-                "change_failure_rate_per_pr",
-                false,
-            ),
-            row(
-                "Time to restore (median)",
-                seconds(m.time_to_restore.median),
-                "time_to_restore",
-                true,
-            ),
-            row("Rework share", opt(m.rework_share), "rework_share", false),
-            row(
-                "Deploy-run success",
-                opt(m.deploy_run_success),
-                "deploy_run_success",
-                false,
-            ),
-            row(
-                "Open P0 issues with no owner",
-                m.open_p0_unowned.count.to_string(),
-                "open_p0_unowned",
-                false,
-            ),
-        ];
-        let fmt = |t: &countersign_console_core::Time| t.format("%Y-%m-%d").to_string();
-        page(
-            StatusCode::OK,
-            &TimelinePage {
-                chrome: chrome("Delivery", h, "/delivery"),
-                from: fmt(&w.from),
-                to: fmt(&w.to),
-                q: f.q.clone().unwrap_or_default(),
-                t,
-                bars,
-                chart_width,
-                facets,
-                measures,
+            Facet { name, values }
+        })
+        .collect();
+    let m = &t.timeline.measures;
+    let target = |n: &str| m.targets.get(n);
+    let row = |name: &str, value: String, key: &str, secs: bool| {
+        let t = target(key);
+        MeasureRow {
+            name: name.to_owned(),
+            value,
+            target: t
+                .map(|t| {
+                    if secs {
+                        seconds(Some(t.target))
+                    } else {
+                        format!("{:.2}", t.target)
+                    }
+                })
+                .unwrap_or_else(|| "—".into()),
+            met: match t.and_then(|t| t.met) {
+                Some(true) => "met",
+                Some(false) => "missed",
+                None => "",
             },
-        )
-    })
+        }
+    };
+    let measures = vec![
+        row(
+            "Deploys per day",
+            format!("{:.2}", m.deploys_per_day),
+            "deploys_per_day",
+            false,
+        ),
+        row(
+            "Merge to production (median)",
+            seconds(m.lead_time.merge_to_production.median),
+            "merge_to_production",
+            true,
+        ),
+        row(
+            "First commit to production (median)",
+            seconds(m.lead_time.first_commit_to_production.median),
+            "first_commit_to_production",
+            true,
+        ),
+        row(
+            "Open to production (median)",
+            seconds(m.lead_time.open_to_production.median),
+            "open_to_production",
+            true,
+        ),
+        row(
+            "Open to merge (median)",
+            seconds(m.lead_time.open_to_merge.median),
+            "open_to_merge",
+            true,
+        ),
+        row(
+            "Change failure rate per deploy",
+            opt(m.change_failure_rate.per_deploy),
+            "change_failure_rate",
+            false,
+        ),
+        row(
+            "Change failure rate per PR",
+            opt(m.change_failure_rate.per_pr),
+            "change_failure_rate_per_pr",
+            false,
+        ),
+        row(
+            "Time to restore (median)",
+            seconds(m.time_to_restore.median),
+            "time_to_restore",
+            true,
+        ),
+        row("Rework share", opt(m.rework_share), "rework_share", false),
+        row(
+            "Deploy-run success",
+            opt(m.deploy_run_success),
+            "deploy_run_success",
+            false,
+        ),
+        row(
+            "Open P0 issues with no owner",
+            m.open_p0_unowned.count.to_string(),
+            "open_p0_unowned",
+            false,
+        ),
+    ];
+    let fmt = |t: &countersign_console_core::Time| t.format("%Y-%m-%d").to_string();
+    Ok(page(
+        StatusCode::OK,
+        &TimelinePage {
+            chrome: chrome("Delivery", h, "/delivery"),
+            from: fmt(&w.from),
+            to: fmt(&w.to),
+            q: f.q.clone().unwrap_or_default(),
+            t,
+            bars,
+            chart_width,
+            facets,
+            measures,
+        },
+    ))
 }
 
 pub async fn pipeline_page(
@@ -290,33 +288,31 @@ pub async fn pipeline_page(
     uri: Uri,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let q = crate::api::Query::of(&uri);
-        let at = match q.one("at") {
-            Ok(Some(v)) => match countersign_console_core::console::full_date(v) {
-                Some(d) => Some(d),
-                None => {
-                    return Ok(PageError::new(
-                        StatusCode::BAD_REQUEST,
-                        "INVALID_QUERY",
-                        "`at` is a full-date (YYYY-MM-DD)",
-                    )
-                    .back("/delivery/pipeline", "Back to this week's pipeline")
-                    .into_response());
-                }
+    let q = crate::api::Query::of(&uri);
+    let at = match q.one("at") {
+        Ok(Some(v)) => match countersign_console_core::console::full_date(v) {
+            Some(d) => Some(d),
+            None => {
+                return Ok(PageError::new(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_QUERY",
+                    "`at` is a full-date (YYYY-MM-DD)",
+                )
+                .back("/delivery/pipeline", "Back to this week's pipeline")
+                .into_response());
+            }
+        },
+        _ => None,
+    };
+    Ok(match st.console.delivery_pipeline(at).await {
+        Ok(p) => page(
+            StatusCode::OK,
+            &PipelinePage {
+                chrome: chrome("Pipeline", h, "/delivery/pipeline"),
+                p,
             },
-            _ => None,
-        };
-        match st.console.delivery_pipeline(at).await {
-            Ok(p) => page(
-                StatusCode::OK,
-                &PipelinePage {
-                    chrome: chrome("Pipeline", h, "/delivery/pipeline"),
-                    p,
-                },
-            ),
-            Err(e) => not_configured_or(e).into_response(),
-        }
+        ),
+        Err(e) => not_configured_or(e).into_response(),
     })
 }
 
@@ -326,55 +322,53 @@ pub async fn components_page(
     Path(key): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        match st.console.component_tree(&key).await {
-        Ok(tree) => {
-            // Depth-first from the roots.
-            let mut order = Vec::new();
-            let mut stack: Vec<(usize, usize)> = tree
+    Ok(match st.console.component_tree(&key).await {
+    Ok(tree) => {
+        // Depth-first from the roots.
+        let mut order = Vec::new();
+        let mut stack: Vec<(usize, usize)> = tree
+            .components
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.parent.is_none())
+            .map(|(i, _)| (0, i))
+            .rev()
+            .collect();
+        while let Some((d, i)) = stack.pop() {
+            if order.iter().any(|(_, j)| *j == i) || order.len() > tree.components.len() {
+                continue;
+            }
+            order.push((d, i));
+            let id = &tree.components[i].id;
+            let kids: Vec<(usize, usize)> = tree
                 .components
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| c.parent.is_none())
-                .map(|(i, _)| (0, i))
+                .filter(|(_, c)| c.parent.as_ref() == Some(id))
+                .map(|(j, _)| (d + 1, j))
                 .rev()
                 .collect();
-            while let Some((d, i)) = stack.pop() {
-                if order.iter().any(|(_, j)| *j == i) || order.len() > tree.components.len() {
-                    continue;
-                }
-                order.push((d, i));
-                let id = &tree.components[i].id;
-                let kids: Vec<(usize, usize)> = tree
-                    .components
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| c.parent.as_ref() == Some(id))
-                    .map(|(j, _)| (d + 1, j))
-                    .rev()
-                    .collect();
-                stack.extend(kids);
-            }
-            page(
-                StatusCode::OK,
-                &ComponentsPage {
-                    chrome: chrome("Components", h, "/projects"),
-                    tree,
-                    order,
-                },
-            )
+            stack.extend(kids);
         }
-        Err(e) if e.is(ErrorCode::SOURCE_NOT_FOUND) => PageError::new(
-            StatusCode::NOT_FOUND,
-            e.code_str(),
-            format!(
-                "{key} has no architecture source yet: name the repository and branch whose catalog describes its components."
-            ),
+        page(
+            StatusCode::OK,
+            &ComponentsPage {
+                chrome: chrome("Components", h, "/projects"),
+                tree,
+                order,
+            },
         )
-        .back("/settings#sources", "Set the architecture source")
-        .into_response(),
-        Err(e) => PageError::from(e).into_response(),
     }
+    Err(e) if e.is(ErrorCode::SOURCE_NOT_FOUND) => PageError::new(
+        StatusCode::NOT_FOUND,
+        e.code_str(),
+        format!(
+            "{key} has no architecture source yet: name the repository and branch whose catalog describes its components."
+        ),
+    )
+    .back("/settings#sources", "Set the architecture source")
+    .into_response(),
+    Err(e) => PageError::from(e).into_response(),
     })
 }
 

@@ -14,12 +14,12 @@ use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use countersign_console_core::Caller;
 use countersign_console_core::console::documents::{At, VersionRead};
 use countersign_console_core::doc::{Document, RefTarget, SafeHtml, parse_ref};
 use countersign_console_core::work::Actor;
 use countersign_console_core::work::asks::Review;
 use countersign_console_core::work::documents::{ArtifactKind, ArtifactView, VersionInfo};
+use countersign_console_core::{Caller, ErrorCode};
 use similar::{ChangeTag, TextDiff};
 
 use super::{PageError, PageResult, St, chrome, error_text, html_response, human, page};
@@ -428,25 +428,47 @@ pub async fn part(
     human(&caller)?;
     let from = q.get("from").and_then(|v| v.parse::<usize>().ok());
     let (Some(from), Some(token)) = (from, q.get("token")) else {
-        return Ok(html_response(
-            StatusCode::BAD_REQUEST,
-            "<p class=\"notice error\">This part of the document needs <code>from</code> and <code>token</code>.</p>".to_owned(),
+        return Ok(part_refusal(
+            ErrorCode::INVALID_QUERY,
+            "This part of the document needs `from` (a block index) and `token`.",
         ));
     };
     let r = st.console.rendered(&id).await?;
     if r.token != *token {
-        return Ok(html_response(
-            StatusCode::CONFLICT,
-            "<p class=\"notice\" data-doc-changed>The document changed since this page showed it: it is shown afresh.</p>".to_owned(),
+        return Ok(part_refusal(
+            ErrorCode::DOCUMENT_CHANGED,
+            "The document changed since this page showed it: it is shown afresh.",
         ));
     }
     match DocumentPart::of(&r.artifact.id, &r.token, &r.html, from, NEXT_PART) {
         Some(p) => Ok(html_response(StatusCode::OK, p.to_string())),
-        None => Ok(html_response(
-            StatusCode::NOT_FOUND,
-            "<p class=\"notice error\">The document has no more blocks.</p>".to_owned(),
+        None => Ok(part_refusal(
+            ErrorCode::NOT_FOUND,
+            "The document has no block at that index.",
         )),
     }
+}
+
+/// A refusal of `/artifacts/{id}/part`, as the fragment the page puts where the part would
+/// go: the catalogue's status, and its code on the element (`data-code`).
+fn part_refusal(code: ErrorCode, message: &str) -> Response {
+    let status = StatusCode::from_u16(code.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut text = String::new();
+    for c in message.chars() {
+        match c {
+            '<' => text.push_str("&lt;"),
+            '>' => text.push_str("&gt;"),
+            '&' => text.push_str("&amp;"),
+            c => text.push(c),
+        }
+    }
+    html_response(
+        status,
+        format!(
+            "<p class=\"notice error\" data-code=\"{}\">{text}</p>",
+            code.as_str()
+        ),
+    )
 }
 
 /// `GET /artifacts/{id}/versions/{number}`: one version as a page (a document's rendered, a

@@ -204,19 +204,17 @@ fn fail(e: &Error) -> Response {
 /// `GET /sessions`: the live sessions.
 pub async fn sessions_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let groups = st.console.session_groups().await?;
-        match st.console.live_sessions().await {
-            Ok(live) => page(
-                StatusCode::OK,
-                &SessionsPage {
-                    chrome: chrome("Sessions", h, "/sessions"),
-                    sessions: live.iter().map(SessionRow::of).collect(),
-                    groups,
-                },
-            ),
-            Err(e) => fail(&e),
-        }
+    let groups = st.console.session_groups().await?;
+    Ok(match st.console.live_sessions().await {
+        Ok(live) => page(
+            StatusCode::OK,
+            &SessionsPage {
+                chrome: chrome("Sessions", h, "/sessions"),
+                sessions: live.iter().map(SessionRow::of).collect(),
+                groups,
+            },
+        ),
+        Err(e) => fail(&e),
     })
 }
 
@@ -237,50 +235,48 @@ pub async fn conversation_page(
     Path(session): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let messages = st.console.messages_of_session(&session, 200, 0).await?;
-        let state = st
-            .console
-            .agent_states(h)
-            .await
-            .ok()
-            .and_then(|s| s.into_iter().find(|a| a.session_id == session));
-        let unread: Vec<String> = state
-            .as_ref()
-            .map(|s| s.unread_replies.clone())
-            .unwrap_or_default();
-        let cleared_before = state.as_ref().and_then(|s| s.cleared_before);
-        let shown: Vec<(MessageRow, Vec<MessageRow>)> = messages
-            .iter()
-            .rev()
-            .filter(|m| cleared_before.is_none_or(|c| m.created_at > c))
-            .map(|m| {
-                let mut row = MessageRow::of(m, &unread);
-                let replies = flat(std::mem::take(&mut row.replies));
-                (row, replies)
-            })
-            .collect();
-        let live = live_row(&st, &session).await;
-        let advertised: Vec<String> = live
-            .as_ref()
-            .map(|l| l.modes.split(", ").map(str::to_owned).collect())
-            .unwrap_or_default();
-        page(
-            StatusCode::OK,
-            &ConversationPage {
-                chrome: chrome("Conversation", h, "/sessions"),
-                modes: [Mode::Send, Mode::Aside, Mode::Steer]
-                    .iter()
-                    .map(|m| (m.as_str(), advertised.iter().any(|a| a == m.as_str())))
-                    .collect(),
-                session_id: session,
-                live,
-                unread: unread.len(),
-                cleared: cleared_before.is_some(),
-                messages: shown,
-            },
-        )
-    })
+    let messages = st.console.messages_of_session(&session, 200, 0).await?;
+    let state = st
+        .console
+        .agent_states(h)
+        .await
+        .ok()
+        .and_then(|s| s.into_iter().find(|a| a.session_id == session));
+    let unread: Vec<String> = state
+        .as_ref()
+        .map(|s| s.unread_replies.clone())
+        .unwrap_or_default();
+    let cleared_before = state.as_ref().and_then(|s| s.cleared_before);
+    let shown: Vec<(MessageRow, Vec<MessageRow>)> = messages
+        .iter()
+        .rev()
+        .filter(|m| cleared_before.is_none_or(|c| m.created_at > c))
+        .map(|m| {
+            let mut row = MessageRow::of(m, &unread);
+            let replies = flat(std::mem::take(&mut row.replies));
+            (row, replies)
+        })
+        .collect();
+    let live = live_row(&st, &session).await;
+    let advertised: Vec<String> = live
+        .as_ref()
+        .map(|l| l.modes.split(", ").map(str::to_owned).collect())
+        .unwrap_or_default();
+    Ok(page(
+        StatusCode::OK,
+        &ConversationPage {
+            chrome: chrome("Conversation", h, "/sessions"),
+            modes: [Mode::Send, Mode::Aside, Mode::Steer]
+                .iter()
+                .map(|m| (m.as_str(), advertised.iter().any(|a| a == m.as_str())))
+                .collect(),
+            session_id: session,
+            live,
+            unread: unread.len(),
+            cleared: cleared_before.is_some(),
+            messages: shown,
+        },
+    ))
 }
 
 /// `GET /sessions/{session_id}/relay`: the live relay view (the script follows the relay
@@ -291,48 +287,44 @@ pub async fn relay_page(
     Path(session): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        if !crate::api::is_session_id(&session) {
-            return Ok(fail(&ErrorCode::INVALID_SESSION_ID.into()));
-        }
-        let live = live_row(&st, &session).await;
-        page(
-            StatusCode::OK,
-            &RelayPage {
-                chrome: chrome("Relay", h, "/sessions"),
-                session_id: session,
-                live,
-            },
-        )
-    })
+    if !crate::api::is_session_id(&session) {
+        return Ok(fail(&ErrorCode::INVALID_SESSION_ID.into()));
+    }
+    let live = live_row(&st, &session).await;
+    Ok(page(
+        StatusCode::OK,
+        &RelayPage {
+            chrome: chrome("Relay", h, "/sessions"),
+            session_id: session,
+            live,
+        },
+    ))
 }
 
 /// `GET /broadcasts`: the form (its idempotency key made with the page, so a second submit of
 /// the same form sends nothing twice), and the recent broadcasts.
 pub async fn broadcasts_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let live = st.console.live_sessions().await;
-        let recent = st.console.recent_broadcasts(50, 0).await;
-        let error = match (&live, &recent) {
-            (Err(e), _) | (_, Err(e)) => Some(error_text(e)),
-            _ => None,
-        };
-        page(
-            StatusCode::OK,
-            &BroadcastsPage {
-                chrome: chrome("Broadcasts", h, "/broadcasts"),
-                key: format!("page-{}", st.console.random_token()),
-                sessions: live
-                    .map(|l| l.iter().map(SessionRow::of).collect())
-                    .unwrap_or_default(),
-                recent: recent
-                    .map(|r| r.iter().map(BroadcastListRow::of).collect())
-                    .unwrap_or_default(),
-                error,
-            },
-        )
-    })
+    let live = st.console.live_sessions().await;
+    let recent = st.console.recent_broadcasts(50, 0).await;
+    let error = match (&live, &recent) {
+        (Err(e), _) | (_, Err(e)) => Some(error_text(e)),
+        _ => None,
+    };
+    Ok(page(
+        StatusCode::OK,
+        &BroadcastsPage {
+            chrome: chrome("Broadcasts", h, "/broadcasts"),
+            key: format!("page-{}", st.console.random_token()),
+            sessions: live
+                .map(|l| l.iter().map(SessionRow::of).collect())
+                .unwrap_or_default(),
+            recent: recent
+                .map(|r| r.iter().map(BroadcastListRow::of).collect())
+                .unwrap_or_default(),
+            error,
+        },
+    ))
 }
 
 /// `GET /broadcasts/{id}`: one broadcast, every recipient's attempts and replies.
@@ -342,35 +334,24 @@ pub async fn broadcast_page(
     Path(id): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let b: BroadcastView = st.console.broadcast_by_id(&id).await?;
-        let row = BroadcastListRow {
-            id: b.id.clone(),
-            key: b.idempotency_key.clone(),
-            mode: b.mode.as_str(),
-            body: b.body.clone(),
-            by: actor_text(&b.by),
-            at: when(&b.created_at),
-            recipients: b.recipient_count,
-            replies: b.reply_count,
-        };
-        page(
-            StatusCode::OK,
-            &BroadcastPage {
-                chrome: chrome("Broadcast", h, "/broadcasts"),
-                recipients: b
-                    .recipients
-                    .iter()
-                    .map(|r| {
-                        let mut m = MessageRow::of(&r.message, &[]);
-                        let replies = flat(std::mem::take(&mut m.replies));
-                        (r.session_id.clone(), m, replies)
-                    })
-                    .collect(),
-                b: row,
-            },
-        )
-    })
+    let b: BroadcastView = st.console.broadcast_by_id(&id).await?;
+    let row = BroadcastListRow::of(&b.row());
+    Ok(page(
+        StatusCode::OK,
+        &BroadcastPage {
+            chrome: chrome("Broadcast", h, "/broadcasts"),
+            recipients: b
+                .recipients
+                .iter()
+                .map(|r| {
+                    let mut m = MessageRow::of(&r.message, &[]);
+                    let replies = flat(std::mem::take(&mut m.replies));
+                    (r.session_id.clone(), m, replies)
+                })
+                .collect(),
+            b: row,
+        },
+    ))
 }
 
 /// `GET /messages/{id}`: where a message is read: its session's conversation, or its issue.
@@ -380,22 +361,20 @@ pub async fn message_page(
     Path(id): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let actor = countersign_console_core::work::Actor::User {
-            login: h.login.clone(),
-        };
-        match st.console.message_thread(&actor, &id).await {
-            Ok(t) => match (&t.root.issue, &t.root.target) {
-                (Some(k), _) => redirect(&format!("/issues/{k}")),
-                (None, Some(Target::Session(s))) => redirect(&format!(
-                    "/sessions/{}#m-{}",
-                    url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>(),
-                    t.root.id
-                )),
-                _ => redirect("/sessions"),
-            },
-            Err(e) => fail(&e),
-        }
+    let actor = countersign_console_core::work::Actor::User {
+        login: h.login.clone(),
+    };
+    Ok(match st.console.message_thread(&actor, &id).await {
+        Ok(t) => match (&t.root.issue, &t.root.target) {
+            (Some(k), _) => redirect(&format!("/issues/{k}")),
+            (None, Some(Target::Session(s))) => redirect(&format!(
+                "/sessions/{}#m-{}",
+                url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>(),
+                t.root.id
+            )),
+            _ => redirect("/sessions"),
+        },
+        Err(e) => fail(&e),
     })
 }
 

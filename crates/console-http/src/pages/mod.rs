@@ -199,18 +199,16 @@ pub(crate) fn chrome<'a>(title: &'a str, h: &'a Human, active: &'a str) -> Chrom
 
 pub async fn inbox_rows(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let now = st.console.now();
-        match st.console.inbox(h).await {
-            Ok(list) => page(
-                StatusCode::OK,
-                &InboxRows::of(list.as_deref(), &h.login, &now),
-            ),
-            Err(e) => page(
-                status_of(&e),
-                &InboxRows::failed(notice("error", error_text(&e))),
-            ),
-        }
+    let now = st.console.now();
+    Ok(match st.console.inbox(h).await {
+        Ok(list) => page(
+            StatusCode::OK,
+            &InboxRows::of(list.as_deref(), &h.login, &now),
+        ),
+        Err(e) => page(
+            status_of(&e),
+            &InboxRows::failed(notice("error", error_text(&e))),
+        ),
     })
 }
 
@@ -220,116 +218,106 @@ pub async fn request_page(
     Path(id): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let now = st.console.now();
-        let (status, view) = match st.console.record(h, &id).await {
-            Ok(rec) => {
-                // Once decided, the way on: the next request waiting for this person.
-                let next = if rec.state == "pending" {
-                    None
-                } else {
-                    match st.console.inbox(h).await {
-                        Ok(Some(list)) => list
-                            .into_iter()
-                            .map(|r| r.record_id)
-                            .find(|r| *r != rec.record_id),
-                        _ => None,
-                    }
-                };
-                let by = st.console.decision_on(&rec.record_id).await.ok().flatten();
-                (
-                    StatusCode::OK,
-                    Ok(RequestView::of(&rec, &h.login, &now, by.as_ref(), next)),
-                )
-            }
-            Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
-        };
-        let title = match &view {
-            Ok(v) => v.heading,
-            Err(_) => "Request",
-        };
-        page(
-            status,
-            &html::RequestPage {
-                chrome: chrome(title, h, ""),
-                view,
-            },
-        )
-    })
+    let now = st.console.now();
+    let (status, view) = match st.console.record(h, &id).await {
+        Ok(rec) => {
+            // Once decided, the way on: the next request waiting for this person.
+            let next = if rec.state == "pending" {
+                None
+            } else {
+                match st.console.inbox(h).await {
+                    Ok(Some(list)) => list
+                        .into_iter()
+                        .map(|r| r.record_id)
+                        .find(|r| *r != rec.record_id),
+                    _ => None,
+                }
+            };
+            let by = st.console.decision_on(&rec.record_id).await.ok().flatten();
+            (
+                StatusCode::OK,
+                Ok(RequestView::of(&rec, &h.login, &now, by.as_ref(), next)),
+            )
+        }
+        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
+    };
+    let title = match &view {
+        Ok(v) => v.heading,
+        Err(_) => "Request",
+    };
+    Ok(page(
+        status,
+        &html::RequestPage {
+            chrome: chrome(title, h, ""),
+            view,
+        },
+    ))
 }
 
 pub async fn machine_approve_page(Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        page(
-            StatusCode::OK,
-            &html::MachineApprovePage {
-                chrome: chrome("Approve a machine", h, "/machines/approve"),
-            },
-        )
-    })
+    Ok(page(
+        StatusCode::OK,
+        &html::MachineApprovePage {
+            chrome: chrome("Approve a machine", h, "/machines/approve"),
+        },
+    ))
 }
 
 pub async fn grants_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let now = st.console.now();
-        let (status, list) = match st.console.grants(h).await {
-            Ok(g) => (
-                StatusCode::OK,
-                Ok(g.iter().map(|g| html::GrantRow::of(g, &now)).collect()),
-            ),
-            Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
-        };
-        page(
-            status,
-            &html::GrantsPage {
-                chrome: chrome("Grants", h, "/grants"),
-                list,
-            },
-        )
-    })
+    let now = st.console.now();
+    let (status, list) = match st.console.grants(h).await {
+        Ok(g) => (
+            StatusCode::OK,
+            Ok(g.iter().map(|g| html::GrantRow::of(g, &now)).collect()),
+        ),
+        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
+    };
+    Ok(page(
+        status,
+        &html::GrantsPage {
+            chrome: chrome("Grants", h, "/grants"),
+            list,
+        },
+    ))
 }
 
 pub async fn machines_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let now = st.console.now();
-        let (status, list) = match st.console.machine_logins(h).await {
-            Ok(m) => (
-                StatusCode::OK,
-                Ok(m.iter().map(|m| html::MachineRow::of(m, &now)).collect()),
-            ),
-            Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
-        };
-        page(
-            status,
-            &html::MachinesPage {
-                chrome: chrome("Machines", h, "/machines"),
-                list,
-            },
-        )
-    })
+    let now = st.console.now();
+    let (status, list) = match st.console.machine_logins(h).await {
+        Ok(m) => (
+            StatusCode::OK,
+            Ok(m.iter().map(|m| html::MachineRow::of(m, &now)).collect()),
+        ),
+        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
+    };
+    Ok(page(
+        status,
+        &html::MachinesPage {
+            chrome: chrome("Machines", h, "/machines"),
+            list,
+        },
+    ))
 }
 
 pub async fn tokens_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let (status, list) = match st.console.tokens(h).await {
-            Ok(t) => (
-                StatusCode::OK,
-                Ok(t.iter().map(html::TokenRow::of).collect()),
-            ),
-            Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
-        };
-        page(
-            status,
-            &html::TokensPage {
-                chrome: chrome("Agent tokens", h, "/tokens"),
-                list,
-            },
-        )
-    })
+    let (status, list) = match st.console.tokens(h).await {
+        Ok(t) => (
+            StatusCode::OK,
+            Ok(t.iter().map(html::TokenRow::of).collect()),
+        ),
+        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
+    };
+    Ok(page(
+        status,
+        &html::TokensPage {
+            chrome: chrome("Agent tokens", h, "/tokens"),
+            list,
+        },
+    ))
 }
 
 /// How many decisions the history page shows (each is read from the broker).
@@ -337,43 +325,41 @@ const HISTORY_SHOWN: u32 = 50;
 
 pub async fn history_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let decisions = match st.console.decisions(h, HISTORY_SHOWN).await {
-            Ok(d) => d,
-            Err(e) => {
-                return Ok(page(
-                    status_of(&e),
-                    &html::HistoryPage {
-                        chrome: chrome("History", h, "/history"),
-                        entries: Vec::new(),
-                    },
-                ));
-            }
-        };
-        let mut entries = Vec::new();
-        for d in decisions {
-            // The record's facts as the broker has them now; a record it no longer has keeps its
-            // id as its title.
-            let (title, reason) = match st.console.record(h, &d.record_id).await {
-                Ok(rec) => (html::title_of(&rec), rec.reason),
-                Err(_) => (d.record_id.clone(), String::new()),
-            };
-            entries.push(html::HistoryRow {
-                id: d.record_id,
-                event: d.event,
-                at: html::when(&d.at),
-                title,
-                reason,
-            });
+    let decisions = match st.console.decisions(h, HISTORY_SHOWN).await {
+        Ok(d) => d,
+        Err(e) => {
+            return Ok(page(
+                status_of(&e),
+                &html::HistoryPage {
+                    chrome: chrome("History", h, "/history"),
+                    entries: Vec::new(),
+                },
+            ));
         }
-        page(
-            StatusCode::OK,
-            &html::HistoryPage {
-                chrome: chrome("History", h, "/history"),
-                entries,
-            },
-        )
-    })
+    };
+    let mut entries = Vec::new();
+    for d in decisions {
+        // The record's facts as the broker has them now; a record it no longer has keeps its
+        // id as its title.
+        let (title, reason) = match st.console.record(h, &d.record_id).await {
+            Ok(rec) => (html::title_of(&rec), rec.reason),
+            Err(_) => (d.record_id.clone(), String::new()),
+        };
+        entries.push(html::HistoryRow {
+            id: d.record_id,
+            event: d.event,
+            at: html::when(&d.at),
+            title,
+            reason,
+        });
+    }
+    Ok(page(
+        StatusCode::OK,
+        &html::HistoryPage {
+            chrome: chrome("History", h, "/history"),
+            entries,
+        },
+    ))
 }
 
 pub async fn sign_out(State(st): St, Extension(caller): Extension<Caller>) -> Response {

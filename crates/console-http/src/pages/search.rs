@@ -174,56 +174,54 @@ pub async fn search_page(
     Query(q): Query<HashMap<String, String>>,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok({
-        let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
-        // A credential request's record id, as the CLI and MCP print it while a request waits:
-        // its page.
-        if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Ok(axum::response::Redirect::to(&format!(
-                "/requests/{}",
-                text.to_ascii_lowercase()
-            ))
-            .into_response());
-        }
-        let offset = q
-            .get("offset")
-            .and_then(|o| o.parse::<u32>().ok())
-            .unwrap_or(0)
-            .min(500);
-        let mut view = SearchPage {
-            chrome: chrome("Search", h, ""),
-            q: text.clone(),
-            total: 0,
-            reachable: 0,
-            offset,
-            next: None,
-            previous: None,
-            rows: Vec::new(),
-            error: None,
-        };
-        let mut status = StatusCode::OK;
-        if !text.is_empty() {
-            match st.console.search(&text, None, PER_PAGE, offset).await {
-                Ok(found) => {
-                    view.total = found.total;
-                    view.reachable = found.reachable;
-                    let shown = found.rows.len() as u32;
-                    if i64::from(offset + shown) < found.reachable && shown == PER_PAGE {
-                        view.next = Some(offset + PER_PAGE);
-                    }
-                    if offset > 0 {
-                        view.previous = Some(offset.saturating_sub(PER_PAGE));
-                    }
-                    for r in found.rows {
-                        view.rows.push(row_of(&st, r).await);
-                    }
+    let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
+    // A credential request's record id, as the CLI and MCP print it while a request waits:
+    // its page.
+    if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(axum::response::Redirect::to(&format!(
+            "/requests/{}",
+            text.to_ascii_lowercase()
+        ))
+        .into_response());
+    }
+    let offset = q
+        .get("offset")
+        .and_then(|o| o.parse::<u32>().ok())
+        .unwrap_or(0)
+        .min(500);
+    let mut view = SearchPage {
+        chrome: chrome("Search", h, ""),
+        q: text.clone(),
+        total: 0,
+        reachable: 0,
+        offset,
+        next: None,
+        previous: None,
+        rows: Vec::new(),
+        error: None,
+    };
+    let mut status = StatusCode::OK;
+    if !text.is_empty() {
+        match st.console.search(&text, None, PER_PAGE, offset).await {
+            Ok(found) => {
+                view.total = found.total;
+                view.reachable = found.reachable;
+                let shown = found.rows.len() as u32;
+                if i64::from(offset + shown) < found.reachable && shown == PER_PAGE {
+                    view.next = Some(offset + PER_PAGE);
                 }
-                Err(e) => {
-                    status = super::status_of(&e);
-                    view.error = Some(error_text(&e));
+                if offset > 0 {
+                    view.previous = Some(offset.saturating_sub(PER_PAGE));
+                }
+                for r in found.rows {
+                    view.rows.push(row_of(&st, r).await);
                 }
             }
+            Err(e) => {
+                status = super::status_of(&e);
+                view.error = Some(error_text(&e));
+            }
         }
-        page(status, &view)
-    })
+    }
+    Ok(page(status, &view))
 }

@@ -2267,7 +2267,11 @@ async fn a_long_document_page_comes_in_parts() -> anyhow::Result<()> {
         .await?;
     let stale = ada.get(&last).await?;
     assert_eq!(stale.status, 409, "{}", stale.text);
-    assert!(stale.text.contains("data-doc-changed"), "{}", stale.text);
+    assert!(
+        stale.text.contains("data-code=\"DOCUMENT_CHANGED\""),
+        "{}",
+        stale.text
+    );
     // A fresh page's parts: past the last block 404; no query 400; a bearer refused.
     let fresh = ada.get(&format!("/artifacts/{id}")).await?;
     let href = part_href(&fresh.text).unwrap_or_default();
@@ -2278,7 +2282,13 @@ async fn a_long_document_page_comes_in_parts() -> anyhow::Result<()> {
             .status,
         404
     );
-    assert_eq!(ada.get(&format!("/artifacts/{id}/part")).await?.status, 400);
+    let no_query = ada.get(&format!("/artifacts/{id}/part")).await?;
+    assert_eq!(no_query.status, 400);
+    assert!(
+        no_query.text.contains("data-code=\"INVALID_QUERY\""),
+        "{}",
+        no_query.text
+    );
     assert_eq!(ada.get(&href).await?.status, 200);
     assert_eq!(agent.get(&href).await?.status, 403);
     // A short document is one part: no placeholder.
