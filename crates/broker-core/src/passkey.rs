@@ -72,10 +72,10 @@ impl Statement {
     /// The statement of `decision` on `record` by `approver`, with `nonce`.
     pub fn of(record: &Record, decision: Decision, approver: &str, nonce: &str) -> Self {
         let b = &record.body;
-        let mut secrets = b.identifiers.clone();
-        if b.kind != RecordKind::AgentSecret {
-            secrets.clear();
-        }
+        let mut secrets = match b.kind {
+            RecordKind::AgentSecret => b.identifiers.clone(),
+            RecordKind::LauncherCredential => Vec::new(),
+        };
         secrets.sort();
         let e = b.enrollment.as_ref();
         Statement {

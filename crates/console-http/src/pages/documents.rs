@@ -22,7 +22,7 @@ use countersign_console_core::work::documents::{ArtifactKind, ArtifactView, Vers
 use countersign_console_core::{Caller, ErrorCode};
 use similar::{ChangeTag, TextDiff};
 
-use super::{PageError, PageResult, St, chrome, error_text, html_response, human, page};
+use super::{PageError, PageResult, St, chrome, error_text, html_response, human, page, status_of};
 use crate::html::{Chrome, When, when};
 
 const SCRIPT: &str = include_str!("../../assets/documents.js");
@@ -450,22 +450,13 @@ pub async fn part(
 }
 
 /// A refusal of `/artifacts/{id}/part`, as the fragment the page puts where the part would
-/// go: the catalogue's status, and its code on the element (`data-code`).
-fn part_refusal(code: ErrorCode, message: &str) -> Response {
-    let status = StatusCode::from_u16(code.status()).unwrap_or(StatusCode::BAD_REQUEST);
-    let mut text = String::new();
-    for c in message.chars() {
-        match c {
-            '<' => text.push_str("&lt;"),
-            '>' => text.push_str("&gt;"),
-            '&' => text.push_str("&amp;"),
-            c => text.push(c),
-        }
-    }
+/// go: the catalogue's status, and its code on the element (`data-code`). `message` is one of
+/// this module's fixed sentences (no markup, nothing of the request).
+fn part_refusal(code: ErrorCode, message: &'static str) -> Response {
     html_response(
-        status,
+        status_of(&code.into()),
         format!(
-            "<p class=\"notice error\" data-code=\"{}\">{text}</p>",
+            "<p class=\"notice error\" data-code=\"{}\">{message}</p>",
             code.as_str()
         ),
     )

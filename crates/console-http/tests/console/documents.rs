@@ -2205,6 +2205,37 @@ async fn document_page_renders_sanitized_blocks_and_diffs() -> anyhow::Result<()
     Ok(())
 }
 
+/// A markdown document of 1,500 sections, a heading and a sentence each (about 100 KiB, over
+/// 200 KiB of HTML: more than a page's first part).
+fn long_design() -> String {
+    let mut md = String::from("# A long design\n");
+    for i in 0..1500 {
+        md.push_str(&format!(
+            "\n## Section {i}\n\nWhat section {i} says, in a few more words than a title.\n"
+        ));
+    }
+    md
+}
+
+/// A console signing people in through `idp`, with the shared agent token, and the project
+/// WEB an agent made: what the browser tests of this file start from.
+async fn web_console(idp: &crate::common::idp::TestIdp) -> anyhow::Result<(TestConsole, Who)> {
+    let console = TestConsole::start(ConsoleOptions {
+        idp: Some(idp),
+        shared_token: true,
+        ..Default::default()
+    })
+    .await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    agent
+        .post(
+            "/api/v1/projects",
+            json!({"key": "WEB", "name": "Web", "actor": "s1"}),
+        )
+        .await?;
+    Ok((console, agent))
+}
+
 /// A long document's page shows its first blocks (the first load stays small) and the rest in
 /// parts, each fetched with the token of the text the page showed: all the parts together are
 /// the whole document, in order; a part of a text since edited is 409, past the end 404, a part
@@ -2212,12 +2243,7 @@ async fn document_page_renders_sanitized_blocks_and_diffs() -> anyhow::Result<()
 #[tokio::test]
 async fn a_long_document_page_comes_in_parts() -> anyhow::Result<()> {
     let (console, ada, agent) = setup(None).await?;
-    let mut md = String::from("# A long design\n");
-    for i in 0..1500 {
-        md.push_str(&format!(
-            "\n## Section {i}\n\nWhat section {i} says, in a few more words than a title.\n"
-        ));
-    }
+    let md = long_design();
     let r = agent
         .post(
             "/api/v1/issues/PAY-1/artifacts",
@@ -2318,19 +2344,7 @@ async fn document_page_follows_edits() -> anyhow::Result<()> {
         return Ok(());
     };
     let idp = crate::common::idp::TestIdp::start().await?;
-    let console = TestConsole::start(ConsoleOptions {
-        idp: Some(&idp),
-        shared_token: true,
-        ..Default::default()
-    })
-    .await?;
-    let agent = Who::agent(&console, SHARED_TOKEN);
-    agent
-        .post(
-            "/api/v1/projects",
-            json!({"key": "WEB", "name": "Web", "actor": "s1"}),
-        )
-        .await?;
+    let (console, agent) = web_console(&idp).await?;
     agent
         .post(
             "/api/v1/issues",
@@ -2420,25 +2434,8 @@ async fn a_long_document_reads_on_in_parts_in_the_browser() -> anyhow::Result<()
         return Ok(());
     };
     let idp = crate::common::idp::TestIdp::start().await?;
-    let console = TestConsole::start(ConsoleOptions {
-        idp: Some(&idp),
-        shared_token: true,
-        ..Default::default()
-    })
-    .await?;
-    let agent = Who::agent(&console, SHARED_TOKEN);
-    agent
-        .post(
-            "/api/v1/projects",
-            json!({"key": "WEB", "name": "Web", "actor": "s1"}),
-        )
-        .await?;
-    let mut md = String::from("# A long design\n");
-    for i in 0..1500 {
-        md.push_str(&format!(
-            "\n## Section {i}\n\nWhat section {i} says, in a few more words than a title.\n"
-        ));
-    }
+    let (console, agent) = web_console(&idp).await?;
+    let md = long_design();
     let r = agent
         .post("/api/v1/projects/WEB/artifacts", json!({"filename": "long.md", "content_type": "text/markdown", "content": md, "actor": "s1"}))
         .await?;
