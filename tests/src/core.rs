@@ -523,7 +523,7 @@ impl CoreFixture {
     ) -> Result<Machine, Error> {
         let approved = self
             .broker
-            .approve(&p.record_id, approver, Some(&p.code.display()))
+            .approve(&p.record_id, approver, Some(&p.code.display()), None)
             .await?;
         let credential_id = approved
             .credential_id
@@ -743,7 +743,7 @@ impl CoreFixture {
     // --- console (approver) routes ------------------------------------------------------------
 
     pub async fn approve(&self, id: &RecordId, approver: &Login) -> Result<Approved, Error> {
-        self.broker.approve(id, approver, None).await
+        self.broker.approve(id, approver, None, None).await
     }
 
     pub async fn deny(&self, id: &RecordId, approver: &Login) -> Result<&'static str, Error> {

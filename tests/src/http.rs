@@ -1461,6 +1461,28 @@ impl TestBroker {
         std::fs::write(&self.store_path, text).context("write store file")
     }
 
+    /// The broker's sealer (for what an operator's command makes with the key: enrollment
+    /// codes).
+    pub fn sealer(&self) -> Sealer {
+        Sealer::new(&self.seal_key).expect("seal key")
+    }
+
+    /// An operator's enrollment code for `person`'s first passkey
+    /// (`countersign-broker passkeys enroll-code`), on the broker's clock.
+    pub fn enroll_code(&self, person: &str) -> String {
+        use countersign_broker_core::Clock;
+        let login = countersign_broker_core::ids::Login::parse(person).expect("login");
+        countersign_broker_core::passkey::enroll_code(
+            &self.sealer(),
+            &SystemEntropy,
+            &login,
+            self.clock.now(),
+            chrono::Duration::minutes(15),
+        )
+        .expect("code")
+        .value
+    }
+
     /// A second connection to the broker's database, as someone with database access but not
     /// the sealing key would have.
     pub async fn open_db(&self) -> anyhow::Result<countersign_broker_sql::SqlStorage> {
@@ -1631,4 +1653,129 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+// ----- passkeys (docs/passkeys.md) -----
+
+/// Where the test console is, as the passkey settings name it.
+pub const RP_ID: &str = "console.example";
+/// The test console's origin.
+pub const ORIGIN: &str = "https://console.example";
+
+/// Passkeys on, with these `[[approval]]` rules.
+pub fn passkey_settings(
+    rules: Vec<countersign_broker_core::passkey::ApprovalRule>,
+) -> countersign_broker_core::passkey::PasskeySettings {
+    countersign_broker_core::passkey::PasskeySettings {
+        rp_id: RP_ID.into(),
+        origins: vec![ORIGIN.into()],
+        rules,
+    }
+}
+
+/// A rule: approving `secret` needs a passkey.
+pub fn passkey_for_secret(secret: &str) -> countersign_broker_core::passkey::ApprovalRule {
+    countersign_broker_core::passkey::ApprovalRule {
+        covers: countersign_broker_core::passkey::Covers::Secret(
+            countersign_broker_core::ids::SecretName::parse(secret).expect("name"),
+        ),
+        requirement: Default::default(),
+    }
+}
+
+pub use countersign_proto::webauthn::soft::Soft;
+
+impl Conn {
+    /// `POST /v1/passkeys/challenge` for `person`.
+    pub async fn passkey_challenge(&self, person: &str) -> anyhow::Result<Resp> {
+        self.console(
+            "POST",
+            "/v1/passkeys/challenge",
+            Some(&json!({ "approver": person })),
+        )
+        .await
+    }
+
+    /// Registers `soft` for `person` over a fresh challenge, with an enrollment code or an
+    /// endorsement by `by` (a registered passkey of theirs).
+    pub async fn register_passkey(
+        &self,
+        person: &str,
+        soft: &Soft,
+        code: Option<&str>,
+        by: Option<&mut Soft>,
+    ) -> anyhow::Result<Resp> {
+        let offer = self.passkey_challenge(person).await?.expect(200);
+        let challenge = b64::decode(&offer.s("challenge")).context("challenge")?;
+        let (client, object) = soft.create(&challenge, "none");
+        let mut body = json!({
+            "approver": person,
+            "name": "test key",
+            "nonce": offer.s("nonce"),
+            "client_data": b64::encode(&client),
+            "attestation_object": b64::encode(&object),
+            "enroll_code": code,
+        });
+        if let Some(by) = by {
+            body["endorsement"] = assertion(by, &challenge, &offer.s("nonce"));
+        }
+        self.console("POST", "/v1/passkeys", Some(&body)).await
+    }
+
+    /// `POST /v1/credential-requests/{record}/statement` for `approver`.
+    pub async fn statement(&self, record: &str, approver: &str) -> anyhow::Result<Resp> {
+        self.console(
+            "POST",
+            &format!("/v1/credential-requests/{record}/statement"),
+            Some(&json!({ "approver": approver })),
+        )
+        .await
+    }
+
+    /// Approves `record` as `approver`, countersigned with `soft` over a fresh statement.
+    pub async fn approve_with_passkey(
+        &self,
+        record: &str,
+        approver: &str,
+        code: Option<&str>,
+        soft: &mut Soft,
+    ) -> anyhow::Result<Resp> {
+        let st = self.statement(record, approver).await?.expect(200);
+        let challenge = b64::decode(&st.s("challenge")).context("challenge")?;
+        self.approve_countersigned(
+            record,
+            approver,
+            code,
+            assertion(soft, &challenge, &st.s("nonce")),
+        )
+        .await
+    }
+
+    /// Approves `record` with the countersignature given as is.
+    pub async fn approve_countersigned(
+        &self,
+        record: &str,
+        approver: &str,
+        code: Option<&str>,
+        countersignature: Value,
+    ) -> anyhow::Result<Resp> {
+        self.console(
+            "POST",
+            &format!("/v1/credential-requests/{record}/approve"),
+            Some(&json!({ "approver": approver, "code": code, "countersignature": countersignature })),
+        )
+        .await
+    }
+}
+
+/// `soft`'s assertion over `challenge`, as the countersignature body (with `nonce`).
+pub fn assertion(soft: &mut Soft, challenge: &[u8], nonce: &str) -> Value {
+    let (client, auth, sig) = soft.get(challenge);
+    json!({
+        "credential": soft.id_text(),
+        "nonce": nonce,
+        "client_data": b64::encode(&client),
+        "authenticator_data": b64::encode(&auth),
+        "signature": b64::encode(&sig),
+    })
 }

@@ -943,7 +943,14 @@ impl Inspection {
             .collect();
         match (&r.decided, logged.first()) {
             (Some(d), entry) => {
-                if !sealer.verify_decision(&r.id, d.event, &d.by, d.at, &d.seal) {
+                if !sealer.verify_decision(
+                    &r.id,
+                    d.event,
+                    &d.by,
+                    d.at,
+                    d.countersignature.as_ref(),
+                    &d.seal,
+                ) {
                     self.find(
                         place.clone(),
                         "decision seal: does not verify (decision, who or when edited, or inserted)",
@@ -965,10 +972,15 @@ impl Inspection {
                         "decided, but no decision entry in the audit log records it",
                     ),
                     Some(s) => {
+                        let countersigned = d
+                            .countersignature
+                            .as_ref()
+                            .and_then(|c| serde_json::to_value(c).ok());
                         let same = s.body.get("event").and_then(|v| v.as_str())
                             == Some(d.event.as_str())
                             && s.body.get("by").and_then(|v| v.as_str()) == Some(d.by.as_str())
-                            && at_ms(&s.body) == Some(d.at.timestamp_millis());
+                            && at_ms(&s.body) == Some(d.at.timestamp_millis())
+                            && s.body.get("countersignature") == countersigned.as_ref();
                         if !same {
                             self.find(
                                 place,
@@ -1064,6 +1076,112 @@ impl Inspection {
         }
     }
 
+    /// A registered passkey: its seal, and the chain's record of its registration (the same
+    /// person and key) and removal.
+    pub fn passkey(&mut self, sealer: &Sealer, p: &crate::model::Passkey) {
+        let place = format!("passkeys {}", p.id);
+        let subject = format!("passkey:{}", p.id);
+        self.rows.insert(subject.clone());
+        if !sealer.verify_passkey(p) {
+            self.find(
+                place.clone(),
+                "seal: does not verify (key, person or flags edited, or the row inserted)",
+            );
+        }
+        let said = self.said(&subject).to_vec();
+        match said.iter().find(|s| s.kind == "passkey_registered") {
+            None => self.find(
+                place.clone(),
+                "no passkey_registered entry in the audit log records it",
+            ),
+            Some(s) => {
+                let same = s.body.get("key").and_then(|v| v.as_str()) == Some(p.key.as_str())
+                    && s.body.get("person").and_then(|v| v.as_str()) == Some(p.person.as_str());
+                if !same {
+                    self.find(
+                        place.clone(),
+                        format!(
+                            "its key or person is not what the audit log records at position {}",
+                            s.position
+                        ),
+                    );
+                }
+            }
+        }
+        let removed = said.iter().find(|s| s.kind == "passkey_removed");
+        match (p.removed_at, removed) {
+            (None, Some(s)) => self.find(
+                place,
+                format!(
+                    "removed at position {} of the audit log, but the row is live (cleared)",
+                    s.position
+                ),
+            ),
+            (Some(_), None) => self.find(
+                place,
+                "removed, but no entry in the audit log records its removal",
+            ),
+            _ => {}
+        }
+    }
+
+    /// A decision's passkey countersignature verified again, offline, with the key the audit
+    /// chain recorded for its passkey (the row's, when the chain has none: that is reported by
+    /// [`Inspection::passkey`]).
+    pub fn countersignature(
+        &mut self,
+        settings: Option<&crate::passkey::PasskeySettings>,
+        r: &Record,
+        passkey: Option<&crate::model::Passkey>,
+    ) {
+        let Some((d, c)) = r
+            .decided
+            .as_ref()
+            .and_then(|d| d.countersignature.as_ref().map(|c| (d, c)))
+        else {
+            return;
+        };
+        let place = format!("records {}", r.id);
+        let Some(settings) = settings else {
+            self.find(
+                place,
+                "countersigned, but no [passkeys] settings were given to check it with",
+            );
+            return;
+        };
+        let Some(p) = passkey else {
+            self.find(
+                place,
+                format!(
+                    "countersigned by passkey {}, which has no row",
+                    c.credential
+                ),
+            );
+            return;
+        };
+        let mut p = p.clone();
+        if let Some(key) = self
+            .said(&format!("passkey:{}", p.id))
+            .iter()
+            .find(|s| s.kind == "passkey_registered")
+            .and_then(|s| s.body.get("key").and_then(|k| k.as_str()))
+        {
+            p.key = key.to_owned();
+        }
+        let statement =
+            crate::passkey::Statement::of(r, crate::passkey::Decision::Approve, &d.by, &c.nonce);
+        if let Err(e) =
+            crate::passkey::verify_countersignature(settings, &p, &statement, c, 0, None)
+        {
+            self.find(
+                place,
+                format!(
+                    "countersignature: does not verify against its passkey's recorded key ({e})"
+                ),
+            );
+        }
+    }
+
     /// A row that could not be read at all.
     pub fn unreadable(&mut self, table: &str, id: &str, why: &str) {
         self.find(format!("{table} {id}"), format!("unreadable: {why}"));
@@ -1085,9 +1203,15 @@ impl Inspection {
             .said
             .iter()
             .filter(|(subject, _)| {
-                ["credential:", "enrollment:", "grant:", "record:"]
-                    .iter()
-                    .any(|p| subject.starts_with(p))
+                [
+                    "credential:",
+                    "enrollment:",
+                    "grant:",
+                    "record:",
+                    "passkey:",
+                ]
+                .iter()
+                .any(|p| subject.starts_with(p))
                     && !self.rows.contains(*subject)
             })
             .filter_map(|(subject, said)| said.first().map(|s| (s.position, subject.clone())))

@@ -27,6 +27,8 @@ pub struct BrokerConfig {
     pub token_credential_max: Duration,
     /// The service-logins setting: service name → ServiceAccounts (`<ns>/<name>`).
     pub service_logins: BTreeMap<String, Vec<String>>,
+    /// Where passkeys are used and which approvals need one; none: passkeys are off.
+    pub passkeys: Option<crate::passkey::PasskeySettings>,
 }
 
 impl BrokerConfig {
@@ -43,6 +45,7 @@ impl BrokerConfig {
             max_request_object_lifetime: Duration::seconds(300),
             token_credential_max: Duration::hours(1),
             service_logins: BTreeMap::new(),
+            passkeys: None,
         }
     }
 }

@@ -24,6 +24,7 @@ countersign_common::error_catalogue! {
         INVALID_DECISION => 400, "body must be one valid JSON object";
         INVALID_ENROLLMENT => 400, "body must be one valid JSON object";
         INVALID_LOOKUP => 400, "body must be one valid JSON object";
+        INVALID_PASSKEY => 400, "body must be one valid JSON object";
         INVALID_RENEWAL => 400, "body must be one valid JSON object";
         INVALID_REQUEST => 400, "body must be one valid JSON object";
         INVALID_REVOKE => 400, "body must be one valid JSON object";
@@ -36,6 +37,11 @@ countersign_common::error_catalogue! {
         NOT_ENROLLING_CREDENTIAL => 403, "only the machine login that enrolled a pod may end its enrollment";
         NOT_FOUND => 404, "not found";
         NOT_YOURS => 403, "this belongs to another session";
+        PASSKEY_ENROLLMENT_REQUIRED => 403, "a first passkey needs an operator's enrollment code, a later one an assertion from a passkey already registered";
+        PASSKEY_EXISTS => 409, "this passkey is already registered";
+        PASSKEY_INVALID => 403, "the passkey countersignature does not verify";
+        PASSKEY_REQUIRED => 403, "this approval needs the approver's passkey countersignature";
+        PASSKEYS_OFF => 404, "this broker has no [passkeys] settings: no passkey is registered or required";
         NO_SUCH_CODE => 404, "no pending machine login has this code";
         OPERATOR_MISMATCH => 403, "this launcher credential enrols a different operator";
         POD_IDENTITY_MISMATCH => 403, "the projected token does not identify this pod";

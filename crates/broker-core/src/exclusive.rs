@@ -56,8 +56,10 @@ use async_trait::async_trait;
 
 use crate::audit::AuditEntry;
 use crate::clock::Time;
-use crate::ids::{ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId};
-use crate::model::{Enrollment, Grant, LauncherCredential, PendingLogin, Record, Request};
+use crate::ids::{
+    ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId,
+};
+use crate::model::{Enrollment, Grant, LauncherCredential, Passkey, PendingLogin, Record, Request};
 use crate::storage::{Due, OutboxItem, ProofUse, Storage, StorageError, Tx};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -556,6 +558,18 @@ impl<S: Storage> Tx for ReadTx<S> {
     async fn put_grant(&mut self, _: &Grant) -> Result<(), StorageError> {
         Err(StorageError::Other("write in a read transaction".into()))
     }
+    async fn put_passkey(&mut self, _: &Passkey) -> Result<(), StorageError> {
+        Err(StorageError::Other("write in a read transaction".into()))
+    }
+    async fn get_passkey(&mut self, id: &str) -> Result<Option<Passkey>, StorageError> {
+        self.db().await?.get_passkey(id).await
+    }
+    async fn passkeys_of(&mut self, person: &Login) -> Result<Vec<Passkey>, StorageError> {
+        self.db().await?.passkeys_of(person).await
+    }
+    async fn list_passkeys(&mut self) -> Result<Vec<Passkey>, StorageError> {
+        self.db().await?.list_passkeys().await
+    }
 
     async fn credentials_by_thumbprint(
         &mut self,
@@ -789,6 +803,22 @@ impl Tx for WriteTx {
 
     async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError> {
         self.inner.live_grants().await
+    }
+
+    async fn get_passkey(&mut self, id: &str) -> Result<Option<Passkey>, StorageError> {
+        self.inner.get_passkey(id).await
+    }
+
+    async fn passkeys_of(&mut self, person: &Login) -> Result<Vec<Passkey>, StorageError> {
+        self.inner.passkeys_of(person).await
+    }
+
+    async fn list_passkeys(&mut self) -> Result<Vec<Passkey>, StorageError> {
+        self.inner.list_passkeys().await
+    }
+
+    async fn put_passkey(&mut self, p: &Passkey) -> Result<(), StorageError> {
+        self.inner.put_passkey(p).await
     }
 
     async fn due(&mut self, now: Time, limit: u32) -> Result<Due, StorageError> {

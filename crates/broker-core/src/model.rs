@@ -431,8 +431,62 @@ pub struct RecordDecision {
     /// Who decided: a login, `session:<id>`, `launcher:<id>`, `broker`.
     pub by: String,
     pub credential_id: Option<CredentialId>,
-    /// The seal over (record id, event, by, at) (see [`crate::seal`]).
+    /// The approver's passkey countersignature over the approval statement, when one was
+    /// given ([`crate::passkey`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub countersignature: Option<Countersignature>,
+    /// The seal over (record id, event, by, at), and the countersignature when there is one
+    /// (see [`crate::seal`]).
     pub seal: String,
+}
+
+/// A WebAuthn assertion over an approval statement, kept with the decision and in the audit
+/// chain so that anyone holding the passkey's public key can check it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Countersignature {
+    /// The passkey's credential id, base64url.
+    pub credential: String,
+    /// The broker's nonce the statement carried.
+    pub nonce: String,
+    /// Base64url of the client data JSON, the authenticator data and the signature, as the
+    /// browser answered.
+    pub client_data: String,
+    pub authenticator_data: String,
+    pub signature: String,
+}
+
+/// A person's registered passkey: the public key the broker verifies their countersignatures
+/// with. Sealed as it is written (`broker::guard`), its registration and removal in the audit
+/// chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Passkey {
+    /// The credential id, base64url.
+    pub id: String,
+    pub person: Login,
+    /// The person's name for it ("work laptop").
+    pub name: String,
+    /// The public key ([`countersign_proto::webauthn::CredentialKey::to_text`]).
+    pub key: String,
+    /// The authenticator model's AAGUID, hex, as the authenticator stated it.
+    pub aaguid: String,
+    /// Backup eligible at registration: a synced passkey (clear: bound to one device).
+    pub backup_eligible: bool,
+    /// The highest sign count seen.
+    pub sign_count: u32,
+    #[serde(with = "crate::clock::serde_time")]
+    pub created_at: Time,
+    #[serde(default, with = "crate::clock::serde_time::option")]
+    pub removed_at: Option<Time>,
+    /// How its registration was allowed: `code` (an operator's enrollment code) or
+    /// `passkey:<id>` (an assertion from a passkey already registered).
+    pub enrolled_by: String,
+    pub seal: String,
+}
+
+impl Passkey {
+    pub fn is_live(&self) -> bool {
+        self.removed_at.is_none()
+    }
 }
 
 /// A credential-request record as stored.
@@ -463,6 +517,7 @@ impl Record {
                 at: self.body.expires_at,
                 by: "broker".into(),
                 credential_id: None,
+                countersignature: None,
                 seal: String::new(),
             });
         }

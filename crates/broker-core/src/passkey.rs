@@ -17,9 +17,14 @@
 use aws_lc_rs::digest::{SHA256, digest};
 use serde::Serialize;
 
+use countersign_proto::webauthn::{
+    Asserted, CredentialKey, Expect, WebauthnError, verify_assertion,
+};
+
 use crate::clock::{Entropy, Time};
-use crate::ids::RecordId;
-use crate::model::{Record, RecordKind};
+use crate::ids::{RecordId, SecretName};
+use crate::model::{Countersignature, Passkey, Record, RecordKind};
+use crate::policy::{Policy, Tier};
 use crate::seal::Sealer;
 
 /// How long a nonce may be spent after it was issued.
@@ -168,7 +173,41 @@ fn plural(n: u64, unit: &str) -> String {
     }
 }
 
-/// A nonce for one statement: issued to the page that shows it, spent once by the decision.
+/// What a nonce is for: one person's decision on one record, a registration, or a first
+/// registration's enrollment code. The seal covers it, so a nonce for one is refused for any
+/// other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose<'a> {
+    Decide(&'a RecordId),
+    Register,
+    Enroll,
+}
+
+impl Purpose<'_> {
+    fn subject(&self) -> String {
+        match self {
+            Purpose::Decide(r) => format!("record:{r}"),
+            Purpose::Register => "register".to_owned(),
+            Purpose::Enroll => "enroll".to_owned(),
+        }
+    }
+
+    /// The single-use scope it is spent in.
+    pub fn scope(&self) -> &'static str {
+        match self {
+            Purpose::Decide(_) | Purpose::Register => NONCE_SCOPE,
+            Purpose::Enroll => ENROLL_SCOPE,
+        }
+    }
+}
+
+/// The single-use scope enrollment codes are spent in.
+pub const ENROLL_SCOPE: &str = "passkey-enroll";
+/// How long an enrollment code lives by default, and at most.
+pub const ENROLL_CODE_LIFETIME: chrono::Duration = chrono::Duration::minutes(15);
+pub const ENROLL_CODE_MAX_LIFETIME: chrono::Duration = chrono::Duration::hours(24);
+
+/// A nonce: issued to the page that shows what it is for, spent once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Nonce {
     pub value: String,
@@ -178,38 +217,65 @@ pub struct Nonce {
 /// Why a nonce was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NonceError {
-    #[error("the nonce is not one this broker issued for this record and approver")]
+    #[error("the nonce is not one this broker issued for this purpose and person")]
     Invalid,
     #[error("the nonce has expired")]
     Expired,
 }
 
-/// Issues a nonce for `approver`'s decision on `record`, valid for [`NONCE_LIFETIME`].
+/// Issues a nonce for `person` and `purpose`, valid for `lifetime`.
 pub fn issue_nonce(
     sealer: &Sealer,
     entropy: &dyn Entropy,
-    record: &RecordId,
-    approver: &str,
+    purpose: Purpose<'_>,
+    person: &str,
     now: Time,
+    lifetime: chrono::Duration,
 ) -> Nonce {
     let random = crate::clock::random_token::<16>(entropy);
-    let expires_at = now + NONCE_LIFETIME;
+    let expires_at = now + lifetime;
     let seconds = expires_at.timestamp();
-    let seal = sealer.seal_passkey_nonce(record, approver, &random, seconds);
+    let seal = sealer.seal_passkey_nonce(&purpose.subject(), person, &random, seconds);
     Nonce {
         value: format!("{random}.{seconds}.{seal}"),
         expires_at,
     }
 }
 
-/// Checks that `nonce` was issued for `approver`'s decision on `record` and has not expired;
-/// answers its expiry (how long the caller must remember it spent).
+/// An enrollment code for `person`'s first passkey (`countersign-broker passkeys enroll-code`),
+/// living `lifetime`: more than nothing and at most [`ENROLL_CODE_MAX_LIFETIME`]. Sealed with
+/// the broker's key, so issuing one needs the key, not the database; spent once at
+/// registration.
+pub fn enroll_code(
+    sealer: &Sealer,
+    entropy: &dyn Entropy,
+    person: &crate::ids::Login,
+    now: Time,
+    lifetime: chrono::Duration,
+) -> Result<Nonce, &'static str> {
+    if lifetime <= chrono::Duration::zero() || lifetime > ENROLL_CODE_MAX_LIFETIME {
+        return Err("an enrollment code lives more than 0 seconds and at most 24 hours");
+    }
+    Ok(issue_nonce(
+        sealer,
+        entropy,
+        Purpose::Enroll,
+        person.as_str(),
+        now,
+        lifetime,
+    ))
+}
+
+/// Checks that `nonce` was issued for `person` and `purpose`, lives no longer than
+/// `lifetime` and has not expired; answers its expiry (how long the caller must remember it
+/// spent).
 pub fn check_nonce(
     sealer: &Sealer,
     nonce: &str,
-    record: &RecordId,
-    approver: &str,
+    purpose: Purpose<'_>,
+    person: &str,
     now: Time,
+    lifetime: chrono::Duration,
 ) -> Result<Time, NonceError> {
     let mut parts = nonce.splitn(3, '.');
     let (Some(random), Some(seconds), Some(seal)) = (parts.next(), parts.next(), parts.next())
@@ -217,7 +283,9 @@ pub fn check_nonce(
         return Err(NonceError::Invalid);
     };
     let seconds: i64 = seconds.parse().map_err(|_| NonceError::Invalid)?;
-    if random.len() != 22 || !sealer.verify_passkey_nonce(record, approver, random, seconds, seal) {
+    if random.len() != 22
+        || !sealer.verify_passkey_nonce(&purpose.subject(), person, random, seconds, seal)
+    {
         return Err(NonceError::Invalid);
     }
     let expires_at = chrono::DateTime::from_timestamp(seconds, 0).ok_or(NonceError::Invalid)?;
@@ -225,10 +293,195 @@ pub fn check_nonce(
         return Err(NonceError::Expired);
     }
     // A nonce dated further ahead than it could have been issued is not ours.
-    if expires_at > now + NONCE_LIFETIME + chrono::Duration::seconds(60) {
+    if expires_at > now + lifetime + chrono::Duration::seconds(60) {
         return Err(NonceError::Invalid);
     }
     Ok(expires_at)
+}
+
+/// What precedes a registration nonce in the hash that is a registration's challenge (and the
+/// endorsing assertion's, when a registered passkey vouches for the new one).
+const REGISTER_DOMAIN: &[u8] = b"countersign passkey registration v1\n";
+
+/// The WebAuthn challenge of a registration with `nonce`.
+pub fn registration_challenge(nonce: &str) -> [u8; 32] {
+    let mut bytes = REGISTER_DOMAIN.to_vec();
+    bytes.extend_from_slice(nonce.as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest(&SHA256, &bytes).as_ref());
+    out
+}
+
+/// Where passkeys are used and which approvals need one (the `[passkeys]` and `[[approval]]`
+/// settings). No settings: passkeys are off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PasskeySettings {
+    /// The relying party ID: the console's host name.
+    pub rp_id: String,
+    /// The console's origins (`https://console.example`).
+    pub origins: Vec<String>,
+    pub rules: Vec<ApprovalRule>,
+}
+
+/// One `[[approval]]` rule: what it covers, and what it asks of the passkey.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRule {
+    pub covers: Covers,
+    pub requirement: Requirement,
+}
+
+/// What a rule covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Covers {
+    Tier(Tier),
+    Secret(SecretName),
+    MachineLogins,
+}
+
+/// What a countersignature must come from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requirement {
+    /// A passkey bound to one device (backup eligibility clear at registration and now).
+    pub device_bound: bool,
+    /// Authenticator models allowed (AAGUIDs, hex); none: any.
+    pub aaguids: Option<Vec<String>>,
+}
+
+impl Requirement {
+    /// Both requirements at once.
+    fn and(self, other: &Requirement) -> Requirement {
+        let aaguids = match (self.aaguids, &other.aaguids) {
+            (None, b) => b.clone(),
+            (a, None) => a,
+            (Some(a), Some(b)) => Some(a.into_iter().filter(|x| b.contains(x)).collect()),
+        };
+        Requirement {
+            device_bound: self.device_bound || other.device_bound,
+            aaguids,
+        }
+    }
+
+    /// Whether `p` may countersign under this requirement.
+    pub fn admits(&self, p: &Passkey) -> Result<(), &'static str> {
+        if self.device_bound && p.backup_eligible {
+            return Err("this approval needs a device-bound passkey, not a synced one");
+        }
+        if let Some(list) = &self.aaguids
+            && !list.iter().any(|a| a.eq_ignore_ascii_case(&p.aaguid))
+        {
+            return Err("this approval needs a passkey of an allowed authenticator model");
+        }
+        Ok(())
+    }
+}
+
+impl PasskeySettings {
+    /// What approving `record` asks of a countersignature under these rules and `policy`:
+    /// none, or the combined requirement of every rule that covers it.
+    pub fn requirement(&self, policy: &Policy, record: &Record) -> Option<Requirement> {
+        let names: Vec<SecretName> = match record.body.kind {
+            RecordKind::AgentSecret => record
+                .body
+                .identifiers
+                .iter()
+                .filter_map(|n| SecretName::parse(n).ok())
+                .collect(),
+            RecordKind::LauncherCredential => Vec::new(),
+        };
+        let machine = record.body.kind == RecordKind::LauncherCredential;
+        self.requirement_for(policy, &names, machine)
+    }
+
+    /// The requirement for granting `names` (or, `machine`, a machine login).
+    pub fn requirement_for(
+        &self,
+        policy: &Policy,
+        names: &[SecretName],
+        machine: bool,
+    ) -> Option<Requirement> {
+        let mut out: Option<Requirement> = None;
+        for rule in &self.rules {
+            let covered = match &rule.covers {
+                Covers::MachineLogins => machine,
+                Covers::Secret(s) => names.contains(s),
+                Covers::Tier(t) => names
+                    .iter()
+                    .any(|n| policy.get(n).is_some_and(|e| e.tier == *t)),
+            };
+            if covered {
+                out = Some(match out {
+                    None => rule.requirement.clone(),
+                    Some(r) => r.and(&rule.requirement),
+                });
+            }
+        }
+        out
+    }
+
+    /// What a ceremony over `challenge` must show here: this RP ID, one of these origins, the
+    /// person verified.
+    pub fn check<T>(
+        &self,
+        challenge: &[u8],
+        f: impl FnOnce(&Expect<'_>) -> Result<T, WebauthnError>,
+    ) -> Result<T, WebauthnError> {
+        let origins: Vec<&str> = self.origins.iter().map(String::as_str).collect();
+        f(&Expect {
+            rp_id: &self.rp_id,
+            origins: &origins,
+            challenge,
+            user_verification: true,
+        })
+    }
+}
+
+/// Why a countersignature does not verify.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CountersignError {
+    #[error("the countersignature is not base64url")]
+    Encoding,
+    #[error("the passkey's stored key does not parse")]
+    Key,
+    #[error("{0}")]
+    Webauthn(#[from] WebauthnError),
+    #[error("{0}")]
+    Requirement(&'static str),
+    #[error("the passkey is not the approver's")]
+    NotTheApprovers,
+}
+
+/// Verifies `c` as `passkey`'s assertion over `statement` (its challenge), the sign count
+/// growing past `stored_count`, under `requirement`. The caller has checked the nonce.
+pub fn verify_countersignature(
+    settings: &PasskeySettings,
+    passkey: &Passkey,
+    statement: &Statement,
+    c: &Countersignature,
+    stored_count: u32,
+    requirement: Option<&Requirement>,
+) -> Result<Asserted, CountersignError> {
+    if passkey.person.as_str() != statement.approver || passkey.id != c.credential {
+        return Err(CountersignError::NotTheApprovers);
+    }
+    if let Some(r) = requirement {
+        r.admits(passkey).map_err(CountersignError::Requirement)?;
+    }
+    let key = CredentialKey::from_text(&passkey.key).map_err(|_| CountersignError::Key)?;
+    let b = |s: &str| countersign_proto::b64::decode(s).map_err(|_| CountersignError::Encoding);
+    let (client, auth, sig) = (
+        b(&c.client_data)?,
+        b(&c.authenticator_data)?,
+        b(&c.signature)?,
+    );
+    let asserted = settings.check(&statement.challenge(), |expect| {
+        verify_assertion(&key, stored_count, &client, &auth, &sig, expect)
+    })?;
+    if requirement.is_some_and(|r| r.device_bound) && asserted.backup_eligible {
+        return Err(CountersignError::Requirement(
+            "this approval needs a device-bound passkey, not a synced one",
+        ));
+    }
+    Ok(asserted)
 }
 
 #[cfg(test)]
@@ -366,10 +619,24 @@ mod tests {
     #[test]
     fn a_nonce_is_for_one_record_and_approver_and_expires() {
         let (s, now, r) = (sealer(7), at(1_800_000_000), record());
-        let n = issue_nonce(&s, &SystemEntropy, &r.id, "ada@example.com", now);
+        let n = issue_nonce(
+            &s,
+            &SystemEntropy,
+            Purpose::Decide(&r.id),
+            "ada@example.com",
+            now,
+            NONCE_LIFETIME,
+        );
         assert_eq!(n.expires_at, now + NONCE_LIFETIME);
         assert_eq!(
-            check_nonce(&s, &n.value, &r.id, "ada@example.com", now),
+            check_nonce(
+                &s,
+                &n.value,
+                Purpose::Decide(&r.id),
+                "ada@example.com",
+                now,
+                NONCE_LIFETIME
+            ),
             Ok(n.expires_at)
         );
         let other = RecordId::of_text("another record");
@@ -398,22 +665,53 @@ mod tests {
             ("x.1.y", &r.id, "ada@example.com", now, NonceError::Invalid),
             ("", &r.id, "ada@example.com", now, NonceError::Invalid),
         ] {
-            assert_eq!(check_nonce(&s, nonce, record, who, when), Err(want));
+            assert_eq!(
+                check_nonce(
+                    &s,
+                    nonce,
+                    Purpose::Decide(record),
+                    who,
+                    when,
+                    NONCE_LIFETIME
+                ),
+                Err(want)
+            );
         }
         // Another broker's key; an expiry moved later (the seal covers it).
         assert_eq!(
-            check_nonce(&sealer(8), &n.value, &r.id, "ada@example.com", now),
+            check_nonce(
+                &sealer(8),
+                &n.value,
+                Purpose::Decide(&r.id),
+                "ada@example.com",
+                now,
+                NONCE_LIFETIME
+            ),
             Err(NonceError::Invalid)
         );
         let mut parts: Vec<&str> = n.value.split('.').collect();
         let later = (n.expires_at.timestamp() + 3600).to_string();
         parts[1] = &later;
         assert_eq!(
-            check_nonce(&s, &parts.join("."), &r.id, "ada@example.com", now),
+            check_nonce(
+                &s,
+                &parts.join("."),
+                Purpose::Decide(&r.id),
+                "ada@example.com",
+                now,
+                NONCE_LIFETIME
+            ),
             Err(NonceError::Invalid)
         );
         // Two nonces for one statement differ.
-        let m = issue_nonce(&s, &SystemEntropy, &r.id, "ada@example.com", now);
+        let m = issue_nonce(
+            &s,
+            &SystemEntropy,
+            Purpose::Decide(&r.id),
+            "ada@example.com",
+            now,
+            NONCE_LIFETIME,
+        );
         assert_ne!(m.value, n.value);
     }
 }

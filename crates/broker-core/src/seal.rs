@@ -9,7 +9,7 @@ use zeroize::Zeroizing;
 
 use crate::clock::Time;
 use crate::ids::{EnrollmentId, RecordId, RequestId, SecretName};
-use crate::model::{Enrollment, Grant, LauncherCredential, RecordState};
+use crate::model::{Countersignature, Enrollment, Grant, LauncherCredential, Passkey, RecordState};
 
 /// The sealing key. Its `Debug` shows nothing of the key.
 #[derive(Clone)]
@@ -53,16 +53,18 @@ impl Sealer {
         aws_lc_rs::constant_time::verify_slices_are_equal(expected.as_ref(), &tag).is_ok()
     }
 
-    /// Seals a decision on a record.
+    /// Seals a decision on a record, and the passkey countersignature that came with it: a
+    /// countersignature removed, added or swapped after the decision breaks the seal.
     pub fn seal_decision(
         &self,
         record: &RecordId,
         event: RecordState,
         by: &str,
         at: Time,
+        countersignature: Option<&Countersignature>,
     ) -> String {
-        let f = decision_fields(record, event, by, at);
-        self.seal("decision/v1", &f.each_ref().map(|s| s.as_bytes()))
+        let (label, f) = decision_fields(record, event, by, at, countersignature);
+        self.seal(label, &f.iter().map(|s| s.as_bytes()).collect::<Vec<_>>())
     }
 
     pub fn verify_decision(
@@ -71,27 +73,32 @@ impl Sealer {
         event: RecordState,
         by: &str,
         at: Time,
+        countersignature: Option<&Countersignature>,
         seal: &str,
     ) -> bool {
-        let f = decision_fields(record, event, by, at);
-        self.verify("decision/v1", &f.each_ref().map(|s| s.as_bytes()), seal)
+        let (label, f) = decision_fields(record, event, by, at, countersignature);
+        self.verify(
+            label,
+            &f.iter().map(|s| s.as_bytes()).collect::<Vec<_>>(),
+            seal,
+        )
     }
 
-    /// Seals a passkey nonce (`crate::passkey`): the record, the approver, its random part
-    /// and its expiry (Unix seconds).
+    /// Seals a passkey nonce (`crate::passkey`): what it is for (`record:<id>`, `register`,
+    /// `enroll`), the person, its random part and its expiry (Unix seconds).
     pub fn seal_passkey_nonce(
         &self,
-        record: &RecordId,
-        approver: &str,
+        subject: &str,
+        person: &str,
         random: &str,
         expires: i64,
     ) -> String {
-        let (r, e) = (record.to_string(), expires.to_string());
+        let e = expires.to_string();
         self.seal(
             "passkey-nonce/v1",
             &[
-                r.as_bytes(),
-                approver.as_bytes(),
+                subject.as_bytes(),
+                person.as_bytes(),
                 random.as_bytes(),
                 e.as_bytes(),
             ],
@@ -100,23 +107,34 @@ impl Sealer {
 
     pub fn verify_passkey_nonce(
         &self,
-        record: &RecordId,
-        approver: &str,
+        subject: &str,
+        person: &str,
         random: &str,
         expires: i64,
         seal: &str,
     ) -> bool {
-        let (r, e) = (record.to_string(), expires.to_string());
+        let e = expires.to_string();
         self.verify(
             "passkey-nonce/v1",
             &[
-                r.as_bytes(),
-                approver.as_bytes(),
+                subject.as_bytes(),
+                person.as_bytes(),
                 random.as_bytes(),
                 e.as_bytes(),
             ],
             seal,
         )
+    }
+
+    /// Seals a registered passkey: everything but its seal.
+    pub fn seal_passkey(&self, p: &Passkey) -> String {
+        let f = passkey_fields(p);
+        self.seal("passkey/v1", &f.each_ref().map(|s| s.as_bytes()))
+    }
+
+    pub fn verify_passkey(&self, p: &Passkey) -> bool {
+        let f = passkey_fields(p);
+        self.verify("passkey/v1", &f.each_ref().map(|s| s.as_bytes()), &p.seal)
     }
 
     /// Seals policy's automatic decision for a request.
@@ -262,12 +280,46 @@ fn enrollment_fields(e: &Enrollment) -> [String; 6] {
     ]
 }
 
-fn decision_fields(record: &RecordId, event: RecordState, by: &str, at: Time) -> [String; 4] {
-    [
+fn decision_fields(
+    record: &RecordId,
+    event: RecordState,
+    by: &str,
+    at: Time,
+    countersignature: Option<&Countersignature>,
+) -> (&'static str, Vec<String>) {
+    let mut f = vec![
         record.to_string(),
         event.as_str().to_owned(),
         by.to_owned(),
         at.timestamp_millis().to_string(),
+    ];
+    match countersignature {
+        None => ("decision/v1", f),
+        Some(c) => {
+            f.extend([
+                c.credential.clone(),
+                c.nonce.clone(),
+                c.client_data.clone(),
+                c.authenticator_data.clone(),
+                c.signature.clone(),
+            ]);
+            ("decision/v2", f)
+        }
+    }
+}
+
+fn passkey_fields(p: &Passkey) -> [String; 10] {
+    [
+        p.id.clone(),
+        p.person.to_string(),
+        p.name.clone(),
+        p.key.clone(),
+        p.aaguid.clone(),
+        p.backup_eligible.to_string(),
+        p.sign_count.to_string(),
+        p.created_at.timestamp_millis().to_string(),
+        opt(p.removed_at.map(|t| t.timestamp_millis()).as_ref()),
+        p.enrolled_by.clone(),
     ]
 }
 

@@ -13,8 +13,10 @@ use async_trait::async_trait;
 
 use crate::audit::AuditEntry;
 use crate::clock::Time;
-use crate::ids::{ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId};
-use crate::model::{Enrollment, Grant, LauncherCredential, PendingLogin, Record, Request};
+use crate::ids::{
+    ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId,
+};
+use crate::model::{Enrollment, Grant, LauncherCredential, Passkey, PendingLogin, Record, Request};
 
 /// A storage failure (the one type adapters of the broker and the console map driver errors
 /// into). Its text goes to logs, never to clients.
@@ -169,6 +171,14 @@ pub trait Tx: Send {
     /// Every stored-live grant.
     async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError>;
     async fn put_grant(&mut self, g: &Grant) -> Result<(), StorageError>;
+
+    /// A passkey by credential id (base64url), removed or not.
+    async fn get_passkey(&mut self, id: &str) -> Result<Option<Passkey>, StorageError>;
+    /// A person's passkeys, removed or not, oldest first.
+    async fn passkeys_of(&mut self, person: &Login) -> Result<Vec<Passkey>, StorageError>;
+    /// Every passkey (`audit verify`).
+    async fn list_passkeys(&mut self) -> Result<Vec<Passkey>, StorageError>;
+    async fn put_passkey(&mut self, p: &Passkey) -> Result<(), StorageError>;
 
     /// Rows whose stored state is live but whose time has passed.
     async fn due(&mut self, now: Time, limit: u32) -> Result<Due, StorageError>;

@@ -322,11 +322,12 @@ pub struct Inspected {
 }
 
 /// Checks everything sealed ([`audit::Inspection`]): every entry of the chain; every
-/// credential, enrollment, grant (with its record) and record against its seal and the chain's
-/// entries; and, given the head a replica remembers, that the chain holds it.
+/// credential, enrollment, grant (with its record), record (with its passkey countersignature,
+/// verified again) and passkey against its seal and the chain's entries; and, given the head a replica remembers, that the chain holds it.
 pub async fn inspect(
     storage: &countersign_broker_sql::SqlStorage,
     sealer: &Sealer,
+    settings: Option<&countersign_broker_core::passkey::PasskeySettings>,
     remembered: Option<(Walk, String)>,
 ) -> anyhow::Result<Inspected> {
     use countersign_broker_core::ids::{CredentialId, EnrollmentId, GrantId, RecordId};
@@ -366,11 +367,29 @@ pub async fn inspect(
             },
         }
     }
+    let passkeys: std::collections::HashMap<String, _> = tx
+        .list_passkeys()
+        .await
+        .map_err(db)?
+        .into_iter()
+        .map(|p| (p.id.clone(), p))
+        .collect();
+    for p in passkeys.values() {
+        ins.passkey(sealer, p);
+    }
     for id in &ids.records {
         match RecordId::parse(id).ok() {
             None => ins.unreadable("records", id, "the id does not parse"),
             Some(rid) => match tx.get_record(&rid).await {
-                Ok(Some(r)) => ins.record(sealer, &r),
+                Ok(Some(r)) => {
+                    ins.record(sealer, &r);
+                    let by = r
+                        .decided
+                        .as_ref()
+                        .and_then(|d| d.countersignature.as_ref())
+                        .and_then(|c| passkeys.get(&c.credential));
+                    ins.countersignature(settings, &r, by);
+                }
                 Ok(None) => ins.unreadable("records", id, "not found by its id"),
                 Err(e) => ins.unreadable("records", id, &e.to_string()),
             },

@@ -50,6 +50,13 @@ pub struct Config {
     /// `~/.local/state/countersign`), named by the database (`crate::audit::state_path`).
     #[serde(default)]
     pub audit_state_file: Option<PathBuf>,
+    /// Passkeys (WebAuthn): where people register them and countersign approvals; none:
+    /// passkeys are off (docs/passkeys.md).
+    #[serde(default)]
+    pub passkeys: Option<PasskeysConfig>,
+    /// `[[approval]]` rules: which approvals need a passkey countersignature.
+    #[serde(default)]
+    pub approval: Vec<ApprovalRuleConfig>,
     /// Where traces go over OTLP (HTTP/protobuf), a base URL as `OTEL_EXPORTER_OTLP_ENDPOINT`
     /// is; none: that variable, else no export (`docs/metrics.md`).
     #[serde(default)]
@@ -59,6 +66,118 @@ pub struct Config {
 /// `[token_issuer]`: a Kubernetes ServiceAccount token issuer (protocol.md §7), as the console's
 /// `[agents.token_issuer]` is; the broker has no default audience.
 pub use countersign_k8s_tokens::IssuerConfig as TokenIssuerConfig;
+
+/// `[passkeys]`: the console people register passkeys and approve in.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasskeysConfig {
+    /// The relying party ID: the console's host name (`console.example.com`; `localhost` in
+    /// dev). Never an IP address: WebAuthn refuses one.
+    pub rp_id: String,
+    /// The console's origins (`https://console.example.com`).
+    pub origins: Vec<String>,
+}
+
+/// One `[[approval]]` rule: `approval = "passkey"` for a `tier`, a `secret`, or
+/// `machine_logins = true`; optionally `device_bound` and `aaguids`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRuleConfig {
+    #[serde(default)]
+    pub tier: Option<String>,
+    #[serde(default)]
+    pub secret: Option<String>,
+    #[serde(default)]
+    pub machine_logins: bool,
+    /// `"passkey"`: approvals it covers need the approver's passkey countersignature.
+    pub approval: String,
+    /// A passkey bound to one device (not a synced one).
+    #[serde(default)]
+    pub device_bound: bool,
+    /// Authenticator models allowed, as AAGUIDs (`cb69481e-8ff7-4039-93ec-0a2729a154a8`);
+    /// empty: any.
+    #[serde(default)]
+    pub aaguids: Vec<String>,
+}
+
+impl Config {
+    /// The passkey settings, checked: every rule names exactly one of `tier`, `secret` and
+    /// `machine_logins`, says `approval = "passkey"`, and needs `[passkeys]`.
+    pub fn passkey_settings(
+        &self,
+    ) -> anyhow::Result<Option<countersign_broker_core::passkey::PasskeySettings>> {
+        use countersign_broker_core::passkey::{
+            ApprovalRule, Covers, PasskeySettings, Requirement,
+        };
+        let Some(p) = &self.passkeys else {
+            if !self.approval.is_empty() {
+                bail!("[[approval]] rules need a [passkeys] section (rp_id, origins)");
+            }
+            return Ok(None);
+        };
+        let host_like = !p.rp_id.is_empty()
+            && p.rp_id.parse::<std::net::IpAddr>().is_err()
+            && p.rp_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+        if !host_like {
+            bail!("[passkeys] rp_id must be a host name (not an IP address, no scheme or port)");
+        }
+        if p.origins.is_empty()
+            || p.origins.iter().any(|o| {
+                !(o.starts_with("https://") || o.starts_with("http://")) || o.ends_with('/')
+            })
+        {
+            bail!("[passkeys] origins must be one or more http(s)://host[:port], with no path");
+        }
+        let mut rules = Vec::new();
+        for (i, r) in self.approval.iter().enumerate() {
+            let n = i + 1;
+            if r.approval != "passkey" {
+                bail!("[[approval]] rule {n}: approval must be \"passkey\"");
+            }
+            let covers = match (&r.tier, &r.secret, r.machine_logins) {
+                (Some(t), None, false) => Covers::Tier(
+                    countersign_broker_core::policy::Tier::from_tag(Some(t))
+                        .with_context(|| format!("[[approval]] rule {n}: no tier {t:?}"))?,
+                ),
+                (None, Some(s), false) => Covers::Secret(
+                    countersign_broker_core::ids::SecretName::parse(s).map_err(|_| {
+                        anyhow::anyhow!("[[approval]] rule {n}: {s:?} is not an agent secret name")
+                    })?,
+                ),
+                (None, None, true) => Covers::MachineLogins,
+                _ => bail!(
+                    "[[approval]] rule {n}: name exactly one of tier, secret and machine_logins = true"
+                ),
+            };
+            let aaguids = r
+                .aaguids
+                .iter()
+                .map(|a| {
+                    let hex: String = a.chars().filter(|c| *c != '-').collect();
+                    if hex.len() == 32 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                        Ok(hex.to_ascii_lowercase())
+                    } else {
+                        bail!("[[approval]] rule {n}: {a:?} is not an AAGUID")
+                    }
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            rules.push(ApprovalRule {
+                covers,
+                requirement: Requirement {
+                    device_bound: r.device_bound,
+                    aaguids: (!aaguids.is_empty()).then_some(aaguids),
+                },
+            });
+        }
+        Ok(Some(PasskeySettings {
+            rp_id: p.rp_id.to_ascii_lowercase(),
+            origins: p.origins.clone(),
+            rules,
+        }))
+    }
+}
 
 /// `[notifications]`: expiry notifications (protocol.md §9) as Standard Webhooks.
 #[derive(Debug, Clone, Deserialize)]
@@ -285,6 +404,7 @@ impl Config {
         let mut c: Config =
             toml::from_str(&text).with_context(|| format!("parse config {}", path.display()))?;
         c.apply_env(|k| std::env::var(k).ok())?;
+        c.passkey_settings()?;
         Ok(c)
     }
 
@@ -372,6 +492,12 @@ impl Config {
         b.request_ttl = chrono::Duration::seconds(d.request_pending);
         b.max_grant_lifetime = chrono::Duration::seconds(d.max_grant_lifetime);
         b.service_logins = self.service_logins.clone();
+        // Checked at load ([`Config::load`]); a configuration built in code that fails the
+        // check serves with passkeys off, and says so.
+        b.passkeys = self.passkey_settings().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "passkeys are off: the [passkeys] settings do not hold");
+            None
+        });
         b
     }
 }

@@ -46,6 +46,8 @@ pub fn dev_config(dir: &Path, listen: SocketAddr) -> anyhow::Result<Config> {
         service_logins: Default::default(),
         token_issuer: None,
         notifications: None,
+        passkeys: None,
+        approval: Vec::new(),
         // Dev mode keeps its state together, under its directory.
         audit_state_file: Some(dir.join("broker.db.audit-state.json")),
         otlp_endpoint: None,

@@ -59,6 +59,37 @@ enum Command {
         #[command(subcommand)]
         action: AuditAction,
     },
+    /// People's passkeys (docs/passkeys.md).
+    Passkeys {
+        #[command(subcommand)]
+        action: PasskeysAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PasskeysAction {
+    /// Print a one-time enrollment code for PERSON's first passkey: they type it on the
+    /// console's passkeys page. Single use, short-lived; made with the seal key alone (no
+    /// database). Give it to the person over a channel you trust: whoever holds it can register
+    /// a passkey in their name until it is used or expires.
+    EnrollCode {
+        /// The person's login (`ada@example.com`).
+        person: String,
+        /// How long the code lives, in minutes (at most 1440).
+        #[arg(long, default_value_t = 15)]
+        minutes: i64,
+        /// The broker's TOML configuration file.
+        #[arg(
+            long,
+            short,
+            env = "COUNTERSIGN_CONFIG",
+            required_unless_present = "seal_key_file"
+        )]
+        config: Option<PathBuf>,
+        /// The seal key file (instead of a configuration file).
+        #[arg(long, conflicts_with = "config")]
+        seal_key_file: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -136,6 +167,7 @@ async fn main() -> anyhow::Result<()> {
     init_logs(cli.log_json, "info,tower_http=info,sqlx=warn");
     let (config, dev, bound) = match cli.command {
         Command::Audit { action } => return audit(action).await,
+        Command::Passkeys { action } => return passkeys(action),
         Command::Serve { config } => (Config::load(&config)?, None, None),
         Command::Dev { dir, port } => {
             // Bind first, so that the public URL (every proof's `htu`) names the port really
@@ -213,6 +245,38 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs a `passkeys` subcommand.
+fn passkeys(action: PasskeysAction) -> anyhow::Result<()> {
+    let PasskeysAction::EnrollCode {
+        person,
+        minutes,
+        config,
+        seal_key_file,
+    } = action;
+    let key = match (config, seal_key_file) {
+        (Some(c), _) => Config::load(&c)?.seal_key()?,
+        (None, Some(k)) => countersign_broker_http::config::read_seal_key(&k)?,
+        (None, None) => anyhow::bail!("give --config or --seal-key-file"),
+    };
+    let sealer = countersign_broker_core::seal::Sealer::new(&key).context("seal key")?;
+    let person = countersign_broker_core::ids::Login::parse(&person)
+        .with_context(|| format!("{person:?} is not a login (local@domain)"))?;
+    let code = countersign_broker_core::passkey::enroll_code(
+        &sealer,
+        &countersign_broker_core::clock::SystemEntropy,
+        &person,
+        chrono::Utc::now(),
+        chrono::Duration::minutes(minutes),
+    )
+    .map_err(anyhow::Error::msg)?;
+    println!("{}", code.value);
+    eprintln!(
+        "enrollment code for {person}'s first passkey, single use, until {} (type it on the console's passkeys page)",
+        countersign_broker_core::clock::rfc3339(&code.expires_at)
+    );
+    Ok(())
+}
+
 /// Runs an `audit` subcommand.
 async fn audit(action: AuditAction) -> anyhow::Result<()> {
     use countersign_broker_http::audit as log;
@@ -255,7 +319,11 @@ async fn audit(action: AuditAction) -> anyhow::Result<()> {
                 }
                 None => None,
             };
-            let found = log::inspect(&storage, &sealer, remembered).await?;
+            let settings = match &config {
+                Some(c) => c.passkey_settings()?,
+                None => None,
+            };
+            let found = log::inspect(&storage, &sealer, settings.as_ref(), remembered).await?;
             storage.close().await;
             if found.findings.is_empty() {
                 println!(

@@ -264,6 +264,7 @@ pub const ROUTES: &[RouteSpec] = &[
             "GRANT_NOT_LIVE",
             "INTERNAL",
             "NOT_YOURS",
+            "PASSKEY_REQUIRED",
             "SECRET_NOT_IN_STORE",
             "NOT_FOUND"
         ],
@@ -316,6 +317,9 @@ pub const ROUTES: &[RouteSpec] = &[
             "KEY_HOLDS_LIVE_CREDENTIAL",
             "NOT_APPROVER",
             "NOT_FOUND",
+            "PASSKEY_INVALID",
+            "PASSKEY_REQUIRED",
+            "PASSKEYS_OFF",
             "RECORD_ID_INPUT",
             "RECORD_TERMINAL",
             "REQUEST_TOO_LARGE",
@@ -416,6 +420,105 @@ pub const ROUTES: &[RouteSpec] = &[
             "REQUEST_TOO_LARGE"
         ],
         Some("INVALID_REVOKE")
+    ),
+    route!(
+        passkeys,
+        "GET",
+        "/v1/passkeys",
+        C::Console,
+        200,
+        "The named person's passkeys",
+        ["APPROVER_REQUIRED", "INTERNAL"],
+        None
+    ),
+    route!(
+        passkey_challenge,
+        "POST",
+        "/v1/passkeys/challenge",
+        C::Console,
+        200,
+        "A registration challenge for the named person's new passkey",
+        [
+            "APPROVER_REQUIRED",
+            "INTERNAL",
+            "INVALID_PASSKEY",
+            "PASSKEYS_OFF",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_PASSKEY")
+    ),
+    route!(
+        passkey_register,
+        "POST",
+        "/v1/passkeys",
+        C::Console,
+        201,
+        "Register a passkey: with an enrollment code, or endorsed by a registered one",
+        [
+            "APPROVER_REQUIRED",
+            "INTERNAL",
+            "INVALID_PASSKEY",
+            "PASSKEY_ENROLLMENT_REQUIRED",
+            "PASSKEY_EXISTS",
+            "PASSKEY_INVALID",
+            "PASSKEYS_OFF",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_PASSKEY")
+    ),
+    route!(
+        passkey_rename,
+        "PATCH",
+        "/v1/passkeys/{id}",
+        C::Console,
+        200,
+        "Rename one of the named person's passkeys",
+        [
+            "APPROVER_REQUIRED",
+            "INTERNAL",
+            "INVALID_PASSKEY",
+            "NOT_FOUND",
+            "PASSKEYS_OFF",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_PASSKEY")
+    ),
+    route!(
+        passkey_remove,
+        "POST",
+        "/v1/passkeys/{id}/remove",
+        C::Console,
+        200,
+        "Remove one of the named person's passkeys",
+        [
+            "APPROVER_REQUIRED",
+            "INTERNAL",
+            "INVALID_PASSKEY",
+            "NOT_FOUND",
+            "PASSKEYS_OFF",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_PASSKEY")
+    ),
+    route!(
+        statement,
+        "POST",
+        "/v1/credential-requests/{record}/statement",
+        C::Console,
+        200,
+        "The approval statement the named person countersigns, with a fresh nonce",
+        [
+            "APPROVER_REQUIRED",
+            "INTERNAL",
+            "INVALID_DECISION",
+            "NOT_APPROVER",
+            "NOT_FOUND",
+            "PASSKEYS_OFF",
+            "RECORD_ID_INPUT",
+            "RECORD_TERMINAL",
+            "REQUEST_TOO_LARGE"
+        ],
+        Some("INVALID_DECISION")
     ),
     route!(
         operator_machines,

@@ -473,7 +473,13 @@ pub(crate) async fn approve(
     let id = parse_id(&record, RecordId::parse)?;
     let b: wire::DecisionBody = r.json(ErrorCode::INVALID_DECISION)?;
     let who = approver(b.approver.as_deref())?;
-    let a = st.broker.approve(&id, &who, b.code.as_deref()).await?;
+    let countersignature = b
+        .countersignature
+        .map(wire::CountersignatureBody::into_core);
+    let a = st
+        .broker
+        .approve(&id, &who, b.code.as_deref(), countersignature.as_ref())
+        .await?;
     Ok(ok(json!({
         "credential_id": a.credential_id.map(|c| c.to_string()),
         "grant_id": a.grant_id.map(|g| g.to_string()),
@@ -579,6 +585,116 @@ pub(crate) async fn revoke_grant_by_approver(
     let who = approver(b.approver.as_deref())?;
     let id = parse_id(&id, GrantId::parse)?;
     Ok(state(st.broker.revoke_grant_as(&who, id, false).await?))
+}
+
+// ----- console token: passkeys (docs/passkeys.md) -----
+
+pub(crate) async fn passkeys(
+    State(st): St,
+    headers: HeaderMap,
+    ApproverParam(q): ApproverParam,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let who = approver(q.as_deref())?;
+    let list = st.broker.passkeys_of(&who).await?;
+    Ok(ok(
+        json!({ "passkeys": list.iter().map(wire::passkey).collect::<Vec<_>>() }),
+    ))
+}
+
+pub(crate) async fn passkey_challenge(
+    State(st): St,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let b: wire::RevokeBody = r.json(ErrorCode::INVALID_PASSKEY)?;
+    let who = approver(b.approver.as_deref())?;
+    Ok(ok(wire::passkey_offer(
+        &st.broker.passkey_offer(&who).await?,
+    )))
+}
+
+pub(crate) async fn passkey_register(
+    State(st): St,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let b: wire::PasskeyBody = r.json(ErrorCode::INVALID_PASSKEY)?;
+    let who = approver(b.approver.as_deref())?;
+    let p = st
+        .broker
+        .register_passkey(
+            &who,
+            countersign_broker_core::broker::Registration {
+                name: b.name,
+                nonce: b.nonce,
+                client_data: b.client_data,
+                attestation_object: b.attestation_object,
+                enroll_code: b.enroll_code,
+                endorsement: b.endorsement.map(wire::CountersignatureBody::into_core),
+            },
+        )
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(wire::passkey(&p))).into_response())
+}
+
+pub(crate) async fn passkey_rename(
+    State(st): St,
+    PathParam(id): PathParam,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let b: wire::PasskeyRenameBody = r.json(ErrorCode::INVALID_PASSKEY)?;
+    let who = approver(b.approver.as_deref())?;
+    Ok(ok(wire::passkey(
+        &st.broker.rename_passkey(&who, &id, &b.name).await?,
+    )))
+}
+
+pub(crate) async fn passkey_remove(
+    State(st): St,
+    PathParam(id): PathParam,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let b: wire::RevokeBody = r.json(ErrorCode::INVALID_PASSKEY)?;
+    let who = approver(b.approver.as_deref())?;
+    st.broker.remove_passkey(&who, &id).await?;
+    Ok(state("removed"))
+}
+
+pub(crate) async fn statement(
+    State(st): St,
+    PathParam(record): PathParam,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    console(&st, &headers)?;
+    let r = raw(&st, method, &uri, headers, body).await?;
+    let id = parse_id(&record, RecordId::parse)?;
+    let b: wire::RevokeBody = r.json(ErrorCode::INVALID_DECISION)?;
+    let who = approver(b.approver.as_deref())?;
+    Ok(ok(wire::statement(
+        &st.broker.statement_for(&id, &who).await?,
+    )))
 }
 
 // ----- open -----

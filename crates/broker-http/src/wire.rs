@@ -75,6 +75,57 @@ pub struct DecisionBody {
     pub approver: Option<String>,
     #[serde(default)]
     pub code: Option<String>,
+    /// The approver's passkey assertion over the statement (docs/passkeys.md).
+    #[serde(default)]
+    pub countersignature: Option<CountersignatureBody>,
+}
+
+/// A WebAuthn assertion as the console passes it on: base64url fields, the statement's nonce.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountersignatureBody {
+    pub credential: String,
+    pub nonce: String,
+    pub client_data: String,
+    pub authenticator_data: String,
+    pub signature: String,
+}
+
+impl CountersignatureBody {
+    pub fn into_core(self) -> countersign_broker_core::model::Countersignature {
+        countersign_broker_core::model::Countersignature {
+            credential: self.credential,
+            nonce: self.nonce,
+            client_data: self.client_data,
+            authenticator_data: self.authenticator_data,
+            signature: self.signature,
+        }
+    }
+}
+
+/// `POST /v1/passkeys`: a registration.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasskeyBody {
+    #[serde(default)]
+    pub approver: Option<String>,
+    pub name: String,
+    pub nonce: String,
+    pub client_data: String,
+    pub attestation_object: String,
+    #[serde(default)]
+    pub enroll_code: Option<String>,
+    #[serde(default)]
+    pub endorsement: Option<CountersignatureBody>,
+}
+
+/// `PATCH /v1/passkeys/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasskeyRenameBody {
+    #[serde(default)]
+    pub approver: Option<String>,
+    pub name: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -216,4 +267,44 @@ pub fn grant_item(i: &GrantListItem) -> Value {
 #[derive(Debug, Serialize)]
 pub struct StateAnswer {
     pub state: &'static str,
+}
+
+/// A passkey as the console lists it (its public key stays in the broker and the audit chain).
+pub fn passkey(p: &countersign_broker_core::model::Passkey) -> Value {
+    json!({
+        "id": p.id,
+        "name": p.name,
+        "aaguid": p.aaguid,
+        "synced": p.backup_eligible,
+        "created_at": t(&p.created_at),
+        "enrolled_by": p.enrolled_by,
+    })
+}
+
+/// `POST /v1/passkeys/challenge`'s answer: what `navigator.credentials.create()` needs.
+pub fn passkey_offer(o: &countersign_broker_core::broker::RegistrationOffer) -> Value {
+    use countersign_proto::b64::encode;
+    json!({
+        "nonce": o.nonce.value,
+        "expires_at": t(&o.nonce.expires_at),
+        "challenge": encode(&o.challenge),
+        "rp_id": o.rp_id,
+        "user_handle": encode(&o.user_handle),
+        "passkeys": o.passkeys.iter().map(passkey).collect::<Vec<_>>(),
+    })
+}
+
+/// `POST /v1/credential-requests/{record}/statement`'s answer.
+pub fn statement(o: &countersign_broker_core::broker::StatementOffer) -> Value {
+    json!({
+        "statement": o.statement.canonical(),
+        "words": o.statement.words(),
+        "challenge": countersign_proto::b64::encode(&o.statement.challenge()),
+        "nonce": o.nonce.value,
+        "expires_at": t(&o.nonce.expires_at),
+        "required": o.requirement.is_some(),
+        "device_bound": o.requirement.as_ref().is_some_and(|r| r.device_bound),
+        "aaguids": o.requirement.as_ref().and_then(|r| r.aaguids.clone()),
+        "passkeys": o.passkeys.iter().map(passkey).collect::<Vec<_>>(),
+    })
 }

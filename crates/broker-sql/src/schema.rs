@@ -171,6 +171,19 @@ const V5_AUDIT_COMPACT_POSTGRES: &[&str] = &["ALTER TABLE audit_log
         ALTER COLUMN prev_hash TYPE BYTEA USING decode(prev_hash, 'hex'),
         ALTER COLUMN hash TYPE BYTEA USING decode(hash, 'hex')"];
 
+/// Version 6: people's passkeys (issue 29). The seal lives in the `doc` (its `seal` field),
+/// as the credentials' and enrollments' do.
+const V6_PASSKEYS: &[&str] = &[
+    "CREATE TABLE passkeys (
+        id TEXT PRIMARY KEY,
+        person TEXT NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        removed_at_ms BIGINT,
+        doc TEXT NOT NULL
+    )",
+    "CREATE INDEX passkeys_person ON passkeys (person, created_at_ms)",
+];
+
 /// Every migration, in order. Versions are consecutive from 1.
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -202,6 +215,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "audit log: hashes as bytes, SQLite rowid positions",
         sqlite: V5_AUDIT_COMPACT_SQLITE,
         postgres: V5_AUDIT_COMPACT_POSTGRES,
+    },
+    Migration {
+        version: 6,
+        name: "passkeys",
+        sqlite: V6_PASSKEYS,
+        postgres: V6_PASSKEYS,
     },
 ];
 

@@ -7,11 +7,11 @@ use chrono::{DateTime, Utc};
 use countersign_broker_core::audit::AuditEntry;
 use countersign_broker_core::clock::Time;
 use countersign_broker_core::ids::{
-    ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId,
+    ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId,
 };
 use countersign_broker_core::model::{
-    Enrollment, Grant, LauncherCredential, PendingLogin, Record, RecordDecision, RecordState,
-    RecordText, Request, RequestState,
+    Enrollment, Grant, LauncherCredential, Passkey, PendingLogin, Record, RecordDecision,
+    RecordState, RecordText, Request, RequestState,
 };
 use countersign_broker_core::storage::{Due, OutboxItem, StorageError, Tx};
 use serde::de::DeserializeOwned;
@@ -604,6 +604,54 @@ impl Tx for SqlTx {
                 ms(c.issued_at),
                 ms(c.expires_at),
                 c.revoked_at.map(ms),
+                doc,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn get_passkey(&mut self, id: &str) -> Result<Option<Passkey>, StorageError> {
+        self.get_doc(
+            "passkey",
+            "SELECT doc FROM passkeys WHERE id = $1",
+            args![id],
+        )
+        .await
+    }
+
+    async fn passkeys_of(&mut self, person: &Login) -> Result<Vec<Passkey>, StorageError> {
+        self.get_docs(
+            "passkey",
+            "SELECT doc FROM passkeys WHERE person = $1 ORDER BY created_at_ms, id",
+            args![person.as_str()],
+        )
+        .await
+    }
+
+    async fn list_passkeys(&mut self) -> Result<Vec<Passkey>, StorageError> {
+        self.get_docs(
+            "passkey",
+            "SELECT doc FROM passkeys ORDER BY created_at_ms, id",
+            args![],
+        )
+        .await
+    }
+
+    async fn put_passkey(&mut self, p: &Passkey) -> Result<(), StorageError> {
+        let sql = upsert_sql(
+            "passkeys",
+            "id",
+            &["id", "person", "created_at_ms", "removed_at_ms", "doc"],
+        );
+        let doc = to_doc("passkey", p)?;
+        self.execute(
+            &sql,
+            args![
+                p.id.as_str(),
+                p.person.as_str(),
+                ms(p.created_at),
+                p.removed_at.map(ms),
                 doc,
             ],
         )

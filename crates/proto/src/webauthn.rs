@@ -251,6 +251,49 @@ impl CredentialKey {
         }
     }
 
+    /// The key as one line of text, for storage and the audit chain: `es256:<point>`,
+    /// `ed25519:<key>` or `rs256:<n>.<e>`, each part base64url.
+    pub fn to_text(&self) -> String {
+        use crate::b64::encode;
+        match self {
+            CredentialKey::Es256(p) => format!("es256:{}", encode(p)),
+            CredentialKey::Ed25519(k) => format!("ed25519:{}", encode(k)),
+            CredentialKey::Rs256 { n, e } => format!("rs256:{}.{}", encode(n), encode(e)),
+        }
+    }
+
+    /// Parses [`CredentialKey::to_text`]'s form, with the sizes [`CredentialKey::from_cose`]
+    /// accepts.
+    pub fn from_text(text: &str) -> Result<Self, WebauthnError> {
+        let bad = E::Key;
+        let b = |s: &str| crate::b64::decode(s).map_err(|_| bad("not base64url"));
+        match text.split_once(':') {
+            Some(("es256", p)) => {
+                let p = b(p)?;
+                if p.len() != 65 || p[0] != 0x04 {
+                    return Err(bad("a P-256 point is 65 bytes, uncompressed"));
+                }
+                Ok(CredentialKey::Es256(p))
+            }
+            Some(("ed25519", k)) => {
+                let k = b(k)?;
+                if k.len() != 32 {
+                    return Err(bad("an Ed25519 key is not 32 bytes"));
+                }
+                Ok(CredentialKey::Ed25519(k))
+            }
+            Some(("rs256", ne)) => {
+                let (n, e) = ne.split_once('.').ok_or(bad("rs256 is n.e"))?;
+                let (n, e) = (b(n)?, b(e)?);
+                if n.len() < 256 || n.len() > 1024 || e.is_empty() || e.len() > 8 {
+                    return Err(bad("an RSA key of 2048 to 8192 bits"));
+                }
+                Ok(CredentialKey::Rs256 { n, e })
+            }
+            _ => Err(bad("only es256, ed25519 and rs256 keys")),
+        }
+    }
+
     /// The COSE algorithm number.
     pub fn alg(&self) -> i128 {
         match self {
@@ -487,3 +530,6 @@ fn int(v: &Cbor) -> Option<i128> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(any(test, feature = "soft-authenticator"))]
+pub mod soft;

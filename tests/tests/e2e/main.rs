@@ -15,6 +15,7 @@ mod http_hardening;
 mod http_login;
 mod http_open;
 mod http_operator;
+mod http_passkeys;
 mod http_proof;
 mod http_requests;
 mod http_session;

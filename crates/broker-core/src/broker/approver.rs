@@ -7,8 +7,8 @@ use crate::clock::Time;
 use crate::error::{Error, ErrorCode};
 use crate::ids::{CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId};
 use crate::model::{
-    DecisionBy, EnrollmentSummary, Grant, GrantEnd, GrantedBy, LauncherCredential, Record,
-    RecordKind, RecordState, RequestState,
+    Countersignature, DecisionBy, EnrollmentSummary, Grant, GrantEnd, GrantedBy,
+    LauncherCredential, Record, RecordKind, RecordState, RequestState,
 };
 use crate::storage::Tx;
 
@@ -54,6 +54,7 @@ impl Broker {
                     at: d.at,
                     by: d.by,
                     credential_id: None,
+                    countersignature: None,
                     seal: String::new(),
                 });
                 return Ok(rec);
@@ -119,16 +120,24 @@ impl Broker {
     }
 
     /// Approves a record as `approver`. A machine login needs its confirmation code typed again.
+    /// Where policy asks for a passkey ([`crate::passkey`]), `countersignature` is the
+    /// approver's assertion over the statement [`Broker::statement_for`] issued: its nonce is
+    /// spent first, and the assertion verified in the decision's transaction, whose seal
+    /// covers it.
     pub async fn approve(
         &self,
         id: &RecordId,
         approver: &Login,
         code: Option<&str>,
+        countersignature: Option<&Countersignature>,
     ) -> Result<Approved, Error> {
         self.audit_gate()?;
         let now = self.now();
         let policy = self.policy();
         let owners = self.record_owners(id).await?;
+        if let Some(c) = countersignature {
+            self.spend_statement_nonce(id, approver, c).await?;
+        }
         let mut asked = None;
         let approved = transact!(self, "approve", |tx| {
             self.lock_session_of(tx, owners).await?;
@@ -136,6 +145,9 @@ impl Broker {
                 .lock_decidable(tx, id, approver, code, true, now)
                 .await?;
             asked = Some((rec.body.kind, rec.body.requested_at));
+            self.countersign(tx, &rec, approver, countersignature)
+                .await?;
+            let countersignature = countersignature.cloned();
             match rec.body.kind {
                 RecordKind::LauncherCredential => {
                     let (Some(jwk), Some(thumbprint)) =
@@ -179,6 +191,7 @@ impl Broker {
                         approver.as_str(),
                         now,
                         Some(c.id),
+                        countersignature,
                     )
                     .await?;
                     Ok::<_, Fail>(Approved {
@@ -212,7 +225,15 @@ impl Broker {
                         .check_standing(&names, Some(approver), &e.withheld)
                         .map_err(|_| Error::new(ErrorCode::GRANT_CHAIN_INVALID))?;
                     let rec = self
-                        .decide_record(tx, rec, RecordState::Approved, approver.as_str(), now, None)
+                        .decide_record(
+                            tx,
+                            rec,
+                            RecordState::Approved,
+                            approver.as_str(),
+                            now,
+                            None,
+                            countersignature,
+                        )
                         .await?;
                     let mut g = Grant {
                         id: GrantId::from_random(self.uuid()),
@@ -283,7 +304,15 @@ impl Broker {
                 tx.put_request(&r).await?;
             }
             let rec = self
-                .decide_record(tx, rec, RecordState::Denied, approver.as_str(), now, None)
+                .decide_record(
+                    tx,
+                    rec,
+                    RecordState::Denied,
+                    approver.as_str(),
+                    now,
+                    None,
+                    None,
+                )
                 .await?;
             Ok::<_, Fail>(rec.state)
         })?;

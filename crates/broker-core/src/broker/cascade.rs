@@ -71,7 +71,8 @@ impl Broker {
                     r.decided_at.unwrap_or(now),
                 ),
             };
-            self.decide_record(tx, rec, event, &by, at, None).await?;
+            self.decide_record(tx, rec, event, &by, at, None, None)
+                .await?;
         }
         if r.state == RequestState::Expired {
             self.notify_expired(tx, &r, e).await?;
@@ -88,14 +89,19 @@ impl Broker {
         by: &str,
         at: Time,
         credential_id: Option<CredentialId>,
+        countersignature: Option<crate::model::Countersignature>,
     ) -> Result<Record, Fail> {
         rec.state = event;
+        let seal = self
+            .sealer
+            .seal_decision(&rec.id, event, by, at, countersignature.as_ref());
         rec.decided = Some(RecordDecision {
             event,
             at,
             by: by.to_owned(),
             credential_id,
-            seal: self.sealer.seal_decision(&rec.id, event, by, at),
+            countersignature,
+            seal,
         });
         rec.code = None;
         tx.put_record(&rec).await?;
@@ -121,7 +127,7 @@ impl Broker {
             && let Some(rec) = tx.get_record(&rid).await?
             && rec.state == RecordState::Pending
         {
-            self.decide_record(tx, rec, RecordState::Cancelled, by, now, None)
+            self.decide_record(tx, rec, RecordState::Cancelled, by, now, None, None)
                 .await?;
         }
         Ok(r)

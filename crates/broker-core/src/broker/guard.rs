@@ -25,10 +25,11 @@ use serde_json::json;
 use crate::audit::{self, AuditEntry, AuditEvent};
 use crate::clock::{Clock, Time, to_millis};
 use crate::ids::{
-    ConfirmationCode, CredentialId, EnrollmentId, GrantId, RecordId, RequestId, SecretName,
+    ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId, SecretName,
 };
 use crate::model::{
-    Enrollment, Grant, GrantEnd, LauncherCredential, PendingLogin, Record, Request, RequestState,
+    Enrollment, Grant, GrantEnd, LauncherCredential, Passkey, PendingLogin, Record, Request,
+    RequestState,
 };
 use crate::seal::Sealer;
 use crate::storage::{Due, OutboxItem, Storage, StorageError, Tx};
@@ -144,6 +145,8 @@ struct Seen {
     credentials: HashMap<CredentialId, bool>,
     records: HashMap<RecordId, bool>,
     requests: HashMap<RequestId, RequestState>,
+    /// Passkeys read (by credential id): whether removed.
+    passkeys: HashMap<String, bool>,
 }
 
 struct GuardTx {
@@ -180,6 +183,25 @@ impl GuardTx {
                 .or_insert(c.revoked_at.is_some());
         }
         Some(c)
+    }
+
+    fn passkey(&mut self, p: Passkey) -> Option<Passkey> {
+        if !self.sealer.verify_passkey(&p) {
+            let why = if p.seal.is_empty() {
+                "unsealed"
+            } else {
+                "seal"
+            };
+            tampered("passkeys", &p.id, why);
+            return None;
+        }
+        if self.write {
+            self.seen
+                .passkeys
+                .entry(p.id.clone())
+                .or_insert(p.removed_at.is_some());
+        }
+        Some(p)
     }
 
     fn enrollment(&mut self, e: Enrollment) -> Option<Enrollment> {
@@ -344,17 +366,19 @@ impl Tx for GuardTx {
         if let Some(d) = &r.decided
             && was != Some(true)
         {
-            self.event(
-                "decision",
-                format!("record:{}", r.id),
-                &json!({
-                    "event": d.event.as_str(),
-                    "by": d.by,
-                    "at": ms(d.at),
-                    "kind": r.body.kind.as_str(),
-                    "rules_version": r.body.rules_version,
-                }),
-            );
+            let mut body = json!({
+                "event": d.event.as_str(),
+                "by": d.by,
+                "at": ms(d.at),
+                "kind": r.body.kind.as_str(),
+                "rules_version": r.body.rules_version,
+            });
+            // The countersignature goes into the chain whole, so `audit verify` can check it
+            // again against the passkey's registered key.
+            if let Some(c) = &d.countersignature {
+                body["countersignature"] = json!(c);
+            }
+            self.event("decision", format!("record:{}", r.id), &body);
         }
         self.inner.put_record(r).await
     }
@@ -469,6 +493,60 @@ impl Tx for GuardTx {
         let gs = self.inner.live_grants().await?;
         gs.iter().for_each(|g| self.grant(g));
         Ok(gs)
+    }
+
+    async fn get_passkey(&mut self, id: &str) -> Result<Option<Passkey>, StorageError> {
+        Ok(self
+            .inner
+            .get_passkey(id)
+            .await?
+            .and_then(|p| self.passkey(p)))
+    }
+
+    async fn passkeys_of(&mut self, person: &Login) -> Result<Vec<Passkey>, StorageError> {
+        let all = self.inner.passkeys_of(person).await?;
+        Ok(all.into_iter().filter_map(|p| self.passkey(p)).collect())
+    }
+
+    async fn list_passkeys(&mut self) -> Result<Vec<Passkey>, StorageError> {
+        let all = self.inner.list_passkeys().await?;
+        Ok(all.into_iter().filter_map(|p| self.passkey(p)).collect())
+    }
+
+    async fn put_passkey(&mut self, p: &Passkey) -> Result<(), StorageError> {
+        let mut p = p.clone();
+        p.seal = self.sealer.seal_passkey(&p);
+        let was = self
+            .seen
+            .passkeys
+            .insert(p.id.clone(), p.removed_at.is_some());
+        let subject = format!("passkey:{}", p.id);
+        if was.is_none() {
+            // The public key is in the chain: `audit verify` checks countersignatures with
+            // the key the chain recorded, and a row whose key differs from it is reported.
+            self.event(
+                "passkey_registered",
+                subject.clone(),
+                &json!({
+                    "person": p.person.as_str(),
+                    "key": p.key,
+                    "aaguid": p.aaguid,
+                    "backup_eligible": p.backup_eligible,
+                    "enrolled_by": p.enrolled_by,
+                    "at": ms(p.created_at),
+                }),
+            );
+        }
+        if let Some(at) = p.removed_at
+            && was != Some(true)
+        {
+            self.event(
+                "passkey_removed",
+                subject,
+                &json!({ "person": p.person.as_str(), "at": ms(at) }),
+            );
+        }
+        self.inner.put_passkey(&p).await
     }
 
     async fn put_grant(&mut self, g: &Grant) -> Result<(), StorageError> {

@@ -10,6 +10,7 @@ pub mod guard;
 mod login;
 mod operator;
 mod outbox;
+pub mod passkeys;
 mod requests;
 mod sweep;
 
@@ -18,6 +19,7 @@ use std::sync::{Arc, RwLock};
 pub use approver::{Approved, GrantListItem};
 pub use auth::ProofTarget;
 pub use login::{MachineLoginStarted, PollState};
+pub use passkeys::{Registration, RegistrationOffer, StatementOffer};
 pub use requests::{CreatedRequest, EnrollInput, Released, grant_chain_verifies};
 pub use sweep::SweepReport;
 

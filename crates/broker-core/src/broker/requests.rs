@@ -391,6 +391,16 @@ impl Broker {
                 Some(rid) => tx.get_record(&rid).await?,
                 None => None,
             };
+            // The passkey that countersigned the approval, when one did (a row failing its
+            // seal reads as none, and the countersignature then fails below).
+            let passkey = match record
+                .as_ref()
+                .and_then(|r| r.decided.as_ref())
+                .and_then(|d| d.countersignature.as_ref())
+            {
+                Some(c) => tx.get_passkey(&c.credential).await?,
+                None => None,
+            };
             // An end recorded in the audit log ends the grant, whatever its row says.
             let mut ended = false;
             for subject in [format!("grant:{id}"), format!("enrollment:{}", caller.id)] {
@@ -402,8 +412,9 @@ impl Broker {
                     ended |= crate::audit::ends(&e);
                 }
             }
-            Ok::<_, Fail>((g.settled(now, caller), record, ended))
+            Ok::<_, Fail>((g.settled(now, caller), (record, passkey), ended))
         })?;
+        let (record, passkey) = record;
         if ended_in_log && grant.is_live() {
             guard::tampered("grants", &grant.id.to_string(), "end in the audit log");
         }
@@ -412,6 +423,7 @@ impl Broker {
         }
         self.verify_chain(&grant, record.as_ref(), caller)?;
         let policy = self.policy();
+        self.check_countersignature(&grant, record.as_ref(), passkey.as_ref(), &policy)?;
         policy.check_standing(&grant.names, grant.approver.as_ref(), &caller.withheld)?;
         let mut values = Vec::with_capacity(grant.names.len());
         for n in &grant.names {
@@ -471,6 +483,69 @@ impl Broker {
             return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID));
         }
         Ok(())
+    }
+
+    /// At release, the approval's passkey countersignature checked again: where policy now
+    /// asks for one, an approval without it releases nothing (PASSKEY_REQUIRED: ask again);
+    /// one that no longer verifies against its passkey's sealed key (a decision or passkey
+    /// edited in the database) releases nothing and is reported as tampering.
+    fn check_countersignature(
+        &self,
+        g: &Grant,
+        record: Option<&Record>,
+        passkey: Option<&crate::model::Passkey>,
+        policy: &crate::policy::Policy,
+    ) -> Result<(), Error> {
+        let Some(settings) = self.config.passkeys.as_ref() else {
+            return Ok(());
+        };
+        let requirement = settings.requirement_for(policy, &g.names, false);
+        let decided = record.and_then(|r| r.decided.as_ref().map(|d| (r, d)));
+        let countersigned =
+            decided.and_then(|(r, d)| d.countersignature.as_ref().map(|c| (r, d, c)));
+        let Some((rec, d, c)) = countersigned else {
+            if requirement.is_some() {
+                tracing::warn!(grant = %g.id, "release refused: policy asks for a passkey countersignature the approval does not carry");
+                return Err(Error::with_message(
+                    ErrorCode::PASSKEY_REQUIRED,
+                    "this grant was approved without the passkey countersignature policy now asks for; request it again",
+                ));
+            }
+            return Ok(());
+        };
+        let statement =
+            crate::passkey::Statement::of(rec, crate::passkey::Decision::Approve, &d.by, &c.nonce);
+        let Some(p) = passkey else {
+            return Err(self.countersignature_broken(
+                g,
+                rec,
+                "the passkey is not registered, or its row fails its seal",
+            ));
+        };
+        // The count moved on since; what is checked again is the signature and its context.
+        match crate::passkey::verify_countersignature(
+            settings,
+            p,
+            &statement,
+            c,
+            0,
+            requirement.as_ref(),
+        ) {
+            Ok(_) => Ok(()),
+            Err(crate::passkey::CountersignError::Requirement(why)) => {
+                tracing::warn!(grant = %g.id, why, "release refused: the countersigning passkey no longer meets policy");
+                Err(Error::with_message(ErrorCode::PASSKEY_REQUIRED, why))
+            }
+            Err(_) => {
+                Err(self.countersignature_broken(g, rec, "the countersignature does not verify"))
+            }
+        }
+    }
+
+    fn countersignature_broken(&self, g: &Grant, rec: &Record, why: &'static str) -> Error {
+        guard::tampered("records", &rec.id.to_string(), "countersignature");
+        tracing::error!(grant = %g.id, record = %rec.id, why, "release refused");
+        Error::new(ErrorCode::GRANT_CHAIN_INVALID)
     }
 
     /// Ends a grant the caller holds. Answers the grant's state after the call.
@@ -538,7 +613,14 @@ pub fn grant_chain_verifies(sealer: &Sealer, g: &Grant, record: Option<&Record>)
                 && rec.body.enrollment_id == Some(g.enrollment_id)
                 && rec.body.request_id == Some(g.request_id)
                 && asked == granted
-                && sealer.verify_decision(&rec.id, d.event, &d.by, d.at, &d.seal)
+                && sealer.verify_decision(
+                    &rec.id,
+                    d.event,
+                    &d.by,
+                    d.at,
+                    d.countersignature.as_ref(),
+                    &d.seal,
+                )
         }
         _ => false,
     }

@@ -56,13 +56,21 @@ impl Broker {
                             .filter(|r| r.state == RecordState::Pending)
                         {
                             let at = rec.body.expires_at;
-                            self.decide_record(tx, rec, RecordState::Expired, "broker", at, None)
-                                .await?;
+                            self.decide_record(
+                                tx,
+                                rec,
+                                RecordState::Expired,
+                                "broker",
+                                at,
+                                None,
+                                None,
+                            )
+                            .await?;
                         }
                     }
                     _ => {
                         let at = rec.body.expires_at;
-                        self.decide_record(tx, rec, RecordState::Expired, "broker", at, None)
+                        self.decide_record(tx, rec, RecordState::Expired, "broker", at, None, None)
                             .await?;
                     }
                 }

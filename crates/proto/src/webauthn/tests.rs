@@ -1,17 +1,13 @@
 //! A software authenticator (aws-lc-rs keys, CBOR written with ciborium) against the checks:
 //! registrations and assertions that pass, and each refusal the ceremonies name.
 
-use aws_lc_rs::rand::SystemRandom;
-use aws_lc_rs::signature::{
-    ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _,
-};
 use ciborium::Value as Cbor;
 
+use super::soft::{AAGUID, client_data};
 use super::*;
 
 const RP: &str = "console.example";
 const ORIGIN: &str = "https://console.example";
-const AAGUID: [u8; 16] = *b"countersign-test";
 
 fn cbor(v: &Cbor) -> Vec<u8> {
     let mut out = Vec::new();
@@ -23,129 +19,20 @@ fn int(i: i64) -> Cbor {
     Cbor::Integer(i.into())
 }
 
-enum Key {
-    P256(EcdsaKeyPair),
-    Ed(Ed25519KeyPair),
-}
-
-/// A passkey: its key, credential id, sign count and flags.
-struct Soft {
-    key: Key,
-    id: Vec<u8>,
-    count: u32,
-    flags: u8,
-}
+struct Soft;
 
 impl Soft {
-    fn p256() -> Self {
-        let key = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_ASN1_SIGNING).expect("key");
-        Soft {
-            key: Key::P256(key),
-            id: b"credential-one".to_vec(),
-            count: 0,
-            flags: flags::UP | flags::UV | flags::BE | flags::BS,
-        }
+    fn p256() -> soft::Soft {
+        let mut s = soft::Soft::p256(RP, ORIGIN);
+        s.id = b"credential-one".to_vec();
+        s
     }
 
-    fn ed25519() -> Self {
-        Soft {
-            key: Key::Ed(Ed25519KeyPair::generate().expect("key")),
-            id: b"credential-ed".to_vec(),
-            count: 0,
-            flags: flags::UP | flags::UV,
-        }
+    fn ed25519() -> soft::Soft {
+        let mut s = soft::Soft::ed25519(RP, ORIGIN);
+        s.id = b"credential-ed".to_vec();
+        s
     }
-
-    fn cose(&self) -> Cbor {
-        match &self.key {
-            Key::P256(k) => {
-                let p = k.public_key().as_ref();
-                Cbor::Map(vec![
-                    (int(1), int(2)),
-                    (int(3), int(-7)),
-                    (int(-1), int(1)),
-                    (int(-2), Cbor::Bytes(p[1..33].to_vec())),
-                    (int(-3), Cbor::Bytes(p[33..65].to_vec())),
-                ])
-            }
-            Key::Ed(k) => Cbor::Map(vec![
-                (int(1), int(1)),
-                (int(3), int(-8)),
-                (int(-1), int(6)),
-                (int(-2), Cbor::Bytes(k.public_key().as_ref().to_vec())),
-            ]),
-        }
-    }
-
-    fn auth_data(&self, rp: &str, attested: bool) -> Vec<u8> {
-        let mut d = digest(&SHA256, rp.as_bytes()).as_ref().to_vec();
-        d.push(self.flags | if attested { flags::AT } else { 0 });
-        d.extend_from_slice(&self.count.to_be_bytes());
-        if attested {
-            d.extend_from_slice(&AAGUID);
-            d.extend_from_slice(&(self.id.len() as u16).to_be_bytes());
-            d.extend_from_slice(&self.id);
-            d.extend_from_slice(&cbor(&self.cose()));
-        }
-        d
-    }
-
-    fn sign(&self, message: &[u8]) -> Vec<u8> {
-        match &self.key {
-            Key::P256(k) => k
-                .sign(&SystemRandom::new(), message)
-                .expect("sign")
-                .as_ref()
-                .to_vec(),
-            Key::Ed(k) => k.sign(message).as_ref().to_vec(),
-        }
-    }
-
-    /// `create()`'s answer: client data JSON and attestation object.
-    fn create(&self, challenge: &[u8], fmt: &str) -> (Vec<u8>, Vec<u8>) {
-        let client = client_data("webauthn.create", challenge, ORIGIN);
-        let auth = self.auth_data(RP, true);
-        let statement = match fmt {
-            "packed" => Cbor::Map(vec![
-                (Cbor::Text("alg".into()), int(self.alg())),
-                (
-                    Cbor::Text("sig".into()),
-                    Cbor::Bytes(self.sign(&signed_bytes(&auth, &client))),
-                ),
-            ]),
-            _ => Cbor::Map(vec![]),
-        };
-        let object = Cbor::Map(vec![
-            (Cbor::Text("fmt".into()), Cbor::Text(fmt.into())),
-            (Cbor::Text("attStmt".into()), statement),
-            (Cbor::Text("authData".into()), Cbor::Bytes(auth)),
-        ]);
-        (client, cbor(&object))
-    }
-
-    /// `get()`'s answer: client data JSON, authenticator data, signature; the count grows.
-    fn get(&mut self, challenge: &[u8]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
-        self.count += 1;
-        let client = client_data("webauthn.get", challenge, ORIGIN);
-        let auth = self.auth_data(RP, false);
-        let sig = self.sign(&signed_bytes(&auth, &client));
-        (client, auth, sig)
-    }
-
-    fn alg(&self) -> i64 {
-        match self.key {
-            Key::P256(_) => -7,
-            Key::Ed(_) => -8,
-        }
-    }
-}
-
-fn client_data(kind: &str, challenge: &[u8], origin: &str) -> Vec<u8> {
-    format!(
-        r#"{{"type":"{kind}","challenge":"{}","origin":"{origin}","crossOrigin":false,"other_keys_can_be_added_here":"do not compare clientDataJSON against a template"}}"#,
-        crate::b64::encode(challenge)
-    )
-    .into_bytes()
 }
 
 fn expect(challenge: &[u8]) -> Expect<'_> {
@@ -442,5 +329,24 @@ proptest::proptest! {
             // of them is the credential.
             proptest::prop_assert_eq!(r.credential_id, soft.id);
         }
+    }
+}
+
+#[test]
+fn a_key_survives_its_text_form_and_bad_text_is_refused() {
+    for soft in [Soft::p256(), Soft::ed25519()] {
+        let key = CredentialKey::from_cose(&soft.cose()).expect("key");
+        assert_eq!(CredentialKey::from_text(&key.to_text()), Ok(key));
+    }
+    for bad in [
+        "",
+        "es256:",
+        "es256:AAAA",
+        "ed25519:AAAA",
+        "rs256:AAAA",
+        "p384:AAAA",
+        "es256",
+    ] {
+        assert!(CredentialKey::from_text(bad).is_err(), "{bad}");
     }
 }
