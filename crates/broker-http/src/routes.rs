@@ -692,9 +692,15 @@ pub(crate) async fn statement(
     let id = parse_id(&record, RecordId::parse)?;
     let b: wire::RevokeBody = r.json(ErrorCode::INVALID_DECISION)?;
     let who = approver(b.approver.as_deref())?;
-    Ok(ok(wire::statement(
-        &st.broker.statement_for(&id, &who).await?,
-    )))
+    let offer = st.broker.statement_for(&id, &who).await?;
+    let rp_id = st
+        .broker
+        .config()
+        .passkeys
+        .as_ref()
+        .map(|p| p.rp_id.as_str())
+        .unwrap_or_default();
+    Ok(ok(wire::statement(&offer, rp_id)))
 }
 
 // ----- open -----

@@ -295,8 +295,9 @@ pub fn passkey_offer(o: &countersign_broker_core::broker::RegistrationOffer) -> 
 }
 
 /// `POST /v1/credential-requests/{record}/statement`'s answer.
-pub fn statement(o: &countersign_broker_core::broker::StatementOffer) -> Value {
+pub fn statement(o: &countersign_broker_core::broker::StatementOffer, rp_id: &str) -> Value {
     json!({
+        "rp_id": rp_id,
         "statement": o.statement.canonical(),
         "words": o.statement.words(),
         "challenge": countersign_proto::b64::encode(&o.statement.challenge()),

@@ -132,6 +132,92 @@ pub struct GrantItem {
     pub created_at: Time,
 }
 
+/// A passkey assertion over an approval statement (or, as an endorsement, over a registration
+/// challenge), as the browser answered it: base64url fields. The console carries it to the
+/// broker, which verifies it; the console cannot make one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Countersignature {
+    pub credential: String,
+    pub nonce: String,
+    pub client_data: String,
+    pub authenticator_data: String,
+    pub signature: String,
+}
+
+/// One of a person's passkeys, as the broker lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PasskeyItem {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub aaguid: String,
+    /// A synced passkey (backup eligible); false: bound to one device.
+    #[serde(default)]
+    pub synced: bool,
+    pub created_at: Time,
+    #[serde(default)]
+    pub enrolled_by: String,
+}
+
+/// What the browser needs to create a passkey (`POST /v1/passkeys/challenge`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PasskeyOffer {
+    pub nonce: String,
+    pub expires_at: Time,
+    pub challenge: String,
+    pub rp_id: String,
+    pub user_handle: String,
+    #[serde(default)]
+    pub passkeys: Vec<PasskeyItem>,
+}
+
+/// A registration as the browser answered it, allowed by an enrollment code or an endorsement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasskeyRegistration {
+    pub name: String,
+    pub nonce: String,
+    pub client_data: String,
+    pub attestation_object: String,
+    #[serde(default)]
+    pub enroll_code: Option<String>,
+    #[serde(default)]
+    pub endorsement: Option<Countersignature>,
+}
+
+/// The statement a person countersigns to approve a record
+/// (`POST /v1/credential-requests/{record}/statement`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalStatement {
+    /// The canonical text whose hash is the challenge.
+    pub statement: String,
+    /// The statement in words, shown before the person touches the key.
+    pub words: String,
+    pub challenge: String,
+    pub nonce: String,
+    pub expires_at: Time,
+    /// Whether policy asks for the countersignature.
+    pub required: bool,
+    #[serde(default)]
+    pub device_bound: bool,
+    #[serde(default)]
+    pub aaguids: Option<Vec<String>>,
+    #[serde(default)]
+    pub rp_id: String,
+    /// The person's passkeys that may sign it.
+    #[serde(default)]
+    pub passkeys: Vec<PasskeyItem>,
+}
+
+fn passkeys_off() -> Error {
+    Error::broker(
+        "PASSKEYS_OFF",
+        404,
+        "this broker has no [passkeys] settings: no passkey is registered or required",
+    )
+}
+
 /// The broker's console-token routes. `approver` is always the signed-in person.
 #[async_trait]
 pub trait BrokerClient: Send + Sync + std::fmt::Debug {
@@ -167,4 +253,54 @@ pub trait BrokerClient: Send + Sync + std::fmt::Debug {
     async fn grants(&self, approver: &Login) -> Result<Vec<GrantItem>, Error>;
     /// `POST /v1/grants/{id}/revoke-by-approver`; answers the state.
     async fn revoke_grant(&self, grant_id: &str, approver: &Login) -> Result<String, Error>;
+
+    // Passkeys (docs/passkeys.md). A broker client without them answers PASSKEYS_OFF.
+
+    /// `POST /v1/credential-requests/{record}/approve` with the approver's countersignature.
+    async fn approve_countersigned(
+        &self,
+        _record_id: &str,
+        _approver: &Login,
+        _code: Option<&str>,
+        _countersignature: &Countersignature,
+    ) -> Result<Approval, Error> {
+        Err(passkeys_off())
+    }
+    /// `POST /v1/credential-requests/{record}/statement`
+    async fn statement(
+        &self,
+        _record_id: &str,
+        _approver: &Login,
+    ) -> Result<ApprovalStatement, Error> {
+        Err(passkeys_off())
+    }
+    /// `GET /v1/passkeys?approver=`
+    async fn passkeys(&self, _approver: &Login) -> Result<Vec<PasskeyItem>, Error> {
+        Err(passkeys_off())
+    }
+    /// `POST /v1/passkeys/challenge`
+    async fn passkey_offer(&self, _approver: &Login) -> Result<PasskeyOffer, Error> {
+        Err(passkeys_off())
+    }
+    /// `POST /v1/passkeys`
+    async fn register_passkey(
+        &self,
+        _approver: &Login,
+        _registration: &PasskeyRegistration,
+    ) -> Result<PasskeyItem, Error> {
+        Err(passkeys_off())
+    }
+    /// `PATCH /v1/passkeys/{id}`
+    async fn rename_passkey(
+        &self,
+        _id: &str,
+        _approver: &Login,
+        _name: &str,
+    ) -> Result<PasskeyItem, Error> {
+        Err(passkeys_off())
+    }
+    /// `POST /v1/passkeys/{id}/remove`; answers the state.
+    async fn remove_passkey(&self, _id: &str, _approver: &Login) -> Result<String, Error> {
+        Err(passkeys_off())
+    }
 }

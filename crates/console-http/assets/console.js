@@ -698,6 +698,115 @@
     });
   }
 
+  // ----- passkeys (docs/passkeys.md) -----
+  // The broker checks every ceremony; this only carries them: base64url in and out.
+  function fromB64u(s) {
+    const b = atob(s.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((s.length + 3) % 4));
+    return Uint8Array.from(b, function (c) { return c.charCodeAt(0); });
+  }
+  function toB64u(buf) {
+    let bin = "";
+    new Uint8Array(buf).forEach(function (b) { bin += String.fromCharCode(b); });
+    return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+  function passkeyHere(rpId) {
+    if (!window.PublicKeyCredential || !navigator.credentials) {
+      const e = new Error("This browser cannot use passkeys (no WebAuthn).");
+      e.code = "PASSKEYS_UNSUPPORTED";
+      throw e;
+    }
+    if (rpId && location.hostname !== rpId) {
+      const e = new Error("Passkeys work on this console at " + location.protocol + "//" + rpId +
+        (location.port ? ":" + location.port : "") + ": open this page there.");
+      e.code = "PASSKEY_WRONG_HOST";
+      throw e;
+    }
+  }
+  // An assertion over `challenge` by one of `passkeys`, as the broker's countersignature body.
+  async function assertion(challenge, passkeys, nonce) {
+    const cred = await navigator.credentials.get({ publicKey: {
+      challenge: fromB64u(challenge),
+      allowCredentials: (passkeys || []).map(function (p) { return { type: "public-key", id: fromB64u(p.id) }; }),
+      userVerification: "required",
+      timeout: 120000,
+    } });
+    return {
+      credential: toB64u(cred.rawId),
+      nonce: nonce,
+      client_data: toB64u(cred.response.clientDataJSON),
+      authenticator_data: toB64u(cred.response.authenticatorData),
+      signature: toB64u(cred.response.signature),
+    };
+  }
+  // Approves `id` countersigned: a fresh statement from the broker, shown in words, signed.
+  async function approveWithPasskey(id, body, result) {
+    const path = "/api/v1/credential-requests/" + encodeURIComponent(id);
+    const st = await api("POST", path + "/statement", {});
+    passkeyHere(st.rp_id);
+    const shown = document.getElementById("statement-words");
+    if (shown && shown.textContent !== st.words) {
+      const e = new Error("The request changed since this page showed it: reload the page.");
+      e.code = "STATEMENT_CHANGED";
+      throw e;
+    }
+    if (!st.passkeys || st.passkeys.length === 0) {
+      const e = new Error("You have no passkey this approval accepts: add one on the Passkeys page.");
+      e.code = "NO_PASSKEY";
+      throw e;
+    }
+    show(result, "info", "Confirm on your passkey. It signs: " + st.words);
+    body.countersignature = await assertion(st.challenge, st.passkeys, st.nonce);
+    return api("POST", path + "/approve", body);
+  }
+
+  const addPasskey = document.getElementById("passkey-add");
+  if (addPasskey) {
+    addPasskey.addEventListener("submit", async function (ev) {
+      ev.preventDefault();
+      const result = document.getElementById("result");
+      const progress = document.getElementById("passkey-progress");
+      const button = document.getElementById("passkey-add-button");
+      result.hidden = true;
+      button.disabled = true;
+      try {
+        const offer = await api("POST", "/api/v1/passkeys/challenge", {});
+        passkeyHere(offer.rp_id);
+        const login = document.querySelector("form.who span");
+        const name = login ? login.textContent : "you";
+        show(progress, "info", "Create the passkey on your device (a touch, a PIN or your face).");
+        const cred = await navigator.credentials.create({ publicKey: {
+          challenge: fromB64u(offer.challenge),
+          rp: { id: offer.rp_id, name: "Countersign" },
+          user: { id: fromB64u(offer.user_handle), name: name, displayName: name },
+          pubKeyCredParams: [{ type: "public-key", alg: -7 }, { type: "public-key", alg: -8 }, { type: "public-key", alg: -257 }],
+          authenticatorSelection: { residentKey: "preferred", userVerification: "required" },
+          excludeCredentials: (offer.passkeys || []).map(function (p) { return { type: "public-key", id: fromB64u(p.id) }; }),
+          attestation: "none",
+          timeout: 120000,
+        } });
+        const body = {
+          name: document.getElementById("passkey-name").value,
+          nonce: offer.nonce,
+          client_data: toB64u(cred.response.clientDataJSON),
+          attestation_object: toB64u(cred.response.attestationObject),
+        };
+        const code = document.getElementById("enroll-code").value.trim();
+        if (code) {
+          body.enroll_code = code;
+        } else if (offer.passkeys && offer.passkeys.length) {
+          show(progress, "info", "Now confirm with a passkey you already have: it vouches for the new one.");
+          body.endorsement = await assertion(offer.challenge, offer.passkeys, offer.nonce);
+        }
+        await api("POST", "/api/v1/passkeys", body);
+        window.location.reload();
+      } catch (e) {
+        progress.hidden = true;
+        fail(result, e);
+        button.disabled = false;
+      }
+    });
+  }
+
   // ----- buttons -----
   document.addEventListener("click", async function (ev) {
     const b = ev.target.closest("button[data-action]");
@@ -711,7 +820,18 @@
       if (action === "approve" || action === "deny") {
         const id = b.getAttribute("data-record");
         const body = b.hasAttribute("data-with-code") && codeInput ? { code: codeInput.value } : {};
-        const out = await api("POST", "/api/v1/credential-requests/" + encodeURIComponent(id) + "/" + action, body);
+        let out;
+        if (action === "approve" && b.hasAttribute("data-passkey")) {
+          out = await approveWithPasskey(id, body, result);
+        } else {
+          try {
+            out = await api("POST", "/api/v1/credential-requests/" + encodeURIComponent(id) + "/" + action, body);
+          } catch (e) {
+            // Policy asks for a passkey (an approval from the inbox): countersign, then approve.
+            if (action !== "approve" || e.code !== "PASSKEY_REQUIRED") throw e;
+            out = await approveWithPasskey(id, body, result);
+          }
+        }
         if (b.getAttribute("data-then") === "reload") {
           // The request page shows its new state, who decided and the way on.
           window.location.reload();
@@ -760,6 +880,22 @@
         show(result, "ok", "Revoked (" + (out && out.state) + ").");
         b.disabled = false;
         await refreshList();
+        return;
+      }
+      if (action === "rename-passkey") {
+        const name = window.prompt("A new name for this passkey", b.getAttribute("data-name") || "");
+        if (name === null) { b.disabled = false; return; }
+        await api("PATCH", "/api/v1/passkeys/" + encodeURIComponent(b.getAttribute("data-id")), { name: name });
+        window.location.reload();
+        return;
+      }
+      if (action === "remove-passkey") {
+        if (!await confirmAction(b.getAttribute("data-confirm") || "Remove it?", "Remove the passkey")) {
+          b.disabled = false;
+          return;
+        }
+        await api("POST", "/api/v1/passkeys/" + encodeURIComponent(b.getAttribute("data-id")) + "/remove");
+        window.location.reload();
         return;
       }
       if (action === "revoke-token") {

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use countersign_console_core::broker::{
-    Approval, BrokerClient, CredentialRecord, GrantItem, MachineLogin, PendingItem,
+    Approval, ApprovalStatement, BrokerClient, Countersignature, CredentialRecord, GrantItem,
+    MachineLogin, PasskeyItem, PasskeyOffer, PasskeyRegistration, PendingItem,
 };
 use countersign_console_core::{Error, ErrorCode, Login};
 use serde::de::DeserializeOwned;
@@ -174,6 +175,12 @@ fn record_id(id: &str) -> Result<&str, Error> {
     )
 }
 
+/// A passkey's credential id: base64url, as the broker lists it.
+fn passkey_id(id: &str) -> Result<&str, Error> {
+    checked(id, "NOT_FOUND", "no such passkey")
+        .map_err(|_| Error::broker("NOT_FOUND", 404, "no such passkey"))
+}
+
 #[derive(serde::Deserialize)]
 struct StateAnswer {
     state: String,
@@ -243,6 +250,81 @@ impl BrokerClient for HttpBroker {
         let a: StateAnswer = self
             .post(
                 &["v1", "launcher-credentials", id, "revoke-by-approver"],
+                json!({ "approver": approver.as_str() }),
+            )
+            .await?;
+        Ok(a.state)
+    }
+
+    async fn approve_countersigned(
+        &self,
+        id: &str,
+        approver: &Login,
+        code: Option<&str>,
+        countersignature: &Countersignature,
+    ) -> Result<Approval, Error> {
+        self.post(
+            &["v1", "credential-requests", record_id(id)?, "approve"],
+            json!({ "approver": approver.as_str(), "code": code, "countersignature": countersignature }),
+        )
+        .await
+    }
+
+    async fn statement(&self, id: &str, approver: &Login) -> Result<ApprovalStatement, Error> {
+        self.post(
+            &["v1", "credential-requests", record_id(id)?, "statement"],
+            json!({ "approver": approver.as_str() }),
+        )
+        .await
+    }
+
+    async fn passkeys(&self, approver: &Login) -> Result<Vec<PasskeyItem>, Error> {
+        #[derive(serde::Deserialize)]
+        struct A {
+            passkeys: Vec<PasskeyItem>,
+        }
+        let a: A = self.get(&["v1", "passkeys"], Some(approver)).await?;
+        Ok(a.passkeys)
+    }
+
+    async fn passkey_offer(&self, approver: &Login) -> Result<PasskeyOffer, Error> {
+        self.post(
+            &["v1", "passkeys", "challenge"],
+            json!({ "approver": approver.as_str() }),
+        )
+        .await
+    }
+
+    async fn register_passkey(
+        &self,
+        approver: &Login,
+        r: &PasskeyRegistration,
+    ) -> Result<PasskeyItem, Error> {
+        let mut body = serde_json::to_value(r).unwrap_or_default();
+        body["approver"] = json!(approver.as_str());
+        self.post(&["v1", "passkeys"], body).await
+    }
+
+    async fn rename_passkey(
+        &self,
+        id: &str,
+        approver: &Login,
+        name: &str,
+    ) -> Result<PasskeyItem, Error> {
+        let id = passkey_id(id)?;
+        self.call(
+            reqwest::Method::PATCH,
+            self.url(&["v1", "passkeys", id]),
+            Some(json!({ "approver": approver.as_str(), "name": name })),
+        )
+        .await
+    }
+
+    async fn remove_passkey(&self, id: &str, approver: &Login) -> Result<String, Error> {
+        let id = passkey_id(id)?;
+        let a: StateAnswer = self
+            .post(
+                &["v1", "passkeys", id, "remove"],
                 json!({ "approver": approver.as_str() }),
             )
             .await?;

@@ -135,6 +135,7 @@ const MORE: &[(&str, &str)] = &[
     ("/grants", "Grants"),
     ("/machines", "Machines"),
     ("/tokens", "Agent tokens"),
+    ("/passkeys", "Passkeys"),
     ("/answers", "Your answers"),
     ("/history", "Decisions"),
     ("/settings", "Settings"),
@@ -321,6 +322,9 @@ pub struct RequestView {
     pub outcome: Option<Outcome>,
     /// The next request waiting for this person, once this one is decided.
     pub next: Option<String>,
+    /// What the person's passkey signs to approve it, in words, when policy asks for a
+    /// countersignature (docs/passkeys.md).
+    pub countersign: Option<String>,
 }
 
 impl RequestView {
@@ -393,6 +397,7 @@ impl RequestView {
             decided: rec.decided.as_ref().map(|d| (d.event.clone(), when(&d.at))),
             outcome,
             next,
+            countersign: None,
         }
     }
 }
@@ -521,6 +526,44 @@ impl TokenRow {
 pub struct TokensPage<'a> {
     pub chrome: Chrome<'a>,
     pub list: Result<Vec<TokenRow>, Notice>,
+}
+
+// ----- passkeys -----
+
+#[derive(Debug, Clone)]
+pub struct PasskeyRow {
+    pub id: String,
+    pub name: String,
+    /// "synced" or "this device only".
+    pub kind: &'static str,
+    pub created: When,
+    pub enrolled_by: String,
+}
+
+impl PasskeyRow {
+    pub fn of(p: &countersign_console_core::broker::PasskeyItem) -> Self {
+        Self {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            kind: if p.synced {
+                "synced"
+            } else {
+                "this device only"
+            },
+            created: when(&p.created_at),
+            enrolled_by: match p.enrolled_by.strip_prefix("passkey:") {
+                Some(_) => "vouched for by another of your passkeys".to_owned(),
+                None => "an operator's enrollment code".to_owned(),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Template)]
+#[template(path = "passkeys.html")]
+pub struct PasskeysPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub list: Result<Vec<PasskeyRow>, Notice>,
 }
 
 // ----- history -----

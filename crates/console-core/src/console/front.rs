@@ -59,18 +59,70 @@ impl Console {
         self.broker()?.lookup(code.trim()).await
     }
 
-    /// Approves as the person; a machine login takes its code typed again.
+    /// Approves as the person; a machine login takes its code typed again. Where policy asks
+    /// for a passkey, `countersignature` is the person's assertion over the statement
+    /// ([`Console::statement`]); the broker verifies it.
     pub async fn approve(
         &self,
         human: &Human,
         id: &str,
         code: Option<&str>,
+        countersignature: Option<&Countersignature>,
     ) -> Result<Approval, Error> {
         let code = code.map(str::trim).filter(|c| !c.is_empty());
-        let a = self.broker()?.approve(id, &human.login, code).await?;
+        let broker = self.broker()?;
+        let a = match countersignature {
+            Some(c) => {
+                broker
+                    .approve_countersigned(id, &human.login, code, c)
+                    .await?
+            }
+            None => broker.approve(id, &human.login, code).await?,
+        };
         tracing::info!(approver = %human.login, record_id = id, "approved");
         self.remember_decision(human, id, "approved").await;
         Ok(a)
+    }
+
+    /// The statement the person countersigns to approve `id`, with a fresh nonce.
+    pub async fn statement(&self, human: &Human, id: &str) -> Result<ApprovalStatement, Error> {
+        self.broker()?.statement(id, &human.login).await
+    }
+
+    /// The person's passkeys.
+    pub async fn passkeys(&self, human: &Human) -> Result<Vec<PasskeyItem>, Error> {
+        self.broker()?.passkeys(&human.login).await
+    }
+
+    /// What the person's browser needs to create a passkey.
+    pub async fn passkey_offer(&self, human: &Human) -> Result<PasskeyOffer, Error> {
+        self.broker()?.passkey_offer(&human.login).await
+    }
+
+    /// Registers the person's new passkey (the broker checks it and what allows it).
+    pub async fn register_passkey(
+        &self,
+        human: &Human,
+        r: &PasskeyRegistration,
+    ) -> Result<PasskeyItem, Error> {
+        let p = self.broker()?.register_passkey(&human.login, r).await?;
+        tracing::info!(person = %human.login, passkey = %p.id, "passkey registered");
+        Ok(p)
+    }
+
+    pub async fn rename_passkey(
+        &self,
+        human: &Human,
+        id: &str,
+        name: &str,
+    ) -> Result<PasskeyItem, Error> {
+        self.broker()?.rename_passkey(id, &human.login, name).await
+    }
+
+    pub async fn remove_passkey(&self, human: &Human, id: &str) -> Result<String, Error> {
+        let s = self.broker()?.remove_passkey(id, &human.login).await?;
+        tracing::info!(person = %human.login, passkey = id, "passkey removed");
+        Ok(s)
     }
 
     /// Denies as the person.

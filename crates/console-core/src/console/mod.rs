@@ -71,7 +71,10 @@ use chrono::Duration;
 use serde::Serialize;
 use zeroize::Zeroizing;
 
-use crate::broker::{Approval, BrokerClient, CredentialRecord, GrantItem, MachineLogin};
+use crate::broker::{
+    Approval, ApprovalStatement, BrokerClient, Countersignature, CredentialRecord, GrantItem,
+    MachineLogin, PasskeyItem, PasskeyOffer, PasskeyRegistration,
+};
 use crate::caller::{Caller, Human};
 use crate::clock::{self, Clock, Entropy, Time, ct_eq, sha256, sha256_hex};
 use crate::error::{Error, ErrorCode};

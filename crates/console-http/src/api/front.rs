@@ -4,6 +4,7 @@
 use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::Response;
+use countersign_console_core::broker::{Countersignature, PasskeyRegistration};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +30,9 @@ struct NewState {
 pub struct DecisionBody {
     #[serde(default)]
     code: Option<String>,
+    /// The person's passkey assertion over the statement (docs/passkeys.md).
+    #[serde(default)]
+    countersignature: Option<Countersignature>,
 }
 
 impl Input for DecisionBody {
@@ -86,7 +90,10 @@ pub async fn approve(
     In(b): In<DecisionBody>,
 ) -> ApiResult<Response> {
     let h = caller.human()?;
-    let a = st.console.approve(h, &id, b.code.as_deref()).await?;
+    let a = st
+        .console
+        .approve(h, &id, b.code.as_deref(), b.countersignature.as_ref())
+        .await?;
     Ok(ok(a))
 }
 
@@ -136,5 +143,91 @@ pub async fn revoke_machine(
 ) -> ApiResult<Response> {
     let h = caller.human()?;
     let state = st.console.revoke_machine_login(h, &id).await?;
+    Ok(ok(NewState { state }))
+}
+
+// ----- passkeys (docs/passkeys.md) -----
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Empty {}
+
+impl Input for Empty {
+    const CODE: ErrorCode = ErrorCode::INVALID_BODY;
+    const LIMIT: usize = SMALL_LIMIT;
+}
+
+impl Input for PasskeyRegistration {
+    const CODE: ErrorCode = ErrorCode::INVALID_BODY;
+    const LIMIT: usize = SMALL_LIMIT;
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenameBody {
+    name: String,
+}
+
+impl Input for RenameBody {
+    const CODE: ErrorCode = ErrorCode::INVALID_BODY;
+    const LIMIT: usize = SMALL_LIMIT;
+}
+
+pub async fn statement(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(_): In<Empty>,
+) -> ApiResult<Response> {
+    let h = caller.human()?;
+    Ok(ok(st.console.statement(h, &id).await?))
+}
+
+pub async fn list_passkeys(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Response> {
+    let h = caller.human()?;
+    Ok(ok(st.console.passkeys(h).await?))
+}
+
+pub async fn passkey_challenge(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    In(_): In<Empty>,
+) -> ApiResult<Response> {
+    let h = caller.human()?;
+    Ok(ok(st.console.passkey_offer(h).await?))
+}
+
+pub async fn register_passkey(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    In(b): In<PasskeyRegistration>,
+) -> ApiResult<Response> {
+    let h = caller.human()?;
+    Ok(super::created(
+        st.console.register_passkey(h, &b).await?,
+        None,
+    ))
+}
+
+pub async fn rename_passkey(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    In(b): In<RenameBody>,
+) -> ApiResult<Response> {
+    let h = caller.human()?;
+    Ok(ok(st.console.rename_passkey(h, &id, &b.name).await?))
+}
+
+pub async fn remove_passkey(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let h = caller.human()?;
+    let state = st.console.remove_passkey(h, &id).await?;
     Ok(ok(NewState { state }))
 }

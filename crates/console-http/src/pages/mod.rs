@@ -234,10 +234,16 @@ pub async fn request_page(
                 }
             };
             let by = st.console.decision_on(&rec.record_id).await.ok().flatten();
-            (
-                StatusCode::OK,
-                Ok(RequestView::of(&rec, &h.login, &now, by.as_ref(), next)),
-            )
+            let mut view = RequestView::of(&rec, &h.login, &now, by.as_ref(), next);
+            // Where policy asks for a passkey, the statement in words, before the key is
+            // touched (a broker without passkeys, or one this person may not decide: none).
+            if view.pending
+                && let Ok(s) = st.console.statement(h, &rec.record_id).await
+                && s.required
+            {
+                view.countersign = Some(s.words);
+            }
+            (StatusCode::OK, Ok(view))
         }
         Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
     };
@@ -315,6 +321,24 @@ pub async fn tokens_page(State(st): St, Extension(caller): Extension<Caller>) ->
         status,
         &html::TokensPage {
             chrome: chrome("Agent tokens", h, "/tokens"),
+            list,
+        },
+    ))
+}
+
+pub async fn passkeys_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
+    let h = human(&caller)?;
+    let (status, list) = match st.console.passkeys(h).await {
+        Ok(p) => (
+            StatusCode::OK,
+            Ok(p.iter().map(html::PasskeyRow::of).collect()),
+        ),
+        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
+    };
+    Ok(page(
+        status,
+        &html::PasskeysPage {
+            chrome: chrome("Passkeys", h, "/passkeys"),
             list,
         },
     ))

@@ -13,6 +13,7 @@ mod mcp;
 mod messages;
 mod ops;
 mod pages;
+mod passkeys;
 mod person;
 mod person_pages;
 mod repos;

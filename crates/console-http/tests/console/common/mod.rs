@@ -50,6 +50,11 @@ pub struct TestBroker {
 
 impl TestBroker {
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with("").await
+    }
+
+    /// A broker whose configuration ends with `extra` (TOML: `[passkeys]`, `[[approval]]`).
+    pub async fn start_with(extra: &str) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let mut values = HashMap::new();
         let mut secrets = String::from("prefix = \"agents/\"\nkey = \"local\"\n");
@@ -92,7 +97,9 @@ impl TestBroker {
             q(dir.path().join("audit-state.json")),
             q(dir.path().join("secrets.toml")),
         );
+        let toml = format!("{toml}{extra}");
         let config: countersign_broker_http::Config = toml::from_str(&toml)?;
+        config.passkey_settings()?;
         let state = countersign_broker_http::server::build(
             &config,
             Arc::new(countersign_broker_core::SystemClock),
@@ -117,6 +124,19 @@ impl TestBroker {
         if let Some(r) = self.running.take() {
             r.shutdown(Duration::from_secs(2)).await;
         }
+    }
+
+    /// A console-token call to the broker, naming the person in the body.
+    pub async fn console_call(&self, path: &str, body: Value) -> anyhow::Result<Resp> {
+        Resp::read(
+            reqwest::Client::new()
+                .post(format!("{}{path}", self.url))
+                .bearer_auth(CONSOLE_TOKEN)
+                .json(&body)
+                .send()
+                .await?,
+        )
+        .await
     }
 }
 
@@ -146,14 +166,28 @@ pub struct ConsoleOptions<'a> {
     /// `[code_hosting]` (a stand-in's URL and a token file) and `[delivery_targets]`.
     pub code_hosting: Option<countersign_console_http::config::CodeHostingConfig>,
     pub delivery_targets: Option<countersign_console_core::work::delivery::Targets>,
+    /// A listener bound beforehand (to know the console's port first), and the host name its
+    /// URL uses (`localhost`, where passkeys need a domain); `127.0.0.1` and a fresh port when
+    /// `None`.
+    pub listener: Option<std::net::TcpListener>,
+    pub host: Option<&'a str>,
 }
 
 impl TestConsole {
     pub async fn start(o: ConsoleOptions<'_>) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = match o.listener {
+            Some(l) => {
+                l.set_nonblocking(true)?;
+                tokio::net::TcpListener::from_std(l)?
+            }
+            None => tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+        };
         let addr = listener.local_addr()?;
-        let url = format!("http://{addr}");
+        let url = match o.host {
+            Some(h) => format!("http://{h}:{}", addr.port()),
+            None => format!("http://{addr}"),
+        };
         let mut c = Config::new(&url);
         c.listen = addr;
         c.database_url = o.database_url.clone().unwrap_or_else(|| {

@@ -154,6 +154,58 @@ impl Browser {
         Ok(v["value"].clone())
     }
 
+    /// Adds a virtual authenticator (the WebAuthn spec's WebDriver extension): a CTAP2 platform
+    /// authenticator that holds resident keys and verifies its user without asking. Answers
+    /// its id.
+    pub async fn add_virtual_authenticator(&self) -> anyhow::Result<String> {
+        let v = self
+            .cmd(
+                reqwest::Method::POST,
+                "/webauthn/authenticator",
+                Some(json!({
+                    "protocol": "ctap2",
+                    "transport": "internal",
+                    "hasResidentKey": true,
+                    "hasUserVerification": true,
+                    "isUserConsenting": true,
+                    "isUserVerified": true,
+                })),
+            )
+            .await?;
+        v.as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("authenticator id in {v}"))
+    }
+
+    /// The credentials a virtual authenticator holds.
+    pub async fn virtual_credentials(&self, authenticator: &str) -> anyhow::Result<Vec<Value>> {
+        let v = self
+            .cmd(
+                reqwest::Method::GET,
+                &format!("/webauthn/authenticator/{authenticator}/credentials"),
+                None,
+            )
+            .await?;
+        Ok(v.as_array().cloned().unwrap_or_default())
+    }
+
+    /// The cookies of the current page's site.
+    pub async fn cookies(&self) -> anyhow::Result<Vec<Value>> {
+        let v = self.cmd(reqwest::Method::GET, "/cookie", None).await?;
+        Ok(v.as_array().cloned().unwrap_or_default())
+    }
+
+    /// Sets a cookie on the current page's site.
+    pub async fn add_cookie(&self, cookie: &Value) -> anyhow::Result<()> {
+        self.cmd(
+            reqwest::Method::POST,
+            "/cookie",
+            Some(json!({ "cookie": cookie })),
+        )
+        .await?;
+        Ok(())
+    }
+
     pub async fn goto(&self, url: &str) -> anyhow::Result<()> {
         self.cmd(reqwest::Method::POST, "/url", Some(json!({ "url": url })))
             .await?;
