@@ -147,6 +147,6 @@ mod tests {
             assert!((400..600).contains(&code.status()), "{code}");
             assert!(!code.message().is_empty());
         }
-        assert_eq!(ErrorCode::ALL.len(), 54);
+        assert_eq!(ErrorCode::ALL.len(), 60);
     }
 }

@@ -616,6 +616,123 @@ mod tests {
         );
     }
 
+    fn passkey(backup_eligible: bool, aaguid: &str) -> Passkey {
+        Passkey {
+            id: "id".into(),
+            person: Login::parse("ada@example.com").expect("login"),
+            name: "k".into(),
+            key: String::new(),
+            aaguid: aaguid.into(),
+            backup_eligible,
+            sign_count: 0,
+            created_at: at(1_800_000_000),
+            removed_at: None,
+            enrolled_by: "code".into(),
+            seal: String::new(),
+        }
+    }
+
+    #[test]
+    fn rules_combine_into_one_requirement_for_what_they_cover() {
+        use crate::policy::PolicyEntry;
+        let name = |n: &str| SecretName::parse(n).expect("name");
+        let policy = Policy::new([
+            PolicyEntry {
+                name: name("DB_PASSWORD"),
+                owner: Login::parse("ada@example.com").expect("login"),
+                tier: Tier::Owner,
+                resource_name: "r1".into(),
+            },
+            PolicyEntry {
+                name: name("AWS_KEY"),
+                owner: Login::parse("ada@example.com").expect("login"),
+                tier: Tier::Shared,
+                resource_name: "r2".into(),
+            },
+        ]);
+        let rule = |covers, device_bound, aaguids: Option<Vec<&str>>| ApprovalRule {
+            covers,
+            requirement: Requirement {
+                device_bound,
+                aaguids: aaguids.map(|v| v.into_iter().map(str::to_owned).collect()),
+            },
+        };
+        let settings = PasskeySettings {
+            rp_id: "c.example".into(),
+            origins: vec!["https://c.example".into()],
+            rules: vec![
+                rule(Covers::Tier(Tier::Owner), false, Some(vec!["aa", "bb"])),
+                rule(Covers::Secret(name("AWS_KEY")), true, None),
+                rule(
+                    Covers::Secret(name("DB_PASSWORD")),
+                    false,
+                    Some(vec!["bb", "cc"]),
+                ),
+                rule(Covers::MachineLogins, false, None),
+            ],
+        };
+        // Owner tier and its own rule: the AAGUID lists intersect.
+        let db = settings
+            .requirement_for(&policy, &[name("DB_PASSWORD")], false)
+            .expect("covered");
+        assert_eq!(db.aaguids, Some(vec!["bb".to_owned()]));
+        assert!(!db.device_bound);
+        // Both secrets: device-bound from one rule, the models from the others.
+        let both = settings
+            .requirement_for(&policy, &[name("DB_PASSWORD"), name("AWS_KEY")], false)
+            .expect("covered");
+        assert!(both.device_bound);
+        assert!(both.admits(&passkey(false, "BB")).is_ok());
+        assert!(both.admits(&passkey(true, "bb")).is_err(), "synced");
+        assert!(both.admits(&passkey(false, "aa")).is_err(), "another model");
+        // Nothing covers an unknown secret; machine logins have their own rule.
+        assert_eq!(
+            settings.requirement_for(&policy, &[name("OTHER")], false),
+            None
+        );
+        assert_eq!(
+            settings.requirement_for(&policy, &[], true),
+            Some(Requirement::default())
+        );
+        // The record's kind decides which: a machine login's record.
+        let mut r = record();
+        r.body.kind = RecordKind::LauncherCredential;
+        assert_eq!(
+            settings.requirement(&policy, &r),
+            Some(Requirement::default())
+        );
+    }
+
+    #[test]
+    fn a_nonce_is_for_one_purpose_and_an_enrollment_code_for_one_person() {
+        let (s, now) = (sealer(7), at(1_800_000_000));
+        let ada = Login::parse("ada@example.com").expect("login");
+        let code = enroll_code(&s, &SystemEntropy, &ada, now, ENROLL_CODE_LIFETIME).expect("code");
+        let check = |purpose, who: &str| {
+            check_nonce(&s, &code.value, purpose, who, now, ENROLL_CODE_MAX_LIFETIME)
+        };
+        assert_eq!(
+            check(Purpose::Enroll, "ada@example.com"),
+            Ok(code.expires_at)
+        );
+        assert_eq!(
+            check(Purpose::Enroll, "bob@example.com"),
+            Err(NonceError::Invalid)
+        );
+        assert_eq!(
+            check(Purpose::Register, "ada@example.com"),
+            Err(NonceError::Invalid)
+        );
+        let r = RecordId::of_text("r");
+        assert_eq!(
+            check(Purpose::Decide(&r), "ada@example.com"),
+            Err(NonceError::Invalid)
+        );
+        assert!(enroll_code(&s, &SystemEntropy, &ada, now, chrono::Duration::zero()).is_err());
+        assert!(enroll_code(&s, &SystemEntropy, &ada, now, chrono::Duration::hours(25)).is_err());
+        assert_ne!(registration_challenge("a"), registration_challenge("b"));
+    }
+
     #[test]
     fn a_nonce_is_for_one_record_and_approver_and_expires() {
         let (s, now, r) = (sealer(7), at(1_800_000_000), record());

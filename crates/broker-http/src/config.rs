@@ -529,6 +529,86 @@ mod tests {
         Ok(())
     }
 
+    /// `[passkeys]` and `[[approval]]`: a good configuration becomes settings; each mistake
+    /// stops the broker at load, naming the rule.
+    #[test]
+    fn approval_rules_are_checked_at_load() -> anyhow::Result<()> {
+        use countersign_broker_core::passkey::Covers;
+        let base = "public_url = \"http://b\"\nseal_key_file = \"/k\"\n[store]\nkind = \"local\"\npath = \"/s\"\n";
+        let load = |extra: &str| -> anyhow::Result<Config> {
+            Ok(toml::from_str(&format!("{base}{extra}"))?)
+        };
+        let ok = load(
+            "[passkeys]\nrp_id = \"console.example\"\norigins = [\"https://console.example\"]\n\
+             [[approval]]\ntier = \"owner\"\napproval = \"passkey\"\n\
+             [[approval]]\nsecret = \"PROD_DB\"\napproval = \"passkey\"\ndevice_bound = true\n\
+             aaguids = [\"CB69481E-8FF7-4039-93EC-0A2729A154A8\"]\n\
+             [[approval]]\nmachine_logins = true\napproval = \"passkey\"\n",
+        )?
+        .passkey_settings()?
+        .context("settings")?;
+        assert_eq!(ok.rules.len(), 3);
+        assert!(matches!(ok.rules[0].covers, Covers::Tier(_)));
+        assert_eq!(
+            ok.rules[1].requirement.aaguids,
+            Some(vec!["cb69481e8ff7403993ec0a2729a154a8".to_owned()])
+        );
+        assert!(matches!(ok.rules[2].covers, Covers::MachineLogins));
+        assert!(load("")?.passkey_settings()?.is_none());
+        let passkeys = "[passkeys]\nrp_id = \"c.example\"\norigins = [\"https://c.example\"]\n";
+        for (extra, says) in [
+            (
+                "[[approval]]\ntier = \"owner\"\napproval = \"passkey\"\n",
+                "need a [passkeys]",
+            ),
+            (
+                "[passkeys]\nrp_id = \"127.0.0.1\"\norigins = [\"http://127.0.0.1\"]\n",
+                "host name",
+            ),
+            (
+                "[passkeys]\nrp_id = \"c.example\"\norigins = []\n",
+                "origins",
+            ),
+            (
+                "[passkeys]\nrp_id = \"c.example\"\norigins = [\"https://c.example/\"]\n",
+                "origins",
+            ),
+        ] {
+            let e = load(extra)?
+                .passkey_settings()
+                .expect_err(extra)
+                .to_string();
+            assert!(e.contains(says), "{extra}: {e}");
+        }
+        for (rule, says) in [
+            (
+                "approval = \"click\"\ntier = \"owner\"",
+                "rule 1: approval must be",
+            ),
+            ("approval = \"passkey\"", "rule 1: name exactly one"),
+            (
+                "approval = \"passkey\"\ntier = \"owner\"\nsecret = \"X\"",
+                "rule 1: name exactly one",
+            ),
+            ("approval = \"passkey\"\ntier = \"gold\"", "rule 1: no tier"),
+            (
+                "approval = \"passkey\"\nsecret = \"not a name\"",
+                "not an agent secret name",
+            ),
+            (
+                "approval = \"passkey\"\nmachine_logins = true\naaguids = [\"xyz\"]",
+                "not an AAGUID",
+            ),
+        ] {
+            let e = load(&format!("{passkeys}[[approval]]\n{rule}\n"))?
+                .passkey_settings()
+                .expect_err(rule)
+                .to_string();
+            assert!(e.contains(says), "{rule}: {e}");
+        }
+        Ok(())
+    }
+
     #[test]
     fn an_issuer_names_exactly_one_key_source() -> anyhow::Result<()> {
         let section = |extra: &str| -> anyhow::Result<TokenIssuerConfig> {

@@ -84,11 +84,20 @@ name = "agents/demo-locked"
 owner = "{DEV_PERSON}"
 tier = "locked"
 value = "{}"
+
+# Approved only with the owner's passkey where the console's dev mode runs it
+# ([[approval]] in docs/passkeys.md).
+[[secret]]
+name = "agents/demo-passkey"
+owner = "{DEV_PERSON}"
+tier = "owner"
+value = "{}"
 "#,
         v("auto"),
         v("owner"),
         v("shared"),
-        v("locked")
+        v("locked"),
+        v("passkey")
     )
 }
 

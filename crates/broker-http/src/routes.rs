@@ -320,7 +320,11 @@ pub(crate) async fn create_request(
         .broker
         .create_request(&e, &b.request, b.session_id.as_deref())
         .await?;
-    Ok(ok(wire::request(&created.request, Some(created.coalesced))))
+    Ok(ok(wire::request_for(
+        &st.broker,
+        &created.request,
+        Some(created.coalesced),
+    )))
 }
 
 pub(crate) async fn get_request(
@@ -334,7 +338,8 @@ pub(crate) async fn get_request(
     let r = raw(&st, method, &uri, headers, body).await?;
     let e = session(&st, &r).await?;
     let id = parse_id(&id, RequestId::parse)?;
-    Ok(ok(wire::request(
+    Ok(ok(wire::request_for(
+        &st.broker,
         &st.broker.get_request(&e, id).await?,
         None,
     )))

@@ -199,6 +199,28 @@ pub fn request(r: &Request, coalesced: Option<bool>) -> Value {
     v
 }
 
+/// [`request`], saying `"countersign": "passkey"` while it waits for an approval that policy
+/// says needs the approver's passkey (docs/passkeys.md): a client can tell its person where and
+/// how to approve.
+pub fn request_for(
+    broker: &countersign_broker_core::Broker,
+    r: &Request,
+    coalesced: Option<bool>,
+) -> Value {
+    let mut v = request(r, coalesced);
+    let names: Vec<_> = r.secrets.iter().map(|(n, _)| n.clone()).collect();
+    let passkey = r.state.as_str() == "pending"
+        && broker
+            .config()
+            .passkeys
+            .as_ref()
+            .is_some_and(|p| p.requirement_for(&broker.policy(), &names, false).is_some());
+    if let (true, Some(obj)) = (passkey, v.as_object_mut()) {
+        obj.insert("countersign".into(), Value::String("passkey".into()));
+    }
+    v
+}
+
 pub fn record(r: &Record) -> Value {
     let b = &r.body;
     json!({

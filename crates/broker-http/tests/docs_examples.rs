@@ -327,7 +327,8 @@ fn field_names<T: serde::de::DeserializeOwned>() -> Vec<&'static str> {
 #[test]
 fn every_key_the_broker_accepts_is_documented() -> anyhow::Result<()> {
     use countersign_broker_http::config::{
-        Durations, LimitsConfig, NotificationsConfig, Tls, TokenIssuerConfig,
+        ApprovalRuleConfig, Durations, LimitsConfig, NotificationsConfig, PasskeysConfig, Tls,
+        TokenIssuerConfig,
     };
     let doc = std::fs::read_to_string(repo_root().join("docs/operators.md"))?;
     let sections = [
@@ -337,6 +338,8 @@ fn every_key_the_broker_accepts_is_documented() -> anyhow::Result<()> {
         ("[notifications]", field_names::<NotificationsConfig>()),
         ("[limits]", field_names::<LimitsConfig>()),
         ("[durations]", field_names::<Durations>()),
+        ("[passkeys]", field_names::<PasskeysConfig>()),
+        ("[[approval]]", field_names::<ApprovalRuleConfig>()),
     ];
     let mut missing = Vec::new();
     for (section, names) in &sections {

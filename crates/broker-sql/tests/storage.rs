@@ -17,8 +17,8 @@ use countersign_broker_core::ids::{
 };
 use countersign_broker_core::model::{
     DecisionBy, Ended, Enrollment, EnrollmentKind, EnrollmentSummary, Grant, GrantEnd, GrantedBy,
-    LauncherCredential, PendingLogin, Record, RecordDecision, RecordKind, RecordState, RecordText,
-    Request, RequestState, SessionIds,
+    LauncherCredential, Passkey, PendingLogin, Record, RecordDecision, RecordKind, RecordState,
+    RecordText, Request, RequestState, SessionIds,
 };
 use countersign_broker_core::policy::SecretDecision;
 use countersign_broker_core::storage::{Due, OutboxItem, Storage, StorageError};
@@ -180,6 +180,7 @@ suite!(
     enrollments_round_trip,
     requests_round_trip,
     grants_round_trip,
+    passkeys_round_trip,
     remember_once_replay_and_lapse,
     remember_once_concurrent_callers,
     remember_once_batches_answer_each_caller,
@@ -291,6 +292,7 @@ fn decision(event: RecordState, by: &str, at_s: i64) -> RecordDecision {
         at: at(at_s),
         by: by.to_owned(),
         credential_id: Some(CredentialId(Uuid::new_v4())),
+        countersignature: None,
         seal: "seal".into(),
     }
 }
@@ -689,6 +691,55 @@ async fn grants_round_trip(s: &SqlStorage) {
         tx.grants_by_enrollment(enr).await.expect("by enrollment"),
         vec![a, ended, b2]
     );
+}
+
+fn passkey(id: &str, person: &str, created_s: i64) -> Passkey {
+    Passkey {
+        id: id.into(),
+        person: Login::parse(person).expect("login"),
+        name: format!("key {id}"),
+        key: "es256:AAAA".into(),
+        aaguid: "00".repeat(16),
+        backup_eligible: true,
+        sign_count: 3,
+        created_at: at(created_s),
+        removed_at: None,
+        enrolled_by: "code".into(),
+        seal: "seal".into(),
+    }
+}
+
+async fn passkeys_round_trip(s: &SqlStorage) {
+    let (a, b) = (
+        passkey("a", "ada@example.com", 2),
+        passkey("b", "ada@example.com", 1),
+    );
+    let bob = passkey("c", "bob@example.com", 0);
+    let mut tx = s.begin().await.expect("begin");
+    for p in [&a, &b, &bob] {
+        tx.put_passkey(p).await.expect("put");
+    }
+    tx.commit().await.expect("commit");
+    let mut removed = a.clone();
+    removed.removed_at = Some(at(9));
+    removed.sign_count = 4;
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_passkey(&removed).await.expect("put");
+    tx.commit().await.expect("commit");
+
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(
+        tx.get_passkey("a").await.expect("get"),
+        Some(removed.clone())
+    );
+    assert_eq!(tx.get_passkey("zz").await.expect("get"), None);
+    let ada = Login::parse("ada@example.com").expect("login");
+    assert_eq!(
+        tx.passkeys_of(&ada).await.expect("of"),
+        vec![b.clone(), removed.clone()],
+        "oldest first, removed ones too"
+    );
+    assert_eq!(tx.list_passkeys().await.expect("all").len(), 3);
 }
 
 async fn remember_once_replay_and_lapse(s: &SqlStorage) {
@@ -1253,7 +1304,7 @@ async fn reconnecting_keeps_data_and_schema(db: &TestDb) {
         .map(|r| sqlx::Row::try_get::<i64, _>(r, "version").expect("version"))
         .collect();
     assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
-    assert_eq!(versions.len(), 5, "the migrations this broker knows");
+    assert_eq!(versions.len(), 6, "the migrations this broker knows");
     raw.close().await.expect("close");
 }
 

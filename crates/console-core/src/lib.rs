@@ -27,6 +27,7 @@ pub mod doc;
 pub mod error;
 pub mod idp;
 pub mod ids;
+pub mod notify;
 pub mod storage;
 pub mod work;
 

@@ -421,7 +421,10 @@ async fn tokens_csrf_and_the_inbox() {
         );
     }
     assert_eq!(f.broker.record_reads.load(Ordering::SeqCst), 2);
-    f.console.approve(&ada, "r1", None).await.expect("approve");
+    f.console
+        .approve(&ada, "r1", None, None)
+        .await
+        .expect("approve");
     assert_eq!(
         f.console
             .inbox(&ada)
@@ -433,7 +436,7 @@ async fn tokens_csrf_and_the_inbox() {
     );
     let e = f
         .console
-        .approve(&ada, "r3", None)
+        .approve(&ada, "r3", None, None)
         .await
         .expect_err("not hers");
     assert_eq!((e.code_str(), e.status()), ("NOT_APPROVER", 403));

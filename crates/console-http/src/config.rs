@@ -51,6 +51,10 @@ pub struct Config {
     /// is; none: that variable, else no export (`docs/metrics.md`).
     #[serde(default)]
     pub otlp_endpoint: Option<String>,
+    /// Telling people where to approve: SMTP, and the generic webhook's secret (each person
+    /// chooses their channels); none: no notices are sent.
+    #[serde(default)]
+    pub notifications: Option<crate::notify::NotificationsConfig>,
     /// Dev mode's sign-in by e-mail alone. Never read from a file: only `countersign-console
     /// dev` (and tests) turn it on, and only on a loopback listener.
     #[serde(skip)]
@@ -171,6 +175,7 @@ impl Config {
             code_hosting: None,
             delivery_targets: None,
             otlp_endpoint: None,
+            notifications: None,
             local_sign_in: false,
             local_sign_in_hint: None,
         }

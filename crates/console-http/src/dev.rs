@@ -75,13 +75,43 @@ impl Dev {
             broker_token.trim()
         ));
         line(format!(
-            "  demo secrets:  DEMO_AUTOMATIC (automatic), DEMO_OWNER (owner {DEV_PERSON}), DEMO_SHARED (shared), DEMO_LOCKED (locked)"
+            "  demo secrets:  DEMO_AUTOMATIC (automatic), DEMO_OWNER (owner {DEV_PERSON}), DEMO_SHARED (shared), DEMO_LOCKED (locked), DEMO_PASSKEY (owner, approved with a passkey)"
         ));
+        let port = self
+            .console_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        match self.enroll_code() {
+            Ok(code) => line(format!(
+                "  passkeys:      {}/passkeys   (first passkey's enrollment code, 15 min, single use: {code})",
+                passkey_origin(port)
+            )),
+            Err(e) => line(format!("  passkeys:      no enrollment code: {e}")),
+        }
         line(format!(
             "Next: open {} and sign in as {DEV_PERSON}; an agent's request for DEMO_OWNER or DEMO_SHARED appears in its inbox. (Console API: {}/api/v1; broker API: {}/v1/openapi.json)",
             self.console_url, self.console_url, self.broker_url
         ));
         out
+    }
+
+    /// An enrollment code for the dev person's first passkey, as
+    /// `countersign-broker passkeys enroll-code` makes one with the dev state's seal key.
+    pub fn enroll_code(&self) -> anyhow::Result<String> {
+        let key = countersign_broker_http::config::read_seal_key(&self.dir.join("seal.key"))?;
+        let sealer = countersign_broker_core::seal::Sealer::new(&key).context("seal key")?;
+        let person = countersign_broker_core::ids::Login::parse(DEV_PERSON).context("login")?;
+        Ok(countersign_broker_core::passkey::enroll_code(
+            &sealer,
+            &countersign_broker_core::SystemEntropy,
+            &person,
+            chrono::Utc::now(),
+            chrono::Duration::minutes(15),
+        )
+        .map_err(anyhow::Error::msg)?
+        .value)
     }
 
     /// Prints [`Dev::banner`].
@@ -93,6 +123,11 @@ impl Dev {
         self.console.shutdown(grace).await;
         self.broker.shutdown(grace).await;
     }
+}
+
+/// Where dev mode's passkeys work: the console at `localhost`.
+fn passkey_origin(port: u16) -> String {
+    format!("http://localhost:{port}")
 }
 
 /// The file in the dev state holding the console's shared agent token.
@@ -220,6 +255,20 @@ pub async fn start_with(
     if let Some(s) = options.request_pending_seconds {
         broker_config.durations.request_pending = s;
     }
+    // Passkeys at `localhost` (WebAuthn takes a domain, not 127.0.0.1), and DEMO_PASSKEY
+    // approved only with one.
+    broker_config.passkeys = Some(countersign_broker_http::config::PasskeysConfig {
+        rp_id: "localhost".into(),
+        origins: vec![passkey_origin(console_addr.port())],
+    });
+    broker_config.approval = vec![countersign_broker_http::config::ApprovalRuleConfig {
+        tier: None,
+        secret: Some("DEMO_PASSKEY".into()),
+        machine_logins: false,
+        approval: "passkey".into(),
+        device_bound: false,
+        aaguids: Vec::new(),
+    }];
     let state = countersign_broker_http::server::build(
         &broker_config,
         Arc::new(countersign_broker_core::SystemClock),

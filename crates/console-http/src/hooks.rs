@@ -10,6 +10,8 @@
 //!   WEBHOOK_INVALID, and the broker retries.
 //! - A `webhook-id` seen before: 204, nothing made (kept with its message, in the message's
 //!   own transaction). Another `type`, or a `session_id` §4.1 refuses: 204, dropped.
+//! - `record.pending` (a record waits for its approver, issue 29): queued as notices for the
+//!   people who asked to hear (`notify.rs`), once per item, channel and person, before the 204.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -80,6 +82,27 @@ pub async fn broker(State(st): St, headers: HeaderMap, body: Body) -> ApiResult<
         tracing::warn!(webhook = %id, "a signed broker notification that does not parse, dropped");
         return Ok(done());
     };
+    if p.kind == "record.pending" {
+        // A record waits for its approver: queued for the people who asked to hear, in the
+        // console's database, before the broker is answered (it sends again until it is).
+        let Some(notifier) = st.notifier.as_ref() else {
+            return Ok(done());
+        };
+        let waiting =
+            serde_json::from_value::<countersign_console_core::notify::RecordPending>(p.rest)
+                .ok()
+                .and_then(|r| countersign_console_core::notify::Waiting::of_record(&r));
+        match waiting {
+            Some(w) => {
+                let made = notifier.waiting(&w).await.map_err(Error::from)?;
+                tracing::debug!(webhook = %id, notices = made, "record pending: notices queued");
+            }
+            None => {
+                tracing::warn!(webhook = %id, "a record.pending notice that does not parse, dropped")
+            }
+        }
+        return Ok(done());
+    }
     if p.kind != "request.expired" {
         return Ok(done());
     }

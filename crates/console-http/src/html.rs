@@ -136,6 +136,7 @@ const MORE: &[(&str, &str)] = &[
     ("/machines", "Machines"),
     ("/tokens", "Agent tokens"),
     ("/passkeys", "Passkeys"),
+    ("/notifications", "Notifications"),
     ("/answers", "Your answers"),
     ("/history", "Decisions"),
     ("/settings", "Settings"),
@@ -526,6 +527,25 @@ impl TokenRow {
 pub struct TokensPage<'a> {
     pub chrome: Chrome<'a>,
     pub list: Result<Vec<TokenRow>, Notice>,
+}
+
+// ----- notifications -----
+
+#[derive(Debug, Clone)]
+pub struct NotificationsView {
+    pub email: bool,
+    pub slack_url: String,
+    pub webhook_url: String,
+    pub digest: bool,
+    pub can_email: bool,
+    pub can_webhook: bool,
+}
+
+#[derive(Debug, Template)]
+#[template(path = "notifications.html")]
+pub struct NotificationsPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub view: Result<NotificationsView, Notice>,
 }
 
 // ----- passkeys -----

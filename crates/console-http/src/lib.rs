@@ -25,6 +25,7 @@ pub mod error;
 pub mod hooks;
 mod html;
 pub mod link;
+pub mod notify;
 pub mod oidc;
 pub mod pages;
 pub mod server;
@@ -57,6 +58,8 @@ pub struct AppState {
     pub event_listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The broker's `/readyz`, which the console's own `/readyz` asks (none: no broker).
     pub broker_readyz: Option<url::Url>,
+    /// Tells people where to approve (`[notifications]`); none: nothing is sent.
+    pub notifier: Option<Arc<notify::Notifier>>,
 }
 
 impl AppState {

@@ -81,6 +81,15 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         None => None,
     };
     let listener_storage = storage.clone();
+    let notifier = match &config.notifications {
+        Some(n) => Some(Arc::new(crate::notify::Notifier::new(
+            n,
+            storage.clone(),
+            &config.public_url,
+            clock.clone(),
+        )?)),
+        None => None,
+    };
     let sessions = Arc::new(crate::link::Registry::default());
     let console = Console::new(
         Parts {
@@ -106,6 +115,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     let mut state = state(console, config);
     state.sessions = sessions;
     state.webhook_secret = config.webhook_secret()?;
+    state.notifier = notifier;
     let state = Arc::new(state);
     let weak = Arc::downgrade(&state);
     let listener = listener_storage.listen_events(Arc::new(move |id| {
@@ -144,6 +154,7 @@ pub fn state(console: Console, config: &Config) -> AppState {
             u.path_segments_mut().ok()?.pop_if_empty().push("readyz");
             Some(u)
         }),
+        notifier: None,
     }
 }
 
@@ -489,8 +500,10 @@ pub async fn serve(
     });
     let syncs = crate::api::delivery::background(state.clone());
     let links = crate::link::background(state.clone());
+    let notices = state.notifier.clone().map(|n| n.spawn());
     let background = tokio::spawn(async move {
         let _links = AbortOnDrop(links);
+        let _notices = notices.map(AbortOnDrop);
         let housekeeping = async {
             let mut tick = tokio::time::interval(Duration::from_secs(60));
             loop {

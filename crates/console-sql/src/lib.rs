@@ -33,9 +33,11 @@ mod asks;
 mod delivery;
 mod documents;
 mod messages;
+mod notify;
 mod witness;
 mod work;
 mod writer;
+pub use notify::Notice;
 pub use witness::WitnessRecord;
 pub use work::SqlTx;
 
@@ -227,6 +229,12 @@ const SCHEMA: Schema = Schema {
             name: "a project's issues by status, in rank order",
             sqlite: work::MIGRATION_16,
             postgres: work::MIGRATION_16,
+        },
+        Migration {
+            version: 17,
+            name: "people's notification preferences and the notices' outbox",
+            sqlite: notify::MIGRATION_17,
+            postgres: notify::MIGRATION_17,
         },
     ],
 };

@@ -154,6 +154,8 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         // Its own, beside its database: never the user's state directory.
         audit_state_file: Some(dir.join("audit-state.json")),
         otlp_endpoint: None,
+        passkeys: None,
+        approval: Vec::new(),
         console_token_file: Some(dir.join("console-token")),
         tls: None,
         store: StoreConfig::Local {

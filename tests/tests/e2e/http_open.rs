@@ -427,7 +427,7 @@ async fn every_route_with_a_body_refuses_an_oversized_or_malformed_one_with_its_
         }
         checked += 1;
     }
-    assert_eq!(checked, 9, "every route with a body but the token login");
+    assert_eq!(checked, 14, "every route with a body but the token login");
     Ok(())
 }
 

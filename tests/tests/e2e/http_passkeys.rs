@@ -55,8 +55,10 @@ async fn a_first_passkey_needs_an_enrollment_code_and_a_later_one_an_endorsement
     tb.register_passkey(ADA, &Soft::p256(RP_ID, ORIGIN), Some(&code), None)
         .await?
         .refused(403, "PASSKEY_ENROLLMENT_REQUIRED");
-    // The same credential again.
-    tb.register_passkey(ADA, &one, Some(&tb.enroll_code(ADA)), None)
+    // The same credential again: refused before its code is spent (the code registers
+    // another passkey below).
+    let spare = tb.enroll_code(ADA);
+    tb.register_passkey(ADA, &one, Some(&spare), None)
         .await?
         .refused(409, "PASSKEY_EXISTS");
 
@@ -90,16 +92,25 @@ async fn a_first_passkey_needs_an_enrollment_code_and_a_later_one_an_endorsement
         "approver": ADA, "name": "three", "nonce": offer.s("nonce"),
         "client_data": countersign_proto::b64::encode(&client),
         "attestation_object": countersign_proto::b64::encode(&object),
-        "enroll_code": tb.enroll_code(ADA),
+        "enroll_code": spare,
     });
     tb.console("POST", "/v1/passkeys", Some(&body))
         .await?
         .expect(201);
+    // Another authenticator over the same (spent) challenge and nonce.
+    let four = Soft::p256(RP_ID, ORIGIN);
+    let (client, object) = four.create(&challenge, "none");
     let mut again = body.clone();
     again["enroll_code"] = json!(tb.enroll_code(ADA));
+    again["client_data"] = json!(countersign_proto::b64::encode(&client));
+    again["attestation_object"] = json!(countersign_proto::b64::encode(&object));
     tb.console("POST", "/v1/passkeys", Some(&again))
         .await?
         .refused(403, "PASSKEY_INVALID");
+    // The same credential again, over a fresh challenge: already registered.
+    tb.register_passkey(ADA, &three, Some(&tb.enroll_code(ADA)), None)
+        .await?
+        .refused(409, "PASSKEY_EXISTS");
 
     // Listed, renamed, removed; another person's is not found.
     let list = tb

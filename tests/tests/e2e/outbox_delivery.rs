@@ -66,6 +66,8 @@ impl Hit {
 struct Receiver {
     script: Mutex<VecDeque<Answer>>,
     hits: Mutex<Vec<Hit>>,
+    /// `record.pending` messages, apart from the expiry notices.
+    pending: Mutex<Vec<Hit>>,
 }
 
 async fn hook(State(rx): State<Arc<Receiver>>, headers: HeaderMap, body: String) -> StatusCode {
@@ -83,6 +85,14 @@ async fn hook(State(rx): State<Arc<Receiver>>, headers: HeaderMap, body: String)
         content_type: h("content-type"),
         body,
     };
+    // A record waiting for its approver (`record.pending`, issue 29) rides the same outbox;
+    // these tests are about the expiry notice, so such messages are kept apart and answered.
+    if hit.json()["type"] == "record.pending" {
+        if let Ok(mut p) = rx.pending.lock() {
+            p.push(hit);
+        }
+        return StatusCode::OK;
+    }
     if let Ok(mut hits) = rx.hits.lock() {
         hits.push(hit);
     }
@@ -102,6 +112,7 @@ impl Receiver {
         let rx = Arc::new(Self {
             script: Mutex::new(script.iter().copied().collect()),
             hits: Mutex::default(),
+            pending: Mutex::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/hooks/countersign", listener.local_addr()?);
@@ -164,9 +175,15 @@ async fn outbox(b: &K8sBroker) -> anyhow::Result<Vec<OutboxItem>> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let far = b.state.broker.now() + chrono::Duration::days(3650);
-    tx.take_outbox(far, 1000)
+    // The expiry notices (`msg_…`); the records waiting for their approver (`rec_…`) are
+    // delivered beside them and checked apart.
+    Ok(tx
+        .take_outbox(far, 1000)
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .into_iter()
+        .filter(|i| i.id.starts_with("msg_"))
+        .collect())
 }
 
 /// Waits (real time) until the stored message has been rescheduled after its `n`-th attempt:
@@ -250,6 +267,24 @@ async fn an_expired_request_is_notified_signed_and_retried_until_accepted() -> R
     b.advance(3600);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(rx.hits().len(), 3);
+    // Before it expired, the record waited for its approver: `record.pending`, once, signed,
+    // with names and the approver, never a value.
+    let pending: Vec<Hit> = rx
+        .pending
+        .lock()
+        .map(|p| p.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|h| h.json()["record_id"] == json!(record_id))
+        .collect();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert!(pending[0].verifies(SECRET));
+    let p = pending[0].json();
+    assert_eq!(p["type"], "record.pending");
+    assert_eq!(p["record_id"], json!(record_id));
+    assert_eq!(p["identifiers"], json!([OWNED]));
+    assert_eq!(p["kind"], "agent_secret");
+    assert_eq!(p["passkey"], false);
 
     // Every attempt: the same id, this attempt's time, a signature the receiver verifies, and
     // the payload of protocol.md §9.

@@ -81,6 +81,14 @@ struct Env {
 
 impl Env {
     async fn start(db: Db) -> anyhow::Result<Option<Env>> {
+        Self::start_with(db, |b| b).await
+    }
+
+    /// With the builder adjusted (passkey settings).
+    async fn start_with(
+        db: Db,
+        adjust: impl FnOnce(TestBrokerBuilder) -> TestBrokerBuilder,
+    ) -> anyhow::Result<Option<Env>> {
         let pg = match db {
             Db::Sqlite => None,
             Db::Postgres => match PgDatabase::create("cs_tamper").await? {
@@ -88,7 +96,7 @@ impl Env {
                 None => return Ok(None),
             },
         };
-        let mut b = TestBroker::builder();
+        let mut b = adjust(TestBroker::builder());
         if let Some(db) = &pg {
             b = b.database_url(&db.url);
         }
@@ -161,7 +169,67 @@ on_both!(
     a_revoked_grant_whose_end_is_cleared_stays_ended,
     a_deleted_audit_tail_fails_closed,
     an_edited_audit_entry_is_found,
+    an_inserted_passkey_row_is_refused,
 );
+
+/// A passkey row inserted for the attacker's authenticator (a copy of Ada's real one, seal and
+/// all, with the attacker's credential id and key): its countersignature is refused
+/// (PASSKEY_INVALID), logged as tampering, and `audit verify` names the row; Ada's own passkey
+/// still approves.
+async fn an_inserted_passkey_row_is_refused(db: Db) -> R {
+    let Some(env) = Env::start_with(db, |b| {
+        b.configure(|c| c.passkeys = Some(passkey_settings(vec![passkey_for_secret(ADA_SECRET)])))
+    })
+    .await?
+    else {
+        return Ok(());
+    };
+    let (logs, _g) = capture();
+    let tb = &env.tb;
+    let mut real = Soft::p256(RP_ID, ORIGIN);
+    tb.register_passkey(ADA, &real, Some(&tb.enroll_code(ADA)), None)
+        .await?
+        .expect(201);
+    let mut attacker = Soft::p256(RP_ID, ORIGIN);
+    let mut doc = env.doc("passkeys", &real.id_text()).await?;
+    let key = countersign_proto::webauthn::CredentialKey::from_cose(&attacker.cose())?;
+    doc["id"] = json!(attacker.id_text());
+    doc["key"] = json!(key.to_text());
+    env.exec(&format!(
+        "INSERT INTO passkeys (id, person, created_at_ms, removed_at_ms, doc) VALUES ({}, {}, 0, NULL, {})",
+        sql_text(&attacker.id_text()),
+        sql_text(ADA),
+        sql_text(&doc.to_string())
+    ))
+    .await?;
+    let (_m, s) = tb.session_of(ADA).await?;
+    let record = s.request(&[ADA_SECRET]).await?.expect(200).s("record_id");
+    let st = tb.statement(&record, ADA).await?.expect(200);
+    assert_eq!(
+        st.get("passkeys").as_array().map(Vec::len),
+        Some(1),
+        "the inserted row is not offered"
+    );
+    tb.approve_with_passkey(&record, ADA, None, &mut attacker)
+        .await?
+        .refused(403, "PASSKEY_INVALID");
+    logs.line_with(&["tampering detected", "passkeys", &attacker.id_text()])
+        .ok_or_else(|| anyhow::anyhow!("no tamper line in:\n{}", logs.text()))?;
+    let storage = tb.open_db().await?;
+    let found = countersign_broker_http::audit::inspect(&storage, &tb.sealer(), None, None).await?;
+    storage.close().await;
+    let text: Vec<String> = found.findings.iter().map(|f| f.to_string()).collect();
+    assert!(
+        text.iter()
+            .any(|f| f.contains(&format!("passkeys {}", attacker.id_text())) && f.contains("seal")),
+        "{text:?}"
+    );
+    tb.approve_with_passkey(&record, ADA, None, &mut real)
+        .await?
+        .expect(200);
+    env.finish().await;
+    Ok(())
+}
 
 /// The enrollment's key swapped for the attacker's: proofs signed with it are refused
 /// (PROOF_INVALID), and so is the row for everyone, with `tampering detected`.

@@ -2,6 +2,7 @@
 //! for a person, deciding records (with the typed code for a machine login), and the person's
 //! grants and machines.
 
+use super::cascade::Carried;
 use super::{Broker, Fail, ct_eq, read, transact};
 use crate::clock::Time;
 use crate::error::{Error, ErrorCode};
@@ -190,8 +191,10 @@ impl Broker {
                         RecordState::Approved,
                         approver.as_str(),
                         now,
-                        Some(c.id),
-                        countersignature,
+                        Carried {
+                            credential_id: Some(c.id),
+                            countersignature,
+                        },
                     )
                     .await?;
                     Ok::<_, Fail>(Approved {
@@ -231,8 +234,10 @@ impl Broker {
                             RecordState::Approved,
                             approver.as_str(),
                             now,
-                            None,
-                            countersignature,
+                            Carried {
+                                credential_id: None,
+                                countersignature,
+                            },
                         )
                         .await?;
                     let mut g = Grant {
@@ -310,8 +315,7 @@ impl Broker {
                     RecordState::Denied,
                     approver.as_str(),
                     now,
-                    None,
-                    None,
+                    Carried::default(),
                 )
                 .await?;
             Ok::<_, Fail>(rec.state)

@@ -6,9 +6,17 @@ use crate::clock::Time;
 use crate::ids::CredentialId;
 use crate::model::{
     DecisionBy, Ended, Enrollment, GrantEnd, LauncherCredential, Record, RecordDecision,
-    RecordState, Request, RequestState,
+    RecordKind, RecordState, Request, RequestState,
 };
 use crate::storage::{OutboxItem, Tx};
+
+/// What a decision carries beyond its event, who and when: a machine login's new credential,
+/// and the approver's passkey countersignature.
+#[derive(Debug, Default)]
+pub(crate) struct Carried {
+    pub credential_id: Option<CredentialId>,
+    pub countersignature: Option<crate::model::Countersignature>,
+}
 
 impl Broker {
     /// Ends an enrollment (if live) and everything live under it: its grants end, its pending
@@ -71,7 +79,7 @@ impl Broker {
                     r.decided_at.unwrap_or(now),
                 ),
             };
-            self.decide_record(tx, rec, event, &by, at, None, None)
+            self.decide_record(tx, rec, event, &by, at, Carried::default())
                 .await?;
         }
         if r.state == RequestState::Expired {
@@ -80,7 +88,7 @@ impl Broker {
         Ok(r)
     }
 
-    /// Seals and stores a decision on a record.
+    /// Seals and stores a decision on a record, with what it carries.
     pub(crate) async fn decide_record(
         &self,
         tx: &mut dyn Tx,
@@ -88,9 +96,12 @@ impl Broker {
         event: RecordState,
         by: &str,
         at: Time,
-        credential_id: Option<CredentialId>,
-        countersignature: Option<crate::model::Countersignature>,
+        carried: Carried,
     ) -> Result<Record, Fail> {
+        let Carried {
+            credential_id,
+            countersignature,
+        } = carried;
         rec.state = event;
         let seal = self
             .sealer
@@ -127,7 +138,7 @@ impl Broker {
             && let Some(rec) = tx.get_record(&rid).await?
             && rec.state == RecordState::Pending
         {
-            self.decide_record(tx, rec, RecordState::Cancelled, by, now, None, None)
+            self.decide_record(tx, rec, RecordState::Cancelled, by, now, Carried::default())
                 .await?;
         }
         Ok(r)
@@ -148,6 +159,49 @@ impl Broker {
         for e in tx.enrollments_by_credential(c.id).await? {
             self.end_enrollment(tx, e, by, now).await?;
         }
+        Ok(())
+    }
+
+    /// Queues `record.pending` (issue 29): a record waits for its approver, so that the
+    /// console tells the people who asked to hear where to approve. Names and ids, never a
+    /// value; `passkey` when policy asks for the approver's passkey.
+    pub(crate) async fn notify_pending(
+        &self,
+        tx: &mut dyn Tx,
+        record: &crate::model::Record,
+    ) -> Result<(), Fail> {
+        let b = &record.body;
+        let passkey = self
+            .config
+            .passkeys
+            .as_ref()
+            .is_some_and(|s| s.requirement(&self.policy(), record).is_some());
+        let host = b
+            .enrollment
+            .as_ref()
+            .map(|e| e.runtime_id.clone())
+            .or_else(|| b.identifiers.first().cloned());
+        let payload = serde_json::json!({
+            "type": "record.pending",
+            "record_id": record.id.to_string(),
+            "kind": b.kind.as_str(),
+            "approver": b.approver.as_str(),
+            "identifiers": match b.kind {
+                RecordKind::AgentSecret => b.identifiers.clone(),
+                RecordKind::LauncherCredential => Vec::new(),
+            },
+            "reason": b.reason,
+            "host": host,
+            "passkey": passkey,
+            "expires_at": crate::clock::rfc3339(&b.expires_at),
+        });
+        tx.push_outbox(&OutboxItem {
+            id: format!("rec_{}", &record.id.to_string()[..32]),
+            payload: payload.to_string(),
+            attempts: 0,
+            next_attempt_at: self.now(),
+        })
+        .await?;
         Ok(())
     }
 

@@ -167,6 +167,7 @@ impl Broker {
                 code: Some(code.clone()),
             };
             tx.put_record(&record).await?;
+            self.notify_pending(tx, &record).await?;
             tx.put_login(&PendingLogin {
                 pending_hash: pending_hash.clone(),
                 record_id: id,

@@ -206,6 +206,14 @@ impl Broker {
             (None, None) => return Err(ErrorCode::PASSKEY_ENROLLMENT_REQUIRED.into()),
         };
         let id = countersign_proto::b64::encode(&created.credential_id);
+        // A credential already registered is refused before anything is spent (the check is
+        // made again in the write's transaction).
+        let exists = read!(self, "read passkey", |tx| Ok::<_, Fail>(
+            tx.get_passkey(&id).await?.is_some()
+        ))?;
+        if exists {
+            return Err(ErrorCode::PASSKEY_EXISTS.into());
+        }
         // Spent before the write: a registration answered once is never answered twice.
         self.spend_nonce(Purpose::Register, &r.nonce, until).await?;
         if let (Some(code), Some(until)) = (&r.enroll_code, code_until) {
@@ -372,7 +380,11 @@ impl Broker {
         c: Option<&Countersignature>,
     ) -> Result<(), Fail> {
         let Some(settings) = self.config.passkeys.as_ref() else {
-            return Ok(());
+            // No passkeys: nothing is required, and nothing unverifiable is recorded.
+            return match c {
+                Some(_) => Err(ErrorCode::PASSKEYS_OFF.into()),
+                None => Ok(()),
+            };
         };
         let requirement = settings.requirement(&self.policy(), rec);
         let Some(c) = c else {

@@ -227,6 +227,7 @@ impl Broker {
                         code: None,
                     };
                     tx.put_record(&record).await?;
+                    self.notify_pending(tx, &record).await?;
                     r.record_id = Some(record.id);
                     r.approver = Some(approver);
                     r.expires_at = Some(record.body.expires_at);

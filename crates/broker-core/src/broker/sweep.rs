@@ -62,16 +62,22 @@ impl Broker {
                                 RecordState::Expired,
                                 "broker",
                                 at,
-                                None,
-                                None,
+                                Default::default(),
                             )
                             .await?;
                         }
                     }
                     _ => {
                         let at = rec.body.expires_at;
-                        self.decide_record(tx, rec, RecordState::Expired, "broker", at, None, None)
-                            .await?;
+                        self.decide_record(
+                            tx,
+                            rec,
+                            RecordState::Expired,
+                            "broker",
+                            at,
+                            Default::default(),
+                        )
+                        .await?;
                     }
                 }
                 Ok::<_, Fail>(())

@@ -272,6 +272,24 @@ pub fn approver_words(a: Option<&str>) -> String {
     }
 }
 
+/// Whether the broker said the request's approval needs the approver's passkey
+/// (`"countersign": "passkey"`, docs/passkeys.md).
+#[must_use]
+pub fn needs_passkey(req: &Req) -> bool {
+    req.raw.get("countersign").and_then(Value::as_str) == Some("passkey")
+}
+
+/// The approval page of a pending request (`<console>/requests/<record>`), when the helper knows
+/// the console's URL.
+pub fn approval_page(ctx: &Ctx, req: &Req) -> Option<String> {
+    let record = req.record_id.as_deref()?;
+    let console = ctx.helper.status().ok()?.console_url?;
+    Some(format!(
+        "{}/requests/{record}",
+        console.trim_end_matches('/')
+    ))
+}
+
 /// What a pending request waits for, in one line.
 #[must_use]
 pub fn waiting_line(req: &Req) -> String {

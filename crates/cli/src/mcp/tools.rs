@@ -41,8 +41,9 @@ const RUN_DESCRIPTION: &str = concat!(
     "Requests the named secrets for this session (each value goes into the environment variable of its name); ",
     "a grant this session already holds for a name is reused. If the policy asks a person, reports progress ",
     "\"waiting for approval of <record id>\" and waits up to `wait` seconds; still undecided, it answers ",
-    "state \"pending\" with the record id and the request id, without running the command: tell the user which ",
-    "record to approve in the approval console, then call run_with_secrets again with the same secrets (it waits ",
+    "state \"pending\" with the record id, the request id and the approval page's URL (approval_url; passkey is ",
+    "true when the person approves with their passkey), without running the command: tell the user to open that ",
+    "page (or which record to approve in the approval console), then call run_with_secrets again with the same secrets (it waits ",
     "on the same request) or check request_status. Once granted, runs the command (standard input empty, stopped ",
     "after `timeout` seconds) and answers its exit code and its standard output and error, in which every ",
     "granted value and its base64, URL and JSON encodings are replaced by <concealed by countersign>; if a ",
@@ -337,7 +338,7 @@ impl Server {
         };
         let holders = match outcome {
             Outcome::Granted(h) => h,
-            Outcome::Pending(req, names) => return pending_result(&req, &names),
+            Outcome::Pending(req, names) => return pending_result(&self.ctx, &req, &names),
             Outcome::Denied(req) => {
                 let text = format!("{}; the command was not run", req.describe());
                 return text_result(text, requests::facts(&req, None), true);
@@ -486,14 +487,28 @@ impl Server {
     }
 }
 
-fn pending_result(req: &Req, names: &[String]) -> CallToolResult {
+fn pending_result(ctx: &Ctx, req: &Req, names: &[String]) -> CallToolResult {
+    let record = req.record_id.as_deref().unwrap_or("?");
+    let passkey = requests::needs_passkey(req);
+    let how = if passkey { " with their passkey" } else { "" };
+    let place = match requests::approval_page(ctx, req) {
+        Some(url) => format!("at {url}"),
+        None => "in the approval console".to_owned(),
+    };
     let text = format!(
-        "{}. The command was not run. Tell the user to approve record {} in the approval console; then call run_with_secrets again with the same secrets (it waits on this request), or check request_status {}.",
+        "{}. The command was not run. Tell the user to approve record {record}{how} {place}; then call run_with_secrets again with the same secrets (it waits on this request), or check request_status {}.",
         requests::waiting_line(req),
-        req.record_id.as_deref().unwrap_or("?"),
         req.id
     );
-    text_result(text, requests::facts(req, Some(names)), false)
+    let mut facts = requests::facts(req, Some(names));
+    if let Some(obj) = facts.as_object_mut() {
+        obj.insert(
+            "approval_url".into(),
+            requests::approval_page(ctx, req).map_or(Value::Null, Value::String),
+        );
+        obj.insert("passkey".into(), Value::Bool(passkey));
+    }
+    text_result(text, facts, false)
 }
 
 fn check_uuid(id: &str, what: &str) -> Result<String, CallToolResult> {

@@ -231,3 +231,54 @@ pub async fn remove_passkey(
     let state = st.console.remove_passkey(h, &id).await?;
     Ok(ok(NewState { state }))
 }
+
+// ----- notification preferences (issue 29) -----
+
+fn notifier(st: &crate::AppState) -> ApiResult<&crate::notify::Notifier> {
+    st.notifier.as_deref().ok_or_else(|| {
+        Error::with_message(
+            ErrorCode::NOT_FOUND,
+            "this console sends no notifications: its configuration has no [notifications]",
+        )
+        .into()
+    })
+}
+
+#[derive(Debug, Serialize)]
+struct PreferencesAnswer {
+    #[serde(flatten)]
+    preferences: countersign_console_core::notify::Preferences,
+    /// The channels this console can send on.
+    available: Vec<&'static str>,
+}
+
+impl Input for countersign_console_core::notify::Preferences {
+    const CODE: ErrorCode = ErrorCode::INVALID_BODY;
+    const LIMIT: usize = SMALL_LIMIT;
+}
+
+pub async fn get_notification_preferences(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Response> {
+    let h = caller.human()?;
+    let n = notifier(&st)?;
+    Ok(ok(PreferencesAnswer {
+        preferences: n.prefs(&h.login).await.map_err(Error::from)?,
+        available: n.available(),
+    }))
+}
+
+pub async fn put_notification_preferences(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    In(b): In<countersign_console_core::notify::Preferences>,
+) -> ApiResult<Response> {
+    let h = caller.human()?;
+    let n = notifier(&st)?;
+    n.set_prefs(&h.login, &b).await?;
+    Ok(ok(PreferencesAnswer {
+        preferences: b,
+        available: n.available(),
+    }))
+}

@@ -326,6 +326,37 @@ pub async fn tokens_page(State(st): St, Extension(caller): Extension<Caller>) ->
     ))
 }
 
+pub async fn notifications_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
+    let h = human(&caller)?;
+    let view = match st.notifier.as_deref() {
+        None => Err(notice(
+            "info",
+            "This console sends no notifications: its configuration has no [notifications] section.",
+        )),
+        Some(n) => match n.prefs(&h.login).await {
+            Ok(p) => Ok(html::NotificationsView {
+                email: p.email,
+                slack_url: p.slack_url.unwrap_or_default(),
+                webhook_url: p.webhook_url.unwrap_or_default(),
+                digest: p.digest,
+                can_email: n.available().contains(&"email"),
+                can_webhook: n.available().contains(&"webhook"),
+            }),
+            Err(e) => {
+                let e = countersign_console_core::Error::from(e);
+                Err(notice("error", error_text(&e)))
+            }
+        },
+    };
+    Ok(page(
+        StatusCode::OK,
+        &html::NotificationsPage {
+            chrome: chrome("Notifications", h, "/notifications"),
+            view,
+        },
+    ))
+}
+
 pub async fn passkeys_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
     let (status, list) = match st.console.passkeys(h).await {

@@ -11,6 +11,7 @@ mod documents;
 mod first_day;
 mod mcp;
 mod messages;
+mod notify;
 mod ops;
 mod pages;
 mod passkeys;

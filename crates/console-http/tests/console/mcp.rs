@@ -112,7 +112,7 @@ impl DevMode {
             .filter_map(|l| l.strip_suffix('"'))
             .map(str::to_owned)
             .collect();
-        anyhow::ensure!(v.len() == 4, "dev store values: {v:?}");
+        anyhow::ensure!(v.len() == 5, "dev store values: {v:?}");
         Ok(v)
     }
 
@@ -544,6 +544,32 @@ async fn mcp_tools_mask_values_wait_for_a_person_and_end_with_the_server() -> an
         .call("request_status", json!({ "request_id": request }))
         .await?;
     assert_eq!(status["structured"]["state"], "cancelled", "{status}");
+
+    // A secret policy approves only with the owner's passkey (dev mode's DEMO_PASSKEY): the
+    // answer says so, with the approval page's URL to give the person.
+    let passkey = c
+        .call(
+            "run_with_secrets",
+            json!({ "command": "true", "secrets": ["DEMO_PASSKEY"], "reason": "deploy", "wait": 1 }),
+        )
+        .await?;
+    assert_eq!(passkey["structured"]["state"], "pending", "{passkey}");
+    assert_eq!(passkey["structured"]["passkey"], true, "{passkey}");
+    let record = passkey["structured"]["record_id"]
+        .as_str()
+        .context("record")?;
+    let page = format!("{}/requests/{record}", s.dev.console_url);
+    assert_eq!(
+        passkey["structured"]["approval_url"],
+        page.as_str(),
+        "{passkey}"
+    );
+    assert!(
+        text_of(&passkey).contains(&format!(
+            "approve record {record} with their passkey at {page}"
+        )),
+        "{passkey}"
+    );
 
     // The policy denies a locked secret.
     let denied = c

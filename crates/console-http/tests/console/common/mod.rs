@@ -171,6 +171,9 @@ pub struct ConsoleOptions<'a> {
     /// `None`.
     pub listener: Option<std::net::TcpListener>,
     pub host: Option<&'a str>,
+    /// `[notifications]`, and the broker's webhook secret (`[broker] webhook_secret_file`).
+    pub notifications: Option<countersign_console_http::notify::NotificationsConfig>,
+    pub webhook_secret_file: Option<std::path::PathBuf>,
 }
 
 impl TestConsole {
@@ -201,9 +204,10 @@ impl TestConsole {
                 url: b.url.clone(),
                 console_token_file: Some(b.dir.path().join("console-token")),
                 timeout_seconds: 5,
-                webhook_secret_file: None,
+                webhook_secret_file: o.webhook_secret_file.clone(),
             });
         }
+        c.notifications = o.notifications.clone();
         if let Some(i) = o.idp {
             let secret = dir.path().join("client-secret");
             std::fs::write(&secret, CLIENT_SECRET)?;

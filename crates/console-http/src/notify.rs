@@ -1,0 +1,416 @@
+//! Telling people where to approve (issue 29, docs/passkeys.md "Notifications"): what waits for
+//! a person (a broker record they may decide, as the broker's `record.pending` webhook says) is
+//! queued once per item, channel and person in the console's database, then sent by a loop: an
+//! e-mail over SMTP (`lettre`), a Slack-compatible incoming-webhook body, or a generic webhook
+//! signed as Standard Webhooks, each with the approval page's link and never a value.
+//!
+//! - **Durable**: queued in the database before the broker's webhook is answered (the broker
+//!   retries until it is), sent from the database; a restart between the two loses nothing.
+//! - **Once**: a notice is claimed (a lease moves its `next_at`, and only one claimer's update
+//!   matches), sent, then marked sent; a restart after the send finds it sent. A crash between
+//!   the send and the mark sends it again after the lease: at least once, like SMTP itself.
+//! - **Retries**: a failed send is due again after 5 s doubling to an hour, given up after
+//!   `max_attempts` (logged).
+//! - **Digest**: a person who asks for one gets their notices of a channel gathered, at most one
+//!   message per channel every `digest_seconds`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use countersign_console_core::notify::{Channel, Message, Preferences, Waiting, message};
+use countersign_console_core::{Clock, Login, StorageError};
+use countersign_console_sql::{Notice, SqlStorage};
+use lettre::message::Mailbox;
+use lettre::message::header::ContentType;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+use serde::Deserialize;
+use serde_json::json;
+use zeroize::Zeroizing;
+
+/// `[notifications]` of the console's configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationsConfig {
+    /// The SMTP server: `smtp://host:port` (plain, a local relay), `smtp://host:587?tls=required`
+    /// (STARTTLS), `smtps://host` (TLS); a user in the URL's user part. None: no e-mail.
+    #[serde(default)]
+    pub smtp_url: Option<String>,
+    /// The SMTP password, read from this file (never in the URL).
+    #[serde(default)]
+    pub smtp_password_file: Option<PathBuf>,
+    /// The sender, `Countersign <countersign@example.com>`.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// Signs the generic webhook's notices (Standard Webhooks: `whsec_<base64>` or text, at
+    /// least 24 bytes). None: no generic webhook.
+    #[serde(default)]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// A digest's period, in seconds.
+    #[serde(default = "default_digest")]
+    pub digest_seconds: i64,
+    /// Timeout of one send.
+    #[serde(default = "default_timeout")]
+    pub timeout_seconds: u64,
+    /// Attempts before a notice is given up.
+    #[serde(default = "default_attempts")]
+    pub max_attempts: i64,
+}
+
+fn default_digest() -> i64 {
+    30 * 60
+}
+fn default_timeout() -> u64 {
+    10
+}
+fn default_attempts() -> i64 {
+    20
+}
+
+/// How many notices one round claims.
+const BATCH: u32 = 32;
+/// How long a claim holds a notice.
+const LEASE_MS: i64 = 60_000;
+
+/// The sender of notices.
+pub struct Notifier {
+    storage: SqlStorage,
+    console_url: String,
+    mail: Option<(AsyncSmtpTransport<Tokio1Executor>, Mailbox)>,
+    http: reqwest::Client,
+    secret: Option<countersign_common::webhook::WebhookSecret>,
+    digest_ms: i64,
+    max_attempts: i64,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("console_url", &self.console_url)
+            .field("mail", &self.mail.is_some())
+            .field("webhook", &self.secret.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Notifier {
+    pub fn new(
+        c: &NotificationsConfig,
+        storage: SqlStorage,
+        console_url: &str,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Self> {
+        let mail = match &c.smtp_url {
+            None => None,
+            Some(url) => {
+                let mut b = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
+                    .context("[notifications] smtp_url")?
+                    .timeout(Some(Duration::from_secs(c.timeout_seconds)));
+                if let Some(p) = &c.smtp_password_file {
+                    let password = Zeroizing::new(
+                        std::fs::read_to_string(p)
+                            .with_context(|| format!("read {}", p.display()))?,
+                    );
+                    let user = url::Url::parse(url)
+                        .ok()
+                        .map(|u| u.username().to_owned())
+                        .unwrap_or_default();
+                    b = b.credentials(lettre::transport::smtp::authentication::Credentials::new(
+                        user,
+                        password.trim().to_owned(),
+                    ));
+                }
+                let from: Mailbox = c
+                    .from
+                    .as_deref()
+                    .context("[notifications] from is required with smtp_url")?
+                    .parse()
+                    .context("[notifications] from")?;
+                Some((b.build(), from))
+            }
+        };
+        let secret = match &c.webhook_secret_file {
+            None => None,
+            Some(p) => {
+                let text = Zeroizing::new(
+                    std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?,
+                );
+                Some(
+                    countersign_common::webhook::WebhookSecret::parse(text.trim())
+                        .map_err(|e| anyhow::anyhow!("[notifications] webhook_secret_file: {e}"))?,
+                )
+            }
+        };
+        Ok(Self {
+            storage,
+            console_url: console_url.trim_end_matches('/').to_owned(),
+            mail,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(c.timeout_seconds))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+            secret,
+            digest_ms: c.digest_seconds.max(1) * 1000,
+            max_attempts: c.max_attempts.max(1),
+            clock,
+        })
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.clock.now().timestamp_millis()
+    }
+
+    /// Whether this console can send on `channel`.
+    fn can(&self, channel: Channel) -> bool {
+        match channel {
+            Channel::Email => self.mail.is_some(),
+            Channel::Slack => true,
+            Channel::Webhook => self.secret.is_some(),
+        }
+    }
+
+    /// A person's preferences (none set: all off).
+    pub async fn prefs(&self, login: &Login) -> Result<Preferences, StorageError> {
+        Ok(self.storage.notify_prefs(login).await?.unwrap_or_default())
+    }
+
+    /// Sets a person's preferences, refusing a channel this console cannot send on.
+    pub async fn set_prefs(
+        &self,
+        login: &Login,
+        p: &Preferences,
+    ) -> Result<(), countersign_console_core::Error> {
+        use countersign_console_core::{Error, ErrorCode};
+        p.check()?;
+        if let Some(c) = p.channels().into_iter().find(|c| !self.can(*c)) {
+            return Err(Error::with_message(
+                ErrorCode::INVALID_BODY,
+                match c {
+                    Channel::Email => {
+                        "this console sends no e-mail: [notifications] has no smtp_url"
+                    }
+                    _ => {
+                        "this console signs no webhook: [notifications] has no webhook_secret_file"
+                    }
+                },
+            ));
+        }
+        self.storage.put_notify_prefs(login, p).await?;
+        Ok(())
+    }
+
+    /// The channels this console can send on (`email`, `slack`, `webhook`).
+    pub fn available(&self) -> Vec<&'static str> {
+        [Channel::Email, Channel::Slack, Channel::Webhook]
+            .into_iter()
+            .filter(|c| self.can(*c))
+            .map(Channel::as_str)
+            .collect()
+    }
+
+    /// Queues `w` for whoever may act on it and asked to hear: its person, or (anyone signed
+    /// in decides) everyone with preferences. Answers how many notices were new.
+    pub async fn waiting(&self, w: &Waiting) -> Result<usize, StorageError> {
+        let people: Vec<(Login, Preferences)> = match &w.who {
+            Some(l) => self
+                .storage
+                .notify_prefs(l)
+                .await?
+                .map(|p| vec![(l.clone(), p)])
+                .unwrap_or_default(),
+            None => self.storage.notify_people().await?,
+        };
+        let now = self.now_ms();
+        let mut made = 0;
+        for (login, prefs) in people {
+            for channel in prefs.channels() {
+                if !self.can(channel) {
+                    tracing::debug!(person = %login, channel = channel.as_str(), "no such channel configured");
+                    continue;
+                }
+                let n = Notice {
+                    id: format!(
+                        "ntc_{}",
+                        countersign_common::clock::random_token::<16>(
+                            &countersign_common::clock::SystemEntropy
+                        )
+                    ),
+                    login: login.clone(),
+                    channel,
+                    item: w.item.clone(),
+                    title: w.title.clone(),
+                    path: w.path.clone(),
+                    created_at: now,
+                    next_at: if prefs.digest {
+                        now + self.digest_ms
+                    } else {
+                        now
+                    },
+                    attempts: 0,
+                };
+                if self.storage.enqueue_notice(&n).await? {
+                    made += 1;
+                }
+            }
+        }
+        Ok(made)
+    }
+
+    /// One round: claims what is due, sends each person's notices of a channel as one message,
+    /// marks them sent or due again. Answers how many notices were sent.
+    pub async fn round(&self) -> Result<usize, StorageError> {
+        let now = self.now_ms();
+        let lease = now + LEASE_MS;
+        let claimed = self.storage.claim_notices(now, lease, BATCH).await?;
+        let mut groups: std::collections::BTreeMap<(String, Channel), Vec<Notice>> =
+            Default::default();
+        for n in claimed {
+            groups
+                .entry((n.login.as_str().to_owned(), n.channel))
+                .or_default()
+                .push(n);
+        }
+        let mut sent = 0;
+        for ((_, channel), mut notices) in groups {
+            let login = notices[0].login.clone();
+            // A digest gathers the person's other notices of the channel, due or not.
+            let more: Vec<Notice> = self
+                .storage
+                .claim_notices_of(&login, channel, lease)
+                .await?
+                .into_iter()
+                .filter(|n| !notices.iter().any(|m| m.id == n.id))
+                .collect();
+            notices.extend(more);
+            let items: Vec<(String, String)> = notices
+                .iter()
+                .map(|n| (n.title.clone(), n.path.clone()))
+                .collect();
+            let m = message(&self.console_url, &items);
+            let ids: Vec<String> = notices.iter().map(|n| n.id.clone()).collect();
+            match self.send(&login, channel, &m, &ids[0]).await {
+                Ok(()) => {
+                    self.storage.notices_sent(&ids, self.now_ms()).await?;
+                    metrics::counter!("countersign_notifications_sent_total", "channel" => channel.as_str())
+                        .increment(ids.len() as u64);
+                    tracing::info!(person = %login, channel = channel.as_str(), notices = ids.len(), "notification sent");
+                    sent += ids.len();
+                }
+                Err(e) => {
+                    metrics::counter!("countersign_notifications_failed_total", "channel" => channel.as_str())
+                        .increment(1);
+                    for n in &notices {
+                        let attempts = n.attempts + 1;
+                        if attempts >= self.max_attempts {
+                            tracing::warn!(person = %login, channel = channel.as_str(), notice = %n.id, error = %e, "notification given up");
+                            self.storage.notice_given_up(&n.id, self.now_ms()).await?;
+                        } else {
+                            let delay = (5_000i64 << attempts.min(20)).min(3_600_000);
+                            tracing::warn!(person = %login, channel = channel.as_str(), notice = %n.id, attempts, error = %e, "notification failed; retrying");
+                            self.storage
+                                .notice_retry(&n.id, attempts, self.now_ms() + delay)
+                                .await?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(sent)
+    }
+
+    async fn send(
+        &self,
+        login: &Login,
+        channel: Channel,
+        m: &Message,
+        id: &str,
+    ) -> anyhow::Result<()> {
+        match channel {
+            Channel::Email => {
+                let (transport, from) = self.mail.as_ref().context("no SMTP configured")?;
+                let to: Mailbox = login.as_str().parse().context("the login as an address")?;
+                let mail = lettre::Message::builder()
+                    .from(from.clone())
+                    .to(to)
+                    .subject(m.subject.clone())
+                    .header(ContentType::TEXT_PLAIN)
+                    .body(m.text.clone())?;
+                transport.send(mail).await?;
+                Ok(())
+            }
+            Channel::Slack => {
+                let prefs = self.storage.notify_prefs(login).await?;
+                let url = prefs
+                    .and_then(|p| p.slack_url)
+                    .context("no Slack URL any more")?;
+                let mut text = format!("*{}*\n", slack_escape(&m.subject));
+                for (t, u) in &m.items {
+                    text.push_str(&format!("• <{u}|{}>\n", slack_escape(t)));
+                }
+                let r = self
+                    .http
+                    .post(url)
+                    .json(&json!({ "text": text }))
+                    .send()
+                    .await?;
+                anyhow::ensure!(
+                    r.status().is_success(),
+                    "the webhook answered {}",
+                    r.status()
+                );
+                Ok(())
+            }
+            Channel::Webhook => {
+                let secret = self.secret.as_ref().context("no webhook secret")?;
+                let prefs = self.storage.notify_prefs(login).await?;
+                let url = prefs
+                    .and_then(|p| p.webhook_url)
+                    .context("no webhook URL any more")?;
+                let body = serde_json::to_vec(&json!({
+                    "type": "countersign.waiting",
+                    "person": login.as_str(),
+                    "items": m.items.iter().map(|(t, u)| json!({ "title": t, "url": u })).collect::<Vec<_>>(),
+                }))?;
+                let ts = self.clock.now().timestamp();
+                let r = self
+                    .http
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .header("webhook-id", id)
+                    .header("webhook-timestamp", ts.to_string())
+                    .header("webhook-signature", secret.sign(id, ts, &body))
+                    .body(body)
+                    .send()
+                    .await?;
+                anyhow::ensure!(
+                    r.status().is_success(),
+                    "the webhook answered {}",
+                    r.status()
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends every second until the task is dropped.
+    pub fn spawn(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                if let Err(e) = self.round().await {
+                    tracing::warn!(error = %e, "notifications: a round failed");
+                }
+            }
+        })
+    }
+}
+
+/// Slack's mrkdwn escapes: `&`, `<`, `>`.
+fn slack_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

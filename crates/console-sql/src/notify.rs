@@ -1,0 +1,254 @@
+//! People's notification preferences and the notices' durable outbox (issue 29; the console's
+//! `notify.rs` sends them). One row per item, channel and person: a notification the broker
+//! sends again, or a second replica's, adds nothing.
+
+use countersign_console_core::Login;
+use countersign_console_core::notify::{Channel, Preferences};
+use countersign_console_core::storage::StorageError;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::{SqlStorage, db_err};
+
+/// migration 17: preferences and notices.
+pub(crate) const MIGRATION_17: &[&str] = &[
+    "CREATE TABLE notify_prefs (
+        login TEXT PRIMARY KEY,
+        doc TEXT NOT NULL
+    )",
+    "CREATE TABLE notify_outbox (
+        id TEXT PRIMARY KEY,
+        login TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        item TEXT NOT NULL,
+        title TEXT NOT NULL,
+        path TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        next_at BIGINT NOT NULL,
+        attempts BIGINT NOT NULL,
+        sent_at BIGINT,
+        UNIQUE (item, channel, login)
+    )",
+    "CREATE INDEX notify_outbox_due ON notify_outbox (next_at) WHERE sent_at IS NULL",
+];
+
+/// A notice waiting to be sent (or sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub id: String,
+    pub login: Login,
+    pub channel: Channel,
+    pub item: String,
+    pub title: String,
+    pub path: String,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    pub next_at: i64,
+    pub attempts: i64,
+}
+
+fn notice_of(r: &AnyRow) -> Result<Notice, StorageError> {
+    let login: String = r.try_get("login").map_err(db_err)?;
+    let channel: String = r.try_get("channel").map_err(db_err)?;
+    Ok(Notice {
+        id: r.try_get("id").map_err(db_err)?,
+        login: Login::parse(&login)
+            .ok_or_else(|| StorageError::Corrupt(format!("notice login {login:?}")))?,
+        channel: Channel::parse(&channel)
+            .ok_or_else(|| StorageError::Corrupt(format!("notice channel {channel:?}")))?,
+        item: r.try_get("item").map_err(db_err)?,
+        title: r.try_get("title").map_err(db_err)?,
+        path: r.try_get("path").map_err(db_err)?,
+        created_at: r.try_get("created_at").map_err(db_err)?,
+        next_at: r.try_get("next_at").map_err(db_err)?,
+        attempts: r.try_get("attempts").map_err(db_err)?,
+    })
+}
+
+const NOTICE_COLUMNS: &str = "id, login, channel, item, title, path, created_at, next_at, attempts";
+
+impl SqlStorage {
+    /// A person's preferences, if they set any.
+    pub async fn notify_prefs(&self, login: &Login) -> Result<Option<Preferences>, StorageError> {
+        let row = sqlx::query("SELECT doc FROM notify_prefs WHERE login = $1")
+            .bind(login.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        row.map(|r| {
+            let doc: String = r.try_get("doc").map_err(db_err)?;
+            serde_json::from_str(&doc)
+                .map_err(|e| StorageError::Corrupt(format!("notification preferences: {e}")))
+        })
+        .transpose()
+    }
+
+    pub async fn put_notify_prefs(
+        &self,
+        login: &Login,
+        prefs: &Preferences,
+    ) -> Result<(), StorageError> {
+        let doc = serde_json::to_string(prefs)
+            .map_err(|e| StorageError::Other(format!("notification preferences: {e}")))?;
+        sqlx::query(
+            "INSERT INTO notify_prefs (login, doc) VALUES ($1, $2)
+             ON CONFLICT (login) DO UPDATE SET doc = excluded.doc",
+        )
+        .bind(login.as_str())
+        .bind(doc)
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    /// Everyone with preferences (for what anyone signed in may decide).
+    pub async fn notify_people(&self) -> Result<Vec<(Login, Preferences)>, StorageError> {
+        let rows = sqlx::query("SELECT login, doc FROM notify_prefs ORDER BY login")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let login: String = r.try_get("login").map_err(db_err)?;
+            let doc: String = r.try_get("doc").map_err(db_err)?;
+            if let (Some(l), Ok(p)) = (Login::parse(&login), serde_json::from_str(&doc)) {
+                out.push((l, p));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Queues a notice; `false` when one for the same item, channel and person is already
+    /// queued or sent.
+    pub async fn enqueue_notice(&self, n: &Notice) -> Result<bool, StorageError> {
+        let done = sqlx::query(
+            "INSERT INTO notify_outbox (id, login, channel, item, title, path, created_at, next_at, attempts)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0)
+             ON CONFLICT (item, channel, login) DO NOTHING",
+        )
+        .bind(&n.id)
+        .bind(n.login.as_str())
+        .bind(n.channel.as_str())
+        .bind(&n.item)
+        .bind(&n.title)
+        .bind(&n.path)
+        .bind(n.created_at)
+        .bind(n.next_at)
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Claims up to `limit` unsent notices due at `now`: each is leased until `lease_until`
+    /// (a claim moves its `next_at`, and only the claimer's update matches the old value), so
+    /// two replicas, or a loop and a restart, never send one notice at once.
+    pub async fn claim_notices(
+        &self,
+        now: i64,
+        lease_until: i64,
+        limit: u32,
+    ) -> Result<Vec<Notice>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {NOTICE_COLUMNS} FROM notify_outbox WHERE sent_at IS NULL AND next_at <= $1 \
+             ORDER BY next_at, id LIMIT $2"
+        ))
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        let mut out = Vec::new();
+        for r in &rows {
+            let mut n = notice_of(r)?;
+            let claimed = sqlx::query(
+                "UPDATE notify_outbox SET next_at = $1 WHERE id = $2 AND next_at = $3 AND sent_at IS NULL",
+            )
+            .bind(lease_until)
+            .bind(&n.id)
+            .bind(n.next_at)
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+            if claimed.rows_affected() == 1 {
+                n.next_at = lease_until;
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A person's other unsent notices on a channel (what a digest gathers), claimed the same
+    /// way.
+    pub async fn claim_notices_of(
+        &self,
+        login: &Login,
+        channel: Channel,
+        lease_until: i64,
+    ) -> Result<Vec<Notice>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {NOTICE_COLUMNS} FROM notify_outbox \
+             WHERE sent_at IS NULL AND login = $1 AND channel = $2 AND next_at < $3 ORDER BY created_at, id"
+        ))
+        .bind(login.as_str())
+        .bind(channel.as_str())
+        .bind(lease_until)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        let mut out = Vec::new();
+        for r in &rows {
+            let mut n = notice_of(r)?;
+            let claimed = sqlx::query(
+                "UPDATE notify_outbox SET next_at = $1 WHERE id = $2 AND next_at = $3 AND sent_at IS NULL",
+            )
+            .bind(lease_until)
+            .bind(&n.id)
+            .bind(n.next_at)
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+            if claimed.rows_affected() == 1 {
+                n.next_at = lease_until;
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Marks notices sent: they are never sent again.
+    pub async fn notices_sent(&self, ids: &[String], at: i64) -> Result<(), StorageError> {
+        for id in ids {
+            sqlx::query("UPDATE notify_outbox SET sent_at = $1 WHERE id = $2")
+                .bind(at)
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    /// A failed attempt: due again at `next_at`.
+    pub async fn notice_retry(
+        &self,
+        id: &str,
+        attempts: i64,
+        next_at: i64,
+    ) -> Result<(), StorageError> {
+        sqlx::query("UPDATE notify_outbox SET attempts = $1, next_at = $2 WHERE id = $3")
+            .bind(attempts)
+            .bind(next_at)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    /// Gives a notice up (too many attempts): marked sent, so it is not tried again.
+    pub async fn notice_given_up(&self, id: &str, at: i64) -> Result<(), StorageError> {
+        self.notices_sent(&[id.to_owned()], at).await
+    }
+}
