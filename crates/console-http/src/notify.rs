@@ -354,7 +354,10 @@ impl Notifier {
                     .post(url)
                     .json(&json!({ "text": text }))
                     .send()
-                    .await?;
+                    .await
+                    // The URL is the person's secret (a Slack webhook's is its token): never
+                    // in an error, so never in a log line.
+                    .map_err(reqwest::Error::without_url)?;
                 anyhow::ensure!(
                     r.status().is_success(),
                     "the webhook answered {}",
@@ -383,7 +386,10 @@ impl Notifier {
                     .header("webhook-signature", secret.sign(id, ts, &body))
                     .body(body)
                     .send()
-                    .await?;
+                    .await
+                    // The URL is the person's secret (a Slack webhook's is its token): never
+                    // in an error, so never in a log line.
+                    .map_err(reqwest::Error::without_url)?;
                 anyhow::ensure!(
                     r.status().is_success(),
                     "the webhook answered {}",
