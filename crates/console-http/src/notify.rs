@@ -349,21 +349,7 @@ impl Notifier {
                 for (t, u) in &m.items {
                     text.push_str(&format!("• <{u}|{}>\n", slack_escape(t)));
                 }
-                let r = self
-                    .http
-                    .post(url)
-                    .json(&json!({ "text": text }))
-                    .send()
-                    .await
-                    // The URL is the person's secret (a Slack webhook's is its token): never
-                    // in an error, so never in a log line.
-                    .map_err(reqwest::Error::without_url)?;
-                anyhow::ensure!(
-                    r.status().is_success(),
-                    "the webhook answered {}",
-                    r.status()
-                );
-                Ok(())
+                deliver(self.http.post(url).json(&json!({ "text": text }))).await
             }
             Channel::Webhook => {
                 let secret = self.secret.as_ref().context("no webhook secret")?;
@@ -377,25 +363,16 @@ impl Notifier {
                     "items": m.items.iter().map(|(t, u)| json!({ "title": t, "url": u })).collect::<Vec<_>>(),
                 }))?;
                 let ts = self.clock.now().timestamp();
-                let r = self
-                    .http
-                    .post(url)
-                    .header("content-type", "application/json")
-                    .header("webhook-id", id)
-                    .header("webhook-timestamp", ts.to_string())
-                    .header("webhook-signature", secret.sign(id, ts, &body))
-                    .body(body)
-                    .send()
-                    .await
-                    // The URL is the person's secret (a Slack webhook's is its token): never
-                    // in an error, so never in a log line.
-                    .map_err(reqwest::Error::without_url)?;
-                anyhow::ensure!(
-                    r.status().is_success(),
-                    "the webhook answered {}",
-                    r.status()
-                );
-                Ok(())
+                deliver(
+                    self.http
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .header("webhook-id", id)
+                        .header("webhook-timestamp", ts.to_string())
+                        .header("webhook-signature", secret.sign(id, ts, &body))
+                        .body(body),
+                )
+                .await
             }
         }
     }
@@ -412,6 +389,18 @@ impl Notifier {
             }
         })
     }
+}
+
+/// Sends a webhook's request; a 2xx is delivered. The URL is the person's secret (a Slack
+/// webhook's is its token): it is never in the error, so never in a log line.
+async fn deliver(req: reqwest::RequestBuilder) -> anyhow::Result<()> {
+    let r = req.send().await.map_err(reqwest::Error::without_url)?;
+    anyhow::ensure!(
+        r.status().is_success(),
+        "the webhook answered {}",
+        r.status()
+    );
+    Ok(())
 }
 
 /// Slack's mrkdwn escapes: `&`, `<`, `>`.

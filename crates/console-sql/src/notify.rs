@@ -159,8 +159,14 @@ impl SqlStorage {
         .fetch_all(&self.pool)
         .await
         .map_err(db_err)?;
+        self.claim(&rows, lease_until).await
+    }
+
+    /// Leases each of `rows` until `lease_until`: only the claimer whose update matches the
+    /// `next_at` it read gets a notice.
+    async fn claim(&self, rows: &[AnyRow], lease_until: i64) -> Result<Vec<Notice>, StorageError> {
         let mut out = Vec::new();
-        for r in &rows {
+        for r in rows {
             let mut n = notice_of(r)?;
             let claimed = sqlx::query(
                 "UPDATE notify_outbox SET next_at = $1 WHERE id = $2 AND next_at = $3 AND sent_at IS NULL",
@@ -197,24 +203,7 @@ impl SqlStorage {
         .fetch_all(&self.pool)
         .await
         .map_err(db_err)?;
-        let mut out = Vec::new();
-        for r in &rows {
-            let mut n = notice_of(r)?;
-            let claimed = sqlx::query(
-                "UPDATE notify_outbox SET next_at = $1 WHERE id = $2 AND next_at = $3 AND sent_at IS NULL",
-            )
-            .bind(lease_until)
-            .bind(&n.id)
-            .bind(n.next_at)
-            .execute(&self.pool)
-            .await
-            .map_err(db_err)?;
-            if claimed.rows_affected() == 1 {
-                n.next_at = lease_until;
-                out.push(n);
-            }
-        }
-        Ok(out)
+        self.claim(&rows, lease_until).await
     }
 
     /// Marks notices sent: they are never sent again.
