@@ -146,6 +146,25 @@ impl HttpBroker {
         self.call(reqwest::Method::GET, url, None).await
     }
 
+    /// `POST /v1/credential-requests/{record}/approve`, with the countersignature when given.
+    async fn approve_as(
+        &self,
+        id: &str,
+        approver: &Login,
+        code: Option<&str>,
+        countersignature: Option<&Countersignature>,
+    ) -> Result<Approval, Error> {
+        let mut body = json!({ "approver": approver.as_str(), "code": code });
+        if let Some(c) = countersignature {
+            body["countersignature"] = json!(c);
+        }
+        self.post(
+            &["v1", "credential-requests", record_id(id)?, "approve"],
+            body,
+        )
+        .await
+    }
+
     async fn post<T: DeserializeOwned>(&self, segments: &[&str], body: Value) -> Result<T, Error> {
         self.call(reqwest::Method::POST, self.url(segments), Some(body))
             .await
@@ -208,11 +227,7 @@ impl BrokerClient for HttpBroker {
         approver: &Login,
         code: Option<&str>,
     ) -> Result<Approval, Error> {
-        self.post(
-            &["v1", "credential-requests", record_id(id)?, "approve"],
-            json!({ "approver": approver.as_str(), "code": code }),
-        )
-        .await
+        self.approve_as(id, approver, code, None).await
     }
 
     async fn deny(&self, id: &str, approver: &Login, code: Option<&str>) -> Result<String, Error> {
@@ -263,11 +278,8 @@ impl BrokerClient for HttpBroker {
         code: Option<&str>,
         countersignature: &Countersignature,
     ) -> Result<Approval, Error> {
-        self.post(
-            &["v1", "credential-requests", record_id(id)?, "approve"],
-            json!({ "approver": approver.as_str(), "code": code, "countersignature": countersignature }),
-        )
-        .await
+        self.approve_as(id, approver, code, Some(countersignature))
+            .await
     }
 
     async fn statement(&self, id: &str, approver: &Login) -> Result<ApprovalStatement, Error> {

@@ -55,30 +55,10 @@ impl Broker {
                             .await?
                             .filter(|r| r.state == RecordState::Pending)
                         {
-                            let at = rec.body.expires_at;
-                            self.decide_record(
-                                tx,
-                                rec,
-                                RecordState::Expired,
-                                "broker",
-                                at,
-                                Default::default(),
-                            )
-                            .await?;
+                            self.expire_record(tx, rec).await?;
                         }
                     }
-                    _ => {
-                        let at = rec.body.expires_at;
-                        self.decide_record(
-                            tx,
-                            rec,
-                            RecordState::Expired,
-                            "broker",
-                            at,
-                            Default::default(),
-                        )
-                        .await?;
-                    }
+                    _ => self.expire_record(tx, rec).await?,
                 }
                 Ok::<_, Fail>(())
             })?;
@@ -99,5 +79,24 @@ impl Broker {
             report.grants += 1;
         }
         Ok(report)
+    }
+
+    /// Decides a record that outlived its wait as expired, by the broker, at its expiry.
+    async fn expire_record(
+        &self,
+        tx: &mut dyn crate::storage::Tx,
+        rec: crate::model::Record,
+    ) -> Result<(), Fail> {
+        let at = rec.body.expires_at;
+        self.decide_record(
+            tx,
+            rec,
+            RecordState::Expired,
+            "broker",
+            at,
+            Default::default(),
+        )
+        .await?;
+        Ok(())
     }
 }
