@@ -44,8 +44,14 @@ pub struct Due {
 pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// A write transaction: rows read are locked until commit.
     async fn begin(&self) -> Result<Box<dyn Tx>, StorageError>;
-    /// A read-only transaction: no locks; never committed (drop it).
+    /// A read: no locks; never committed (drop it). Each statement may see its own snapshot:
+    /// a read of one row, or of rows no other statement of it must agree with.
     async fn read(&self) -> Result<Box<dyn Tx>, StorageError>;
+    /// A read whose statements all see one snapshot of the database (an audit walk that
+    /// checks rows against the chain). Never committed (drop it).
+    async fn snapshot(&self) -> Result<Box<dyn Tx>, StorageError> {
+        self.read().await
+    }
     /// Whether the database answers.
     async fn ping(&self) -> Result<(), StorageError>;
     /// The policy epoch: a counter a reread bumps so that every replica reloads its policy.

@@ -307,7 +307,10 @@ pub async fn verify(
     storage: &dyn Storage,
     sealer: &Sealer,
 ) -> anyhow::Result<Result<Walk, ChainBreak>> {
-    let mut tx = storage.read().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut tx = storage
+        .snapshot()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     audit::verify_all(&mut *tx, sealer)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))
@@ -333,7 +336,7 @@ pub async fn inspect(
     use countersign_broker_core::ids::{CredentialId, EnrollmentId, GrantId, RecordId};
     let db = |e: countersign_broker_core::StorageError| anyhow::anyhow!("database: {e}");
     let ids = storage.inventory().await.map_err(db)?;
-    let mut tx = storage.read().await.map_err(db)?;
+    let mut tx = storage.snapshot().await.map_err(db)?;
     let mut ins = audit::Inspection::new();
     if let Some((head, source)) = remembered {
         ins.remember(head, source);
@@ -550,7 +553,10 @@ pub async fn export(
     since: Since,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<Option<ChainBreak>> {
-    let mut tx = storage.read().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut tx = storage
+        .snapshot()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut walk = Walk::default();
     loop {
         let batch: Vec<AuditEntry> = tx
@@ -638,7 +644,10 @@ pub async fn export_follow(
     tokio::pin!(stop);
     loop {
         let batch: Vec<AuditEntry> = {
-            let mut tx = storage.read().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut tx = storage
+                .snapshot()
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             tx.audit_entries(walk.position, 1000)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?

@@ -51,6 +51,7 @@ mod error;
 mod inventory;
 mod once;
 mod schema;
+mod spare;
 mod tx;
 mod writer;
 
@@ -65,6 +66,7 @@ use std::time::Duration;
 
 use crate::error::{begin_err, db_err};
 use crate::once::{OnceBatcher, Target};
+use crate::spare::Spares;
 use crate::tx::SqlTx;
 use crate::writer::Writer;
 use async_trait::async_trait;
@@ -99,6 +101,8 @@ pub struct SqlStorage {
     /// The URL with any password replaced, for `Debug`.
     shown_url: Arc<str>,
     once_calls: Arc<AtomicU64>,
+    /// Read connections kept between reads (`spare.rs`).
+    spares: Arc<Spares>,
     /// Single-use values are written in batches by a task of their own (`once.rs`).
     once: OnceBatcher,
 }
@@ -173,9 +177,17 @@ impl SqlStorage {
             backend,
             writer: writer.clone(),
         });
+        // Half the pool at most, so that writes always find connections; none when the pool is
+        // a single in-memory connection the writer needs.
+        let spares = match backend {
+            Backend::Sqlite if is_sqlite_memory(url) => 0,
+            Backend::Sqlite => SQLITE_MAX_CONNECTIONS / 2,
+            Backend::Postgres => POSTGRES_MAX_CONNECTIONS / 2,
+        };
         let storage = SqlStorage {
             writer,
             once,
+            spares: Arc::new(Spares::new(spares as usize)),
             pool,
             backend,
             shown_url,
@@ -191,6 +203,10 @@ impl SqlStorage {
 
     /// Closes the pool: waits for checked-out connections to come back, then closes them all.
     pub async fn close(&self) {
+        self.spares.clear();
+        if let Some(writer) = &self.writer {
+            writer.release().await;
+        }
         self.pool.close().await;
     }
 
@@ -219,11 +235,22 @@ impl Storage for SqlStorage {
 
     #[tracing::instrument(name = "database read", level = "info", skip_all, fields(otel.kind = "client"))]
     async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
-        if self.backend == Backend::Postgres {
-            let conn = self.pool.acquire().await.map_err(begin_err)?;
-            return Ok(Box::new(SqlTx::reading(conn, self.backend)));
-        }
-        let tx = self.pool.begin().await.map_err(begin_err)?;
+        let conn = self.spares.take(&self.pool).await.map_err(begin_err)?;
+        Ok(Box::new(SqlTx::reading(
+            conn,
+            self.backend,
+            self.spares.clone(),
+        )))
+    }
+
+    async fn snapshot(&self) -> Result<Box<dyn Tx>, StorageError> {
+        // SQLite's deferred BEGIN takes its snapshot at the first read; PostgreSQL needs
+        // REPEATABLE READ for one snapshot across statements.
+        let begin = match self.backend {
+            Backend::Sqlite => "BEGIN",
+            Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        };
+        let tx = self.pool.begin_with(begin).await.map_err(begin_err)?;
         Ok(Box::new(SqlTx::pooled(tx, self.backend, false)))
     }
 

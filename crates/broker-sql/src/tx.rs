@@ -1,6 +1,7 @@
 //! The transaction: the [`Tx`] methods as SQL.
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -22,6 +23,7 @@ use sqlx::{Any, AnyConnection, Row, Transaction};
 
 use crate::Backend;
 use crate::error::db_err;
+use crate::spare::Spares;
 use crate::writer::Slot;
 
 /// A bound parameter.
@@ -274,6 +276,11 @@ pub(crate) struct SqlTx {
     backend: Backend,
     /// A write transaction (rows read are locked on PostgreSQL).
     write: bool,
+    /// A statement started and has not ended well (failed, or still running when the
+    /// transaction was dropped): the connection's state is unknown.
+    unsettled: bool,
+    /// A read's connection goes back here when it ends settled (`spare.rs`).
+    spares: Option<Arc<Spares>>,
 }
 
 /// Where the statements run.
@@ -282,9 +289,9 @@ enum Inner {
     Pool(Transaction<'static, Any>),
     /// SQLite's writes: a turn at the single writer, inside its group-committed transaction.
     Writer(Slot),
-    /// PostgreSQL's reads: a pooled connection, no `BEGIN` (under READ COMMITTED each statement
-    /// sees its own snapshot inside a transaction too, so the two round trips of `BEGIN` and
-    /// `ROLLBACK` bought nothing).
+    /// Reads: a connection with no `BEGIN`, each statement its own snapshot (under PostgreSQL's
+    /// READ COMMITTED that is so inside a transaction too, and SQLite's reads are all one
+    /// statement or need no more), so the round trips of `BEGIN` and `ROLLBACK` bought nothing.
     Conn(PoolConnection<Any>),
 }
 
@@ -302,8 +309,14 @@ impl Drop for SqlTx {
     fn drop(&mut self) {
         // A pooled transaction rolls back when its connection is next used or is back in the
         // pool; a writer's turn must end (and maybe roll back) before the next writer's.
-        if let Some(Inner::Writer(slot)) = self.inner.take() {
-            slot.abandon();
+        match self.inner.take() {
+            Some(Inner::Writer(slot)) => slot.abandon(),
+            Some(Inner::Conn(conn)) if !self.unsettled => {
+                if let Some(spares) = &self.spares {
+                    spares.put(conn);
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -314,15 +327,24 @@ impl SqlTx {
             inner: Some(Inner::Pool(tx)),
             backend,
             write,
+            unsettled: false,
+            spares: None,
         }
     }
 
-    /// A read on a pooled connection without a transaction (PostgreSQL).
-    pub(crate) fn reading(conn: PoolConnection<Any>, backend: Backend) -> Self {
+    /// A read on a connection without a transaction, given back to `spares` when it ends
+    /// settled.
+    pub(crate) fn reading(
+        conn: PoolConnection<Any>,
+        backend: Backend,
+        spares: Arc<Spares>,
+    ) -> Self {
         SqlTx {
             inner: Some(Inner::Conn(conn)),
             backend,
             write: false,
+            unsettled: false,
+            spares: Some(spares),
         }
     }
 
@@ -331,10 +353,14 @@ impl SqlTx {
             inner: Some(Inner::Writer(slot)),
             backend: Backend::Sqlite,
             write: true,
+            unsettled: false,
+            spares: None,
         }
     }
 
+    /// The connection for the next statement, which [`SqlTx::checked`] settles.
     fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
+        self.unsettled = true;
         match self.inner.as_mut() {
             Some(Inner::Pool(tx)) => Ok(&mut **tx),
             Some(Inner::Conn(c)) => Ok(&mut **c),
@@ -352,6 +378,7 @@ impl SqlTx {
 
     /// Notes a failed statement (the writer's physical transaction may be gone).
     fn checked<T>(&mut self, r: Result<T, sqlx::Error>) -> Result<T, StorageError> {
+        self.unsettled = r.is_err();
         if r.is_err()
             && let Some(Inner::Writer(slot)) = self.inner.as_mut()
         {

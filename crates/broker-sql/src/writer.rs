@@ -7,8 +7,8 @@
 //! (a FIFO-fair async mutex) inside one physical transaction on one connection, and a flusher
 //! task commits that physical transaction for all of them at once:
 //!
-//! - [`Writer::begin`] takes the mutex and, when no physical transaction is open, checks a
-//!   connection out of the pool and runs `BEGIN IMMEDIATE` on it.
+//! - [`Writer::begin`] takes the mutex and, when no physical transaction is open, runs
+//!   `BEGIN IMMEDIATE` on the connection the last batch kept (or on one from the pool).
 //! - A logical commit that wrote something puts itself on the batch, releases the mutex, wakes
 //!   the flusher and waits for the physical `COMMIT`: its caller hears "committed" only once it
 //!   is durable. One that wrote nothing answers at once.
@@ -58,6 +58,10 @@ type Answer = oneshot::Sender<Result<(), StorageError>>;
 #[derive(Default)]
 pub(crate) struct Batch {
     conn: Option<PoolConnection<Any>>,
+    /// The connection of the last batch that committed, kept for the next one: back in the
+    /// pool, sqlx would test it with a round trip on its return and the next batch would check
+    /// it out again. Given back by [`Writer::release`].
+    idle: Option<PoolConnection<Any>>,
     waiting: Vec<Answer>,
     /// The audit log head (position, hash) the appends of this writer left, valid while every
     /// transaction since it was set commits; forgotten on any rollback or failed commit, and
@@ -95,6 +99,9 @@ struct Shared {
     batch: Arc<Mutex<Batch>>,
     flush: Notify,
     closed: AtomicBool,
+    /// Whether a committed batch's connection is kept for the next (not when the pool's one
+    /// connection is an in-memory database's, which readers need too).
+    keep: bool,
 }
 
 /// The writer of one SQLite storage. Dropping the last handle lets the flusher commit what is
@@ -112,16 +119,17 @@ impl Drop for Writer {
 }
 
 impl Writer {
-    /// Starts the flusher, and with `checkpoints` the checkpointer, on the current Tokio
+    /// Starts the flusher, and for a database `file` the checkpointer, on the current Tokio
     /// runtime.
-    pub(crate) fn start(pool: AnyPool, checkpoints: bool) -> Arc<Writer> {
+    pub(crate) fn start(pool: AnyPool, file: bool) -> Arc<Writer> {
         let shared = Arc::new(Shared {
             batch: Arc::default(),
             flush: Notify::new(),
             closed: AtomicBool::new(false),
+            keep: file,
         });
         tokio::spawn(flusher(shared.clone()));
-        if checkpoints {
+        if file {
             tokio::spawn(checkpointer(Arc::downgrade(&shared), pool.clone()));
         }
         Arc::new(Writer { shared, pool })
@@ -131,7 +139,11 @@ impl Writer {
     pub(crate) async fn begin(self: &Arc<Self>) -> Result<Slot, StorageError> {
         let mut batch = self.shared.batch.clone().lock_owned().await;
         if batch.conn.is_none() {
-            let mut opening = Opening(Some(self.pool.acquire().await.map_err(begin_err)?));
+            let conn = match batch.idle.take() {
+                Some(conn) => conn,
+                None => self.pool.acquire().await.map_err(begin_err)?,
+            };
+            let mut opening = Opening(Some(conn));
             if let Some(conn) = opening.0.as_mut() {
                 conn.execute("BEGIN IMMEDIATE").await.map_err(begin_err)?;
             }
@@ -143,6 +155,14 @@ impl Writer {
             wrote: false,
             failed: false,
         })
+    }
+}
+
+impl Writer {
+    /// Gives the kept connection back to the pool (before the pool is closed).
+    pub(crate) async fn release(&self) {
+        let idle = self.shared.batch.lock().await.idle.take();
+        drop(idle);
     }
 }
 
@@ -280,7 +300,7 @@ async fn roll_back(mut batch: OwnedMutexGuard<Batch>, why: &str) {
 }
 
 /// Commits the open physical transaction and answers its batch.
-async fn commit_batch(batch: &mut Batch) {
+async fn commit_batch(batch: &mut Batch, keep: bool) {
     let Some(mut conn) = batch.conn.take() else {
         return;
     };
@@ -301,6 +321,8 @@ async fn commit_batch(batch: &mut Batch) {
         batch.audit_head = None;
         let _ = tokio::time::timeout(END_TIMEOUT, conn.execute("ROLLBACK")).await;
         conn.close_on_drop();
+    } else if keep {
+        batch.idle = Some(conn);
     }
     for w in batch.waiting.drain(..) {
         let _ = w.send(result.clone());
@@ -311,7 +333,7 @@ async fn flusher(shared: Arc<Shared>) {
     loop {
         shared.flush.notified().await;
         let mut batch = shared.batch.lock().await;
-        commit_batch(&mut batch).await;
+        commit_batch(&mut batch, shared.keep).await;
         drop(batch);
         if shared.closed.load(Ordering::Acquire) {
             return;

@@ -191,6 +191,8 @@ suite!(
     dropped_transactions_roll_back,
     second_writer_waits_and_sees_the_first,
     reads_do_not_wait_for_writers,
+    a_snapshot_sees_one_state_a_read_sees_the_latest,
+    kept_read_connections_go_back_before_the_pool_closes,
     race_has_one_winner_per_round,
     undecodable_rows_are_corrupt,
     reconnecting_keeps_data_and_schema,
@@ -1183,6 +1185,62 @@ async fn reads_do_not_wait_for_writers(s: &SqlStorage) {
     writer.commit().await.expect("commit");
     let mut r = s.read().await.expect("read");
     assert_eq!(r.get_credential(c2.id).await.expect("get"), Some(c2));
+}
+
+/// A snapshot's statements all see the database as at its first one (an audit walk checks rows
+/// against the chain in one); a read's each see the latest commit (reads keep their
+/// connection between them, `spare.rs`, and must not keep a stale view with it).
+async fn a_snapshot_sees_one_state_a_read_sees_the_latest(s: &SqlStorage) {
+    let key = jwk();
+    let c = credential(&key, "t", 0, None);
+    let mut snapshot = s.snapshot().await.expect("snapshot");
+    assert_eq!(snapshot.get_credential(c.id).await.expect("get"), None);
+    let mut read = s.read().await.expect("read");
+    assert_eq!(read.get_credential(c.id).await.expect("get"), None);
+
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_credential(&c).await.expect("put");
+    tx.commit().await.expect("commit");
+
+    assert_eq!(
+        snapshot.get_credential(c.id).await.expect("get"),
+        None,
+        "a snapshot does not see a commit after its first statement"
+    );
+    assert_eq!(
+        read.get_credential(c.id).await.expect("get"),
+        Some(c.clone()),
+        "each statement of a read sees the latest commit"
+    );
+    drop(read);
+    // The kept connection, taken again, sees it too.
+    for _ in 0..3 {
+        let mut r = s.read().await.expect("read");
+        assert_eq!(r.get_credential(c.id).await.expect("get"), Some(c.clone()));
+    }
+}
+
+/// Reads keep their connections between them; closing the storage hands them back first, so
+/// that the pool's close (which waits for every checked-out connection) returns.
+async fn kept_read_connections_go_back_before_the_pool_closes(s: &SqlStorage) {
+    let key = jwk();
+    let c = credential(&key, "t", 0, None);
+    let mut tx = s.begin().await.expect("begin");
+    tx.put_credential(&c).await.expect("put");
+    tx.commit().await.expect("commit");
+    // Several reads at once, so that several connections are kept.
+    let read = || async {
+        let mut r = s.read().await.expect("read");
+        r.get_credential(c.id).await.expect("get")
+    };
+    let got = tokio::join!(read(), read(), read(), read());
+    for got in [got.0, got.1, got.2, got.3] {
+        assert_eq!(got, Some(c.clone()));
+    }
+    let clone = s.clone();
+    tokio::time::timeout(Duration::from_secs(10), clone.close())
+        .await
+        .expect("the pool closes with read connections kept");
 }
 
 /// Many concurrent transitions on one record: each reads it and approves it if still pending.

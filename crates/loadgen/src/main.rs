@@ -10,6 +10,8 @@
 //! now); proofs are signed before each measured phase so that the client's signing does not
 //! compete with the server for the two cores. It reports, in the same run, the cost of one
 //! ES256 verification (aws-lc-rs, the broker's path) and what it allows on the server's cores.
+//! Each measured phase says on standard error when it starts (`measuring: GET
+//! /v1/enrollments/self`), for a profiler to attach to that phase alone.
 
 /// The allocator the broker's binaries use (see `docs/decisions.md`).
 #[global_allocator]
@@ -217,74 +219,59 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
                 ..c
             })
             .collect();
-        let cpu0 = server_cpu();
-        let r = closed_loop(
-            &addrs,
-            floor,
-            args.connections,
-            Duration::from_secs(args.seconds),
-        )
-        .await?;
-        let cpu = server_cpu() - cpu0;
-        r.print("GET of no route (the HTTP floor: 404), closed loop", None);
-        print_capacity(cpu, r.done, cores, f64::NAN, verify_us);
+        // A closed-loop phase: its rate and latency, and the server's CPU per request.
+        let closed = |label: &'static str, calls: Vec<Call>, target: Option<f64>| {
+            let addrs = &addrs;
+            let server_cpu = &server_cpu;
+            async move {
+                eprintln!("measuring: {label}");
+                let cpu0 = server_cpu();
+                let r = closed_loop(
+                    addrs,
+                    calls,
+                    args.connections,
+                    Duration::from_secs(args.seconds),
+                )
+                .await?;
+                let cpu = server_cpu() - cpu0;
+                r.print(&format!("{label}, closed loop"), target);
+                print_capacity(cpu, r.done, cores, target.unwrap_or(f64::NAN), verify_us);
+                anyhow::Ok(())
+            }
+        };
+        // An open-loop phase at `--rate`: latency counted from when each call was due.
+        let open = |label: &'static str, calls: Vec<Call>| {
+            let addrs = &addrs;
+            async move {
+                eprintln!("measuring: {label} at a fixed rate");
+                let r = open_loop(
+                    addrs,
+                    calls,
+                    args.rate,
+                    Duration::from_secs(10),
+                    OPEN_LOOP_CONNECTIONS,
+                )
+                .await?;
+                r.print(&format!("{label} at {} req/s", args.rate), None);
+                anyhow::Ok(())
+            }
+        };
+        closed("GET of no route (the HTTP floor: 404)", floor, None).await?;
 
         let reads = presign(&session, &base, n, |s, b| s.self_proof(b))?;
-        let cpu0 = server_cpu();
-        let r = closed_loop(
-            &addrs,
-            reads,
-            args.connections,
-            Duration::from_secs(args.seconds),
-        )
-        .await?;
-        let cpu = server_cpu() - cpu0;
-        r.print("GET /v1/enrollments/self, closed loop", Some(target));
-        print_capacity(cpu, r.done, cores, target, verify_us);
+        closed("GET /v1/enrollments/self", reads, Some(target)).await?;
         let reads = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
             s.self_proof(b)
         })?;
-        let r = open_loop(
-            &addrs,
-            reads,
-            args.rate,
-            Duration::from_secs(10),
-            OPEN_LOOP_CONNECTIONS,
-        )
-        .await?;
-        r.print(
-            &format!("GET /v1/enrollments/self at {} req/s", args.rate),
-            None,
-        );
+        open("GET /v1/enrollments/self", reads).await?;
 
         let n = ((args.seconds as f64) * 10_000.0) as usize;
         let writes = presign(&session, &base, n, |s, b| s.request_call(b))?;
-        let cpu0 = server_cpu();
-        let r = closed_loop(
-            &addrs,
-            writes,
-            args.connections,
-            Duration::from_secs(args.seconds),
-        )
-        .await?;
-        let cpu = server_cpu() - cpu0;
-        r.print("POST /v1/requests (automatic), closed loop", None);
-        print_capacity(cpu, r.done, cores, f64::NAN, verify_us);
+        closed("POST /v1/requests (automatic)", writes, None).await?;
         let writes = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
             s.request_call(b)
         })?;
-        let r = open_loop(
-            &addrs,
-            writes,
-            args.rate,
-            Duration::from_secs(10),
-            OPEN_LOOP_CONNECTIONS,
-        )
-        .await?;
-        r.print(
-            &format!("POST /v1/requests (automatic) at {} req/s", args.rate),
-            None,
-        );
+        open("POST /v1/requests (automatic)", writes).await?;
         anyhow::Ok(())
     })?;
     for (rt, r) in server_rts.iter().zip(running) {

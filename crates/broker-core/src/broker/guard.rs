@@ -90,6 +90,10 @@ impl Storage for Guarded {
         Ok(self.wrap(self.inner.read().await?, false))
     }
 
+    async fn snapshot(&self) -> Result<Box<dyn Tx>, StorageError> {
+        Ok(self.wrap(self.inner.snapshot().await?, false))
+    }
+
     async fn ping(&self) -> Result<(), StorageError> {
         self.inner.ping().await
     }

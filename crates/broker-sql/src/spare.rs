@@ -1,0 +1,75 @@
+//! Read connections kept between reads.
+//!
+//! sqlx tests a connection every time it goes back to its pool (a `ping`: a round trip to
+//! SQLite's worker thread, or to PostgreSQL), and PostgreSQL's pool tests it again before each
+//! checkout. A proof-verified read is one or two statements, so those tests, with the checkout
+//! itself, were most of its database work. A read whose statements all ended cleanly puts its
+//! connection here instead, and the next read takes it back with no test:
+//!
+//! - a statement that failed, or was cut off by its caller going away, may have left the
+//!   connection in any state: that connection goes back to the pool, which tests it as before;
+//! - a connection left here longer than [`IDLE_TEST`] is tested before it is used (a PostgreSQL
+//!   server restarted, or an idle connection closed by the network); one that fails is closed;
+//! - at most `cap` connections are kept, so the pool always has others for writes;
+//! - [`Spares::clear`] hands them all back, before the pool is closed.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyPool, Connection};
+
+/// How long a kept connection may sit unused before it is tested again.
+pub(crate) const IDLE_TEST: Duration = Duration::from_secs(1);
+
+/// Connections kept checked out between reads, the most recently used taken first.
+#[derive(Debug)]
+pub(crate) struct Spares {
+    kept: Mutex<Vec<(PoolConnection<Any>, Instant)>>,
+    cap: usize,
+}
+
+impl Spares {
+    pub(crate) fn new(cap: usize) -> Self {
+        Spares {
+            kept: Mutex::new(Vec::with_capacity(cap)),
+            cap,
+        }
+    }
+
+    fn pop(&self) -> Option<(PoolConnection<Any>, Instant)> {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    /// A connection for a read: a kept one (tested if it sat idle), else one from the pool.
+    pub(crate) async fn take(&self, pool: &AnyPool) -> Result<PoolConnection<Any>, sqlx::Error> {
+        while let Some((mut conn, since)) = self.pop() {
+            if since.elapsed() < IDLE_TEST {
+                return Ok(conn);
+            }
+            match conn.ping().await {
+                Ok(()) => return Ok(conn),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a kept read connection failed its test");
+                    conn.close_on_drop();
+                }
+            }
+        }
+        pool.acquire().await
+    }
+
+    /// Keeps a connection whose statements all ended cleanly; past the cap it goes back to the
+    /// pool.
+    pub(crate) fn put(&self, conn: PoolConnection<Any>) {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < self.cap {
+            kept.push((conn, Instant::now()));
+        }
+    }
+
+    /// Hands every kept connection back to the pool.
+    pub(crate) fn clear(&self) {
+        let kept = std::mem::take(&mut *self.kept.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(kept);
+    }
+}
