@@ -7,7 +7,9 @@
 //! connection here instead, and the next read takes it back with no test:
 //!
 //! - a statement that failed, or was cut off by its caller going away, may have left the
-//!   connection in any state: that connection goes back to the pool, which tests it as before;
+//!   connection in any state: that connection goes back to the pool, which tests it as before,
+//!   and a failed one takes every kept connection back with it (they have likely met its fate:
+//!   the database restarted), so that one failed read, not one per kept connection, finds out;
 //! - a connection left here longer than [`IDLE_TEST`] is tested before it is used (a PostgreSQL
 //!   server restarted, or an idle connection closed by the network); one that fails is closed;
 //! - at most `cap` connections are kept, so the pool always has others for writes;

@@ -379,10 +379,14 @@ impl SqlTx {
     /// Notes a failed statement (the writer's physical transaction may be gone).
     fn checked<T>(&mut self, r: Result<T, sqlx::Error>) -> Result<T, StorageError> {
         self.unsettled = r.is_err();
-        if r.is_err()
-            && let Some(Inner::Writer(slot)) = self.inner.as_mut()
-        {
-            slot.failed();
+        if r.is_err() {
+            match (self.inner.as_mut(), &self.spares) {
+                (Some(Inner::Writer(slot)), _) => slot.failed(),
+                // The others kept beside this connection have likely met its fate (a database
+                // restarted): back to the pool, which tests them, with this one.
+                (Some(Inner::Conn(_)), Some(spares)) => spares.clear(),
+                _ => {}
+            }
         }
         r.map_err(db_err)
     }
