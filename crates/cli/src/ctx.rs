@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use countersign_broker_client::{Answer, Auth, BrokerClient};
 use countersign_launcher_proto::Client;
-use countersign_launcher_proto::broker::{Answer, Auth, BrokerClient};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -47,7 +47,11 @@ impl Ctx {
             return Ok(b);
         }
         let status = self.helper.status()?;
-        let client = BrokerClient::new(&status.broker_url, Duration::from_secs(30))?;
+        let client = BrokerClient::new(
+            &status.broker_url,
+            Duration::from_secs(30),
+            concat!("countersign-launcher/", env!("CARGO_PKG_VERSION")),
+        )?;
         Ok(self.broker.get_or_init(|| client))
     }
 

@@ -1,7 +1,7 @@
 //! Exit statuses (spec, "Command-line client exit codes") and the one error type commands
 //! return.
 
-use countersign_launcher_proto::broker::BrokerError;
+use countersign_broker_client::BrokerError;
 use countersign_launcher_proto::{ClientError, HelperCode};
 
 pub const SUCCESS: u8 = 0;

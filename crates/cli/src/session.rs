@@ -464,9 +464,10 @@ async fn renew_once(ctx: &Ctx) -> Renewal {
             }
         }
         Err(f) => {
-            let terminal_broker = f.code.as_deref().is_some_and(|c| {
-                countersign_launcher_proto::broker::TERMINAL_RENEWAL_CODES.contains(&c)
-            });
+            let terminal_broker = f
+                .code
+                .as_deref()
+                .is_some_and(|c| countersign_broker_client::TERMINAL_RENEWAL_CODES.contains(&c));
             let terminal_helper =
                 matches!(f.code.as_deref(), Some("NOT_A_SESSION" | "NOT_ENROLLED"));
             if terminal_broker || terminal_helper {

@@ -1,4 +1,6 @@
-//! [`HttpBroker`]: the core's [`BrokerClient`] over the broker's HTTP API with the console token.
+//! [`HttpBroker`]: the core's [`BrokerClient`] over the broker's HTTP API with the console
+//! token, a thin adapter over `countersign-broker-client` (the one broker client, which sends
+//! the requests and reads the refusals).
 //!
 //! Ids taken from a caller are checked against the characters broker ids use before they go
 //! into a path (and are percent-encoded as path segments), so that no input can steer the
@@ -9,6 +11,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use countersign_broker_client::{Auth, BrokerError, Failure};
 use countersign_console_core::broker::{
     Approval, ApprovalStatement, BrokerClient, Countersignature, CredentialRecord, GrantItem,
     MachineLogin, PasskeyItem, PasskeyOffer, PasskeyRegistration, PendingItem,
@@ -18,45 +21,50 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
+/// The user agent of the console's calls to the broker.
+const USER_AGENT: &str = concat!("countersign-console/", env!("CARGO_PKG_VERSION"));
+
+/// The shared broker client the console calls the broker with: the console's user agent, its
+/// calls carrying the W3C trace context of the span they are made in.
+pub fn client(
+    base: &str,
+    timeout: Duration,
+) -> anyhow::Result<countersign_broker_client::BrokerClient> {
+    Ok(
+        countersign_broker_client::BrokerClient::new(base, timeout, USER_AGENT)?
+            .with_trace_context(countersign_common::telemetry::inject_current),
+    )
+}
+
 /// The broker over HTTP.
 pub struct HttpBroker {
-    http: reqwest::Client,
-    base: url::Url,
+    client: countersign_broker_client::BrokerClient,
     token: Zeroizing<String>,
 }
 
 impl std::fmt::Debug for HttpBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpBroker")
-            .field("base", &self.base.as_str())
+            .field("base", &self.client.base_url())
             .finish_non_exhaustive()
     }
 }
 
 impl HttpBroker {
     pub fn new(base: &str, token: Zeroizing<String>, timeout: Duration) -> anyhow::Result<Self> {
-        let base = url::Url::parse(base)?;
-        if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
-            anyhow::bail!("the broker URL must be an http:// or https:// URL");
-        }
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
-        Ok(Self { http, base, token })
+        Ok(Self {
+            client: client(base, timeout)?,
+            token,
+        })
     }
 
     fn url(&self, segments: &[&str]) -> url::Url {
-        let mut u = self.base.clone();
-        if let Ok(mut p) = u.path_segments_mut() {
-            p.pop_if_empty().extend(segments);
-        }
-        u
+        self.client.url_of(segments)
     }
 
     async fn call<T: DeserializeOwned>(
         &self,
-        method: reqwest::Method,
+        method: &str,
         url: url::Url,
         body: Option<Value>,
     ) -> Result<T, Error> {
@@ -68,70 +76,17 @@ impl HttpBroker {
             otel.name = format!("console → broker {method}"),
             otel.kind = "client",
         );
-        tracing::Instrument::instrument(self.call_in_span(method, url, body), span).await
-    }
-
-    async fn call_in_span<T: DeserializeOwned>(
-        &self,
-        method: reqwest::Method,
-        url: url::Url,
-        body: Option<Value>,
-    ) -> Result<T, Error> {
-        let mut req = self
-            .http
-            .request(method, url)
-            .bearer_auth(self.token.as_str());
-        for (name, value) in countersign_common::telemetry::inject_current() {
-            req = req.header(name, value);
-        }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.map_err(|e| {
-            tracing::warn!(error = %e, "broker call failed");
-            Error::with_message(
-                ErrorCode::BROKER_UNAVAILABLE,
-                "the broker could not be reached",
-            )
-        })?;
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|_| {
-            Error::with_message(
-                ErrorCode::BROKER_UNAVAILABLE,
-                "the broker's answer was cut short",
-            )
-        })?;
-        if status.is_success() {
-            return serde_json::from_slice(&bytes).map_err(|e| {
-                tracing::warn!(error = %e, "broker answer did not parse");
-                Error::with_message(
-                    ErrorCode::BROKER_UNAVAILABLE,
-                    "the broker's answer did not parse",
-                )
-            });
-        }
-        #[derive(serde::Deserialize)]
-        struct Refusal {
-            code: String,
-            #[serde(default)]
-            error: String,
-        }
-        match serde_json::from_slice::<Refusal>(&bytes) {
-            Ok(r) if r.code == "UI_INVALID" => {
-                tracing::error!(
-                    "the broker refused the console token: check the broker's console_token_file"
-                );
-                Err(Error::with_message(
-                    ErrorCode::BROKER_UNAVAILABLE,
-                    "the broker refused this console's token",
-                ))
-            }
-            Ok(r) => Err(Error::broker(r.code, status.as_u16(), r.error)),
-            Err(_) => Err(Error::with_message(
-                ErrorCode::BROKER_UNAVAILABLE,
-                format!("the broker answered {}", status.as_u16()),
-            )),
-        }
+        let bytes = body.map(|b| b.to_string().into_bytes());
+        let sent = self.client.send(
+            method,
+            url.as_str(),
+            bytes.as_deref(),
+            Auth::Bearer(self.token.as_str()),
+        );
+        tracing::Instrument::instrument(sent, span)
+            .await
+            .and_then(|a| a.json())
+            .map_err(refused)
     }
 
     async fn get<T: DeserializeOwned>(
@@ -143,7 +98,7 @@ impl HttpBroker {
         if let Some(a) = approver {
             url.query_pairs_mut().append_pair("approver", a.as_str());
         }
-        self.call(reqwest::Method::GET, url, None).await
+        self.call("GET", url, None).await
     }
 
     /// `POST /v1/credential-requests/{record}/approve`, with the countersignature when given.
@@ -166,8 +121,37 @@ impl HttpBroker {
     }
 
     async fn post<T: DeserializeOwned>(&self, segments: &[&str], body: Value) -> Result<T, Error> {
-        self.call(reqwest::Method::POST, self.url(segments), Some(body))
-            .await
+        self.call("POST", self.url(segments), Some(body)).await
+    }
+}
+
+/// A failed call as the console core's error: the broker's refusal keeps its code, status and
+/// message; everything else is BROKER_UNAVAILABLE, the detail logged.
+fn refused(e: BrokerError) -> Error {
+    let unavailable = |message: String| Error::with_message(ErrorCode::BROKER_UNAVAILABLE, message);
+    match (e.kind, e.code, e.status) {
+        (Failure::NoAnswer, ..) => {
+            tracing::warn!(error = %e.message, "broker call failed");
+            unavailable("the broker could not be reached".into())
+        }
+        (Failure::CutShort, ..) => unavailable("the broker's answer was cut short".into()),
+        (Failure::Unexpected, ..) => {
+            tracing::warn!(error = %e.message, "broker answer did not parse");
+            unavailable("the broker's answer did not parse".into())
+        }
+        (Failure::Refused, Some(code), _) if code == "UI_INVALID" => {
+            tracing::error!(
+                "the broker refused the console token: check the broker's console_token_file"
+            );
+            unavailable("the broker refused this console's token".into())
+        }
+        (Failure::Refused, Some(code), status) => {
+            Error::broker(code, status.unwrap_or_default(), e.message)
+        }
+        (Failure::Refused, None, status) => unavailable(format!(
+            "the broker answered {}",
+            status.unwrap_or_default()
+        )),
     }
 }
 
@@ -325,7 +309,7 @@ impl BrokerClient for HttpBroker {
     ) -> Result<PasskeyItem, Error> {
         let id = passkey_id(id)?;
         self.call(
-            reqwest::Method::PATCH,
+            "PATCH",
             self.url(&["v1", "passkeys", id]),
             Some(json!({ "approver": approver.as_str(), "name": name })),
         )

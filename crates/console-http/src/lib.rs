@@ -56,8 +56,9 @@ pub struct AppState {
     pub webhook_secret: Option<hooks::WebhookSecret>,
     /// The storage's listener for other replicas' events, until [`serve`] takes it.
     pub event_listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// The broker's `/readyz`, which the console's own `/readyz` asks (none: no broker).
-    pub broker_readyz: Option<url::Url>,
+    /// A client of the broker (2 s per call) for its `/readyz`, which the console's own
+    /// `/readyz` asks (none: no broker).
+    pub broker_readyz: Option<countersign_broker_client::BrokerClient>,
     /// Tells people where to approve (`[notifications]`); none: nothing is sent.
     pub notifier: Option<Arc<notify::Notifier>>,
 }

@@ -11,6 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use countersign_broker_client::{Auth, Failure};
 use countersign_console_core::{Clock, Console, ConsoleConfig, Error, ErrorCode, Parts};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -149,11 +150,10 @@ pub fn state(console: Console, config: &Config) -> AppState {
         sessions: Default::default(),
         webhook_secret: None,
         event_listener: Default::default(),
-        broker_readyz: config.broker.as_ref().and_then(|b| {
-            let mut u = url::Url::parse(&b.url).ok()?;
-            u.path_segments_mut().ok()?.pop_if_empty().push("readyz");
-            Some(u)
-        }),
+        broker_readyz: config
+            .broker
+            .as_ref()
+            .and_then(|b| crate::broker_client::client(&b.url, Duration::from_secs(2)).ok()),
         notifier: None,
     }
 }
@@ -298,21 +298,11 @@ pub async fn readyz(State(st): State<Arc<AppState>>) -> Response {
     };
     let broker = match &st.broker_readyz {
         None => "not configured",
-        Some(url) => {
-            static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-            let http = HTTP.get_or_init(|| {
-                reqwest::Client::builder()
-                    .timeout(Duration::from_secs(2))
-                    .redirect(reqwest::redirect::Policy::none())
-                    .build()
-                    .unwrap_or_default()
-            });
-            match http.get(url.as_str()).send().await {
-                Ok(r) if r.status().is_success() => "ok",
-                Ok(_) => "not ready",
-                Err(_) => "unreachable",
-            }
-        }
+        Some(client) => match client.call("GET", "/readyz", None, Auth::None).await {
+            Ok(_) => "ok",
+            Err(e) if e.kind == Failure::Refused => "not ready",
+            Err(_) => "unreachable",
+        },
     };
     let ready = database == "ok" && matches!(broker, "ok" | "not configured");
     let status = if ready {

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use countersign_broker_client::{Auth, BrokerClient, Failure};
 use countersign_console_sql::{SqlStorage, WitnessRecord};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
@@ -39,16 +40,14 @@ pub enum Round {
 /// The witness of one broker.
 pub struct Witness {
     storage: SqlStorage,
-    http: reqwest::Client,
-    url: String,
-    broker: String,
+    client: BrokerClient,
     token: Zeroizing<String>,
 }
 
 impl std::fmt::Debug for Witness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Witness")
-            .field("broker", &self.broker)
+            .field("broker", &self.client.base_url())
             .finish_non_exhaustive()
     }
 }
@@ -60,25 +59,23 @@ impl Witness {
         token: Zeroizing<String>,
         timeout: Duration,
     ) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
-        let broker = broker.trim_end_matches('/').to_owned();
         Ok(Self {
             storage,
-            http,
-            url: format!("{broker}/v1/audit/witness"),
-            broker,
+            client: crate::broker_client::client(broker, timeout)?,
             token,
         })
+    }
+
+    /// The broker's URL, which keys the record.
+    fn broker(&self) -> &str {
+        self.client.base_url()
     }
 
     /// One round: present the record, keep the answer.
     pub async fn round(&self) -> anyhow::Result<Round> {
         let rec = self
             .storage
-            .witness_record(&self.broker)
+            .witness_record(self.broker())
             .await
             .map_err(|e| anyhow::anyhow!("console database: {e}"))?
             .unwrap_or(WitnessRecord {
@@ -91,23 +88,22 @@ impl Witness {
             hash: rec.hash.clone(),
             accepted: rec.accepted,
         };
-        let r = self
-            .http
-            .post(&self.url)
-            .bearer_auth(self.token.as_str())
-            .json(&body)
-            .send()
-            .await?;
-        let status = r.status().as_u16();
-        let text = r.text().await?;
-        if status != 200 {
-            let message = serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v["error"].as_str().map(str::to_owned))
-                .unwrap_or_default();
-            return Ok(Round::Refused(status, message));
-        }
-        let head: Head = serde_json::from_str(&text)?;
+        let sent = self
+            .client
+            .call(
+                "POST",
+                "/v1/audit/witness",
+                Some(&serde_json::to_vec(&body)?),
+                Auth::Bearer(self.token.as_str()),
+            )
+            .await;
+        let head: Head = match sent {
+            Ok(answer) => answer.json()?,
+            Err(e) if e.kind == Failure::Refused => {
+                return Ok(Round::Refused(e.status.unwrap_or_default(), e.message));
+            }
+            Err(e) => return Err(e.into()),
+        };
         let answered = WitnessRecord {
             position: head.position,
             hash: head.hash,
@@ -115,12 +111,12 @@ impl Witness {
         };
         let now = chrono::Utc::now().timestamp_millis();
         self.storage
-            .witness_keep(&self.broker, &answered, now)
+            .witness_keep(self.broker(), &answered, now)
             .await
             .map_err(|e| anyhow::anyhow!("console database: {e}"))?;
         let kept = self
             .storage
-            .witness_record(&self.broker)
+            .witness_record(self.broker())
             .await
             .map_err(|e| anyhow::anyhow!("console database: {e}"))?
             .unwrap_or(answered);
@@ -136,13 +132,13 @@ impl Witness {
                 match self.round().await {
                     Ok(Round::Kept(_)) => {}
                     Ok(Round::Refused(503, m)) if m.starts_with("audit log:") => {
-                        tracing::error!(broker = %self.broker, message = %m, "the broker's audit log is behind what this console witnessed, or broken: it fails closed")
+                        tracing::error!(broker = %self.broker(), message = %m, "the broker's audit log is behind what this console witnessed, or broken: it fails closed")
                     }
                     Ok(Round::Refused(status, m)) => {
-                        tracing::warn!(broker = %self.broker, status, message = %m, "audit witness refused")
+                        tracing::warn!(broker = %self.broker(), status, message = %m, "audit witness refused")
                     }
                     Err(e) => {
-                        tracing::debug!(broker = %self.broker, error = %e, "audit witness round failed")
+                        tracing::debug!(broker = %self.broker(), error = %e, "audit witness round failed")
                     }
                 }
             }

@@ -9,14 +9,14 @@
 //! - [`frame`]: newline-delimited JSON with a line cap ([`MAX_LINE`]);
 //! - [`client`]: a blocking client over the Unix socket;
 //! - [`routes`]: which broker routes the helper signs proofs for;
-//! - [`paths`]: where the socket lives by default;
-//! - [`broker`]: the small HTTP client the helper and the CLI both use to call the broker.
+//! - [`paths`]: where the socket lives by default.
+//!
+//! The helper and the CLI call the broker through `countersign-broker-client`, not through
+//! this crate: it stays the helper's protocol, with no HTTP stack.
 //!
 //! Like kanidm's `unix_proto`, the wire types live in one crate both sides build on, so the
 //! helper and the CLI cannot drift apart.
 
-#[cfg(feature = "broker-client")]
-pub mod broker;
 pub mod client;
 pub mod frame;
 pub mod messages;

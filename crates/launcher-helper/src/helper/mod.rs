@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use countersign_launcher_proto::broker::{Auth, BrokerClient, BrokerError};
+use countersign_broker_client::{Auth, BrokerClient, BrokerError};
 use countersign_launcher_proto::messages::{
     CallerInfo, CredentialInfo, CredentialKind, LoggedOut, LoginProgress, LoginStart, LoginStarted,
     LoginState, PROTOCOL_VERSION, Register, SessionInfo, SessionState, SignProof, SignRequest,
@@ -356,7 +356,11 @@ impl Helper {
     /// # Errors
     /// When the broker URL is not usable, or a stored credential cannot be read.
     pub fn new(cfg: HelperConfig) -> anyhow::Result<Self> {
-        let broker = BrokerClient::new(&cfg.broker_url, cfg.http_timeout)?;
+        let broker = BrokerClient::new(
+            &cfg.broker_url,
+            cfg.http_timeout,
+            concat!("countersign-launcher/", env!("CARGO_PKG_VERSION")),
+        )?;
         let store = CredentialStore::new(&cfg.state_dir);
         let mut state = State::default();
         let stored = if cfg.no_store { None } else { store.load()? };

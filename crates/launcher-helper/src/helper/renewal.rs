@@ -112,11 +112,7 @@ impl Helper {
                 .call("POST", &path, None, Auth::Proof(&p))
                 .await
                 .and_then(|a| a.json::<Renewed>()),
-            Err(e) => Err(BrokerError {
-                status: None,
-                code: None,
-                message: e.error,
-            }),
+            Err(e) => Err(BrokerError::no_answer(e.error)),
         };
         let mut st = self.st();
         let Some(s) = st.sessions.get_mut(&root).filter(|s| s.serial == serial) else {

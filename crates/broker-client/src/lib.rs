@@ -1,6 +1,16 @@
-//! The small HTTP client the helper and the CLI use to call the broker: JSON bodies, one
-//! credential per call (a `Proof` header or the console bearer token), and the broker's
-//! refusals (`{"code","error"}`) as a typed [`BrokerError`].
+//! # countersign-broker-client
+//!
+//! The one HTTP client of the broker, for every program that calls it: the `countersign` CLI
+//! and the launcher helper (session and launcher proofs the helper signs, or no credential for
+//! a machine login) and the console (its console token, as a bearer token). It owns the
+//! transport (reqwest over rustls, a timeout per call and a shorter one to connect, no
+//! redirects), the JSON bodies, one credential per call ([`Auth`]), and the broker's refusals
+//! (`{"code","error"}`) as one typed [`BrokerError`]. What a caller makes of an answer is the
+//! caller's: the helper and the CLI read their routes' answers, the console maps refusals into
+//! its core's errors (`console-http`'s `broker_client.rs`).
+//!
+//! Proofs are not signed here: the helper signs them (it holds the keys) and the CLI asks the
+//! helper, so this crate holds no key.
 
 use std::time::Duration;
 
@@ -18,11 +28,26 @@ pub const TERMINAL_RENEWAL_CODES: &[&str] = &[
     "POD_IDENTITY_MISMATCH",
 ];
 
+/// Where a call to the broker failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// No answer came (connection, TLS, timeout), or the call could not be made (its URL).
+    NoAnswer,
+    /// An answer began but its body was cut short.
+    CutShort,
+    /// The broker answered with a status other than 2xx.
+    Refused,
+    /// A 2xx answer whose body is not what the caller asked for.
+    Unexpected,
+}
+
 /// A call to the broker that did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.describe())]
 pub struct BrokerError {
-    /// The HTTP status, `None` when no answer came.
+    /// Where the call failed.
+    pub kind: Failure,
+    /// The HTTP status, `None` when no whole answer came.
     pub status: Option<u16>,
     /// The broker's refusal code (`ENROLLMENT_NOT_LIVE`), when it sent one.
     pub code: Option<String>,
@@ -31,8 +56,11 @@ pub struct BrokerError {
 }
 
 impl BrokerError {
-    fn transport(message: String) -> Self {
+    /// No answer: `message` says why (also a call that could not be made).
+    #[must_use]
+    pub fn no_answer(message: String) -> Self {
         Self {
+            kind: Failure::NoAnswer,
             status: None,
             code: None,
             message,
@@ -95,6 +123,7 @@ impl Answer {
     /// When the body is not `T`'s JSON.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, BrokerError> {
         serde_json::from_slice(&self.body).map_err(|e| BrokerError {
+            kind: Failure::Unexpected,
             status: Some(self.status),
             code: None,
             message: format!("unexpected answer: {e}"),
@@ -102,34 +131,60 @@ impl Answer {
     }
 }
 
+/// Headers that carry the caller's trace context (W3C `traceparent`), asked for each call.
+pub type TraceContext = fn() -> Vec<(&'static str, String)>;
+
 /// A client of one broker.
 #[derive(Debug, Clone)]
 pub struct BrokerClient {
     http: reqwest::Client,
+    /// The public URL without a trailing `/` (proofs' `htu` start with it).
     base: String,
+    /// The same, parsed, under which [`BrokerClient::url_of`] puts path segments.
+    parsed: reqwest::Url,
+    trace_context: Option<TraceContext>,
 }
 
 impl BrokerClient {
-    /// A client of the broker at `base_url` (its public URL), each call bounded by `timeout`.
+    /// A client of the broker at `base_url` (its public URL), each call bounded by `timeout`
+    /// and sent as `user_agent`.
     ///
     /// # Errors
     /// When the URL is not `http://` or `https://`, or the HTTP client cannot be built.
-    pub fn new(base_url: &str, timeout: Duration) -> Result<Self, BrokerError> {
+    pub fn new(
+        base_url: &str,
+        timeout: Duration,
+        user_agent: &'static str,
+    ) -> Result<Self, BrokerError> {
         let base = base_url.trim_end_matches('/').to_owned();
         let parsed = reqwest::Url::parse(&base)
-            .map_err(|e| BrokerError::transport(format!("broker URL {base:?}: {e}")))?;
+            .map_err(|e| BrokerError::no_answer(format!("broker URL {base:?}: {e}")))?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(BrokerError::transport(format!(
+            return Err(BrokerError::no_answer(format!(
                 "broker URL {base:?}: not http or https"
             )));
         }
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(10)))
-            .user_agent(concat!("countersign-launcher/", env!("CARGO_PKG_VERSION")))
+            // The broker never redirects; a proof is bound to the URL it was signed for.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(user_agent)
             .build()
-            .map_err(|e| BrokerError::transport(format!("HTTP client: {e}")))?;
-        Ok(Self { http, base })
+            .map_err(|e| BrokerError::no_answer(format!("HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            base,
+            parsed,
+            trace_context: None,
+        })
+    }
+
+    /// This client, sending the headers `trace_context` gives with every call.
+    #[must_use]
+    pub fn with_trace_context(mut self, trace_context: TraceContext) -> Self {
+        self.trace_context = Some(trace_context);
+        self
     }
 
     /// The broker's public URL, without a trailing `/`.
@@ -142,6 +197,17 @@ impl BrokerClient {
     #[must_use]
     pub fn url(&self, path: &str) -> String {
         countersign_proto::claims::htu(&self.base, path)
+    }
+
+    /// The URL of these path segments under the broker's URL, each percent-encoded as one
+    /// segment (an id taken from a caller cannot reach another route).
+    #[must_use]
+    pub fn url_of(&self, segments: &[&str]) -> reqwest::Url {
+        let mut u = self.parsed.clone();
+        if let Ok(mut p) = u.path_segments_mut() {
+            p.pop_if_empty().extend(segments);
+        }
+        u
     }
 
     /// Calls `method url` with an optional JSON body. A 2xx is an [`Answer`]; anything else a
@@ -157,7 +223,7 @@ impl BrokerClient {
         auth: Auth<'_>,
     ) -> Result<Answer, BrokerError> {
         let m = reqwest::Method::from_bytes(method.as_bytes())
-            .map_err(|_| BrokerError::transport(format!("bad method {method:?}")))?;
+            .map_err(|_| BrokerError::no_answer(format!("bad method {method:?}")))?;
         let mut req = self.http.request(m, url);
         if let Some(b) = body {
             req = req
@@ -169,36 +235,23 @@ impl BrokerClient {
             Auth::Proof(p) => req.header("Proof", p),
             Auth::Bearer(t) => req.bearer_auth(t),
         };
+        for (name, value) in self.trace_context.map(|f| f()).unwrap_or_default() {
+            req = req.header(name, value);
+        }
         let resp = req
             .send()
             .await
-            .map_err(|e| BrokerError::transport(error_chain(&e)))?;
+            .map_err(|e| BrokerError::no_answer(error_chain(&e)))?;
         let status = resp.status().as_u16();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| BrokerError::transport(error_chain(&e)))?;
+        let bytes = resp.bytes().await.map_err(|e| BrokerError {
+            kind: Failure::CutShort,
+            ..BrokerError::no_answer(error_chain(&e))
+        })?;
         let body = Zeroizing::new(Vec::from(bytes));
         if (200..300).contains(&status) {
             return Ok(Answer { status, body });
         }
-        #[derive(serde::Deserialize)]
-        struct Refusal {
-            code: String,
-            error: String,
-        }
-        Err(match serde_json::from_slice::<Refusal>(&body) {
-            Ok(r) => BrokerError {
-                status: Some(status),
-                code: Some(r.code),
-                message: r.error,
-            },
-            Err(_) => BrokerError {
-                status: Some(status),
-                code: None,
-                message: String::from_utf8_lossy(&body).chars().take(200).collect(),
-            },
-        })
+        Err(refusal(status, &body))
     }
 
     /// [`BrokerClient::send`] to a path of this broker.
@@ -213,6 +266,30 @@ impl BrokerClient {
         auth: Auth<'_>,
     ) -> Result<Answer, BrokerError> {
         self.send(method, &self.url(path), body, auth).await
+    }
+}
+
+/// A refusal's body (`{"code","error"}`) as a [`BrokerError`]; another body keeps its first 200
+/// characters as the message.
+fn refusal(status: u16, body: &[u8]) -> BrokerError {
+    #[derive(serde::Deserialize)]
+    struct Refusal {
+        code: String,
+        #[serde(default)]
+        error: String,
+    }
+    let (code, message) = match serde_json::from_slice::<Refusal>(body) {
+        Ok(r) => (Some(r.code), r.error),
+        Err(_) => (
+            None,
+            String::from_utf8_lossy(body).chars().take(200).collect(),
+        ),
+    };
+    BrokerError {
+        kind: Failure::Refused,
+        status: Some(status),
+        code,
+        message,
     }
 }
 
@@ -232,9 +309,12 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
+    const AGENT: &str = "countersign-test";
+
     #[test]
     fn classifies() {
         let e = |status: Option<u16>, code: Option<&str>| BrokerError {
+            kind: Failure::Refused,
             status,
             code: code.map(str::to_owned),
             message: "m".into(),
@@ -246,11 +326,37 @@ mod tests {
         assert!(e(Some(401), Some("ENROLLMENT_NOT_LIVE")).is_terminal_renewal());
         assert!(!e(Some(401), Some("PROOF_INVALID")).is_terminal_renewal());
         assert_eq!(e(Some(401), Some("X")).to_string(), "broker refused (X): m");
-        assert!(BrokerClient::new("ftp://x", Duration::from_secs(1)).is_err());
-        let c = BrokerClient::new("http://127.0.0.1:1/", Duration::from_secs(1));
+        assert!(BrokerClient::new("ftp://x", Duration::from_secs(1), AGENT).is_err());
+        let c = BrokerClient::new("http://127.0.0.1:1/", Duration::from_secs(1), AGENT);
         assert_eq!(
             c.map(|c| c.url("/v1/requests")).unwrap_or_default(),
             "http://127.0.0.1:1/v1/requests"
         );
+    }
+
+    #[test]
+    fn reads_refusals() {
+        let r = refusal(409, br#"{"code":"NOT_PENDING","error":"decided"}"#);
+        assert_eq!(r.code.as_deref(), Some("NOT_PENDING"));
+        assert_eq!((r.kind, r.status), (Failure::Refused, Some(409)));
+        assert_eq!(r.message, "decided");
+        let r = refusal(502, b"<html>bad gateway</html>");
+        assert_eq!(r.code, None);
+        assert_eq!(r.message, "<html>bad gateway</html>");
+        assert_eq!(
+            r.to_string(),
+            "broker answered HTTP 502: <html>bad gateway</html>"
+        );
+    }
+
+    #[test]
+    fn segments_stay_segments() {
+        let c = BrokerClient::new("http://127.0.0.1:9/base/", Duration::from_secs(1), AGENT)
+            .expect("client");
+        assert_eq!(
+            c.url_of(&["v1", "credential-requests", "../x y"]).as_str(),
+            "http://127.0.0.1:9/base/v1/credential-requests/..%2Fx%20y"
+        );
+        assert_eq!(c.base_url(), "http://127.0.0.1:9/base");
     }
 }
