@@ -707,3 +707,96 @@ async fn a_notice_queued_before_a_restart_is_sent_once_after_it() -> anyhow::Res
     assert_eq!(smtp.mails().len(), 1, "sent once: {:?}", smtp.mails());
     Ok(())
 }
+
+/// The form's values as the page holds them: `[email, slack, webhook, digest]`.
+async fn form_values(b: &common::webdriver::Browser) -> anyhow::Result<Value> {
+    b.execute(
+        "const v = id => document.getElementById(id); \
+         return [v('notify-email').checked, v('notify-slack').value, \
+                 v('notify-webhook').value, v('notify-digest').checked];",
+    )
+    .await
+}
+
+/// The Notifications page in Chromium: a person signs in, turns e-mail on, sets a webhook URL
+/// and a digest, saves; the page reloads with what was saved, and the API reads the same. A
+/// URL the console refuses shows its message in the form, and the form keeps every value typed
+/// (nothing saved, nothing lost). Screenshot: `notifications.png`.
+#[tokio::test]
+async fn the_notifications_page_keeps_what_a_person_saves() -> anyhow::Result<()> {
+    let Some((chromium, chromedriver)) = common::webdriver::browser_or_skip() else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("notify-secret"), NOTIFY_SECRET)?;
+    let db = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("console.db").display()
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let console = notify_console(listener, &db, dir.path(), free_port()?, None).await?;
+    let profiles = tempfile::tempdir()?;
+    let driver = common::webdriver::Driver::start(&chromedriver).await?;
+    let b = driver
+        .browser(&chromium, &profiles.path().join("ada"))
+        .await?;
+    b.goto(&format!("{}/notifications", console.url)).await?;
+    b.wait_for("#email", 10).await?;
+    b.type_into("#email", ADA).await?;
+    b.click_text("Sign in").await?;
+    b.wait_text("h1", "Notifications", 10).await?;
+    assert_eq!(form_values(&b).await?, json!([false, "", "", false]));
+
+    // Save: e-mail, a webhook, a digest. The page reloads with them.
+    let hook = "https://hooks.example.com/countersign";
+    b.click("#notify-email").await?;
+    b.type_into("#notify-webhook", hook).await?;
+    b.click("#notify-digest").await?;
+    b.execute("window.countersignBeforeSave = true; return null;")
+        .await?;
+    b.click("#notify-save").await?;
+    eventually(10, || async {
+        let reloaded = b
+            .execute(
+                "return document.readyState === 'complete' && \
+                 window.countersignBeforeSave === undefined && \
+                 !!document.getElementById('notify-form');",
+            )
+            .await?;
+        anyhow::Ok((reloaded == Value::Bool(true)).then_some(()))
+    })
+    .await?;
+    assert_eq!(form_values(&b).await?, json!([true, "", hook, true]));
+    let ada = Who::person(&console, ADA).await?;
+    let saved = ada.get("/api/v1/notification-preferences").await?;
+    assert_eq!(saved.json["email"], true, "{}", saved.text);
+    assert_eq!(saved.json["webhook_url"], hook);
+    assert_eq!(saved.json["digest"], true);
+    assert_eq!(saved.json["slack_url"], Value::Null);
+    b.screenshot(&crate::browser::shots().join("notifications.png"))
+        .await?;
+
+    // A URL the console refuses: its message in the form, every value kept, nothing saved.
+    b.type_into("#notify-slack", "hooks.slack.com/services/T000/B000")
+        .await?;
+    b.click("#notify-digest").await?;
+    b.click("#notify-save").await?;
+    let shown = b
+        .wait_text(
+            "#notify-form [data-form-error]",
+            "slack_url must be an http:// or https:// URL",
+            10,
+        )
+        .await?;
+    assert!(shown.starts_with("INVALID_BODY: "), "{shown}");
+    assert_eq!(
+        form_values(&b).await?,
+        json!([true, "hooks.slack.com/services/T000/B000", hook, false])
+    );
+    let kept = ada.get("/api/v1/notification-preferences").await?;
+    assert_eq!(kept.json["slack_url"], Value::Null, "{}", kept.text);
+    assert_eq!(kept.json["digest"], true, "nothing saved");
+    b.quit().await;
+    console.stop().await;
+    Ok(())
+}
