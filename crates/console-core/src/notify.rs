@@ -412,7 +412,7 @@ mod tests {
             "Refund <!channel> partial\ncaptures?\nMore detail".into(),
             Vec::new(),
             &agent,
-            chrono::Utc::now(),
+            chrono::DateTime::UNIX_EPOCH,
         );
         let w = Waiting::of_ask(&ask, Login::parse("bob@example.com"));
         assert_eq!(w.item, "ask:0b6e");
