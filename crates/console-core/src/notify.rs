@@ -1,15 +1,20 @@
 //! Telling people where to approve (issue 29): what waits for a person, how they want to hear
-//! of it, and what the notice says. Pure: the console's server keeps the outbox and sends
-//! (`console-http/src/notify.rs`, `console-sql`'s notice tables).
+//! of it, what the notice says, and how it is queued ([`Outbox::queue`], in the transaction
+//! of whatever waits: an ask's own, or the broker's `record.pending` hook's). The console's
+//! server sends (`console-http/src/notify.rs`); `console-sql` keeps the notice tables.
 //!
 //! A notice carries the page to open and what waits (the secret names, the machine, the
 //! reason), never a value, and it cannot approve by itself: the page asks for the person's
 //! sign-in (and, where policy asks, their passkey).
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::clock::Entropy;
 use crate::error::{Error, ErrorCode};
 use crate::ids::Login;
+use crate::storage::StorageError;
+use crate::work::asks::{Ask, AskKind};
 
 /// How a person wants to hear that something waits for them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,6 +115,8 @@ pub struct Waiting {
     pub path: String,
     /// Who may act: a person, or anyone signed in (`None`).
     pub who: Option<Login>,
+    /// Who is not told: the person who made it (an ask they opened themselves).
+    pub except: Option<Login>,
 }
 
 /// The broker's `record.pending` notification: a record waiting for its approver.
@@ -182,7 +189,131 @@ impl Waiting {
             title,
             path: format!("/requests/{}", r.record_id),
             who: Login::parse(&r.approver),
+            except: None,
         })
+    }
+
+    /// What a new ask asks of the people who may answer it: the assignee of its issue (or of
+    /// its document's issue), else (an unassigned issue, a document with no issue) anyone
+    /// signed in, as the inbox's scope has it; never its author when a person opened it. The
+    /// line is the question's first line, where it is, and the ask's page.
+    pub fn of_ask(ask: &Ask, assignee: Option<Login>) -> Self {
+        let first = ask.question.lines().next().unwrap_or_default();
+        let of = ask
+            .issue
+            .as_ref()
+            .map(|k| format!(" of {}", k.as_str()))
+            .unwrap_or_default();
+        let place = match (&ask.kind, &ask.artifact, &ask.issue) {
+            (AskKind::Approval, _, _) => format!("Review a document{of}"),
+            (_, Some(_), _) => format!("Answer an ask on a document{of}"),
+            (_, None, Some(k)) => format!("Answer an ask on {}", k.as_str()),
+            (_, None, None) => "Answer an ask".to_owned(),
+        };
+        Waiting {
+            item: format!("ask:{}", ask.id),
+            title: format!("{place}: “{}”", clean(first, 200)),
+            path: format!("/asks/{}", ask.id),
+            who: assignee,
+            except: match &ask.author {
+                crate::work::Actor::User { login } => Some(login.clone()),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// A notice waiting to be sent (or sent): one item for one person on one channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub id: String,
+    pub login: Login,
+    pub channel: Channel,
+    pub item: String,
+    pub title: String,
+    pub path: String,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    pub next_at: i64,
+    pub attempts: i64,
+}
+
+/// The notices' storage, inside a work transaction ([`crate::work::WorkTx`]): a notice is
+/// queued in the transaction that makes what waits, so both commit or neither does.
+#[async_trait]
+pub trait NoticeTx: Send {
+    /// A person's preferences, if they set any.
+    async fn notify_prefs_of(&mut self, login: &Login)
+    -> Result<Option<Preferences>, StorageError>;
+    /// Everyone with preferences, by login.
+    async fn notify_people_all(&mut self) -> Result<Vec<(Login, Preferences)>, StorageError>;
+    /// Queues a notice; `false` when one for the same item, channel and person is already
+    /// queued or sent.
+    async fn queue_notice(&mut self, n: &Notice) -> Result<bool, StorageError>;
+}
+
+/// What the console's server can send on, and how long a digest gathers: the notices'
+/// outbox as `[notifications]` configures it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbox {
+    /// The channels configured (e-mail needs SMTP, the generic webhook its secret).
+    pub channels: Vec<Channel>,
+    /// A digest's period, in milliseconds.
+    pub digest_ms: i64,
+}
+
+impl Outbox {
+    /// Queues `w` in `tx` for whoever may act on it and asked to hear (its person, or, when
+    /// anyone signed in decides, everyone with preferences; never `w.except`), once per item,
+    /// channel and person. Answers how many notices were new.
+    pub async fn queue(
+        &self,
+        tx: &mut dyn NoticeTx,
+        w: &Waiting,
+        now_ms: i64,
+        entropy: &dyn Entropy,
+    ) -> Result<usize, StorageError> {
+        let people: Vec<(Login, Preferences)> = match &w.who {
+            Some(l) => tx
+                .notify_prefs_of(l)
+                .await?
+                .map(|p| vec![(l.clone(), p)])
+                .unwrap_or_default(),
+            None => tx.notify_people_all().await?,
+        };
+        let mut made = 0;
+        for (login, prefs) in people {
+            if w.except.as_ref() == Some(&login) {
+                continue;
+            }
+            for channel in prefs.channels() {
+                if !self.channels.contains(&channel) {
+                    tracing::debug!(person = %login, channel = channel.as_str(), "no such channel configured");
+                    continue;
+                }
+                let mut id = [0u8; 16];
+                entropy.fill(&mut id);
+                let n = Notice {
+                    id: format!("ntc_{}", hex::encode(id)),
+                    login: login.clone(),
+                    channel,
+                    item: w.item.clone(),
+                    title: w.title.clone(),
+                    path: w.path.clone(),
+                    created_at: now_ms,
+                    next_at: if prefs.digest {
+                        now_ms + self.digest_ms
+                    } else {
+                        now_ms
+                    },
+                    attempts: 0,
+                };
+                if tx.queue_notice(&n).await? {
+                    made += 1;
+                }
+            }
+        }
+        Ok(made)
     }
 }
 
@@ -262,6 +393,52 @@ mod tests {
             &[("a".into(), "/x".into()), ("b".into(), "/y".into())],
         );
         assert_eq!(two.subject, "Countersign: 2 things wait for you");
+    }
+
+    #[test]
+    fn a_new_ask_is_its_first_line_and_its_page_for_whoever_answers() {
+        use crate::work::{Actor, IssueKey, ProjectKey};
+        let project = ProjectKey::parse("ASK").expect("key");
+        let issue = IssueKey::parse("ASK-1");
+        let agent = Actor::Agent {
+            owner: Login::parse("ada@example.com"),
+            service: None,
+            session: Some("s1".into()),
+        };
+        let ask = Ask::opened(
+            "0b6e".into(),
+            AskKind::Question,
+            (project.clone(), issue.clone(), None),
+            "Refund <!channel> partial\ncaptures?\nMore detail".into(),
+            Vec::new(),
+            &agent,
+            chrono::DateTime::UNIX_EPOCH,
+        );
+        let w = Waiting::of_ask(&ask, Login::parse("bob@example.com"));
+        assert_eq!(w.item, "ask:0b6e");
+        assert_eq!(w.path, "/asks/0b6e");
+        assert_eq!(
+            w.title,
+            "Answer an ask on ASK-1: “Refund <!channel> partial”"
+        );
+        assert_eq!(w.who, Login::parse("bob@example.com"));
+        assert_eq!(w.except, None, "an agent's ask: nobody left out");
+        let by_ada = Ask {
+            author: Actor::User {
+                login: Login::parse("ada@example.com").expect("login"),
+            },
+            kind: AskKind::Approval,
+            artifact: Some("doc".into()),
+            ..ask
+        };
+        let w = Waiting::of_ask(&by_ada, None);
+        assert!(
+            w.title.starts_with("Review a document of ASK-1: "),
+            "{}",
+            w.title
+        );
+        assert_eq!(w.who, None, "unassigned: anyone signed in");
+        assert_eq!(w.except, Login::parse("ada@example.com"));
     }
 
     #[test]

@@ -85,16 +85,16 @@ pub async fn broker(State(st): St, headers: HeaderMap, body: Body) -> ApiResult<
     if p.kind == "record.pending" {
         // A record waits for its approver: queued for the people who asked to hear, in the
         // console's database, before the broker is answered (it sends again until it is).
-        let Some(notifier) = st.notifier.as_ref() else {
+        if st.notifier.is_none() {
             return Ok(done());
-        };
+        }
         let waiting =
             serde_json::from_value::<countersign_console_core::notify::RecordPending>(p.rest)
                 .ok()
                 .and_then(|r| countersign_console_core::notify::Waiting::of_record(&r));
         match waiting {
             Some(w) => {
-                let made = notifier.waiting(&w).await.map_err(Error::from)?;
+                let made = st.console.notify_waiting(&w).await?;
                 tracing::debug!(webhook = %id, notices = made, "record pending: notices queued");
             }
             None => {

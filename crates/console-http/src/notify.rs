@@ -1,11 +1,13 @@
 //! Telling people where to approve (issue 29, docs/passkeys.md "Notifications"): what waits for
-//! a person (a broker record they may decide, as the broker's `record.pending` webhook says) is
-//! queued once per item, channel and person in the console's database, then sent by a loop: an
+//! a person (a broker record they may decide, as the broker's `record.pending` webhook says; an
+//! ask they may answer) is queued once per item, channel and person in the console's database
+//! (by the core, `Console::notify_waiting` and the asks' transactions), then sent by a loop: an
 //! e-mail over SMTP (`lettre`), a Slack-compatible incoming-webhook body, or a generic webhook
 //! signed as Standard Webhooks, each with the approval page's link and never a value.
 //!
 //! - **Durable**: queued in the database before the broker's webhook is answered (the broker
-//!   retries until it is), sent from the database; a restart between the two loses nothing.
+//!   retries until it is), or in the transaction that opens an ask; sent from the database; a
+//!   restart between the two loses nothing.
 //! - **Once**: a notice is claimed (a lease moves its `next_at`, and only one claimer's update
 //!   matches), sent, then marked sent; a restart after the send finds it sent. A crash between
 //!   the send and the mark sends it again after the lease: at least once, like SMTP itself.
@@ -19,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use countersign_console_core::notify::{Channel, Message, Preferences, Waiting, message};
+use countersign_console_core::notify::{Channel, Message, Outbox, Preferences, message};
 use countersign_console_core::{Clock, Login, StorageError};
 use countersign_console_sql::{Notice, SqlStorage};
 use lettre::message::Mailbox;
@@ -201,6 +203,18 @@ impl Notifier {
         Ok(())
     }
 
+    /// What the console's core queues: the channels this console can send on, and the
+    /// digest's period ([`countersign_console_core::Console::set_outbox`]).
+    pub fn outbox(&self) -> Outbox {
+        Outbox {
+            channels: [Channel::Email, Channel::Slack, Channel::Webhook]
+                .into_iter()
+                .filter(|c| self.can(*c))
+                .collect(),
+            digest_ms: self.digest_ms,
+        }
+    }
+
     /// The channels this console can send on (`email`, `slack`, `webhook`).
     pub fn available(&self) -> Vec<&'static str> {
         [Channel::Email, Channel::Slack, Channel::Webhook]
@@ -208,54 +222,6 @@ impl Notifier {
             .filter(|c| self.can(*c))
             .map(Channel::as_str)
             .collect()
-    }
-
-    /// Queues `w` for whoever may act on it and asked to hear: its person, or (anyone signed
-    /// in decides) everyone with preferences. Answers how many notices were new.
-    pub async fn waiting(&self, w: &Waiting) -> Result<usize, StorageError> {
-        let people: Vec<(Login, Preferences)> = match &w.who {
-            Some(l) => self
-                .storage
-                .notify_prefs(l)
-                .await?
-                .map(|p| vec![(l.clone(), p)])
-                .unwrap_or_default(),
-            None => self.storage.notify_people().await?,
-        };
-        let now = self.now_ms();
-        let mut made = 0;
-        for (login, prefs) in people {
-            for channel in prefs.channels() {
-                if !self.can(channel) {
-                    tracing::debug!(person = %login, channel = channel.as_str(), "no such channel configured");
-                    continue;
-                }
-                let n = Notice {
-                    id: format!(
-                        "ntc_{}",
-                        countersign_common::clock::random_token::<16>(
-                            &countersign_common::clock::SystemEntropy
-                        )
-                    ),
-                    login: login.clone(),
-                    channel,
-                    item: w.item.clone(),
-                    title: w.title.clone(),
-                    path: w.path.clone(),
-                    created_at: now,
-                    next_at: if prefs.digest {
-                        now + self.digest_ms
-                    } else {
-                        now
-                    },
-                    attempts: 0,
-                };
-                if self.storage.enqueue_notice(&n).await? {
-                    made += 1;
-                }
-            }
-        }
-        Ok(made)
     }
 
     /// One round: claims what is due, sends each person's notices of a channel as one message,

@@ -113,6 +113,9 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
             config.delivery_targets.clone().unwrap_or_default(),
         );
     }
+    if let Some(n) = &notifier {
+        console.set_outbox(n.outbox());
+    }
     let mut state = state(console, config);
     state.sessions = sessions;
     state.webhook_secret = config.webhook_secret()?;

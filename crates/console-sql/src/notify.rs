@@ -2,12 +2,15 @@
 //! `notify.rs` sends them). One row per item, channel and person: a notification the broker
 //! sends again, or a second replica's, adds nothing.
 
+use async_trait::async_trait;
 use countersign_console_core::Login;
-use countersign_console_core::notify::{Channel, Preferences};
+pub use countersign_console_core::notify::Notice;
+use countersign_console_core::notify::{Channel, NoticeTx, Preferences};
 use countersign_console_core::storage::StorageError;
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{Any, Executor, Row};
 
+use crate::work::SqlTx;
 use crate::{SqlStorage, db_err};
 
 /// migration 17: preferences and notices.
@@ -32,21 +35,6 @@ pub(crate) const MIGRATION_17: &[&str] = &[
     "CREATE INDEX notify_outbox_due ON notify_outbox (next_at) WHERE sent_at IS NULL",
 ];
 
-/// A notice waiting to be sent (or sent).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notice {
-    pub id: String,
-    pub login: Login,
-    pub channel: Channel,
-    pub item: String,
-    pub title: String,
-    pub path: String,
-    /// Unix milliseconds.
-    pub created_at: i64,
-    pub next_at: i64,
-    pub attempts: i64,
-}
-
 fn notice_of(r: &AnyRow) -> Result<Notice, StorageError> {
     let login: String = r.try_get("login").map_err(db_err)?;
     let channel: String = r.try_get("channel").map_err(db_err)?;
@@ -67,20 +55,77 @@ fn notice_of(r: &AnyRow) -> Result<Notice, StorageError> {
 
 const NOTICE_COLUMNS: &str = "id, login, channel, item, title, path, created_at, next_at, attempts";
 
+async fn prefs_of<'c, E: Executor<'c, Database = Any>>(
+    e: E,
+    login: &Login,
+) -> Result<Option<Preferences>, StorageError> {
+    let row = sqlx::query("SELECT doc FROM notify_prefs WHERE login = $1")
+        .bind(login.as_str())
+        .fetch_optional(e)
+        .await
+        .map_err(db_err)?;
+    row.map(|r| {
+        let doc: String = r.try_get("doc").map_err(db_err)?;
+        serde_json::from_str(&doc)
+            .map_err(|e| StorageError::Corrupt(format!("notification preferences: {e}")))
+    })
+    .transpose()
+}
+
+async fn people(tx: &mut SqlTx) -> Result<Vec<(Login, Preferences)>, StorageError> {
+    let rows = sqlx::query("SELECT login, doc FROM notify_prefs ORDER BY login")
+        .fetch_all(&mut *tx.tx)
+        .await
+        .map_err(db_err)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let login: String = r.try_get("login").map_err(db_err)?;
+        let doc: String = r.try_get("doc").map_err(db_err)?;
+        if let (Some(l), Ok(p)) = (Login::parse(&login), serde_json::from_str(&doc)) {
+            out.push((l, p));
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl NoticeTx for SqlTx {
+    async fn notify_prefs_of(
+        &mut self,
+        login: &Login,
+    ) -> Result<Option<Preferences>, StorageError> {
+        prefs_of(&mut *self.tx, login).await
+    }
+
+    async fn notify_people_all(&mut self) -> Result<Vec<(Login, Preferences)>, StorageError> {
+        people(self).await
+    }
+
+    async fn queue_notice(&mut self, n: &Notice) -> Result<bool, StorageError> {
+        let done = sqlx::query(
+            "INSERT INTO notify_outbox (id, login, channel, item, title, path, created_at, next_at, attempts)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0)
+             ON CONFLICT (item, channel, login) DO NOTHING",
+        )
+        .bind(&n.id)
+        .bind(n.login.as_str())
+        .bind(n.channel.as_str())
+        .bind(&n.item)
+        .bind(&n.title)
+        .bind(&n.path)
+        .bind(n.created_at)
+        .bind(n.next_at)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
 impl SqlStorage {
     /// A person's preferences, if they set any.
     pub async fn notify_prefs(&self, login: &Login) -> Result<Option<Preferences>, StorageError> {
-        let row = sqlx::query("SELECT doc FROM notify_prefs WHERE login = $1")
-            .bind(login.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_err)?;
-        row.map(|r| {
-            let doc: String = r.try_get("doc").map_err(db_err)?;
-            serde_json::from_str(&doc)
-                .map_err(|e| StorageError::Corrupt(format!("notification preferences: {e}")))
-        })
-        .transpose()
+        prefs_of(&self.pool, login).await
     }
 
     pub async fn put_notify_prefs(
@@ -100,45 +145,6 @@ impl SqlStorage {
         .await
         .map_err(db_err)?;
         Ok(())
-    }
-
-    /// Everyone with preferences (for what anyone signed in may decide).
-    pub async fn notify_people(&self) -> Result<Vec<(Login, Preferences)>, StorageError> {
-        let rows = sqlx::query("SELECT login, doc FROM notify_prefs ORDER BY login")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_err)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            let login: String = r.try_get("login").map_err(db_err)?;
-            let doc: String = r.try_get("doc").map_err(db_err)?;
-            if let (Some(l), Ok(p)) = (Login::parse(&login), serde_json::from_str(&doc)) {
-                out.push((l, p));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Queues a notice; `false` when one for the same item, channel and person is already
-    /// queued or sent.
-    pub async fn enqueue_notice(&self, n: &Notice) -> Result<bool, StorageError> {
-        let done = sqlx::query(
-            "INSERT INTO notify_outbox (id, login, channel, item, title, path, created_at, next_at, attempts)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0)
-             ON CONFLICT (item, channel, login) DO NOTHING",
-        )
-        .bind(&n.id)
-        .bind(n.login.as_str())
-        .bind(n.channel.as_str())
-        .bind(&n.item)
-        .bind(&n.title)
-        .bind(&n.path)
-        .bind(n.created_at)
-        .bind(n.next_at)
-        .execute(&self.pool)
-        .await
-        .map_err(db_err)?;
-        Ok(done.rows_affected() == 1)
     }
 
     /// Claims up to `limit` unsent notices due at `now`: each is leased until `lease_until`

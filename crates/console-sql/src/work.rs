@@ -895,6 +895,19 @@ impl IssueTx for SqlTx {
         .transpose()
     }
 
+    async fn assignee_of(&mut self, key: &IssueKey) -> Result<Option<Login>, StorageError> {
+        let row = sqlx::query("SELECT assignee FROM console_issues WHERE key = $1")
+            .bind(key.as_str())
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        let assignee: Option<String> = match row {
+            Some(r) => r.try_get("assignee").map_err(db_err)?,
+            None => None,
+        };
+        assignee.as_deref().map(login).transpose()
+    }
+
     async fn update_issue(&mut self, i: &Issue) -> Result<(), StorageError> {
         // SQLite's triggers keep the label rows; PostgreSQL's are written here: all of them
         // when the labels change, else their status and rank when those do.

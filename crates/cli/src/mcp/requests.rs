@@ -5,7 +5,7 @@
 //! Nothing here formats a value: errors from the values route are rebuilt from the broker's
 //! code and status alone.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,8 @@ pub struct Tracked {
 #[derive(Debug, Default)]
 pub struct Book {
     requests: Mutex<HashMap<String, Tracked>>,
+    /// The requests whose approval page the client was offered (once each).
+    offered: Mutex<HashSet<String>>,
 }
 
 impl Book {
@@ -65,6 +67,14 @@ impl Book {
     #[must_use]
     pub fn names(&self, request_id: &str) -> Option<Vec<String>> {
         self.get(request_id).map(|t| t.names)
+    }
+
+    /// Whether request `id`'s page is offered for the first time (and marks it offered).
+    pub fn first_offer(&self, id: &str) -> bool {
+        self.offered
+            .lock()
+            .map(|mut s| s.insert(id.to_owned()))
+            .unwrap_or(false)
     }
 
     /// This server's requests last seen pending, with their ids.
@@ -315,6 +325,19 @@ async fn wait_for(
     let line = waiting_line(&req);
     super::log(&line);
     report.say(&line).await;
+    // A passkey approval happens on the person's own device, in the console: a client that
+    // takes URL-mode elicitations is handed the page (once per request) before the wait.
+    if report.shows_pages()
+        && needs_passkey(&req)
+        && let Some(url) = approval_page(ctx, &req)
+        && book.first_offer(&req.id)
+    {
+        report.show_page(
+            &req.id,
+            format!("Countersign: {line}. Open the approval page to approve it with a passkey."),
+            url,
+        );
+    }
     let mut last = req;
     let mut said = Instant::now();
     while Instant::now() + ctx.poll <= deadline {

@@ -542,6 +542,7 @@ impl Console {
                 now,
             );
             tx.insert_ask(&ask).await?;
+            self.notify_ask(tx, &ask).await?;
             let view = self.ask_full(tx, ask).await?;
             let e = self.append_ask(tx, "ask.opened", actor, &view).await?;
             Ok((view, e))
@@ -2513,6 +2514,7 @@ impl Console {
                 kept = k;
             }
             tx.insert_ask(&ask).await?;
+            self.notify_ask(tx, &ask).await?;
             let view = self.ask_full(tx, ask).await?;
             events.push(self.append_ask(tx, "ask.opened", actor, &view).await?);
             Ok((view, events, kept))
@@ -2630,6 +2632,7 @@ impl Console {
                         )
                     };
                     tx.insert_ask(&ask).await?;
+                    self.notify_ask(tx, &ask).await?;
                     let view = self.ask_full(tx, ask).await?;
                     events.push(self.append_ask(tx, "ask.opened", actor, &view).await?);
                     (view, true)

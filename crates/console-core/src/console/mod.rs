@@ -48,6 +48,7 @@ mod delivery;
 pub mod documents;
 mod front;
 mod messages;
+mod notify;
 mod repos;
 mod signin;
 mod tokens;
@@ -207,6 +208,8 @@ pub struct Console {
     /// Loaded documents, blocks answers and rendered HTML, each good while its artifact is
     /// unchanged.
     documents: documents::DocumentCaches,
+    /// What notices the server can send (issue 29); unset: none are queued.
+    outbox: std::sync::OnceLock<crate::notify::Outbox>,
 }
 
 impl Console {
@@ -222,6 +225,7 @@ impl Console {
             inboxes: Default::default(),
             advice: Default::default(),
             documents: Default::default(),
+            outbox: Default::default(),
         }
     }
 

@@ -51,6 +51,8 @@ pub trait IssueTx: Send {
     /// `FOR UPDATE`; SQLite's write transactions are serial).
     async fn issue(&mut self, key: &IssueKey) -> Result<Option<Issue>, StorageError>;
     async fn update_issue(&mut self, i: &Issue) -> Result<(), StorageError>;
+    /// The issue's assignee, read without locking the issue (who is told of an ask on it).
+    async fn assignee_of(&mut self, key: &IssueKey) -> Result<Option<Login>, StorageError>;
     /// A page of the issues the filter selects, by project then number, and how many it
     /// selects in all.
     async fn issues(&mut self, f: &IssueFilter) -> Result<(Vec<Issue>, i64), StorageError>;
@@ -166,6 +168,7 @@ pub trait WorkTx:
     + crate::work::AskTx
     + crate::work::MessageTx
     + crate::work::DeliveryTx
+    + crate::notify::NoticeTx
 {
     async fn commit(self: Box<Self>) -> Result<(), StorageError>;
 }

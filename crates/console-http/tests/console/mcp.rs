@@ -144,10 +144,21 @@ struct Client {
 
 impl Client {
     async fn start(python: &str, dir: &Path, server: &[String]) -> anyhow::Result<Self> {
+        Self::launch(python, dir, &[], server).await
+    }
+
+    /// The driver with `flags` (`--elicit-url`: a client that takes URL-mode elicitations).
+    async fn launch(
+        python: &str,
+        dir: &Path,
+        flags: &[&str],
+        server: &[String],
+    ) -> anyhow::Result<Self> {
         let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console/mcp_driver.py");
         let errlog = dir.join("mcp.log");
         let mut child = Command::new(python)
             .arg(driver)
+            .args(flags)
             .arg(&errlog)
             .args(server)
             .env_remove("COUNTERSIGN_AGENT_TOKEN")
@@ -656,6 +667,10 @@ async fn mcp_tools_mask_values_wait_for_a_person_and_end_with_the_server() -> an
     let helper_log = s.helper.log();
     let dev_log = s.dev.stop().await;
     assert!(mcp_log.contains("session ended"), "{mcp_log}");
+    assert!(
+        !mcp_log.contains("URL elicitation"),
+        "a client without the capability is offered no page: {mcp_log}"
+    );
     for (what, text) in [
         ("the MCP client's lines", serde_json::to_string(&lines)?),
         ("countersign mcp's log", mcp_log),
@@ -724,6 +739,98 @@ async fn ask_answered_in_chromium(s: &Setup, c: &mut Client) -> anyhow::Result<(
     let text = text_of(&answered);
     assert!(text.contains("chose Ship it (1)"), "{text}");
     assert!(text.contains(DEV_PERSON), "{text}");
+    Ok(())
+}
+
+/// URL-mode elicitation (MCP 2025-11-25): a client that declares `elicitation: { url: {} }` is
+/// offered the approval page of a request its approver decides with a passkey, before the
+/// server waits, once per request; a request approved without a passkey offers none. (The
+/// client of the test above declares no elicitation and is offered nothing.)
+#[tokio::test]
+async fn mcp_offers_the_passkey_approval_page_by_url_elicitation() -> anyhow::Result<()> {
+    let Some(python) = python_mcp_or_skip() else {
+        return Ok(());
+    };
+    let s = setup().await?;
+    let mut c = Client::launch(
+        &python,
+        s.helper.dir.path(),
+        &["--elicit-url"],
+        &server_args(&s, &[])?,
+    )
+    .await?;
+    let elicitations = |c: &Client| -> Vec<Value> {
+        c.all()
+            .into_iter()
+            .filter(|v| v["event"] == "elicitation")
+            .collect()
+    };
+
+    // No passkey asked for: the answer as before, no page offered.
+    let shared = c
+        .call(
+            "run_with_secrets",
+            json!({ "command": "true", "secrets": ["DEMO_SHARED"], "reason": "later", "wait": 1 }),
+        )
+        .await?;
+    assert_eq!(shared["structured"]["state"], "pending", "{shared}");
+    assert_eq!(shared["structured"]["passkey"], false, "{shared}");
+    assert!(elicitations(&c).is_empty(), "{:?}", c.all());
+
+    // A passkey approval: the page is offered while the call still waits.
+    let call = c
+        .start_call(
+            "run_with_secrets",
+            json!({ "command": "true", "secrets": ["DEMO_PASSKEY"], "reason": "deploy", "wait": 5 }),
+        )
+        .await?;
+    let (at, offer) = c.find(0, 30, |v| v["event"] == "elicitation").await?;
+    let result = c.result(call, 60).await?;
+    let (result_at, _) = c
+        .find(0, 1, |v| v["id"] == call && v.get("result").is_some())
+        .await?;
+    assert!(
+        at < result_at,
+        "offered before the wait ended: {:?}",
+        c.all()
+    );
+    assert_eq!(result["structured"]["state"], "pending", "{result}");
+    let record = result["structured"]["record_id"]
+        .as_str()
+        .context("record")?;
+    let page = format!("{}/requests/{record}", s.dev.console_url);
+    assert_eq!(result["structured"]["approval_url"], page.as_str());
+    assert_eq!(offer["mode"], "url", "{offer}");
+    assert_eq!(offer["url"], page.as_str(), "{offer}");
+    assert_eq!(
+        offer["elicitation_id"], result["structured"]["request_id"],
+        "{offer}"
+    );
+    assert!(
+        offer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(record) && m.contains("passkey")),
+        "{offer}"
+    );
+
+    // Waiting on the same request again offers nothing more.
+    let again = c
+        .call(
+            "run_with_secrets",
+            json!({ "command": "true", "secrets": ["DEMO_PASSKEY"], "reason": "deploy", "wait": 1 }),
+        )
+        .await?;
+    assert_eq!(
+        again["structured"]["request_id"],
+        result["structured"]["request_id"]
+    );
+    assert_eq!(elicitations(&c).len(), 1, "{:?}", c.all());
+    let (_, mcp_log) = c.close().await?;
+    assert!(
+        mcp_log.contains("the client answered the approval page's elicitation: Accept"),
+        "{mcp_log}"
+    );
+    s.dev.stop().await;
     Ok(())
 }
 

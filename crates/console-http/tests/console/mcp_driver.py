@@ -1,14 +1,17 @@
 """A real MCP client for the tests: the official Python SDK (`pip install mcp`) driving
 `countersign mcp` over stdio, controlled by the Rust test through this process's stdin/stdout.
 
-Usage: mcp_driver.py ERRLOG SERVER [ARGS...]. The server is started with this process's whole
-environment, its standard error written to ERRLOG. This process prints one JSON line per event:
+Usage: mcp_driver.py [--elicit-url] ERRLOG SERVER [ARGS...]. The server is started with this
+process's whole environment, its standard error written to ERRLOG. With --elicit-url the client
+declares elicitation (form and URL modes, MCP 2025-11-25) and accepts every elicitation, printing
+it first. This process prints one JSON line per event:
 
   {"event": "ready", "server": {...}, "instructions": "..."}   once initialized
   {"id": N, "tools": [{"name", "description", "input_schema"}]}   answer to {"id": N, "op": "list_tools"}
   {"id": N, "progress": {"progress", "message"}}                  while {"id": N, "op": "call", ...} runs
   {"id": N, "result": {"text", "structured", "is_error"}}         its result
   {"id": N, "error": "..."}                                       a protocol error
+  {"event": "elicitation", "mode", "message", "url", "elicitation_id"}   an elicitation (--elicit-url)
   {"event": "closed"}                                             after {"op": "close"} or the end of input:
                                                                   the server's stdin closed and it exited
 
@@ -19,6 +22,7 @@ import json
 import sys
 
 import anyio
+from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -80,14 +84,32 @@ async def list_tools(session, msg):
         emit({"id": msg["id"], "error": f"{type(e).__name__}: {e}"})
 
 
+async def elicited(context, params):
+    emit(
+        {
+            "event": "elicitation",
+            "mode": params.mode,
+            "message": params.message,
+            "url": getattr(params, "url", None),
+            "elicitation_id": getattr(params, "elicitation_id", None),
+        }
+    )
+    return types.ElicitResult(action="accept")
+
+
 async def main():
-    errlog_path, command, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    argv = sys.argv[1:]
+    elicit = argv[:1] == ["--elicit-url"]
+    if elicit:
+        argv = argv[1:]
+    errlog_path, command, args = argv[0], argv[1], argv[2:]
     import os
 
     params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
+    callbacks = {"elicitation_callback": elicited} if elicit else {}
     with open(errlog_path, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, **callbacks) as session:
                 init = await session.initialize()
                 emit(
                     {

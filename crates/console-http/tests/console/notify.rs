@@ -10,6 +10,7 @@
 //! `COUNTERSIGN_REQUIRE_SMTP=1` (`.ci/run` installs it).
 
 use crate::common;
+use crate::on_both_databases;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -168,29 +169,50 @@ struct Stack {
     smtp_port: u16,
 }
 
+/// A console with `[notifications]` (SMTP on `smtp_port`, the signed webhook's secret in `dir`)
+/// on `listener` and database `db`, the agents' shared token set, and the broker's webhook when
+/// there is a broker.
+async fn notify_console(
+    listener: std::net::TcpListener,
+    db: &str,
+    dir: &Path,
+    smtp_port: u16,
+    broker: Option<&TestBroker>,
+) -> anyhow::Result<TestConsole> {
+    TestConsole::start(ConsoleOptions {
+        broker,
+        local_sign_in: true,
+        shared_token: true,
+        listener: Some(listener),
+        database_url: Some(db.to_owned()),
+        webhook_secret_file: broker.map(|_| dir.join("broker-hook-secret")),
+        notifications: Some(countersign_console_http::notify::NotificationsConfig {
+            smtp_url: Some(format!("smtp://127.0.0.1:{smtp_port}")),
+            smtp_password_file: None,
+            from: Some("Countersign <countersign@localhost>".into()),
+            webhook_secret_file: Some(dir.join("notify-secret")),
+            digest_seconds: 3,
+            timeout_seconds: 5,
+            max_attempts: 20,
+        }),
+        ..Default::default()
+    })
+    .await
+}
+
 impl Stack {
     async fn console(&mut self, listener: Option<std::net::TcpListener>) -> anyhow::Result<()> {
         let listener = match listener {
             Some(l) => l,
             None => std::net::TcpListener::bind(("127.0.0.1", self.port))?,
         };
-        let console = TestConsole::start(ConsoleOptions {
-            broker: Some(&self.broker),
-            local_sign_in: true,
-            listener: Some(listener),
-            database_url: Some(self.db.clone()),
-            webhook_secret_file: Some(self.dir.path().join("broker-hook-secret")),
-            notifications: Some(countersign_console_http::notify::NotificationsConfig {
-                smtp_url: Some(format!("smtp://127.0.0.1:{}", self.smtp_port)),
-                smtp_password_file: None,
-                from: Some("Countersign <countersign@localhost>".into()),
-                webhook_secret_file: Some(self.dir.path().join("notify-secret")),
-                digest_seconds: 3,
-                timeout_seconds: 5,
-                max_attempts: 20,
-            }),
-            ..Default::default()
-        })
+        let console = notify_console(
+            listener,
+            &self.db,
+            self.dir.path(),
+            self.smtp_port,
+            Some(&self.broker),
+        )
         .await?;
         self.console = Some(console);
         Ok(())
@@ -208,7 +230,10 @@ impl Stack {
 }
 
 async fn prefs(stack: &Stack, who: &str, body: Value) -> anyhow::Result<()> {
-    let console = stack.console.as_ref().context("console")?;
+    set_prefs(stack.console.as_ref().context("console")?, who, body).await
+}
+
+async fn set_prefs(console: &TestConsole, who: &str, body: Value) -> anyhow::Result<()> {
     let p = Who::person(console, who).await?;
     let r = p
         .call(
@@ -439,5 +464,339 @@ async fn people_are_told_once_where_to_approve_across_restarts() -> anyhow::Resu
     let _ = smtp.port;
     stack.stop_console().await;
     stack.broker.stop().await;
+    Ok(())
+}
+
+/// How many notices of the console's outbox are not sent yet, read from its database.
+async fn unsent(db: &str) -> anyhow::Result<i64> {
+    use sqlx::Connection;
+    const Q: &str = "SELECT COUNT(*) FROM notify_outbox WHERE sent_at IS NULL";
+    Ok(if db.starts_with("sqlite:") {
+        let mut c = sqlx::SqliteConnection::connect(db).await?;
+        sqlx::query_scalar(Q).fetch_one(&mut c).await?
+    } else {
+        let mut c = sqlx::PgConnection::connect(db).await?;
+        sqlx::query_scalar(Q).fetch_one(&mut c).await?
+    })
+}
+
+/// A project `NTF` with `NTF-1` (Ada's), `NTF-2` (Bob's) and `NTF-3` (nobody's).
+async fn asks_project(console: &TestConsole) -> anyhow::Result<()> {
+    let ada = Who::person(console, ADA).await?;
+    Who::person(console, BOB).await?;
+    let r = ada
+        .post("/api/v1/projects", json!({"key": "NTF", "name": "Notices"}))
+        .await?;
+    anyhow::ensure!(r.status == 201, "{}", r.text);
+    for (title, assignee) in [
+        ("refunds", json!(ADA)),
+        ("ledger", json!(BOB)),
+        ("nobody's", Value::Null),
+    ] {
+        let r = ada
+            .post(
+                "/api/v1/issues",
+                json!({"project": "NTF", "title": title, "assignee": assignee}),
+            )
+            .await?;
+        anyhow::ensure!(r.status == 201, "{}", r.text);
+    }
+    let r = ada
+        .patch("/api/v1/issues/NTF-3", json!({"assignee": null}))
+        .await?;
+    anyhow::ensure!(r.json["assignee"] == Value::Null, "{}", r.text);
+    Ok(())
+}
+
+/// Opens an ask on `issue` as `who` (an agent as its session `s1`) and answers its id.
+async fn open_ask(who: &Who, issue: &str, question: &str) -> anyhow::Result<String> {
+    let mut body = json!({"question": question, "options": [{"label": "Yes"}, {"label": "No"}]});
+    if who.bearer.is_some() {
+        body["actor"] = json!("s1");
+    }
+    let r = who
+        .post(&format!("/api/v1/issues/{issue}/asks"), body)
+        .await?;
+    anyhow::ensure!(r.status == 201, "{}", r.text);
+    r.json["id"]
+        .as_str()
+        .map(str::to_owned)
+        .context("the ask's id")
+}
+
+/// Asks tell the people who may answer them (issue 29): an agent's ask on Ada's issue reaches
+/// her by e-mail, Slack and the signed webhook with its page's link, once each; one on nobody's
+/// issue reaches everyone who asked to hear; Bob's digest gathers his asks into one mail; a
+/// person is not told of the ask they opened themselves.
+async fn asks_are_told_once_to_who_may_answer(db: Option<String>) -> anyhow::Result<()> {
+    if !aiosmtpd_or_skip() {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("notify-secret"), NOTIFY_SECRET)?;
+    let smtp_port = free_port()?;
+    let smtp = Smtp::start(smtp_port, &dir.path().join("maildir")).await?;
+    let (hooks, got) = receiver().await?;
+    let db = db.unwrap_or_else(|| {
+        format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("console.db").display()
+        )
+    });
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let console = notify_console(listener, &db, dir.path(), smtp_port, None).await?;
+    set_prefs(
+        &console,
+        ADA,
+        json!({ "email": true, "slack_url": format!("{hooks}/slack"), "webhook_url": format!("{hooks}/hook") }),
+    )
+    .await?;
+    set_prefs(&console, BOB, json!({ "email": true, "digest": true })).await?;
+    asks_project(&console).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    let ada = Who::person(&console, ADA).await?;
+    let mine = open_ask(&agent, "NTF-1", "Refund <!channel> & partial captures?").await?;
+    let bobs = open_ask(&agent, "NTF-2", "Export the ledger nightly?").await?;
+    let anyones = open_ask(&agent, "NTF-3", "Who owns the orphan job?").await?;
+    let adas_own = open_ask(&ada, "NTF-3", "Should Bob look at this?").await?;
+    let link = |id: &str| format!("{}/asks/{id}", console.url);
+
+    // Ada: her issue's ask and nobody's, on each channel, with the ask's page.
+    for id in [&mine, &anyones] {
+        let mail = eventually(20, || async {
+            anyhow::Ok(
+                smtp.mails_to(ADA)
+                    .into_iter()
+                    .find(|m| m.contains(&link(id))),
+            )
+        })
+        .await?;
+        assert!(mail.contains("Answer an ask on NTF-"), "{mail}");
+        eventually(10, || async {
+            let slack = posts(&got, "/slack").iter().any(|(_, b)| {
+                b["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains(&format!("<{}|", link(id))))
+            });
+            let hook = raw_posts(&got, "/hook")
+                .iter()
+                .any(|(_, b)| String::from_utf8_lossy(b).contains(&link(id)));
+            anyhow::Ok((slack && hook).then_some(()))
+        })
+        .await?;
+    }
+    // Slack's markup is escaped: the question's `<!channel>` pings nobody.
+    let slack: Vec<String> = posts(&got, "/slack")
+        .iter()
+        .map(|(_, b)| b["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let text = slack.iter().find(|t| t.contains(&mine)).context("Slack")?;
+    assert!(
+        text.contains("&lt;!channel&gt; &amp; partial") && !text.contains("<!channel>"),
+        "{text}"
+    );
+    // Bob's digest: one mail with his issue's ask, nobody's, and the one Ada opened.
+    let digest = eventually(20, || async {
+        let m = smtp.mails_to(BOB);
+        anyhow::Ok((!m.is_empty()).then_some(m))
+    })
+    .await?;
+    for id in [&bobs, &anyones, &adas_own] {
+        assert!(digest[0].contains(&link(id)), "{id} in {}", digest[0]);
+    }
+
+    // Everything sent: the console stops, and what arrived is final.
+    eventually(20, || async {
+        anyhow::Ok((unsent(&db).await? == 0).then_some(()))
+    })
+    .await?;
+    console.stop().await;
+    let hooks: Vec<String> = posts(&got, "/hook")
+        .iter()
+        .map(|(_, b)| b.to_string())
+        .collect();
+    let ada_mails = smtp.mails_to(ADA);
+    for id in [&mine, &anyones] {
+        for (channel, texts) in [
+            ("e-mail", &ada_mails),
+            ("Slack", &slack),
+            ("webhook", &hooks),
+        ] {
+            assert_eq!(
+                texts.iter().filter(|t| t.contains(id.as_str())).count(),
+                1,
+                "{id} once by {channel}: {texts:?}"
+            );
+        }
+    }
+    for id in [&bobs, &adas_own] {
+        assert!(
+            !ada_mails
+                .iter()
+                .chain(&slack)
+                .chain(&hooks)
+                .any(|t| t.contains(id.as_str())),
+            "Ada is told of neither Bob's ask nor her own"
+        );
+    }
+    let bob = smtp.mails_to(BOB);
+    assert_eq!(bob.len(), 1, "one digest: {bob:?}");
+    assert!(!bob[0].contains(&mine), "Ada's issue's ask is not Bob's");
+    Ok(())
+}
+
+on_both_databases!(
+    asks_are_told_once_to_who_may_answer,
+    asks_are_told_once_sqlite,
+    asks_are_told_once_postgres
+);
+
+/// A restart between the queue and the send (issue 29): the ask's notice is queued when the
+/// ask is opened, its first send fails (the SMTP server is not listening yet), the console
+/// stops; the SMTP server comes up and the console starts again on the same database: the mail
+/// arrives, once.
+#[tokio::test]
+async fn a_notice_queued_before_a_restart_is_sent_once_after_it() -> anyhow::Result<()> {
+    if !aiosmtpd_or_skip() {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("notify-secret"), NOTIFY_SECRET)?;
+    let smtp_port = free_port()?;
+    let db = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("console.db").display()
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let console = notify_console(listener, &db, dir.path(), smtp_port, None).await?;
+    set_prefs(&console, ADA, json!({ "email": true })).await?;
+    asks_project(&console).await?;
+    let agent = Who::agent(&console, SHARED_TOKEN);
+    let id = open_ask(&agent, "NTF-1", "Rotate the signing key today?").await?;
+    // Queued with the ask; its first send failed (nothing listens on the SMTP port).
+    eventually(20, || async {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&db).await?;
+        let attempts: Vec<i64> = sqlx::query_scalar(
+            "SELECT attempts FROM notify_outbox WHERE item = $1 AND sent_at IS NULL",
+        )
+        .bind(format!("ask:{id}"))
+        .fetch_all(&mut c)
+        .await?;
+        anyhow::Ok((attempts.len() == 1 && attempts[0] >= 1).then_some(()))
+    })
+    .await?;
+    console.stop().await;
+
+    let smtp = Smtp::start(smtp_port, &dir.path().join("maildir")).await?;
+    assert!(smtp.mails().is_empty());
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))?;
+    let console = notify_console(listener, &db, dir.path(), smtp_port, None).await?;
+    let link = format!("{}/asks/{id}", console.url);
+    let mail = eventually(40, || async {
+        anyhow::Ok(smtp.mails_to(ADA).into_iter().find(|m| m.contains(&link)))
+    })
+    .await?;
+    assert!(mail.contains("Rotate the signing key today?"), "{mail}");
+    eventually(20, || async {
+        anyhow::Ok((unsent(&db).await? == 0).then_some(()))
+    })
+    .await?;
+    console.stop().await;
+    assert_eq!(smtp.mails().len(), 1, "sent once: {:?}", smtp.mails());
+    Ok(())
+}
+
+/// The form's values as the page holds them: `[email, slack, webhook, digest]`.
+async fn form_values(b: &common::webdriver::Browser) -> anyhow::Result<Value> {
+    b.execute(
+        "const v = id => document.getElementById(id); \
+         return [v('notify-email').checked, v('notify-slack').value, \
+                 v('notify-webhook').value, v('notify-digest').checked];",
+    )
+    .await
+}
+
+/// The Notifications page in Chromium: a person signs in, turns e-mail on, sets a webhook URL
+/// and a digest, saves; the page reloads with what was saved, and the API reads the same. A
+/// URL the console refuses shows its message in the form, and the form keeps every value typed
+/// (nothing saved, nothing lost). Screenshot: `notifications.png`.
+#[tokio::test]
+async fn the_notifications_page_keeps_what_a_person_saves() -> anyhow::Result<()> {
+    let Some((chromium, chromedriver)) = common::webdriver::browser_or_skip() else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("notify-secret"), NOTIFY_SECRET)?;
+    let db = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("console.db").display()
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let console = notify_console(listener, &db, dir.path(), free_port()?, None).await?;
+    let profiles = tempfile::tempdir()?;
+    let driver = common::webdriver::Driver::start(&chromedriver).await?;
+    let b = driver
+        .browser(&chromium, &profiles.path().join("ada"))
+        .await?;
+    b.goto(&format!("{}/notifications", console.url)).await?;
+    b.wait_for("#email", 10).await?;
+    b.type_into("#email", ADA).await?;
+    b.click_text("Sign in").await?;
+    b.wait_text("h1", "Notifications", 10).await?;
+    assert_eq!(form_values(&b).await?, json!([false, "", "", false]));
+
+    // Save: e-mail, a webhook, a digest. The page reloads with them.
+    let hook = "https://hooks.example.com/countersign";
+    b.click("#notify-email").await?;
+    b.type_into("#notify-webhook", hook).await?;
+    b.click("#notify-digest").await?;
+    b.execute("window.countersignBeforeSave = true; return null;")
+        .await?;
+    b.click("#notify-save").await?;
+    eventually(10, || async {
+        let reloaded = b
+            .execute(
+                "return document.readyState === 'complete' && \
+                 window.countersignBeforeSave === undefined && \
+                 !!document.getElementById('notify-form');",
+            )
+            .await?;
+        anyhow::Ok((reloaded == Value::Bool(true)).then_some(()))
+    })
+    .await?;
+    assert_eq!(form_values(&b).await?, json!([true, "", hook, true]));
+    let ada = Who::person(&console, ADA).await?;
+    let saved = ada.get("/api/v1/notification-preferences").await?;
+    assert_eq!(saved.json["email"], true, "{}", saved.text);
+    assert_eq!(saved.json["webhook_url"], hook);
+    assert_eq!(saved.json["digest"], true);
+    assert_eq!(saved.json["slack_url"], Value::Null);
+    b.screenshot(&crate::browser::shots().join("notifications.png"))
+        .await?;
+
+    // A URL the console refuses: its message in the form, every value kept, nothing saved.
+    b.type_into("#notify-slack", "hooks.slack.com/services/T000/B000")
+        .await?;
+    b.click("#notify-digest").await?;
+    b.click("#notify-save").await?;
+    let shown = b
+        .wait_text(
+            "#notify-form [data-form-error]",
+            "slack_url must be an http:// or https:// URL",
+            10,
+        )
+        .await?;
+    assert!(shown.starts_with("INVALID_BODY: "), "{shown}");
+    assert_eq!(
+        form_values(&b).await?,
+        json!([true, "hooks.slack.com/services/T000/B000", hook, false])
+    );
+    let kept = ada.get("/api/v1/notification-preferences").await?;
+    assert_eq!(kept.json["slack_url"], Value::Null, "{}", kept.text);
+    assert_eq!(kept.json["digest"], true, "nothing saved");
+    b.quit().await;
+    console.stop().await;
     Ok(())
 }
