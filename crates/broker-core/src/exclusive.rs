@@ -470,18 +470,60 @@ impl<S: Storage> ReadTx<S> {
             .ok_or_else(|| StorageError::Other("read transaction".into()))
     }
 
-    fn cached(&self, k: &Key) -> Result<Value, u64> {
-        let c = lock(&self.cache);
-        match c.values.get(k) {
-            Some(v) => Ok(v.clone()),
-            None => Err(c.version(k)),
-        }
-    }
-
-    fn fill(&self, k: Key, seen: u64, v: Value) {
-        lock(&self.cache).fill(k, seen, v);
+    /// A cached read: from memory, or else `read` from the database and kept, unless a commit
+    /// wrote the key in between.
+    async fn cached<T: Cached>(
+        &mut self,
+        k: Key,
+        read: impl for<'t> FnOnce(&'t mut dyn Tx) -> TxFuture<'t, T> + Send,
+    ) -> Result<T, StorageError> {
+        let seen = {
+            let c = lock(&self.cache);
+            match c.values.get(&k) {
+                Some(v) => {
+                    return T::from_value(v.clone())
+                        .ok_or_else(|| StorageError::Other("cache kind".into()));
+                }
+                None => c.version(&k),
+            }
+        };
+        let v = read(self.db().await?.as_mut()).await?;
+        lock(&self.cache).fill(k, seen, v.clone().into_value());
+        Ok(v)
     }
 }
+
+/// A database read's future, as `Tx`'s methods answer it.
+type TxFuture<'t, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StorageError>> + Send + 't>>;
+
+/// An answer the cache keeps, as its [`Value`].
+trait Cached: Clone + Send {
+    fn into_value(self) -> Value;
+    fn from_value(v: Value) -> Option<Self>;
+}
+
+macro_rules! cached {
+    ($($variant:ident($t:ty)),*) => {$(
+        impl Cached for $t {
+            fn into_value(self) -> Value {
+                Value::$variant(self)
+            }
+            fn from_value(v: Value) -> Option<Self> {
+                match v {
+                    Value::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+cached!(
+    Enrollment(Option<Enrollment>),
+    Credential(Option<LauncherCredential>),
+    Grants(Vec<Grant>)
+);
 
 #[async_trait]
 impl<S: Storage> Tx for ReadTx<S> {
@@ -496,48 +538,26 @@ impl<S: Storage> Tx for ReadTx<S> {
         &mut self,
         id: CredentialId,
     ) -> Result<Option<LauncherCredential>, StorageError> {
-        let k = Key::Credential(id);
-        match self.cached(&k) {
-            Ok(Value::Credential(v)) => Ok(v),
-            Ok(_) => Err(StorageError::Other("cache kind".into())),
-            Err(seen) => {
-                let v = self.db().await?.get_credential(id).await?;
-                self.fill(k, seen, Value::Credential(v.clone()));
-                Ok(v)
-            }
-        }
+        self.cached(Key::Credential(id), |tx| tx.get_credential(id))
+            .await
     }
 
     async fn get_enrollment(
         &mut self,
         id: EnrollmentId,
     ) -> Result<Option<Enrollment>, StorageError> {
-        let k = Key::Enrollment(id);
-        match self.cached(&k) {
-            Ok(Value::Enrollment(v)) => Ok(v),
-            Ok(_) => Err(StorageError::Other("cache kind".into())),
-            Err(seen) => {
-                let v = self.db().await?.get_enrollment(id).await?;
-                self.fill(k, seen, Value::Enrollment(v.clone()));
-                Ok(v)
-            }
-        }
+        self.cached(Key::Enrollment(id), |tx| tx.get_enrollment(id))
+            .await
     }
 
     async fn grants_by_enrollment(
         &mut self,
         enrollment: EnrollmentId,
     ) -> Result<Vec<Grant>, StorageError> {
-        let k = Key::Grants(enrollment);
-        match self.cached(&k) {
-            Ok(Value::Grants(v)) => Ok(v),
-            Ok(_) => Err(StorageError::Other("cache kind".into())),
-            Err(seen) => {
-                let v = self.db().await?.grants_by_enrollment(enrollment).await?;
-                self.fill(k, seen, Value::Grants(v.clone()));
-                Ok(v)
-            }
-        }
+        self.cached(Key::Grants(enrollment), |tx| {
+            tx.grants_by_enrollment(enrollment)
+        })
+        .await
     }
 
     async fn put_credential(&mut self, _: &LauncherCredential) -> Result<(), StorageError> {

@@ -471,7 +471,7 @@ pub async fn witness_route(
 ) -> crate::error::ApiResult<axum::response::Response> {
     use axum::response::IntoResponse;
     use countersign_broker_core::ErrorCode;
-    crate::routes::console(&st, &headers)?;
+    crate::extract::console(&st, &headers)?;
     let seen: WitnessBody = countersign_proto::json::from_slice(&body).map_err(|_| {
         countersign_broker_core::Error::with_message(
             ErrorCode::INVALID_REQUEST,

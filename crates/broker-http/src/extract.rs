@@ -1,15 +1,23 @@
 //! Reading a request: the body under the byte limit (REQUEST_TOO_LARGE), JSON into the route's
 //! body shape (its INVALID_* code, with a message that never quotes a value; a repeated member at
-//! any depth is refused), the `Proof` header, path ids and the `approver` query.
+//! any depth is refused), the `Proof` header, path ids and the `approver` query; and the
+//! extractors that check a route's credential before its handler runs ([`Console`],
+//! [`ConsoleApprover`], [`Proved`]), so that a handler states only what is its own.
+
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, Method, Uri};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method, Uri, header};
 use countersign_broker_core::broker::ProofTarget;
 use countersign_broker_core::ids::Login;
+use countersign_broker_core::model::{Enrollment, LauncherCredential};
 use countersign_broker_core::{Error, ErrorCode};
 use countersign_proto::json::StrictError;
 use serde::de::DeserializeOwned;
 
+use crate::AppState;
 use crate::error::ApiError;
 
 /// The default body limit (protocol.md §6).
@@ -162,25 +170,134 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for PathParam {
     }
 }
 
-/// The `approver` query parameter, never rejecting: a query that does not parse (a repeated
-/// `approver`, say) reads as none, which [`approver`] refuses with APPROVER_REQUIRED after the
-/// console token check.
+/// The console token check: SHA-256 of the presented bearer, compared in constant time.
+pub fn console(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(crate::sha256);
+    match (presented, st.console_token_hash) {
+        (Some(p), Some(h)) if countersign_broker_core::broker::ct_eq(&p, &h) => Ok(()),
+        _ => Err(ErrorCode::UI_INVALID.into()),
+    }
+}
+
+/// A console-token route's caller: the token checked before anything else is read.
 #[derive(Debug)]
-pub struct ApproverParam(pub Option<String>);
+pub struct Console;
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ApproverParam {
-    type Rejection = std::convert::Infallible;
+impl FromRequestParts<Arc<AppState>> for Console {
+    type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        Ok(Self(
-            axum::extract::Query::<crate::wire::ApproverQuery>::from_request_parts(parts, state)
-                .await
-                .ok()
-                .and_then(|axum::extract::Query(q)| q.approver),
-        ))
+    async fn from_request_parts(parts: &mut Parts, st: &Arc<AppState>) -> Result<Self, ApiError> {
+        console(st, &parts.headers).map(|()| Self)
+    }
+}
+
+/// A console-token route's caller and the person it acts for, from the `approver` query: the
+/// token first, then the approver. A query that does not parse (a repeated `approver`, say)
+/// reads as none, which [`approver`] refuses with APPROVER_REQUIRED.
+#[derive(Debug)]
+pub struct ConsoleApprover(pub Login);
+
+impl FromRequestParts<Arc<AppState>> for ConsoleApprover {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &Arc<AppState>) -> Result<Self, ApiError> {
+        console(st, &parts.headers)?;
+        let q = Query::<crate::wire::ApproverQuery>::from_request_parts(parts, st)
+            .await
+            .ok()
+            .and_then(|Query(q)| q.approver);
+        approver(q.as_deref()).map(Self)
+    }
+}
+
+/// A request read whole under the server's body limit and read timeout.
+impl FromRequest<Arc<AppState>> for Raw {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, st: &Arc<AppState>) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        Self::read(
+            parts.method,
+            &parts.uri,
+            parts.headers,
+            body,
+            st.body_limit,
+            st.read_timeout,
+        )
+        .await
+    }
+}
+
+/// What a request's `Proof` header proves: a machine credential or a session's enrollment.
+pub trait Proven: Sized {
+    fn authenticate(st: &AppState, r: &Raw) -> impl Future<Output = Result<Self, Error>> + Send;
+}
+
+impl Proven for LauncherCredential {
+    fn authenticate(st: &AppState, r: &Raw) -> impl Future<Output = Result<Self, Error>> + Send {
+        st.broker.authenticate_launcher(r.proof(), r.target())
+    }
+}
+
+impl Proven for Enrollment {
+    fn authenticate(st: &AppState, r: &Raw) -> impl Future<Output = Result<Self, Error>> + Send {
+        st.broker.authenticate_session(r.proof(), r.target())
+    }
+}
+
+/// A request whose `Proof` was checked (the core's refusals, in the spec's order: the database,
+/// then the proof), with the request for the body still to parse.
+#[derive(Debug)]
+pub struct Proved<T>(pub T, pub Raw);
+
+impl<T: Proven> FromRequest<Arc<AppState>> for Proved<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, st: &Arc<AppState>) -> Result<Self, ApiError> {
+        let r = Raw::from_request(req, st).await?;
+        Ok(Self(T::authenticate(st, &r).await?, r))
+    }
+}
+
+/// A console route's body that names the person it acts for.
+pub trait Approving: DeserializeOwned {
+    fn approver(&self) -> Option<&str>;
+}
+
+macro_rules! approving {
+    ($($t:ty),*) => {$(
+        impl Approving for $t {
+            fn approver(&self) -> Option<&str> {
+                self.approver.as_deref()
+            }
+        }
+    )*};
+}
+
+approving!(
+    crate::wire::DecisionBody,
+    crate::wire::RevokeBody,
+    crate::wire::PasskeyBody,
+    crate::wire::PasskeyRenameBody
+);
+
+impl Raw {
+    /// The body as a console route's shape (refused with `code`), and its approver (then
+    /// APPROVER_REQUIRED).
+    pub fn approving<T: Approving>(&self, code: ErrorCode) -> Result<(T, Login), ApiError> {
+        let b: T = self.json(code)?;
+        let who = approver(b.approver())?;
+        Ok((b, who))
+    }
+
+    /// The approver of a console route whose body names nothing else.
+    pub fn approver(&self, code: ErrorCode) -> Result<Login, ApiError> {
+        self.approving::<crate::wire::RevokeBody>(code)
+            .map(|(_, who)| who)
     }
 }
 

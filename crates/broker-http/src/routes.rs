@@ -7,22 +7,22 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::extract::{ConnectInfo, FromRequest, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodFilter;
+use countersign_broker_core::ErrorCode;
 use countersign_broker_core::broker::EnrollInput;
 use countersign_broker_core::broker::PollState;
 use countersign_broker_core::ids::{
     CredentialId, EnrollmentId, GrantId, RecordId, RequestId, SecretName,
 };
 use countersign_broker_core::model::{Enrollment, LauncherCredential};
-use countersign_broker_core::{Error, ErrorCode};
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{ApproverParam, PathParam, Raw, approver};
+use crate::extract::{Console, ConsoleApprover, PathParam, Proved, Raw};
 use crate::wire;
 
 type St = State<Arc<AppState>>;
@@ -56,58 +56,15 @@ fn state(s: &'static str) -> Response {
     ok(json!({ "state": s }))
 }
 
-async fn raw(
-    st: &AppState,
-    method: Method,
-    uri: &Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult<Raw> {
-    Raw::read(method, uri, headers, body, st.body_limit, st.read_timeout).await
-}
+/// A request under a machine credential.
+type Machine = Proved<LauncherCredential>;
 
-async fn launcher(st: &AppState, r: &Raw) -> ApiResult<LauncherCredential> {
-    Ok(st
-        .broker
-        .authenticate_launcher(r.proof(), r.target())
-        .await?)
-}
-
-async fn session(st: &AppState, r: &Raw) -> ApiResult<Enrollment> {
-    Ok(st
-        .broker
-        .authenticate_session(r.proof(), r.target())
-        .await?)
-}
-
-/// The console token check: SHA-256 of the presented bearer, compared in constant time.
-pub(crate) fn console(st: &AppState, headers: &HeaderMap) -> ApiResult<()> {
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(crate::sha256);
-    match (presented, st.console_token_hash) {
-        (Some(p), Some(h)) if countersign_broker_core::broker::ct_eq(&p, &h) => Ok(()),
-        _ => Err(ErrorCode::UI_INVALID.into()),
-    }
-}
-
-fn parse_id<T>(s: &str, parse: fn(&str) -> Result<T, Error>) -> ApiResult<T> {
-    Ok(parse(s)?)
-}
+/// A request under a session proof.
+type Session = Proved<Enrollment>;
 
 // ----- machine credential -----
 
-pub(crate) async fn enroll(
-    State(st): St,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let cred = launcher(&st, &r).await?;
+pub(crate) async fn enroll(State(st): St, Proved(cred, r): Machine) -> ApiResult<Response> {
     let b: wire::EnrollBody = r.json(ErrorCode::INVALID_ENROLLMENT)?;
     let e = st
         .broker
@@ -131,27 +88,16 @@ pub(crate) async fn enroll(
 pub(crate) async fn unenroll(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    Proved(cred, _): Machine,
 ) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let cred = launcher(&st, &r).await?;
-    let id = parse_id(&id, EnrollmentId::parse)?;
-    st.broker.unenroll(&cred, id).await?;
+    st.broker.unenroll(&cred, EnrollmentId::parse(&id)?).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 pub(crate) async fn operator_machines(
     State(st): St,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    Proved(cred, _): Machine,
 ) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let cred = launcher(&st, &r).await?;
     let list = st.broker.operator_machines(&cred).await?;
     let now = st.broker.now();
     Ok(ok(
@@ -162,26 +108,16 @@ pub(crate) async fn operator_machines(
 pub(crate) async fn operator_revoke_machine(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    Proved(cred, _): Machine,
 ) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let cred = launcher(&st, &r).await?;
-    let id = parse_id(&id, CredentialId::parse)?;
+    let id = CredentialId::parse(&id)?;
     Ok(state(st.broker.operator_revoke_machine(&cred, id).await?))
 }
 
 pub(crate) async fn operator_grants(
     State(st): St,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    Proved(cred, _): Machine,
 ) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let cred = launcher(&st, &r).await?;
     let list = st.broker.operator_grants(&cred).await?;
     Ok(ok(
         json!({ "grants": list.iter().map(wire::grant_item).collect::<Vec<_>>() }),
@@ -191,14 +127,9 @@ pub(crate) async fn operator_grants(
 pub(crate) async fn operator_revoke_grant(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    Proved(cred, _): Machine,
 ) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let cred = launcher(&st, &r).await?;
-    let id = parse_id(&id, GrantId::parse)?;
+    let id = GrantId::parse(&id)?;
     Ok(state(st.broker.operator_revoke_grant(&cred, id).await?))
 }
 
@@ -207,12 +138,8 @@ pub(crate) async fn operator_revoke_grant(
 pub(crate) async fn login_start(
     State(st): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    r: Raw,
 ) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
     st.limits.login_start(peer.ip()).map_err(|wait| {
         ApiError::rate_limited(
             "too many launcher credential requests; try again later",
@@ -225,14 +152,7 @@ pub(crate) async fn login_start(
     Ok((StatusCode::ACCEPTED, no_store(), axum::Json(body)).into_response())
 }
 
-pub(crate) async fn token_login(
-    State(st): St,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
+pub(crate) async fn token_login(State(st): St, r: Raw) -> ApiResult<Response> {
     if !st.broker.has_token_issuer() {
         return Err(ErrorCode::TOKEN_LOGIN_OFF.into());
     }
@@ -272,20 +192,12 @@ pub(crate) async fn login_poll(
 
 // ----- session proof -----
 
-pub(crate) async fn renew(
-    State(st): St,
-    PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
+pub(crate) async fn renew(State(st): St, PathParam(id): PathParam, r: Raw) -> ApiResult<Response> {
     let e = st
         .broker
         .authenticate_renewal(r.proof(), r.target())
         .await?;
-    let id = parse_id(&id, EnrollmentId::parse)?;
+    let id = EnrollmentId::parse(&id)?;
     let b: wire::RenewBody = r.json_or_default(ErrorCode::INVALID_RENEWAL)?;
     let lease = st.broker.renew(&e, id, b.pod_token.as_deref()).await?;
     Ok(ok(
@@ -293,28 +205,12 @@ pub(crate) async fn renew(
     ))
 }
 
-pub(crate) async fn enrollment_self(
-    State(st): St,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let e = session(&st, &r).await?;
+pub(crate) async fn enrollment_self(State(st): St, Proved(e, _): Session) -> ApiResult<Response> {
     let grants = st.broker.own_grants(&e).await?;
     Ok(ok(wire::enrollment_self(&e, &grants)))
 }
 
-pub(crate) async fn create_request(
-    State(st): St,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let e = session(&st, &r).await?;
+pub(crate) async fn create_request(State(st): St, Proved(e, r): Session) -> ApiResult<Response> {
     let b: wire::RequestBody = r.json(ErrorCode::INVALID_REQUEST)?;
     let created = st
         .broker
@@ -330,47 +226,27 @@ pub(crate) async fn create_request(
 pub(crate) async fn get_request(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    Proved(e, _): Session,
 ) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let e = session(&st, &r).await?;
-    let id = parse_id(&id, RequestId::parse)?;
-    Ok(ok(wire::request_for(
-        &st.broker,
-        &st.broker.get_request(&e, id).await?,
-        None,
-    )))
+    let request = st.broker.get_request(&e, RequestId::parse(&id)?).await?;
+    Ok(ok(wire::request_for(&st.broker, &request, None)))
 }
 
 pub(crate) async fn cancel_request(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    Proved(e, _): Session,
 ) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let e = session(&st, &r).await?;
-    let id = parse_id(&id, RequestId::parse)?;
+    let id = RequestId::parse(&id)?;
     Ok(state(st.broker.cancel_own_request(&e, id).await?.as_str()))
 }
 
 pub(crate) async fn grant_values(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    Proved(e, _): Session,
 ) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let e = session(&st, &r).await?;
-    let id = parse_id(&id, GrantId::parse)?;
-    let released = st.broker.release_values(&e, id).await?;
+    let released = st.broker.release_values(&e, GrantId::parse(&id)?).await?;
     // The body is built by hand into a buffer that is zeroized once sent; no serde_json::Value
     // copy of a value is left behind.
     let mut out = zeroize::Zeroizing::new(Vec::with_capacity(256));
@@ -429,14 +305,9 @@ fn write_json_string(out: &mut Vec<u8>, s: &str) {
 pub(crate) async fn revoke_grant(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    Proved(e, _): Session,
 ) -> ApiResult<Response> {
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let e = session(&st, &r).await?;
-    let id = parse_id(&id, GrantId::parse)?;
+    let id = GrantId::parse(&id)?;
     Ok(state(st.broker.revoke_own_grant(&e, id).await?))
 }
 
@@ -444,11 +315,8 @@ pub(crate) async fn revoke_grant(
 
 pub(crate) async fn pending(
     State(st): St,
-    headers: HeaderMap,
-    ApproverParam(q): ApproverParam,
+    ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let who = approver(q.as_deref())?;
     let list = st.broker.pending_for(&who).await?;
     Ok(ok(
         json!({ "pending": list.iter().map(wire::pending_item).collect::<Vec<_>>() }),
@@ -457,27 +325,21 @@ pub(crate) async fn pending(
 
 pub(crate) async fn get_record(
     State(st): St,
-    headers: HeaderMap,
+    _: Console,
     PathParam(record): PathParam,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let id = parse_id(&record, RecordId::parse)?;
+    let id = RecordId::parse(&record)?;
     Ok(ok(wire::record(&st.broker.record(&id).await?)))
 }
 
 pub(crate) async fn approve(
     State(st): St,
     PathParam(record): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    _: Console,
+    r: Raw,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let id = parse_id(&record, RecordId::parse)?;
-    let b: wire::DecisionBody = r.json(ErrorCode::INVALID_DECISION)?;
-    let who = approver(b.approver.as_deref())?;
+    let id = RecordId::parse(&record)?;
+    let (b, who) = r.approving::<wire::DecisionBody>(ErrorCode::INVALID_DECISION)?;
     let countersignature = b
         .countersignature
         .map(wire::CountersignatureBody::into_core);
@@ -495,16 +357,11 @@ pub(crate) async fn approve(
 pub(crate) async fn deny(
     State(st): St,
     PathParam(record): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    _: Console,
+    r: Raw,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let id = parse_id(&record, RecordId::parse)?;
-    let b: wire::DecisionBody = r.json(ErrorCode::INVALID_DECISION)?;
-    let who = approver(b.approver.as_deref())?;
+    let id = RecordId::parse(&record)?;
+    let (b, who) = r.approving::<wire::DecisionBody>(ErrorCode::INVALID_DECISION)?;
     Ok(state(
         st.broker.deny(&id, &who, b.code.as_deref()).await?.as_str(),
     ))
@@ -513,17 +370,15 @@ pub(crate) async fn deny(
 pub(crate) async fn lookup(
     State(st): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    _: Console,
+    req: Request,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
     // After the console token: a caller without it cannot spend the console's budget.
     st.limits.lookup(peer.ip()).map_err(|wait| {
         ApiError::rate_limited("too many machine-login lookups; try again later", wait)
     })?;
-    let r = raw(&st, method, &uri, headers, body).await?;
+    // The body is read after the rate limit.
+    let r = Raw::from_request(req, &st).await?;
     let b: wire::LookupBody = r.json(ErrorCode::INVALID_LOOKUP)?;
     let code = b.code.unwrap_or_default();
     Ok(ok(wire::record(
@@ -533,11 +388,8 @@ pub(crate) async fn lookup(
 
 pub(crate) async fn credentials_for(
     State(st): St,
-    headers: HeaderMap,
-    ApproverParam(q): ApproverParam,
+    ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let who = approver(q.as_deref())?;
     let list = st.broker.credentials_for(&who).await?;
     let now = st.broker.now();
     Ok(ok(
@@ -548,16 +400,11 @@ pub(crate) async fn credentials_for(
 pub(crate) async fn revoke_credential_by_approver(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    _: Console,
+    r: Raw,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let b: wire::RevokeBody = r.json(ErrorCode::INVALID_REVOKE)?;
-    let who = approver(b.approver.as_deref())?;
-    let id = parse_id(&id, CredentialId::parse)?;
+    let who = r.approver(ErrorCode::INVALID_REVOKE)?;
+    let id = CredentialId::parse(&id)?;
     Ok(state(
         st.broker.revoke_credential_by_approver(&who, id).await?,
     ))
@@ -565,11 +412,8 @@ pub(crate) async fn revoke_credential_by_approver(
 
 pub(crate) async fn grants_for(
     State(st): St,
-    headers: HeaderMap,
-    ApproverParam(q): ApproverParam,
+    ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let who = approver(q.as_deref())?;
     let list = st.broker.grants_for(&who).await?;
     Ok(ok(
         json!({ "grants": list.iter().map(wire::grant_item).collect::<Vec<_>>() }),
@@ -579,16 +423,11 @@ pub(crate) async fn grants_for(
 pub(crate) async fn revoke_grant_by_approver(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    _: Console,
+    r: Raw,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let b: wire::RevokeBody = r.json(ErrorCode::INVALID_REVOKE)?;
-    let who = approver(b.approver.as_deref())?;
-    let id = parse_id(&id, GrantId::parse)?;
+    let who = r.approver(ErrorCode::INVALID_REVOKE)?;
+    let id = GrantId::parse(&id)?;
     Ok(state(st.broker.revoke_grant_as(&who, id, false).await?))
 }
 
@@ -596,44 +435,23 @@ pub(crate) async fn revoke_grant_by_approver(
 
 pub(crate) async fn passkeys(
     State(st): St,
-    headers: HeaderMap,
-    ApproverParam(q): ApproverParam,
+    ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let who = approver(q.as_deref())?;
     let list = st.broker.passkeys_of(&who).await?;
     Ok(ok(
         json!({ "passkeys": list.iter().map(wire::passkey).collect::<Vec<_>>() }),
     ))
 }
 
-pub(crate) async fn passkey_challenge(
-    State(st): St,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let b: wire::RevokeBody = r.json(ErrorCode::INVALID_PASSKEY)?;
-    let who = approver(b.approver.as_deref())?;
+pub(crate) async fn passkey_challenge(State(st): St, _: Console, r: Raw) -> ApiResult<Response> {
+    let who = r.approver(ErrorCode::INVALID_PASSKEY)?;
     Ok(ok(wire::passkey_offer(
         &st.broker.passkey_offer(&who).await?,
     )))
 }
 
-pub(crate) async fn passkey_register(
-    State(st): St,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let b: wire::PasskeyBody = r.json(ErrorCode::INVALID_PASSKEY)?;
-    let who = approver(b.approver.as_deref())?;
+pub(crate) async fn passkey_register(State(st): St, _: Console, r: Raw) -> ApiResult<Response> {
+    let (b, who) = r.approving::<wire::PasskeyBody>(ErrorCode::INVALID_PASSKEY)?;
     let p = st
         .broker
         .register_passkey(
@@ -654,15 +472,10 @@ pub(crate) async fn passkey_register(
 pub(crate) async fn passkey_rename(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    _: Console,
+    r: Raw,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let b: wire::PasskeyRenameBody = r.json(ErrorCode::INVALID_PASSKEY)?;
-    let who = approver(b.approver.as_deref())?;
+    let (b, who) = r.approving::<wire::PasskeyRenameBody>(ErrorCode::INVALID_PASSKEY)?;
     Ok(ok(wire::passkey(
         &st.broker.rename_passkey(&who, &id, &b.name).await?,
     )))
@@ -671,15 +484,10 @@ pub(crate) async fn passkey_rename(
 pub(crate) async fn passkey_remove(
     State(st): St,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    _: Console,
+    r: Raw,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let b: wire::RevokeBody = r.json(ErrorCode::INVALID_PASSKEY)?;
-    let who = approver(b.approver.as_deref())?;
+    let who = r.approver(ErrorCode::INVALID_PASSKEY)?;
     st.broker.remove_passkey(&who, &id).await?;
     Ok(state("removed"))
 }
@@ -687,16 +495,11 @@ pub(crate) async fn passkey_remove(
 pub(crate) async fn statement(
     State(st): St,
     PathParam(record): PathParam,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    _: Console,
+    r: Raw,
 ) -> ApiResult<Response> {
-    console(&st, &headers)?;
-    let r = raw(&st, method, &uri, headers, body).await?;
-    let id = parse_id(&record, RecordId::parse)?;
-    let b: wire::RevokeBody = r.json(ErrorCode::INVALID_DECISION)?;
-    let who = approver(b.approver.as_deref())?;
+    let id = RecordId::parse(&record)?;
+    let who = r.approver(ErrorCode::INVALID_DECISION)?;
     let offer = st.broker.statement_for(&id, &who).await?;
     let rp_id = st
         .broker

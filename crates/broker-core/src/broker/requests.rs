@@ -9,7 +9,7 @@ use countersign_proto::jws;
 use super::{Broker, Fail, guard, read, transact};
 use crate::clock::Time;
 use crate::error::{Error, ErrorCode};
-use crate::ids::{GrantId, RecordId, RequestId, SecretName, SessionId};
+use crate::ids::{EnrollmentId, GrantId, RecordId, RequestId, SecretName, SessionId};
 use crate::model::{
     Enrollment, Grant, GrantEnd, GrantedBy, Record, RecordKind, RecordState, RecordText, Request,
     RequestState, SessionIds,
@@ -298,17 +298,7 @@ impl Broker {
     pub async fn get_request(&self, caller: &Enrollment, id: RequestId) -> Result<Request, Error> {
         let now = self.now();
         read!(self, "read request", |tx| {
-            let r = tx
-                .get_request(id)
-                .await?
-                .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such request"))?;
-            if r.enrollment_id != caller.id {
-                return Err(Error::with_message(
-                    ErrorCode::NOT_YOURS,
-                    "this request belongs to another session",
-                )
-                .into());
-            }
+            let r = own(tx.get_request(id).await?, caller)?;
             Ok::<_, Fail>(r.settled(now, caller))
         })
     }
@@ -324,17 +314,7 @@ impl Broker {
         transact!(self, "cancel request", |tx| {
             // Lock order: enrollment, request, record.
             tx.get_enrollment(caller.id).await?;
-            let r = tx
-                .get_request(id)
-                .await?
-                .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such request"))?;
-            if r.enrollment_id != caller.id {
-                return Err(Error::with_message(
-                    ErrorCode::NOT_YOURS,
-                    "this request belongs to another session",
-                )
-                .into());
-            }
+            let r = own(tx.get_request(id).await?, caller)?;
             if r.clone().settled(now, caller).state != RequestState::Pending {
                 return Err(ErrorCode::REQUEST_TERMINAL.into());
             }
@@ -377,17 +357,7 @@ impl Broker {
         self.audit_gate()?;
         let now = self.now();
         let (grant, record, ended_in_log) = read!(self, "read grant", |tx| {
-            let g = tx
-                .get_grant(id)
-                .await?
-                .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such grant"))?;
-            if g.enrollment_id != caller.id {
-                return Err(Error::with_message(
-                    ErrorCode::NOT_YOURS,
-                    "this grant belongs to another session",
-                )
-                .into());
-            }
+            let g = own(tx.get_grant(id).await?, caller)?;
             let record = match g.record_id {
                 Some(rid) => tx.get_record(&rid).await?,
                 None => None,
@@ -559,17 +529,7 @@ impl Broker {
         transact!(self, "revoke grant", |tx| {
             // Lock order: the enrollment before its grants.
             tx.get_enrollment(caller.id).await?;
-            let g = tx
-                .get_grant(id)
-                .await?
-                .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such grant"))?;
-            if g.enrollment_id != caller.id {
-                return Err(Error::with_message(
-                    ErrorCode::NOT_YOURS,
-                    "this grant belongs to another session",
-                )
-                .into());
-            }
+            let g = own(tx.get_grant(id).await?, caller)?;
             let mut g = g.settled(now, caller);
             if g.end.is_none() {
                 g.end = Some((GrantEnd::Revoked, now));
@@ -578,6 +538,40 @@ impl Broker {
             Ok::<_, Fail>(g.state_str())
         })
     }
+}
+
+/// A row a session owns (its request or its grant), as the session's routes look it up.
+trait SessionOwned {
+    /// NOT_FOUND's message.
+    const MISSING: &'static str;
+    /// NOT_YOURS's message.
+    const OTHERS: &'static str;
+    fn owner(&self) -> EnrollmentId;
+}
+
+impl SessionOwned for Request {
+    const MISSING: &'static str = "no such request";
+    const OTHERS: &'static str = "this request belongs to another session";
+    fn owner(&self) -> EnrollmentId {
+        self.enrollment_id
+    }
+}
+
+impl SessionOwned for Grant {
+    const MISSING: &'static str = "no such grant";
+    const OTHERS: &'static str = "this grant belongs to another session";
+    fn owner(&self) -> EnrollmentId {
+        self.enrollment_id
+    }
+}
+
+/// The caller's own row: NOT_FOUND when there is none, NOT_YOURS when another session owns it.
+fn own<T: SessionOwned>(row: Option<T>, caller: &Enrollment) -> Result<T, Error> {
+    let row = row.ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, T::MISSING))?;
+    if row.owner() != caller.id {
+        return Err(Error::with_message(ErrorCode::NOT_YOURS, T::OTHERS));
+    }
+    Ok(row)
 }
 
 /// Every link of a grant's chain: the grant's seal; for an approved grant, the record's text
