@@ -203,7 +203,7 @@ impl SqlStorage {
 
     /// Closes the pool: waits for checked-out connections to come back, then closes them all.
     pub async fn close(&self) {
-        self.spares.clear();
+        self.spares.close();
         if let Some(writer) = &self.writer {
             writer.release().await;
         }

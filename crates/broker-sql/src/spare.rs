@@ -13,7 +13,7 @@
 //! - a connection left here longer than [`IDLE_TEST`] is tested before it is used (a PostgreSQL
 //!   server restarted, or an idle connection closed by the network); one that fails is closed;
 //! - at most `cap` connections are kept, so the pool always has others for writes;
-//! - [`Spares::clear`] hands them all back, before the pool is closed.
+//! - [`Spares::close`] hands them all back, and keeps none after, before the pool is closed.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,20 +27,31 @@ pub(crate) const IDLE_TEST: Duration = Duration::from_secs(1);
 /// Connections kept checked out between reads, the most recently used taken first.
 #[derive(Debug)]
 pub(crate) struct Spares {
-    kept: Mutex<Vec<(PoolConnection<Any>, Instant)>>,
+    kept: Mutex<Kept>,
     cap: usize,
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    conns: Vec<(PoolConnection<Any>, Instant)>,
+    /// Set by [`Spares::close`]: nothing is kept any more.
+    closed: bool,
 }
 
 impl Spares {
     pub(crate) fn new(cap: usize) -> Self {
         Spares {
-            kept: Mutex::new(Vec::with_capacity(cap)),
+            kept: Mutex::new(Kept::default()),
             cap,
         }
     }
 
     fn pop(&self) -> Option<(PoolConnection<Any>, Instant)> {
-        self.kept.lock().unwrap_or_else(|p| p.into_inner()).pop()
+        self.kept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .conns
+            .pop()
     }
 
     /// A connection for a read: a kept one (tested if it sat idle), else one from the pool.
@@ -64,14 +75,24 @@ impl Spares {
     /// pool.
     pub(crate) fn put(&self, conn: PoolConnection<Any>) {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.len() < self.cap {
-            kept.push((conn, Instant::now()));
+        if !kept.closed && kept.conns.len() < self.cap {
+            kept.conns.push((conn, Instant::now()));
         }
     }
 
     /// Hands every kept connection back to the pool.
     pub(crate) fn clear(&self) {
-        let kept = std::mem::take(&mut *self.kept.lock().unwrap_or_else(|p| p.into_inner()));
+        let kept = std::mem::take(&mut self.kept.lock().unwrap_or_else(|p| p.into_inner()).conns);
+        drop(kept);
+    }
+
+    /// Hands every kept connection back and keeps none from then on (before the pool closes).
+    pub(crate) fn close(&self) {
+        let kept = {
+            let mut k = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+            k.closed = true;
+            std::mem::take(&mut k.conns)
+        };
         drop(kept);
     }
 }

@@ -102,6 +102,8 @@ struct Shared {
     /// Whether a committed batch's connection is kept for the next (not when the pool's one
     /// connection is an in-memory database's, which readers need too).
     keep: bool,
+    /// Set by [`Writer::release`]: no connection is kept any more.
+    released: AtomicBool,
 }
 
 /// The writer of one SQLite storage. Dropping the last handle lets the flusher commit what is
@@ -127,6 +129,7 @@ impl Writer {
             flush: Notify::new(),
             closed: AtomicBool::new(false),
             keep: file,
+            released: AtomicBool::new(false),
         });
         tokio::spawn(flusher(shared.clone()));
         if file {
@@ -159,8 +162,11 @@ impl Writer {
 }
 
 impl Writer {
-    /// Gives the kept connection back to the pool (before the pool is closed).
+    /// Gives the kept connection back to the pool, and keeps none from then on (before the
+    /// pool is closed, which waits for every checked-out connection). The flag is set before
+    /// the batch's lock is taken and read under it, so a batch committing meanwhile keeps none.
     pub(crate) async fn release(&self) {
+        self.shared.released.store(true, Ordering::Release);
         let idle = self.shared.batch.lock().await.idle.take();
         drop(idle);
     }
@@ -333,7 +339,8 @@ async fn flusher(shared: Arc<Shared>) {
     loop {
         shared.flush.notified().await;
         let mut batch = shared.batch.lock().await;
-        commit_batch(&mut batch, shared.keep).await;
+        let keep = shared.keep && !shared.released.load(Ordering::Acquire);
+        commit_batch(&mut batch, keep).await;
         drop(batch);
         if shared.closed.load(Ordering::Acquire) {
             return;
