@@ -280,16 +280,15 @@ pub async fn at_shutdown(broker: &Broker) {
     }
 }
 
-/// The follower: every second, verifies the entries above the remembered head and advances,
+/// The follower: on each of `ticks` (every second), verifies the entries above the remembered head and advances,
 /// keeping the head (the state file) when it moves, and re-verifies the next
 /// [`audit::SWEEP_PER_ROUND`] entries below it (round-robin from the start); its first round
 /// walks the whole chain. A break makes the broker fail closed (the core's audit gate) until an
 /// operator runs `audit accept-head` and restarts it.
-pub async fn follow(broker: Arc<Broker>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+pub async fn follow(broker: Arc<Broker>, mut ticks: countersign_common::tick::Ticks) {
     let mut full = true;
     loop {
-        tick.tick().await;
+        let _pass = ticks.next().await;
         match broker.follow_audit(full).await {
             Ok(st) => {
                 full = false;

@@ -45,6 +45,8 @@ pub struct AppState {
     pub audit_state_file: Option<std::path::PathBuf>,
     /// Set once the audit follower's first full walk of the chain has verified (`/readyz`).
     pub audit_walked: std::sync::atomic::AtomicBool,
+    /// The background loops' pace, which tests turn (see [`server::Loops`]).
+    pub loops: server::Loops,
 }
 
 impl AppState {
@@ -61,6 +63,7 @@ impl AppState {
             notifier: None,
             audit_state_file: None,
             audit_walked: std::sync::atomic::AtomicBool::new(false),
+            loops: server::Loops::default(),
         }
     }
 }

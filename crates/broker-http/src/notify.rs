@@ -196,12 +196,14 @@ pub async fn deliver_due(
     Ok(report)
 }
 
-/// The deliverer: a pass every [`POLL`], for as long as the server runs.
-pub async fn run(broker: Arc<Broker>, notifier: Option<Arc<Notifier>>) {
-    let mut tick = tokio::time::interval(POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// The deliverer: a pass on each of `ticks` (every [`POLL`]), for as long as the server runs.
+pub async fn run(
+    broker: Arc<Broker>,
+    notifier: Option<Arc<Notifier>>,
+    mut ticks: countersign_common::tick::Ticks,
+) {
     loop {
-        tick.tick().await;
+        let _pass = ticks.next().await;
         if let Err(e) = deliver_due(&broker, notifier.as_ref()).await {
             tracing::warn!(code = %e.code, error = e.message(), "notification pass failed");
         }

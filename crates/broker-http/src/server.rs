@@ -17,6 +17,7 @@ use axum::routing::get;
 use countersign_broker_core::broker::Parts;
 use countersign_broker_core::seal::Sealer;
 use countersign_broker_core::{Broker, Clock, SystemEntropy};
+use countersign_common::tick::Ticker;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 
@@ -406,6 +407,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// What the handlers share, and the background loops' pace ([`AppState::loops`]).
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
     /// Stops accepting, lets requests in flight finish (up to `grace`), stops background work,
     /// and keeps the audit head this replica verified (its state file).
     pub async fn shutdown(self, grace: Duration) {
@@ -518,13 +524,42 @@ pub async fn serve_listener(
     })
 }
 
+/// The pace of the background loops: each runs a pass when its period elapses or when a
+/// test turns it ([`Ticker::turn`]); what a pass decides reads the core's clock.
+#[derive(Debug, Clone)]
+pub struct Loops {
+    /// Ended records, requests and grants: every 2 s.
+    pub sweep: Ticker,
+    /// The policy epoch, and a reload once the reload interval has passed: every second.
+    pub policy: Ticker,
+    /// The audit follower (its first full walk, then its rounds): every second.
+    pub audit: Ticker,
+    /// The notification outbox's deliverer: every [`crate::notify::POLL`].
+    pub outbox: Ticker,
+    /// The rate limiter's housekeeping: every minute.
+    pub housekeeping: Ticker,
+}
+
+impl Default for Loops {
+    fn default() -> Self {
+        Self {
+            sweep: Ticker::every("broker.sweep", Duration::from_secs(2)),
+            policy: Ticker::every("broker.policy", Duration::from_secs(1)),
+            audit: Ticker::every("broker.audit", Duration::from_secs(1)),
+            outbox: Ticker::every("broker.outbox", crate::notify::POLL),
+            housekeeping: Ticker::every("broker.housekeeping", Duration::from_secs(60)),
+        }
+    }
+}
+
 fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<()>> {
+    let loops = &state.loops;
     let sweep = {
         let st = state.clone();
+        let mut ticks = loops.sweep.ticks();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(2));
             loop {
-                tick.tick().await;
+                let _pass = ticks.next().await;
                 if let Err(e) = st.broker.sweep(500).await {
                     tracing::warn!(code = %e.code, error = e.message(), "sweep failed");
                 }
@@ -533,10 +568,10 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
     };
     let reloader = {
         let st = state.clone();
+        let mut ticks = loops.policy.ticks();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
-                tick.tick().await;
+                let _pass = ticks.next().await;
                 let due = match st.broker.policy_state().loaded_at {
                     Some(at) => st.broker.now() - at >= reload,
                     None => true,
@@ -561,28 +596,30 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
         // `/readyz` waits for a first full walk of the chain; then the follower goes on as
         // ever (its own first round walks it again).
         let st = state.clone();
+        let mut ticks = loops.audit.ticks();
         tokio::spawn(async move {
             loop {
+                let _pass = ticks.next().await;
                 // A break is answered by `/readyz` from the follower's state.
                 match st.broker.follow_audit(true).await {
                     Ok(_) => break,
                     Err(e) => tracing::debug!(code = %e.code, "audit log: first walk failed"),
                 }
-                tokio::time::sleep(Duration::from_secs(1)).await;
             }
             st.audit_walked
                 .store(true, std::sync::atomic::Ordering::Release);
-            crate::audit::follow(st.broker.clone()).await
+            crate::audit::follow(st.broker.clone(), ticks).await
         })
     };
     let deliverer = tokio::spawn(crate::notify::run(
         state.broker.clone(),
         state.notifier.clone(),
+        loops.outbox.ticks(),
     ));
+    let mut ticks = loops.housekeeping.ticks();
     let housekeeping = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {
-            tick.tick().await;
+            let _pass = ticks.next().await;
             state.limits.shrink();
         }
     });

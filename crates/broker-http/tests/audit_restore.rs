@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+mod common;
+
 use anyhow::{Context, bail};
 use countersign_proto::claims::{
     self, AuthorizationDetail, MachineLoginClaims, ProofClaims, SecretRequestClaims,
@@ -678,8 +680,8 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
                     bail!("{end:?} ({stop:?}): enroll after the restore: {status} {v}");
                 }
             }
-            // Still closed after a while (the follower's rounds do not reopen it).
-            tokio::time::sleep(Duration::from_millis(1200)).await;
+            // Still closed after a whole round of the follower (its rounds do not reopen it).
+            common::whole_pass(&d.base, "broker.audit").await?;
             let (status, v) = values(&c, &se, &g).await?;
             if !closed(status, &v) {
                 bail!("{end:?} ({stop:?}): values a round later: {status} {v}");

@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 use anyhow::{Context, bail};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -461,7 +463,7 @@ retry_max_seconds = 2
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(outbox(&db).await?.is_empty());
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    common::whole_pass(&c.base, "broker.outbox").await?;
     assert_eq!(hits.lock().map(|h| h.len()).unwrap_or_default(), 1);
     broker.kill()?;
     Ok(())

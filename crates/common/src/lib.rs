@@ -14,6 +14,8 @@
 //!   for SQLite and PostgreSQL through sqlx `Any`.
 //! - [`server`] (feature `server`): `init_logs` and `shutdown_signal` for the binaries.
 //! - [`telemetry`] (feature `server`): traces over OTLP and W3C trace context.
+//! - [`tick`] (feature `server`): the pace of the servers' time-driven loops, which tests turn
+//!   instead of sleeping.
 //! - [`webhook`]: Standard Webhooks signing and verification (the broker signs, the console
 //!   verifies).
 //!
@@ -29,6 +31,8 @@ pub mod sql;
 pub mod storage;
 #[cfg(feature = "server")]
 pub mod telemetry;
+#[cfg(feature = "server")]
+pub mod tick;
 pub mod webhook;
 
 pub use clock::{Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time};

@@ -61,6 +61,8 @@ pub struct AppState {
     pub broker_readyz: Option<countersign_broker_client::BrokerClient>,
     /// Tells people where to approve (`[notifications]`); none: nothing is sent.
     pub notifier: Option<Arc<notify::Notifier>>,
+    /// The background loops' pace, which tests turn (see [`server::Loops`]).
+    pub loops: server::Loops,
 }
 
 impl AppState {

@@ -59,7 +59,7 @@ const OUTBOUND: usize = 256;
 /// Acknowledgements committed in one transaction at most.
 const ACK_BATCH: usize = 512;
 /// How often this replica's sessions are marked fresh, and other replicas' stale ones removed.
-const HEARTBEAT: Duration = Duration::from_secs(20);
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(20);
 /// The largest relay frame `data` (protocol §6.6).
 const FRAME_DATA_LIMIT: usize = 64 * 1024;
 /// Relay events queued to one viewer before frames to it are dropped.
@@ -771,10 +771,10 @@ pub fn background(st: Arc<AppState>) -> tokio::task::JoinHandle<()> {
         };
         let sweep = {
             let st = st.clone();
+            let mut ticks = st.loops.link_sweep.ticks();
             async move {
-                let mut tick = tokio::time::interval(Duration::from_secs(1));
                 loop {
-                    tick.tick().await;
+                    let _pass = ticks.next().await;
                     match st.console.expire_deliveries().await {
                         Ok(0) => {}
                         Ok(n) => tracing::info!(n, "deliveries not acknowledged in time failed"),
@@ -788,10 +788,10 @@ pub fn background(st: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                 }
             }
         };
+        let mut ticks = st.loops.heartbeat.ticks();
         let heartbeat = async move {
-            let mut tick = tokio::time::interval(HEARTBEAT);
             loop {
-                tick.tick().await;
+                let _pass = ticks.next().await;
                 let activity = st.sessions.take_activity();
                 if let Err(e) = st.console.presence_heartbeat(&activity).await {
                     tracing::warn!(code = e.code_str(), "presence heartbeat failed");

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use countersign_common::tick::Ticks;
 use countersign_console_core::notify::{Channel, Message, Outbox, Preferences, message};
 use countersign_console_core::{Clock, Login, StorageError};
 use countersign_console_sql::{Notice, SqlStorage};
@@ -30,6 +31,9 @@ use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 use serde::Deserialize;
 use serde_json::json;
 use zeroize::Zeroizing;
+
+/// How often the sender looks for notices that are due.
+pub const EVERY: Duration = Duration::from_secs(1);
 
 /// `[notifications]` of the console's configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -343,12 +347,11 @@ impl Notifier {
         }
     }
 
-    /// Sends every second until the task is dropped.
-    pub fn spawn(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
+    /// Sends on each of `ticks` ([`EVERY`]) until the task is dropped.
+    pub fn spawn(self: Arc<Self>, mut ticks: Ticks) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
-                tick.tick().await;
+                let _pass = ticks.next().await;
                 if let Err(e) = self.round().await {
                     tracing::warn!(error = %e, "notifications: a round failed");
                 }

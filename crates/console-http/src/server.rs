@@ -12,6 +12,7 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use countersign_broker_client::{Auth, Failure};
+use countersign_common::tick::Ticker;
 use countersign_console_core::{Clock, Console, ConsoleConfig, Error, ErrorCode, Parts};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -39,10 +40,12 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         }
         None => None,
     };
+    let loops = Loops::default();
     // The console witnesses the broker's audit log outside the broker's database (witness.rs).
     if let (Some(b), Some(token)) = (&config.broker, config.console_token()?) {
         let timeout = Duration::from_secs(b.timeout_seconds);
-        crate::witness::Witness::new(storage.clone(), &b.url, token, timeout)?.spawn();
+        crate::witness::Witness::new(storage.clone(), &b.url, token, timeout)?
+            .spawn(loops.witness.ticks());
     }
     let idp: Option<Arc<dyn countersign_console_core::IdentityProvider>> = match &config.oidc {
         Some(o) => Some(Arc::new(crate::oidc::OidcProvider::new(
@@ -120,6 +123,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     state.sessions = sessions;
     state.webhook_secret = config.webhook_secret()?;
     state.notifier = notifier;
+    state.loops = loops;
     let state = Arc::new(state);
     let weak = Arc::downgrade(&state);
     let listener = listener_storage.listen_events(Arc::new(move |id| {
@@ -158,6 +162,42 @@ pub fn state(console: Console, config: &Config) -> AppState {
             .as_ref()
             .and_then(|b| crate::broker_client::client(&b.url, Duration::from_secs(2)).ok()),
         notifier: None,
+        loops: Loops::default(),
+    }
+}
+
+/// The pace of the console's background loops: each runs a pass when its period elapses or
+/// when a test turns it ([`Ticker::turn`]); what a pass decides reads the console's clock.
+#[derive(Debug, Clone)]
+pub struct Loops {
+    /// Lapsed sessions and sign-in attempts: every minute.
+    pub housekeeping: Ticker,
+    /// Notices to people (`[notifications]`): every second.
+    pub notify: Ticker,
+    /// Deliveries not acknowledged in time, and sessions of a silent replica: every second.
+    pub link_sweep: Ticker,
+    /// This replica's presence heartbeat: every 20 s.
+    pub heartbeat: Ticker,
+    /// The broker's audit head, witnessed: every 2 s.
+    pub witness: Ticker,
+    /// Delivery data: every 5 minutes.
+    pub delivery_sync: Ticker,
+    /// Architecture sources: hourly.
+    pub architecture_sync: Ticker,
+}
+
+impl Default for Loops {
+    fn default() -> Self {
+        use crate::api::delivery::{ARCHITECTURE_EVERY, DELIVERY_EVERY};
+        Self {
+            housekeeping: Ticker::every("console.housekeeping", Duration::from_secs(60)),
+            notify: Ticker::every("console.notify", crate::notify::EVERY),
+            link_sweep: Ticker::every("console.link_sweep", Duration::from_secs(1)),
+            heartbeat: Ticker::every("console.heartbeat", crate::link::HEARTBEAT),
+            witness: Ticker::every("console.witness", crate::witness::INTERVAL),
+            delivery_sync: Ticker::every("console.delivery_sync", DELIVERY_EVERY),
+            architecture_sync: Ticker::every("console.architecture_sync", ARCHITECTURE_EVERY),
+        }
     }
 }
 
@@ -493,14 +533,17 @@ pub async fn serve(
     });
     let syncs = crate::api::delivery::background(state.clone());
     let links = crate::link::background(state.clone());
-    let notices = state.notifier.clone().map(|n| n.spawn());
+    let notices = state
+        .notifier
+        .clone()
+        .map(|n| n.spawn(state.loops.notify.ticks()));
+    let mut ticks = state.loops.housekeeping.ticks();
     let background = tokio::spawn(async move {
         let _links = AbortOnDrop(links);
         let _notices = notices.map(AbortOnDrop);
         let housekeeping = async {
-            let mut tick = tokio::time::interval(Duration::from_secs(60));
             loop {
-                tick.tick().await;
+                let _pass = ticks.next().await;
                 if let Err(e) = state.console.purge().await {
                     tracing::warn!(code = e.code_str(), error = %e.message, "purge failed");
                 }

@@ -123,12 +123,11 @@ impl Witness {
         Ok(Round::Kept(kept))
     }
 
-    /// Runs a round every [`INTERVAL`], for as long as the task lives.
-    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+    /// Runs a round on each of `ticks` ([`INTERVAL`]), for as long as the task lives.
+    pub fn spawn(self, mut ticks: countersign_common::tick::Ticks) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(INTERVAL);
             loop {
-                tick.tick().await;
+                let _pass = ticks.next().await;
                 match self.round().await {
                     Ok(Round::Kept(_)) => {}
                     Ok(Round::Refused(503, m)) if m.starts_with("audit log:") => {

@@ -243,7 +243,8 @@ async fn an_expired_request_is_notified_signed_and_retried_until_accepted() -> R
         (10_000..=20_000).contains(&delay.num_milliseconds()),
         "first retry in {delay}"
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A whole pass of the deliverer on this clock: nothing is due.
+    b.state.loops.outbox.turn().await;
     assert_eq!(rx.hits().len(), 1, "no retry before the clock reaches it");
     b.advance(20);
     rx.wait_for(2).await;
@@ -265,7 +266,8 @@ async fn an_expired_request_is_notified_signed_and_retried_until_accepted() -> R
     }
     assert!(outbox(&b).await?.is_empty());
     b.advance(3600);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    b.state.loops.sweep.turn().await;
+    b.state.loops.outbox.turn().await;
     assert_eq!(rx.hits().len(), 3);
     // Before it expired, the record waited for its approver: `record.pending`, once, signed,
     // with names and the approver, never a value.
@@ -369,7 +371,11 @@ async fn two_replicas_on_one_postgres_deliver_each_notice_once() -> R {
         a.advance(61);
         b.advance(61);
         let hits = rx.wait_for(requests.len()).await;
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // Each replica's pass under way, and one more, ends: a second delivery would be in.
+        for r in [&a, &b] {
+            r.state.loops.outbox.turn().await;
+            r.state.loops.outbox.turn().await;
+        }
         let hits_after = rx.hits();
         assert_eq!(hits_after.len(), hits.len(), "no second delivery");
         let mut ids: Vec<String> = hits_after.iter().map(|h| h.id.clone()).collect();

@@ -184,11 +184,11 @@ async fn a_reload_five_minutes_on_picks_up_new_owners_and_tiers() -> R {
     gcp.annotate(ADA_SECRET, "owner", Some(BOB));
     gcp.annotate(AUTO_2, "owner", None);
 
-    // Four minutes on the broker's clock: no reload yet (the loop looks every second).
+    // Four minutes on the broker's clock: a pass of the policy loop does not reload yet.
     let loaded = tb.state.broker.policy_state();
     gcp.fake.clear_calls();
     tb.advance(Duration::minutes(4));
-    tokio::time::sleep(StdDuration::from_millis(1500)).await;
+    tb.state.loops.policy.turn().await;
     assert_eq!(tb.state.broker.policy_state().loaded_at, loaded.loaded_at);
     assert!(
         gcp.fake.calls().iter().all(|c| !c.starts_with("list ")),
@@ -359,7 +359,7 @@ async fn the_store_going_away_and_coming_back() -> R {
     // ...also once the five-minute reload has failed.
     let before = tb.state.broker.policy_state();
     tb.advance(Duration::minutes(5));
-    tokio::time::sleep(StdDuration::from_millis(1500)).await;
+    tb.state.loops.policy.turn().await;
     let after = tb.state.broker.policy_state();
     assert_eq!(after.loaded_at, before.loaded_at);
     assert_eq!(after.policy.rules_version(), before.policy.rules_version());

@@ -28,18 +28,16 @@ pub const ARCHITECTURE_EVERY: Duration = Duration::from_secs(60 * 60);
 
 /// The periodic syncs (started by the server beside its housekeeping).
 pub async fn background(st: Arc<AppState>) {
-    let mut delivery = tokio::time::interval(DELIVERY_EVERY);
-    let mut architecture = tokio::time::interval(ARCHITECTURE_EVERY);
-    delivery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    architecture.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut delivery = st.loops.delivery_sync.ticks();
+    let mut architecture = st.loops.architecture_sync.ticks();
     loop {
         tokio::select! {
-            _ = delivery.tick() => {
+            _pass = delivery.next() => {
                 if let Err(e) = st.console.sync_delivery().await {
                     tracing::warn!(code = e.code_str(), error = %e.message, "delivery sync failed");
                 }
             }
-            _ = architecture.tick() => {
+            _pass = architecture.next() => {
                 if let Err(e) = st.console.sync_architecture_all().await {
                     tracing::warn!(code = e.code_str(), error = %e.message, "architecture sync failed");
                 }

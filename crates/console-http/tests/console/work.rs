@@ -755,14 +755,10 @@ async fn stream_resumes(db: Option<String>) -> anyhow::Result<()> {
         seen[..3].to_vec()
     );
     assert_eq!(replay[0].1, "project.created");
-    let live = {
-        let a = agent.clone();
-        tokio::spawn(async move { read_events(&a, None, "", 1, 10).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let live = open_events(&agent, None, "").await?;
     ada.post("/api/v1/issues", json!({"project": "EV", "title": "live"}))
         .await?;
-    let live = live.await??;
+    let live = events_of(live, 1, 10).await?;
     assert_eq!(live.len(), 1);
     assert_eq!(live[0].2["data"]["title"], "live");
     console.stop().await;
@@ -791,8 +787,7 @@ async fn two_consoles_share_events() -> anyhow::Result<()> {
     let one = console_on(Some(db.clone())).await?;
     let two = console_on(Some(db)).await?;
     let on_two = Who::agent(&two, SHARED_TOKEN);
-    let listening = tokio::spawn(async move { read_events(&on_two, None, "", 2, 15).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let listening = open_events(&on_two, None, "").await?;
     let ada = Who::person(&one, ADA).await?;
     ada.post("/api/v1/projects", json!({"key": "TWO", "name": "Two"}))
         .await?;
@@ -801,7 +796,7 @@ async fn two_consoles_share_events() -> anyhow::Result<()> {
         json!({"project": "TWO", "title": "from one"}),
     )
     .await?;
-    let got = listening.await??;
+    let got = events_of(listening, 2, 15).await?;
     let kinds: Vec<&str> = got.iter().map(|e| e.1.as_str()).collect();
     assert_eq!(kinds, ["project.created", "issue.created"]);
     one.stop().await;

@@ -126,6 +126,13 @@ impl TestBroker {
         }
     }
 
+    /// Runs a whole pass of the broker's notification deliverer.
+    pub async fn deliver(&self) {
+        if let Some(r) = &self.running {
+            r.state().loops.outbox.turn().await;
+        }
+    }
+
     /// A console-token call to the broker, naming the person in the body.
     pub async fn console_call(&self, path: &str, body: Value) -> anyhow::Result<Resp> {
         Resp::read(
@@ -400,6 +407,17 @@ pub async fn read_events(
     n: usize,
     secs: u64,
 ) -> anyhow::Result<Vec<(i64, String, Value)>> {
+    let resp = open_events(who, last_event_id, query).await?;
+    events_of(resp, n, secs).await
+}
+
+/// Opens `GET /api/v1/events`. When it answers, the stream's cursor is set: every event
+/// committed from then on is on it (a live-only stream included).
+pub async fn open_events(
+    who: &Who,
+    last_event_id: Option<i64>,
+    query: &str,
+) -> anyhow::Result<reqwest::Response> {
     let mut req = who.http.get(format!("{}/api/v1/events{query}", who.base));
     if let Some(t) = &who.bearer {
         req = req.bearer_auth(t);
@@ -407,7 +425,7 @@ pub async fn read_events(
     if let Some(id) = last_event_id {
         req = req.header("last-event-id", id.to_string());
     }
-    let mut resp = req.send().await?;
+    let resp = req.send().await?;
     anyhow::ensure!(resp.status() == 200, "events: {}", resp.status());
     let ct = resp
         .headers()
@@ -416,6 +434,15 @@ pub async fn read_events(
         .unwrap_or("")
         .to_owned();
     anyhow::ensure!(ct.starts_with("text/event-stream"), "{ct}");
+    Ok(resp)
+}
+
+/// Reads an open event stream until `n` events came or `secs` passed.
+pub async fn events_of(
+    mut resp: reqwest::Response,
+    n: usize,
+    secs: u64,
+) -> anyhow::Result<Vec<(i64, String, Value)>> {
     let mut buf = String::new();
     let mut out = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
