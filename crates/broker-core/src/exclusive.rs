@@ -54,13 +54,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 
-use crate::audit::AuditEntry;
 use crate::clock::Time;
-use crate::ids::{
-    ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId,
-};
+use crate::ids::{CredentialId, EnrollmentId};
 use crate::model::{Enrollment, Grant, LauncherCredential, Passkey, PendingLogin, Record, Request};
-use crate::storage::{Due, OutboxItem, ProofUse, Storage, StorageError, Tx};
+use crate::storage::{ProofUse, Storage, StorageError, Tx, TxDecorator};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {
@@ -461,15 +458,6 @@ struct ReadTx<S> {
 }
 
 impl<S: Storage> ReadTx<S> {
-    async fn db(&mut self) -> Result<&mut Box<dyn Tx>, StorageError> {
-        if self.inner.is_none() {
-            self.inner = Some(self.storage.read().await?);
-        }
-        self.inner
-            .as_mut()
-            .ok_or_else(|| StorageError::Other("read transaction".into()))
-    }
-
     /// A cached read: from memory, or else `read` from the database and kept, unless a commit
     /// wrote the key in between.
     async fn cached<T: Cached>(
@@ -487,7 +475,7 @@ impl<S: Storage> ReadTx<S> {
                 None => c.version(&k),
             }
         };
-        let v = read(self.db().await?.as_mut()).await?;
+        let v = read(self.wrapped().await?).await?;
         lock(&self.cache).fill(k, seen, v.clone().into_value());
         Ok(v)
     }
@@ -525,8 +513,18 @@ cached!(
     Grants(Vec<Grant>)
 );
 
-#[async_trait]
-impl<S: Storage> Tx for ReadTx<S> {
+impl<S: Storage> TxDecorator for ReadTx<S> {
+    /// Opens the database's read transaction on the first read it does not answer itself.
+    async fn wrapped(&mut self) -> Result<&mut dyn Tx, StorageError> {
+        if self.inner.is_none() {
+            self.inner = Some(self.storage.read().await?);
+        }
+        match self.inner.as_mut() {
+            Some(t) => Ok(t.as_mut()),
+            None => Err(StorageError::Other("read transaction".into())),
+        }
+    }
+
     async fn commit(self: Box<Self>) -> Result<(), StorageError> {
         match self.inner {
             Some(t) => t.commit().await,
@@ -581,134 +579,13 @@ impl<S: Storage> Tx for ReadTx<S> {
     async fn put_passkey(&mut self, _: &Passkey) -> Result<(), StorageError> {
         Err(StorageError::Other("write in a read transaction".into()))
     }
-    async fn get_passkey(&mut self, id: &str) -> Result<Option<Passkey>, StorageError> {
-        self.db().await?.get_passkey(id).await
-    }
-    async fn passkeys_of(&mut self, person: &Login) -> Result<Vec<Passkey>, StorageError> {
-        self.db().await?.passkeys_of(person).await
-    }
-    async fn list_passkeys(&mut self) -> Result<Vec<Passkey>, StorageError> {
-        self.db().await?.list_passkeys().await
-    }
-
-    async fn credentials_by_thumbprint(
-        &mut self,
-        thumbprint: &str,
-    ) -> Result<Vec<LauncherCredential>, StorageError> {
-        self.db().await?.credentials_by_thumbprint(thumbprint).await
-    }
-
-    async fn list_credentials(&mut self) -> Result<Vec<LauncherCredential>, StorageError> {
-        self.db().await?.list_credentials().await
-    }
-
-    async fn get_login(
-        &mut self,
-        pending_hash: &str,
-    ) -> Result<Option<PendingLogin>, StorageError> {
-        self.db().await?.get_login(pending_hash).await
-    }
-
-    async fn get_record(&mut self, id: &RecordId) -> Result<Option<Record>, StorageError> {
-        self.db().await?.get_record(id).await
-    }
-
-    async fn record_by_code(
-        &mut self,
-        code: &ConfirmationCode,
-    ) -> Result<Option<Record>, StorageError> {
-        self.db().await?.record_by_code(code).await
-    }
-
-    async fn pending_records(&mut self) -> Result<Vec<Record>, StorageError> {
-        self.db().await?.pending_records().await
-    }
-
-    async fn enrollments_by_credential(
-        &mut self,
-        id: CredentialId,
-    ) -> Result<Vec<Enrollment>, StorageError> {
-        self.db().await?.enrollments_by_credential(id).await
-    }
-
-    async fn get_request(&mut self, id: RequestId) -> Result<Option<Request>, StorageError> {
-        self.db().await?.get_request(id).await
-    }
-
-    async fn pending_requests(
-        &mut self,
-        enrollment: EnrollmentId,
-    ) -> Result<Vec<Request>, StorageError> {
-        self.db().await?.pending_requests(enrollment).await
-    }
-
-    async fn get_grant(&mut self, id: GrantId) -> Result<Option<Grant>, StorageError> {
-        self.db().await?.get_grant(id).await
-    }
-
-    async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError> {
-        self.db().await?.live_grants().await
-    }
-
-    async fn due(&mut self, now: Time, limit: u32) -> Result<Due, StorageError> {
-        self.db().await?.due(now, limit).await
-    }
-
-    async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError> {
-        self.db().await?.push_outbox(item).await
-    }
-
-    async fn take_outbox(
-        &mut self,
-        now: Time,
-        limit: u32,
-    ) -> Result<Vec<OutboxItem>, StorageError> {
-        self.db().await?.take_outbox(now, limit).await
-    }
-
-    async fn delete_outbox(&mut self, id: &str) -> Result<(), StorageError> {
-        self.db().await?.delete_outbox(id).await
-    }
-
-    async fn reschedule_outbox(
-        &mut self,
-        id: &str,
-        attempts: u32,
-        next_attempt_at: Time,
-    ) -> Result<(), StorageError> {
-        self.db()
-            .await?
-            .reschedule_outbox(id, attempts, next_attempt_at)
-            .await
-    }
-
-    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
-        self.db().await?.audit_head().await
-    }
-
-    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
-        self.db().await?.append_audit(entries).await
-    }
-
-    async fn audit_entries(
-        &mut self,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<AuditEntry>, StorageError> {
-        self.db().await?.audit_entries(after, limit).await
-    }
-
-    async fn audit_ends(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
-        self.db().await?.audit_ends(subject).await
-    }
-
-    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
-        self.db().await?.audit_count(upto).await
-    }
 }
 
-#[async_trait]
-impl Tx for WriteTx {
+impl TxDecorator for WriteTx {
+    async fn wrapped(&mut self) -> Result<&mut dyn Tx, StorageError> {
+        Ok(self.inner.as_mut())
+    }
+
     async fn commit(self: Box<Self>) -> Result<(), StorageError> {
         let this = *self;
         let result = this.inner.commit().await;
@@ -731,168 +608,5 @@ impl Tx for WriteTx {
     async fn put_grant(&mut self, g: &Grant) -> Result<(), StorageError> {
         self.written.push(Key::Grants(g.enrollment_id));
         self.inner.put_grant(g).await
-    }
-
-    async fn get_credential(
-        &mut self,
-        id: CredentialId,
-    ) -> Result<Option<LauncherCredential>, StorageError> {
-        self.inner.get_credential(id).await
-    }
-
-    async fn credentials_by_thumbprint(
-        &mut self,
-        thumbprint: &str,
-    ) -> Result<Vec<LauncherCredential>, StorageError> {
-        self.inner.credentials_by_thumbprint(thumbprint).await
-    }
-
-    async fn list_credentials(&mut self) -> Result<Vec<LauncherCredential>, StorageError> {
-        self.inner.list_credentials().await
-    }
-
-    async fn get_login(
-        &mut self,
-        pending_hash: &str,
-    ) -> Result<Option<PendingLogin>, StorageError> {
-        self.inner.get_login(pending_hash).await
-    }
-
-    async fn put_login(&mut self, l: &PendingLogin) -> Result<(), StorageError> {
-        self.inner.put_login(l).await
-    }
-
-    async fn get_record(&mut self, id: &RecordId) -> Result<Option<Record>, StorageError> {
-        self.inner.get_record(id).await
-    }
-
-    async fn record_by_code(
-        &mut self,
-        code: &ConfirmationCode,
-    ) -> Result<Option<Record>, StorageError> {
-        self.inner.record_by_code(code).await
-    }
-
-    async fn pending_records(&mut self) -> Result<Vec<Record>, StorageError> {
-        self.inner.pending_records().await
-    }
-
-    async fn put_record(&mut self, r: &Record) -> Result<(), StorageError> {
-        self.inner.put_record(r).await
-    }
-
-    async fn get_enrollment(
-        &mut self,
-        id: EnrollmentId,
-    ) -> Result<Option<Enrollment>, StorageError> {
-        self.inner.get_enrollment(id).await
-    }
-
-    async fn enrollments_by_credential(
-        &mut self,
-        id: CredentialId,
-    ) -> Result<Vec<Enrollment>, StorageError> {
-        self.inner.enrollments_by_credential(id).await
-    }
-
-    async fn get_request(&mut self, id: RequestId) -> Result<Option<Request>, StorageError> {
-        self.inner.get_request(id).await
-    }
-
-    async fn pending_requests(
-        &mut self,
-        enrollment: EnrollmentId,
-    ) -> Result<Vec<Request>, StorageError> {
-        self.inner.pending_requests(enrollment).await
-    }
-
-    async fn put_request(&mut self, r: &Request) -> Result<(), StorageError> {
-        self.inner.put_request(r).await
-    }
-
-    async fn get_grant(&mut self, id: GrantId) -> Result<Option<Grant>, StorageError> {
-        self.inner.get_grant(id).await
-    }
-
-    async fn grants_by_enrollment(
-        &mut self,
-        enrollment: EnrollmentId,
-    ) -> Result<Vec<Grant>, StorageError> {
-        self.inner.grants_by_enrollment(enrollment).await
-    }
-
-    async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError> {
-        self.inner.live_grants().await
-    }
-
-    async fn get_passkey(&mut self, id: &str) -> Result<Option<Passkey>, StorageError> {
-        self.inner.get_passkey(id).await
-    }
-
-    async fn passkeys_of(&mut self, person: &Login) -> Result<Vec<Passkey>, StorageError> {
-        self.inner.passkeys_of(person).await
-    }
-
-    async fn list_passkeys(&mut self) -> Result<Vec<Passkey>, StorageError> {
-        self.inner.list_passkeys().await
-    }
-
-    async fn put_passkey(&mut self, p: &Passkey) -> Result<(), StorageError> {
-        self.inner.put_passkey(p).await
-    }
-
-    async fn due(&mut self, now: Time, limit: u32) -> Result<Due, StorageError> {
-        self.inner.due(now, limit).await
-    }
-
-    async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError> {
-        self.inner.push_outbox(item).await
-    }
-
-    async fn take_outbox(
-        &mut self,
-        now: Time,
-        limit: u32,
-    ) -> Result<Vec<OutboxItem>, StorageError> {
-        self.inner.take_outbox(now, limit).await
-    }
-
-    async fn delete_outbox(&mut self, id: &str) -> Result<(), StorageError> {
-        self.inner.delete_outbox(id).await
-    }
-
-    async fn reschedule_outbox(
-        &mut self,
-        id: &str,
-        attempts: u32,
-        next_attempt_at: Time,
-    ) -> Result<(), StorageError> {
-        self.inner
-            .reschedule_outbox(id, attempts, next_attempt_at)
-            .await
-    }
-
-    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
-        self.inner.audit_head().await
-    }
-
-    async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
-        self.inner.append_audit(entries).await
-    }
-
-    async fn audit_entries(
-        &mut self,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<AuditEntry>, StorageError> {
-        self.inner.audit_entries(after, limit).await
-    }
-
-    async fn audit_ends(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
-        self.inner.audit_ends(subject).await
-    }
-
-    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
-        self.inner.audit_count(upto).await
     }
 }

@@ -224,3 +224,78 @@ pub trait Tx: Send {
     /// How many entries lie at or below `upto`, and the highest position (0 when empty).
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError>;
 }
+
+/// Writes [`TxDecorator`] and `Tx` for every decorator from one list of [`Tx`]'s methods, so
+/// that a method added to [`Tx`] is added here once (the impl below does not compile until it
+/// is) and no decorator copies the calls it passes through.
+macro_rules! tx_decorator {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        /// A transaction that wraps another ([`TxDecorator::wrapped`]) and changes some of its
+        /// methods: it writes `commit` and the methods it changes, and every other method of
+        /// [`Tx`] passes the call through to the wrapped one. [`Tx`] is implemented for it
+        /// through these methods; their futures are not boxed, so a decorated call allocates no
+        /// more than the wrapped transaction's own.
+        pub(crate) trait TxDecorator: Send {
+            /// The transaction it wraps.
+            fn wrapped(&mut self)
+            -> impl Future<Output = Result<&mut dyn Tx, StorageError>> + Send;
+
+            fn commit(self: Box<Self>) -> impl Future<Output = Result<(), StorageError>> + Send;
+
+            $(fn $name(
+                &mut self,
+                $($arg: $ty),*
+            ) -> impl Future<Output = Result<$ret, StorageError>> + Send {
+                async move { self.wrapped().await?.$name($($arg),*).await }
+            })*
+        }
+
+        #[async_trait]
+        impl<T: TxDecorator> Tx for T {
+            async fn commit(self: Box<Self>) -> Result<(), StorageError> {
+                TxDecorator::commit(self).await
+            }
+
+            $(async fn $name(&mut self, $($arg: $ty),*) -> Result<$ret, StorageError> {
+                TxDecorator::$name(self, $($arg),*).await
+            })*
+        }
+    };
+}
+
+tx_decorator! {
+    fn get_credential(id: CredentialId) -> Option<LauncherCredential>;
+    fn credentials_by_thumbprint(thumbprint: &str) -> Vec<LauncherCredential>;
+    fn list_credentials() -> Vec<LauncherCredential>;
+    fn put_credential(c: &LauncherCredential) -> ();
+    fn get_login(pending_hash: &str) -> Option<PendingLogin>;
+    fn put_login(l: &PendingLogin) -> ();
+    fn get_record(id: &RecordId) -> Option<Record>;
+    fn record_by_code(code: &ConfirmationCode) -> Option<Record>;
+    fn pending_records() -> Vec<Record>;
+    fn put_record(r: &Record) -> ();
+    fn get_enrollment(id: EnrollmentId) -> Option<Enrollment>;
+    fn enrollments_by_credential(id: CredentialId) -> Vec<Enrollment>;
+    fn put_enrollment(e: &Enrollment) -> ();
+    fn get_request(id: RequestId) -> Option<Request>;
+    fn pending_requests(enrollment: EnrollmentId) -> Vec<Request>;
+    fn put_request(r: &Request) -> ();
+    fn get_grant(id: GrantId) -> Option<Grant>;
+    fn grants_by_enrollment(enrollment: EnrollmentId) -> Vec<Grant>;
+    fn live_grants() -> Vec<Grant>;
+    fn put_grant(g: &Grant) -> ();
+    fn get_passkey(id: &str) -> Option<Passkey>;
+    fn passkeys_of(person: &Login) -> Vec<Passkey>;
+    fn list_passkeys() -> Vec<Passkey>;
+    fn put_passkey(p: &Passkey) -> ();
+    fn due(now: Time, limit: u32) -> Due;
+    fn push_outbox(item: &OutboxItem) -> ();
+    fn take_outbox(now: Time, limit: u32) -> Vec<OutboxItem>;
+    fn delete_outbox(id: &str) -> ();
+    fn reschedule_outbox(id: &str, attempts: u32, next_attempt_at: Time) -> ();
+    fn audit_head() -> Option<(i64, String)>;
+    fn append_audit(entries: &[AuditEntry]) -> ();
+    fn audit_entries(after: i64, limit: u32) -> Vec<AuditEntry>;
+    fn audit_ends(subject: &str) -> Vec<AuditEntry>;
+    fn audit_count(upto: i64) -> (i64, i64);
+}

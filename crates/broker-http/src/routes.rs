@@ -99,10 +99,7 @@ pub(crate) async fn operator_machines(
     Proved(cred, _): Machine,
 ) -> ApiResult<Response> {
     let list = st.broker.operator_machines(&cred).await?;
-    let now = st.broker.now();
-    Ok(ok(
-        json!({ "credentials": list.iter().map(|c| wire::credential(c, now)).collect::<Vec<_>>() }),
-    ))
+    Ok(ok(wire::credentials(&list, st.broker.now())))
 }
 
 pub(crate) async fn operator_revoke_machine(
@@ -118,10 +115,7 @@ pub(crate) async fn operator_grants(
     State(st): St,
     Proved(cred, _): Machine,
 ) -> ApiResult<Response> {
-    let list = st.broker.operator_grants(&cred).await?;
-    Ok(ok(
-        json!({ "grants": list.iter().map(wire::grant_item).collect::<Vec<_>>() }),
-    ))
+    Ok(ok(wire::grants(&st.broker.operator_grants(&cred).await?)))
 }
 
 pub(crate) async fn operator_revoke_grant(
@@ -391,10 +385,7 @@ pub(crate) async fn credentials_for(
     ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
     let list = st.broker.credentials_for(&who).await?;
-    let now = st.broker.now();
-    Ok(ok(
-        json!({ "credentials": list.iter().map(|c| wire::credential(c, now)).collect::<Vec<_>>() }),
-    ))
+    Ok(ok(wire::credentials(&list, st.broker.now())))
 }
 
 pub(crate) async fn revoke_credential_by_approver(
@@ -414,10 +405,7 @@ pub(crate) async fn grants_for(
     State(st): St,
     ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    let list = st.broker.grants_for(&who).await?;
-    Ok(ok(
-        json!({ "grants": list.iter().map(wire::grant_item).collect::<Vec<_>>() }),
-    ))
+    Ok(ok(wire::grants(&st.broker.grants_for(&who).await?)))
 }
 
 pub(crate) async fn revoke_grant_by_approver(

@@ -255,7 +255,13 @@ pub fn pending_item(r: &Record) -> Value {
     })
 }
 
-pub fn credential(c: &LauncherCredential, now: Time) -> Value {
+/// `{"credentials": [...]}`: the machine logins a list answers, each `expired` or not at
+/// `now`.
+pub fn credentials(list: &[LauncherCredential], now: Time) -> Value {
+    json!({ "credentials": list.iter().map(|c| credential(c, now)).collect::<Vec<_>>() })
+}
+
+fn credential(c: &LauncherCredential, now: Time) -> Value {
     json!({
         "credential_id": c.id.to_string(),
         "host": c.host,
@@ -268,7 +274,12 @@ pub fn credential(c: &LauncherCredential, now: Time) -> Value {
     })
 }
 
-pub fn grant_item(i: &GrantListItem) -> Value {
+/// `{"grants": [...]}`: the grants a list answers.
+pub fn grants(list: &[GrantListItem]) -> Value {
+    json!({ "grants": list.iter().map(grant_item).collect::<Vec<_>>() })
+}
+
+fn grant_item(i: &GrantListItem) -> Value {
     let g = &i.grant;
     json!({
         "grant_id": g.id.to_string(),

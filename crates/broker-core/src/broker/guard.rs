@@ -28,11 +28,10 @@ use crate::ids::{
     ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId, SecretName,
 };
 use crate::model::{
-    Enrollment, Grant, GrantEnd, LauncherCredential, Passkey, PendingLogin, Record, Request,
-    RequestState,
+    Enrollment, Grant, GrantEnd, LauncherCredential, Passkey, Record, Request, RequestState,
 };
 use crate::seal::Sealer;
-use crate::storage::{Due, OutboxItem, Storage, StorageError, Tx};
+use crate::storage::{Storage, StorageError, Tx, TxDecorator};
 
 /// Logs and counts a row refused for its seal.
 pub(crate) fn tampered(table: &'static str, id: &str, reason: &'static str) {
@@ -255,8 +254,11 @@ impl GuardTx {
     }
 }
 
-#[async_trait]
-impl Tx for GuardTx {
+impl TxDecorator for GuardTx {
+    async fn wrapped(&mut self) -> Result<&mut dyn Tx, StorageError> {
+        Ok(self.inner.as_mut())
+    }
+
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
         let ends = self
             .events
@@ -327,17 +329,6 @@ impl Tx for GuardTx {
             );
         }
         self.inner.put_credential(&c).await
-    }
-
-    async fn get_login(
-        &mut self,
-        pending_hash: &str,
-    ) -> Result<Option<PendingLogin>, StorageError> {
-        self.inner.get_login(pending_hash).await
-    }
-
-    async fn put_login(&mut self, l: &PendingLogin) -> Result<(), StorageError> {
-        self.inner.put_login(l).await
     }
 
     async fn get_record(&mut self, id: &RecordId) -> Result<Option<Record>, StorageError> {
@@ -585,41 +576,6 @@ impl Tx for GuardTx {
         self.inner.put_grant(g).await
     }
 
-    async fn due(&mut self, now: Time, limit: u32) -> Result<Due, StorageError> {
-        self.inner.due(now, limit).await
-    }
-
-    async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError> {
-        self.inner.push_outbox(item).await
-    }
-
-    async fn take_outbox(
-        &mut self,
-        now: Time,
-        limit: u32,
-    ) -> Result<Vec<OutboxItem>, StorageError> {
-        self.inner.take_outbox(now, limit).await
-    }
-
-    async fn delete_outbox(&mut self, id: &str) -> Result<(), StorageError> {
-        self.inner.delete_outbox(id).await
-    }
-
-    async fn reschedule_outbox(
-        &mut self,
-        id: &str,
-        attempts: u32,
-        next_attempt_at: Time,
-    ) -> Result<(), StorageError> {
-        self.inner
-            .reschedule_outbox(id, attempts, next_attempt_at)
-            .await
-    }
-
-    async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
-        self.inner.audit_head().await
-    }
-
     async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
         self.inner.append_audit(entries).await?;
         if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
@@ -637,22 +593,6 @@ impl Tx for GuardTx {
             self.appended = Some((from, to));
         }
         Ok(())
-    }
-
-    async fn audit_entries(
-        &mut self,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<AuditEntry>, StorageError> {
-        self.inner.audit_entries(after, limit).await
-    }
-
-    async fn audit_ends(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError> {
-        self.inner.audit_ends(subject).await
-    }
-
-    async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
-        self.inner.audit_count(upto).await
     }
 }
 

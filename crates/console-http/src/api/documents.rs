@@ -540,39 +540,33 @@ async fn list_of(st: St, caller: Caller, q: Query, of: Of, key: String) -> ApiRe
     Ok(ok(st.console.artifacts_of(of.at(&key)).await?))
 }
 
-async fn read_of(
-    st: St,
-    caller: Caller,
-    q: Query,
+/// The `{key}` of a scope and an artifact's `{slug}` in it.
+type Slug = (String, String);
+
+/// The artifact a read names, once the caller may read (as the `?session` it names, if any).
+async fn reading(
+    st: &St,
+    caller: &Caller,
+    q: &Query,
     of: Of,
-    (key, slug): (String, String),
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
+    (key, slug): &Slug,
+) -> ApiResult<String> {
+    acting(caller, q.one("session")?, false)?;
+    Ok(st.console.resolve_artifact(of.at(key), slug).await?)
+}
+
+async fn read_of(st: St, caller: Caller, q: Query, of: Of, p: Slug) -> ApiResult<Response> {
+    let id = reading(&st, &caller, &q, of, &p).await?;
     Ok(ok(st.console.artifact(&id).await?))
 }
 
-async fn text_of(
-    st: St,
-    caller: Caller,
-    q: Query,
-    of: Of,
-    (key, slug): (String, String),
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
+async fn text_of(st: St, caller: Caller, q: Query, of: Of, p: Slug) -> ApiResult<Response> {
+    let id = reading(&st, &caller, &q, of, &p).await?;
     Ok(ok(st.console.text(&id).await?))
 }
 
-async fn blocks_of(
-    st: St,
-    caller: Caller,
-    q: Query,
-    of: Of,
-    (key, slug): (String, String),
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
+async fn blocks_of(st: St, caller: Caller, q: Query, of: Of, p: Slug) -> ApiResult<Response> {
+    let id = reading(&st, &caller, &q, of, &p).await?;
     Ok(json_bytes(st.console.blocks_json(&id).await?))
 }
 

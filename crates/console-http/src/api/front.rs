@@ -2,14 +2,58 @@
 //! refusals pass through with its code and status.
 
 use axum::Extension;
-use axum::extract::{Path, State};
-use axum::response::Response;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
 use countersign_console_core::broker::{Countersignature, PasskeyRegistration};
-use countersign_console_core::{Caller, Error, ErrorCode};
+use countersign_console_core::{Caller, Error, ErrorCode, Human};
 use serde::{Deserialize, Serialize};
 
 use super::{In, Input, Query, SMALL_LIMIT, St, ok};
 use crate::error::ApiResult;
+
+/// The signed-in person a route acts for; an agent is refused HUMAN_ONLY.
+#[derive(Debug)]
+pub struct Person(Human);
+
+/// The signed-in person and the route's body, read in that order of refusals: the body's
+/// first, then HUMAN_ONLY.
+#[derive(Debug)]
+pub struct PersonIn<T>(Human, T);
+
+fn human(caller: &Caller) -> ApiResult<Human> {
+    Ok(caller.human()?.clone())
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Person {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, st: &S) -> Result<Self, Response> {
+        let Extension(caller) = Extension::<Caller>::from_request_parts(parts, st)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        human(&caller)
+            .map(Person)
+            .map_err(IntoResponse::into_response)
+    }
+}
+
+impl<S: Send + Sync, T: Input> FromRequest<S> for PersonIn<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, st: &S) -> Result<Self, Response> {
+        let (mut parts, body) = req.into_parts();
+        let Extension(caller) = Extension::<Caller>::from_request_parts(&mut parts, st)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let In(b) = In::<T>::from_request(Request::from_parts(parts, body), st)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        human(&caller)
+            .map(|h| PersonIn(h, b))
+            .map_err(IntoResponse::into_response)
+    }
+}
 
 /// `?approver=me`, the only value these lists take.
 fn approver_me(q: &Query) -> ApiResult<()> {
@@ -52,97 +96,74 @@ impl Input for LookupBody {
     const LIMIT: usize = SMALL_LIMIT;
 }
 
-pub async fn list_requests(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-) -> ApiResult<Response> {
-    let h = caller.human()?;
+pub async fn list_requests(State(st): St, q: Query, Person(h): Person) -> ApiResult<Response> {
     approver_me(&q)?;
-    Ok(ok(st.console.inbox(h).await?))
+    Ok(ok(st.console.inbox(&h).await?))
 }
 
 pub async fn get_request(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    Person(h): Person,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
-    Ok(ok(st.console.record(h, &id).await?))
+    Ok(ok(st.console.record(&h, &id).await?))
 }
 
 pub async fn machine_lookup(
     State(st): St,
-    Extension(caller): Extension<Caller>,
-    In(b): In<LookupBody>,
+    PersonIn(h, b): PersonIn<LookupBody>,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
     Ok(ok(st
         .console
-        .lookup_machine_login(h, b.code.as_deref().unwrap_or(""))
+        .lookup_machine_login(&h, b.code.as_deref().unwrap_or(""))
         .await?))
 }
 
 pub async fn approve(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-    In(b): In<DecisionBody>,
+    PersonIn(h, b): PersonIn<DecisionBody>,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
     let a = st
         .console
-        .approve(h, &id, b.code.as_deref(), b.countersignature.as_ref())
+        .approve(&h, &id, b.code.as_deref(), b.countersignature.as_ref())
         .await?;
     Ok(ok(a))
 }
 
 pub async fn deny(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-    In(b): In<DecisionBody>,
+    PersonIn(h, b): PersonIn<DecisionBody>,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
-    let state = st.console.deny(h, &id, b.code.as_deref()).await?;
+    let state = st.console.deny(&h, &id, b.code.as_deref()).await?;
     Ok(ok(NewState { state }))
 }
 
-pub async fn list_grants(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-) -> ApiResult<Response> {
-    let h = caller.human()?;
+pub async fn list_grants(State(st): St, q: Query, Person(h): Person) -> ApiResult<Response> {
     approver_me(&q)?;
-    Ok(ok(st.console.grants(h).await?))
+    Ok(ok(st.console.grants(&h).await?))
 }
 
 pub async fn revoke_grant(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    Person(h): Person,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
-    let state = st.console.revoke_grant(h, &id).await?;
+    let state = st.console.revoke_grant(&h, &id).await?;
     Ok(ok(NewState { state }))
 }
 
-pub async fn list_machines(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-) -> ApiResult<Response> {
-    let h = caller.human()?;
-    Ok(ok(st.console.machine_logins(h).await?))
+pub async fn list_machines(State(st): St, Person(h): Person) -> ApiResult<Response> {
+    Ok(ok(st.console.machine_logins(&h).await?))
 }
 
 pub async fn revoke_machine(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    Person(h): Person,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
-    let state = st.console.revoke_machine_login(h, &id).await?;
+    let state = st.console.revoke_machine_login(&h, &id).await?;
     Ok(ok(NewState { state }))
 }
 
@@ -175,60 +196,47 @@ impl Input for RenameBody {
 
 pub async fn statement(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-    In(_): In<Empty>,
+    PersonIn(h, _): PersonIn<Empty>,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
-    Ok(ok(st.console.statement(h, &id).await?))
+    Ok(ok(st.console.statement(&h, &id).await?))
 }
 
-pub async fn list_passkeys(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-) -> ApiResult<Response> {
-    let h = caller.human()?;
-    Ok(ok(st.console.passkeys(h).await?))
+pub async fn list_passkeys(State(st): St, Person(h): Person) -> ApiResult<Response> {
+    Ok(ok(st.console.passkeys(&h).await?))
 }
 
 pub async fn passkey_challenge(
     State(st): St,
-    Extension(caller): Extension<Caller>,
-    In(_): In<Empty>,
+    PersonIn(h, _): PersonIn<Empty>,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
-    Ok(ok(st.console.passkey_offer(h).await?))
+    Ok(ok(st.console.passkey_offer(&h).await?))
 }
 
 pub async fn register_passkey(
     State(st): St,
-    Extension(caller): Extension<Caller>,
-    In(b): In<PasskeyRegistration>,
+    PersonIn(h, b): PersonIn<PasskeyRegistration>,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
     Ok(super::created(
-        st.console.register_passkey(h, &b).await?,
+        st.console.register_passkey(&h, &b).await?,
         None,
     ))
 }
 
 pub async fn rename_passkey(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-    In(b): In<RenameBody>,
+    PersonIn(h, b): PersonIn<RenameBody>,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
-    Ok(ok(st.console.rename_passkey(h, &id, &b.name).await?))
+    Ok(ok(st.console.rename_passkey(&h, &id, &b.name).await?))
 }
 
 pub async fn remove_passkey(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    Person(h): Person,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
-    let state = st.console.remove_passkey(h, &id).await?;
+    let state = st.console.remove_passkey(&h, &id).await?;
     Ok(ok(NewState { state }))
 }
 
@@ -257,11 +265,7 @@ impl Input for countersign_console_core::notify::Preferences {
     const LIMIT: usize = SMALL_LIMIT;
 }
 
-pub async fn get_notification_preferences(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-) -> ApiResult<Response> {
-    let h = caller.human()?;
+pub async fn get_notification_preferences(State(st): St, Person(h): Person) -> ApiResult<Response> {
     let n = notifier(&st)?;
     Ok(ok(PreferencesAnswer {
         preferences: n.prefs(&h.login).await.map_err(Error::from)?,
@@ -271,10 +275,8 @@ pub async fn get_notification_preferences(
 
 pub async fn put_notification_preferences(
     State(st): St,
-    Extension(caller): Extension<Caller>,
-    In(b): In<countersign_console_core::notify::Preferences>,
+    PersonIn(h, b): PersonIn<countersign_console_core::notify::Preferences>,
 ) -> ApiResult<Response> {
-    let h = caller.human()?;
     let n = notifier(&st)?;
     n.set_prefs(&h.login, &b).await?;
     Ok(ok(PreferencesAnswer {

@@ -265,6 +265,31 @@ where
     Ok((all, start.elapsed()))
 }
 
+/// A phase: `n` requests from `connections` clients ([`closed_loop`]), the `i`th built by
+/// `request(i)`, each answered `expect` and read to its end; reported as `name` with the server
+/// CPU they took.
+async fn measured(
+    name: &str,
+    n: usize,
+    connections: usize,
+    expect: u16,
+    request: impl Fn(usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let cpu0 = server_cpu();
+    let (lat, took) = closed_loop(n, connections, move |i| {
+        let r = request(i);
+        async move {
+            let r = r.send().await?;
+            anyhow::ensure!(r.status() == expect, "{}: {}", r.url().path(), r.status());
+            r.bytes().await?;
+            Ok(())
+        }
+    })
+    .await?;
+    report(name, lat, took, server_cpu() - cpu0);
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let server_rt = tokio::runtime::Builder::new_multi_thread()
@@ -349,6 +374,13 @@ async fn reword(
     Ok(())
 }
 
+/// The person the inbox and pages modes sign in as.
+const PERSON: &str = "bench@example.com";
+
+fn bench_login() -> anyhow::Result<countersign_console_core::Login> {
+    countersign_console_core::Login::parse(PERSON).ok_or_else(|| anyhow::anyhow!("login"))
+}
+
 /// The inbox phase (see the module's doc).
 async fn inbox(
     args: Args,
@@ -356,12 +388,10 @@ async fn inbox(
     state: Arc<countersign_console_http::AppState>,
 ) -> anyhow::Result<()> {
     use countersign_console_core::console::asks::{NewAsk, OptionIn};
-    const PERSON: &str = "bench@example.com";
     let session = state.console.sign_in_local(PERSON).await?;
     let cookie = format!("countersign_session={}", session.token.as_str());
     let person = Actor::User {
-        login: countersign_console_core::Login::parse(PERSON)
-            .ok_or_else(|| anyhow::anyhow!("login"))?,
+        login: bench_login()?,
     };
     let started = Instant::now();
     let projects = args.inbox_projects.max(1);
@@ -451,8 +481,7 @@ async fn inbox(
     // answer is patched from the events since, that ask read again, the JSON made again.
     let mut turn = 0usize;
     let me = countersign_console_core::Human {
-        login: countersign_console_core::Login::parse(PERSON)
-            .ok_or_else(|| anyhow::anyhow!("login"))?,
+        login: bench_login()?,
         csrf_token: String::new(),
         session_key: String::new(),
     };
@@ -503,31 +532,12 @@ async fn inbox(
         cold_cpu,
     );
     // Then reads with no write between them: the answer kept since the last event.
-    let cpu0 = server_cpu();
-    let (lat, took) = {
-        let (http, url, cookie) = (http.clone(), url.clone(), cookie.clone());
-        closed_loop(args.queries, args.connections, move |_| {
-            let (http, url, cookie) = (http.clone(), url.clone(), cookie.clone());
-            async move {
-                let r = http
-                    .get(format!("{url}/api/v1/inbox"))
-                    .header("cookie", cookie)
-                    .send()
-                    .await?;
-                anyhow::ensure!(r.status() == 200, "inbox: {}", r.status());
-                r.bytes().await?;
-                Ok(())
-            }
-        })
-        .await?
-    };
-    report(
-        &format!("GET /api/v1/inbox ({made} open asks, {projects} projects)"),
-        lat,
-        took,
-        server_cpu() - cpu0,
-    );
-    Ok(())
+    let name = format!("GET /api/v1/inbox ({made} open asks, {projects} projects)");
+    measured(&name, args.queries, args.connections, 200, move |_| {
+        http.get(format!("{url}/api/v1/inbox"))
+            .header("cookie", &cookie)
+    })
+    .await
 }
 
 /// A markdown document of about `kib` KiB: sections of a heading, a paragraph holding the
@@ -570,25 +580,22 @@ fn document(kib: usize) -> (String, usize) {
     (md, n)
 }
 
-async fn documents(args: Args, url: String) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
-    let r = http
-        .post(format!("{url}/api/v1/projects"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"key": "BENCH", "name": "Bench", "actor": "loadgen"}))
-        .send()
-        .await?;
-    anyhow::ensure!(r.status() == 201, "project: {}", r.status());
-    let (md, sections) = document(args.document_kib);
+/// Uploads `md` to project BENCH as the markdown file `filename` (multipart); answers the new
+/// artifact's JSON.
+async fn upload(
+    http: &reqwest::Client,
+    url: &str,
+    filename: &str,
+    md: &str,
+) -> anyhow::Result<serde_json::Value> {
     let boundary = "loadgen-boundary-5f3a";
     let mut body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"load.md\"\r\n\
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n\
          Content-Type: text/markdown\r\n\r\n"
     )
     .into_bytes();
     body.extend_from_slice(md.as_bytes());
     body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let started = Instant::now();
     let r = http
         .post(format!("{url}/api/v1/projects/BENCH/artifacts"))
         .bearer_auth(TOKEN)
@@ -600,7 +607,21 @@ async fn documents(args: Args, url: String) -> anyhow::Result<()> {
         .send()
         .await?;
     anyhow::ensure!(r.status() == 201, "upload: {}", r.text().await?);
-    let meta: serde_json::Value = r.json().await?;
+    Ok(r.json().await?)
+}
+
+async fn documents(args: Args, url: String) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{url}/api/v1/projects"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"key": "BENCH", "name": "Bench", "actor": "loadgen"}))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status() == 201, "project: {}", r.status());
+    let (md, sections) = document(args.document_kib);
+    let started = Instant::now();
+    let meta = upload(&http, &url, "load.md", &md).await?;
     println!(
         "uploaded a {} byte document ({sections} sections) in {:.1} ms",
         meta["size"],
@@ -732,102 +753,67 @@ async fn run(
     fill(&state, rest, args.connections).await?;
 
     // 2. Creation through the API, on a table that holds the rest already.
-    let cpu0 = server_cpu();
-    let (lat, took) = {
-        let (http, url) = (http.clone(), url.clone());
-        closed_loop(create, args.connections, move |i| {
-            let (http, url) = (http.clone(), url.clone());
-            async move {
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1));
-                let r = http
-                    .post(format!("{url}/api/v1/issues"))
-                    .bearer_auth(TOKEN)
-                    .json(&json!({
-                        "project": "BENCH",
-                        "title": rng.title(),
-                        "labels": [format!("l{}", rng.next() % 20)],
-                        "priority": rng.next() % 4,
-                    }))
-                    .send()
-                    .await?;
-                anyhow::ensure!(r.status() == 201, "create: {}", r.status());
-                Ok(())
-            }
-        })
-        .await?
-    };
-    report(
+    let (h, u) = (http.clone(), url.clone());
+    measured(
         "POST /api/v1/issues (with advice)",
-        lat,
-        took,
-        server_cpu() - cpu0,
-    );
+        create,
+        args.connections,
+        201,
+        move |i| {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1));
+            h.post(format!("{u}/api/v1/issues"))
+                .bearer_auth(TOKEN)
+                .json(&json!({
+                    "project": "BENCH",
+                    "title": rng.title(),
+                    "labels": [format!("l{}", rng.next() % 20)],
+                    "priority": rng.next() % 4,
+                }))
+        },
+    )
+    .await?;
 
     // 3. Filtered lists.
-    let cpu0 = server_cpu();
-    let (lat, took) = {
-        let (http, url) = (http.clone(), url.clone());
-        closed_loop(args.queries, args.connections, move |i| {
-            let (http, url) = (http.clone(), url.clone());
-            async move {
-                let status = ["todo", "in_progress", "done"][i % 3];
-                let r = http
-                    .get(format!(
-                        "{url}/api/v1/issues?project=BENCH&status={status}&label=l{}&limit=50",
-                        i % 20
-                    ))
-                    .bearer_auth(TOKEN)
-                    .send()
-                    .await?;
-                anyhow::ensure!(r.status() == 200, "list: {}", r.status());
-                r.bytes().await?;
-                Ok(())
-            }
-        })
-        .await?
-    };
-    report(
+    let (h, u) = (http.clone(), url.clone());
+    measured(
         "GET /api/v1/issues (project, status, label, limit=50)",
-        lat,
-        took,
-        server_cpu() - cpu0,
-    );
+        args.queries,
+        args.connections,
+        200,
+        move |i| {
+            let status = ["todo", "in_progress", "done"][i % 3];
+            h.get(format!(
+                "{u}/api/v1/issues?project=BENCH&status={status}&label=l{}&limit=50",
+                i % 20
+            ))
+            .bearer_auth(TOKEN)
+        },
+    )
+    .await?;
 
     // 4. Search.
-    let cpu0 = server_cpu();
-    let (lat, took) = {
-        let (http, url) = (http.clone(), url.clone());
-        closed_loop(args.queries, args.connections, move |i| {
-            let (http, url) = (http.clone(), url.clone());
-            async move {
-                let q = if i % 2 == 0 {
-                    WORDS[i % WORDS.len()].to_owned()
-                } else {
-                    format!(
-                        "{} {}",
-                        WORDS[i % WORDS.len()],
-                        WORDS[(i * 7) % WORDS.len()]
-                    )
-                };
-                let r = http
-                    .get(format!("{url}/api/v1/search"))
-                    .query(&[("q", q.as_str())])
-                    .bearer_auth(TOKEN)
-                    .send()
-                    .await?;
-                anyhow::ensure!(r.status() == 200, "search: {}", r.status());
-                r.bytes().await?;
-                Ok(())
-            }
-        })
-        .await?
-    };
-    report(
+    let (h, u) = (http.clone(), url.clone());
+    measured(
         "GET /api/v1/search (one or two words)",
-        lat,
-        took,
-        server_cpu() - cpu0,
-    );
+        args.queries,
+        args.connections,
+        200,
+        move |i| {
+            let q = if i % 2 == 0 {
+                WORDS[i % WORDS.len()].to_owned()
+            } else {
+                format!(
+                    "{} {}",
+                    WORDS[i % WORDS.len()],
+                    WORDS[(i * 7) % WORDS.len()]
+                )
+            };
+            h.get(format!("{u}/api/v1/search"))
+                .query(&[("q", q.as_str())])
+                .bearer_auth(TOKEN)
+        },
+    )
+    .await?;
 
     // 5. Fan-out to open streams.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
@@ -965,10 +951,8 @@ async fn pages(
     state: Arc<countersign_console_http::AppState>,
 ) -> anyhow::Result<()> {
     use countersign_console_core::console::asks::{NewAsk, NewComment};
-    const PERSON: &str = "bench@example.com";
     let person = Actor::User {
-        login: countersign_console_core::Login::parse(PERSON)
-            .ok_or_else(|| anyhow::anyhow!("login"))?,
+        login: bench_login()?,
     };
     let created = state
         .console
@@ -1137,26 +1121,7 @@ async fn pages(
 
     // A `--document-kib` document's page.
     let (md, _) = document(args.document_kib);
-    let boundary = "loadgen-boundary-5f3a";
-    let mut body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"pages.md\"\r\n\
-         Content-Type: text/markdown\r\n\r\n"
-    )
-    .into_bytes();
-    body.extend_from_slice(md.as_bytes());
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let r = http
-        .post(format!("{url}/api/v1/projects/BENCH/artifacts"))
-        .bearer_auth(TOKEN)
-        .header(
-            "content-type",
-            format!("multipart/form-data; boundary={boundary}"),
-        )
-        .body(body)
-        .send()
-        .await?;
-    anyhow::ensure!(r.status() == 201, "upload: {}", r.text().await?);
-    let meta: serde_json::Value = r.json().await?;
+    let meta = upload(&http, &url, "pages.md", &md).await?;
     let id = meta["id"].as_str().unwrap_or_default().to_owned();
     let page = read(format!("/artifacts/{id}")).await?;
     // The part the page fetches next as the person reads on.
