@@ -600,7 +600,7 @@ impl Console {
         if let Some(p) = parsed {
             tx.put_snapshot(&a.id, &p.snapshot).await?;
             // An open approval ask follows the new content: its agent's turn.
-            self.approval_follows(tx, &a.id).await?;
+            self.asks().approval_follows(tx, &a.id).await?;
         }
         if !matches!(a.scope, Scope::Agent(_)) {
             tx.clear_text(&a.id).await?;
@@ -1574,7 +1574,7 @@ impl Console {
         let doc = edited.document;
         let now = self.now();
         // An open approval ask follows the new content: its agent's turn.
-        self.approval_follows(tx, &a.id).await?;
+        self.asks().approval_follows(tx, &a.id).await?;
         // The edit goes into the log (what it spliced, and what replays it), or, every
         // LOG_MAX edits, the whole document becomes the snapshot.
         if a.log_len + 1 >= LOG_MAX {

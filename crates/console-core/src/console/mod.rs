@@ -1,7 +1,8 @@
 //! [`Console`]: one method per operation, split by area as the broker's core is:
 //! [`signin`] (sign-in and browser sessions), [`tokens`] (bearer tokens: the shared one and
 //! personal ones), [`front`] (the broker front), [`work`] (projects, issues, claims, events),
-//! [`documents`] (documents and files), [`asks`] (asks, comments, the inbox), [`messages`]
+//! [`documents`] (documents and files), [`asks`] (asks, comments, the inbox: the [`asks::Asks`]
+//! service, `console.asks()`), [`messages`]
 //! (messages, broadcasts, conversation state), [`delivery`] (the delivery timeline and
 //! architecture sources).
 

@@ -21,7 +21,7 @@ pub async fn issue_create(
     In(b): In<NewComment>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let c = st.console.comment_on_issue(&actor, &key, b).await?;
+    let c = st.console.asks().comment_on_issue(&actor, &key, b).await?;
     let location = format!("/api/v1/comments/{}", c.id);
     Ok(created(c, Some(location)))
 }
@@ -35,6 +35,7 @@ pub async fn issue_list(
     acting(&caller, q.one("session")?, false)?;
     Ok(ok(st
         .console
+        .asks()
         .issue_comments(&key, q.one("artifact")?)
         .await?))
 }
@@ -46,7 +47,7 @@ pub async fn read(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.comment(&id).await?))
+    Ok(ok(st.console.asks().comment(&id).await?))
 }
 
 /// `{body}`.
@@ -65,7 +66,11 @@ pub async fn edit(
     In(b): In<EditBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.edit_comment(&actor, &id, &b.body).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .edit_comment(&actor, &id, &b.body)
+        .await?))
 }
 
 /// `{actor?}`.
@@ -84,7 +89,11 @@ pub async fn resolve(
     In(b): In<ActorBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(ok(st.console.resolve_thread(&actor, &id, true).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .resolve_thread(&actor, &id, true)
+        .await?))
 }
 
 /// An empty body.
@@ -101,7 +110,11 @@ pub async fn reopen(
     In(_): In<Empty>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.resolve_thread(&actor, &id, false).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .resolve_thread(&actor, &id, false)
+        .await?))
 }
 
 pub async fn reject(
@@ -111,7 +124,7 @@ pub async fn reject(
     In(_): In<Empty>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.reject_suggestion(&actor, &id).await?))
+    Ok(ok(st.console.asks().reject_suggestion(&actor, &id).await?))
 }
 
 /// `{actor, body}`.
@@ -131,7 +144,11 @@ pub async fn reply(
     In(b): In<ReplyBody>,
 ) -> ApiResult<Response> {
     let actor = acting_session(&caller, b.actor.as_deref())?;
-    let c = st.console.comment_reply(&actor, &id, &b.body).await?;
+    let c = st
+        .console
+        .asks()
+        .comment_reply(&actor, &id, &b.body)
+        .await?;
     let location = format!("/api/v1/comments/{}", c.id);
     Ok(created(c, Some(location)))
 }
@@ -157,6 +174,7 @@ pub async fn retry(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let attempt = st
         .console
+        .asks()
         .retry_mention(&actor, &id, b.target.as_deref())
         .await?;
     Ok(created(vec![attempt], None))
@@ -169,7 +187,11 @@ pub async fn document_create(
     In(b): In<NewComment>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let c = st.console.comment_on_document(&actor, &id, b).await?;
+    let c = st
+        .console
+        .asks()
+        .comment_on_document(&actor, &id, b)
+        .await?;
     let location = format!("/api/v1/comments/{}", c.id);
     Ok(created(c, Some(location)))
 }
@@ -181,7 +203,7 @@ pub async fn document_list(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.document_comments(&id).await?))
+    Ok(ok(st.console.asks().document_comments(&id).await?))
 }
 
 pub async fn accept(
@@ -191,5 +213,5 @@ pub async fn accept(
     In(_): In<Empty>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.accept_suggestion(&actor, &id).await?))
+    Ok(ok(st.console.asks().accept_suggestion(&actor, &id).await?))
 }

@@ -82,7 +82,7 @@ fn snippet_beside(title: &str, snippet: &str) -> String {
 
 /// Where a comment is read: its ask's page, its document's discussion, or its issue.
 async fn comment_place(st: &crate::AppState, id: &str) -> (String, String) {
-    match st.console.comment(id).await {
+    match st.console.asks().comment(id).await {
         Ok(t) => {
             let c = &t.comment;
             match (&c.ask, &c.artifact, &c.issue) {

@@ -716,8 +716,12 @@ pub async fn issue_page(
 
     // The timeline: comments (replies under their root), asks (with their replies), messages
     // and the history, in order.
-    let comments = st.console.issue_comments(&key, None).await?;
-    let asks = st.console.issue_asks(&key, AskState::ALL.to_vec()).await?;
+    let comments = st.console.asks().issue_comments(&key, None).await?;
+    let asks = st
+        .console
+        .asks()
+        .issue_asks(&key, AskState::ALL.to_vec())
+        .await?;
     let history = st
         .console
         .issue_events(
