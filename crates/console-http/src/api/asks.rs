@@ -13,7 +13,9 @@ use countersign_console_core::work::asks::{AskState, AskView};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use super::{In, Input, Query, St, acting, acting_session, created, is_session_id, ok, query_err};
+use super::{
+    In, Input, Query, Reading, St, acting, acting_session, created, is_session_id, ok, query_err,
+};
 use crate::error::ApiResult;
 
 impl Input for NewAsk {}
@@ -105,20 +107,14 @@ pub(crate) fn states(q: &Query) -> ApiResult<Vec<AskState>> {
 
 pub async fn issue_list(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     q: Query,
     Path(key): Path<String>,
+    _: Reading,
 ) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
     Ok(ok(st.console.asks().issue_asks(&key, states(&q)?).await?))
 }
 
-pub async fn scope(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn scope(State(st): St, q: Query, _: Reading) -> ApiResult<Response> {
     Ok(ok(st
         .console
         .asks()
@@ -126,13 +122,7 @@ pub async fn scope(
         .await?))
 }
 
-pub async fn read(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
     Ok(ok(st.console.asks().ask(&id).await?))
 }
 
@@ -168,13 +158,7 @@ pub async fn close(
     Ok(ok(st.console.asks().close_ask(&actor, &id, b).await?))
 }
 
-pub async fn recipients(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn recipients(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
     Ok(ok(st.console.asks().recipients(&id).await?))
 }
 
@@ -305,11 +289,10 @@ pub async fn document_open(
 
 pub async fn document_list(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     q: Query,
     Path(id): Path<String>,
+    _: Reading,
 ) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
     Ok(ok(st
         .console
         .asks()
@@ -349,12 +332,6 @@ pub async fn review(
     Ok(created(review, None))
 }
 
-pub async fn reviews(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn reviews(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
     Ok(ok(st.console.asks().reviews(&id).await?))
 }

@@ -7,9 +7,10 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use countersign_console_core::Caller;
 use countersign_console_core::console::asks::NewComment;
+use countersign_console_core::work::asks::CommentView;
 use serde::Deserialize;
 
-use super::{In, Input, Query, St, acting, acting_session, created, ok};
+use super::{In, Input, Query, Reading, St, acting, acting_session, created, ok};
 use crate::error::ApiResult;
 
 impl Input for NewComment {}
@@ -22,17 +23,15 @@ pub async fn issue_create(
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let c = st.console.asks().comment_on_issue(&actor, &key, b).await?;
-    let location = format!("/api/v1/comments/{}", c.id);
-    Ok(created(c, Some(location)))
+    Ok(comment_created(c))
 }
 
 pub async fn issue_list(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     q: Query,
     Path(key): Path<String>,
+    _: Reading,
 ) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
     Ok(ok(st
         .console
         .asks()
@@ -40,13 +39,7 @@ pub async fn issue_list(
         .await?))
 }
 
-pub async fn read(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
     Ok(ok(st.console.asks().comment(&id).await?))
 }
 
@@ -149,8 +142,7 @@ pub async fn reply(
         .asks()
         .comment_reply(&actor, &id, &b.body)
         .await?;
-    let location = format!("/api/v1/comments/{}", c.id);
-    Ok(created(c, Some(location)))
+    Ok(comment_created(c))
 }
 
 /// `{target?, actor?}`.
@@ -192,17 +184,14 @@ pub async fn document_create(
         .asks()
         .comment_on_document(&actor, &id, b)
         .await?;
-    let location = format!("/api/v1/comments/{}", c.id);
-    Ok(created(c, Some(location)))
+    Ok(comment_created(c))
 }
 
 pub async fn document_list(
     State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
     Path(id): Path<String>,
+    _: Reading,
 ) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
     Ok(ok(st.console.asks().document_comments(&id).await?))
 }
 
@@ -214,4 +203,10 @@ pub async fn accept(
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
     Ok(ok(st.console.asks().accept_suggestion(&actor, &id).await?))
+}
+
+/// 201 with a new comment (or reply) and where it is read.
+fn comment_created(c: CommentView) -> Response {
+    let location = format!("/api/v1/comments/{}", c.comment.id);
+    created(c, Some(location))
 }

@@ -281,6 +281,7 @@ pub async fn ask_page(
         .replies
         .iter()
         .flatten()
+        .map(|v| &v.comment)
         .map(|c| ReplyLine {
             id: c.id.clone(),
             by: actor_text(&c.author),
@@ -380,7 +381,7 @@ pub async fn discussion_page(
         .document_asks(&rendered.artifact.id, Vec::new())
         .await?;
     let mut threads: Vec<ThreadView> = Vec::new();
-    for c in &comments {
+    for c in comments.iter().map(|v| &v.comment) {
         if c.thread_id == c.id {
             threads.push(ThreadView {
                 id: c.id.clone(),

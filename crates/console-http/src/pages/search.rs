@@ -84,7 +84,7 @@ fn snippet_beside(title: &str, snippet: &str) -> String {
 async fn comment_place(st: &crate::AppState, id: &str) -> (String, String) {
     match st.console.asks().comment(id).await {
         Ok(t) => {
-            let c = &t.comment;
+            let c = &t.comment.comment;
             match (&c.ask, &c.artifact, &c.issue) {
                 (Some(ask), _, _) => (format!("/asks/{ask}"), "a reply on an ask".to_owned()),
                 (None, Some(doc), _) => {

@@ -37,188 +37,143 @@ impl Asks<'_> {
         self.add_comment(actor, On::Document(artifact), new).await
     }
 
+    /// Adds a comment: its request checked first, then in one transaction its thread and ask
+    /// (locked first: locks go comment and ask, then document or issue), its place, the
+    /// comment, the ask's turn, its mentions' deliveries and its event.
     async fn add_comment(
         &self,
         actor: &Actor,
         on: On,
         new: NewComment,
     ) -> Result<CommentView, Error> {
-        let checked = self.check_comment(&new)?;
-        let ask_id = new
-            .ask
-            .as_deref()
-            .map(|a| uuid_id(a, "ask"))
-            .transpose()
-            .map_err(|_| invalid("`ask` names no ask here"))?;
-        let parent = new
-            .parent
-            .as_deref()
-            .map(|p| uuid_id(p, "comment"))
-            .transpose()
-            .map_err(|_| invalid("`parent` names no comment here"))?;
-        let named_artifact = match (&on, &new.artifact) {
-            (On::Document(d), _) => Some(d.clone()),
-            (On::Issue(_), Some(x)) => Some(
-                uuid_id(x, "artifact")
-                    .map_err(|_| invalid("`artifact` names no document of this issue"))?,
-            ),
-            (On::Issue(_), None) => None,
-        };
-        if (new.quote.is_some() || new.block.is_some()) && named_artifact.is_none() {
-            return Err(invalid(
-                "a `quote` or `block` is in a document: name the `artifact`",
-            ));
-        }
-        let here = |issue: Option<&IssueKey>, artifact: Option<&String>| match &on {
-            On::Issue(k) => issue == Some(k),
-            On::Document(d) => artifact == Some(d),
-        };
+        let req = CommentRequest::of(self.check_comment(&new)?, on, new)?;
         let now = self.console.now();
         let id = self.new_id();
-        let (view, events, opened) = transact!(self.console, |tx| {
-            // The thread and the ask first (locks go comment and ask, then document or issue).
-            let root = match &parent {
-                Some(p) => {
-                    let c = tx
-                        .comment(p)
-                        .await?
-                        .filter(|c| here(c.issue.as_ref(), c.artifact.as_ref()))
-                        .ok_or_else(|| invalid("`parent` names no comment here"))?;
-                    let root = if c.thread_id == c.id {
-                        c
-                    } else {
-                        tx.comment(&c.thread_id)
-                            .await?
-                            .ok_or_else(|| not_found("thread"))?
-                    };
-                    Some(root)
-                }
-                None => None,
-            };
-            let on_ask = match (&ask_id, &root) {
-                (Some(a), _) => Some(a.clone()),
-                (None, Some(r)) => r.ask.clone(),
-                (None, None) => None,
-            };
-            let mut ask = match &on_ask {
-                Some(a) => Some(
-                    tx.ask(a)
-                        .await?
-                        .filter(|x| here(x.issue.as_ref(), x.artifact.as_ref()))
-                        .ok_or_else(|| invalid("`ask` names no ask here"))?,
-                ),
-                None => None,
-            };
-            // Its document: named, the thread's, or the ask's; they agree.
-            let mut artifact = named_artifact.clone();
-            for other in [
-                root.as_ref().and_then(|r| r.artifact.clone()),
-                ask.as_ref().and_then(|a| a.artifact.clone()),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                match &artifact {
-                    Some(x) if *x != other => {
-                        return Err(invalid(
-                            "the `artifact`, the thread and the ask are on different documents",
-                        ));
-                    }
-                    _ => artifact = Some(other),
-                }
-            }
-            let (project, issue) = match &artifact {
-                Some(d) => {
-                    let a = self.document_in(tx, d).await?;
-                    if let On::Issue(k) = &on
-                        && a.scope.issue() != Some(k)
-                    {
-                        return Err(invalid("`artifact` names no document of this issue"));
-                    }
-                    if let Some(q) = &new.quote {
-                        // The quote must match once in its scope (the engine's rules).
-                        let d = self.console.loaded(tx, &a).await?;
-                        let probe = doc::EditOp::Replace {
-                            quote: engine_quote(q),
-                            text: q.exact.clone(),
-                            block: new.block.clone(),
-                            block_token: None,
-                        };
-                        d.apply(None, &[probe], &mut || self.console.new_block_id())?;
-                    } else if let Some(b) = &new.block {
-                        let d = self.console.loaded(tx, &a).await?;
-                        if d.position(b).is_none() {
-                            return Err(Error::with_message(
-                                ErrorCode::TARGET_NOT_FOUND,
-                                "the document has no block with this id",
-                            ));
-                        }
-                    }
-                    (
-                        a.scope.project().ok_or_else(no_document)?,
-                        a.scope.issue().cloned(),
-                    )
-                }
-                None => {
-                    let On::Issue(k) = &on else {
-                        return Err(no_document());
-                    };
-                    let issue = tx.issue(k).await?.ok_or_else(|| not_found("issue"))?;
-                    (issue.project, Some(k.clone()))
-                }
-            };
-            let comment = Comment {
-                id: id.clone(),
-                thread_id: root
-                    .as_ref()
-                    .map(|r| r.id.clone())
-                    .unwrap_or_else(|| id.clone()),
-                parent: parent.clone(),
-                project,
-                issue,
-                artifact,
-                ask: on_ask.clone(),
-                quote: new.quote.clone(),
-                block: new.block.clone(),
-                body: checked.body.clone(),
-                author: actor.clone(),
-                suggestion: new.suggestion.as_ref().map(|s| CommentSuggestion {
-                    replacement: s.replacement.clone(),
-                    state: SuggestionState::Pending,
-                }),
-                mentions: checked.mentions.clone(),
-                thread_state: root.is_none().then_some(ThreadState::Open),
-                created_at: now,
-                edited_at: None,
-            };
-            tx.insert_comment(&comment).await?;
-            if let Some(a) = ask.as_mut() {
-                Self::replied(a, actor, now);
-                tx.update_ask(a).await?;
-            }
-            let mut opened = Vec::new();
-            for m in &comment.mentions {
-                opened.push(self.mention(tx, &comment, m, actor).await?);
-            }
-            let view = self.comment_view(tx, comment).await?;
-            let place = Place {
-                project: &view.project,
-                issue: view.issue.as_ref(),
-                artifact: view.artifact.as_deref(),
-            };
-            let data = serde_json::to_value(&view).unwrap_or_default();
-            let e = self
-                .append_at(tx, "comment.created", actor, place, data)
-                .await?;
-            let from = format!("countersign://comment/{}", view.id);
-            self.console
-                .keep_mentions(tx, &from, view.issue.as_ref(), (&view.body, false), &e)
-                .await?;
-            Ok((view, vec![e], opened))
+        // The whole `WorkTx`: a mention's delivery attempt opens through the messages' code.
+        let (view, events, opened) = transact!(self.console, WorkTx, |tx| {
+            self.write_comment(tx, &req, &id, actor, now).await
         })?;
         self.console.document_committed(&events, None);
         self.console.dispatch(&opened).await;
         Ok(view)
+    }
+
+    /// A new comment's writes, in its transaction ([`Asks::add_comment`]).
+    async fn write_comment(
+        &self,
+        tx: &mut dyn WorkTx,
+        req: &CommentRequest,
+        id: &str,
+        actor: &Actor,
+        now: Time,
+    ) -> Result<(CommentView, Vec<Event>, Vec<Opened>), Error> {
+        let root = self.thread_root(tx, req).await?;
+        let on_ask = req
+            .ask
+            .clone()
+            .or_else(|| root.as_ref().and_then(|r| r.ask.clone()));
+        let mut ask = match &on_ask {
+            Some(a) => Some(
+                tx.ask(a)
+                    .await?
+                    .filter(|x| req.here(x.issue.as_ref(), x.artifact.as_ref()))
+                    .ok_or_else(|| invalid("`ask` names no ask here"))?,
+            ),
+            None => None,
+        };
+        let artifact = req.document_of(root.as_ref(), ask.as_ref())?;
+        let (project, issue) = self.comment_place(tx, req, artifact.as_deref()).await?;
+        let place = (project, issue, artifact);
+        let comment = req.comment(id, root.as_ref(), on_ask, place, actor, now);
+        tx.insert_comment(&comment).await?;
+        if let Some(a) = ask.as_mut() {
+            Self::replied(a, actor, now);
+            tx.update_ask(a).await?;
+        }
+        let mut opened = Vec::new();
+        for m in &comment.mentions {
+            opened.push(self.mention(tx, &comment, m, actor).await?);
+        }
+        let view = self.comment_view(tx, comment).await?;
+        let e = self
+            .append_comment(tx, "comment.created", actor, &view)
+            .await?;
+        let c = &view.comment;
+        let from = format!("countersign://comment/{}", c.id);
+        self.console
+            .keep_mentions(tx, &from, c.issue.as_ref(), (&c.body, false), &e)
+            .await?;
+        Ok((view, vec![e], opened))
+    }
+
+    /// The thread a reply goes in: its parent's root (none for a new thread).
+    async fn thread_root(
+        &self,
+        tx: &mut dyn AsksWork,
+        req: &CommentRequest,
+    ) -> Result<Option<Comment>, Error> {
+        let Some(p) = &req.parent else {
+            return Ok(None);
+        };
+        let c = tx
+            .comment(p)
+            .await?
+            .filter(|c| req.here(c.issue.as_ref(), c.artifact.as_ref()))
+            .ok_or_else(|| invalid("`parent` names no comment here"))?;
+        if c.thread_id == c.id {
+            return Ok(Some(c));
+        }
+        let root = tx
+            .comment(&c.thread_id)
+            .await?
+            .ok_or_else(|| not_found("thread"))?;
+        Ok(Some(root))
+    }
+
+    /// Where a comment goes: its document's project and issue (its quote must match once in
+    /// its scope, by the engine's rules, and its block be in the document), or the issue the
+    /// route names.
+    async fn comment_place(
+        &self,
+        tx: &mut dyn AsksWork,
+        req: &CommentRequest,
+        artifact: Option<&str>,
+    ) -> Result<(ProjectKey, Option<IssueKey>), Error> {
+        let Some(d) = artifact else {
+            let On::Issue(k) = &req.on else {
+                return Err(no_document());
+            };
+            let issue = tx.issue(k).await?.ok_or_else(|| not_found("issue"))?;
+            return Ok((issue.project, Some(k.clone())));
+        };
+        let a = self.document_in(tx, d).await?;
+        if let On::Issue(k) = &req.on
+            && a.scope.issue() != Some(k)
+        {
+            return Err(invalid("`artifact` names no document of this issue"));
+        }
+        if let Some(q) = &req.new.quote {
+            let d = self.console.loaded(tx, &a).await?;
+            let probe = doc::EditOp::Replace {
+                quote: engine_quote(q),
+                text: q.exact.clone(),
+                block: req.new.block.clone(),
+                block_token: None,
+            };
+            d.apply(None, &[probe], &mut || self.console.new_block_id())?;
+        } else if let Some(b) = &req.new.block {
+            let d = self.console.loaded(tx, &a).await?;
+            if d.position(b).is_none() {
+                return Err(Error::with_message(
+                    ErrorCode::TARGET_NOT_FOUND,
+                    "the document has no block with this id",
+                ));
+            }
+        }
+        Ok((
+            a.scope.project().ok_or_else(no_document)?,
+            a.scope.issue().cloned(),
+        ))
     }
 
     /// A reply on an ask moves its turn (docs/asks.md, "Whose turn").
@@ -290,7 +245,7 @@ impl Asks<'_> {
                 })
             })
             .transpose()?;
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         if tx.issue(&key).await?.is_none() {
             return Err(not_found("issue"));
         }
@@ -307,7 +262,7 @@ impl Asks<'_> {
     /// One comment with its whole thread, oldest first.
     pub async fn comment(&self, id: &str) -> Result<CommentThread, Error> {
         let id = uuid_id(id, "comment")?;
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         let c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
         let thread = tx
             .comments(&CommentFilter {
@@ -331,7 +286,7 @@ impl Asks<'_> {
     ) -> Result<CommentView, Error> {
         let id = uuid_id(id, "comment")?;
         let now = self.console.now();
-        let (view, event) = transact!(self.console, |tx| {
+        let (view, event) = transact!(self.console, AsksWork, |tx| {
             let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
             if let (Some(k), None) = (&c.issue, &c.artifact) {
                 // Locks go comment, then issue.
@@ -343,17 +298,12 @@ impl Asks<'_> {
             }
             tx.update_comment(&c).await?;
             let view = self.comment_view(tx, c).await?;
-            let place = Place {
-                project: &view.project,
-                issue: view.issue.as_ref(),
-                artifact: view.artifact.as_deref(),
-            };
-            let data = serde_json::to_value(&view).unwrap_or_default();
-            let e = self.append_at(tx, kind, actor, place, data).await?;
+            let e = self.append_comment(tx, kind, actor, &view).await?;
             if kind == "comment.edited" {
-                let from = format!("countersign://comment/{}", view.id);
+                let c = &view.comment;
+                let from = format!("countersign://comment/{}", c.id);
                 self.console
-                    .keep_mentions(tx, &from, view.issue.as_ref(), (&view.body, true), &e)
+                    .keep_mentions(tx, &from, c.issue.as_ref(), (&c.body, true), &e)
                     .await?;
             }
             Ok((view, Some(e)))
@@ -399,7 +349,7 @@ impl Asks<'_> {
         }
         let id = uuid_id(id, "comment")?;
         let root = {
-            let mut tx = self.console.parts.storage.read().await?;
+            let mut tx = self.read().await?;
             tx.comment(&id)
                 .await?
                 .ok_or_else(|| not_found("comment"))?
@@ -453,7 +403,7 @@ impl Asks<'_> {
         let id = uuid_id(id, "comment")?;
         let session = actor.session().ok_or(ErrorCode::INVALID_SESSION_ID)?;
         let c = {
-            let mut tx = self.console.parts.storage.read().await?;
+            let mut tx = self.read().await?;
             tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?
         };
         if !c.mentions.iter().any(|m| m == session) {
@@ -486,7 +436,8 @@ impl Asks<'_> {
         if target.is_some_and(|t| !is_session_id(t)) {
             return Err(ErrorCode::INVALID_SESSION_ID.into());
         }
-        let opened = transact!(self.console, |tx| {
+        // The whole `WorkTx`: the attempt opens through the messages' code.
+        let opened = transact!(self.console, WorkTx, |tx| {
             let c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
             let session = match (target, c.mentions.as_slice()) {
                 (_, []) => return Err(invalid("the comment mentions no session")),
@@ -516,7 +467,8 @@ impl Asks<'_> {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
         let id = uuid_id(id, "comment")?;
-        let (view, events, kept) = transact!(self.console, |tx| {
+        // The whole `WorkTx`: the suggestion is applied through the documents' edit.
+        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
             let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
             let replacement = match &c.suggestion {
                 Some(CommentSuggestion {
@@ -543,14 +495,8 @@ impl Asks<'_> {
             }
             tx.update_comment(&c).await?;
             let view = self.comment_view(tx, c).await?;
-            let place = Place {
-                project: &view.project,
-                issue: view.issue.as_ref(),
-                artifact: view.artifact.as_deref(),
-            };
-            let data = serde_json::to_value(&view).unwrap_or_default();
             events.push(
-                self.append_at(tx, "suggestion.accepted", actor, place, data)
+                self.append_comment(tx, "suggestion.accepted", actor, &view)
                     .await?,
             );
             Ok((view, events, kept))
@@ -562,7 +508,7 @@ impl Asks<'_> {
     /// A document's comments, oldest first.
     pub async fn document_comments(&self, artifact: &str) -> Result<Vec<CommentView>, Error> {
         let artifact = uuid_id(artifact, "artifact")?;
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         self.document_in(&mut *tx, &artifact).await?;
         let cs = tx
             .comments(&CommentFilter {
@@ -598,4 +544,115 @@ enum On {
 struct CheckedComment {
     body: String,
     mentions: Vec<String>,
+}
+
+/// A new comment's request, checked before its transaction: what its route puts it on, its
+/// checked body and mentions, and the ask, parent and document it names.
+struct CommentRequest {
+    on: On,
+    new: NewComment,
+    checked: CheckedComment,
+    ask: Option<String>,
+    parent: Option<String>,
+    artifact: Option<String>,
+}
+
+impl CommentRequest {
+    fn of(checked: CheckedComment, on: On, new: NewComment) -> Result<Self, Error> {
+        // An id that is not one names nothing here.
+        let named = |id: Option<&str>, refusal: &str| {
+            id.map(|x| crate::ids::uuid_id(x).ok_or_else(|| invalid(refusal)))
+                .transpose()
+        };
+        let ask = named(new.ask.as_deref(), "`ask` names no ask here")?;
+        let parent = named(new.parent.as_deref(), "`parent` names no comment here")?;
+        let artifact = match &on {
+            On::Document(d) => Some(d.clone()),
+            On::Issue(_) => named(
+                new.artifact.as_deref(),
+                "`artifact` names no document of this issue",
+            )?,
+        };
+        if (new.quote.is_some() || new.block.is_some()) && artifact.is_none() {
+            return Err(invalid(
+                "a `quote` or `block` is in a document: name the `artifact`",
+            ));
+        }
+        Ok(Self {
+            on,
+            new,
+            checked,
+            ask,
+            parent,
+            artifact,
+        })
+    }
+
+    /// Whether a comment or ask on `issue` and `artifact` is where the route says.
+    fn here(&self, issue: Option<&IssueKey>, artifact: Option<&String>) -> bool {
+        match &self.on {
+            On::Issue(k) => issue == Some(k),
+            On::Document(d) => artifact == Some(d),
+        }
+    }
+
+    /// The comment's document: named, the thread's, or the ask's; they agree.
+    fn document_of(
+        &self,
+        root: Option<&Comment>,
+        ask: Option<&Ask>,
+    ) -> Result<Option<String>, Error> {
+        let mut artifact = self.artifact.clone();
+        for other in [
+            root.and_then(|r| r.artifact.clone()),
+            ask.and_then(|a| a.artifact.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            match &artifact {
+                Some(x) if *x != other => {
+                    return Err(invalid(
+                        "the `artifact`, the thread and the ask are on different documents",
+                    ));
+                }
+                _ => artifact = Some(other),
+            }
+        }
+        Ok(artifact)
+    }
+
+    /// The comment as stored: in `root`'s thread (a thread of its own without one), on the
+    /// ask `ask`, at `place`.
+    fn comment(
+        &self,
+        id: &str,
+        root: Option<&Comment>,
+        ask: Option<String>,
+        (project, issue, artifact): AskPlace,
+        actor: &Actor,
+        now: Time,
+    ) -> Comment {
+        Comment {
+            id: id.to_owned(),
+            thread_id: root.map_or_else(|| id.to_owned(), |r| r.id.clone()),
+            parent: self.parent.clone(),
+            project,
+            issue,
+            artifact,
+            ask,
+            quote: self.new.quote.clone(),
+            block: self.new.block.clone(),
+            body: self.checked.body.clone(),
+            author: actor.clone(),
+            suggestion: self.new.suggestion.as_ref().map(|s| CommentSuggestion {
+                replacement: s.replacement.clone(),
+                state: SuggestionState::Pending,
+            }),
+            mentions: self.checked.mentions.clone(),
+            thread_state: root.is_none().then_some(ThreadState::Open),
+            created_at: now,
+            edited_at: None,
+        }
+    }
 }

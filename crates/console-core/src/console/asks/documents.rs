@@ -46,6 +46,48 @@ pub struct ApprovalRequested {
     pub created: bool,
 }
 
+/// A new approval ask for `approval`'s version of document `a`, worded by `summary` or
+/// "Approve version n of file?", with the two options a review takes.
+fn approval_ask(
+    id: &str,
+    a: &Artifact,
+    approval: Approval,
+    summary: Option<String>,
+    actor: &Actor,
+    now: Time,
+) -> Result<Ask, Error> {
+    let version = approval.version;
+    let question =
+        summary.unwrap_or_else(|| format!("Approve version {version} of {}?", a.filename));
+    let options = vec![
+        AskOption {
+            id: "approve".into(),
+            label: "Approve".into(),
+        },
+        AskOption {
+            id: "request_changes".into(),
+            label: "Request changes".into(),
+        },
+    ];
+    let place = (
+        a.scope.project().ok_or_else(no_document)?,
+        a.scope.issue().cloned(),
+        Some(a.id.clone()),
+    );
+    Ok(Ask {
+        approval: Some(approval),
+        ..Ask::opened(
+            id.to_owned(),
+            AskKind::Approval,
+            place,
+            question,
+            options,
+            actor,
+            now,
+        )
+    })
+}
+
 /// The `:::ask` block of an ask.
 fn ask_block(ask: &Ask) -> Result<String, Error> {
     doc::write_ask(&doc::AskBlock {
@@ -93,7 +135,7 @@ impl Asks<'_> {
     /// An issue's or project's markdown document, locked in a write transaction.
     pub(super) async fn document_in(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn AsksWork,
         id: &str,
     ) -> Result<Artifact, Error> {
         let a = tx
@@ -112,7 +154,7 @@ impl Asks<'_> {
     /// their transaction.
     pub(crate) async fn approval_follows(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn AsksWork,
         artifact: &str,
     ) -> Result<(), Error> {
         let now = self.console.now();
@@ -193,7 +235,8 @@ impl Asks<'_> {
         let options = check_options(&new.options)?;
         let now = self.console.now();
         let id = self.new_id();
-        let (view, events, kept) = transact!(self.console, |tx| {
+        // The whole `WorkTx`: a block ask goes into its document through the documents' edit.
+        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
             let a = self.document_in(tx, &artifact).await?;
             let mut ask = Ask::opened(
                 id.clone(),
@@ -268,16 +311,14 @@ impl Asks<'_> {
         states: Vec<AskState>,
     ) -> Result<Vec<AskView>, Error> {
         let artifact = uuid_id(artifact, "artifact")?;
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         self.document_in(&mut *tx, &artifact).await?;
-        let asks = tx
-            .asks(&AskFilter {
-                artifact: Some(artifact),
-                states,
-                ..Default::default()
-            })
-            .await?;
-        Ok(asks.into_iter().map(AskView::listed).collect())
+        let f = AskFilter {
+            artifact: Some(artifact),
+            states,
+            ..Default::default()
+        };
+        Self::listed(&mut *tx, f).await
     }
 
     /// Opens an approval ask for a document's latest version (its content settles into a
@@ -298,7 +339,8 @@ impl Asks<'_> {
             .transpose()?;
         let now = self.console.now();
         let id = self.new_id();
-        let (out, events) = transact!(self.console, |tx| {
+        // The whole `WorkTx`: the document settles into a version in it.
+        let (out, events) = transact!(self.console, WorkTx, |tx| {
             let a = self.document_in(tx, &artifact).await?;
             let mut events = Vec::new();
             let version = self
@@ -307,68 +349,17 @@ impl Asks<'_> {
                 .await?
                 .map(|v| v.number)
                 .ok_or_else(|| invalid("the document has no version to approve"))?;
-            let approved = tx
-                .reviews(&artifact)
-                .await?
-                .into_iter()
-                .rev()
-                .find(|x| x.outcome == ReviewOutcome::Approve)
-                .map(|x| Approved {
-                    version: x.version,
-                    at: x.at,
-                    by: x.by,
-                });
-            let open = tx
-                .asks(&AskFilter {
-                    artifact: Some(artifact.clone()),
-                    states: vec![AskState::Open],
-                    ..Default::default()
-                })
-                .await?
-                .into_iter()
-                .find(|x| x.kind == AskKind::Approval);
-            let (view, created) = match open {
+            let approved = Self::last_approved(tx, &artifact).await?;
+            let approval = Approval { version, approved };
+            let (view, created) = match Self::open_approval(tx, &artifact).await? {
                 Some(ask) => {
-                    // Locks go ask, then document: read it again locked.
-                    let mut ask = tx.ask(&ask.id).await?.unwrap_or_else(|| ask.clone());
-                    ask.approval = Some(Approval { version, approved });
-                    if let Some(s) = &summary {
-                        ask.question = s.clone();
-                    }
-                    ask.turn = Some(Turn::Human);
-                    ask.turn_since = now;
-                    ask.updated_at = now;
-                    tx.update_ask(&ask).await?;
-                    (self.ask_full(tx, ask).await?, false)
+                    let view = self
+                        .hand_back(tx, ask, approval, summary.as_deref(), now)
+                        .await?;
+                    (view, false)
                 }
                 None => {
-                    let ask = Ask {
-                        approval: Some(Approval { version, approved }),
-                        ..Ask::opened(
-                            id.clone(),
-                            AskKind::Approval,
-                            (
-                                a.scope.project().ok_or_else(no_document)?,
-                                a.scope.issue().cloned(),
-                                Some(artifact.clone()),
-                            ),
-                            summary.clone().unwrap_or_else(|| {
-                                format!("Approve version {version} of {}?", a.filename)
-                            }),
-                            vec![
-                                AskOption {
-                                    id: "approve".into(),
-                                    label: "Approve".into(),
-                                },
-                                AskOption {
-                                    id: "request_changes".into(),
-                                    label: "Request changes".into(),
-                                },
-                            ],
-                            actor,
-                            now,
-                        )
-                    };
+                    let ask = approval_ask(&id, &a, approval, summary.clone(), actor, now)?;
                     tx.insert_ask(&ask).await?;
                     self.console.notify_ask(tx, &ask).await?;
                     let view = self.ask_full(tx, ask).await?;
@@ -397,6 +388,60 @@ impl Asks<'_> {
         })?;
         self.console.document_committed(&events, None);
         Ok(out)
+    }
+
+    /// The latest version of a document a review approved, if any.
+    async fn last_approved(
+        tx: &mut dyn AsksWork,
+        artifact: &str,
+    ) -> Result<Option<Approved>, Error> {
+        Ok(tx
+            .reviews(artifact)
+            .await?
+            .into_iter()
+            .rev()
+            .find(|x| x.outcome == ReviewOutcome::Approve)
+            .map(|x| Approved {
+                version: x.version,
+                at: x.at,
+                by: x.by,
+            }))
+    }
+
+    /// A document's open approval ask, if any (as listed: not locked).
+    async fn open_approval(tx: &mut dyn AsksWork, artifact: &str) -> Result<Option<Ask>, Error> {
+        Ok(tx
+            .asks(&AskFilter {
+                artifact: Some(artifact.to_owned()),
+                states: vec![AskState::Open],
+                ..Default::default()
+            })
+            .await?
+            .into_iter()
+            .find(|x| x.kind == AskKind::Approval))
+    }
+
+    /// Hands an open approval ask back to a person for `approval`'s version, reworded by
+    /// `summary` if given.
+    async fn hand_back(
+        &self,
+        tx: &mut dyn AsksWork,
+        ask: Ask,
+        approval: Approval,
+        summary: Option<&str>,
+        now: Time,
+    ) -> Result<AskView, Error> {
+        // Locks go ask, then document: read it again locked.
+        let mut ask = tx.ask(&ask.id).await?.unwrap_or_else(|| ask.clone());
+        ask.approval = Some(approval);
+        if let Some(s) = summary {
+            ask.question = s.to_owned();
+        }
+        ask.turn = Some(Turn::Human);
+        ask.turn_since = now;
+        ask.updated_at = now;
+        tx.update_ask(&ask).await?;
+        self.ask_full(tx, ask).await
     }
 
     /// A person's review of a document's latest settled version (another version:
@@ -434,45 +479,21 @@ impl Asks<'_> {
         };
         let now = self.console.now();
         let id = self.new_id();
-        let (review, answered, events) = transact!(self.console, |tx| {
+        // The whole `WorkTx`: the document may settle into a version in it.
+        let (review, answered, events) = transact!(self.console, WorkTx, |tx| {
             // Any approval ask first (locks go ask, then document).
             let open = match ask {
                 Some(id) => Some(id.to_owned()),
-                None => tx
-                    .asks(&AskFilter {
-                        artifact: Some(artifact.clone()),
-                        states: vec![AskState::Open],
-                        ..Default::default()
-                    })
-                    .await?
-                    .into_iter()
-                    .find(|x| x.kind == AskKind::Approval)
-                    .map(|x| x.id),
+                None => Self::open_approval(tx, &artifact).await?.map(|x| x.id),
             };
             let open = match open {
                 Some(id) => tx.ask(&id).await?,
                 None => None,
             };
-            let mut a = self.document_in(tx, &artifact).await?;
             let mut events = Vec::new();
-            // Content due to settle is a version already.
-            if !a.settled
-                && self.console.now() - a.changed_at >= crate::console::documents::settle_after()
-            {
-                self.console
-                    .settle_now(tx, &artifact, actor, &mut events)
-                    .await?;
-                a = self.document_in(tx, &artifact).await?;
-            }
-            let latest = a.version.as_ref().map_or(0, |v| v.number);
-            if r.version != latest {
-                return Err(Error::with_message(
-                    ErrorCode::DOCUMENT_CHANGED,
-                    format!("version {latest} is the latest settled version: review that one"),
-                )
-                .with_detail("version", latest)
-                .with_detail("token", a.token.clone()));
-            }
+            let (a, latest) = self
+                .reviewed(tx, &artifact, r.version, actor, &mut events)
+                .await?;
             let review = Review {
                 id: id.clone(),
                 artifact: artifact.clone(),
@@ -485,31 +506,8 @@ impl Asks<'_> {
             };
             tx.insert_review(&review).await?;
             let mut answered = None;
-            if let Some(mut ask) = open {
-                let answer = Answer {
-                    options: vec![r.outcome.as_str().to_owned()],
-                    text: body.clone(),
-                    by: actor.clone(),
-                    at: now,
-                };
-                tx.add_answer(&ask.id, &answer).await?;
-                ask.answer = Some(answer);
-                ask.state = AskState::Answered;
-                // Answered: out of the inbox (issue 27).
-                ask.turn = None;
-                ask.turn_since = now;
-                ask.updated_at = now;
-                if r.outcome == ReviewOutcome::Approve
-                    && let Some(ap) = ask.approval.as_mut()
-                {
-                    ap.approved = Some(Approved {
-                        version: latest,
-                        at: now,
-                        by: actor.clone(),
-                    });
-                }
-                tx.update_ask(&ask).await?;
-                let view = self.ask_full(tx, ask).await?;
+            if let Some(ask) = open {
+                let view = self.answer_by_review(tx, ask, &review).await?;
                 events.push(self.append_ask(tx, "ask.answered", actor, &view).await?);
                 answered = Some(view);
             }
@@ -538,10 +536,73 @@ impl Asks<'_> {
         Ok((review, answered))
     }
 
+    /// The document a review finds, and its latest settled version, which the review must
+    /// name (else DOCUMENT_CHANGED, naming it): content due to settle is a version already.
+    async fn reviewed(
+        &self,
+        tx: &mut dyn WorkTx,
+        artifact: &str,
+        version: i64,
+        actor: &Actor,
+        events: &mut Vec<Event>,
+    ) -> Result<(Artifact, i64), Error> {
+        let mut a = self.document_in(tx, artifact).await?;
+        if !a.settled
+            && self.console.now() - a.changed_at >= crate::console::documents::settle_after()
+        {
+            self.console.settle_now(tx, artifact, actor, events).await?;
+            a = self.document_in(tx, artifact).await?;
+        }
+        let latest = a.version.as_ref().map_or(0, |v| v.number);
+        if version != latest {
+            return Err(Error::with_message(
+                ErrorCode::DOCUMENT_CHANGED,
+                format!("version {latest} is the latest settled version: review that one"),
+            )
+            .with_detail("version", latest)
+            .with_detail("token", a.token.clone()));
+        }
+        Ok((a, latest))
+    }
+
+    /// An approval ask answered by a review: the review's outcome is its answer, and an
+    /// approval is its `approval.approved`; out of the inbox (issue 27).
+    async fn answer_by_review(
+        &self,
+        tx: &mut dyn AsksWork,
+        mut ask: Ask,
+        review: &Review,
+    ) -> Result<AskView, Error> {
+        let now = review.at;
+        let answer = Answer {
+            options: vec![review.outcome.as_str().to_owned()],
+            text: review.body.clone(),
+            by: review.by.clone(),
+            at: now,
+        };
+        tx.add_answer(&ask.id, &answer).await?;
+        ask.answer = Some(answer);
+        ask.state = AskState::Answered;
+        ask.turn = None;
+        ask.turn_since = now;
+        ask.updated_at = now;
+        if review.outcome == ReviewOutcome::Approve
+            && let Some(ap) = ask.approval.as_mut()
+        {
+            ap.approved = Some(Approved {
+                version: review.version,
+                at: now,
+                by: review.by.clone(),
+            });
+        }
+        tx.update_ask(&ask).await?;
+        self.ask_full(tx, ask).await
+    }
+
     /// A document's reviews, oldest first.
     pub async fn reviews(&self, artifact: &str) -> Result<Vec<Review>, Error> {
         let artifact = uuid_id(artifact, "artifact")?;
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         self.document_in(&mut *tx, &artifact).await?;
         Ok(tx.reviews(&artifact).await?)
     }

@@ -51,7 +51,7 @@ impl Asks<'_> {
             Lookup::Stale(kept, since) => (Some(kept), since),
             Lookup::Miss => (None, 0),
         };
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         // Events since the kept answer was read name what they may have changed: only that
         // part is read again (event ids have no gaps: `watermark - since` events).
         if let Some(kept) = kept
@@ -107,7 +107,7 @@ impl Asks<'_> {
         let actor = Actor::User {
             login: human.login.clone(),
         };
-        let (row, event) = transact!(self.console, |tx| {
+        let (row, event) = transact!(self.console, AsksWork, |tx| {
             let ask = self.locked_ask(tx, &id).await?;
             if ask.turn.is_none() {
                 return Err(ask_state(
@@ -138,7 +138,7 @@ impl Asks<'_> {
         let actor = Actor::User {
             login: human.login.clone(),
         };
-        let event = transact!(self.console, |tx| {
+        let event = transact!(self.console, AsksWork, |tx| {
             let ask = self.locked_ask(tx, &id).await?;
             if tx.snoozed_until(&human.login, &id).await?.is_none() {
                 return Ok(None);
@@ -164,7 +164,7 @@ impl Asks<'_> {
     /// Appends an event about a person's own inbox: in no issue's or document's log.
     async fn append_personal(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn AsksWork,
         kind: &'static str,
         actor: &Actor,
         project: &ProjectKey,
@@ -190,7 +190,7 @@ impl Asks<'_> {
         limit: u32,
         offset: u32,
     ) -> Result<AnswersPage, Error> {
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         let (entries, total) = tx.answers_by(&human.login, limit, offset).await?;
         let asked = |a: &Ask| AnsweredAsk {
             id: a.id.clone(),

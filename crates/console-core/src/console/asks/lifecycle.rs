@@ -23,7 +23,7 @@ impl Asks<'_> {
         let options = check_options(&new.options)?;
         let now = self.console.now();
         let id = self.new_id();
-        let (view, event) = transact!(self.console, |tx| {
+        let (view, event) = transact!(self.console, AsksWork, |tx| {
             let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
             let ask = Ask::opened(
                 id.clone(),
@@ -54,7 +54,7 @@ impl Asks<'_> {
             return Vec::new();
         }
         let found = async {
-            let mut tx = self.console.parts.storage.read().await?;
+            let mut tx: Box<dyn AsksWork> = self.console.parts.storage.read().await?;
             let (hits, _) = tx
                 .search_asks(&words, true, Some(&ask.project), true, 4)
                 .await?;
@@ -100,7 +100,7 @@ impl Asks<'_> {
     /// One ask with replies, edit history and answers.
     pub async fn ask(&self, id: &str) -> Result<AskView, Error> {
         let id = uuid_id(id, "ask")?;
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         let a = tx.ask(&id).await?.ok_or_else(|| not_found("ask"))?;
         self.ask_full(&mut *tx, a).await
     }
@@ -113,18 +113,16 @@ impl Asks<'_> {
         states: Vec<AskState>,
     ) -> Result<Vec<AskView>, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         if tx.issue(&key).await?.is_none() {
             return Err(not_found("issue"));
         }
-        let asks = tx
-            .asks(&AskFilter {
-                issue: Some(key),
-                states,
-                ..Default::default()
-            })
-            .await?;
-        Ok(asks.into_iter().map(AskView::listed).collect())
+        let f = AskFilter {
+            issue: Some(key),
+            states,
+            ..Default::default()
+        };
+        Self::listed(&mut *tx, f).await
     }
 
     /// Open asks in one scope: one session's own, or every one on a project's issues and
@@ -138,7 +136,7 @@ impl Asks<'_> {
             states: vec![AskState::Open],
             ..Default::default()
         };
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         match (author_session, project) {
             (Some(s), None) => {
                 if !is_session_id(s) {
@@ -207,7 +205,8 @@ impl Asks<'_> {
             .transpose()?;
         let options = patch.options.as_deref().map(check_options).transpose()?;
         let now = self.console.now();
-        let (view, events, kept) = transact!(self.console, |tx| {
+        // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
+        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
             let mut ask = self.locked_ask(tx, &id).await?;
             Self::as_author(actor, &ask)?;
             if ask.state != AskState::Open {
@@ -258,60 +257,17 @@ impl Asks<'_> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        let text = match a.text.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(t) if rules::chars(t) > TEXT_MAX => {
-                return Err(cap("an answer's text is at most 65536 characters"));
-            }
-            Some(t) => Some(t.to_owned()),
-        };
-        let mut selected: Vec<String> = Vec::new();
-        for o in &a.options {
-            if !selected.contains(o) {
-                selected.push(o.clone());
-            }
-        }
-        if selected.is_empty() && text.is_none() {
-            return Err(invalid("an answer selects options or has text, or both"));
-        }
+        let (selected, text) = checked_answer(a)?;
         // An approval ask is answered by a review of the version it asks about.
         let approval = {
-            let mut tx = self.console.parts.storage.read().await?;
+            let mut tx = self.read().await?;
             tx.ask(&id).await?.filter(|a| a.kind == AskKind::Approval)
         };
         if let Some(ask) = approval {
-            if !matches!(ask.state, AskState::Open | AskState::Answered) {
-                return Err(ask_state(
-                    ask.state,
-                    "a retracted or resolved ask takes no answer",
-                ));
-            }
-            let outcome = match selected.as_slice() {
-                [o] => ReviewOutcome::parse(o),
-                _ => None,
-            }
-            .ok_or_else(|| {
-                invalid("an approval ask is answered with one option: approve or request_changes")
-            })?;
-            let (Some(artifact), Some(version)) = (
-                ask.artifact.clone(),
-                ask.approval.as_ref().map(|x| x.version),
-            ) else {
-                return Err(not_found("document"));
-            };
-            let r = ReviewIn {
-                outcome,
-                version,
-                body: text,
-            };
-            return self
-                .review_answering(actor, &artifact, r, Some(&id))
-                .await?
-                .1
-                .ok_or_else(|| not_found("ask"));
+            return self.answer_approval(actor, ask, &selected, text).await;
         }
         let now = self.console.now();
-        let (view, event) = transact!(self.console, |tx| {
+        let (view, event) = transact!(self.console, AsksWork, |tx| {
             let mut ask = self.locked_ask(tx, &id).await?;
             if !matches!(ask.state, AskState::Open | AskState::Answered) {
                 return Err(ask_state(
@@ -348,6 +304,45 @@ impl Asks<'_> {
         Ok(view)
     }
 
+    /// Answers an approval ask by a review of the version it asks about: one option,
+    /// `approve` or `request_changes`.
+    async fn answer_approval(
+        &self,
+        actor: &Actor,
+        ask: Ask,
+        selected: &[String],
+        text: Option<String>,
+    ) -> Result<AskView, Error> {
+        if !matches!(ask.state, AskState::Open | AskState::Answered) {
+            return Err(ask_state(
+                ask.state,
+                "a retracted or resolved ask takes no answer",
+            ));
+        }
+        let outcome = match selected {
+            [o] => ReviewOutcome::parse(o),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            invalid("an approval ask is answered with one option: approve or request_changes")
+        })?;
+        let (Some(artifact), Some(version)) = (
+            ask.artifact.clone(),
+            ask.approval.as_ref().map(|x| x.version),
+        ) else {
+            return Err(not_found("document"));
+        };
+        let r = ReviewIn {
+            outcome,
+            version,
+            body: text,
+        };
+        self.review_answering(actor, &artifact, r, Some(&ask.id))
+            .await?
+            .1
+            .ok_or_else(|| not_found("ask"))
+    }
+
     /// Retracts or resolves an open ask without an answer.
     pub async fn close_ask(&self, actor: &Actor, id: &str, c: CloseIn) -> Result<AskView, Error> {
         let id = uuid_id(id, "ask")?;
@@ -365,7 +360,8 @@ impl Asks<'_> {
             })
             .transpose()?;
         let now = self.console.now();
-        let (view, events, kept) = transact!(self.console, |tx| {
+        // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
+        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
             let mut ask = self.locked_ask(tx, &id).await?;
             if ask.state != AskState::Open {
                 return Err(ask_state(
@@ -404,12 +400,16 @@ impl Asks<'_> {
     /// and the sessions subscribed to its issue; each once, by the first of those.
     pub async fn recipients(&self, id: &str) -> Result<Vec<Recipient>, Error> {
         let id = uuid_id(id, "ask")?;
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         let ask = tx.ask(&id).await?.ok_or_else(|| not_found("ask"))?;
         self.recipients_of(&mut *tx, &ask).await
     }
 
-    async fn recipients_of(&self, tx: &mut dyn WorkTx, ask: &Ask) -> Result<Vec<Recipient>, Error> {
+    async fn recipients_of(
+        &self,
+        tx: &mut dyn AsksWork,
+        ask: &Ask,
+    ) -> Result<Vec<Recipient>, Error> {
         let mut out: Vec<Recipient> = Vec::new();
         let mut add = |s: &str, via: Via| {
             if !out.iter().any(|r| r.session_id == s) {
@@ -459,7 +459,7 @@ impl Asks<'_> {
             ));
         }
         let now = self.console.now();
-        let event = transact!(self.console, |tx| {
+        let event = transact!(self.console, AsksWork, |tx| {
             let mut ask = self.locked_ask(tx, &id).await?;
             let has = ask.followers.iter().any(|f| f == session);
             if has == follow {
@@ -503,9 +503,31 @@ impl Asks<'_> {
         if sessions.is_empty() {
             return Ok(HashMap::new());
         }
-        let mut tx = self.console.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         Ok(tx.open_ask_counts(sessions).await?.into_iter().collect())
     }
+}
+
+/// An answer's options (each once, in the order given) and text (trimmed; none when empty):
+/// options, text, or both.
+fn checked_answer(a: AnswerIn) -> Result<(Vec<String>, Option<String>), Error> {
+    let text = match a.text.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(t) if rules::chars(t) > TEXT_MAX => {
+            return Err(cap("an answer's text is at most 65536 characters"));
+        }
+        Some(t) => Some(t.to_owned()),
+    };
+    let mut selected: Vec<String> = Vec::new();
+    for o in &a.options {
+        if !selected.contains(o) {
+            selected.push(o.clone());
+        }
+    }
+    if selected.is_empty() && text.is_none() {
+        return Err(invalid("an answer selects options or has text, or both"));
+    }
+    Ok((selected, text))
 }
 
 /// `ask.followed`, `ask.unfollowed`.

@@ -36,6 +36,7 @@ use crate::work::asks::{
     AssigneeFilter, Closed, Comment, CommentFilter, CommentSuggestion, CommentView, InboxFilter,
     Quote, Review, ReviewOutcome, SuggestionState, ThreadState, Turn, Wording,
 };
+use crate::work::asks::{AskPlace, AsksWork};
 use crate::work::asks::{InboxAsk, InboxEntry, InboxScope};
 use crate::work::model::rfc3339;
 use crate::work::rules;
@@ -380,6 +381,20 @@ struct Place<'a> {
     artifact: Option<&'a str>,
 }
 
+impl<'a> Place<'a> {
+    fn new(
+        project: &'a ProjectKey,
+        issue: Option<&'a IssueKey>,
+        artifact: Option<&'a str>,
+    ) -> Self {
+        Self {
+            project,
+            issue,
+            artifact,
+        }
+    }
+}
+
 impl Asks<'_> {
     fn new_id(&self) -> String {
         let mut b = [0u8; 16];
@@ -394,7 +409,7 @@ impl Asks<'_> {
     /// document (taking the document's next sequence), else to its issue's (the issue's next).
     async fn append_at(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn AsksWork,
         kind: &'static str,
         actor: &Actor,
         place: Place<'_>,
@@ -430,28 +445,44 @@ impl Asks<'_> {
     /// Appends an ask's event, the ask (full) as its data.
     async fn append_ask(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn AsksWork,
         kind: &'static str,
         actor: &Actor,
         view: &AskView,
     ) -> Result<Event, Error> {
-        let place = Place {
-            project: &view.project,
-            issue: view.issue.as_ref(),
-            artifact: view.artifact.as_deref(),
-        };
-        self.append_at(
-            tx,
-            kind,
-            actor,
-            place,
-            serde_json::to_value(view).unwrap_or_default(),
-        )
-        .await
+        let place = Place::new(&view.project, view.issue.as_ref(), view.artifact.as_deref());
+        let data = serde_json::to_value(view).unwrap_or_default();
+        self.append_at(tx, kind, actor, place, data).await
+    }
+
+    /// Appends a comment's event, the comment (with its mentions' attempts) as its data.
+    async fn append_comment(
+        &self,
+        tx: &mut dyn AsksWork,
+        kind: &'static str,
+        actor: &Actor,
+        view: &CommentView,
+    ) -> Result<Event, Error> {
+        let c = &view.comment;
+        let place = Place::new(&c.project, c.issue.as_ref(), c.artifact.as_deref());
+        let data = serde_json::to_value(view).unwrap_or_default();
+        self.append_at(tx, kind, actor, place, data).await
+    }
+
+    /// A read-only transaction, as the area sees it.
+    async fn read(&self) -> Result<Box<dyn AsksWork>, Error> {
+        let tx: Box<dyn AsksWork> = self.console.parts.storage.read().await?;
+        Ok(tx)
+    }
+
+    /// The asks a filter selects, oldest first, in the list shape.
+    async fn listed(tx: &mut dyn AsksWork, f: AskFilter) -> Result<Vec<AskView>, Error> {
+        let asks = tx.asks(&f).await?;
+        Ok(asks.into_iter().map(AskView::listed).collect())
     }
 
     /// A comment with its mentions' delivery attempts.
-    async fn comment_view(&self, tx: &mut dyn WorkTx, c: Comment) -> Result<CommentView, Error> {
+    async fn comment_view(&self, tx: &mut dyn AsksWork, c: Comment) -> Result<CommentView, Error> {
         self.comment_views(tx, vec![c])
             .await?
             .pop()
@@ -461,7 +492,7 @@ impl Asks<'_> {
     /// Comments with their mentions' attempts, read in one query.
     async fn comment_views(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn AsksWork,
         cs: Vec<Comment>,
     ) -> Result<Vec<CommentView>, Error> {
         let ids: Vec<String> = cs
@@ -526,7 +557,7 @@ impl Asks<'_> {
     }
 
     /// The read route's shape: with replies, edit history and answers.
-    async fn ask_full(&self, tx: &mut dyn WorkTx, a: Ask) -> Result<AskView, Error> {
+    async fn ask_full(&self, tx: &mut dyn AsksWork, a: Ask) -> Result<AskView, Error> {
         let replies = tx
             .comments(&CommentFilter {
                 ask: Some(a.id.clone()),
@@ -543,7 +574,7 @@ impl Asks<'_> {
         Ok(v)
     }
 
-    async fn locked_ask(&self, tx: &mut dyn WorkTx, id: &str) -> Result<Ask, Error> {
+    async fn locked_ask(&self, tx: &mut dyn AsksWork, id: &str) -> Result<Ask, Error> {
         tx.ask(id).await?.ok_or_else(|| not_found("ask"))
     }
 }
