@@ -414,7 +414,7 @@ pub async fn list(State(st): St) -> ApiResult<Response> {
     let mut live = st.console.live_sessions().await?;
     // Each session's open asks, counted in one query.
     let ids: Vec<String> = live.iter().map(|l| l.session_id.clone()).collect();
-    let counts = st.console.open_ask_counts(&ids).await?;
+    let counts = st.console.asks().open_ask_counts(&ids).await?;
     for l in &mut live {
         l.open_asks = counts.get(&l.session_id).copied().unwrap_or(0);
     }

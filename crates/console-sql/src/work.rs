@@ -1740,6 +1740,10 @@ impl EventTx for SqlTx {
     }
 }
 
+/// The asks area's view of a transaction (its traits are all implemented above and in the
+/// areas' modules).
+impl countersign_console_core::work::AsksWork for SqlTx {}
+
 #[async_trait]
 impl WorkTx for SqlTx {
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {

@@ -75,8 +75,9 @@ async fn scenario(s: Arc<SqlStorage>) {
     let check = |why: &'static str| {
         let (c, s, clock, ada) = (&c, &s, &clock, &ada);
         async move {
-            let kept = c.inbox_asks(ada, None, None).await.expect("inbox");
+            let kept = c.asks().inbox_asks(ada, None, None).await.expect("inbox");
             let fresh = console(s, clock)
+                .asks()
                 .inbox_asks(ada, None, None)
                 .await
                 .expect("inbox afresh");
@@ -113,6 +114,7 @@ async fn scenario(s: Arc<SqlStorage>) {
     for n in 0..5 {
         clock.advance(Duration::milliseconds(5));
         let a = c
+            .asks()
             .open_issue_ask(&agent, &issues[n % 2], ask(&format!("Question {n}?")))
             .await
             .expect("ask");
@@ -121,64 +123,69 @@ async fn scenario(s: Arc<SqlStorage>) {
     let v = check("five asks").await;
     assert_eq!(v["human_turn"].as_array().map(Vec::len), Some(5));
 
-    c.answer_ask(
-        &person,
-        &asks[0],
-        AnswerIn {
-            options: vec!["yes".into()],
-            text: None,
-        },
-    )
-    .await
-    .expect("answer");
+    c.asks()
+        .answer_ask(
+            &person,
+            &asks[0],
+            AnswerIn {
+                options: vec!["yes".into()],
+                text: None,
+            },
+        )
+        .await
+        .expect("answer");
     let v = check("an answer takes the ask out of the inbox").await;
     assert_eq!(v["agent_turn"].as_array().map(Vec::len), Some(0));
     assert_eq!(v["human_turn"].as_array().map(Vec::len), Some(4));
 
-    c.reword_ask(
-        &agent,
-        &asks[1],
-        AskPatch {
-            question: Some("Question one, reworded?".into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("reword");
+    c.asks()
+        .reword_ask(
+            &agent,
+            &asks[1],
+            AskPatch {
+                question: Some("Question one, reworded?".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("reword");
     check("a reworded ask").await;
 
-    c.close_ask(
-        &agent,
-        &asks[2],
-        CloseIn {
-            state: CloseAs::Retracted,
-            note: None,
-            actor: None,
-        },
-    )
-    .await
-    .expect("close");
+    c.asks()
+        .close_ask(
+            &agent,
+            &asks[2],
+            CloseIn {
+                state: CloseAs::Retracted,
+                note: None,
+                actor: None,
+            },
+        )
+        .await
+        .expect("close");
     check("a retracted ask leaves").await;
 
-    c.snooze(&ada, &asks[3], c.now() + Duration::hours(1))
+    c.asks()
+        .snooze(&ada, &asks[3], c.now() + Duration::hours(1))
         .await
         .expect("snooze");
     let v = check("a snooze").await;
     assert_eq!(v["snoozed"].as_array().map(Vec::len), Some(1));
-    c.unsnooze(&ada, &asks[3]).await.expect("unsnooze");
+    c.asks().unsnooze(&ada, &asks[3]).await.expect("unsnooze");
     check("an un-snooze").await;
 
-    c.comment_on_issue(
-        &agent,
-        &issues[0],
-        NewComment {
-            body: "Following up on the answer.".into(),
-            ask: Some(asks[0].clone()),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("reply");
+    c.asks()
+        .comment_on_issue(
+            &agent,
+            &issues[0],
+            NewComment {
+                body: "Following up on the answer.".into(),
+                ask: Some(asks[0].clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("reply");
     check("the agent's reply on its answered ask").await;
 
     c.update_issue(
@@ -199,7 +206,8 @@ async fn scenario(s: Arc<SqlStorage>) {
     check("an event no inbox shows").await;
 
     clock.advance(Duration::milliseconds(5));
-    c.open_issue_ask(&agent, &issues[1], ask("A late question?"))
+    c.asks()
+        .open_issue_ask(&agent, &issues[1], ask("A late question?"))
         .await
         .expect("ask");
     let v = check("a new ask").await;
@@ -251,6 +259,7 @@ async fn a_large_kept_inbox_reuses_its_buffers() {
     let mut asks = Vec::new();
     for n in 0..700 {
         let a = c
+            .asks()
             .open_issue_ask(&agent, &key, ask(&format!("{n}: {long}")))
             .await
             .expect("ask");
@@ -260,18 +269,20 @@ async fn a_large_kept_inbox_reuses_its_buffers() {
     for (turn, id) in asks.iter().take(4).enumerate() {
         // A shorter wording each time: an answer written over a longer one must not keep
         // the longer one's tail.
-        c.reword_ask(
-            &agent,
-            id,
-            AskPatch {
-                question: Some(format!("Reworded {turn}?")),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("reword");
-        let kept = c.inbox_asks(&ada, None, None).await.expect("inbox");
+        c.asks()
+            .reword_ask(
+                &agent,
+                id,
+                AskPatch {
+                    question: Some(format!("Reworded {turn}?")),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("reword");
+        let kept = c.asks().inbox_asks(&ada, None, None).await.expect("inbox");
         let fresh = console(&s, &clock)
+            .asks()
             .inbox_asks(&ada, None, None)
             .await
             .expect("inbox afresh");
@@ -312,11 +323,13 @@ async fn answers_and_decisions(s: Arc<SqlStorage>) {
     for n in 0..3 {
         clock.advance(Duration::minutes(1));
         let a = c
+            .asks()
             .open_issue_ask(&agent, &key, ask(&format!("Question {n}?")))
             .await
             .expect("ask");
         clock.advance(Duration::minutes(1));
         let answered = c
+            .asks()
             .answer_ask(
                 &person,
                 &a.id,
@@ -338,12 +351,16 @@ async fn answers_and_decisions(s: Arc<SqlStorage>) {
         .await
         .expect("decision");
     }
-    let inbox = c.inbox_asks(&ada, None, None).await.expect("inbox");
+    let inbox = c.asks().inbox_asks(&ada, None, None).await.expect("inbox");
     let v: Value = serde_json::from_slice(&inbox.json()).expect("json");
     assert_eq!(v["human_turn"], json!([]));
     assert_eq!(v["agent_turn"], json!([]));
 
-    let all = c.answers_and_decisions(&ada, 10, 0).await.expect("all");
+    let all = c
+        .asks()
+        .answers_and_decisions(&ada, 10, 0)
+        .await
+        .expect("all");
     assert!(!all.more);
     let kinds: Vec<&str> = all
         .rows
@@ -368,10 +385,18 @@ async fn answers_and_decisions(s: Arc<SqlStorage>) {
         }
         other => panic!("{other:?}"),
     }
-    let page = c.answers_and_decisions(&ada, 4, 2).await.expect("page");
+    let page = c
+        .asks()
+        .answers_and_decisions(&ada, 4, 2)
+        .await
+        .expect("page");
     assert_eq!(page.rows, all.rows[2..6].to_vec());
     assert!(!page.more);
-    let first = c.answers_and_decisions(&ada, 2, 0).await.expect("first");
+    let first = c
+        .asks()
+        .answers_and_decisions(&ada, 2, 0)
+        .await
+        .expect("first");
     assert_eq!(first.rows, all.rows[..2].to_vec());
     assert!(first.more);
 }

@@ -63,21 +63,22 @@ async fn rows(s: Arc<SqlStorage>) {
         .expect("issue");
     }
     for q in ["One?", "Two?"] {
-        c.open_issue_ask(
-            &agent,
-            "LIST-2",
-            NewAsk {
-                question: q.into(),
-                options: vec![OptionIn {
-                    id: Some("yes".into()),
-                    label: "Yes".into(),
-                }],
-                block: None,
-                actor: None,
-            },
-        )
-        .await
-        .expect("ask");
+        c.asks()
+            .open_issue_ask(
+                &agent,
+                "LIST-2",
+                NewAsk {
+                    question: q.into(),
+                    options: vec![OptionIn {
+                        id: Some("yes".into()),
+                        label: "Yes".into(),
+                    }],
+                    block: None,
+                    actor: None,
+                },
+            )
+            .await
+            .expect("ask");
     }
 
     // Three pages of the default order (rank: creation order), 50, 50 and 20.

@@ -29,7 +29,7 @@ use crate::work::documents::{
     slug_of, slug_with_suffix, sniff_image, splice,
 };
 use crate::work::{
-    Actor, Event, EventPage, IssueKey, NewEvent, ProjectKey, Subscriber, WorkTx, rules,
+    Actor, DocumentTx, Event, EventPage, IssueKey, NewEvent, ProjectKey, Subscriber, WorkTx, rules,
 };
 
 /// How long a document's content goes without an edit before it settles into a version.
@@ -600,7 +600,7 @@ impl Console {
         if let Some(p) = parsed {
             tx.put_snapshot(&a.id, &p.snapshot).await?;
             // An open approval ask follows the new content: its agent's turn.
-            self.approval_follows(tx, &a.id).await?;
+            self.asks().approval_follows(tx, &a.id).await?;
         }
         if !matches!(a.scope, Scope::Agent(_)) {
             tx.clear_text(&a.id).await?;
@@ -1363,7 +1363,7 @@ impl Console {
     /// committed).
     pub(crate) async fn loaded(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn DocumentTx,
         a: &Artifact,
     ) -> Result<Document, Error> {
         if let Some(d) = self.documents.loaded(a) {
@@ -1375,7 +1375,7 @@ impl Console {
         Ok(d)
     }
 
-    async fn stored(&self, tx: &mut dyn WorkTx, a: &Artifact) -> Result<StoredDocument, Error> {
+    async fn stored(&self, tx: &mut dyn DocumentTx, a: &Artifact) -> Result<StoredDocument, Error> {
         tx.document(&a.id)
             .await?
             .ok_or_else(|| Error::from(StorageError::Corrupt("a document without content".into())))
@@ -1574,7 +1574,7 @@ impl Console {
         let doc = edited.document;
         let now = self.now();
         // An open approval ask follows the new content: its agent's turn.
-        self.approval_follows(tx, &a.id).await?;
+        self.asks().approval_follows(tx, &a.id).await?;
         // The edit goes into the log (what it spliced, and what replays it), or, every
         // LOG_MAX edits, the whole document becomes the snapshot.
         if a.log_len + 1 >= LOG_MAX {
@@ -1725,7 +1725,7 @@ impl Console {
     /// references. `edited`: the text replaces an earlier one (a new text has no edges yet).
     pub(crate) async fn keep_mentions(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn DocumentTx,
         from: &str,
         from_issue: Option<&IssueKey>,
         (text, edited): (&str, bool),

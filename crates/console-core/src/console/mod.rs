@@ -1,22 +1,28 @@
 //! [`Console`]: one method per operation, split by area as the broker's core is:
 //! [`signin`] (sign-in and browser sessions), [`tokens`] (bearer tokens: the shared one and
 //! personal ones), [`front`] (the broker front), [`work`] (projects, issues, claims, events),
-//! [`documents`] (documents and files), [`asks`] (asks, comments, the inbox), [`messages`]
+//! [`documents`] (documents and files), [`asks`] (asks, comments, the inbox: the [`asks::Asks`]
+//! service, `console.asks()`), [`messages`]
 //! (messages, broadcasts, conversation state), [`delivery`] (the delivery timeline and
 //! architecture sources).
 
 /// Runs `$body` in a write transaction with `$tx: &mut dyn WorkTx`, committing when it answers
 /// `Ok`; a storage conflict (a serialization failure or a busy database) starts it over, up
-/// to ten times.
+/// to ten times. `transact!(console, Trait, |tx| body)` gives the body the transaction as
+/// `&mut dyn Trait`, an area's own transaction trait that `WorkTx` has as a supertrait (the
+/// asks' `AsksWork`), so that the area's code sees only what it uses.
 macro_rules! transact {
-    ($self:expr, |$tx:ident| $body:expr) => {{
+    ($self:expr, |$tx:ident| $body:expr) => {
+        transact!($self, $crate::work::WorkTx, |$tx| $body)
+    };
+    ($self:expr, $area:path, |$tx:ident| $body:expr) => {{
         let mut attempts = 0u32;
         loop {
             attempts += 1;
             let result: Result<_, $crate::error::Error> = async {
                 let mut guard = $self.parts.storage.begin().await?;
                 let v = {
-                    let $tx: &mut dyn $crate::work::WorkTx = &mut *guard;
+                    let $tx: &mut dyn $area = &mut *guard;
                     let body: Result<_, $crate::error::Error> = async { $body }.await;
                     body?
                 };

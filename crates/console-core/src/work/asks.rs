@@ -390,8 +390,9 @@ pub enum ThreadState {
     Resolved,
 }
 
-/// A comment as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A comment as stored; as the routes answer it, it is a [`CommentView`] (its mentions with
+/// their deliveries).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Comment {
     pub id: String,
     /// The root's id (a root's own).
@@ -406,11 +407,14 @@ pub struct Comment {
     pub body: String,
     pub author: Actor,
     pub suggestion: Option<CommentSuggestion>,
-    /// Sessions mentioned, in the order given.
+    /// Sessions mentioned, in the order given (a view answers them with their deliveries).
+    #[serde(skip)]
     pub mentions: Vec<String>,
-    /// On a root: its thread's state.
+    /// On a root: its thread's state (`open` or `resolved`); null on a reply.
     pub thread_state: Option<ThreadState>,
+    #[serde(with = "rfc3339")]
     pub created_at: Time,
+    #[serde(with = "crate::work::model::rfc3339_opt")]
     pub edited_at: Option<Time>,
 }
 
@@ -606,6 +610,24 @@ pub trait AskTx: Send {
     async fn next_issue_sequence(&mut self, key: &IssueKey, at: Time) -> Result<i64, StorageError>;
 }
 
+/// What the asks area's operations see of a transaction (`console/asks/`): its own storage,
+/// and what it reads and writes of the other areas in the same transaction: issues (an ask's
+/// issue, its sequence and assignee), the event log, projects, documents' rows and content
+/// (an ask or a comment on a document, its sequence, mention edges), mentions' delivery
+/// attempts and notices; not the delivery area's. [`crate::work::WorkTx`] has it as a
+/// supertrait: a `&mut dyn WorkTx` converts to a `&mut dyn AsksWork` (trait upcasting). A
+/// storage's transaction implements it with no method of its own.
+pub trait AsksWork:
+    AskTx
+    + crate::work::IssueTx
+    + crate::work::EventTx
+    + crate::work::ProjectTx
+    + crate::work::DocumentTx
+    + crate::work::MessageTx
+    + crate::notify::NoticeTx
+{
+}
+
 // ----- the answers' shapes (protocol §6.3, §6.4) -----
 
 /// An ask as the routes answer it. Lists leave out `replies`, `history` and `answers` (the
@@ -681,28 +703,13 @@ pub struct MentionView {
     pub deliveries: Vec<AttemptView>,
 }
 
-/// A comment as the routes answer it.
+/// A comment as the routes answer it: the stored comment, with its mentions' delivery
+/// attempts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CommentView {
-    pub id: String,
-    pub thread_id: String,
-    pub parent: Option<String>,
-    pub project: ProjectKey,
-    pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
-    pub ask: Option<String>,
-    pub quote: Option<Quote>,
-    pub block: Option<String>,
-    pub body: String,
-    pub author: Actor,
-    pub suggestion: Option<CommentSuggestion>,
+    #[serde(flatten)]
+    pub comment: Comment,
     pub mentions: Vec<MentionView>,
-    /// On a thread's root: `open` or `resolved`; null on a reply.
-    pub thread_state: Option<ThreadState>,
-    #[serde(with = "rfc3339")]
-    pub created_at: Time,
-    #[serde(with = "crate::work::model::rfc3339_opt")]
-    pub edited_at: Option<Time>,
 }
 
 impl CommentView {
@@ -722,22 +729,8 @@ impl CommentView {
             })
             .collect();
         Self {
-            id: c.id,
-            thread_id: c.thread_id,
-            parent: c.parent,
-            project: c.project,
-            issue: c.issue,
-            artifact: c.artifact,
-            ask: c.ask,
-            quote: c.quote,
-            block: c.block,
-            body: c.body,
-            author: c.author,
-            suggestion: c.suggestion,
+            comment: c,
             mentions,
-            thread_state: c.thread_state,
-            created_at: c.created_at,
-            edited_at: c.edited_at,
         }
     }
 }

@@ -23,7 +23,7 @@ pub mod rules;
 pub mod search;
 pub mod store;
 
-pub use asks::AskTx;
+pub use asks::{AskTx, AsksWork};
 pub use delivery::DeliveryTx;
 pub use documents::DocumentTx;
 pub use messages::MessageTx;

@@ -158,18 +158,12 @@ pub trait EventTx: Send {
     async fn last_event_id(&mut self) -> Result<i64, StorageError>;
 }
 
-/// One transaction over the work storage.
+/// One transaction over the work storage: every aggregate's trait. [`crate::work::AsksWork`]
+/// joins all but the delivery area's ([`ProjectTx`], [`IssueTx`], [`EventTx`], documents,
+/// asks, messages, notices): an area that sees less takes its own trait, to which this one
+/// converts.
 #[async_trait]
-pub trait WorkTx:
-    ProjectTx
-    + IssueTx
-    + EventTx
-    + crate::work::DocumentTx
-    + crate::work::AskTx
-    + crate::work::MessageTx
-    + crate::work::DeliveryTx
-    + crate::notify::NoticeTx
-{
+pub trait WorkTx: crate::work::AsksWork + crate::work::DeliveryTx {
     async fn commit(self: Box<Self>) -> Result<(), StorageError>;
 }
 

@@ -13,7 +13,9 @@ use countersign_console_core::work::asks::{AskState, AskView};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use super::{In, Input, Query, St, acting, acting_session, created, is_session_id, ok, query_err};
+use super::{
+    In, Input, Query, Reading, St, acting, acting_session, created, is_session_id, ok, query_err,
+};
 use crate::error::ApiResult;
 
 impl Input for NewAsk {}
@@ -39,7 +41,7 @@ struct OpenedAsk {
 /// slows or blocks the write).
 pub(crate) async fn opened(st: &crate::AppState, ask: AskView) -> Response {
     let location = format!("/api/v1/asks/{}", ask.id);
-    let suggestions = st.console.ask_advice(&ask).await;
+    let suggestions = st.console.asks().ask_advice(&ask).await;
     created(
         OpenedAsk {
             ask,
@@ -56,7 +58,7 @@ pub async fn issue_open(
     In(b): In<NewAsk>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let ask = st.console.open_issue_ask(&actor, &key, b).await?;
+    let ask = st.console.asks().open_issue_ask(&actor, &key, b).await?;
     Ok(opened(&st, ask).await)
 }
 
@@ -73,7 +75,7 @@ struct AnsweredFrame<'a> {
 /// followers, subscribers) whose link is open to this replica. Fire and forget: the answer
 /// is in the ask and on the event stream for any session that misses it.
 pub(crate) async fn tell_answered(st: &crate::AppState, ask: &AskView) {
-    let recipients = match st.console.recipients(&ask.id).await {
+    let recipients = match st.console.asks().recipients(&ask.id).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(code = e.code_str(), "an answer's recipients not read");
@@ -105,34 +107,23 @@ pub(crate) fn states(q: &Query) -> ApiResult<Vec<AskState>> {
 
 pub async fn issue_list(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     q: Query,
     Path(key): Path<String>,
+    _: Reading,
 ) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.issue_asks(&key, states(&q)?).await?))
+    Ok(ok(st.console.asks().issue_asks(&key, states(&q)?).await?))
 }
 
-pub async fn scope(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn scope(State(st): St, q: Query, _: Reading) -> ApiResult<Response> {
     Ok(ok(st
         .console
+        .asks()
         .scope_asks(q.one("author_session")?, q.one("project")?)
         .await?))
 }
 
-pub async fn read(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.ask(&id).await?))
+pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
+    Ok(ok(st.console.asks().ask(&id).await?))
 }
 
 pub async fn reword(
@@ -142,7 +133,7 @@ pub async fn reword(
     In(b): In<AskPatch>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), true)?;
-    Ok(ok(st.console.reword_ask(&actor, &id, b).await?))
+    Ok(ok(st.console.asks().reword_ask(&actor, &id, b).await?))
 }
 
 pub async fn answer(
@@ -152,7 +143,7 @@ pub async fn answer(
     In(b): In<AnswerIn>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    let ask = st.console.answer_ask(&actor, &id, b).await?;
+    let ask = st.console.asks().answer_ask(&actor, &id, b).await?;
     tell_answered(&st, &ask).await;
     Ok(ok(ask))
 }
@@ -164,17 +155,11 @@ pub async fn close(
     In(b): In<CloseIn>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(ok(st.console.close_ask(&actor, &id, b).await?))
+    Ok(ok(st.console.asks().close_ask(&actor, &id, b).await?))
 }
 
-pub async fn recipients(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.recipients(&id).await?))
+pub async fn recipients(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
+    Ok(ok(st.console.asks().recipients(&id).await?))
 }
 
 async fn set_follow(
@@ -189,7 +174,10 @@ async fn set_follow(
         return Err(ErrorCode::INVALID_SESSION_ID.into());
     }
     let actor = acting_session(caller, q.one("session")?)?;
-    st.console.follow_ask(&actor, id, session, follow).await?;
+    st.console
+        .asks()
+        .follow_ask(&actor, id, session, follow)
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -221,6 +209,7 @@ pub async fn inbox(
     let h = caller.human()?;
     let inbox = st
         .console
+        .asks()
         .inbox_asks(h, q.one("project")?, q.one("assignee")?)
         .await?;
     // The answer's JSON is made once per answer read (a person's inbox may be large).
@@ -245,7 +234,7 @@ pub async fn answers(
         return Err(query_err("`limit` is 1 to 200"));
     }
     let offset: u32 = q.parsed("offset")?.unwrap_or(0);
-    Ok(ok(st.console.my_answers(h, limit, offset).await?))
+    Ok(ok(st.console.asks().my_answers(h, limit, offset).await?))
 }
 
 /// `{snoozed_until}`.
@@ -269,7 +258,7 @@ pub async fn snooze(
             Error::with_message(ErrorCode::INVALID_BODY, "snoozed_until is an RFC 3339 time")
         })?
         .with_timezone(&chrono::Utc);
-    Ok(ok(st.console.snooze(h, &id, until).await?))
+    Ok(ok(st.console.asks().snooze(h, &id, until).await?))
 }
 
 pub async fn unsnooze(
@@ -278,7 +267,7 @@ pub async fn unsnooze(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let h = caller.human()?;
-    st.console.unsnooze(h, &id).await?;
+    st.console.asks().unsnooze(h, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -294,18 +283,21 @@ pub async fn document_open(
     In(b): In<NewAsk>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let ask = st.console.open_document_ask(&actor, &id, b).await?;
+    let ask = st.console.asks().open_document_ask(&actor, &id, b).await?;
     Ok(opened(&st, ask).await)
 }
 
 pub async fn document_list(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     q: Query,
     Path(id): Path<String>,
+    _: Reading,
 ) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.document_asks(&id, states(&q)?).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .document_asks(&id, states(&q)?)
+        .await?))
 }
 
 /// `POST /artifacts/{id}/approval-requests`: 201 with a new approval ask, or 200 with the open
@@ -317,7 +309,7 @@ pub async fn request_approval(
     In(b): In<ApprovalIn>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let r = st.console.request_approval(&actor, &id, b).await?;
+    let r = st.console.asks().request_approval(&actor, &id, b).await?;
     if r.created {
         let location = format!("/api/v1/asks/{}", r.ask.id);
         Ok(created(r.ask, Some(location)))
@@ -333,19 +325,13 @@ pub async fn review(
     In(b): In<ReviewIn>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    let (review, answered) = st.console.review(&actor, &id, b).await?;
+    let (review, answered) = st.console.asks().review(&actor, &id, b).await?;
     if let Some(ask) = &answered {
         tell_answered(&st, ask).await;
     }
     Ok(created(review, None))
 }
 
-pub async fn reviews(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.reviews(&id).await?))
+pub async fn reviews(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
+    Ok(ok(st.console.asks().reviews(&id).await?))
 }

@@ -7,9 +7,10 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use countersign_console_core::Caller;
 use countersign_console_core::console::asks::NewComment;
+use countersign_console_core::work::asks::CommentView;
 use serde::Deserialize;
 
-use super::{In, Input, Query, St, acting, acting_session, created, ok};
+use super::{In, Input, Query, Reading, St, acting, acting_session, created, ok};
 use crate::error::ApiResult;
 
 impl Input for NewComment {}
@@ -21,32 +22,25 @@ pub async fn issue_create(
     In(b): In<NewComment>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let c = st.console.comment_on_issue(&actor, &key, b).await?;
-    let location = format!("/api/v1/comments/{}", c.id);
-    Ok(created(c, Some(location)))
+    let c = st.console.asks().comment_on_issue(&actor, &key, b).await?;
+    Ok(comment_created(c))
 }
 
 pub async fn issue_list(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     q: Query,
     Path(key): Path<String>,
+    _: Reading,
 ) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
     Ok(ok(st
         .console
+        .asks()
         .issue_comments(&key, q.one("artifact")?)
         .await?))
 }
 
-pub async fn read(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.comment(&id).await?))
+pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
+    Ok(ok(st.console.asks().comment(&id).await?))
 }
 
 /// `{body}`.
@@ -65,7 +59,11 @@ pub async fn edit(
     In(b): In<EditBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.edit_comment(&actor, &id, &b.body).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .edit_comment(&actor, &id, &b.body)
+        .await?))
 }
 
 /// `{actor?}`.
@@ -84,7 +82,11 @@ pub async fn resolve(
     In(b): In<ActorBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(ok(st.console.resolve_thread(&actor, &id, true).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .resolve_thread(&actor, &id, true)
+        .await?))
 }
 
 /// An empty body.
@@ -101,7 +103,11 @@ pub async fn reopen(
     In(_): In<Empty>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.resolve_thread(&actor, &id, false).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .resolve_thread(&actor, &id, false)
+        .await?))
 }
 
 pub async fn reject(
@@ -111,7 +117,7 @@ pub async fn reject(
     In(_): In<Empty>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.reject_suggestion(&actor, &id).await?))
+    Ok(ok(st.console.asks().reject_suggestion(&actor, &id).await?))
 }
 
 /// `{actor, body}`.
@@ -131,9 +137,12 @@ pub async fn reply(
     In(b): In<ReplyBody>,
 ) -> ApiResult<Response> {
     let actor = acting_session(&caller, b.actor.as_deref())?;
-    let c = st.console.comment_reply(&actor, &id, &b.body).await?;
-    let location = format!("/api/v1/comments/{}", c.id);
-    Ok(created(c, Some(location)))
+    let c = st
+        .console
+        .asks()
+        .comment_reply(&actor, &id, &b.body)
+        .await?;
+    Ok(comment_created(c))
 }
 
 /// `{target?, actor?}`.
@@ -157,6 +166,7 @@ pub async fn retry(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let attempt = st
         .console
+        .asks()
         .retry_mention(&actor, &id, b.target.as_deref())
         .await?;
     Ok(created(vec![attempt], None))
@@ -169,19 +179,20 @@ pub async fn document_create(
     In(b): In<NewComment>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let c = st.console.comment_on_document(&actor, &id, b).await?;
-    let location = format!("/api/v1/comments/{}", c.id);
-    Ok(created(c, Some(location)))
+    let c = st
+        .console
+        .asks()
+        .comment_on_document(&actor, &id, b)
+        .await?;
+    Ok(comment_created(c))
 }
 
 pub async fn document_list(
     State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
     Path(id): Path<String>,
+    _: Reading,
 ) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.document_comments(&id).await?))
+    Ok(ok(st.console.asks().document_comments(&id).await?))
 }
 
 pub async fn accept(
@@ -191,5 +202,11 @@ pub async fn accept(
     In(_): In<Empty>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.accept_suggestion(&actor, &id).await?))
+    Ok(ok(st.console.asks().accept_suggestion(&actor, &id).await?))
+}
+
+/// 201 with a new comment (or reply) and where it is read.
+fn comment_created(c: CommentView) -> Response {
+    let location = format!("/api/v1/comments/{}", c.comment.id);
+    created(c, Some(location))
 }

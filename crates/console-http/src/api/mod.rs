@@ -175,6 +175,28 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Query {
     }
 }
 
+/// A read route's check of its caller, run before its handler: the `?session=` it names, if
+/// any, is a session the caller may act as ([`acting`], not required). The asks' and
+/// comments' read routes take it instead of each calling `acting` itself.
+#[derive(Debug)]
+pub struct Reading;
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Reading {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, ApiError> {
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .ok_or_else(|| ApiError::from(Error::new(ErrorCode::INTERNAL)))?;
+        acting(caller, Query::of(&parts.uri).one("session")?, false)?;
+        Ok(Reading)
+    }
+}
+
 pub fn query_err(message: impl Into<String>) -> ApiError {
     Error::with_message(ErrorCode::INVALID_QUERY, message).into()
 }

@@ -184,7 +184,7 @@ pub struct HomePage<'a> {
 pub async fn home(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
     let now = st.console.now();
-    let asks = match st.console.inbox_asks(h, None, None).await {
+    let asks = match st.console.asks().inbox_asks(h, None, None).await {
         Ok(inbox) => AskRows::of(inbox.inbox()),
         Err(e) => AskRows::failed(notice("error", error_text(&e))),
     };
@@ -242,7 +242,7 @@ pub async fn ask_page(
     Path(id): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let a = match st.console.ask(&id).await {
+    let a = match st.console.asks().ask(&id).await {
         Ok(a) => a,
         Err(e) => {
             return Ok(super::PageError::from(e)
@@ -281,6 +281,7 @@ pub async fn ask_page(
         .replies
         .iter()
         .flatten()
+        .map(|v| &v.comment)
         .map(|c| ReplyLine {
             id: c.id.clone(),
             by: actor_text(&c.author),
@@ -369,13 +370,18 @@ pub async fn discussion_page(
     use countersign_console_core::work::asks::{SuggestionState, ThreadState};
     let h = human(&caller)?;
     let rendered = st.console.rendered(&id).await?;
-    let comments = st.console.document_comments(&rendered.artifact.id).await?;
+    let comments = st
+        .console
+        .asks()
+        .document_comments(&rendered.artifact.id)
+        .await?;
     let asks = st
         .console
+        .asks()
         .document_asks(&rendered.artifact.id, Vec::new())
         .await?;
     let mut threads: Vec<ThreadView> = Vec::new();
-    for c in &comments {
+    for c in comments.iter().map(|v| &v.comment) {
         if c.thread_id == c.id {
             threads.push(ThreadView {
                 id: c.id.clone(),
@@ -518,7 +524,7 @@ pub async fn answers_page(
         decisions: Vec::new(),
         error: None,
     };
-    match st.console.my_answers(h, ANSWERS_SHOWN, offset).await {
+    match st.console.asks().my_answers(h, ANSWERS_SHOWN, offset).await {
         Ok(p) => {
             view.total = p.total;
             if i64::from(offset) + (p.rows.len() as i64) < p.total {
@@ -530,7 +536,7 @@ pub async fn answers_page(
             for r in &p.rows {
                 if r.answer.as_ref().is_some_and(|a| !a.options.is_empty())
                     && !labels.contains_key(&r.ask.id)
-                    && let Ok(a) = st.console.ask(&r.ask.id).await
+                    && let Ok(a) = st.console.asks().ask(&r.ask.id).await
                 {
                     labels.insert(r.ask.id.clone(), a.options);
                 }

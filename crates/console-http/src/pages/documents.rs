@@ -345,6 +345,7 @@ pub async fn document_page(
     });
     let reviews = if is_document {
         st.console
+            .asks()
             .reviews(&a.id)
             .await
             .map(|r| r.iter().rev().map(ReviewRow::of).collect())

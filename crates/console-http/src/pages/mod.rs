@@ -597,7 +597,7 @@ pub async fn inbox_count(State(st): St, Extension(caller): Extension<Caller>) ->
     let Ok(h) = caller.human() else {
         return StatusCode::FORBIDDEN.into_response();
     };
-    let asks = match st.console.inbox_asks(h, None, None).await {
+    let asks = match st.console.asks().inbox_asks(h, None, None).await {
         Ok(inbox) => inbox.inbox().human_turn.len(),
         Err(_) => 0,
     };

@@ -82,9 +82,9 @@ fn snippet_beside(title: &str, snippet: &str) -> String {
 
 /// Where a comment is read: its ask's page, its document's discussion, or its issue.
 async fn comment_place(st: &crate::AppState, id: &str) -> (String, String) {
-    match st.console.comment(id).await {
+    match st.console.asks().comment(id).await {
         Ok(t) => {
-            let c = &t.comment;
+            let c = &t.comment.comment;
             match (&c.ask, &c.artifact, &c.issue) {
                 (Some(ask), _, _) => (format!("/asks/{ask}"), "a reply on an ask".to_owned()),
                 (None, Some(doc), _) => {

@@ -564,7 +564,8 @@ fn ask_state(s: AskState) -> &'static str {
     }
 }
 
-fn comment_entry(c: &CommentView, docs: &HashMap<String, String>) -> CommentEntry {
+fn comment_entry(view: &CommentView, docs: &HashMap<String, String>) -> CommentEntry {
+    let c = &view.comment;
     CommentEntry {
         id: c.id.clone(),
         by: actor_text(&c.author),
@@ -581,7 +582,7 @@ fn comment_entry(c: &CommentView, docs: &HashMap<String, String>) -> CommentEntr
             .as_ref()
             .map(|q| q.exact.clone())
             .unwrap_or_default(),
-        mentions: c.mentions.iter().map(|m| m.session_id.clone()).collect(),
+        mentions: view.mentions.iter().map(|m| m.session_id.clone()).collect(),
         resolved: c.thread_state == Some(ThreadState::Resolved),
         edited: c.edited_at.is_some(),
         replies: Vec::new(),
@@ -716,8 +717,12 @@ pub async fn issue_page(
 
     // The timeline: comments (replies under their root), asks (with their replies), messages
     // and the history, in order.
-    let comments = st.console.issue_comments(&key, None).await?;
-    let asks = st.console.issue_asks(&key, AskState::ALL.to_vec()).await?;
+    let comments = st.console.asks().issue_comments(&key, None).await?;
+    let asks = st
+        .console
+        .asks()
+        .issue_asks(&key, AskState::ALL.to_vec())
+        .await?;
     let history = st
         .console
         .issue_events(
@@ -736,8 +741,9 @@ pub async fn issue_page(
     let mut replies: HashMap<String, Vec<CommentEntry>> = HashMap::new();
     let mut ask_replies: HashMap<String, Vec<CommentEntry>> = HashMap::new();
     let mut root_at = Vec::new();
-    for c in &comments {
-        let entry = comment_entry(c, &docs);
+    for view in &comments {
+        let entry = comment_entry(view, &docs);
+        let c = &view.comment;
         if let Some(p) = &c.parent {
             replies.entry(p.clone()).or_default().push(entry);
         } else if let Some(a) = &c.ask {

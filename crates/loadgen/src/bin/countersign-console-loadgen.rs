@@ -362,6 +362,7 @@ async fn reword(
 ) -> anyhow::Result<()> {
     let (agent, id) = &asked[(turn * 7919) % asked.len()];
     console
+        .asks()
         .reword_ask(
             agent,
             id,
@@ -447,6 +448,7 @@ async fn inbox(
             };
             let opened = state
                 .console
+                .asks()
                 .open_issue_ask(&agent, &keys[a % keys.len()], new)
                 .await?;
             asked.push((agent, opened.id));
@@ -495,7 +497,7 @@ async fn inbox(
         reword(&state.console, &asked, turn).await?;
         let c = cpu_seconds("/proc/self/stat");
         let t = Instant::now();
-        let inbox = state.console.inbox_asks(&me, None, None).await?;
+        let inbox = state.console.asks().inbox_asks(&me, None, None).await?;
         core.push(t.elapsed());
         let t = Instant::now();
         size = inbox.json().len();
@@ -1091,6 +1093,7 @@ async fn pages(
         if i % 4 == 3 {
             state
                 .console
+                .asks()
                 .open_issue_ask(
                     &agent,
                     &key,
@@ -1106,6 +1109,7 @@ async fn pages(
             let who = if i % 2 == 0 { &person } else { &agent };
             state
                 .console
+                .asks()
                 .comment_on_issue(
                     who,
                     &key,

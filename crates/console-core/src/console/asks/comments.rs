@@ -1,0 +1,658 @@
+//! Comments on issues, documents (their quotes, with suggestions) and asks; replies, mentions
+//! and their delivery, threads' state.
+
+use super::documents::{engine_quote, no_document};
+use super::*;
+
+impl Asks<'_> {
+    /// Comments on an issue, a quote of one of its documents, or one of its asks; `parent`
+    /// makes it a reply in that comment's thread (it takes the thread's place: `artifact`,
+    /// `ask`, `quote`, `block` and `suggestion` go with the root). A reply on an ask moves
+    /// the ask's turn: a person's to its agent, an agent's to a person (or, once answered, to
+    /// nobody: the agent followed up).
+    pub async fn comment_on_issue(
+        &self,
+        actor: &Actor,
+        key: &str,
+        new: NewComment,
+    ) -> Result<CommentView, Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        self.add_comment(actor, On::Issue(key), new).await
+    }
+
+    /// Comments on a document or one of its quotes (with a suggested replacement), or one of
+    /// its asks; as [`Asks::comment_on_issue`].
+    pub async fn comment_on_document(
+        &self,
+        actor: &Actor,
+        artifact: &str,
+        new: NewComment,
+    ) -> Result<CommentView, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        if new.artifact.is_some() {
+            return Err(invalid(
+                "the path names the document: no `artifact` in the body",
+            ));
+        }
+        self.add_comment(actor, On::Document(artifact), new).await
+    }
+
+    /// Adds a comment: its request checked first, then in one transaction its thread and ask
+    /// (locked first: locks go comment and ask, then document or issue), its place, the
+    /// comment, the ask's turn, its mentions' deliveries and its event.
+    async fn add_comment(
+        &self,
+        actor: &Actor,
+        on: On,
+        new: NewComment,
+    ) -> Result<CommentView, Error> {
+        let req = CommentRequest::of(self.check_comment(&new)?, on, new)?;
+        let now = self.console.now();
+        let id = self.new_id();
+        // The whole `WorkTx`: a mention's delivery attempt opens through the messages' code.
+        let (view, events, opened) = transact!(self.console, WorkTx, |tx| {
+            self.write_comment(tx, &req, &id, actor, now).await
+        })?;
+        self.console.document_committed(&events, None);
+        self.console.dispatch(&opened).await;
+        Ok(view)
+    }
+
+    /// A new comment's writes, in its transaction ([`Asks::add_comment`]).
+    async fn write_comment(
+        &self,
+        tx: &mut dyn WorkTx,
+        req: &CommentRequest,
+        id: &str,
+        actor: &Actor,
+        now: Time,
+    ) -> Result<(CommentView, Vec<Event>, Vec<Opened>), Error> {
+        let root = self.thread_root(tx, req).await?;
+        let on_ask = req
+            .ask
+            .clone()
+            .or_else(|| root.as_ref().and_then(|r| r.ask.clone()));
+        let mut ask = match &on_ask {
+            Some(a) => Some(
+                tx.ask(a)
+                    .await?
+                    .filter(|x| req.here(x.issue.as_ref(), x.artifact.as_ref()))
+                    .ok_or_else(|| invalid("`ask` names no ask here"))?,
+            ),
+            None => None,
+        };
+        let artifact = req.document_of(root.as_ref(), ask.as_ref())?;
+        let (project, issue) = self.comment_place(tx, req, artifact.as_deref()).await?;
+        let place = (project, issue, artifact);
+        let comment = req.comment(id, root.as_ref(), on_ask, place, actor, now);
+        tx.insert_comment(&comment).await?;
+        if let Some(a) = ask.as_mut() {
+            Self::replied(a, actor, now);
+            tx.update_ask(a).await?;
+        }
+        let mut opened = Vec::new();
+        for m in &comment.mentions {
+            opened.push(self.mention(tx, &comment, m, actor).await?);
+        }
+        let view = self.comment_view(tx, comment).await?;
+        let e = self
+            .append_comment(tx, "comment.created", actor, &view)
+            .await?;
+        let c = &view.comment;
+        let from = format!("countersign://comment/{}", c.id);
+        self.console
+            .keep_mentions(tx, &from, c.issue.as_ref(), (&c.body, false), &e)
+            .await?;
+        Ok((view, vec![e], opened))
+    }
+
+    /// The thread a reply goes in: its parent's root (none for a new thread).
+    async fn thread_root(
+        &self,
+        tx: &mut dyn AsksWork,
+        req: &CommentRequest,
+    ) -> Result<Option<Comment>, Error> {
+        let Some(p) = &req.parent else {
+            return Ok(None);
+        };
+        let c = tx
+            .comment(p)
+            .await?
+            .filter(|c| req.here(c.issue.as_ref(), c.artifact.as_ref()))
+            .ok_or_else(|| invalid("`parent` names no comment here"))?;
+        if c.thread_id == c.id {
+            return Ok(Some(c));
+        }
+        let root = tx
+            .comment(&c.thread_id)
+            .await?
+            .ok_or_else(|| not_found("thread"))?;
+        Ok(Some(root))
+    }
+
+    /// Where a comment goes: its document's project and issue (its quote must match once in
+    /// its scope, by the engine's rules, and its block be in the document), or the issue the
+    /// route names.
+    async fn comment_place(
+        &self,
+        tx: &mut dyn AsksWork,
+        req: &CommentRequest,
+        artifact: Option<&str>,
+    ) -> Result<(ProjectKey, Option<IssueKey>), Error> {
+        let Some(d) = artifact else {
+            let On::Issue(k) = &req.on else {
+                return Err(no_document());
+            };
+            let issue = tx.issue(k).await?.ok_or_else(|| not_found("issue"))?;
+            return Ok((issue.project, Some(k.clone())));
+        };
+        let a = self.document_in(tx, d).await?;
+        if let On::Issue(k) = &req.on
+            && a.scope.issue() != Some(k)
+        {
+            return Err(invalid("`artifact` names no document of this issue"));
+        }
+        if let Some(q) = &req.new.quote {
+            let d = self.console.loaded(tx, &a).await?;
+            let probe = doc::EditOp::Replace {
+                quote: engine_quote(q),
+                text: q.exact.clone(),
+                block: req.new.block.clone(),
+                block_token: None,
+            };
+            d.apply(None, &[probe], &mut || self.console.new_block_id())?;
+        } else if let Some(b) = &req.new.block {
+            let d = self.console.loaded(tx, &a).await?;
+            if d.position(b).is_none() {
+                return Err(Error::with_message(
+                    ErrorCode::TARGET_NOT_FOUND,
+                    "the document has no block with this id",
+                ));
+            }
+        }
+        Ok((
+            a.scope.project().ok_or_else(no_document)?,
+            a.scope.issue().cloned(),
+        ))
+    }
+
+    /// A reply on an ask moves its turn (docs/asks.md, "Whose turn").
+    fn replied(ask: &mut Ask, actor: &Actor, now: Time) {
+        let next = match (ask.state, actor.is_human()) {
+            (AskState::Open, true) => Some(Turn::Agent),
+            (AskState::Open, false) => Some(Turn::Human),
+            // An answered ask is in no inbox, whoever replies (issue 27).
+            (AskState::Answered, _) => None,
+            (AskState::Retracted | AskState::Resolved, _) => ask.turn,
+        };
+        if next != ask.turn {
+            ask.turn = next;
+            ask.turn_since = now;
+        }
+        ask.updated_at = now;
+    }
+
+    /// A comment body's rules: the body (at most 65,536 characters), a suggestion only with a
+    /// quote, mentions as session ids.
+    fn check_comment(&self, new: &NewComment) -> Result<CheckedComment, Error> {
+        let body = check_text(&new.body, "a comment", TEXT_MAX)?;
+        if new.suggestion.is_some() && new.quote.is_none() {
+            return Err(invalid("a suggestion replaces a `quote`: name one"));
+        }
+        if new.parent.is_some()
+            && (new.artifact.is_some()
+                || new.ask.is_some()
+                || new.quote.is_some()
+                || new.block.is_some()
+                || new.suggestion.is_some())
+        {
+            return Err(invalid(
+                "a reply (`parent`) takes its thread's place: no `artifact`, `ask`, `quote`, `block` or `suggestion`",
+            ));
+        }
+        let mut mentions: Vec<String> = Vec::new();
+        for m in &new.mentions {
+            if !is_session_id(m) {
+                return Err(Error::with_message(
+                    ErrorCode::INVALID_SESSION_ID,
+                    "a mention is a session id",
+                ));
+            }
+            if !mentions.contains(m) {
+                mentions.push(m.clone());
+            }
+        }
+        if let Some(s) = &new.suggestion
+            && rules::chars(&s.replacement) > TEXT_MAX
+        {
+            return Err(cap("a replacement is at most 65536 characters"));
+        }
+        Ok(CheckedComment { body, mentions })
+    }
+
+    /// An issue's comments (those on its documents and asks included), oldest first;
+    /// `artifact` scopes them to one document.
+    pub async fn issue_comments(
+        &self,
+        key: &str,
+        artifact: Option<&str>,
+    ) -> Result<Vec<CommentView>, Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        let artifact = artifact
+            .map(|a| {
+                uuid_id(a, "artifact").map_err(|_| {
+                    Error::with_message(ErrorCode::INVALID_QUERY, "`artifact` is a document id")
+                })
+            })
+            .transpose()?;
+        let mut tx = self.read().await?;
+        if tx.issue(&key).await?.is_none() {
+            return Err(not_found("issue"));
+        }
+        let cs = tx
+            .comments(&CommentFilter {
+                issue: Some(key),
+                artifact,
+                ..Default::default()
+            })
+            .await?;
+        self.comment_views(&mut *tx, cs).await
+    }
+
+    /// One comment with its whole thread, oldest first.
+    pub async fn comment(&self, id: &str) -> Result<CommentThread, Error> {
+        let id = uuid_id(id, "comment")?;
+        let mut tx = self.read().await?;
+        let c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+        let thread = tx
+            .comments(&CommentFilter {
+                thread: Some(c.thread_id.clone()),
+                ..Default::default()
+            })
+            .await?;
+        let comment = self.comment_view(&mut *tx, c).await?;
+        let thread = self.comment_views(&mut *tx, thread).await?;
+        Ok(CommentThread { comment, thread })
+    }
+
+    /// Runs `change` on a comment (locked) and appends `kind` when it says it changed
+    /// something; answers the comment as it is after.
+    async fn change_comment(
+        &self,
+        actor: &Actor,
+        id: &str,
+        kind: &'static str,
+        change: impl Fn(&mut Comment, Time) -> Result<bool, Error> + Send + Sync,
+    ) -> Result<CommentView, Error> {
+        let id = uuid_id(id, "comment")?;
+        let now = self.console.now();
+        let (view, event) = transact!(self.console, AsksWork, |tx| {
+            let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            if let (Some(k), None) = (&c.issue, &c.artifact) {
+                // Locks go comment, then issue.
+                tx.issue(k).await?;
+            }
+            if !change(&mut c, now)? {
+                let view = self.comment_view(tx, c).await?;
+                return Ok((view, None));
+            }
+            tx.update_comment(&c).await?;
+            let view = self.comment_view(tx, c).await?;
+            let e = self.append_comment(tx, kind, actor, &view).await?;
+            if kind == "comment.edited" {
+                let c = &view.comment;
+                let from = format!("countersign://comment/{}", c.id);
+                self.console
+                    .keep_mentions(tx, &from, c.issue.as_ref(), (&c.body, true), &e)
+                    .await?;
+            }
+            Ok((view, Some(e)))
+        })?;
+        if let Some(e) = event {
+            self.console.event_committed(e.id);
+        }
+        Ok(view)
+    }
+
+    /// Edits a comment's body (a person). The same body changes nothing.
+    pub async fn edit_comment(
+        &self,
+        actor: &Actor,
+        id: &str,
+        body: &str,
+    ) -> Result<CommentView, Error> {
+        if !actor.is_human() {
+            return Err(ErrorCode::HUMAN_ONLY.into());
+        }
+        let body = check_text(body, "a comment", TEXT_MAX)?;
+        self.change_comment(actor, id, "comment.edited", |c, now| {
+            if c.body == body {
+                return Ok(false);
+            }
+            c.body = body.clone();
+            c.edited_at = Some(now);
+            Ok(true)
+        })
+        .await
+    }
+
+    /// Resolves (or reopens) the thread a comment is in; answers the thread's root. Resolving
+    /// a resolved thread or reopening an open one changes nothing (200, no event).
+    pub async fn resolve_thread(
+        &self,
+        actor: &Actor,
+        id: &str,
+        resolve: bool,
+    ) -> Result<CommentView, Error> {
+        if !resolve && !actor.is_human() {
+            return Err(ErrorCode::HUMAN_ONLY.into());
+        }
+        let id = uuid_id(id, "comment")?;
+        let root = {
+            let mut tx = self.read().await?;
+            tx.comment(&id)
+                .await?
+                .ok_or_else(|| not_found("comment"))?
+                .thread_id
+        };
+        let (want, kind) = if resolve {
+            (ThreadState::Resolved, "comment.resolved")
+        } else {
+            (ThreadState::Open, "comment.reopened")
+        };
+        self.change_comment(actor, &root, kind, |c, _| {
+            if c.thread_state == Some(want) {
+                return Ok(false);
+            }
+            c.thread_state = Some(want);
+            Ok(true)
+        })
+        .await
+    }
+
+    /// Rejects a comment's pending suggestion (a person); a decided or absent one is
+    /// SUGGESTION_STATE.
+    pub async fn reject_suggestion(&self, actor: &Actor, id: &str) -> Result<CommentView, Error> {
+        if !actor.is_human() {
+            return Err(ErrorCode::HUMAN_ONLY.into());
+        }
+        self.change_comment(actor, id, "suggestion.rejected", |c, _| {
+            match &mut c.suggestion {
+                Some(CommentSuggestion {
+                    state: state @ SuggestionState::Pending,
+                    ..
+                }) => {
+                    *state = SuggestionState::Rejected;
+                    Ok(true)
+                }
+                other => Err(suggestion_state(other.as_ref())),
+            }
+        })
+        .await
+    }
+
+    /// The mentioned session's reply to a comment (an agent naming itself in `actor`): a
+    /// reply in the comment's thread. A session the comment does not mention:
+    /// SESSION_FORBIDDEN.
+    pub async fn comment_reply(
+        &self,
+        actor: &Actor,
+        id: &str,
+        body: &str,
+    ) -> Result<CommentView, Error> {
+        let id = uuid_id(id, "comment")?;
+        let session = actor.session().ok_or(ErrorCode::INVALID_SESSION_ID)?;
+        let c = {
+            let mut tx = self.read().await?;
+            tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?
+        };
+        if !c.mentions.iter().any(|m| m == session) {
+            return Err(Error::with_message(
+                ErrorCode::SESSION_FORBIDDEN,
+                "only a session the comment mentions replies to it",
+            ));
+        }
+        let new = NewComment {
+            body: body.to_owned(),
+            parent: Some(id.clone()),
+            ..Default::default()
+        };
+        match (&c.artifact, &c.issue) {
+            (Some(d), _) => self.add_comment(actor, On::Document(d.clone()), new).await,
+            (None, Some(k)) => self.add_comment(actor, On::Issue(k.clone()), new).await,
+            (None, None) => Err(not_found("comment")),
+        }
+    }
+
+    /// Retries a comment's mention delivery: a new attempt to `target`, which must be one of
+    /// its mentions (required when it mentions several). Answers the new attempt.
+    pub async fn retry_mention(
+        &self,
+        actor: &Actor,
+        id: &str,
+        target: Option<&str>,
+    ) -> Result<AttemptView, Error> {
+        let id = uuid_id(id, "comment")?;
+        if target.is_some_and(|t| !is_session_id(t)) {
+            return Err(ErrorCode::INVALID_SESSION_ID.into());
+        }
+        // The whole `WorkTx`: the attempt opens through the messages' code.
+        let opened = transact!(self.console, WorkTx, |tx| {
+            let c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            let session = match (target, c.mentions.as_slice()) {
+                (_, []) => return Err(invalid("the comment mentions no session")),
+                (None, [only]) => only.clone(),
+                (None, _) => {
+                    return Err(invalid(
+                        "the comment mentions several sessions: `target` names one",
+                    ));
+                }
+                (Some(t), all) if all.iter().any(|m| m == t) => t.to_owned(),
+                (Some(_), _) => {
+                    return Err(invalid("`target` is not one of the comment's mentions"));
+                }
+            };
+            self.mention(tx, &c, &session, actor).await
+        })?;
+        self.console.dispatch(std::slice::from_ref(&opened)).await;
+        Ok(AttemptView::from(&opened.attempt))
+    }
+
+    /// Accepts a comment's pending suggestion (a person): its quote is replaced by the
+    /// replacement as a quote-anchored `replace` edit of the document, in the same transaction
+    /// (the edit's refusals, QUOTE_NOT_FOUND, QUOTE_AMBIGUOUS, TARGET_NOT_FOUND, leave both
+    /// unchanged); a decided or absent suggestion is SUGGESTION_STATE.
+    pub async fn accept_suggestion(&self, actor: &Actor, id: &str) -> Result<CommentView, Error> {
+        if !actor.is_human() {
+            return Err(ErrorCode::HUMAN_ONLY.into());
+        }
+        let id = uuid_id(id, "comment")?;
+        // The whole `WorkTx`: the suggestion is applied through the documents' edit.
+        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
+            let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            let replacement = match &c.suggestion {
+                Some(CommentSuggestion {
+                    replacement,
+                    state: SuggestionState::Pending,
+                }) => replacement.clone(),
+                other => return Err(suggestion_state(other.as_ref())),
+            };
+            let (Some(artifact), Some(quote)) = (c.artifact.clone(), c.quote.clone()) else {
+                return Err(suggestion_state(None));
+            };
+            let op = doc::EditOp::Replace {
+                quote: engine_quote(&quote),
+                text: replacement,
+                block: c.block.clone(),
+                block_token: None,
+            };
+            let (_, mut events, kept) = self
+                .console
+                .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
+                .await?;
+            if let Some(s) = c.suggestion.as_mut() {
+                s.state = SuggestionState::Accepted;
+            }
+            tx.update_comment(&c).await?;
+            let view = self.comment_view(tx, c).await?;
+            events.push(
+                self.append_comment(tx, "suggestion.accepted", actor, &view)
+                    .await?,
+            );
+            Ok((view, events, kept))
+        })?;
+        self.console.document_committed(&events, kept);
+        Ok(view)
+    }
+
+    /// A document's comments, oldest first.
+    pub async fn document_comments(&self, artifact: &str) -> Result<Vec<CommentView>, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        let mut tx = self.read().await?;
+        self.document_in(&mut *tx, &artifact).await?;
+        let cs = tx
+            .comments(&CommentFilter {
+                artifact: Some(artifact),
+                ..Default::default()
+            })
+            .await?;
+        self.comment_views(&mut *tx, cs).await
+    }
+}
+
+fn suggestion_state(s: Option<&CommentSuggestion>) -> Error {
+    let state = match s.map(|s| s.state) {
+        None => "none",
+        Some(SuggestionState::Pending) => "pending",
+        Some(SuggestionState::Accepted) => "accepted",
+        Some(SuggestionState::Rejected) => "rejected",
+    };
+    Error::with_message(
+        ErrorCode::SUGGESTION_STATE,
+        "the comment has no pending suggestion",
+    )
+    .with_detail("state", state)
+}
+
+/// What a new comment is on, as its route names it.
+enum On {
+    Issue(IssueKey),
+    Document(String),
+}
+
+/// A comment body once checked.
+struct CheckedComment {
+    body: String,
+    mentions: Vec<String>,
+}
+
+/// A new comment's request, checked before its transaction: what its route puts it on, its
+/// checked body and mentions, and the ask, parent and document it names.
+struct CommentRequest {
+    on: On,
+    new: NewComment,
+    checked: CheckedComment,
+    ask: Option<String>,
+    parent: Option<String>,
+    artifact: Option<String>,
+}
+
+impl CommentRequest {
+    fn of(checked: CheckedComment, on: On, new: NewComment) -> Result<Self, Error> {
+        // An id that is not one names nothing here.
+        let named = |id: Option<&str>, refusal: &str| {
+            id.map(|x| crate::ids::uuid_id(x).ok_or_else(|| invalid(refusal)))
+                .transpose()
+        };
+        let ask = named(new.ask.as_deref(), "`ask` names no ask here")?;
+        let parent = named(new.parent.as_deref(), "`parent` names no comment here")?;
+        let artifact = match &on {
+            On::Document(d) => Some(d.clone()),
+            On::Issue(_) => named(
+                new.artifact.as_deref(),
+                "`artifact` names no document of this issue",
+            )?,
+        };
+        if (new.quote.is_some() || new.block.is_some()) && artifact.is_none() {
+            return Err(invalid(
+                "a `quote` or `block` is in a document: name the `artifact`",
+            ));
+        }
+        Ok(Self {
+            on,
+            new,
+            checked,
+            ask,
+            parent,
+            artifact,
+        })
+    }
+
+    /// Whether a comment or ask on `issue` and `artifact` is where the route says.
+    fn here(&self, issue: Option<&IssueKey>, artifact: Option<&String>) -> bool {
+        match &self.on {
+            On::Issue(k) => issue == Some(k),
+            On::Document(d) => artifact == Some(d),
+        }
+    }
+
+    /// The comment's document: named, the thread's, or the ask's; they agree.
+    fn document_of(
+        &self,
+        root: Option<&Comment>,
+        ask: Option<&Ask>,
+    ) -> Result<Option<String>, Error> {
+        let mut artifact = self.artifact.clone();
+        for other in [
+            root.and_then(|r| r.artifact.clone()),
+            ask.and_then(|a| a.artifact.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            match &artifact {
+                Some(x) if *x != other => {
+                    return Err(invalid(
+                        "the `artifact`, the thread and the ask are on different documents",
+                    ));
+                }
+                _ => artifact = Some(other),
+            }
+        }
+        Ok(artifact)
+    }
+
+    /// The comment as stored: in `root`'s thread (a thread of its own without one), on the
+    /// ask `ask`, at `place`.
+    fn comment(
+        &self,
+        id: &str,
+        root: Option<&Comment>,
+        ask: Option<String>,
+        (project, issue, artifact): AskPlace,
+        actor: &Actor,
+        now: Time,
+    ) -> Comment {
+        Comment {
+            id: id.to_owned(),
+            thread_id: root.map_or_else(|| id.to_owned(), |r| r.id.clone()),
+            parent: self.parent.clone(),
+            project,
+            issue,
+            artifact,
+            ask,
+            quote: self.new.quote.clone(),
+            block: self.new.block.clone(),
+            body: self.checked.body.clone(),
+            author: actor.clone(),
+            suggestion: self.new.suggestion.as_ref().map(|s| CommentSuggestion {
+                replacement: s.replacement.clone(),
+                state: SuggestionState::Pending,
+            }),
+            mentions: self.checked.mentions.clone(),
+            thread_state: root.is_none().then_some(ThreadState::Open),
+            created_at: now,
+            edited_at: None,
+        }
+    }
+}

@@ -1,0 +1,609 @@
+//! Asks on documents: block asks, approval requests, reviews.
+
+use super::*;
+
+/// A document that is not one (a file, an image, an agent conversation's artifact).
+pub(super) fn no_document() -> Error {
+    Error::with_message(
+        ErrorCode::NOT_FOUND,
+        "no such document: asks and comments go on an issue's or a project's markdown document",
+    )
+}
+
+/// An approval request (protocol §6.2): `{summary?, actor?}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalIn {
+    pub summary: Option<String>,
+    pub actor: Option<String>,
+}
+
+/// A review (protocol §6.2): `{outcome, version, body?}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewIn {
+    pub outcome: ReviewOutcome,
+    pub version: i64,
+    pub body: Option<String>,
+}
+
+/// `approval.requested`, `approval.approved`, `approval.changes_requested`.
+#[derive(Serialize)]
+struct ApprovalData<'a> {
+    artifact: &'a str,
+    version: i64,
+    ask: Option<&'a str>,
+    by: &'a Actor,
+    #[serde(with = "rfc3339")]
+    at: Time,
+}
+
+/// What an approval request answers: the ask, and whether it is new (201) or the open one
+/// handed back to a person (200).
+#[derive(Debug, Clone)]
+pub struct ApprovalRequested {
+    pub ask: AskView,
+    pub created: bool,
+}
+
+/// A new approval ask for `approval`'s version of document `a`, worded by `summary` or
+/// "Approve version n of file?", with the two options a review takes.
+fn approval_ask(
+    id: &str,
+    a: &Artifact,
+    approval: Approval,
+    summary: Option<String>,
+    actor: &Actor,
+    now: Time,
+) -> Result<Ask, Error> {
+    let version = approval.version;
+    let question =
+        summary.unwrap_or_else(|| format!("Approve version {version} of {}?", a.filename));
+    let options = vec![
+        AskOption {
+            id: "approve".into(),
+            label: "Approve".into(),
+        },
+        AskOption {
+            id: "request_changes".into(),
+            label: "Request changes".into(),
+        },
+    ];
+    let place = (
+        a.scope.project().ok_or_else(no_document)?,
+        a.scope.issue().cloned(),
+        Some(a.id.clone()),
+    );
+    Ok(Ask {
+        approval: Some(approval),
+        ..Ask::opened(
+            id.to_owned(),
+            AskKind::Approval,
+            place,
+            question,
+            options,
+            actor,
+            now,
+        )
+    })
+}
+
+/// The `:::ask` block of an ask.
+fn ask_block(ask: &Ask) -> Result<String, Error> {
+    doc::write_ask(&doc::AskBlock {
+        id: ask.id.clone(),
+        state: ask.state.as_str().to_owned(),
+        question: ask.question.clone(),
+        options: ask
+            .options
+            .iter()
+            .map(|o| doc::AskOption {
+                id: o.id.clone(),
+                label: o.label.clone(),
+            })
+            .collect(),
+        attributes: Default::default(),
+    })
+    .map_err(|e| invalid(e.to_string()))
+}
+
+/// An edit op on the whole text of block `id` (made by `op` from that text); `None` when the
+/// document has no such block.
+fn whole_block(
+    d: &doc::Document,
+    id: &str,
+    op: impl FnOnce(String) -> doc::EditOp,
+) -> Option<doc::EditOp> {
+    let p = d.position(id)?;
+    let text = d.markdown().get(p.block.range.start..p.block.range.end)?;
+    Some(op(text.to_owned()))
+}
+
+/// A comment's quote as the engine takes it.
+pub(super) fn engine_quote(q: &Quote) -> doc::Quote {
+    doc::Quote {
+        exact: q.exact.clone(),
+        prefix: q.prefix.clone(),
+        suffix: q.suffix.clone(),
+    }
+}
+
+/// The loaded document and the events and document to keep of a change made in a transaction.
+type Changed = (Vec<Event>, Option<(Artifact, doc::Document)>);
+
+impl Asks<'_> {
+    /// An issue's or project's markdown document, locked in a write transaction.
+    pub(super) async fn document_in(
+        &self,
+        tx: &mut dyn AsksWork,
+        id: &str,
+    ) -> Result<Artifact, Error> {
+        let a = tx
+            .artifact(id)
+            .await?
+            .ok_or_else(|| not_found("artifact"))?;
+        if a.kind != ArtifactKind::Document || matches!(a.scope, DocScope::Agent(_)) {
+            return Err(no_document());
+        }
+        Ok(a)
+    }
+
+    /// Open approval asks of a document go to their agent's turn: the content changed after
+    /// the request (protocol §6.3: an open approval ask follows later versions and waits on
+    /// its agent until the approval route hands it back). Called by the documents' writes in
+    /// their transaction.
+    pub(crate) async fn approval_follows(
+        &self,
+        tx: &mut dyn AsksWork,
+        artifact: &str,
+    ) -> Result<(), Error> {
+        let now = self.console.now();
+        let open = tx
+            .asks(&AskFilter {
+                artifact: Some(artifact.to_owned()),
+                states: vec![AskState::Open],
+                ..Default::default()
+            })
+            .await?;
+        for mut a in open {
+            if a.kind == AskKind::Approval && a.turn != Some(Turn::Agent) {
+                a.turn = Some(Turn::Agent);
+                a.turn_since = now;
+                a.updated_at = now;
+                tx.update_ask(&a).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites a block ask's `:::ask` block to say what the ask says now (its wording, its
+    /// state). A block the document no longer has (someone removed it) is left alone.
+    pub(super) async fn rewrite_block(
+        &self,
+        tx: &mut dyn WorkTx,
+        actor: &Actor,
+        ask: &mut Ask,
+    ) -> Result<Changed, Error> {
+        let (Some(artifact), Some(_)) = (ask.artifact.clone(), ask.block.clone()) else {
+            return Ok((Vec::new(), None));
+        };
+        let a = self.document_in(tx, &artifact).await?;
+        let current = self.console.loaded(tx, &a).await?;
+        let Some(block) = current
+            .asks()
+            .into_iter()
+            .find(|x| x.ask.id == ask.id)
+            .map(|x| x.block)
+        else {
+            return Ok((Vec::new(), None));
+        };
+        let md = ask_block(ask)?;
+        // As an edit op (the document's log replays ops): the block's whole text replaced.
+        let Some(op) = whole_block(&current, &block, |text| doc::EditOp::Replace {
+            quote: doc::Quote::exact(text),
+            text: md.clone(),
+            block: Some(block.clone()),
+            block_token: None,
+        }) else {
+            return Ok((Vec::new(), None));
+        };
+        let (_, events, kept) = self
+            .console
+            .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
+            .await?;
+        if let Some((_, d)) = &kept {
+            ask.block = d
+                .asks()
+                .into_iter()
+                .find(|x| x.ask.id == ask.id)
+                .map(|x| x.block)
+                .or(ask.block.take());
+        }
+        Ok((events, kept))
+    }
+
+    /// Opens a question ask on a document; with `block`, an `:::ask` block goes in after that
+    /// block (a block ask; TARGET_NOT_FOUND for a block the document lacks).
+    pub async fn open_document_ask(
+        &self,
+        actor: &Actor,
+        artifact: &str,
+        new: NewAsk,
+    ) -> Result<AskView, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        let question = check_text(&new.question, "a question", QUESTION_MAX)?;
+        let options = check_options(&new.options)?;
+        let now = self.console.now();
+        let id = self.new_id();
+        // The whole `WorkTx`: a block ask goes into its document through the documents' edit.
+        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
+            let a = self.document_in(tx, &artifact).await?;
+            let mut ask = Ask::opened(
+                id.clone(),
+                AskKind::Question,
+                (
+                    a.scope.project().ok_or_else(no_document)?,
+                    a.scope.issue().cloned(),
+                    Some(a.id.clone()),
+                ),
+                question.clone(),
+                options.clone(),
+                actor,
+                now,
+            );
+            let mut events = Vec::new();
+            let mut kept = None;
+            if let Some(after) = &new.block {
+                let md = ask_block(&ask)?;
+                // As an edit op (the document's log replays ops): after the whole text of
+                // the top-level block holding `after`, the ask block as a block of its own.
+                let current = self.console.loaded(tx, &a).await?;
+                let top = current
+                    .position(after)
+                    .map(|p| {
+                        p.block
+                            .path
+                            .first()
+                            .map(|s| s.id.to_string())
+                            .unwrap_or_else(|| p.block.id.to_string())
+                    })
+                    .ok_or_else(|| {
+                        Error::with_message(
+                            ErrorCode::TARGET_NOT_FOUND,
+                            "the document has no block with this id",
+                        )
+                    })?;
+                let op = whole_block(&current, &top, |text| doc::EditOp::InsertAfter {
+                    quote: doc::Quote::exact(text),
+                    text: format!("\n\n{md}"),
+                    block: Some(top.clone()),
+                    block_token: None,
+                })
+                .ok_or_else(|| not_found("block"))?;
+                let (_, e, k) = self
+                    .console
+                    .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
+                    .await?;
+                ask.block = k.as_ref().and_then(|(_, d)| {
+                    d.asks()
+                        .into_iter()
+                        .find(|x| x.ask.id == id)
+                        .map(|x| x.block)
+                });
+                events.extend(e);
+                kept = k;
+            }
+            tx.insert_ask(&ask).await?;
+            self.console.notify_ask(tx, &ask).await?;
+            let view = self.ask_full(tx, ask).await?;
+            events.push(self.append_ask(tx, "ask.opened", actor, &view).await?);
+            Ok((view, events, kept))
+        })?;
+        self.console.document_committed(&events, kept);
+        tracing::info!(ask = %view.id, "ask opened on a document");
+        Ok(view)
+    }
+
+    /// A document's asks, oldest first, in `states` (any when empty).
+    pub async fn document_asks(
+        &self,
+        artifact: &str,
+        states: Vec<AskState>,
+    ) -> Result<Vec<AskView>, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        let mut tx = self.read().await?;
+        self.document_in(&mut *tx, &artifact).await?;
+        let f = AskFilter {
+            artifact: Some(artifact),
+            states,
+            ..Default::default()
+        };
+        Self::listed(&mut *tx, f).await
+    }
+
+    /// Opens an approval ask for a document's latest version (its content settles into a
+    /// version first), showing an earlier approval; or, when one is open, hands it back to a
+    /// person for the latest version (`created` false). Appends `approval.requested` (and
+    /// `ask.opened` for a new ask).
+    pub async fn request_approval(
+        &self,
+        actor: &Actor,
+        artifact: &str,
+        r: ApprovalIn,
+    ) -> Result<ApprovalRequested, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        let summary = r
+            .summary
+            .as_deref()
+            .map(|s| check_text(s, "a summary", QUESTION_MAX))
+            .transpose()?;
+        let now = self.console.now();
+        let id = self.new_id();
+        // The whole `WorkTx`: the document settles into a version in it.
+        let (out, events) = transact!(self.console, WorkTx, |tx| {
+            let a = self.document_in(tx, &artifact).await?;
+            let mut events = Vec::new();
+            let version = self
+                .console
+                .settle_now(tx, &artifact, actor, &mut events)
+                .await?
+                .map(|v| v.number)
+                .ok_or_else(|| invalid("the document has no version to approve"))?;
+            let approved = Self::last_approved(tx, &artifact).await?;
+            let approval = Approval { version, approved };
+            let (view, created) = match Self::open_approval(tx, &artifact).await? {
+                Some(ask) => {
+                    let view = self
+                        .hand_back(tx, ask, approval, summary.as_deref(), now)
+                        .await?;
+                    (view, false)
+                }
+                None => {
+                    let ask = approval_ask(&id, &a, approval, summary.clone(), actor, now)?;
+                    tx.insert_ask(&ask).await?;
+                    self.console.notify_ask(tx, &ask).await?;
+                    let view = self.ask_full(tx, ask).await?;
+                    events.push(self.append_ask(tx, "ask.opened", actor, &view).await?);
+                    (view, true)
+                }
+            };
+            let data = ApprovalData {
+                artifact: &artifact,
+                version,
+                ask: Some(&view.id),
+                by: actor,
+                at: now,
+            };
+            let place = Place {
+                project: &view.project,
+                issue: view.issue.as_ref(),
+                artifact: Some(&artifact),
+            };
+            let data = serde_json::to_value(data).unwrap_or_default();
+            events.push(
+                self.append_at(tx, "approval.requested", actor, place, data)
+                    .await?,
+            );
+            Ok((ApprovalRequested { ask: view, created }, events))
+        })?;
+        self.console.document_committed(&events, None);
+        Ok(out)
+    }
+
+    /// The latest version of a document a review approved, if any.
+    async fn last_approved(
+        tx: &mut dyn AsksWork,
+        artifact: &str,
+    ) -> Result<Option<Approved>, Error> {
+        Ok(tx
+            .reviews(artifact)
+            .await?
+            .into_iter()
+            .rev()
+            .find(|x| x.outcome == ReviewOutcome::Approve)
+            .map(|x| Approved {
+                version: x.version,
+                at: x.at,
+                by: x.by,
+            }))
+    }
+
+    /// A document's open approval ask, if any (as listed: not locked).
+    async fn open_approval(tx: &mut dyn AsksWork, artifact: &str) -> Result<Option<Ask>, Error> {
+        Ok(tx
+            .asks(&AskFilter {
+                artifact: Some(artifact.to_owned()),
+                states: vec![AskState::Open],
+                ..Default::default()
+            })
+            .await?
+            .into_iter()
+            .find(|x| x.kind == AskKind::Approval))
+    }
+
+    /// Hands an open approval ask back to a person for `approval`'s version, reworded by
+    /// `summary` if given.
+    async fn hand_back(
+        &self,
+        tx: &mut dyn AsksWork,
+        ask: Ask,
+        approval: Approval,
+        summary: Option<&str>,
+        now: Time,
+    ) -> Result<AskView, Error> {
+        // Locks go ask, then document: read it again locked.
+        let mut ask = tx.ask(&ask.id).await?.unwrap_or_else(|| ask.clone());
+        ask.approval = Some(approval);
+        if let Some(s) = summary {
+            ask.question = s.to_owned();
+        }
+        ask.turn = Some(Turn::Human);
+        ask.turn_since = now;
+        ask.updated_at = now;
+        tx.update_ask(&ask).await?;
+        self.ask_full(tx, ask).await
+    }
+
+    /// A person's review of a document's latest settled version (another version:
+    /// DOCUMENT_CHANGED, naming the latest). It answers the open approval ask, if there is
+    /// one, keeping its thread. Appends `approval.approved` or `approval.changes_requested`
+    /// (and `ask.answered`).
+    pub async fn review(
+        &self,
+        actor: &Actor,
+        artifact: &str,
+        r: ReviewIn,
+    ) -> Result<(Review, Option<AskView>), Error> {
+        self.review_answering(actor, artifact, r, None).await
+    }
+
+    /// A review that answers approval ask `ask` (the answer route on an approval ask), or
+    /// with `None` the open approval ask if there is one.
+    pub(super) async fn review_answering(
+        &self,
+        actor: &Actor,
+        artifact: &str,
+        r: ReviewIn,
+        ask: Option<&str>,
+    ) -> Result<(Review, Option<AskView>), Error> {
+        if !actor.is_human() {
+            return Err(ErrorCode::HUMAN_ONLY.into());
+        }
+        let artifact = uuid_id(artifact, "artifact")?;
+        let body = match r.body.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(b) if rules::chars(b) > TEXT_MAX => {
+                return Err(cap("a review's body is at most 65536 characters"));
+            }
+            Some(b) => Some(b.to_owned()),
+        };
+        let now = self.console.now();
+        let id = self.new_id();
+        // The whole `WorkTx`: the document may settle into a version in it.
+        let (review, answered, events) = transact!(self.console, WorkTx, |tx| {
+            // Any approval ask first (locks go ask, then document).
+            let open = match ask {
+                Some(id) => Some(id.to_owned()),
+                None => Self::open_approval(tx, &artifact).await?.map(|x| x.id),
+            };
+            let open = match open {
+                Some(id) => tx.ask(&id).await?,
+                None => None,
+            };
+            let mut events = Vec::new();
+            let (a, latest) = self
+                .reviewed(tx, &artifact, r.version, actor, &mut events)
+                .await?;
+            let review = Review {
+                id: id.clone(),
+                artifact: artifact.clone(),
+                version: latest,
+                outcome: r.outcome,
+                body: body.clone(),
+                by: actor.clone(),
+                at: now,
+                ask: open.as_ref().map(|x| x.id.clone()),
+            };
+            tx.insert_review(&review).await?;
+            let mut answered = None;
+            if let Some(ask) = open {
+                let view = self.answer_by_review(tx, ask, &review).await?;
+                events.push(self.append_ask(tx, "ask.answered", actor, &view).await?);
+                answered = Some(view);
+            }
+            let kind = match r.outcome {
+                ReviewOutcome::Approve => "approval.approved",
+                ReviewOutcome::RequestChanges => "approval.changes_requested",
+            };
+            let data = ApprovalData {
+                artifact: &artifact,
+                version: latest,
+                ask: review.ask.as_deref(),
+                by: actor,
+                at: now,
+            };
+            let project = a.scope.project().ok_or_else(no_document)?;
+            let place = Place {
+                project: &project,
+                issue: a.scope.issue(),
+                artifact: Some(&artifact),
+            };
+            let data = serde_json::to_value(data).unwrap_or_default();
+            events.push(self.append_at(tx, kind, actor, place, data).await?);
+            Ok((review, answered, events))
+        })?;
+        self.console.document_committed(&events, None);
+        Ok((review, answered))
+    }
+
+    /// The document a review finds, and its latest settled version, which the review must
+    /// name (else DOCUMENT_CHANGED, naming it): content due to settle is a version already.
+    async fn reviewed(
+        &self,
+        tx: &mut dyn WorkTx,
+        artifact: &str,
+        version: i64,
+        actor: &Actor,
+        events: &mut Vec<Event>,
+    ) -> Result<(Artifact, i64), Error> {
+        let mut a = self.document_in(tx, artifact).await?;
+        if !a.settled
+            && self.console.now() - a.changed_at >= crate::console::documents::settle_after()
+        {
+            self.console.settle_now(tx, artifact, actor, events).await?;
+            a = self.document_in(tx, artifact).await?;
+        }
+        let latest = a.version.as_ref().map_or(0, |v| v.number);
+        if version != latest {
+            return Err(Error::with_message(
+                ErrorCode::DOCUMENT_CHANGED,
+                format!("version {latest} is the latest settled version: review that one"),
+            )
+            .with_detail("version", latest)
+            .with_detail("token", a.token.clone()));
+        }
+        Ok((a, latest))
+    }
+
+    /// An approval ask answered by a review: the review's outcome is its answer, and an
+    /// approval is its `approval.approved`; out of the inbox (issue 27).
+    async fn answer_by_review(
+        &self,
+        tx: &mut dyn AsksWork,
+        mut ask: Ask,
+        review: &Review,
+    ) -> Result<AskView, Error> {
+        let now = review.at;
+        let answer = Answer {
+            options: vec![review.outcome.as_str().to_owned()],
+            text: review.body.clone(),
+            by: review.by.clone(),
+            at: now,
+        };
+        tx.add_answer(&ask.id, &answer).await?;
+        ask.answer = Some(answer);
+        ask.state = AskState::Answered;
+        ask.turn = None;
+        ask.turn_since = now;
+        ask.updated_at = now;
+        if review.outcome == ReviewOutcome::Approve
+            && let Some(ap) = ask.approval.as_mut()
+        {
+            ap.approved = Some(Approved {
+                version: review.version,
+                at: now,
+                by: review.by.clone(),
+            });
+        }
+        tx.update_ask(&ask).await?;
+        self.ask_full(tx, ask).await
+    }
+
+    /// A document's reviews, oldest first.
+    pub async fn reviews(&self, artifact: &str) -> Result<Vec<Review>, Error> {
+        let artifact = uuid_id(artifact, "artifact")?;
+        let mut tx = self.read().await?;
+        self.document_in(&mut *tx, &artifact).await?;
+        Ok(tx.reviews(&artifact).await?)
+    }
+}

@@ -1,0 +1,538 @@
+//! An ask's life: opening one on an issue, reading, rewording, answering, closing,
+//! following; the sessions its answer reaches.
+
+use super::*;
+
+impl Asks<'_> {
+    // ----- asks -----
+
+    /// Opens a question ask on an issue. `advice` is read afterwards ([`Asks::ask_advice`]).
+    pub async fn open_issue_ask(
+        &self,
+        actor: &Actor,
+        key: &str,
+        new: NewAsk,
+    ) -> Result<AskView, Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        if new.block.is_some() {
+            return Err(invalid(
+                "`block` places an ask in a document: an issue has none",
+            ));
+        }
+        let question = check_text(&new.question, "a question", QUESTION_MAX)?;
+        let options = check_options(&new.options)?;
+        let now = self.console.now();
+        let id = self.new_id();
+        let (view, event) = transact!(self.console, AsksWork, |tx| {
+            let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+            let ask = Ask::opened(
+                id.clone(),
+                AskKind::Question,
+                (issue.project.clone(), Some(issue.key.clone()), None),
+                question.clone(),
+                options.clone(),
+                actor,
+                now,
+            );
+            tx.insert_ask(&ask).await?;
+            self.console.notify_ask(tx, &ask).await?;
+            let view = self.ask_full(tx, ask).await?;
+            let e = self.append_ask(tx, "ask.opened", actor, &view).await?;
+            Ok((view, e))
+        })?;
+        self.console.event_committed(event.id);
+        tracing::info!(ask = %view.id, "ask opened");
+        Ok(view)
+    }
+
+    /// Answered asks of the same project that may settle a new one: the three best matches
+    /// for any word of its question, read after its write committed (it never slows or
+    /// blocks the write); none when the search fails.
+    pub async fn ask_advice(&self, ask: &AskView) -> Vec<AskSuggestion> {
+        let words = search::words(&ask.question);
+        if words.is_empty() {
+            return Vec::new();
+        }
+        let found = async {
+            let mut tx: Box<dyn AsksWork> = self.console.parts.storage.read().await?;
+            let (hits, _) = tx
+                .search_asks(&words, true, Some(&ask.project), true, 4)
+                .await?;
+            let ids: Vec<String> = hits
+                .iter()
+                .filter(|h| h.id != ask.id)
+                .take(3)
+                .map(|h| h.id.clone())
+                .collect();
+            let mut asks = tx.asks_by_id(&ids).await?;
+            asks.sort_by_key(|a| ids.iter().position(|i| *i == a.id));
+            Ok::<_, crate::storage::StorageError>(asks)
+        };
+        match found.await {
+            Ok(asks) => asks
+                .into_iter()
+                .filter_map(|a| {
+                    let ans = a.answer?;
+                    let options = ans
+                        .options
+                        .iter()
+                        .filter_map(|o| a.options.iter().find(|x| &x.id == o).cloned())
+                        .collect();
+                    Some(AskSuggestion {
+                        ask: a.id,
+                        question: a.question,
+                        answer: SuggestedAnswer {
+                            options,
+                            text: ans.text,
+                        },
+                        by: ans.by,
+                        at: ans.at,
+                    })
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "ask advice not found");
+                Vec::new()
+            }
+        }
+    }
+
+    /// One ask with replies, edit history and answers.
+    pub async fn ask(&self, id: &str) -> Result<AskView, Error> {
+        let id = uuid_id(id, "ask")?;
+        let mut tx = self.read().await?;
+        let a = tx.ask(&id).await?.ok_or_else(|| not_found("ask"))?;
+        self.ask_full(&mut *tx, a).await
+    }
+
+    /// An issue's asks (those on its documents included), oldest first, in `states` (any
+    /// when empty).
+    pub async fn issue_asks(
+        &self,
+        key: &str,
+        states: Vec<AskState>,
+    ) -> Result<Vec<AskView>, Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        let mut tx = self.read().await?;
+        if tx.issue(&key).await?.is_none() {
+            return Err(not_found("issue"));
+        }
+        let f = AskFilter {
+            issue: Some(key),
+            states,
+            ..Default::default()
+        };
+        Self::listed(&mut *tx, f).await
+    }
+
+    /// Open asks in one scope: one session's own, or every one on a project's issues and
+    /// documents; with counts of asks, and of the issues and documents they are on.
+    pub async fn scope_asks(
+        &self,
+        author_session: Option<&str>,
+        project: Option<&str>,
+    ) -> Result<ScopeList, Error> {
+        let mut f = AskFilter {
+            states: vec![AskState::Open],
+            ..Default::default()
+        };
+        let mut tx = self.read().await?;
+        match (author_session, project) {
+            (Some(s), None) => {
+                if !is_session_id(s) {
+                    return Err(ErrorCode::INVALID_SESSION_ID.into());
+                }
+                f.author_session = Some(s.to_owned());
+            }
+            (None, Some(p)) => {
+                let p = ProjectKey::parse(p).ok_or_else(|| {
+                    Error::with_message(ErrorCode::INVALID_QUERY, "`project` is a project key")
+                })?;
+                if tx.project(&p).await?.is_none() {
+                    return Err(not_found("project"));
+                }
+                f.project = Some(p);
+            }
+            _ => {
+                return Err(Error::with_message(
+                    ErrorCode::INVALID_QUERY,
+                    "name exactly one scope: `author_session` or `project`",
+                ));
+            }
+        }
+        let asks = tx.asks(&f).await?;
+        let issues: HashSet<&IssueKey> = asks.iter().filter_map(|a| a.issue.as_ref()).collect();
+        let artifacts: HashSet<&String> = asks.iter().filter_map(|a| a.artifact.as_ref()).collect();
+        let counts = AskCounts {
+            asks: asks.len(),
+            issues: issues.len(),
+            artifacts: artifacts.len(),
+        };
+        Ok(ScopeList {
+            asks: asks.into_iter().map(AskView::listed).collect(),
+            counts,
+        })
+    }
+
+    /// Whether `actor` may act on an ask as its author: a person always; a bearer only for
+    /// the session that wrote it (SESSION_FORBIDDEN).
+    fn as_author(actor: &Actor, ask: &Ask) -> Result<(), Error> {
+        if actor.is_human() {
+            return Ok(());
+        }
+        match (actor.session(), ask.author_session()) {
+            (Some(a), Some(b)) if a == b => Ok(()),
+            _ => Err(Error::with_message(
+                ErrorCode::SESSION_FORBIDDEN,
+                "a bearer rewords only an ask its own session wrote",
+            )),
+        }
+    }
+
+    /// Rewords an open ask (its author's session, or a person): the earlier wording goes to
+    /// the edit history. A patch that changes nothing appends no event.
+    pub async fn reword_ask(
+        &self,
+        actor: &Actor,
+        id: &str,
+        patch: AskPatch,
+    ) -> Result<AskView, Error> {
+        let id = uuid_id(id, "ask")?;
+        let question = patch
+            .question
+            .as_deref()
+            .map(|q| check_text(q, "a question", QUESTION_MAX))
+            .transpose()?;
+        let options = patch.options.as_deref().map(check_options).transpose()?;
+        let now = self.console.now();
+        // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
+        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
+            let mut ask = self.locked_ask(tx, &id).await?;
+            Self::as_author(actor, &ask)?;
+            if ask.state != AskState::Open {
+                return Err(ask_state(ask.state, "only an open ask is reworded"));
+            }
+            let q = question.clone().unwrap_or_else(|| ask.question.clone());
+            let o = options.clone().unwrap_or_else(|| ask.options.clone());
+            if q == ask.question && o == ask.options {
+                let view = self.ask_full(tx, ask).await?;
+                return Ok((view, Vec::new(), None));
+            }
+            // The wording being replaced, with who wrote it and when.
+            tx.add_wording(
+                &id,
+                &Wording {
+                    question: ask.question.clone(),
+                    options: ask.options.clone(),
+                    by: ask.worded_by.clone(),
+                    at: ask.worded_at,
+                },
+            )
+            .await?;
+            ask.question = q;
+            ask.options = o;
+            ask.updated_at = now;
+            ask.worded_by = actor.clone();
+            ask.worded_at = now;
+            if !actor.is_human() {
+                ask.turn = Some(Turn::Human);
+                ask.turn_since = now;
+            }
+            // A block ask's `:::ask` block says the new wording.
+            let (mut events, kept) = self.rewrite_block(tx, actor, &mut ask).await?;
+            tx.update_ask(&ask).await?;
+            let view = self.ask_full(tx, ask).await?;
+            events.push(self.append_ask(tx, "ask.reworded", actor, &view).await?);
+            Ok((view, events, kept))
+        })?;
+        self.console.document_committed(&events, kept);
+        Ok(view)
+    }
+
+    /// Answers an ask (a person): selected options and/or text. An answered ask takes a later
+    /// answer, which becomes current; the earlier stays in the answers history. Then it is
+    /// its agent's turn.
+    pub async fn answer_ask(&self, actor: &Actor, id: &str, a: AnswerIn) -> Result<AskView, Error> {
+        let id = uuid_id(id, "ask")?;
+        if !actor.is_human() {
+            return Err(ErrorCode::HUMAN_ONLY.into());
+        }
+        let (selected, text) = checked_answer(a)?;
+        // An approval ask is answered by a review of the version it asks about.
+        let approval = {
+            let mut tx = self.read().await?;
+            tx.ask(&id).await?.filter(|a| a.kind == AskKind::Approval)
+        };
+        if let Some(ask) = approval {
+            return self.answer_approval(actor, ask, &selected, text).await;
+        }
+        let now = self.console.now();
+        let (view, event) = transact!(self.console, AsksWork, |tx| {
+            let mut ask = self.locked_ask(tx, &id).await?;
+            if !matches!(ask.state, AskState::Open | AskState::Answered) {
+                return Err(ask_state(
+                    ask.state,
+                    "a retracted or resolved ask takes no answer",
+                ));
+            }
+            if let Some(o) = selected
+                .iter()
+                .find(|o| !ask.options.iter().any(|x| &x.id == *o))
+            {
+                return Err(invalid(format!("the ask has no option `{o}`")));
+            }
+            let answer = Answer {
+                options: selected.clone(),
+                text: text.clone(),
+                by: actor.clone(),
+                at: now,
+            };
+            tx.add_answer(&id, &answer).await?;
+            ask.answer = Some(answer);
+            ask.state = AskState::Answered;
+            // An answered ask is not open: it leaves the inbox (issue 27; docs/decisions.md).
+            ask.turn = None;
+            ask.turn_since = now;
+            ask.updated_at = now;
+            tx.update_ask(&ask).await?;
+            let view = self.ask_full(tx, ask).await?;
+            let e = self.append_ask(tx, "ask.answered", actor, &view).await?;
+            Ok((view, e))
+        })?;
+        self.console.event_committed(event.id);
+        tracing::info!(ask = %view.id, "ask answered");
+        Ok(view)
+    }
+
+    /// Answers an approval ask by a review of the version it asks about: one option,
+    /// `approve` or `request_changes`.
+    async fn answer_approval(
+        &self,
+        actor: &Actor,
+        ask: Ask,
+        selected: &[String],
+        text: Option<String>,
+    ) -> Result<AskView, Error> {
+        if !matches!(ask.state, AskState::Open | AskState::Answered) {
+            return Err(ask_state(
+                ask.state,
+                "a retracted or resolved ask takes no answer",
+            ));
+        }
+        let outcome = match selected {
+            [o] => ReviewOutcome::parse(o),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            invalid("an approval ask is answered with one option: approve or request_changes")
+        })?;
+        let (Some(artifact), Some(version)) = (
+            ask.artifact.clone(),
+            ask.approval.as_ref().map(|x| x.version),
+        ) else {
+            return Err(not_found("document"));
+        };
+        let r = ReviewIn {
+            outcome,
+            version,
+            body: text,
+        };
+        self.review_answering(actor, &artifact, r, Some(&ask.id))
+            .await?
+            .1
+            .ok_or_else(|| not_found("ask"))
+    }
+
+    /// Retracts or resolves an open ask without an answer.
+    pub async fn close_ask(&self, actor: &Actor, id: &str, c: CloseIn) -> Result<AskView, Error> {
+        let id = uuid_id(id, "ask")?;
+        let note = c
+            .note
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|n| {
+                if rules::chars(n) > TEXT_MAX {
+                    Err(cap("a note is at most 65536 characters"))
+                } else {
+                    Ok(n.to_owned())
+                }
+            })
+            .transpose()?;
+        let now = self.console.now();
+        // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
+        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
+            let mut ask = self.locked_ask(tx, &id).await?;
+            if ask.state != AskState::Open {
+                return Err(ask_state(
+                    ask.state,
+                    "only an open ask is retracted or resolved",
+                ));
+            }
+            ask.state = match c.state {
+                CloseAs::Retracted => AskState::Retracted,
+                CloseAs::Resolved => AskState::Resolved,
+            };
+            ask.closed = Some(Closed {
+                note: note.clone(),
+                by: actor.clone(),
+                at: now,
+            });
+            ask.turn = None;
+            ask.turn_since = now;
+            ask.updated_at = now;
+            // A block ask's block records how it closed.
+            let (mut events, kept) = self.rewrite_block(tx, actor, &mut ask).await?;
+            tx.update_ask(&ask).await?;
+            let view = self.ask_full(tx, ask).await?;
+            let kind = match c.state {
+                CloseAs::Retracted => "ask.retracted",
+                CloseAs::Resolved => "ask.resolved",
+            };
+            events.push(self.append_ask(tx, kind, actor, &view).await?);
+            Ok((view, events, kept))
+        })?;
+        self.console.document_committed(&events, kept);
+        Ok(view)
+    }
+
+    /// The sessions an ask's answer and replies reach: its author's session, its followers,
+    /// and the sessions subscribed to its issue; each once, by the first of those.
+    pub async fn recipients(&self, id: &str) -> Result<Vec<Recipient>, Error> {
+        let id = uuid_id(id, "ask")?;
+        let mut tx = self.read().await?;
+        let ask = tx.ask(&id).await?.ok_or_else(|| not_found("ask"))?;
+        self.recipients_of(&mut *tx, &ask).await
+    }
+
+    async fn recipients_of(
+        &self,
+        tx: &mut dyn AsksWork,
+        ask: &Ask,
+    ) -> Result<Vec<Recipient>, Error> {
+        let mut out: Vec<Recipient> = Vec::new();
+        let mut add = |s: &str, via: Via| {
+            if !out.iter().any(|r| r.session_id == s) {
+                out.push(Recipient {
+                    session_id: s.to_owned(),
+                    via,
+                });
+            }
+        };
+        if let Some(s) = ask.author_session() {
+            add(s, Via::Author);
+        }
+        for f in &ask.followers {
+            add(f, Via::Follower);
+        }
+        if let Some(d) = &ask.artifact {
+            for (s, _) in tx.document_subscribers(d).await? {
+                add(&s, Via::Subscriber);
+            }
+        }
+        if let Some(k) = &ask.issue {
+            for (s, _) in tx.subscribers(k).await? {
+                add(&s, Via::Subscriber);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Follows (or unfollows) an ask for a session: a person for any session, a bearer only
+    /// for its own (SESSION_FORBIDDEN). Following twice, or unfollowing a session that does
+    /// not follow, changes nothing and appends no event.
+    pub async fn follow_ask(
+        &self,
+        actor: &Actor,
+        id: &str,
+        session: &str,
+        follow: bool,
+    ) -> Result<(), Error> {
+        let id = uuid_id(id, "ask")?;
+        if !is_session_id(session) {
+            return Err(ErrorCode::INVALID_SESSION_ID.into());
+        }
+        if !actor.is_human() && actor.session() != Some(session) {
+            return Err(Error::with_message(
+                ErrorCode::SESSION_FORBIDDEN,
+                "a bearer follows and unfollows for its own session only",
+            ));
+        }
+        let now = self.console.now();
+        let event = transact!(self.console, AsksWork, |tx| {
+            let mut ask = self.locked_ask(tx, &id).await?;
+            let has = ask.followers.iter().any(|f| f == session);
+            if has == follow {
+                return Ok(None);
+            }
+            if follow {
+                ask.followers.push(session.to_owned());
+            } else {
+                ask.followers.retain(|f| f != session);
+            }
+            ask.updated_at = now;
+            tx.update_ask(&ask).await?;
+            let data = serde_json::to_value(FollowData {
+                ask: &ask.id,
+                session_id: session,
+            })
+            .unwrap_or_default();
+            let place = Place {
+                project: &ask.project,
+                issue: ask.issue.as_ref(),
+                artifact: ask.artifact.as_deref(),
+            };
+            let kind = if follow {
+                "ask.followed"
+            } else {
+                "ask.unfollowed"
+            };
+            Ok(Some(self.append_at(tx, kind, actor, place, data).await?))
+        })?;
+        if let Some(e) = event {
+            self.console.event_committed(e.id);
+        }
+        Ok(())
+    }
+
+    /// How many open asks each session wrote (`GET /sessions`' `open_asks`).
+    pub async fn open_ask_counts(
+        &self,
+        sessions: &[String],
+    ) -> Result<HashMap<String, i64>, Error> {
+        if sessions.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut tx = self.read().await?;
+        Ok(tx.open_ask_counts(sessions).await?.into_iter().collect())
+    }
+}
+
+/// An answer's options (each once, in the order given) and text (trimmed; none when empty):
+/// options, text, or both.
+fn checked_answer(a: AnswerIn) -> Result<(Vec<String>, Option<String>), Error> {
+    let text = match a.text.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(t) if rules::chars(t) > TEXT_MAX => {
+            return Err(cap("an answer's text is at most 65536 characters"));
+        }
+        Some(t) => Some(t.to_owned()),
+    };
+    let mut selected: Vec<String> = Vec::new();
+    for o in &a.options {
+        if !selected.contains(o) {
+            selected.push(o.clone());
+        }
+    }
+    if selected.is_empty() && text.is_none() {
+        return Err(invalid("an answer selects options or has text, or both"));
+    }
+    Ok((selected, text))
+}
+
+/// `ask.followed`, `ask.unfollowed`.
+#[derive(Serialize)]
+struct FollowData<'a> {
+    ask: &'a str,
+    session_id: &'a str,
+}
