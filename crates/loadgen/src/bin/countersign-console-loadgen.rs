@@ -582,6 +582,17 @@ fn document(kib: usize) -> (String, usize) {
     (md, n)
 }
 
+/// Creates project BENCH through the API; answers the status.
+async fn create_bench(http: &reqwest::Client, url: &str) -> anyhow::Result<reqwest::StatusCode> {
+    let r = http
+        .post(format!("{url}/api/v1/projects"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"key": "BENCH", "name": "Bench", "actor": "loadgen"}))
+        .send()
+        .await?;
+    Ok(r.status())
+}
+
 /// Uploads `md` to project BENCH as the markdown file `filename` (multipart); answers the new
 /// artifact's JSON.
 async fn upload(
@@ -614,13 +625,8 @@ async fn upload(
 
 async fn documents(args: Args, url: String) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
-    let r = http
-        .post(format!("{url}/api/v1/projects"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"key": "BENCH", "name": "Bench", "actor": "loadgen"}))
-        .send()
-        .await?;
-    anyhow::ensure!(r.status() == 201, "project: {}", r.status());
+    let status = create_bench(&http, &url).await?;
+    anyhow::ensure!(status == 201, "project: {status}");
     let (md, sections) = document(args.document_kib);
     let started = Instant::now();
     let meta = upload(&http, &url, "load.md", &md).await?;
@@ -733,16 +739,10 @@ async fn run(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(args.streams + args.connections + 8)
         .build()?;
-    let r = http
-        .post(format!("{url}/api/v1/projects"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"key": "BENCH", "name": "Bench", "actor": "loadgen"}))
-        .send()
-        .await?;
+    let status = create_bench(&http, &url).await?;
     anyhow::ensure!(
-        r.status() == 201 || (args.existing && r.status() == 409),
-        "project: {}",
-        r.status()
+        status == 201 || (args.existing && status == 409),
+        "project: {status}"
     );
 
     let create = args.create.min(args.issues);
