@@ -38,7 +38,9 @@
 //!   connection without `BEGIN` (READ COMMITTED gives each statement its own snapshot either
 //!   way), and refuses writes.
 //! - Single-use values (`remember_once`) are written in batches by a task of their own, one
-//!   statement and one commit per batch (`once.rs`).
+//!   statement and one commit per batch (`once.rs`). On PostgreSQL the rows a proof-verified
+//!   call reads (its enrollment or launcher credential, an enrollment's grants) are read in
+//!   batches too, one statement per batch (`reads.rs`).
 //! - Dropping a transaction without committing rolls it back (on SQLite, a writer's turn that
 //!   wrote rolls back its whole batch, whose members answer [`StorageError::Conflict`] and are
 //!   run again by the core; one that only read is just released).
@@ -47,9 +49,11 @@
 //! exactly one connection: a read transaction opened while a write transaction is open waits
 //! for it (up to the 3 s acquire timeout). It is meant for tests.
 
+mod batch;
 mod error;
 mod inventory;
 mod once;
+mod reads;
 mod schema;
 mod spare;
 mod tx;
@@ -66,6 +70,7 @@ use std::time::Duration;
 
 use crate::error::{begin_err, db_err};
 use crate::once::{OnceBatcher, Target};
+use crate::reads::Reads;
 use crate::spare::Spares;
 use crate::tx::SqlTx;
 use crate::writer::Writer;
@@ -81,9 +86,10 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// SQLite's busy timeout, in milliseconds.
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 5000;
-/// Pool sizes.
+/// Pool sizes. PostgreSQL's batchers hold up to ten at once under load (four `jti` batches,
+/// two of each kind of batched read), and writes need theirs beside them.
 const SQLITE_MAX_CONNECTIONS: u32 = 8;
-const POSTGRES_MAX_CONNECTIONS: u32 = 10;
+const POSTGRES_MAX_CONNECTIONS: u32 = 16;
 /// Every this many `remember_once` calls (starting with the first), lapsed values are purged.
 const ONCE_PURGE_EVERY: u64 = 1000;
 
@@ -105,6 +111,8 @@ pub struct SqlStorage {
     spares: Arc<Spares>,
     /// Single-use values are written in batches by a task of their own (`once.rs`).
     once: OnceBatcher,
+    /// PostgreSQL only: the rows proof-verified calls read, read in batches (`reads.rs`).
+    reads: Option<Reads>,
 }
 
 impl fmt::Debug for SqlStorage {
@@ -184,10 +192,13 @@ impl SqlStorage {
             Backend::Sqlite => SQLITE_MAX_CONNECTIONS / 2,
             Backend::Postgres => POSTGRES_MAX_CONNECTIONS / 2,
         };
+        let spares = Arc::new(Spares::new(spares as usize));
+        let reads = (backend == Backend::Postgres).then(|| Reads::start(&pool, &spares));
         let storage = SqlStorage {
             writer,
             once,
-            spares: Arc::new(Spares::new(spares as usize)),
+            reads,
+            spares,
             pool,
             backend,
             shown_url,
@@ -235,6 +246,13 @@ impl Storage for SqlStorage {
 
     #[tracing::instrument(name = "database read", level = "info", skip_all, fields(otel.kind = "client"))]
     async fn read(&self) -> Result<Box<dyn Tx>, StorageError> {
+        if let Some(reads) = &self.reads {
+            return Ok(Box::new(SqlTx::batched(
+                self.pool.clone(),
+                self.spares.clone(),
+                reads.clone(),
+            )));
+        }
         let conn = self.spares.take(&self.pool).await.map_err(begin_err)?;
         Ok(Box::new(SqlTx::reading(
             conn,

@@ -13,9 +13,9 @@
 //! (one round trip, committed with the server's `synchronous_commit`, durable by default); on
 //! SQLite it is a turn at the single writer and rides its group commit (`writer.rs`).
 //!
-//! Up to [`IN_FLIGHT`] batches are written at once; while they are, values queue for the next,
-//! so under load a batch grows to the number of callers waiting and costs one commit, and alone
-//! a caller waits for one commit as before. Two batches holding the same value do not both hear
+//! Up to [`IN_FLIGHT`] batches are written at once (the loop is `batch.rs`'s); while they are,
+//! values queue for the next, so under load a batch grows to the number of callers waiting and
+//! costs one commit, and alone a caller waits for one commit as before. Two batches holding the same value do not both hear
 //! "fresh": SQLite's writer runs them one after the other (the second sees the first's row), and
 //! on PostgreSQL the second's insert waits for the first's commit.
 //!
@@ -38,7 +38,7 @@ use std::sync::Arc;
 use countersign_broker_core::clock::Time;
 use countersign_broker_core::storage::StorageError;
 use sqlx::AnyPool;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::Backend;
 use crate::error::begin_err;
@@ -79,8 +79,11 @@ pub(crate) struct OnceBatcher {
 impl OnceBatcher {
     /// Starts the task on the current Tokio runtime.
     pub(crate) fn start(target: Target) -> OnceBatcher {
-        let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(target, rx));
+        let target = Arc::new(target);
+        let queue = crate::batch::start(MAX_BATCH, IN_FLIGHT, move |values| {
+            let target = target.clone();
+            async move { flush(&target, values).await }
+        });
         OnceBatcher { queue }
     }
 
@@ -107,26 +110,6 @@ impl OnceBatcher {
                 "the single-use value batch ended without an answer".into(),
             ))
         })
-    }
-}
-
-async fn run(target: Target, mut rx: mpsc::UnboundedReceiver<Pending>) {
-    let target = Arc::new(target);
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    loop {
-        // A slot first: while every slot's batch is being written, values queue for the next.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
-            return;
-        }
-        let (target, values) = (target.clone(), std::mem::take(&mut batch));
-        tokio::spawn(async move {
-            flush(&target, values).await;
-            drop(slot);
-        });
     }
 }
 

@@ -19,10 +19,11 @@ use serde::de::DeserializeOwned;
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
-use sqlx::{Any, AnyConnection, Row, Transaction};
+use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
 
 use crate::Backend;
 use crate::error::db_err;
+use crate::reads::Reads;
 use crate::spare::Spares;
 use crate::writer::Slot;
 
@@ -116,7 +117,18 @@ fn to_doc<T: serde::Serialize>(what: &str, v: &T) -> Result<String, StorageError
 
 fn from_doc<T: DeserializeOwned>(what: &str, row: &AnyRow) -> Result<T, StorageError> {
     let doc: String = row.try_get("doc").map_err(db_err)?;
-    serde_json::from_str(&doc).map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))
+    decode(what, &doc)
+}
+
+fn decode<T: DeserializeOwned>(what: &str, doc: &str) -> Result<T, StorageError> {
+    serde_json::from_str(doc).map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))
+}
+
+fn decode_some<T: DeserializeOwned>(
+    what: &str,
+    doc: Option<String>,
+) -> Result<Option<T>, StorageError> {
+    doc.map(|d| decode(what, &d)).transpose()
 }
 
 fn from_docs<T: DeserializeOwned>(what: &str, rows: &[AnyRow]) -> Result<Vec<T>, StorageError> {
@@ -281,6 +293,9 @@ pub(crate) struct SqlTx {
     unsettled: bool,
     /// A read's connection goes back here when it ends settled (`spare.rs`).
     spares: Option<Arc<Spares>>,
+    /// PostgreSQL's reads: the rows a proof-verified call reads come through batches
+    /// (`reads.rs`).
+    reads: Option<Reads>,
 }
 
 /// Where the statements run.
@@ -293,6 +308,9 @@ enum Inner {
     /// READ COMMITTED that is so inside a transaction too, and SQLite's reads are all one
     /// statement or need no more), so the round trips of `BEGIN` and `ROLLBACK` bought nothing.
     Conn(PoolConnection<Any>),
+    /// PostgreSQL's reads before their first statement that is not batched (`reads.rs`): no
+    /// connection yet; that statement takes one from the spares, as [`Inner::Conn`].
+    Lazy(AnyPool),
 }
 
 impl fmt::Debug for SqlTx {
@@ -329,6 +347,7 @@ impl SqlTx {
             write,
             unsettled: false,
             spares: None,
+            reads: None,
         }
     }
 
@@ -345,6 +364,20 @@ impl SqlTx {
             write: false,
             unsettled: false,
             spares: Some(spares),
+            reads: None,
+        }
+    }
+
+    /// A read on PostgreSQL: the rows of proof-verified calls come through `reads`' batches,
+    /// and any other statement takes a connection (kept in `spares`, as [`SqlTx::reading`]).
+    pub(crate) fn batched(pool: AnyPool, spares: Arc<Spares>, reads: Reads) -> Self {
+        SqlTx {
+            inner: Some(Inner::Lazy(pool)),
+            backend: Backend::Postgres,
+            write: false,
+            unsettled: false,
+            spares: Some(spares),
+            reads: Some(reads),
         }
     }
 
@@ -355,16 +388,25 @@ impl SqlTx {
             write: true,
             unsettled: false,
             spares: None,
+            reads: None,
         }
     }
 
-    /// The connection for the next statement, which [`SqlTx::checked`] settles.
-    fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
+    /// The connection for the next statement, which [`SqlTx::checked`] settles. A read on
+    /// PostgreSQL takes its connection here, at its first statement that is not batched.
+    async fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
+        if let (Some(Inner::Lazy(pool)), Some(spares)) = (&self.inner, &self.spares) {
+            let conn = spares.take(pool).await.map_err(crate::error::begin_err)?;
+            self.inner = Some(Inner::Conn(conn));
+        }
         self.unsettled = true;
         match self.inner.as_mut() {
             Some(Inner::Pool(tx)) => Ok(&mut **tx),
             Some(Inner::Conn(c)) => Ok(&mut **c),
             Some(Inner::Writer(slot)) => slot.conn(),
+            Some(Inner::Lazy(_)) => Err(StorageError::Other(
+                "a read without its connection's spares".into(),
+            )),
             None => Err(finished()),
         }
     }
@@ -407,7 +449,7 @@ impl SqlTx {
         lock: Lock,
     ) -> Result<Vec<AnyRow>, StorageError> {
         let sql = self.locking(sql, lock);
-        let conn = self.conn()?;
+        let conn = self.conn().await?;
         let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
         self.checked(r)
     }
@@ -422,18 +464,18 @@ impl SqlTx {
         args: Vec<Arg>,
     ) -> Result<Option<AnyRow>, StorageError> {
         let sql = self.locking(sql, Lock::Update);
-        let conn = self.conn()?;
+        let conn = self.conn().await?;
         let r = bind_all(sqlx::query(&sql), args).fetch_optional(conn).await;
         self.checked(r)
     }
 
     async fn execute(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64, StorageError> {
-        if matches!(self.inner, Some(Inner::Conn(_))) {
+        if matches!(self.inner, Some(Inner::Conn(_) | Inner::Lazy(_))) {
             // Outside a transaction a write would commit at once: a read never writes.
             return Err(StorageError::Other("write in a read transaction".into()));
         }
         self.writing();
-        let conn = self.conn()?;
+        let conn = self.conn().await?;
         let r = bind_all(sqlx::query(sql), args).execute(conn).await;
         self.checked(r).map(|r| r.rows_affected())
     }
@@ -492,7 +534,7 @@ impl SqlTx {
         }
         let (sql, args) = remember_many_sql(values, now);
         self.writing();
-        let conn = self.conn()?;
+        let conn = self.conn().await?;
         let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
         let rows = self.checked(r)?;
         fresh_pairs(&rows)
@@ -565,7 +607,7 @@ impl Tx for SqlTx {
         match self.inner.take().ok_or_else(finished)? {
             Inner::Pool(tx) => tx.commit().await.map_err(db_err),
             Inner::Writer(slot) => slot.commit().await,
-            Inner::Conn(_) => Ok(()),
+            Inner::Conn(_) | Inner::Lazy(_) => Ok(()),
         }
     }
 
@@ -573,6 +615,9 @@ impl Tx for SqlTx {
         &mut self,
         id: CredentialId,
     ) -> Result<Option<LauncherCredential>, StorageError> {
+        if let Some(reads) = &self.reads {
+            return decode_some("credential", reads.credential(id.to_string()).await?);
+        }
         self.get_doc(
             "credential",
             "SELECT doc FROM credentials WHERE id = $1",
@@ -796,6 +841,9 @@ impl Tx for SqlTx {
         &mut self,
         id: EnrollmentId,
     ) -> Result<Option<Enrollment>, StorageError> {
+        if let Some(reads) = &self.reads {
+            return decode_some("enrollment", reads.enrollment(id.to_string()).await?);
+        }
         self.get_doc(
             "enrollment",
             "SELECT doc FROM enrollments WHERE id = $1",
@@ -904,6 +952,10 @@ impl Tx for SqlTx {
         &mut self,
         enrollment: EnrollmentId,
     ) -> Result<Vec<Grant>, StorageError> {
+        if let Some(reads) = &self.reads {
+            let docs = reads.grants_of(enrollment.to_string()).await?;
+            return docs.iter().map(|d| decode("grant", d)).collect();
+        }
         self.get_docs(
             "grant",
             "SELECT doc FROM grants WHERE enrollment_id = $1 ORDER BY created_at_ms, id",
@@ -1047,7 +1099,7 @@ impl Tx for SqlTx {
         {
             return Ok(Some(head));
         }
-        let conn = self.conn()?;
+        let conn = self.conn().await?;
         let r = sqlx::query("SELECT position, hash FROM audit_log ORDER BY position DESC LIMIT 1")
             .fetch_optional(conn)
             .await;
@@ -1071,7 +1123,7 @@ impl Tx for SqlTx {
         if matches!(self.inner, Some(Inner::Conn(_))) {
             return Err(StorageError::Other("write in a read transaction".into()));
         }
-        let conn = self.conn()?;
+        let conn = self.conn().await?;
         let r = insert_audit(conn, entries).await;
         self.checked(r)
     }
@@ -1084,7 +1136,7 @@ impl Tx for SqlTx {
         let sql = format!(
             "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE position > $1 ORDER BY position LIMIT $2"
         );
-        let conn = self.conn()?;
+        let conn = self.conn().await?;
         let r = bind_all(sqlx::query(&sql), args![after, i64::from(limit)])
             .fetch_all(conn)
             .await;
@@ -1098,7 +1150,7 @@ impl Tx for SqlTx {
             "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE subject = $1 AND {AUDIT_ENDS} \
              ORDER BY position"
         );
-        let conn = self.conn()?;
+        let conn = self.conn().await?;
         let r = bind_all(sqlx::query(&sql), args![subject])
             .fetch_all(conn)
             .await;
@@ -1106,7 +1158,7 @@ impl Tx for SqlTx {
     }
 
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError> {
-        let conn = self.conn()?;
+        let conn = self.conn().await?;
         let r = sqlx::query(
             "SELECT (SELECT COUNT(*) FROM audit_log WHERE position <= $1) AS n, \
              (SELECT COALESCE(MAX(position), 0) FROM audit_log) AS m",

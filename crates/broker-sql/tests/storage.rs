@@ -191,6 +191,7 @@ suite!(
     dropped_transactions_roll_back,
     second_writer_waits_and_sees_the_first,
     reads_do_not_wait_for_writers,
+    concurrent_reads_each_hear_their_own_rows,
     a_snapshot_sees_one_state_a_read_sees_the_latest,
     kept_read_connections_go_back_before_the_pool_closes,
     race_has_one_winner_per_round,
@@ -1185,6 +1186,60 @@ async fn reads_do_not_wait_for_writers(s: &SqlStorage) {
     writer.commit().await.expect("commit");
     let mut r = s.read().await.expect("read");
     assert_eq!(r.get_credential(c2.id).await.expect("get"), Some(c2));
+}
+
+/// Many reads at once, of distinct and of the same keys, each hear their own rows, in order:
+/// on PostgreSQL they are read in batches, one statement for many keys (`reads.rs`), and a
+/// mix-up of keys, of a key asked twice in one batch, or of a key with no rows shows here.
+async fn concurrent_reads_each_hear_their_own_rows(s: &SqlStorage) {
+    let key = jwk();
+    let mut tx = s.begin().await.expect("begin");
+    let mut expected = Vec::new();
+    for i in 0..24_i64 {
+        let c = credential(&key, &format!("t{i}"), 0, None);
+        tx.put_credential(&c).await.expect("put credential");
+        let e = enrollment(&key, c.id, i, 600);
+        tx.put_enrollment(&e).await.expect("put enrollment");
+        // 0 to 3 grants, created out of order: the batch keeps each enrollment's order.
+        let grants: Vec<Grant> = (0..i % 4).map(|g| grant(e.id, 10 - g, None)).collect();
+        for g in &grants {
+            tx.put_grant(g).await.expect("put grant");
+        }
+        expected.push((c, e, sorted(grants, |g| (g.created_at, g.id))));
+    }
+    tx.commit().await.expect("commit");
+    let expected = Arc::new(expected);
+    let start = Arc::new(Barrier::new(96));
+    let mut reads = JoinSet::new();
+    for n in 0..96_usize {
+        let (s, expected, start) = (s.clone(), expected.clone(), start.clone());
+        reads.spawn(async move {
+            // Every key is read by four callers, most of them at once.
+            let (c, e, grants) = &expected[n % expected.len()];
+            start.wait().await;
+            let mut r = s.read().await.expect("read");
+            assert_eq!(
+                r.get_enrollment(e.id).await.expect("enrollment").as_ref(),
+                Some(e)
+            );
+            assert_eq!(&r.grants_by_enrollment(e.id).await.expect("grants"), grants);
+            assert_eq!(
+                r.get_credential(c.id).await.expect("credential").as_ref(),
+                Some(c)
+            );
+            let unknown = EnrollmentId(Uuid::new_v4());
+            assert_eq!(r.get_enrollment(unknown).await.expect("unknown"), None);
+            assert!(
+                r.grants_by_enrollment(unknown)
+                    .await
+                    .expect("none")
+                    .is_empty()
+            );
+        });
+    }
+    while let Some(done) = reads.join_next().await {
+        done.expect("a read task");
+    }
 }
 
 /// A snapshot's statements all see the database as at its first one (an audit walk checks rows
