@@ -146,22 +146,8 @@ impl Sealer {
         rules_version: &str,
         at: Time,
     ) -> String {
-        let (r, e, n, t) = (
-            request.to_string(),
-            enrollment.to_string(),
-            join_names(names),
-            at.timestamp_millis().to_string(),
-        );
-        self.seal(
-            "automatic/v1",
-            &[
-                r.as_bytes(),
-                e.as_bytes(),
-                n.as_bytes(),
-                rules_version.as_bytes(),
-                t.as_bytes(),
-            ],
-        )
+        let f = automatic_fields(request, enrollment, names, rules_version, at);
+        self.seal(AUTOMATIC, &f.each_ref().map(|s| s.as_bytes()))
     }
 
     pub fn verify_automatic(
@@ -173,23 +159,8 @@ impl Sealer {
         at: Time,
         seal: &str,
     ) -> bool {
-        let (r, e, n, t) = (
-            request.to_string(),
-            enrollment.to_string(),
-            join_names(names),
-            at.timestamp_millis().to_string(),
-        );
-        self.verify(
-            "automatic/v1",
-            &[
-                r.as_bytes(),
-                e.as_bytes(),
-                n.as_bytes(),
-                rules_version.as_bytes(),
-                t.as_bytes(),
-            ],
-            seal,
-        )
+        let f = automatic_fields(request, enrollment, names, rules_version, at);
+        self.verify(AUTOMATIC, &f.each_ref().map(|s| s.as_bytes()), seal)
     }
 
     /// Seals a grant over its record (or automatic decision), secrets, session and lifetime.
@@ -277,6 +248,26 @@ fn enrollment_fields(e: &Enrollment) -> [String; 6] {
         e.kind.as_str().to_owned(),
         e.runtime_id.clone(),
         opt(e.operator.as_ref()),
+    ]
+}
+
+/// The label of policy's automatic decision's seal.
+const AUTOMATIC: &str = "automatic/v1";
+
+/// What policy's automatic decision's seal covers, in order.
+fn automatic_fields(
+    request: &RequestId,
+    enrollment: &EnrollmentId,
+    names: &[SecretName],
+    rules_version: &str,
+    at: Time,
+) -> [String; 5] {
+    [
+        request.to_string(),
+        enrollment.to_string(),
+        join_names(names),
+        rules_version.to_owned(),
+        at.timestamp_millis().to_string(),
     ]
 }
 

@@ -544,6 +544,21 @@ struct Line<'a> {
     seal: &'a str,
 }
 
+impl<'a> Line<'a> {
+    fn of(e: &'a AuditEntry) -> Self {
+        Line {
+            position: e.position,
+            at: e.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            kind: &e.kind,
+            subject: &e.subject,
+            body: serde_json::from_str(&e.body).unwrap_or(serde_json::Value::Null),
+            prev_hash: &e.prev_hash,
+            hash: &e.hash,
+            seal: &e.seal,
+        }
+    }
+}
+
 /// Writes every entry from `since` on as JSON lines, verifying the chain from its start as it
 /// goes. Answers the break, if any (entries after it are not written).
 pub async fn export(
@@ -574,17 +589,7 @@ pub async fn export(
                 Since::Time(t) => e.at >= t,
             };
             if wanted {
-                let line = Line {
-                    position: e.position,
-                    at: e.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                    kind: &e.kind,
-                    subject: &e.subject,
-                    body: serde_json::from_str(&e.body).unwrap_or(serde_json::Value::Null),
-                    prev_hash: &e.prev_hash,
-                    hash: &e.hash,
-                    seal: &e.seal,
-                };
-                writeln!(out, "{}", serde_json::to_string(&line)?)?;
+                writeln!(out, "{}", serde_json::to_string(&Line::of(e))?)?;
             }
         }
     }
@@ -683,17 +688,7 @@ pub async fn export_follow(
                 },
             };
             if wanted {
-                let line = Line {
-                    position: e.position,
-                    at: e.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                    kind: &e.kind,
-                    subject: &e.subject,
-                    body: serde_json::from_str(&e.body).unwrap_or(serde_json::Value::Null),
-                    prev_hash: &e.prev_hash,
-                    hash: &e.hash,
-                    seal: &e.seal,
-                };
-                writeln!(out, "{}", serde_json::to_string(&line)?)?;
+                writeln!(out, "{}", serde_json::to_string(&Line::of(e))?)?;
                 last = Some(Cursor {
                     position: e.position,
                     hash: e.hash.clone(),

@@ -7,9 +7,10 @@
 //! moves the injected clock, turns the loop and reads what the pass did, where it used to sleep
 //! a second and a half and hope.
 //!
-//! Every ended pass counts in `countersign_loop_passes_total{loop="…"}`, which lets a test
-//! that drives a server in another process wait for passes on `/metrics` instead of a fixed
-//! time.
+//! Every ended pass counts in `countersign_loop_passes_total{loop="…"}`, and every started one
+//! in `countersign_loop_passes_started_total{loop="…"}`, which lets a test that drives a server
+//! in another process wait for passes on `/metrics` instead of a fixed time: a whole pass after
+//! now has ended once the ended passes outnumber the passes started now.
 //!
 //! ```
 //! # async fn demo() {
@@ -96,7 +97,13 @@ impl Ticker {
             "countersign_loop_passes_total",
             "passes of the servers' time-driven loops, by loop"
         );
+        metrics::describe_counter!(
+            "countersign_loop_passes_started_total",
+            "passes of the servers' time-driven loops started, by loop"
+        );
         metrics::counter!("countersign_loop_passes_total", "loop" => self.inner.name).increment(0);
+        metrics::counter!("countersign_loop_passes_started_total", "loop" => self.inner.name)
+            .increment(0);
         let mut interval = tokio::time::interval(self.inner.period);
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut answered = 0;
@@ -153,6 +160,8 @@ impl Ticks {
             asked = p.asked;
             p.started += 1;
         });
+        metrics::counter!("countersign_loop_passes_started_total", "loop" => self.ticker.inner.name)
+            .increment(1);
         self.answered = asked;
         Pass {
             ticker: self.ticker.clone(),
