@@ -239,7 +239,8 @@ impl Console {
                 .message_event(tx, "message.sent", &m.author, &m, data)
                 .await?;
             let from = format!("countersign://message/{}", m.id);
-            self.keep_mentions(tx, &from, m.issue.as_ref(), (&m.body, false), &sent)
+            self.documents()
+                .keep_mentions(tx, &from, m.issue.as_ref(), (&m.body, false), &sent)
                 .await?;
             let opened = self.attempt_message(tx, &m, &m.author).await?;
             let view = self.message_view(tx, &m).await?;
@@ -465,7 +466,8 @@ impl Console {
                 .message_event(tx, "message.replied", actor, &r, json!(v))
                 .await?;
             let from = format!("countersign://message/{}", r.id);
-            self.keep_mentions(tx, &from, r.issue.as_ref(), (&r.body, false), &e)
+            self.documents()
+                .keep_mentions(tx, &from, r.issue.as_ref(), (&r.body, false), &e)
                 .await?;
             Ok((v, true, Some(e)))
         })?;

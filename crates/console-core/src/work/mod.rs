@@ -25,7 +25,7 @@ pub mod store;
 
 pub use asks::{AskTx, AsksWork};
 pub use delivery::DeliveryTx;
-pub use documents::DocumentTx;
+pub use documents::{DocumentTx, DocumentsWork};
 pub use messages::MessageTx;
 pub use model::*;
 pub use repos::{CodeRef, RepoMapping, RepoName};

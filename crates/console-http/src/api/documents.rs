@@ -10,11 +10,11 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use countersign_console_core::console::documents::{At, Upload, VersionRead};
 use countersign_console_core::doc::EditOp;
-use countersign_console_core::work::EventPage;
+use countersign_console_core::work::{Actor, EventPage};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Deserialize;
 
-use super::{In, Input, JSON_LIMIT, Query, St, acting, created, ok, query_err};
+use super::{In, Input, JSON_LIMIT, Query, Reading, St, acting, created, ok, query_err};
 use crate::error::{ApiError, ApiResult};
 
 /// The largest multipart upload (protocol §2).
@@ -207,7 +207,7 @@ async fn upload_at(
     let multipart_only = matches!(at, At::Agent(_));
     let (up, actor) = read_upload(req, multipart_only).await?;
     let actor = uploader(caller, q, actor)?;
-    let view = st.console.upload(&actor, at, up).await?;
+    let view = st.console.documents().upload(&actor, at, up).await?;
     let location = match &view.session {
         Some(s) => format!(
             "/api/v1/agents/{}/artifacts/{}",
@@ -361,34 +361,16 @@ fn agent_session(s: &str) -> ApiResult<()> {
 
 // ----- by id -----
 
-pub async fn read(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.artifact(&id).await?))
+pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
+    Ok(ok(st.console.documents().artifact(&id).await?))
 }
 
-pub async fn text(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.text(&id).await?))
+pub async fn text(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
+    Ok(ok(st.console.documents().text(&id).await?))
 }
 
-pub async fn blocks(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(json_bytes(st.console.blocks_json(&id).await?))
+pub async fn blocks(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
+    Ok(json_bytes(st.console.documents().blocks_json(&id).await?))
 }
 
 pub async fn block(
@@ -398,7 +380,7 @@ pub async fn block(
     Path((id, block)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.block(&id, &block).await?))
+    Ok(ok(st.console.documents().block(&id, &block).await?))
 }
 
 pub async fn edit(
@@ -408,9 +390,20 @@ pub async fn edit(
     In(b): In<EditBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
+    edited(&st, &actor, &id, &b).await
+}
+
+/// An edit's answer.
+async fn edited(
+    st: &crate::AppState,
+    actor: &Actor,
+    id: &str,
+    b: &EditBody,
+) -> ApiResult<Response> {
     Ok(ok(st
         .console
-        .edit(&actor, &id, b.expected_token.as_deref(), &b.ops)
+        .documents()
+        .edit(actor, id, b.expected_token.as_deref(), &b.ops)
         .await?))
 }
 
@@ -421,7 +414,7 @@ pub async fn rebuild(
     In(_): In<NoBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.rebuild(&actor, &id).await?))
+    Ok(ok(st.console.documents().rebuild(&actor, &id).await?))
 }
 
 pub async fn block_schema() -> ApiResult<Response> {
@@ -437,19 +430,28 @@ pub async fn name_version(
     In(b): In<NameBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let v = st.console.name_version(&actor, &id, &b.name).await?;
+    named(&st, &actor, &id, &b).await
+}
+
+/// A version named: 201 with its location.
+async fn named(st: &crate::AppState, actor: &Actor, id: &str, b: &NameBody) -> ApiResult<Response> {
+    let v = st
+        .console
+        .documents()
+        .name_version(actor, id, &b.name)
+        .await?;
     let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number());
     Ok(created(v, Some(location)))
 }
 
 pub async fn version(
     State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
     Path((id, number)): Path<(String, String)>,
+    _: Reading,
 ) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(download(st.console.version(&id, &number).await?))
+    Ok(download(
+        st.console.documents().version(&id, &number).await?,
+    ))
 }
 
 pub async fn events(
@@ -460,7 +462,11 @@ pub async fn events(
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
     let page = event_page(&q)?;
-    Ok(ok(st.console.document_events(&id, &page).await?))
+    Ok(ok(st
+        .console
+        .documents()
+        .document_events(&id, &page)
+        .await?))
 }
 
 pub async fn references(
@@ -470,11 +476,11 @@ pub async fn references(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.artifact_references(&id).await?))
+    Ok(ok(st.console.documents().artifact_references(&id).await?))
 }
 
 pub async fn subscribers(State(st): St, Path(id): Path<String>) -> ApiResult<Response> {
-    Ok(ok(st.console.document_subscribers(&id).await?))
+    Ok(ok(st.console.documents().document_subscribers(&id).await?))
 }
 
 pub async fn unsubscribe(
@@ -487,6 +493,7 @@ pub async fn unsubscribe(
     }
     let actor = acting(&caller, None, false)?;
     st.console
+        .documents()
         .document_unsubscribe(&actor, &id, &session)
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -503,6 +510,7 @@ pub async fn graph(
     let since: Option<i64> = q.parsed("since")?;
     Ok(ok(st
         .console
+        .documents()
         .references(q.one("to")?, q.one("from")?, q.one("kind")?, since)
         .await?))
 }
@@ -514,187 +522,119 @@ pub async fn issue_references(
     Path(key): Path<String>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.issue_references(&key).await?))
+    Ok(ok(st.console.documents().issue_references(&key).await?))
 }
 
 // ----- in an issue or project, by `{slug}` -----
 
-/// Which scope a route's `{key}` names.
-#[derive(Debug, Clone, Copy)]
-enum Of {
-    Issue,
-    Project,
+/// Which scope a route's `{key}` names: an issue's and a project's `{slug}` routes are the
+/// same handlers ([`scoped`]), each taking its scope as a type (`scoped::read::<OnIssue>`).
+pub trait Scoped: Send + Sync + 'static {
+    fn at(key: &str) -> At<'_>;
 }
 
-impl Of {
-    fn at(self, key: &str) -> At<'_> {
-        match self {
-            Of::Issue => At::Issue(key),
-            Of::Project => At::Project(key),
-        }
+/// An issue's `{key}`.
+#[derive(Debug)]
+pub enum OnIssue {}
+
+/// A project's `{key}`.
+#[derive(Debug)]
+pub enum OnProject {}
+
+impl Scoped for OnIssue {
+    fn at(key: &str) -> At<'_> {
+        At::Issue(key)
     }
 }
 
-async fn list_of(st: St, caller: Caller, q: Query, of: Of, key: String) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.artifacts_of(of.at(&key)).await?))
+impl Scoped for OnProject {
+    fn at(key: &str) -> At<'_> {
+        At::Project(key)
+    }
 }
 
-/// The `{key}` of a scope and an artifact's `{slug}` in it.
-type Slug = (String, String);
+/// The handlers of a scope's artifacts: `{key}`'s list and uploads, and an artifact by its
+/// `{slug}` there. A read checks its caller ([`Reading`]) once the path is read, as the
+/// routes by id do.
+pub mod scoped {
+    use super::*;
 
-/// The artifact a read names, once the caller may read (as the `?session` it names, if any).
-async fn reading(
-    st: &St,
-    caller: &Caller,
-    q: &Query,
-    of: Of,
-    (key, slug): &Slug,
-) -> ApiResult<String> {
-    acting(caller, q.one("session")?, false)?;
-    Ok(st.console.resolve_artifact(of.at(key), slug).await?)
+    /// The `{key}` of a scope and an artifact's `{slug}` in it.
+    type Slug = (String, String);
+
+    /// The id of the artifact a scope's `{slug}` names.
+    async fn resolve<S: Scoped>(st: &St, (key, slug): &Slug) -> ApiResult<String> {
+        Ok(st
+            .console
+            .documents()
+            .resolve_artifact(S::at(key), slug)
+            .await?)
+    }
+
+    pub async fn list<S: Scoped>(
+        State(st): St,
+        Path(key): Path<String>,
+        _: Reading,
+    ) -> ApiResult<Response> {
+        Ok(ok(st.console.documents().artifacts_of(S::at(&key)).await?))
+    }
+
+    pub async fn upload<S: Scoped>(
+        State(st): St,
+        Extension(caller): Extension<Caller>,
+        q: Query,
+        Path(key): Path<String>,
+        req: Request<Body>,
+    ) -> ApiResult<Response> {
+        upload_at(&State(st.clone()), &caller, &q, S::at(&key), req).await
+    }
+
+    pub async fn read<S: Scoped>(st: St, Path(p): Path<Slug>, r: Reading) -> ApiResult<Response> {
+        let id = resolve::<S>(&st, &p).await?;
+        super::read(st, Path(id), r).await
+    }
+
+    pub async fn text<S: Scoped>(st: St, Path(p): Path<Slug>, r: Reading) -> ApiResult<Response> {
+        let id = resolve::<S>(&st, &p).await?;
+        super::text(st, Path(id), r).await
+    }
+
+    pub async fn blocks<S: Scoped>(st: St, Path(p): Path<Slug>, r: Reading) -> ApiResult<Response> {
+        let id = resolve::<S>(&st, &p).await?;
+        super::blocks(st, Path(id), r).await
+    }
+
+    pub async fn edit<S: Scoped>(
+        st: St,
+        Extension(caller): Extension<Caller>,
+        Path(p): Path<Slug>,
+        In(b): In<EditBody>,
+    ) -> ApiResult<Response> {
+        let actor = acting(&caller, b.actor.as_deref(), false)?;
+        let id = resolve::<S>(&st, &p).await?;
+        edited(&st, &actor, &id, &b).await
+    }
+
+    pub async fn name_version<S: Scoped>(
+        st: St,
+        Extension(caller): Extension<Caller>,
+        Path(p): Path<Slug>,
+        In(b): In<NameBody>,
+    ) -> ApiResult<Response> {
+        let actor = acting(&caller, b.actor.as_deref(), false)?;
+        let id = resolve::<S>(&st, &p).await?;
+        named(&st, &actor, &id, &b).await
+    }
+
+    pub async fn version<S: Scoped>(
+        st: St,
+        Path((key, slug, number)): Path<(String, String, String)>,
+        r: Reading,
+    ) -> ApiResult<Response> {
+        let id = resolve::<S>(&st, &(key, slug)).await?;
+        super::version(st, Path((id, number)), r).await
+    }
 }
-
-async fn read_of(st: St, caller: Caller, q: Query, of: Of, p: Slug) -> ApiResult<Response> {
-    let id = reading(&st, &caller, &q, of, &p).await?;
-    Ok(ok(st.console.artifact(&id).await?))
-}
-
-async fn text_of(st: St, caller: Caller, q: Query, of: Of, p: Slug) -> ApiResult<Response> {
-    let id = reading(&st, &caller, &q, of, &p).await?;
-    Ok(ok(st.console.text(&id).await?))
-}
-
-async fn blocks_of(st: St, caller: Caller, q: Query, of: Of, p: Slug) -> ApiResult<Response> {
-    let id = reading(&st, &caller, &q, of, &p).await?;
-    Ok(json_bytes(st.console.blocks_json(&id).await?))
-}
-
-async fn edit_of(
-    st: St,
-    caller: Caller,
-    of: Of,
-    (key, slug): (String, String),
-    b: EditBody,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
-    Ok(ok(st
-        .console
-        .edit(&actor, &id, b.expected_token.as_deref(), &b.ops)
-        .await?))
-}
-
-async fn name_version_of(
-    st: St,
-    caller: Caller,
-    of: Of,
-    (key, slug): (String, String),
-    b: NameBody,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
-    let v = st.console.name_version(&actor, &id, &b.name).await?;
-    let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number());
-    Ok(created(v, Some(location)))
-}
-
-async fn version_of(
-    st: St,
-    caller: Caller,
-    q: Query,
-    of: Of,
-    (key, slug, number): (String, String, String),
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    let id = st.console.resolve_artifact(of.at(&key), &slug).await?;
-    Ok(download(st.console.version(&id, &number).await?))
-}
-
-/// The handlers of one scope's `{slug}` routes.
-macro_rules! scoped {
-    ($module:ident, $of:expr) => {
-        pub mod $module {
-            use super::*;
-
-            pub async fn list(
-                State(st): St,
-                Extension(caller): Extension<Caller>,
-                q: Query,
-                Path(key): Path<String>,
-            ) -> ApiResult<Response> {
-                list_of(State(st), caller, q, $of, key).await
-            }
-
-            pub async fn upload(
-                State(st): St,
-                Extension(caller): Extension<Caller>,
-                q: Query,
-                Path(key): Path<String>,
-                req: Request<Body>,
-            ) -> ApiResult<Response> {
-                upload_at(&State(st.clone()), &caller, &q, $of.at(&key), req).await
-            }
-
-            pub async fn read(
-                State(st): St,
-                Extension(caller): Extension<Caller>,
-                q: Query,
-                Path(p): Path<(String, String)>,
-            ) -> ApiResult<Response> {
-                read_of(State(st), caller, q, $of, p).await
-            }
-
-            pub async fn text(
-                State(st): St,
-                Extension(caller): Extension<Caller>,
-                q: Query,
-                Path(p): Path<(String, String)>,
-            ) -> ApiResult<Response> {
-                text_of(State(st), caller, q, $of, p).await
-            }
-
-            pub async fn blocks(
-                State(st): St,
-                Extension(caller): Extension<Caller>,
-                q: Query,
-                Path(p): Path<(String, String)>,
-            ) -> ApiResult<Response> {
-                blocks_of(State(st), caller, q, $of, p).await
-            }
-
-            pub async fn edit(
-                State(st): St,
-                Extension(caller): Extension<Caller>,
-                Path(p): Path<(String, String)>,
-                In(b): In<EditBody>,
-            ) -> ApiResult<Response> {
-                edit_of(State(st), caller, $of, p, b).await
-            }
-
-            pub async fn name_version(
-                State(st): St,
-                Extension(caller): Extension<Caller>,
-                Path(p): Path<(String, String)>,
-                In(b): In<NameBody>,
-            ) -> ApiResult<Response> {
-                name_version_of(State(st), caller, $of, p, b).await
-            }
-
-            pub async fn version(
-                State(st): St,
-                Extension(caller): Extension<Caller>,
-                q: Query,
-                Path(p): Path<(String, String, String)>,
-            ) -> ApiResult<Response> {
-                version_of(State(st), caller, q, $of, p).await
-            }
-        }
-    };
-}
-
-scoped!(issue, Of::Issue);
-scoped!(project, Of::Project);
 
 // ----- an agent session's conversation -----
 
@@ -717,7 +657,11 @@ pub async fn agent_read(
 ) -> ApiResult<Response> {
     agent_session(&session)?;
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.agent_artifact(&session, &slug).await?))
+    Ok(ok(st
+        .console
+        .documents()
+        .agent_artifact(&session, &slug)
+        .await?))
 }
 
 pub async fn agent_version(
@@ -729,6 +673,9 @@ pub async fn agent_version(
     agent_session(&session)?;
     acting(&caller, q.one("session")?, false)?;
     Ok(download(
-        st.console.agent_version(&session, &slug, &number).await?,
+        st.console
+            .documents()
+            .agent_version(&session, &slug, &number)
+            .await?,
     ))
 }

@@ -137,10 +137,8 @@ impl ReviewRow {
 #[template(path = "documents_page.html")]
 pub struct DocumentPage<'a> {
     pub chrome: Chrome<'a>,
-    pub a: ArtifactView,
+    pub a: Shown,
     pub is_document: bool,
-    /// Where the artifact belongs: `(href, label)`.
-    pub scope: Option<(String, String)>,
     pub version: String,
     pub updated: When,
     /// The rendered document's first part (all of it, when short).
@@ -159,8 +157,7 @@ pub struct DocumentPage<'a> {
 #[template(path = "documents_version.html")]
 pub struct VersionPage<'a> {
     pub chrome: Chrome<'a>,
-    pub a: ArtifactView,
-    pub scope: Option<(String, String)>,
+    pub a: Shown,
     pub number: i64,
     pub heading: String,
     pub by: String,
@@ -178,8 +175,7 @@ pub struct VersionPage<'a> {
 #[template(path = "documents_edit.html")]
 pub struct EditPage<'a> {
     pub chrome: Chrome<'a>,
-    pub a: ArtifactView,
-    pub scope: Option<(String, String)>,
+    pub a: Shown,
     pub markdown: String,
     pub token: String,
 }
@@ -278,6 +274,39 @@ pub fn render(markdown: &str) -> SafeHtml {
 }
 
 /// Where an artifact belongs, as a crumb: `(href, label)`.
+/// The artifact an artifact's page (the document, a version, the editor) shows, with where it
+/// belongs (the crumbs' first link); its fields read as the artifact's.
+#[derive(Debug)]
+pub struct Shown {
+    pub view: ArtifactView,
+    /// Where the artifact belongs: `(href, label)`.
+    pub scope: Option<(String, String)>,
+}
+
+impl std::ops::Deref for Shown {
+    type Target = ArtifactView;
+
+    fn deref(&self) -> &ArtifactView {
+        &self.view
+    }
+}
+
+impl Shown {
+    /// The artifact `id` names, else the error page with the way back to the projects.
+    async fn read(st: &crate::AppState, id: &str) -> Result<Self, PageError> {
+        let view = st
+            .console
+            .documents()
+            .artifact(id)
+            .await
+            .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
+        Ok(Self {
+            scope: scope_of(&view),
+            view,
+        })
+    }
+}
+
 fn scope_of(a: &ArtifactView) -> Option<(String, String)> {
     match (&a.issue, &a.project, &a.session) {
         (Some(k), _, _) => Some((format!("/issues/{k}"), k.to_string())),
@@ -326,18 +355,14 @@ pub async fn document_page(
     Query(q): Query<HashMap<String, String>>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let a = st
-        .console
-        .artifact(&id)
-        .await
-        .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
+    let a = Shown::read(&st, &id).await?;
     let is_document = a.kind == ArtifactKind::Document;
     let (body, versions) = if is_document {
-        let r = st.console.rendered(&a.id).await?;
+        let r = st.console.documents().rendered(&a.id).await?;
         let body = DocumentPart::of(&a.id, &r.token, &r.html, 0, FIRST_PART);
         (body, r.versions)
     } else {
-        (None, st.console.versions(&a.id).await?)
+        (None, st.console.documents().versions(&a.id).await?)
     };
     let body = body.unwrap_or(DocumentPart {
         html: SafeHtml::default(),
@@ -366,7 +391,7 @@ pub async fn document_page(
             let st = st.clone();
             let id = a.id.clone();
             async move {
-                match st.console.version(&id, &n.to_string()).await? {
+                match st.console.documents().version(&id, &n.to_string()).await? {
                     VersionRead::Document(d) => Ok(d.markdown),
                     VersionRead::Bytes { .. } => Ok(String::new()),
                 }
@@ -396,7 +421,6 @@ pub async fn document_page(
         &DocumentPage {
             chrome: chrome("Document", h, "/projects"),
             is_document,
-            scope: scope_of(&a),
             version,
             updated: when(&a.updated_at),
             body,
@@ -434,7 +458,7 @@ pub async fn part(
             "This part of the document needs `from` (a block index) and `token`.",
         ));
     };
-    let r = st.console.rendered(&id).await?;
+    let r = st.console.documents().rendered(&id).await?;
     if r.token != *token {
         return Ok(part_refusal(
             ErrorCode::DOCUMENT_CHANGED,
@@ -471,12 +495,8 @@ pub async fn version_page(
     Path((id, number)): Path<(String, String)>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let a = st
-        .console
-        .artifact(&id)
-        .await
-        .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
-    let versions = match st.console.versions(&a.id).await {
+    let a = Shown::read(&st, &id).await?;
+    let versions = match st.console.documents().versions(&a.id).await {
         Ok(v) => v,
         Err(e) => return Err(e.into()),
     };
@@ -493,7 +513,7 @@ pub async fn version_page(
         );
     };
     let n = info.number;
-    let (html, image) = match st.console.version(&a.id, &n.to_string()).await {
+    let (html, image) = match st.console.documents().version(&a.id, &n.to_string()).await {
         Ok(VersionRead::Document(d)) => (render(&d.markdown), false),
         Ok(VersionRead::Bytes { image, .. }) => (SafeHtml::default(), image),
         Err(e) => return Err(e.into()),
@@ -512,7 +532,6 @@ pub async fn version_page(
         StatusCode::OK,
         &VersionPage {
             chrome: chrome("Version", h, "/projects"),
-            scope: scope_of(&a),
             number: n,
             heading,
             by: actor_text(&info.by),
@@ -534,12 +553,8 @@ pub async fn edit_page(
     Path(id): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let a = st
-        .console
-        .artifact(&id)
-        .await
-        .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
-    let text = match st.console.text(&a.id).await {
+    let a = Shown::read(&st, &id).await?;
+    let text = match st.console.documents().text(&a.id).await {
         Ok(t) => t,
         Err(e) => return Err(e.into()),
     };
@@ -547,7 +562,6 @@ pub async fn edit_page(
         StatusCode::OK,
         &EditPage {
             chrome: chrome("Edit a document", h, "/projects"),
-            scope: scope_of(&a),
             markdown: text.markdown,
             token: text.token,
             a,
@@ -588,6 +602,7 @@ pub async fn list_page(
     };
     let rows = match st
         .console
+        .documents()
         .artifacts_of(At::Project(project.key.as_str()))
         .await
     {

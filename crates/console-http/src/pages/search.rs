@@ -90,6 +90,7 @@ async fn comment_place(st: &crate::AppState, id: &str) -> (String, String) {
                 (None, Some(doc), _) => {
                     let name = st
                         .console
+                        .documents()
                         .artifact(doc)
                         .await
                         .map(|a| a.filename)

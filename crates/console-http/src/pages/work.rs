@@ -688,6 +688,7 @@ pub async fn issue_page(
     };
     let artifacts = st
         .console
+        .documents()
         .artifacts_of(countersign_console_core::console::documents::At::Issue(
             &key,
         ))
@@ -704,6 +705,7 @@ pub async fn issue_page(
     let description = match &primary {
         Some(id) => st
             .console
+            .documents()
             .rendered(id)
             .await
             .ok()

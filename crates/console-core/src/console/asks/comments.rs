@@ -53,7 +53,7 @@ impl Asks<'_> {
         let (view, events, opened) = transact!(self.console, WorkTx, |tx| {
             self.write_comment(tx, &req, &id, actor, now).await
         })?;
-        self.console.document_committed(&events, None);
+        self.console.documents().document_committed(&events, None);
         self.console.dispatch(&opened).await;
         Ok(view)
     }
@@ -101,6 +101,7 @@ impl Asks<'_> {
         let c = &view.comment;
         let from = format!("countersign://comment/{}", c.id);
         self.console
+            .documents()
             .keep_mentions(tx, &from, c.issue.as_ref(), (&c.body, false), &e)
             .await?;
         Ok((view, vec![e], opened))
@@ -153,16 +154,18 @@ impl Asks<'_> {
             return Err(invalid("`artifact` names no document of this issue"));
         }
         if let Some(q) = &req.new.quote {
-            let d = self.console.loaded(tx, &a).await?;
+            let d = self.console.documents().loaded(tx, &a).await?;
             let probe = doc::EditOp::Replace {
                 quote: engine_quote(q),
                 text: q.exact.clone(),
                 block: req.new.block.clone(),
                 block_token: None,
             };
-            d.apply(None, &[probe], &mut || self.console.new_block_id())?;
+            d.apply(None, &[probe], &mut || {
+                self.console.documents().new_block_id()
+            })?;
         } else if let Some(b) = &req.new.block {
-            let d = self.console.loaded(tx, &a).await?;
+            let d = self.console.documents().loaded(tx, &a).await?;
             if d.position(b).is_none() {
                 return Err(Error::with_message(
                     ErrorCode::TARGET_NOT_FOUND,
@@ -303,6 +306,7 @@ impl Asks<'_> {
                 let c = &view.comment;
                 let from = format!("countersign://comment/{}", c.id);
                 self.console
+                    .documents()
                     .keep_mentions(tx, &from, c.issue.as_ref(), (&c.body, true), &e)
                     .await?;
             }
@@ -488,6 +492,7 @@ impl Asks<'_> {
             };
             let (_, mut events, kept) = self
                 .console
+                .documents()
                 .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
                 .await?;
             if let Some(s) = c.suggestion.as_mut() {
@@ -501,7 +506,7 @@ impl Asks<'_> {
             );
             Ok((view, events, kept))
         })?;
-        self.console.document_committed(&events, kept);
+        self.console.documents().document_committed(&events, kept);
         Ok(view)
     }
 

@@ -188,7 +188,7 @@ impl Asks<'_> {
             return Ok((Vec::new(), None));
         };
         let a = self.document_in(tx, &artifact).await?;
-        let current = self.console.loaded(tx, &a).await?;
+        let current = self.console.documents().loaded(tx, &a).await?;
         let Some(block) = current
             .asks()
             .into_iter()
@@ -209,6 +209,7 @@ impl Asks<'_> {
         };
         let (_, events, kept) = self
             .console
+            .documents()
             .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
             .await?;
         if let Some((_, d)) = &kept {
@@ -257,7 +258,7 @@ impl Asks<'_> {
                 let md = ask_block(&ask)?;
                 // As an edit op (the document's log replays ops): after the whole text of
                 // the top-level block holding `after`, the ask block as a block of its own.
-                let current = self.console.loaded(tx, &a).await?;
+                let current = self.console.documents().loaded(tx, &a).await?;
                 let top = current
                     .position(after)
                     .map(|p| {
@@ -282,6 +283,7 @@ impl Asks<'_> {
                 .ok_or_else(|| not_found("block"))?;
                 let (_, e, k) = self
                     .console
+                    .documents()
                     .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
                     .await?;
                 ask.block = k.as_ref().and_then(|(_, d)| {
@@ -299,7 +301,7 @@ impl Asks<'_> {
             events.push(self.append_ask(tx, "ask.opened", actor, &view).await?);
             Ok((view, events, kept))
         })?;
-        self.console.document_committed(&events, kept);
+        self.console.documents().document_committed(&events, kept);
         tracing::info!(ask = %view.id, "ask opened on a document");
         Ok(view)
     }
@@ -345,6 +347,7 @@ impl Asks<'_> {
             let mut events = Vec::new();
             let version = self
                 .console
+                .documents()
                 .settle_now(tx, &artifact, actor, &mut events)
                 .await?
                 .map(|v| v.number)
@@ -386,7 +389,7 @@ impl Asks<'_> {
             );
             Ok((ApprovalRequested { ask: view, created }, events))
         })?;
-        self.console.document_committed(&events, None);
+        self.console.documents().document_committed(&events, None);
         Ok(out)
     }
 
@@ -532,7 +535,7 @@ impl Asks<'_> {
             events.push(self.append_at(tx, kind, actor, place, data).await?);
             Ok((review, answered, events))
         })?;
-        self.console.document_committed(&events, None);
+        self.console.documents().document_committed(&events, None);
         Ok((review, answered))
     }
 
@@ -550,7 +553,10 @@ impl Asks<'_> {
         if !a.settled
             && self.console.now() - a.changed_at >= crate::console::documents::settle_after()
         {
-            self.console.settle_now(tx, artifact, actor, events).await?;
+            self.console
+                .documents()
+                .settle_now(tx, artifact, actor, events)
+                .await?;
             a = self.document_in(tx, artifact).await?;
         }
         let latest = a.version.as_ref().map_or(0, |v| v.number);

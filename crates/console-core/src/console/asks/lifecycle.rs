@@ -245,7 +245,7 @@ impl Asks<'_> {
             events.push(self.append_ask(tx, "ask.reworded", actor, &view).await?);
             Ok((view, events, kept))
         })?;
-        self.console.document_committed(&events, kept);
+        self.console.documents().document_committed(&events, kept);
         Ok(view)
     }
 
@@ -392,7 +392,7 @@ impl Asks<'_> {
             events.push(self.append_ask(tx, kind, actor, &view).await?);
             Ok((view, events, kept))
         })?;
-        self.console.document_committed(&events, kept);
+        self.console.documents().document_committed(&events, kept);
         Ok(view)
     }
 

@@ -266,7 +266,7 @@ impl TestConsole {
 
     /// Drops the documents the console keeps in memory (what a restart does).
     pub fn forget_loaded_documents(&self) {
-        self.state.console.forget_loaded_documents();
+        self.state.console.documents().forget_loaded();
     }
 
     pub async fn stop(mut self) {

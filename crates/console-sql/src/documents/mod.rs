@@ -11,7 +11,7 @@
 //! as the issues' index.
 
 use async_trait::async_trait;
-use countersign_common::sql::{Backend, db_err, is_unique_violation};
+use countersign_common::sql::{db_err, is_unique_violation};
 use countersign_console_core::Time;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::documents::{
@@ -26,134 +26,10 @@ use sqlx::any::AnyRow;
 use crate::time;
 use crate::work::{Args, SqlTx, corrupt, event_of, json_of, text};
 
-/// The statements of version 8 both backends share.
-macro_rules! migration_8 {
-    ($bytes:literal, $($extra:literal),* $(,)?) => {
-        &[
-            "CREATE TABLE console_artifacts (
-                id TEXT PRIMARY KEY,
-                scope TEXT NOT NULL,
-                issue TEXT,
-                project TEXT,
-                session TEXT,
-                slug TEXT NOT NULL,
-                filename TEXT NOT NULL,
-                kind TEXT NOT NULL,
-                content_type TEXT NOT NULL,
-                size BIGINT NOT NULL,
-                token TEXT NOT NULL,
-                sequence BIGINT NOT NULL,
-                version BIGINT,
-                version_name TEXT,
-                version_kind TEXT,
-                settled BIGINT NOT NULL,
-                changed_at BIGINT NOT NULL,
-                changed_by TEXT NOT NULL,
-                created_by TEXT NOT NULL,
-                created_at BIGINT NOT NULL,
-                updated_at BIGINT NOT NULL,
-                tasks_done BIGINT NOT NULL,
-                tasks_total BIGINT NOT NULL,
-                log_entry BIGINT NOT NULL,
-                log_len BIGINT NOT NULL
-            )",
-            "CREATE UNIQUE INDEX console_artifacts_slug ON console_artifacts (scope, slug)",
-            "CREATE UNIQUE INDEX console_artifacts_filename ON console_artifacts (scope, filename)",
-            "CREATE INDEX console_artifacts_scope ON console_artifacts (scope, created_at)",
-            "CREATE INDEX console_artifacts_issue ON console_artifacts (issue, created_at)",
-            "CREATE TABLE console_documents (
-                artifact TEXT PRIMARY KEY,
-                markdown TEXT NOT NULL,
-                block_ids TEXT NOT NULL
-            )",
-            "CREATE TABLE console_document_log (
-                artifact TEXT NOT NULL,
-                entry BIGINT NOT NULL,
-                start_at BIGINT NOT NULL,
-                end_at BIGINT NOT NULL,
-                text TEXT NOT NULL,
-                ops TEXT NOT NULL,
-                block_ids TEXT NOT NULL,
-                token TEXT NOT NULL,
-                PRIMARY KEY (artifact, entry)
-            )",
-            concat!("CREATE TABLE console_artifact_versions (
-                artifact TEXT NOT NULL,
-                number BIGINT NOT NULL,
-                name TEXT,
-                kind TEXT NOT NULL,
-                token TEXT NOT NULL,
-                content_type TEXT NOT NULL,
-                size BIGINT NOT NULL,
-                markdown TEXT,
-                bytes ", $bytes, ",
-                by_actor TEXT NOT NULL,
-                created_at BIGINT NOT NULL,
-                PRIMARY KEY (artifact, number)
-            )"),
-            "CREATE TABLE console_references (
-                from_ref TEXT NOT NULL,
-                from_block TEXT NOT NULL,
-                from_issue TEXT,
-                to_ref TEXT NOT NULL,
-                to_block TEXT NOT NULL,
-                kind TEXT NOT NULL,
-                at BIGINT NOT NULL,
-                event_id BIGINT NOT NULL,
-                PRIMARY KEY (from_ref, from_block, to_ref, to_block, kind)
-            )",
-            "CREATE INDEX console_references_to ON console_references (to_ref, to_block)",
-            "CREATE INDEX console_references_from_issue ON console_references (from_issue)",
-            "CREATE INDEX console_references_kind ON console_references (kind, event_id)",
-            "CREATE TABLE console_artifact_unsubscribed (
-                artifact TEXT NOT NULL,
-                session TEXT NOT NULL,
-                through_event BIGINT NOT NULL,
-                PRIMARY KEY (artifact, session)
-            )",
-            "CREATE INDEX console_events_artifact ON console_events (artifact, sequence)",
-            $($extra),*
-        ]
-    };
-}
+mod migration;
+mod search;
 
-/// Version 8 on SQLite: the artifact tables, and the index as an FTS5 table over
-/// `console_artifact_text` (external content: triggers keep it).
-pub(crate) const MIGRATION_8_SQLITE: &[&str] = migration_8!(
-    "BLOB",
-    "CREATE TABLE console_artifact_text (
-        id INTEGER PRIMARY KEY,
-        artifact TEXT NOT NULL,
-        part TEXT NOT NULL,
-        body TEXT NOT NULL
-    )",
-    "CREATE UNIQUE INDEX console_artifact_text_part ON console_artifact_text (artifact, part)",
-    "CREATE VIRTUAL TABLE console_artifact_text_fts USING fts5(
-        body, content = 'console_artifact_text', content_rowid = 'id', tokenize = 'unicode61')",
-    "CREATE TRIGGER console_artifact_text_added AFTER INSERT ON console_artifact_text BEGIN
-        INSERT INTO console_artifact_text_fts (rowid, body) VALUES (new.id, new.body);
-    END",
-    "CREATE TRIGGER console_artifact_text_removed AFTER DELETE ON console_artifact_text BEGIN
-        INSERT INTO console_artifact_text_fts (console_artifact_text_fts, rowid, body)
-        VALUES ('delete', old.id, old.body);
-    END",
-);
-
-/// Version 8 on PostgreSQL: the artifact tables, and the index as a generated `tsvector` of
-/// the text's runs of letters and digits (what a query's words are, and what FTS5's
-/// `unicode61` splits on; PostgreSQL's own parser would keep `chart.png` or a URL whole).
-pub(crate) const MIGRATION_8_POSTGRES: &[&str] = migration_8!(
-    "BYTEA",
-    "CREATE TABLE console_artifact_text (
-        artifact TEXT NOT NULL,
-        part TEXT NOT NULL,
-        body TEXT NOT NULL,
-        search tsvector GENERATED ALWAYS AS
-            (to_tsvector('simple', regexp_replace(body, '[^[:alnum:]]+', ' ', 'g'))) STORED,
-        PRIMARY KEY (artifact, part)
-    )",
-    "CREATE INDEX console_artifact_text_search ON console_artifact_text USING GIN (search)",
-);
+pub(crate) use migration::{MIGRATION_8_POSTGRES, MIGRATION_8_SQLITE};
 
 const ARTIFACT_COLUMNS: &str = "id, scope, slug, filename, kind, content_type, size, token, \
      sequence, version, version_name, version_kind, settled, changed_at, changed_by, created_by, \
@@ -261,6 +137,10 @@ impl SqlTx {
             .collect()
     }
 }
+
+/// The documents area's view of a transaction (its traits are all implemented here and in
+/// the work module).
+impl countersign_console_core::work::DocumentsWork for SqlTx {}
 
 #[async_trait]
 impl DocumentTx for SqlTx {
@@ -688,136 +568,7 @@ impl DocumentTx for SqlTx {
         project: Option<&ProjectKey>,
         limit: u32,
     ) -> Result<(Vec<Hit>, i64), StorageError> {
-        if words.is_empty() {
-            return Ok((Vec::new(), 0));
-        }
-        let mut a = Args::default();
-        // Only letters and digits reach here; each word is quoted for FTS5 all the same.
-        // Each word a prefix: "safar" finds "Safari".
-        let quoted = |w: &String| crate::work::fts_prefix(w);
-        let (with, from_page, snippet, each_word): (String, String, String, Vec<String>) =
-            match self.backend {
-                Backend::Sqlite => {
-                    let q = a.push(words.iter().map(quoted).collect::<Vec<_>>().join(" OR "));
-                    // MATERIALIZED: flattened into the grouping below, bm25() and snippet()
-                    // would be out of their FTS5 query's context.
-                    let with = format!(
-                        "WITH m AS MATERIALIZED (SELECT t.artifact AS artifact, \
-                         -bm25(console_artifact_text_fts) AS score, \
-                         snippet(console_artifact_text_fts, 0, '', '', '…', 16) AS snip \
-                         FROM console_artifact_text_fts \
-                         JOIN console_artifact_text t ON t.id = console_artifact_text_fts.rowid \
-                         WHERE console_artifact_text_fts MATCH {q}), \
-                         best AS (SELECT artifact, MAX(score) AS score, snip FROM m GROUP BY artifact)"
-                    );
-                    let each = if any || words.len() == 1 {
-                        Vec::new()
-                    } else {
-                        words
-                            .iter()
-                            .map(|w| {
-                                format!(
-                                    "a.id IN (SELECT t.artifact FROM console_artifact_text_fts \
-                                     JOIN console_artifact_text t \
-                                     ON t.id = console_artifact_text_fts.rowid \
-                                     WHERE console_artifact_text_fts MATCH {})",
-                                    a.push(quoted(w))
-                                )
-                            })
-                            .collect()
-                    };
-                    (
-                        with,
-                        "best JOIN console_artifacts a ON a.id = best.artifact".to_owned(),
-                        "best.snip".to_owned(),
-                        each,
-                    )
-                }
-                Backend::Postgres => {
-                    let prefixed: Vec<String> =
-                        words.iter().map(|w| crate::work::pg_prefix(w)).collect();
-                    let q = a.push(prefixed.join(" | "));
-                    let with = format!(
-                        "WITH best AS (SELECT DISTINCT ON (t.artifact) t.artifact AS artifact, \
-                         t.part AS part, ts_rank(t.search, to_tsquery('simple', {q}))::float8 AS score \
-                         FROM console_artifact_text t WHERE t.search @@ to_tsquery('simple', {q}) \
-                         ORDER BY t.artifact, score DESC, t.part)"
-                    );
-                    let each = if any || words.len() == 1 {
-                        Vec::new()
-                    } else {
-                        words
-                            .iter()
-                            .map(|w| {
-                                format!(
-                                    "a.id IN (SELECT artifact FROM console_artifact_text \
-                                     WHERE search @@ to_tsquery('simple', {}))",
-                                    a.push(crate::work::pg_prefix(w))
-                                )
-                            })
-                            .collect()
-                    };
-                    (
-                        with,
-                        "best JOIN console_artifacts a ON a.id = best.artifact \
-                         JOIN console_artifact_text bt ON bt.artifact = best.artifact \
-                         AND bt.part = best.part"
-                            .to_owned(),
-                        format!(
-                            "ts_headline('simple', bt.body, to_tsquery('simple', {q}), \
-                             'StartSel=\"\",StopSel=\"\",MaxWords=24,MinWords=8')"
-                        ),
-                        each,
-                    )
-                }
-            };
-        let mut conds = each_word;
-        conds.push("a.session IS NULL".to_owned());
-        if let Some(p) = project {
-            conds.push(format!("a.project = {}", a.push(p.as_str().to_owned())));
-        }
-        let filter = format!("WHERE {}", conds.join(" AND "));
-        let total: i64 = sqlx::query_with(
-            &format!(
-                "{with} SELECT COUNT(*) AS n FROM best JOIN console_artifacts a \
-                 ON a.id = best.artifact {filter}"
-            ),
-            a.build(),
-        )
-        .fetch_one(&mut *self.tx)
-        .await
-        .map_err(db_err)?
-        .try_get("n")
-        .map_err(db_err)?;
-        let l = a.push(i64::from(limit));
-        let sql = format!(
-            "{with} SELECT a.id AS id, a.filename AS title, a.project AS project, \
-             a.issue AS issue, a.updated_at AS at, best.score AS score, {snippet} AS snippet FROM {from_page} \
-             {filter} ORDER BY score DESC, a.updated_at DESC, a.id LIMIT {l}"
-        );
-        let rows = sqlx::query_with(&sql, a.build())
-            .fetch_all(&mut *self.tx)
-            .await
-            .map_err(db_err)?;
-        let hits = rows
-            .iter()
-            .map(|r| {
-                let project: Option<String> = r.try_get("project").map_err(db_err)?;
-                let issue: Option<String> = r.try_get("issue").map_err(db_err)?;
-                let id: String = r.try_get("id").map_err(db_err)?;
-                Ok(Hit {
-                    issue: issue.as_deref().and_then(IssueKey::parse),
-                    artifact: Some(id.clone()),
-                    id,
-                    title: r.try_get("title").map_err(db_err)?,
-                    snippet: r.try_get("snippet").map_err(db_err)?,
-                    project: project.as_deref().and_then(ProjectKey::parse),
-                    at: time(r.try_get("at").map_err(db_err)?)?,
-                    score: r.try_get("score").map_err(db_err)?,
-                })
-            })
-            .collect::<Result<Vec<_>, StorageError>>()?;
-        Ok((hits, total))
+        self.document_hits(words, any, project, limit).await
     }
 
     async fn edges_from(
