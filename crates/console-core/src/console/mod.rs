@@ -4,7 +4,7 @@
 //! [`documents`] (documents and files), [`asks`] (asks, comments, the inbox: the [`asks::Asks`]
 //! service, `console.asks()`), [`messages`]
 //! (messages, broadcasts, conversation state), [`delivery`] (the delivery timeline and
-//! architecture sources).
+//! architecture sources: the [`delivery::Delivery`] service, `console.delivery()`).
 
 /// Runs `$body` in a write transaction with `$tx: &mut dyn WorkTx`, committing when it answers
 /// `Ok`; a storage conflict (a serialization failure or a busy database) starts it over, up
@@ -60,10 +60,9 @@ mod signin;
 mod tokens;
 mod work;
 
-pub use delivery::full_date;
 pub use delivery::{
-    ComponentTree, MeasuresAnswer, NewSessionGroup, PipelineAnswer, SessionGroupPatch,
-    TimelineAnswer,
+    ComponentTree, Delivery, MeasuresAnswer, NewSessionGroup, PipelineAnswer, SessionGroupPatch,
+    TimelineAnswer, full_date,
 };
 pub use messages::{
     ACK_WITHIN, Ack, AgentPatch, LIVE_FOR, LinkNotice, NewBroadcast, is_session_id,

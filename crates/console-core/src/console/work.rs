@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::work::EventTx;
 use crate::work::asks::AskView;
 use crate::work::delivery::HostError;
 use crate::work::documents::PrimaryDocument;
@@ -342,7 +343,7 @@ impl Console {
 
     pub(super) async fn append(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn EventTx,
         kind: &'static str,
         actor: &Actor,
         project: Option<&ProjectKey>,

@@ -24,7 +24,7 @@ pub mod search;
 pub mod store;
 
 pub use asks::{AskTx, AsksWork};
-pub use delivery::DeliveryTx;
+pub use delivery::{DeliveryTx, DeliveryWork};
 pub use documents::DocumentTx;
 pub use messages::MessageTx;
 pub use model::*;

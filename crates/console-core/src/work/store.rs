@@ -160,10 +160,10 @@ pub trait EventTx: Send {
 
 /// One transaction over the work storage: every aggregate's trait. [`crate::work::AsksWork`]
 /// joins all but the delivery area's ([`ProjectTx`], [`IssueTx`], [`EventTx`], documents,
-/// asks, messages, notices): an area that sees less takes its own trait, to which this one
-/// converts.
+/// asks, messages, notices), [`crate::work::DeliveryWork`] the delivery area's and the event
+/// log: an area that sees less takes its own trait, to which this one converts.
 #[async_trait]
-pub trait WorkTx: crate::work::AsksWork + crate::work::DeliveryTx {
+pub trait WorkTx: crate::work::AsksWork + crate::work::DeliveryWork {
     async fn commit(self: Box<Self>) -> Result<(), StorageError>;
 }
 
