@@ -1,6 +1,7 @@
 //! [`Console`]: one method per operation, split by area as the broker's core is:
 //! [`signin`] (sign-in and browser sessions), [`tokens`] (bearer tokens: the shared one and
-//! personal ones), [`front`] (the broker front), [`work`] (projects, issues, claims, events),
+//! personal ones), [`front`] (the broker front), [`work`] (projects, issues, claims, events:
+//! the [`Issues`] service, `console.issues()`),
 //! [`documents`] (documents and files), [`asks`] (asks, comments, the inbox: the [`asks::Asks`]
 //! service, `console.asks()`), [`messages`]
 //! (messages, broadcasts, conversation state), [`delivery`] (the delivery timeline and
@@ -68,7 +69,7 @@ pub use messages::{
     ACK_WITHIN, Ack, AgentPatch, LIVE_FOR, LinkNotice, NewBroadcast, is_session_id,
 };
 pub use signin::safe_return_to;
-pub use work::{IssuePatch, NewIssue, Presence, Suggestion, console_ref, is_role};
+pub use work::{IssuePatch, Issues, NewIssue, Presence, Suggestion, console_ref, is_role};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

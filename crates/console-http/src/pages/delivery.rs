@@ -443,7 +443,7 @@ pub async fn settings_page(
             default: m.default,
         })
         .collect();
-    let projects = st.console.projects().await?;
+    let projects = st.console.issues().projects().await?;
     let sources = st.console.delivery().architecture_sources().await?;
     let rows = projects
         .iter()
