@@ -1744,6 +1744,12 @@ impl EventTx for SqlTx {
 /// areas' modules).
 impl countersign_console_core::work::AsksWork for SqlTx {}
 
+/// The work area's view of a transaction.
+impl countersign_console_core::work::IssuesWork for SqlTx {}
+
+/// The delivery area's view of a transaction.
+impl countersign_console_core::work::DeliveryWork for SqlTx {}
+
 #[async_trait]
 impl WorkTx for SqlTx {
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {

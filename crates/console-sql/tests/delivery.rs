@@ -164,19 +164,22 @@ async fn contract(s: Arc<SqlStorage>) {
     let kept = console_with(&s, end, ConsoleConfig::default());
     let console = &kept;
     let w = console
-        .delivery_window(Some(start), Some(end))
+        .delivery()
+        .window(Some(start), Some(end))
         .expect("window");
     let merges = |n: usize, why: &str| {
         let why = why.to_owned();
         let console = &console;
         async move {
             let t = console
-                .delivery_timeline(w, &Filters::default())
+                .delivery()
+                .timeline(w, &Filters::default())
                 .await
                 .expect("timeline");
             assert_eq!(t.timeline.merges.len(), n, "{why}");
             let m = console
-                .delivery_measures(w, &Filters::default())
+                .delivery()
+                .measures(w, &Filters::default())
                 .await
                 .expect("measures");
             assert_eq!(m.measures.deploys_per_day > 0.0, n > 0, "{why}: the deploy");
@@ -241,7 +244,8 @@ async fn contract(s: Arc<SqlStorage>) {
         (start, start + Duration::days(70)),
     ] {
         let w = console
-            .delivery_window(Some(from), Some(to))
+            .delivery()
+            .window(Some(from), Some(to))
             .expect("window");
         let mut f = Filters::default();
         for facets in [false, true] {
@@ -249,8 +253,8 @@ async fn contract(s: Arc<SqlStorage>) {
                 f.facets.insert("author".into(), vec!["alice".into()]);
                 f.facets.insert("rework".into(), vec!["false".into()]);
             }
-            let kept = console.delivery_timeline(w, &f).await.expect("timeline");
-            let read = by_sql.delivery_timeline(w, &f).await.expect("timeline");
+            let kept = console.delivery().timeline(w, &f).await.expect("timeline");
+            let read = by_sql.delivery().timeline(w, &f).await.expect("timeline");
             if from == start && to == end {
                 assert!(kept.timeline.merges.len() > 100, "the month's merges");
             }
@@ -259,8 +263,8 @@ async fn contract(s: Arc<SqlStorage>) {
                 serde_json::to_value(&read).expect("json"),
                 "timeline {from}..{to}"
             );
-            let kept = console.delivery_measures(w, &f).await.expect("measures");
-            let read = by_sql.delivery_measures(w, &f).await.expect("measures");
+            let kept = console.delivery().measures(w, &f).await.expect("measures");
+            let read = by_sql.delivery().measures(w, &f).await.expect("measures");
             assert_eq!(
                 serde_json::to_value(&kept).expect("json"),
                 serde_json::to_value(&read).expect("json"),

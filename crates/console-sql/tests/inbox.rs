@@ -92,12 +92,14 @@ async fn scenario(s: Arc<SqlStorage>) {
             json
         }
     };
-    c.create_project(&person, "INBX", "Inbox")
+    c.issues()
+        .create_project(&person, "INBX", "Inbox")
         .await
         .expect("project");
     let mut issues = Vec::new();
     for t in ["One", "Two"] {
         let (i, _) = c
+            .issues()
             .create_issue(
                 &person,
                 NewIssue {
@@ -188,16 +190,17 @@ async fn scenario(s: Arc<SqlStorage>) {
         .expect("reply");
     check("the agent's reply on its answered ask").await;
 
-    c.update_issue(
-        &person,
-        &issues[1],
-        IssuePatch {
-            title: Some("Two, renamed".into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("update");
+    c.issues()
+        .update_issue(
+            &person,
+            &issues[1],
+            IssuePatch {
+                title: Some("Two, renamed".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("update");
     check("an issue update").await;
 
     c.session_event("session.updated", &agent, json!({}))
@@ -240,10 +243,12 @@ async fn a_large_kept_inbox_reuses_its_buffers() {
     let clock = Arc::new(ManualClock::new(Utc::now()));
     let c = console(&s, &clock);
     let (ada, person, agent) = people();
-    c.create_project(&person, "BIG", "Big")
+    c.issues()
+        .create_project(&person, "BIG", "Big")
         .await
         .expect("project");
     let (issue, _) = c
+        .issues()
         .create_issue(
             &person,
             NewIssue {
@@ -304,10 +309,12 @@ async fn answers_and_decisions(s: Arc<SqlStorage>) {
     let clock = Arc::new(ManualClock::new(Utc::now()));
     let c = console(&s, &clock);
     let (ada, person, agent) = people();
-    c.create_project(&person, "DCD", "Decided")
+    c.issues()
+        .create_project(&person, "DCD", "Decided")
         .await
         .expect("project");
     let (i, _) = c
+        .issues()
         .create_issue(
             &person,
             NewIssue {

@@ -42,25 +42,27 @@ async fn rows(s: Arc<SqlStorage>) {
         service: None,
         session: Some("s-1".into()),
     };
-    c.create_project(&ada, "LIST", "Lists")
+    c.issues()
+        .create_project(&ada, "LIST", "Lists")
         .await
         .expect("project");
     let statuses = [Status::Todo, Status::InProgress, Status::Done];
     for n in 1..=120 {
         let parent = (n > 100).then(|| "LIST-1".to_owned());
-        c.create_issue(
-            &ada,
-            NewIssue {
-                project: Some("LIST".into()),
-                title: Some(format!("Issue {n}")),
-                status: Some(statuses[n % 3]),
-                priority: Some((n % 4) as u8),
-                parent,
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("issue");
+        c.issues()
+            .create_issue(
+                &ada,
+                NewIssue {
+                    project: Some("LIST".into()),
+                    title: Some(format!("Issue {n}")),
+                    status: Some(statuses[n % 3]),
+                    priority: Some((n % 4) as u8),
+                    parent,
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("issue");
     }
     for q in ["One?", "Two?"] {
         c.asks()
@@ -89,12 +91,13 @@ async fn rows(s: Arc<SqlStorage>) {
     let mut seen = Vec::new();
     let mut sizes = Vec::new();
     loop {
-        let page = c.issue_rows(&q).await.expect("page");
+        let page = c.issues().issue_rows(&q).await.expect("page");
         assert_eq!(page.total, 120);
         sizes.push(page.rows.len());
         seen.extend(page.rows.iter().map(|r| r.issue.key.number()));
         if seen.len() == 50 {
             let first = c
+                .issues()
                 .issue_rows(&IssueListQuery {
                     after: None,
                     ..q.clone()
@@ -121,6 +124,7 @@ async fn rows(s: Arc<SqlStorage>) {
 
     // Filters and another order; a cursor of one order is refused in another.
     let done = c
+        .issues()
         .issue_rows(&IssueListQuery {
             project: ProjectKey::parse("LIST"),
             status: vec![Status::Done],
@@ -142,6 +146,7 @@ async fn rows(s: Arc<SqlStorage>) {
     let keys: HashSet<_> = done.rows.iter().map(|r| r.issue.key.clone()).collect();
     assert_eq!(keys.len(), 40);
     let err = c
+        .issues()
         .issue_rows(&IssueListQuery {
             project: ProjectKey::parse("LIST"),
             sort: IssueSort::Updated,
@@ -154,6 +159,7 @@ async fn rows(s: Arc<SqlStorage>) {
 
     // A board's counts: every status, zeros included, whatever the status filter.
     let counts = c
+        .issues()
         .status_counts(&IssueListQuery {
             project: ProjectKey::parse("LIST"),
             status: vec![Status::Done],

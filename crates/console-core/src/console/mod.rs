@@ -1,10 +1,11 @@
 //! [`Console`]: one method per operation, split by area as the broker's core is:
 //! [`signin`] (sign-in and browser sessions), [`tokens`] (bearer tokens: the shared one and
-//! personal ones), [`front`] (the broker front), [`work`] (projects, issues, claims, events),
+//! personal ones), [`front`] (the broker front), [`work`] (projects, issues, claims, events:
+//! the [`Issues`] service, `console.issues()`),
 //! [`documents`] (documents and files), [`asks`] (asks, comments, the inbox: the [`asks::Asks`]
 //! service, `console.asks()`), [`messages`]
 //! (messages, broadcasts, conversation state), [`delivery`] (the delivery timeline and
-//! architecture sources).
+//! architecture sources: the [`delivery::Delivery`] service, `console.delivery()`).
 
 /// Runs `$body` in a write transaction with `$tx: &mut dyn WorkTx`, committing when it answers
 /// `Ok`; a storage conflict (a serialization failure or a busy database) starts it over, up
@@ -60,16 +61,15 @@ mod signin;
 mod tokens;
 mod work;
 
-pub use delivery::full_date;
 pub use delivery::{
-    ComponentTree, MeasuresAnswer, NewSessionGroup, PipelineAnswer, SessionGroupPatch,
-    TimelineAnswer,
+    ComponentTree, Delivery, MeasuresAnswer, NewSessionGroup, PipelineAnswer, SessionGroupPatch,
+    TimelineAnswer, full_date,
 };
 pub use messages::{
     ACK_WITHIN, Ack, AgentPatch, LIVE_FOR, LinkNotice, NewBroadcast, is_session_id,
 };
 pub use signin::safe_return_to;
-pub use work::{IssuePatch, NewIssue, Presence, Suggestion, console_ref, is_role};
+pub use work::{IssuePatch, Issues, NewIssue, Presence, Suggestion, console_ref, is_role};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -9,7 +9,7 @@
 //! - [`store`]: the storage traits, one per aggregate, that a [`store::WorkTx`] transaction
 //!   joins; filtering and paging happen in the storage's queries, never after a fetch-all.
 //!
-//! The operations are methods of [`crate::Console`] (`console/work.rs`): each runs in one
+//! The operations are methods of [`crate::console::Issues`] (`console/work/`): each runs in one
 //! transaction, retried on a conflict, and appends its event in that transaction, so the event
 //! log and the records never disagree.
 
@@ -24,9 +24,9 @@ pub mod search;
 pub mod store;
 
 pub use asks::{AskTx, AsksWork};
-pub use delivery::DeliveryTx;
+pub use delivery::{DeliveryTx, DeliveryWork};
 pub use documents::{DocumentTx, DocumentsWork};
 pub use messages::MessageTx;
 pub use model::*;
 pub use repos::{CodeRef, RepoMapping, RepoName};
-pub use store::{EventTx, IssueTx, ProjectTx, WorkTx};
+pub use store::{EventTx, IssueTx, IssuesWork, ProjectTx, WorkTx};

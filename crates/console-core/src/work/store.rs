@@ -158,13 +158,31 @@ pub trait EventTx: Send {
     async fn last_event_id(&mut self) -> Result<i64, StorageError>;
 }
 
+/// What the work area's operations (`console/work/`) see of a transaction: projects, issues
+/// and the event log, and what an issue's answer reads of the other areas in the same
+/// transaction: its open asks ([`crate::work::AskTx`]), its primary document
+/// ([`crate::work::DocumentTx`]) and the live sessions' roles that its route status is
+/// resolved against ([`crate::work::MessageTx`]). [`WorkTx`] has it as a supertrait: a
+/// `&mut dyn WorkTx` converts to a `&mut dyn IssuesWork` (trait upcasting). A storage's
+/// transaction implements it with no method of its own.
+pub trait IssuesWork:
+    ProjectTx
+    + IssueTx
+    + EventTx
+    + crate::work::AskTx
+    + crate::work::DocumentTx
+    + crate::work::MessageTx
+{
+}
+
 /// One transaction over the work storage: every aggregate's trait. [`crate::work::AsksWork`]
 /// joins all but the delivery area's ([`ProjectTx`], [`IssueTx`], [`EventTx`], documents,
-/// asks, messages, notices), [`crate::work::DocumentsWork`] what the documents area sees: an
-/// area that sees less takes its own trait, to which this one converts.
+/// asks, messages, notices), [`crate::work::DocumentsWork`] what the documents area sees,
+/// [`crate::work::DeliveryWork`] the delivery area's and the event log, [`IssuesWork`] the work
+/// area's: an area that sees less takes its own trait, to which this one converts.
 #[async_trait]
 pub trait WorkTx:
-    crate::work::AsksWork + crate::work::DocumentsWork + crate::work::DeliveryTx
+    crate::work::AsksWork + crate::work::DocumentsWork + crate::work::DeliveryWork + IssuesWork
 {
     async fn commit(self: Box<Self>) -> Result<(), StorageError>;
 }

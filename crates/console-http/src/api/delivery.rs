@@ -33,12 +33,12 @@ pub async fn background(st: Arc<AppState>) {
     loop {
         tokio::select! {
             _pass = delivery.next() => {
-                if let Err(e) = st.console.sync_delivery().await {
+                if let Err(e) = st.console.delivery().sync().await {
                     tracing::warn!(code = e.code_str(), error = %e.message, "delivery sync failed");
                 }
             }
             _pass = architecture.next() => {
-                if let Err(e) = st.console.sync_architecture_all().await {
+                if let Err(e) = st.console.delivery().sync_architecture_all().await {
                     tracing::warn!(code = e.code_str(), error = %e.message, "architecture sync failed");
                 }
             }
@@ -103,7 +103,7 @@ pub async fn get_settings(
     q: Query,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.delivery_settings().await?))
+    Ok(ok(st.console.delivery().settings().await?))
 }
 
 pub async fn put_settings(
@@ -123,10 +123,10 @@ pub async fn put_settings(
         staging_deploy_job: b.staging_deploy_job,
         pr_checks_rollup_job: b.pr_checks_rollup_job,
     };
-    let saved = st.console.put_delivery_settings(&actor, s).await?;
+    let saved = st.console.delivery().put_settings(&actor, s).await?;
     let bg = st.clone();
     tokio::spawn(async move {
-        if let Err(e) = bg.console.sync_delivery().await {
+        if let Err(e) = bg.console.delivery().sync().await {
             tracing::warn!(code = e.code_str(), error = %e.message, "delivery sync failed");
         }
     });
@@ -154,7 +154,7 @@ pub(crate) fn window_and_filters(st: &AppState, q: &Query) -> ApiResult<(Window,
             })
             .transpose()
     };
-    let w = st.console.delivery_window(t("from")?, t("to")?)?;
+    let w = st.console.delivery().window(t("from")?, t("to")?)?;
     let text = q.one("q")?.map(str::trim).filter(|s| !s.is_empty());
     if text.is_some_and(|s| s.chars().count() > 1000) {
         return Err(
@@ -193,12 +193,12 @@ pub(crate) fn window_and_filters(st: &AppState, q: &Query) -> ApiResult<(Window,
 
 pub async fn timeline(State(st): St, q: Query) -> ApiResult<Response> {
     let (w, f) = window_and_filters(&st, &q)?;
-    Ok(ok(st.console.delivery_timeline(w, &f).await?))
+    Ok(ok(st.console.delivery().timeline(w, &f).await?))
 }
 
 pub async fn measures(State(st): St, q: Query) -> ApiResult<Response> {
     let (w, f) = window_and_filters(&st, &q)?;
-    Ok(ok(st.console.delivery_measures(w, &f).await?))
+    Ok(ok(st.console.delivery().measures(w, &f).await?))
 }
 
 pub async fn pipeline(State(st): St, q: Query) -> ApiResult<Response> {
@@ -209,7 +209,7 @@ pub async fn pipeline(State(st): St, q: Query) -> ApiResult<Response> {
                 .ok_or_else(|| query_err("`at` is a full-date (YYYY-MM-DD)"))
         })
         .transpose()?;
-    Ok(ok(st.console.delivery_pipeline(at).await?))
+    Ok(ok(st.console.delivery().pipeline(at).await?))
 }
 
 pub async fn run(State(st): St, Path(id): Path<String>) -> ApiResult<Response> {
@@ -218,7 +218,7 @@ pub async fn run(State(st): St, Path(id): Path<String>) -> ApiResult<Response> {
         .ok()
         .filter(|n| *n > 0 && id.bytes().all(|c| c.is_ascii_digit()))
         .ok_or_else(|| Error::new(ErrorCode::RUN_ID_INPUT))?;
-    Ok(ok(st.console.delivery_run(id).await?))
+    Ok(ok(st.console.delivery().run(id).await?))
 }
 
 /// Every live session's id and title, on whichever replica its link is.
@@ -240,6 +240,7 @@ pub async fn create_group(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let g = st
         .console
+        .delivery()
         .create_session_group(&actor, &b.name, &b.sessions, &live_titles(&st).await?)
         .await?;
     Ok(created(g, None))
@@ -254,6 +255,7 @@ pub async fn update_group(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     Ok(ok(st
         .console
+        .delivery()
         .update_session_group(&actor, &id, &b, &live_titles(&st).await?)
         .await?))
 }
@@ -265,7 +267,10 @@ pub async fn delete_group(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, q.one("session")?, false)?;
-    st.console.delete_session_group(&actor, &id).await?;
+    st.console
+        .delivery()
+        .delete_session_group(&actor, &id)
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -278,7 +283,7 @@ pub async fn get_source(
     Path(key): Path<String>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.architecture_source(&key).await?))
+    Ok(ok(st.console.delivery().architecture_source(&key).await?))
 }
 
 pub async fn put_source(
@@ -290,11 +295,12 @@ pub async fn put_source(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let src = st
         .console
+        .delivery()
         .put_architecture_source(&actor, &key, &b.repo, &b.branch)
         .await?;
     let bg = st.clone();
     tokio::spawn(async move {
-        if let Err(e) = bg.console.sync_architecture(None, &key).await {
+        if let Err(e) = bg.console.delivery().sync_architecture(None, &key).await {
             tracing::warn!(code = e.code_str(), error = %e.message, "architecture sync failed");
         }
     });
@@ -308,7 +314,10 @@ pub async fn delete_source(
     Path(key): Path<String>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, q.one("session")?, false)?;
-    st.console.delete_architecture_source(&actor, &key).await?;
+    st.console
+        .delivery()
+        .delete_architecture_source(&actor, &key)
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -319,11 +328,15 @@ pub async fn sync_source(
     In(b): In<ActorBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(ok(st.console.sync_architecture(Some(&actor), &key).await?))
+    Ok(ok(st
+        .console
+        .delivery()
+        .sync_architecture(Some(&actor), &key)
+        .await?))
 }
 
 pub async fn list_sources(State(st): St) -> ApiResult<Response> {
-    Ok(ok(st.console.architecture_sources().await?))
+    Ok(ok(st.console.delivery().architecture_sources().await?))
 }
 
 pub async fn components(
@@ -333,5 +346,5 @@ pub async fn components(
     Path(key): Path<String>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.component_tree(&key).await?))
+    Ok(ok(st.console.delivery().component_tree(&key).await?))
 }

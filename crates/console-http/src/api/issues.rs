@@ -63,14 +63,18 @@ pub async fn create(
     In(b): In<NewIssue>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let (issue, new) = st.console.create_issue(&actor, b).await?;
+    let (issue, new) = st.console.issues().create_issue(&actor, b).await?;
     if !new {
         // A ref imported already: the original (protocol §1.2).
         return Ok(ok(issue));
     }
     let location = format!("/api/v1/issues/{}", issue.key);
     // After the write committed: it never slows or blocks the write.
-    let suggestions = st.console.similar_to(&issue.key, &issue.title).await;
+    let suggestions = st
+        .console
+        .issues()
+        .similar_to(&issue.key, &issue.title)
+        .await;
     Ok(created(
         CreatedIssue {
             issue,
@@ -87,7 +91,7 @@ pub async fn read(
     Path(key): Path<String>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.issue(&key).await?))
+    Ok(ok(st.console.issues().issue(&key).await?))
 }
 
 pub async fn resolve(State(st): St, q: Query) -> ApiResult<Response> {
@@ -95,7 +99,7 @@ pub async fn resolve(State(st): St, q: Query) -> ApiResult<Response> {
         .one("ref")?
         .ok_or_else(|| query_err("`ref` names an issue key"))?;
     Ok(ok(Resolved {
-        key: st.console.resolve(r).await?,
+        key: st.console.issues().resolve(r).await?,
     }))
 }
 
@@ -172,7 +176,7 @@ pub async fn list(
         f.limit = Some(limit.unwrap_or(50));
         f.offset = offset.unwrap_or(0);
     }
-    let (issues, total) = st.console.issues(f.clone(), route_status).await?;
+    let (issues, total) = st.console.issues().list(f.clone(), route_status).await?;
     if paged {
         Ok(ok(IssuePage {
             issues,
@@ -192,7 +196,11 @@ pub async fn update(
     In(b): In<IssuePatch>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(ok(st.console.update_issue(&actor, &key, b).await?))
+    Ok(ok(st
+        .console
+        .issues()
+        .update_issue(&actor, &key, b)
+        .await?))
 }
 
 pub async fn claim(
@@ -202,7 +210,7 @@ pub async fn claim(
     In(b): In<ClaimBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), true)?;
-    Ok(ok(st.console.claim(&actor, &key, b.force).await?))
+    Ok(ok(st.console.issues().claim(&actor, &key, b.force).await?))
 }
 
 pub async fn release(
@@ -212,7 +220,7 @@ pub async fn release(
     Path(key): Path<String>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, q.one("session")?, true)?;
-    st.console.release(&actor, &key).await?;
+    st.console.issues().release(&actor, &key).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -242,7 +250,7 @@ pub async fn events(
         },
         limit,
     };
-    Ok(ok(st.console.issue_events(&key, &page).await?))
+    Ok(ok(st.console.issues().issue_events(&key, &page).await?))
 }
 
 /// `{read_sequence?, pinned?}`.
@@ -260,7 +268,7 @@ pub async fn read_states(
     Extension(caller): Extension<Caller>,
 ) -> ApiResult<Response> {
     let h = caller.human()?;
-    Ok(ok(st.console.read_states(h).await?))
+    Ok(ok(st.console.issues().read_states(h).await?))
 }
 
 pub async fn update_read_state(
@@ -272,12 +280,13 @@ pub async fn update_read_state(
     let h = caller.human()?;
     Ok(ok(st
         .console
+        .issues()
         .update_read_state(h, &key, b.read_sequence, b.pinned)
         .await?))
 }
 
 pub async fn subscribers(State(st): St, Path(key): Path<String>) -> ApiResult<Response> {
-    Ok(ok(st.console.subscribers(&key).await?))
+    Ok(ok(st.console.issues().subscribers(&key).await?))
 }
 
 pub async fn unsubscribe(
@@ -289,6 +298,9 @@ pub async fn unsubscribe(
         return Err(ErrorCode::INVALID_SESSION_ID.into());
     }
     let actor = acting(&caller, None, false)?;
-    st.console.unsubscribe(&actor, &key, &session).await?;
+    st.console
+        .issues()
+        .unsubscribe(&actor, &key, &session)
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -24,7 +24,7 @@ impl Input for CreateProject {
 }
 
 pub async fn list(State(st): St) -> ApiResult<Response> {
-    Ok(ok(st.console.projects().await?))
+    Ok(ok(st.console.issues().projects().await?))
 }
 
 pub async fn create(
@@ -34,7 +34,11 @@ pub async fn create(
 ) -> ApiResult<Response> {
     // The spec has a bearer name its session here.
     let actor = acting(&caller, b.actor.as_deref(), true)?;
-    let p = st.console.create_project(&actor, &b.key, &b.name).await?;
+    let p = st
+        .console
+        .issues()
+        .create_project(&actor, &b.key, &b.name)
+        .await?;
     Ok(created(p, None))
 }
 

@@ -144,7 +144,7 @@ pub async fn timeline_page(
         Ok(x) => x,
         Err(e) => return Ok(PageError::from(e.0).into_response()),
     };
-    let t = match st.console.delivery_timeline(w, &f).await {
+    let t = match st.console.delivery().timeline(w, &f).await {
         Ok(t) => t,
         Err(e) => return Ok(not_configured_or(e).into_response()),
     };
@@ -304,7 +304,7 @@ pub async fn pipeline_page(
         },
         _ => None,
     };
-    Ok(match st.console.delivery_pipeline(at).await {
+    Ok(match st.console.delivery().pipeline(at).await {
         Ok(p) => page(
             StatusCode::OK,
             &PipelinePage {
@@ -322,7 +322,7 @@ pub async fn components_page(
     Path(key): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    Ok(match st.console.component_tree(&key).await {
+    Ok(match st.console.delivery().component_tree(&key).await {
     Ok(tree) => {
         // Depth-first from the roots.
         let mut order = Vec::new();
@@ -424,7 +424,7 @@ pub async fn settings_page(
     Extension(caller): Extension<Caller>,
 ) -> Result<Response, PageError> {
     let h = human(&caller)?;
-    let settings = st.console.delivery_settings().await?;
+    let settings = st.console.delivery().settings().await?;
     let mappings = st
         .console
         .repo_mappings()
@@ -443,8 +443,8 @@ pub async fn settings_page(
             default: m.default,
         })
         .collect();
-    let projects = st.console.projects().await?;
-    let sources = st.console.architecture_sources().await?;
+    let projects = st.console.issues().projects().await?;
+    let sources = st.console.delivery().architecture_sources().await?;
     let rows = projects
         .iter()
         .map(|p| SourceRow {
@@ -457,7 +457,7 @@ pub async fn settings_page(
         StatusCode::OK,
         &SettingsPage {
             chrome: chrome("Settings", h, "/settings"),
-            code_host: st.console.has_code_host(),
+            code_host: st.console.delivery().has_code_host(),
             configured: settings.is_some(),
             s: settings.unwrap_or_else(|| DeliverySettings {
                 deploy_repository: String::new(),

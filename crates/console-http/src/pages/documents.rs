@@ -590,7 +590,7 @@ pub async fn list_page(
     Query(q): Query<HashMap<String, String>>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let project = match st.console.projects().await {
+    let project = match st.console.issues().projects().await {
         Ok(ps) => ps.into_iter().find(|p| p.key.as_str() == key),
         Err(e) => return Err(e.into()),
     };

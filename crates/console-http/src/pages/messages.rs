@@ -204,7 +204,7 @@ fn fail(e: &Error) -> Response {
 /// `GET /sessions`: the live sessions.
 pub async fn sessions_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    let groups = st.console.session_groups().await?;
+    let groups = st.console.delivery().session_groups().await?;
     Ok(match st.console.live_sessions().await {
         Ok(live) => page(
             StatusCode::OK,

@@ -58,7 +58,7 @@ pub struct ProjectsPage<'a> {
 
 pub async fn projects_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    let ps = st.console.projects().await?;
+    let ps = st.console.issues().projects().await?;
     Ok(page(
         StatusCode::OK,
         &ProjectsPage {
@@ -330,7 +330,7 @@ async fn read_list(
         next: None,
     };
     if f.board() {
-        let counts = st.console.status_counts(&q).await?;
+        let counts = st.console.issues().status_counts(&q).await?;
         for (s, total) in counts {
             if !q.status.is_empty() && !q.status.contains(&s) {
                 continue;
@@ -344,7 +344,7 @@ async fn read_list(
             cq.after = None;
             cq.limit = BOARD_CARDS;
             let cards = if total > 0 {
-                st.console.issue_rows(&cq).await?.rows
+                st.console.issues().issue_rows(&cq).await?.rows
             } else {
                 Vec::new()
             };
@@ -359,7 +359,7 @@ async fn read_list(
             });
         }
     } else {
-        let page = st.console.issue_rows(&q).await?;
+        let page = st.console.issues().issue_rows(&q).await?;
         rows = page.rows.iter().map(IssueRow::of).collect();
         pager = Pager {
             shown: rows.len(),
@@ -381,7 +381,7 @@ pub async fn issues_page(
     let Some(key) = ProjectKey::parse(&project) else {
         return Err(no_project(&project));
     };
-    let projects = st.console.projects().await?;
+    let projects = st.console.issues().projects().await?;
     let Some(p) = projects.iter().find(|p| p.key == key) else {
         return Err(no_project(&project));
     };
@@ -675,7 +675,7 @@ pub async fn issue_page(
     Path(key): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let issue = match st.console.issue(&key).await {
+    let issue = match st.console.issues().issue(&key).await {
         Ok(i) => i,
         Err(e) if e.status() == 404 => {
             return Err(PageError::not_found(format!("There is no issue {key}."))
@@ -727,6 +727,7 @@ pub async fn issue_page(
         .await?;
     let history = st
         .console
+        .issues()
         .issue_events(
             &key,
             &EventPage {

@@ -405,12 +405,14 @@ async fn inbox(
         let key = format!("P{p:03}");
         state
             .console
+            .issues()
             .create_project(&person, &key, &format!("Project {p}"))
             .await?;
         let mut keys = Vec::new();
         for _ in 0..issues_per_project {
             let (issue, _) = state
                 .console
+                .issues()
                 .create_issue(
                     &person,
                     NewIssue {
@@ -924,7 +926,7 @@ async fn fill(
                     labels: vec![format!("l{}", rng.next() % 20)],
                     ..Default::default()
                 };
-                state.console.create_issue(&actor, new).await?;
+                state.console.issues().create_issue(&actor, new).await?;
                 if i % 10_000 == 9_999 {
                     eprintln!("  {} issues…", i + 1);
                 }
@@ -958,6 +960,7 @@ async fn pages(
     };
     let created = state
         .console
+        .issues()
         .create_project(&person, "BENCH", "Bench")
         .await;
     anyhow::ensure!(created.is_ok() || args.existing, "project: {created:?}");
@@ -1047,7 +1050,7 @@ async fn pages(
             ..Default::default()
         };
         for _ in 0..99 {
-            let page = state.console.issue_rows(&deep).await?;
+            let page = state.console.issues().issue_rows(&deep).await?;
             deep.after = page.next.as_deref().and_then(IssueCursor::parse);
         }
         cases.push(("the 100th page".into(), deep));
@@ -1057,7 +1060,7 @@ async fn pages(
             let mut rows = 0;
             for _ in 0..reads {
                 let t = Instant::now();
-                let page = state.console.issue_rows(&q).await?;
+                let page = state.console.issues().issue_rows(&q).await?;
                 lat.push(t.elapsed());
                 rows = page.rows.len();
             }
@@ -1073,6 +1076,7 @@ async fn pages(
     // An issue with `--timeline` entries: comments, and an ask each fourth.
     let (issue, _) = state
         .console
+        .issues()
         .create_issue(
             &person,
             NewIssue {

@@ -190,7 +190,9 @@ async fn main() -> anyhow::Result<()> {
     );
     // Right after a sync: each read finds the synced data's generation moved.
     {
-        let w = console.delivery_window(Some(end - Duration::days(365)), Some(end))?;
+        let w = console
+            .delivery()
+            .window(Some(end - Duration::days(365)), Some(end))?;
         let f = Filters::default();
         let (mut tl, mut ms) = (Vec::new(), Vec::new());
         for i in 0..a.rounds * 2 {
@@ -204,10 +206,10 @@ async fn main() -> anyhow::Result<()> {
             tx.commit().await?;
             let t = Instant::now();
             if i % 2 == 0 {
-                console.delivery_timeline(w, &f).await?;
+                console.delivery().timeline(w, &f).await?;
                 tl.push(t.elapsed().as_secs_f64() * 1000.0);
             } else {
-                console.delivery_measures(w, &f).await?;
+                console.delivery().measures(w, &f).await?;
                 ms.push(t.elapsed().as_secs_f64() * 1000.0);
             }
         }
@@ -220,9 +222,11 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     for (label, days) in [("year", 365), ("7 days", 7)] {
-        let w = console.delivery_window(Some(end - Duration::days(days)), Some(end))?;
+        let w = console
+            .delivery()
+            .window(Some(end - Duration::days(days)), Some(end))?;
         // The first read keeps the synced data; the rounds then measure reads between syncs.
-        console.delivery_timeline(w, &Filters::default()).await?;
+        console.delivery().timeline(w, &Filters::default()).await?;
         let f = Filters::default();
         let mut faceted = Filters::default();
         faceted.facets.insert("author".into(), vec!["alice".into()]);
@@ -232,11 +236,11 @@ async fn main() -> anyhow::Result<()> {
             let mut merges = 0;
             for _ in 0..a.rounds {
                 let t = Instant::now();
-                let x = console.delivery_timeline(w, filters).await?;
+                let x = console.delivery().timeline(w, filters).await?;
                 tl.push(t.elapsed().as_secs_f64() * 1000.0);
                 merges = x.timeline.merges.len();
                 let t = Instant::now();
-                console.delivery_measures(w, filters).await?;
+                console.delivery().measures(w, filters).await?;
                 ms.push(t.elapsed().as_secs_f64() * 1000.0);
             }
             println!(

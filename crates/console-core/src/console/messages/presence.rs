@@ -117,7 +117,10 @@ impl Console {
     }
 
     /// The roles live sessions advertise, read in `tx`.
-    pub(crate) async fn live_roles_in(&self, tx: &mut dyn WorkTx) -> Result<Vec<String>, Error> {
+    pub(crate) async fn live_roles_in(
+        &self,
+        tx: &mut dyn crate::work::MessageTx,
+    ) -> Result<Vec<String>, Error> {
         Ok(tx.live_roles(self.replica(), self.fresh_after()).await?)
     }
 

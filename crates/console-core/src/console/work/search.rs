@@ -1,0 +1,81 @@
+//! The console's full-text search (protocol §6.5) over every area's index: issues,
+//! documents, asks, comments and messages. It reads no more of one area than another, so it
+//! is the console's, not the work area's.
+
+use super::*;
+use crate::work::{SearchPage, search};
+
+impl Console {
+    /// Full-text search (protocol §6.5): each kind's index ranks its best 100, the kinds are
+    /// fused, and the page is cut from the fused list. CAP_EXCEEDED over 1,000 characters,
+    /// INVALID_PROJECT for a project that is not a project key.
+    pub async fn search(
+        &self,
+        q: &str,
+        project: Option<&str>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<SearchPage, Error> {
+        let q = q.trim();
+        if rules::chars(q) > 1000 {
+            return Err(Error::with_message(
+                ErrorCode::CAP_EXCEEDED,
+                "q is at most 1000 characters",
+            ));
+        }
+        if q.is_empty() {
+            return Err(Error::with_message(
+                ErrorCode::INVALID_QUERY,
+                "`q` names what to search for",
+            ));
+        }
+        let project = project
+            .map(|p| {
+                ProjectKey::parse(p).ok_or_else(|| {
+                    Error::with_message(ErrorCode::INVALID_PROJECT, "`project` is a project key")
+                })
+            })
+            .transpose()?;
+        let words = search::words(q);
+        let mut kinds: Vec<(SearchKind, Vec<crate::work::Hit>)> = Vec::new();
+        let mut total = 0;
+        if !words.is_empty() {
+            let mut tx = self.parts.storage.read().await?;
+            let p = project.as_ref();
+            let (hits, n) = tx.search_issues(&words, p, search::PER_KIND).await?;
+            total += n;
+            kinds.push((SearchKind::Issue, hits));
+            let (hits, n) = tx
+                .search_documents(&words, false, p, search::PER_KIND)
+                .await?;
+            total += n;
+            kinds.push((SearchKind::Document, hits));
+            let (hits, n) = tx
+                .search_asks(&words, false, p, false, search::PER_KIND)
+                .await?;
+            total += n;
+            kinds.push((SearchKind::Ask, hits));
+            let (hits, n) = tx.search_comments(&words, p, search::PER_KIND).await?;
+            total += n;
+            kinds.push((SearchKind::Comment, hits));
+            let (hits, n) = tx
+                .search_messages(&words, false, p, search::PER_KIND)
+                .await?;
+            total += n;
+            kinds.push((SearchKind::Message, hits));
+        }
+        let reachable = kinds.iter().map(|(_, h)| h.len() as i64).sum();
+        let rows = search::fuse(kinds, console_ref)
+            .into_iter()
+            .skip(offset as usize)
+            .take(limit as usize)
+            .collect();
+        Ok(SearchPage {
+            rows,
+            total,
+            reachable,
+            limit,
+            offset,
+        })
+    }
+}
