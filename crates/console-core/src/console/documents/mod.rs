@@ -434,7 +434,19 @@ impl Documents<'_> {
         for (k, v) in extra {
             data[*k] = v.clone();
         }
-        let e = NewEvent {
+        let e = self.artifact_event(a, kind, actor, data);
+        Ok(tx.append_event(&e, Some(a.sequence)).await?)
+    }
+
+    /// An event about artifact `a`, by `actor`, now.
+    fn artifact_event(
+        &self,
+        a: &Artifact,
+        kind: &'static str,
+        actor: &Actor,
+        data: Value,
+    ) -> NewEvent {
+        NewEvent {
             kind,
             at: self.console.now(),
             actor: actor.clone(),
@@ -443,8 +455,7 @@ impl Documents<'_> {
             artifact: Some(a.id.clone()),
             session: actor.session().map(str::to_owned),
             data,
-        };
-        Ok(tx.append_event(&e, Some(a.sequence)).await?)
+        }
     }
 }
 

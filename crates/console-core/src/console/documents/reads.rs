@@ -225,16 +225,7 @@ impl Documents<'_> {
                 "session_id": session,
                 "by": actor,
             });
-            let e = NewEvent {
-                kind: "subscription.removed",
-                at: self.console.now(),
-                actor: actor.clone(),
-                project: a.scope.project(),
-                issue: a.scope.issue().cloned(),
-                artifact: Some(a.id.clone()),
-                session: actor.session().map(str::to_owned),
-                data,
-            };
+            let e = self.artifact_event(&a, "subscription.removed", actor, data);
             Ok(Some(tx.append_event(&e, None).await?))
         })?;
         if let Some(e) = event {
