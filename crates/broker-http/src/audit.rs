@@ -332,8 +332,6 @@ pub async fn inspect(
     settings: Option<&countersign_broker_core::passkey::PasskeySettings>,
     remembered: Option<(Walk, String)>,
 ) -> anyhow::Result<Inspected> {
-    use countersign_broker_core::ids::{CredentialId, EnrollmentId, GrantId, RecordId};
-    let db = |e: countersign_broker_core::StorageError| anyhow::anyhow!("database: {e}");
     let ids = storage.inventory().await.map_err(db)?;
     let mut tx = storage.snapshot().await.map_err(db)?;
     let mut ins = audit::Inspection::new();
@@ -349,6 +347,29 @@ pub async fn inspect(
             ins.entry(sealer, e);
         }
     }
+    inspect_machines(&mut *tx, &mut ins, sealer, &ids).await;
+    inspect_decisions(&mut *tx, &mut ins, sealer, settings, &ids).await?;
+    drop(tx);
+    let (entries, head) = (ins.entries(), ins.head().clone());
+    Ok(Inspected {
+        entries,
+        head,
+        findings: ins.finish(),
+    })
+}
+
+fn db(e: countersign_broker_core::StorageError) -> anyhow::Error {
+    anyhow::anyhow!("database: {e}")
+}
+
+/// Every launcher credential and enrollment row against its seal and the chain.
+async fn inspect_machines(
+    tx: &mut dyn countersign_broker_core::storage::Tx,
+    ins: &mut audit::Inspection,
+    sealer: &Sealer,
+    ids: &countersign_broker_sql::Inventory,
+) {
+    use countersign_broker_core::ids::{CredentialId, EnrollmentId};
     for id in &ids.credentials {
         match CredentialId::parse(id).ok() {
             None => ins.unreadable("credentials", id, "the id does not parse"),
@@ -369,6 +390,18 @@ pub async fn inspect(
             },
         }
     }
+}
+
+/// Every passkey, record (with its countersignature) and grant (with its record) against its
+/// seal and the chain.
+async fn inspect_decisions(
+    tx: &mut dyn countersign_broker_core::storage::Tx,
+    ins: &mut audit::Inspection,
+    sealer: &Sealer,
+    settings: Option<&countersign_broker_core::passkey::PasskeySettings>,
+    ids: &countersign_broker_sql::Inventory,
+) -> anyhow::Result<()> {
+    use countersign_broker_core::ids::{GrantId, RecordId};
     let passkeys: std::collections::HashMap<String, _> = tx
         .list_passkeys()
         .await
@@ -413,13 +446,7 @@ pub async fn inspect(
             },
         }
     }
-    drop(tx);
-    let (entries, head) = (ins.entries(), ins.head().clone());
-    Ok(Inspected {
-        entries,
-        head,
-        findings: ins.finish(),
-    })
+    Ok(())
 }
 
 /// `audit accept-head`: verifies the chain as it now is, appends a sealed

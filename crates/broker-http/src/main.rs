@@ -205,34 +205,9 @@ async fn main() -> anyhow::Result<()> {
                 .await?
         }
     };
-    let scheme = if config.tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
     tracing::info!(addr = %running.addr, "broker listening");
     if let Some(dir) = dev {
-        let token = config
-            .console_token()?
-            .map(|t| t.to_string())
-            .unwrap_or_default();
-        // The public URL: what proofs' `htu` must name (the bound port, unless overridden).
-        println!(
-            "Countersign broker (dev mode) at {}",
-            config.public_url.trim_end_matches('/')
-        );
-        println!("  state:         {}", dir.display());
-        if let Some(p) = &audit_state_file {
-            println!("  audit state:   {}", p.display());
-        }
-        println!("  console token: {token}");
-        println!(
-            "  demo secrets:  DEMO_AUTOMATIC (automatic), DEMO_OWNER (owner {DEV_PERSON}), DEMO_SHARED (shared), DEMO_LOCKED (locked)"
-        );
-        println!(
-            "Next: curl {scheme}://{}/v1/settings   (API: {scheme}://{}/v1/openapi.json)",
-            running.addr, running.addr
-        );
+        dev_banner(&config, &dir, audit_state_file.as_deref(), running.addr)?;
     }
     let handle = running.handle.clone();
     tokio::spawn(async move {
@@ -242,6 +217,40 @@ async fn main() -> anyhow::Result<()> {
     });
     running.wait().await.context("server")?;
     telemetry.shutdown();
+    Ok(())
+}
+
+/// What `dev` prints once listening: where its state is, the console token, the demo secrets,
+/// and a first request to try.
+fn dev_banner(
+    config: &Config,
+    dir: &std::path::Path,
+    audit_state_file: Option<&std::path::Path>,
+    addr: SocketAddr,
+) -> anyhow::Result<()> {
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let token = config
+        .console_token()?
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    // The public URL: what proofs' `htu` must name (the bound port, unless overridden).
+    println!(
+        "Countersign broker (dev mode) at {}",
+        config.public_url.trim_end_matches('/')
+    );
+    println!("  state:         {}", dir.display());
+    if let Some(p) = audit_state_file {
+        println!("  audit state:   {}", p.display());
+    }
+    println!("  console token: {token}");
+    println!(
+        "  demo secrets:  DEMO_AUTOMATIC (automatic), DEMO_OWNER (owner {DEV_PERSON}), DEMO_SHARED (shared), DEMO_LOCKED (locked)"
+    );
+    println!("Next: curl {scheme}://{addr}/v1/settings   (API: {scheme}://{addr}/v1/openapi.json)");
     Ok(())
 }
 
@@ -313,34 +322,7 @@ async fn audit(action: AuditAction) -> anyhow::Result<()> {
                 (None, Some(c), _) => log::state_path(c)?,
                 (None, None, _) => None,
             };
-            let remembered = match &path {
-                Some(p) => {
-                    log::read_state(p)?.map(|h| (h, format!("the state file {}", p.display())))
-                }
-                None => None,
-            };
-            let settings = match &config {
-                Some(c) => c.passkey_settings()?,
-                None => None,
-            };
-            let found = log::inspect(&storage, &sealer, settings.as_ref(), remembered).await?;
-            storage.close().await;
-            if found.findings.is_empty() {
-                println!(
-                    "ok: {} entries, head {}",
-                    found.head.position, found.head.hash
-                );
-                return Ok(());
-            }
-            for f in &found.findings {
-                eprintln!("{f}");
-            }
-            eprintln!(
-                "{} finding(s) in {} entries and the sealed rows",
-                found.findings.len(),
-                found.entries
-            );
-            std::process::exit(1)
+            return audit_verify(storage, &sealer, config.as_ref(), path).await;
         }
         AuditAction::Export {
             since,
@@ -373,22 +355,7 @@ async fn audit(action: AuditAction) -> anyhow::Result<()> {
                 }
                 (None, None) => anyhow::bail!("give --state-file or --config"),
             };
-            let remembered = log::read_state(&path)?;
-            match log::accept_head(&storage, &sealer, remembered.as_ref(), chrono::Utc::now())
-                .await?
-            {
-                Ok(head) => {
-                    log::write_state(&path, &head)?;
-                    println!(
-                        "accepted: head {} ({}) written to {}; restart the broker",
-                        head.position,
-                        head.hash,
-                        path.display()
-                    );
-                    None
-                }
-                Err(b) => Some(b),
-            }
+            audit_accept_head(&storage, &sealer, &path).await?
         }
     };
     storage.close().await;
@@ -398,5 +365,65 @@ async fn audit(action: AuditAction) -> anyhow::Result<()> {
             eprintln!("broken at position {}: {}", b.position, b.reason.as_str());
             std::process::exit(1)
         }
+    }
+}
+
+/// `audit verify`: every finding on stderr and exit status 1, or `ok` with the head.
+async fn audit_verify(
+    storage: countersign_broker_sql::SqlStorage,
+    sealer: &countersign_broker_core::seal::Sealer,
+    config: Option<&Config>,
+    state_file: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    use countersign_broker_http::audit as log;
+    let remembered = match &state_file {
+        Some(p) => log::read_state(p)?.map(|h| (h, format!("the state file {}", p.display()))),
+        None => None,
+    };
+    let settings = match config {
+        Some(c) => c.passkey_settings()?,
+        None => None,
+    };
+    let found = log::inspect(&storage, sealer, settings.as_ref(), remembered).await?;
+    storage.close().await;
+    if found.findings.is_empty() {
+        println!(
+            "ok: {} entries, head {}",
+            found.head.position, found.head.hash
+        );
+        return Ok(());
+    }
+    for f in &found.findings {
+        eprintln!("{f}");
+    }
+    eprintln!(
+        "{} finding(s) in {} entries and the sealed rows",
+        found.findings.len(),
+        found.entries
+    );
+    std::process::exit(1)
+}
+
+/// `audit accept-head`: the chain as it now is accepted and its head written to the state
+/// file; the break instead when it does not verify.
+async fn audit_accept_head(
+    storage: &countersign_broker_sql::SqlStorage,
+    sealer: &countersign_broker_core::seal::Sealer,
+    path: &std::path::Path,
+) -> anyhow::Result<Option<countersign_broker_core::audit::ChainBreak>> {
+    use countersign_broker_http::audit as log;
+    let remembered = log::read_state(path)?;
+    match log::accept_head(storage, sealer, remembered.as_ref(), chrono::Utc::now()).await? {
+        Ok(head) => {
+            log::write_state(path, &head)?;
+            println!(
+                "accepted: head {} ({}) written to {}; restart the broker",
+                head.position,
+                head.hash,
+                path.display()
+            );
+            Ok(None)
+        }
+        Err(b) => Ok(Some(b)),
     }
 }

@@ -617,71 +617,78 @@ fn status_of(code: &str) -> u16 {
         .unwrap_or(500)
 }
 
+/// One route's operation: its responses (success, and each refusal code it can answer
+/// grouped by status), its path parameters, its credential, and its body.
+fn operation(r: &RouteSpec) -> Value {
+    let mut responses = Map::new();
+    responses.insert(r.success.to_string(), json!({ "description": "success" }));
+    let mut by_status: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
+    let mut all: Vec<&str> = r
+        .codes
+        .iter()
+        .chain(r.credential.codes())
+        .copied()
+        .collect();
+    if r.body.is_some() {
+        all.push("REQUEST_TOO_LARGE");
+    }
+    all.push("INTERNAL");
+    all.sort();
+    all.dedup();
+    for c in all {
+        by_status.entry(status_of(c)).or_default().push(c);
+    }
+    for (status, codes) in by_status {
+        responses.insert(
+            status.to_string(),
+            json!({
+                "description": codes.join(", "),
+                "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } },
+                "x-codes": codes,
+            }),
+        );
+    }
+    let params: Vec<Value> = r
+        .path
+        .split('/')
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
+        .chain(
+            matches!(r.path, "/v1/pending" | "/v1/launcher-credentials" | "/v1/grants")
+                .then(|| json!({ "name": "approver", "in": "query", "required": true, "schema": { "type": "string" } })),
+        )
+        .collect();
+    let security = match r.credential {
+        C::None => json!([]),
+        C::Console => json!([{ "consoleToken": [] }]),
+        _ => json!([{ "proof": [] }]),
+    };
+    let mut op = json!({
+        "summary": r.summary,
+        "operationId": format!("{} {}", r.method.to_lowercase(), r.path),
+        "x-credential": r.credential.as_str(),
+        "parameters": params,
+        "security": security,
+        "responses": responses,
+    });
+    if let (Some(code), Some(obj)) = (r.body, op.as_object_mut()) {
+        obj.insert(
+            "requestBody".into(),
+            json!({
+                "required": true,
+                "description": format!("one JSON object; a malformed one is {code}"),
+                "content": { "application/json": { "schema": { "type": "object" } } },
+            }),
+        );
+    }
+    op
+}
+
 /// The OpenAPI 3.1 document.
 pub fn document() -> Value {
     let mut paths = Map::new();
     for r in ROUTES {
-        let mut responses = Map::new();
-        responses.insert(r.success.to_string(), json!({ "description": "success" }));
-        let mut by_status: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
-        let mut all: Vec<&str> = r
-            .codes
-            .iter()
-            .chain(r.credential.codes())
-            .copied()
-            .collect();
-        if r.body.is_some() {
-            all.push("REQUEST_TOO_LARGE");
-        }
-        all.push("INTERNAL");
-        all.sort();
-        all.dedup();
-        for c in all {
-            by_status.entry(status_of(c)).or_default().push(c);
-        }
-        for (status, codes) in by_status {
-            responses.insert(
-                status.to_string(),
-                json!({
-                    "description": codes.join(", "),
-                    "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } },
-                    "x-codes": codes,
-                }),
-            );
-        }
-        let params: Vec<Value> = r
-            .path
-            .split('/')
-            .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-            .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
-            .chain(
-                matches!(r.path, "/v1/pending" | "/v1/launcher-credentials" | "/v1/grants")
-                    .then(|| json!({ "name": "approver", "in": "query", "required": true, "schema": { "type": "string" } })),
-            )
-            .collect();
-        let security = match r.credential {
-            C::None => json!([]),
-            C::Console => json!([{ "consoleToken": [] }]),
-            _ => json!([{ "proof": [] }]),
-        };
-        let mut op = json!({
-            "summary": r.summary,
-            "operationId": format!("{} {}", r.method.to_lowercase(), r.path),
-            "x-credential": r.credential.as_str(),
-            "parameters": params,
-            "security": security,
-            "responses": responses,
-        });
-        if let (Some(code), Some(obj)) = (r.body, op.as_object_mut()) {
-            obj.insert(
-                "requestBody".into(),
-                json!({
-                    "required": true,
-                    "description": format!("one JSON object; a malformed one is {code}"),
-                    "content": { "application/json": { "schema": { "type": "object" } } },
-                }),
-            );
-        }
+        let op = operation(r);
         let entry = paths.entry(r.path.to_owned()).or_insert_with(|| json!({}));
         if let Some(obj) = entry.as_object_mut() {
             obj.insert(r.method.to_lowercase(), op);

@@ -29,7 +29,56 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     let storage = countersign_broker_sql::SqlStorage::connect(&config.database_url)
         .await
         .map_err(|e| anyhow::anyhow!("database: {e}"))?;
-    let store: Arc<dyn countersign_broker_core::SecretStore> = match &config.store {
+    let store = secret_store(&config.store).await?;
+    let sealer = Sealer::new(&config.seal_key()?).context("seal key")?;
+    // SQLite is written by this process alone: its hot reads and single-use values can live in
+    // memory. PostgreSQL is shared by replicas: every read goes to the database.
+    let storage: Arc<dyn countersign_broker_core::Storage> = match storage.backend() {
+        countersign_broker_sql::Backend::Sqlite => {
+            Arc::new(countersign_broker_core::exclusive::Exclusive::new(storage))
+        }
+        countersign_broker_sql::Backend::Postgres => Arc::new(storage),
+    };
+    let tokens = token_verifier(config, clock.as_ref())?;
+    let parts = Parts {
+        storage,
+        store,
+        clock,
+        entropy: Arc::new(SystemEntropy),
+        tokens,
+    };
+    let broker = Arc::new(Broker::new(parts, sealer, config.broker_config()));
+    if let Err(e) = broker.reload_policy().await {
+        tracing::warn!(error = %e, "policy load at start failed; serving no secrets until a reload succeeds");
+    }
+    let token = config.console_token()?;
+    let mut state = AppState::new(
+        broker,
+        token.as_deref().map(|s| s.as_str()),
+        config.limits.quotas(),
+    );
+    state.body_limit = config.limits.body_bytes;
+    state.read_timeout = Duration::from_secs(config.limits.read_timeout_seconds.max(1));
+    state.max_connections = config.limits.max_connections;
+    state.metrics = Some(metrics_handle());
+    // The audit log head this replica remembers (its state file, written before every end is
+    // answered): a chain now shorter or different fails closed before the first request.
+    let keeper = crate::audit::start(&state.broker, config).await?;
+    state.audit_state_file = keeper.map(|k| k.path().to_path_buf());
+    state.notifier = config
+        .notifications
+        .as_ref()
+        .map(crate::notify::Notifier::new)
+        .transpose()?
+        .map(Arc::new);
+    Ok(Arc::new(state))
+}
+
+/// The secret store a configuration names, opened.
+async fn secret_store(
+    store: &StoreConfig,
+) -> anyhow::Result<Arc<dyn countersign_broker_core::SecretStore>> {
+    let store: Arc<dyn countersign_broker_core::SecretStore> = match store {
         StoreConfig::Local { path } => Arc::new(
             countersign_store_local::LocalFileStore::open(path)
                 .await
@@ -75,15 +124,15 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
             )
         }
     };
-    let sealer = Sealer::new(&config.seal_key()?).context("seal key")?;
-    // SQLite is written by this process alone: its hot reads and single-use values can live in
-    // memory. PostgreSQL is shared by replicas: every read goes to the database.
-    let storage: Arc<dyn countersign_broker_core::Storage> = match storage.backend() {
-        countersign_broker_sql::Backend::Sqlite => {
-            Arc::new(countersign_broker_core::exclusive::Exclusive::new(storage))
-        }
-        countersign_broker_sql::Backend::Postgres => Arc::new(storage),
-    };
+    Ok(store)
+}
+
+/// The ServiceAccount token verifier, when an issuer is configured; its keys are fetched in
+/// the background.
+fn token_verifier(
+    config: &Config,
+    clock: &dyn Clock,
+) -> anyhow::Result<Option<Arc<dyn countersign_broker_core::TokenVerifier>>> {
     let tokens: Option<Arc<dyn countersign_broker_core::TokenVerifier>> = match &config.token_issuer
     {
         None => None,
@@ -105,38 +154,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
             Some(verifier)
         }
     };
-    let parts = Parts {
-        storage,
-        store,
-        clock,
-        entropy: Arc::new(SystemEntropy),
-        tokens,
-    };
-    let broker = Arc::new(Broker::new(parts, sealer, config.broker_config()));
-    if let Err(e) = broker.reload_policy().await {
-        tracing::warn!(error = %e, "policy load at start failed; serving no secrets until a reload succeeds");
-    }
-    let token = config.console_token()?;
-    let mut state = AppState::new(
-        broker,
-        token.as_deref().map(|s| s.as_str()),
-        config.limits.quotas(),
-    );
-    state.body_limit = config.limits.body_bytes;
-    state.read_timeout = Duration::from_secs(config.limits.read_timeout_seconds.max(1));
-    state.max_connections = config.limits.max_connections;
-    state.metrics = Some(metrics_handle());
-    // The audit log head this replica remembers (its state file, written before every end is
-    // answered): a chain now shorter or different fails closed before the first request.
-    let keeper = crate::audit::start(&state.broker, config).await?;
-    state.audit_state_file = keeper.map(|k| k.path().to_path_buf());
-    state.notifier = config
-        .notifications
-        .as_ref()
-        .map(crate::notify::Notifier::new)
-        .transpose()?
-        .map(Arc::new);
-    Ok(Arc::new(state))
+    Ok(tokens)
 }
 
 /// The storage a broker runs on: SQLite is written by this process alone, so its hot reads and

@@ -6,13 +6,36 @@
 use std::path::Path;
 use std::time::Instant;
 
-use countersign_launcher_proto::messages::{LoginState, TokenLogin};
+use countersign_launcher_proto::messages::{LoginStarted, LoginState, TokenLogin};
 use serde_json::json;
 
 use crate::args::LoginArgs;
 use crate::ctx::{Ctx, Progress};
 use crate::exit::{self, Fail};
 use crate::prompt;
+
+/// Shows the confirmation code the approver types, and where.
+fn show_code(ctx: &Ctx, started: &LoginStarted) {
+    ctx.print(
+        &json!({
+            "event": "code",
+            "code": started.code,
+            "login": started.login,
+            "host": started.host,
+            "console_url": started.console_url,
+        }),
+        || {
+            let place = match &started.console_url {
+                Some(u) => format!("the approval console at {u}"),
+                None => "the approval console".to_owned(),
+            };
+            format!(
+                "To log {} in, {} approves it in {place} with this code:\n\n    {}\n",
+                started.host, started.login, started.code
+            )
+        },
+    );
+}
 
 pub async fn login(ctx: &Ctx, a: LoginArgs) -> Result<u8, Fail> {
     if let Some(service) = a.service {
@@ -21,25 +44,7 @@ pub async fn login(ctx: &Ctx, a: LoginArgs) -> Result<u8, Fail> {
     if !a.resume {
         let login = a.login.unwrap_or_default();
         let started = ctx.helper.login_start(&login, a.host.as_deref())?;
-        ctx.print(
-            &json!({
-                "event": "code",
-                "code": started.code,
-                "login": started.login,
-                "host": started.host,
-                "console_url": started.console_url,
-            }),
-            || {
-                let place = match &started.console_url {
-                    Some(u) => format!("the approval console at {u}"),
-                    None => "the approval console".to_owned(),
-                };
-                format!(
-                    "To log {} in, {} approves it in {place} with this code:\n\n    {}\n",
-                    started.host, started.login, started.code
-                )
-            },
-        );
+        show_code(ctx, &started);
         if a.no_wait {
             ctx.note("Not waiting (--no-wait). Wait later with: countersign login --resume");
             return Ok(exit::PENDING);

@@ -15,6 +15,7 @@
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
+use std::ops::ControlFlow;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
@@ -70,45 +71,10 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<u8, Fail> {
         session.enrollment_id.as_deref().unwrap_or("?")
     ));
 
-    let mut env: Vec<(String, countersign_launcher_proto::Secret)> = Vec::new();
-    if !a.ask.secrets.is_empty() {
-        let reason = a
-            .reason
-            .clone()
-            .unwrap_or_else(|| default_reason(&a.command));
-        let created = session::create(ctx, &a.ask, &reason).await?;
-        let id = created.id.clone();
-        let waited = tokio::select! {
-            r = session::wait(ctx, created, a.ask.no_wait, a.ask.timeout) => r?,
-            _ = tokio::signal::ctrl_c() => {
-                let _ = session::cancel_request(ctx, &id).await;
-                eprintln!("countersign: interrupted; request {id} cancelled");
-                return Ok(exit::for_signal(libc_sigint()));
-            }
-        };
-        match waited.state.as_str() {
-            "granted" => {
-                let grant = waited.grant_id.clone().unwrap_or_default();
-                let v = session::values(ctx, &grant).await?;
-                env.extend(v.values);
-            }
-            "pending" => {
-                let _ = session::cancel_request(ctx, &waited.id).await;
-                ctx.print(&waited.raw, || waited.describe());
-                ctx.note(
-                    "countersign: not waiting for the approval; the request is withdrawn with the session (run again without --no-wait, or use `countersign request` inside a session to leave one pending)",
-                );
-                return Ok(exit::PENDING);
-            }
-            "denied" => {
-                ctx.print(&waited.raw, || waited.describe());
-                return Ok(exit::DENIED);
-            }
-            _ => {
-                return Err(Fail::failure(waited.describe()));
-            }
-        }
-    }
+    let env = match granted_env(ctx, &a).await? {
+        ControlFlow::Continue(env) => env,
+        ControlFlow::Break(code) => return Ok(code),
+    };
 
     if !a.no_mask && relay::any_maskable(&env) {
         let code = relay::run_masked(&a.command, &env, &ctx.socket).await;
@@ -132,6 +98,52 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<u8, Fail> {
         .map(Pid::from_raw);
     let status = forward_signals_until_exit(&mut child, pid).await;
     Ok(status_code(status))
+}
+
+/// The values the command runs with, from a request for `--secret`s answered now or after a
+/// wait: none when it names no secret; `Break` with the exit code when it must not run
+/// (interrupted, left pending under `--no-wait`, denied).
+async fn granted_env(
+    ctx: &Ctx,
+    a: &RunArgs,
+) -> Result<ControlFlow<u8, Vec<(String, countersign_launcher_proto::Secret)>>, Fail> {
+    if a.ask.secrets.is_empty() {
+        return Ok(ControlFlow::Continue(Vec::new()));
+    }
+    let reason = a
+        .reason
+        .clone()
+        .unwrap_or_else(|| default_reason(&a.command));
+    let created = session::create(ctx, &a.ask, &reason).await?;
+    let id = created.id.clone();
+    let waited = tokio::select! {
+        r = session::wait(ctx, created, a.ask.no_wait, a.ask.timeout) => r?,
+        _ = tokio::signal::ctrl_c() => {
+            let _ = session::cancel_request(ctx, &id).await;
+            eprintln!("countersign: interrupted; request {id} cancelled");
+            return Ok(ControlFlow::Break(exit::for_signal(libc_sigint())));
+        }
+    };
+    match waited.state.as_str() {
+        "granted" => {
+            let grant = waited.grant_id.clone().unwrap_or_default();
+            let v = session::values(ctx, &grant).await?;
+            Ok(ControlFlow::Continue(v.values.into_iter().collect()))
+        }
+        "pending" => {
+            let _ = session::cancel_request(ctx, &waited.id).await;
+            ctx.print(&waited.raw, || waited.describe());
+            ctx.note(
+                "countersign: not waiting for the approval; the request is withdrawn with the session (run again without --no-wait, or use `countersign request` inside a session to leave one pending)",
+            );
+            Ok(ControlFlow::Break(exit::PENDING))
+        }
+        "denied" => {
+            ctx.print(&waited.raw, || waited.describe());
+            Ok(ControlFlow::Break(exit::DENIED))
+        }
+        _ => Err(Fail::failure(waited.describe())),
+    }
 }
 
 /// Reports a command that could not be started; answers 127 (not found) or 126.

@@ -222,30 +222,22 @@ fn webhook_secret(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// [`start`], with [`DevOptions`].
-pub async fn start_with(
+/// The broker's dev configuration for this console: `countersign-broker dev`'s, with its expiry
+/// notifications sent to the console at `console_addr` (signed with the webhook secret
+/// answered beside it, written in the state the broker's configuration creates), passkeys at
+/// `localhost`, and DEMO_PASSKEY approved only with one.
+fn broker_config(
     dir: &Path,
-    broker_port: u16,
-    console_port: u16,
-    options: DevOptions,
-) -> anyhow::Result<Dev> {
-    let broker_listener =
-        std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], broker_port)))
-            .with_context(|| format!("bind the broker on 127.0.0.1:{broker_port}"))?;
-    let broker_addr = broker_listener.local_addr()?;
-    let broker_url = format!("http://{broker_addr}");
-    let console_listener =
-        tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], console_port)))
-            .await
-            .with_context(|| format!("bind the console on 127.0.0.1:{console_port}"))?;
-    let console_addr = console_listener.local_addr()?;
-    let console_url = format!("http://{console_addr}");
+    broker_addr: SocketAddr,
+    console_addr: SocketAddr,
+    options: &DevOptions,
+) -> anyhow::Result<(countersign_broker_http::config::Config, PathBuf)> {
     // The broker's dev state and configuration, exactly as `countersign-broker dev` makes them,
     // with its expiry notifications sent to this console.
     let mut broker_config = countersign_broker_http::dev::dev_config(dir, broker_addr)?;
     let secret = webhook_secret(dir)?;
     broker_config.notifications = Some(countersign_broker_http::config::NotificationsConfig {
-        url: format!("{console_url}/hooks/broker"),
+        url: format!("http://{console_addr}/hooks/broker"),
         secret_file: secret.clone(),
         timeout_seconds: 10,
         retry_initial_seconds: 1,
@@ -269,6 +261,28 @@ pub async fn start_with(
         device_bound: false,
         aaguids: Vec::new(),
     }];
+    Ok((broker_config, secret))
+}
+
+/// [`start`], with [`DevOptions`].
+pub async fn start_with(
+    dir: &Path,
+    broker_port: u16,
+    console_port: u16,
+    options: DevOptions,
+) -> anyhow::Result<Dev> {
+    let broker_listener =
+        std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], broker_port)))
+            .with_context(|| format!("bind the broker on 127.0.0.1:{broker_port}"))?;
+    let broker_addr = broker_listener.local_addr()?;
+    let broker_url = format!("http://{broker_addr}");
+    let console_listener =
+        tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], console_port)))
+            .await
+            .with_context(|| format!("bind the console on 127.0.0.1:{console_port}"))?;
+    let console_addr = console_listener.local_addr()?;
+    let console_url = format!("http://{console_addr}");
+    let (broker_config, secret) = broker_config(dir, broker_addr, console_addr, &options)?;
     let state = countersign_broker_http::server::build(
         &broker_config,
         Arc::new(countersign_broker_core::SystemClock),

@@ -27,19 +27,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     let storage = countersign_console_sql::SqlStorage::connect(&config.database_url)
         .await
         .map_err(|e| anyhow::anyhow!("console database: {e}"))?;
-    let broker: Option<Arc<dyn countersign_console_core::BrokerClient>> = match &config.broker {
-        Some(b) => {
-            let token = config
-                .console_token()?
-                .context("the broker's console token: set [broker] console_token_file or COUNTERSIGN_CONSOLE_TOKEN")?;
-            Some(Arc::new(crate::broker_client::HttpBroker::new(
-                &b.url,
-                token,
-                Duration::from_secs(b.timeout_seconds),
-            )?))
-        }
-        None => None,
-    };
+    let broker = broker_client(config)?;
     let loops = Loops::default();
     // The console witnesses the broker's audit log outside the broker's database (witness.rs).
     if let (Some(b), Some(token)) = (&config.broker, config.console_token()?) {
@@ -47,15 +35,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         crate::witness::Witness::new(storage.clone(), &b.url, token, timeout)?
             .spawn(loops.witness.ticks());
     }
-    let idp: Option<Arc<dyn countersign_console_core::IdentityProvider>> = match &config.oidc {
-        Some(o) => Some(Arc::new(crate::oidc::OidcProvider::new(
-            &o.issuer,
-            &o.client_id,
-            config.oidc_client_secret()?,
-            &format!("{}/auth/callback", config.public_url.trim_end_matches('/')),
-        )?)),
-        None => None,
-    };
+    let idp = identity_provider(config)?;
     let console_config = ConsoleConfig {
         session_lifetime: chrono::Duration::hours(config.session_hours),
         local_sign_in: config.local_sign_in,
@@ -68,22 +48,7 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         ..ConsoleConfig::default()
     };
     let shared = config.shared_token()?;
-    let service_tokens = match &config.agents {
-        Some(a) => match &a.token_issuer {
-            Some(t) => {
-                let vc = t
-                    .verifier_config(Some(crate::config::DEFAULT_AUDIENCE))
-                    .map_err(anyhow::Error::msg)?;
-                let v = countersign_k8s_tokens::K8sTokenVerifier::new(vc)
-                    .map_err(|e| anyhow::anyhow!("[agents.token_issuer]: {e}"))?;
-                let v: Arc<dyn countersign_console_core::ServiceTokens> =
-                    Arc::new(crate::agents::K8sServiceTokens(v));
-                Some((v, a.service_accounts.clone()))
-            }
-            None => None,
-        },
-        None => None,
-    };
+    let service_tokens = service_tokens(config)?;
     let listener_storage = storage.clone();
     let notifier = match &config.notifications {
         Some(n) => Some(Arc::new(crate::notify::Notifier::new(
@@ -125,8 +90,79 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     state.notifier = notifier;
     state.loops = loops;
     let state = Arc::new(state);
-    let weak = Arc::downgrade(&state);
-    let listener = listener_storage.listen_events(Arc::new(move |id| {
+    listen(&state, &listener_storage);
+    Ok(state)
+}
+
+/// The broker client, when a broker is configured (its console token is then required).
+fn broker_client(
+    config: &Config,
+) -> anyhow::Result<Option<Arc<dyn countersign_console_core::BrokerClient>>> {
+    let broker: Option<Arc<dyn countersign_console_core::BrokerClient>> = match &config.broker {
+        Some(b) => {
+            let token = config
+                .console_token()?
+                .context("the broker's console token: set [broker] console_token_file or COUNTERSIGN_CONSOLE_TOKEN")?;
+            Some(Arc::new(crate::broker_client::HttpBroker::new(
+                &b.url,
+                token,
+                Duration::from_secs(b.timeout_seconds),
+            )?))
+        }
+        None => None,
+    };
+    Ok(broker)
+}
+
+/// The OpenID Connect provider people sign in with, when one is configured.
+fn identity_provider(
+    config: &Config,
+) -> anyhow::Result<Option<Arc<dyn countersign_console_core::IdentityProvider>>> {
+    let idp: Option<Arc<dyn countersign_console_core::IdentityProvider>> = match &config.oidc {
+        Some(o) => Some(Arc::new(crate::oidc::OidcProvider::new(
+            &o.issuer,
+            &o.client_id,
+            config.oidc_client_secret()?,
+            &format!("{}/auth/callback", config.public_url.trim_end_matches('/')),
+        )?)),
+        None => None,
+    };
+    Ok(idp)
+}
+
+/// A ServiceAccount token verifier and the accounts it admits.
+type Admitted = (
+    Arc<dyn countersign_console_core::ServiceTokens>,
+    Vec<String>,
+);
+
+/// The ServiceAccount token verifier agents in pods sign in with, and the accounts it
+/// admits, when `[agents.token_issuer]` is configured.
+fn service_tokens(config: &Config) -> anyhow::Result<Option<Admitted>> {
+    let service_tokens = match &config.agents {
+        Some(a) => match &a.token_issuer {
+            Some(t) => {
+                let vc = t
+                    .verifier_config(Some(crate::config::DEFAULT_AUDIENCE))
+                    .map_err(anyhow::Error::msg)?;
+                let v = countersign_k8s_tokens::K8sTokenVerifier::new(vc)
+                    .map_err(|e| anyhow::anyhow!("[agents.token_issuer]: {e}"))?;
+                let v: Arc<dyn countersign_console_core::ServiceTokens> =
+                    Arc::new(crate::agents::K8sServiceTokens(v));
+                Some((v, a.service_accounts.clone()))
+            }
+            None => None,
+        },
+        None => None,
+    };
+    Ok(service_tokens)
+}
+
+/// Hears the database's notifications: each committed event wakes its streams, and link
+/// notices from other replicas reach the links this one holds.
+fn listen(state: &Arc<AppState>, storage: &countersign_console_sql::SqlStorage) {
+    let weak = Arc::downgrade(state);
+    let listener = storage.listen_events(Arc::new(move |id| {
         if let Some(st) = weak.upgrade() {
             st.console.event_committed(id);
         }
@@ -135,8 +171,8 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         *slot = listener;
     }
     // Link notices from other replicas: deliveries to the links this one holds, links to close.
-    let weak = Arc::downgrade(&state);
-    let links = listener_storage.listen_links(Arc::new(move |payload| {
+    let weak = Arc::downgrade(state);
+    let links = storage.listen_links(Arc::new(move |payload| {
         if let Some(st) = weak.upgrade() {
             crate::link::on_notice(st, payload);
         }
@@ -144,7 +180,6 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     if let Ok(mut slot) = state.sessions.listener.lock() {
         *slot = links;
     }
-    Ok(state)
 }
 
 /// The shared state for a console built by the caller (tests inject their own parts).

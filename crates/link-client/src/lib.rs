@@ -275,6 +275,40 @@ struct Viewer {
     viewer: String,
 }
 
+/// Waits for the console's `welcome` (within [`WELCOME_WITHIN`]), skipping frames that are
+/// not text; anything else first is refused.
+async fn welcome_on(ws: &mut Ws) -> Result<Welcome, LinkError> {
+    loop {
+        let m = tokio::time::timeout(WELCOME_WITHIN, ws.next())
+            .await
+            .map_err(|_| LinkError::Protocol("no welcome within 10 s".into()))?;
+        match m {
+            Some(Ok(Message::Text(t))) => {
+                let typed: Typed =
+                    serde_json::from_str(&t).map_err(|e| LinkError::Protocol(e.to_string()))?;
+                if typed.kind != "welcome" {
+                    return Err(LinkError::Protocol(format!(
+                        "expected welcome, got {}",
+                        typed.kind
+                    )));
+                }
+                return serde_json::from_str::<Welcome>(&t)
+                    .map_err(|e| LinkError::Protocol(e.to_string()));
+            }
+            Some(Ok(Message::Close(f))) => {
+                let (code, reason) = close_of(f);
+                return Err(LinkError::Closed {
+                    code: code.unwrap_or(1005),
+                    reason,
+                });
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(LinkError::Connect(e.to_string())),
+            None => return Err(LinkError::Gone),
+        }
+    }
+}
+
 impl Link {
     /// Opens the link, says `hello`, and waits for `welcome`.
     pub async fn connect(o: Options) -> Result<Link, LinkError> {
@@ -316,35 +350,7 @@ impl Link {
         ))
         .await
         .map_err(|e| LinkError::Connect(e.to_string()))?;
-        let welcome = loop {
-            let m = tokio::time::timeout(WELCOME_WITHIN, ws.next())
-                .await
-                .map_err(|_| LinkError::Protocol("no welcome within 10 s".into()))?;
-            match m {
-                Some(Ok(Message::Text(t))) => {
-                    let typed: Typed =
-                        serde_json::from_str(&t).map_err(|e| LinkError::Protocol(e.to_string()))?;
-                    if typed.kind != "welcome" {
-                        return Err(LinkError::Protocol(format!(
-                            "expected welcome, got {}",
-                            typed.kind
-                        )));
-                    }
-                    break serde_json::from_str::<Welcome>(&t)
-                        .map_err(|e| LinkError::Protocol(e.to_string()))?;
-                }
-                Some(Ok(Message::Close(f))) => {
-                    let (code, reason) = close_of(f);
-                    return Err(LinkError::Closed {
-                        code: code.unwrap_or(1005),
-                        reason,
-                    });
-                }
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return Err(LinkError::Connect(e.to_string())),
-                None => return Err(LinkError::Gone),
-            }
-        };
+        let welcome = welcome_on(&mut ws).await?;
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         tokio::spawn(run(ws, out_rx, out_tx.clone(), ev_tx, o.auto_ack));

@@ -99,29 +99,7 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         bail!("several replicas need PostgreSQL: SQLite storage is single-process");
     }
     // The brokers, each on its own runtime.
-    let server_threads = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let mut server_rts = Vec::new();
-    for _ in 0..args.replicas {
-        let record = server_threads.clone();
-        server_rts.push(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(args.server_threads)
-                // Named apart from the client's threads, for a profiler (`perf report --comms`).
-                .thread_name("broker-server")
-                .on_thread_start(move || {
-                    // The thread's /proc entry, to read the CPU time the server spends.
-                    if let Ok(p) = std::fs::read_link("/proc/thread-self") {
-                        // The link reads `<pid>/task/<tid>`, relative to /proc.
-                        record
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(format!("/proc/{}", p.display()));
-                    }
-                })
-                .enable_all()
-                .build()?,
-        );
-    }
+    let (server_rts, server_threads) = server_runtimes(args.replicas, args.server_threads)?;
     let server_cpu = || -> f64 {
         let threads = server_threads
             .lock()
@@ -137,38 +115,7 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
     // One public URL for all (as behind a load balancer): the first listener's.
     let public_url = format!("http://{}", listen[0]);
     let token = "loadgen-console-token-0123456789";
-    std::fs::write(
-        dir.join("seal.key"),
-        countersign_proto::b64::encode(&[7u8; 32]),
-    )?;
-    std::fs::write(dir.join("console-token"), token)?;
-    std::fs::write(
-        dir.join("secrets.toml"),
-        format!(
-            "prefix = \"agents/\"\n[[secret]]\nname = \"agents/bench-auto\"\nowner = \"{PERSON}\"\ntier = \"automatic\"\nvalue = \"v\"\n"
-        ),
-    )?;
-    let mut config = Config {
-        listen: listen[0],
-        public_url: public_url.clone(),
-        database_url,
-        seal_key_file: dir.join("seal.key"),
-        // Its own, beside its database: never the user's state directory.
-        audit_state_file: Some(dir.join("audit-state.json")),
-        otlp_endpoint: None,
-        passkeys: None,
-        approval: Vec::new(),
-        console_token_file: Some(dir.join("console-token")),
-        tls: None,
-        store: StoreConfig::Local {
-            path: dir.join("secrets.toml"),
-        },
-        limits: LimitsConfig::default(),
-        durations: Durations::default(),
-        service_logins: Default::default(),
-        token_issuer: None,
-        notifications: None,
-    };
+    let mut config = broker_config(dir, listen[0], &public_url, database_url, token)?;
     let mut running = Vec::new();
     for (rt, addr) in server_rts.iter().zip(&listen) {
         config.listen = *addr;
@@ -202,82 +149,173 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    client_rt.block_on(async {
-        // reqwest only for the set-up calls; the measured phases use their own connections.
-        let http = reqwest::Client::new();
-        let session = setup(&http, &base, token).await?;
-        let target = 0.5 * 1e6 / verify_us * cores as f64;
-
-        let n = ((args.seconds as f64) * 40_000.0) as usize;
-        // The floor under every route: HTTP/1.1 over loopback TCP, the router, the request's
-        // span and metrics, a JSON error answer, and nothing else (`GET` of a path no route
-        // has: 404 from the fallback, carrying a proof of the same size that nothing reads).
-        let floor: Vec<Call> = presign(&session, &base, n, |s, b| s.self_proof(b))?
-            .into_iter()
-            .map(|c| Call {
-                path: FLOOR_PATH.into(),
-                ..c
-            })
-            .collect();
-        // A closed-loop phase: its rate and latency, and the server's CPU per request.
-        let closed = |label: &'static str, calls: Vec<Call>, target: Option<f64>| {
-            let addrs = &addrs;
-            let server_cpu = &server_cpu;
-            async move {
-                eprintln!("measuring: {label}");
-                let cpu0 = server_cpu();
-                let r = closed_loop(
-                    addrs,
-                    calls,
-                    args.connections,
-                    Duration::from_secs(args.seconds),
-                )
-                .await?;
-                let cpu = server_cpu() - cpu0;
-                r.print(&format!("{label}, closed loop"), target);
-                print_capacity(cpu, r.done, cores, target.unwrap_or(f64::NAN), verify_us);
-                anyhow::Ok(())
-            }
-        };
-        // An open-loop phase at `--rate`: latency counted from when each call was due.
-        let open = |label: &'static str, calls: Vec<Call>| {
-            let addrs = &addrs;
-            async move {
-                eprintln!("measuring: {label} at a fixed rate");
-                let r = open_loop(
-                    addrs,
-                    calls,
-                    args.rate,
-                    Duration::from_secs(10),
-                    OPEN_LOOP_CONNECTIONS,
-                )
-                .await?;
-                r.print(&format!("{label} at {} req/s", args.rate), None);
-                anyhow::Ok(())
-            }
-        };
-        closed("GET of no route (the HTTP floor: 404)", floor, None).await?;
-
-        let reads = presign(&session, &base, n, |s, b| s.self_proof(b))?;
-        closed("GET /v1/enrollments/self", reads, Some(target)).await?;
-        let reads = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
-            s.self_proof(b)
-        })?;
-        open("GET /v1/enrollments/self", reads).await?;
-
-        let n = ((args.seconds as f64) * 10_000.0) as usize;
-        let writes = presign(&session, &base, n, |s, b| s.request_call(b))?;
-        closed("POST /v1/requests (automatic)", writes, None).await?;
-        let writes = presign(&session, &base, (args.rate * 10) as usize, |s, b| {
-            s.request_call(b)
-        })?;
-        open("POST /v1/requests (automatic)", writes).await?;
-        anyhow::Ok(())
-    })?;
+    client_rt.block_on(measure(
+        args,
+        &addrs,
+        &base,
+        token,
+        &server_cpu,
+        cores,
+        verify_us,
+    ))?;
     for (rt, r) in server_rts.iter().zip(running) {
         rt.block_on(r.shutdown(Duration::from_secs(5)));
     }
     Ok(())
+}
+
+/// Where each broker thread's `/proc` entry is recorded as it starts, to read its CPU time.
+type ThreadList = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// One multi-threaded runtime per broker replica, its threads named apart from the client's
+/// and recorded in the list answered.
+fn server_runtimes(
+    replicas: usize,
+    threads: usize,
+) -> anyhow::Result<(Vec<tokio::runtime::Runtime>, ThreadList)> {
+    let server_threads = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut server_rts = Vec::new();
+    for _ in 0..replicas {
+        let record = server_threads.clone();
+        server_rts.push(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                // Named apart from the client's threads, for a profiler (`perf report --comms`).
+                .thread_name("broker-server")
+                .on_thread_start(move || {
+                    // The thread's /proc entry, to read the CPU time the server spends.
+                    if let Ok(p) = std::fs::read_link("/proc/thread-self") {
+                        // The link reads `<pid>/task/<tid>`, relative to /proc.
+                        record
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(format!("/proc/{}", p.display()));
+                    }
+                })
+                .enable_all()
+                .build()?,
+        );
+    }
+    Ok((server_rts, server_threads))
+}
+
+/// The brokers' configuration, with its seal key, console token and one automatic secret
+/// written into `dir`.
+fn broker_config(
+    dir: &std::path::Path,
+    listen: SocketAddr,
+    public_url: &str,
+    database_url: String,
+    token: &str,
+) -> anyhow::Result<Config> {
+    std::fs::write(
+        dir.join("seal.key"),
+        countersign_proto::b64::encode(&[7u8; 32]),
+    )?;
+    std::fs::write(dir.join("console-token"), token)?;
+    std::fs::write(
+        dir.join("secrets.toml"),
+        format!(
+            "prefix = \"agents/\"\n[[secret]]\nname = \"agents/bench-auto\"\nowner = \"{PERSON}\"\ntier = \"automatic\"\nvalue = \"v\"\n"
+        ),
+    )?;
+    Ok(Config {
+        listen,
+        public_url: public_url.to_owned(),
+        database_url,
+        seal_key_file: dir.join("seal.key"),
+        // Its own, beside its database: never the user's state directory.
+        audit_state_file: Some(dir.join("audit-state.json")),
+        otlp_endpoint: None,
+        passkeys: None,
+        approval: Vec::new(),
+        console_token_file: Some(dir.join("console-token")),
+        tls: None,
+        store: StoreConfig::Local {
+            path: dir.join("secrets.toml"),
+        },
+        limits: LimitsConfig::default(),
+        durations: Durations::default(),
+        service_logins: Default::default(),
+        token_issuer: None,
+        notifications: None,
+    })
+}
+
+/// The measured phases: the HTTP floor, then proof-verified reads and automatic requests, each
+/// in a closed loop and in an open loop at `--rate`.
+async fn measure(
+    args: &Args,
+    addrs: &[SocketAddr],
+    base: &str,
+    token: &str,
+    server_cpu: &dyn Fn() -> f64,
+    cores: usize,
+    verify_us: f64,
+) -> anyhow::Result<()> {
+    // reqwest only for the set-up calls; the measured phases use their own connections.
+    let http = reqwest::Client::new();
+    let session = setup(&http, base, token).await?;
+    let target = 0.5 * 1e6 / verify_us * cores as f64;
+
+    let n = ((args.seconds as f64) * 40_000.0) as usize;
+    // The floor under every route: HTTP/1.1 over loopback TCP, the router, the request's
+    // span and metrics, a JSON error answer, and nothing else (`GET` of a path no route
+    // has: 404 from the fallback, carrying a proof of the same size that nothing reads).
+    let floor: Vec<Call> = presign(&session, base, n, |s, b| s.self_proof(b))?
+        .into_iter()
+        .map(|c| Call {
+            path: FLOOR_PATH.into(),
+            ..c
+        })
+        .collect();
+    // A closed-loop phase: its rate and latency, and the server's CPU per request.
+    let closed = |label: &'static str, calls: Vec<Call>, target: Option<f64>| async move {
+        eprintln!("measuring: {label}");
+        let cpu0 = server_cpu();
+        let r = closed_loop(
+            addrs,
+            calls,
+            args.connections,
+            Duration::from_secs(args.seconds),
+        )
+        .await?;
+        let cpu = server_cpu() - cpu0;
+        r.print(&format!("{label}, closed loop"), target);
+        print_capacity(cpu, r.done, cores, target.unwrap_or(f64::NAN), verify_us);
+        anyhow::Ok(())
+    };
+    // An open-loop phase at `--rate`: latency counted from when each call was due.
+    let open = |label: &'static str, calls: Vec<Call>| async move {
+        eprintln!("measuring: {label} at a fixed rate");
+        let r = open_loop(
+            addrs,
+            calls,
+            args.rate,
+            Duration::from_secs(10),
+            OPEN_LOOP_CONNECTIONS,
+        )
+        .await?;
+        r.print(&format!("{label} at {} req/s", args.rate), None);
+        anyhow::Ok(())
+    };
+    closed("GET of no route (the HTTP floor: 404)", floor, None).await?;
+
+    let reads = presign(&session, base, n, |s, b| s.self_proof(b))?;
+    closed("GET /v1/enrollments/self", reads, Some(target)).await?;
+    let reads = presign(&session, base, (args.rate * 10) as usize, |s, b| {
+        s.self_proof(b)
+    })?;
+    open("GET /v1/enrollments/self", reads).await?;
+
+    let n = ((args.seconds as f64) * 10_000.0) as usize;
+    let writes = presign(&session, base, n, |s, b| s.request_call(b))?;
+    closed("POST /v1/requests (automatic)", writes, None).await?;
+    let writes = presign(&session, base, (args.rate * 10) as usize, |s, b| {
+        s.request_call(b)
+    })?;
+    open("POST /v1/requests (automatic)", writes).await?;
+    anyhow::Ok(())
 }
 
 /// CPU seconds (user + system) a thread of this process has used, from `/proc/<pid>/task/<tid>/stat`.
@@ -415,6 +453,7 @@ fn presign(
     (0..n).map(|_| make(s, base)).collect()
 }
 
+// Long: the set-up is one script of requests (machine login, approval, enrollment), in order.
 /// Logs a machine in (start, lookup, approve with the code, poll), enrolls a session.
 async fn setup(http: &reqwest::Client, base: &str, token: &str) -> anyhow::Result<Session> {
     let machine = SigningKey::generate()?;

@@ -376,32 +376,7 @@ pub fn verify_registration(
         "none" if statement.is_empty() => "none",
         "none" => return Err(E::Attestation("`none` with a statement")),
         "packed" => {
-            let field = |name: &str| {
-                statement
-                    .iter()
-                    .find(|(k, _)| matches!(k, Cbor::Text(t) if t == name))
-                    .map(|(_, v)| v)
-            };
-            if field("x5c").is_some() || field("ecdaaKeyId").is_some() {
-                return Err(E::Attestation(
-                    "only self-attestation is accepted (a browser asked for none sends none)",
-                ));
-            }
-            if statement.len() != 2 {
-                return Err(E::Attestation(
-                    "packed self-attestation has alg and sig only",
-                ));
-            }
-            let alg = field("alg").and_then(int);
-            let Some(Cbor::Bytes(sig)) = field("sig") else {
-                return Err(E::Attestation("no signature"));
-            };
-            if alg != Some(credential.key.alg()) {
-                return Err(E::Attestation("the algorithm is not the credential's"));
-            }
-            credential
-                .key
-                .verify(&signed_bytes(auth, client_data_json), sig)?;
+            check_self_attestation(statement, &credential, auth, client_data_json)?;
             "packed"
         }
         _ => return Err(E::Attestation("an attestation format not accepted")),
@@ -416,6 +391,44 @@ pub fn verify_registration(
         user_verified: data.user_verified(),
         format,
     })
+}
+
+/// A `packed` attestation statement that is self-attestation: `alg` (the credential's) and
+/// `sig`, the credential's own signature over the authenticator data and the client data's
+/// hash; no certificate chain.
+fn check_self_attestation(
+    statement: &[(Cbor, Cbor)],
+    credential: &AttestedCredential,
+    auth: &[u8],
+    client_data_json: &[u8],
+) -> Result<(), WebauthnError> {
+    let field = |name: &str| {
+        statement
+            .iter()
+            .find(|(k, _)| matches!(k, Cbor::Text(t) if t == name))
+            .map(|(_, v)| v)
+    };
+    if field("x5c").is_some() || field("ecdaaKeyId").is_some() {
+        return Err(E::Attestation(
+            "only self-attestation is accepted (a browser asked for none sends none)",
+        ));
+    }
+    if statement.len() != 2 {
+        return Err(E::Attestation(
+            "packed self-attestation has alg and sig only",
+        ));
+    }
+    let alg = field("alg").and_then(int);
+    let Some(Cbor::Bytes(sig)) = field("sig") else {
+        return Err(E::Attestation("no signature"));
+    };
+    if alg != Some(credential.key.alg()) {
+        return Err(E::Attestation("the algorithm is not the credential's"));
+    }
+    credential
+        .key
+        .verify(&signed_bytes(auth, client_data_json), sig)?;
+    Ok(())
 }
 
 /// An assertion that passed.

@@ -151,126 +151,12 @@ impl Broker {
             let countersignature = countersignature.cloned();
             match rec.body.kind {
                 RecordKind::LauncherCredential => {
-                    let (Some(jwk), Some(thumbprint)) =
-                        (rec.body.jwk.clone(), rec.body.thumbprint.clone())
-                    else {
-                        return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID).into());
-                    };
-                    if tx
-                        .credentials_by_thumbprint(&thumbprint)
-                        .await?
-                        .iter()
-                        .any(|c| c.is_live(now))
-                    {
-                        return Err(ErrorCode::KEY_HOLDS_LIVE_CREDENTIAL.into());
-                    }
-                    let operator = match &rec.body.approver {
-                        crate::ids::Approver::Person(l) => Some(l.clone()),
-                        crate::ids::Approver::Anyone => None,
-                    };
-                    let c = LauncherCredential {
-                        id: CredentialId::from_random(self.uuid()),
-                        thumbprint,
-                        jwk,
-                        host: rec.body.identifiers.first().cloned().unwrap_or_default(),
-                        service: None,
-                        subject: None,
-                        operator,
-                        approved_by: approver.to_string(),
-                        issued_at: now,
-                        expires_at: now + self.config.machine_credential_lifetime,
-                        revoked_at: None,
-                        record_id: Some(rec.id),
-                        // Sealed as it is written (see `broker::guard`).
-                        seal: String::new(),
-                    };
-                    tx.put_credential(&c).await?;
-                    self.decide_record(
-                        tx,
-                        rec,
-                        RecordState::Approved,
-                        approver.as_str(),
-                        now,
-                        Carried {
-                            credential_id: Some(c.id),
-                            countersignature,
-                        },
-                    )
-                    .await?;
-                    Ok::<_, Fail>(Approved {
-                        credential_id: Some(c.id),
-                        grant_id: None,
-                    })
+                    self.approve_login(tx, rec, approver, countersignature, now)
+                        .await
                 }
                 RecordKind::AgentSecret => {
-                    let (Some(rid), Some(eid)) = (rec.body.request_id, rec.body.enrollment_id)
-                    else {
-                        return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID).into());
-                    };
-                    let mut r = tx
-                        .get_request(rid)
-                        .await?
-                        .ok_or(ErrorCode::GRANT_CHAIN_INVALID)?;
-                    let e = tx
-                        .get_enrollment(eid)
-                        .await?
-                        .ok_or(ErrorCode::GRANT_CHAIN_INVALID)?;
-                    if r.clone().settled(now, &e).state != RequestState::Pending {
-                        return Err(terminal(&rec, false).into());
-                    }
-                    let mut names = r.names();
-                    names.sort();
-                    // The approver's standing under the current policy, and the record's text.
-                    if !rec.text_verifies() {
-                        return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID).into());
-                    }
-                    policy
-                        .check_standing(&names, Some(approver), &e.withheld)
-                        .map_err(|_| Error::new(ErrorCode::GRANT_CHAIN_INVALID))?;
-                    let rec = self
-                        .decide_record(
-                            tx,
-                            rec,
-                            RecordState::Approved,
-                            approver.as_str(),
-                            now,
-                            Carried {
-                                credential_id: None,
-                                countersignature,
-                            },
-                        )
-                        .await?;
-                    let mut g = Grant {
-                        id: GrantId::from_random(self.uuid()),
-                        request_id: r.id,
-                        enrollment_id: e.id,
-                        names,
-                        granted: GrantedBy::Approval,
-                        record_id: Some(rec.id),
-                        approver: Some(approver.clone()),
-                        expires_at: r
-                            .lifetime_seconds
-                            .map(|s| now + chrono::Duration::seconds(s as i64)),
-                        created_at: now,
-                        rules_version: policy.rules_version().to_owned(),
-                        end: None,
-                        seal: String::new(),
-                        decision_seal: None,
-                    };
-                    g.seal = self.sealer.seal_grant(&g);
-                    tx.put_grant(&g).await?;
-                    r.state = RequestState::Granted;
-                    r.grant_id = Some(g.id);
-                    r.decided_at = Some(now);
-                    r.decision = Some(DecisionBy {
-                        by: approver.to_string(),
-                        at: now,
-                    });
-                    tx.put_request(&r).await?;
-                    Ok(Approved {
-                        credential_id: None,
-                        grant_id: Some(g.id),
-                    })
+                    self.approve_request(tx, rec, approver, countersignature, &policy, now)
+                        .await
                 }
             }
         })?;
@@ -278,6 +164,147 @@ impl Broker {
             crate::broker::count_decision(kind, "approved", at, now);
         }
         Ok(approved)
+    }
+
+    /// Approves a machine login's record: the launcher credential it asked for, refused while
+    /// its key holds a live one.
+    async fn approve_login(
+        &self,
+        tx: &mut dyn Tx,
+        rec: Record,
+        approver: &Login,
+        countersignature: Option<Countersignature>,
+        now: Time,
+    ) -> Result<Approved, Fail> {
+        let (Some(jwk), Some(thumbprint)) = (rec.body.jwk.clone(), rec.body.thumbprint.clone())
+        else {
+            return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID).into());
+        };
+        if tx
+            .credentials_by_thumbprint(&thumbprint)
+            .await?
+            .iter()
+            .any(|c| c.is_live(now))
+        {
+            return Err(ErrorCode::KEY_HOLDS_LIVE_CREDENTIAL.into());
+        }
+        let operator = match &rec.body.approver {
+            crate::ids::Approver::Person(l) => Some(l.clone()),
+            crate::ids::Approver::Anyone => None,
+        };
+        let c = LauncherCredential {
+            id: CredentialId::from_random(self.uuid()),
+            thumbprint,
+            jwk,
+            host: rec.body.identifiers.first().cloned().unwrap_or_default(),
+            service: None,
+            subject: None,
+            operator,
+            approved_by: approver.to_string(),
+            issued_at: now,
+            expires_at: now + self.config.machine_credential_lifetime,
+            revoked_at: None,
+            record_id: Some(rec.id),
+            // Sealed as it is written (see `broker::guard`).
+            seal: String::new(),
+        };
+        tx.put_credential(&c).await?;
+        self.decide_record(
+            tx,
+            rec,
+            RecordState::Approved,
+            approver.as_str(),
+            now,
+            Carried {
+                credential_id: Some(c.id),
+                countersignature,
+            },
+        )
+        .await?;
+        Ok(Approved {
+            credential_id: Some(c.id),
+            grant_id: None,
+        })
+    }
+
+    /// Approves a secret request's record: the grant, after the record's text verifies and the
+    /// approver still stands under the current policy.
+    async fn approve_request(
+        &self,
+        tx: &mut dyn Tx,
+        rec: Record,
+        approver: &Login,
+        countersignature: Option<Countersignature>,
+        policy: &crate::policy::Policy,
+        now: Time,
+    ) -> Result<Approved, Fail> {
+        let (Some(rid), Some(eid)) = (rec.body.request_id, rec.body.enrollment_id) else {
+            return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID).into());
+        };
+        let mut r = tx
+            .get_request(rid)
+            .await?
+            .ok_or(ErrorCode::GRANT_CHAIN_INVALID)?;
+        let e = tx
+            .get_enrollment(eid)
+            .await?
+            .ok_or(ErrorCode::GRANT_CHAIN_INVALID)?;
+        if r.clone().settled(now, &e).state != RequestState::Pending {
+            return Err(terminal(&rec, false).into());
+        }
+        let mut names = r.names();
+        names.sort();
+        // The approver's standing under the current policy, and the record's text.
+        if !rec.text_verifies() {
+            return Err(Error::new(ErrorCode::GRANT_CHAIN_INVALID).into());
+        }
+        policy
+            .check_standing(&names, Some(approver), &e.withheld)
+            .map_err(|_| Error::new(ErrorCode::GRANT_CHAIN_INVALID))?;
+        let rec = self
+            .decide_record(
+                tx,
+                rec,
+                RecordState::Approved,
+                approver.as_str(),
+                now,
+                Carried {
+                    credential_id: None,
+                    countersignature,
+                },
+            )
+            .await?;
+        let mut g = Grant {
+            id: GrantId::from_random(self.uuid()),
+            request_id: r.id,
+            enrollment_id: e.id,
+            names,
+            granted: GrantedBy::Approval,
+            record_id: Some(rec.id),
+            approver: Some(approver.clone()),
+            expires_at: r
+                .lifetime_seconds
+                .map(|s| now + chrono::Duration::seconds(s as i64)),
+            created_at: now,
+            rules_version: policy.rules_version().to_owned(),
+            end: None,
+            seal: String::new(),
+            decision_seal: None,
+        };
+        g.seal = self.sealer.seal_grant(&g);
+        tx.put_grant(&g).await?;
+        r.state = RequestState::Granted;
+        r.grant_id = Some(g.id);
+        r.decided_at = Some(now);
+        r.decision = Some(DecisionBy {
+            by: approver.to_string(),
+            at: now,
+        });
+        tx.put_request(&r).await?;
+        Ok(Approved {
+            credential_id: None,
+            grant_id: Some(g.id),
+        })
     }
 
     /// Denies a record as `approver`.

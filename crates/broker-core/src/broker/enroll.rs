@@ -13,23 +13,17 @@ fn bad(msg: &'static str) -> Error {
     Error::with_message(ErrorCode::INVALID_ENROLLMENT, msg)
 }
 
-impl Broker {
-    /// Enrolls a session's or pod's key under `credential` (already authenticated).
-    /// Answers the enrollment.
-    pub async fn enroll(
-        &self,
-        credential: &LauncherCredential,
-        input: EnrollInput,
-    ) -> Result<Enrollment, Error> {
-        // A chain behind what this replica remembers may have lost the credential's revocation.
-        self.audit_gate()?;
-        let now = self.now();
-        if credential.is_expired(now) {
-            return Err(Error::with_message(
-                ErrorCode::LAUNCHER_INVALID,
-                "the launcher credential has expired: it enrolls nothing more",
-            ));
-        }
+/// An enrollment's body, checked field by field before anything is read or written.
+struct Checked {
+    kind: EnrollmentKind,
+    slot: Option<Slot>,
+    runtime_id: String,
+    jwk: PublicJwk,
+    session_id: Option<SessionId>,
+}
+
+impl Checked {
+    fn of(credential: &LauncherCredential, input: &EnrollInput) -> Result<Self, Error> {
         let kind = EnrollmentKind::parse(&input.kind).ok_or(ErrorCode::INVALID_KIND)?;
         let slot = match input.slot.as_deref() {
             None => None,
@@ -71,6 +65,40 @@ impl Broker {
             .map_err(|_| {
                 bad("body must be one valid JSON object: session_id must be at most 128 characters with no whitespace or control character")
             })?;
+        Ok(Checked {
+            kind,
+            slot,
+            runtime_id,
+            jwk,
+            session_id,
+        })
+    }
+}
+
+impl Broker {
+    /// Enrolls a session's or pod's key under `credential` (already authenticated).
+    /// Answers the enrollment.
+    pub async fn enroll(
+        &self,
+        credential: &LauncherCredential,
+        input: EnrollInput,
+    ) -> Result<Enrollment, Error> {
+        // A chain behind what this replica remembers may have lost the credential's revocation.
+        self.audit_gate()?;
+        let now = self.now();
+        if credential.is_expired(now) {
+            return Err(Error::with_message(
+                ErrorCode::LAUNCHER_INVALID,
+                "the launcher credential has expired: it enrolls nothing more",
+            ));
+        }
+        let Checked {
+            kind,
+            slot,
+            runtime_id,
+            jwk,
+            session_id,
+        } = Checked::of(credential, &input)?;
         let mut pod_account = None;
         if let Some(token) = input.pod_token.as_deref() {
             if kind != EnrollmentKind::Pod {
@@ -108,6 +136,19 @@ impl Broker {
             // Sealed as it is written (see `broker::guard`).
             seal: String::new(),
         };
+        self.write_enrollment(credential, &enrollment, now).await?;
+        Ok(enrollment)
+    }
+
+    /// Writes a new enrollment under its credential (locked, so two enrollments of one runtime
+    /// serialise): refused when the credential is revoked or a live enrollment of the same
+    /// runtime and slot exists.
+    async fn write_enrollment(
+        &self,
+        credential: &LauncherCredential,
+        enrollment: &Enrollment,
+        now: Time,
+    ) -> Result<(), Error> {
         transact!(self, "enroll", |tx| {
             // Lock the credential row: two enrollments of one runtime serialise here.
             let c = tx
@@ -126,10 +167,9 @@ impl Broker {
                     return Err(ErrorCode::ALREADY_ENROLLED.into());
                 }
             }
-            tx.put_enrollment(&enrollment).await?;
+            tx.put_enrollment(enrollment).await?;
             Ok::<_, Fail>(())
-        })?;
-        Ok(enrollment)
+        })
     }
 
     /// Ends an enrollment made under the caller's operator, or a pod enrollment made by the

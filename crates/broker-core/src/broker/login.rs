@@ -44,6 +44,20 @@ fn invalid(msg: &'static str) -> Error {
     Error::with_message(ErrorCode::REQUEST_INVALID, msg)
 }
 
+/// A machine's host name as a login states it, trimmed: 1 to 253 bytes with no whitespace,
+/// control or format (Cf) character.
+fn checked_host(host: &str) -> Result<&str, Error> {
+    let host = host.trim();
+    if host.is_empty()
+        || host.len() > 253
+        || host.chars().any(|c| c.is_control() || c.is_whitespace())
+        || crate::ids::has_format_char(host)
+    {
+        return Err(invalid("request object invalid: host"));
+    }
+    Ok(host)
+}
+
 impl Broker {
     /// Verifies a signed request object signed by the key in its own `jwk` header (machine and
     /// token logins): type, signature, `iat`/`exp` window, single-use `jti`.
@@ -111,14 +125,7 @@ impl Broker {
         let login = Login::parse(&v.claims.login_hint).ok_or_else(|| {
             invalid("request object invalid: login_hint is not an e-mail address")
         })?;
-        let host = v.claims.host.trim();
-        if host.is_empty()
-            || host.len() > 253
-            || host.chars().any(|c| c.is_control() || c.is_whitespace())
-            || crate::ids::has_format_char(host)
-        {
-            return Err(invalid("request object invalid: host"));
-        }
+        let host = checked_host(&v.claims.host)?;
         let now = self.now();
         let pending_id = countersign_proto::b64::encode(&random::<32>(&*self.entropy));
         let policy = self.policy();

@@ -15,12 +15,14 @@
 use countersign_proto::webauthn::verify_registration;
 
 use super::{Broker, Fail, read, transact};
+use crate::clock::Time;
 use crate::error::{Error, ErrorCode};
 use crate::ids::{Login, RecordId};
 use crate::model::{Countersignature, Passkey, RecordState};
 use crate::passkey::{
     self as pk, CountersignError, Decision, Nonce, PasskeySettings, Purpose, Requirement, Statement,
 };
+use crate::storage::Tx;
 
 /// What a registration page needs for `navigator.credentials.create()`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,26 +187,7 @@ impl Broker {
         let created = settings
             .check(&challenge, |e| verify_registration(&client, &object, e))
             .map_err(invalid)?;
-        let code_until = match (&r.enroll_code, &r.endorsement) {
-            (Some(code), _) => Some(
-                pk::check_nonce(
-                    &self.sealer,
-                    code.trim(),
-                    Purpose::Enroll,
-                    person.as_str(),
-                    now,
-                    pk::ENROLL_CODE_MAX_LIFETIME,
-                )
-                .map_err(|e| {
-                    Error::with_message(
-                        ErrorCode::PASSKEY_ENROLLMENT_REQUIRED,
-                        format!("the enrollment code was refused: {e}"),
-                    )
-                })?,
-            ),
-            (None, Some(_)) => None,
-            (None, None) => return Err(ErrorCode::PASSKEY_ENROLLMENT_REQUIRED.into()),
-        };
+        let code_until = self.enroll_code_until(person, &r, now)?;
         let id = countersign_proto::b64::encode(&created.credential_id);
         // A credential already registered is refused before anything is spent (the check is
         // made again in the write's transaction).
@@ -248,30 +231,73 @@ impl Broker {
                 return Err(Error::new(ErrorCode::PASSKEY_EXISTS).into());
             }
             if let Some(e) = &endorsement {
-                let mut by = tx
-                    .get_passkey(&e.credential)
-                    .await?
-                    .filter(|p| p.is_live() && &p.person == person)
-                    .ok_or_else(|| {
-                        Error::with_message(
-                            ErrorCode::PASSKEY_ENROLLMENT_REQUIRED,
-                            "the endorsing passkey is not one of yours",
-                        )
-                    })?;
-                let asserted = endorse(settings, &by, e, &challenge).map_err(|why| {
-                    Error::with_message(
-                        ErrorCode::PASSKEY_ENROLLMENT_REQUIRED,
-                        format!("the endorsing assertion was refused: {why}"),
-                    )
-                })?;
-                by.sign_count = asserted;
-                tx.put_passkey(&by).await?;
+                Self::endorsed_by(tx, settings, person, e, &challenge).await?;
             }
             tx.put_passkey(&passkey).await?;
             Ok::<_, Fail>(())
         })?;
         tracing::info!(person = %person, passkey = %passkey.id, enrolled_by = %passkey.enrolled_by, "passkey registered");
         Ok(passkey)
+    }
+
+    /// Until when a registration's enrollment code holds (checked, not yet spent); `None`
+    /// when an endorsing assertion allows it instead, `PASSKEY_ENROLLMENT_REQUIRED` when
+    /// neither is given.
+    fn enroll_code_until(
+        &self,
+        person: &Login,
+        r: &Registration,
+        now: Time,
+    ) -> Result<Option<Time>, Error> {
+        match (&r.enroll_code, &r.endorsement) {
+            (Some(code), _) => pk::check_nonce(
+                &self.sealer,
+                code.trim(),
+                Purpose::Enroll,
+                person.as_str(),
+                now,
+                pk::ENROLL_CODE_MAX_LIFETIME,
+            )
+            .map(Some)
+            .map_err(|e| {
+                Error::with_message(
+                    ErrorCode::PASSKEY_ENROLLMENT_REQUIRED,
+                    format!("the enrollment code was refused: {e}"),
+                )
+            }),
+            (None, Some(_)) => Ok(None),
+            (None, None) => Err(ErrorCode::PASSKEY_ENROLLMENT_REQUIRED.into()),
+        }
+    }
+
+    /// Checks an endorsing assertion by one of `person`'s live passkeys over the new one's
+    /// challenge, and writes the endorsing passkey's new signature count.
+    async fn endorsed_by(
+        tx: &mut dyn Tx,
+        settings: &PasskeySettings,
+        person: &Login,
+        e: &Countersignature,
+        challenge: &[u8; 32],
+    ) -> Result<(), Fail> {
+        let mut by = tx
+            .get_passkey(&e.credential)
+            .await?
+            .filter(|p| p.is_live() && &p.person == person)
+            .ok_or_else(|| {
+                Error::with_message(
+                    ErrorCode::PASSKEY_ENROLLMENT_REQUIRED,
+                    "the endorsing passkey is not one of yours",
+                )
+            })?;
+        let asserted = endorse(settings, &by, e, challenge).map_err(|why| {
+            Error::with_message(
+                ErrorCode::PASSKEY_ENROLLMENT_REQUIRED,
+                format!("the endorsing assertion was refused: {why}"),
+            )
+        })?;
+        by.sign_count = asserted;
+        tx.put_passkey(&by).await?;
+        Ok(())
     }
 
     /// Renames one of `person`'s passkeys.

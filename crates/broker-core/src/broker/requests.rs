@@ -9,7 +9,7 @@ use countersign_proto::jws;
 use super::{Broker, Fail, guard, read, transact};
 use crate::clock::Time;
 use crate::error::{Error, ErrorCode};
-use crate::ids::{EnrollmentId, GrantId, RecordId, RequestId, SecretName, SessionId};
+use crate::ids::{Approver, EnrollmentId, GrantId, RecordId, RequestId, SecretName, SessionId};
 use crate::model::{
     Enrollment, Grant, GrantEnd, GrantedBy, Record, RecordKind, RecordState, RecordText, Request,
     RequestState, SessionIds,
@@ -51,17 +51,16 @@ fn invalid(msg: &'static str) -> Error {
     Error::with_message(ErrorCode::REQUEST_INVALID, msg)
 }
 
-impl Broker {
-    /// Creates a request from a signed secret request object.
-    pub async fn create_request(
-        &self,
-        caller: &Enrollment,
-        request: &str,
-        session_id: Option<&str>,
-    ) -> Result<CreatedRequest, Error> {
-        self.audit_gate()?;
-        let session_id = session_id.map(SessionId::parse).transpose()?;
-        let c = self.verify_secret_request(caller, request).await?;
+/// What a verified request object asks for, checked: its distinct names in the order given,
+/// its reason (trimmed) and its lifetime.
+struct Ask<'a> {
+    names: Vec<SecretName>,
+    reason: &'a str,
+    lifetime_seconds: Option<u64>,
+}
+
+impl<'a> Ask<'a> {
+    fn of(c: &'a SecretRequestClaims, max_lifetime: i64) -> Result<Self, Error> {
         let mut names: Vec<SecretName> = Vec::new();
         for d in &c.authorization_details {
             let name = match (d.kind.as_str(), d.name.as_deref()) {
@@ -94,15 +93,44 @@ impl Broker {
                 "request object invalid: reason has a Unicode format (Cf) character",
             ));
         }
-        let max = self.config.max_grant_lifetime.num_seconds();
         if let Some(l) = c.lifetime_seconds
-            && (l == 0 || l > max.unsigned_abs())
+            && (l == 0 || l > max_lifetime.unsigned_abs())
         {
             return Err(Error::with_message(
                 ErrorCode::REQUEST_INVALID,
-                format!("request object invalid: lifetime_seconds must be 1 to {max}"),
+                format!("request object invalid: lifetime_seconds must be 1 to {max_lifetime}"),
             ));
         }
+        Ok(Ask {
+            names,
+            reason,
+            lifetime_seconds: c.lifetime_seconds,
+        })
+    }
+}
+
+/// Counts a new request by what policy made of it.
+fn count_created(r: &Request) {
+    let outcome = match r.state {
+        RequestState::Granted => "granted",
+        RequestState::Denied => "denied",
+        _ => "pending",
+    };
+    metrics::counter!("countersign_requests_total", "outcome" => outcome).increment(1);
+}
+
+impl Broker {
+    /// Creates a request from a signed secret request object.
+    pub async fn create_request(
+        &self,
+        caller: &Enrollment,
+        request: &str,
+        session_id: Option<&str>,
+    ) -> Result<CreatedRequest, Error> {
+        self.audit_gate()?;
+        let session_id = session_id.map(SessionId::parse).transpose()?;
+        let c = self.verify_secret_request(caller, request).await?;
+        let ask = Ask::of(&c, self.config.max_grant_lifetime.num_seconds())?;
         let now = self.now();
         let policy = self.policy();
         let created = transact!(self, "create request", |tx| {
@@ -118,26 +146,12 @@ impl Broker {
                 )
                 .into());
             }
-            let decided = policy.decide(&names, &e.withheld)?;
-            // Coalescing and REQUEST_PENDING look at this session's pending requests.
-            let wanted: BTreeSet<&SecretName> = names.iter().collect();
-            for p in tx.pending_requests(e.id).await? {
-                let p = p.settled(now, &e);
-                if p.state != RequestState::Pending {
-                    continue;
-                }
-                let theirs: BTreeSet<SecretName> = p.names().into_iter().collect();
-                if theirs.iter().collect::<BTreeSet<_>>() == wanted
-                    && p.lifetime_seconds == c.lifetime_seconds
-                {
-                    return Ok(CreatedRequest {
-                        request: p,
-                        coalesced: true,
-                    });
-                }
-                if wanted.iter().any(|n| theirs.contains(*n)) {
-                    return Err(ErrorCode::REQUEST_PENDING.into());
-                }
+            let decided = policy.decide(&ask.names, &e.withheld)?;
+            if let Some(pending) = Self::coalesced(tx, &e, &ask, now).await? {
+                return Ok(CreatedRequest {
+                    request: pending,
+                    coalesced: true,
+                });
             }
             let mut r = Request {
                 id: RequestId::from_random(self.uuid()),
@@ -147,10 +161,10 @@ impl Broker {
                 grant_id: None,
                 record_id: None,
                 approver: None,
-                lifetime_seconds: c.lifetime_seconds,
+                lifetime_seconds: ask.lifetime_seconds,
                 session_id: session_id.clone(),
                 stated_id: session_id.as_ref().map(|s| s.as_str().to_owned()),
-                reason: reason.to_owned(),
+                reason: ask.reason.to_owned(),
                 created_at: now,
                 decided_at: None,
                 decision: None,
@@ -162,70 +176,15 @@ impl Broker {
                     r.decided_at = Some(now);
                 }
                 Outcome::Granted => {
-                    let mut sorted = names.clone();
-                    sorted.sort();
-                    let decision_seal = self.sealer.seal_automatic(
-                        &r.id,
-                        &e.id,
-                        &sorted,
-                        policy.rules_version(),
-                        now,
-                    );
-                    let mut g = Grant {
-                        id: GrantId::from_random(self.uuid()),
-                        request_id: r.id,
-                        enrollment_id: e.id,
-                        names: sorted,
-                        granted: GrantedBy::Automatic,
-                        record_id: None,
-                        approver: None,
-                        expires_at: c
-                            .lifetime_seconds
-                            .map(|s| now + chrono::Duration::seconds(s as i64)),
-                        created_at: now,
-                        rules_version: policy.rules_version().to_owned(),
-                        end: None,
-                        seal: String::new(),
-                        decision_seal: Some(decision_seal),
-                    };
-                    g.seal = self.sealer.seal_grant(&g);
+                    let g = self.automatic_grant(&r, &ask, policy.rules_version(), now);
                     tx.put_grant(&g).await?;
                     r.state = RequestState::Granted;
                     r.grant_id = Some(g.id);
                     r.decided_at = Some(now);
                 }
                 Outcome::NeedsApproval(approver) => {
-                    let body = RecordText {
-                        version: 1,
-                        kind: RecordKind::AgentSecret,
-                        approver: approver.clone(),
-                        enrollment: Some(e.summary()),
-                        session: SessionIds {
-                            request: r.stated_id.clone(),
-                            enrollment: e.session_id.as_ref().map(|s| s.as_str().to_owned()),
-                        },
-                        identifiers: names.iter().map(|n| n.as_str().to_owned()).collect(),
-                        service: None,
-                        reason: reason.to_owned(),
-                        lifetime_seconds: c.lifetime_seconds,
-                        rules_version: policy.rules_version().to_owned(),
-                        expires_at: now + self.config.request_ttl,
-                        requested_at: now,
-                        enrollment_id: Some(e.id),
-                        request_id: Some(r.id),
-                        thumbprint: None,
-                        jwk: None,
-                        nonce: self.nonce(),
-                    };
-                    let text = body.canonical();
-                    let record = Record {
-                        id: RecordId::of_text(&text),
-                        text,
-                        body,
-                        state: RecordState::Pending,
-                        decided: None,
-                        code: None,
-                    };
+                    let record =
+                        self.approval_record(&r, &e, &ask, &approver, policy.rules_version(), now);
                     tx.put_record(&record).await?;
                     self.notify_pending(tx, &record).await?;
                     r.record_id = Some(record.id);
@@ -240,14 +199,107 @@ impl Broker {
             })
         })?;
         if !created.coalesced {
-            let outcome = match created.request.state {
-                RequestState::Granted => "granted",
-                RequestState::Denied => "denied",
-                _ => "pending",
-            };
-            metrics::counter!("countersign_requests_total", "outcome" => outcome).increment(1);
+            count_created(&created.request);
         }
         Ok(created)
+    }
+
+    /// This session's pending request asking for exactly these names with this lifetime, which
+    /// a new ask joins; `REQUEST_PENDING` when a pending one asks for some of them.
+    async fn coalesced(
+        tx: &mut dyn crate::storage::Tx,
+        e: &Enrollment,
+        ask: &Ask<'_>,
+        now: Time,
+    ) -> Result<Option<Request>, Fail> {
+        let wanted: BTreeSet<&SecretName> = ask.names.iter().collect();
+        for p in tx.pending_requests(e.id).await? {
+            let p = p.settled(now, e);
+            if p.state != RequestState::Pending {
+                continue;
+            }
+            let theirs: BTreeSet<SecretName> = p.names().into_iter().collect();
+            if theirs.iter().collect::<BTreeSet<_>>() == wanted
+                && p.lifetime_seconds == ask.lifetime_seconds
+            {
+                return Ok(Some(p));
+            }
+            if wanted.iter().any(|n| theirs.contains(*n)) {
+                return Err(Error::from(ErrorCode::REQUEST_PENDING).into());
+            }
+        }
+        Ok(None)
+    }
+
+    /// The grant policy gives at once, sealed with its automatic decision.
+    fn automatic_grant(&self, r: &Request, ask: &Ask<'_>, rules_version: &str, now: Time) -> Grant {
+        let mut sorted = ask.names.clone();
+        sorted.sort();
+        let decision_seal =
+            self.sealer
+                .seal_automatic(&r.id, &r.enrollment_id, &sorted, rules_version, now);
+        let mut g = Grant {
+            id: GrantId::from_random(self.uuid()),
+            request_id: r.id,
+            enrollment_id: r.enrollment_id,
+            names: sorted,
+            granted: GrantedBy::Automatic,
+            record_id: None,
+            approver: None,
+            expires_at: ask
+                .lifetime_seconds
+                .map(|s| now + chrono::Duration::seconds(s as i64)),
+            created_at: now,
+            rules_version: rules_version.to_owned(),
+            end: None,
+            seal: String::new(),
+            decision_seal: Some(decision_seal),
+        };
+        g.seal = self.sealer.seal_grant(&g);
+        g
+    }
+
+    /// The approval record a person countersigns for a request policy sends to `approver`.
+    fn approval_record(
+        &self,
+        r: &Request,
+        e: &Enrollment,
+        ask: &Ask<'_>,
+        approver: &Approver,
+        rules_version: &str,
+        now: Time,
+    ) -> Record {
+        let body = RecordText {
+            version: 1,
+            kind: RecordKind::AgentSecret,
+            approver: approver.clone(),
+            enrollment: Some(e.summary()),
+            session: SessionIds {
+                request: r.stated_id.clone(),
+                enrollment: e.session_id.as_ref().map(|s| s.as_str().to_owned()),
+            },
+            identifiers: ask.names.iter().map(|n| n.as_str().to_owned()).collect(),
+            service: None,
+            reason: ask.reason.to_owned(),
+            lifetime_seconds: ask.lifetime_seconds,
+            rules_version: rules_version.to_owned(),
+            expires_at: now + self.config.request_ttl,
+            requested_at: now,
+            enrollment_id: Some(e.id),
+            request_id: Some(r.id),
+            thumbprint: None,
+            jwk: None,
+            nonce: self.nonce(),
+        };
+        let text = body.canonical();
+        Record {
+            id: RecordId::of_text(&text),
+            text,
+            body,
+            state: RecordState::Pending,
+            decided: None,
+            code: None,
+        }
     }
 
     async fn verify_secret_request(
@@ -396,26 +448,7 @@ impl Broker {
         let policy = self.policy();
         self.check_countersignature(&grant, record.as_ref(), passkey.as_ref(), &policy)?;
         policy.check_standing(&grant.names, grant.approver.as_ref(), &caller.withheld)?;
-        let mut values = Vec::with_capacity(grant.names.len());
-        for n in &grant.names {
-            let entry = policy.get(n).ok_or(ErrorCode::SECRET_NOT_IN_STORE)?;
-            let v = tracing::Instrument::instrument(
-                self.store.read_value(entry),
-                tracing::info_span!("secret store read", otel.kind = "client"),
-            )
-            .await
-            .map_err(|e| match e {
-                crate::secrets::StoreError::NotFound => Error::new(ErrorCode::SECRET_NOT_IN_STORE),
-                other => {
-                    tracing::warn!(error = %other, secret = %n, "secret store read failed");
-                    Error::with_message(
-                        ErrorCode::DATABASE_UNAVAILABLE,
-                        "secret store read: a dependency the broker needs is unavailable",
-                    )
-                }
-            })?;
-            values.push((n.clone(), v));
-        }
+        let values = self.read_values(&policy, &grant.names).await?;
         // The release is in the log (names, never values) before any value leaves.
         let names: Vec<&str> = grant.names.iter().map(|n| n.as_str()).collect();
         let event = crate::audit::AuditEvent {
@@ -439,6 +472,37 @@ impl Broker {
             expires_at: grant.expires_at,
             values,
         })
+    }
+
+    /// Each name's value, fresh from the store: `SECRET_NOT_IN_STORE` for a name the policy or
+    /// the store no longer has; a store failure is logged (never a value) and answered as an
+    /// unavailable dependency.
+    async fn read_values(
+        &self,
+        policy: &crate::policy::Policy,
+        names: &[SecretName],
+    ) -> Result<Vec<(SecretName, SecretValue)>, Error> {
+        let mut values = Vec::with_capacity(names.len());
+        for n in names {
+            let entry = policy.get(n).ok_or(ErrorCode::SECRET_NOT_IN_STORE)?;
+            let v = tracing::Instrument::instrument(
+                self.store.read_value(entry),
+                tracing::info_span!("secret store read", otel.kind = "client"),
+            )
+            .await
+            .map_err(|e| match e {
+                crate::secrets::StoreError::NotFound => Error::new(ErrorCode::SECRET_NOT_IN_STORE),
+                other => {
+                    tracing::warn!(error = %other, secret = %n, "secret store read failed");
+                    Error::with_message(
+                        ErrorCode::DATABASE_UNAVAILABLE,
+                        "secret store read: a dependency the broker needs is unavailable",
+                    )
+                }
+            })?;
+            values.push((n.clone(), v));
+        }
+        Ok(values)
     }
 
     /// Recomputes every link of a grant's chain: the grant's seal; for an approved grant, the

@@ -182,22 +182,7 @@ pub async fn run(
     commands: &Commands,
     report: &Reporter,
 ) -> Ran {
-    let mut cmd = tokio::process::Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(command)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    if let Some(d) = cwd {
-        cmd.current_dir(d);
-    }
-    for (name, value) in env {
-        cmd.env(name, value.expose());
-    }
-    cmd.env(SOCKET_ENV, socket)
-        .env_remove(super::console::TOKEN_ENV);
+    let mut cmd = shell(command, cwd, env, socket);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -236,35 +221,11 @@ pub async fn run(
             }
         }
     };
-    // The pipes end when every process holding them has exited: give what the command left
-    // running a moment, then stop its group.
-    let take = |h: Option<tokio::task::JoinHandle<Capture>>| async move {
-        match h {
-            Some(h) => h.await.unwrap_or_default(),
-            None => Capture::default(),
-        }
-    };
-    let both = async { (take(out).await, take(err).await) };
-    tokio::pin!(both);
-    let (stdout, stderr) = match tokio::time::timeout(DRAIN, &mut both).await {
-        Ok(b) => b,
-        Err(_) => {
-            stop_group(pgid).await;
-            both.await
-        }
-    };
+    let (stdout, stderr) = drain(out, err, pgid).await;
     if pgid > 0 {
         commands.remove(pgid);
     }
-    use std::os::unix::process::ExitStatusExt;
-    let (exit_code, signal) = match status {
-        Some(s) => match (s.code(), s.signal()) {
-            (Some(c), _) => (Some(c), None),
-            (None, Some(sig)) => (Some(128 + sig), Some(sig)),
-            _ => (None, None),
-        },
-        None => (None, None),
-    };
+    let (exit_code, signal) = exit_of(status);
     Ran {
         finished: Finished {
             exit_code,
@@ -274,6 +235,71 @@ pub async fn run(
         },
         stdout,
         stderr,
+    }
+}
+
+/// `/bin/sh -c command` in its own process group, with no stdin, its output piped, `env` and
+/// the helper's socket set and the console token removed.
+fn shell(
+    command: &str,
+    cwd: Option<&PathBuf>,
+    env: &[(String, Secret)],
+    socket: &std::path::Path,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(d) = cwd {
+        cmd.current_dir(d);
+    }
+    for (name, value) in env {
+        cmd.env(name, value.expose());
+    }
+    cmd.env(SOCKET_ENV, socket)
+        .env_remove(super::console::TOKEN_ENV);
+    cmd
+}
+
+/// The command's output once its pipes end: they end when every process holding them has
+/// exited, so what the command left running gets a moment, then its group is stopped.
+async fn drain(
+    out: Option<tokio::task::JoinHandle<Capture>>,
+    err: Option<tokio::task::JoinHandle<Capture>>,
+    pgid: i32,
+) -> (Capture, Capture) {
+    let take = |h: Option<tokio::task::JoinHandle<Capture>>| async move {
+        match h {
+            Some(h) => h.await.unwrap_or_default(),
+            None => Capture::default(),
+        }
+    };
+    let both = async { (take(out).await, take(err).await) };
+    tokio::pin!(both);
+    match tokio::time::timeout(DRAIN, &mut both).await {
+        Ok(b) => b,
+        Err(_) => {
+            stop_group(pgid).await;
+            both.await
+        }
+    }
+}
+
+/// The exit code (128 + the signal when killed by one) and the signal of an exit status;
+/// neither when it is unknown.
+fn exit_of(status: Option<std::process::ExitStatus>) -> (Option<i32>, Option<i32>) {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => (Some(c), None),
+            (None, Some(sig)) => (Some(128 + sig), Some(sig)),
+            _ => (None, None),
+        },
+        None => (None, None),
     }
 }
 

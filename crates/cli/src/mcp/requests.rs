@@ -207,46 +207,7 @@ pub async fn ensure(
             book.note(&r, &missing);
             r
         }
-        None => {
-            let ask = Ask {
-                secrets: missing.clone(),
-                lifetime,
-                no_wait: true,
-                timeout: None,
-                session_id: None,
-            };
-            match session::create(ctx, &ask, reason).await {
-                Ok(r) => {
-                    book.note(&r, &missing);
-                    super::log(format!(
-                        "request {} for {}: {}",
-                        r.id,
-                        missing.join(", "),
-                        r.state
-                    ));
-                    r
-                }
-                Err(f) if f.code.as_deref() == Some("REQUEST_PENDING") => {
-                    let overlapping: Vec<String> = book
-                        .pending()
-                        .into_iter()
-                        .filter(|(_, t)| t.names.iter().any(|n| missing.contains(n)))
-                        .map(|(id, t)| format!("{id} ({})", t.names.join(", ")))
-                        .collect();
-                    return Err(Fail::failure(if overlapping.is_empty() {
-                        "a request for some of these secrets is already pending in this session"
-                            .to_owned()
-                    } else {
-                        format!(
-                            "a request for some of these secrets is already pending: {}; wait for it (request_status), cancel it (cancel_request), or ask for exactly its secrets",
-                            overlapping.join("; ")
-                        )
-                    })
-                    .with_code(f.code));
-                }
-                Err(f) => return Err(f),
-            }
-        }
+        None => ask_for(ctx, book, &missing, reason, lifetime).await?,
     };
     let req = if req.state == "pending" {
         wait_for(ctx, book, req, &missing, wait, report).await?
@@ -269,6 +230,54 @@ pub async fn ensure(
         "pending" => Ok(Outcome::Pending(req, missing)),
         "denied" => Ok(Outcome::Denied(req)),
         _ => Ok(Outcome::Ended(req)),
+    }
+}
+
+/// A new request for `missing`, noted in this server's book; a `REQUEST_PENDING` refusal names
+/// this server's pending requests that overlap them.
+async fn ask_for(
+    ctx: &Ctx,
+    book: &Book,
+    missing: &[String],
+    reason: &str,
+    lifetime: Option<u64>,
+) -> Result<Req, Fail> {
+    let ask = Ask {
+        secrets: missing.to_vec(),
+        lifetime,
+        no_wait: true,
+        timeout: None,
+        session_id: None,
+    };
+    match session::create(ctx, &ask, reason).await {
+        Ok(r) => {
+            book.note(&r, missing);
+            super::log(format!(
+                "request {} for {}: {}",
+                r.id,
+                missing.join(", "),
+                r.state
+            ));
+            Ok(r)
+        }
+        Err(f) if f.code.as_deref() == Some("REQUEST_PENDING") => {
+            let overlapping: Vec<String> = book
+                .pending()
+                .into_iter()
+                .filter(|(_, t)| t.names.iter().any(|n| missing.contains(n)))
+                .map(|(id, t)| format!("{id} ({})", t.names.join(", ")))
+                .collect();
+            Err(Fail::failure(if overlapping.is_empty() {
+                "a request for some of these secrets is already pending in this session".to_owned()
+            } else {
+                format!(
+                    "a request for some of these secrets is already pending: {}; wait for it (request_status), cancel it (cancel_request), or ask for exactly its secrets",
+                    overlapping.join("; ")
+                )
+            })
+            .with_code(f.code))
+        }
+        Err(f) => Err(f),
     }
 }
 

@@ -413,39 +413,14 @@ impl Server {
     ) -> CallToolResult {
         // Every live grant's values: the command's own, and the others to mask (a command in
         // the session may release them itself).
-        let mut released: BTreeMap<String, BTreeMap<String, Secret>> = BTreeMap::new();
-        let before = match requests::describe(&self.ctx).await {
-            Ok(me) => me.grants,
-            Err(f) => return fail_result(&f),
+        let mut released = match self.released(holders).await {
+            Ok(r) => r,
+            Err(result) => return result,
         };
-        let mut wanted: Vec<String> = holders.values().cloned().collect();
-        wanted.extend(before.iter().map(|g| g.grant_id.clone()));
-        wanted.sort();
-        wanted.dedup();
-        for g in &wanted {
-            match requests::values(&self.ctx, g).await {
-                Ok(v) => {
-                    released.insert(g.clone(), v);
-                }
-                Err(f) if holders.values().any(|h| h == g) => return fail_result(&f),
-                Err(_) => {} // ended meanwhile: nothing of it to mask that the command can get
-            }
-        }
-        let mut env: Vec<(String, Secret)> = Vec::new();
-        for n in names {
-            let value = holders
-                .get(n)
-                .and_then(|g| released.get(g))
-                .and_then(|v| v.get(n));
-            match value {
-                Some(v) => env.push((n.clone(), v.clone())),
-                None => {
-                    return refuse(format!(
-                        "the grant for {n} holds no value of that name; the command was not run"
-                    ));
-                }
-            }
-        }
+        let env = match env_of(names, holders, &released) {
+            Ok(env) => env,
+            Err(result) => return result,
+        };
         log(format!(
             "running a command with {}",
             if names.is_empty() {
@@ -466,15 +441,7 @@ impl Server {
         .await;
         drop(env);
         // Grants the command got for itself while it ran.
-        if let Ok(me) = requests::describe(&self.ctx).await {
-            for g in me.grants {
-                if !released.contains_key(&g.grant_id)
-                    && let Ok(v) = requests::values(&self.ctx, &g.grant_id).await
-                {
-                    released.insert(g.grant_id.clone(), v);
-                }
-            }
-        }
+        self.release_new(&mut released).await;
         let token = self
             .console
             .as_ref()
@@ -501,40 +468,116 @@ impl Server {
                 true,
             );
         }
-        let mut text = match finished.exit_code {
-            Some(c) if finished.timed_out => {
-                format!(
-                    "timed out after {} s and was stopped; exit code {c}",
-                    limit.as_secs()
-                )
-            }
-            Some(c) => format!("exit code {c}"),
-            None => "the command's exit status is unknown".to_owned(),
+        text_result(ran_text(&finished, shown, &mut facts, limit), facts, false)
+    }
+
+    /// The values of every live grant of this session and of the grants `holders` names: a
+    /// holder's that cannot be read fails the call; another's ended meanwhile.
+    async fn released(
+        &self,
+        holders: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, BTreeMap<String, Secret>>, CallToolResult> {
+        let before = match requests::describe(&self.ctx).await {
+            Ok(me) => me.grants,
+            Err(f) => return Err(fail_result(&f)),
         };
-        match shown {
-            Ok((out, err)) => {
-                if let Some(obj) = facts.as_object_mut() {
-                    obj.insert("stdout_omitted_bytes".into(), json!(out.omitted));
-                    obj.insert("stderr_omitted_bytes".into(), json!(err.omitted));
+        let mut wanted: Vec<String> = holders.values().cloned().collect();
+        wanted.extend(before.iter().map(|g| g.grant_id.clone()));
+        wanted.sort();
+        wanted.dedup();
+        let mut released = BTreeMap::new();
+        for g in &wanted {
+            match requests::values(&self.ctx, g).await {
+                Ok(v) => {
+                    released.insert(g.clone(), v);
                 }
-                text.push_str("\n--- stdout ---\n");
-                text.push_str(&out.text);
-                if !out.text.is_empty() && !out.text.ends_with('\n') {
-                    text.push('\n');
-                }
-                text.push_str("--- stderr ---\n");
-                text.push_str(&err.text);
-            }
-            Err(w) => {
-                if let Some(obj) = facts.as_object_mut() {
-                    obj.insert("output_withheld".into(), json!(w.0));
-                }
-                text.push('\n');
-                text.push_str(&w.0);
+                Err(f) if holders.values().any(|h| h == g) => return Err(fail_result(&f)),
+                Err(_) => {} // ended meanwhile: nothing of it to mask that the command can get
             }
         }
-        text_result(text, facts, false)
+        Ok(released)
     }
+
+    /// Adds the values of grants this session holds now and `released` does not (a command
+    /// may have got some for itself), to be masked too.
+    async fn release_new(&self, released: &mut BTreeMap<String, BTreeMap<String, Secret>>) {
+        if let Ok(me) = requests::describe(&self.ctx).await {
+            for g in me.grants {
+                if !released.contains_key(&g.grant_id)
+                    && let Ok(v) = requests::values(&self.ctx, &g.grant_id).await
+                {
+                    released.insert(g.grant_id.clone(), v);
+                }
+            }
+        }
+    }
+}
+
+/// The command's environment: each name's value from the grant that holds it.
+fn env_of(
+    names: &[String],
+    holders: &BTreeMap<String, String>,
+    released: &BTreeMap<String, BTreeMap<String, Secret>>,
+) -> Result<Vec<(String, Secret)>, CallToolResult> {
+    let mut env: Vec<(String, Secret)> = Vec::new();
+    for n in names {
+        let value = holders
+            .get(n)
+            .and_then(|g| released.get(g))
+            .and_then(|v| v.get(n));
+        match value {
+            Some(v) => env.push((n.clone(), v.clone())),
+            None => {
+                return Err(refuse(format!(
+                    "the grant for {n} holds no value of that name; the command was not run"
+                )));
+            }
+        }
+    }
+    Ok(env)
+}
+
+/// What a run tool answers of a finished command: how it ended, then its masked output (or why
+/// it is withheld, noted in `facts`).
+fn ran_text(
+    finished: &exec::Finished,
+    shown: Result<(exec::Shown, exec::Shown), exec::Withheld>,
+    facts: &mut Value,
+    limit: Duration,
+) -> String {
+    let mut text = match finished.exit_code {
+        Some(c) if finished.timed_out => {
+            format!(
+                "timed out after {} s and was stopped; exit code {c}",
+                limit.as_secs()
+            )
+        }
+        Some(c) => format!("exit code {c}"),
+        None => "the command's exit status is unknown".to_owned(),
+    };
+    match shown {
+        Ok((out, err)) => {
+            if let Some(obj) = facts.as_object_mut() {
+                obj.insert("stdout_omitted_bytes".into(), json!(out.omitted));
+                obj.insert("stderr_omitted_bytes".into(), json!(err.omitted));
+            }
+            text.push_str("\n--- stdout ---\n");
+            text.push_str(&out.text);
+            if !out.text.is_empty() && !out.text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str("--- stderr ---\n");
+            text.push_str(&err.text);
+        }
+        Err(w) => {
+            if let Some(obj) = facts.as_object_mut() {
+                obj.insert("output_withheld".into(), json!(w.0));
+            }
+            text.push('\n');
+            text.push_str(&w.0);
+        }
+    }
+    text
 }
 
 fn pending_result(ctx: &Ctx, req: &Req, names: &[String]) -> CallToolResult {

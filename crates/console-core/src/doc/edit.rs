@@ -336,7 +336,6 @@ impl Document {
         new_id: &mut dyn FnMut() -> String,
     ) -> Document {
         let md = &self.markdown;
-        let n = self.tops.len();
         let a = parse::floor_boundary(md, a);
         let b = parse::ceil_boundary(md, b.max(a));
         let mut lo = self.tops.partition_point(|t| t.end() < a);
@@ -350,7 +349,23 @@ impl Document {
         region.push_str(md.get(rs..a).unwrap_or(""));
         region.push_str(text);
         region.push_str(md.get(b..re).unwrap_or(""));
-        let (canon, ranges, mut nodes) = loop {
+        let (canon, ranges, mut nodes) = self.reparse(region, &mut lo, &mut hi);
+        let old: Vec<&Node> = self.tops[lo..hi].iter().map(|t| t.node.as_ref()).collect();
+        match_ids(&old, &mut nodes, new_id);
+        self.assemble(lo, hi, &canon, &ranges, nodes)
+    }
+
+    /// Parses `region` (the new text with the top-level blocks `lo..hi` it touches) into
+    /// canonical blocks, widening `lo..hi` by a neighbour while the new text's first or last
+    /// block would join it, until every edge separates.
+    fn reparse(
+        &self,
+        mut region: String,
+        lo: &mut usize,
+        hi: &mut usize,
+    ) -> (String, parse::Chunks, Vec<Node>) {
+        let n = self.tops.len();
+        loop {
             let (canon, ranges, nodes) = parse::canonical(&region);
             let chunk = |i: usize| {
                 ranges
@@ -359,7 +374,7 @@ impl Document {
                     .unwrap_or("")
             };
             let first = if ranges.is_empty() {
-                (hi < n).then(|| self.top_text(hi))
+                (*hi < n).then(|| self.top_text(*hi))
             } else {
                 Some(chunk(0))
             };
@@ -368,31 +383,42 @@ impl Document {
             } else {
                 Some(chunk(ranges.len() - 1))
             };
-            if lo > 0
+            if *lo > 0
                 && let Some(first) = first
-                && !separate(self.top_text(lo - 1), first)
+                && !separate(self.top_text(*lo - 1), first)
             {
-                lo -= 1;
-                region = parse::join([self.top_text(lo), canon.trim_end_matches('\n')]);
+                *lo -= 1;
+                region = parse::join([self.top_text(*lo), canon.trim_end_matches('\n')]);
                 continue;
             }
-            if hi < n
+            if *hi < n
                 && let Some(last) = last
-                && !separate(last, self.top_text(hi))
+                && !separate(last, self.top_text(*hi))
             {
-                region = parse::join([canon.trim_end_matches('\n'), self.top_text(hi)]);
-                hi += 1;
+                region = parse::join([canon.trim_end_matches('\n'), self.top_text(*hi)]);
+                *hi += 1;
                 continue;
             }
             break (canon, ranges, nodes);
-        };
-        let old: Vec<&Node> = self.tops[lo..hi].iter().map(|t| t.node.as_ref()).collect();
-        match_ids(&old, &mut nodes, new_id);
+        }
+    }
 
+    /// The document with top-level blocks `lo..hi` replaced by `nodes` (at `ranges` of
+    /// `canon`), the blocks before kept in place and those after shifted.
+    fn assemble(
+        &self,
+        lo: usize,
+        hi: usize,
+        canon: &str,
+        ranges: &parse::Chunks,
+        nodes: Vec<Node>,
+    ) -> Document {
+        let md = &self.markdown;
+        let n = self.tops.len();
         let left_end = lo.checked_sub(1).map(|i| self.tops[i].end()).unwrap_or(0);
         let right_start = self.tops.get(hi).map(|t| t.start).unwrap_or(md.len());
         let left = md.get(..left_end).unwrap_or("");
-        let mid = canon.strip_suffix('\n').unwrap_or(&canon);
+        let mid = canon.strip_suffix('\n').unwrap_or(canon);
         let right = if hi < n {
             md.get(right_start..md.len().saturating_sub(1))
                 .unwrap_or("")
@@ -409,7 +435,7 @@ impl Document {
             }
             let base = markdown.len();
             markdown.push_str(mid);
-            for (node, &(s, _)) in nodes.into_iter().zip(&ranges) {
+            for (node, &(s, _)) in nodes.into_iter().zip(ranges) {
                 tops.push(Top {
                     start: base + s,
                     node: Arc::new(node),
@@ -556,62 +582,82 @@ impl Document {
                 let (a, b) = self.find_quote(op, quote, block.as_deref())?;
                 Ok(self.splice(a, b, "", new_id))
             }
-            EditOp::DeleteRow { block, index, .. } => {
-                let (_, _, table) = self.table(op, block)?;
-                if *index == 0 {
-                    return Err(EditError::Invalid {
-                        op,
-                        message: "row 0 is the header and cannot be deleted".into(),
-                    });
-                }
-                let top_start = self.top_start_of(block).unwrap_or(0);
-                let row = table
-                    .children
-                    .get(*index)
-                    .ok_or(EditError::TargetNotFound { op })?;
-                let md = &self.markdown;
-                let (rs, re) = (top_start + row.start, top_start + row.end);
-                let line_start = md
-                    .get(..rs)
-                    .and_then(|s| s.rfind('\n'))
-                    .map_or(0, |p| p + 1);
-                let line_end = md
-                    .get(re..)
-                    .and_then(|s| s.find('\n'))
-                    .map_or(md.len(), |p| re + p + 1);
-                Ok(self.splice(line_start, line_end, "", new_id))
-            }
+            EditOp::DeleteRow { block, index, .. } => self.delete_row(op, block, *index, new_id),
             EditOp::DeleteColumn { block, index, .. } => {
-                let (ts, te, table) = self.table(op, block)?;
-                let columns = table.children.first().map_or(0, |h| h.children.len());
-                if *index >= columns {
-                    return Err(EditError::TargetNotFound { op });
-                }
-                if columns == 1 {
-                    return Err(EditError::Invalid {
-                        op,
-                        message: "a table keeps one column at least".into(),
-                    });
-                }
-                let md = &self.markdown;
-                let line_start = md
-                    .get(..ts)
-                    .and_then(|s| s.rfind('\n'))
-                    .map_or(0, |p| p + 1);
-                let indent = ts - line_start;
-                let lines: Vec<String> = md
-                    .get(line_start..te)
-                    .unwrap_or("")
-                    .split('\n')
-                    .map(|line| {
-                        let cut = parse::floor_boundary(line, indent);
-                        let (prefix, row) = line.split_at(cut);
-                        format!("{prefix}{}", table::without_cell(row, *index))
-                    })
-                    .collect();
-                Ok(self.splice(line_start, te, &lines.join("\n"), new_id))
+                self.delete_column(op, block, *index, new_id)
             }
         }
+    }
+
+    /// Deletes row `index` of table `block` (not its header row 0): the row's whole line.
+    fn delete_row(
+        &self,
+        op: usize,
+        block: &str,
+        index: usize,
+        new_id: &mut dyn FnMut() -> String,
+    ) -> Result<Document, EditError> {
+        let (_, _, table) = self.table(op, block)?;
+        if index == 0 {
+            return Err(EditError::Invalid {
+                op,
+                message: "row 0 is the header and cannot be deleted".into(),
+            });
+        }
+        let top_start = self.top_start_of(block).unwrap_or(0);
+        let row = table
+            .children
+            .get(index)
+            .ok_or(EditError::TargetNotFound { op })?;
+        let md = &self.markdown;
+        let (rs, re) = (top_start + row.start, top_start + row.end);
+        let line_start = md
+            .get(..rs)
+            .and_then(|s| s.rfind('\n'))
+            .map_or(0, |p| p + 1);
+        let line_end = md
+            .get(re..)
+            .and_then(|s| s.find('\n'))
+            .map_or(md.len(), |p| re + p + 1);
+        Ok(self.splice(line_start, line_end, "", new_id))
+    }
+
+    /// Deletes column `index` of table `block` from every line of it (a table keeps one).
+    fn delete_column(
+        &self,
+        op: usize,
+        block: &str,
+        index: usize,
+        new_id: &mut dyn FnMut() -> String,
+    ) -> Result<Document, EditError> {
+        let (ts, te, table) = self.table(op, block)?;
+        let columns = table.children.first().map_or(0, |h| h.children.len());
+        if index >= columns {
+            return Err(EditError::TargetNotFound { op });
+        }
+        if columns == 1 {
+            return Err(EditError::Invalid {
+                op,
+                message: "a table keeps one column at least".into(),
+            });
+        }
+        let md = &self.markdown;
+        let line_start = md
+            .get(..ts)
+            .and_then(|s| s.rfind('\n'))
+            .map_or(0, |p| p + 1);
+        let indent = ts - line_start;
+        let lines: Vec<String> = md
+            .get(line_start..te)
+            .unwrap_or("")
+            .split('\n')
+            .map(|line| {
+                let cut = parse::floor_boundary(line, indent);
+                let (prefix, row) = line.split_at(cut);
+                format!("{prefix}{}", table::without_cell(row, index))
+            })
+            .collect();
+        Ok(self.splice(line_start, te, &lines.join("\n"), new_id))
     }
 
     fn top_start_of(&self, id: &str) -> Option<usize> {

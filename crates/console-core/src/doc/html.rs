@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use comrak::nodes::{AstNode, ListType, NodeValue};
+use comrak::nodes::{AstNode, ListType, NodeList, NodeValue};
 
 use super::Document;
 use super::parse::{self, Lines};
@@ -247,78 +247,9 @@ impl Renderer<'_> {
                 self.close("blockquote");
                 self.out.push('\n');
             }
-            NodeValue::List(l) => {
-                let start = l.start.to_string();
-                if l.list_type == ListType::Ordered {
-                    let attrs: &[(&str, &str)] = if l.start == 1 {
-                        &[]
-                    } else {
-                        &[("start", &start)]
-                    };
-                    self.open("ol", block, attrs);
-                    self.out.push('\n');
-                    self.items(node, l.tight, lines);
-                    self.close("ol");
-                } else {
-                    self.open("ul", block, &[]);
-                    self.out.push('\n');
-                    self.items(node, l.tight, lines);
-                    self.close("ul");
-                }
-                self.out.push('\n');
-            }
-            NodeValue::Table(_) => {
-                self.open("table", block, &[]);
-                self.out.push('\n');
-                let mut body = false;
-                for row in node.children() {
-                    let header = matches!(row.data.borrow().value, NodeValue::TableRow(true));
-                    if !header && !body {
-                        self.out.push_str("<tbody>\n");
-                        body = true;
-                    }
-                    if header {
-                        self.out.push_str("<thead>\n");
-                    }
-                    self.out.push_str("<tr>");
-                    for cell in row.children() {
-                        let tag = if header { "th" } else { "td" };
-                        self.open(tag, None, &[]);
-                        self.inlines(cell);
-                        self.close(tag);
-                    }
-                    self.out.push_str("</tr>\n");
-                    if header {
-                        self.out.push_str("</thead>\n");
-                    }
-                }
-                if body {
-                    self.out.push_str("</tbody>\n");
-                }
-                self.out.push_str("</table>\n");
-            }
-            NodeValue::BlockDirective(d) => {
-                if parse::is_ask_info(&d.info) {
-                    let mut attrs: Vec<(String, String)> = vec![("class".into(), "ask".into())];
-                    for w in d.info.split_whitespace().skip(1) {
-                        if let Some((k, v)) = w.split_once('=')
-                            && (k == "id" || k == "state")
-                        {
-                            attrs.push((format!("data-ask-{k}"), v.to_owned()));
-                        }
-                    }
-                    let attrs: Vec<(&str, &str)> = attrs
-                        .iter()
-                        .map(|(k, v)| (k.as_str(), v.as_str()))
-                        .collect();
-                    self.open("div", block, &attrs);
-                } else {
-                    self.open("div", block, &[("class", "directive")]);
-                }
-                self.out.push('\n');
-                self.children(node, lines);
-                self.out.push_str("</div>\n");
-            }
+            NodeValue::List(l) => self.list(node, l, block, lines),
+            NodeValue::Table(_) => self.table(node, block),
+            NodeValue::BlockDirective(d) => self.directive(node, &d.info, block, lines),
             NodeValue::Item(_) | NodeValue::TaskItem(_) => {
                 self.items_one(node, false, lines);
             }
@@ -329,6 +260,97 @@ impl Renderer<'_> {
                 self.out.push_str("</div>\n");
             }
         }
+    }
+
+    /// An ordered list (its `start` when not 1) or a bullet list, and its items.
+    fn list<'a>(
+        &mut self,
+        node: &'a AstNode<'a>,
+        l: &NodeList,
+        block: Option<&str>,
+        lines: &Lines<'_>,
+    ) {
+        let start = l.start.to_string();
+        if l.list_type == ListType::Ordered {
+            let attrs: &[(&str, &str)] = if l.start == 1 {
+                &[]
+            } else {
+                &[("start", &start)]
+            };
+            self.open("ol", block, attrs);
+            self.out.push('\n');
+            self.items(node, l.tight, lines);
+            self.close("ol");
+        } else {
+            self.open("ul", block, &[]);
+            self.out.push('\n');
+            self.items(node, l.tight, lines);
+            self.close("ul");
+        }
+        self.out.push('\n');
+    }
+
+    /// A table: its header row in `<thead>`, the others in `<tbody>`.
+    fn table<'a>(&mut self, node: &'a AstNode<'a>, block: Option<&str>) {
+        self.open("table", block, &[]);
+        self.out.push('\n');
+        let mut body = false;
+        for row in node.children() {
+            let header = matches!(row.data.borrow().value, NodeValue::TableRow(true));
+            if !header && !body {
+                self.out.push_str("<tbody>\n");
+                body = true;
+            }
+            if header {
+                self.out.push_str("<thead>\n");
+            }
+            self.out.push_str("<tr>");
+            for cell in row.children() {
+                let tag = if header { "th" } else { "td" };
+                self.open(tag, None, &[]);
+                self.inlines(cell);
+                self.close(tag);
+            }
+            self.out.push_str("</tr>\n");
+            if header {
+                self.out.push_str("</thead>\n");
+            }
+        }
+        if body {
+            self.out.push_str("</tbody>\n");
+        }
+        self.out.push_str("</table>\n");
+    }
+
+    /// A block directive: an ask (`:::ask id=… state=…`, its id and state as data attributes)
+    /// or any other, as a `div` around its children.
+    fn directive<'a>(
+        &mut self,
+        node: &'a AstNode<'a>,
+        info: &str,
+        block: Option<&str>,
+        lines: &Lines<'_>,
+    ) {
+        if parse::is_ask_info(info) {
+            let mut attrs: Vec<(String, String)> = vec![("class".into(), "ask".into())];
+            for w in info.split_whitespace().skip(1) {
+                if let Some((k, v)) = w.split_once('=')
+                    && (k == "id" || k == "state")
+                {
+                    attrs.push((format!("data-ask-{k}"), v.to_owned()));
+                }
+            }
+            let attrs: Vec<(&str, &str)> = attrs
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            self.open("div", block, &attrs);
+        } else {
+            self.open("div", block, &[("class", "directive")]);
+        }
+        self.out.push('\n');
+        self.children(node, lines);
+        self.out.push_str("</div>\n");
     }
 
     fn items<'a>(&mut self, list: &'a AstNode<'a>, tight: bool, lines: &Lines<'_>) {

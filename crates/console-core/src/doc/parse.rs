@@ -392,55 +392,7 @@ impl Builder<'_, '_> {
         let (kind, nested, detail, start_pos, own_end, paragraph) = {
             let data = node.data.borrow();
             let sp = data.sourcepos;
-            let mut detail = Detail::None;
-            let mut nested = false;
-            let kind = match &data.value {
-                NodeValue::Heading(_) => Some(BlockType::Heading),
-                NodeValue::Paragraph => Some(BlockType::Paragraph),
-                NodeValue::ThematicBreak => Some(BlockType::ThematicBreak),
-                NodeValue::CodeBlock(_) => Some(BlockType::Code),
-                NodeValue::HtmlBlock(_) => Some(BlockType::Paragraph),
-                NodeValue::BlockQuote => {
-                    nested = true;
-                    Some(BlockType::Quote)
-                }
-                NodeValue::List(_) => {
-                    nested = true;
-                    Some(BlockType::List)
-                }
-                NodeValue::Item(_) => {
-                    nested = true;
-                    Some(BlockType::ListItem)
-                }
-                NodeValue::TaskItem(t) => {
-                    nested = true;
-                    detail = Detail::Task {
-                        checked: t.symbol.is_some(),
-                    };
-                    Some(BlockType::TaskItem)
-                }
-                NodeValue::Table(_) => {
-                    nested = true;
-                    detail = Detail::Table {
-                        rows: std::sync::OnceLock::new(),
-                    };
-                    Some(BlockType::Table)
-                }
-                NodeValue::TableRow(header) => {
-                    nested = true;
-                    detail = Detail::Row { header: *header };
-                    Some(BlockType::TableRow)
-                }
-                NodeValue::TableCell => Some(BlockType::TableCell),
-                NodeValue::BlockDirective(d) => Some(if is_ask_info(&d.info) {
-                    BlockType::Ask
-                } else {
-                    BlockType::Paragraph
-                }),
-                NodeValue::Document => None,
-                v if v.block() => Some(BlockType::Paragraph),
-                _ => None,
-            };
+            let (kind, nested, detail) = classify(&data.value);
             // A fenced code block holds at least its opening fence's line: comrak may end an
             // empty one that its container closes (a list item ended by an unindented line)
             // inside its fence, where an edit's reparse of the same text ends it at the line's
@@ -584,4 +536,59 @@ pub(crate) fn with_ast<R>(
     let root = parse_document(&arena, text, &opts);
     let lines = Lines::new(text);
     f(root, &lines)
+}
+
+/// What block a comrak node is (`None`: not one of ours, as the document root), whether its
+/// children are blocks of their own, and its type's detail.
+fn classify(value: &NodeValue) -> (Option<BlockType>, bool, Detail) {
+    let mut detail = Detail::None;
+    let mut nested = false;
+    let kind = match value {
+        NodeValue::Heading(_) => Some(BlockType::Heading),
+        NodeValue::Paragraph => Some(BlockType::Paragraph),
+        NodeValue::ThematicBreak => Some(BlockType::ThematicBreak),
+        NodeValue::CodeBlock(_) => Some(BlockType::Code),
+        NodeValue::HtmlBlock(_) => Some(BlockType::Paragraph),
+        NodeValue::BlockQuote => {
+            nested = true;
+            Some(BlockType::Quote)
+        }
+        NodeValue::List(_) => {
+            nested = true;
+            Some(BlockType::List)
+        }
+        NodeValue::Item(_) => {
+            nested = true;
+            Some(BlockType::ListItem)
+        }
+        NodeValue::TaskItem(t) => {
+            nested = true;
+            detail = Detail::Task {
+                checked: t.symbol.is_some(),
+            };
+            Some(BlockType::TaskItem)
+        }
+        NodeValue::Table(_) => {
+            nested = true;
+            detail = Detail::Table {
+                rows: std::sync::OnceLock::new(),
+            };
+            Some(BlockType::Table)
+        }
+        NodeValue::TableRow(header) => {
+            nested = true;
+            detail = Detail::Row { header: *header };
+            Some(BlockType::TableRow)
+        }
+        NodeValue::TableCell => Some(BlockType::TableCell),
+        NodeValue::BlockDirective(d) => Some(if is_ask_info(&d.info) {
+            BlockType::Ask
+        } else {
+            BlockType::Paragraph
+        }),
+        NodeValue::Document => None,
+        v if v.block() => Some(BlockType::Paragraph),
+        _ => None,
+    };
+    (kind, nested, detail)
 }

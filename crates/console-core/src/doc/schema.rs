@@ -70,10 +70,9 @@ fn def(kind: BlockType, shared: &Map<String, Value>) -> Value {
     })
 }
 
-/// The schema document.
-pub fn block_schema() -> Value {
-    // Shapes every block shares, written into each type's entry (the `$defs` hold the block
-    // types and nothing else).
+/// Shapes every block shares, written into each type's entry (the `$defs` hold the block
+/// types and nothing else): its id, token, range, path, table rows and references.
+fn shared_shapes() -> Map<String, Value> {
     let mut defs = Map::new();
     defs.insert(
         "block_id".into(),
@@ -146,7 +145,12 @@ pub fn block_schema() -> Value {
             }
         }),
     );
-    let shared = defs;
+    defs
+}
+
+/// The schema document.
+pub fn block_schema() -> Value {
+    let shared = shared_shapes();
     let mut defs = Map::new();
     for kind in BlockType::ALL {
         defs.insert(kind.as_str().into(), def(kind, &shared));

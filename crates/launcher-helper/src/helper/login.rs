@@ -83,36 +83,13 @@ impl Helper {
                 p.host.clone(),
             )
         };
-        let answer = self
-            .broker
-            .call(
-                "GET",
-                &format!("/v1/launcher-credentials/{}", pending_id.as_str()),
-                None,
-                Auth::None,
-            )
-            .await
-            .map_err(|e| from_broker(HelperCode::LoginFailed, "machine login poll", &e))?;
-        let poll: PollAnswer = answer
-            .json()
-            .map_err(|e| from_broker(HelperCode::LoginFailed, "machine login poll", &e))?;
-        let state = match poll.state.as_str() {
-            "pending" => {
-                return Ok(LoginProgress {
-                    state: LoginState::Pending,
-                    credential: None,
-                });
-            }
-            "issued" => LoginState::Issued,
-            "denied" => LoginState::Denied,
-            "expired" => LoginState::Expired,
-            other => {
-                return Err(err(
-                    HelperCode::LoginFailed,
-                    format!("machine login poll: unexpected state {other:?}"),
-                ));
-            }
-        };
+        let (state, poll) = self.poll_broker(pending_id.as_str()).await?;
+        if state == LoginState::Pending {
+            return Ok(LoginProgress {
+                state,
+                credential: None,
+            });
+        }
         let same = |st: &State| {
             st.login
                 .as_ref()
@@ -165,6 +142,36 @@ impl Helper {
             state,
             credential: Some(info),
         })
+    }
+
+    /// The broker's answer to a pending machine login, and its state.
+    async fn poll_broker(&self, pending_id: &str) -> Result<(LoginState, PollAnswer), HelperError> {
+        let answer = self
+            .broker
+            .call(
+                "GET",
+                &format!("/v1/launcher-credentials/{pending_id}"),
+                None,
+                Auth::None,
+            )
+            .await
+            .map_err(|e| from_broker(HelperCode::LoginFailed, "machine login poll", &e))?;
+        let poll: PollAnswer = answer
+            .json()
+            .map_err(|e| from_broker(HelperCode::LoginFailed, "machine login poll", &e))?;
+        let state = match poll.state.as_str() {
+            "pending" => LoginState::Pending,
+            "issued" => LoginState::Issued,
+            "denied" => LoginState::Denied,
+            "expired" => LoginState::Expired,
+            other => {
+                return Err(err(
+                    HelperCode::LoginFailed,
+                    format!("machine login poll: unexpected state {other:?}"),
+                ));
+            }
+        };
+        Ok((state, poll))
     }
 
     pub(super) async fn token_login(

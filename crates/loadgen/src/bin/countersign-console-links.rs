@@ -100,6 +100,7 @@ async fn open_links(
     Ok(links)
 }
 
+// Long: a benchmark phase reads best as its script, top to bottom: set up, measure, print.
 fn broadcast(sessions: usize, rounds: usize, database_url: Option<String>) -> anyhow::Result<()> {
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

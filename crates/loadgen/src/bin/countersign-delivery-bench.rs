@@ -33,6 +33,7 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
+// Long: a benchmark phase reads best as its script, top to bottom: set up, measure, print.
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = Args::parse();

@@ -1,0 +1,360 @@
+//! The transaction: [`SqlTx`] and its connection (`mod.rs`), the [`Tx`] methods as SQL
+//! ([`queries`]), and the rows' encoding ([`rows`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use countersign_broker_core::audit::AuditEntry;
+use countersign_broker_core::clock::Time;
+use countersign_broker_core::ids::{
+    ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId,
+};
+use countersign_broker_core::model::{
+    Enrollment, Grant, LauncherCredential, Passkey, PendingLogin, Record, RecordDecision,
+    RecordState, RecordText, Request, RequestState,
+};
+use countersign_broker_core::storage::{Due, OutboxItem, StorageError, Tx};
+use serde::de::DeserializeOwned;
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::pool::PoolConnection;
+use sqlx::query::Query;
+use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
+
+use crate::Backend;
+use crate::error::db_err;
+use crate::reads::Reads;
+use crate::schema::AUDIT_ENDS;
+use crate::spare::Spares;
+use crate::writer::Slot;
+
+/// Parameters to bind, in order: `args![id, ms(now)]`.
+macro_rules! args {
+    ($($a:expr),* $(,)?) => { vec![$(Arg::from($a)),*] };
+}
+
+mod queries;
+mod rows;
+
+pub(crate) use rows::insert_audit;
+use rows::*;
+
+/// A transaction on either backend.
+pub(crate) struct SqlTx {
+    /// `None` once committed.
+    inner: Option<Inner>,
+    backend: Backend,
+    /// A write transaction (rows read are locked on PostgreSQL).
+    write: bool,
+    /// A statement started and has not ended well (failed, or still running when the
+    /// transaction was dropped): the connection's state is unknown.
+    unsettled: bool,
+    /// A read's connection goes back here when it ends settled (`spare.rs`).
+    spares: Option<Arc<Spares>>,
+    /// PostgreSQL's reads: the rows a proof-verified call reads come through batches
+    /// (`reads.rs`).
+    reads: Option<Reads>,
+}
+
+/// Where the statements run.
+enum Inner {
+    /// A transaction of its own on a pooled connection: reads, and PostgreSQL's writes.
+    Pool(Transaction<'static, Any>),
+    /// SQLite's writes: a turn at the single writer, inside its group-committed transaction.
+    Writer(Slot),
+    /// Reads: a connection with no `BEGIN`, each statement its own snapshot (under PostgreSQL's
+    /// READ COMMITTED that is so inside a transaction too, and SQLite's reads are all one
+    /// statement or need no more), so the round trips of `BEGIN` and `ROLLBACK` bought nothing.
+    Conn(PoolConnection<Any>),
+    /// PostgreSQL's reads before their first statement that is not batched (`reads.rs`): no
+    /// connection yet; that statement takes one from the spares, as [`Inner::Conn`].
+    Lazy(AnyPool),
+}
+
+impl fmt::Debug for SqlTx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlTx")
+            .field("backend", &self.backend)
+            .field("write", &self.write)
+            .field("open", &self.inner.is_some())
+            .finish()
+    }
+}
+
+impl Drop for SqlTx {
+    fn drop(&mut self) {
+        // A pooled transaction rolls back when its connection is next used or is back in the
+        // pool; a writer's turn must end (and maybe roll back) before the next writer's.
+        match self.inner.take() {
+            Some(Inner::Writer(slot)) => slot.abandon(),
+            Some(Inner::Conn(conn)) if !self.unsettled => {
+                if let Some(spares) = &self.spares {
+                    spares.put(conn);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl SqlTx {
+    pub(crate) fn pooled(tx: Transaction<'static, Any>, backend: Backend, write: bool) -> Self {
+        SqlTx {
+            inner: Some(Inner::Pool(tx)),
+            backend,
+            write,
+            unsettled: false,
+            spares: None,
+            reads: None,
+        }
+    }
+
+    /// A read on a connection without a transaction, given back to `spares` when it ends
+    /// settled.
+    pub(crate) fn reading(
+        conn: PoolConnection<Any>,
+        backend: Backend,
+        spares: Arc<Spares>,
+    ) -> Self {
+        SqlTx {
+            inner: Some(Inner::Conn(conn)),
+            backend,
+            write: false,
+            unsettled: false,
+            spares: Some(spares),
+            reads: None,
+        }
+    }
+
+    /// A read on PostgreSQL: the rows of proof-verified calls come through `reads`' batches,
+    /// and any other statement takes a connection (kept in `spares`, as [`SqlTx::reading`]).
+    pub(crate) fn batched(pool: AnyPool, spares: Arc<Spares>, reads: Reads) -> Self {
+        SqlTx {
+            inner: Some(Inner::Lazy(pool)),
+            backend: Backend::Postgres,
+            write: false,
+            unsettled: false,
+            spares: Some(spares),
+            reads: Some(reads),
+        }
+    }
+
+    pub(crate) fn writer(slot: Slot) -> Self {
+        SqlTx {
+            inner: Some(Inner::Writer(slot)),
+            backend: Backend::Sqlite,
+            write: true,
+            unsettled: false,
+            spares: None,
+            reads: None,
+        }
+    }
+
+    /// The connection for the next statement, which [`SqlTx::checked`] settles. A read on
+    /// PostgreSQL takes its connection here, at its first statement that is not batched.
+    async fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
+        if let (Some(Inner::Lazy(pool)), Some(spares)) = (&self.inner, &self.spares) {
+            let conn = spares.take(pool).await.map_err(crate::error::begin_err)?;
+            self.inner = Some(Inner::Conn(conn));
+        }
+        self.unsettled = true;
+        match self.inner.as_mut() {
+            Some(Inner::Pool(tx)) => Ok(&mut **tx),
+            Some(Inner::Conn(c)) => Ok(&mut **c),
+            Some(Inner::Writer(slot)) => slot.conn(),
+            Some(Inner::Lazy(_)) => Err(StorageError::Other(
+                "a read without its connection's spares".into(),
+            )),
+            None => Err(finished()),
+        }
+    }
+
+    /// Before a statement that may change the database.
+    fn writing(&mut self) {
+        if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
+            slot.writing();
+        }
+    }
+
+    /// Notes a failed statement (the writer's physical transaction may be gone).
+    fn checked<T>(&mut self, r: Result<T, sqlx::Error>) -> Result<T, StorageError> {
+        self.unsettled = r.is_err();
+        if r.is_err() {
+            match (self.inner.as_mut(), &self.spares) {
+                (Some(Inner::Writer(slot)), _) => slot.failed(),
+                // The others kept beside this connection have likely met its fate (a database
+                // restarted): back to the pool, which tests them, with this one.
+                (Some(Inner::Conn(_)), Some(spares)) => spares.clear(),
+                _ => {}
+            }
+        }
+        r.map_err(db_err)
+    }
+
+    /// The query with the row-lock clause this transaction needs.
+    fn locking(&self, sql: &str, lock: Lock) -> String {
+        match (self.backend, self.write, lock) {
+            (Backend::Postgres, true, Lock::Update) => format!("{sql} FOR UPDATE"),
+            (Backend::Postgres, true, Lock::SkipLocked) => format!("{sql} FOR UPDATE SKIP LOCKED"),
+            _ => sql.to_owned(),
+        }
+    }
+
+    async fn fetch_all_locked(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+        lock: Lock,
+    ) -> Result<Vec<AnyRow>, StorageError> {
+        let sql = self.locking(sql, lock);
+        let conn = self.conn().await?;
+        let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
+        self.checked(r)
+    }
+
+    async fn fetch_all(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>, StorageError> {
+        self.fetch_all_locked(sql, args, Lock::Update).await
+    }
+
+    async fn fetch_optional(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+    ) -> Result<Option<AnyRow>, StorageError> {
+        let sql = self.locking(sql, Lock::Update);
+        let conn = self.conn().await?;
+        let r = bind_all(sqlx::query(&sql), args).fetch_optional(conn).await;
+        self.checked(r)
+    }
+
+    async fn execute(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64, StorageError> {
+        if matches!(self.inner, Some(Inner::Conn(_) | Inner::Lazy(_))) {
+            // Outside a transaction a write would commit at once: a read never writes.
+            return Err(StorageError::Other("write in a read transaction".into()));
+        }
+        self.writing();
+        let conn = self.conn().await?;
+        let r = bind_all(sqlx::query(sql), args).execute(conn).await;
+        self.checked(r).map(|r| r.rows_affected())
+    }
+
+    async fn get_doc<T: DeserializeOwned>(
+        &mut self,
+        what: &str,
+        sql: &str,
+        args: Vec<Arg>,
+    ) -> Result<Option<T>, StorageError> {
+        match self.fetch_optional(sql, args).await? {
+            Some(row) => from_doc(what, &row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn get_docs<T: DeserializeOwned>(
+        &mut self,
+        what: &str,
+        sql: &str,
+        args: Vec<Arg>,
+    ) -> Result<Vec<T>, StorageError> {
+        let rows = self.fetch_all(sql, args).await?;
+        from_docs(what, &rows)
+    }
+
+    /// Adds one to the policy epoch.
+    pub(crate) async fn bump_policy_epoch(&mut self) -> Result<(), StorageError> {
+        self.execute(
+            "INSERT INTO counters (name, value) VALUES ('policy', 1) \
+             ON CONFLICT (name) DO UPDATE SET value = counters.value + 1",
+            Vec::new(),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Deletes every single-use value lapsed before `now`.
+    pub(crate) async fn purge_once_values(&mut self, now: Time) -> Result<u64, StorageError> {
+        self.execute(
+            "DELETE FROM once_values WHERE until_ms < $1",
+            args![ms(now)],
+        )
+        .await
+    }
+
+    /// Remembers many single-use values in one statement (see [`remember_many`]), inside this
+    /// transaction.
+    pub(crate) async fn remember_many(
+        &mut self,
+        values: &[(&str, &str, Time)],
+        now: Time,
+    ) -> Result<Vec<(String, String)>, StorageError> {
+        if values.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (sql, args) = remember_many_sql(values, now);
+        self.writing();
+        let conn = self.conn().await?;
+        let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
+        let rows = self.checked(r)?;
+        fresh_pairs(&rows)
+    }
+}
+
+/// Remembers many single-use values (see `once.rs`) in one statement on `conn`, outside any
+/// transaction: the statement is its own transaction, committed (durably, with PostgreSQL's
+/// default `synchronous_commit`) before it answers, in one round trip. Inserts each value, or
+/// replaces one lapsed before `now`; answers the `(scope, value)` pairs it wrote: the fresh ones.
+/// The primary key on (scope, value) decides between concurrent callers, in this process or
+/// another. Values must be distinct (one statement may not touch a row twice).
+pub(crate) async fn remember_many(
+    conn: &mut AnyConnection,
+    values: &[(&str, &str, Time)],
+    now: Time,
+) -> Result<Vec<(String, String)>, StorageError> {
+    if values.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (sql, args) = remember_many_sql(values, now);
+    let rows = bind_all(sqlx::query(&sql), args)
+        .fetch_all(conn)
+        .await
+        .map_err(db_err)?;
+    fresh_pairs(&rows)
+}
+
+fn remember_many_sql(values: &[(&str, &str, Time)], now: Time) -> (String, Vec<Arg>) {
+    let mut sql = String::from("INSERT INTO once_values (scope, value, until_ms) VALUES ");
+    let mut args = Vec::with_capacity(values.len() * 3 + 1);
+    for (i, (scope, value, until)) in values.iter().enumerate() {
+        if i > 0 {
+            sql.push(',');
+        }
+        let n = i * 3;
+        sql.push_str(&format!("(${}, ${}, ${})", n + 1, n + 2, n + 3));
+        args.push(Arg::from(*scope));
+        args.push(Arg::from(*value));
+        args.push(Arg::from(ms(*until)));
+    }
+    sql.push_str(&format!(
+        " ON CONFLICT (scope, value) DO UPDATE SET until_ms = excluded.until_ms \
+         WHERE once_values.until_ms < ${} RETURNING scope, value",
+        values.len() * 3 + 1
+    ));
+    args.push(Arg::from(ms(now)));
+    (sql, args)
+}
+
+fn fresh_pairs(rows: &[AnyRow]) -> Result<Vec<(String, String)>, StorageError> {
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<String, _>("scope").map_err(db_err)?,
+                row.try_get::<String, _>("value").map_err(db_err)?,
+            ))
+        })
+        .collect()
+}
+
+fn finished() -> StorageError {
+    StorageError::Other("transaction already finished".into())
+}

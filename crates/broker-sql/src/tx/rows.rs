@@ -1,0 +1,255 @@
+//! Binding parameters, and a row's columns to and from the model (documents, times, hashes).
+
+use super::*;
+
+/// A bound parameter.
+pub(super) enum Arg {
+    Text(String),
+    Int(i64),
+    Bytes(Vec<u8>),
+    NullText,
+    NullInt,
+}
+
+impl From<&str> for Arg {
+    fn from(s: &str) -> Self {
+        Arg::Text(s.to_owned())
+    }
+}
+
+impl From<String> for Arg {
+    fn from(s: String) -> Self {
+        Arg::Text(s)
+    }
+}
+
+impl From<Vec<u8>> for Arg {
+    fn from(b: Vec<u8>) -> Self {
+        Arg::Bytes(b)
+    }
+}
+
+impl From<i64> for Arg {
+    fn from(i: i64) -> Self {
+        Arg::Int(i)
+    }
+}
+
+impl From<Option<String>> for Arg {
+    fn from(s: Option<String>) -> Self {
+        s.map_or(Arg::NullText, Arg::Text)
+    }
+}
+
+impl From<Option<i64>> for Arg {
+    fn from(i: Option<i64>) -> Self {
+        i.map_or(Arg::NullInt, Arg::Int)
+    }
+}
+
+pub(super) fn bind_all<'q>(
+    mut q: Query<'q, Any, AnyArguments<'q>>,
+    args: Vec<Arg>,
+) -> Query<'q, Any, AnyArguments<'q>> {
+    for a in args {
+        q = match a {
+            Arg::Text(s) => q.bind(s),
+            Arg::Int(i) => q.bind(i),
+            Arg::Bytes(b) => q.bind(b),
+            Arg::NullText => q.bind(None::<String>),
+            Arg::NullInt => q.bind(None::<i64>),
+        };
+    }
+    q
+}
+
+/// How a `SELECT` in a write transaction locks the rows it reads (PostgreSQL only).
+#[derive(Clone, Copy)]
+pub(super) enum Lock {
+    /// `FOR UPDATE`.
+    Update,
+    /// `FOR UPDATE SKIP LOCKED`.
+    SkipLocked,
+}
+
+/// Unix milliseconds.
+pub(super) fn ms(t: Time) -> i64 {
+    t.timestamp_millis()
+}
+
+pub(super) fn from_ms(ms: i64) -> Result<Time, StorageError> {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .ok_or_else(|| StorageError::Corrupt(format!("time out of range: {ms} ms")))
+}
+
+pub(super) fn to_doc<T: serde::Serialize>(what: &str, v: &T) -> Result<String, StorageError> {
+    serde_json::to_string(v).map_err(|e| StorageError::Other(format!("encoding {what}: {e}")))
+}
+
+pub(super) fn from_doc<T: DeserializeOwned>(what: &str, row: &AnyRow) -> Result<T, StorageError> {
+    let doc: String = row.try_get("doc").map_err(db_err)?;
+    decode(what, &doc)
+}
+
+pub(super) fn decode<T: DeserializeOwned>(what: &str, doc: &str) -> Result<T, StorageError> {
+    serde_json::from_str(doc).map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))
+}
+
+pub(super) fn decode_some<T: DeserializeOwned>(
+    what: &str,
+    doc: Option<String>,
+) -> Result<Option<T>, StorageError> {
+    doc.map(|d| decode(what, &d)).transpose()
+}
+
+pub(super) fn from_docs<T: DeserializeOwned>(
+    what: &str,
+    rows: &[AnyRow],
+) -> Result<Vec<T>, StorageError> {
+    rows.iter().map(|r| from_doc(what, r)).collect()
+}
+
+/// `INSERT … ON CONFLICT (key) DO UPDATE SET` every other column.
+pub(super) fn upsert_sql(table: &str, key: &str, columns: &[&str]) -> String {
+    let placeholders: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
+    let updates: Vec<String> = columns
+        .iter()
+        .filter(|c| **c != key)
+        .map(|c| format!("{c} = excluded.{c}"))
+        .collect();
+    format!(
+        "INSERT INTO {table} ({}) VALUES ({}) ON CONFLICT ({key}) DO UPDATE SET {}",
+        columns.join(", "),
+        placeholders.join(", "),
+        updates.join(", ")
+    )
+}
+
+pub(super) const RECORD_COLUMNS: &str = "id, text, state, decided, code";
+
+pub(super) fn record_from_row(row: &AnyRow) -> Result<Record, StorageError> {
+    let id: String = row.try_get("id").map_err(db_err)?;
+    let id = RecordId::parse(&id)
+        .map_err(|_| StorageError::Corrupt(format!("record id {id:?} is not 64 hex digits")))?;
+    let text: String = row.try_get("text").map_err(db_err)?;
+    let body: RecordText = serde_json::from_str(&text)
+        .map_err(|e| StorageError::Corrupt(format!("record {id} text: {e}")))?;
+    let state: String = row.try_get("state").map_err(db_err)?;
+    let state: RecordState = serde_json::from_value(serde_json::Value::String(state.clone()))
+        .map_err(|_| StorageError::Corrupt(format!("record {id} state {state:?}")))?;
+    let decided: Option<String> = row.try_get("decided").map_err(db_err)?;
+    let decided = decided
+        .map(|d| serde_json::from_str::<RecordDecision>(&d))
+        .transpose()
+        .map_err(|e| StorageError::Corrupt(format!("record {id} decision: {e}")))?;
+    let code: Option<String> = row.try_get("code").map_err(db_err)?;
+    let code = code
+        .map(|c| {
+            ConfirmationCode::parse(&c)
+                .ok_or_else(|| StorageError::Corrupt(format!("record {id} code {c:?}")))
+        })
+        .transpose()?;
+    Ok(Record {
+        id,
+        text,
+        body,
+        state,
+        decided,
+        code,
+    })
+}
+
+pub(super) fn outbox_from_row(row: &AnyRow) -> Result<OutboxItem, StorageError> {
+    let attempts: i64 = row.try_get("attempts").map_err(db_err)?;
+    Ok(OutboxItem {
+        id: row.try_get("id").map_err(db_err)?,
+        payload: row.try_get("payload").map_err(db_err)?,
+        attempts: u32::try_from(attempts)
+            .map_err(|_| StorageError::Corrupt(format!("outbox attempts {attempts}")))?,
+        next_attempt_at: from_ms(row.try_get("next_attempt_at_ms").map_err(db_err)?)?,
+    })
+}
+
+pub(super) const AUDIT_COLUMNS: &str =
+    "position, at_ms, kind, subject, body, prev_hash, hash, seal";
+
+/// Inserts audit entries, at most [`AUDIT_ROWS_PER_INSERT`] a statement.
+pub(crate) async fn insert_audit(
+    conn: &mut AnyConnection,
+    entries: &[AuditEntry],
+) -> Result<(), sqlx::Error> {
+    for chunk in entries.chunks(AUDIT_ROWS_PER_INSERT) {
+        let mut sql = format!("INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ");
+        let mut args = Vec::with_capacity(chunk.len() * 8);
+        for (i, e) in chunk.iter().enumerate() {
+            let n = i * 8;
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5,
+                n + 6,
+                n + 7,
+                n + 8
+            ));
+            args.extend(args![
+                e.position,
+                ms(e.at),
+                e.kind.as_str(),
+                e.subject.as_str(),
+                e.body.as_str(),
+                hash_bytes(&e.prev_hash),
+                hash_bytes(&e.hash),
+                e.seal.as_str(),
+            ]);
+        }
+        bind_all(sqlx::query(&sql), args)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Rows per audit `INSERT` (8 parameters each, well under either backend's limit).
+pub(super) const AUDIT_ROWS_PER_INSERT: usize = 256;
+
+/// The advisory lock appenders to the audit log hold until commit (PostgreSQL): "csau".
+pub(super) const PG_AUDIT_LOCK: i64 = 0x6373_6175;
+
+/// A chain hash as stored: its 32 bytes (schema version 5), not its 64 hex digits. The chain
+/// is defined over the hex text, which reading restores exactly.
+pub(super) fn hash_bytes(hex_text: &str) -> Vec<u8> {
+    // The core computes every hash as lowercase hex; anything else is stored as it came, and
+    // fails verification when read back.
+    hex::decode(hex_text).unwrap_or_else(|_| hex_text.as_bytes().to_vec())
+}
+
+pub(super) fn audit_from_row(row: &AnyRow) -> Result<AuditEntry, StorageError> {
+    Ok(AuditEntry {
+        position: row.try_get("position").map_err(db_err)?,
+        at: from_ms(row.try_get("at_ms").map_err(db_err)?)?,
+        kind: row.try_get("kind").map_err(db_err)?,
+        subject: row.try_get("subject").map_err(db_err)?,
+        body: row.try_get("body").map_err(db_err)?,
+        prev_hash: hex::encode(row.try_get::<Vec<u8>, _>("prev_hash").map_err(db_err)?),
+        hash: hex::encode(row.try_get::<Vec<u8>, _>("hash").map_err(db_err)?),
+        seal: row.try_get("seal").map_err(db_err)?,
+    })
+}
+
+pub(super) fn ids<T>(
+    rows: &[AnyRow],
+    parse: impl Fn(&str) -> Result<T, countersign_broker_core::Error>,
+) -> Result<Vec<T>, StorageError> {
+    rows.iter()
+        .map(|r| {
+            let id: String = r.try_get("id").map_err(db_err)?;
+            parse(&id).map_err(|_| StorageError::Corrupt(format!("id {id:?}")))
+        })
+        .collect()
+}
