@@ -212,6 +212,23 @@ impl SqlStorage {
         self.backend
     }
 
+    /// How many write transactions wait now: on SQLite, for their turn at the writer; on
+    /// PostgreSQL, this database's sessions waiting for a lock. For diagnostics, and for tests
+    /// that must see a writer wait before they let the one ahead of it go.
+    pub async fn writers_waiting(&self) -> Result<usize, StorageError> {
+        if let Some(writer) = &self.writer {
+            return Ok(writer.waiting());
+        }
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     /// Closes the pool: waits for checked-out connections to come back, then closes them all.
     pub async fn close(&self) {
         self.spares.close();

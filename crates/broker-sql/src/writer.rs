@@ -36,7 +36,7 @@
 //! after the `COMMIT`, as before.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use countersign_broker_core::audit::AuditEntry;
@@ -104,6 +104,8 @@ struct Shared {
     keep: bool,
     /// Set by [`Writer::release`]: no connection is kept any more.
     released: AtomicBool,
+    /// Write transactions waiting for their turn ([`Writer::waiting`]).
+    waiting: AtomicUsize,
 }
 
 /// The writer of one SQLite storage. Dropping the last handle lets the flusher commit what is
@@ -130,6 +132,7 @@ impl Writer {
             closed: AtomicBool::new(false),
             keep: file,
             released: AtomicBool::new(false),
+            waiting: AtomicUsize::new(0),
         });
         tokio::spawn(flusher(shared.clone()));
         if file {
@@ -140,7 +143,9 @@ impl Writer {
 
     /// Waits for the write mutex and opens the physical transaction if none is open.
     pub(crate) async fn begin(self: &Arc<Self>) -> Result<Slot, StorageError> {
+        let queued = Queued::on(&self.shared.waiting);
         let mut batch = self.shared.batch.clone().lock_owned().await;
+        drop(queued);
         if batch.conn.is_none() {
             let conn = match batch.idle.take() {
                 Some(conn) => conn,
@@ -162,6 +167,11 @@ impl Writer {
 }
 
 impl Writer {
+    /// How many write transactions wait for their turn now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.shared.waiting.load(Ordering::Acquire)
+    }
+
     /// Gives the kept connection back to the pool, and keeps none from then on (before the
     /// pool is closed, which waits for every checked-out connection). The flag is set before
     /// the batch's lock is taken and read under it, so a batch committing meanwhile keeps none.
@@ -169,6 +179,23 @@ impl Writer {
         self.shared.released.store(true, Ordering::Release);
         let idle = self.shared.batch.lock().await.idle.take();
         drop(idle);
+    }
+}
+
+/// Counts a write transaction as waiting for its turn until dropped (also when the wait is
+/// cancelled).
+struct Queued<'a>(&'a AtomicUsize);
+
+impl<'a> Queued<'a> {
+    fn on(waiting: &'a AtomicUsize) -> Self {
+        waiting.fetch_add(1, Ordering::AcqRel);
+        Queued(waiting)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -36,6 +36,19 @@ use uuid::Uuid;
 const PG_URL_VAR: &str = "COUNTERSIGN_TEST_POSTGRES_URL";
 const PG_REQUIRE_VAR: &str = "COUNTERSIGN_REQUIRE_POSTGRES";
 
+/// Waits until `n` write transactions wait (for the writer's turn, or for a lock): what a test
+/// must see before it lets the one ahead go, instead of guessing a time.
+async fn until_waiting(s: &SqlStorage, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s.writers_waiting().await.expect("waiting writers") < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no writer came to wait within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// A storage on a database of its own, removed again by [`TestDb::finish`] (a failing test
 /// leaves it behind for inspection).
 struct TestDb {
@@ -1071,7 +1084,7 @@ async fn outbox_take_skips_rows_another_transaction_took(s: &SqlStorage) {
                 tx.commit().await.expect("commit");
                 got
             });
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            until_waiting(s, 1).await;
             assert!(!second.is_finished(), "the second writer waits");
             first.delete_outbox("a").await.expect("delete");
             first.commit().await.expect("commit");
@@ -1148,7 +1161,7 @@ async fn second_writer_waits_and_sees_the_first(s: &SqlStorage) {
         drop(tx);
         seen
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_waiting(s, 1).await;
     assert!(
         !second.is_finished(),
         "the second writer waits for the first"
@@ -1717,7 +1730,7 @@ async fn sqlite_a_dropped_writer_fails_its_batch_with_conflict_and_loses_nothing
         tx.put_credential(&d).await.expect("put");
         drop(tx);
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until_waiting(&db, 1).await;
     assert!(matches!(a.commit().await, Err(StorageError::Conflict)));
     b.await.expect("task");
     let mut r = db.read().await.expect("read");
@@ -1756,7 +1769,7 @@ async fn sqlite_a_writer_that_only_read_leaves_its_batch_alone() {
         tx.commit().await.expect("a commit with nothing written");
         seen
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until_waiting(&db, 1).await;
     a.commit().await.expect("commit");
     // The reader ran inside the batch, after A: it saw A's write.
     assert_eq!(readers.await.expect("task"), Some(c.clone()));

@@ -124,13 +124,16 @@ fn on_a_terminal_the_token_is_not_echoed_and_ctrl_c_exits_130() {
     let s = screen("ServiceAccount token for svc:");
     assert!(!s.contains("secret-typed-here"), "echoed: {s}");
     tmux(sock, &["send-keys", "C-c"]).unwrap();
+    // The shell writes the status and a newline: read it once the line is whole.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !status_file.exists() {
+    let code = loop {
+        let written = std::fs::read_to_string(&status_file).unwrap_or_default();
+        if written.ends_with('\n') {
+            break written;
+        }
         assert!(Instant::now() < deadline, "no status");
         std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(100));
-    let code = std::fs::read_to_string(&status_file).unwrap();
+    };
     let _ = tmux(sock, &["kill-server"]);
     assert_eq!(code.trim(), "130");
 }
