@@ -61,108 +61,117 @@ fn media_essence(headers: &HeaderMap) -> Option<String> {
 /// and the JSON body's `actor`.
 async fn read_upload(req: Request, multipart_only: bool) -> ApiResult<(Upload, Option<String>)> {
     match media_essence(req.headers()).as_deref() {
-        Some("application/json") => {
-            let bytes = axum::body::to_bytes(req.into_body(), JSON_LIMIT)
-                .await
-                .map_err(|_| Error::new(ErrorCode::REQUEST_TOO_LARGE))?;
-            if multipart_only {
-                return Err(artifact_input(
-                    "an agent's conversation takes multipart uploads of files and images",
-                ));
-            }
-            let b: UploadJson = serde_json::from_slice(&bytes).map_err(|e| {
-                artifact_input(format!("{} ({e})", ErrorCode::ARTIFACT_INPUT.message()))
-            })?;
-            let content = match (b.content, b.content_base64) {
-                (Some(c), None) => c.into_bytes(),
-                (None, Some(c)) => base64::engine::general_purpose::STANDARD
-                    .decode(c.trim())
-                    .map_err(|_| artifact_input("content_base64 is base64 (RFC 4648 §4)"))?,
-                _ => return Err(artifact_input("give one of content and content_base64")),
-            };
-            Ok((
-                Upload {
-                    filename: b.filename,
-                    slug: b.slug,
-                    content_type: b.content_type,
-                    content,
-                },
-                b.actor,
-            ))
-        }
-        Some("multipart/form-data") => {
-            let boundary = req
-                .headers()
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| multer::parse_boundary(v).ok())
-                .ok_or_else(|| artifact_input("a multipart body names its boundary"))?;
-            let constraints = multer::Constraints::new()
-                .size_limit(multer::SizeLimit::new().whole_stream(UPLOAD_LIMIT as u64));
-            let mut form = multer::Multipart::with_constraints(
-                req.into_body().into_data_stream(),
-                boundary,
-                constraints,
-            );
-            let too_large = |e: &multer::Error| {
-                matches!(
-                    e,
-                    multer::Error::StreamSizeExceeded { .. }
-                        | multer::Error::FieldSizeExceeded { .. }
-                )
-            };
-            let fail = |e: multer::Error| -> ApiError {
-                if too_large(&e) {
-                    Error::new(ErrorCode::REQUEST_TOO_LARGE).into()
-                } else {
-                    artifact_input(format!("the multipart body does not parse ({e})"))
-                }
-            };
-            let mut file: Option<(String, String, Vec<u8>)> = None;
-            let mut slug: Option<String> = None;
-            while let Some(field) = form.next_field().await.map_err(fail)? {
-                match field.name() {
-                    Some("file") if file.is_none() => {
-                        let filename = field
-                            .file_name()
-                            .map(str::to_owned)
-                            .ok_or_else(|| artifact_input("the `file` part names its filename"))?;
-                        let content_type = field
-                            .content_type()
-                            .map(|m| m.to_string())
-                            .unwrap_or_else(|| "application/octet-stream".to_owned());
-                        let bytes = field.bytes().await.map_err(fail)?;
-                        file = Some((filename, content_type, bytes.to_vec()));
-                    }
-                    Some("slug") if slug.is_none() => {
-                        slug = Some(field.text().await.map_err(fail)?.trim().to_owned());
-                    }
-                    Some(other) => {
-                        return Err(artifact_input(format!(
-                            "an upload has one `file` part and at most one `slug` part, not `{}`",
-                            other.chars().take(64).collect::<String>()
-                        )));
-                    }
-                    None => return Err(artifact_input("every part is named")),
-                }
-            }
-            let (filename, content_type, content) =
-                file.ok_or_else(|| artifact_input("an upload has a `file` part"))?;
-            Ok((
-                Upload {
-                    filename,
-                    slug,
-                    content_type,
-                    content,
-                },
-                None,
-            ))
-        }
+        Some("application/json") => json_upload(req, multipart_only).await,
+        Some("multipart/form-data") => Ok((multipart_upload(req).await?, None)),
         _ => Err(Error::with_message(
             ErrorCode::UNSUPPORTED_MEDIA_TYPE,
             "an upload is application/json or multipart/form-data",
         )
         .into()),
+    }
+}
+
+/// A JSON upload ([`UploadJson`], at most 1 MiB) and its `actor`.
+async fn json_upload(req: Request, multipart_only: bool) -> ApiResult<(Upload, Option<String>)> {
+    let bytes = axum::body::to_bytes(req.into_body(), JSON_LIMIT)
+        .await
+        .map_err(|_| Error::new(ErrorCode::REQUEST_TOO_LARGE))?;
+    if multipart_only {
+        return Err(artifact_input(
+            "an agent's conversation takes multipart uploads of files and images",
+        ));
+    }
+    let b: UploadJson = serde_json::from_slice(&bytes)
+        .map_err(|e| artifact_input(format!("{} ({e})", ErrorCode::ARTIFACT_INPUT.message())))?;
+    let content = match (b.content, b.content_base64) {
+        (Some(c), None) => c.into_bytes(),
+        (None, Some(c)) => base64::engine::general_purpose::STANDARD
+            .decode(c.trim())
+            .map_err(|_| artifact_input("content_base64 is base64 (RFC 4648 §4)"))?,
+        _ => return Err(artifact_input("give one of content and content_base64")),
+    };
+    Ok((
+        Upload {
+            filename: b.filename,
+            slug: b.slug,
+            content_type: b.content_type,
+            content,
+        },
+        b.actor,
+    ))
+}
+
+/// A multipart upload (at most 25 MiB): one `file` part with its filename and type, an
+/// optional `slug` part.
+async fn multipart_upload(req: Request) -> ApiResult<Upload> {
+    let boundary = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| multer::parse_boundary(v).ok())
+        .ok_or_else(|| artifact_input("a multipart body names its boundary"))?;
+    let constraints = multer::Constraints::new()
+        .size_limit(multer::SizeLimit::new().whole_stream(UPLOAD_LIMIT as u64));
+    let mut form = multer::Multipart::with_constraints(
+        req.into_body().into_data_stream(),
+        boundary,
+        constraints,
+    );
+    let mut file: Option<(String, String, Vec<u8>)> = None;
+    let mut slug: Option<String> = None;
+    while let Some(field) = form.next_field().await.map_err(multipart_fail)? {
+        match field.name() {
+            Some("file") if file.is_none() => {
+                let filename = field
+                    .file_name()
+                    .map(str::to_owned)
+                    .ok_or_else(|| artifact_input("the `file` part names its filename"))?;
+                let content_type = field
+                    .content_type()
+                    .map(|m| m.to_string())
+                    .unwrap_or_else(|| "application/octet-stream".to_owned());
+                let bytes = field.bytes().await.map_err(multipart_fail)?;
+                file = Some((filename, content_type, bytes.to_vec()));
+            }
+            Some("slug") if slug.is_none() => {
+                slug = Some(
+                    field
+                        .text()
+                        .await
+                        .map_err(multipart_fail)?
+                        .trim()
+                        .to_owned(),
+                );
+            }
+            Some(other) => {
+                return Err(artifact_input(format!(
+                    "an upload has one `file` part and at most one `slug` part, not `{}`",
+                    other.chars().take(64).collect::<String>()
+                )));
+            }
+            None => return Err(artifact_input("every part is named")),
+        }
+    }
+    let (filename, content_type, content) =
+        file.ok_or_else(|| artifact_input("an upload has a `file` part"))?;
+    Ok(Upload {
+        filename,
+        slug,
+        content_type,
+        content,
+    })
+}
+
+/// A multipart body that fails: over its size limit 413, else 400 ARTIFACT_INPUT.
+fn multipart_fail(e: multer::Error) -> ApiError {
+    let too_large = matches!(
+        e,
+        multer::Error::StreamSizeExceeded { .. } | multer::Error::FieldSizeExceeded { .. }
+    );
+    if too_large {
+        Error::new(ErrorCode::REQUEST_TOO_LARGE).into()
+    } else {
+        artifact_input(format!("the multipart body does not parse ({e})"))
     }
 }
 

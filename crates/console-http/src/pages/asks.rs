@@ -5,35 +5,18 @@
 use askama::Template;
 use axum::Extension;
 use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use countersign_console_core::console::asks::{Inbox, InboxRow};
+use countersign_console_core::console::asks::{AnswerKind, AnswerRow, Inbox, InboxRow};
 use countersign_console_core::doc::SafeHtml;
-use countersign_console_core::work::Actor;
 use countersign_console_core::work::asks::{AskOption, AskView, InboxAsk, Turn};
 use countersign_console_core::{Caller, Time};
 
 use super::{PageResult, St, chrome, error_text, human, page};
-use crate::html::{self, Chrome, InboxRows, Notice, When, notice};
+use crate::html::{self, Chrome, InboxRows, Notice, When, actor_text, notice};
 
 const SCRIPT: &str = include_str!("../../assets/asks.js");
 const STYLE: &str = include_str!("../../assets/asks.css");
-
-/// Who, for people.
-fn actor_text(a: &Actor) -> String {
-    match a {
-        Actor::User { login } => login.to_string(),
-        Actor::Agent {
-            session: Some(s), ..
-        } => format!("session {s}"),
-        Actor::Agent {
-            service: Some(s), ..
-        } => s.clone(),
-        Actor::Agent { owner: Some(o), .. } => format!("an agent of {o}"),
-        Actor::Agent { .. } => "an agent".into(),
-        Actor::System { name } => name.clone(),
-    }
-}
 
 /// Selected options' labels and the text, as one line.
 fn answer_text(options: &[String], text: Option<&str>, all: &[AskOption]) -> String {
@@ -255,50 +238,6 @@ pub async fn ask_page(
         .split_once('\n')
         .map(|(_, r)| r.trim().to_owned())
         .unwrap_or_default();
-    let answers = a
-        .answers
-        .iter()
-        .flatten()
-        .map(|x| HistoryLine {
-            at: html::when(&x.at),
-            by: actor_text(&x.by),
-            what: answer_text(&x.options, x.text.as_deref(), &a.options),
-            current: x.current,
-        })
-        .collect();
-    let history = a
-        .history
-        .iter()
-        .flatten()
-        .map(|w| HistoryLine {
-            at: html::when(&w.at),
-            by: actor_text(&w.by),
-            what: w.question.clone(),
-            current: false,
-        })
-        .collect();
-    let replies = a
-        .replies
-        .iter()
-        .flatten()
-        .map(|v| &v.comment)
-        .map(|c| ReplyLine {
-            id: c.id.clone(),
-            by: actor_text(&c.author),
-            at: html::when(&c.created_at),
-            body: c.body.clone(),
-        })
-        .collect();
-    let comments_url = match (&a.artifact, &a.issue) {
-        (Some(doc), _) => format!("/api/v1/artifacts/{doc}/comments"),
-        (None, Some(k)) => format!("/api/v1/issues/{k}/comments"),
-        (None, None) => String::new(),
-    };
-    let turn = match a.turn {
-        Some(Turn::Human) => "a person's",
-        Some(Turn::Agent) => "its agent's",
-        None => "nobody's",
-    };
     let followers = if a.followers.is_empty() {
         "none".to_owned()
     } else {
@@ -310,14 +249,75 @@ pub async fn ask_page(
             chrome: chrome("Ask", h, "/"),
             a: AskRow::of(&summary(&a), &a.updated_at, None),
             question_rest,
-            turn,
+            turn: turn_text(a.turn),
             followers,
-            answers,
-            history,
-            replies,
-            comments_url,
+            answers: answer_lines(&a),
+            history: wording_lines(&a),
+            replies: reply_lines(&a),
+            comments_url: comments_url(&a),
         },
     ))
+}
+
+/// An ask's answers, oldest first, the current one marked.
+fn answer_lines(a: &AskView) -> Vec<HistoryLine> {
+    a.answers
+        .iter()
+        .flatten()
+        .map(|x| HistoryLine {
+            at: html::when(&x.at),
+            by: actor_text(&x.by),
+            what: answer_text(&x.options, x.text.as_deref(), &a.options),
+            current: x.current,
+        })
+        .collect()
+}
+
+/// An ask's edit history: each wording of its question.
+fn wording_lines(a: &AskView) -> Vec<HistoryLine> {
+    a.history
+        .iter()
+        .flatten()
+        .map(|w| HistoryLine {
+            at: html::when(&w.at),
+            by: actor_text(&w.by),
+            what: w.question.clone(),
+            current: false,
+        })
+        .collect()
+}
+
+/// The replies to an ask.
+fn reply_lines(a: &AskView) -> Vec<ReplyLine> {
+    a.replies
+        .iter()
+        .flatten()
+        .map(|v| &v.comment)
+        .map(|c| ReplyLine {
+            id: c.id.clone(),
+            by: actor_text(&c.author),
+            at: html::when(&c.created_at),
+            body: c.body.clone(),
+        })
+        .collect()
+}
+
+/// Where a reply to an ask is posted: its document's comments, else its issue's.
+fn comments_url(a: &AskView) -> String {
+    match (&a.artifact, &a.issue) {
+        (Some(doc), _) => format!("/api/v1/artifacts/{doc}/comments"),
+        (None, Some(k)) => format!("/api/v1/issues/{k}/comments"),
+        (None, None) => String::new(),
+    }
+}
+
+/// Whose turn an ask is, in words.
+fn turn_text(turn: Option<Turn>) -> &'static str {
+    match turn {
+        Some(Turn::Human) => "a person's",
+        Some(Turn::Agent) => "its agent's",
+        None => "nobody's",
+    }
 }
 
 /// A suggestion, as a diff.
@@ -442,25 +442,11 @@ pub async fn discussion_page(
 }
 
 pub async fn script() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        SCRIPT,
-    )
-        .into_response()
+    super::script_asset(SCRIPT)
 }
 
 pub async fn style() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        STYLE,
-    )
-        .into_response()
+    super::style_asset(STYLE)
 }
 
 /// One of the person's answers or replies, for people.
@@ -508,7 +494,6 @@ pub async fn answers_page(
     Extension(caller): Extension<Caller>,
     Query(q): Query<std::collections::HashMap<String, String>>,
 ) -> PageResult {
-    use countersign_console_core::console::asks::AnswerKind;
     let h = human(&caller)?;
     let offset = q
         .get("offset")
@@ -530,46 +515,8 @@ pub async fn answers_page(
             if i64::from(offset) + (p.rows.len() as i64) < p.total {
                 view.next = Some(offset + ANSWERS_SHOWN);
             }
-            // Option labels from each ask (read once per ask on the page).
-            let mut labels: std::collections::HashMap<String, Vec<AskOption>> =
-                std::collections::HashMap::new();
-            for r in &p.rows {
-                if r.answer.as_ref().is_some_and(|a| !a.options.is_empty())
-                    && !labels.contains_key(&r.ask.id)
-                    && let Ok(a) = st.console.asks().ask(&r.ask.id).await
-                {
-                    labels.insert(r.ask.id.clone(), a.options);
-                }
-            }
-            view.rows = p
-                .rows
-                .iter()
-                .map(|r| {
-                    let (kind, what, current) = match (r.kind, &r.answer, &r.reply) {
-                        (AnswerKind::Answer, Some(a), _) => (
-                            "answered",
-                            answer_text(
-                                &a.options,
-                                a.text.as_deref(),
-                                labels.get(&r.ask.id).map(Vec::as_slice).unwrap_or(&[]),
-                            ),
-                            a.current,
-                        ),
-                        (_, _, Some(rep)) => ("replied", rep.body.clone(), false),
-                        _ => ("answered", String::new(), false),
-                    };
-                    MineRow {
-                        ask: r.ask.id.clone(),
-                        question: r.ask.question.lines().next().unwrap_or("").to_owned(),
-                        state: r.ask.state.as_str(),
-                        owner: actor_text(&r.ask.owner),
-                        at: html::when(&r.at),
-                        kind,
-                        what,
-                        current,
-                    }
-                })
-                .collect();
+            let labels = option_labels(&st, &p.rows).await;
+            view.rows = p.rows.iter().map(|r| mine_row(r, &labels)).collect();
         }
         Err(e) => view.error = Some(error_text(&e)),
     }
@@ -586,4 +533,50 @@ pub async fn answers_page(
             .collect();
     }
     Ok(page(StatusCode::OK, &view))
+}
+
+/// The options of each ask on a page of answers that picked options (each ask read once; one
+/// that cannot be read shows its options' ids).
+async fn option_labels(
+    st: &crate::AppState,
+    rows: &[AnswerRow],
+) -> std::collections::HashMap<String, Vec<AskOption>> {
+    let mut labels: std::collections::HashMap<String, Vec<AskOption>> =
+        std::collections::HashMap::new();
+    for r in rows {
+        if r.answer.as_ref().is_some_and(|a| !a.options.is_empty())
+            && !labels.contains_key(&r.ask.id)
+            && let Ok(a) = st.console.asks().ask(&r.ask.id).await
+        {
+            labels.insert(r.ask.id.clone(), a.options);
+        }
+    }
+    labels
+}
+
+/// One of the person's answers or replies, for people.
+fn mine_row(r: &AnswerRow, labels: &std::collections::HashMap<String, Vec<AskOption>>) -> MineRow {
+    let (kind, what, current) = match (r.kind, &r.answer, &r.reply) {
+        (AnswerKind::Answer, Some(a), _) => (
+            "answered",
+            answer_text(
+                &a.options,
+                a.text.as_deref(),
+                labels.get(&r.ask.id).map(Vec::as_slice).unwrap_or(&[]),
+            ),
+            a.current,
+        ),
+        (_, _, Some(rep)) => ("replied", rep.body.clone(), false),
+        _ => ("answered", String::new(), false),
+    };
+    MineRow {
+        ask: r.ask.id.clone(),
+        question: r.ask.question.lines().next().unwrap_or("").to_owned(),
+        state: r.ask.state.as_str(),
+        owner: actor_text(&r.ask.owner),
+        at: html::when(&r.at),
+        kind,
+        what,
+        current,
+    }
 }

@@ -10,7 +10,7 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::Caller;
 use countersign_console_core::console::{ComponentTree, PipelineAnswer, TimelineAnswer};
-use countersign_console_core::work::delivery::compute::FACETS;
+use countersign_console_core::work::delivery::compute::{FACETS, Filters, Measures};
 use countersign_console_core::work::delivery::{ArchitectureSource, DeliverySettings};
 use countersign_console_core::{Error, ErrorCode};
 
@@ -149,7 +149,29 @@ pub async fn timeline_page(
         Err(e) => return Ok(not_configured_or(e).into_response()),
     };
     let (bars, chart_width) = chart(&t);
-    let facets = FACETS
+    let facets = facets(&t, &f);
+    let measures = measure_rows(&t.timeline.measures);
+    let fmt = |t: &countersign_console_core::Time| t.format("%Y-%m-%d").to_string();
+    Ok(page(
+        StatusCode::OK,
+        &TimelinePage {
+            chrome: chrome("Delivery", h, "/delivery"),
+            from: fmt(&w.from),
+            to: fmt(&w.to),
+            q: f.q.clone().unwrap_or_default(),
+            t,
+            bars,
+            chart_width,
+            facets,
+            measures,
+        },
+    ))
+}
+
+/// The timeline's facets, each value with its count and checked when selected; a selected
+/// value the window has none of is listed too, with 0.
+fn facets(t: &TimelineAnswer, f: &Filters) -> Vec<Facet> {
+    FACETS
         .iter()
         .map(|name| {
             let selected = f.facets.get(*name).cloned().unwrap_or_default();
@@ -178,31 +200,38 @@ pub async fn timeline_page(
             }
             Facet { name, values }
         })
-        .collect();
-    let m = &t.timeline.measures;
-    let target = |n: &str| m.targets.get(n);
-    let row = |name: &str, value: String, key: &str, secs: bool| {
-        let t = target(key);
-        MeasureRow {
-            name: name.to_owned(),
-            value,
-            target: t
-                .map(|t| {
-                    if secs {
-                        seconds(Some(t.target))
-                    } else {
-                        format!("{:.2}", t.target)
-                    }
-                })
-                .unwrap_or_else(|| "—".into()),
-            met: match t.and_then(|t| t.met) {
-                Some(true) => "met",
-                Some(false) => "missed",
-                None => "",
-            },
-        }
-    };
-    let measures = vec![
+        .collect()
+}
+
+/// One measure's row: its value, and its target (`key` in the settings; `secs`: a duration)
+/// with whether it was met.
+fn measure_row(m: &Measures, name: &str, value: String, key: &str, secs: bool) -> MeasureRow {
+    let t = m.targets.get(key);
+    MeasureRow {
+        name: name.to_owned(),
+        value,
+        target: t
+            .map(|t| {
+                if secs {
+                    seconds(Some(t.target))
+                } else {
+                    format!("{:.2}", t.target)
+                }
+            })
+            .unwrap_or_else(|| "—".into()),
+        met: match t.and_then(|t| t.met) {
+            Some(true) => "met",
+            Some(false) => "missed",
+            None => "",
+        },
+    }
+}
+
+/// The measures' rows, in the page's order.
+fn measure_rows(m: &Measures) -> Vec<MeasureRow> {
+    let row =
+        |name: &str, value: String, key: &str, secs: bool| measure_row(m, name, value, key, secs);
+    vec![
         row(
             "Deploys per day",
             format!("{:.2}", m.deploys_per_day),
@@ -264,22 +293,7 @@ pub async fn timeline_page(
             "open_p0_unowned",
             false,
         ),
-    ];
-    let fmt = |t: &countersign_console_core::Time| t.format("%Y-%m-%d").to_string();
-    Ok(page(
-        StatusCode::OK,
-        &TimelinePage {
-            chrome: chrome("Delivery", h, "/delivery"),
-            from: fmt(&w.from),
-            to: fmt(&w.to),
-            q: f.q.clone().unwrap_or_default(),
-            t,
-            bars,
-            chart_width,
-            facets,
-            measures,
-        },
-    ))
+    ]
 }
 
 pub async fn pipeline_page(

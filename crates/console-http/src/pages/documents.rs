@@ -12,18 +12,17 @@ use std::collections::HashMap;
 use askama::Template;
 use axum::Extension;
 use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use countersign_console_core::console::documents::{At, VersionRead};
 use countersign_console_core::doc::{Document, RefTarget, SafeHtml, parse_ref};
-use countersign_console_core::work::Actor;
 use countersign_console_core::work::asks::Review;
 use countersign_console_core::work::documents::{ArtifactKind, ArtifactView, VersionInfo};
 use countersign_console_core::{Caller, ErrorCode};
 use similar::{ChangeTag, TextDiff};
 
 use super::{PageError, PageResult, St, chrome, error_text, html_response, human, page, status_of};
-use crate::html::{Chrome, When, when};
+use crate::html::{Chrome, When, actor_text, when};
 
 const SCRIPT: &str = include_str!("../../assets/documents.js");
 const STYLE: &str = include_str!("../../assets/documents.css");
@@ -220,21 +219,6 @@ pub struct ListPage<'a> {
     pub rows: Vec<DocumentRow>,
 }
 
-fn actor_text(a: &Actor) -> String {
-    match a {
-        Actor::User { login } => login.to_string(),
-        Actor::Agent {
-            session: Some(s), ..
-        } => format!("session {s}"),
-        Actor::Agent {
-            service: Some(s), ..
-        } => s.clone(),
-        Actor::Agent { owner: Some(o), .. } => format!("an agent of {o}"),
-        Actor::Agent { .. } => "an agent".into(),
-        Actor::System { name } => name.clone(),
-    }
-}
-
 /// The page of a version.
 pub fn version_href(id: &str, number: i64) -> String {
     format!("/artifacts/{id}/versions/{number}")
@@ -369,12 +353,7 @@ pub async fn document_page(
         more: None,
     });
     let reviews = if is_document {
-        st.console
-            .asks()
-            .reviews(&a.id)
-            .await
-            .map(|r| r.iter().rev().map(ReviewRow::of).collect())
-            .unwrap_or_default()
+        reviews_of(&st, &a.id).await
     } else {
         Vec::new()
     };
@@ -385,37 +364,12 @@ pub async fn document_page(
         number("from").unwrap_or((latest_n - 1).max(1)),
         number("to").unwrap_or(latest_n),
     );
-    let (mut diff, mut diff_error) = (None, None);
-    if is_document && q.contains_key("from") && q.contains_key("to") {
-        let read = |n: i64| {
-            let st = st.clone();
-            let id = a.id.clone();
-            async move {
-                match st.console.documents().version(&id, &n.to_string()).await? {
-                    VersionRead::Document(d) => Ok(d.markdown),
-                    VersionRead::Bytes { .. } => Ok(String::new()),
-                }
-            }
-        };
-        match (read(from).await, read(to).await) {
-            (Ok(old), Ok(new)) => {
-                diff = Some(DiffView {
-                    from,
-                    to,
-                    lines: diff_lines(&old, &new),
-                })
-            }
-            (Err(e), _) | (_, Err(e)) => diff_error = Some(error_text(&e)),
-        }
-    }
-    let version = a
-        .version
-        .as_ref()
-        .map(|v| match &v.name {
-            Some(n) => format!("{} “{n}” ({})", v.number, v.kind.as_str()),
-            None => format!("{} ({})", v.number, v.kind.as_str()),
-        })
-        .unwrap_or_else(|| "none yet".into());
+    let (diff, diff_error) = if is_document && q.contains_key("from") && q.contains_key("to") {
+        diff_of(&st, &a.id, from, to).await
+    } else {
+        (None, None)
+    };
+    let version = version_text(&a.view);
     Ok(page(
         StatusCode::OK,
         &DocumentPage {
@@ -438,6 +392,59 @@ pub async fn document_page(
             a,
         },
     ))
+}
+
+/// The diff between versions `from` and `to` of a document, or the error text when one
+/// cannot be read.
+async fn diff_of(
+    st: &std::sync::Arc<crate::AppState>,
+    id: &str,
+    from: i64,
+    to: i64,
+) -> (Option<DiffView>, Option<String>) {
+    let read = |n: i64| {
+        let st = st.clone();
+        let id = id.to_owned();
+        async move {
+            match st.console.documents().version(&id, &n.to_string()).await? {
+                VersionRead::Document(d) => Ok(d.markdown),
+                VersionRead::Bytes { .. } => Ok(String::new()),
+            }
+        }
+    };
+    match (read(from).await, read(to).await) {
+        (Ok(old), Ok(new)) => (
+            Some(DiffView {
+                from,
+                to,
+                lines: diff_lines(&old, &new),
+            }),
+            None,
+        ),
+        (Err(e), _) | (_, Err(e)) => (None, Some(error_text(&e))),
+    }
+}
+
+/// A document's reviews, newest first (none when they cannot be read: the page shows the
+/// rest).
+async fn reviews_of(st: &crate::AppState, id: &str) -> Vec<ReviewRow> {
+    st.console
+        .asks()
+        .reviews(id)
+        .await
+        .map(|r| r.iter().rev().map(ReviewRow::of).collect())
+        .unwrap_or_default()
+}
+
+/// The artifact's current version in words: its number, its name if any, and its kind.
+fn version_text(a: &ArtifactView) -> String {
+    a.version
+        .as_ref()
+        .map(|v| match &v.name {
+            Some(n) => format!("{} “{n}” ({})", v.number, v.kind.as_str()),
+            None => format!("{} ({})", v.number, v.kind.as_str()),
+        })
+        .unwrap_or_else(|| "none yet".into())
 }
 
 /// `GET /artifacts/{id}/part?from=N&token=T`: the next part of a long document's page (its
@@ -626,25 +633,11 @@ pub async fn list_page(
 }
 
 pub async fn script() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        SCRIPT,
-    )
-        .into_response()
+    super::script_asset(SCRIPT)
 }
 
 pub async fn style() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        STYLE,
-    )
-        .into_response()
+    super::style_asset(STYLE)
 }
 
 #[cfg(test)]

@@ -36,6 +36,28 @@ pub(crate) type St = State<Arc<AppState>>;
 const SCRIPT: &str = include_str!("../../assets/console.js");
 const STYLE: &str = include_str!("../../assets/console.css");
 
+/// A script the pages load, revalidated on every load (`no-cache`) so that a new release's
+/// is used at once.
+pub(crate) fn script_asset(body: &'static str) -> Response {
+    asset("text/javascript; charset=utf-8", body)
+}
+
+/// A style sheet the pages load, revalidated on every load as [`script_asset`]s are.
+pub(crate) fn style_asset(body: &'static str) -> Response {
+    asset("text/css; charset=utf-8", body)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 pub(crate) fn html_response(status: StatusCode, body: String) -> Response {
     let mut r = (status, body).into_response();
     let h = r.headers_mut();
@@ -613,23 +635,9 @@ pub async fn inbox_count(State(st): St, Extension(caller): Extension<Caller>) ->
 }
 
 pub async fn script() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        SCRIPT,
-    )
-        .into_response()
+    script_asset(SCRIPT)
 }
 
 pub async fn style() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        STYLE,
-    )
-        .into_response()
+    style_asset(STYLE)
 }

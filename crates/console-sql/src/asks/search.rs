@@ -1,0 +1,142 @@
+//! The asks' and comments' full-text search ([`SqlTx::search_text`]): SQLite FTS5 tables
+//! keyed by the row's rowid, ranked by `bm25()`; PostgreSQL a generated `tsvector`, ranked by
+//! `ts_rank`. Search words are prefix queries.
+
+use countersign_common::sql::{Backend, db_err};
+use countersign_console_core::storage::StorageError;
+use countersign_console_core::work::{Hit, ProjectKey};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::rows::issue_key;
+use crate::time;
+use crate::work::{Args, SqlTx, fts_prefix, pg_prefix};
+
+/// A search's statement parts on one backend: what it selects from, its match condition,
+/// and the expressions of a row's score and snippet.
+struct Matching {
+    from: String,
+    matches: String,
+    score: String,
+    snippet: String,
+}
+
+impl SqlTx {
+    /// A full-text search of `table`'s `column` (asks' questions, comments' bodies): hits
+    /// with `title` from `title_sql`, and how many match in all.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn search_text(
+        &mut self,
+        table: &str,
+        column: &str,
+        words: &[String],
+        any: bool,
+        extra: &[(&str, String)],
+        at: &str,
+        limit: u32,
+    ) -> Result<(Vec<Hit>, i64), StorageError> {
+        let mut a = Args::default();
+        let Matching {
+            from,
+            matches,
+            score,
+            snippet,
+        } = match self.backend {
+            Backend::Sqlite => sqlite_matching(&mut a, table, words, any),
+            Backend::Postgres => postgres_matching(&mut a, table, column, words, any),
+        };
+        let mut filter = format!("WHERE {matches}");
+        for (cond, v) in extra {
+            filter.push_str(&format!(" AND t.{cond} = {}", a.push(v.clone())));
+        }
+        let total: i64 = sqlx::query_with(
+            &format!("SELECT COUNT(*) AS n FROM {from} {filter}"),
+            a.build(),
+        )
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .try_get("n")
+        .map_err(db_err)?;
+        let l = a.push(i64::from(limit));
+        let sql = format!(
+            "SELECT t.id AS id, t.{column} AS title, t.project AS project, t.{at} AS at, \
+             t.issue AS issue, t.artifact AS artifact, \
+             {score} AS score, {snippet} AS snippet FROM {from} {filter} \
+             ORDER BY score DESC, t.{at} DESC, t.id LIMIT {l}"
+        );
+        let rows = self.rows(&sql, &a).await?;
+        let hits = rows
+            .iter()
+            .map(hit_of)
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok((hits, total))
+    }
+}
+
+/// SQLite's parts: the FTS5 table `<table>_fts` joined to the rows by rowid.
+fn sqlite_matching(a: &mut Args, table: &str, words: &[String], any: bool) -> Matching {
+    let fts = format!("{table}_fts");
+    let joined = words
+        .iter()
+        .map(|w| fts_prefix(w))
+        .collect::<Vec<_>>()
+        .join(if any { " OR " } else { " " });
+    Matching {
+        from: format!("{fts} f JOIN {table} t ON t.rowid = f.rowid"),
+        matches: format!("{fts} MATCH {}", a.push(joined)),
+        score: format!("-bm25({fts})"),
+        snippet: format!("snippet({fts}, 0, '', '', '…', 16)"),
+    }
+}
+
+/// PostgreSQL's parts: the rows' generated `search` column.
+fn postgres_matching(
+    a: &mut Args,
+    table: &str,
+    column: &str,
+    words: &[String],
+    any: bool,
+) -> Matching {
+    let joined = words
+        .iter()
+        .map(|w| pg_prefix(w))
+        .collect::<Vec<_>>()
+        .join(if any { " | " } else { " & " });
+    let q = a.push(joined);
+    Matching {
+        from: format!("{table} t"),
+        matches: format!("t.search @@ to_tsquery('simple', {q})"),
+        score: format!("ts_rank(t.search, to_tsquery('simple', {q}))::float8"),
+        snippet: format!(
+            "ts_headline('simple', t.{column}, to_tsquery('simple', {q}), \
+             'StartSel=\"\",StopSel=\"\",MaxWords=24,MinWords=8')"
+        ),
+    }
+}
+
+/// A search's hit from its row.
+fn hit_of(r: &AnyRow) -> Result<Hit, StorageError> {
+    let project: String = r.try_get("project").map_err(db_err)?;
+    let title: String = r.try_get("title").map_err(db_err)?;
+    Ok(Hit {
+        id: r.try_get("id").map_err(db_err)?,
+        issue: issue_key(r.try_get("issue").map_err(db_err)?)?,
+        artifact: r.try_get("artifact").map_err(db_err)?,
+        title: first_line(&title),
+        snippet: r.try_get("snippet").map_err(db_err)?,
+        project: ProjectKey::parse(&project),
+        at: time(r.try_get("at").map_err(db_err)?)?,
+        score: r.try_get("score").map_err(db_err)?,
+    })
+}
+
+/// A search row's title: the text's first line, at most 200 characters.
+fn first_line(t: &str) -> String {
+    let line = t.lines().next().unwrap_or("");
+    let mut out: String = line.chars().take(200).collect();
+    if line.chars().count() > 200 {
+        out.push('…');
+    }
+    out
+}

@@ -1,0 +1,282 @@
+//! Delivery attempts (any kind: messages, comment mentions): one row per attempt, keyed by
+//! `(kind, id, attempt)`; a pending one keeps the content it is sent with, so that any
+//! replica can send it, until it leaves `pending`.
+
+use countersign_common::sql::{db_err, is_unique_violation};
+use countersign_console_core::Time;
+use countersign_console_core::storage::StorageError;
+use countersign_console_core::work::messages::{
+    Attempt, AttemptState, DeliveryContent, DeliveryKind, Finish, Mode, Scope,
+};
+use countersign_console_core::work::store::ms;
+use countersign_console_core::work::{IssueKey, ProjectKey};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::time;
+use crate::work::{Args, SqlTx, corrupt, json_of, text};
+
+const ATTEMPT_COLUMNS: &str = "kind, id, attempt, session_id, mode, state, requested_by, \
+     created_at, sent_at, accepted_at, accepted_as, error, project, issue, artifact";
+
+pub(super) fn opt_time(r: &AnyRow, c: &str) -> Result<Option<Time>, StorageError> {
+    r.try_get::<Option<i64>, _>(c)
+        .map_err(db_err)?
+        .map(time)
+        .transpose()
+}
+
+pub(super) fn attempt_of(r: &AnyRow) -> Result<Attempt, StorageError> {
+    let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
+    let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    Ok(Attempt {
+        kind: DeliveryKind::parse(&g("kind")?).ok_or_else(|| corrupt("delivery kind"))?,
+        id: g("id")?,
+        attempt: r.try_get("attempt").map_err(db_err)?,
+        session_id: g("session_id")?,
+        mode: Mode::parse(&g("mode")?).ok_or_else(|| corrupt("mode"))?,
+        state: AttemptState::parse(&g("state")?).ok_or_else(|| corrupt("attempt state"))?,
+        requested_by: json_of(&g("requested_by")?, "actor")?,
+        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+        sent_at: opt_time(r, "sent_at")?,
+        accepted_at: opt_time(r, "accepted_at")?,
+        accepted_as: go("accepted_as")?
+            .map(|m| Mode::parse(&m).ok_or_else(|| corrupt("mode")))
+            .transpose()?,
+        error: go("error")?,
+        scope: Scope {
+            project: go("project")?
+                .map(|p| ProjectKey::parse(&p).ok_or_else(|| corrupt("project key")))
+                .transpose()?,
+            issue: go("issue")?
+                .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
+                .transpose()?,
+            artifact: go("artifact")?,
+        },
+    })
+}
+
+pub(super) async fn next_attempt(
+    tx: &mut SqlTx,
+    kind: DeliveryKind,
+    id: &str,
+) -> Result<i64, StorageError> {
+    sqlx::query(
+        "SELECT COALESCE(MAX(attempt), 0) + 1 AS n FROM console_delivery_attempts \
+         WHERE kind = $1 AND id = $2",
+    )
+    .bind(kind.as_str())
+    .bind(id)
+    .fetch_one(&mut *tx.tx)
+    .await
+    .map_err(db_err)?
+    .try_get("n")
+    .map_err(db_err)
+}
+
+pub(super) async fn insert_attempt(
+    tx: &mut SqlTx,
+    a: &Attempt,
+    content: Option<&DeliveryContent>,
+) -> Result<(), StorageError> {
+    sqlx::query(&format!(
+        "INSERT INTO console_delivery_attempts ({ATTEMPT_COLUMNS}, content) VALUES \
+         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+    ))
+    .bind(a.kind.as_str())
+    .bind(a.id.as_str())
+    .bind(a.attempt)
+    .bind(a.session_id.as_str())
+    .bind(a.mode.as_str())
+    .bind(a.state.as_str())
+    .bind(text(&a.requested_by))
+    .bind(ms(&a.created_at))
+    .bind(a.sent_at.as_ref().map(ms))
+    .bind(a.accepted_at.as_ref().map(ms))
+    .bind(a.accepted_as.map(|m| m.as_str().to_owned()))
+    .bind(a.error.clone())
+    .bind(a.scope.project.as_ref().map(|p| p.as_str().to_owned()))
+    .bind(a.scope.issue.as_ref().map(|p| p.as_str().to_owned()))
+    .bind(a.scope.artifact.clone())
+    .bind(content.map(text))
+    .execute(&mut *tx.tx)
+    .await
+    .map_err(|e| {
+        // Two attempts of one number: concurrent retries; the transaction runs again.
+        if is_unique_violation(&e) {
+            StorageError::Conflict
+        } else {
+            db_err(e)
+        }
+    })?;
+    Ok(())
+}
+
+pub(super) async fn attempt(
+    tx: &mut SqlTx,
+    kind: DeliveryKind,
+    id: &str,
+    attempt: i64,
+) -> Result<Option<Attempt>, StorageError> {
+    sqlx::query(&format!(
+        "SELECT {ATTEMPT_COLUMNS} FROM console_delivery_attempts \
+         WHERE kind = $1 AND id = $2 AND attempt = $3{}",
+        tx.lock()
+    ))
+    .bind(kind.as_str())
+    .bind(id)
+    .bind(attempt)
+    .fetch_optional(&mut *tx.tx)
+    .await
+    .map_err(db_err)?
+    .as_ref()
+    .map(attempt_of)
+    .transpose()
+}
+
+pub(super) async fn attempts(
+    tx: &mut SqlTx,
+    kind: DeliveryKind,
+    ids: &[String],
+) -> Result<Vec<Attempt>, StorageError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut a = Args::default();
+    let k = a.push(kind.as_str().to_owned());
+    let list = a.list(tx.backend, ids);
+    let sql = format!(
+        "SELECT {ATTEMPT_COLUMNS} FROM console_delivery_attempts \
+         WHERE kind = {k} AND id IN {list} ORDER BY id, attempt{}",
+        tx.lock()
+    );
+    sqlx::query_with(&sql, a.build())
+        .fetch_all(&mut *tx.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(attempt_of)
+        .collect()
+}
+
+pub(super) async fn finish_attempt(
+    tx: &mut SqlTx,
+    kind: DeliveryKind,
+    id: &str,
+    attempt: i64,
+    f: &Finish<'_>,
+) -> Result<Option<Attempt>, StorageError> {
+    let mut a = Args::default();
+    let to = a.push(f.to.as_str().to_owned());
+    let at = a.push(ms(&f.at));
+    let sent_at = if f.to == AttemptState::Sent {
+        at.clone()
+    } else {
+        "sent_at".to_owned()
+    };
+    let error = match f.error {
+        Some(e) => a.push(e.to_owned()),
+        None => "error".to_owned(),
+    };
+    let mut conds = vec![
+        format!("kind = {}", a.push(kind.as_str().to_owned())),
+        format!("id = {}", a.push(id.to_owned())),
+        format!("attempt = {}", a.push(attempt)),
+        "state = 'pending'".to_owned(),
+    ];
+    if let Some(s) = f.session {
+        conds.push(format!("session_id = {}", a.push(s.to_owned())));
+    }
+    if let Some(t) = &f.created_after {
+        conds.push(format!("created_at > {}", a.push(ms(t))));
+    }
+    let sql = format!(
+        "UPDATE console_delivery_attempts SET state = {to}, sent_at = {sent_at}, \
+         error = {error}, content = NULL WHERE {} RETURNING {ATTEMPT_COLUMNS}",
+        conds.join(" AND ")
+    );
+    sqlx::query_with(&sql, a.build())
+        .fetch_optional(&mut *tx.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(attempt_of)
+        .transpose()
+}
+
+pub(super) async fn pending_attempts(
+    tx: &mut SqlTx,
+    before: Option<Time>,
+    session: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Attempt>, StorageError> {
+    let mut a = Args::default();
+    let mut conds = vec!["state = 'pending'".to_owned()];
+    if let Some(t) = &before {
+        conds.push(format!("created_at <= {}", a.push(ms(t))));
+    }
+    if let Some(s) = session {
+        conds.push(format!("session_id = {}", a.push(s.to_owned())));
+    }
+    let l = a.push(i64::from(limit));
+    let sql = format!(
+        "SELECT {ATTEMPT_COLUMNS} FROM console_delivery_attempts WHERE {} \
+         ORDER BY created_at, kind, id, attempt LIMIT {l}",
+        conds.join(" AND ")
+    );
+    sqlx::query_with(&sql, a.build())
+        .fetch_all(&mut *tx.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(attempt_of)
+        .collect()
+}
+
+pub(super) async fn pending_content(
+    tx: &mut SqlTx,
+    kind: DeliveryKind,
+    id: &str,
+    attempt: i64,
+) -> Result<Option<(String, DeliveryContent)>, StorageError> {
+    let row = sqlx::query(
+        "SELECT session_id, content FROM console_delivery_attempts \
+         WHERE kind = $1 AND id = $2 AND attempt = $3 AND state = 'pending'",
+    )
+    .bind(kind.as_str())
+    .bind(id)
+    .bind(attempt)
+    .fetch_optional(&mut *tx.tx)
+    .await
+    .map_err(db_err)?;
+    let Some(r) = row else { return Ok(None) };
+    let session: String = r.try_get("session_id").map_err(db_err)?;
+    let content: Option<String> = r.try_get("content").map_err(db_err)?;
+    match content {
+        Some(c) => Ok(Some((session, json_of(&c, "delivery content")?))),
+        None => Ok(None),
+    }
+}
+
+pub(super) async fn accept_attempt(
+    tx: &mut SqlTx,
+    kind: DeliveryKind,
+    id: &str,
+    attempt: i64,
+    at: Time,
+    accepted_as: Mode,
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "UPDATE console_delivery_attempts SET accepted_at = $1, accepted_as = $2 \
+         WHERE kind = $3 AND id = $4 AND attempt = $5",
+    )
+    .bind(ms(&at))
+    .bind(accepted_as.as_str())
+    .bind(kind.as_str())
+    .bind(id)
+    .bind(attempt)
+    .execute(&mut *tx.tx)
+    .await
+    .map_err(db_err)?;
+    Ok(())
+}

@@ -1,0 +1,579 @@
+//! [`countersign_console_core::work::MessageTx`] on SQLite and PostgreSQL: delivery attempts
+//! (any kind: messages, comment mentions), and migration 10's tables.
+//!
+//! - `console_delivery_attempts`: one row per attempt, keyed by `(kind, id, attempt)`; a
+//!   pending one keeps the content it is sent with (`content`, dropped when it leaves
+//!   `pending`), so that any replica can send it; a partial index finds pending ones by age for
+//!   the sweep.
+//!
+//! One module per part: `migration.rs` the tables, `attempts.rs` delivery attempts, `live.rs`
+//! live sessions and link notices, `reads.rs` conversation state, `search.rs` the messages'
+//! full-text search; messages and broadcasts here.
+
+use async_trait::async_trait;
+use countersign_common::sql::{Backend, db_err};
+use countersign_console_core::Time;
+use countersign_console_core::ids::Login;
+use countersign_console_core::storage::StorageError;
+use countersign_console_core::work::messages::{
+    Attempt, Broadcast, BroadcastRow, DeliveryContent, DeliveryKind, Finish, LiveSession, Message,
+    MessageTx, Mode, Target,
+};
+use countersign_console_core::work::store::ms;
+use countersign_console_core::work::{Hit, IssueKey, ProjectKey};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::work::{Args, SqlTx, corrupt, json_of, text};
+use crate::{login, time};
+
+mod attempts;
+mod live;
+mod migration;
+mod reads;
+mod search;
+
+pub(crate) use migration::{MIGRATION_10_POSTGRES, MIGRATION_10_SQLITE};
+
+impl SqlTx {
+    /// ` FOR UPDATE` on PostgreSQL in a write transaction (SQLite's writers are serial).
+    pub(crate) fn lock(&self) -> &'static str {
+        if self.write && self.backend == Backend::Postgres {
+            " FOR UPDATE"
+        } else {
+            ""
+        }
+    }
+}
+
+const MESSAGE_COLUMNS: &str = "id, thread_id, parent, issue, broadcast, target_session, \
+     target_role, delivery, body, notice, author, created_at";
+
+fn message_of(r: &AnyRow) -> Result<Message, StorageError> {
+    message_at(r, "")
+}
+
+/// The message columns of table alias `alias`, each named `<prefix><column>`.
+fn message_columns(alias: &str, prefix: &str) -> String {
+    MESSAGE_COLUMNS
+        .split(", ")
+        .map(|c| format!("{alias}.{c} AS {prefix}{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A message from columns named `<prefix><column>`.
+fn message_at(r: &AnyRow, prefix: &str) -> Result<Message, StorageError> {
+    let g = |c: &str| -> Result<String, StorageError> {
+        r.try_get(format!("{prefix}{c}").as_str()).map_err(db_err)
+    };
+    let go = |c: &str| -> Result<Option<String>, StorageError> {
+        r.try_get(format!("{prefix}{c}").as_str()).map_err(db_err)
+    };
+    let target = match (go("target_session")?, go("target_role")?) {
+        (Some(s), _) => Some(Target::Session(s)),
+        (None, Some(r)) => Some(Target::Role(r)),
+        (None, None) => None,
+    };
+    Ok(Message {
+        id: g("id")?,
+        thread_id: g("thread_id")?,
+        parent: go("parent")?,
+        issue: go("issue")?
+            .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
+            .transpose()?,
+        broadcast: go("broadcast")?,
+        target,
+        delivery: go("delivery")?
+            .map(|m| Mode::parse(&m).ok_or_else(|| corrupt("mode")))
+            .transpose()?,
+        body: g("body")?,
+        notice: go("notice")?.map(|n| json_of(&n, "notice")).transpose()?,
+        author: json_of(&g("author")?, "actor")?,
+        created_at: time(
+            r.try_get(format!("{prefix}created_at").as_str())
+                .map_err(db_err)?,
+        )?,
+    })
+}
+
+fn opt_ms(r: &AnyRow, c: &str) -> Result<Option<Time>, StorageError> {
+    attempts::opt_time(r, c)
+}
+
+fn broadcast_of(r: &AnyRow) -> Result<Broadcast, StorageError> {
+    let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
+    Ok(Broadcast {
+        id: g("id")?,
+        login: login(&g("login")?)?,
+        idempotency_key: g("idempotency_key")?,
+        fingerprint: g("fingerprint")?,
+        mode: Mode::parse(&g("mode")?).ok_or_else(|| corrupt("mode"))?,
+        body: g("body")?,
+        by: json_of(&g("by_actor")?, "actor")?,
+        excluded: json_of(&g("excluded")?, "excluded list")?,
+        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+    })
+}
+
+const BROADCAST_COLUMNS: &str =
+    "id, login, idempotency_key, fingerprint, mode, body, by_actor, excluded, created_at";
+
+#[async_trait]
+impl MessageTx for SqlTx {
+    async fn next_attempt(&mut self, kind: DeliveryKind, id: &str) -> Result<i64, StorageError> {
+        attempts::next_attempt(self, kind, id).await
+    }
+
+    async fn insert_attempt(
+        &mut self,
+        a: &Attempt,
+        content: Option<&DeliveryContent>,
+    ) -> Result<(), StorageError> {
+        attempts::insert_attempt(self, a, content).await
+    }
+
+    async fn attempt(
+        &mut self,
+        kind: DeliveryKind,
+        id: &str,
+        attempt: i64,
+    ) -> Result<Option<Attempt>, StorageError> {
+        attempts::attempt(self, kind, id, attempt).await
+    }
+
+    async fn attempts(
+        &mut self,
+        kind: DeliveryKind,
+        ids: &[String],
+    ) -> Result<Vec<Attempt>, StorageError> {
+        attempts::attempts(self, kind, ids).await
+    }
+
+    async fn finish_attempt(
+        &mut self,
+        kind: DeliveryKind,
+        id: &str,
+        attempt: i64,
+        f: &Finish<'_>,
+    ) -> Result<Option<Attempt>, StorageError> {
+        attempts::finish_attempt(self, kind, id, attempt, f).await
+    }
+
+    async fn pending_attempts(
+        &mut self,
+        before: Option<Time>,
+        session: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StorageError> {
+        attempts::pending_attempts(self, before, session, limit).await
+    }
+
+    async fn pending_content(
+        &mut self,
+        kind: DeliveryKind,
+        id: &str,
+        attempt: i64,
+    ) -> Result<Option<(String, DeliveryContent)>, StorageError> {
+        attempts::pending_content(self, kind, id, attempt).await
+    }
+
+    async fn accept_attempt(
+        &mut self,
+        kind: DeliveryKind,
+        id: &str,
+        attempt: i64,
+        at: Time,
+        accepted_as: Mode,
+    ) -> Result<(), StorageError> {
+        attempts::accept_attempt(self, kind, id, attempt, at, accepted_as).await
+    }
+
+    async fn bump_issue_sequence(&mut self, key: &IssueKey) -> Result<Option<i64>, StorageError> {
+        let row = sqlx::query(
+            "UPDATE console_issues SET sequence = sequence + 1 WHERE key = $1 RETURNING sequence",
+        )
+        .bind(key.as_str())
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        row.map(|r| r.try_get("sequence").map_err(db_err))
+            .transpose()
+    }
+
+    async fn insert_message(&mut self, m: &Message) -> Result<(), StorageError> {
+        let (ts, tr) = match &m.target {
+            Some(Target::Session(s)) => (Some(s.clone()), None),
+            Some(Target::Role(r)) => (None, Some(r.clone())),
+            None => (None, None),
+        };
+        let seq: i64 = sqlx::query(&format!(
+            "INSERT INTO console_messages ({MESSAGE_COLUMNS}, author_login, author_session) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING seq"
+        ))
+        .bind(m.id.as_str())
+        .bind(m.thread_id.as_str())
+        .bind(m.parent.clone())
+        .bind(m.issue.as_ref().map(|k| k.as_str().to_owned()))
+        .bind(m.broadcast.clone())
+        .bind(ts)
+        .bind(tr)
+        .bind(m.delivery.map(|d| d.as_str().to_owned()))
+        .bind(m.body.as_str())
+        .bind(m.notice.as_ref().map(text))
+        .bind(text(&m.author))
+        .bind(ms(&m.created_at))
+        .bind(m.author_login().map(|l| l.as_str().to_owned()))
+        .bind(m.author_session().map(str::to_owned))
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .try_get("seq")
+        .map_err(db_err)?;
+        if self.backend == Backend::Sqlite {
+            sqlx::query("INSERT INTO console_messages_fts (rowid, body) VALUES ($1, $2)")
+                .bind(seq)
+                .bind(m.body.as_str())
+                .execute(&mut *self.tx)
+                .await
+                .map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    async fn message(&mut self, id: &str) -> Result<Option<Message>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE id = $1{}",
+            self.lock()
+        ))
+        .bind(id)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(message_of)
+        .transpose()
+    }
+
+    async fn thread_messages(
+        &mut self,
+        thread_ids: &[String],
+    ) -> Result<Vec<Message>, StorageError> {
+        if thread_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut a = Args::default();
+        let list = a.list(self.backend, thread_ids);
+        let sql = format!(
+            "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE thread_id IN {list} \
+             ORDER BY created_at, seq"
+        );
+        sqlx::query_with(&sql, a.build())
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(message_of)
+            .collect()
+    }
+
+    async fn session_messages(
+        &mut self,
+        session: &str,
+        limit: u32,
+        offset: u32,
+    ) -> Result<Vec<Message>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE target_session = $1 \
+             OR id IN (SELECT a.id FROM console_delivery_attempts a \
+                       WHERE a.kind = 'message' AND a.session_id = $1) \
+             ORDER BY seq DESC LIMIT $2 OFFSET $3"
+        ))
+        .bind(session)
+        .bind(i64::from(limit))
+        .bind(i64::from(offset))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(message_of)
+        .collect()
+    }
+
+    async fn insert_broadcast(&mut self, b: &Broadcast) -> Result<bool, StorageError> {
+        let r = sqlx::query(&format!(
+            "INSERT INTO console_broadcasts ({BROADCAST_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (login, idempotency_key) DO NOTHING"
+        ))
+        .bind(b.id.as_str())
+        .bind(b.login.as_str())
+        .bind(b.idempotency_key.as_str())
+        .bind(b.fingerprint.as_str())
+        .bind(b.mode.as_str())
+        .bind(b.body.as_str())
+        .bind(text(&b.by))
+        .bind(text(&b.excluded))
+        .bind(ms(&b.created_at))
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn broadcast(&mut self, id: &str) -> Result<Option<Broadcast>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {BROADCAST_COLUMNS} FROM console_broadcasts WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(broadcast_of)
+        .transpose()
+    }
+
+    async fn broadcast_by_key(
+        &mut self,
+        login: &Login,
+        key: &str,
+    ) -> Result<Option<Broadcast>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {BROADCAST_COLUMNS} FROM console_broadcasts \
+             WHERE login = $1 AND idempotency_key = $2"
+        ))
+        .bind(login.as_str())
+        .bind(key)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .as_ref()
+        .map(broadcast_of)
+        .transpose()
+    }
+
+    async fn broadcasts(
+        &mut self,
+        limit: u32,
+        offset: u32,
+    ) -> Result<Vec<BroadcastRow>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT b.id AS id, b.idempotency_key AS idempotency_key, b.mode AS mode, \
+             b.body AS body, b.by_actor AS by_actor, b.created_at AS created_at, \
+             (SELECT COUNT(*) FROM console_messages m WHERE m.broadcast = b.id) AS recipient_count, \
+             (SELECT COUNT(*) FROM console_messages r WHERE r.parent IS NOT NULL AND r.thread_id IN \
+                 (SELECT m.id FROM console_messages m WHERE m.broadcast = b.id)) AS reply_count \
+             FROM console_broadcasts b ORDER BY b.created_at DESC, b.id DESC LIMIT $1 OFFSET $2",
+        )
+        .bind(i64::from(limit))
+        .bind(i64::from(offset))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
+                Ok(BroadcastRow {
+                    id: g("id")?,
+                    idempotency_key: g("idempotency_key")?,
+                    mode: Mode::parse(&g("mode")?).ok_or_else(|| corrupt("mode"))?,
+                    body: g("body")?,
+                    by: json_of(&g("by_actor")?, "actor")?,
+                    created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+                    recipient_count: r.try_get("recipient_count").map_err(db_err)?,
+                    reply_count: r.try_get("reply_count").map_err(db_err)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn broadcast_messages(&mut self, id: &str) -> Result<Vec<Message>, StorageError> {
+        sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE broadcast = $1 ORDER BY seq"
+        ))
+        .bind(id)
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(message_of)
+        .collect()
+    }
+
+    async fn put_live(&mut self, s: &LiveSession) -> Result<Option<(String, i64)>, StorageError> {
+        live::put_live(self, s).await
+    }
+
+    async fn update_live(&mut self, s: &LiveSession) -> Result<bool, StorageError> {
+        live::update_live(self, s).await
+    }
+
+    async fn remove_live(
+        &mut self,
+        session: &str,
+        replica: &str,
+        link: i64,
+    ) -> Result<Option<LiveSession>, StorageError> {
+        live::remove_live(self, session, replica, link).await
+    }
+
+    async fn live_sessions(
+        &mut self,
+        replica: &str,
+        fresh_after: Time,
+    ) -> Result<Vec<LiveSession>, StorageError> {
+        live::live_sessions(self, replica, fresh_after).await
+    }
+
+    async fn live_session(
+        &mut self,
+        session: &str,
+        replica: &str,
+        fresh_after: Time,
+    ) -> Result<Option<LiveSession>, StorageError> {
+        live::live_session(self, session, replica, fresh_after).await
+    }
+
+    async fn live_roles(
+        &mut self,
+        replica: &str,
+        fresh_after: Time,
+    ) -> Result<Vec<String>, StorageError> {
+        live::live_roles(self, replica, fresh_after).await
+    }
+
+    async fn role_holders(
+        &mut self,
+        role: &str,
+        replica: &str,
+        fresh_after: Time,
+    ) -> Result<Vec<String>, StorageError> {
+        live::role_holders(self, role, replica, fresh_after).await
+    }
+
+    async fn heartbeat(
+        &mut self,
+        replica: &str,
+        at: Time,
+        activity: &[(String, Time)],
+    ) -> Result<(), StorageError> {
+        live::heartbeat(self, replica, at, activity).await
+    }
+
+    async fn any_stale(&mut self, replica: &str, before: Time) -> Result<bool, StorageError> {
+        live::any_stale(self, replica, before).await
+    }
+
+    async fn remove_stale(
+        &mut self,
+        replica: &str,
+        before: Time,
+        limit: u32,
+    ) -> Result<Vec<LiveSession>, StorageError> {
+        live::remove_stale(self, replica, before, limit).await
+    }
+
+    async fn notify_links(&mut self, payload: &str) -> Result<(), StorageError> {
+        live::notify_links(self, payload).await
+    }
+
+    async fn unread_message_threads(
+        &mut self,
+        login: &Login,
+        issue: Option<&IssueKey>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<(Message, Message)>, i64), StorageError> {
+        reads::unread_message_threads(self, login, issue, limit, offset).await
+    }
+
+    async fn wrote_in_message_thread(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+    ) -> Result<bool, StorageError> {
+        reads::wrote_in_message_thread(self, login, thread_id).await
+    }
+
+    async fn thread_read(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+    ) -> Result<Option<Time>, StorageError> {
+        reads::thread_read(self, login, thread_id).await
+    }
+
+    async fn put_thread_read(
+        &mut self,
+        login: &Login,
+        thread_id: &str,
+        read_through: Time,
+    ) -> Result<(), StorageError> {
+        reads::put_thread_read(self, login, thread_id, read_through).await
+    }
+
+    async fn agent_states(
+        &mut self,
+        login: &Login,
+    ) -> Result<Vec<(String, Option<Time>, Option<Time>)>, StorageError> {
+        reads::agent_states(self, login).await
+    }
+
+    async fn agent_state(
+        &mut self,
+        login: &Login,
+        session: &str,
+    ) -> Result<Option<(Option<Time>, Option<Time>)>, StorageError> {
+        reads::agent_state(self, login, session).await
+    }
+
+    async fn put_agent_state(
+        &mut self,
+        login: &Login,
+        session: &str,
+        cleared_before: Option<Time>,
+        read_through: Option<Time>,
+    ) -> Result<(), StorageError> {
+        reads::put_agent_state(self, login, session, cleared_before, read_through).await
+    }
+
+    async fn unread_replies(
+        &mut self,
+        login: &Login,
+        session: Option<&str>,
+    ) -> Result<Vec<(String, String)>, StorageError> {
+        reads::unread_replies(self, login, session).await
+    }
+
+    async fn read_replies(&mut self, login: &Login, ids: &[String]) -> Result<(), StorageError> {
+        reads::read_replies(self, login, ids).await
+    }
+
+    async fn messages_by_session(
+        &mut self,
+        session: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, StorageError> {
+        reads::messages_by_session(self, session, ids).await
+    }
+
+    async fn insert_webhook(
+        &mut self,
+        webhook_id: &str,
+        message_id: &str,
+        at: Time,
+    ) -> Result<bool, StorageError> {
+        reads::insert_webhook(self, webhook_id, message_id, at).await
+    }
+
+    async fn search_messages(
+        &mut self,
+        words: &[String],
+        any: bool,
+        project: Option<&ProjectKey>,
+        limit: u32,
+    ) -> Result<(Vec<Hit>, i64), StorageError> {
+        search::search_messages(self, words, any, project, limit).await
+    }
+}

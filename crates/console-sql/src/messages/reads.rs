@@ -1,0 +1,282 @@
+//! Conversation state: the message threads a person wrote in and has not read, read marks of
+//! threads and agent conversations, replies read, messages by session, and webhook ids seen.
+
+use countersign_common::sql::db_err;
+use countersign_console_core::Time;
+use countersign_console_core::ids::Login;
+use countersign_console_core::storage::StorageError;
+use countersign_console_core::work::IssueKey;
+use countersign_console_core::work::messages::Message;
+use countersign_console_core::work::store::ms;
+use sqlx::Row;
+
+use crate::time;
+use crate::work::{Args, SqlTx};
+
+use super::{message_at, message_columns, opt_ms};
+
+pub(super) async fn unread_message_threads(
+    tx: &mut SqlTx,
+    login: &Login,
+    issue: Option<&IssueKey>,
+    limit: u32,
+    offset: u32,
+) -> Result<(Vec<(Message, Message)>, i64), StorageError> {
+    let mut a = Args::default();
+    let me = a.push(login.as_str().to_owned());
+    let mut filter = String::new();
+    if let Some(k) = issue {
+        filter = format!(" AND root.issue = {}", a.push(k.as_str().to_owned()));
+    }
+    let from = format!(
+        "FROM console_messages root \
+         JOIN console_messages nr ON nr.seq = (SELECT r.seq FROM console_messages r \
+             WHERE r.thread_id = root.id AND (r.author_login IS NULL OR r.author_login <> {me}) \
+             ORDER BY r.created_at DESC, r.seq DESC LIMIT 1) \
+         LEFT JOIN console_thread_reads tr ON tr.login = {me} AND tr.thread_id = root.id \
+         WHERE root.id = root.thread_id AND root.issue IS NOT NULL AND root.author_login = {me}{filter} \
+         AND (tr.read_through IS NULL OR nr.created_at > tr.read_through)"
+    );
+    let total: i64 = sqlx::query_with(&format!("SELECT COUNT(*) AS n {from}"), a.build())
+        .fetch_one(&mut *tx.tx)
+        .await
+        .map_err(db_err)?
+        .try_get("n")
+        .map_err(db_err)?;
+    let l = a.push(i64::from(limit));
+    let o = a.push(i64::from(offset));
+    let sql = format!(
+        "SELECT {}, {} {from} ORDER BY nr.created_at DESC, root.id LIMIT {l} OFFSET {o}",
+        message_columns("root", "t_"),
+        message_columns("nr", "n_"),
+    );
+    let rows = sqlx::query_with(&sql, a.build())
+        .fetch_all(&mut *tx.tx)
+        .await
+        .map_err(db_err)?;
+    let threads = rows
+        .iter()
+        .map(|r| Ok((message_at(r, "t_")?, message_at(r, "n_")?)))
+        .collect::<Result<Vec<_>, StorageError>>()?;
+    Ok((threads, total))
+}
+
+pub(super) async fn wrote_in_message_thread(
+    tx: &mut SqlTx,
+    login: &Login,
+    thread_id: &str,
+) -> Result<bool, StorageError> {
+    let row = sqlx::query(
+        "SELECT 1 AS x FROM console_messages WHERE thread_id = $1 AND author_login = $2 LIMIT 1",
+    )
+    .bind(thread_id)
+    .bind(login.as_str())
+    .fetch_optional(&mut *tx.tx)
+    .await
+    .map_err(db_err)?;
+    Ok(row.is_some())
+}
+
+pub(super) async fn thread_read(
+    tx: &mut SqlTx,
+    login: &Login,
+    thread_id: &str,
+) -> Result<Option<Time>, StorageError> {
+    let row = sqlx::query(&format!(
+        "SELECT read_through FROM console_thread_reads WHERE login = $1 AND thread_id = $2{}",
+        tx.lock()
+    ))
+    .bind(login.as_str())
+    .bind(thread_id)
+    .fetch_optional(&mut *tx.tx)
+    .await
+    .map_err(db_err)?;
+    row.map(|r| time(r.try_get("read_through").map_err(db_err)?))
+        .transpose()
+}
+
+pub(super) async fn put_thread_read(
+    tx: &mut SqlTx,
+    login: &Login,
+    thread_id: &str,
+    read_through: Time,
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "INSERT INTO console_thread_reads (login, thread_id, read_through) VALUES ($1, $2, $3) \
+         ON CONFLICT (login, thread_id) DO UPDATE SET read_through = excluded.read_through",
+    )
+    .bind(login.as_str())
+    .bind(thread_id)
+    .bind(ms(&read_through))
+    .execute(&mut *tx.tx)
+    .await
+    .map_err(db_err)?;
+    Ok(())
+}
+
+pub(super) async fn agent_states(
+    tx: &mut SqlTx,
+    login: &Login,
+) -> Result<Vec<(String, Option<Time>, Option<Time>)>, StorageError> {
+    let rows = sqlx::query(
+        "SELECT x.session_id AS session_id, st.cleared_before AS cleared_before, \
+         st.read_through AS read_through FROM \
+         (SELECT target_session AS session_id FROM console_messages \
+            WHERE author_login = $1 AND issue IS NULL AND target_session IS NOT NULL \
+          UNION SELECT session_id FROM console_agent_state WHERE login = $1) x \
+         LEFT JOIN console_agent_state st ON st.login = $1 AND st.session_id = x.session_id \
+         ORDER BY x.session_id",
+    )
+    .bind(login.as_str())
+    .fetch_all(&mut *tx.tx)
+    .await
+    .map_err(db_err)?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.try_get("session_id").map_err(db_err)?,
+                opt_ms(r, "cleared_before")?,
+                opt_ms(r, "read_through")?,
+            ))
+        })
+        .collect()
+}
+
+pub(super) async fn agent_state(
+    tx: &mut SqlTx,
+    login: &Login,
+    session: &str,
+) -> Result<Option<(Option<Time>, Option<Time>)>, StorageError> {
+    let row = sqlx::query(&format!(
+        "SELECT cleared_before, read_through FROM console_agent_state \
+         WHERE login = $1 AND session_id = $2{}",
+        tx.lock()
+    ))
+    .bind(login.as_str())
+    .bind(session)
+    .fetch_optional(&mut *tx.tx)
+    .await
+    .map_err(db_err)?;
+    row.map(|r| Ok((opt_ms(&r, "cleared_before")?, opt_ms(&r, "read_through")?)))
+        .transpose()
+}
+
+pub(super) async fn put_agent_state(
+    tx: &mut SqlTx,
+    login: &Login,
+    session: &str,
+    cleared_before: Option<Time>,
+    read_through: Option<Time>,
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "INSERT INTO console_agent_state (login, session_id, cleared_before, read_through) \
+         VALUES ($1, $2, $3, $4) ON CONFLICT (login, session_id) DO UPDATE \
+         SET cleared_before = excluded.cleared_before, read_through = excluded.read_through",
+    )
+    .bind(login.as_str())
+    .bind(session)
+    .bind(cleared_before.as_ref().map(ms))
+    .bind(read_through.as_ref().map(ms))
+    .execute(&mut *tx.tx)
+    .await
+    .map_err(db_err)?;
+    Ok(())
+}
+
+pub(super) async fn unread_replies(
+    tx: &mut SqlTx,
+    login: &Login,
+    session: Option<&str>,
+) -> Result<Vec<(String, String)>, StorageError> {
+    let mut a = Args::default();
+    let me = a.push(login.as_str().to_owned());
+    let mut filter = String::new();
+    if let Some(s) = session {
+        filter = format!(" AND root.target_session = {}", a.push(s.to_owned()));
+    }
+    let sql = format!(
+        "SELECT root.target_session AS session_id, r.id AS id FROM console_messages r \
+         JOIN console_messages root ON root.id = r.thread_id \
+         LEFT JOIN console_agent_state st ON st.login = {me} AND st.session_id = root.target_session \
+         WHERE root.author_login = {me} AND root.issue IS NULL AND root.target_session IS NOT NULL{filter} \
+         AND r.author_session = root.target_session AND r.id <> root.id \
+         AND (st.cleared_before IS NULL OR r.created_at > st.cleared_before) \
+         AND (st.read_through IS NULL OR r.created_at > st.read_through) \
+         AND NOT EXISTS (SELECT 1 FROM console_read_replies rr \
+                         WHERE rr.login = {me} AND rr.message_id = r.id) \
+         ORDER BY r.created_at DESC, r.seq DESC"
+    );
+    let rows = sqlx::query_with(&sql, a.build())
+        .fetch_all(&mut *tx.tx)
+        .await
+        .map_err(db_err)?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.try_get("session_id").map_err(db_err)?,
+                r.try_get("id").map_err(db_err)?,
+            ))
+        })
+        .collect()
+}
+
+pub(super) async fn read_replies(
+    tx: &mut SqlTx,
+    login: &Login,
+    ids: &[String],
+) -> Result<(), StorageError> {
+    for id in ids {
+        sqlx::query(
+            "INSERT INTO console_read_replies (login, message_id) VALUES ($1, $2) \
+             ON CONFLICT (login, message_id) DO NOTHING",
+        )
+        .bind(login.as_str())
+        .bind(id.as_str())
+        .execute(&mut *tx.tx)
+        .await
+        .map_err(db_err)?;
+    }
+    Ok(())
+}
+
+pub(super) async fn messages_by_session(
+    tx: &mut SqlTx,
+    session: &str,
+    ids: &[String],
+) -> Result<Vec<String>, StorageError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut a = Args::default();
+    let s = a.push(session.to_owned());
+    let list = a.list(tx.backend, ids);
+    let sql = format!(
+        "SELECT id FROM console_messages WHERE author_session = {s} AND id IN {list} ORDER BY id"
+    );
+    sqlx::query_with(&sql, a.build())
+        .fetch_all(&mut *tx.tx)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(|r| r.try_get("id").map_err(db_err))
+        .collect()
+}
+
+pub(super) async fn insert_webhook(
+    tx: &mut SqlTx,
+    webhook_id: &str,
+    message_id: &str,
+    at: Time,
+) -> Result<bool, StorageError> {
+    let r = sqlx::query(
+        "INSERT INTO console_webhooks (webhook_id, message_id, received_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (webhook_id) DO NOTHING",
+    )
+    .bind(webhook_id)
+    .bind(message_id)
+    .bind(ms(&at))
+    .execute(&mut *tx.tx)
+    .await
+    .map_err(db_err)?;
+    Ok(r.rows_affected() == 1)
+}

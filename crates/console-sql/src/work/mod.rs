@@ -1,0 +1,332 @@
+//! The work storage on SQLite and PostgreSQL: projects, issues (with a label table the list's
+//! filter joins), per-person pins and the event log, in transactions.
+//!
+//! - A write transaction on SQLite is `BEGIN IMMEDIATE` (writers queue at the start, never
+//!   fail on upgrading a read); on PostgreSQL an issue read in a write transaction is
+//!   `FOR UPDATE`, and the first event append takes a transaction-scoped advisory lock.
+//! - Event ids are `MAX(id) + 1` taken under that lock (SQLite: under its one writer), so ids
+//!   are in commit order with no gap: a stream that read up to `n` never later meets a newly
+//!   committed event below `n`.
+
+//!
+//! One module per part: `migration.rs` the tables, `projects.rs` projects and repository
+//! mappings, `issues.rs` the issue rows (read state, ranks, subscribers), `list.rs` the issue
+//! lists' filters and keyset pages, `search.rs` the issues' full-text index, `events.rs` the
+//! event log.
+
+use async_trait::async_trait;
+use countersign_common::sql::{Backend, begin_err, db_err};
+use countersign_console_core::storage::StorageError;
+use countersign_console_core::work::{
+    Actor, Claim, Components, Event, Issue, IssueKey, ProjectKey, Status, WorkTx,
+};
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, AnyPool, Arguments, Row, Transaction};
+
+use crate::writer::{Slot, Writer};
+use crate::{login, time};
+
+mod events;
+mod issues;
+mod list;
+mod migration;
+mod projects;
+mod search;
+
+pub(crate) use migration::{
+    MIGRATION_2, MIGRATION_4, MIGRATION_5_POSTGRES, MIGRATION_5_SQLITE, MIGRATION_6_POSTGRES,
+    MIGRATION_6_SQLITE, MIGRATION_13_POSTGRES, MIGRATION_13_SQLITE, MIGRATION_14, MIGRATION_16,
+};
+pub(crate) use search::{fts_prefix, pg_prefix};
+
+pub(crate) const ISSUE_COLUMNS: &str = "key, project, number, title, status, priority, labels, route, parent, \
+     rank, assignee, components, claim, repo, sequence, created_at, updated_at, closed_at";
+const EVENT_COLUMNS: &str =
+    "id, kind, at, actor, project, issue, artifact, session, data, sequence";
+
+/// One transaction.
+pub struct SqlTx {
+    /// The connection statements run on (`&mut *self.tx`): a transaction of its own, or a turn
+    /// at SQLite's group-committing writer.
+    pub(crate) tx: Conn,
+    pub(crate) backend: Backend,
+    pub(crate) write: bool,
+    pub(crate) events_locked: bool,
+    /// The last event this transaction appended: PostgreSQL notifies it at commit.
+    last_event: Option<i64>,
+    /// This transaction wrote synced pull requests or runs: their generation moves at commit.
+    pub(crate) delivery_written: bool,
+}
+
+/// The PostgreSQL channel event ids are notified on (ids only, never content).
+pub const EVENTS_CHANNEL: &str = "countersign_console_events";
+
+impl std::fmt::Debug for SqlTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlTx").field("write", &self.write).finish()
+    }
+}
+
+impl SqlTx {
+    /// ` FOR UPDATE` on a PostgreSQL read inside a write transaction (the row stays locked to
+    /// commit); nothing on SQLite, whose write transactions are serial already.
+    pub(crate) fn lock_clause(&self) -> &'static str {
+        if self.write && self.backend == Backend::Postgres {
+            " FOR UPDATE"
+        } else {
+            ""
+        }
+    }
+
+    pub(crate) async fn begin(
+        pool: &AnyPool,
+        backend: Backend,
+        writer: Option<&Writer>,
+        write: bool,
+    ) -> Result<SqlTx, StorageError> {
+        let tx = match (writer, write) {
+            (Some(w), true) => Conn::Writer(w.begin().await?),
+            _ => Conn::Tx(pool.begin().await.map_err(begin_err)?),
+        };
+        Ok(Self::on(tx, backend, write))
+    }
+
+    /// A read with no transaction ([`Conn::Single`]).
+    pub(crate) async fn loose(pool: &AnyPool, backend: Backend) -> Result<SqlTx, StorageError> {
+        let conn = pool.acquire().await.map_err(begin_err)?;
+        Ok(Self::on(Conn::Single(conn), backend, false))
+    }
+
+    fn on(tx: Conn, backend: Backend, write: bool) -> SqlTx {
+        SqlTx {
+            tx,
+            backend,
+            write,
+            events_locked: false,
+            last_event: None,
+            delivery_written: false,
+        }
+    }
+}
+
+pub(crate) fn corrupt(what: &str) -> StorageError {
+    StorageError::Corrupt(format!("a stored {what} does not parse"))
+}
+
+pub(crate) fn json_of<T: serde::de::DeserializeOwned>(
+    s: &str,
+    what: &str,
+) -> Result<T, StorageError> {
+    serde_json::from_str(s).map_err(|_| corrupt(what))
+}
+
+pub(crate) fn text<T: serde::Serialize>(v: &T) -> String {
+    // Serializing these records to JSON cannot fail.
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+pub(crate) fn issue_of(r: &AnyRow) -> Result<Issue, StorageError> {
+    let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
+    let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    let key = IssueKey::parse(&g("key")?).ok_or_else(|| corrupt("issue key"))?;
+    let priority: Option<i64> = r.try_get("priority").map_err(db_err)?;
+    Ok(Issue {
+        project: key.project(),
+        key,
+        title: g("title")?,
+        status: Status::parse(&g("status")?).ok_or_else(|| corrupt("status"))?,
+        priority: priority
+            .map(|p| u8::try_from(p).map_err(|_| corrupt("priority")))
+            .transpose()?,
+        labels: json_of(&g("labels")?, "label list")?,
+        route: go("route")?,
+        parent: go("parent")?
+            .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("parent key")))
+            .transpose()?,
+        rank: g("rank")?,
+        assignee: go("assignee")?.map(|a| login(&a)).transpose()?,
+        components: json_of::<Components>(&g("components")?, "components")?,
+        claim: go("claim")?
+            .map(|c| json_of::<StoredClaim>(&c, "claim"))
+            .transpose()?
+            .map(|c| -> Result<Claim, StorageError> {
+                Ok(Claim {
+                    holder: c.holder,
+                    at: time(c.at)?,
+                })
+            })
+            .transpose()?,
+        repo: go("repo")?,
+        sequence: r.try_get("sequence").map_err(db_err)?,
+        created_at: time(r.try_get("created_at").map_err(db_err)?)?,
+        updated_at: time(r.try_get("updated_at").map_err(db_err)?)?,
+        closed_at: r
+            .try_get::<Option<i64>, _>("closed_at")
+            .map_err(db_err)?
+            .map(time)
+            .transpose()?,
+    })
+}
+
+/// A claim as the issue row keeps it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredClaim {
+    holder: Actor,
+    at: i64,
+}
+
+pub(crate) fn event_of(r: &AnyRow) -> Result<Event, StorageError> {
+    let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    Ok(Event {
+        id: r.try_get("id").map_err(db_err)?,
+        kind: r.try_get("kind").map_err(db_err)?,
+        at: time(r.try_get("at").map_err(db_err)?)?,
+        actor: json_of(&r.try_get::<String, _>("actor").map_err(db_err)?, "actor")?,
+        project: go("project")?
+            .map(|p| ProjectKey::parse(&p).ok_or_else(|| corrupt("project key")))
+            .transpose()?,
+        issue: go("issue")?
+            .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
+            .transpose()?,
+        artifact: go("artifact")?,
+        session: go("session")?,
+        data: json_of(&r.try_get::<String, _>("data").map_err(db_err)?, "event")?,
+        sequence: r.try_get("sequence").map_err(db_err)?,
+    })
+}
+/// A value bound to a query built at run time.
+#[derive(Debug, Clone)]
+pub(crate) enum Val {
+    I(i64),
+    S(String),
+}
+
+impl From<i64> for Val {
+    fn from(v: i64) -> Self {
+        Val::I(v)
+    }
+}
+
+impl From<String> for Val {
+    fn from(v: String) -> Self {
+        Val::S(v)
+    }
+}
+
+/// The values of a query built at run time, each pushed where its `$n` goes.
+#[derive(Debug, Default)]
+pub(crate) struct Args(Vec<Val>);
+
+impl Args {
+    pub(crate) fn push(&mut self, v: impl Into<Val>) -> String {
+        self.0.push(v.into());
+        format!("${}", self.0.len())
+    }
+
+    /// A list bound as one JSON array: the subquery `(SELECT …)` of its text values, for
+    /// `x IN <it>`. However long the list, the query binds one parameter (SQLite caps them).
+    pub(crate) fn list<S: AsRef<str>>(&mut self, backend: Backend, vals: &[S]) -> String {
+        let json = serde_json::Value::from(
+            vals.iter()
+                .map(|v| serde_json::Value::from(v.as_ref()))
+                .collect::<Vec<_>>(),
+        )
+        .to_string();
+        let p = self.push(json);
+        match backend {
+            Backend::Sqlite => format!("(SELECT value FROM json_each({p}))"),
+            Backend::Postgres => format!("(SELECT jsonb_array_elements_text(CAST({p} AS jsonb)))"),
+        }
+    }
+
+    /// [`Args::list`] of integers.
+    pub(crate) fn int_list(&mut self, backend: Backend, vals: &[i64]) -> String {
+        let p = self.push(serde_json::Value::from(vals.to_vec()).to_string());
+        match backend {
+            Backend::Sqlite => format!("(SELECT value FROM json_each({p}))"),
+            Backend::Postgres => {
+                format!("(SELECT CAST(jsonb_array_elements_text(CAST({p} AS jsonb)) AS BIGINT))")
+            }
+        }
+    }
+
+    pub(crate) fn build(&self) -> AnyArguments<'static> {
+        let mut out = AnyArguments::default();
+        for v in &self.0 {
+            // Adding an integer or a string to `AnyArguments` does not fail.
+            let _ = match v {
+                Val::I(i) => out.add(*i),
+                Val::S(s) => out.add(s.clone()),
+            };
+        }
+        out
+    }
+}
+
+/// The asks area's view of a transaction (its traits are all implemented in this module's parts and in the
+/// areas' modules).
+impl countersign_console_core::work::AsksWork for SqlTx {}
+
+/// The work area's view of a transaction.
+impl countersign_console_core::work::IssuesWork for SqlTx {}
+
+/// The delivery area's view of a transaction.
+impl countersign_console_core::work::DeliveryWork for SqlTx {}
+
+#[async_trait]
+impl WorkTx for SqlTx {
+    async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
+        if self.delivery_written {
+            crate::delivery::move_generation(&mut self).await?;
+        }
+        // Delivered to listeners when (and only if) the transaction commits.
+        if let (Backend::Postgres, Some(id)) = (self.backend, self.last_event) {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(EVENTS_CHANNEL)
+                .bind(id.to_string())
+                .execute(&mut *self.tx)
+                .await
+                .map_err(db_err)?;
+        }
+        match self.tx {
+            Conn::Tx(t) => t.commit().await.map_err(db_err),
+            // Nothing to commit: each statement ran on its own (`read_loose` is for reads).
+            Conn::Single(_) => Ok(()),
+            Conn::Writer(slot) => slot.commit().await,
+        }
+    }
+}
+
+/// Where a transaction's statements run.
+pub(crate) enum Conn {
+    /// A transaction of its own (PostgreSQL; reads).
+    Tx(Transaction<'static, Any>),
+    /// A connection with no transaction: each statement sees the latest commit (a read of
+    /// one statement, with no `BEGIN` or `ROLLBACK` round trip).
+    Single(PoolConnection<Any>),
+    /// A turn at SQLite's writer, in its group-committed transaction.
+    Writer(Slot),
+}
+
+impl std::ops::Deref for Conn {
+    type Target = AnyConnection;
+
+    fn deref(&self) -> &AnyConnection {
+        match self {
+            Conn::Tx(t) => t,
+            Conn::Single(c) => c,
+            Conn::Writer(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        match self {
+            Conn::Tx(t) => t,
+            Conn::Single(c) => c,
+            Conn::Writer(s) => s,
+        }
+    }
+}
