@@ -830,6 +830,7 @@ pub async fn issue_page(
 
     let sessions = st
         .console
+        .messages()
         .live_sessions()
         .await
         .map(|l| {
