@@ -113,7 +113,7 @@ pub async fn broker(State(st): St, headers: HeaderMap, body: Body) -> ApiResult<
             return Ok(done());
         }
     };
-    let made = st.console.broker_expired(id, notice).await?;
+    let made = st.console.messages().broker_expired(id, notice).await?;
     if !made {
         tracing::debug!(webhook = %id, "a broker notification seen before");
     }

@@ -411,7 +411,7 @@ fn apply(live: &mut LiveSession, a: Advert) -> bool {
 
 /// `GET /api/v1/sessions`: every live session, on whichever replica its link is.
 pub async fn list(State(st): St) -> ApiResult<Response> {
-    let mut live = st.console.live_sessions().await?;
+    let mut live = st.console.messages().live_sessions().await?;
     // Each session's open asks, counted in one query.
     let ids: Vec<String> = live.iter().map(|l| l.session_id.clone()).collect();
     let counts = st.console.asks().open_ask_counts(&ids).await?;
@@ -508,7 +508,7 @@ async fn run(st: Arc<AppState>, actor: Actor, session_id: String, mut socket: We
     let (close_tx, mut close_rx) = oneshot::channel();
     let (out_tx, mut out_rx) = mpsc::channel::<String>(OUTBOUND);
     st.sessions.enter(live.clone(), close_tx, out_tx);
-    if let Err(e) = st.console.session_hello(&actor, &live).await {
+    if let Err(e) = st.console.messages().session_hello(&actor, &live).await {
         tracing::warn!(code = e.code_str(), "session.live not recorded");
         st.sessions.leave(&session_id, link);
         return close(socket, 1011, "the console could not record the session").await;
@@ -537,7 +537,11 @@ async fn run(st: Arc<AppState>, actor: Actor, session_id: String, mut socket: We
         .await;
     }
     if st.sessions.leave(&session_id, link)
-        && let Err(e) = st.console.session_bye(&actor, &session_id, link).await
+        && let Err(e) = st
+            .console
+            .messages()
+            .session_bye(&actor, &session_id, link)
+            .await
     {
         tracing::warn!(code = e.code_str(), "session.gone not recorded");
     }
@@ -631,7 +635,7 @@ async fn on_text(
                 return false;
             }
             if let Some(l) = updated
-                && let Err(e) = st.console.session_update(actor, &l).await
+                && let Err(e) = st.console.messages().session_update(actor, &l).await
             {
                 tracing::warn!(code = e.code_str(), "session.updated not recorded");
             }
@@ -714,7 +718,12 @@ pub fn on_notice(st: Arc<AppState>, payload: String) {
             LinkNotice::Deliver {
                 kind, id, attempt, ..
             } => {
-                let handed = match st.console.pending_delivery(kind, &id, attempt).await {
+                let handed = match st
+                    .console
+                    .messages()
+                    .pending_delivery(kind, &id, attempt)
+                    .await
+                {
                     Ok(Some(d)) => st.sessions.deliver(&d),
                     // No longer pending (acknowledged, failed): nothing to send.
                     Ok(None) => return,
@@ -726,7 +735,13 @@ pub fn on_notice(st: Arc<AppState>, payload: String) {
                         return;
                     }
                 };
-                if !handed && let Err(e) = st.console.fail_delivery(kind, &id, attempt).await {
+                if !handed
+                    && let Err(e) = st
+                        .console
+                        .messages()
+                        .fail_delivery(kind, &id, attempt)
+                        .await
+                {
                     tracing::warn!(code = e.code_str(), "an undeliverable attempt not failed");
                 }
             }
@@ -758,7 +773,7 @@ pub fn background(st: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                 let Some(mut queue) = queue else { return };
                 let mut batch = Vec::with_capacity(ACK_BATCH);
                 while queue.recv_many(&mut batch, ACK_BATCH).await > 0 {
-                    if let Err(e) = st.console.delivered(&batch).await {
+                    if let Err(e) = st.console.messages().delivered(&batch).await {
                         tracing::warn!(
                             code = e.code_str(),
                             n = batch.len(),
@@ -775,12 +790,12 @@ pub fn background(st: Arc<AppState>) -> tokio::task::JoinHandle<()> {
             async move {
                 loop {
                     let _pass = ticks.next().await;
-                    match st.console.expire_deliveries().await {
+                    match st.console.messages().expire_deliveries().await {
                         Ok(0) => {}
                         Ok(n) => tracing::info!(n, "deliveries not acknowledged in time failed"),
                         Err(e) => tracing::warn!(code = e.code_str(), "delivery sweep failed"),
                     }
-                    match st.console.expire_sessions().await {
+                    match st.console.messages().expire_sessions().await {
                         Ok(0) => {}
                         Ok(n) => tracing::info!(n, "sessions of a silent replica gone"),
                         Err(e) => tracing::warn!(code = e.code_str(), "presence sweep failed"),
@@ -793,7 +808,7 @@ pub fn background(st: Arc<AppState>) -> tokio::task::JoinHandle<()> {
             loop {
                 let _pass = ticks.next().await;
                 let activity = st.sessions.take_activity();
-                if let Err(e) = st.console.presence_heartbeat(&activity).await {
+                if let Err(e) = st.console.messages().presence_heartbeat(&activity).await {
                     tracing::warn!(code = e.code_str(), "presence heartbeat failed");
                 }
             }

@@ -3,9 +3,10 @@
 //! personal ones), [`front`] (the broker front), [`work`] (projects, issues, claims, events:
 //! the [`Issues`] service, `console.issues()`),
 //! [`documents`] (documents and files), [`asks`] (asks, comments, the inbox: the [`asks::Asks`]
-//! service, `console.asks()`), [`messages`]
-//! (messages, broadcasts, conversation state), [`delivery`] (the delivery timeline and
-//! architecture sources: the [`delivery::Delivery`] service, `console.delivery()`).
+//! service, `console.asks()`), [`messages`] (messages, broadcasts, deliveries, presence,
+//! conversation state: the [`Messages`] service, `console.messages()`), [`delivery`] (the
+//! delivery timeline and architecture sources: the [`delivery::Delivery`] service,
+//! `console.delivery()`).
 
 /// Runs `$body` in a write transaction with `$tx: &mut dyn WorkTx`, committing when it answers
 /// `Ok`; a storage conflict (a serialization failure or a busy database) starts it over, up
@@ -66,10 +67,11 @@ pub use delivery::{
     TimelineAnswer, full_date,
 };
 pub use messages::{
-    ACK_WITHIN, Ack, AgentPatch, LIVE_FOR, LinkNotice, NewBroadcast, is_session_id,
+    ACK_WITHIN, Ack, AgentPatch, LIVE_FOR, LinkNotice, Messages, NewBroadcast, Presence,
+    is_session_id,
 };
 pub use signin::safe_return_to;
-pub use work::{IssuePatch, Issues, NewIssue, Presence, Suggestion, console_ref, is_role};
+pub use work::{IssuePatch, Issues, NewIssue, Suggestion, console_ref, is_role};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,7 @@
 //! The records and storage of targeted messages, broadcasts, delivery attempts, threads and
-//! per-agent conversation state (issue 14): one trait, joined into [`crate::work::WorkTx`]
-//! with the others.
+//! per-agent conversation state (issue 14): one trait, [`MessageTx`], joined into
+//! [`crate::work::WorkTx`] with the others, and the messages area's view of a transaction,
+//! [`MessagesWork`].
 //!
 //! Delivery attempts are generic over what is delivered ([`DeliveryKind`]: a message, or a
 //! comment's mention): one table, one state machine (`pending` → `sent` | `failed`), one path
@@ -745,4 +746,20 @@ pub trait MessageTx: Send {
         project: Option<&ProjectKey>,
         limit: u32,
     ) -> Result<(Vec<crate::work::model::Hit>, i64), StorageError>;
+}
+
+/// What the messages area's operations see of a transaction (`console/messages/`): its own
+/// storage, and what its writes read and write of the other areas in the same transaction:
+/// the event log (each write's event), issues (a message on an issue: the issue exists),
+/// documents' mention edges (a message's body naming console refs) and the asks' threads (a
+/// read mark's thread may be a comment thread or an ask). [`crate::work::WorkTx`] has it as a
+/// supertrait: a `&mut dyn WorkTx` converts to a `&mut dyn MessagesWork` (trait upcasting). A
+/// storage's transaction implements it with no method of its own.
+pub trait MessagesWork:
+    MessageTx
+    + crate::work::EventTx
+    + crate::work::IssueTx
+    + crate::work::DocumentTx
+    + crate::work::AskTx
+{
 }

@@ -26,7 +26,7 @@ pub mod store;
 pub use asks::{AskTx, AsksWork};
 pub use delivery::{DeliveryTx, DeliveryWork};
 pub use documents::{DocumentTx, DocumentsWork};
-pub use messages::MessageTx;
+pub use messages::{MessageTx, MessagesWork};
 pub use model::*;
 pub use repos::{CodeRef, RepoMapping, RepoName};
 pub use store::{EventTx, IssueTx, IssuesWork, ProjectTx, WorkTx};

@@ -179,10 +179,15 @@ pub trait IssuesWork:
 /// joins all but the delivery area's ([`ProjectTx`], [`IssueTx`], [`EventTx`], documents,
 /// asks, messages, notices), [`crate::work::DocumentsWork`] what the documents area sees,
 /// [`crate::work::DeliveryWork`] the delivery area's and the event log, [`IssuesWork`] the work
-/// area's: an area that sees less takes its own trait, to which this one converts.
+/// area's, [`crate::work::MessagesWork`] the messages area's: an area that sees less takes its
+/// own trait, to which this one converts.
 #[async_trait]
 pub trait WorkTx:
-    crate::work::AsksWork + crate::work::DocumentsWork + crate::work::DeliveryWork + IssuesWork
+    crate::work::AsksWork
+    + crate::work::DocumentsWork
+    + crate::work::DeliveryWork
+    + IssuesWork
+    + crate::work::MessagesWork
 {
     async fn commit(self: Box<Self>) -> Result<(), StorageError>;
 }

@@ -225,6 +225,7 @@ pub async fn run(State(st): St, Path(id): Path<String>) -> ApiResult<Response> {
 async fn live_titles(st: &AppState) -> ApiResult<Vec<(String, String)>> {
     Ok(st
         .console
+        .messages()
         .live_sessions()
         .await?
         .into_iter()

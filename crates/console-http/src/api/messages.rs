@@ -114,7 +114,8 @@ pub async fn post_issue_message(
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     let m = st
         .console
-        .issue_message(&actor, &key, &b.body, b.target, b.delivery)
+        .messages()
+        .post_on_issue(&actor, &key, &b.body, b.target, b.delivery)
         .await?;
     let location = location_of_message(Some(&key), &m.id);
     Ok(created(m, Some(location)))
@@ -127,7 +128,7 @@ pub async fn get_issue_message(
     Path((key, id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.message_on_issue(&key, &id).await?))
+    Ok(ok(st.console.messages().on_issue(&key, &id).await?))
 }
 
 pub async fn post_session_message(
@@ -139,7 +140,8 @@ pub async fn post_session_message(
     let human = caller.human()?;
     let m = st
         .console
-        .session_message(human, &session, &b.body, b.delivery)
+        .messages()
+        .send_to_session(human, &session, &b.body, b.delivery)
         .await?;
     let location = location_of_message(None, &m.id);
     Ok(created(m, Some(location)))
@@ -153,7 +155,8 @@ pub async fn session_messages(
     let (limit, offset) = page(&q)?;
     Ok(ok(st
         .console
-        .messages_of_session(&session, limit, offset)
+        .messages()
+        .of_session(&session, limit, offset)
         .await?))
 }
 
@@ -164,7 +167,7 @@ pub async fn thread(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.message_thread(&actor, &id).await?))
+    Ok(ok(st.console.messages().thread(&actor, &id).await?))
 }
 
 pub async fn retry(
@@ -174,7 +177,10 @@ pub async fn retry(
     In(b): In<RetryBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(created(st.console.retry_message(&actor, &id).await?, None))
+    Ok(created(
+        st.console.messages().retry(&actor, &id).await?,
+        None,
+    ))
 }
 
 pub async fn reply(
@@ -198,7 +204,8 @@ pub async fn reply(
     let actor = acting_session(&caller, b.actor.as_deref())?;
     let (m, is_new) = st
         .console
-        .reply_to_message(&actor, &id, &b.body, follow_up)
+        .messages()
+        .reply(&actor, &id, &b.body, follow_up)
         .await?;
     if is_new {
         let location = location_of_message(m.issue.as_ref().map(|k| k.as_str()), &m.id);
@@ -217,13 +224,18 @@ pub async fn accept(
     let actor = acting_session(&caller, b.actor.as_deref())?;
     Ok(ok(st
         .console
-        .accept_delivery(&actor, &id, &attempt, b.accepted_as)
+        .messages()
+        .accept(&actor, &id, &attempt, b.accepted_as)
         .await?))
 }
 
 pub async fn list_broadcasts(State(st): St, q: Query) -> ApiResult<Response> {
     let (limit, offset) = page(&q)?;
-    Ok(ok(st.console.recent_broadcasts(limit, offset).await?))
+    Ok(ok(st
+        .console
+        .messages()
+        .recent_broadcasts(limit, offset)
+        .await?))
 }
 
 pub async fn send_broadcast(
@@ -234,7 +246,8 @@ pub async fn send_broadcast(
     let human = caller.human()?;
     let (sent, is_new) = st
         .console
-        .send_broadcast(
+        .messages()
+        .broadcast(
             human,
             NewBroadcast {
                 idempotency_key: b.idempotency_key,
@@ -253,7 +266,7 @@ pub async fn send_broadcast(
 }
 
 pub async fn get_broadcast(State(st): St, Path(id): Path<String>) -> ApiResult<Response> {
-    Ok(ok(st.console.broadcast_by_id(&id).await?))
+    Ok(ok(st.console.messages().broadcast_by_id(&id).await?))
 }
 
 // ----- the inbox's conversation parts -----
@@ -301,6 +314,7 @@ pub async fn inbox_threads(
     let (limit, offset) = page(&q)?;
     Ok(ok(st
         .console
+        .messages()
         .inbox_threads(human, q.one("issue")?, q.one("artifact")?, limit, offset)
         .await?))
 }
@@ -313,7 +327,10 @@ pub async fn mark_thread_read(
 ) -> ApiResult<Response> {
     let human = caller.human()?;
     let at = time_of(&b.read_through, "read_through")?;
-    st.console.mark_thread_read(human, &id, at).await?;
+    st.console
+        .messages()
+        .mark_thread_read(human, &id, at)
+        .await?;
     Ok(axum::http::StatusCode::NO_CONTENT.into_response())
 }
 
@@ -322,7 +339,7 @@ pub async fn agent_states(
     Extension(caller): Extension<Caller>,
 ) -> ApiResult<Response> {
     let human = caller.human()?;
-    Ok(ok(st.console.agent_states(human).await?))
+    Ok(ok(st.console.messages().agent_states(human).await?))
 }
 
 pub async fn update_agent_state(
@@ -347,6 +364,7 @@ pub async fn update_agent_state(
     };
     Ok(ok(st
         .console
+        .messages()
         .update_agent_state(human, &session, patch)
         .await?))
 }

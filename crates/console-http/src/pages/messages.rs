@@ -205,7 +205,7 @@ fn fail(e: &Error) -> Response {
 pub async fn sessions_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
     let groups = st.console.delivery().session_groups().await?;
-    Ok(match st.console.live_sessions().await {
+    Ok(match st.console.messages().live_sessions().await {
         Ok(live) => page(
             StatusCode::OK,
             &SessionsPage {
@@ -220,6 +220,7 @@ pub async fn sessions_page(State(st): St, Extension(caller): Extension<Caller>) 
 
 async fn live_row(st: &AppState, session: &str) -> Option<SessionRow> {
     st.console
+        .messages()
         .live_sessions()
         .await
         .ok()?
@@ -235,9 +236,10 @@ pub async fn conversation_page(
     Path(session): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let messages = st.console.messages_of_session(&session, 200, 0).await?;
+    let messages = st.console.messages().of_session(&session, 200, 0).await?;
     let state = st
         .console
+        .messages()
         .agent_states(h)
         .await
         .ok()
@@ -305,8 +307,8 @@ pub async fn relay_page(
 /// the same form sends nothing twice), and the recent broadcasts.
 pub async fn broadcasts_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    let live = st.console.live_sessions().await;
-    let recent = st.console.recent_broadcasts(50, 0).await;
+    let live = st.console.messages().live_sessions().await;
+    let recent = st.console.messages().recent_broadcasts(50, 0).await;
     let error = match (&live, &recent) {
         (Err(e), _) | (_, Err(e)) => Some(error_text(e)),
         _ => None,
@@ -334,7 +336,7 @@ pub async fn broadcast_page(
     Path(id): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let b: BroadcastView = st.console.broadcast_by_id(&id).await?;
+    let b: BroadcastView = st.console.messages().broadcast_by_id(&id).await?;
     let row = BroadcastListRow::of(&b.row());
     Ok(page(
         StatusCode::OK,
@@ -364,7 +366,7 @@ pub async fn message_page(
     let actor = countersign_console_core::work::Actor::User {
         login: h.login.clone(),
     };
-    Ok(match st.console.message_thread(&actor, &id).await {
+    Ok(match st.console.messages().thread(&actor, &id).await {
         Ok(t) => match (&t.root.issue, &t.root.target) {
             (Some(k), _) => redirect(&format!("/issues/{k}")),
             (None, Some(Target::Session(s))) => redirect(&format!(

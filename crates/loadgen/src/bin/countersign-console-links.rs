@@ -189,7 +189,7 @@ fn broadcast(sessions: usize, rounds: usize, database_url: Option<String>) -> an
             let received = last - t0;
             // Every attempt `sent`, read through the core every 5 ms.
             let done = loop {
-                let b = state.console.broadcast_by_id(&id).await?;
+                let b = state.console.messages().broadcast_by_id(&id).await?;
                 let sent = b
                     .recipients
                     .iter()

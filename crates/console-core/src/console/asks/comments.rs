@@ -54,7 +54,7 @@ impl Asks<'_> {
             self.write_comment(tx, &req, &id, actor, now).await
         })?;
         self.console.documents().document_committed(&events, None);
-        self.console.dispatch(&opened).await;
+        self.console.messages().dispatch(&opened).await;
         Ok(view)
     }
 
@@ -458,7 +458,10 @@ impl Asks<'_> {
             };
             self.mention(tx, &c, &session, actor).await
         })?;
-        self.console.dispatch(std::slice::from_ref(&opened)).await;
+        self.console
+            .messages()
+            .dispatch(std::slice::from_ref(&opened))
+            .await;
         Ok(AttemptView::from(&opened.attempt))
     }
 

@@ -541,6 +541,7 @@ impl Asks<'_> {
             artifact: c.artifact.clone(),
         };
         self.console
+            .messages()
             .open_attempt(
                 tx,
                 &NewAttempt {

@@ -1,14 +1,15 @@
-//! The spec's "Message accept rules": nine conditions, every one of which must hold, checked
-//! together on rows read under lock in the accept's transaction (one compare-and-set: the
-//! check and the write cannot be separated by another write to the message's attempts).
-//! The first that fails, in the spec's order, is the answer.
+//! A session accepting a delivery attempt ([`Messages::accept`]) under the spec's "Message
+//! accept rules": nine conditions, every one of which must hold, checked together on rows read
+//! under lock in the accept's transaction (one compare-and-set: the check and the write cannot
+//! be separated by another write to the message's attempts). The first that fails, in the
+//! spec's order, is the answer ([`refusal`]).
 
 use chrono::Duration;
+use serde_json::json;
 
+use super::*;
 use crate::clock::Time;
-use crate::error::ErrorCode;
-use crate::work::Actor;
-use crate::work::messages::{Attempt, AttemptState, Message, Mode, Target};
+use crate::work::messages::{Accepted, AttemptState};
 
 /// How recent an attempt must be to be accepted.
 pub const ACCEPT_WITHIN: Duration = Duration::minutes(1);
@@ -59,6 +60,94 @@ pub fn refusal(
         (a.created_at > now - ACCEPT_WITHIN, ErrorCode::ACCEPT_STALE),
     ];
     checks.into_iter().find(|(ok, _)| !ok).map(|(_, code)| code)
+}
+
+/// An attempt number from a path: 1 or more, else the attempt names nothing.
+fn attempt_number(attempt: &str) -> Result<i64, Error> {
+    attempt
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(no_attempt)
+}
+
+fn no_attempt() -> Error {
+    Error::with_message(ErrorCode::NOT_FOUND, "no such attempt")
+}
+
+impl Messages<'_> {
+    /// The targeted session accepts a delivery attempt (spec, "Message accept rules"): see
+    /// [`refusal`].
+    pub async fn accept(
+        &self,
+        actor: &Actor,
+        id: &str,
+        attempt: &str,
+        accepted_as: Option<Mode>,
+    ) -> Result<Accepted, Error> {
+        let session = session_of(actor)?;
+        if accepted_as == Some(Mode::Send) {
+            return Err(message_input("`as` is aside or steer"));
+        }
+        let id = uuid_of(id).ok_or_else(no_message)?;
+        let number = attempt_number(attempt)?;
+        let now = self.console.now();
+        let (accepted, event) = transact!(self.console, MessagesWork, |tx| {
+            let m = tx.message(&id).await?.ok_or_else(no_message)?;
+            let root = if m.thread_id == m.id {
+                m.clone()
+            } else {
+                tx.message(&m.thread_id).await?.ok_or_else(no_message)?
+            };
+            let attempts = tx
+                .attempts(DeliveryKind::Message, std::slice::from_ref(&m.id))
+                .await?;
+            let a = attempts
+                .iter()
+                .find(|a| a.attempt == number)
+                .cloned()
+                .ok_or_else(no_attempt)?;
+            if a.session_id != session {
+                return Err(ErrorCode::ACCEPT_FORBIDDEN.into());
+            }
+            if let Some(code) = refusal(&m, &root, &attempts, &a, &session, now) {
+                return Err(code.into());
+            }
+            let mode = accepted_as.unwrap_or(a.mode);
+            self.write_accept(tx, actor, &m, a, mode, now).await
+        })?;
+        self.console.event_committed(event.id);
+        Ok(accepted)
+    }
+
+    /// Writes attempt `a`'s acceptance as `mode` at `now` and appends `message.accepted`.
+    async fn write_accept(
+        &self,
+        tx: &mut dyn MessagesWork,
+        actor: &Actor,
+        m: &Message,
+        mut a: Attempt,
+        mode: Mode,
+        now: Time,
+    ) -> Result<(Accepted, Event), Error> {
+        tx.accept_attempt(DeliveryKind::Message, &m.id, a.attempt, now, mode)
+            .await?;
+        a.accepted_at = Some(now);
+        a.accepted_as = Some(mode);
+        let data = json!({
+            "message": m.id,
+            "attempt": a.attempt,
+            "session_id": a.session_id,
+            "accepted_at": crate::work::model::rfc3339::format(&now),
+            "accepted_as": mode,
+        });
+        let e = self.append(tx, "message.accepted", actor, m, data).await?;
+        let accepted = Accepted {
+            attempt: AttemptView::from(&a),
+            body: m.body.clone(),
+        };
+        Ok((accepted, e))
+    }
 }
 
 #[cfg(test)]
@@ -118,7 +207,8 @@ mod tests {
     }
 
     /// Each condition, broken alone (or first, where the spec's conditions imply each
-    /// other), gives its own code; all holding gives none.
+    /// other), gives its own code; all holding gives none. Long because it lists the nine
+    /// conditions in the spec's order, a few lines each, so the list reads as the spec's.
     #[test]
     fn each_condition_its_code() {
         let now = t0() + Duration::seconds(10);

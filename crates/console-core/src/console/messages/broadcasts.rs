@@ -74,122 +74,32 @@ impl NewBroadcast {
     }
 }
 
-impl Console {
+/// Which of a broadcast's sessions it reaches: those live with the mode advertised, in the
+/// request's order, and the others excluded with the reason.
+struct Reach {
+    recipients: Vec<String>,
+    excluded: Vec<Excluded>,
+}
+
+/// What a broadcast's transaction answers: what it sent, and when it sent it (not a repeat of
+/// its key) the attempts to dispatch and its `broadcast.sent` event.
+type BroadcastDone = (BroadcastSent, Option<(Vec<Opened>, Event)>);
+
+impl Messages<'_> {
     /// Sends a broadcast, or answers the one its key already named (`false`: nothing sent).
-    pub async fn send_broadcast(
+    pub async fn broadcast(
         &self,
         human: &Human,
         new: NewBroadcast,
     ) -> Result<(BroadcastSent, bool), Error> {
         new.check()?;
         let fingerprint = new.fingerprint();
-        let by = Actor::User {
-            login: human.login.clone(),
-        };
-        let done = transact!(self, |tx| {
-            if let Some(b) = tx
-                .broadcast_by_key(&human.login, &new.idempotency_key)
-                .await?
-            {
-                return self
-                    .repeat_broadcast(tx, b, &fingerprint)
-                    .await
-                    .map(|s| (s, None));
-            }
-            let mut excluded = Vec::new();
-            let mut recipients = Vec::new();
-            for s in &new.sessions {
-                match self.modes_of(tx, s).await? {
-                    None => excluded.push(Excluded {
-                        session_id: s.clone(),
-                        reason: ExcludeReason::NotLive,
-                    }),
-                    Some(m) if !m.contains(&new.mode) => excluded.push(Excluded {
-                        session_id: s.clone(),
-                        reason: ExcludeReason::ModeNotAdvertised,
-                    }),
-                    Some(_) => recipients.push(s.clone()),
-                }
-            }
-            let b = Broadcast {
-                id: self.fresh_message_id(),
-                login: human.login.clone(),
-                idempotency_key: new.idempotency_key.clone(),
-                fingerprint: fingerprint.clone(),
-                mode: new.mode,
-                body: new.body.clone(),
-                by: by.clone(),
-                excluded: excluded.clone(),
-                created_at: self.now(),
-            };
-            if !tx.insert_broadcast(&b).await? {
-                // Another send of the key committed first.
-                let b = tx
-                    .broadcast_by_key(&human.login, &new.idempotency_key)
-                    .await?
-                    .ok_or_else(|| Error::new(ErrorCode::INTERNAL))?;
-                return self
-                    .repeat_broadcast(tx, b, &fingerprint)
-                    .await
-                    .map(|s| (s, None));
-            }
-            let mut opened = Vec::with_capacity(recipients.len());
-            let mut copies = Vec::with_capacity(recipients.len());
-            for s in &recipients {
-                let mut m = self.targeted_message(
-                    &by,
-                    None,
-                    Target::Session(s.clone()),
-                    new.mode,
-                    &new.body,
-                );
-                m.broadcast = Some(b.id.clone());
-                m.created_at = b.created_at;
-                tx.insert_message(&m).await?;
-                opened.extend(self.attempt_message(tx, &m, &by).await?);
-                copies.push(m);
-            }
-            let view = self.broadcast_view(tx, &b, &copies).await?;
-            let compact = json!({
-                "id": view.id,
-                "idempotency_key": view.idempotency_key,
-                "mode": view.mode,
-                "body": view.body,
-                "by": view.by,
-                "created_at": crate::work::model::rfc3339::format(&view.created_at),
-                "recipients": view.recipients.iter()
-                    .map(|r| json!({"session_id": r.session_id, "message": r.message.id}))
-                    .collect::<Vec<_>>(),
-                "recipient_count": view.recipient_count,
-                "reply_count": view.reply_count,
-                "excluded": excluded,
-            });
-            let e = tx
-                .append_event(
-                    &crate::work::NewEvent {
-                        kind: "broadcast.sent",
-                        at: self.now(),
-                        actor: by.clone(),
-                        project: None,
-                        issue: None,
-                        artifact: None,
-                        session: None,
-                        data: compact,
-                    },
-                    None,
-                )
-                .await?;
-            Ok((
-                BroadcastSent {
-                    broadcast: view,
-                    excluded,
-                },
-                Some((opened, e)),
-            ))
+        let done = transact!(self.console, MessagesWork, |tx| {
+            self.write_broadcast(tx, human, &new, &fingerprint).await
         })?;
         match done {
             (sent, Some((opened, e))) => {
-                self.event_committed(e.id);
+                self.console.event_committed(e.id);
                 self.dispatch(&opened).await;
                 Ok((sent, true))
             }
@@ -197,11 +107,141 @@ impl Console {
         }
     }
 
+    /// A broadcast's writes, in its transaction ([`Messages::broadcast`]): the key's earlier
+    /// send answered, else the broadcast row (whose key's unique index makes a concurrent send
+    /// wait, then answer the winner's), a copy per recipient with its attempts, and
+    /// `broadcast.sent`.
+    async fn write_broadcast(
+        &self,
+        tx: &mut dyn MessagesWork,
+        human: &Human,
+        new: &NewBroadcast,
+        fingerprint: &str,
+    ) -> Result<BroadcastDone, Error> {
+        if let Some(b) = tx
+            .broadcast_by_key(&human.login, &new.idempotency_key)
+            .await?
+        {
+            return Ok((self.repeat_broadcast(tx, b, fingerprint).await?, None));
+        }
+        let reach = self.reach(tx, new).await?;
+        let by = Actor::User {
+            login: human.login.clone(),
+        };
+        let b = Broadcast {
+            id: self.new_id(),
+            login: human.login.clone(),
+            idempotency_key: new.idempotency_key.clone(),
+            fingerprint: fingerprint.to_owned(),
+            mode: new.mode,
+            body: new.body.clone(),
+            by,
+            excluded: reach.excluded.clone(),
+            created_at: self.console.now(),
+        };
+        if !tx.insert_broadcast(&b).await? {
+            // Another send of the key committed first.
+            let b = tx
+                .broadcast_by_key(&human.login, &new.idempotency_key)
+                .await?
+                .ok_or_else(|| Error::new(ErrorCode::INTERNAL))?;
+            return Ok((self.repeat_broadcast(tx, b, fingerprint).await?, None));
+        }
+        let (copies, opened) = self.write_copies(tx, &b, &reach.recipients).await?;
+        let view = self.broadcast_view(tx, &b, &copies).await?;
+        let e = self.append_sent(tx, &view, &reach.excluded).await?;
+        let sent = BroadcastSent {
+            broadcast: view,
+            excluded: reach.excluded,
+        };
+        Ok((sent, Some((opened, e))))
+    }
+
+    /// Which of the request's sessions the broadcast reaches now (see [`Reach`]): a session
+    /// not live, or not advertising the mode, is excluded, never moved to another mode.
+    async fn reach(&self, tx: &mut dyn MessagesWork, new: &NewBroadcast) -> Result<Reach, Error> {
+        let mut reach = Reach {
+            recipients: Vec::new(),
+            excluded: Vec::new(),
+        };
+        for s in &new.sessions {
+            let reason = match self.modes_of(tx, s).await? {
+                None => ExcludeReason::NotLive,
+                Some(m) if !m.contains(&new.mode) => ExcludeReason::ModeNotAdvertised,
+                Some(_) => {
+                    reach.recipients.push(s.clone());
+                    continue;
+                }
+            };
+            reach.excluded.push(Excluded {
+                session_id: s.clone(),
+                reason,
+            });
+        }
+        Ok(reach)
+    }
+
+    /// Writes broadcast `b`'s copy to each recipient (dated as the broadcast) and opens its
+    /// attempt; answers the copies, in send order, and the attempts opened.
+    async fn write_copies(
+        &self,
+        tx: &mut dyn MessagesWork,
+        b: &Broadcast,
+        recipients: &[String],
+    ) -> Result<(Vec<Message>, Vec<Opened>), Error> {
+        let mut opened = Vec::with_capacity(recipients.len());
+        let mut copies = Vec::with_capacity(recipients.len());
+        for s in recipients {
+            let mut m = self.targeted(&b.by, None, Target::Session(s.clone()), b.mode, &b.body);
+            m.broadcast = Some(b.id.clone());
+            m.created_at = b.created_at;
+            tx.insert_message(&m).await?;
+            opened.extend(self.attempt(tx, &m, &b.by).await?);
+            copies.push(m);
+        }
+        Ok((copies, opened))
+    }
+
+    /// Appends `broadcast.sent`: the broadcast compact (each recipient's message by id), with
+    /// the sessions excluded.
+    async fn append_sent(
+        &self,
+        tx: &mut dyn MessagesWork,
+        view: &BroadcastView,
+        excluded: &[Excluded],
+    ) -> Result<Event, Error> {
+        let compact = json!({
+            "id": view.id,
+            "idempotency_key": view.idempotency_key,
+            "mode": view.mode,
+            "body": view.body,
+            "by": view.by,
+            "created_at": crate::work::model::rfc3339::format(&view.created_at),
+            "recipients": view.recipients.iter()
+                .map(|r| json!({"session_id": r.session_id, "message": r.message.id}))
+                .collect::<Vec<_>>(),
+            "recipient_count": view.recipient_count,
+            "reply_count": view.reply_count,
+            "excluded": excluded,
+        });
+        let e = NewEvent {
+            kind: "broadcast.sent",
+            at: self.console.now(),
+            actor: view.by.clone(),
+            project: None,
+            issue: None,
+            artifact: None,
+            session: None,
+            data: compact,
+        };
+        Ok(tx.append_event(&e, None).await?)
+    }
+
     /// A second send of a key: the original when the request is the same, else
     /// BROADCAST_KEY_REUSED naming it.
     async fn repeat_broadcast(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn MessagesWork,
         b: Broadcast,
         fingerprint: &str,
     ) -> Result<BroadcastSent, Error> {
@@ -215,13 +255,14 @@ impl Console {
         })
     }
 
+    /// A broadcast's view: each copy's, with its attempts and replies, and the counts.
     async fn broadcast_view(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn MessagesWork,
         b: &Broadcast,
         copies: &[Message],
     ) -> Result<BroadcastView, Error> {
-        let views = self.message_views(tx, copies).await?;
+        let views = self.views(tx, copies).await?;
         let reply_count = views.iter().map(|v| count_replies(&v.replies)).sum();
         Ok(BroadcastView {
             id: b.id.clone(),
@@ -251,7 +292,7 @@ impl Console {
         limit: u32,
         offset: u32,
     ) -> Result<Vec<BroadcastRow>, Error> {
-        let mut tx = self.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         Ok(tx.broadcasts(limit, offset).await?)
     }
 
@@ -259,7 +300,7 @@ impl Console {
     pub async fn broadcast_by_id(&self, id: &str) -> Result<BroadcastView, Error> {
         let nf = || Error::with_message(ErrorCode::NOT_FOUND, "no such broadcast");
         let id = uuid_of(id).ok_or_else(nf)?;
-        let mut tx = self.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         let b = tx.broadcast(&id).await?.ok_or_else(nf)?;
         let copies = tx.broadcast_messages(&b.id).await?;
         self.broadcast_view(&mut *tx, &b, &copies).await

@@ -1,15 +1,15 @@
 //! The delivery machinery (protocol §4.2), shared by every kind of delivery: a targeted
 //! message (`message`) and a comment's mention of a session (`mention`).
 //!
-//! - [`Console::open_attempt`], inside the caller's transaction: numbers the attempt (from 1
+//! - [`Messages::open_attempt`], inside the caller's transaction: numbers the attempt (from 1
 //!   per message or comment), decides it (`failed` with `not_live` when the session has no
 //!   live link, `mode_not_advertised` when its link does not advertise the mode, else
 //!   `pending` with the content to send kept beside it), and appends `delivery.attempt`.
-//! - [`Console::dispatch`], after that transaction committed: hands each pending attempt to the
+//! - [`Messages::dispatch`], after that transaction committed: hands each pending attempt to the
 //!   session's link through [`Presence::deliver`]; one the link cannot take fails at once.
-//! - [`Console::delivered`]: the session's `delivered` makes a pending attempt of its own
+//! - [`Messages::delivered`]: the session's `delivered` makes a pending attempt of its own
 //!   `sent`, if it comes within [`ACK_WITHIN`] of the attempt on the console's clock.
-//! - [`Console::expire_deliveries`]: pending attempts older than [`ACK_WITHIN`] fail
+//! - [`Messages::expire_deliveries`]: pending attempts older than [`ACK_WITHIN`] fail
 //!   (`not_acknowledged`); the server runs it every second, any replica may.
 //!
 //! Every state change is a compare-and-set on `pending` in its own transaction with its
@@ -19,12 +19,12 @@
 use chrono::Duration;
 use serde_json::json;
 
-use super::super::*;
 use super::presence::LinkNotice;
+use super::*;
 use crate::work::messages::{
     Attempt, AttemptState, Delivery, DeliveryContent, DeliveryKind, Finish, Mode, Scope, failure,
 };
-use crate::work::{Actor, Event, NewEvent, WorkTx};
+use crate::work::{Actor, Event, NewEvent};
 
 /// How long a session has to acknowledge a delivery (`delivered`).
 pub const ACK_WITHIN: Duration = Duration::seconds(30);
@@ -71,21 +71,21 @@ fn console_actor() -> Actor {
     }
 }
 
-impl Console {
+impl Messages<'_> {
     /// The modes a session's live link advertises; `None` when it has none.
     pub(crate) async fn modes_of(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn MessagesWork,
         session: &str,
     ) -> Result<Option<Vec<Mode>>, Error> {
         Ok(self.live_in(tx, session).await?.map(|l| l.modes))
     }
 
-    /// Opens an attempt in `tx` (see the module's doc). The caller runs [`Console::dispatch`]
+    /// Opens an attempt in `tx` (see the module's doc). The caller runs [`Messages::dispatch`]
     /// with it after the transaction commits.
     pub(crate) async fn open_attempt(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn MessagesWork,
         new: &NewAttempt<'_>,
     ) -> Result<Opened, Error> {
         let number = tx.next_attempt(new.kind, new.id).await?;
@@ -105,7 +105,7 @@ impl Console {
             mode: new.mode,
             state,
             requested_by: new.requested_by.clone(),
-            created_at: self.now(),
+            created_at: self.console.now(),
             sent_at: None,
             accepted_at: None,
             accepted_as: None,
@@ -149,7 +149,7 @@ impl Console {
     /// takes its next sequence), the envelope's `session` the attempt's session.
     pub(crate) async fn attempt_event(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn MessagesWork,
         a: &Attempt,
         actor: &Actor,
     ) -> Result<Event, Error> {
@@ -159,7 +159,7 @@ impl Console {
         };
         let e = NewEvent {
             kind: "delivery.attempt",
-            at: self.now(),
+            at: self.console.now(),
             actor: actor.clone(),
             project: a.scope.project.clone(),
             issue: sequence.and(a.scope.issue.clone()),
@@ -182,7 +182,7 @@ impl Console {
     /// (`not_live`).
     pub(crate) async fn dispatch(&self, opened: &[Opened]) {
         if let Some(id) = opened.iter().map(|o| o.event.id).max() {
-            self.event_committed(id);
+            self.console.event_committed(id);
         }
         let refused: Vec<(DeliveryKind, String, i64)> = opened
             .iter()
@@ -199,7 +199,11 @@ impl Console {
 
     /// Hands a delivery to the session's link.
     fn hand_over_delivery(&self, d: &Delivery) -> bool {
-        self.parts.presence.as_ref().is_some_and(|p| p.deliver(d))
+        self.console
+            .parts
+            .presence
+            .as_ref()
+            .is_some_and(|p| p.deliver(d))
     }
 
     /// Sessions' `delivered`, in one transaction: each names a pending attempt of the session
@@ -209,8 +213,8 @@ impl Console {
         if acks.is_empty() {
             return Ok(0);
         }
-        let now = self.now();
-        let events = transact!(self, |tx| {
+        let now = self.console.now();
+        let events = transact!(self.console, MessagesWork, |tx| {
             let mut events = Vec::new();
             for ack in acks {
                 let Some(session) = ack.by.session() else {
@@ -233,7 +237,7 @@ impl Console {
             Ok(events)
         })?;
         if let Some(e) = events.last() {
-            self.event_committed(e.id);
+            self.console.event_committed(e.id);
         }
         Ok(events.len())
     }
@@ -241,11 +245,11 @@ impl Console {
     /// Fails the pending attempts no `delivered` came for within [`ACK_WITHIN`]
     /// (`not_acknowledged`). Answers how many failed.
     pub async fn expire_deliveries(&self) -> Result<usize, Error> {
-        let cutoff = self.now() - ACK_WITHIN;
+        let cutoff = self.console.now() - ACK_WITHIN;
         let mut failed = 0;
         loop {
             let due = {
-                let mut tx = self.parts.storage.read().await?;
+                let mut tx = self.read().await?;
                 tx.pending_attempts(Some(cutoff), None, SWEEP_BATCH).await?
             };
             if due.is_empty() {
@@ -280,9 +284,9 @@ impl Console {
     /// Fails every pending attempt of a session whose link closed (`not_live`): nothing will
     /// acknowledge them.
     pub async fn session_left(&self, session: &str) -> Result<usize, Error> {
-        let now = self.now();
+        let now = self.console.now();
         let pending = {
-            let mut tx = self.parts.storage.read().await?;
+            let mut tx = self.read().await?;
             tx.pending_attempts(Some(now), Some(session), SWEEP_BATCH)
                 .await?
         };
@@ -304,9 +308,9 @@ impl Console {
         if keys.is_empty() {
             return Ok(0);
         }
-        let now = self.now();
+        let now = self.console.now();
         let actor = console_actor();
-        let events = transact!(self, |tx| {
+        let events = transact!(self.console, MessagesWork, |tx| {
             let mut events = Vec::new();
             for (kind, id, attempt) in keys {
                 let f = Finish {
@@ -323,7 +327,7 @@ impl Console {
             Ok(events)
         })?;
         if let Some(e) = events.last() {
-            self.event_committed(e.id);
+            self.console.event_committed(e.id);
         }
         Ok(events.len())
     }
@@ -336,7 +340,7 @@ impl Console {
         id: &str,
         attempt: i64,
     ) -> Result<Option<Delivery>, Error> {
-        let mut tx = self.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         Ok(tx
             .pending_content(kind, id, attempt)
             .await?

@@ -26,6 +26,7 @@
 use super::*;
 use crate::clock::Time;
 use crate::console::console_ref;
+use crate::ids::Login;
 use crate::work::SearchKind;
 use crate::work::asks::{Answer, Ask, AskWrite};
 use crate::work::messages::{
@@ -93,7 +94,177 @@ pub struct AgentPatch {
     pub read_replies: Vec<String>,
 }
 
-impl Console {
+/// What narrows the inbox's threads: an issue (by key), or a document (by id), or nothing;
+/// both, or either malformed: INVALID_QUERY.
+fn narrowing(
+    issue: Option<&str>,
+    artifact: Option<&str>,
+) -> Result<(Option<IssueKey>, Option<String>), Error> {
+    if issue.is_some() && artifact.is_some() {
+        return Err(Error::with_message(
+            ErrorCode::INVALID_QUERY,
+            "narrow by `issue` or by `artifact`, not both",
+        ));
+    }
+    let issue = issue
+        .map(|k| {
+            IssueKey::parse(k).ok_or_else(|| {
+                Error::with_message(ErrorCode::INVALID_QUERY, "`issue` is an issue key")
+            })
+        })
+        .transpose()?;
+    let artifact = artifact
+        .map(|a| {
+            uuid_of(a).ok_or_else(|| {
+                Error::with_message(ErrorCode::INVALID_QUERY, "`artifact` is a document id")
+            })
+        })
+        .transpose()?;
+    Ok((issue, artifact))
+}
+
+/// A thread's row: its kind and root (or ask) id, who wrote the root, its subject's first
+/// line, its console ref, and its newest reply.
+fn thread_row(
+    kind: ThreadKind,
+    id: &str,
+    owner: &Actor,
+    subject: &str,
+    newest_reply: NewestReply,
+) -> ThreadRow {
+    let link = match kind {
+        ThreadKind::Message => console_ref(SearchKind::Message, id),
+        ThreadKind::Comment => console_ref(SearchKind::Comment, id),
+        ThreadKind::Ask => console_ref(SearchKind::Ask, id),
+    };
+    ThreadRow {
+        thread: ThreadRef {
+            kind,
+            id: id.to_owned(),
+        },
+        owner: owner.clone(),
+        subject: first_line(subject),
+        link,
+        newest_reply,
+    }
+}
+
+/// An ask's newest reply or answer, as its thread row shows it.
+fn ask_reply(ask: &Ask, write: &AskWrite) -> NewestReply {
+    match write {
+        AskWrite::Reply(c) => NewestReply {
+            author: c.author.clone(),
+            first_line: first_line(&c.body),
+            at: c.created_at,
+        },
+        AskWrite::Answer(a) => NewestReply {
+            author: a.by.clone(),
+            first_line: answer_line(ask, a),
+            at: a.at,
+        },
+    }
+}
+
+/// The page `limit` at `offset` of every kind's rows merged: newest reply first, then by
+/// thread id.
+fn page_of(mut rows: Vec<ThreadRow>, total: i64, limit: u32, offset: u32) -> ThreadPage {
+    rows.sort_by(|a, b| {
+        b.newest_reply
+            .at
+            .cmp(&a.newest_reply.at)
+            .then_with(|| a.thread.id.cmp(&b.thread.id))
+    });
+    ThreadPage {
+        rows: rows
+            .into_iter()
+            .skip(offset as usize)
+            .take(limit as usize)
+            .collect(),
+        total,
+        limit,
+        offset,
+    }
+}
+
+/// Where the inbox's threads are read: the person, the narrowing, and how many rows of each
+/// kind the page needs (`offset + limit`).
+struct ThreadQuery<'a> {
+    login: &'a Login,
+    issue: Option<&'a IssueKey>,
+    artifact: Option<&'a str>,
+    want: u32,
+}
+
+/// The issue message threads of the inbox's threads (never on a document), and their total.
+async fn message_rows(
+    tx: &mut dyn MessagesWork,
+    q: &ThreadQuery<'_>,
+) -> Result<(Vec<ThreadRow>, i64), Error> {
+    if q.artifact.is_some() {
+        return Ok((Vec::new(), 0));
+    }
+    let (threads, n) = tx
+        .unread_message_threads(q.login, q.issue, q.want, 0)
+        .await?;
+    let rows = threads.into_iter().map(|(root, reply)| {
+        let newest = NewestReply {
+            author: reply.author.clone(),
+            first_line: first_line(&reply.body),
+            at: reply.created_at,
+        };
+        thread_row(
+            ThreadKind::Message,
+            &root.id,
+            &root.author,
+            &root.body,
+            newest,
+        )
+    });
+    Ok((rows.collect(), n))
+}
+
+/// The comment threads not on an ask of the inbox's threads, and their total.
+async fn comment_rows(
+    tx: &mut dyn MessagesWork,
+    q: &ThreadQuery<'_>,
+) -> Result<(Vec<ThreadRow>, i64), Error> {
+    let (threads, n) = tx
+        .unread_comment_threads(q.login, q.issue, q.artifact, q.want, 0)
+        .await?;
+    let rows = threads.into_iter().map(|(root, reply)| {
+        let newest = NewestReply {
+            author: reply.author.clone(),
+            first_line: first_line(&reply.body),
+            at: reply.created_at,
+        };
+        thread_row(
+            ThreadKind::Comment,
+            &root.id,
+            &root.author,
+            &root.body,
+            newest,
+        )
+    });
+    Ok((rows.collect(), n))
+}
+
+/// The asks of the inbox's threads, less the open ones the inbox lists (the storage leaves
+/// them out), and their total.
+async fn ask_rows(
+    tx: &mut dyn MessagesWork,
+    q: &ThreadQuery<'_>,
+) -> Result<(Vec<ThreadRow>, i64), Error> {
+    let (asks, n) = tx
+        .unread_ask_threads(q.login, q.issue, q.artifact, q.want, 0)
+        .await?;
+    let rows = asks.into_iter().map(|(ask, write)| {
+        let newest = ask_reply(&ask, &write);
+        thread_row(ThreadKind::Ask, &ask.id, &ask.author, &ask.question, newest)
+    });
+    Ok((rows.collect(), n))
+}
+
+impl Messages<'_> {
     /// Threads the person wrote in (issue message threads, comment threads, asks) where
     /// someone else has written since they last read, newest reply first, less the open asks
     /// their inbox lists; `issue` or `artifact` narrows (both, or either malformed:
@@ -106,115 +277,22 @@ impl Console {
         limit: u32,
         offset: u32,
     ) -> Result<ThreadPage, Error> {
-        if issue.is_some() && artifact.is_some() {
-            return Err(Error::with_message(
-                ErrorCode::INVALID_QUERY,
-                "narrow by `issue` or by `artifact`, not both",
-            ));
-        }
-        let issue = issue
-            .map(|k| {
-                IssueKey::parse(k).ok_or_else(|| {
-                    Error::with_message(ErrorCode::INVALID_QUERY, "`issue` is an issue key")
-                })
-            })
-            .transpose()?;
-        let artifact = artifact
-            .map(|a| {
-                uuid_of(a).ok_or_else(|| {
-                    Error::with_message(ErrorCode::INVALID_QUERY, "`artifact` is a document id")
-                })
-            })
-            .transpose()?;
-        let want = offset.saturating_add(limit);
-        let mut tx = self.parts.storage.read().await?;
-        let mut rows: Vec<ThreadRow> = Vec::new();
-        let mut total = 0;
-        // Issue message threads: never on a document.
-        if artifact.is_none() {
-            let (threads, n) = tx
-                .unread_message_threads(&human.login, issue.as_ref(), want, 0)
-                .await?;
-            total += n;
-            rows.extend(threads.into_iter().map(|(root, reply)| ThreadRow {
-                thread: ThreadRef {
-                    kind: ThreadKind::Message,
-                    id: root.id.clone(),
-                },
-                owner: root.author.clone(),
-                subject: first_line(&root.body),
-                link: console_ref(SearchKind::Message, &root.id),
-                newest_reply: NewestReply {
-                    author: reply.author.clone(),
-                    first_line: first_line(&reply.body),
-                    at: reply.created_at,
-                },
-            }));
-        }
-        // Comment threads not on an ask.
-        let (threads, n) = tx
-            .unread_comment_threads(&human.login, issue.as_ref(), artifact.as_deref(), want, 0)
-            .await?;
+        let (issue, artifact) = narrowing(issue, artifact)?;
+        let q = ThreadQuery {
+            login: &human.login,
+            issue: issue.as_ref(),
+            artifact: artifact.as_deref(),
+            want: offset.saturating_add(limit),
+        };
+        let mut tx = self.read().await?;
+        let (mut rows, mut total) = message_rows(&mut *tx, &q).await?;
+        let (comments, n) = comment_rows(&mut *tx, &q).await?;
+        rows.extend(comments);
         total += n;
-        rows.extend(threads.into_iter().map(|(root, reply)| ThreadRow {
-            thread: ThreadRef {
-                kind: ThreadKind::Comment,
-                id: root.id.clone(),
-            },
-            owner: root.author.clone(),
-            subject: first_line(&root.body),
-            link: console_ref(SearchKind::Comment, &root.id),
-            newest_reply: NewestReply {
-                author: reply.author.clone(),
-                first_line: first_line(&reply.body),
-                at: reply.created_at,
-            },
-        }));
-        // Asks, less the open ones the inbox lists.
-        let (asks, n) = tx
-            .unread_ask_threads(&human.login, issue.as_ref(), artifact.as_deref(), want, 0)
-            .await?;
+        let (asks, n) = ask_rows(&mut *tx, &q).await?;
+        rows.extend(asks);
         total += n;
-        rows.extend(asks.into_iter().map(|(ask, write)| {
-            let newest_reply = match &write {
-                AskWrite::Reply(c) => NewestReply {
-                    author: c.author.clone(),
-                    first_line: first_line(&c.body),
-                    at: c.created_at,
-                },
-                AskWrite::Answer(a) => NewestReply {
-                    author: a.by.clone(),
-                    first_line: answer_line(&ask, a),
-                    at: a.at,
-                },
-            };
-            ThreadRow {
-                thread: ThreadRef {
-                    kind: ThreadKind::Ask,
-                    id: ask.id.clone(),
-                },
-                owner: ask.author.clone(),
-                subject: first_line(&ask.question),
-                link: console_ref(SearchKind::Ask, &ask.id),
-                newest_reply,
-            }
-        }));
-        rows.sort_by(|a, b| {
-            b.newest_reply
-                .at
-                .cmp(&a.newest_reply.at)
-                .then_with(|| a.thread.id.cmp(&b.thread.id))
-        });
-        Ok(ThreadPage {
-            rows: rows
-                .into_iter()
-                .skip(offset as usize)
-                .take(limit as usize)
-                .collect(),
-            total,
-            limit,
-            offset,
-        })
+        Ok(page_of(rows, total, limit, offset))
     }
 
     /// Moves the person's read mark on a thread (an issue message thread or comment thread
@@ -227,9 +305,9 @@ impl Console {
         read_through: Time,
     ) -> Result<(), Error> {
         let id = uuid_of(thread_id).ok_or_else(|| Error::new(ErrorCode::THREAD_ID_INPUT))?;
-        let now = self.now();
+        let now = self.console.now();
         let at = mark(read_through, now)?;
-        transact!(self, |tx| {
+        transact!(self.console, MessagesWork, |tx| {
             let wrote = tx.wrote_in_message_thread(&human.login, &id).await?
                 || tx.wrote_in_comment_thread(&human.login, &id).await?
                 || tx.wrote_in_ask(&human.login, &id).await?;
@@ -247,7 +325,7 @@ impl Console {
     /// The person's state with every session they have direct messages with (or state for),
     /// by session id.
     pub async fn agent_states(&self, human: &Human) -> Result<Vec<AgentState>, Error> {
-        let mut tx = self.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         let states = tx.agent_states(&human.login).await?;
         let unread = tx.unread_replies(&human.login, None).await?;
         Ok(states
@@ -275,7 +353,7 @@ impl Console {
         patch: AgentPatch,
     ) -> Result<AgentState, Error> {
         check_session(session)?;
-        let now = self.now();
+        let now = self.console.now();
         let cleared = patch.cleared_before.map(|t| mark(t, now)).transpose()?;
         let read = patch.read_through.map(|t| mark(t, now)).transpose()?;
         let mut ids = Vec::with_capacity(patch.read_replies.len());
@@ -286,7 +364,7 @@ impl Console {
         }
         ids.sort();
         ids.dedup();
-        transact!(self, |tx| {
+        transact!(self.console, MessagesWork, |tx| {
             if !ids.is_empty() {
                 let own = tx.messages_by_session(session, &ids).await?;
                 if own.len() != ids.len() {

@@ -4,21 +4,20 @@
 //! - The replica holding a link writes the session's row at `hello`, `update` and close
 //!   (`console_live_sessions`, with its roles in their own table for the role lookups), each
 //!   with its `session.*` event in the same transaction, and refreshes its rows' heartbeat
-//!   every 20 s ([`Console::presence_heartbeat`]).
+//!   every 20 s ([`Messages::presence_heartbeat`]).
 //! - A row is live when its replica is this one (a replica knows its own links) or its
 //!   heartbeat is younger than [`LIVE_FOR`]; the rows of a replica that died go stale, and any
-//!   other replica removes them ([`Console::expire_sessions`], appending `session.gone`).
+//!   other replica removes them ([`Messages::expire_sessions`], appending `session.gone`).
 //! - A newer link on another replica takes the row and tells the older one's replica to
 //!   close it (a notification on the links channel, sent at commit). A delivery opened on a
 //!   replica that does not hold the session's link is announced the same way (ids only); the
 //!   holder reads the pending attempt's content and sends it
-//!   ([`Console::pending_delivery`]).
+//!   ([`Messages::pending_delivery`]).
 
 use chrono::Duration;
 use serde_json::json;
 
-use super::super::*;
-use crate::work::WorkTx;
+use super::*;
 use crate::work::messages::LiveSession;
 use crate::work::{Actor, Event};
 
@@ -26,6 +25,17 @@ use crate::work::{Actor, Event};
 pub const LIVE_FOR: Duration = Duration::seconds(60);
 /// Stale rows removed per sweep transaction, at most.
 const STALE_BATCH: u32 = 500;
+
+/// The session links this console replica holds (protocol §4.2). Which sessions are live is
+/// shared by every replica through the storage (this module); this is the way to the links
+/// themselves.
+pub trait Presence: Send + Sync + std::fmt::Debug {
+    /// This replica's id (random per process): the live-session rows it writes.
+    fn replica(&self) -> &str;
+    /// Hands a delivery to the session's link on this replica (the `deliver` frame); false
+    /// when none here takes it.
+    fn deliver(&self, d: &crate::work::messages::Delivery) -> bool;
+}
 
 /// What a replica is told on the links channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,20 +105,24 @@ impl LinkNotice {
     }
 }
 
-impl Console {
+impl Messages<'_> {
     /// This replica's id ("" with no presence: no link is ever held).
     pub fn replica(&self) -> &str {
-        self.parts.presence.as_ref().map_or("", |p| p.replica())
+        self.console
+            .parts
+            .presence
+            .as_ref()
+            .map_or("", |p| p.replica())
     }
 
     fn fresh_after(&self) -> crate::clock::Time {
-        self.now() - LIVE_FOR
+        self.console.now() - LIVE_FOR
     }
 
     /// A live session, read in `tx`.
     pub(crate) async fn live_in(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn MessagesWork,
         session: &str,
     ) -> Result<Option<LiveSession>, Error> {
         Ok(tx
@@ -127,7 +141,7 @@ impl Console {
     /// The live sessions advertising `role`, read in `tx`.
     pub(crate) async fn holders_in(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn MessagesWork,
         role: &str,
     ) -> Result<Vec<String>, Error> {
         Ok(tx
@@ -137,30 +151,32 @@ impl Console {
 
     /// Whether a session is live (on any replica).
     pub async fn session_is_live(&self, session: &str) -> Result<bool, Error> {
-        let mut tx = self.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         Ok(self.live_in(&mut *tx, session).await?.is_some())
     }
 
     /// Every live session, by id (`GET /api/v1/sessions`).
     pub async fn live_sessions(&self) -> Result<Vec<LiveSession>, Error> {
-        let mut tx = self.parts.storage.read().await?;
+        let mut tx = self.read().await?;
         Ok(tx.live_sessions(self.replica(), self.fresh_after()).await?)
     }
 
     async fn live_event(
         &self,
-        tx: &mut dyn WorkTx,
+        tx: &mut dyn MessagesWork,
         kind: &'static str,
         actor: &Actor,
         live: &LiveSession,
     ) -> Result<Event, Error> {
-        self.append(tx, kind, actor, None, None, json!(live)).await
+        self.console
+            .append(tx, kind, actor, None, None, json!(live))
+            .await
     }
 
     /// A link's `hello`: the session is live on this replica's link `live.link`
     /// (`session.live`); a link of it on another replica is told to close.
     pub async fn session_hello(&self, actor: &Actor, live: &LiveSession) -> Result<(), Error> {
-        let e = transact!(self, |tx| {
+        let e = transact!(self.console, MessagesWork, |tx| {
             if let Some((replica, link)) = tx.put_live(live).await?
                 && replica != live.replica
             {
@@ -173,14 +189,14 @@ impl Console {
             }
             self.live_event(tx, "session.live", actor, live).await
         })?;
-        self.event_committed(e.id);
+        self.console.event_committed(e.id);
         Ok(())
     }
 
     /// A link's `update`: what the session advertises now (`session.updated`), if that link
     /// still holds it.
     pub async fn session_update(&self, actor: &Actor, live: &LiveSession) -> Result<(), Error> {
-        let e = transact!(self, |tx| {
+        let e = transact!(self.console, MessagesWork, |tx| {
             if !tx.update_live(live).await? {
                 return Ok(None);
             }
@@ -189,7 +205,7 @@ impl Console {
             ))
         })?;
         if let Some(e) = e {
-            self.event_committed(e.id);
+            self.console.event_committed(e.id);
         }
         Ok(())
     }
@@ -198,14 +214,14 @@ impl Console {
     /// its pending attempts fail (nothing will acknowledge them).
     pub async fn session_bye(&self, actor: &Actor, session: &str, link: i64) -> Result<(), Error> {
         let replica = self.replica().to_owned();
-        let e = transact!(self, |tx| {
+        let e = transact!(self.console, MessagesWork, |tx| {
             match tx.remove_live(session, &replica, link).await? {
                 Some(l) => Ok(Some(self.live_event(tx, "session.gone", actor, &l).await?)),
                 None => Ok(None),
             }
         })?;
         if let Some(e) = e {
-            self.event_committed(e.id);
+            self.console.event_committed(e.id);
             self.session_left(session).await?;
         }
         Ok(())
@@ -218,8 +234,10 @@ impl Console {
         activity: &[(String, crate::clock::Time)],
     ) -> Result<(), Error> {
         let replica = self.replica().to_owned();
-        let now = self.now();
-        transact!(self, |tx| Ok(tx.heartbeat(&replica, now, activity).await?))
+        let now = self.console.now();
+        transact!(self.console, MessagesWork, |tx| Ok(tx
+            .heartbeat(&replica, now, activity)
+            .await?))
     }
 
     /// Removes the sessions of replicas not heard of for [`LIVE_FOR`] (`session.gone` each,
@@ -228,7 +246,7 @@ impl Console {
         let replica = self.replica().to_owned();
         let before = self.fresh_after();
         {
-            let mut tx = self.parts.storage.read().await?;
+            let mut tx = self.read().await?;
             if !tx.any_stale(&replica, before).await? {
                 return Ok(0);
             }
@@ -236,7 +254,7 @@ impl Console {
         let actor = Actor::System {
             name: "console".into(),
         };
-        let (gone, last) = transact!(self, |tx| {
+        let (gone, last) = transact!(self.console, MessagesWork, |tx| {
             let gone = tx.remove_stale(&replica, before, STALE_BATCH).await?;
             let mut last = None;
             for l in &gone {
@@ -245,7 +263,7 @@ impl Console {
             Ok((gone, last))
         })?;
         if let Some(e) = last {
-            self.event_committed(e.id);
+            self.console.event_committed(e.id);
         }
         for l in &gone {
             self.session_left(&l.session_id).await?;

@@ -25,7 +25,7 @@ impl Issues<'_> {
         match holder {
             Actor::Agent {
                 session: Some(s), ..
-            } => self.console.session_is_live(s).await,
+            } => self.console.messages().session_is_live(s).await,
             Actor::Agent { session: None, .. } => Ok(false),
             _ => Ok(true),
         }

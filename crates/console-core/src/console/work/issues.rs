@@ -26,7 +26,7 @@ impl Issues<'_> {
             .await?
             .pop()
             .map(|(_, d)| d);
-        let roles = self.console.live_roles_in(tx).await?;
+        let roles = self.console.messages().live_roles_in(tx).await?;
         Ok(self.view_with(issue, children, asks, primary, &roles))
     }
 
@@ -196,7 +196,7 @@ impl Issues<'_> {
             // A new issue has no children, asks or documents yet; the live roles matter only
             // to an open issue with a route (each statement here holds the write lock).
             let roles = if issue.route.is_some() && issue.status.is_open() {
-                self.console.live_roles_in(tx).await?
+                self.console.messages().live_roles_in(tx).await?
             } else {
                 Vec::new()
             };
@@ -363,7 +363,7 @@ impl Issues<'_> {
         route_status: Option<RouteStatus>,
     ) -> Result<(Vec<IssueView>, i64), Error> {
         let mut tx = self.console.parts.storage.read().await?;
-        let roles = self.console.live_roles_in(&mut *tx).await?;
+        let roles = self.console.messages().live_roles_in(&mut *tx).await?;
         filter.route = route_status.map(|s| match s {
             RouteStatus::Live => RouteFilter::In(roles.clone()),
             RouteStatus::NoHolder => RouteFilter::NotIn(roles.clone()),

@@ -42,17 +42,6 @@ pub struct Issues<'c> {
     console: &'c Console,
 }
 
-/// The session links this console replica holds (protocol §4.2). Which sessions are live is
-/// shared by every replica through the storage (`console/messages/presence.rs`); this is the
-/// way to the links themselves.
-pub trait Presence: Send + Sync + std::fmt::Debug {
-    /// This replica's id (random per process): the live-session rows it writes.
-    fn replica(&self) -> &str;
-    /// Hands a delivery to the session's link on this replica (the `deliver` frame); false
-    /// when none here takes it.
-    fn deliver(&self, d: &crate::work::messages::Delivery) -> bool;
-}
-
 /// A console ref (protocol §5): `countersign://issue/KEY`, ….
 pub fn console_ref(kind: SearchKind, id: &str) -> String {
     let k = match kind {

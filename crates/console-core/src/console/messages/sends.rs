@@ -1,0 +1,283 @@
+//! Sending: a message on an issue (to a session or a role), an issue-less message from a
+//! person to a session, the broker's expiry notice, a retry of a targeted message, and a
+//! session's reply (the first, a follow-up, or the one it posted already).
+
+use serde_json::json;
+
+use super::*;
+use crate::work::messages::ExpiryNotice;
+
+/// Where a session's reply goes ([`reply_place`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ReplyPlace<'t> {
+    /// Post it under this message: the one replied to (a first reply), or the session's first
+    /// reply to it (a follow-up).
+    Under(&'t str),
+    /// Post nothing: the session posted this already (the same text, or no follow-up asked).
+    Posted(&'t Message),
+}
+
+/// Where `session`'s reply `body` to `m` goes, from `m`'s thread as stored: a first reply goes
+/// under `m`; after it, a follow-up (`follow_up`) with new text goes under the first reply,
+/// and anything else is the reply already posted (the one with this text, else the first).
+fn reply_place<'t>(
+    thread: &'t [Message],
+    m: &'t Message,
+    session: &str,
+    body: &str,
+    follow_up: bool,
+) -> ReplyPlace<'t> {
+    let by_session = |x: &&Message| x.author_session() == Some(session);
+    let under = |parent: &str| {
+        let parent = parent.to_owned();
+        thread
+            .iter()
+            .filter(by_session)
+            .filter(move |x| x.parent.as_deref() == Some(parent.as_str()))
+    };
+    let Some(first) = under(&m.id).next() else {
+        return ReplyPlace::Under(&m.id);
+    };
+    let same = std::iter::once(first)
+        .chain(under(&first.id))
+        .find(|x| x.body == body);
+    match (follow_up, same) {
+        (true, None) => ReplyPlace::Under(&first.id),
+        (_, same) => ReplyPlace::Posted(same.unwrap_or(first)),
+    }
+}
+
+impl Messages<'_> {
+    /// Writes a new targeted message, appends `message.sent` (with the body), opens its
+    /// attempts, and after the commit hands them to the links.
+    async fn send(&self, m: Message) -> Result<MessageView, Error> {
+        self.send_once(m, None)
+            .await?
+            .ok_or_else(|| Error::new(ErrorCode::INTERNAL))
+    }
+
+    /// [`Messages::send`], kept with `webhook_id` when given: `None` (nothing sent) when that
+    /// id made a message already.
+    async fn send_once(
+        &self,
+        m: Message,
+        webhook_id: Option<&str>,
+    ) -> Result<Option<MessageView>, Error> {
+        let done = transact!(self.console, MessagesWork, |tx| {
+            if let Some(w) = webhook_id
+                && !tx.insert_webhook(w, &m.id, m.created_at).await?
+            {
+                return Ok(None);
+            }
+            if let Some(k) = &m.issue
+                && tx.issue(k).await?.is_none()
+            {
+                return Err(not_found("issue"));
+            }
+            tx.insert_message(&m).await?;
+            let data = json!(view_of(&m, &[], &[]));
+            let sent = self.append(tx, "message.sent", &m.author, &m, data).await?;
+            self.keep_mentions(tx, &m, &sent).await?;
+            let opened = self.attempt(tx, &m, &m.author).await?;
+            let view = self.view(tx, &m).await?;
+            Ok(Some((view, opened, sent)))
+        })?;
+        let Some((view, opened, sent)) = done else {
+            return Ok(None);
+        };
+        self.console.event_committed(sent.id);
+        self.dispatch(&opened).await;
+        Ok(Some(view))
+    }
+
+    /// The broker's expiry notice (protocol §8; its signature verified by the caller): one
+    /// issue-less `send` message to the session, authored by `{kind: system, name: broker}`,
+    /// with the notice beside its body. A webhook id seen before makes nothing (`false`).
+    pub async fn broker_expired(&self, webhook_id: &str, n: ExpiryNotice) -> Result<bool, Error> {
+        check_session(&n.session_id)?;
+        let body = format!(
+            "Credential request {} for {} expired undecided at {}.",
+            n.request_id,
+            n.identifiers.join(", "),
+            n.expired_at
+        );
+        let author = Actor::System {
+            name: "broker".into(),
+        };
+        let mut m = self.targeted(
+            &author,
+            None,
+            Target::Session(n.session_id.clone()),
+            Mode::Send,
+            &body,
+        );
+        m.notice = Some(json!(n));
+        Ok(self.send_once(m, Some(webhook_id)).await?.is_some())
+    }
+
+    /// Posts a message on an issue to a session or to a role (one attempt per live session
+    /// advertising it); `delivery` defaults to `send`.
+    pub async fn post_on_issue(
+        &self,
+        actor: &Actor,
+        key: &str,
+        body: &str,
+        target: Target,
+        delivery: Option<Mode>,
+    ) -> Result<MessageView, Error> {
+        let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        check_body(body)?;
+        match &target {
+            Target::Session(s) => check_session(s)?,
+            Target::Role(r) if !is_role(r) => {
+                return Err(message_input(
+                    "a target role is a role name: ^[a-z][a-z0-9._-]{0,63}$",
+                ));
+            }
+            Target::Role(_) => {}
+        }
+        let m = self.targeted(
+            actor,
+            Some(key),
+            target,
+            delivery.unwrap_or(Mode::Send),
+            body,
+        );
+        self.send(m).await
+    }
+
+    /// Sends an issue-less targeted message from a person to a session.
+    pub async fn send_to_session(
+        &self,
+        human: &Human,
+        session: &str,
+        body: &str,
+        delivery: Option<Mode>,
+    ) -> Result<MessageView, Error> {
+        check_session(session)?;
+        check_body(body)?;
+        let author = Actor::User {
+            login: human.login.clone(),
+        };
+        let m = self.targeted(
+            &author,
+            None,
+            Target::Session(session.to_owned()),
+            delivery.unwrap_or(Mode::Send),
+            body,
+        );
+        self.send(m).await
+    }
+
+    /// Retries a targeted message: one new attempt per session it reaches now (its session,
+    /// or every live session advertising its role), requested by `actor`.
+    pub async fn retry(&self, actor: &Actor, id: &str) -> Result<Vec<AttemptView>, Error> {
+        let id = uuid_of(id).ok_or_else(no_message)?;
+        let opened = transact!(self.console, MessagesWork, |tx| {
+            let m = tx
+                .message(&id)
+                .await?
+                .filter(|m| m.target.is_some())
+                .ok_or_else(|| {
+                    Error::with_message(ErrorCode::NOT_FOUND, "no targeted message has this id")
+                })?;
+            self.attempt(tx, &m, actor).await
+        })?;
+        self.dispatch(&opened).await;
+        Ok(opened
+            .iter()
+            .map(|o| AttemptView::from(&o.attempt))
+            .collect())
+    }
+
+    /// A session's reply to a message delivered to it. The first posts (created); after
+    /// that, `follow_up` true posts other text as a follow-up under the first reply, and
+    /// anything else (false or absent, or text already posted there) posts nothing and answers
+    /// the stored message marked `duplicate` ([`reply_place`]).
+    pub async fn reply(
+        &self,
+        actor: &Actor,
+        id: &str,
+        body: &str,
+        follow_up: bool,
+    ) -> Result<(MessageView, bool), Error> {
+        let session = session_of(actor)?;
+        check_body(body)?;
+        let id = uuid_of(id).ok_or_else(no_message)?;
+        let (view, event) = transact!(self.console, MessagesWork, |tx| {
+            let m = tx.message(&id).await?.ok_or_else(no_message)?;
+            self.check_delivered(tx, &m, &session).await?;
+            let thread = tx
+                .thread_messages(std::slice::from_ref(&m.thread_id))
+                .await?;
+            match reply_place(&thread, &m, &session, body, follow_up) {
+                ReplyPlace::Posted(stored) => {
+                    let mut v = self.view(tx, stored).await?;
+                    v.duplicate = Some(true);
+                    Ok((v, None))
+                }
+                ReplyPlace::Under(parent) => {
+                    let (v, e) = self.post_reply(tx, actor, &m, parent, body).await?;
+                    Ok((v, Some(e)))
+                }
+            }
+        })?;
+        let created = event.is_some();
+        if let Some(e) = event {
+            self.console.event_committed(e.id);
+        }
+        Ok((view, created))
+    }
+
+    /// Refuses a reply from a session `m` was never delivered to (no attempt of `m` is its):
+    /// SESSION_FORBIDDEN.
+    async fn check_delivered(
+        &self,
+        tx: &mut dyn MessagesWork,
+        m: &Message,
+        session: &str,
+    ) -> Result<(), Error> {
+        let attempts = tx
+            .attempts(DeliveryKind::Message, std::slice::from_ref(&m.id))
+            .await?;
+        if attempts.iter().any(|a| a.session_id == session) {
+            return Ok(());
+        }
+        Err(Error::with_message(
+            ErrorCode::SESSION_FORBIDDEN,
+            "only a session the message was delivered to replies to it",
+        ))
+    }
+
+    /// Writes a reply to `m` under `parent` in `m`'s thread, with its `message.replied` event
+    /// (the reply's view as its data) and the mention edges of its body.
+    async fn post_reply(
+        &self,
+        tx: &mut dyn MessagesWork,
+        actor: &Actor,
+        m: &Message,
+        parent: &str,
+        body: &str,
+    ) -> Result<(MessageView, Event), Error> {
+        let r = Message {
+            id: self.new_id(),
+            thread_id: m.thread_id.clone(),
+            parent: Some(parent.to_owned()),
+            issue: m.issue.clone(),
+            broadcast: None,
+            target: None,
+            delivery: None,
+            body: body.to_owned(),
+            notice: None,
+            author: actor.clone(),
+            created_at: self.console.now(),
+        };
+        tx.insert_message(&r).await?;
+        let v = self.view(tx, &r).await?;
+        let e = self
+            .append(tx, "message.replied", actor, &r, json!(v))
+            .await?;
+        self.keep_mentions(tx, &r, &e).await?;
+        Ok((v, e))
+    }
+}
