@@ -281,3 +281,65 @@ impl Messages<'_> {
         Ok((v, e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    /// A message `id` under `parent` in thread `t`, by session `by` (or by a person).
+    fn msg(id: &str, parent: Option<&str>, by: Option<&str>, body: &str) -> Message {
+        let author = match by {
+            Some(s) => Actor::Agent {
+                owner: None,
+                service: None,
+                session: Some(s.into()),
+            },
+            None => Actor::System {
+                name: "broker".into(),
+            },
+        };
+        Message {
+            id: id.into(),
+            thread_id: "t".into(),
+            parent: parent.map(str::to_owned),
+            issue: None,
+            broadcast: None,
+            target: None,
+            delivery: None,
+            body: body.into(),
+            notice: None,
+            author,
+            created_at: chrono::Utc
+                .timestamp_opt(0, 0)
+                .single()
+                .unwrap_or_else(|| panic!("time")),
+        }
+    }
+
+    /// A first reply goes under the message; after it, new text with `follow_up` goes under
+    /// the first reply, and anything else is what the session posted already.
+    #[test]
+    fn where_a_reply_goes() {
+        let root = msg("t", None, None, "hello");
+        let alone = [root.clone()];
+        assert_eq!(
+            reply_place(&alone, &root, "s1", "hi", false),
+            ReplyPlace::Under("t")
+        );
+        let first = msg("r1", Some("t"), Some("s1"), "hi");
+        let other = msg("r2", Some("t"), Some("s2"), "yo");
+        let more = msg("r3", Some("r1"), Some("s1"), "and more");
+        let thread = [root.clone(), first.clone(), other, more.clone()];
+        let place = |body, follow_up| reply_place(&thread, &root, "s1", body, follow_up);
+        assert_eq!(place("new", true), ReplyPlace::Under("r1"));
+        assert_eq!(place("new", false), ReplyPlace::Posted(&first));
+        assert_eq!(place("hi", true), ReplyPlace::Posted(&first));
+        assert_eq!(place("and more", true), ReplyPlace::Posted(&more));
+        assert_eq!(
+            reply_place(&thread, &root, "s2", "new", true),
+            ReplyPlace::Under("r2")
+        );
+    }
+}
