@@ -478,26 +478,8 @@ async fn run(st: Arc<AppState>, actor: Actor, session_id: String, mut socket: We
         Ok(_) => None,
         Err(_) => return close(socket, 4408, "no hello within 10 s").await,
     };
-    let now = st.console.now();
-    let (owner, service) = match &actor {
-        Actor::Agent { owner, service, .. } => (owner.clone(), service.clone()),
-        _ => (None, None),
-    };
     let link = st.sessions.next_link.fetch_add(1, Ordering::Relaxed);
-    let mut live = LiveSession {
-        session_id: session_id.clone(),
-        title: String::new(),
-        roles: vec![],
-        capabilities: vec![],
-        modes: vec![],
-        owner,
-        service,
-        live_since: now,
-        last_activity_at: now,
-        open_asks: 0,
-        replica: st.sessions.replica.clone(),
-        link,
-    };
+    let mut live = live_session(&st, &actor, &session_id, link);
     let valid = match hello {
         Some(h) if h.kind == "hello" && h.title.is_some() => apply(&mut live, h),
         _ => false,
@@ -552,6 +534,29 @@ async fn run(st: Arc<AppState>, actor: Actor, session_id: String, mut socket: We
         _ => {}
     }
     tracing::info!(session = %session_id, reason, "session link closed");
+}
+
+/// A new link's session before its `hello` is applied: this replica's, live from now.
+fn live_session(st: &AppState, actor: &Actor, session_id: &str, link: i64) -> LiveSession {
+    let now = st.console.now();
+    let (owner, service) = match actor {
+        Actor::Agent { owner, service, .. } => (owner.clone(), service.clone()),
+        _ => (None, None),
+    };
+    LiveSession {
+        session_id: session_id.to_owned(),
+        title: String::new(),
+        roles: vec![],
+        capabilities: vec![],
+        modes: vec![],
+        owner,
+        service,
+        live_since: now,
+        last_activity_at: now,
+        open_asks: 0,
+        replica: st.sessions.replica.clone(),
+        link,
+    }
 }
 
 /// The link's life after `welcome`: answers why it ended.
@@ -618,29 +623,7 @@ async fn on_text(
         .map(|t| t.kind)
         .unwrap_or_default();
     match kind.as_str() {
-        "update" => {
-            let Ok(a) = serde_json::from_str::<Advert>(t) else {
-                return false;
-            };
-            let mut ok = true;
-            let updated = st.sessions.with(session_id, link, |e| {
-                let mut next = e.live.clone();
-                ok = apply(&mut next, a);
-                if ok {
-                    e.live = next.clone();
-                }
-                next
-            });
-            if !ok {
-                return false;
-            }
-            if let Some(l) = updated
-                && let Err(e) = st.console.messages().session_update(actor, &l).await
-            {
-                tracing::warn!(code = e.code_str(), "session.updated not recorded");
-            }
-            true
-        }
+        "update" => on_update(st, actor, session_id, link, t).await,
         "delivered" => match serde_json::from_str::<Delivered>(t) {
             Ok(d) => {
                 let _ = st.sessions.acks.send(Ack {
@@ -653,43 +636,80 @@ async fn on_text(
             }
             Err(_) => false,
         },
-        "replay" => {
-            let Ok(r) = serde_json::from_str::<Replay>(t) else {
-                return false;
-            };
-            let frames: Vec<Value> = r
-                .frames
-                .into_iter()
-                .filter_map(|f| serde_json::from_value::<FrameIn>(f).ok()?.checked())
-                .collect();
-            st.sessions.with(session_id, link, |e| {
-                if let Some(v) = e.viewers.get(&r.viewer) {
-                    let _ = v.try_send(Relayed::Replay(frames));
-                }
-            });
-            true
-        }
-        "frame" => {
-            let Ok(f) = serde_json::from_str::<FrameIn>(t) else {
-                return false;
-            };
-            match f.checked() {
-                Some(v) => {
-                    st.sessions.with(session_id, link, |e| {
-                        for s in e.viewers.values() {
-                            let _ = s.try_send(Relayed::Frame(v.clone()));
-                        }
-                    });
-                }
-                None => {
-                    tracing::debug!(session = %session_id, "a relay frame over its limits dropped")
-                }
-            }
-            true
-        }
+        "replay" => on_replay(st, session_id, link, t),
+        "frame" => on_frame(st, session_id, link, t),
         // Later link messages are ignored (protocol §2, "Growth").
         _ => true,
     }
+}
+
+/// `update`: the session's advertised title, roles, capabilities and modes, changed.
+async fn on_update(
+    st: &Arc<AppState>,
+    actor: &Actor,
+    session_id: &str,
+    link: i64,
+    t: &str,
+) -> bool {
+    let Ok(a) = serde_json::from_str::<Advert>(t) else {
+        return false;
+    };
+    let mut ok = true;
+    let updated = st.sessions.with(session_id, link, |e| {
+        let mut next = e.live.clone();
+        ok = apply(&mut next, a);
+        if ok {
+            e.live = next.clone();
+        }
+        next
+    });
+    if !ok {
+        return false;
+    }
+    if let Some(l) = updated
+        && let Err(e) = st.console.messages().session_update(actor, &l).await
+    {
+        tracing::warn!(code = e.code_str(), "session.updated not recorded");
+    }
+    true
+}
+
+/// `replay`: the frames a session sends one viewer that has just joined its relay.
+fn on_replay(st: &Arc<AppState>, session_id: &str, link: i64, t: &str) -> bool {
+    let Ok(r) = serde_json::from_str::<Replay>(t) else {
+        return false;
+    };
+    let frames: Vec<Value> = r
+        .frames
+        .into_iter()
+        .filter_map(|f| serde_json::from_value::<FrameIn>(f).ok()?.checked())
+        .collect();
+    st.sessions.with(session_id, link, |e| {
+        if let Some(v) = e.viewers.get(&r.viewer) {
+            let _ = v.try_send(Relayed::Replay(frames));
+        }
+    });
+    true
+}
+
+/// `frame`: one relay frame to every viewer (dropped when over its limits).
+fn on_frame(st: &Arc<AppState>, session_id: &str, link: i64, t: &str) -> bool {
+    let Ok(f) = serde_json::from_str::<FrameIn>(t) else {
+        return false;
+    };
+    match f.checked() {
+        Some(v) => {
+            st.sessions.with(session_id, link, |e| {
+                for s in e.viewers.values() {
+                    let _ = s.try_send(Relayed::Frame(v.clone()));
+                }
+            });
+        }
+        None => {
+            tracing::debug!(session = %session_id, "a relay frame over its limits dropped")
+        }
+    }
+    true
 }
 
 /// The link's caller acting for its session.

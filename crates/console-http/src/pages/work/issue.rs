@@ -251,6 +251,7 @@ pub async fn issue_page(
     let timeline = issue_timeline(&st, &key, &documents.filenames).await?;
     let sessions = st
         .console
+        .messages()
         .live_sessions()
         .await
         .map(|l| {
