@@ -2,6 +2,9 @@
 //! path such as `console/work.rs` or `crates/common`) exists in the repository, and every type
 //! or trait it names (a backticked `CamelCase` word) is declared in the workspace's sources.
 //! A rename or a removal that leaves the map behind fails here.
+//!
+//! And the sources keep their sizes (issue 31): no source file over [`FILE_LINES`] lines, no
+//! function over [`FUNCTION_LINES`] without a `// Long: …` line above it that says why.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -153,4 +156,144 @@ fn the_checks_catch_what_they_are_for() {
     assert_eq!(type_name("ISSUE_CHANGED"), None);
     assert!(declared("WorkTx", "pub trait WorkTx: Send {"));
     assert!(!declared("GoneTx", "pub trait WorkTx: Send {"));
+}
+
+/// A source file (outside tests) longer than this is split by theme.
+const FILE_LINES: usize = 1_000;
+
+/// A function longer than this (the style's "about 80") says why on a `// Long:` line among
+/// the six lines above it.
+const FUNCTION_LINES: usize = 90;
+
+/// The name a line declares a function by (`pub(crate) async fn name(`), if it does.
+fn fn_name(line: &str) -> Option<&str> {
+    let mut rest = line.trim_start();
+    loop {
+        let before = rest;
+        for prefix in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "async ",
+            "const ",
+            "unsafe ",
+        ] {
+            rest = rest.strip_prefix(prefix).unwrap_or(rest);
+        }
+        if rest == before {
+            break;
+        }
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let end = rest
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
+/// The functions of a source file (up to its `#[cfg(test)]` module) longer than `limit` lines
+/// with no `// Long:` reason above them: each one's name, first line and length. A body ends
+/// at the first `}` line at its `fn`'s indentation (rustfmt's layout); a body that opens and
+/// closes on one line is that line.
+fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        let Some(name) = fn_name(line) else { continue };
+        let Some(open) = (i..lines.len())
+            .find(|&j| lines[j].contains('{') || lines[j].trim_end().ends_with(';'))
+        else {
+            continue;
+        };
+        if !lines[open].contains('{') {
+            continue; // a declaration without a body
+        }
+        let one_line = lines[open].matches('{').count() == lines[open].matches('}').count();
+        let close = if one_line {
+            open
+        } else {
+            (open + 1..lines.len())
+                .find(|&k| {
+                    indent(lines[k]) == indent(line) && lines[k].trim_start().starts_with('}')
+                })
+                .unwrap_or(lines.len() - 1)
+        };
+        let length = close - i + 1;
+        let reason = lines[i.saturating_sub(6)..i]
+            .iter()
+            .any(|l| l.trim_start().starts_with("// Long:"));
+        if length > limit && !reason {
+            out.push((name.to_owned(), i + 1, length));
+        }
+    }
+    out
+}
+
+/// The crates' sources: `crates/*/src/**/*.rs`, not a test module kept in its own file
+/// (`tests.rs`, `proptests.rs`): the test suites, and this e2e crate's harness in `tests/src`,
+/// are read by test name and are not held to it.
+fn library_sources(all: &[String]) -> Vec<&String> {
+    all.iter()
+        .filter(|f| {
+            f.ends_with(".rs") && !f.ends_with("/tests.rs") && !f.ends_with("/proptests.rs")
+        })
+        .filter(|f| f.starts_with("crates/") && f.contains("/src/"))
+        .collect()
+}
+
+#[test]
+fn sources_keep_their_sizes() {
+    let root = root();
+    let mut all = Vec::new();
+    files(&root.join("crates"), &root, &mut all);
+    let sources = library_sources(&all);
+    assert!(
+        sources.len() > 100,
+        "the walk found only {} source files under {}",
+        sources.len(),
+        root.display()
+    );
+    let mut long_files = Vec::new();
+    let mut long_fns = Vec::new();
+    for f in sources {
+        let text = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+        let lines = text.lines().count();
+        if lines > FILE_LINES {
+            long_files.push(format!("{f} ({lines} lines)"));
+        }
+        for (name, at, length) in long_functions(&text, FUNCTION_LINES) {
+            long_fns.push(format!("{f}:{at} {name} ({length} lines)"));
+        }
+    }
+    assert!(
+        long_files.is_empty() && long_fns.is_empty(),
+        "split these by theme or into named steps, or say why on a `// Long:` line above the function:\n  files over {FILE_LINES} lines: {long_files:#?}\n  functions over {FUNCTION_LINES} lines: {long_fns:#?}"
+    );
+}
+
+#[test]
+fn the_size_checks_catch_what_they_are_for() {
+    let body = "    let x = 1;\n".repeat(FUNCTION_LINES);
+    let long = format!("impl A {{\n    pub(crate) async fn grown(&self) {{\n{body}    }}\n}}\n");
+    assert_eq!(
+        long_functions(&long, FUNCTION_LINES),
+        vec![("grown".to_owned(), 2, FUNCTION_LINES + 2)]
+    );
+    let said = format!("// Long: a script, top to bottom.\nfn grown() {{\n{body}}}\n");
+    assert!(long_functions(&said, FUNCTION_LINES).is_empty());
+    let short = format!("fn a() -> u8 {{ 1 }}\nfn b() {{\n{body}}}\n");
+    assert_eq!(
+        long_functions(&short, FUNCTION_LINES),
+        vec![("b".to_owned(), 2, FUNCTION_LINES + 2)],
+        "a one-line body ends on its line"
+    );
+    let tested = format!("#[cfg(test)]\nmod tests {{\n    fn grown() {{\n{body}    }}\n}}\n");
+    assert!(long_functions(&tested, FUNCTION_LINES).is_empty());
+    assert_eq!(fn_name("    pub async fn run("), Some("run"));
+    assert_eq!(fn_name("    let f = |x| x;"), None);
+    assert_eq!(fn_name("    // fn not_one()"), None);
 }
