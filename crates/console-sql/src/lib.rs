@@ -45,10 +45,6 @@ use countersign_common::sql::{
     Backend, Migration, Schema, begin_err, db_err, migrate, open_pool, redact,
 };
 
-/// The messages area's view of a transaction (its traits are all implemented in the areas'
-/// modules).
-impl countersign_console_core::work::MessagesWork for SqlTx {}
-
 /// Version 1: sign-in and personal tokens (the first slice). `IF NOT EXISTS` throughout, so a
 /// database the first slice made (which kept its version in `console_schema`) takes it again
 /// harmlessly under the shared runner's `console_schema_migrations`.

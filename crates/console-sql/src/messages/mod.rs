@@ -119,6 +119,10 @@ fn broadcast_of(r: &AnyRow) -> Result<Broadcast, StorageError> {
 const BROADCAST_COLUMNS: &str =
     "id, login, idempotency_key, fingerprint, mode, body, by_actor, excluded, created_at";
 
+/// The messages area's view of a transaction (its traits are all implemented here and in the
+/// work, documents and asks modules).
+impl countersign_console_core::work::MessagesWork for SqlTx {}
+
 #[async_trait]
 impl MessageTx for SqlTx {
     async fn next_attempt(&mut self, kind: DeliveryKind, id: &str) -> Result<i64, StorageError> {
