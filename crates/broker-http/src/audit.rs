@@ -358,6 +358,7 @@ pub async fn inspect(
     })
 }
 
+/// A storage error as the audit commands report it.
 fn db(e: countersign_broker_core::StorageError) -> anyhow::Error {
     anyhow::anyhow!("database: {e}")
 }
@@ -472,7 +473,6 @@ pub async fn accept_head(
         subject: audit::ACCEPT_SUBJECT.to_owned(),
         body: body.to_string(),
     };
-    let db = |e: countersign_broker_core::StorageError| anyhow::anyhow!("database: {e}");
     let mut tx = storage.begin().await.map_err(db)?;
     let now = countersign_broker_core::clock::to_millis(now);
     let appended = audit::append(&mut *tx, sealer, now, std::slice::from_ref(&event))
