@@ -2200,3 +2200,46 @@ async fn the_ends_lookup_uses_its_partial_index(db: &TestDb) {
     );
     raw.close().await.expect("close");
 }
+
+/// SQLite with `synchronous = FULL` (the default): the writer syncs the log after each batch's
+/// `COMMIT`, outside its turn, and answers only then (`durable.rs`). Here the log's name is
+/// taken away (SQLite keeps writing through the descriptor it holds, the writer's sync opens
+/// the log by name): the write is not answered as committed, and a read that could see it
+/// refuses rather than answer with rows short of the disk. Were the sync still inside SQLite's
+/// `COMMIT`, both would succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_write_is_answered_only_once_its_log_is_synced() {
+    let db = TestDb::sqlite().await;
+    let key = jwk();
+    let first = credential(&key, "thumb-a", 0, None);
+    let mut tx = db.begin().await.expect("begin");
+    tx.put_credential(&first).await.expect("put");
+    tx.commit().await.expect("a write whose log syncs commits");
+
+    let Cleanup::File(path) = &db.cleanup else {
+        unreachable!("a SQLite test database is a file")
+    };
+    let mut wal = path.clone().into_os_string();
+    wal.push("-wal");
+    let mut moved = wal.clone();
+    moved.push(".moved");
+    std::fs::rename(&wal, &moved).expect("move the log's name away");
+
+    let second = credential(&key, "thumb-b", 1, None);
+    let mut tx = db.begin().await.expect("begin");
+    tx.put_credential(&second).await.expect("put");
+    let committed = tx.commit().await;
+    assert!(
+        matches!(committed, Err(StorageError::Unavailable(_))),
+        "a write whose log could not be synced was answered {committed:?}"
+    );
+    let mut tx = db.read().await.expect("read");
+    let read = tx.get_credential(second.id).await;
+    assert!(
+        matches!(read, Err(StorageError::Unavailable(_))),
+        "a read after a failed sync answered {read:?}"
+    );
+    drop(tx);
+    std::fs::rename(&moved, &wal).expect("the log's name back");
+    db.finish().await;
+}
