@@ -16,6 +16,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use countersign_console_core::console::documents::{At, VersionRead};
 use countersign_console_core::doc::{Document, RefTarget, SafeHtml, parse_ref};
+use countersign_console_core::ids::ArtifactId;
 use countersign_console_core::work::asks::Review;
 use countersign_console_core::work::documents::{ArtifactKind, ArtifactView, VersionInfo};
 use countersign_console_core::{Caller, ErrorCode};
@@ -428,6 +429,9 @@ async fn diff_of(
 /// A document's reviews, newest first (none when they cannot be read: the page shows the
 /// rest).
 async fn reviews_of(st: &crate::AppState, id: &str) -> Vec<ReviewRow> {
+    let Some(id) = ArtifactId::parse(id) else {
+        return Vec::new();
+    };
     st.console
         .asks()
         .reviews(id)

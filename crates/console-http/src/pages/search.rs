@@ -10,6 +10,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use countersign_console_core::Caller;
+use countersign_console_core::ids::CommentId;
 use countersign_console_core::work::{SearchKind, SearchRow};
 
 use super::{PageResult, St, chrome, error_text, human, page};
@@ -82,7 +83,11 @@ fn snippet_beside(title: &str, snippet: &str) -> String {
 
 /// Where a comment is read: its ask's page, its document's discussion, or its issue.
 async fn comment_place(st: &crate::AppState, id: &str) -> (String, String) {
-    match st.console.asks().comment(id).await {
+    let thread = match CommentId::named(id) {
+        Ok(id) => st.console.asks().comment(id).await,
+        Err(e) => Err(e),
+    };
+    match thread {
         Ok(t) => {
             let c = &t.comment.comment;
             match (&c.ask, &c.artifact, &c.issue) {

@@ -25,10 +25,10 @@ impl Asks<'_> {
     pub async fn comment_on_document(
         &self,
         actor: &Actor,
-        artifact: &str,
+        artifact: ArtifactId,
         new: NewComment,
     ) -> Result<CommentView, Error> {
-        let artifact = uuid_id(artifact, "artifact")?;
+        let artifact = artifact.to_string();
         if new.artifact.is_some() {
             return Err(invalid(
                 "the path names the document: no `artifact` in the body",
@@ -263,8 +263,8 @@ impl Asks<'_> {
     }
 
     /// One comment with its whole thread, oldest first.
-    pub async fn comment(&self, id: &str) -> Result<CommentThread, Error> {
-        let id = uuid_id(id, "comment")?;
+    pub async fn comment(&self, id: CommentId) -> Result<CommentThread, Error> {
+        let id = id.to_string();
         let mut tx = self.read().await?;
         let c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
         let thread = tx
@@ -287,10 +287,9 @@ impl Asks<'_> {
         kind: &'static str,
         change: impl Fn(&mut Comment, Time) -> Result<bool, Error> + Send + Sync,
     ) -> Result<CommentView, Error> {
-        let id = uuid_id(id, "comment")?;
         let now = self.console.now();
         let (view, event) = transact!(self.console, AsksWork, |tx| {
-            let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            let mut c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
             if let (Some(k), None) = (&c.issue, &c.artifact) {
                 // Locks go comment, then issue.
                 tx.issue(k).await?;
@@ -322,14 +321,14 @@ impl Asks<'_> {
     pub async fn edit_comment(
         &self,
         actor: &Actor,
-        id: &str,
+        id: CommentId,
         body: &str,
     ) -> Result<CommentView, Error> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
         let body = check_text(body, "a comment", TEXT_MAX)?;
-        self.change_comment(actor, id, "comment.edited", |c, now| {
+        self.change_comment(actor, &id.to_string(), "comment.edited", |c, now| {
             if c.body == body {
                 return Ok(false);
             }
@@ -345,13 +344,13 @@ impl Asks<'_> {
     pub async fn resolve_thread(
         &self,
         actor: &Actor,
-        id: &str,
+        id: CommentId,
         resolve: bool,
     ) -> Result<CommentView, Error> {
         if !resolve && !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        let id = uuid_id(id, "comment")?;
+        let id = id.to_string();
         let root = {
             let mut tx = self.read().await?;
             tx.comment(&id)
@@ -376,12 +375,19 @@ impl Asks<'_> {
 
     /// Rejects a comment's pending suggestion (a person); a decided or absent one is
     /// SUGGESTION_STATE.
-    pub async fn reject_suggestion(&self, actor: &Actor, id: &str) -> Result<CommentView, Error> {
+    pub async fn reject_suggestion(
+        &self,
+        actor: &Actor,
+        id: CommentId,
+    ) -> Result<CommentView, Error> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        self.change_comment(actor, id, "suggestion.rejected", |c, _| {
-            match &mut c.suggestion {
+        self.change_comment(
+            actor,
+            &id.to_string(),
+            "suggestion.rejected",
+            |c, _| match &mut c.suggestion {
                 Some(CommentSuggestion {
                     state: state @ SuggestionState::Pending,
                     ..
@@ -390,8 +396,8 @@ impl Asks<'_> {
                     Ok(true)
                 }
                 other => Err(suggestion_state(other.as_ref())),
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -401,10 +407,10 @@ impl Asks<'_> {
     pub async fn comment_reply(
         &self,
         actor: &Actor,
-        id: &str,
+        id: CommentId,
         body: &str,
     ) -> Result<CommentView, Error> {
-        let id = uuid_id(id, "comment")?;
+        let id = id.to_string();
         let session = actor.session().ok_or(ErrorCode::INVALID_SESSION_ID)?;
         let c = {
             let mut tx = self.read().await?;
@@ -433,10 +439,10 @@ impl Asks<'_> {
     pub async fn retry_mention(
         &self,
         actor: &Actor,
-        id: &str,
+        id: CommentId,
         target: Option<&str>,
     ) -> Result<AttemptView, Error> {
-        let id = uuid_id(id, "comment")?;
+        let id = id.to_string();
         if target.is_some_and(|t| !is_session_id(t)) {
             return Err(ErrorCode::INVALID_SESSION_ID.into());
         }
@@ -469,11 +475,15 @@ impl Asks<'_> {
     /// replacement as a quote-anchored `replace` edit of the document, in the same transaction
     /// (the edit's refusals, QUOTE_NOT_FOUND, QUOTE_AMBIGUOUS, TARGET_NOT_FOUND, leave both
     /// unchanged); a decided or absent suggestion is SUGGESTION_STATE.
-    pub async fn accept_suggestion(&self, actor: &Actor, id: &str) -> Result<CommentView, Error> {
+    pub async fn accept_suggestion(
+        &self,
+        actor: &Actor,
+        id: CommentId,
+    ) -> Result<CommentView, Error> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        let id = uuid_id(id, "comment")?;
+        let id = id.to_string();
         // The whole `WorkTx`: the suggestion is applied through the documents' edit.
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
             let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
@@ -514,8 +524,8 @@ impl Asks<'_> {
     }
 
     /// A document's comments, oldest first.
-    pub async fn document_comments(&self, artifact: &str) -> Result<Vec<CommentView>, Error> {
-        let artifact = uuid_id(artifact, "artifact")?;
+    pub async fn document_comments(&self, artifact: ArtifactId) -> Result<Vec<CommentView>, Error> {
+        let artifact = artifact.to_string();
         let mut tx = self.read().await?;
         self.document_in(&mut *tx, &artifact).await?;
         let cs = tx

@@ -95,8 +95,8 @@ impl Asks<'_> {
     /// Snoozes an inbox row for the caller until `until` (in the future, at most 365 days
     /// ahead: else INVALID_STATE). An ask that is nobody's turn is in no inbox: ASK_STATE.
     /// Appends `inbox.snoozed` (`{ask, login, snoozed_until}`; no issue's or document's log).
-    pub async fn snooze(&self, human: &Human, id: &str, until: Time) -> Result<InboxRow, Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn snooze(&self, human: &Human, id: AskId, until: Time) -> Result<InboxRow, Error> {
+        let id = id.to_string();
         let now = self.console.now();
         if until <= now || until > now + Duration::days(SNOOZE_DAYS_MAX) {
             return Err(Error::with_message(
@@ -133,8 +133,8 @@ impl Asks<'_> {
 
     /// Un-snoozes an inbox row for the caller (one not snoozed: done already, no event);
     /// appends `inbox.unsnoozed`.
-    pub async fn unsnooze(&self, human: &Human, id: &str) -> Result<(), Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn unsnooze(&self, human: &Human, id: AskId) -> Result<(), Error> {
+        let id = id.to_string();
         let actor = Actor::User {
             login: human.login.clone(),
         };

@@ -98,8 +98,8 @@ impl Asks<'_> {
     }
 
     /// One ask with replies, edit history and answers.
-    pub async fn ask(&self, id: &str) -> Result<AskView, Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn ask(&self, id: AskId) -> Result<AskView, Error> {
+        let id = id.to_string();
         let mut tx = self.read().await?;
         let a = tx.ask(&id).await?.ok_or_else(|| not_found("ask"))?;
         self.ask_full(&mut *tx, a).await
@@ -194,10 +194,10 @@ impl Asks<'_> {
     pub async fn reword_ask(
         &self,
         actor: &Actor,
-        id: &str,
+        id: AskId,
         patch: AskPatch,
     ) -> Result<AskView, Error> {
-        let id = uuid_id(id, "ask")?;
+        let id = id.to_string();
         let question = patch
             .question
             .as_deref()
@@ -252,8 +252,13 @@ impl Asks<'_> {
     /// Answers an ask (a person): selected options and/or text. An answered ask takes a later
     /// answer, which becomes current; the earlier stays in the answers history. Then it is
     /// its agent's turn.
-    pub async fn answer_ask(&self, actor: &Actor, id: &str, a: AnswerIn) -> Result<AskView, Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn answer_ask(
+        &self,
+        actor: &Actor,
+        id: AskId,
+        a: AnswerIn,
+    ) -> Result<AskView, Error> {
+        let id = id.to_string();
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
@@ -344,8 +349,8 @@ impl Asks<'_> {
     }
 
     /// Retracts or resolves an open ask without an answer.
-    pub async fn close_ask(&self, actor: &Actor, id: &str, c: CloseIn) -> Result<AskView, Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn close_ask(&self, actor: &Actor, id: AskId, c: CloseIn) -> Result<AskView, Error> {
+        let id = id.to_string();
         let note = c
             .note
             .as_deref()
@@ -398,8 +403,8 @@ impl Asks<'_> {
 
     /// The sessions an ask's answer and replies reach: its author's session, its followers,
     /// and the sessions subscribed to its issue; each once, by the first of those.
-    pub async fn recipients(&self, id: &str) -> Result<Vec<Recipient>, Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn recipients(&self, id: AskId) -> Result<Vec<Recipient>, Error> {
+        let id = id.to_string();
         let mut tx = self.read().await?;
         let ask = tx.ask(&id).await?.ok_or_else(|| not_found("ask"))?;
         self.recipients_of(&mut *tx, &ask).await
@@ -444,11 +449,11 @@ impl Asks<'_> {
     pub async fn follow_ask(
         &self,
         actor: &Actor,
-        id: &str,
+        id: AskId,
         session: &str,
         follow: bool,
     ) -> Result<(), Error> {
-        let id = uuid_id(id, "ask")?;
+        let id = id.to_string();
         if !is_session_id(session) {
             return Err(ErrorCode::INVALID_SESSION_ID.into());
         }
