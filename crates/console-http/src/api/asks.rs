@@ -9,14 +9,12 @@ use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::asks::{
     AnswerIn, ApprovalIn, AskPatch, AskSuggestion, CloseIn, NewAsk, ReviewIn,
 };
-use countersign_console_core::ids::{ArtifactId, AskId};
+use countersign_console_core::ids::{ArtifactId, AskId, SessionId};
 use countersign_console_core::work::asks::{AskState, AskView};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    In, Input, Query, Reading, St, acting, acting_session, created, is_session_id, ok, query_err,
-};
+use super::{In, Input, Query, Reading, St, acting, acting_session, created, ok, query_err};
 use crate::error::ApiResult;
 
 impl Input for NewAsk {}
@@ -187,13 +185,11 @@ async fn set_follow(
     session: &str,
     follow: bool,
 ) -> ApiResult<Response> {
-    if !is_session_id(session) {
-        return Err(ErrorCode::INVALID_SESSION_ID.into());
-    }
+    let session = SessionId::named(session)?;
     let actor = acting_session(caller, q.one("session")?)?;
     st.console
         .asks()
-        .follow_ask(&actor, AskId::named(id)?, session, follow)
+        .follow_ask(&actor, AskId::named(id)?, &session, follow)
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -374,7 +374,11 @@ pub async fn discussion_page(
 ) -> PageResult {
     use countersign_console_core::work::asks::{SuggestionState, ThreadState};
     let h = human(&caller)?;
-    let rendered = st.console.documents().rendered(&id).await?;
+    let rendered = st
+        .console
+        .documents()
+        .rendered(ArtifactId::named(&id)?)
+        .await?;
     let comments = st
         .console
         .asks()

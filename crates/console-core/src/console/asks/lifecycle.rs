@@ -450,13 +450,11 @@ impl Asks<'_> {
         &self,
         actor: &Actor,
         id: AskId,
-        session: &str,
+        session: &SessionId,
         follow: bool,
     ) -> Result<(), Error> {
         let id = id.to_string();
-        if !is_session_id(session) {
-            return Err(ErrorCode::INVALID_SESSION_ID.into());
-        }
+        let session = session.as_str();
         if !actor.is_human() && actor.session() != Some(session) {
             return Err(Error::with_message(
                 ErrorCode::SESSION_FORBIDDEN,

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 use crate::doc;
+use crate::ids::SessionId;
 use crate::ids::{ArtifactId, AskId, CommentId};
 use crate::work::asks::{
     Answer, AnswerEntry, Approval, Approved, Ask, AskFilter, AskKind, AskOption, AskState, AskView,
