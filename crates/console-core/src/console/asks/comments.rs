@@ -74,7 +74,7 @@ impl Asks<'_> {
             .or_else(|| root.as_ref().and_then(|r| r.ask.clone()));
         let mut ask = match &on_ask {
             Some(a) => Some(
-                tx.ask(a)
+                tx.ask(AskId::parse(a).ok_or_else(|| invalid("`ask` names no ask here"))?)
                     .await?
                     .filter(|x| req.here(x.issue.as_ref(), x.artifact.as_ref()))
                     .ok_or_else(|| invalid("`ask` names no ask here"))?,
@@ -117,7 +117,7 @@ impl Asks<'_> {
             return Ok(None);
         };
         let c = tx
-            .comment(p)
+            .comment(CommentId::parse(p).ok_or_else(|| invalid("`parent` names no comment here"))?)
             .await?
             .filter(|c| req.here(c.issue.as_ref(), c.artifact.as_ref()))
             .ok_or_else(|| invalid("`parent` names no comment here"))?;
@@ -125,7 +125,7 @@ impl Asks<'_> {
             return Ok(Some(c));
         }
         let root = tx
-            .comment(&c.thread_id)
+            .comment(CommentId::parse(&c.thread_id).ok_or_else(|| not_found("thread"))?)
             .await?
             .ok_or_else(|| not_found("thread"))?;
         Ok(Some(root))
@@ -264,9 +264,8 @@ impl Asks<'_> {
 
     /// One comment with its whole thread, oldest first.
     pub async fn comment(&self, id: CommentId) -> Result<CommentThread, Error> {
-        let id = id.to_string();
         let mut tx = self.read().await?;
-        let c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+        let c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
         let thread = tx
             .comments(&CommentFilter {
                 thread: Some(c.thread_id.clone()),
@@ -283,7 +282,7 @@ impl Asks<'_> {
     async fn change_comment(
         &self,
         actor: &Actor,
-        id: &str,
+        id: CommentId,
         kind: &'static str,
         change: impl Fn(&mut Comment, Time) -> Result<bool, Error> + Send + Sync,
     ) -> Result<CommentView, Error> {
@@ -328,7 +327,7 @@ impl Asks<'_> {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
         let body = check_text(body, "a comment", TEXT_MAX)?;
-        self.change_comment(actor, &id.to_string(), "comment.edited", |c, now| {
+        self.change_comment(actor, id, "comment.edited", |c, now| {
             if c.body == body {
                 return Ok(false);
             }
@@ -350,10 +349,9 @@ impl Asks<'_> {
         if !resolve && !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        let id = id.to_string();
         let root = {
             let mut tx = self.read().await?;
-            tx.comment(&id)
+            tx.comment(id)
                 .await?
                 .ok_or_else(|| not_found("comment"))?
                 .thread_id
@@ -363,7 +361,8 @@ impl Asks<'_> {
         } else {
             (ThreadState::Open, "comment.reopened")
         };
-        self.change_comment(actor, &root, kind, |c, _| {
+        let root = CommentId::parse(&root).ok_or_else(|| not_found("comment"))?;
+        self.change_comment(actor, root, kind, |c, _| {
             if c.thread_state == Some(want) {
                 return Ok(false);
             }
@@ -383,11 +382,8 @@ impl Asks<'_> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        self.change_comment(
-            actor,
-            &id.to_string(),
-            "suggestion.rejected",
-            |c, _| match &mut c.suggestion {
+        self.change_comment(actor, id, "suggestion.rejected", |c, _| {
+            match &mut c.suggestion {
                 Some(CommentSuggestion {
                     state: state @ SuggestionState::Pending,
                     ..
@@ -396,8 +392,8 @@ impl Asks<'_> {
                     Ok(true)
                 }
                 other => Err(suggestion_state(other.as_ref())),
-            },
-        )
+            }
+        })
         .await
     }
 
@@ -410,11 +406,10 @@ impl Asks<'_> {
         id: CommentId,
         body: &str,
     ) -> Result<CommentView, Error> {
-        let id = id.to_string();
         let session = actor.session().ok_or(ErrorCode::INVALID_SESSION_ID)?;
         let c = {
             let mut tx = self.read().await?;
-            tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?
+            tx.comment(id).await?.ok_or_else(|| not_found("comment"))?
         };
         if !c.mentions.iter().any(|m| m == session) {
             return Err(Error::with_message(
@@ -424,7 +419,7 @@ impl Asks<'_> {
         }
         let new = NewComment {
             body: body.to_owned(),
-            parent: Some(id.clone()),
+            parent: Some(id.to_string()),
             ..Default::default()
         };
         match (&c.artifact, &c.issue) {
@@ -442,13 +437,12 @@ impl Asks<'_> {
         id: CommentId,
         target: Option<&str>,
     ) -> Result<AttemptView, Error> {
-        let id = id.to_string();
         if target.is_some_and(|t| !is_session_id(t)) {
             return Err(ErrorCode::INVALID_SESSION_ID.into());
         }
         // The whole `WorkTx`: the attempt opens through the messages' code.
         let opened = transact!(self.console, WorkTx, |tx| {
-            let c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            let c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
             let session = match (target, c.mentions.as_slice()) {
                 (_, []) => return Err(invalid("the comment mentions no session")),
                 (None, [only]) => only.clone(),
@@ -483,10 +477,9 @@ impl Asks<'_> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        let id = id.to_string();
         // The whole `WorkTx`: the suggestion is applied through the documents' edit.
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
-            let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            let mut c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
             let replacement = match &c.suggestion {
                 Some(CommentSuggestion {
                     replacement,

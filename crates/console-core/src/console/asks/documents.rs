@@ -399,7 +399,7 @@ impl Asks<'_> {
         artifact: &str,
     ) -> Result<Option<Approved>, Error> {
         Ok(tx
-            .reviews(artifact)
+            .reviews(ArtifactId::parse(artifact).ok_or_else(|| not_found("artifact"))?)
             .await?
             .into_iter()
             .rev()
@@ -435,7 +435,8 @@ impl Asks<'_> {
         now: Time,
     ) -> Result<AskView, Error> {
         // Locks go ask, then document: read it again locked.
-        let mut ask = tx.ask(&ask.id).await?.unwrap_or_else(|| ask.clone());
+        let id = AskId::parse(&ask.id).ok_or_else(|| not_found("ask"))?;
+        let mut ask = tx.ask(id).await?.unwrap_or_else(|| ask.clone());
         ask.approval = Some(approval);
         if let Some(s) = summary {
             ask.question = s.to_owned();
@@ -491,7 +492,10 @@ impl Asks<'_> {
                 None => Self::open_approval(tx, &artifact).await?.map(|x| x.id),
             };
             let open = match open {
-                Some(id) => tx.ask(&id).await?,
+                Some(id) => {
+                    tx.ask(AskId::parse(&id).ok_or_else(|| not_found("ask"))?)
+                        .await?
+                }
                 None => None,
             };
             let mut events = Vec::new();
@@ -608,9 +612,8 @@ impl Asks<'_> {
 
     /// A document's reviews, oldest first.
     pub async fn reviews(&self, artifact: ArtifactId) -> Result<Vec<Review>, Error> {
-        let artifact = artifact.to_string();
         let mut tx = self.read().await?;
-        self.document_in(&mut *tx, &artifact).await?;
-        Ok(tx.reviews(&artifact).await?)
+        self.document_in(&mut *tx, &artifact.to_string()).await?;
+        Ok(tx.reviews(artifact).await?)
     }
 }

@@ -99,9 +99,8 @@ impl Asks<'_> {
 
     /// One ask with replies, edit history and answers.
     pub async fn ask(&self, id: AskId) -> Result<AskView, Error> {
-        let id = id.to_string();
         let mut tx = self.read().await?;
-        let a = tx.ask(&id).await?.ok_or_else(|| not_found("ask"))?;
+        let a = tx.ask(id).await?.ok_or_else(|| not_found("ask"))?;
         self.ask_full(&mut *tx, a).await
     }
 
@@ -197,7 +196,6 @@ impl Asks<'_> {
         id: AskId,
         patch: AskPatch,
     ) -> Result<AskView, Error> {
-        let id = id.to_string();
         let question = patch
             .question
             .as_deref()
@@ -207,7 +205,7 @@ impl Asks<'_> {
         let now = self.console.now();
         // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
-            let mut ask = self.locked_ask(tx, &id).await?;
+            let mut ask = self.locked_ask(tx, id).await?;
             Self::as_author(actor, &ask)?;
             if ask.state != AskState::Open {
                 return Err(ask_state(ask.state, "only an open ask is reworded"));
@@ -220,7 +218,7 @@ impl Asks<'_> {
             }
             // The wording being replaced, with who wrote it and when.
             tx.add_wording(
-                &id,
+                &id.to_string(),
                 &Wording {
                     question: ask.question.clone(),
                     options: ask.options.clone(),
@@ -258,7 +256,6 @@ impl Asks<'_> {
         id: AskId,
         a: AnswerIn,
     ) -> Result<AskView, Error> {
-        let id = id.to_string();
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
@@ -266,14 +263,14 @@ impl Asks<'_> {
         // An approval ask is answered by a review of the version it asks about.
         let approval = {
             let mut tx = self.read().await?;
-            tx.ask(&id).await?.filter(|a| a.kind == AskKind::Approval)
+            tx.ask(id).await?.filter(|a| a.kind == AskKind::Approval)
         };
         if let Some(ask) = approval {
             return self.answer_approval(actor, ask, &selected, text).await;
         }
         let now = self.console.now();
         let (view, event) = transact!(self.console, AsksWork, |tx| {
-            let mut ask = self.locked_ask(tx, &id).await?;
+            let mut ask = self.locked_ask(tx, id).await?;
             if !matches!(ask.state, AskState::Open | AskState::Answered) {
                 return Err(ask_state(
                     ask.state,
@@ -292,7 +289,7 @@ impl Asks<'_> {
                 by: actor.clone(),
                 at: now,
             };
-            tx.add_answer(&id, &answer).await?;
+            tx.add_answer(&id.to_string(), &answer).await?;
             ask.answer = Some(answer);
             ask.state = AskState::Answered;
             // An answered ask is not open: it leaves the inbox (issue 27; docs/decisions.md).
@@ -350,7 +347,6 @@ impl Asks<'_> {
 
     /// Retracts or resolves an open ask without an answer.
     pub async fn close_ask(&self, actor: &Actor, id: AskId, c: CloseIn) -> Result<AskView, Error> {
-        let id = id.to_string();
         let note = c
             .note
             .as_deref()
@@ -367,7 +363,7 @@ impl Asks<'_> {
         let now = self.console.now();
         // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
-            let mut ask = self.locked_ask(tx, &id).await?;
+            let mut ask = self.locked_ask(tx, id).await?;
             if ask.state != AskState::Open {
                 return Err(ask_state(
                     ask.state,
@@ -404,9 +400,8 @@ impl Asks<'_> {
     /// The sessions an ask's answer and replies reach: its author's session, its followers,
     /// and the sessions subscribed to its issue; each once, by the first of those.
     pub async fn recipients(&self, id: AskId) -> Result<Vec<Recipient>, Error> {
-        let id = id.to_string();
         let mut tx = self.read().await?;
-        let ask = tx.ask(&id).await?.ok_or_else(|| not_found("ask"))?;
+        let ask = tx.ask(id).await?.ok_or_else(|| not_found("ask"))?;
         self.recipients_of(&mut *tx, &ask).await
     }
 
@@ -453,7 +448,6 @@ impl Asks<'_> {
         session: &SessionId,
         follow: bool,
     ) -> Result<(), Error> {
-        let id = id.to_string();
         let session = session.as_str();
         if !actor.is_human() && actor.session() != Some(session) {
             return Err(Error::with_message(
@@ -463,7 +457,7 @@ impl Asks<'_> {
         }
         let now = self.console.now();
         let event = transact!(self.console, AsksWork, |tx| {
-            let mut ask = self.locked_ask(tx, &id).await?;
+            let mut ask = self.locked_ask(tx, id).await?;
             let has = ask.followers.iter().any(|f| f == session);
             if has == follow {
                 return Ok(None);

@@ -577,7 +577,7 @@ impl Asks<'_> {
         Ok(v)
     }
 
-    async fn locked_ask(&self, tx: &mut dyn AsksWork, id: &str) -> Result<Ask, Error> {
+    async fn locked_ask(&self, tx: &mut dyn AsksWork, id: AskId) -> Result<Ask, Error> {
         tx.ask(id).await?.ok_or_else(|| not_found("ask"))
     }
 }
