@@ -1,8 +1,8 @@
 //! Identifiers and validated values. Each id kind is a type that parses once, at the edge (a
 //! path, a query, a body's field), by one rule: the UUID kinds by [`uuid::Uuid::try_parse`]
 //! (any case, any form the `uuid` crate reads, written lowercase and hyphenated), a session id
-//! by protocol §4.1. A value of one of these types is well formed, so the core and the storage
-//! take it without checking again.
+//! by protocol §4.1. A value of one of these types is well formed, so the services (and the
+//! asks' storage) take it without checking again.
 
 use std::fmt;
 
@@ -165,8 +165,8 @@ pub fn is_session_id(s: &str) -> bool {
 }
 
 /// A UUID id as text, written as the console writes every id (lowercase, hyphenated); `None`:
-/// it names nothing. For a value kept as text (a document's ref); anything else takes a typed
-/// id.
+/// it names nothing. For an id kept as text (a body's or a query's, where its refusal is its
+/// own; a document's ref); a path's id takes its type.
 pub fn uuid_id(s: &str) -> Option<String> {
     uuid_rule(s).map(|u| u.hyphenated().to_string())
 }
