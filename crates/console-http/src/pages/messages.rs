@@ -294,8 +294,8 @@ pub async fn relay_page(
     Path(session): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    if !crate::api::is_session_id(&session) {
-        return Ok(fail(&ErrorCode::INVALID_SESSION_ID.into()));
+    if let Err(e) = SessionId::named(&session) {
+        return Ok(fail(&e));
     }
     let live = live_row(&st, &session).await;
     Ok(page(
