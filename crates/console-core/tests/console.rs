@@ -397,11 +397,22 @@ async fn tokens_csrf_and_the_inbox() {
     );
     assert_eq!(f.console.tokens(&ada).await.expect("list").len(), 1);
     f.console
-        .revoke_token(&ada, &m.info.id)
+        .revoke_token(
+            &ada,
+            countersign_console_core::ids::TokenId::parse(&m.info.id).expect("an id"),
+        )
         .await
         .expect("revoke");
     assert!(f.console.authenticate_bearer(&m.token).await.is_err());
-    assert!(f.console.revoke_token(&ada, &m.info.id).await.is_err());
+    assert!(
+        f.console
+            .revoke_token(
+                &ada,
+                countersign_console_core::ids::TokenId::parse(&m.info.id).expect("an id")
+            )
+            .await
+            .is_err()
+    );
 
     // The inbox reads each record's facts once.
     let now = f.clock.now();

@@ -30,6 +30,7 @@ use axum::extract::{Path, State};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::{Ack, LinkNotice};
+use countersign_console_core::ids::SessionId;
 use countersign_console_core::work::Actor;
 use countersign_console_core::work::messages::{
     Delivery, DeliveryContent, DeliveryKind, LiveSession, Mode,
@@ -841,9 +842,7 @@ pub fn background(st: Arc<AppState>) -> tokio::task::JoinHandle<()> {
 /// `frame`s above it, and `end` when the link closes. A session not live here, or without the
 /// `relay` capability: 404.
 pub async fn relay(State(st): St, Path(session_id): Path<String>) -> ApiResult<Response> {
-    if !crate::api::is_session_id(&session_id) {
-        return Err(ErrorCode::INVALID_SESSION_ID.into());
-    }
+    SessionId::named(&session_id)?;
     let viewer = countersign_console_core::clock::random_token::<12>(
         &countersign_console_core::SystemEntropy,
     );

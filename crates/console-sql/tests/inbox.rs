@@ -128,7 +128,7 @@ async fn scenario(s: Arc<SqlStorage>) {
     c.asks()
         .answer_ask(
             &person,
-            &asks[0],
+            countersign_console_core::ids::AskId::parse(&asks[0]).expect("an id"),
             AnswerIn {
                 options: vec!["yes".into()],
                 text: None,
@@ -143,7 +143,7 @@ async fn scenario(s: Arc<SqlStorage>) {
     c.asks()
         .reword_ask(
             &agent,
-            &asks[1],
+            countersign_console_core::ids::AskId::parse(&asks[1]).expect("an id"),
             AskPatch {
                 question: Some("Question one, reworded?".into()),
                 ..Default::default()
@@ -156,7 +156,7 @@ async fn scenario(s: Arc<SqlStorage>) {
     c.asks()
         .close_ask(
             &agent,
-            &asks[2],
+            countersign_console_core::ids::AskId::parse(&asks[2]).expect("an id"),
             CloseIn {
                 state: CloseAs::Retracted,
                 note: None,
@@ -168,12 +168,22 @@ async fn scenario(s: Arc<SqlStorage>) {
     check("a retracted ask leaves").await;
 
     c.asks()
-        .snooze(&ada, &asks[3], c.now() + Duration::hours(1))
+        .snooze(
+            &ada,
+            countersign_console_core::ids::AskId::parse(&asks[3]).expect("an id"),
+            c.now() + Duration::hours(1),
+        )
         .await
         .expect("snooze");
     let v = check("a snooze").await;
     assert_eq!(v["snoozed"].as_array().map(Vec::len), Some(1));
-    c.asks().unsnooze(&ada, &asks[3]).await.expect("unsnooze");
+    c.asks()
+        .unsnooze(
+            &ada,
+            countersign_console_core::ids::AskId::parse(&asks[3]).expect("an id"),
+        )
+        .await
+        .expect("unsnooze");
     check("an un-snooze").await;
 
     c.asks()
@@ -277,7 +287,7 @@ async fn a_large_kept_inbox_reuses_its_buffers() {
         c.asks()
             .reword_ask(
                 &agent,
-                id,
+                countersign_console_core::ids::AskId::parse(id).expect("an id"),
                 AskPatch {
                     question: Some(format!("Reworded {turn}?")),
                     ..Default::default()
@@ -339,7 +349,7 @@ async fn answers_and_decisions(s: Arc<SqlStorage>) {
             .asks()
             .answer_ask(
                 &person,
-                &a.id,
+                countersign_console_core::ids::AskId::parse(&a.id).expect("an id"),
                 AnswerIn {
                     options: vec!["yes".into()],
                     text: Some(format!("and why {n}")),

@@ -133,9 +133,8 @@ impl Console {
         })
     }
 
-    pub async fn revoke_token(&self, human: &Human, id: &str) -> Result<(), Error> {
+    pub async fn revoke_token(&self, human: &Human, id: TokenId) -> Result<(), Error> {
         let not_found = || Error::with_message(ErrorCode::NOT_FOUND, "no such personal token");
-        let id = TokenId::parse(id).ok_or_else(not_found)?;
         if self
             .parts
             .storage

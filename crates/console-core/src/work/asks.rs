@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
-use crate::ids::Login;
+use crate::ids::{ArtifactId, AskId, CommentId, Login};
 use crate::storage::StorageError;
 use crate::work::messages::AttemptView;
 use crate::work::model::{Actor, Hit, IssueKey, ProjectKey, rfc3339};
@@ -493,7 +493,7 @@ pub mod rfc3339_serde {
 #[async_trait]
 pub trait AskTx: Send {
     async fn insert_ask(&mut self, a: &Ask) -> Result<(), StorageError>;
-    async fn ask(&mut self, id: &str) -> Result<Option<Ask>, StorageError>;
+    async fn ask(&mut self, id: AskId) -> Result<Option<Ask>, StorageError>;
     /// Rewrites the ask's row (and its search entry when the question changed).
     async fn update_ask(&mut self, a: &Ask) -> Result<(), StorageError>;
     /// The asks a filter selects, oldest first.
@@ -524,12 +524,12 @@ pub trait AskTx: Send {
         f: &InboxFilter,
         within: Option<&InboxScope>,
     ) -> Result<Vec<InboxEntry>, StorageError>;
-    async fn snooze(&mut self, login: &Login, ask: &str, until: Time) -> Result<(), StorageError>;
-    async fn unsnooze(&mut self, login: &Login, ask: &str) -> Result<(), StorageError>;
+    async fn snooze(&mut self, login: &Login, ask: AskId, until: Time) -> Result<(), StorageError>;
+    async fn unsnooze(&mut self, login: &Login, ask: AskId) -> Result<(), StorageError>;
     async fn snoozed_until(
         &mut self,
         login: &Login,
-        ask: &str,
+        ask: AskId,
     ) -> Result<Option<Time>, StorageError>;
     /// A page of a person's answers and replies on asks, newest first, and how many in all.
     async fn answers_by(
@@ -552,7 +552,7 @@ pub trait AskTx: Send {
     ) -> Result<(Vec<Hit>, i64), StorageError>;
 
     async fn insert_comment(&mut self, c: &Comment) -> Result<(), StorageError>;
-    async fn comment(&mut self, id: &str) -> Result<Option<Comment>, StorageError>;
+    async fn comment(&mut self, id: CommentId) -> Result<Option<Comment>, StorageError>;
     async fn update_comment(&mut self, c: &Comment) -> Result<(), StorageError>;
     /// The comments a filter selects, oldest first.
     async fn comments(&mut self, f: &CommentFilter) -> Result<Vec<Comment>, StorageError>;
@@ -603,7 +603,7 @@ pub trait AskTx: Send {
 
     async fn insert_review(&mut self, r: &Review) -> Result<(), StorageError>;
     /// A document's reviews, oldest first.
-    async fn reviews(&mut self, artifact: &str) -> Result<Vec<Review>, StorageError>;
+    async fn reviews(&mut self, artifact: ArtifactId) -> Result<Vec<Review>, StorageError>;
 
     /// Takes the issue's next event sequence (the issue is locked by the caller) and marks it
     /// updated at `at`.

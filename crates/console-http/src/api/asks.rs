@@ -9,13 +9,12 @@ use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::asks::{
     AnswerIn, ApprovalIn, AskPatch, AskSuggestion, CloseIn, NewAsk, ReviewIn,
 };
+use countersign_console_core::ids::{ArtifactId, AskId, SessionId};
 use countersign_console_core::work::asks::{AskState, AskView};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    In, Input, Query, Reading, St, acting, acting_session, created, is_session_id, ok, query_err,
-};
+use super::{In, Input, Query, Reading, St, acting, acting_session, created, ok, query_err};
 use crate::error::ApiResult;
 
 impl Input for NewAsk {}
@@ -75,7 +74,11 @@ struct AnsweredFrame<'a> {
 /// followers, subscribers) whose link is open to this replica. Fire and forget: the answer
 /// is in the ask and on the event stream for any session that misses it.
 pub(crate) async fn tell_answered(st: &crate::AppState, ask: &AskView) {
-    let recipients = match st.console.asks().recipients(&ask.id).await {
+    let recipients = match AskId::named(&ask.id) {
+        Ok(id) => st.console.asks().recipients(id).await,
+        Err(e) => Err(e),
+    };
+    let recipients = match recipients {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(code = e.code_str(), "an answer's recipients not read");
@@ -123,7 +126,7 @@ pub async fn scope(State(st): St, q: Query, _: Reading) -> ApiResult<Response> {
 }
 
 pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st.console.asks().ask(&id).await?))
+    Ok(ok(st.console.asks().ask(AskId::named(&id)?).await?))
 }
 
 pub async fn reword(
@@ -133,7 +136,11 @@ pub async fn reword(
     In(b): In<AskPatch>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), true)?;
-    Ok(ok(st.console.asks().reword_ask(&actor, &id, b).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .reword_ask(&actor, AskId::named(&id)?, b)
+        .await?))
 }
 
 pub async fn answer(
@@ -143,7 +150,11 @@ pub async fn answer(
     In(b): In<AnswerIn>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    let ask = st.console.asks().answer_ask(&actor, &id, b).await?;
+    let ask = st
+        .console
+        .asks()
+        .answer_ask(&actor, AskId::named(&id)?, b)
+        .await?;
     tell_answered(&st, &ask).await;
     Ok(ok(ask))
 }
@@ -155,11 +166,15 @@ pub async fn close(
     In(b): In<CloseIn>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(ok(st.console.asks().close_ask(&actor, &id, b).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .close_ask(&actor, AskId::named(&id)?, b)
+        .await?))
 }
 
 pub async fn recipients(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st.console.asks().recipients(&id).await?))
+    Ok(ok(st.console.asks().recipients(AskId::named(&id)?).await?))
 }
 
 async fn set_follow(
@@ -170,13 +185,11 @@ async fn set_follow(
     session: &str,
     follow: bool,
 ) -> ApiResult<Response> {
-    if !is_session_id(session) {
-        return Err(ErrorCode::INVALID_SESSION_ID.into());
-    }
+    let session = SessionId::named(session)?;
     let actor = acting_session(caller, q.one("session")?)?;
     st.console
         .asks()
-        .follow_ask(&actor, id, session, follow)
+        .follow_ask(&actor, AskId::named(id)?, &session, follow)
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -258,7 +271,11 @@ pub async fn snooze(
             Error::with_message(ErrorCode::INVALID_BODY, "snoozed_until is an RFC 3339 time")
         })?
         .with_timezone(&chrono::Utc);
-    Ok(ok(st.console.asks().snooze(h, &id, until).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .snooze(h, AskId::named(&id)?, until)
+        .await?))
 }
 
 pub async fn unsnooze(
@@ -267,7 +284,7 @@ pub async fn unsnooze(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let h = caller.human()?;
-    st.console.asks().unsnooze(h, &id).await?;
+    st.console.asks().unsnooze(h, AskId::named(&id)?).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -283,7 +300,11 @@ pub async fn document_open(
     In(b): In<NewAsk>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let ask = st.console.asks().open_document_ask(&actor, &id, b).await?;
+    let ask = st
+        .console
+        .asks()
+        .open_document_ask(&actor, ArtifactId::named(&id)?, b)
+        .await?;
     Ok(opened(&st, ask).await)
 }
 
@@ -293,10 +314,11 @@ pub async fn document_list(
     Path(id): Path<String>,
     _: Reading,
 ) -> ApiResult<Response> {
+    let states = states(&q)?;
     Ok(ok(st
         .console
         .asks()
-        .document_asks(&id, states(&q)?)
+        .document_asks(ArtifactId::named(&id)?, states)
         .await?))
 }
 
@@ -309,7 +331,11 @@ pub async fn request_approval(
     In(b): In<ApprovalIn>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let r = st.console.asks().request_approval(&actor, &id, b).await?;
+    let r = st
+        .console
+        .asks()
+        .request_approval(&actor, ArtifactId::named(&id)?, b)
+        .await?;
     if r.created {
         let location = format!("/api/v1/asks/{}", r.ask.id);
         Ok(created(r.ask, Some(location)))
@@ -325,7 +351,11 @@ pub async fn review(
     In(b): In<ReviewIn>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    let (review, answered) = st.console.asks().review(&actor, &id, b).await?;
+    let (review, answered) = st
+        .console
+        .asks()
+        .review(&actor, ArtifactId::named(&id)?, b)
+        .await?;
     if let Some(ask) = &answered {
         tell_answered(&st, ask).await;
     }
@@ -333,5 +363,9 @@ pub async fn review(
 }
 
 pub async fn reviews(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st.console.asks().reviews(&id).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .reviews(ArtifactId::named(&id)?)
+        .await?))
 }

@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use countersign_console_core::Caller;
 use countersign_console_core::console::asks::NewComment;
+use countersign_console_core::ids::{ArtifactId, CommentId};
 use countersign_console_core::work::asks::CommentView;
 use serde::Deserialize;
 
@@ -40,7 +41,11 @@ pub async fn issue_list(
 }
 
 pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st.console.asks().comment(&id).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .comment(CommentId::named(&id)?)
+        .await?))
 }
 
 /// `{body}`.
@@ -62,7 +67,7 @@ pub async fn edit(
     Ok(ok(st
         .console
         .asks()
-        .edit_comment(&actor, &id, &b.body)
+        .edit_comment(&actor, CommentId::named(&id)?, &b.body)
         .await?))
 }
 
@@ -85,7 +90,7 @@ pub async fn resolve(
     Ok(ok(st
         .console
         .asks()
-        .resolve_thread(&actor, &id, true)
+        .resolve_thread(&actor, CommentId::named(&id)?, true)
         .await?))
 }
 
@@ -106,7 +111,7 @@ pub async fn reopen(
     Ok(ok(st
         .console
         .asks()
-        .resolve_thread(&actor, &id, false)
+        .resolve_thread(&actor, CommentId::named(&id)?, false)
         .await?))
 }
 
@@ -117,7 +122,11 @@ pub async fn reject(
     In(_): In<Empty>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.asks().reject_suggestion(&actor, &id).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .reject_suggestion(&actor, CommentId::named(&id)?)
+        .await?))
 }
 
 /// `{actor, body}`.
@@ -140,7 +149,7 @@ pub async fn reply(
     let c = st
         .console
         .asks()
-        .comment_reply(&actor, &id, &b.body)
+        .comment_reply(&actor, CommentId::named(&id)?, &b.body)
         .await?;
     Ok(comment_created(c))
 }
@@ -167,7 +176,7 @@ pub async fn retry(
     let attempt = st
         .console
         .asks()
-        .retry_mention(&actor, &id, b.target.as_deref())
+        .retry_mention(&actor, CommentId::named(&id)?, b.target.as_deref())
         .await?;
     Ok(created(vec![attempt], None))
 }
@@ -182,7 +191,7 @@ pub async fn document_create(
     let c = st
         .console
         .asks()
-        .comment_on_document(&actor, &id, b)
+        .comment_on_document(&actor, ArtifactId::named(&id)?, b)
         .await?;
     Ok(comment_created(c))
 }
@@ -192,7 +201,11 @@ pub async fn document_list(
     Path(id): Path<String>,
     _: Reading,
 ) -> ApiResult<Response> {
-    Ok(ok(st.console.asks().document_comments(&id).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .document_comments(ArtifactId::named(&id)?)
+        .await?))
 }
 
 pub async fn accept(
@@ -202,7 +215,11 @@ pub async fn accept(
     In(_): In<Empty>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.asks().accept_suggestion(&actor, &id).await?))
+    Ok(ok(st
+        .console
+        .asks()
+        .accept_suggestion(&actor, CommentId::named(&id)?)
+        .await?))
 }
 
 /// 201 with a new comment (or reply) and where it is read.

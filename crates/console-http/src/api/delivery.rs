@@ -12,6 +12,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::{NewSessionGroup, SessionGroupPatch};
+use countersign_console_core::ids::SessionGroupId;
 use countersign_console_core::work::delivery::DeliverySettings;
 use countersign_console_core::work::delivery::compute::{FACETS, Filters, NO_PRIORITY, Window};
 use countersign_console_core::{Caller, Error, ErrorCode};
@@ -254,10 +255,11 @@ pub async fn update_group(
     In(b): In<SessionGroupPatch>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
+    let live = live_titles(&st).await?;
     Ok(ok(st
         .console
         .delivery()
-        .update_session_group(&actor, &id, &b, &live_titles(&st).await?)
+        .update_session_group(&actor, SessionGroupId::named(&id)?, &b, &live)
         .await?))
 }
 
@@ -270,7 +272,7 @@ pub async fn delete_group(
     let actor = acting(&caller, q.one("session")?, false)?;
     st.console
         .delivery()
-        .delete_session_group(&actor, &id)
+        .delete_session_group(&actor, SessionGroupId::named(&id)?)
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

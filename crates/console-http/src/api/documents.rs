@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use countersign_console_core::console::documents::{At, Upload, VersionRead};
 use countersign_console_core::doc::EditOp;
+use countersign_console_core::ids::{ArtifactId, SessionId};
 use countersign_console_core::work::{Actor, EventPage};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Deserialize;
@@ -361,25 +362,35 @@ fn event_page(q: &Query) -> ApiResult<EventPage> {
 /// An agent route's session id, checked before anything else (spec: INVALID_SESSION_ID on
 /// every agent artifact route).
 fn agent_session(s: &str) -> ApiResult<()> {
-    if super::is_session_id(s) {
-        Ok(())
-    } else {
-        Err(ErrorCode::INVALID_SESSION_ID.into())
-    }
+    SessionId::named(s)?;
+    Ok(())
 }
 
 // ----- by id -----
 
 pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st.console.documents().artifact(&id).await?))
+    Ok(ok(st
+        .console
+        .documents()
+        .artifact(ArtifactId::named(&id)?)
+        .await?))
 }
 
 pub async fn text(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st.console.documents().text(&id).await?))
+    Ok(ok(st
+        .console
+        .documents()
+        .text(ArtifactId::named(&id)?)
+        .await?))
 }
 
 pub async fn blocks(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(json_bytes(st.console.documents().blocks_json(&id).await?))
+    Ok(json_bytes(
+        st.console
+            .documents()
+            .blocks_json(ArtifactId::named(&id)?)
+            .await?,
+    ))
 }
 
 pub async fn block(
@@ -389,7 +400,11 @@ pub async fn block(
     Path((id, block)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.documents().block(&id, &block).await?))
+    Ok(ok(st
+        .console
+        .documents()
+        .block(ArtifactId::named(&id)?, &block)
+        .await?))
 }
 
 pub async fn edit(
@@ -412,7 +427,12 @@ async fn edited(
     Ok(ok(st
         .console
         .documents()
-        .edit(actor, id, b.expected_token.as_deref(), &b.ops)
+        .edit(
+            actor,
+            ArtifactId::named(id)?,
+            b.expected_token.as_deref(),
+            &b.ops,
+        )
         .await?))
 }
 
@@ -423,7 +443,11 @@ pub async fn rebuild(
     In(_): In<NoBody>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, None, false)?;
-    Ok(ok(st.console.documents().rebuild(&actor, &id).await?))
+    Ok(ok(st
+        .console
+        .documents()
+        .rebuild(&actor, ArtifactId::named(&id)?)
+        .await?))
 }
 
 pub async fn block_schema() -> ApiResult<Response> {
@@ -447,7 +471,7 @@ async fn named(st: &crate::AppState, actor: &Actor, id: &str, b: &NameBody) -> A
     let v = st
         .console
         .documents()
-        .name_version(actor, id, &b.name)
+        .name_version(actor, ArtifactId::named(id)?, &b.name)
         .await?;
     let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number());
     Ok(created(v, Some(location)))
@@ -459,7 +483,10 @@ pub async fn version(
     _: Reading,
 ) -> ApiResult<Response> {
     Ok(download(
-        st.console.documents().version(&id, &number).await?,
+        st.console
+            .documents()
+            .version(ArtifactId::named(&id)?, &number)
+            .await?,
     ))
 }
 
@@ -474,7 +501,7 @@ pub async fn events(
     Ok(ok(st
         .console
         .documents()
-        .document_events(&id, &page)
+        .document_events(ArtifactId::named(&id)?, &page)
         .await?))
 }
 
@@ -485,11 +512,19 @@ pub async fn references(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.documents().artifact_references(&id).await?))
+    Ok(ok(st
+        .console
+        .documents()
+        .artifact_references(ArtifactId::named(&id)?)
+        .await?))
 }
 
 pub async fn subscribers(State(st): St, Path(id): Path<String>) -> ApiResult<Response> {
-    Ok(ok(st.console.documents().document_subscribers(&id).await?))
+    Ok(ok(st
+        .console
+        .documents()
+        .document_subscribers(ArtifactId::named(&id)?)
+        .await?))
 }
 
 pub async fn unsubscribe(
@@ -497,13 +532,11 @@ pub async fn unsubscribe(
     Extension(caller): Extension<Caller>,
     Path((id, session)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    if !super::is_session_id(&session) {
-        return Err(ErrorCode::INVALID_SESSION_ID.into());
-    }
+    let session = SessionId::named(&session)?;
     let actor = acting(&caller, None, false)?;
     st.console
         .documents()
-        .document_unsubscribe(&actor, &id, &session)
+        .document_unsubscribe(&actor, ArtifactId::named(&id)?, &session)
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

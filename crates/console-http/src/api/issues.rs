@@ -5,6 +5,7 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use countersign_console_core::ids::SessionId;
 use countersign_console_core::work::{
     EventPage, IssueFilter, IssueKey, IssueView, ProjectKey, RouteStatus, Status,
 };
@@ -294,9 +295,7 @@ pub async fn unsubscribe(
     Extension(caller): Extension<Caller>,
     Path((key, session)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    if !super::is_session_id(&session) {
-        return Err(ErrorCode::INVALID_SESSION_ID.into());
-    }
+    let session = SessionId::named(&session)?;
     let actor = acting(&caller, None, false)?;
     st.console
         .issues()

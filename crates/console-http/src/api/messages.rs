@@ -7,6 +7,7 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::NewBroadcast;
+use countersign_console_core::ids::{BroadcastId, MessageId, SessionId};
 use countersign_console_core::work::messages::{Mode, Target};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Deserialize;
@@ -128,7 +129,11 @@ pub async fn get_issue_message(
     Path((key, id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.messages().on_issue(&key, &id).await?))
+    Ok(ok(st
+        .console
+        .messages()
+        .on_issue(&key, MessageId::named(&id)?)
+        .await?))
 }
 
 pub async fn post_session_message(
@@ -141,7 +146,7 @@ pub async fn post_session_message(
     let m = st
         .console
         .messages()
-        .send_to_session(human, &session, &b.body, b.delivery)
+        .send_to_session(human, &SessionId::named(&session)?, &b.body, b.delivery)
         .await?;
     let location = location_of_message(None, &m.id);
     Ok(created(m, Some(location)))
@@ -156,7 +161,7 @@ pub async fn session_messages(
     Ok(ok(st
         .console
         .messages()
-        .of_session(&session, limit, offset)
+        .of_session(&SessionId::named(&session)?, limit, offset)
         .await?))
 }
 
@@ -167,7 +172,11 @@ pub async fn thread(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let actor = acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st.console.messages().thread(&actor, &id).await?))
+    Ok(ok(st
+        .console
+        .messages()
+        .thread(&actor, MessageId::named(&id)?)
+        .await?))
 }
 
 pub async fn retry(
@@ -178,7 +187,10 @@ pub async fn retry(
 ) -> ApiResult<Response> {
     let actor = acting(&caller, b.actor.as_deref(), false)?;
     Ok(created(
-        st.console.messages().retry(&actor, &id).await?,
+        st.console
+            .messages()
+            .retry(&actor, MessageId::named(&id)?)
+            .await?,
         None,
     ))
 }
@@ -205,7 +217,7 @@ pub async fn reply(
     let (m, is_new) = st
         .console
         .messages()
-        .reply(&actor, &id, &b.body, follow_up)
+        .reply(&actor, MessageId::named(&id)?, &b.body, follow_up)
         .await?;
     if is_new {
         let location = location_of_message(m.issue.as_ref().map(|k| k.as_str()), &m.id);
@@ -225,7 +237,7 @@ pub async fn accept(
     Ok(ok(st
         .console
         .messages()
-        .accept(&actor, &id, &attempt, b.accepted_as)
+        .accept(&actor, MessageId::named(&id)?, &attempt, b.accepted_as)
         .await?))
 }
 
@@ -266,7 +278,11 @@ pub async fn send_broadcast(
 }
 
 pub async fn get_broadcast(State(st): St, Path(id): Path<String>) -> ApiResult<Response> {
-    Ok(ok(st.console.messages().broadcast_by_id(&id).await?))
+    Ok(ok(st
+        .console
+        .messages()
+        .broadcast_by_id(BroadcastId::named(&id)?)
+        .await?))
 }
 
 // ----- the inbox's conversation parts -----
@@ -365,6 +381,6 @@ pub async fn update_agent_state(
     Ok(ok(st
         .console
         .messages()
-        .update_agent_state(human, &session, patch)
+        .update_agent_state(human, &SessionId::named(&session)?, patch)
         .await?))
 }

@@ -264,20 +264,3 @@ fn acting_inner(caller: &Caller, session: Option<&str>, required: bool) -> ApiRe
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn session_ids() {
-        assert!(is_session_id("sess-1.a_b:c"));
-        for bad in [
-            "", "a b", "a/b", "a?b", "a#b", "a<b", "a\"b", "a'b", "a`b", "a[b", "a]b", "a\\b",
-            "a|b", "a\u{7}",
-        ] {
-            assert!(!is_session_id(bad), "{bad:?}");
-        }
-        assert!(!is_session_id(&"x".repeat(129)));
-    }
-}

@@ -4,6 +4,7 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use countersign_console_core::ids::TokenId;
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +74,6 @@ pub async fn revoke(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let h = caller.human()?;
-    st.console.revoke_token(h, &id).await?;
+    st.console.revoke_token(h, TokenId::named(&id)?).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::console::asks::{AnswerKind, AnswerRow, Inbox, InboxRow};
 use countersign_console_core::doc::SafeHtml;
+use countersign_console_core::ids::{ArtifactId, AskId};
 use countersign_console_core::work::asks::{AskOption, AskView, InboxAsk, Turn};
 use countersign_console_core::{Caller, Time};
 
@@ -225,7 +226,11 @@ pub async fn ask_page(
     Path(id): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let a = match st.console.asks().ask(&id).await {
+    let a = match AskId::named(&id) {
+        Ok(id) => st.console.asks().ask(id).await,
+        Err(e) => Err(e),
+    };
+    let a = match a {
         Ok(a) => a,
         Err(e) => {
             return Ok(super::PageError::from(e)
@@ -369,16 +374,20 @@ pub async fn discussion_page(
 ) -> PageResult {
     use countersign_console_core::work::asks::{SuggestionState, ThreadState};
     let h = human(&caller)?;
-    let rendered = st.console.documents().rendered(&id).await?;
+    let rendered = st
+        .console
+        .documents()
+        .rendered(ArtifactId::named(&id)?)
+        .await?;
     let comments = st
         .console
         .asks()
-        .document_comments(&rendered.artifact.id)
+        .document_comments(ArtifactId::named(&rendered.artifact.id)?)
         .await?;
     let asks = st
         .console
         .asks()
-        .document_asks(&rendered.artifact.id, Vec::new())
+        .document_asks(ArtifactId::named(&rendered.artifact.id)?, Vec::new())
         .await?;
     let mut threads: Vec<ThreadView> = Vec::new();
     for c in comments.iter().map(|v| &v.comment) {
@@ -546,7 +555,8 @@ async fn option_labels(
     for r in rows {
         if r.answer.as_ref().is_some_and(|a| !a.options.is_empty())
             && !labels.contains_key(&r.ask.id)
-            && let Ok(a) = st.console.asks().ask(&r.ask.id).await
+            && let Some(id) = AskId::parse(&r.ask.id)
+            && let Ok(a) = st.console.asks().ask(id).await
         {
             labels.insert(r.ask.id.clone(), a.options);
         }

@@ -16,6 +16,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use countersign_console_core::console::documents::{At, VersionRead};
 use countersign_console_core::doc::{Document, RefTarget, SafeHtml, parse_ref};
+use countersign_console_core::ids::ArtifactId;
 use countersign_console_core::work::asks::Review;
 use countersign_console_core::work::documents::{ArtifactKind, ArtifactView, VersionInfo};
 use countersign_console_core::{Caller, ErrorCode};
@@ -278,12 +279,11 @@ impl std::ops::Deref for Shown {
 impl Shown {
     /// The artifact `id` names, else the error page with the way back to the projects.
     async fn read(st: &crate::AppState, id: &str) -> Result<Self, PageError> {
-        let view = st
-            .console
-            .documents()
-            .artifact(id)
-            .await
-            .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
+        let view = match ArtifactId::named(id) {
+            Ok(id) => st.console.documents().artifact(id).await,
+            Err(e) => Err(e),
+        }
+        .map_err(|e| PageError::from(e).back("/projects", "Back to the projects"))?;
         Ok(Self {
             scope: scope_of(&view),
             view,
@@ -342,11 +342,21 @@ pub async fn document_page(
     let a = Shown::read(&st, &id).await?;
     let is_document = a.kind == ArtifactKind::Document;
     let (body, versions) = if is_document {
-        let r = st.console.documents().rendered(&a.id).await?;
+        let r = st
+            .console
+            .documents()
+            .rendered(ArtifactId::named(&a.id)?)
+            .await?;
         let body = DocumentPart::of(&a.id, &r.token, &r.html, 0, FIRST_PART);
         (body, r.versions)
     } else {
-        (None, st.console.documents().versions(&a.id).await?)
+        (
+            None,
+            st.console
+                .documents()
+                .versions(ArtifactId::named(&a.id)?)
+                .await?,
+        )
     };
     let body = body.unwrap_or(DocumentPart {
         html: SafeHtml::default(),
@@ -406,7 +416,12 @@ async fn diff_of(
         let st = st.clone();
         let id = id.to_owned();
         async move {
-            match st.console.documents().version(&id, &n.to_string()).await? {
+            match st
+                .console
+                .documents()
+                .version(ArtifactId::named(&id)?, &n.to_string())
+                .await?
+            {
                 VersionRead::Document(d) => Ok(d.markdown),
                 VersionRead::Bytes { .. } => Ok(String::new()),
             }
@@ -428,6 +443,9 @@ async fn diff_of(
 /// A document's reviews, newest first (none when they cannot be read: the page shows the
 /// rest).
 async fn reviews_of(st: &crate::AppState, id: &str) -> Vec<ReviewRow> {
+    let Some(id) = ArtifactId::parse(id) else {
+        return Vec::new();
+    };
     st.console
         .asks()
         .reviews(id)
@@ -465,7 +483,11 @@ pub async fn part(
             "This part of the document needs `from` (a block index) and `token`.",
         ));
     };
-    let r = st.console.documents().rendered(&id).await?;
+    let r = st
+        .console
+        .documents()
+        .rendered(ArtifactId::named(&id)?)
+        .await?;
     if r.token != *token {
         return Ok(part_refusal(
             ErrorCode::DOCUMENT_CHANGED,
@@ -503,7 +525,12 @@ pub async fn version_page(
 ) -> PageResult {
     let h = human(&caller)?;
     let a = Shown::read(&st, &id).await?;
-    let versions = match st.console.documents().versions(&a.id).await {
+    let versions = match st
+        .console
+        .documents()
+        .versions(ArtifactId::named(&a.id)?)
+        .await
+    {
         Ok(v) => v,
         Err(e) => return Err(e.into()),
     };
@@ -520,7 +547,12 @@ pub async fn version_page(
         );
     };
     let n = info.number;
-    let (html, image) = match st.console.documents().version(&a.id, &n.to_string()).await {
+    let (html, image) = match st
+        .console
+        .documents()
+        .version(ArtifactId::named(&a.id)?, &n.to_string())
+        .await
+    {
         Ok(VersionRead::Document(d)) => (render(&d.markdown), false),
         Ok(VersionRead::Bytes { image, .. }) => (SafeHtml::default(), image),
         Err(e) => return Err(e.into()),
@@ -561,7 +593,7 @@ pub async fn edit_page(
 ) -> PageResult {
     let h = human(&caller)?;
     let a = Shown::read(&st, &id).await?;
-    let text = match st.console.documents().text(&a.id).await {
+    let text = match st.console.documents().text(ArtifactId::named(&a.id)?).await {
         Ok(t) => t,
         Err(e) => return Err(e.into()),
     };

@@ -5,6 +5,7 @@
 //! the event stream and the relay view the relay stream, without a reload.
 
 use askama::Template;
+use countersign_console_core::ids::{BroadcastId, MessageId, SessionId};
 use countersign_console_core::work::messages::{
     BroadcastRow, BroadcastView, LiveSession, MessageView, Mode, Target,
 };
@@ -236,7 +237,11 @@ pub async fn conversation_page(
     Path(session): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let messages = st.console.messages().of_session(&session, 200, 0).await?;
+    let messages = st
+        .console
+        .messages()
+        .of_session(&SessionId::named(&session)?, 200, 0)
+        .await?;
     let state = st
         .console
         .messages()
@@ -289,8 +294,8 @@ pub async fn relay_page(
     Path(session): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    if !crate::api::is_session_id(&session) {
-        return Ok(fail(&ErrorCode::INVALID_SESSION_ID.into()));
+    if let Err(e) = SessionId::named(&session) {
+        return Ok(fail(&e));
     }
     let live = live_row(&st, &session).await;
     Ok(page(
@@ -336,7 +341,11 @@ pub async fn broadcast_page(
     Path(id): Path<String>,
 ) -> PageResult {
     let h = human(&caller)?;
-    let b: BroadcastView = st.console.messages().broadcast_by_id(&id).await?;
+    let b: BroadcastView = st
+        .console
+        .messages()
+        .broadcast_by_id(BroadcastId::named(&id)?)
+        .await?;
     let row = BroadcastListRow::of(&b.row());
     Ok(page(
         StatusCode::OK,
@@ -366,7 +375,11 @@ pub async fn message_page(
     let actor = countersign_console_core::work::Actor::User {
         login: h.login.clone(),
     };
-    Ok(match st.console.messages().thread(&actor, &id).await {
+    let thread = match MessageId::named(&id) {
+        Ok(id) => st.console.messages().thread(&actor, id).await,
+        Err(e) => Err(e),
+    };
+    Ok(match thread {
         Ok(t) => match (&t.root.issue, &t.root.target) {
             (Some(k), _) => redirect(&format!("/issues/{k}")),
             (None, Some(Target::Session(s))) => redirect(&format!(

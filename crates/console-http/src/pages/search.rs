@@ -10,6 +10,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use countersign_console_core::Caller;
+use countersign_console_core::ids::{ArtifactId, CommentId};
 use countersign_console_core::work::{SearchKind, SearchRow};
 
 use super::{PageResult, St, chrome, error_text, human, page};
@@ -82,19 +83,23 @@ fn snippet_beside(title: &str, snippet: &str) -> String {
 
 /// Where a comment is read: its ask's page, its document's discussion, or its issue.
 async fn comment_place(st: &crate::AppState, id: &str) -> (String, String) {
-    match st.console.asks().comment(id).await {
+    let thread = match CommentId::named(id) {
+        Ok(id) => st.console.asks().comment(id).await,
+        Err(e) => Err(e),
+    };
+    match thread {
         Ok(t) => {
             let c = &t.comment.comment;
             match (&c.ask, &c.artifact, &c.issue) {
                 (Some(ask), _, _) => (format!("/asks/{ask}"), "a reply on an ask".to_owned()),
                 (None, Some(doc), _) => {
-                    let name = st
-                        .console
-                        .documents()
-                        .artifact(doc)
-                        .await
+                    let read = match ArtifactId::parse(doc) {
+                        Some(doc) => st.console.documents().artifact(doc).await.ok(),
+                        None => None,
+                    };
+                    let name = read
                         .map(|a| a.filename)
-                        .unwrap_or_else(|_| "a document".to_owned());
+                        .unwrap_or_else(|| "a document".to_owned());
                     (
                         format!("/artifacts/{doc}/discussion#comment-{id}"),
                         format!("on {name}"),

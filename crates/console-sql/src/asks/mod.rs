@@ -16,7 +16,7 @@
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::Time;
-use countersign_console_core::ids::Login;
+use countersign_console_core::ids::{ArtifactId, AskId, CommentId, Login};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::asks::{
     Answer, AnswerEntry, Ask, AskFilter, AskState, AskWrite, Comment, CommentFilter, InboxEntry,
@@ -111,12 +111,12 @@ impl AskTx for SqlTx {
         Ok(())
     }
 
-    async fn ask(&mut self, id: &str) -> Result<Option<Ask>, StorageError> {
+    async fn ask(&mut self, id: AskId) -> Result<Option<Ask>, StorageError> {
         let lock = self.lock();
         sqlx::query(&format!(
             "SELECT {ASK_COLUMNS} FROM console_asks WHERE id = $1{lock}"
         ))
-        .bind(id)
+        .bind(id.to_string())
         .fetch_optional(&mut *self.tx)
         .await
         .map_err(db_err)?
@@ -329,13 +329,13 @@ impl AskTx for SqlTx {
         self.inbox_entries(f, within).await
     }
 
-    async fn snooze(&mut self, login: &Login, ask: &str, until: Time) -> Result<(), StorageError> {
+    async fn snooze(&mut self, login: &Login, ask: AskId, until: Time) -> Result<(), StorageError> {
         sqlx::query(
             "INSERT INTO console_ask_snoozes (login, ask, until) VALUES ($1, $2, $3) \
              ON CONFLICT (login, ask) DO UPDATE SET until = $3",
         )
         .bind(login.as_str())
-        .bind(ask)
+        .bind(ask.to_string())
         .bind(ms(&until))
         .execute(&mut *self.tx)
         .await
@@ -343,10 +343,10 @@ impl AskTx for SqlTx {
         Ok(())
     }
 
-    async fn unsnooze(&mut self, login: &Login, ask: &str) -> Result<(), StorageError> {
+    async fn unsnooze(&mut self, login: &Login, ask: AskId) -> Result<(), StorageError> {
         sqlx::query("DELETE FROM console_ask_snoozes WHERE login = $1 AND ask = $2")
             .bind(login.as_str())
-            .bind(ask)
+            .bind(ask.to_string())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
@@ -356,11 +356,11 @@ impl AskTx for SqlTx {
     async fn snoozed_until(
         &mut self,
         login: &Login,
-        ask: &str,
+        ask: AskId,
     ) -> Result<Option<Time>, StorageError> {
         sqlx::query("SELECT until FROM console_ask_snoozes WHERE login = $1 AND ask = $2")
             .bind(login.as_str())
-            .bind(ask)
+            .bind(ask.to_string())
             .fetch_optional(&mut *self.tx)
             .await
             .map_err(db_err)?
@@ -442,12 +442,12 @@ impl AskTx for SqlTx {
         Ok(())
     }
 
-    async fn comment(&mut self, id: &str) -> Result<Option<Comment>, StorageError> {
+    async fn comment(&mut self, id: CommentId) -> Result<Option<Comment>, StorageError> {
         let lock = self.lock();
         sqlx::query(&format!(
             "SELECT {COMMENT_COLUMNS} FROM console_comments WHERE id = $1{lock}"
         ))
-        .bind(id)
+        .bind(id.to_string())
         .fetch_optional(&mut *self.tx)
         .await
         .map_err(db_err)?
@@ -605,12 +605,12 @@ impl AskTx for SqlTx {
         Ok(())
     }
 
-    async fn reviews(&mut self, artifact: &str) -> Result<Vec<Review>, StorageError> {
+    async fn reviews(&mut self, artifact: ArtifactId) -> Result<Vec<Review>, StorageError> {
         sqlx::query(
             "SELECT id, artifact, version, outcome, body, by_actor, at, ask FROM console_reviews \
              WHERE artifact = $1 ORDER BY at, id",
         )
-        .bind(artifact)
+        .bind(artifact.to_string())
         .fetch_all(&mut *self.tx)
         .await
         .map_err(db_err)?

@@ -179,7 +179,8 @@ fn broadcast(sessions: usize, rounds: usize, database_url: Option<String>) -> an
             anyhow::ensure!(r.status() == 201, "broadcast: {}", r.status());
             let posted = t0.elapsed();
             let v: Value = r.json().await?;
-            let id = v["broadcast"]["id"].as_str().unwrap_or_default().to_owned();
+            let id = v["broadcast"]["id"].as_str().unwrap_or_default();
+            let id = countersign_console_core::ids::BroadcastId::named(id)?;
             let mut last = t0;
             for _ in 0..sessions {
                 last = tokio::time::timeout(Duration::from_secs(30), rx.recv())
@@ -189,7 +190,7 @@ fn broadcast(sessions: usize, rounds: usize, database_url: Option<String>) -> an
             let received = last - t0;
             // Every attempt `sent`, read through the core every 5 ms.
             let done = loop {
-                let b = state.console.messages().broadcast_by_id(&id).await?;
+                let b = state.console.messages().broadcast_by_id(id).await?;
                 let sent = b
                     .recipients
                     .iter()

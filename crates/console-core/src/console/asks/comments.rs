@@ -25,10 +25,10 @@ impl Asks<'_> {
     pub async fn comment_on_document(
         &self,
         actor: &Actor,
-        artifact: &str,
+        artifact: ArtifactId,
         new: NewComment,
     ) -> Result<CommentView, Error> {
-        let artifact = uuid_id(artifact, "artifact")?;
+        let artifact = artifact.to_string();
         if new.artifact.is_some() {
             return Err(invalid(
                 "the path names the document: no `artifact` in the body",
@@ -74,7 +74,7 @@ impl Asks<'_> {
             .or_else(|| root.as_ref().and_then(|r| r.ask.clone()));
         let mut ask = match &on_ask {
             Some(a) => Some(
-                tx.ask(a)
+                tx.ask(AskId::parse(a).ok_or_else(|| invalid("`ask` names no ask here"))?)
                     .await?
                     .filter(|x| req.here(x.issue.as_ref(), x.artifact.as_ref()))
                     .ok_or_else(|| invalid("`ask` names no ask here"))?,
@@ -117,7 +117,7 @@ impl Asks<'_> {
             return Ok(None);
         };
         let c = tx
-            .comment(p)
+            .comment(CommentId::parse(p).ok_or_else(|| invalid("`parent` names no comment here"))?)
             .await?
             .filter(|c| req.here(c.issue.as_ref(), c.artifact.as_ref()))
             .ok_or_else(|| invalid("`parent` names no comment here"))?;
@@ -125,7 +125,7 @@ impl Asks<'_> {
             return Ok(Some(c));
         }
         let root = tx
-            .comment(&c.thread_id)
+            .comment(CommentId::parse(&c.thread_id).ok_or_else(|| not_found("thread"))?)
             .await?
             .ok_or_else(|| not_found("thread"))?;
         Ok(Some(root))
@@ -263,10 +263,9 @@ impl Asks<'_> {
     }
 
     /// One comment with its whole thread, oldest first.
-    pub async fn comment(&self, id: &str) -> Result<CommentThread, Error> {
-        let id = uuid_id(id, "comment")?;
+    pub async fn comment(&self, id: CommentId) -> Result<CommentThread, Error> {
         let mut tx = self.read().await?;
-        let c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+        let c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
         let thread = tx
             .comments(&CommentFilter {
                 thread: Some(c.thread_id.clone()),
@@ -283,14 +282,13 @@ impl Asks<'_> {
     async fn change_comment(
         &self,
         actor: &Actor,
-        id: &str,
+        id: CommentId,
         kind: &'static str,
         change: impl Fn(&mut Comment, Time) -> Result<bool, Error> + Send + Sync,
     ) -> Result<CommentView, Error> {
-        let id = uuid_id(id, "comment")?;
         let now = self.console.now();
         let (view, event) = transact!(self.console, AsksWork, |tx| {
-            let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            let mut c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
             if let (Some(k), None) = (&c.issue, &c.artifact) {
                 // Locks go comment, then issue.
                 tx.issue(k).await?;
@@ -322,7 +320,7 @@ impl Asks<'_> {
     pub async fn edit_comment(
         &self,
         actor: &Actor,
-        id: &str,
+        id: CommentId,
         body: &str,
     ) -> Result<CommentView, Error> {
         if !actor.is_human() {
@@ -345,16 +343,15 @@ impl Asks<'_> {
     pub async fn resolve_thread(
         &self,
         actor: &Actor,
-        id: &str,
+        id: CommentId,
         resolve: bool,
     ) -> Result<CommentView, Error> {
         if !resolve && !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        let id = uuid_id(id, "comment")?;
         let root = {
             let mut tx = self.read().await?;
-            tx.comment(&id)
+            tx.comment(id)
                 .await?
                 .ok_or_else(|| not_found("comment"))?
                 .thread_id
@@ -364,7 +361,8 @@ impl Asks<'_> {
         } else {
             (ThreadState::Open, "comment.reopened")
         };
-        self.change_comment(actor, &root, kind, |c, _| {
+        let root = CommentId::parse(&root).ok_or_else(|| not_found("comment"))?;
+        self.change_comment(actor, root, kind, |c, _| {
             if c.thread_state == Some(want) {
                 return Ok(false);
             }
@@ -376,7 +374,11 @@ impl Asks<'_> {
 
     /// Rejects a comment's pending suggestion (a person); a decided or absent one is
     /// SUGGESTION_STATE.
-    pub async fn reject_suggestion(&self, actor: &Actor, id: &str) -> Result<CommentView, Error> {
+    pub async fn reject_suggestion(
+        &self,
+        actor: &Actor,
+        id: CommentId,
+    ) -> Result<CommentView, Error> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
@@ -401,14 +403,13 @@ impl Asks<'_> {
     pub async fn comment_reply(
         &self,
         actor: &Actor,
-        id: &str,
+        id: CommentId,
         body: &str,
     ) -> Result<CommentView, Error> {
-        let id = uuid_id(id, "comment")?;
         let session = actor.session().ok_or(ErrorCode::INVALID_SESSION_ID)?;
         let c = {
             let mut tx = self.read().await?;
-            tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?
+            tx.comment(id).await?.ok_or_else(|| not_found("comment"))?
         };
         if !c.mentions.iter().any(|m| m == session) {
             return Err(Error::with_message(
@@ -418,7 +419,7 @@ impl Asks<'_> {
         }
         let new = NewComment {
             body: body.to_owned(),
-            parent: Some(id.clone()),
+            parent: Some(id.to_string()),
             ..Default::default()
         };
         match (&c.artifact, &c.issue) {
@@ -433,16 +434,15 @@ impl Asks<'_> {
     pub async fn retry_mention(
         &self,
         actor: &Actor,
-        id: &str,
+        id: CommentId,
         target: Option<&str>,
     ) -> Result<AttemptView, Error> {
-        let id = uuid_id(id, "comment")?;
         if target.is_some_and(|t| !is_session_id(t)) {
             return Err(ErrorCode::INVALID_SESSION_ID.into());
         }
         // The whole `WorkTx`: the attempt opens through the messages' code.
         let opened = transact!(self.console, WorkTx, |tx| {
-            let c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            let c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
             let session = match (target, c.mentions.as_slice()) {
                 (_, []) => return Err(invalid("the comment mentions no session")),
                 (None, [only]) => only.clone(),
@@ -469,14 +469,17 @@ impl Asks<'_> {
     /// replacement as a quote-anchored `replace` edit of the document, in the same transaction
     /// (the edit's refusals, QUOTE_NOT_FOUND, QUOTE_AMBIGUOUS, TARGET_NOT_FOUND, leave both
     /// unchanged); a decided or absent suggestion is SUGGESTION_STATE.
-    pub async fn accept_suggestion(&self, actor: &Actor, id: &str) -> Result<CommentView, Error> {
+    pub async fn accept_suggestion(
+        &self,
+        actor: &Actor,
+        id: CommentId,
+    ) -> Result<CommentView, Error> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        let id = uuid_id(id, "comment")?;
         // The whole `WorkTx`: the suggestion is applied through the documents' edit.
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
-            let mut c = tx.comment(&id).await?.ok_or_else(|| not_found("comment"))?;
+            let mut c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
             let replacement = match &c.suggestion {
                 Some(CommentSuggestion {
                     replacement,
@@ -514,8 +517,8 @@ impl Asks<'_> {
     }
 
     /// A document's comments, oldest first.
-    pub async fn document_comments(&self, artifact: &str) -> Result<Vec<CommentView>, Error> {
-        let artifact = uuid_id(artifact, "artifact")?;
+    pub async fn document_comments(&self, artifact: ArtifactId) -> Result<Vec<CommentView>, Error> {
+        let artifact = artifact.to_string();
         let mut tx = self.read().await?;
         self.document_in(&mut *tx, &artifact).await?;
         let cs = tx

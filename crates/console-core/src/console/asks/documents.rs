@@ -228,10 +228,10 @@ impl Asks<'_> {
     pub async fn open_document_ask(
         &self,
         actor: &Actor,
-        artifact: &str,
+        artifact: ArtifactId,
         new: NewAsk,
     ) -> Result<AskView, Error> {
-        let artifact = uuid_id(artifact, "artifact")?;
+        let artifact = artifact.to_string();
         let question = check_text(&new.question, "a question", QUESTION_MAX)?;
         let options = check_options(&new.options)?;
         let now = self.console.now();
@@ -309,10 +309,10 @@ impl Asks<'_> {
     /// A document's asks, oldest first, in `states` (any when empty).
     pub async fn document_asks(
         &self,
-        artifact: &str,
+        artifact: ArtifactId,
         states: Vec<AskState>,
     ) -> Result<Vec<AskView>, Error> {
-        let artifact = uuid_id(artifact, "artifact")?;
+        let artifact = artifact.to_string();
         let mut tx = self.read().await?;
         self.document_in(&mut *tx, &artifact).await?;
         let f = AskFilter {
@@ -330,10 +330,10 @@ impl Asks<'_> {
     pub async fn request_approval(
         &self,
         actor: &Actor,
-        artifact: &str,
+        artifact: ArtifactId,
         r: ApprovalIn,
     ) -> Result<ApprovalRequested, Error> {
-        let artifact = uuid_id(artifact, "artifact")?;
+        let artifact = artifact.to_string();
         let summary = r
             .summary
             .as_deref()
@@ -399,7 +399,7 @@ impl Asks<'_> {
         artifact: &str,
     ) -> Result<Option<Approved>, Error> {
         Ok(tx
-            .reviews(artifact)
+            .reviews(ArtifactId::parse(artifact).ok_or_else(|| not_found("artifact"))?)
             .await?
             .into_iter()
             .rev()
@@ -435,7 +435,8 @@ impl Asks<'_> {
         now: Time,
     ) -> Result<AskView, Error> {
         // Locks go ask, then document: read it again locked.
-        let mut ask = tx.ask(&ask.id).await?.unwrap_or_else(|| ask.clone());
+        let id = AskId::parse(&ask.id).ok_or_else(|| not_found("ask"))?;
+        let mut ask = tx.ask(id).await?.unwrap_or_else(|| ask.clone());
         ask.approval = Some(approval);
         if let Some(s) = summary {
             ask.question = s.to_owned();
@@ -454,10 +455,11 @@ impl Asks<'_> {
     pub async fn review(
         &self,
         actor: &Actor,
-        artifact: &str,
+        artifact: ArtifactId,
         r: ReviewIn,
     ) -> Result<(Review, Option<AskView>), Error> {
-        self.review_answering(actor, artifact, r, None).await
+        self.review_answering(actor, &artifact.to_string(), r, None)
+            .await
     }
 
     /// A review that answers approval ask `ask` (the answer route on an approval ask), or
@@ -490,7 +492,10 @@ impl Asks<'_> {
                 None => Self::open_approval(tx, &artifact).await?.map(|x| x.id),
             };
             let open = match open {
-                Some(id) => tx.ask(&id).await?,
+                Some(id) => {
+                    tx.ask(AskId::parse(&id).ok_or_else(|| not_found("ask"))?)
+                        .await?
+                }
                 None => None,
             };
             let mut events = Vec::new();
@@ -606,10 +611,9 @@ impl Asks<'_> {
     }
 
     /// A document's reviews, oldest first.
-    pub async fn reviews(&self, artifact: &str) -> Result<Vec<Review>, Error> {
-        let artifact = uuid_id(artifact, "artifact")?;
+    pub async fn reviews(&self, artifact: ArtifactId) -> Result<Vec<Review>, Error> {
         let mut tx = self.read().await?;
-        self.document_in(&mut *tx, &artifact).await?;
-        Ok(tx.reviews(&artifact).await?)
+        self.document_in(&mut *tx, &artifact.to_string()).await?;
+        Ok(tx.reviews(artifact).await?)
     }
 }

@@ -95,8 +95,7 @@ impl Asks<'_> {
     /// Snoozes an inbox row for the caller until `until` (in the future, at most 365 days
     /// ahead: else INVALID_STATE). An ask that is nobody's turn is in no inbox: ASK_STATE.
     /// Appends `inbox.snoozed` (`{ask, login, snoozed_until}`; no issue's or document's log).
-    pub async fn snooze(&self, human: &Human, id: &str, until: Time) -> Result<InboxRow, Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn snooze(&self, human: &Human, id: AskId, until: Time) -> Result<InboxRow, Error> {
         let now = self.console.now();
         if until <= now || until > now + Duration::days(SNOOZE_DAYS_MAX) {
             return Err(Error::with_message(
@@ -108,16 +107,16 @@ impl Asks<'_> {
             login: human.login.clone(),
         };
         let (row, event) = transact!(self.console, AsksWork, |tx| {
-            let ask = self.locked_ask(tx, &id).await?;
+            let ask = self.locked_ask(tx, id).await?;
             if ask.turn.is_none() {
                 return Err(ask_state(
                     ask.state,
                     "the ask waits on nobody: it is in no inbox",
                 ));
             }
-            tx.snooze(&human.login, &id, until).await?;
+            tx.snooze(&human.login, id, until).await?;
             let data = serde_json::to_value(SnoozeData {
-                ask: &id,
+                ask: &id.to_string(),
                 login: &human.login,
                 snoozed_until: Some(until),
             })
@@ -133,19 +132,18 @@ impl Asks<'_> {
 
     /// Un-snoozes an inbox row for the caller (one not snoozed: done already, no event);
     /// appends `inbox.unsnoozed`.
-    pub async fn unsnooze(&self, human: &Human, id: &str) -> Result<(), Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn unsnooze(&self, human: &Human, id: AskId) -> Result<(), Error> {
         let actor = Actor::User {
             login: human.login.clone(),
         };
         let event = transact!(self.console, AsksWork, |tx| {
-            let ask = self.locked_ask(tx, &id).await?;
-            if tx.snoozed_until(&human.login, &id).await?.is_none() {
+            let ask = self.locked_ask(tx, id).await?;
+            if tx.snoozed_until(&human.login, id).await?.is_none() {
                 return Ok(None);
             }
-            tx.unsnooze(&human.login, &id).await?;
+            tx.unsnooze(&human.login, id).await?;
             let data = serde_json::to_value(SnoozeData {
-                ask: &id,
+                ask: &id.to_string(),
                 login: &human.login,
                 snoozed_until: None,
             })

@@ -98,10 +98,9 @@ impl Asks<'_> {
     }
 
     /// One ask with replies, edit history and answers.
-    pub async fn ask(&self, id: &str) -> Result<AskView, Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn ask(&self, id: AskId) -> Result<AskView, Error> {
         let mut tx = self.read().await?;
-        let a = tx.ask(&id).await?.ok_or_else(|| not_found("ask"))?;
+        let a = tx.ask(id).await?.ok_or_else(|| not_found("ask"))?;
         self.ask_full(&mut *tx, a).await
     }
 
@@ -194,10 +193,9 @@ impl Asks<'_> {
     pub async fn reword_ask(
         &self,
         actor: &Actor,
-        id: &str,
+        id: AskId,
         patch: AskPatch,
     ) -> Result<AskView, Error> {
-        let id = uuid_id(id, "ask")?;
         let question = patch
             .question
             .as_deref()
@@ -207,7 +205,7 @@ impl Asks<'_> {
         let now = self.console.now();
         // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
-            let mut ask = self.locked_ask(tx, &id).await?;
+            let mut ask = self.locked_ask(tx, id).await?;
             Self::as_author(actor, &ask)?;
             if ask.state != AskState::Open {
                 return Err(ask_state(ask.state, "only an open ask is reworded"));
@@ -220,7 +218,7 @@ impl Asks<'_> {
             }
             // The wording being replaced, with who wrote it and when.
             tx.add_wording(
-                &id,
+                &id.to_string(),
                 &Wording {
                     question: ask.question.clone(),
                     options: ask.options.clone(),
@@ -252,8 +250,12 @@ impl Asks<'_> {
     /// Answers an ask (a person): selected options and/or text. An answered ask takes a later
     /// answer, which becomes current; the earlier stays in the answers history. Then it is
     /// its agent's turn.
-    pub async fn answer_ask(&self, actor: &Actor, id: &str, a: AnswerIn) -> Result<AskView, Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn answer_ask(
+        &self,
+        actor: &Actor,
+        id: AskId,
+        a: AnswerIn,
+    ) -> Result<AskView, Error> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
@@ -261,14 +263,14 @@ impl Asks<'_> {
         // An approval ask is answered by a review of the version it asks about.
         let approval = {
             let mut tx = self.read().await?;
-            tx.ask(&id).await?.filter(|a| a.kind == AskKind::Approval)
+            tx.ask(id).await?.filter(|a| a.kind == AskKind::Approval)
         };
         if let Some(ask) = approval {
             return self.answer_approval(actor, ask, &selected, text).await;
         }
         let now = self.console.now();
         let (view, event) = transact!(self.console, AsksWork, |tx| {
-            let mut ask = self.locked_ask(tx, &id).await?;
+            let mut ask = self.locked_ask(tx, id).await?;
             if !matches!(ask.state, AskState::Open | AskState::Answered) {
                 return Err(ask_state(
                     ask.state,
@@ -287,7 +289,7 @@ impl Asks<'_> {
                 by: actor.clone(),
                 at: now,
             };
-            tx.add_answer(&id, &answer).await?;
+            tx.add_answer(&id.to_string(), &answer).await?;
             ask.answer = Some(answer);
             ask.state = AskState::Answered;
             // An answered ask is not open: it leaves the inbox (issue 27; docs/decisions.md).
@@ -344,8 +346,7 @@ impl Asks<'_> {
     }
 
     /// Retracts or resolves an open ask without an answer.
-    pub async fn close_ask(&self, actor: &Actor, id: &str, c: CloseIn) -> Result<AskView, Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn close_ask(&self, actor: &Actor, id: AskId, c: CloseIn) -> Result<AskView, Error> {
         let note = c
             .note
             .as_deref()
@@ -362,7 +363,7 @@ impl Asks<'_> {
         let now = self.console.now();
         // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
-            let mut ask = self.locked_ask(tx, &id).await?;
+            let mut ask = self.locked_ask(tx, id).await?;
             if ask.state != AskState::Open {
                 return Err(ask_state(
                     ask.state,
@@ -398,10 +399,9 @@ impl Asks<'_> {
 
     /// The sessions an ask's answer and replies reach: its author's session, its followers,
     /// and the sessions subscribed to its issue; each once, by the first of those.
-    pub async fn recipients(&self, id: &str) -> Result<Vec<Recipient>, Error> {
-        let id = uuid_id(id, "ask")?;
+    pub async fn recipients(&self, id: AskId) -> Result<Vec<Recipient>, Error> {
         let mut tx = self.read().await?;
-        let ask = tx.ask(&id).await?.ok_or_else(|| not_found("ask"))?;
+        let ask = tx.ask(id).await?.ok_or_else(|| not_found("ask"))?;
         self.recipients_of(&mut *tx, &ask).await
     }
 
@@ -444,14 +444,11 @@ impl Asks<'_> {
     pub async fn follow_ask(
         &self,
         actor: &Actor,
-        id: &str,
-        session: &str,
+        id: AskId,
+        session: &SessionId,
         follow: bool,
     ) -> Result<(), Error> {
-        let id = uuid_id(id, "ask")?;
-        if !is_session_id(session) {
-            return Err(ErrorCode::INVALID_SESSION_ID.into());
-        }
+        let session = session.as_str();
         if !actor.is_human() && actor.session() != Some(session) {
             return Err(Error::with_message(
                 ErrorCode::SESSION_FORBIDDEN,
@@ -460,7 +457,7 @@ impl Asks<'_> {
         }
         let now = self.console.now();
         let event = transact!(self.console, AsksWork, |tx| {
-            let mut ask = self.locked_ask(tx, &id).await?;
+            let mut ask = self.locked_ask(tx, id).await?;
             let has = ask.followers.iter().any(|f| f == session);
             if has == follow {
                 return Ok(None);

@@ -31,6 +31,8 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 use crate::doc;
+use crate::ids::SessionId;
+use crate::ids::{ArtifactId, AskId, CommentId};
 use crate::work::asks::{
     Answer, AnswerEntry, Approval, Approved, Ask, AskFilter, AskKind, AskOption, AskState, AskView,
     AssigneeFilter, Closed, Comment, CommentFilter, CommentSuggestion, CommentView, InboxFilter,
@@ -575,7 +577,7 @@ impl Asks<'_> {
         Ok(v)
     }
 
-    async fn locked_ask(&self, tx: &mut dyn AsksWork, id: &str) -> Result<Ask, Error> {
+    async fn locked_ask(&self, tx: &mut dyn AsksWork, id: AskId) -> Result<Ask, Error> {
         tx.ask(id).await?.ok_or_else(|| not_found("ask"))
     }
 }

@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::*;
+use crate::ids::SessionGroupId;
 use crate::work::delivery::{DeliveryTx, SessionGroup};
 
 /// Session group names at most this many characters (protocol §2).
@@ -137,11 +138,11 @@ impl Delivery<'_> {
     pub async fn update_session_group(
         &self,
         actor: &Actor,
-        id: &str,
+        id: SessionGroupId,
         patch: &SessionGroupPatch,
         live_titles: &[(String, String)],
     ) -> Result<SessionGroup, Error> {
-        let id = uuid_of(id)?;
+        let id = id.to_string();
         let name = patch.name.as_deref().map(Self::group_name).transpose()?;
         let add = Self::group_sessions(&patch.add)?;
         let remove = Self::group_sessions(&patch.remove)?;
@@ -170,8 +171,12 @@ impl Delivery<'_> {
     }
 
     /// Deletes a group: its sessions show as themselves again.
-    pub async fn delete_session_group(&self, actor: &Actor, id: &str) -> Result<(), Error> {
-        let id = uuid_of(id)?;
+    pub async fn delete_session_group(
+        &self,
+        actor: &Actor,
+        id: SessionGroupId,
+    ) -> Result<(), Error> {
+        let id = id.to_string();
         let event = transact!(self.console, DeliveryWork, |tx| {
             if !tx.delete_session_group(&id).await? {
                 return Err(Error::with_message(
@@ -185,10 +190,4 @@ impl Delivery<'_> {
         self.console.event_committed(event.id);
         Ok(())
     }
-}
-
-/// A UUID path id, lower-cased (protocol §5); anything else names nothing.
-fn uuid_of(id: &str) -> Result<String, Error> {
-    crate::ids::uuid_id(id)
-        .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such session group"))
 }

@@ -78,7 +78,7 @@ impl Documents<'_> {
     /// A document by id for a read: settled first when due, loaded, with its row.
     async fn read_document(
         &self,
-        id: &str,
+        id: ArtifactId,
     ) -> Result<(Artifact, Document, Box<dyn DocumentsWork>), Error> {
         let a = self.current(id).await?;
         if a.kind != ArtifactKind::Document {
@@ -104,7 +104,7 @@ impl Documents<'_> {
     }
 
     /// A document's blocks with ranges, tokens and reference counts, in document order.
-    pub async fn blocks(&self, id: &str) -> Result<BlocksView, Error> {
+    pub async fn blocks(&self, id: ArtifactId) -> Result<BlocksView, Error> {
         let (a, d, mut tx) = self.read_document(id).await?;
         let counts = self.ref_counts(&mut *tx, &a).await?;
         Ok(blocks_view(&d, &counts))
@@ -114,7 +114,7 @@ impl Documents<'_> {
     /// listing a large document's blocks costs far more than sending them again (a 1 MiB
     /// document has tens of thousands), and the answer changes only with the document (its
     /// sequence and token) or its edges.
-    pub async fn blocks_json(&self, id: &str) -> Result<Arc<[u8]>, Error> {
+    pub async fn blocks_json(&self, id: ArtifactId) -> Result<Arc<[u8]>, Error> {
         let a = self.current(id).await?;
         if a.kind != ArtifactKind::Document {
             return Err(not_document());
@@ -149,7 +149,7 @@ impl Documents<'_> {
     }
 
     /// One block's position (TARGET_NOT_FOUND for an id the document lacks).
-    pub async fn block(&self, id: &str, block: &str) -> Result<BlockView, Error> {
+    pub async fn block(&self, id: ArtifactId, block: &str) -> Result<BlockView, Error> {
         let (a, d, mut tx) = self.read_document(id).await?;
         let position = d.position(block).ok_or_else(|| {
             Error::with_message(
@@ -168,7 +168,7 @@ impl Documents<'_> {
 
     /// A document for its page: the sanitized HTML (console refs pointing at the pages) and
     /// the versions.
-    pub async fn rendered(&self, id: &str) -> Result<Rendered, Error> {
+    pub async fn rendered(&self, id: ArtifactId) -> Result<Rendered, Error> {
         let (a, d, mut tx) = self.read_document(id).await?;
         let versions = tx.versions(&a.id).await?;
         Ok(Rendered {

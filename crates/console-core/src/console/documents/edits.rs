@@ -51,11 +51,11 @@ impl Documents<'_> {
     pub async fn edit(
         &self,
         actor: &Actor,
-        id: &str,
+        id: ArtifactId,
         expected_token: Option<&str>,
         ops: &[doc::EditOp],
     ) -> Result<EditAnswer, Error> {
-        let id = artifact_id(id)?;
+        let id = id.to_string();
         // The whole `WorkTx`: an edit goes through the asks' code in its transaction (an open
         // approval ask follows the new content).
         let (answer, events, kept) = transact!(self.console, WorkTx, |tx| {
@@ -236,8 +236,8 @@ impl Documents<'_> {
     /// afresh (new block ids); appends `document.rebuilt`. A document that loads is 409
     /// DOCUMENT_LIVE when it has edits of the last five minutes not yet settled (someone is
     /// working in it: new ids would fail their next edits), else DOCUMENT_LOADS.
-    pub async fn rebuild(&self, actor: &Actor, id: &str) -> Result<ArtifactView, Error> {
-        let id = artifact_id(id)?;
+    pub async fn rebuild(&self, actor: &Actor, id: ArtifactId) -> Result<ArtifactView, Error> {
+        let id = id.to_string();
         let (view, events, kept) = transact!(self.console, DocumentsWork, |tx| {
             let mut a = Self::artifact_in(tx, &id).await?;
             if a.kind != ArtifactKind::Document {

@@ -47,6 +47,7 @@ use serde_json::{Value, json};
 use super::work::{invalid, not_found};
 use super::*;
 use crate::doc::{self, Document};
+use crate::ids::{ArtifactId, SessionId};
 use crate::storage::StorageError;
 use crate::work::documents::{
     Artifact, ArtifactKind, ArtifactView, Content, DocumentVersion, Scope, Version, VersionInfo,
@@ -138,12 +139,6 @@ pub fn artifact_ref(a: &Artifact) -> String {
         Scope::Agent(s) => format!("countersign://agent/{s}/artifact/{}", a.slug),
         _ => format!("countersign://artifact/{}", a.id),
     }
-}
-
-/// A path's artifact id: a UUID in any case, answered lowercase with hyphens; else the path
-/// names nothing (404).
-fn artifact_id(id: &str) -> Result<String, Error> {
-    crate::ids::uuid_id(id).ok_or_else(|| not_found("artifact"))
 }
 
 /// The console itself, as the actor of what no request did (content settling).
@@ -249,8 +244,8 @@ impl Documents<'_> {
 
     /// An artifact by id, its content settled first when it is due (so no read answers
     /// content older than five minutes as unsettled).
-    async fn current(&self, id: &str) -> Result<Artifact, Error> {
-        let id = artifact_id(id)?;
+    async fn current(&self, id: ArtifactId) -> Result<Artifact, Error> {
+        let id = id.to_string();
         let a = {
             let mut tx = self.read().await?;
             tx.artifact(&id)

@@ -7,7 +7,7 @@ use crate::work::{EventPage, Subscriber, rules};
 
 impl Documents<'_> {
     /// Document metadata and current version.
-    pub async fn artifact(&self, id: &str) -> Result<ArtifactView, Error> {
+    pub async fn artifact(&self, id: ArtifactId) -> Result<ArtifactView, Error> {
         Ok(ArtifactView::of(&self.current(id).await?))
     }
 
@@ -24,7 +24,9 @@ impl Documents<'_> {
         };
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            out.push(ArtifactView::of(&self.current(&id).await?));
+            out.push(ArtifactView::of(
+                &self.current(ArtifactId::named(&id)?).await?,
+            ));
         }
         Ok(out)
     }
@@ -46,7 +48,7 @@ impl Documents<'_> {
     }
 
     /// Every version of an artifact, oldest first (the document page's list).
-    pub async fn versions(&self, id: &str) -> Result<Vec<VersionInfo>, Error> {
+    pub async fn versions(&self, id: ArtifactId) -> Result<Vec<VersionInfo>, Error> {
         let a = self.current(id).await?;
         let mut tx = self.read().await?;
         Ok(tx
@@ -58,7 +60,7 @@ impl Documents<'_> {
     }
 
     /// A document's canonical markdown, token and current version.
-    pub async fn text(&self, id: &str) -> Result<TextView, Error> {
+    pub async fn text(&self, id: ArtifactId) -> Result<TextView, Error> {
         let a = self.current(id).await?;
         if a.kind != ArtifactKind::Document {
             return Err(not_document());
@@ -73,7 +75,7 @@ impl Documents<'_> {
 
     /// One version: a document's as JSON, a file's or image's bytes. A number that is not a
     /// version: 404.
-    pub async fn version(&self, id: &str, number: &str) -> Result<VersionRead, Error> {
+    pub async fn version(&self, id: ArtifactId, number: &str) -> Result<VersionRead, Error> {
         let a = self.current(id).await?;
         self.version_of(&a, number).await
     }
@@ -130,10 +132,10 @@ impl Documents<'_> {
     pub async fn name_version(
         &self,
         actor: &Actor,
-        id: &str,
+        id: ArtifactId,
         name: &str,
     ) -> Result<NamedVersion, Error> {
-        let id = artifact_id(id)?;
+        let id = id.to_string();
         let name = name.trim();
         if name.is_empty() || name.chars().any(char::is_control) {
             return Err(invalid(
@@ -181,14 +183,18 @@ impl Documents<'_> {
     }
 
     /// A page of a document's event log.
-    pub async fn document_events(&self, id: &str, page: &EventPage) -> Result<Vec<Event>, Error> {
+    pub async fn document_events(
+        &self,
+        id: ArtifactId,
+        page: &EventPage,
+    ) -> Result<Vec<Event>, Error> {
         let a = self.current(id).await?;
         let mut tx = self.read().await?;
         Ok(tx.document_events(&a.id, page).await?)
     }
 
     /// Sessions subscribed to a document's topics, first subscribed first.
-    pub async fn document_subscribers(&self, id: &str) -> Result<Vec<Subscriber>, Error> {
+    pub async fn document_subscribers(&self, id: ArtifactId) -> Result<Vec<Subscriber>, Error> {
         let a = self.current(id).await?;
         let mut tx = self.read().await?;
         Ok(tx
@@ -204,10 +210,11 @@ impl Documents<'_> {
     pub async fn document_unsubscribe(
         &self,
         actor: &Actor,
-        id: &str,
-        session: &str,
+        id: ArtifactId,
+        session: &SessionId,
     ) -> Result<(), Error> {
-        let id = artifact_id(id)?;
+        let id = id.to_string();
+        let session = session.as_str();
         let event = transact!(self.console, DocumentsWork, |tx| {
             let a = Self::artifact_in(tx, &id).await?;
             if !tx

@@ -9,7 +9,7 @@ use crate::work::documents::{Edge, EdgeKind, EdgeQuery, EdgeView, References};
 
 impl Documents<'_> {
     /// Cross-references to and from a document.
-    pub async fn artifact_references(&self, id: &str) -> Result<References, Error> {
+    pub async fn artifact_references(&self, id: ArtifactId) -> Result<References, Error> {
         let a = self.current(id).await?;
         let node = artifact_ref(&a);
         let mut tx = self.read().await?;

@@ -81,7 +81,7 @@ impl Messages<'_> {
     pub async fn accept(
         &self,
         actor: &Actor,
-        id: &str,
+        id: MessageId,
         attempt: &str,
         accepted_as: Option<Mode>,
     ) -> Result<Accepted, Error> {
@@ -89,7 +89,7 @@ impl Messages<'_> {
         if accepted_as == Some(Mode::Send) {
             return Err(message_input("`as` is aside or steer"));
         }
-        let id = uuid_of(id).ok_or_else(no_message)?;
+        let id = id.to_string();
         let number = attempt_number(attempt)?;
         let now = self.console.now();
         let (accepted, event) = transact!(self.console, MessagesWork, |tx| {

@@ -297,9 +297,9 @@ impl Messages<'_> {
     }
 
     /// One broadcast with every recipient's attempts and replies, recipients in send order.
-    pub async fn broadcast_by_id(&self, id: &str) -> Result<BroadcastView, Error> {
+    pub async fn broadcast_by_id(&self, id: BroadcastId) -> Result<BroadcastView, Error> {
         let nf = || Error::with_message(ErrorCode::NOT_FOUND, "no such broadcast");
-        let id = uuid_of(id).ok_or_else(nf)?;
+        let id = id.to_string();
         let mut tx = self.read().await?;
         let b = tx.broadcast(&id).await?.ok_or_else(nf)?;
         let copies = tx.broadcast_messages(&b.id).await?;

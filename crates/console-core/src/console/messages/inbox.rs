@@ -349,10 +349,10 @@ impl Messages<'_> {
     pub async fn update_agent_state(
         &self,
         human: &Human,
-        session: &str,
+        session: &SessionId,
         patch: AgentPatch,
     ) -> Result<AgentState, Error> {
-        check_session(session)?;
+        let session = session.as_str();
         let now = self.console.now();
         let cleared = patch.cleared_before.map(|t| mark(t, now)).transpose()?;
         let read = patch.read_through.map(|t| mark(t, now)).transpose()?;

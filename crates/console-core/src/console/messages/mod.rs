@@ -20,6 +20,7 @@
 
 use super::work::not_found;
 use super::*;
+use crate::ids::{BroadcastId, MessageId, SessionId};
 use crate::work::messages::{
     Attempt, AttemptView, DeliveryContent, DeliveryKind, Message, MessageView, Mode, Target,
 };

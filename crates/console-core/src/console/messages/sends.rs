@@ -150,11 +150,11 @@ impl Messages<'_> {
     pub async fn send_to_session(
         &self,
         human: &Human,
-        session: &str,
+        session: &SessionId,
         body: &str,
         delivery: Option<Mode>,
     ) -> Result<MessageView, Error> {
-        check_session(session)?;
+        let session = session.as_str();
         check_body(body)?;
         let author = Actor::User {
             login: human.login.clone(),
@@ -171,8 +171,8 @@ impl Messages<'_> {
 
     /// Retries a targeted message: one new attempt per session it reaches now (its session,
     /// or every live session advertising its role), requested by `actor`.
-    pub async fn retry(&self, actor: &Actor, id: &str) -> Result<Vec<AttemptView>, Error> {
-        let id = uuid_of(id).ok_or_else(no_message)?;
+    pub async fn retry(&self, actor: &Actor, id: MessageId) -> Result<Vec<AttemptView>, Error> {
+        let id = id.to_string();
         let opened = transact!(self.console, MessagesWork, |tx| {
             let m = tx
                 .message(&id)
@@ -197,13 +197,13 @@ impl Messages<'_> {
     pub async fn reply(
         &self,
         actor: &Actor,
-        id: &str,
+        id: MessageId,
         body: &str,
         follow_up: bool,
     ) -> Result<(MessageView, bool), Error> {
         let session = session_of(actor)?;
         check_body(body)?;
-        let id = uuid_of(id).ok_or_else(no_message)?;
+        let id = id.to_string();
         let (view, event) = transact!(self.console, MessagesWork, |tx| {
             let m = tx.message(&id).await?.ok_or_else(no_message)?;
             self.check_delivered(tx, &m, &session).await?;

@@ -6,9 +6,9 @@ use crate::work::messages::Thread;
 
 impl Messages<'_> {
     /// One message on an issue, with its attempts and replies.
-    pub async fn on_issue(&self, key: &str, id: &str) -> Result<MessageView, Error> {
+    pub async fn on_issue(&self, key: &str, id: MessageId) -> Result<MessageView, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
-        let id = uuid_of(id).ok_or_else(no_message)?;
+        let id = id.to_string();
         let mut tx = self.read().await?;
         let m = tx
             .message(&id)
@@ -22,8 +22,8 @@ impl Messages<'_> {
     /// deliveries, and every other message, oldest first. On a direct thread (no issue) a
     /// bearer names its session, which must be the root's target or have replied in it
     /// (THREAD_FORBIDDEN): a guard against mistakes, not an authorization boundary.
-    pub async fn thread(&self, caller: &Actor, id: &str) -> Result<Thread, Error> {
-        let id = uuid_of(id).ok_or_else(no_message)?;
+    pub async fn thread(&self, caller: &Actor, id: MessageId) -> Result<Thread, Error> {
+        let id = id.to_string();
         let mut tx = self.read().await?;
         let m = tx.message(&id).await?.ok_or_else(no_message)?;
         let all = tx
@@ -54,11 +54,11 @@ impl Messages<'_> {
     /// A session's targeted messages (to it, or to a role it received), newest first.
     pub async fn of_session(
         &self,
-        session: &str,
+        session: &SessionId,
         limit: u32,
         offset: u32,
     ) -> Result<Vec<MessageView>, Error> {
-        check_session(session)?;
+        let session = session.as_str();
         let mut tx = self.read().await?;
         let ms = tx.session_messages(session, limit, offset).await?;
         self.views(&mut *tx, &ms).await

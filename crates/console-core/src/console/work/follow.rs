@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::caller::Human;
+use crate::ids::SessionId;
 use crate::work::{EventPage, ReadState, Subscriber};
 
 impl Issues<'_> {
@@ -74,8 +75,14 @@ impl Issues<'_> {
 
     /// Unsubscribes a session from an issue (a later action there subscribes it again);
     /// appends `subscription.removed`. A session not subscribed: done already.
-    pub async fn unsubscribe(&self, actor: &Actor, key: &str, session: &str) -> Result<(), Error> {
+    pub async fn unsubscribe(
+        &self,
+        actor: &Actor,
+        key: &str,
+        session: &SessionId,
+    ) -> Result<(), Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
+        let session = session.as_str();
         let event = transact!(self.console, IssuesWork, |tx| {
             let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
             if !tx

@@ -10,6 +10,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use countersign_console_core::Caller;
 use countersign_console_core::doc::SafeHtml;
+use countersign_console_core::ids::ArtifactId;
 use countersign_console_core::work::asks::{AskState, AskView, CommentView, ThreadState};
 use countersign_console_core::work::{Actor, Event, EventPage, IssueView};
 use serde_json::Value;
@@ -305,13 +306,16 @@ async fn issue_documents(st: &crate::AppState, key: &str, issue: &IssueView) -> 
         .as_ref()
         .and_then(|d| d["id"].as_str().map(str::to_owned));
     let description = match &primary {
-        Some(id) => st
-            .console
-            .documents()
-            .rendered(id)
-            .await
-            .ok()
-            .map(|r| (format!("/artifacts/{id}"), r.html)),
+        Some(id) => match ArtifactId::parse(id) {
+            Some(a) => st
+                .console
+                .documents()
+                .rendered(a)
+                .await
+                .ok()
+                .map(|r| (format!("/artifacts/{id}"), r.html)),
+            None => None,
+        },
         None => None,
     };
     let links = artifacts

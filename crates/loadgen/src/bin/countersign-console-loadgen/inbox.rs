@@ -14,7 +14,7 @@ pub(super) async fn reword(
         .asks()
         .reword_ask(
             agent,
-            id,
+            countersign_console_core::ids::AskId::named(id)?,
             countersign_console_core::console::asks::AskPatch {
                 question: Some(format!("Reworded, take {turn}?")),
                 ..Default::default()
