@@ -32,7 +32,6 @@ impl SqlStorage {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(db_err)?;
-            self.settled().await?;
             for r in rows {
                 into.push(r.try_get::<String, _>("id").map_err(db_err)?);
             }

@@ -50,7 +50,6 @@
 //! for it (up to the 3 s acquire timeout). It is meant for tests.
 
 mod batch;
-mod durable;
 mod error;
 mod inventory;
 mod once;
@@ -69,7 +68,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::durable::Durable;
 use crate::error::{begin_err, db_err};
 use crate::once::{OnceBatcher, Target};
 use crate::reads::Reads;
@@ -137,10 +135,6 @@ impl SqlStorage {
         sqlx::any::install_default_drivers();
         let (url, synchronous) = take_synchronous(url)?;
         let url = url.as_str();
-        // `FULL` on a file: the connections commit without the sync, and the writer syncs the
-        // log after each batch, outside its turn (durable.rs).
-        let sync_after = synchronous == "FULL" && !is_sqlite_memory(url);
-        let synchronous = if sync_after { "NORMAL" } else { synchronous };
         let shown_url: Arc<str> = redact_url(url).into();
         let backend = Backend::of_url(url).ok_or_else(|| {
             StorageError::Other(format!(
@@ -184,16 +178,8 @@ impl SqlStorage {
         }
         .map_err(begin_err)?;
         countersign_common::sql::migrate(migration, backend, &schema::SCHEMA).await?;
-        let durable = match backend {
-            Backend::Sqlite if sync_after => Some(Durable::new(database_file(&pool).await?)),
-            _ => None,
-        };
         let writer = (backend == Backend::Sqlite)
-            .then(|| Writer::start(pool.clone(), !is_sqlite_memory(url), durable));
-        if let Some(w) = &writer {
-            // The migration committed without the sync.
-            w.sync_now().await?;
-        }
+            .then(|| Writer::start(pool.clone(), !is_sqlite_memory(url)));
         let once = OnceBatcher::start(Target {
             pool: pool.clone(),
             backend,
@@ -252,15 +238,6 @@ impl SqlStorage {
         self.pool.close().await;
     }
 
-    /// After a statement on the pool outside a transaction: on SQLite, waits until what it
-    /// could see is on disk (`durable.rs`).
-    async fn settled(&self) -> Result<(), StorageError> {
-        match &self.writer {
-            Some(w) => w.settled().await,
-            None => Ok(()),
-        }
-    }
-
     /// A write transaction.
     async fn begin_sql(&self) -> Result<SqlTx, StorageError> {
         begin_write(&self.pool, self.backend, self.writer.as_ref()).await
@@ -294,9 +271,11 @@ impl Storage for SqlStorage {
             )));
         }
         let conn = self.spares.take(&self.pool).await.map_err(begin_err)?;
-        Ok(Box::new(
-            SqlTx::reading(conn, self.backend, self.spares.clone()).settling(self.writer.as_ref()),
-        ))
+        Ok(Box::new(SqlTx::reading(
+            conn,
+            self.backend,
+            self.spares.clone(),
+        )))
     }
 
     async fn snapshot(&self) -> Result<Box<dyn Tx>, StorageError> {
@@ -307,9 +286,7 @@ impl Storage for SqlStorage {
             Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
         };
         let tx = self.pool.begin_with(begin).await.map_err(begin_err)?;
-        Ok(Box::new(
-            SqlTx::pooled(tx, self.backend, false).settling(self.writer.as_ref()),
-        ))
+        Ok(Box::new(SqlTx::pooled(tx, self.backend, false)))
     }
 
     async fn ping(&self) -> Result<(), StorageError> {
@@ -333,7 +310,6 @@ impl Storage for SqlStorage {
             .fetch_optional(&self.pool)
             .await
             .map_err(db_err)?;
-        self.settled().await?;
         match row {
             Some(r) => r.try_get::<i64, _>("value").map_err(db_err),
             None => Ok(0),
@@ -406,7 +382,6 @@ impl Storage for SqlStorage {
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
-        self.settled().await?;
         rows.iter()
             .map(|r| r.try_get::<String, _>("value").map_err(db_err))
             .collect()
@@ -455,20 +430,6 @@ fn take_synchronous(url: &str) -> Result<(String, &'static str), StorageError> {
         format!("{head}?{}", kept.join("&"))
     };
     Ok((url, mode))
-}
-
-/// The path of a SQLite pool's database file, as SQLite opened it.
-async fn database_file(pool: &AnyPool) -> Result<std::path::PathBuf, StorageError> {
-    let rows = sqlx::query("PRAGMA database_list")
-        .fetch_all(pool)
-        .await
-        .map_err(db_err)?;
-    rows.iter()
-        .find(|r| r.try_get::<String, _>("name").is_ok_and(|n| n == "main"))
-        .and_then(|r| r.try_get::<String, _>("file").ok())
-        .filter(|f| !f.is_empty())
-        .map(std::path::PathBuf::from)
-        .ok_or_else(|| StorageError::Other("SQLite did not say where its database file is".into()))
 }
 
 /// Whether a SQLite URL names an in-memory database.

@@ -19,11 +19,6 @@
 //!   transaction back, and the batch's members answer [`StorageError::Conflict`]: nothing of
 //!   theirs was committed, and the core runs them again. One that only read is simply released.
 //!
-//! With `synchronous = FULL` asked for, the disk sync is not part of the `COMMIT`: the
-//! flusher commits with the writer's turn held, gives the turn to the next batch, and then
-//! syncs the log and answers (`durable.rs`). The next batch's statements run while the disk
-//! works, and nobody is told "committed" before the sync.
-//!
 //! The write-ahead log is checkpointed by a task of its own, once a second, with
 //! `wal_checkpoint(PASSIVE)`, which copies committed pages into the database beside the writer
 //! without blocking it; the connections' automatic checkpoints are off (see `lib.rs`), since
@@ -50,7 +45,6 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Executor};
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
 
-use crate::durable::Durable;
 use crate::error::{begin_err, db_err};
 
 /// How long ending a physical transaction may take before its connection is closed instead.
@@ -112,8 +106,6 @@ struct Shared {
     released: AtomicBool,
     /// Write transactions waiting for their turn ([`Writer::waiting`]).
     waiting: AtomicUsize,
-    /// The log's syncs after each batch's `COMMIT`, when the connections leave them to us.
-    durable: Option<Durable>,
 }
 
 /// The writer of one SQLite storage. Dropping the last handle lets the flusher commit what is
@@ -132,9 +124,8 @@ impl Drop for Writer {
 
 impl Writer {
     /// Starts the flusher, and for a database `file` the checkpointer, on the current Tokio
-    /// runtime. With `durable`, the connections commit without syncing and the flusher syncs
-    /// the log after each batch, before it answers.
-    pub(crate) fn start(pool: AnyPool, file: bool, durable: Option<Durable>) -> Arc<Writer> {
+    /// runtime.
+    pub(crate) fn start(pool: AnyPool, file: bool) -> Arc<Writer> {
         let shared = Arc::new(Shared {
             batch: Arc::default(),
             flush: Notify::new(),
@@ -142,7 +133,6 @@ impl Writer {
             keep: file,
             released: AtomicBool::new(false),
             waiting: AtomicUsize::new(0),
-            durable,
         });
         tokio::spawn(flusher(shared.clone()));
         if file {
@@ -177,24 +167,6 @@ impl Writer {
 }
 
 impl Writer {
-    /// Waits until every batch committed so far is on disk (at once when none waits for its
-    /// sync): called before a read reaches the database, so that it sees nothing a crash of
-    /// the machine could take back.
-    pub(crate) async fn settled(&self) -> Result<(), StorageError> {
-        match &self.shared.durable {
-            Some(d) => d.settled().await,
-            None => Ok(()),
-        }
-    }
-
-    /// Syncs what the connections committed outside the writer (the migration at start).
-    pub(crate) async fn sync_now(&self) -> Result<(), StorageError> {
-        match &self.shared.durable {
-            Some(d) => d.sync(d.committing()).await,
-            None => Ok(()),
-        }
-    }
-
     /// How many write transactions wait for their turn now.
     pub(crate) fn waiting(&self) -> usize {
         self.shared.waiting.load(Ordering::Acquire)
@@ -287,8 +259,7 @@ impl Slot {
         if !wrote {
             drop(batch);
             writer.shared.flush.notify_one();
-            // It wrote nothing, but may have read what a batch not yet synced wrote.
-            return writer.settled().await;
+            return Ok(());
         }
         let (answer, committed) = oneshot::channel();
         batch.waiting.push(answer);
@@ -361,28 +332,12 @@ async fn roll_back(mut batch: OwnedMutexGuard<Batch>, why: &str) {
     }
 }
 
-/// What committing a batch left to do: the result to answer its members with, once the log is
-/// synced when `sync` names the batch.
-struct Committed {
-    result: Result<(), StorageError>,
-    members: Vec<Answer>,
-    sync: Option<u64>,
-}
-
-/// Commits the open physical transaction, counted as committing by `durable` when that syncs
-/// the log after it.
-async fn commit_batch(batch: &mut Batch, keep: bool, durable: Option<&Durable>) -> Committed {
+/// Commits the open physical transaction and answers its batch.
+async fn commit_batch(batch: &mut Batch, keep: bool) {
     let Some(mut conn) = batch.conn.take() else {
-        return Committed {
-            result: Ok(()),
-            members: std::mem::take(&mut batch.waiting),
-            sync: None,
-        };
+        return;
     };
     let pending = std::mem::take(&mut batch.audit_pending);
-    let n = durable
-        .filter(|_| !batch.waiting.is_empty())
-        .map(Durable::committing);
     let result = match tokio::time::timeout(END_TIMEOUT, async {
         crate::tx::insert_audit(&mut conn, &pending).await?;
         conn.execute("COMMIT").await
@@ -402,18 +357,8 @@ async fn commit_batch(batch: &mut Batch, keep: bool, durable: Option<&Durable>) 
     } else if keep {
         batch.idle = Some(conn);
     }
-    let sync = match (&result, durable, n) {
-        (Ok(()), Some(_), Some(n)) => Some(n),
-        (Err(_), Some(d), Some(n)) => {
-            d.failed(n);
-            None
-        }
-        _ => None,
-    };
-    Committed {
-        result,
-        members: std::mem::take(&mut batch.waiting),
-        sync,
+    for w in batch.waiting.drain(..) {
+        let _ = w.send(result.clone());
     }
 }
 
@@ -422,15 +367,8 @@ async fn flusher(shared: Arc<Shared>) {
         shared.flush.notified().await;
         let mut batch = shared.batch.lock().await;
         let keep = shared.keep && !shared.released.load(Ordering::Acquire);
-        let mut done = commit_batch(&mut batch, keep, shared.durable.as_ref()).await;
-        // The next batch's statements run while the disk syncs this one.
+        commit_batch(&mut batch, keep).await;
         drop(batch);
-        if let (Some(n), Some(d)) = (done.sync, &shared.durable) {
-            done.result = d.sync(n).await;
-        }
-        for w in done.members {
-            let _ = w.send(done.result.clone());
-        }
         if shared.closed.load(Ordering::Acquire) {
             return;
         }

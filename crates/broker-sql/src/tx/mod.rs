@@ -27,7 +27,7 @@ use crate::error::db_err;
 use crate::reads::Reads;
 use crate::schema::AUDIT_ENDS;
 use crate::spare::Spares;
-use crate::writer::{Slot, Writer};
+use crate::writer::Slot;
 
 /// Parameters to bind, in order: `args![id, ms(now)]`.
 macro_rules! args {
@@ -55,9 +55,6 @@ pub(crate) struct SqlTx {
     /// PostgreSQL's reads: the rows a proof-verified call reads come through batches
     /// (`reads.rs`).
     reads: Option<Reads>,
-    /// SQLite's reads: the writer whose synced batches a read waits for after each statement,
-    /// so that it answers with nothing short of the disk (`durable.rs`).
-    settle: Option<Arc<Writer>>,
 }
 
 /// Where the statements run.
@@ -110,7 +107,6 @@ impl SqlTx {
             unsettled: false,
             spares: None,
             reads: None,
-            settle: None,
         }
     }
 
@@ -128,7 +124,6 @@ impl SqlTx {
             unsettled: false,
             spares: Some(spares),
             reads: None,
-            settle: None,
         }
     }
 
@@ -142,7 +137,6 @@ impl SqlTx {
             unsettled: false,
             spares: Some(spares),
             reads: Some(reads),
-            settle: None,
         }
     }
 
@@ -154,7 +148,6 @@ impl SqlTx {
             unsettled: false,
             spares: None,
             reads: None,
-            settle: None,
         }
     }
 
@@ -217,23 +210,7 @@ impl SqlTx {
         let sql = self.locking(sql, lock);
         let conn = self.conn().await?;
         let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
-        let rows = self.checked(r)?;
-        self.settled().await?;
-        Ok(rows)
-    }
-
-    /// After a read's statement on SQLite: waits until what it could see is on disk.
-    async fn settled(&mut self) -> Result<(), StorageError> {
-        match self.settle.clone() {
-            Some(w) => w.settled().await,
-            None => Ok(()),
-        }
-    }
-
-    /// This read waits after each statement for the batches `writer` has not synced yet.
-    pub(crate) fn settling(mut self, writer: Option<&Arc<Writer>>) -> Self {
-        self.settle = writer.cloned();
-        self
+        self.checked(r)
     }
 
     async fn fetch_all(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>, StorageError> {
@@ -248,9 +225,7 @@ impl SqlTx {
         let sql = self.locking(sql, Lock::Update);
         let conn = self.conn().await?;
         let r = bind_all(sqlx::query(&sql), args).fetch_optional(conn).await;
-        let row = self.checked(r)?;
-        self.settled().await?;
-        Ok(row)
+        self.checked(r)
     }
 
     async fn execute(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64, StorageError> {
