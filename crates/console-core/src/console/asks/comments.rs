@@ -243,7 +243,7 @@ impl Asks<'_> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         let artifact = artifact
             .map(|a| {
-                uuid_id(a, "artifact").map_err(|_| {
+                crate::ids::uuid_id(a).ok_or_else(|| {
                     Error::with_message(ErrorCode::INVALID_QUERY, "`artifact` is a document id")
                 })
             })

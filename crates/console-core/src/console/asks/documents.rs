@@ -474,7 +474,7 @@ impl Asks<'_> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        let artifact = uuid_id(artifact, "artifact")?;
+        let artifact = crate::ids::ArtifactId::named(artifact)?.to_string();
         let body = match r.body.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(b) if rules::chars(b) > TEXT_MAX => {

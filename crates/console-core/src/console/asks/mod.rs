@@ -65,11 +65,6 @@ fn ask_state(state: AskState, message: &str) -> Error {
     Error::with_message(ErrorCode::ASK_STATE, message).with_detail("state", state.as_str())
 }
 
-/// An ask or comment id: a UUID in any case, written lowercase; anything else names nothing.
-fn uuid_id(s: &str, what: &str) -> Result<String, Error> {
-    crate::ids::uuid_id(s).ok_or_else(|| not_found(what))
-}
-
 pub(crate) use crate::ids::is_session_id;
 
 /// An option id: `^[A-Za-z0-9_-]{1,32}$`.

@@ -54,7 +54,7 @@ impl NewBroadcast {
             ));
         }
         for s in &self.sessions {
-            check_session(s)?;
+            SessionId::named(s)?;
         }
         let mut sorted: Vec<&String> = self.sessions.iter().collect();
         sorted.sort();

@@ -115,7 +115,7 @@ fn narrowing(
         .transpose()?;
     let artifact = artifact
         .map(|a| {
-            uuid_of(a).ok_or_else(|| {
+            crate::ids::uuid_id(a).ok_or_else(|| {
                 Error::with_message(ErrorCode::INVALID_QUERY, "`artifact` is a document id")
             })
         })
@@ -304,7 +304,8 @@ impl Messages<'_> {
         thread_id: &str,
         read_through: Time,
     ) -> Result<(), Error> {
-        let id = uuid_of(thread_id).ok_or_else(|| Error::new(ErrorCode::THREAD_ID_INPUT))?;
+        let id =
+            crate::ids::uuid_id(thread_id).ok_or_else(|| Error::new(ErrorCode::THREAD_ID_INPUT))?;
         let now = self.console.now();
         let at = mark(read_through, now)?;
         transact!(self.console, MessagesWork, |tx| {
@@ -358,7 +359,7 @@ impl Messages<'_> {
         let read = patch.read_through.map(|t| mark(t, now)).transpose()?;
         let mut ids = Vec::with_capacity(patch.read_replies.len());
         for id in &patch.read_replies {
-            ids.push(uuid_of(id).ok_or_else(|| {
+            ids.push(crate::ids::uuid_id(id).ok_or_else(|| {
                 Error::with_message(ErrorCode::INVALID_BODY, "`read_replies` holds message ids")
             })?);
         }

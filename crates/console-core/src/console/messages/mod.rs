@@ -64,19 +64,6 @@ pub(crate) fn check_body(body: &str) -> Result<(), Error> {
 
 pub use crate::ids::is_session_id;
 
-pub(crate) fn check_session(s: &str) -> Result<(), Error> {
-    if is_session_id(s) {
-        Ok(())
-    } else {
-        Err(ErrorCode::INVALID_SESSION_ID.into())
-    }
-}
-
-/// A UUID in any case, written lowercase; `None` when it is not one.
-pub(crate) fn uuid_of(s: &str) -> Option<String> {
-    crate::ids::uuid_id(s)
-}
-
 fn no_message() -> Error {
     Error::with_message(ErrorCode::NOT_FOUND, "no such message")
 }

@@ -94,7 +94,7 @@ impl Messages<'_> {
     /// issue-less `send` message to the session, authored by `{kind: system, name: broker}`,
     /// with the notice beside its body. A webhook id seen before makes nothing (`false`).
     pub async fn broker_expired(&self, webhook_id: &str, n: ExpiryNotice) -> Result<bool, Error> {
-        check_session(&n.session_id)?;
+        SessionId::named(&n.session_id)?;
         let body = format!(
             "Credential request {} for {} expired undecided at {}.",
             n.request_id,
@@ -128,7 +128,9 @@ impl Messages<'_> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         check_body(body)?;
         match &target {
-            Target::Session(s) => check_session(s)?,
+            Target::Session(s) => {
+                SessionId::named(s)?;
+            }
             Target::Role(r) if !is_role(r) => {
                 return Err(message_input(
                     "a target role is a role name: ^[a-z][a-z0-9._-]{0,63}$",
