@@ -180,11 +180,6 @@ impl SqlStorage {
         countersign_common::sql::migrate(migration, backend, &schema::SCHEMA).await?;
         let writer = (backend == Backend::Sqlite)
             .then(|| Writer::start(pool.clone(), !is_sqlite_memory(url)));
-        let once = OnceBatcher::start(Target {
-            pool: pool.clone(),
-            backend,
-            writer: writer.clone(),
-        });
         // Half the pool at most, so that writes always find connections; none when the pool is
         // a single in-memory connection the writer needs.
         let spares = match backend {
@@ -193,6 +188,12 @@ impl SqlStorage {
             Backend::Postgres => POSTGRES_MAX_CONNECTIONS / 2,
         };
         let spares = Arc::new(Spares::new(spares as usize));
+        let once = OnceBatcher::start(Target {
+            pool: pool.clone(),
+            backend,
+            writer: writer.clone(),
+            spares: spares.clone(),
+        });
         let reads = (backend == Backend::Postgres).then(|| Reads::start(&pool, &spares));
         let storage = SqlStorage {
             writer,

@@ -42,6 +42,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::Backend;
 use crate::error::begin_err;
+use crate::spare::Spares;
 use crate::writer::Writer;
 
 /// At most this many values in one statement (three parameters each; PostgreSQL takes 65,535).
@@ -54,12 +55,13 @@ const IN_FLIGHT: usize = 4;
 /// How many times a batch that hit a conflict runs again.
 const ATTEMPTS: u32 = 10;
 
-/// Where a batch is written: SQLite's single writer (inside its group commit) or a pooled
-/// PostgreSQL transaction.
+/// Where a batch is written: SQLite's single writer (inside its group commit) or a PostgreSQL
+/// connection kept between statements (`spare.rs`), as the batched reads use.
 pub(crate) struct Target {
     pub(crate) pool: AnyPool,
     pub(crate) backend: Backend,
     pub(crate) writer: Option<Arc<Writer>>,
+    pub(crate) spares: Arc<Spares>,
 }
 
 struct Pending {
@@ -169,11 +171,22 @@ async fn write(
     now: Time,
 ) -> Result<Vec<(String, String)>, StorageError> {
     if target.writer.is_none() {
-        let mut conn = target.pool.acquire().await.map_err(begin_err)?;
+        // A kept connection, with no test on its way in or out: a pooled one cost a test round
+        // trip at checkout and another at its return, two more than the statement itself.
+        let mut conn = target.spares.take(&target.pool).await.map_err(begin_err)?;
         let mut fresh = Vec::with_capacity(values.len());
         for chunk in values.chunks(MAX_BATCH) {
-            fresh.extend(crate::tx::remember_many(&mut conn, chunk, now).await?);
+            match crate::tx::remember_many(&mut conn, chunk, now).await {
+                Ok(rows) => fresh.extend(rows),
+                Err(e) => {
+                    // As for a failed read: this connection and the kept ones go back to the
+                    // pool, which tests them.
+                    target.spares.clear();
+                    return Err(e);
+                }
+            }
         }
+        target.spares.put(conn);
         return Ok(fresh);
     }
     let mut tx = crate::begin_write(&target.pool, target.backend, target.writer.as_ref()).await?;

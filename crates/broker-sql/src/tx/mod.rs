@@ -300,12 +300,17 @@ impl SqlTx {
     }
 }
 
-/// Remembers many single-use values (see `once.rs`) in one statement on `conn`, outside any
-/// transaction: the statement is its own transaction, committed (durably, with PostgreSQL's
-/// default `synchronous_commit`) before it answers, in one round trip. Inserts each value, or
-/// replaces one lapsed before `now`; answers the `(scope, value)` pairs it wrote: the fresh ones.
-/// The primary key on (scope, value) decides between concurrent callers, in this process or
-/// another. Values must be distinct (one statement may not touch a row twice).
+/// Remembers many single-use values (see `once.rs`) on PostgreSQL in one statement on `conn`,
+/// outside any transaction: the statement is its own transaction, committed (durably, with
+/// PostgreSQL's default `synchronous_commit`) before it answers, in one round trip. Inserts each
+/// value, or replaces one lapsed before `now`; answers the `(scope, value)` pairs it wrote: the
+/// fresh ones. The primary key on (scope, value) decides between concurrent callers, in this
+/// process or another. Values must be distinct (one statement may not touch a row twice).
+///
+/// The values travel as one JSON array, so that the statement's text is the same for every
+/// batch: the connection prepares it once, where a `VALUES` list of the batch's length was a
+/// statement of its own for each length (parsed and planned again whenever the connection's
+/// cache had not seen that length).
 pub(crate) async fn remember_many(
     conn: &mut AnyConnection,
     values: &[(&str, &str, Time)],
@@ -314,12 +319,32 @@ pub(crate) async fn remember_many(
     if values.is_empty() {
         return Ok(Vec::new());
     }
-    let (sql, args) = remember_many_sql(values, now);
-    let rows = bind_all(sqlx::query(&sql), args)
+    let rows = sqlx::query(REMEMBER_MANY_POSTGRES)
+        .bind(remembered_json(values))
+        .bind(ms(now))
         .fetch_all(conn)
         .await
         .map_err(db_err)?;
     fresh_pairs(&rows)
+}
+
+/// `remember_many`'s statement: the rows in (scope, value) order, so that two replicas' batches
+/// lock shared keys in the same order.
+const REMEMBER_MANY_POSTGRES: &str = "INSERT INTO once_values (scope, value, until_ms) \
+     SELECT scope, value, until_ms FROM json_to_recordset($1::json) \
+     AS v(scope text, value text, until_ms bigint) ORDER BY scope, value \
+     ON CONFLICT (scope, value) DO UPDATE SET until_ms = excluded.until_ms \
+     WHERE once_values.until_ms < $2 RETURNING scope, value";
+
+/// The values as `[{"scope":…,"value":…,"until_ms":…},…]`.
+fn remembered_json(values: &[(&str, &str, Time)]) -> String {
+    let rows: Vec<serde_json::Value> = values
+        .iter()
+        .map(|(scope, value, until)| {
+            serde_json::json!({ "scope": scope, "value": value, "until_ms": ms(*until) })
+        })
+        .collect();
+    serde_json::Value::Array(rows).to_string()
 }
 
 fn remember_many_sql(values: &[(&str, &str, Time)], now: Time) -> (String, Vec<Arg>) {
