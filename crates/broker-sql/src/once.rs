@@ -13,9 +13,10 @@
 //! (one round trip, committed with the server's `synchronous_commit`, durable by default); on
 //! SQLite it is a turn at the single writer and rides its group commit (`writer.rs`).
 //!
-//! Up to [`IN_FLIGHT`] batches are written at once (the loop is `batch.rs`'s); while they are,
-//! values queue for the next, so under load a batch grows to the number of callers waiting and
-//! costs one commit, and alone a caller waits for one commit as before. Two batches holding the same value do not both hear
+//! Up to [`SQLITE_IN_FLIGHT`] batches on SQLite, or one on PostgreSQL, are written at once (the
+//! loop is `batch.rs`'s); while they are, values queue for the next, so under load a batch grows
+//! to the number of callers waiting and costs one commit, and alone a caller waits for one
+//! commit as before. Two batches holding the same value do not both hear
 //! "fresh": SQLite's writer runs them one after the other (the second sees the first's row), and
 //! on PostgreSQL the second's insert waits for the first's commit.
 //!
@@ -47,11 +48,16 @@ use crate::writer::Writer;
 
 /// At most this many values in one statement (three parameters each; PostgreSQL takes 65,535).
 pub(crate) const MAX_BATCH: usize = 1000;
-/// How many batches are written at once. One at a time made every batch wait for the previous
-/// one's commit (a disk sync on SQLite, a WAL flush and a round trip on PostgreSQL), which
-/// capped the rate at one batch per sync; a few at once let SQLite's writer fold them into one
-/// group commit and let PostgreSQL flush them together.
-const IN_FLIGHT: usize = 4;
+/// How many batches are written at once on SQLite. One at a time made every batch wait for the
+/// previous one's commit and its disk sync, which capped the rate at one batch per sync; a few
+/// at once let SQLite's writer fold them into one group commit.
+const SQLITE_IN_FLIGHT: usize = 4;
+/// How many on PostgreSQL: one. Each batch there is a statement and a commit of its own, and
+/// the database server's work (a backend woken, a WAL flush) is per statement, not per value:
+/// four at once split the waiting callers into four smaller batches and cost the broker and the
+/// server about a fifth more CPU per read than one at a time (`docs/benchmarks.md`, "Issue 28:
+/// PostgreSQL's `jti` batches"). A lone caller still waits for one statement.
+const POSTGRES_IN_FLIGHT: usize = 1;
 /// How many times a batch that hit a conflict runs again.
 const ATTEMPTS: u32 = 10;
 
@@ -81,8 +87,12 @@ pub(crate) struct OnceBatcher {
 impl OnceBatcher {
     /// Starts the task on the current Tokio runtime.
     pub(crate) fn start(target: Target) -> OnceBatcher {
+        let in_flight = match target.backend {
+            Backend::Sqlite => SQLITE_IN_FLIGHT,
+            Backend::Postgres => POSTGRES_IN_FLIGHT,
+        };
         let target = Arc::new(target);
-        let queue = crate::batch::start(MAX_BATCH, IN_FLIGHT, move |values| {
+        let queue = crate::batch::start(MAX_BATCH, in_flight, move |values| {
             let target = target.clone();
             async move { flush(&target, values).await }
         });
