@@ -46,6 +46,19 @@ impl SqlTx {
     }
 }
 
+/// A stored id of a row, parsed by its type's rule (`parse`); one that does not parse is an
+/// error naming the row and the column, never a panic or a row left out.
+pub(crate) fn stored<T>(
+    row: &str,
+    column: &str,
+    s: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<T, StorageError> {
+    parse(s).ok_or_else(|| {
+        StorageError::Corrupt(format!("{row}: a stored {column} {s:?} does not parse"))
+    })
+}
+
 const MESSAGE_COLUMNS: &str = "id, thread_id, parent, issue, broadcast, target_session, \
      target_role, delivery, body, notice, author, created_at";
 
