@@ -151,6 +151,14 @@ impl AsRef<str> for SessionId {
     }
 }
 
+/// Its equality, order and hash are its text's, so a `&str` looks it up and lists of them
+/// join.
+impl std::borrow::Borrow<str> for SessionId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl<'de> Deserialize<'de> for SessionId {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;

@@ -7,6 +7,7 @@
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::Time;
+use countersign_console_core::ids::SessionGroupId;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::delivery::{
     ArchitectureSource, Component, DeliverySettings, Freshness, Pull, Run, SessionGroup,
@@ -16,6 +17,7 @@ use countersign_console_core::work::{DeliveryTx, Issue, IssueKey, ProjectKey};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use crate::messages::stored;
 use crate::time;
 use crate::work::{Args, ISSUE_COLUMNS, SqlTx, corrupt, issue_of, json_of, text};
 
@@ -139,6 +141,21 @@ fn source_of(r: &AnyRow) -> Result<ArchitectureSource, StorageError> {
             .map(time)
             .transpose()?,
         last_error: r.try_get("last_error").map_err(db_err)?,
+    })
+}
+
+/// A session group from its row; a stored id or session that does not parse is an error
+/// naming the group.
+fn group_of(r: &AnyRow) -> Result<SessionGroup, StorageError> {
+    let id: String = r.try_get("id").map_err(db_err)?;
+    let row = format!("session group {id:?}");
+    let sessions: String = r.try_get("sessions").map_err(db_err)?;
+    Ok(SessionGroup {
+        id: stored(&row, "id", &id, SessionGroupId::parse)?,
+        name: r.try_get("name").map_err(db_err)?,
+        sessions: serde_json::from_str(&sessions).map_err(|_| {
+            StorageError::Corrupt(format!("{row}: its stored sessions do not parse"))
+        })?,
     })
 }
 
@@ -603,37 +620,24 @@ impl DeliveryTx for SqlTx {
             .await
             .map_err(db_err)?
             .iter()
-            .map(|r| {
-                Ok(SessionGroup {
-                    id: r.try_get("id").map_err(db_err)?,
-                    name: r.try_get("name").map_err(db_err)?,
-                    sessions: json_of(
-                        &r.try_get::<String, _>("sessions").map_err(db_err)?,
-                        "sessions",
-                    )?,
-                })
-            })
+            .map(group_of)
             .collect()
     }
 
-    async fn session_group(&mut self, id: &str) -> Result<Option<SessionGroup>, StorageError> {
+    async fn session_group(
+        &mut self,
+        id: SessionGroupId,
+    ) -> Result<Option<SessionGroup>, StorageError> {
         let lock = self.lock();
         match sqlx::query(&format!(
             "SELECT id, name, sessions FROM console_session_groups WHERE id = $1{lock}"
         ))
-        .bind(id)
+        .bind(id.to_string())
         .fetch_optional(&mut *self.tx)
         .await
         .map_err(db_err)?
         {
-            Some(r) => Ok(Some(SessionGroup {
-                id: r.try_get("id").map_err(db_err)?,
-                name: r.try_get("name").map_err(db_err)?,
-                sessions: json_of(
-                    &r.try_get::<String, _>("sessions").map_err(db_err)?,
-                    "sessions",
-                )?,
-            })),
+            Some(r) => group_of(&r).map(Some),
             None => Ok(None),
         }
     }
@@ -644,7 +648,7 @@ impl DeliveryTx for SqlTx {
              ON CONFLICT (id) DO UPDATE SET name = excluded.name, name_key = excluded.name_key, \
              sessions = excluded.sessions",
         )
-        .bind(g.id.as_str())
+        .bind(g.id.to_string())
         .bind(g.name.as_str())
         .bind(g.name.to_lowercase())
         .bind(text(&g.sessions))
@@ -652,7 +656,7 @@ impl DeliveryTx for SqlTx {
         .await
         .map_err(db_err)?;
         sqlx::query("DELETE FROM console_session_group_members WHERE group_id = $1")
-            .bind(g.id.as_str())
+            .bind(g.id.to_string())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
@@ -661,7 +665,7 @@ impl DeliveryTx for SqlTx {
                 "INSERT INTO console_session_group_members (session, group_id) VALUES ($1, $2)",
             )
             .bind(s.as_str())
-            .bind(g.id.as_str())
+            .bind(g.id.to_string())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
@@ -669,14 +673,15 @@ impl DeliveryTx for SqlTx {
         Ok(())
     }
 
-    async fn delete_session_group(&mut self, id: &str) -> Result<bool, StorageError> {
+    async fn delete_session_group(&mut self, id: SessionGroupId) -> Result<bool, StorageError> {
+        let id = id.to_string();
         sqlx::query("DELETE FROM console_session_group_members WHERE group_id = $1")
-            .bind(id)
+            .bind(id.as_str())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
         let r = sqlx::query("DELETE FROM console_session_groups WHERE id = $1")
-            .bind(id)
+            .bind(id.as_str())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;

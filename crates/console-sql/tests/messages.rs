@@ -6,7 +6,7 @@
 
 use chrono::{Duration, Utc};
 use countersign_console_core::Storage;
-use countersign_console_core::ids::Login;
+use countersign_console_core::ids::{BroadcastId, Login};
 use countersign_console_core::work::Actor;
 use countersign_console_core::work::messages::{
     Attempt, AttemptState, Broadcast, DeliveryContent, DeliveryKind, Finish, LiveSession, Mode,
@@ -182,7 +182,7 @@ async fn contract(s: &SqlStorage) {
     // Broadcast keys: one per person.
     let login = Login::parse(&format!("{}@example.com", fresh("p"))).expect("login");
     let b = Broadcast {
-        id: uuid::Uuid::new_v4().to_string(),
+        id: BroadcastId(uuid::Uuid::new_v4()),
         login: login.clone(),
         idempotency_key: "k".into(),
         fingerprint: "f".into(),
@@ -195,7 +195,7 @@ async fn contract(s: &SqlStorage) {
     let mut tx = s.begin().await.expect("begin");
     assert!(tx.insert_broadcast(&b).await.expect("insert"));
     let again = Broadcast {
-        id: uuid::Uuid::new_v4().to_string(),
+        id: BroadcastId(uuid::Uuid::new_v4()),
         ..b.clone()
     };
     assert!(!tx.insert_broadcast(&again).await.expect("insert"));

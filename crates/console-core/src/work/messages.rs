@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
-use crate::ids::Login;
+use crate::ids::{BroadcastId, Login, MessageId, SessionId};
 use crate::storage::StorageError;
 use crate::work::model::{Actor, IssueKey, ProjectKey, rfc3339, rfc3339_opt};
 
@@ -133,7 +133,8 @@ impl Scope {
 /// protocol §4.2), kept with a pending attempt so that any replica can send it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeliveryContent {
-    /// The thread the delivered item belongs to (a thread's id is its root's).
+    /// The thread the delivered item belongs to (a thread's id is its root's). Text: a message
+    /// thread's, or a comment thread's for a mention.
     pub thread_id: String,
     /// The issue key, if any.
     pub issue: Option<String>,
@@ -148,10 +149,11 @@ pub struct DeliveryContent {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attempt {
     pub kind: DeliveryKind,
-    /// The message's or comment's id.
+    /// The message's or comment's id: text, its kind is [`Attempt::kind`]'s.
     pub id: String,
     /// From 1 per message (per comment for mentions).
     pub attempt: i64,
+    /// Text, as the asks area's mentions (the other kind) open attempts and compare views.
     pub session_id: String,
     pub mode: Mode,
     pub state: AttemptState,
@@ -212,6 +214,7 @@ pub struct Delivery {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
 pub enum Target {
+    /// Text: a body's target, which the services refuse as their own (INVALID_SESSION_ID).
     Session(String),
     Role(String),
 }
@@ -220,12 +223,12 @@ pub enum Target {
 /// a session's reply (with `parent`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message {
-    pub id: String,
+    pub id: MessageId,
     /// The root's id.
-    pub thread_id: String,
-    pub parent: Option<String>,
+    pub thread_id: MessageId,
+    pub parent: Option<MessageId>,
     pub issue: Option<IssueKey>,
-    pub broadcast: Option<String>,
+    pub broadcast: Option<BroadcastId>,
     pub target: Option<Target>,
     pub delivery: Option<Mode>,
     pub body: String,
@@ -258,11 +261,11 @@ impl Message {
 /// a reply's replies are its follow-ups), oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MessageView {
-    pub id: String,
-    pub thread_id: String,
-    pub parent: Option<String>,
+    pub id: MessageId,
+    pub thread_id: MessageId,
+    pub parent: Option<MessageId>,
     pub issue: Option<IssueKey>,
-    pub broadcast: Option<String>,
+    pub broadcast: Option<BroadcastId>,
     pub target: Option<Target>,
     pub delivery: Option<Mode>,
     pub body: String,
@@ -304,6 +307,7 @@ pub enum ExcludeReason {
 /// A session a broadcast left out, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Excluded {
+    /// Text: as the broadcast's body named it (each checked by the session-id rule).
     pub session_id: String,
     pub reason: ExcludeReason,
 }
@@ -311,7 +315,7 @@ pub struct Excluded {
 /// A broadcast as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Broadcast {
-    pub id: String,
+    pub id: BroadcastId,
     /// The person who sent it (keys are per person).
     pub login: Login,
     pub idempotency_key: String,
@@ -328,7 +332,7 @@ pub struct Broadcast {
 /// A broadcast in the recent list, with its counts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BroadcastRow {
-    pub id: String,
+    pub id: BroadcastId,
     pub idempotency_key: String,
     pub mode: Mode,
     pub body: String,
@@ -342,6 +346,7 @@ pub struct BroadcastRow {
 /// One recipient of a broadcast: its copy of the message, with attempts and replies.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Recipient {
+    /// Text: its copy's target.
     pub session_id: String,
     pub message: MessageView,
 }
@@ -349,7 +354,7 @@ pub struct Recipient {
 /// A broadcast on the wire (protocol §6.4): recipients in send order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BroadcastView {
-    pub id: String,
+    pub id: BroadcastId,
     pub idempotency_key: String,
     pub mode: Mode,
     pub body: String,
@@ -365,7 +370,7 @@ impl BroadcastView {
     /// The broadcast as a list shows it, without its recipients.
     pub fn row(&self) -> BroadcastRow {
         BroadcastRow {
-            id: self.id.clone(),
+            id: self.id,
             idempotency_key: self.idempotency_key.clone(),
             mode: self.mode,
             body: self.body.clone(),
@@ -422,6 +427,7 @@ pub enum ThreadKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ThreadRef {
     pub kind: ThreadKind,
+    /// Text: an ask's, a comment thread's or a message thread's id, as `kind` says.
     pub id: String,
 }
 
@@ -461,15 +467,16 @@ pub struct ThreadPage {
 /// newer than both marks and not read by id, newest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AgentState {
-    pub session_id: String,
+    pub session_id: SessionId,
     #[serde(with = "rfc3339_opt")]
     pub cleared_before: Option<Time>,
     #[serde(with = "rfc3339_opt")]
     pub read_through: Option<Time>,
-    pub unread_replies: Vec<String>,
+    pub unread_replies: Vec<MessageId>,
 }
 
-/// The broker's expiry notice (protocol §8), less its `type`: the message's `notice`.
+/// The broker's expiry notice (protocol §8), less its `type`: the message's `notice`. Its ids
+/// are the broker's, kept as text as it sent them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExpiryNotice {
     pub session_id: String,
@@ -564,16 +571,16 @@ pub trait MessageTx: Send {
 
     async fn insert_message(&mut self, m: &Message) -> Result<(), StorageError>;
     /// One message; in a write transaction its row is locked until commit.
-    async fn message(&mut self, id: &str) -> Result<Option<Message>, StorageError>;
+    async fn message(&mut self, id: MessageId) -> Result<Option<Message>, StorageError>;
     /// Every message of the given threads, oldest first (by time, then as written).
     async fn thread_messages(
         &mut self,
-        thread_ids: &[String],
+        thread_ids: &[MessageId],
     ) -> Result<Vec<Message>, StorageError>;
     /// A page of the messages targeting a session, or with an attempt to it, newest first.
     async fn session_messages(
         &mut self,
-        session: &str,
+        session: &SessionId,
         limit: u32,
         offset: u32,
     ) -> Result<Vec<Message>, StorageError>;
@@ -582,7 +589,7 @@ pub trait MessageTx: Send {
 
     /// Adds a broadcast; false (and nothing written) when its person already used its key.
     async fn insert_broadcast(&mut self, b: &Broadcast) -> Result<bool, StorageError>;
-    async fn broadcast(&mut self, id: &str) -> Result<Option<Broadcast>, StorageError>;
+    async fn broadcast(&mut self, id: BroadcastId) -> Result<Option<Broadcast>, StorageError>;
     async fn broadcast_by_key(
         &mut self,
         login: &Login,
@@ -595,7 +602,7 @@ pub trait MessageTx: Send {
         offset: u32,
     ) -> Result<Vec<BroadcastRow>, StorageError>;
     /// A broadcast's copies, in send order.
-    async fn broadcast_messages(&mut self, id: &str) -> Result<Vec<Message>, StorageError>;
+    async fn broadcast_messages(&mut self, id: BroadcastId) -> Result<Vec<Message>, StorageError>;
 
     // ----- live sessions (shared by every replica) -----
 
@@ -678,8 +685,10 @@ pub trait MessageTx: Send {
     async fn wrote_in_message_thread(
         &mut self,
         login: &Login,
-        thread_id: &str,
+        thread_id: MessageId,
     ) -> Result<bool, StorageError>;
+    /// A read mark; `thread_id` is text: a mark is kept for any thread kind (an ask, a comment
+    /// thread, a message thread).
     async fn thread_read(
         &mut self,
         login: &Login,
@@ -696,16 +705,16 @@ pub trait MessageTx: Send {
     async fn agent_states(
         &mut self,
         login: &Login,
-    ) -> Result<Vec<(String, Option<Time>, Option<Time>)>, StorageError>;
+    ) -> Result<Vec<(SessionId, Option<Time>, Option<Time>)>, StorageError>;
     async fn agent_state(
         &mut self,
         login: &Login,
-        session: &str,
+        session: &SessionId,
     ) -> Result<Option<(Option<Time>, Option<Time>)>, StorageError>;
     async fn put_agent_state(
         &mut self,
         login: &Login,
-        session: &str,
+        session: &SessionId,
         cleared_before: Option<Time>,
         read_through: Option<Time>,
     ) -> Result<(), StorageError>;
@@ -714,24 +723,25 @@ pub trait MessageTx: Send {
     async fn unread_replies(
         &mut self,
         login: &Login,
-        session: Option<&str>,
-    ) -> Result<Vec<(String, String)>, StorageError>;
+        session: Option<&SessionId>,
+    ) -> Result<Vec<(SessionId, MessageId)>, StorageError>;
     /// Marks replies read by id for `login`.
-    async fn read_replies(&mut self, login: &Login, ids: &[String]) -> Result<(), StorageError>;
+    async fn read_replies(&mut self, login: &Login, ids: &[MessageId]) -> Result<(), StorageError>;
     /// Which of `ids` are messages `session` wrote.
     async fn messages_by_session(
         &mut self,
-        session: &str,
-        ids: &[String],
-    ) -> Result<Vec<String>, StorageError>;
+        session: &SessionId,
+        ids: &[MessageId],
+    ) -> Result<Vec<MessageId>, StorageError>;
 
     // ----- the broker's webhook -----
 
-    /// Keeps a webhook id with the message it made; false when it was kept already.
+    /// Keeps a webhook id with the message it made; false when it was kept already. The
+    /// webhook id is text: the broker's, as its request header sent it.
     async fn insert_webhook(
         &mut self,
         webhook_id: &str,
-        message_id: &str,
+        message_id: MessageId,
         at: Time,
     ) -> Result<bool, StorageError>;
 

@@ -99,7 +99,7 @@ impl Input for BroadcastBody {
     const CODE: ErrorCode = ErrorCode::MESSAGE_INPUT;
 }
 
-fn location_of_message(issue: Option<&str>, id: &str) -> String {
+fn location_of_message(issue: Option<&str>, id: &MessageId) -> String {
     match issue {
         Some(k) => format!("/api/v1/issues/{k}/messages/{id}"),
         None => format!("/api/v1/messages/{id}/thread"),

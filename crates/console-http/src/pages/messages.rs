@@ -58,9 +58,9 @@ fn attempt_rows(m: &MessageView) -> Vec<AttemptRow> {
 }
 
 impl MessageRow {
-    fn of(m: &MessageView, unread: &[String]) -> Self {
+    fn of(m: &MessageView, unread: &[MessageId]) -> Self {
         Self {
-            id: m.id.clone(),
+            id: m.id.to_string(),
             author: actor_text(&m.author),
             from_session: m.author.session().is_some(),
             at: when(&m.created_at),
@@ -168,7 +168,7 @@ pub struct BroadcastListRow {
 impl BroadcastListRow {
     fn of(b: &BroadcastRow) -> Self {
         Self {
-            id: b.id.clone(),
+            id: b.id.to_string(),
             key: b.idempotency_key.clone(),
             mode: b.mode.as_str(),
             body: b.body.clone(),
@@ -248,8 +248,8 @@ pub async fn conversation_page(
         .agent_states(h)
         .await
         .ok()
-        .and_then(|s| s.into_iter().find(|a| a.session_id == session));
-    let unread: Vec<String> = state
+        .and_then(|s| s.into_iter().find(|a| a.session_id.as_str() == session));
+    let unread: Vec<MessageId> = state
         .as_ref()
         .map(|s| s.unread_replies.clone())
         .unwrap_or_default();

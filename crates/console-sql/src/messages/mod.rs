@@ -13,7 +13,7 @@
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::Time;
-use countersign_console_core::ids::Login;
+use countersign_console_core::ids::{BroadcastId, Login, MessageId, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::messages::{
     Attempt, Broadcast, BroadcastRow, DeliveryContent, DeliveryKind, Finish, LiveSession, Message,
@@ -46,6 +46,19 @@ impl SqlTx {
     }
 }
 
+/// A stored id of a row, parsed by its type's rule (`parse`); one that does not parse is an
+/// error naming the row and the column, never a panic or a row left out.
+pub(crate) fn stored<T>(
+    row: &str,
+    column: &str,
+    s: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<T, StorageError> {
+    parse(s).ok_or_else(|| {
+        StorageError::Corrupt(format!("{row}: a stored {column} {s:?} does not parse"))
+    })
+}
+
 const MESSAGE_COLUMNS: &str = "id, thread_id, parent, issue, broadcast, target_session, \
      target_role, delivery, body, notice, author, created_at";
 
@@ -62,7 +75,8 @@ fn message_columns(alias: &str, prefix: &str) -> String {
         .join(", ")
 }
 
-/// A message from columns named `<prefix><column>`.
+/// A message from columns named `<prefix><column>`; a stored id that does not parse is an
+/// error naming the message.
 fn message_at(r: &AnyRow, prefix: &str) -> Result<Message, StorageError> {
     let g = |c: &str| -> Result<String, StorageError> {
         r.try_get(format!("{prefix}{c}").as_str()).map_err(db_err)
@@ -70,19 +84,26 @@ fn message_at(r: &AnyRow, prefix: &str) -> Result<Message, StorageError> {
     let go = |c: &str| -> Result<Option<String>, StorageError> {
         r.try_get(format!("{prefix}{c}").as_str()).map_err(db_err)
     };
+    let id = g("id")?;
+    let row = format!("message {id:?}");
+    let message_id = |c: &str, s: &str| stored(&row, c, s, MessageId::parse);
     let target = match (go("target_session")?, go("target_role")?) {
         (Some(s), _) => Some(Target::Session(s)),
         (None, Some(r)) => Some(Target::Role(r)),
         (None, None) => None,
     };
     Ok(Message {
-        id: g("id")?,
-        thread_id: g("thread_id")?,
-        parent: go("parent")?,
+        id: message_id("id", &id)?,
+        thread_id: message_id("thread_id", &g("thread_id")?)?,
+        parent: go("parent")?
+            .map(|p| message_id("parent", &p))
+            .transpose()?,
         issue: go("issue")?
             .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
             .transpose()?,
-        broadcast: go("broadcast")?,
+        broadcast: go("broadcast")?
+            .map(|b| stored(&row, "broadcast", &b, BroadcastId::parse))
+            .transpose()?,
         target,
         delivery: go("delivery")?
             .map(|m| Mode::parse(&m).ok_or_else(|| corrupt("mode")))
@@ -101,10 +122,16 @@ fn opt_ms(r: &AnyRow, c: &str) -> Result<Option<Time>, StorageError> {
     attempts::opt_time(r, c)
 }
 
+/// A broadcast's id from its row: one that does not parse is an error naming the broadcast.
+fn broadcast_id(r: &AnyRow) -> Result<BroadcastId, StorageError> {
+    let id: String = r.try_get("id").map_err(db_err)?;
+    stored(&format!("broadcast {id:?}"), "id", &id, BroadcastId::parse)
+}
+
 fn broadcast_of(r: &AnyRow) -> Result<Broadcast, StorageError> {
     let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
     Ok(Broadcast {
-        id: g("id")?,
+        id: broadcast_id(r)?,
         login: login(&g("login")?)?,
         idempotency_key: g("idempotency_key")?,
         fingerprint: g("fingerprint")?,
@@ -215,11 +242,11 @@ impl MessageTx for SqlTx {
             "INSERT INTO console_messages ({MESSAGE_COLUMNS}, author_login, author_session) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING seq"
         ))
-        .bind(m.id.as_str())
-        .bind(m.thread_id.as_str())
-        .bind(m.parent.clone())
+        .bind(m.id.to_string())
+        .bind(m.thread_id.to_string())
+        .bind(m.parent.map(|p| p.to_string()))
         .bind(m.issue.as_ref().map(|k| k.as_str().to_owned()))
-        .bind(m.broadcast.clone())
+        .bind(m.broadcast.map(|b| b.to_string()))
         .bind(ts)
         .bind(tr)
         .bind(m.delivery.map(|d| d.as_str().to_owned()))
@@ -245,12 +272,12 @@ impl MessageTx for SqlTx {
         Ok(())
     }
 
-    async fn message(&mut self, id: &str) -> Result<Option<Message>, StorageError> {
+    async fn message(&mut self, id: MessageId) -> Result<Option<Message>, StorageError> {
         sqlx::query(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE id = $1{}",
             self.lock()
         ))
-        .bind(id)
+        .bind(id.to_string())
         .fetch_optional(&mut *self.tx)
         .await
         .map_err(db_err)?
@@ -261,13 +288,14 @@ impl MessageTx for SqlTx {
 
     async fn thread_messages(
         &mut self,
-        thread_ids: &[String],
+        thread_ids: &[MessageId],
     ) -> Result<Vec<Message>, StorageError> {
         if thread_ids.is_empty() {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list = a.list(self.backend, thread_ids);
+        let thread_ids: Vec<String> = thread_ids.iter().map(MessageId::to_string).collect();
+        let list = a.list(self.backend, &thread_ids);
         let sql = format!(
             "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE thread_id IN {list} \
              ORDER BY created_at, seq"
@@ -283,7 +311,7 @@ impl MessageTx for SqlTx {
 
     async fn session_messages(
         &mut self,
-        session: &str,
+        session: &SessionId,
         limit: u32,
         offset: u32,
     ) -> Result<Vec<Message>, StorageError> {
@@ -293,7 +321,7 @@ impl MessageTx for SqlTx {
                        WHERE a.kind = 'message' AND a.session_id = $1) \
              ORDER BY seq DESC LIMIT $2 OFFSET $3"
         ))
-        .bind(session)
+        .bind(session.as_str())
         .bind(i64::from(limit))
         .bind(i64::from(offset))
         .fetch_all(&mut *self.tx)
@@ -310,7 +338,7 @@ impl MessageTx for SqlTx {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (login, idempotency_key) DO NOTHING"
         ))
-        .bind(b.id.as_str())
+        .bind(b.id.to_string())
         .bind(b.login.as_str())
         .bind(b.idempotency_key.as_str())
         .bind(b.fingerprint.as_str())
@@ -325,11 +353,11 @@ impl MessageTx for SqlTx {
         Ok(r.rows_affected() == 1)
     }
 
-    async fn broadcast(&mut self, id: &str) -> Result<Option<Broadcast>, StorageError> {
+    async fn broadcast(&mut self, id: BroadcastId) -> Result<Option<Broadcast>, StorageError> {
         sqlx::query(&format!(
             "SELECT {BROADCAST_COLUMNS} FROM console_broadcasts WHERE id = $1"
         ))
-        .bind(id)
+        .bind(id.to_string())
         .fetch_optional(&mut *self.tx)
         .await
         .map_err(db_err)?
@@ -379,7 +407,7 @@ impl MessageTx for SqlTx {
             .map(|r| {
                 let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
                 Ok(BroadcastRow {
-                    id: g("id")?,
+                    id: broadcast_id(r)?,
                     idempotency_key: g("idempotency_key")?,
                     mode: Mode::parse(&g("mode")?).ok_or_else(|| corrupt("mode"))?,
                     body: g("body")?,
@@ -392,11 +420,11 @@ impl MessageTx for SqlTx {
             .collect()
     }
 
-    async fn broadcast_messages(&mut self, id: &str) -> Result<Vec<Message>, StorageError> {
+    async fn broadcast_messages(&mut self, id: BroadcastId) -> Result<Vec<Message>, StorageError> {
         sqlx::query(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE broadcast = $1 ORDER BY seq"
         ))
-        .bind(id)
+        .bind(id.to_string())
         .fetch_all(&mut *self.tx)
         .await
         .map_err(db_err)?
@@ -495,7 +523,7 @@ impl MessageTx for SqlTx {
     async fn wrote_in_message_thread(
         &mut self,
         login: &Login,
-        thread_id: &str,
+        thread_id: MessageId,
     ) -> Result<bool, StorageError> {
         reads::wrote_in_message_thread(self, login, thread_id).await
     }
@@ -520,14 +548,14 @@ impl MessageTx for SqlTx {
     async fn agent_states(
         &mut self,
         login: &Login,
-    ) -> Result<Vec<(String, Option<Time>, Option<Time>)>, StorageError> {
+    ) -> Result<Vec<(SessionId, Option<Time>, Option<Time>)>, StorageError> {
         reads::agent_states(self, login).await
     }
 
     async fn agent_state(
         &mut self,
         login: &Login,
-        session: &str,
+        session: &SessionId,
     ) -> Result<Option<(Option<Time>, Option<Time>)>, StorageError> {
         reads::agent_state(self, login, session).await
     }
@@ -535,7 +563,7 @@ impl MessageTx for SqlTx {
     async fn put_agent_state(
         &mut self,
         login: &Login,
-        session: &str,
+        session: &SessionId,
         cleared_before: Option<Time>,
         read_through: Option<Time>,
     ) -> Result<(), StorageError> {
@@ -545,27 +573,27 @@ impl MessageTx for SqlTx {
     async fn unread_replies(
         &mut self,
         login: &Login,
-        session: Option<&str>,
-    ) -> Result<Vec<(String, String)>, StorageError> {
+        session: Option<&SessionId>,
+    ) -> Result<Vec<(SessionId, MessageId)>, StorageError> {
         reads::unread_replies(self, login, session).await
     }
 
-    async fn read_replies(&mut self, login: &Login, ids: &[String]) -> Result<(), StorageError> {
+    async fn read_replies(&mut self, login: &Login, ids: &[MessageId]) -> Result<(), StorageError> {
         reads::read_replies(self, login, ids).await
     }
 
     async fn messages_by_session(
         &mut self,
-        session: &str,
-        ids: &[String],
-    ) -> Result<Vec<String>, StorageError> {
+        session: &SessionId,
+        ids: &[MessageId],
+    ) -> Result<Vec<MessageId>, StorageError> {
         reads::messages_by_session(self, session, ids).await
     }
 
     async fn insert_webhook(
         &mut self,
         webhook_id: &str,
-        message_id: &str,
+        message_id: MessageId,
         at: Time,
     ) -> Result<bool, StorageError> {
         reads::insert_webhook(self, webhook_id, message_id, at).await

@@ -3,7 +3,7 @@
 
 use countersign_common::sql::db_err;
 use countersign_console_core::Time;
-use countersign_console_core::ids::Login;
+use countersign_console_core::ids::{Login, MessageId, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::IssueKey;
 use countersign_console_core::work::messages::Message;
@@ -13,7 +13,19 @@ use sqlx::Row;
 use crate::time;
 use crate::work::{Args, SqlTx};
 
-use super::{message_at, message_columns, opt_ms};
+use super::{message_at, message_columns, opt_ms, stored};
+
+/// A session id and a message id read from a row's `session_id` and `id`: either one that
+/// does not parse is an error naming the row's message (or, without one, the session).
+fn session_of(r: &sqlx::any::AnyRow, about: &str) -> Result<SessionId, StorageError> {
+    let s: String = r.try_get("session_id").map_err(db_err)?;
+    stored(about, "session id", &s, SessionId::parse)
+}
+
+fn message_id_of(r: &sqlx::any::AnyRow) -> Result<MessageId, StorageError> {
+    let id: String = r.try_get("id").map_err(db_err)?;
+    stored(&format!("message {id:?}"), "id", &id, MessageId::parse)
+}
 
 pub(super) async fn unread_message_threads(
     tx: &mut SqlTx,
@@ -64,12 +76,12 @@ pub(super) async fn unread_message_threads(
 pub(super) async fn wrote_in_message_thread(
     tx: &mut SqlTx,
     login: &Login,
-    thread_id: &str,
+    thread_id: MessageId,
 ) -> Result<bool, StorageError> {
     let row = sqlx::query(
         "SELECT 1 AS x FROM console_messages WHERE thread_id = $1 AND author_login = $2 LIMIT 1",
     )
-    .bind(thread_id)
+    .bind(thread_id.to_string())
     .bind(login.as_str())
     .fetch_optional(&mut *tx.tx)
     .await
@@ -117,7 +129,7 @@ pub(super) async fn put_thread_read(
 pub(super) async fn agent_states(
     tx: &mut SqlTx,
     login: &Login,
-) -> Result<Vec<(String, Option<Time>, Option<Time>)>, StorageError> {
+) -> Result<Vec<(SessionId, Option<Time>, Option<Time>)>, StorageError> {
     let rows = sqlx::query(
         "SELECT x.session_id AS session_id, st.cleared_before AS cleared_before, \
          st.read_through AS read_through FROM \
@@ -134,7 +146,7 @@ pub(super) async fn agent_states(
     rows.iter()
         .map(|r| {
             Ok((
-                r.try_get("session_id").map_err(db_err)?,
+                session_of(r, &format!("{login}'s agent state"))?,
                 opt_ms(r, "cleared_before")?,
                 opt_ms(r, "read_through")?,
             ))
@@ -145,7 +157,7 @@ pub(super) async fn agent_states(
 pub(super) async fn agent_state(
     tx: &mut SqlTx,
     login: &Login,
-    session: &str,
+    session: &SessionId,
 ) -> Result<Option<(Option<Time>, Option<Time>)>, StorageError> {
     let row = sqlx::query(&format!(
         "SELECT cleared_before, read_through FROM console_agent_state \
@@ -153,7 +165,7 @@ pub(super) async fn agent_state(
         tx.lock()
     ))
     .bind(login.as_str())
-    .bind(session)
+    .bind(session.as_str())
     .fetch_optional(&mut *tx.tx)
     .await
     .map_err(db_err)?;
@@ -164,7 +176,7 @@ pub(super) async fn agent_state(
 pub(super) async fn put_agent_state(
     tx: &mut SqlTx,
     login: &Login,
-    session: &str,
+    session: &SessionId,
     cleared_before: Option<Time>,
     read_through: Option<Time>,
 ) -> Result<(), StorageError> {
@@ -174,7 +186,7 @@ pub(super) async fn put_agent_state(
          SET cleared_before = excluded.cleared_before, read_through = excluded.read_through",
     )
     .bind(login.as_str())
-    .bind(session)
+    .bind(session.as_str())
     .bind(cleared_before.as_ref().map(ms))
     .bind(read_through.as_ref().map(ms))
     .execute(&mut *tx.tx)
@@ -186,13 +198,13 @@ pub(super) async fn put_agent_state(
 pub(super) async fn unread_replies(
     tx: &mut SqlTx,
     login: &Login,
-    session: Option<&str>,
-) -> Result<Vec<(String, String)>, StorageError> {
+    session: Option<&SessionId>,
+) -> Result<Vec<(SessionId, MessageId)>, StorageError> {
     let mut a = Args::default();
     let me = a.push(login.as_str().to_owned());
     let mut filter = String::new();
     if let Some(s) = session {
-        filter = format!(" AND root.target_session = {}", a.push(s.to_owned()));
+        filter = format!(" AND root.target_session = {}", a.push(s.to_string()));
     }
     let sql = format!(
         "SELECT root.target_session AS session_id, r.id AS id FROM console_messages r \
@@ -212,10 +224,8 @@ pub(super) async fn unread_replies(
         .map_err(db_err)?;
     rows.iter()
         .map(|r| {
-            Ok((
-                r.try_get("session_id").map_err(db_err)?,
-                r.try_get("id").map_err(db_err)?,
-            ))
+            let id = message_id_of(r)?;
+            Ok((session_of(r, &format!("message {id}"))?, id))
         })
         .collect()
 }
@@ -223,7 +233,7 @@ pub(super) async fn unread_replies(
 pub(super) async fn read_replies(
     tx: &mut SqlTx,
     login: &Login,
-    ids: &[String],
+    ids: &[MessageId],
 ) -> Result<(), StorageError> {
     for id in ids {
         sqlx::query(
@@ -231,7 +241,7 @@ pub(super) async fn read_replies(
              ON CONFLICT (login, message_id) DO NOTHING",
         )
         .bind(login.as_str())
-        .bind(id.as_str())
+        .bind(id.to_string())
         .execute(&mut *tx.tx)
         .await
         .map_err(db_err)?;
@@ -241,15 +251,16 @@ pub(super) async fn read_replies(
 
 pub(super) async fn messages_by_session(
     tx: &mut SqlTx,
-    session: &str,
-    ids: &[String],
-) -> Result<Vec<String>, StorageError> {
+    session: &SessionId,
+    ids: &[MessageId],
+) -> Result<Vec<MessageId>, StorageError> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
     let mut a = Args::default();
-    let s = a.push(session.to_owned());
-    let list = a.list(tx.backend, ids);
+    let s = a.push(session.to_string());
+    let ids: Vec<String> = ids.iter().map(MessageId::to_string).collect();
+    let list = a.list(tx.backend, &ids);
     let sql = format!(
         "SELECT id FROM console_messages WHERE author_session = {s} AND id IN {list} ORDER BY id"
     );
@@ -258,14 +269,14 @@ pub(super) async fn messages_by_session(
         .await
         .map_err(db_err)?
         .iter()
-        .map(|r| r.try_get("id").map_err(db_err))
+        .map(message_id_of)
         .collect()
 }
 
 pub(super) async fn insert_webhook(
     tx: &mut SqlTx,
     webhook_id: &str,
-    message_id: &str,
+    message_id: MessageId,
     at: Time,
 ) -> Result<bool, StorageError> {
     let r = sqlx::query(
@@ -273,7 +284,7 @@ pub(super) async fn insert_webhook(
          ON CONFLICT (webhook_id) DO NOTHING",
     )
     .bind(webhook_id)
-    .bind(message_id)
+    .bind(message_id.to_string())
     .bind(ms(&at))
     .execute(&mut *tx.tx)
     .await

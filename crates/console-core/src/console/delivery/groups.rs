@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::*;
-use crate::ids::SessionGroupId;
+use crate::ids::{SessionGroupId, SessionId};
 use crate::work::delivery::{DeliveryTx, SessionGroup};
 
 /// Session group names at most this many characters (protocol §2).
@@ -87,24 +87,21 @@ impl Delivery<'_> {
         }
         if live_titles
             .iter()
-            .any(|(id, title)| *title == g.name && !g.sessions.contains(id))
+            .any(|(id, title)| *title == g.name && !g.sessions.iter().any(|s| s.as_str() == id))
         {
             return Err(ErrorCode::SESSION_GROUP_NAME_IS_SESSION_TITLE.into());
         }
         Ok(())
     }
 
-    fn group_sessions(list: &[String]) -> Result<Vec<String>, Error> {
-        let mut out: Vec<String> = Vec::new();
+    fn group_sessions(list: &[String]) -> Result<Vec<SessionId>, Error> {
+        let mut out: Vec<SessionId> = Vec::new();
         for s in list {
-            if !crate::work::delivery::is_session_id(s) {
-                return Err(Error::with_message(
-                    ErrorCode::SESSION_GROUP_INPUT,
-                    "sessions are session ids",
-                ));
-            }
-            if !out.contains(s) {
-                out.push(s.clone());
+            let s = SessionId::parse(s).ok_or_else(|| {
+                Error::with_message(ErrorCode::SESSION_GROUP_INPUT, "sessions are session ids")
+            })?;
+            if !out.contains(&s) {
+                out.push(s);
             }
         }
         Ok(out)
@@ -119,8 +116,7 @@ impl Delivery<'_> {
         live_titles: &[(String, String)],
     ) -> Result<SessionGroup, Error> {
         let g = SessionGroup {
-            id: crate::ids::TokenId::from_random(clock::random::<16>(&*self.console.parts.entropy))
-                .to_string(),
+            id: SessionGroupId::from_random(clock::random::<16>(&*self.console.parts.entropy)),
             name: Self::group_name(name)?,
             sessions: Self::group_sessions(sessions)?,
         };
@@ -142,12 +138,11 @@ impl Delivery<'_> {
         patch: &SessionGroupPatch,
         live_titles: &[(String, String)],
     ) -> Result<SessionGroup, Error> {
-        let id = id.to_string();
         let name = patch.name.as_deref().map(Self::group_name).transpose()?;
         let add = Self::group_sessions(&patch.add)?;
         let remove = Self::group_sessions(&patch.remove)?;
         let (g, event) = transact!(self.console, DeliveryWork, |tx| {
-            let mut g = tx.session_group(&id).await?.ok_or_else(|| {
+            let mut g = tx.session_group(id).await?.ok_or_else(|| {
                 Error::with_message(ErrorCode::NOT_FOUND, "no such session group")
             })?;
             if let Some(n) = &name {
@@ -176,9 +171,8 @@ impl Delivery<'_> {
         actor: &Actor,
         id: SessionGroupId,
     ) -> Result<(), Error> {
-        let id = id.to_string();
         let event = transact!(self.console, DeliveryWork, |tx| {
-            if !tx.delete_session_group(&id).await? {
+            if !tx.delete_session_group(id).await? {
                 return Err(Error::with_message(
                     ErrorCode::NOT_FOUND,
                     "no such session group",

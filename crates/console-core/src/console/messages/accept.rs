@@ -89,18 +89,17 @@ impl Messages<'_> {
         if accepted_as == Some(Mode::Send) {
             return Err(message_input("`as` is aside or steer"));
         }
-        let id = id.to_string();
         let number = attempt_number(attempt)?;
         let now = self.console.now();
         let (accepted, event) = transact!(self.console, MessagesWork, |tx| {
-            let m = tx.message(&id).await?.ok_or_else(no_message)?;
+            let m = tx.message(id).await?.ok_or_else(no_message)?;
             let root = if m.thread_id == m.id {
                 m.clone()
             } else {
-                tx.message(&m.thread_id).await?.ok_or_else(no_message)?
+                tx.message(m.thread_id).await?.ok_or_else(no_message)?
             };
             let attempts = tx
-                .attempts(DeliveryKind::Message, std::slice::from_ref(&m.id))
+                .attempts(DeliveryKind::Message, &[m.id.to_string()])
                 .await?;
             let a = attempts
                 .iter()
@@ -130,8 +129,14 @@ impl Messages<'_> {
         mode: Mode,
         now: Time,
     ) -> Result<(Accepted, Event), Error> {
-        tx.accept_attempt(DeliveryKind::Message, &m.id, a.attempt, now, mode)
-            .await?;
+        tx.accept_attempt(
+            DeliveryKind::Message,
+            &m.id.to_string(),
+            a.attempt,
+            now,
+            mode,
+        )
+        .await?;
         a.accepted_at = Some(now);
         a.accepted_as = Some(mode);
         let data = json!({
@@ -174,8 +179,8 @@ mod tests {
 
     fn message() -> Message {
         Message {
-            id: "m".into(),
-            thread_id: "m".into(),
+            id: MessageId::from_random([1; 16]),
+            thread_id: MessageId::from_random([1; 16]),
             parent: None,
             issue: None,
             broadcast: None,
@@ -233,7 +238,7 @@ mod tests {
             Some(ErrorCode::ACCEPT_NOT_DIRECT)
         );
         let mut copy = message();
-        copy.broadcast = Some("b".into());
+        copy.broadcast = Some(BroadcastId::from_random([2; 16]));
         assert_eq!(
             refusal(&copy, &copy, std::slice::from_ref(&a), &a, "s1", now),
             Some(ErrorCode::ACCEPT_NOT_DIRECT)

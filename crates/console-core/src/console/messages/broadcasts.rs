@@ -129,7 +129,7 @@ impl Messages<'_> {
             login: human.login.clone(),
         };
         let b = Broadcast {
-            id: self.new_id(),
+            id: self.new_id(BroadcastId::from_random),
             login: human.login.clone(),
             idempotency_key: new.idempotency_key.clone(),
             fingerprint: fingerprint.to_owned(),
@@ -193,7 +193,7 @@ impl Messages<'_> {
         let mut copies = Vec::with_capacity(recipients.len());
         for s in recipients {
             let mut m = self.targeted(&b.by, None, Target::Session(s.clone()), b.mode, &b.body);
-            m.broadcast = Some(b.id.clone());
+            m.broadcast = Some(b.id);
             m.created_at = b.created_at;
             tx.insert_message(&m).await?;
             opened.extend(self.attempt(tx, &m, &b.by).await?);
@@ -246,9 +246,9 @@ impl Messages<'_> {
         fingerprint: &str,
     ) -> Result<BroadcastSent, Error> {
         if b.fingerprint != fingerprint {
-            return Err(Error::new(ErrorCode::BROADCAST_KEY_REUSED).with_detail("broadcast", &b.id));
+            return Err(Error::new(ErrorCode::BROADCAST_KEY_REUSED).with_detail("broadcast", b.id));
         }
-        let copies = tx.broadcast_messages(&b.id).await?;
+        let copies = tx.broadcast_messages(b.id).await?;
         Ok(BroadcastSent {
             excluded: b.excluded.clone(),
             broadcast: self.broadcast_view(tx, &b, &copies).await?,
@@ -265,7 +265,7 @@ impl Messages<'_> {
         let views = self.views(tx, copies).await?;
         let reply_count = views.iter().map(|v| count_replies(&v.replies)).sum();
         Ok(BroadcastView {
-            id: b.id.clone(),
+            id: b.id,
             idempotency_key: b.idempotency_key.clone(),
             mode: b.mode,
             body: b.body.clone(),
@@ -299,10 +299,9 @@ impl Messages<'_> {
     /// One broadcast with every recipient's attempts and replies, recipients in send order.
     pub async fn broadcast_by_id(&self, id: BroadcastId) -> Result<BroadcastView, Error> {
         let nf = || Error::with_message(ErrorCode::NOT_FOUND, "no such broadcast");
-        let id = id.to_string();
         let mut tx = self.read().await?;
-        let b = tx.broadcast(&id).await?.ok_or_else(nf)?;
-        let copies = tx.broadcast_messages(&b.id).await?;
+        let b = tx.broadcast(id).await?.ok_or_else(nf)?;
+        let copies = tx.broadcast_messages(b.id).await?;
         self.broadcast_view(&mut *tx, &b, &copies).await
     }
 }

@@ -214,7 +214,7 @@ async fn message_rows(
         };
         thread_row(
             ThreadKind::Message,
-            &root.id,
+            &root.id.to_string(),
             &root.author,
             &root.body,
             newest,
@@ -304,12 +304,14 @@ impl Messages<'_> {
         thread_id: &str,
         read_through: Time,
     ) -> Result<(), Error> {
-        let id =
-            crate::ids::uuid_id(thread_id).ok_or_else(|| Error::new(ErrorCode::THREAD_ID_INPUT))?;
+        // A thread of any kind, by the UUID rule: the message kind's, and as text for the rest.
+        let message =
+            MessageId::parse(thread_id).ok_or_else(|| Error::new(ErrorCode::THREAD_ID_INPUT))?;
+        let id = message.to_string();
         let now = self.console.now();
         let at = mark(read_through, now)?;
         transact!(self.console, MessagesWork, |tx| {
-            let wrote = tx.wrote_in_message_thread(&human.login, &id).await?
+            let wrote = tx.wrote_in_message_thread(&human.login, message).await?
                 || tx.wrote_in_comment_thread(&human.login, &id).await?
                 || tx.wrote_in_ask(&human.login, &id).await?;
             if !wrote {
@@ -335,7 +337,7 @@ impl Messages<'_> {
                 unread_replies: unread
                     .iter()
                     .filter(|(s, _)| *s == session_id)
-                    .map(|(_, id)| id.clone())
+                    .map(|(_, id)| *id)
                     .collect(),
                 session_id,
                 cleared_before,
@@ -353,13 +355,12 @@ impl Messages<'_> {
         session: &SessionId,
         patch: AgentPatch,
     ) -> Result<AgentState, Error> {
-        let session = session.as_str();
         let now = self.console.now();
         let cleared = patch.cleared_before.map(|t| mark(t, now)).transpose()?;
         let read = patch.read_through.map(|t| mark(t, now)).transpose()?;
         let mut ids = Vec::with_capacity(patch.read_replies.len());
         for id in &patch.read_replies {
-            ids.push(crate::ids::uuid_id(id).ok_or_else(|| {
+            ids.push(MessageId::parse(id).ok_or_else(|| {
                 Error::with_message(ErrorCode::INVALID_BODY, "`read_replies` holds message ids")
             })?);
         }
@@ -388,7 +389,7 @@ impl Messages<'_> {
             }
             let unread = tx.unread_replies(&human.login, Some(session)).await?;
             Ok(AgentState {
-                session_id: session.to_owned(),
+                session_id: session.clone(),
                 cleared_before,
                 read_through,
                 unread_replies: unread.into_iter().map(|(_, id)| id).collect(),

@@ -79,12 +79,13 @@ fn session_of(actor: &Actor) -> Result<String, Error> {
 /// A message's view from its thread's messages and their attempts: its replies (children)
 /// nested, oldest first.
 fn view_of(m: &Message, all: &[Message], attempts: &[Attempt]) -> MessageView {
+    let id = m.id.to_string();
     MessageView {
-        id: m.id.clone(),
-        thread_id: m.thread_id.clone(),
-        parent: m.parent.clone(),
+        id: m.id,
+        thread_id: m.thread_id,
+        parent: m.parent,
         issue: m.issue.clone(),
-        broadcast: m.broadcast.clone(),
+        broadcast: m.broadcast,
         target: m.target.clone(),
         delivery: m.delivery,
         body: m.body.clone(),
@@ -92,12 +93,12 @@ fn view_of(m: &Message, all: &[Message], attempts: &[Attempt]) -> MessageView {
         author: m.author.clone(),
         deliveries: attempts
             .iter()
-            .filter(|a| a.id == m.id)
+            .filter(|a| a.id == id)
             .map(AttemptView::from)
             .collect(),
         replies: all
             .iter()
-            .filter(|r| r.parent.as_deref() == Some(m.id.as_str()))
+            .filter(|r| r.parent == Some(m.id))
             .map(|r| view_of(r, all, attempts))
             .collect(),
         created_at: m.created_at,
@@ -129,11 +130,10 @@ impl Messages<'_> {
         Ok(tx)
     }
 
-    /// A fresh id (UUID v4 from the console's entropy).
-    fn new_id(&self) -> String {
-        uuid::Builder::from_random_bytes(clock::random::<16>(&*self.console.parts.entropy))
-            .into_uuid()
-            .to_string()
+    /// A fresh id (UUID v4 from the console's entropy) of the kind `from_random` makes:
+    /// `self.new_id(MessageId::from_random)`.
+    fn new_id<T>(&self, from_random: impl FnOnce([u8; 16]) -> T) -> T {
+        from_random(clock::random::<16>(&*self.console.parts.entropy))
     }
 
     /// Views of `messages`, each with its attempts and replies, read in `tx` (two queries for
@@ -143,11 +143,11 @@ impl Messages<'_> {
         tx: &mut dyn MessagesWork,
         messages: &[Message],
     ) -> Result<Vec<MessageView>, Error> {
-        let mut threads: Vec<String> = messages.iter().map(|m| m.thread_id.clone()).collect();
+        let mut threads: Vec<MessageId> = messages.iter().map(|m| m.thread_id).collect();
         threads.sort();
         threads.dedup();
         let all = tx.thread_messages(&threads).await?;
-        let ids: Vec<String> = all.iter().map(|m| m.id.clone()).collect();
+        let ids: Vec<String> = all.iter().map(|m| m.id.to_string()).collect();
         let attempts = tx.attempts(DeliveryKind::Message, &ids).await?;
         Ok(messages
             .iter()
@@ -209,7 +209,7 @@ impl Messages<'_> {
     /// What a session receives for a message.
     fn content(m: &Message, mode: Mode) -> DeliveryContent {
         DeliveryContent {
-            thread_id: m.thread_id.clone(),
+            thread_id: m.thread_id.to_string(),
             issue: m.issue.as_ref().map(|k| k.as_str().to_owned()),
             mode,
             author: m.author.clone(),
@@ -234,11 +234,12 @@ impl Messages<'_> {
         let mode = m.delivery.unwrap_or(Mode::Send);
         let content = Self::content(m, mode);
         let scope = m.scope();
+        let id = m.id.to_string();
         let mut opened = Vec::with_capacity(sessions.len());
         for s in &sessions {
             let new = NewAttempt {
                 kind: DeliveryKind::Message,
-                id: &m.id,
+                id: &id,
                 session_id: s,
                 mode,
                 requested_by,
@@ -259,9 +260,9 @@ impl Messages<'_> {
         delivery: Mode,
         body: &str,
     ) -> Message {
-        let id = self.new_id();
+        let id = self.new_id(MessageId::from_random);
         Message {
-            thread_id: id.clone(),
+            thread_id: id,
             id,
             parent: None,
             issue,

@@ -12,7 +12,7 @@ use crate::work::messages::ExpiryNotice;
 enum ReplyPlace<'t> {
     /// Post it under this message: the one replied to (a first reply), or the session's first
     /// reply to it (a follow-up).
-    Under(&'t str),
+    Under(MessageId),
     /// Post nothing: the session posted this already (the same text, or no follow-up asked).
     Posted(&'t Message),
 }
@@ -28,21 +28,20 @@ fn reply_place<'t>(
     follow_up: bool,
 ) -> ReplyPlace<'t> {
     let by_session = |x: &&Message| x.author_session() == Some(session);
-    let under = |parent: &str| {
-        let parent = parent.to_owned();
+    let under = |parent: MessageId| {
         thread
             .iter()
             .filter(by_session)
-            .filter(move |x| x.parent.as_deref() == Some(parent.as_str()))
+            .filter(move |x| x.parent == Some(parent))
     };
-    let Some(first) = under(&m.id).next() else {
-        return ReplyPlace::Under(&m.id);
+    let Some(first) = under(m.id).next() else {
+        return ReplyPlace::Under(m.id);
     };
     let same = std::iter::once(first)
-        .chain(under(&first.id))
+        .chain(under(first.id))
         .find(|x| x.body == body);
     match (follow_up, same) {
-        (true, None) => ReplyPlace::Under(&first.id),
+        (true, None) => ReplyPlace::Under(first.id),
         (_, same) => ReplyPlace::Posted(same.unwrap_or(first)),
     }
 }
@@ -65,7 +64,7 @@ impl Messages<'_> {
     ) -> Result<Option<MessageView>, Error> {
         let done = transact!(self.console, MessagesWork, |tx| {
             if let Some(w) = webhook_id
-                && !tx.insert_webhook(w, &m.id, m.created_at).await?
+                && !tx.insert_webhook(w, m.id, m.created_at).await?
             {
                 return Ok(None);
             }
@@ -174,10 +173,9 @@ impl Messages<'_> {
     /// Retries a targeted message: one new attempt per session it reaches now (its session,
     /// or every live session advertising its role), requested by `actor`.
     pub async fn retry(&self, actor: &Actor, id: MessageId) -> Result<Vec<AttemptView>, Error> {
-        let id = id.to_string();
         let opened = transact!(self.console, MessagesWork, |tx| {
             let m = tx
-                .message(&id)
+                .message(id)
                 .await?
                 .filter(|m| m.target.is_some())
                 .ok_or_else(|| {
@@ -205,9 +203,8 @@ impl Messages<'_> {
     ) -> Result<(MessageView, bool), Error> {
         let session = session_of(actor)?;
         check_body(body)?;
-        let id = id.to_string();
         let (view, event) = transact!(self.console, MessagesWork, |tx| {
-            let m = tx.message(&id).await?.ok_or_else(no_message)?;
+            let m = tx.message(id).await?.ok_or_else(no_message)?;
             self.check_delivered(tx, &m, &session).await?;
             let thread = tx
                 .thread_messages(std::slice::from_ref(&m.thread_id))
@@ -240,7 +237,7 @@ impl Messages<'_> {
         session: &str,
     ) -> Result<(), Error> {
         let attempts = tx
-            .attempts(DeliveryKind::Message, std::slice::from_ref(&m.id))
+            .attempts(DeliveryKind::Message, &[m.id.to_string()])
             .await?;
         if attempts.iter().any(|a| a.session_id == session) {
             return Ok(());
@@ -258,13 +255,13 @@ impl Messages<'_> {
         tx: &mut dyn MessagesWork,
         actor: &Actor,
         m: &Message,
-        parent: &str,
+        parent: MessageId,
         body: &str,
     ) -> Result<(MessageView, Event), Error> {
         let r = Message {
-            id: self.new_id(),
-            thread_id: m.thread_id.clone(),
-            parent: Some(parent.to_owned()),
+            id: self.new_id(MessageId::from_random),
+            thread_id: m.thread_id,
+            parent: Some(parent),
             issue: m.issue.clone(),
             broadcast: None,
             target: None,
@@ -290,6 +287,15 @@ mod tests {
 
     use super::*;
 
+    /// The message id a test names `name` (its bytes, padded).
+    fn id(name: &str) -> MessageId {
+        let mut bytes = [0u8; 16];
+        for (b, n) in bytes.iter_mut().zip(name.bytes()) {
+            *b = n;
+        }
+        MessageId::from_random(bytes)
+    }
+
     /// A message `id` under `parent` in thread `t`, by session `by` (or by a person).
     fn msg(id: &str, parent: Option<&str>, by: Option<&str>, body: &str) -> Message {
         let author = match by {
@@ -303,9 +309,9 @@ mod tests {
             },
         };
         Message {
-            id: id.into(),
-            thread_id: "t".into(),
-            parent: parent.map(str::to_owned),
+            id: self::id(id),
+            thread_id: self::id("t"),
+            parent: parent.map(self::id),
             issue: None,
             broadcast: None,
             target: None,
@@ -328,20 +334,20 @@ mod tests {
         let alone = [root.clone()];
         assert_eq!(
             reply_place(&alone, &root, "s1", "hi", false),
-            ReplyPlace::Under("t")
+            ReplyPlace::Under(id("t"))
         );
         let first = msg("r1", Some("t"), Some("s1"), "hi");
         let other = msg("r2", Some("t"), Some("s2"), "yo");
         let more = msg("r3", Some("r1"), Some("s1"), "and more");
         let thread = [root.clone(), first.clone(), other, more.clone()];
         let place = |body, follow_up| reply_place(&thread, &root, "s1", body, follow_up);
-        assert_eq!(place("new", true), ReplyPlace::Under("r1"));
+        assert_eq!(place("new", true), ReplyPlace::Under(id("r1")));
         assert_eq!(place("new", false), ReplyPlace::Posted(&first));
         assert_eq!(place("hi", true), ReplyPlace::Posted(&first));
         assert_eq!(place("and more", true), ReplyPlace::Posted(&more));
         assert_eq!(
             reply_place(&thread, &root, "s2", "new", true),
-            ReplyPlace::Under("r2")
+            ReplyPlace::Under(id("r2"))
         );
     }
 }

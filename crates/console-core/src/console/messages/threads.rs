@@ -8,10 +8,9 @@ impl Messages<'_> {
     /// One message on an issue, with its attempts and replies.
     pub async fn on_issue(&self, key: &str, id: MessageId) -> Result<MessageView, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
-        let id = id.to_string();
         let mut tx = self.read().await?;
         let m = tx
-            .message(&id)
+            .message(id)
             .await?
             .filter(|m| m.issue.as_ref() == Some(&key))
             .ok_or_else(no_message)?;
@@ -23,9 +22,8 @@ impl Messages<'_> {
     /// bearer names its session, which must be the root's target or have replied in it
     /// (THREAD_FORBIDDEN): a guard against mistakes, not an authorization boundary.
     pub async fn thread(&self, caller: &Actor, id: MessageId) -> Result<Thread, Error> {
-        let id = id.to_string();
         let mut tx = self.read().await?;
-        let m = tx.message(&id).await?.ok_or_else(no_message)?;
+        let m = tx.message(id).await?.ok_or_else(no_message)?;
         let all = tx
             .thread_messages(std::slice::from_ref(&m.thread_id))
             .await?;
@@ -39,7 +37,7 @@ impl Messages<'_> {
         {
             check_direct_reader(&root, &all, session.as_deref())?;
         }
-        let ids: Vec<String> = all.iter().map(|x| x.id.clone()).collect();
+        let ids: Vec<String> = all.iter().map(|x| x.id.to_string()).collect();
         let attempts = tx.attempts(DeliveryKind::Message, &ids).await?;
         Ok(Thread {
             root: view_of(&root, &all, &attempts),
@@ -58,7 +56,6 @@ impl Messages<'_> {
         limit: u32,
         offset: u32,
     ) -> Result<Vec<MessageView>, Error> {
-        let session = session.as_str();
         let mut tx = self.read().await?;
         let ms = tx.session_messages(session, limit, offset).await?;
         self.views(&mut *tx, &ms).await

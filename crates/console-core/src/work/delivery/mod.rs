@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
+use crate::ids::{SessionGroupId, SessionId};
 use crate::storage::StorageError;
 use crate::work::model::{Issue, IssueKey, ProjectKey};
 
@@ -172,9 +173,9 @@ pub struct Freshness {
 /// A session group (protocol §6.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionGroup {
-    pub id: String,
+    pub id: SessionGroupId,
     pub name: String,
-    pub sessions: Vec<String>,
+    pub sessions: Vec<SessionId>,
 }
 
 /// A project's architecture source.
@@ -193,6 +194,7 @@ pub struct ArchitectureSource {
 /// A node of a project's imported component tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Component {
+    /// Text: the imported file names its components (no id kind of the console's).
     pub id: String,
     pub name: String,
     pub parent: Option<String>,
@@ -277,10 +279,13 @@ pub trait DeliveryTx: Send {
     async fn deploys_with_commits(&mut self, repo: &str) -> Result<Vec<i64>, StorageError>;
 
     async fn session_groups(&mut self) -> Result<Vec<SessionGroup>, StorageError>;
-    async fn session_group(&mut self, id: &str) -> Result<Option<SessionGroup>, StorageError>;
+    async fn session_group(
+        &mut self,
+        id: SessionGroupId,
+    ) -> Result<Option<SessionGroup>, StorageError>;
     /// Adds or replaces a group with its sessions.
     async fn put_session_group(&mut self, g: &SessionGroup) -> Result<(), StorageError>;
-    async fn delete_session_group(&mut self, id: &str) -> Result<bool, StorageError>;
+    async fn delete_session_group(&mut self, id: SessionGroupId) -> Result<bool, StorageError>;
 
     async fn architecture_source(
         &mut self,
