@@ -50,6 +50,25 @@ macro_rules! uuid_id {
             }
         }
 
+        /// An id equals the text it is written as (lowercase, hyphenated), and no other.
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0.hyphenated().encode_lower(&mut Uuid::encode_buffer()) == other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                *self == *other.as_str()
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *other == *self.as_str()
+            }
+        }
+
         impl Serialize for $name {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.collect_str(self)
@@ -101,6 +120,11 @@ uuid_id!(
     /// A personal token's id, shown in lists and taken by revoke.
     TokenId,
     "personal token"
+);
+uuid_id!(
+    /// A review of a document version.
+    ReviewId,
+    "review"
 );
 
 /// A session id (protocol §4.1): 1 to 128 characters with no whitespace, control character,
@@ -201,6 +225,9 @@ mod tests {
                     let json = serde_json::to_string(&id).expect("serializes");
                     assert_eq!(json, format!("\"{LOWER}\""));
                     assert_eq!(serde_json::from_str::<$name>(&json).ok(), Some(id));
+                    let text = id.to_string();
+                    assert!(id == text && text == id && id == *LOWER);
+                    assert_eq!(id == s, s == LOWER, "{s}");
                 }
                 for bad in [
                     "",
@@ -226,6 +253,7 @@ mod tests {
     uuid_kind!(BroadcastId, broadcast_ids, "no such broadcast");
     uuid_kind!(SessionGroupId, session_group_ids, "no such session group");
     uuid_kind!(TokenId, token_ids, "no such personal token");
+    uuid_kind!(ReviewId, review_ids, "no such review");
 
     #[test]
     fn uuid_text_is_the_same_rule() {
