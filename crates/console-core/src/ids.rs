@@ -1,8 +1,8 @@
 //! Identifiers and validated values. Each id kind is a type that parses once, at the edge (a
 //! path, a query, a body's field), by one rule: the UUID kinds by [`uuid::Uuid::try_parse`]
 //! (any case, any form the `uuid` crate reads, written lowercase and hyphenated), a session id
-//! by protocol §4.1. A value of one of these types is well formed, so the services (and the
-//! asks' storage) take it without checking again.
+//! by protocol §4.1. A value of one of these types is well formed, so the services, the
+//! records and the storage take it without checking again.
 
 use std::fmt;
 
