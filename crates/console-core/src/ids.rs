@@ -1,8 +1,8 @@
 //! Identifiers and validated values. Each id kind is a type that parses once, at the edge (a
 //! path, a query, a body's field), by one rule: the UUID kinds by [`uuid::Uuid::try_parse`]
 //! (any case, any form the `uuid` crate reads, written lowercase and hyphenated), a session id
-//! by protocol §4.1. A value of one of these types is well formed, so the services (and the
-//! asks' storage) take it without checking again.
+//! by protocol §4.1. A value of one of these types is well formed, so the services, the
+//! records and the storage take it without checking again.
 
 use std::fmt;
 
@@ -47,6 +47,25 @@ macro_rules! uuid_id {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 self.0.hyphenated().fmt(f)
+            }
+        }
+
+        /// An id equals the text it is written as (lowercase, hyphenated), and no other.
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0.hyphenated().encode_lower(&mut Uuid::encode_buffer()) == other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                *self == *other.as_str()
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *other == *self.as_str()
             }
         }
 
@@ -101,6 +120,11 @@ uuid_id!(
     /// A personal token's id, shown in lists and taken by revoke.
     TokenId,
     "personal token"
+);
+uuid_id!(
+    /// A review of a document version.
+    ReviewId,
+    "review"
 );
 
 /// A session id (protocol §4.1): 1 to 128 characters with no whitespace, control character,
@@ -209,6 +233,9 @@ mod tests {
                     let json = serde_json::to_string(&id).expect("serializes");
                     assert_eq!(json, format!("\"{LOWER}\""));
                     assert_eq!(serde_json::from_str::<$name>(&json).ok(), Some(id));
+                    let text = id.to_string();
+                    assert!(id == text && text == id && id == *LOWER);
+                    assert_eq!(id == s, s == LOWER, "{s}");
                 }
                 for bad in [
                     "",
@@ -234,6 +261,7 @@ mod tests {
     uuid_kind!(BroadcastId, broadcast_ids, "no such broadcast");
     uuid_kind!(SessionGroupId, session_group_ids, "no such session group");
     uuid_kind!(TokenId, token_ids, "no such personal token");
+    uuid_kind!(ReviewId, review_ids, "no such review");
 
     #[test]
     fn uuid_text_is_the_same_rule() {

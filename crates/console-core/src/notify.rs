@@ -405,8 +405,10 @@ mod tests {
             service: None,
             session: Some("s1".into()),
         };
+        // An ask id is a UUID: "0b6e…" stands for the one the assertions name.
+        const ID: &str = "0b6e0000-0000-4000-8000-000000000000";
         let ask = Ask::opened(
-            "0b6e".into(),
+            crate::ids::AskId::parse(ID).expect("an id"),
             AskKind::Question,
             (project.clone(), issue.clone(), None),
             "Refund <!channel> partial\ncaptures?\nMore detail".into(),
@@ -415,8 +417,8 @@ mod tests {
             chrono::DateTime::UNIX_EPOCH,
         );
         let w = Waiting::of_ask(&ask, Login::parse("bob@example.com"));
-        assert_eq!(w.item, "ask:0b6e");
-        assert_eq!(w.path, "/asks/0b6e");
+        assert_eq!(w.item, format!("ask:{ID}"));
+        assert_eq!(w.path, format!("/asks/{ID}"));
         assert_eq!(
             w.title,
             "Answer an ask on ASK-1: “Refund <!channel> partial”"
@@ -428,7 +430,7 @@ mod tests {
                 login: Login::parse("ada@example.com").expect("login"),
             },
             kind: AskKind::Approval,
-            artifact: Some("doc".into()),
+            artifact: crate::ids::ArtifactId::parse("d0c00000-0000-4000-8000-000000000000"),
             ..ask
         };
         let w = Waiting::of_ask(&by_ada, None);

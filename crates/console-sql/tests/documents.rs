@@ -8,7 +8,7 @@ mod common;
 
 use chrono::{Duration, Utc};
 use countersign_console_core::Storage;
-use countersign_console_core::ids::Login;
+use countersign_console_core::ids::{ArtifactId, Login, SessionId};
 use countersign_console_core::work::documents::{
     Artifact, ArtifactKind, Content, Edge, EdgeKind, EdgeQuery, LogEntry, Scope, Snapshot,
     StoredDocument, Version, VersionKind, VersionRef,
@@ -39,7 +39,7 @@ fn artifact(scope: Scope, slug: &str, filename: &str, kind: ArtifactKind) -> Art
         login: Login::parse("ada@example.com").unwrap_or_else(|| panic!("login")),
     };
     Artifact {
-        id: uuid::Uuid::new_v4().to_string(),
+        id: ArtifactId(uuid::Uuid::new_v4()),
         scope,
         slug: slug.into(),
         filename: filename.into(),
@@ -112,9 +112,9 @@ async fn contract(s: &SqlStorage) {
         markdown: "# Plan\n\n- [x] one\n- [ ] two\n".into(),
         block_ids: vec!["h1".into(), "l1".into(), "i1".into(), "i2".into()],
     };
-    tx.put_snapshot(&plan.id, &state).await.expect("snapshot");
+    tx.put_snapshot(plan.id, &state).await.expect("snapshot");
     tx.put_snapshot(
-        &notes.id,
+        notes.id,
         &Snapshot {
             markdown: String::new(),
             block_ids: vec![],
@@ -131,10 +131,10 @@ async fn contract(s: &SqlStorage) {
         ids: vec!["x1".into(), "x2".into()],
         token: "t".repeat(64),
     };
-    tx.append_log(&plan.id, &entry(1, "Spec"))
+    tx.append_log(plan.id, &entry(1, "Spec"))
         .await
         .expect("log");
-    tx.append_log(&plan.id, &entry(2, "Note"))
+    tx.append_log(plan.id, &entry(2, "Note"))
         .await
         .expect("log");
     let every_byte: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
@@ -148,15 +148,15 @@ async fn contract(s: &SqlStorage) {
         by: plan.created_by.clone(),
         created_at: t0,
     };
-    tx.insert_version(&blob.id, &v(1), &Content::Bytes(every_byte.clone()))
+    tx.insert_version(blob.id, &v(1), &Content::Bytes(every_byte.clone()))
         .await
         .expect("version");
-    tx.insert_version(&plan.id, &v(1), &Content::Markdown(state.markdown.clone()))
+    tx.insert_version(plan.id, &v(1), &Content::Markdown(state.markdown.clone()))
         .await
         .expect("version");
-    tx.name_version(&plan.id, 1, "first").await.expect("name");
+    tx.name_version(plan.id, 1, "first").await.expect("name");
     tx.index_text(
-        &plan.id,
+        plan.id,
         &[
             ("".into(), "plan.md".into()),
             ("h1".into(), "# Plan zebra".into()),
@@ -167,7 +167,7 @@ async fn contract(s: &SqlStorage) {
     .await
     .expect("index");
     tx.index_text(
-        &notes.id,
+        notes.id,
         &[
             ("".into(), "notes.md".into()),
             ("b".into(), "zebra only".into()),
@@ -180,7 +180,7 @@ async fn contract(s: &SqlStorage) {
 
     let mut tx = s.read().await.expect("read");
     assert_eq!(
-        tx.artifact(&plan.id).await.expect("read"),
+        tx.artifact(plan.id).await.expect("read"),
         Some(plan.clone())
     );
     assert_eq!(
@@ -199,7 +199,7 @@ async fn contract(s: &SqlStorage) {
             .expect("filename"),
         vec![blob.clone()]
     );
-    let ids: Vec<String> = tx
+    let ids: Vec<ArtifactId> = tx
         .artifacts(&scope)
         .await
         .expect("list")
@@ -209,27 +209,27 @@ async fn contract(s: &SqlStorage) {
     assert_eq!(ids[0], plan.id, "oldest first");
     assert_eq!(ids.len(), 3);
     assert_eq!(
-        tx.document(&plan.id).await.expect("doc"),
+        tx.document(plan.id).await.expect("doc"),
         Some(StoredDocument {
             snapshot: state.clone(),
             log: vec![entry(1, "Spec"), entry(2, "Note")],
         })
     );
     let stored = tx
-        .document(&plan.id)
+        .document(plan.id)
         .await
         .expect("doc")
         .unwrap_or_else(|| panic!("doc"));
     assert_eq!(stored.markdown(), "# Note\n\n- [x] one\n- [ ] two\n");
     let (bv, bytes) = tx
-        .version(&blob.id, 1)
+        .version(blob.id, 1)
         .await
         .expect("version")
         .unwrap_or_else(|| panic!("v1"));
     assert_eq!(bytes, Content::Bytes(every_byte));
     assert_eq!(bv, v(1));
     let (pv, _) = tx
-        .version(&plan.id, 1)
+        .version(plan.id, 1)
         .await
         .expect("version")
         .unwrap_or_else(|| panic!("v1"));
@@ -237,16 +237,13 @@ async fn contract(s: &SqlStorage) {
         (pv.name.as_deref(), pv.kind),
         (Some("first"), VersionKind::Named)
     );
-    assert_eq!(tx.version(&plan.id, 2).await.expect("version"), None);
+    assert_eq!(tx.version(plan.id, 2).await.expect("version"), None);
     let primary = tx
         .primary_documents(std::slice::from_ref(&issue_key))
         .await
         .expect("primary");
     assert_eq!(primary.len(), 1);
-    assert_eq!(
-        (primary[0].1.id.as_str(), primary[0].1.tasks),
-        (plan.id.as_str(), (1, 2))
-    );
+    assert_eq!((primary[0].1.id, primary[0].1.tasks), (plan.id, (1, 2)));
 
     // Search: every word between a document's parts; the best part's snippet.
     let words = |w: &[&str]| w.iter().map(|x| x.to_string()).collect::<Vec<_>>();
@@ -281,7 +278,7 @@ async fn contract(s: &SqlStorage) {
     // Re-indexing a part replaces it; removing one takes it out.
     let mut tx = s.begin().await.expect("begin");
     tx.index_text(
-        &plan.id,
+        plan.id,
         &[("h1".into(), "# Plan okapi".into())],
         &["l1".into()],
     )
@@ -390,13 +387,13 @@ async fn contract(s: &SqlStorage) {
     tx.append_event(&ev(None, "s0"), Some(2))
         .await
         .expect("issue event");
-    tx.append_event(&ev(Some(plan.id.clone()), "s1"), Some(2))
+    tx.append_event(&ev(Some(plan.id.to_string()), "s1"), Some(2))
         .await
         .expect("document event");
-    tx.append_event(&ev(Some(plan.id.clone()), "s2"), Some(3))
+    tx.append_event(&ev(Some(plan.id.to_string()), "s2"), Some(3))
         .await
         .expect("document event");
-    tx.append_event(&ev(Some(plan.id.clone()), "s1"), None)
+    tx.append_event(&ev(Some(plan.id.to_string()), "s1"), None)
         .await
         .expect("unsequenced");
     tx.commit().await.expect("commit");
@@ -408,7 +405,7 @@ async fn contract(s: &SqlStorage) {
         descending: false,
         limit: 50,
     };
-    let doc_log = tx.document_events(&plan.id, &page).await.expect("log");
+    let doc_log = tx.document_events(plan.id, &page).await.expect("log");
     assert_eq!(
         doc_log.iter().map(|e| e.sequence).collect::<Vec<_>>(),
         vec![Some(2), Some(3)]
@@ -417,7 +414,7 @@ async fn contract(s: &SqlStorage) {
     assert!(issue_log.iter().all(|e| e.artifact.is_none()));
     assert_eq!(issue_log.len(), 1);
     let subs: Vec<String> = tx
-        .document_subscribers(&plan.id)
+        .document_subscribers(plan.id)
         .await
         .expect("subs")
         .into_iter()
@@ -426,13 +423,13 @@ async fn contract(s: &SqlStorage) {
     assert_eq!(subs, ["s1", "s2"]);
     drop(tx);
     let mut tx = s.begin().await.expect("begin");
-    tx.document_unsubscribe(&plan.id, "s1")
+    tx.document_unsubscribe(plan.id, &SessionId::parse("s1").expect("a session id"))
         .await
         .expect("unsubscribe");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
     let subs: Vec<String> = tx
-        .document_subscribers(&plan.id)
+        .document_subscribers(plan.id)
         .await
         .expect("subs")
         .into_iter()
@@ -443,10 +440,10 @@ async fn contract(s: &SqlStorage) {
 
     // A new snapshot drops the log before it.
     let mut tx = s.begin().await.expect("begin");
-    tx.put_snapshot(&plan.id, &state).await.expect("snapshot");
+    tx.put_snapshot(plan.id, &state).await.expect("snapshot");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
-    let stored = tx.document(&plan.id).await.expect("doc");
+    let stored = tx.document(plan.id).await.expect("doc");
     assert_eq!(stored.map(|d| d.log.len()), Some(0));
 }
 

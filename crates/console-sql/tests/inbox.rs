@@ -120,7 +120,7 @@ async fn scenario(s: Arc<SqlStorage>) {
             .open_issue_ask(&agent, &issues[n % 2], ask(&format!("Question {n}?")))
             .await
             .expect("ask");
-        asks.push(a.id.clone());
+        asks.push(a.id);
     }
     let v = check("five asks").await;
     assert_eq!(v["human_turn"].as_array().map(Vec::len), Some(5));
@@ -128,7 +128,7 @@ async fn scenario(s: Arc<SqlStorage>) {
     c.asks()
         .answer_ask(
             &person,
-            countersign_console_core::ids::AskId::parse(&asks[0]).expect("an id"),
+            asks[0],
             AnswerIn {
                 options: vec!["yes".into()],
                 text: None,
@@ -143,7 +143,7 @@ async fn scenario(s: Arc<SqlStorage>) {
     c.asks()
         .reword_ask(
             &agent,
-            countersign_console_core::ids::AskId::parse(&asks[1]).expect("an id"),
+            asks[1],
             AskPatch {
                 question: Some("Question one, reworded?".into()),
                 ..Default::default()
@@ -156,7 +156,7 @@ async fn scenario(s: Arc<SqlStorage>) {
     c.asks()
         .close_ask(
             &agent,
-            countersign_console_core::ids::AskId::parse(&asks[2]).expect("an id"),
+            asks[2],
             CloseIn {
                 state: CloseAs::Retracted,
                 note: None,
@@ -168,22 +168,12 @@ async fn scenario(s: Arc<SqlStorage>) {
     check("a retracted ask leaves").await;
 
     c.asks()
-        .snooze(
-            &ada,
-            countersign_console_core::ids::AskId::parse(&asks[3]).expect("an id"),
-            c.now() + Duration::hours(1),
-        )
+        .snooze(&ada, asks[3], c.now() + Duration::hours(1))
         .await
         .expect("snooze");
     let v = check("a snooze").await;
     assert_eq!(v["snoozed"].as_array().map(Vec::len), Some(1));
-    c.asks()
-        .unsnooze(
-            &ada,
-            countersign_console_core::ids::AskId::parse(&asks[3]).expect("an id"),
-        )
-        .await
-        .expect("unsnooze");
+    c.asks().unsnooze(&ada, asks[3]).await.expect("unsnooze");
     check("an un-snooze").await;
 
     c.asks()
@@ -192,7 +182,7 @@ async fn scenario(s: Arc<SqlStorage>) {
             &issues[0],
             NewComment {
                 body: "Following up on the answer.".into(),
-                ask: Some(asks[0].clone()),
+                ask: Some(asks[0].to_string()),
                 ..Default::default()
             },
         )
@@ -278,7 +268,7 @@ async fn a_large_kept_inbox_reuses_its_buffers() {
             .open_issue_ask(&agent, &key, ask(&format!("{n}: {long}")))
             .await
             .expect("ask");
-        asks.push(a.id.clone());
+        asks.push(a.id);
     }
     let mut sizes = Vec::new();
     for (turn, id) in asks.iter().take(4).enumerate() {
@@ -287,7 +277,7 @@ async fn a_large_kept_inbox_reuses_its_buffers() {
         c.asks()
             .reword_ask(
                 &agent,
-                countersign_console_core::ids::AskId::parse(id).expect("an id"),
+                *id,
                 AskPatch {
                     question: Some(format!("Reworded {turn}?")),
                     ..Default::default()
@@ -349,7 +339,7 @@ async fn answers_and_decisions(s: Arc<SqlStorage>) {
             .asks()
             .answer_ask(
                 &person,
-                countersign_console_core::ids::AskId::parse(&a.id).expect("an id"),
+                a.id,
                 AnswerIn {
                     options: vec!["yes".into()],
                     text: Some(format!("and why {n}")),

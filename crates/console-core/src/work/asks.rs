@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
-use crate::ids::{ArtifactId, AskId, CommentId, Login};
+use crate::ids::{ArtifactId, AskId, CommentId, Login, ReviewId};
 use crate::storage::StorageError;
 use crate::work::messages::AttemptView;
 use crate::work::model::{Actor, Hit, IssueKey, ProjectKey, rfc3339};
@@ -158,12 +158,12 @@ pub struct Approved {
 /// An ask as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ask {
-    pub id: String,
+    pub id: AskId,
     pub kind: AskKind,
     pub project: ProjectKey,
     /// The issue it is on, or whose document it is on.
     pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
+    pub artifact: Option<ArtifactId>,
     /// A block ask's `:::ask` block.
     pub block: Option<String>,
     pub question: String,
@@ -185,13 +185,13 @@ pub struct Ask {
 }
 
 /// Where an ask is: its project, and the issue and document it is on.
-pub type AskPlace = (ProjectKey, Option<IssueKey>, Option<String>);
+pub type AskPlace = (ProjectKey, Option<IssueKey>, Option<ArtifactId>);
 
 impl Ask {
     /// A new open ask of `kind` by `author` at `now`, worded by its author, a person's turn:
     /// what every way of opening one shares (an approval then sets `approval`).
     pub fn opened(
-        id: String,
+        id: AskId,
         kind: AskKind,
         (project, issue, artifact): AskPlace,
         question: String,
@@ -245,7 +245,7 @@ pub struct PastAnswer {
 pub struct AskFilter {
     pub project: Option<ProjectKey>,
     pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
+    pub artifact: Option<ArtifactId>,
     pub author_session: Option<String>,
     /// Any of these states (none: every state).
     pub states: Vec<AskState>,
@@ -273,11 +273,11 @@ pub enum AssigneeFilter {
 /// hold thousands): what it asks, its options, where, who asked, its current answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InboxAsk {
-    pub id: String,
+    pub id: AskId,
     pub kind: AskKind,
     pub project: ProjectKey,
     pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
+    pub artifact: Option<ArtifactId>,
     pub block: Option<String>,
     pub question: String,
     pub options: Vec<AskOption>,
@@ -296,11 +296,11 @@ impl InboxAsk {
     /// The inbox's view of a whole ask.
     pub fn of(a: &Ask) -> Self {
         Self {
-            id: a.id.clone(),
+            id: a.id,
             kind: a.kind,
             project: a.project.clone(),
             issue: a.issue.clone(),
-            artifact: a.artifact.clone(),
+            artifact: a.artifact,
             block: a.block.clone(),
             question: a.question.clone(),
             options: a.options.clone(),
@@ -324,7 +324,7 @@ pub struct InboxEntry {
 }
 
 /// Asks by id, by issue or by document: the part of an inbox that events since it was read
-/// may have changed.
+/// may have changed. Text: the ids as the events since name them (their fields and data).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InboxScope {
     pub asks: Vec<String>,
@@ -341,7 +341,7 @@ pub enum AnswerEntry {
     },
     Reply {
         ask: Ask,
-        comment_id: String,
+        comment_id: CommentId,
         body: String,
         at: Time,
     },
@@ -394,14 +394,14 @@ pub enum ThreadState {
 /// their deliveries).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Comment {
-    pub id: String,
+    pub id: CommentId,
     /// The root's id (a root's own).
-    pub thread_id: String,
-    pub parent: Option<String>,
+    pub thread_id: CommentId,
+    pub parent: Option<CommentId>,
     pub project: ProjectKey,
     pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
-    pub ask: Option<String>,
+    pub artifact: Option<ArtifactId>,
+    pub ask: Option<AskId>,
     pub quote: Option<Quote>,
     pub block: Option<String>,
     pub body: String,
@@ -422,17 +422,17 @@ pub struct Comment {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommentFilter {
     pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
-    pub ask: Option<String>,
-    pub thread: Option<String>,
+    pub artifact: Option<ArtifactId>,
+    pub ask: Option<AskId>,
+    pub thread: Option<CommentId>,
 }
 
 /// A review of a document version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Review {
-    pub id: String,
+    pub id: ReviewId,
     #[serde(skip)]
-    pub artifact: String,
+    pub artifact: ArtifactId,
     pub version: i64,
     pub outcome: ReviewOutcome,
     pub body: Option<String>,
@@ -440,7 +440,7 @@ pub struct Review {
     #[serde(with = "rfc3339")]
     pub at: Time,
     /// The approval ask it answered, if one was open.
-    pub ask: Option<String>,
+    pub ask: Option<AskId>,
 }
 
 /// A review's outcome.
@@ -499,7 +499,7 @@ pub trait AskTx: Send {
     /// The asks a filter selects, oldest first.
     async fn asks(&mut self, f: &AskFilter) -> Result<Vec<Ask>, StorageError>;
     /// Several asks by id, in no order.
-    async fn asks_by_id(&mut self, ids: &[String]) -> Result<Vec<Ask>, StorageError>;
+    async fn asks_by_id(&mut self, ids: &[AskId]) -> Result<Vec<Ask>, StorageError>;
     /// Open asks on any of these issues, oldest first (an issue list reads its page's at once).
     async fn open_asks_of(&mut self, issues: &[IssueKey]) -> Result<Vec<Ask>, StorageError>;
     /// How many open asks each of these sessions wrote.
@@ -509,13 +509,13 @@ pub trait AskTx: Send {
     ) -> Result<Vec<(String, i64)>, StorageError>;
 
     /// Adds an earlier wording to the edit history.
-    async fn add_wording(&mut self, ask: &str, w: &Wording) -> Result<(), StorageError>;
+    async fn add_wording(&mut self, ask: AskId, w: &Wording) -> Result<(), StorageError>;
     /// The edit history, oldest first.
-    async fn wordings(&mut self, ask: &str) -> Result<Vec<Wording>, StorageError>;
+    async fn wordings(&mut self, ask: AskId) -> Result<Vec<Wording>, StorageError>;
     /// Adds an answer, which becomes the current one.
-    async fn add_answer(&mut self, ask: &str, a: &Answer) -> Result<(), StorageError>;
+    async fn add_answer(&mut self, ask: AskId, a: &Answer) -> Result<(), StorageError>;
     /// The answers history, oldest first.
-    async fn answers(&mut self, ask: &str) -> Result<Vec<PastAnswer>, StorageError>;
+    async fn answers(&mut self, ask: AskId) -> Result<Vec<PastAnswer>, StorageError>;
 
     /// A person's inbox: asks that are someone's turn, oldest turn first, with the person's
     /// snooze; with `within`, only its asks that are in that scope.
@@ -592,13 +592,15 @@ pub trait AskTx: Send {
         limit: u32,
         offset: u32,
     ) -> Result<(Vec<(Ask, AskWrite)>, i64), StorageError>;
-    /// Whether `login` wrote in the comment thread `thread_id` (one not on an ask).
+    /// Whether `login` wrote in the comment thread `thread_id` (one not on an ask). The id is
+    /// text: a read mark's thread id names a message thread, a comment thread or an ask.
     async fn wrote_in_comment_thread(
         &mut self,
         login: &Login,
         thread_id: &str,
     ) -> Result<bool, StorageError>;
-    /// Whether `login` asked, replied to or answered the ask `ask`.
+    /// Whether `login` asked, replied to or answered the ask `ask` (text, as
+    /// [`AskTx::wrote_in_comment_thread`]'s).
     async fn wrote_in_ask(&mut self, login: &Login, ask: &str) -> Result<bool, StorageError>;
 
     async fn insert_review(&mut self, r: &Review) -> Result<(), StorageError>;
@@ -634,11 +636,11 @@ pub trait AsksWork:
 /// read route, the write routes and the events carry them).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AskView {
-    pub id: String,
+    pub id: AskId,
     pub kind: AskKind,
     pub project: ProjectKey,
     pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
+    pub artifact: Option<ArtifactId>,
     pub block: Option<String>,
     pub question: String,
     pub options: Vec<AskOption>,

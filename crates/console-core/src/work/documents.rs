@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::clock::Time;
+use crate::ids::{ArtifactId, SessionId};
 use crate::storage::StorageError;
 use crate::work::model::{Actor, Event, EventPage, Hit, IssueKey, ProjectKey};
 
@@ -50,7 +51,7 @@ pub enum Scope {
     Issue(IssueKey),
     Project(ProjectKey),
     /// An agent session's conversation (files and images only; no events).
-    Agent(String),
+    Agent(SessionId),
 }
 
 impl Scope {
@@ -68,7 +69,7 @@ impl Scope {
         match kind {
             "issue" => IssueKey::parse(rest).map(Scope::Issue),
             "project" => ProjectKey::parse(rest).map(Scope::Project),
-            "agent" if !rest.is_empty() => Some(Scope::Agent(rest.to_owned())),
+            "agent" => SessionId::parse(rest).map(Scope::Agent),
             _ => None,
         }
     }
@@ -91,7 +92,7 @@ impl Scope {
     }
 
     /// The agent session, when the scope is a conversation.
-    pub fn session(&self) -> Option<&str> {
+    pub fn session(&self) -> Option<&SessionId> {
         match self {
             Scope::Agent(s) => Some(s),
             _ => None,
@@ -136,8 +137,7 @@ pub struct VersionRef {
 /// An artifact as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Artifact {
-    /// A UUID, lowercase with hyphens.
-    pub id: String,
+    pub id: ArtifactId,
     pub scope: Scope,
     pub slug: String,
     pub filename: String,
@@ -338,7 +338,7 @@ pub struct EdgeQuery {
 /// and the task counts its progress reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrimaryDocument {
-    pub id: String,
+    pub id: ArtifactId,
     pub slug: String,
     pub tasks: (i64, i64),
 }
@@ -353,7 +353,7 @@ pub trait DocumentTx: Send {
     async fn update_artifact(&mut self, a: &Artifact) -> Result<(), StorageError>;
     /// The artifact; in a write transaction its row is locked until commit (PostgreSQL's
     /// `FOR UPDATE`; SQLite's write transactions are serial).
-    async fn artifact(&mut self, id: &str) -> Result<Option<Artifact>, StorageError>;
+    async fn artifact(&mut self, id: ArtifactId) -> Result<Option<Artifact>, StorageError>;
     /// The artifact of `scope` with this slug.
     async fn artifact_by_slug(
         &mut self,
@@ -371,63 +371,63 @@ pub trait DocumentTx: Send {
     async fn artifacts(&mut self, scope: &Scope) -> Result<Vec<Artifact>, StorageError>;
 
     /// A document's snapshot and the edit-log entries after it.
-    async fn document(&mut self, id: &str) -> Result<Option<StoredDocument>, StorageError>;
+    async fn document(&mut self, id: ArtifactId) -> Result<Option<StoredDocument>, StorageError>;
     /// Sets a document's snapshot; the edit log before it goes.
-    async fn put_snapshot(&mut self, id: &str, s: &Snapshot) -> Result<(), StorageError>;
+    async fn put_snapshot(&mut self, id: ArtifactId, s: &Snapshot) -> Result<(), StorageError>;
     /// Appends an entry to a document's edit log.
-    async fn append_log(&mut self, id: &str, e: &LogEntry) -> Result<(), StorageError>;
+    async fn append_log(&mut self, id: ArtifactId, e: &LogEntry) -> Result<(), StorageError>;
 
     async fn insert_version(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
         v: &Version,
         content: &Content,
     ) -> Result<(), StorageError>;
     /// Gives a version its name (it becomes `named`).
     async fn name_version(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
         number: i64,
         name: &str,
     ) -> Result<(), StorageError>;
     /// One version with its content.
     async fn version(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
         number: i64,
     ) -> Result<Option<(Version, Content)>, StorageError>;
     /// Every version of an artifact, by number (without content).
-    async fn versions(&mut self, artifact: &str) -> Result<Vec<Version>, StorageError>;
+    async fn versions(&mut self, artifact: ArtifactId) -> Result<Vec<Version>, StorageError>;
 
     /// A page of a document's event log (events with its sequence).
     async fn document_events(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
         page: &EventPage,
     ) -> Result<Vec<Event>, StorageError>;
     /// Sessions subscribed to a document: each that acted there since its last unsubscribe,
     /// with the time of its first such event; by that time.
     async fn document_subscribers(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
     ) -> Result<Vec<(String, Time)>, StorageError>;
     /// Unsubscribes a session from a document: its events up to now no longer subscribe it.
     async fn document_unsubscribe(
         &mut self,
-        artifact: &str,
-        session: &str,
+        artifact: ArtifactId,
+        session: &SessionId,
     ) -> Result<(), StorageError>;
 
     /// Sets the indexed text of some of an artifact's parts (a block id, or `""` for its
     /// filename), and removes the parts named in `removed`.
     async fn index_text(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
         parts: &[(String, String)],
         removed: &[String],
     ) -> Result<(), StorageError>;
     /// Removes every indexed part of an artifact.
-    async fn clear_text(&mut self, artifact: &str) -> Result<(), StorageError>;
+    async fn clear_text(&mut self, artifact: ArtifactId) -> Result<(), StorageError>;
     /// The issue and project artifacts whose indexed parts hold every one of `words` between
     /// them (with `any`, one at least), within `project`, best first, at most `limit`, and how
     /// many match in all. A hit's snippet is from its best part.
@@ -483,7 +483,7 @@ pub trait DocumentsWork:
 /// `address` (spec, "Agent conversation artifact").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ArtifactView {
-    pub id: String,
+    pub id: ArtifactId,
     pub slug: String,
     pub filename: String,
     pub kind: ArtifactKind,
@@ -498,7 +498,7 @@ pub struct ArtifactView {
     #[serde(with = "crate::work::model::rfc3339")]
     pub updated_at: Time,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
+    pub session: Option<SessionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ref_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -507,9 +507,9 @@ pub struct ArtifactView {
 
 impl ArtifactView {
     pub fn of(a: &Artifact) -> Self {
-        let session = a.scope.session().map(str::to_owned);
+        let session = a.scope.session().cloned();
         Self {
-            id: a.id.clone(),
+            id: a.id,
             slug: a.slug.clone(),
             filename: a.filename.clone(),
             kind: a.kind,

@@ -239,6 +239,8 @@ pub struct ReadState {
 /// One match of a kind's full-text index, with its score in that kind (higher is better).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
+    /// Text: the id of whichever kind the match is (an issue key, a document's, an ask's, a
+    /// comment's or a message's id).
     pub id: String,
     pub title: String,
     pub snippet: String,
@@ -277,6 +279,7 @@ pub enum SearchKind {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SearchRow {
     pub kind: SearchKind,
+    /// Text, as [`Hit::id`]: the id of the row's kind.
     pub id: String,
     /// The console ref (`countersign://issue/KEY`, …).
     #[serde(rename = "ref")]
@@ -308,6 +311,7 @@ pub struct SearchPage {
 /// A session subscribed to an issue's topics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Subscriber {
+    /// Text: a session as the event log's `session` column holds it (what subscribes it).
     pub session_id: String,
     #[serde(with = "crate::work::model::rfc3339")]
     pub since: Time,

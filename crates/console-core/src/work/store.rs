@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 
 use crate::clock::Time;
-use crate::ids::Login;
+use crate::ids::{Login, SessionId};
 use crate::storage::StorageError;
 use crate::work::model::{
     Candidate, Event, EventPage, Hit, Issue, IssueFilter, IssueKey, IssueListQuery, NewEvent,
@@ -133,7 +133,11 @@ pub trait IssueTx: Send {
     /// last unsubscribe, with the time of its first such event; by that time.
     async fn subscribers(&mut self, key: &IssueKey) -> Result<Vec<(String, Time)>, StorageError>;
     /// Unsubscribes a session from an issue: its events up to now no longer subscribe it.
-    async fn unsubscribe(&mut self, key: &IssueKey, session: &str) -> Result<(), StorageError>;
+    async fn unsubscribe(
+        &mut self,
+        key: &IssueKey,
+        session: &SessionId,
+    ) -> Result<(), StorageError>;
 }
 
 /// The event log.

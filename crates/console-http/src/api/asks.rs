@@ -74,11 +74,7 @@ struct AnsweredFrame<'a> {
 /// followers, subscribers) whose link is open to this replica. Fire and forget: the answer
 /// is in the ask and on the event stream for any session that misses it.
 pub(crate) async fn tell_answered(st: &crate::AppState, ask: &AskView) {
-    let recipients = match AskId::named(&ask.id) {
-        Ok(id) => st.console.asks().recipients(id).await,
-        Err(e) => Err(e),
-    };
-    let recipients = match recipients {
+    let recipients = match st.console.asks().recipients(ask.id).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(code = e.code_str(), "an answer's recipients not read");

@@ -221,7 +221,7 @@ async fn upload_at(
     let location = match &view.session {
         Some(s) => format!(
             "/api/v1/agents/{}/artifacts/{}",
-            segment(s),
+            segment(s.as_str()),
             segment(&view.slug)
         ),
         None => format!("/api/v1/artifacts/{}", view.id),
@@ -610,7 +610,8 @@ pub mod scoped {
             .console
             .documents()
             .resolve_artifact(S::at(key), slug)
-            .await?)
+            .await?
+            .to_string())
     }
 
     pub async fn list<S: Scoped>(

@@ -66,11 +66,11 @@ pub struct AskRow {
 /// The row's view of a whole ask.
 fn summary(a: &AskView) -> InboxAsk {
     InboxAsk {
-        id: a.id.clone(),
+        id: a.id,
         kind: a.kind,
         project: a.project.clone(),
         issue: a.issue.clone(),
-        artifact: a.artifact.clone(),
+        artifact: a.artifact,
         block: a.block.clone(),
         question: a.question.clone(),
         options: a.options.clone(),
@@ -97,7 +97,7 @@ impl AskRow {
             (None, None) => (a.project.to_string(), None),
         };
         Self {
-            id: a.id.clone(),
+            id: a.id.to_string(),
             kind: a.kind.as_str(),
             state: a.state.as_str(),
             question_line: a.question.lines().next().unwrap_or("").to_owned(),
@@ -299,7 +299,7 @@ fn reply_lines(a: &AskView) -> Vec<ReplyLine> {
         .flatten()
         .map(|v| &v.comment)
         .map(|c| ReplyLine {
-            id: c.id.clone(),
+            id: c.id.to_string(),
             by: actor_text(&c.author),
             at: html::when(&c.created_at),
             body: c.body.clone(),
@@ -382,18 +382,18 @@ pub async fn discussion_page(
     let comments = st
         .console
         .asks()
-        .document_comments(ArtifactId::named(&rendered.artifact.id)?)
+        .document_comments(rendered.artifact.id)
         .await?;
     let asks = st
         .console
         .asks()
-        .document_asks(ArtifactId::named(&rendered.artifact.id)?, Vec::new())
+        .document_asks(rendered.artifact.id, Vec::new())
         .await?;
     let mut threads: Vec<ThreadView> = Vec::new();
     for c in comments.iter().map(|v| &v.comment) {
         if c.thread_id == c.id {
             threads.push(ThreadView {
-                id: c.id.clone(),
+                id: c.id.to_string(),
                 quote: c.quote.as_ref().map(|q| q.exact.clone()),
                 by: actor_text(&c.author),
                 at: html::when(&c.created_at),
@@ -419,7 +419,7 @@ pub async fn discussion_page(
             });
         } else if let Some(t) = threads.iter_mut().find(|t| t.id == c.thread_id) {
             t.replies.push(ReplyLine {
-                id: c.id.clone(),
+                id: c.id.to_string(),
                 by: actor_text(&c.author),
                 at: html::when(&c.created_at),
                 body: c.body.clone(),
@@ -430,7 +430,7 @@ pub async fn discussion_page(
         StatusCode::OK,
         &DiscussionPage {
             chrome: chrome("Discussion", h, "/projects"),
-            id: rendered.artifact.id.clone(),
+            id: rendered.artifact.id.to_string(),
             filename: rendered.artifact.filename.clone(),
             html: rendered.html,
             threads,
@@ -549,23 +549,22 @@ pub async fn answers_page(
 async fn option_labels(
     st: &crate::AppState,
     rows: &[AnswerRow],
-) -> std::collections::HashMap<String, Vec<AskOption>> {
-    let mut labels: std::collections::HashMap<String, Vec<AskOption>> =
+) -> std::collections::HashMap<AskId, Vec<AskOption>> {
+    let mut labels: std::collections::HashMap<AskId, Vec<AskOption>> =
         std::collections::HashMap::new();
     for r in rows {
         if r.answer.as_ref().is_some_and(|a| !a.options.is_empty())
             && !labels.contains_key(&r.ask.id)
-            && let Some(id) = AskId::parse(&r.ask.id)
-            && let Ok(a) = st.console.asks().ask(id).await
+            && let Ok(a) = st.console.asks().ask(r.ask.id).await
         {
-            labels.insert(r.ask.id.clone(), a.options);
+            labels.insert(r.ask.id, a.options);
         }
     }
     labels
 }
 
 /// One of the person's answers or replies, for people.
-fn mine_row(r: &AnswerRow, labels: &std::collections::HashMap<String, Vec<AskOption>>) -> MineRow {
+fn mine_row(r: &AnswerRow, labels: &std::collections::HashMap<AskId, Vec<AskOption>>) -> MineRow {
     let (kind, what, current) = match (r.kind, &r.answer, &r.reply) {
         (AnswerKind::Answer, Some(a), _) => (
             "answered",
@@ -580,7 +579,7 @@ fn mine_row(r: &AnswerRow, labels: &std::collections::HashMap<String, Vec<AskOpt
         _ => ("answered", String::new(), false),
     };
     MineRow {
-        ask: r.ask.id.clone(),
+        ask: r.ask.id.to_string(),
         question: r.ask.question.lines().next().unwrap_or("").to_owned(),
         state: r.ask.state.as_str(),
         owner: actor_text(&r.ask.owner),

@@ -193,7 +193,7 @@ pub struct DocumentRow {
 impl DocumentRow {
     fn of(a: &ArtifactView) -> Self {
         Self {
-            id: a.id.clone(),
+            id: a.id.to_string(),
             filename: a.filename.clone(),
             kind: a.kind.as_str(),
             version: a
@@ -342,28 +342,18 @@ pub async fn document_page(
     let a = Shown::read(&st, &id).await?;
     let is_document = a.kind == ArtifactKind::Document;
     let (body, versions) = if is_document {
-        let r = st
-            .console
-            .documents()
-            .rendered(ArtifactId::named(&a.id)?)
-            .await?;
-        let body = DocumentPart::of(&a.id, &r.token, &r.html, 0, FIRST_PART);
+        let r = st.console.documents().rendered(a.id).await?;
+        let body = DocumentPart::of(&a.id.to_string(), &r.token, &r.html, 0, FIRST_PART);
         (body, r.versions)
     } else {
-        (
-            None,
-            st.console
-                .documents()
-                .versions(ArtifactId::named(&a.id)?)
-                .await?,
-        )
+        (None, st.console.documents().versions(a.id).await?)
     };
     let body = body.unwrap_or(DocumentPart {
         html: SafeHtml::default(),
         more: None,
     });
     let reviews = if is_document {
-        reviews_of(&st, &a.id).await
+        reviews_of(&st, a.id).await
     } else {
         Vec::new()
     };
@@ -375,7 +365,7 @@ pub async fn document_page(
         number("to").unwrap_or(latest_n),
     );
     let (diff, diff_error) = if is_document && q.contains_key("from") && q.contains_key("to") {
-        diff_of(&st, &a.id, from, to).await
+        diff_of(&st, a.id, from, to).await
     } else {
         (None, None)
     };
@@ -391,7 +381,7 @@ pub async fn document_page(
             versions: versions
                 .iter()
                 .rev()
-                .map(|v| version_row(&a.id, v))
+                .map(|v| version_row(&a.id.to_string(), v))
                 .collect(),
             diff,
             diff_error,
@@ -408,20 +398,14 @@ pub async fn document_page(
 /// cannot be read.
 async fn diff_of(
     st: &std::sync::Arc<crate::AppState>,
-    id: &str,
+    id: ArtifactId,
     from: i64,
     to: i64,
 ) -> (Option<DiffView>, Option<String>) {
     let read = |n: i64| {
         let st = st.clone();
-        let id = id.to_owned();
         async move {
-            match st
-                .console
-                .documents()
-                .version(ArtifactId::named(&id)?, &n.to_string())
-                .await?
-            {
+            match st.console.documents().version(id, &n.to_string()).await? {
                 VersionRead::Document(d) => Ok(d.markdown),
                 VersionRead::Bytes { .. } => Ok(String::new()),
             }
@@ -442,10 +426,7 @@ async fn diff_of(
 
 /// A document's reviews, newest first (none when they cannot be read: the page shows the
 /// rest).
-async fn reviews_of(st: &crate::AppState, id: &str) -> Vec<ReviewRow> {
-    let Some(id) = ArtifactId::parse(id) else {
-        return Vec::new();
-    };
+async fn reviews_of(st: &crate::AppState, id: ArtifactId) -> Vec<ReviewRow> {
     st.console
         .asks()
         .reviews(id)
@@ -494,7 +475,13 @@ pub async fn part(
             "The document changed since this page showed it: it is shown afresh.",
         ));
     }
-    match DocumentPart::of(&r.artifact.id, &r.token, &r.html, from, NEXT_PART) {
+    match DocumentPart::of(
+        &r.artifact.id.to_string(),
+        &r.token,
+        &r.html,
+        from,
+        NEXT_PART,
+    ) {
         Some(p) => Ok(html_response(StatusCode::OK, p.to_string())),
         None => Ok(part_refusal(
             ErrorCode::NOT_FOUND,
@@ -525,12 +512,7 @@ pub async fn version_page(
 ) -> PageResult {
     let h = human(&caller)?;
     let a = Shown::read(&st, &id).await?;
-    let versions = match st
-        .console
-        .documents()
-        .versions(ArtifactId::named(&a.id)?)
-        .await
-    {
+    let versions = match st.console.documents().versions(a.id).await {
         Ok(v) => v,
         Err(e) => return Err(e.into()),
     };
@@ -547,12 +529,7 @@ pub async fn version_page(
         );
     };
     let n = info.number;
-    let (html, image) = match st
-        .console
-        .documents()
-        .version(ArtifactId::named(&a.id)?, &n.to_string())
-        .await
-    {
+    let (html, image) = match st.console.documents().version(a.id, &n.to_string()).await {
         Ok(VersionRead::Document(d)) => (render(&d.markdown), false),
         Ok(VersionRead::Bytes { image, .. }) => (SafeHtml::default(), image),
         Err(e) => return Err(e.into()),
@@ -593,7 +570,7 @@ pub async fn edit_page(
 ) -> PageResult {
     let h = human(&caller)?;
     let a = Shown::read(&st, &id).await?;
-    let text = match st.console.documents().text(ArtifactId::named(&a.id)?).await {
+    let text = match st.console.documents().text(a.id).await {
         Ok(t) => t,
         Err(e) => return Err(e.into()),
     };

@@ -10,7 +10,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use countersign_console_core::Caller;
-use countersign_console_core::ids::{ArtifactId, CommentId};
+use countersign_console_core::ids::CommentId;
 use countersign_console_core::work::{SearchKind, SearchRow};
 
 use super::{PageResult, St, chrome, error_text, human, page};
@@ -93,10 +93,7 @@ async fn comment_place(st: &crate::AppState, id: &str) -> (String, String) {
             match (&c.ask, &c.artifact, &c.issue) {
                 (Some(ask), _, _) => (format!("/asks/{ask}"), "a reply on an ask".to_owned()),
                 (None, Some(doc), _) => {
-                    let read = match ArtifactId::parse(doc) {
-                        Some(doc) => st.console.documents().artifact(doc).await.ok(),
-                        None => None,
-                    };
+                    let read = st.console.documents().artifact(*doc).await.ok();
                     let name = read
                         .map(|a| a.filename)
                         .unwrap_or_else(|| "a document".to_owned());

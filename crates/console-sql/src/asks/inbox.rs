@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use countersign_common::sql::{Backend, db_err};
-use countersign_console_core::ids::Login;
+use countersign_console_core::ids::{ArtifactId, AskId, CommentId, Login};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::asks::{
     Answer, AnswerEntry, AskKind, AskOption, AskState, AssigneeFilter, InboxAsk, InboxEntry,
@@ -22,7 +22,7 @@ use sqlx::any::AnyRow;
 
 use super::rows::{issue_key, past_answer_of, project_of};
 use crate::time;
-use crate::work::{Args, SqlTx, corrupt, json_of, text};
+use crate::work::{Args, SqlTx, corrupt, id_in, id_of, json_of, text};
 
 /// An inbox row with its order: its `turn_since`, then its `seq`.
 type Ordered = (i64, i64, InboxEntry);
@@ -147,9 +147,9 @@ impl SqlTx {
         .fetch_all(&mut *self.tx)
         .await
         .map_err(db_err)?;
-        let mut ids: Vec<String> = Vec::new();
+        let mut ids: Vec<AskId> = Vec::new();
         for r in &rows {
-            let id: String = r.try_get("ask").map_err(db_err)?;
+            let id = id_in(r, "ask", AskId::parse)?;
             if !ids.contains(&id) {
                 ids.push(id);
             }
@@ -157,7 +157,7 @@ impl SqlTx {
         let asks = self.asks_by_id(&ids).await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
-            let id: String = r.try_get("ask").map_err(db_err)?;
+            let id = id_in(r, "ask", AskId::parse)?;
             let ask = asks
                 .iter()
                 .find(|a| a.id == id)
@@ -172,7 +172,7 @@ impl SqlTx {
             } else {
                 AnswerEntry::Reply {
                     ask,
-                    comment_id: r.try_get("comment_id").map_err(db_err)?,
+                    comment_id: id_in(r, "comment_id", CommentId::parse)?,
                     body: r.try_get("body").map_err(db_err)?,
                     at: time(r.try_get("at").map_err(db_err)?)?,
                 }
@@ -272,11 +272,14 @@ fn inbox_entry(
 ) -> Result<InboxEntry, StorageError> {
     Ok(InboxEntry {
         ask: InboxAsk {
-            id: r.id,
+            id: id_of("id", &r.id, AskId::parse)?,
             kind: AskKind::parse(r.kind).ok_or_else(|| corrupt("ask kind"))?,
             project: project_of(r.project)?,
             issue: issue_key(r.issue)?,
-            artifact: r.artifact,
+            artifact: r
+                .artifact
+                .map(|a| id_of("artifact", &a, ArtifactId::parse))
+                .transpose()?,
             block: r.block,
             question: r.question,
             options,

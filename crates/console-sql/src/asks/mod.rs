@@ -16,7 +16,7 @@
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::Time;
-use countersign_console_core::ids::{ArtifactId, AskId, CommentId, Login};
+use countersign_console_core::ids::{ArtifactId, AskId, CommentId, Login, ReviewId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::asks::{
     Answer, AnswerEntry, Ask, AskFilter, AskState, AskWrite, Comment, CommentFilter, InboxEntry,
@@ -27,7 +27,7 @@ use countersign_console_core::work::{AskTx, Hit, IssueKey, ProjectKey};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::work::{Args, corrupt, json_of, text};
+use crate::work::{Args, corrupt, id_in, json_of, opt_id_in, text};
 use crate::{SqlTx, time};
 use rows::{ask_of, comment_of, login_of, past_answer_of, thread_state_text};
 
@@ -73,11 +73,11 @@ impl AskTx for SqlTx {
              $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, \
              $22, COALESCE(MAX(seq), 0) + 1 FROM console_asks"
         ))
-        .bind(a.id.as_str())
+        .bind(a.id.to_string())
         .bind(a.kind.as_str())
         .bind(a.project.as_str())
         .bind(a.issue.as_ref().map(|k| k.as_str().to_owned()))
-        .bind(a.artifact.clone())
+        .bind(a.artifact.map(|x| x.to_string()))
         .bind(a.block.clone())
         .bind(a.question.as_str())
         .bind(text(&a.options))
@@ -103,7 +103,7 @@ impl AskTx for SqlTx {
                 "INSERT INTO console_asks_fts (rowid, body) \
                  SELECT rowid, question FROM console_asks WHERE id = $1",
             )
-            .bind(a.id.as_str())
+            .bind(a.id.to_string())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
@@ -131,7 +131,7 @@ impl AskTx for SqlTx {
              closed = $6, approval = $7, followers = $8, worded_by = $9, worded_at = $10, \
              turn = $11, turn_since = $12, updated_at = $13, block = $14 WHERE id = $1",
         )
-        .bind(a.id.as_str())
+        .bind(a.id.to_string())
         .bind(a.question.as_str())
         .bind(text(&a.options))
         .bind(a.state.as_str())
@@ -156,7 +156,7 @@ impl AskTx for SqlTx {
                 "UPDATE console_asks_fts SET body = $2 \
                  WHERE rowid = (SELECT rowid FROM console_asks WHERE id = $1) AND body <> $2",
             )
-            .bind(a.id.as_str())
+            .bind(a.id.to_string())
             .bind(a.question.as_str())
             .execute(&mut *self.tx)
             .await
@@ -175,7 +175,7 @@ impl AskTx for SqlTx {
             conds.push(format!("issue = {}", a.push(k.as_str().to_owned())));
         }
         if let Some(x) = &f.artifact {
-            conds.push(format!("artifact = {}", a.push(x.clone())));
+            conds.push(format!("artifact = {}", a.push(x.to_string())));
         }
         if let Some(s) = &f.author_session {
             conds.push(format!("author_session = {}", a.push(s.clone())));
@@ -197,12 +197,13 @@ impl AskTx for SqlTx {
         self.rows(&sql, &a).await?.iter().map(ask_of).collect()
     }
 
-    async fn asks_by_id(&mut self, ids: &[String]) -> Result<Vec<Ask>, StorageError> {
+    async fn asks_by_id(&mut self, ids: &[AskId]) -> Result<Vec<Ask>, StorageError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let mut a = Args::default();
-        let list = a.list(self.backend, ids);
+        let ids: Vec<String> = ids.iter().map(AskId::to_string).collect();
+        let list = a.list(self.backend, &ids);
         let sql = format!("SELECT {ASK_COLUMNS} FROM console_asks WHERE id IN {list}");
         self.rows(&sql, &a).await?.iter().map(ask_of).collect()
     }
@@ -246,12 +247,12 @@ impl AskTx for SqlTx {
             .collect()
     }
 
-    async fn add_wording(&mut self, ask: &str, w: &Wording) -> Result<(), StorageError> {
+    async fn add_wording(&mut self, ask: AskId, w: &Wording) -> Result<(), StorageError> {
         sqlx::query(
             "INSERT INTO console_ask_wordings (ask, n, question, options, by_actor, at) \
              SELECT $1, COALESCE(MAX(n), 0) + 1, $2, $3, $4, $5 FROM console_ask_wordings WHERE ask = $1",
         )
-        .bind(ask)
+        .bind(ask.to_string())
         .bind(w.question.as_str())
         .bind(text(&w.options))
         .bind(text(&w.by))
@@ -262,11 +263,11 @@ impl AskTx for SqlTx {
         Ok(())
     }
 
-    async fn wordings(&mut self, ask: &str) -> Result<Vec<Wording>, StorageError> {
+    async fn wordings(&mut self, ask: AskId) -> Result<Vec<Wording>, StorageError> {
         sqlx::query(
             "SELECT question, options, by_actor, at FROM console_ask_wordings WHERE ask = $1 ORDER BY n",
         )
-        .bind(ask)
+        .bind(ask.to_string())
         .fetch_all(&mut *self.tx)
         .await
         .map_err(db_err)?
@@ -285,9 +286,9 @@ impl AskTx for SqlTx {
         .collect()
     }
 
-    async fn add_answer(&mut self, ask: &str, w: &Answer) -> Result<(), StorageError> {
+    async fn add_answer(&mut self, ask: AskId, w: &Answer) -> Result<(), StorageError> {
         sqlx::query("UPDATE console_ask_answers SET current = 0 WHERE ask = $1 AND current = 1")
-            .bind(ask)
+            .bind(ask.to_string())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
@@ -296,7 +297,7 @@ impl AskTx for SqlTx {
              SELECT $1, COALESCE(MAX(n), 0) + 1, $2, $3, $4, $5, $6, 1, {NEXT_SEQ} \
              FROM console_ask_answers WHERE ask = $1"
         ))
-        .bind(ask)
+        .bind(ask.to_string())
         .bind(text(&w.options))
         .bind(w.text.clone())
         .bind(text(&w.by))
@@ -308,11 +309,11 @@ impl AskTx for SqlTx {
         Ok(())
     }
 
-    async fn answers(&mut self, ask: &str) -> Result<Vec<PastAnswer>, StorageError> {
+    async fn answers(&mut self, ask: AskId) -> Result<Vec<PastAnswer>, StorageError> {
         sqlx::query(
             "SELECT options, text, by_actor, at, current FROM console_ask_answers WHERE ask = $1 ORDER BY n",
         )
-        .bind(ask)
+        .bind(ask.to_string())
         .fetch_all(&mut *self.tx)
         .await
         .map_err(db_err)?
@@ -409,13 +410,13 @@ impl AskTx for SqlTx {
             "INSERT INTO console_comments ({COMMENT_COLUMNS}, author_login, seq) SELECT \
              $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, {NEXT_SEQ}"
         ))
-        .bind(c.id.as_str())
-        .bind(c.thread_id.as_str())
-        .bind(c.parent.clone())
+        .bind(c.id.to_string())
+        .bind(c.thread_id.to_string())
+        .bind(c.parent.map(|x| x.to_string()))
         .bind(c.project.as_str())
         .bind(c.issue.as_ref().map(|k| k.as_str().to_owned()))
-        .bind(c.artifact.clone())
-        .bind(c.ask.clone())
+        .bind(c.artifact.map(|x| x.to_string()))
+        .bind(c.ask.map(|x| x.to_string()))
         .bind(c.quote.as_ref().map(text))
         .bind(c.block.clone())
         .bind(c.body.as_str())
@@ -434,7 +435,7 @@ impl AskTx for SqlTx {
                 "INSERT INTO console_comments_fts (rowid, body) \
                  SELECT rowid, body FROM console_comments WHERE id = $1",
             )
-            .bind(c.id.as_str())
+            .bind(c.id.to_string())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
@@ -461,7 +462,7 @@ impl AskTx for SqlTx {
             "UPDATE console_comments SET body = $2, suggestion = $3, mentions = $4, \
              thread_state = $5, edited_at = $6 WHERE id = $1",
         )
-        .bind(c.id.as_str())
+        .bind(c.id.to_string())
         .bind(c.body.as_str())
         .bind(c.suggestion.as_ref().map(text))
         .bind(text(&c.mentions))
@@ -475,7 +476,7 @@ impl AskTx for SqlTx {
                 "UPDATE console_comments_fts SET body = $2 \
                  WHERE rowid = (SELECT rowid FROM console_comments WHERE id = $1) AND body <> $2",
             )
-            .bind(c.id.as_str())
+            .bind(c.id.to_string())
             .bind(c.body.as_str())
             .execute(&mut *self.tx)
             .await
@@ -491,13 +492,13 @@ impl AskTx for SqlTx {
             conds.push(format!("issue = {}", a.push(k.as_str().to_owned())));
         }
         if let Some(x) = &f.artifact {
-            conds.push(format!("artifact = {}", a.push(x.clone())));
+            conds.push(format!("artifact = {}", a.push(x.to_string())));
         }
         if let Some(x) = &f.ask {
-            conds.push(format!("ask = {}", a.push(x.clone())));
+            conds.push(format!("ask = {}", a.push(x.to_string())));
         }
         if let Some(x) = &f.thread {
-            conds.push(format!("thread_id = {}", a.push(x.clone())));
+            conds.push(format!("thread_id = {}", a.push(x.to_string())));
         }
         let filter = if conds.is_empty() {
             String::new()
@@ -578,7 +579,7 @@ impl AskTx for SqlTx {
              UNION ALL SELECT 1 AS x FROM console_ask_answers WHERE ask = $1 AND by_login = $2 \
              LIMIT 1",
         )
-        .bind(ask)
+        .bind(ask.to_string())
         .bind(login.as_str())
         .fetch_optional(&mut *self.tx)
         .await
@@ -591,14 +592,14 @@ impl AskTx for SqlTx {
             "INSERT INTO console_reviews (id, artifact, version, outcome, body, by_actor, at, ask) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
-        .bind(r.id.as_str())
-        .bind(r.artifact.as_str())
+        .bind(r.id.to_string())
+        .bind(r.artifact.to_string())
         .bind(r.version)
         .bind(r.outcome.as_str())
         .bind(r.body.clone())
         .bind(text(&r.by))
         .bind(ms(&r.at))
-        .bind(r.ask.clone())
+        .bind(r.ask.map(|x| x.to_string()))
         .execute(&mut *self.tx)
         .await
         .map_err(db_err)?;
@@ -617,8 +618,8 @@ impl AskTx for SqlTx {
         .iter()
         .map(|r| {
             Ok(Review {
-                id: r.try_get("id").map_err(db_err)?,
-                artifact: r.try_get("artifact").map_err(db_err)?,
+                id: id_in(r, "id", ReviewId::parse)?,
+                artifact: id_in(r, "artifact", ArtifactId::parse)?,
                 version: r.try_get("version").map_err(db_err)?,
                 outcome: ReviewOutcome::parse(&r.try_get::<String, _>("outcome").map_err(db_err)?)
                     .ok_or_else(|| corrupt("review outcome"))?,
@@ -628,7 +629,7 @@ impl AskTx for SqlTx {
                     "actor",
                 )?,
                 at: time(r.try_get("at").map_err(db_err)?)?,
-                ask: r.try_get("ask").map_err(db_err)?,
+                ask: opt_id_in(r, "ask", AskId::parse)?,
             })
         })
         .collect()

@@ -10,7 +10,9 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::time;
-use crate::work::{corrupt, json_of};
+use countersign_console_core::ids::{ArtifactId, AskId, CommentId};
+
+use crate::work::{corrupt, id_in, json_of, opt_id_in};
 
 pub(super) fn project_of(s: &str) -> Result<ProjectKey, StorageError> {
     ProjectKey::parse(s).ok_or_else(|| corrupt("project key"))
@@ -26,11 +28,11 @@ pub(super) fn ask_of(r: &AnyRow) -> Result<Ask, StorageError> {
     let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
     let gi = |c: &str| -> Result<i64, StorageError> { r.try_get(c).map_err(db_err) };
     Ok(Ask {
-        id: g("id")?,
+        id: id_in(r, "id", AskId::parse)?,
         kind: AskKind::parse(&g("kind")?).ok_or_else(|| corrupt("ask kind"))?,
         project: project_of(&g("project")?)?,
         issue: issue_key(go("issue")?)?,
-        artifact: go("artifact")?,
+        artifact: opt_id_in(r, "artifact", ArtifactId::parse)?,
         block: go("block")?,
         question: g("question")?,
         options: json_of(&g("options")?, "ask options")?,
@@ -76,13 +78,13 @@ pub(super) fn comment_at(r: &AnyRow, prefix: &str) -> Result<Comment, StorageErr
         r.try_get(col(c).as_str()).map_err(db_err)
     };
     Ok(Comment {
-        id: g("id")?,
-        thread_id: g("thread_id")?,
-        parent: go("parent")?,
+        id: id_in(r, &col("id"), CommentId::parse)?,
+        thread_id: id_in(r, &col("thread_id"), CommentId::parse)?,
+        parent: opt_id_in(r, &col("parent"), CommentId::parse)?,
         project: project_of(&g("project")?)?,
         issue: issue_key(go("issue")?)?,
-        artifact: go("artifact")?,
-        ask: go("ask")?,
+        artifact: opt_id_in(r, &col("artifact"), ArtifactId::parse)?,
+        ask: opt_id_in(r, &col("ask"), AskId::parse)?,
         quote: go("quote")?.map(|q| json_of(&q, "quote")).transpose()?,
         block: go("block")?,
         body: g("body")?,

@@ -13,6 +13,7 @@
 use async_trait::async_trait;
 use countersign_common::sql::{db_err, is_unique_violation};
 use countersign_console_core::Time;
+use countersign_console_core::ids::{ArtifactId, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::documents::{
     Artifact, ArtifactKind, Content, DocumentTx, Edge, EdgeKind, EdgeQuery, LogEntry,
@@ -24,7 +25,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::time;
-use crate::work::{Args, SqlTx, corrupt, event_of, json_of, text};
+use crate::work::{Args, SqlTx, corrupt, event_of, id_in, json_of, text};
 
 mod migration;
 mod search;
@@ -56,7 +57,7 @@ fn artifact_of(r: &AnyRow) -> Result<Artifact, StorageError> {
         None => None,
     };
     Ok(Artifact {
-        id: g("id")?,
+        id: id_in(r, "id", ArtifactId::parse)?,
         scope: Scope::parse(&g("scope")?).ok_or_else(|| corrupt("artifact scope"))?,
         slug: g("slug")?,
         filename: g("filename")?,
@@ -150,7 +151,7 @@ impl DocumentTx for SqlTx {
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
              $19, $20, $21, $22, $23, $24, $25)"
         ))
-        .bind(a.id.as_str())
+        .bind(a.id.to_string())
         .bind(a.scope.key())
         .bind(a.slug.as_str())
         .bind(a.filename.as_str())
@@ -174,7 +175,7 @@ impl DocumentTx for SqlTx {
         .bind(a.log_len)
         .bind(a.scope.issue().map(|k| k.as_str().to_owned()))
         .bind(a.scope.project().map(|p| p.as_str().to_owned()))
-        .bind(a.scope.session().map(str::to_owned))
+        .bind(a.scope.session().map(SessionId::to_string))
         .execute(&mut *self.tx)
         .await
         .map_err(|e| {
@@ -196,7 +197,7 @@ impl DocumentTx for SqlTx {
              changed_at = $11, changed_by = $12, updated_at = $13, tasks_done = $14, \
              tasks_total = $15, log_entry = $16, log_len = $17 WHERE id = $1",
         )
-        .bind(a.id.as_str())
+        .bind(a.id.to_string())
         .bind(a.kind.as_str())
         .bind(a.content_type.as_str())
         .bind(a.size)
@@ -219,7 +220,8 @@ impl DocumentTx for SqlTx {
         Ok(())
     }
 
-    async fn artifact(&mut self, id: &str) -> Result<Option<Artifact>, StorageError> {
+    async fn artifact(&mut self, id: ArtifactId) -> Result<Option<Artifact>, StorageError> {
+        let id = &id.to_string();
         let lock = self.lock();
         sqlx::query(&format!(
             "SELECT {ARTIFACT_COLUMNS} FROM console_artifacts WHERE id = $1{lock}"
@@ -269,7 +271,8 @@ impl DocumentTx for SqlTx {
         self.artifacts_where(&cond, a).await
     }
 
-    async fn document(&mut self, id: &str) -> Result<Option<StoredDocument>, StorageError> {
+    async fn document(&mut self, id: ArtifactId) -> Result<Option<StoredDocument>, StorageError> {
+        let id = &id.to_string();
         let Some(r) =
             sqlx::query("SELECT markdown, block_ids FROM console_documents WHERE artifact = $1")
                 .bind(id)
@@ -309,7 +312,8 @@ impl DocumentTx for SqlTx {
         Ok(Some(StoredDocument { snapshot, log }))
     }
 
-    async fn put_snapshot(&mut self, id: &str, d: &Snapshot) -> Result<(), StorageError> {
+    async fn put_snapshot(&mut self, id: ArtifactId, d: &Snapshot) -> Result<(), StorageError> {
+        let id = &id.to_string();
         // Block ids are `[A-Za-z0-9_-]`: one space apart is unambiguous and quick to split.
         sqlx::query(
             "INSERT INTO console_documents (artifact, markdown, block_ids) VALUES ($1, $2, $3) \
@@ -330,7 +334,8 @@ impl DocumentTx for SqlTx {
         Ok(())
     }
 
-    async fn append_log(&mut self, id: &str, e: &LogEntry) -> Result<(), StorageError> {
+    async fn append_log(&mut self, id: ArtifactId, e: &LogEntry) -> Result<(), StorageError> {
+        let id = &id.to_string();
         sqlx::query(
             "INSERT INTO console_document_log \
              (artifact, entry, start_at, end_at, text, ops, block_ids, token) \
@@ -352,10 +357,11 @@ impl DocumentTx for SqlTx {
 
     async fn insert_version(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
         v: &Version,
         content: &Content,
     ) -> Result<(), StorageError> {
+        let artifact = &artifact.to_string();
         let (markdown, bytes) = match content {
             Content::Markdown(m) => (Some(m.as_str()), None),
             Content::Bytes(b) => (None, Some(b.clone())),
@@ -383,10 +389,11 @@ impl DocumentTx for SqlTx {
 
     async fn name_version(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
         number: i64,
         name: &str,
     ) -> Result<(), StorageError> {
+        let artifact = &artifact.to_string();
         sqlx::query(
             "UPDATE console_artifact_versions SET name = $3, kind = 'named' \
              WHERE artifact = $1 AND number = $2",
@@ -402,9 +409,10 @@ impl DocumentTx for SqlTx {
 
     async fn version(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
         number: i64,
     ) -> Result<Option<(Version, Content)>, StorageError> {
+        let artifact = &artifact.to_string();
         let row = sqlx::query(&format!(
             "SELECT {VERSION_COLUMNS}, markdown, bytes FROM console_artifact_versions \
              WHERE artifact = $1 AND number = $2"
@@ -430,7 +438,8 @@ impl DocumentTx for SqlTx {
         .transpose()
     }
 
-    async fn versions(&mut self, artifact: &str) -> Result<Vec<Version>, StorageError> {
+    async fn versions(&mut self, artifact: ArtifactId) -> Result<Vec<Version>, StorageError> {
+        let artifact = &artifact.to_string();
         sqlx::query(&format!(
             "SELECT {VERSION_COLUMNS} FROM console_artifact_versions WHERE artifact = $1 \
              ORDER BY number"
@@ -446,9 +455,10 @@ impl DocumentTx for SqlTx {
 
     async fn document_events(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
         page: &EventPage,
     ) -> Result<Vec<Event>, StorageError> {
+        let artifact = &artifact.to_string();
         let mut a = Args::default();
         let mut conds = vec![
             format!("artifact = {}", a.push(artifact.to_owned())),
@@ -480,8 +490,9 @@ impl DocumentTx for SqlTx {
 
     async fn document_subscribers(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
     ) -> Result<Vec<(String, Time)>, StorageError> {
+        let artifact = &artifact.to_string();
         let rows = sqlx::query(
             "SELECT e.session AS session, MIN(e.at) AS since FROM console_events e \
              LEFT JOIN console_artifact_unsubscribed u \
@@ -506,16 +517,17 @@ impl DocumentTx for SqlTx {
 
     async fn document_unsubscribe(
         &mut self,
-        artifact: &str,
-        session: &str,
+        artifact: ArtifactId,
+        session: &SessionId,
     ) -> Result<(), StorageError> {
+        let artifact = &artifact.to_string();
         sqlx::query(
             "INSERT INTO console_artifact_unsubscribed (artifact, session, through_event) \
              SELECT $1, $2, COALESCE(MAX(id), 0) FROM console_events WHERE true \
              ON CONFLICT (artifact, session) DO UPDATE SET through_event = excluded.through_event",
         )
         .bind(artifact)
-        .bind(session)
+        .bind(session.as_str())
         .execute(&mut *self.tx)
         .await
         .map_err(db_err)?;
@@ -524,10 +536,11 @@ impl DocumentTx for SqlTx {
 
     async fn index_text(
         &mut self,
-        artifact: &str,
+        artifact: ArtifactId,
         parts: &[(String, String)],
         removed: &[String],
     ) -> Result<(), StorageError> {
+        let artifact = &artifact.to_string();
         // Delete then insert (never UPDATE): SQLite's FTS5 triggers take each row out of the
         // index with the text it was indexed under.
         for part in removed.iter().chain(parts.iter().map(|(p, _)| p)) {
@@ -552,7 +565,8 @@ impl DocumentTx for SqlTx {
         Ok(())
     }
 
-    async fn clear_text(&mut self, artifact: &str) -> Result<(), StorageError> {
+    async fn clear_text(&mut self, artifact: ArtifactId) -> Result<(), StorageError> {
+        let artifact = &artifact.to_string();
         sqlx::query("DELETE FROM console_artifact_text WHERE artifact = $1")
             .bind(artifact)
             .execute(&mut *self.tx)
@@ -748,7 +762,7 @@ impl DocumentTx for SqlTx {
             out.push((
                 issue,
                 PrimaryDocument {
-                    id: r.try_get("id").map_err(db_err)?,
+                    id: id_in(r, "id", ArtifactId::parse)?,
                     slug: r.try_get("slug").map_err(db_err)?,
                     tasks: (
                         r.try_get("tasks_done").map_err(db_err)?,

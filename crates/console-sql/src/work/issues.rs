@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, db_err, is_unique_violation};
 use countersign_console_core::Time;
-use countersign_console_core::ids::Login;
+use countersign_console_core::ids::{Login, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{
@@ -479,14 +479,18 @@ impl IssueTx for SqlTx {
             .collect()
     }
 
-    async fn unsubscribe(&mut self, key: &IssueKey, session: &str) -> Result<(), StorageError> {
+    async fn unsubscribe(
+        &mut self,
+        key: &IssueKey,
+        session: &SessionId,
+    ) -> Result<(), StorageError> {
         sqlx::query(
             "INSERT INTO console_unsubscribed (issue, session, through_event) \
              SELECT $1, $2, COALESCE(MAX(id), 0) FROM console_events WHERE true \
              ON CONFLICT (issue, session) DO UPDATE SET through_event = excluded.through_event",
         )
         .bind(key.as_str())
-        .bind(session)
+        .bind(session.as_str())
         .execute(&mut *self.tx)
         .await
         .map_err(db_err)?;

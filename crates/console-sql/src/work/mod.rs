@@ -114,6 +114,39 @@ pub(crate) fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupt(format!("a stored {what} does not parse"))
 }
 
+/// A row's id column read back as its kind (`AskId::parse`, …). A stored id that does not
+/// parse (every one the console wrote does: it writes them from their types) is a corrupt
+/// row, named by the column and the value.
+pub(crate) fn id_in<T>(
+    r: &AnyRow,
+    column: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, StorageError> {
+    let s: String = r.try_get(column).map_err(db_err)?;
+    id_of(column, &s, parse)
+}
+
+/// [`id_in`] of a column that may be null.
+pub(crate) fn opt_id_in<T>(
+    r: &AnyRow,
+    column: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<Option<T>, StorageError> {
+    let s: Option<String> = r.try_get(column).map_err(db_err)?;
+    s.map(|s| id_of(column, &s, parse)).transpose()
+}
+
+/// [`id_in`] of a value already read from column `column`.
+pub(crate) fn id_of<T>(
+    column: &str,
+    value: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, StorageError> {
+    parse(value).ok_or_else(|| {
+        StorageError::Corrupt(format!("a stored id does not parse: {column} {value:?}"))
+    })
+}
+
 pub(crate) fn json_of<T: serde::de::DeserializeOwned>(
     s: &str,
     what: &str,

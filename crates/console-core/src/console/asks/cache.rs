@@ -219,15 +219,20 @@ impl CachedInbox {
         now: Time,
         row: fn(InboxAsk, Option<Time>) -> InboxRow,
     ) -> Self {
-        let asks: HashSet<&str> = scope.asks.iter().map(String::as_str).collect();
+        // The scope's ids as the rows' kinds (one that is not one names no row).
+        let asks: HashSet<AskId> = scope.asks.iter().filter_map(|a| AskId::parse(a)).collect();
         let issues: HashSet<&str> = scope.issues.iter().map(String::as_str).collect();
-        let artifacts: HashSet<&str> = scope.artifacts.iter().map(String::as_str).collect();
+        let artifacts: HashSet<ArtifactId> = scope
+            .artifacts
+            .iter()
+            .filter_map(|a| ArtifactId::parse(a))
+            .collect();
         let within = |r: &InboxRow| {
-            asks.contains(r.id.as_str())
+            asks.contains(&r.id)
                 || r.issue
                     .as_ref()
                     .is_some_and(|i| issues.contains(i.as_str()))
-                || r.artifact.as_deref().is_some_and(|a| artifacts.contains(a))
+                || r.artifact.is_some_and(|a| artifacts.contains(&a))
         };
         let mut rows: Vec<KeptRow> = self
             .rows

@@ -28,7 +28,6 @@ impl Asks<'_> {
         artifact: ArtifactId,
         new: NewComment,
     ) -> Result<CommentView, Error> {
-        let artifact = artifact.to_string();
         if new.artifact.is_some() {
             return Err(invalid(
                 "the path names the document: no `artifact` in the body",
@@ -48,10 +47,10 @@ impl Asks<'_> {
     ) -> Result<CommentView, Error> {
         let req = CommentRequest::of(self.check_comment(&new)?, on, new)?;
         let now = self.console.now();
-        let id = self.new_id();
+        let id = self.new_id(CommentId::from_random);
         // The whole `WorkTx`: a mention's delivery attempt opens through the messages' code.
         let (view, events, opened) = transact!(self.console, WorkTx, |tx| {
-            self.write_comment(tx, &req, &id, actor, now).await
+            self.write_comment(tx, &req, id, actor, now).await
         })?;
         self.console.documents().document_committed(&events, None);
         self.console.messages().dispatch(&opened).await;
@@ -63,26 +62,23 @@ impl Asks<'_> {
         &self,
         tx: &mut dyn WorkTx,
         req: &CommentRequest,
-        id: &str,
+        id: CommentId,
         actor: &Actor,
         now: Time,
     ) -> Result<(CommentView, Vec<Event>, Vec<Opened>), Error> {
         let root = self.thread_root(tx, req).await?;
-        let on_ask = req
-            .ask
-            .clone()
-            .or_else(|| root.as_ref().and_then(|r| r.ask.clone()));
-        let mut ask = match &on_ask {
+        let on_ask = req.ask.or_else(|| root.as_ref().and_then(|r| r.ask));
+        let mut ask = match on_ask {
             Some(a) => Some(
-                tx.ask(AskId::parse(a).ok_or_else(|| invalid("`ask` names no ask here"))?)
+                tx.ask(a)
                     .await?
-                    .filter(|x| req.here(x.issue.as_ref(), x.artifact.as_ref()))
+                    .filter(|x| req.here(x.issue.as_ref(), x.artifact))
                     .ok_or_else(|| invalid("`ask` names no ask here"))?,
             ),
             None => None,
         };
         let artifact = req.document_of(root.as_ref(), ask.as_ref())?;
-        let (project, issue) = self.comment_place(tx, req, artifact.as_deref()).await?;
+        let (project, issue) = self.comment_place(tx, req, artifact).await?;
         let place = (project, issue, artifact);
         let comment = req.comment(id, root.as_ref(), on_ask, place, actor, now);
         tx.insert_comment(&comment).await?;
@@ -117,15 +113,15 @@ impl Asks<'_> {
             return Ok(None);
         };
         let c = tx
-            .comment(CommentId::parse(p).ok_or_else(|| invalid("`parent` names no comment here"))?)
+            .comment(*p)
             .await?
-            .filter(|c| req.here(c.issue.as_ref(), c.artifact.as_ref()))
+            .filter(|c| req.here(c.issue.as_ref(), c.artifact))
             .ok_or_else(|| invalid("`parent` names no comment here"))?;
         if c.thread_id == c.id {
             return Ok(Some(c));
         }
         let root = tx
-            .comment(CommentId::parse(&c.thread_id).ok_or_else(|| not_found("thread"))?)
+            .comment(c.thread_id)
             .await?
             .ok_or_else(|| not_found("thread"))?;
         Ok(Some(root))
@@ -138,7 +134,7 @@ impl Asks<'_> {
         &self,
         tx: &mut dyn AsksWork,
         req: &CommentRequest,
-        artifact: Option<&str>,
+        artifact: Option<ArtifactId>,
     ) -> Result<(ProjectKey, Option<IssueKey>), Error> {
         let Some(d) = artifact else {
             let On::Issue(k) = &req.on else {
@@ -243,7 +239,7 @@ impl Asks<'_> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         let artifact = artifact
             .map(|a| {
-                crate::ids::uuid_id(a).ok_or_else(|| {
+                ArtifactId::parse(a).ok_or_else(|| {
                     Error::with_message(ErrorCode::INVALID_QUERY, "`artifact` is a document id")
                 })
             })
@@ -268,7 +264,7 @@ impl Asks<'_> {
         let c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
         let thread = tx
             .comments(&CommentFilter {
-                thread: Some(c.thread_id.clone()),
+                thread: Some(c.thread_id),
                 ..Default::default()
             })
             .await?;
@@ -361,7 +357,6 @@ impl Asks<'_> {
         } else {
             (ThreadState::Open, "comment.reopened")
         };
-        let root = CommentId::parse(&root).ok_or_else(|| not_found("comment"))?;
         self.change_comment(actor, root, kind, |c, _| {
             if c.thread_state == Some(want) {
                 return Ok(false);
@@ -422,8 +417,8 @@ impl Asks<'_> {
             parent: Some(id.to_string()),
             ..Default::default()
         };
-        match (&c.artifact, &c.issue) {
-            (Some(d), _) => self.add_comment(actor, On::Document(d.clone()), new).await,
+        match (c.artifact, &c.issue) {
+            (Some(d), _) => self.add_comment(actor, On::Document(d), new).await,
             (None, Some(k)) => self.add_comment(actor, On::Issue(k.clone()), new).await,
             (None, None) => Err(not_found("comment")),
         }
@@ -487,7 +482,7 @@ impl Asks<'_> {
                 }) => replacement.clone(),
                 other => return Err(suggestion_state(other.as_ref())),
             };
-            let (Some(artifact), Some(quote)) = (c.artifact.clone(), c.quote.clone()) else {
+            let (Some(artifact), Some(quote)) = (c.artifact, c.quote.clone()) else {
                 return Err(suggestion_state(None));
             };
             let op = doc::EditOp::Replace {
@@ -499,7 +494,7 @@ impl Asks<'_> {
             let (_, mut events, kept) = self
                 .console
                 .documents()
-                .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
+                .change_document(tx, actor, artifact, None, std::slice::from_ref(&op))
                 .await?;
             if let Some(s) = c.suggestion.as_mut() {
                 s.state = SuggestionState::Accepted;
@@ -518,9 +513,8 @@ impl Asks<'_> {
 
     /// A document's comments, oldest first.
     pub async fn document_comments(&self, artifact: ArtifactId) -> Result<Vec<CommentView>, Error> {
-        let artifact = artifact.to_string();
         let mut tx = self.read().await?;
-        self.document_in(&mut *tx, &artifact).await?;
+        self.document_in(&mut *tx, artifact).await?;
         let cs = tx
             .comments(&CommentFilter {
                 artifact: Some(artifact),
@@ -529,6 +523,17 @@ impl Asks<'_> {
             .await?;
         self.comment_views(&mut *tx, cs).await
     }
+}
+
+/// A body's id (`ask`, `parent`, `artifact`) parsed by its kind's rule: one that is not one
+/// names nothing here, refused with the field's own words.
+fn named<T>(
+    id: Option<&str>,
+    parse: fn(&str) -> Option<T>,
+    refusal: &str,
+) -> Result<Option<T>, Error> {
+    id.map(|x| parse(x).ok_or_else(|| invalid(refusal)))
+        .transpose()
 }
 
 fn suggestion_state(s: Option<&CommentSuggestion>) -> Error {
@@ -548,7 +553,7 @@ fn suggestion_state(s: Option<&CommentSuggestion>) -> Error {
 /// What a new comment is on, as its route names it.
 enum On {
     Issue(IssueKey),
-    Document(String),
+    Document(ArtifactId),
 }
 
 /// A comment body once checked.
@@ -563,24 +568,24 @@ struct CommentRequest {
     on: On,
     new: NewComment,
     checked: CheckedComment,
-    ask: Option<String>,
-    parent: Option<String>,
-    artifact: Option<String>,
+    ask: Option<AskId>,
+    parent: Option<CommentId>,
+    artifact: Option<ArtifactId>,
 }
 
 impl CommentRequest {
     fn of(checked: CheckedComment, on: On, new: NewComment) -> Result<Self, Error> {
-        // An id that is not one names nothing here.
-        let named = |id: Option<&str>, refusal: &str| {
-            id.map(|x| crate::ids::uuid_id(x).ok_or_else(|| invalid(refusal)))
-                .transpose()
-        };
-        let ask = named(new.ask.as_deref(), "`ask` names no ask here")?;
-        let parent = named(new.parent.as_deref(), "`parent` names no comment here")?;
+        let ask = named(new.ask.as_deref(), AskId::parse, "`ask` names no ask here")?;
+        let parent = named(
+            new.parent.as_deref(),
+            CommentId::parse,
+            "`parent` names no comment here",
+        )?;
         let artifact = match &on {
-            On::Document(d) => Some(d.clone()),
+            On::Document(d) => Some(*d),
             On::Issue(_) => named(
                 new.artifact.as_deref(),
+                ArtifactId::parse,
                 "`artifact` names no document of this issue",
             )?,
         };
@@ -600,10 +605,10 @@ impl CommentRequest {
     }
 
     /// Whether a comment or ask on `issue` and `artifact` is where the route says.
-    fn here(&self, issue: Option<&IssueKey>, artifact: Option<&String>) -> bool {
+    fn here(&self, issue: Option<&IssueKey>, artifact: Option<ArtifactId>) -> bool {
         match &self.on {
             On::Issue(k) => issue == Some(k),
-            On::Document(d) => artifact == Some(d),
+            On::Document(d) => artifact == Some(*d),
         }
     }
 
@@ -612,14 +617,11 @@ impl CommentRequest {
         &self,
         root: Option<&Comment>,
         ask: Option<&Ask>,
-    ) -> Result<Option<String>, Error> {
-        let mut artifact = self.artifact.clone();
-        for other in [
-            root.and_then(|r| r.artifact.clone()),
-            ask.and_then(|a| a.artifact.clone()),
-        ]
-        .into_iter()
-        .flatten()
+    ) -> Result<Option<ArtifactId>, Error> {
+        let mut artifact = self.artifact;
+        for other in [root.and_then(|r| r.artifact), ask.and_then(|a| a.artifact)]
+            .into_iter()
+            .flatten()
         {
             match &artifact {
                 Some(x) if *x != other => {
@@ -637,17 +639,17 @@ impl CommentRequest {
     /// ask `ask`, at `place`.
     fn comment(
         &self,
-        id: &str,
+        id: CommentId,
         root: Option<&Comment>,
-        ask: Option<String>,
+        ask: Option<AskId>,
         (project, issue, artifact): AskPlace,
         actor: &Actor,
         now: Time,
     ) -> Comment {
         Comment {
-            id: id.to_owned(),
-            thread_id: root.map_or_else(|| id.to_owned(), |r| r.id.clone()),
-            parent: self.parent.clone(),
+            id,
+            thread_id: root.map_or(id, |r| r.id),
+            parent: self.parent,
             project,
             issue,
             artifact,

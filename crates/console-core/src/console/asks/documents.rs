@@ -30,9 +30,9 @@ pub struct ReviewIn {
 /// `approval.requested`, `approval.approved`, `approval.changes_requested`.
 #[derive(Serialize)]
 struct ApprovalData<'a> {
-    artifact: &'a str,
+    artifact: ArtifactId,
     version: i64,
-    ask: Option<&'a str>,
+    ask: Option<AskId>,
     by: &'a Actor,
     #[serde(with = "rfc3339")]
     at: Time,
@@ -49,7 +49,7 @@ pub struct ApprovalRequested {
 /// A new approval ask for `approval`'s version of document `a`, worded by `summary` or
 /// "Approve version n of file?", with the two options a review takes.
 fn approval_ask(
-    id: &str,
+    id: AskId,
     a: &Artifact,
     approval: Approval,
     summary: Option<String>,
@@ -72,26 +72,18 @@ fn approval_ask(
     let place = (
         a.scope.project().ok_or_else(no_document)?,
         a.scope.issue().cloned(),
-        Some(a.id.clone()),
+        Some(a.id),
     );
     Ok(Ask {
         approval: Some(approval),
-        ..Ask::opened(
-            id.to_owned(),
-            AskKind::Approval,
-            place,
-            question,
-            options,
-            actor,
-            now,
-        )
+        ..Ask::opened(id, AskKind::Approval, place, question, options, actor, now)
     })
 }
 
 /// The `:::ask` block of an ask.
 fn ask_block(ask: &Ask) -> Result<String, Error> {
     doc::write_ask(&doc::AskBlock {
-        id: ask.id.clone(),
+        id: ask.id.to_string(),
         state: ask.state.as_str().to_owned(),
         question: ask.question.clone(),
         options: ask
@@ -136,7 +128,7 @@ impl Asks<'_> {
     pub(super) async fn document_in(
         &self,
         tx: &mut dyn AsksWork,
-        id: &str,
+        id: ArtifactId,
     ) -> Result<Artifact, Error> {
         let a = tx
             .artifact(id)
@@ -155,12 +147,12 @@ impl Asks<'_> {
     pub(crate) async fn approval_follows(
         &self,
         tx: &mut dyn AsksWork,
-        artifact: &str,
+        artifact: ArtifactId,
     ) -> Result<(), Error> {
         let now = self.console.now();
         let open = tx
             .asks(&AskFilter {
-                artifact: Some(artifact.to_owned()),
+                artifact: Some(artifact),
                 states: vec![AskState::Open],
                 ..Default::default()
             })
@@ -184,10 +176,10 @@ impl Asks<'_> {
         actor: &Actor,
         ask: &mut Ask,
     ) -> Result<Changed, Error> {
-        let (Some(artifact), Some(_)) = (ask.artifact.clone(), ask.block.clone()) else {
+        let (Some(artifact), Some(_)) = (ask.artifact, ask.block.as_ref()) else {
             return Ok((Vec::new(), None));
         };
-        let a = self.document_in(tx, &artifact).await?;
+        let a = self.document_in(tx, artifact).await?;
         let current = self.console.documents().loaded(tx, &a).await?;
         let Some(block) = current
             .asks()
@@ -210,7 +202,7 @@ impl Asks<'_> {
         let (_, events, kept) = self
             .console
             .documents()
-            .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
+            .change_document(tx, actor, artifact, None, std::slice::from_ref(&op))
             .await?;
         if let Some((_, d)) = &kept {
             ask.block = d
@@ -231,21 +223,20 @@ impl Asks<'_> {
         artifact: ArtifactId,
         new: NewAsk,
     ) -> Result<AskView, Error> {
-        let artifact = artifact.to_string();
         let question = check_text(&new.question, "a question", QUESTION_MAX)?;
         let options = check_options(&new.options)?;
         let now = self.console.now();
-        let id = self.new_id();
+        let id = self.new_id(AskId::from_random);
         // The whole `WorkTx`: a block ask goes into its document through the documents' edit.
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
-            let a = self.document_in(tx, &artifact).await?;
+            let a = self.document_in(tx, artifact).await?;
             let mut ask = Ask::opened(
-                id.clone(),
+                id,
                 AskKind::Question,
                 (
                     a.scope.project().ok_or_else(no_document)?,
                     a.scope.issue().cloned(),
-                    Some(a.id.clone()),
+                    Some(a.id),
                 ),
                 question.clone(),
                 options.clone(),
@@ -284,7 +275,7 @@ impl Asks<'_> {
                 let (_, e, k) = self
                     .console
                     .documents()
-                    .change_document(tx, actor, &artifact, None, std::slice::from_ref(&op))
+                    .change_document(tx, actor, artifact, None, std::slice::from_ref(&op))
                     .await?;
                 ask.block = k.as_ref().and_then(|(_, d)| {
                     d.asks()
@@ -312,9 +303,8 @@ impl Asks<'_> {
         artifact: ArtifactId,
         states: Vec<AskState>,
     ) -> Result<Vec<AskView>, Error> {
-        let artifact = artifact.to_string();
         let mut tx = self.read().await?;
-        self.document_in(&mut *tx, &artifact).await?;
+        self.document_in(&mut *tx, artifact).await?;
         let f = AskFilter {
             artifact: Some(artifact),
             states,
@@ -333,28 +323,27 @@ impl Asks<'_> {
         artifact: ArtifactId,
         r: ApprovalIn,
     ) -> Result<ApprovalRequested, Error> {
-        let artifact = artifact.to_string();
         let summary = r
             .summary
             .as_deref()
             .map(|s| check_text(s, "a summary", QUESTION_MAX))
             .transpose()?;
         let now = self.console.now();
-        let id = self.new_id();
+        let id = self.new_id(AskId::from_random);
         // The whole `WorkTx`: the document settles into a version in it.
         let (out, events) = transact!(self.console, WorkTx, |tx| {
-            let a = self.document_in(tx, &artifact).await?;
+            let a = self.document_in(tx, artifact).await?;
             let mut events = Vec::new();
             let version = self
                 .console
                 .documents()
-                .settle_now(tx, &artifact, actor, &mut events)
+                .settle_now(tx, artifact, actor, &mut events)
                 .await?
                 .map(|v| v.number)
                 .ok_or_else(|| invalid("the document has no version to approve"))?;
-            let approved = Self::last_approved(tx, &artifact).await?;
+            let approved = Self::last_approved(tx, artifact).await?;
             let approval = Approval { version, approved };
-            let (view, created) = match Self::open_approval(tx, &artifact).await? {
+            let (view, created) = match Self::open_approval(tx, artifact).await? {
                 Some(ask) => {
                     let view = self
                         .hand_back(tx, ask, approval, summary.as_deref(), now)
@@ -362,7 +351,7 @@ impl Asks<'_> {
                     (view, false)
                 }
                 None => {
-                    let ask = approval_ask(&id, &a, approval, summary.clone(), actor, now)?;
+                    let ask = approval_ask(id, &a, approval, summary.clone(), actor, now)?;
                     tx.insert_ask(&ask).await?;
                     self.console.notify_ask(tx, &ask).await?;
                     let view = self.ask_full(tx, ask).await?;
@@ -371,16 +360,16 @@ impl Asks<'_> {
                 }
             };
             let data = ApprovalData {
-                artifact: &artifact,
+                artifact,
                 version,
-                ask: Some(&view.id),
+                ask: Some(view.id),
                 by: actor,
                 at: now,
             };
             let place = Place {
                 project: &view.project,
                 issue: view.issue.as_ref(),
-                artifact: Some(&artifact),
+                artifact: Some(artifact),
             };
             let data = serde_json::to_value(data).unwrap_or_default();
             events.push(
@@ -396,10 +385,10 @@ impl Asks<'_> {
     /// The latest version of a document a review approved, if any.
     async fn last_approved(
         tx: &mut dyn AsksWork,
-        artifact: &str,
+        artifact: ArtifactId,
     ) -> Result<Option<Approved>, Error> {
         Ok(tx
-            .reviews(ArtifactId::parse(artifact).ok_or_else(|| not_found("artifact"))?)
+            .reviews(artifact)
             .await?
             .into_iter()
             .rev()
@@ -412,10 +401,13 @@ impl Asks<'_> {
     }
 
     /// A document's open approval ask, if any (as listed: not locked).
-    async fn open_approval(tx: &mut dyn AsksWork, artifact: &str) -> Result<Option<Ask>, Error> {
+    async fn open_approval(
+        tx: &mut dyn AsksWork,
+        artifact: ArtifactId,
+    ) -> Result<Option<Ask>, Error> {
         Ok(tx
             .asks(&AskFilter {
-                artifact: Some(artifact.to_owned()),
+                artifact: Some(artifact),
                 states: vec![AskState::Open],
                 ..Default::default()
             })
@@ -435,8 +427,7 @@ impl Asks<'_> {
         now: Time,
     ) -> Result<AskView, Error> {
         // Locks go ask, then document: read it again locked.
-        let id = AskId::parse(&ask.id).ok_or_else(|| not_found("ask"))?;
-        let mut ask = tx.ask(id).await?.unwrap_or_else(|| ask.clone());
+        let mut ask = tx.ask(ask.id).await?.unwrap_or_else(|| ask.clone());
         ask.approval = Some(approval);
         if let Some(s) = summary {
             ask.question = s.to_owned();
@@ -458,8 +449,7 @@ impl Asks<'_> {
         artifact: ArtifactId,
         r: ReviewIn,
     ) -> Result<(Review, Option<AskView>), Error> {
-        self.review_answering(actor, &artifact.to_string(), r, None)
-            .await
+        self.review_answering(actor, artifact, r, None).await
     }
 
     /// A review that answers approval ask `ask` (the answer route on an approval ask), or
@@ -467,14 +457,13 @@ impl Asks<'_> {
     pub(super) async fn review_answering(
         &self,
         actor: &Actor,
-        artifact: &str,
+        artifact: ArtifactId,
         r: ReviewIn,
-        ask: Option<&str>,
+        ask: Option<AskId>,
     ) -> Result<(Review, Option<AskView>), Error> {
         if !actor.is_human() {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
-        let artifact = crate::ids::ArtifactId::named(artifact)?.to_string();
         let body = match r.body.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(b) if rules::chars(b) > TEXT_MAX => {
@@ -483,34 +472,31 @@ impl Asks<'_> {
             Some(b) => Some(b.to_owned()),
         };
         let now = self.console.now();
-        let id = self.new_id();
+        let id = self.new_id(ReviewId::from_random);
         // The whole `WorkTx`: the document may settle into a version in it.
         let (review, answered, events) = transact!(self.console, WorkTx, |tx| {
             // Any approval ask first (locks go ask, then document).
             let open = match ask {
-                Some(id) => Some(id.to_owned()),
-                None => Self::open_approval(tx, &artifact).await?.map(|x| x.id),
+                Some(id) => Some(id),
+                None => Self::open_approval(tx, artifact).await?.map(|x| x.id),
             };
             let open = match open {
-                Some(id) => {
-                    tx.ask(AskId::parse(&id).ok_or_else(|| not_found("ask"))?)
-                        .await?
-                }
+                Some(id) => tx.ask(id).await?,
                 None => None,
             };
             let mut events = Vec::new();
             let (a, latest) = self
-                .reviewed(tx, &artifact, r.version, actor, &mut events)
+                .reviewed(tx, artifact, r.version, actor, &mut events)
                 .await?;
             let review = Review {
-                id: id.clone(),
-                artifact: artifact.clone(),
+                id,
+                artifact,
                 version: latest,
                 outcome: r.outcome,
                 body: body.clone(),
                 by: actor.clone(),
                 at: now,
-                ask: open.as_ref().map(|x| x.id.clone()),
+                ask: open.as_ref().map(|x| x.id),
             };
             tx.insert_review(&review).await?;
             let mut answered = None;
@@ -524,9 +510,9 @@ impl Asks<'_> {
                 ReviewOutcome::RequestChanges => "approval.changes_requested",
             };
             let data = ApprovalData {
-                artifact: &artifact,
+                artifact,
                 version: latest,
-                ask: review.ask.as_deref(),
+                ask: review.ask,
                 by: actor,
                 at: now,
             };
@@ -534,7 +520,7 @@ impl Asks<'_> {
             let place = Place {
                 project: &project,
                 issue: a.scope.issue(),
-                artifact: Some(&artifact),
+                artifact: Some(artifact),
             };
             let data = serde_json::to_value(data).unwrap_or_default();
             events.push(self.append_at(tx, kind, actor, place, data).await?);
@@ -549,7 +535,7 @@ impl Asks<'_> {
     async fn reviewed(
         &self,
         tx: &mut dyn WorkTx,
-        artifact: &str,
+        artifact: ArtifactId,
         version: i64,
         actor: &Actor,
         events: &mut Vec<Event>,
@@ -591,7 +577,7 @@ impl Asks<'_> {
             by: review.by.clone(),
             at: now,
         };
-        tx.add_answer(&ask.id, &answer).await?;
+        tx.add_answer(ask.id, &answer).await?;
         ask.answer = Some(answer);
         ask.state = AskState::Answered;
         ask.turn = None;
@@ -613,7 +599,7 @@ impl Asks<'_> {
     /// A document's reviews, oldest first.
     pub async fn reviews(&self, artifact: ArtifactId) -> Result<Vec<Review>, Error> {
         let mut tx = self.read().await?;
-        self.document_in(&mut *tx, &artifact.to_string()).await?;
+        self.document_in(&mut *tx, artifact).await?;
         Ok(tx.reviews(artifact).await?)
     }
 }

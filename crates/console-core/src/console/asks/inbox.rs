@@ -82,9 +82,9 @@ impl Asks<'_> {
 
     fn inbox_row(a: InboxAsk, snoozed_until: Option<Time>) -> InboxRow {
         InboxRow {
-            id: a.id.clone(),
+            id: a.id,
             issue: a.issue.clone(),
-            artifact: a.artifact.clone(),
+            artifact: a.artifact,
             turn: a.turn,
             turn_since: a.turn_since,
             snoozed_until,
@@ -191,11 +191,11 @@ impl Asks<'_> {
         let mut tx = self.read().await?;
         let (entries, total) = tx.answers_by(&human.login, limit, offset).await?;
         let asked = |a: &Ask| AnsweredAsk {
-            id: a.id.clone(),
+            id: a.id,
             question: a.question.clone(),
             state: a.state,
             owner: a.author.clone(),
-            link: console_ref(SearchKind::Ask, &a.id),
+            link: console_ref(SearchKind::Ask, &a.id.to_string()),
         };
         let rows = entries
             .into_iter()

@@ -22,11 +22,11 @@ impl Asks<'_> {
         let question = check_text(&new.question, "a question", QUESTION_MAX)?;
         let options = check_options(&new.options)?;
         let now = self.console.now();
-        let id = self.new_id();
+        let id = self.new_id(AskId::from_random);
         let (view, event) = transact!(self.console, AsksWork, |tx| {
             let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
             let ask = Ask::opened(
-                id.clone(),
+                id,
                 AskKind::Question,
                 (issue.project.clone(), Some(issue.key.clone()), None),
                 question.clone(),
@@ -58,11 +58,11 @@ impl Asks<'_> {
             let (hits, _) = tx
                 .search_asks(&words, true, Some(&ask.project), true, 4)
                 .await?;
-            let ids: Vec<String> = hits
+            let ids: Vec<AskId> = hits
                 .iter()
-                .filter(|h| h.id != ask.id)
+                .filter_map(|h| AskId::parse(&h.id))
+                .filter(|h| *h != ask.id)
                 .take(3)
-                .map(|h| h.id.clone())
                 .collect();
             let mut asks = tx.asks_by_id(&ids).await?;
             asks.sort_by_key(|a| ids.iter().position(|i| *i == a.id));
@@ -161,7 +161,7 @@ impl Asks<'_> {
         }
         let asks = tx.asks(&f).await?;
         let issues: HashSet<&IssueKey> = asks.iter().filter_map(|a| a.issue.as_ref()).collect();
-        let artifacts: HashSet<&String> = asks.iter().filter_map(|a| a.artifact.as_ref()).collect();
+        let artifacts: HashSet<ArtifactId> = asks.iter().filter_map(|a| a.artifact).collect();
         let counts = AskCounts {
             asks: asks.len(),
             issues: issues.len(),
@@ -218,7 +218,7 @@ impl Asks<'_> {
             }
             // The wording being replaced, with who wrote it and when.
             tx.add_wording(
-                &id.to_string(),
+                id,
                 &Wording {
                     question: ask.question.clone(),
                     options: ask.options.clone(),
@@ -289,7 +289,7 @@ impl Asks<'_> {
                 by: actor.clone(),
                 at: now,
             };
-            tx.add_answer(&id.to_string(), &answer).await?;
+            tx.add_answer(id, &answer).await?;
             ask.answer = Some(answer);
             ask.state = AskState::Answered;
             // An answered ask is not open: it leaves the inbox (issue 27; docs/decisions.md).
@@ -328,10 +328,9 @@ impl Asks<'_> {
         .ok_or_else(|| {
             invalid("an approval ask is answered with one option: approve or request_changes")
         })?;
-        let (Some(artifact), Some(version)) = (
-            ask.artifact.clone(),
-            ask.approval.as_ref().map(|x| x.version),
-        ) else {
+        let (Some(artifact), Some(version)) =
+            (ask.artifact, ask.approval.as_ref().map(|x| x.version))
+        else {
             return Err(not_found("document"));
         };
         let r = ReviewIn {
@@ -339,7 +338,7 @@ impl Asks<'_> {
             version,
             body: text,
         };
-        self.review_answering(actor, &artifact, r, Some(&ask.id))
+        self.review_answering(actor, artifact, r, Some(ask.id))
             .await?
             .1
             .ok_or_else(|| not_found("ask"))
@@ -426,7 +425,7 @@ impl Asks<'_> {
             add(f, Via::Follower);
         }
         if let Some(d) = &ask.artifact {
-            for (s, _) in tx.document_subscribers(d).await? {
+            for (s, _) in tx.document_subscribers(*d).await? {
                 add(&s, Via::Subscriber);
             }
         }
@@ -470,14 +469,14 @@ impl Asks<'_> {
             ask.updated_at = now;
             tx.update_ask(&ask).await?;
             let data = serde_json::to_value(FollowData {
-                ask: &ask.id,
+                ask: ask.id,
                 session_id: session,
             })
             .unwrap_or_default();
             let place = Place {
                 project: &ask.project,
                 issue: ask.issue.as_ref(),
-                artifact: ask.artifact.as_deref(),
+                artifact: ask.artifact,
             };
             let kind = if follow {
                 "ask.followed"
@@ -530,6 +529,6 @@ fn checked_answer(a: AnswerIn) -> Result<(Vec<String>, Option<String>), Error> {
 /// `ask.followed`, `ask.unfollowed`.
 #[derive(Serialize)]
 struct FollowData<'a> {
-    ask: &'a str,
+    ask: AskId,
     session_id: &'a str,
 }

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::*;
 use crate::doc;
 use crate::ids::SessionId;
-use crate::ids::{ArtifactId, AskId, CommentId};
+use crate::ids::{ArtifactId, AskId, CommentId, ReviewId};
 use crate::work::asks::{
     Answer, AnswerEntry, Approval, Approved, Ask, AskFilter, AskKind, AskOption, AskState, AskView,
     AssigneeFilter, Closed, Comment, CommentFilter, CommentSuggestion, CommentView, InboxFilter,
@@ -199,7 +199,7 @@ pub struct SuggestionIn {
 /// One of `advice.suggestions` on a new ask: an answered ask that may settle it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AskSuggestion {
-    pub ask: String,
+    pub ask: AskId,
     pub question: String,
     pub answer: SuggestedAnswer,
     pub by: Actor,
@@ -248,10 +248,10 @@ pub struct Recipient {
 /// One inbox row (protocol §6.4); its id is its ask's, its `ask` the inbox's view of the ask.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InboxRow {
-    pub id: String,
+    pub id: AskId,
     pub ask: InboxAsk,
     pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
+    pub artifact: Option<ArtifactId>,
     /// Whose turn it is (a snoozed row keeps its turn).
     pub turn: Option<Turn>,
     #[serde(with = "rfc3339")]
@@ -272,7 +272,7 @@ pub struct Inbox {
 /// The ask an answers row is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AnsweredAsk {
-    pub id: String,
+    pub id: AskId,
     pub question: String,
     pub state: AskState,
     pub owner: Actor,
@@ -290,7 +290,7 @@ pub struct RowAnswer {
 /// The reply of an answers row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RowReply {
-    pub id: String,
+    pub id: CommentId,
     pub body: String,
 }
 
@@ -375,14 +375,14 @@ impl Console {
 struct Place<'a> {
     project: &'a ProjectKey,
     issue: Option<&'a IssueKey>,
-    artifact: Option<&'a str>,
+    artifact: Option<ArtifactId>,
 }
 
 impl<'a> Place<'a> {
     fn new(
         project: &'a ProjectKey,
         issue: Option<&'a IssueKey>,
-        artifact: Option<&'a str>,
+        artifact: Option<ArtifactId>,
     ) -> Self {
         Self {
             project,
@@ -393,13 +393,11 @@ impl<'a> Place<'a> {
 }
 
 impl Asks<'_> {
-    fn new_id(&self) -> String {
+    /// A fresh id of a kind (`AskId::from_random`, …) from the console's randomness.
+    fn new_id<T>(&self, of: fn([u8; 16]) -> T) -> T {
         let mut b = [0u8; 16];
         self.console.parts.entropy.fill(&mut b);
-        uuid::Builder::from_random_bytes(b)
-            .into_uuid()
-            .hyphenated()
-            .to_string()
+        of(b)
     }
 
     /// Appends an event about an ask or comment: to its document's log when it is on a
@@ -432,7 +430,7 @@ impl Asks<'_> {
             actor: actor.clone(),
             project: Some(place.project.clone()),
             issue,
-            artifact: place.artifact.map(str::to_owned),
+            artifact: place.artifact.map(|a| a.to_string()),
             session: actor.session().map(str::to_owned),
             data,
         };
@@ -447,7 +445,7 @@ impl Asks<'_> {
         actor: &Actor,
         view: &AskView,
     ) -> Result<Event, Error> {
-        let place = Place::new(&view.project, view.issue.as_ref(), view.artifact.as_deref());
+        let place = Place::new(&view.project, view.issue.as_ref(), view.artifact);
         let data = serde_json::to_value(view).unwrap_or_default();
         self.append_at(tx, kind, actor, place, data).await
     }
@@ -461,7 +459,7 @@ impl Asks<'_> {
         view: &CommentView,
     ) -> Result<Event, Error> {
         let c = &view.comment;
-        let place = Place::new(&c.project, c.issue.as_ref(), c.artifact.as_deref());
+        let place = Place::new(&c.project, c.issue.as_ref(), c.artifact);
         let data = serde_json::to_value(view).unwrap_or_default();
         self.append_at(tx, kind, actor, place, data).await
     }
@@ -495,7 +493,7 @@ impl Asks<'_> {
         let ids: Vec<String> = cs
             .iter()
             .filter(|c| !c.mentions.is_empty())
-            .map(|c| c.id.clone())
+            .map(|c| c.id.to_string())
             .collect();
         let mut attempts: HashMap<String, Vec<AttemptView>> = HashMap::new();
         if !ids.is_empty() {
@@ -509,7 +507,7 @@ impl Asks<'_> {
         Ok(cs
             .into_iter()
             .map(|c| {
-                let a = attempts.remove(&c.id).unwrap_or_default();
+                let a = attempts.remove(&c.id.to_string()).unwrap_or_default();
                 CommentView::of(c, a)
             })
             .collect())
@@ -525,7 +523,7 @@ impl Asks<'_> {
         requested_by: &Actor,
     ) -> Result<Opened, Error> {
         let content = DeliveryContent {
-            thread_id: c.thread_id.clone(),
+            thread_id: c.thread_id.to_string(),
             issue: c.issue.as_ref().map(|k| k.as_str().to_owned()),
             mode: Mode::Send,
             author: c.author.clone(),
@@ -535,7 +533,7 @@ impl Asks<'_> {
         let scope = Scope {
             project: Some(c.project.clone()),
             issue: c.issue.clone(),
-            artifact: c.artifact.clone(),
+            artifact: c.artifact.map(|a| a.to_string()),
         };
         self.console
             .messages()
@@ -543,7 +541,7 @@ impl Asks<'_> {
                 tx,
                 &NewAttempt {
                     kind: DeliveryKind::Mention,
-                    id: &c.id,
+                    id: &c.id.to_string(),
                     session_id: session,
                     mode: Mode::Send,
                     requested_by,
@@ -558,13 +556,13 @@ impl Asks<'_> {
     async fn ask_full(&self, tx: &mut dyn AsksWork, a: Ask) -> Result<AskView, Error> {
         let replies = tx
             .comments(&CommentFilter {
-                ask: Some(a.id.clone()),
+                ask: Some(a.id),
                 ..Default::default()
             })
             .await?;
         let replies = self.comment_views(tx, replies).await?;
-        let history = tx.wordings(&a.id).await?;
-        let answers = tx.answers(&a.id).await?;
+        let history = tx.wordings(a.id).await?;
+        let answers = tx.answers(a.id).await?;
         let mut v = AskView::listed(a);
         v.replies = Some(replies);
         v.history = Some(history);

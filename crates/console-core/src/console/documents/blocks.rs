@@ -170,7 +170,7 @@ impl Documents<'_> {
     /// the versions.
     pub async fn rendered(&self, id: ArtifactId) -> Result<Rendered, Error> {
         let (a, d, mut tx) = self.read_document(id).await?;
-        let versions = tx.versions(&a.id).await?;
+        let versions = tx.versions(a.id).await?;
         Ok(Rendered {
             artifact: ArtifactView::of(&a),
             html: self.console.documents.html(&a, || d.to_html_with(&page_of)),

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::doc::{self, Document};
+use crate::ids::ArtifactId;
 use crate::work::documents::Artifact;
 
 use super::Documents;
@@ -37,7 +38,7 @@ type Answer = (Vec<(String, i64, i64)>, Arc<[u8]>);
 /// last event and its last edit-log entry) and when it was last used.
 #[derive(Debug)]
 struct Kept<T> {
-    entries: HashMap<String, KeptEntry<T>>,
+    entries: HashMap<ArtifactId, KeptEntry<T>>,
     /// A counter, not a time: what was used least recently has the lowest.
     uses: u64,
     /// The sum of the entries' sizes (as `size` said when each was kept).
@@ -97,7 +98,7 @@ impl<T: Clone> Kept<T> {
                 .entries
                 .iter()
                 .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone())
+                .map(|(k, _)| *k)
             else {
                 break;
             };
@@ -107,7 +108,7 @@ impl<T: Clone> Kept<T> {
         }
         self.bytes += bytes;
         self.entries.insert(
-            a.id.clone(),
+            a.id,
             KeptEntry {
                 state: state_of(a),
                 used: self.uses,

@@ -55,11 +55,10 @@ impl Documents<'_> {
         expected_token: Option<&str>,
         ops: &[doc::EditOp],
     ) -> Result<EditAnswer, Error> {
-        let id = id.to_string();
         // The whole `WorkTx`: an edit goes through the asks' code in its transaction (an open
         // approval ask follows the new content).
         let (answer, events, kept) = transact!(self.console, WorkTx, |tx| {
-            self.change_document(tx, actor, &id, expected_token, ops)
+            self.change_document(tx, actor, id, expected_token, ops)
                 .await
         })?;
         self.document_committed(&events, kept);
@@ -85,7 +84,7 @@ impl Documents<'_> {
         &self,
         tx: &mut dyn WorkTx,
         actor: &Actor,
-        id: &str,
+        id: ArtifactId,
         expected_token: Option<&str>,
         ops: &[doc::EditOp],
     ) -> Result<(EditAnswer, Vec<Event>, Option<(Artifact, Document)>), Error> {
@@ -111,7 +110,7 @@ impl Documents<'_> {
         }
         let doc = edited.document;
         // An open approval ask follows the new content: its agent's turn.
-        self.console.asks().approval_follows(tx, &a.id).await?;
+        self.console.asks().approval_follows(tx, a.id).await?;
         self.log_edit(tx, &mut a, &before, &doc, ops, made).await?;
         let now = self.console.now();
         a.tasks = tasks_of(&doc);
@@ -155,7 +154,7 @@ impl Documents<'_> {
         made: Vec<String>,
     ) -> Result<(), Error> {
         if a.log_len + 1 >= LOG_MAX {
-            tx.put_snapshot(&a.id, &snapshot_of(doc)).await?;
+            tx.put_snapshot(a.id, &snapshot_of(doc)).await?;
             a.log_len = 0;
             return Ok(());
         }
@@ -163,7 +162,7 @@ impl Documents<'_> {
         a.log_entry += 1;
         a.log_len += 1;
         tx.append_log(
-            &a.id,
+            a.id,
             &LogEntry {
                 entry: a.log_entry,
                 start: start as i64,
@@ -196,7 +195,7 @@ impl Documents<'_> {
             }
         }
         if !matches!(a.scope, Scope::Agent(_)) {
-            tx.index_text(&a.id, &parts, &answer.removed).await?;
+            tx.index_text(a.id, &parts, &answer.removed).await?;
         }
         Ok(parts)
     }
@@ -237,9 +236,8 @@ impl Documents<'_> {
     /// DOCUMENT_LIVE when it has edits of the last five minutes not yet settled (someone is
     /// working in it: new ids would fail their next edits), else DOCUMENT_LOADS.
     pub async fn rebuild(&self, actor: &Actor, id: ArtifactId) -> Result<ArtifactView, Error> {
-        let id = id.to_string();
         let (view, events, kept) = transact!(self.console, DocumentsWork, |tx| {
-            let mut a = Self::artifact_in(tx, &id).await?;
+            let mut a = Self::artifact_in(tx, id).await?;
             if a.kind != ArtifactKind::Document {
                 return Err(not_document());
             }
@@ -253,7 +251,7 @@ impl Documents<'_> {
             }
             let p = self.parse_document(&stored.markdown())?;
             let now = self.console.now();
-            tx.put_snapshot(&a.id, &p.snapshot).await?;
+            tx.put_snapshot(a.id, &p.snapshot).await?;
             a.log_len = 0;
             a.tasks = p.tasks;
             if p.token != a.token {
@@ -265,10 +263,10 @@ impl Documents<'_> {
             }
             a.updated_at = now;
             if !matches!(a.scope, Scope::Agent(_)) {
-                tx.clear_text(&a.id).await?;
+                tx.clear_text(a.id).await?;
                 let mut parts = vec![(String::new(), a.filename.clone())];
                 parts.extend(p.parts.iter().cloned());
-                tx.index_text(&a.id, &parts, &[]).await?;
+                tx.index_text(a.id, &parts, &[]).await?;
             }
             let e = self
                 .write_back(tx, &mut a, "document.rebuilt", actor, &[])

@@ -112,8 +112,8 @@ pub(super) fn references_of(doc: &Document) -> Vec<(String, String, EdgeKind)> {
 }
 
 /// A stored document the engine does not load: refused until a person rebuilds it.
-fn unloadable(id: &str, e: &str) -> Error {
-    tracing::error!(artifact = id, error = %e, "a stored document does not load");
+fn unloadable(id: ArtifactId, e: &str) -> Error {
+    tracing::error!(artifact = %id, error = %e, "a stored document does not load");
     Error::with_message(
         ErrorCode::INTERNAL,
         format!(
@@ -143,7 +143,7 @@ impl Documents<'_> {
             return Ok(d);
         }
         let stored = self.stored(tx, a).await?;
-        let d = replay(&stored).map_err(|e| unloadable(&a.id, &e))?;
+        let d = replay(&stored).map_err(|e| unloadable(a.id, &e))?;
         self.console.documents.keep_loaded(a, &d);
         Ok(d)
     }
@@ -153,7 +153,7 @@ impl Documents<'_> {
         tx: &mut dyn DocumentTx,
         a: &Artifact,
     ) -> Result<StoredDocument, Error> {
-        tx.document(&a.id)
+        tx.document(a.id)
             .await?
             .ok_or_else(|| Error::from(StorageError::Corrupt("a document without content".into())))
     }

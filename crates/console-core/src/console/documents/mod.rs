@@ -51,7 +51,7 @@ use crate::ids::{ArtifactId, SessionId};
 use crate::storage::StorageError;
 use crate::work::documents::{
     Artifact, ArtifactKind, ArtifactView, Content, DocumentVersion, Scope, Version, VersionInfo,
-    VersionKind, VersionRef, is_session_id,
+    VersionKind, VersionRef,
 };
 use crate::work::{
     Actor, DocumentTx, DocumentsWork, Event, IssueKey, NewEvent, ProjectKey, WorkTx,
@@ -180,11 +180,8 @@ impl Documents<'_> {
         Ok(tx)
     }
 
-    fn new_uuid(&self) -> String {
-        uuid::Builder::from_random_bytes(clock::random::<16>(&*self.console.parts.entropy))
-            .into_uuid()
-            .hyphenated()
-            .to_string()
+    fn new_id(&self) -> ArtifactId {
+        ArtifactId::from_random(clock::random::<16>(&*self.console.parts.entropy))
     }
 
     /// A fresh block id: 12 random bytes, base64url (16 characters of `[A-Za-z0-9_-]`).
@@ -208,12 +205,7 @@ impl Documents<'_> {
                     .ok_or_else(|| not_found("project"))?;
                 Ok(Scope::Project(key))
             }
-            At::Agent(s) => {
-                if !is_session_id(s) {
-                    return Err(ErrorCode::INVALID_SESSION_ID.into());
-                }
-                Ok(Scope::Agent(s.to_owned()))
-            }
+            At::Agent(s) => Ok(Scope::Agent(SessionId::named(s)?)),
         }
     }
 
@@ -236,7 +228,7 @@ impl Documents<'_> {
     }
 
     /// The id of the artifact a scope's `{slug}` names.
-    pub async fn resolve_artifact(&self, at: At<'_>, slug: &str) -> Result<String, Error> {
+    pub async fn resolve_artifact(&self, at: At<'_>, slug: &str) -> Result<ArtifactId, Error> {
         let mut tx = self.read().await?;
         let scope = self.scope_in(&mut *tx, at).await?;
         Ok(self.by_slug_in(&mut *tx, &scope, slug).await?.id)
@@ -245,10 +237,9 @@ impl Documents<'_> {
     /// An artifact by id, its content settled first when it is due (so no read answers
     /// content older than five minutes as unsettled).
     async fn current(&self, id: ArtifactId) -> Result<Artifact, Error> {
-        let id = id.to_string();
         let a = {
             let mut tx = self.read().await?;
-            tx.artifact(&id)
+            tx.artifact(id)
                 .await?
                 .ok_or_else(|| not_found("artifact"))?
         };
@@ -256,14 +247,14 @@ impl Documents<'_> {
             return Ok(a);
         }
         let (a, events) = transact!(self.console, DocumentsWork, |tx| {
-            self.settled_in(tx, &id).await
+            self.settled_in(tx, id).await
         })?;
         self.committed_all(&events);
         Ok(a)
     }
 
     /// An artifact by id in a transaction (locked there when it writes), else 404.
-    async fn artifact_in(tx: &mut dyn DocumentTx, id: &str) -> Result<Artifact, Error> {
+    async fn artifact_in(tx: &mut dyn DocumentTx, id: ArtifactId) -> Result<Artifact, Error> {
         tx.artifact(id).await?.ok_or_else(|| not_found("artifact"))
     }
 
@@ -272,7 +263,7 @@ impl Documents<'_> {
     async fn settled_in(
         &self,
         tx: &mut dyn DocumentsWork,
-        id: &str,
+        id: ArtifactId,
     ) -> Result<(Artifact, Vec<Event>), Error> {
         let mut a = Self::artifact_in(tx, id).await?;
         let mut events = Vec::new();
@@ -319,7 +310,7 @@ impl Documents<'_> {
     pub async fn settle_now(
         &self,
         tx: &mut dyn DocumentsWork,
-        id: &str,
+        id: ArtifactId,
         actor: &Actor,
         events: &mut Vec<Event>,
     ) -> Result<Option<VersionRef>, Error> {
@@ -358,7 +349,7 @@ impl Documents<'_> {
             ArtifactKind::Document => Content::Markdown(self.markdown_of(tx, a).await?),
             ArtifactKind::Image | ArtifactKind::File => {
                 let latest = a.version.as_ref().map_or(0, |v| v.number);
-                match tx.version(&a.id, latest).await? {
+                match tx.version(a.id, latest).await? {
                     Some((_, c)) => c,
                     None => {
                         return Err(StorageError::Corrupt("a file without a version".into()).into());
@@ -376,7 +367,7 @@ impl Documents<'_> {
             by: by.clone(),
             created_at: at,
         };
-        tx.insert_version(&a.id, &v, &content).await?;
+        tx.insert_version(a.id, &v, &content).await?;
         a.version = Some(VersionRef {
             number: v.number,
             name: v.name.clone(),
@@ -447,7 +438,7 @@ impl Documents<'_> {
             actor: actor.clone(),
             project: a.scope.project(),
             issue: a.scope.issue().cloned(),
-            artifact: Some(a.id.clone()),
+            artifact: Some(a.id.to_string()),
             session: actor.session().map(str::to_owned),
             data,
         }

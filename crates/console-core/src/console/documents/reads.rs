@@ -13,7 +13,7 @@ impl Documents<'_> {
 
     /// The artifacts of an issue or project, oldest first.
     pub async fn artifacts_of(&self, at: At<'_>) -> Result<Vec<ArtifactView>, Error> {
-        let ids: Vec<String> = {
+        let ids: Vec<ArtifactId> = {
             let mut tx = self.read().await?;
             let scope = self.scope_in(&mut *tx, at).await?;
             let list = tx.artifacts(&scope).await?;
@@ -24,9 +24,7 @@ impl Documents<'_> {
         };
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            out.push(ArtifactView::of(
-                &self.current(ArtifactId::named(&id)?).await?,
-            ));
+            out.push(ArtifactView::of(&self.current(id).await?));
         }
         Ok(out)
     }
@@ -40,7 +38,7 @@ impl Documents<'_> {
         let mut tx = self.read().await?;
         let scope = self.scope_in(&mut *tx, At::Agent(session)).await?;
         let a = self.by_slug_in(&mut *tx, &scope, slug).await?;
-        let versions = tx.versions(&a.id).await?;
+        let versions = tx.versions(a.id).await?;
         Ok(ArtifactWithVersions {
             artifact: ArtifactView::of(&a),
             versions: versions.iter().map(VersionInfo::of).collect(),
@@ -52,7 +50,7 @@ impl Documents<'_> {
         let a = self.current(id).await?;
         let mut tx = self.read().await?;
         Ok(tx
-            .versions(&a.id)
+            .versions(a.id)
             .await?
             .iter()
             .map(VersionInfo::of)
@@ -103,7 +101,7 @@ impl Documents<'_> {
             .ok_or_else(|| not_found("version"))?;
         let mut tx = self.read().await?;
         let (v, content) = tx
-            .version(&a.id, number)
+            .version(a.id, number)
             .await?
             .ok_or_else(|| not_found("version"))?;
         Ok(match content {
@@ -135,7 +133,6 @@ impl Documents<'_> {
         id: ArtifactId,
         name: &str,
     ) -> Result<NamedVersion, Error> {
-        let id = id.to_string();
         let name = name.trim();
         if name.is_empty() || name.chars().any(char::is_control) {
             return Err(invalid(
@@ -149,7 +146,7 @@ impl Documents<'_> {
             ));
         }
         let (info, events) = transact!(self.console, DocumentsWork, |tx| {
-            let (mut a, mut events) = self.settled_in(tx, &id).await?;
+            let (mut a, mut events) = self.settled_in(tx, id).await?;
             let by = actor.clone();
             let now = self.console.now();
             let (info, e) = self
@@ -190,7 +187,7 @@ impl Documents<'_> {
     ) -> Result<Vec<Event>, Error> {
         let a = self.current(id).await?;
         let mut tx = self.read().await?;
-        Ok(tx.document_events(&a.id, page).await?)
+        Ok(tx.document_events(a.id, page).await?)
     }
 
     /// Sessions subscribed to a document's topics, first subscribed first.
@@ -198,7 +195,7 @@ impl Documents<'_> {
         let a = self.current(id).await?;
         let mut tx = self.read().await?;
         Ok(tx
-            .document_subscribers(&a.id)
+            .document_subscribers(a.id)
             .await?
             .into_iter()
             .map(|(session_id, since)| Subscriber { session_id, since })
@@ -213,19 +210,17 @@ impl Documents<'_> {
         id: ArtifactId,
         session: &SessionId,
     ) -> Result<(), Error> {
-        let id = id.to_string();
-        let session = session.as_str();
         let event = transact!(self.console, DocumentsWork, |tx| {
-            let a = Self::artifact_in(tx, &id).await?;
+            let a = Self::artifact_in(tx, id).await?;
             if !tx
-                .document_subscribers(&a.id)
+                .document_subscribers(a.id)
                 .await?
                 .iter()
-                .any(|(s, _)| s == session)
+                .any(|(s, _)| s == session.as_str())
             {
                 return Ok(None);
             }
-            tx.document_unsubscribe(&a.id, session).await?;
+            tx.document_unsubscribe(a.id, session).await?;
             let data = json!({
                 "issue": a.scope.issue(),
                 "artifact": a.id,

@@ -216,7 +216,7 @@ impl Documents<'_> {
         let agent = matches!(scope, Scope::Agent(_));
         let now = self.console.now();
         let a = Artifact {
-            id: self.new_uuid(),
+            id: self.new_id(),
             scope,
             slug,
             filename: up.filename.clone(),
@@ -278,19 +278,19 @@ impl Documents<'_> {
             by: actor.clone(),
             created_at: self.console.now(),
         };
-        tx.insert_version(&a.id, &v, content).await?;
+        tx.insert_version(a.id, &v, content).await?;
         if let Some(p) = parsed {
-            tx.put_snapshot(&a.id, &p.snapshot).await?;
+            tx.put_snapshot(a.id, &p.snapshot).await?;
             // An open approval ask follows the new content: its agent's turn.
-            self.console.asks().approval_follows(tx, &a.id).await?;
+            self.console.asks().approval_follows(tx, a.id).await?;
         }
         if !matches!(a.scope, Scope::Agent(_)) {
-            tx.clear_text(&a.id).await?;
+            tx.clear_text(a.id).await?;
             let mut parts = vec![(String::new(), a.filename.clone())];
             if let Some(p) = parsed {
                 parts.extend(p.parts.iter().cloned());
             }
-            tx.index_text(&a.id, &parts, &[]).await?;
+            tx.index_text(a.id, &parts, &[]).await?;
         }
         Ok(VersionInfo::of(&v))
     }

@@ -239,7 +239,7 @@ async fn comment_rows(
         };
         thread_row(
             ThreadKind::Comment,
-            &root.id,
+            &root.id.to_string(),
             &root.author,
             &root.body,
             newest,
@@ -259,7 +259,13 @@ async fn ask_rows(
         .await?;
     let rows = asks.into_iter().map(|(ask, write)| {
         let newest = ask_reply(&ask, &write);
-        thread_row(ThreadKind::Ask, &ask.id, &ask.author, &ask.question, newest)
+        thread_row(
+            ThreadKind::Ask,
+            &ask.id.to_string(),
+            &ask.author,
+            &ask.question,
+            newest,
+        )
     });
     Ok((rows.collect(), n))
 }

@@ -82,14 +82,13 @@ impl Issues<'_> {
         session: &SessionId,
     ) -> Result<(), Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
-        let session = session.as_str();
         let event = transact!(self.console, IssuesWork, |tx| {
             let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
             if !tx
                 .subscribers(&key)
                 .await?
                 .iter()
-                .any(|(s, _)| s == session)
+                .any(|(s, _)| s == session.as_str())
             {
                 return Ok(None);
             }

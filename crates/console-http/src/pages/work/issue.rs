@@ -129,14 +129,16 @@ fn ask_state(s: AskState) -> &'static str {
 fn comment_entry(view: &CommentView, docs: &HashMap<String, String>) -> CommentEntry {
     let c = &view.comment;
     CommentEntry {
-        id: c.id.clone(),
+        id: c.id.to_string(),
         by: actor_text(&c.author),
         at: when(&c.created_at),
         html: markdown_html(&c.body),
         on: c.artifact.as_ref().map(|a| {
             (
                 format!("/artifacts/{a}/discussion"),
-                docs.get(a).cloned().unwrap_or_else(|| "a document".into()),
+                docs.get(&a.to_string())
+                    .cloned()
+                    .unwrap_or_else(|| "a document".into()),
             )
         }),
         quote: c
@@ -299,7 +301,7 @@ async fn issue_documents(st: &crate::AppState, key: &str, issue: &IssueView) -> 
         .unwrap_or_default();
     let filenames: HashMap<String, String> = artifacts
         .iter()
-        .map(|a| (a.id.clone(), a.filename.clone()))
+        .map(|a| (a.id.to_string(), a.filename.clone()))
         .collect();
     let primary = issue
         .primary_document
@@ -382,9 +384,9 @@ fn thread_entries(
         let entry = comment_entry(view, docs);
         let c = &view.comment;
         if let Some(p) = &c.parent {
-            replies.entry(p.clone()).or_default().push(entry);
+            replies.entry(p.to_string()).or_default().push(entry);
         } else if let Some(a) = &c.ask {
-            ask_replies.entry(a.clone()).or_default().push(entry);
+            ask_replies.entry(a.to_string()).or_default().push(entry);
         } else {
             root_at.push(c.created_at);
             roots.push(entry);
@@ -396,7 +398,7 @@ fn thread_entries(
     }
     for a in asks {
         let mut rs = Vec::new();
-        for mut r in ask_replies.remove(&a.id).unwrap_or_default() {
+        for mut r in ask_replies.remove(&a.id.to_string()).unwrap_or_default() {
             attach(&mut r, &mut replies);
             let more = std::mem::take(&mut r.replies);
             rs.push(r);
@@ -499,7 +501,7 @@ fn ask_entry(a: &AskView, replies: Vec<CommentEntry>) -> AskEntry {
             .unwrap_or_else(|| id.to_owned())
     };
     AskEntry {
-        id: a.id.clone(),
+        id: a.id.to_string(),
         by: actor_text(&a.author),
         at: when(&a.created_at),
         question: a.question.clone(),

@@ -6,7 +6,7 @@ use super::*;
 /// An agent rewords one of its asks (a write in the inbox: the next read patches it).
 pub(super) async fn reword(
     console: &countersign_console_core::Console,
-    asked: &[(Actor, String)],
+    asked: &[(Actor, countersign_console_core::ids::AskId)],
     turn: usize,
 ) -> anyhow::Result<()> {
     let (agent, id) = &asked[(turn * 7919) % asked.len()];
@@ -14,7 +14,7 @@ pub(super) async fn reword(
         .asks()
         .reword_ask(
             agent,
-            countersign_console_core::ids::AskId::named(id)?,
+            *id,
             countersign_console_core::console::asks::AskPatch {
                 question: Some(format!("Reworded, take {turn}?")),
                 ..Default::default()
