@@ -493,13 +493,7 @@ pub async fn graph(
         .await?))
 }
 
-pub async fn issue_references(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(key): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn issue_references(State(st): St, Read(key): Read<String>) -> ApiResult<Response> {
     Ok(ok(st.console.documents().issue_references(&key).await?))
 }
 

@@ -12,7 +12,7 @@ use countersign_console_core::ids::{
 use countersign_console_core::work::Actor;
 use countersign_console_core::{Caller, Error};
 
-use super::{In, Input, Reading, acting, acting_session};
+use super::{In, Input, Query, Reading, acting, acting_session};
 use crate::error::ApiError;
 
 /// An id a path names, parsed by its type's rule: a malformed one is refused as the type's
@@ -29,6 +29,13 @@ macro_rules! path_ids {
             }
         })+
     };
+}
+
+/// An issue's or a project's key, which the core reads (and refuses) itself: the text.
+impl PathId for String {
+    fn named(s: &str) -> Result<Self, Error> {
+        Ok(s.to_owned())
+    }
 }
 
 path_ids!(
@@ -114,6 +121,28 @@ impl<S: Send + Sync, T: PathId> FromRequestParts<S> for Read<T> {
             .await
             .map_err(IntoResponse::into_response)?;
         T::named(&raw).map(Read).map_err(refused)
+    }
+}
+
+/// A write without a body on the record a path's id names: who acts, the caller or the
+/// session a bearer names in `?session=` ([`acting`], not required), then the id.
+#[derive(Debug)]
+pub struct On<T> {
+    pub id: T,
+    pub actor: Actor,
+}
+
+impl<S: Send + Sync, T: PathId> FromRequestParts<S> for On<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, st: &S) -> Result<Self, Response> {
+        let raw = segment(parts, st).await?;
+        let session = Query::of(&parts.uri);
+        let actor = caller(parts)
+            .and_then(|c| acting(&c, session.one("session")?, false))
+            .map_err(IntoResponse::into_response)?;
+        let id = T::named(&raw).map_err(refused)?;
+        Ok(On { id, actor })
     }
 }
 

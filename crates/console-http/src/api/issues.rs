@@ -12,7 +12,7 @@ use countersign_console_core::work::{
 use countersign_console_core::{Caller, Error, ErrorCode, IssuePatch, Login, NewIssue};
 use serde::{Deserialize, Serialize};
 
-use super::edge::{Acting, Who, acts_by_actor};
+use super::edge::{Acting, Read, Who, acts_by_actor};
 use super::{In, Input, Query, Reading, St, acting, created, event_page, ok, query_err};
 use crate::error::ApiResult;
 
@@ -88,13 +88,7 @@ pub async fn create(
     ))
 }
 
-pub async fn read(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(key): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn read(State(st): St, Read(key): Read<String>) -> ApiResult<Response> {
     Ok(ok(st.console.issues().issue(&key).await?))
 }
 
