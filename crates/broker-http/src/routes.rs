@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Console, ConsoleApprover, PathParam, Proved, Raw};
+use crate::extract::{Console, ConsoleApprover, PathParam, Proved, ProvedOn, Raw};
 use crate::wire;
 
 type St = State<Arc<AppState>>;
@@ -62,6 +62,12 @@ type Machine = Proved<LauncherCredential>;
 /// A request under a session proof.
 type Session = Proved<Enrollment>;
 
+/// A request under a machine credential on the record the path's id names.
+type MachineOn<I> = ProvedOn<LauncherCredential, I>;
+
+/// A request under a session proof on the record the path's id names.
+type SessionOn<I> = ProvedOn<Enrollment, I>;
+
 // ----- machine credential -----
 
 pub(crate) async fn enroll(State(st): St, Proved(cred, r): Machine) -> ApiResult<Response> {
@@ -85,12 +91,8 @@ pub(crate) async fn enroll(State(st): St, Proved(cred, r): Machine) -> ApiResult
     Ok((StatusCode::CREATED, axum::Json(wire::enrolled(&e))).into_response())
 }
 
-pub(crate) async fn unenroll(
-    State(st): St,
-    PathParam(id): PathParam,
-    Proved(cred, _): Machine,
-) -> ApiResult<Response> {
-    st.broker.unenroll(&cred, EnrollmentId::parse(&id)?).await?;
+pub(crate) async fn unenroll(State(st): St, on: MachineOn<EnrollmentId>) -> ApiResult<Response> {
+    st.broker.unenroll(&on.by, on.id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -104,11 +106,11 @@ pub(crate) async fn operator_machines(
 
 pub(crate) async fn operator_revoke_machine(
     State(st): St,
-    PathParam(id): PathParam,
-    Proved(cred, _): Machine,
+    on: MachineOn<CredentialId>,
 ) -> ApiResult<Response> {
-    let id = CredentialId::parse(&id)?;
-    Ok(state(st.broker.operator_revoke_machine(&cred, id).await?))
+    Ok(state(
+        st.broker.operator_revoke_machine(&on.by, on.id).await?,
+    ))
 }
 
 pub(crate) async fn operator_grants(
@@ -120,11 +122,9 @@ pub(crate) async fn operator_grants(
 
 pub(crate) async fn operator_revoke_grant(
     State(st): St,
-    PathParam(id): PathParam,
-    Proved(cred, _): Machine,
+    on: MachineOn<GrantId>,
 ) -> ApiResult<Response> {
-    let id = GrantId::parse(&id)?;
-    Ok(state(st.broker.operator_revoke_grant(&cred, id).await?))
+    Ok(state(st.broker.operator_revoke_grant(&on.by, on.id).await?))
 }
 
 // ----- no credential: machine logins -----
@@ -217,30 +217,19 @@ pub(crate) async fn create_request(State(st): St, Proved(e, r): Session) -> ApiR
     )))
 }
 
-pub(crate) async fn get_request(
-    State(st): St,
-    PathParam(id): PathParam,
-    Proved(e, _): Session,
-) -> ApiResult<Response> {
-    let request = st.broker.get_request(&e, RequestId::parse(&id)?).await?;
+pub(crate) async fn get_request(State(st): St, on: SessionOn<RequestId>) -> ApiResult<Response> {
+    let request = st.broker.get_request(&on.by, on.id).await?;
     Ok(ok(wire::request_for(&st.broker, &request, None)))
 }
 
-pub(crate) async fn cancel_request(
-    State(st): St,
-    PathParam(id): PathParam,
-    Proved(e, _): Session,
-) -> ApiResult<Response> {
-    let id = RequestId::parse(&id)?;
-    Ok(state(st.broker.cancel_own_request(&e, id).await?.as_str()))
+pub(crate) async fn cancel_request(State(st): St, on: SessionOn<RequestId>) -> ApiResult<Response> {
+    Ok(state(
+        st.broker.cancel_own_request(&on.by, on.id).await?.as_str(),
+    ))
 }
 
-pub(crate) async fn grant_values(
-    State(st): St,
-    PathParam(id): PathParam,
-    Proved(e, _): Session,
-) -> ApiResult<Response> {
-    let released = st.broker.release_values(&e, GrantId::parse(&id)?).await?;
+pub(crate) async fn grant_values(State(st): St, on: SessionOn<GrantId>) -> ApiResult<Response> {
+    let released = st.broker.release_values(&on.by, on.id).await?;
     // The body is built by hand into a buffer that is zeroized once sent; no serde_json::Value
     // copy of a value is left behind.
     let mut out = zeroize::Zeroizing::new(Vec::with_capacity(256));
@@ -296,13 +285,8 @@ fn write_json_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-pub(crate) async fn revoke_grant(
-    State(st): St,
-    PathParam(id): PathParam,
-    Proved(e, _): Session,
-) -> ApiResult<Response> {
-    let id = GrantId::parse(&id)?;
-    Ok(state(st.broker.revoke_own_grant(&e, id).await?))
+pub(crate) async fn revoke_grant(State(st): St, on: SessionOn<GrantId>) -> ApiResult<Response> {
+    Ok(state(st.broker.revoke_own_grant(&on.by, on.id).await?))
 }
 
 // ----- console token -----

@@ -14,7 +14,7 @@ use countersign_console_core::work::asks::{AskState, AskView};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use super::edge::{Acting, Acts, Read, Who, Write, acts_by_actor};
+use super::edge::{Acts, Read, Who, Write, acts_by_actor};
 use super::{In, Input, Query, Reading, St, acting_session, created, ok, query_err};
 use crate::error::ApiResult;
 
@@ -54,16 +54,9 @@ pub(crate) async fn opened(st: &crate::AppState, ask: AskView) -> Response {
     )
 }
 
-pub async fn issue_open(
-    State(st): St,
-    Path(key): Path<String>,
-    a: Acting<NewAsk>,
-) -> ApiResult<Response> {
-    let ask = st
-        .console
-        .asks()
-        .open_issue_ask(&a.actor, &key, a.body)
-        .await?;
+pub async fn issue_open(State(st): St, w: Write<String, NewAsk>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    let ask = asks.open_issue_ask(&w.actor, &w.id, w.body).await?;
     Ok(opened(&st, ask).await)
 }
 
@@ -114,12 +107,7 @@ pub(crate) fn states(q: &Query) -> ApiResult<Vec<AskState>> {
         .collect()
 }
 
-pub async fn issue_list(
-    State(st): St,
-    q: Query,
-    Path(key): Path<String>,
-    _: Reading,
-) -> ApiResult<Response> {
+pub async fn issue_list(State(st): St, q: Query, Read(key): Read<String>) -> ApiResult<Response> {
     Ok(ok(st.console.asks().issue_asks(&key, states(&q)?).await?))
 }
 
@@ -136,11 +124,8 @@ pub async fn read(State(st): St, Read(id): Read<AskId>) -> ApiResult<Response> {
 }
 
 pub async fn reword(State(st): St, w: Write<AskId, AskPatch>) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .asks()
-        .reword_ask(&w.actor, w.id, w.body)
-        .await?))
+    let asks = st.console.asks();
+    Ok(ok(asks.reword_ask(&w.actor, w.id, w.body).await?))
 }
 
 pub async fn answer(State(st): St, w: Write<AskId, AnswerIn>) -> ApiResult<Response> {
@@ -150,11 +135,8 @@ pub async fn answer(State(st): St, w: Write<AskId, AnswerIn>) -> ApiResult<Respo
 }
 
 pub async fn close(State(st): St, w: Write<AskId, CloseIn>) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .asks()
-        .close_ask(&w.actor, w.id, w.body)
-        .await?))
+    let asks = st.console.asks();
+    Ok(ok(asks.close_ask(&w.actor, w.id, w.body).await?))
 }
 
 pub async fn recipients(State(st): St, Read(id): Read<AskId>) -> ApiResult<Response> {
@@ -279,11 +261,8 @@ impl Input for ReviewIn {}
 impl Acts for ReviewIn {}
 
 pub async fn document_open(State(st): St, w: Write<ArtifactId, NewAsk>) -> ApiResult<Response> {
-    let ask = st
-        .console
-        .asks()
-        .open_document_ask(&w.actor, w.id, w.body)
-        .await?;
+    let asks = st.console.asks();
+    let ask = asks.open_document_ask(&w.actor, w.id, w.body).await?;
     Ok(opened(&st, ask).await)
 }
 
@@ -307,11 +286,8 @@ pub async fn request_approval(
     State(st): St,
     w: Write<ArtifactId, ApprovalIn>,
 ) -> ApiResult<Response> {
-    let r = st
-        .console
-        .asks()
-        .request_approval(&w.actor, w.id, w.body)
-        .await?;
+    let asks = st.console.asks();
+    let r = asks.request_approval(&w.actor, w.id, w.body).await?;
     if r.created {
         let location = format!("/api/v1/asks/{}", r.ask.id);
         Ok(created(r.ask, Some(location)))

@@ -2,38 +2,26 @@
 //! list, read with the thread, edit, resolve and reopen, suggestions, mention deliveries and
 //! the mentioned session's reply.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use countersign_console_core::console::asks::NewComment;
 use countersign_console_core::ids::{ArtifactId, CommentId};
 use countersign_console_core::work::asks::CommentView;
 use serde::Deserialize;
 
-use super::edge::{Acting, Acts, Read, Who, Write, acts_by_actor};
-use super::{Input, Query, Reading, St, created, ok};
+use super::edge::{Acts, Read, Who, Write, acts_by_actor};
+use super::{Input, Query, St, created, ok};
 use crate::error::ApiResult;
 
 impl Input for NewComment {}
 
-pub async fn issue_create(
-    State(st): St,
-    Path(key): Path<String>,
-    a: Acting<NewComment>,
-) -> ApiResult<Response> {
-    let c = st
-        .console
-        .asks()
-        .comment_on_issue(&a.actor, &key, a.body)
-        .await?;
+pub async fn issue_create(State(st): St, w: Write<String, NewComment>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    let c = asks.comment_on_issue(&w.actor, &w.id, w.body).await?;
     Ok(comment_created(c))
 }
 
-pub async fn issue_list(
-    State(st): St,
-    q: Query,
-    Path(key): Path<String>,
-    _: Reading,
-) -> ApiResult<Response> {
+pub async fn issue_list(State(st): St, q: Query, Read(key): Read<String>) -> ApiResult<Response> {
     let artifact = q.one("artifact")?;
     Ok(ok(st.console.asks().issue_comments(&key, artifact).await?))
 }
@@ -53,11 +41,8 @@ impl Input for EditBody {}
 impl Acts for EditBody {}
 
 pub async fn edit(State(st): St, w: Write<CommentId, EditBody>) -> ApiResult<Response> {
-    let edit = st
-        .console
-        .asks()
-        .edit_comment(&w.actor, w.id, &w.body.body)
-        .await?;
+    let asks = st.console.asks();
+    let edit = asks.edit_comment(&w.actor, w.id, &w.body.body).await?;
     Ok(ok(edit))
 }
 
@@ -71,11 +56,8 @@ pub struct ActorBody {
 impl Input for ActorBody {}
 
 pub async fn resolve(State(st): St, w: Write<CommentId, ActorBody>) -> ApiResult<Response> {
-    let resolve = st
-        .console
-        .asks()
-        .resolve_thread(&w.actor, w.id, true)
-        .await?;
+    let asks = st.console.asks();
+    let resolve = asks.resolve_thread(&w.actor, w.id, true).await?;
     Ok(ok(resolve))
 }
 
@@ -88,20 +70,14 @@ impl Input for Empty {}
 impl Acts for Empty {}
 
 pub async fn reopen(State(st): St, w: Write<CommentId, Empty>) -> ApiResult<Response> {
-    let reopen = st
-        .console
-        .asks()
-        .resolve_thread(&w.actor, w.id, false)
-        .await?;
+    let asks = st.console.asks();
+    let reopen = asks.resolve_thread(&w.actor, w.id, false).await?;
     Ok(ok(reopen))
 }
 
 pub async fn reject(State(st): St, w: Write<CommentId, Empty>) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .asks()
-        .reject_suggestion(&w.actor, w.id)
-        .await?))
+    let asks = st.console.asks();
+    Ok(ok(asks.reject_suggestion(&w.actor, w.id).await?))
 }
 
 /// `{actor, body}`.
@@ -115,11 +91,8 @@ pub struct ReplyBody {
 impl Input for ReplyBody {}
 
 pub async fn reply(State(st): St, w: Write<CommentId, ReplyBody>) -> ApiResult<Response> {
-    let reply = st
-        .console
-        .asks()
-        .comment_reply(&w.actor, w.id, &w.body.body)
-        .await?;
+    let asks = st.console.asks();
+    let reply = asks.comment_reply(&w.actor, w.id, &w.body.body).await?;
     Ok(comment_created(reply))
 }
 
@@ -140,11 +113,8 @@ acts_by_actor!(Who::Session => ReplyBody);
 /// one session), as a message retry answers.
 pub async fn retry(State(st): St, w: Write<CommentId, RetryBody>) -> ApiResult<Response> {
     let target = w.body.target.as_deref();
-    let attempt = st
-        .console
-        .asks()
-        .retry_mention(&w.actor, w.id, target)
-        .await?;
+    let asks = st.console.asks();
+    let attempt = asks.retry_mention(&w.actor, w.id, target).await?;
     Ok(created(vec![attempt], None))
 }
 
@@ -152,11 +122,8 @@ pub async fn document_create(
     State(st): St,
     w: Write<ArtifactId, NewComment>,
 ) -> ApiResult<Response> {
-    let c = st
-        .console
-        .asks()
-        .comment_on_document(&w.actor, w.id, w.body)
-        .await?;
+    let asks = st.console.asks();
+    let c = asks.comment_on_document(&w.actor, w.id, w.body).await?;
     Ok(comment_created(c))
 }
 
@@ -165,11 +132,8 @@ pub async fn document_list(State(st): St, Read(id): Read<ArtifactId>) -> ApiResu
 }
 
 pub async fn accept(State(st): St, w: Write<CommentId, Empty>) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .asks()
-        .accept_suggestion(&w.actor, w.id)
-        .await?))
+    let asks = st.console.asks();
+    Ok(ok(asks.accept_suggestion(&w.actor, w.id).await?))
 }
 
 /// 201 with a new comment (or reply) and where it is read.

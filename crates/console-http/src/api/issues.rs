@@ -12,8 +12,8 @@ use countersign_console_core::work::{
 use countersign_console_core::{Caller, Error, ErrorCode, IssuePatch, Login, NewIssue};
 use serde::{Deserialize, Serialize};
 
-use super::edge::{Acting, Read, Who, acts_by_actor};
-use super::{In, Input, Query, Reading, St, acting, created, event_page, ok, query_err};
+use super::edge::{Read, Who, Write, acts_by_actor};
+use super::{In, Input, Query, St, acting, created, event_page, ok, query_err};
 use crate::error::ApiResult;
 
 impl Input for NewIssue {}
@@ -187,29 +187,15 @@ pub async fn list(
     }
 }
 
-pub async fn update(
-    State(st): St,
-    Path(key): Path<String>,
-    a: Acting<IssuePatch>,
-) -> ApiResult<Response> {
-    let update = st
-        .console
-        .issues()
-        .update_issue(&a.actor, &key, a.body)
-        .await?;
+pub async fn update(State(st): St, w: Write<String, IssuePatch>) -> ApiResult<Response> {
+    let issues = st.console.issues();
+    let update = issues.update_issue(&w.actor, &w.id, w.body).await?;
     Ok(ok(update))
 }
 
-pub async fn claim(
-    State(st): St,
-    Path(key): Path<String>,
-    a: Acting<ClaimBody>,
-) -> ApiResult<Response> {
-    let claim = st
-        .console
-        .issues()
-        .claim(&a.actor, &key, a.body.force)
-        .await?;
+pub async fn claim(State(st): St, w: Write<String, ClaimBody>) -> ApiResult<Response> {
+    let issues = st.console.issues();
+    let claim = issues.claim(&w.actor, &w.id, w.body.force).await?;
     Ok(ok(claim))
 }
 
@@ -224,12 +210,7 @@ pub async fn release(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-pub async fn events(
-    State(st): St,
-    q: Query,
-    Path(key): Path<String>,
-    _: Reading,
-) -> ApiResult<Response> {
+pub async fn events(State(st): St, q: Query, Read(key): Read<String>) -> ApiResult<Response> {
     let page = event_page(&q)?;
     Ok(ok(st.console.issues().issue_events(&key, &page).await?))
 }
