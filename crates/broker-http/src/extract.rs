@@ -279,7 +279,7 @@ macro_rules! path_ids {
     )*};
 }
 
-path_ids!(CredentialId, EnrollmentId, GrantId, RequestId);
+path_ids!(CredentialId, EnrollmentId, GrantId, RecordId, RequestId);
 
 /// A request under a credential on the record its path's id names: the credential checked
 /// first ([`Proved`]), then the id ([`PathParam`]: a segment that does not decode reads as
@@ -301,6 +301,29 @@ impl<T: Proven, I: PathId> FromRequest<Arc<AppState>> for ProvedOn<T, I> {
         Ok(Self {
             by,
             id: I::parse(&id)?,
+        })
+    }
+}
+
+/// A console-token request on the record its path's id names: the token first ([`Console`]),
+/// then the body read whole, then the id; the body's shape is the handler's to parse.
+#[derive(Debug)]
+pub struct ConsoleOn<I> {
+    pub id: I,
+    pub raw: Raw,
+}
+
+impl<I: PathId> FromRequest<Arc<AppState>> for ConsoleOn<I> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, st: &Arc<AppState>) -> Result<Self, ApiError> {
+        let (mut parts, body) = req.into_parts();
+        let Ok(PathParam(id)) = PathParam::from_request_parts(&mut parts, st).await;
+        Console::from_request_parts(&mut parts, st).await?;
+        let raw = Raw::from_request(Request::from_parts(parts, body), st).await?;
+        Ok(Self {
+            id: I::parse(&id)?,
+            raw,
         })
     }
 }

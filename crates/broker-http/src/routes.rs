@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Console, ConsoleApprover, PathParam, Proved, ProvedOn, Raw};
+use crate::extract::{Console, ConsoleApprover, ConsoleOn, PathParam, Proved, ProvedOn, Raw};
 use crate::wire;
 
 type St = State<Arc<AppState>>;
@@ -50,6 +50,16 @@ pub(crate) const fn method_filter(method: &str) -> MethodFilter {
 
 fn ok(v: Value) -> Response {
     (StatusCode::OK, axum::Json(v)).into_response()
+}
+
+/// A list's answer once read: `{"<name>": [...]}`, each item as `wire` writes it.
+async fn list_of<T>(
+    name: &str,
+    item: fn(&T) -> Value,
+    list: impl Future<Output = Result<Vec<T>, countersign_broker_core::Error>>,
+) -> ApiResult<Response> {
+    let items: Vec<Value> = list.await?.iter().map(item).collect();
+    Ok(ok(json!({ name: items })))
 }
 
 fn state(s: &'static str) -> Response {
@@ -295,10 +305,7 @@ pub(crate) async fn pending(
     State(st): St,
     ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    let list = st.broker.pending_for(&who).await?;
-    Ok(ok(
-        json!({ "pending": list.iter().map(wire::pending_item).collect::<Vec<_>>() }),
-    ))
+    list_of("pending", wire::pending_item, st.broker.pending_for(&who)).await
 }
 
 pub(crate) async fn get_record(
@@ -310,13 +317,8 @@ pub(crate) async fn get_record(
     Ok(ok(wire::record(&st.broker.record(&id).await?)))
 }
 
-pub(crate) async fn approve(
-    State(st): St,
-    PathParam(record): PathParam,
-    _: Console,
-    r: Raw,
-) -> ApiResult<Response> {
-    let id = RecordId::parse(&record)?;
+pub(crate) async fn approve(State(st): St, on: ConsoleOn<RecordId>) -> ApiResult<Response> {
+    let (id, r) = (on.id, on.raw);
     let (b, who) = r.approving::<wire::DecisionBody>(ErrorCode::INVALID_DECISION)?;
     let countersignature = b
         .countersignature
@@ -332,14 +334,11 @@ pub(crate) async fn approve(
     })))
 }
 
-pub(crate) async fn deny(
-    State(st): St,
-    PathParam(record): PathParam,
-    _: Console,
-    r: Raw,
-) -> ApiResult<Response> {
-    let id = RecordId::parse(&record)?;
-    let (b, who) = r.approving::<wire::DecisionBody>(ErrorCode::INVALID_DECISION)?;
+pub(crate) async fn deny(State(st): St, on: ConsoleOn<RecordId>) -> ApiResult<Response> {
+    let (b, who) = on
+        .raw
+        .approving::<wire::DecisionBody>(ErrorCode::INVALID_DECISION)?;
+    let id = on.id;
     Ok(state(
         st.broker.deny(&id, &who, b.code.as_deref()).await?.as_str(),
     ))
@@ -409,10 +408,7 @@ pub(crate) async fn passkeys(
     State(st): St,
     ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    let list = st.broker.passkeys_of(&who).await?;
-    Ok(ok(
-        json!({ "passkeys": list.iter().map(wire::passkey).collect::<Vec<_>>() }),
-    ))
+    list_of("passkeys", wire::passkey, st.broker.passkeys_of(&who)).await
 }
 
 pub(crate) async fn passkey_challenge(State(st): St, _: Console, r: Raw) -> ApiResult<Response> {
@@ -464,15 +460,9 @@ pub(crate) async fn passkey_remove(
     Ok(state("removed"))
 }
 
-pub(crate) async fn statement(
-    State(st): St,
-    PathParam(record): PathParam,
-    _: Console,
-    r: Raw,
-) -> ApiResult<Response> {
-    let id = RecordId::parse(&record)?;
-    let who = r.approver(ErrorCode::INVALID_DECISION)?;
-    let offer = st.broker.statement_for(&id, &who).await?;
+pub(crate) async fn statement(State(st): St, on: ConsoleOn<RecordId>) -> ApiResult<Response> {
+    let who = on.raw.approver(ErrorCode::INVALID_DECISION)?;
+    let offer = st.broker.statement_for(&on.id, &who).await?;
     let rp_id = st
         .broker
         .config()
