@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use super::edge::{Acting, Acts, Read, Who, Write, acts_by_actor};
 use super::{Input, JSON_LIMIT, Query, Reading, St, acting, created, event_page, ok};
+use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 
 /// The largest multipart upload (protocol §2).
@@ -379,18 +380,9 @@ pub async fn edit(State(st): St, w: Write<ArtifactId, EditBody>) -> ApiResult<Re
 }
 
 /// An edit's answer.
-async fn edited(
-    st: &crate::AppState,
-    actor: &Actor,
-    id: ArtifactId,
-    b: &EditBody,
-) -> ApiResult<Response> {
-    let token = b.expected_token.as_deref();
-    Ok(ok(st
-        .console
-        .documents()
-        .edit(actor, id, token, &b.ops)
-        .await?))
+async fn edited(st: &AppState, actor: &Actor, id: ArtifactId, b: &EditBody) -> ApiResult<Response> {
+    let (documents, token) = (st.console.documents(), b.expected_token.as_deref());
+    Ok(ok(documents.edit(actor, id, token, &b.ops).await?))
 }
 
 pub async fn rebuild(State(st): St, w: Write<ArtifactId, NoBody>) -> ApiResult<Response> {
@@ -408,17 +400,9 @@ pub async fn name_version(State(st): St, w: Write<ArtifactId, NameBody>) -> ApiR
 }
 
 /// A version named: 201 with its location.
-async fn named(
-    st: &crate::AppState,
-    actor: &Actor,
-    id: ArtifactId,
-    b: &NameBody,
-) -> ApiResult<Response> {
-    let v = st
-        .console
-        .documents()
-        .name_version(actor, id, &b.name)
-        .await?;
+async fn named(st: &AppState, actor: &Actor, id: ArtifactId, b: &NameBody) -> ApiResult<Response> {
+    let documents = st.console.documents();
+    let v = documents.name_version(actor, id, &b.name).await?;
     let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number());
     Ok(created(v, Some(location)))
 }
