@@ -2,7 +2,8 @@
 //! body shape (its INVALID_* code, with a message that never quotes a value; a repeated member at
 //! any depth is refused), the `Proof` header, path ids and the `approver` query; and the
 //! extractors that check a route's credential before its handler runs ([`Console`],
-//! [`ConsoleApprover`], [`Proved`]), so that a handler states only what is its own.
+//! [`ConsoleApprover`], [`Proved`], and [`ProvedOn`] with the path's id after it), so that a
+//! handler states only what is its own.
 
 use std::sync::Arc;
 
@@ -260,6 +261,70 @@ impl<T: Proven> FromRequest<Arc<AppState>> for Proved<T> {
     async fn from_request(req: Request, st: &Arc<AppState>) -> Result<Self, ApiError> {
         let r = Raw::from_request(req, st).await?;
         Ok(Self(T::authenticate(st, &r).await?, r))
+    }
+}
+
+/// An id a path names, parsed by its type's rule and refused with the route's code for it.
+pub trait PathId: Sized {
+    fn parse(s: &str) -> Result<Self, Error>;
+}
+
+macro_rules! path_ids {
+    ($($t:ident),*) => {$(
+        impl PathId for countersign_broker_core::ids::$t {
+            fn parse(s: &str) -> Result<Self, Error> {
+                Self::parse(s)
+            }
+        }
+    )*};
+}
+
+path_ids!(CredentialId, EnrollmentId, GrantId, RecordId, RequestId);
+
+/// A request under a credential on the record its path's id names: the credential checked
+/// first ([`Proved`]), then the id ([`PathParam`]: a segment that does not decode reads as
+/// empty, which the id refuses).
+#[derive(Debug)]
+pub struct ProvedOn<T, I> {
+    /// What the credential proved: a machine credential or a session's enrollment.
+    pub by: T,
+    pub id: I,
+}
+
+impl<T: Proven, I: PathId> FromRequest<Arc<AppState>> for ProvedOn<T, I> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, st: &Arc<AppState>) -> Result<Self, ApiError> {
+        let (mut parts, body) = req.into_parts();
+        let Ok(PathParam(id)) = PathParam::from_request_parts(&mut parts, st).await;
+        let Proved(by, _) = Proved::<T>::from_request(Request::from_parts(parts, body), st).await?;
+        Ok(Self {
+            by,
+            id: I::parse(&id)?,
+        })
+    }
+}
+
+/// A console-token request on the record its path's id names: the token first ([`Console`]),
+/// then the body read whole, then the id; the body's shape is the handler's to parse.
+#[derive(Debug)]
+pub struct ConsoleOn<I> {
+    pub id: I,
+    pub raw: Raw,
+}
+
+impl<I: PathId> FromRequest<Arc<AppState>> for ConsoleOn<I> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, st: &Arc<AppState>) -> Result<Self, ApiError> {
+        let (mut parts, body) = req.into_parts();
+        let Ok(PathParam(id)) = PathParam::from_request_parts(&mut parts, st).await;
+        Console::from_request_parts(&mut parts, st).await?;
+        let raw = Raw::from_request(Request::from_parts(parts, body), st).await?;
+        Ok(Self {
+            id: I::parse(&id)?,
+            raw,
+        })
     }
 }
 

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Console, ConsoleApprover, PathParam, Proved, Raw};
+use crate::extract::{Console, ConsoleApprover, ConsoleOn, PathParam, Proved, ProvedOn, Raw};
 use crate::wire;
 
 type St = State<Arc<AppState>>;
@@ -52,6 +52,16 @@ fn ok(v: Value) -> Response {
     (StatusCode::OK, axum::Json(v)).into_response()
 }
 
+/// A list's answer once read: `{"<name>": [...]}`, each item as `wire` writes it.
+async fn list_of<T>(
+    name: &str,
+    item: fn(&T) -> Value,
+    list: impl Future<Output = Result<Vec<T>, countersign_broker_core::Error>>,
+) -> ApiResult<Response> {
+    let items: Vec<Value> = list.await?.iter().map(item).collect();
+    Ok(ok(json!({ name: items })))
+}
+
 fn state(s: &'static str) -> Response {
     ok(json!({ "state": s }))
 }
@@ -61,6 +71,12 @@ type Machine = Proved<LauncherCredential>;
 
 /// A request under a session proof.
 type Session = Proved<Enrollment>;
+
+/// A request under a machine credential on the record the path's id names.
+type MachineOn<I> = ProvedOn<LauncherCredential, I>;
+
+/// A request under a session proof on the record the path's id names.
+type SessionOn<I> = ProvedOn<Enrollment, I>;
 
 // ----- machine credential -----
 
@@ -85,12 +101,8 @@ pub(crate) async fn enroll(State(st): St, Proved(cred, r): Machine) -> ApiResult
     Ok((StatusCode::CREATED, axum::Json(wire::enrolled(&e))).into_response())
 }
 
-pub(crate) async fn unenroll(
-    State(st): St,
-    PathParam(id): PathParam,
-    Proved(cred, _): Machine,
-) -> ApiResult<Response> {
-    st.broker.unenroll(&cred, EnrollmentId::parse(&id)?).await?;
+pub(crate) async fn unenroll(State(st): St, on: MachineOn<EnrollmentId>) -> ApiResult<Response> {
+    st.broker.unenroll(&on.by, on.id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -104,11 +116,11 @@ pub(crate) async fn operator_machines(
 
 pub(crate) async fn operator_revoke_machine(
     State(st): St,
-    PathParam(id): PathParam,
-    Proved(cred, _): Machine,
+    on: MachineOn<CredentialId>,
 ) -> ApiResult<Response> {
-    let id = CredentialId::parse(&id)?;
-    Ok(state(st.broker.operator_revoke_machine(&cred, id).await?))
+    Ok(state(
+        st.broker.operator_revoke_machine(&on.by, on.id).await?,
+    ))
 }
 
 pub(crate) async fn operator_grants(
@@ -120,11 +132,9 @@ pub(crate) async fn operator_grants(
 
 pub(crate) async fn operator_revoke_grant(
     State(st): St,
-    PathParam(id): PathParam,
-    Proved(cred, _): Machine,
+    on: MachineOn<GrantId>,
 ) -> ApiResult<Response> {
-    let id = GrantId::parse(&id)?;
-    Ok(state(st.broker.operator_revoke_grant(&cred, id).await?))
+    Ok(state(st.broker.operator_revoke_grant(&on.by, on.id).await?))
 }
 
 // ----- no credential: machine logins -----
@@ -217,30 +227,19 @@ pub(crate) async fn create_request(State(st): St, Proved(e, r): Session) -> ApiR
     )))
 }
 
-pub(crate) async fn get_request(
-    State(st): St,
-    PathParam(id): PathParam,
-    Proved(e, _): Session,
-) -> ApiResult<Response> {
-    let request = st.broker.get_request(&e, RequestId::parse(&id)?).await?;
+pub(crate) async fn get_request(State(st): St, on: SessionOn<RequestId>) -> ApiResult<Response> {
+    let request = st.broker.get_request(&on.by, on.id).await?;
     Ok(ok(wire::request_for(&st.broker, &request, None)))
 }
 
-pub(crate) async fn cancel_request(
-    State(st): St,
-    PathParam(id): PathParam,
-    Proved(e, _): Session,
-) -> ApiResult<Response> {
-    let id = RequestId::parse(&id)?;
-    Ok(state(st.broker.cancel_own_request(&e, id).await?.as_str()))
+pub(crate) async fn cancel_request(State(st): St, on: SessionOn<RequestId>) -> ApiResult<Response> {
+    Ok(state(
+        st.broker.cancel_own_request(&on.by, on.id).await?.as_str(),
+    ))
 }
 
-pub(crate) async fn grant_values(
-    State(st): St,
-    PathParam(id): PathParam,
-    Proved(e, _): Session,
-) -> ApiResult<Response> {
-    let released = st.broker.release_values(&e, GrantId::parse(&id)?).await?;
+pub(crate) async fn grant_values(State(st): St, on: SessionOn<GrantId>) -> ApiResult<Response> {
+    let released = st.broker.release_values(&on.by, on.id).await?;
     // The body is built by hand into a buffer that is zeroized once sent; no serde_json::Value
     // copy of a value is left behind.
     let mut out = zeroize::Zeroizing::new(Vec::with_capacity(256));
@@ -296,13 +295,8 @@ fn write_json_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-pub(crate) async fn revoke_grant(
-    State(st): St,
-    PathParam(id): PathParam,
-    Proved(e, _): Session,
-) -> ApiResult<Response> {
-    let id = GrantId::parse(&id)?;
-    Ok(state(st.broker.revoke_own_grant(&e, id).await?))
+pub(crate) async fn revoke_grant(State(st): St, on: SessionOn<GrantId>) -> ApiResult<Response> {
+    Ok(state(st.broker.revoke_own_grant(&on.by, on.id).await?))
 }
 
 // ----- console token -----
@@ -311,10 +305,7 @@ pub(crate) async fn pending(
     State(st): St,
     ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    let list = st.broker.pending_for(&who).await?;
-    Ok(ok(
-        json!({ "pending": list.iter().map(wire::pending_item).collect::<Vec<_>>() }),
-    ))
+    list_of("pending", wire::pending_item, st.broker.pending_for(&who)).await
 }
 
 pub(crate) async fn get_record(
@@ -326,13 +317,8 @@ pub(crate) async fn get_record(
     Ok(ok(wire::record(&st.broker.record(&id).await?)))
 }
 
-pub(crate) async fn approve(
-    State(st): St,
-    PathParam(record): PathParam,
-    _: Console,
-    r: Raw,
-) -> ApiResult<Response> {
-    let id = RecordId::parse(&record)?;
+pub(crate) async fn approve(State(st): St, on: ConsoleOn<RecordId>) -> ApiResult<Response> {
+    let (id, r) = (on.id, on.raw);
     let (b, who) = r.approving::<wire::DecisionBody>(ErrorCode::INVALID_DECISION)?;
     let countersignature = b
         .countersignature
@@ -348,14 +334,11 @@ pub(crate) async fn approve(
     })))
 }
 
-pub(crate) async fn deny(
-    State(st): St,
-    PathParam(record): PathParam,
-    _: Console,
-    r: Raw,
-) -> ApiResult<Response> {
-    let id = RecordId::parse(&record)?;
-    let (b, who) = r.approving::<wire::DecisionBody>(ErrorCode::INVALID_DECISION)?;
+pub(crate) async fn deny(State(st): St, on: ConsoleOn<RecordId>) -> ApiResult<Response> {
+    let (b, who) = on
+        .raw
+        .approving::<wire::DecisionBody>(ErrorCode::INVALID_DECISION)?;
+    let id = on.id;
     Ok(state(
         st.broker.deny(&id, &who, b.code.as_deref()).await?.as_str(),
     ))
@@ -425,10 +408,7 @@ pub(crate) async fn passkeys(
     State(st): St,
     ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    let list = st.broker.passkeys_of(&who).await?;
-    Ok(ok(
-        json!({ "passkeys": list.iter().map(wire::passkey).collect::<Vec<_>>() }),
-    ))
+    list_of("passkeys", wire::passkey, st.broker.passkeys_of(&who)).await
 }
 
 pub(crate) async fn passkey_challenge(State(st): St, _: Console, r: Raw) -> ApiResult<Response> {
@@ -480,15 +460,9 @@ pub(crate) async fn passkey_remove(
     Ok(state("removed"))
 }
 
-pub(crate) async fn statement(
-    State(st): St,
-    PathParam(record): PathParam,
-    _: Console,
-    r: Raw,
-) -> ApiResult<Response> {
-    let id = RecordId::parse(&record)?;
-    let who = r.approver(ErrorCode::INVALID_DECISION)?;
-    let offer = st.broker.statement_for(&id, &who).await?;
+pub(crate) async fn statement(State(st): St, on: ConsoleOn<RecordId>) -> ApiResult<Response> {
+    let who = on.raw.approver(ErrorCode::INVALID_DECISION)?;
+    let offer = st.broker.statement_for(&on.id, &who).await?;
     let rp_id = st
         .broker
         .config()

@@ -14,13 +14,17 @@ use countersign_console_core::work::asks::{AskState, AskView};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use super::{In, Input, Query, Reading, St, acting, acting_session, created, ok, query_err};
+use super::edge::{Acts, Read, Who, Write, acts_by_actor};
+use super::{In, Input, Query, Reading, St, acting_session, created, ok, query_err};
 use crate::error::ApiResult;
 
 impl Input for NewAsk {}
 impl Input for AskPatch {}
 impl Input for AnswerIn {}
 impl Input for CloseIn {}
+impl Acts for AnswerIn {}
+acts_by_actor!(Who::Caller => NewAsk, CloseIn, ApprovalIn);
+acts_by_actor!(Who::Named => AskPatch);
 
 /// `advice` on a new ask: answered asks that may settle it.
 #[derive(Debug, Serialize)]
@@ -50,14 +54,9 @@ pub(crate) async fn opened(st: &crate::AppState, ask: AskView) -> Response {
     )
 }
 
-pub async fn issue_open(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(key): Path<String>,
-    In(b): In<NewAsk>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let ask = st.console.asks().open_issue_ask(&actor, &key, b).await?;
+pub async fn issue_open(State(st): St, w: Write<String, NewAsk>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    let ask = asks.open_issue_ask(&w.actor, &w.id, w.body).await?;
     Ok(opened(&st, ask).await)
 }
 
@@ -104,12 +103,7 @@ pub(crate) fn states(q: &Query) -> ApiResult<Vec<AskState>> {
         .collect()
 }
 
-pub async fn issue_list(
-    State(st): St,
-    q: Query,
-    Path(key): Path<String>,
-    _: Reading,
-) -> ApiResult<Response> {
+pub async fn issue_list(State(st): St, q: Query, Read(key): Read<String>) -> ApiResult<Response> {
     Ok(ok(st.console.asks().issue_asks(&key, states(&q)?).await?))
 }
 
@@ -121,56 +115,28 @@ pub async fn scope(State(st): St, q: Query, _: Reading) -> ApiResult<Response> {
         .await?))
 }
 
-pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st.console.asks().ask(AskId::named(&id)?).await?))
+pub async fn read(State(st): St, Read(id): Read<AskId>) -> ApiResult<Response> {
+    Ok(ok(st.console.asks().ask(id).await?))
 }
 
-pub async fn reword(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<AskPatch>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), true)?;
-    Ok(ok(st
-        .console
-        .asks()
-        .reword_ask(&actor, AskId::named(&id)?, b)
-        .await?))
+pub async fn reword(State(st): St, w: Write<AskId, AskPatch>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    Ok(ok(asks.reword_ask(&w.actor, w.id, w.body).await?))
 }
 
-pub async fn answer(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<AnswerIn>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, None, false)?;
-    let ask = st
-        .console
-        .asks()
-        .answer_ask(&actor, AskId::named(&id)?, b)
-        .await?;
+pub async fn answer(State(st): St, w: Write<AskId, AnswerIn>) -> ApiResult<Response> {
+    let ask = st.console.asks().answer_ask(&w.actor, w.id, w.body).await?;
     tell_answered(&st, &ask).await;
     Ok(ok(ask))
 }
 
-pub async fn close(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<CloseIn>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(ok(st
-        .console
-        .asks()
-        .close_ask(&actor, AskId::named(&id)?, b)
-        .await?))
+pub async fn close(State(st): St, w: Write<AskId, CloseIn>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    Ok(ok(asks.close_ask(&w.actor, w.id, w.body).await?))
 }
 
-pub async fn recipients(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st.console.asks().recipients(AskId::named(&id)?).await?))
+pub async fn recipients(State(st): St, Read(id): Read<AskId>) -> ApiResult<Response> {
+    Ok(ok(st.console.asks().recipients(id).await?))
 }
 
 async fn set_follow(
@@ -288,19 +254,11 @@ pub async fn unsnooze(
 
 impl Input for ApprovalIn {}
 impl Input for ReviewIn {}
+impl Acts for ReviewIn {}
 
-pub async fn document_open(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<NewAsk>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let ask = st
-        .console
-        .asks()
-        .open_document_ask(&actor, ArtifactId::named(&id)?, b)
-        .await?;
+pub async fn document_open(State(st): St, w: Write<ArtifactId, NewAsk>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    let ask = asks.open_document_ask(&w.actor, w.id, w.body).await?;
     Ok(opened(&st, ask).await)
 }
 
@@ -322,16 +280,10 @@ pub async fn document_list(
 /// one handed back to a person.
 pub async fn request_approval(
     State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<ApprovalIn>,
+    w: Write<ArtifactId, ApprovalIn>,
 ) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let r = st
-        .console
-        .asks()
-        .request_approval(&actor, ArtifactId::named(&id)?, b)
-        .await?;
+    let asks = st.console.asks();
+    let r = asks.request_approval(&w.actor, w.id, w.body).await?;
     if r.created {
         let location = format!("/api/v1/asks/{}", r.ask.id);
         Ok(created(r.ask, Some(location)))
@@ -340,28 +292,14 @@ pub async fn request_approval(
     }
 }
 
-pub async fn review(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<ReviewIn>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, None, false)?;
-    let (review, answered) = st
-        .console
-        .asks()
-        .review(&actor, ArtifactId::named(&id)?, b)
-        .await?;
+pub async fn review(State(st): St, w: Write<ArtifactId, ReviewIn>) -> ApiResult<Response> {
+    let (review, answered) = st.console.asks().review(&w.actor, w.id, w.body).await?;
     if let Some(ask) = &answered {
         tell_answered(&st, ask).await;
     }
     Ok(created(review, None))
 }
 
-pub async fn reviews(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .asks()
-        .reviews(ArtifactId::named(&id)?)
-        .await?))
+pub async fn reviews(State(st): St, Read(id): Read<ArtifactId>) -> ApiResult<Response> {
+    Ok(ok(st.console.asks().reviews(id).await?))
 }

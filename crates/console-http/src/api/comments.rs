@@ -2,50 +2,32 @@
 //! list, read with the thread, edit, resolve and reopen, suggestions, mention deliveries and
 //! the mentioned session's reply.
 
-use axum::Extension;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
-use countersign_console_core::Caller;
 use countersign_console_core::console::asks::NewComment;
 use countersign_console_core::ids::{ArtifactId, CommentId};
 use countersign_console_core::work::asks::CommentView;
 use serde::Deserialize;
 
-use super::{In, Input, Query, Reading, St, acting, acting_session, created, ok};
+use super::edge::{Acts, Read, Who, Write, acts_by_actor};
+use super::{Input, Query, St, created, ok};
 use crate::error::ApiResult;
 
 impl Input for NewComment {}
 
-pub async fn issue_create(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(key): Path<String>,
-    In(b): In<NewComment>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let c = st.console.asks().comment_on_issue(&actor, &key, b).await?;
+pub async fn issue_create(State(st): St, w: Write<String, NewComment>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    let c = asks.comment_on_issue(&w.actor, &w.id, w.body).await?;
     Ok(comment_created(c))
 }
 
-pub async fn issue_list(
-    State(st): St,
-    q: Query,
-    Path(key): Path<String>,
-    _: Reading,
-) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .asks()
-        .issue_comments(&key, q.one("artifact")?)
-        .await?))
+pub async fn issue_list(State(st): St, q: Query, Read(key): Read<String>) -> ApiResult<Response> {
+    let artifact = q.one("artifact")?;
+    Ok(ok(st.console.asks().issue_comments(&key, artifact).await?))
 }
 
-pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .asks()
-        .comment(CommentId::named(&id)?)
-        .await?))
+pub async fn read(State(st): St, Read(id): Read<CommentId>) -> ApiResult<Response> {
+    Ok(ok(st.console.asks().comment(id).await?))
 }
 
 /// `{body}`.
@@ -56,19 +38,12 @@ pub struct EditBody {
 }
 
 impl Input for EditBody {}
+impl Acts for EditBody {}
 
-pub async fn edit(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<EditBody>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, None, false)?;
-    Ok(ok(st
-        .console
-        .asks()
-        .edit_comment(&actor, CommentId::named(&id)?, &b.body)
-        .await?))
+pub async fn edit(State(st): St, w: Write<CommentId, EditBody>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    let edit = asks.edit_comment(&w.actor, w.id, &w.body.body).await?;
+    Ok(ok(edit))
 }
 
 /// `{actor?}`.
@@ -80,18 +55,10 @@ pub struct ActorBody {
 
 impl Input for ActorBody {}
 
-pub async fn resolve(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<ActorBody>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(ok(st
-        .console
-        .asks()
-        .resolve_thread(&actor, CommentId::named(&id)?, true)
-        .await?))
+pub async fn resolve(State(st): St, w: Write<CommentId, ActorBody>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    let resolve = asks.resolve_thread(&w.actor, w.id, true).await?;
+    Ok(ok(resolve))
 }
 
 /// An empty body.
@@ -100,33 +67,17 @@ pub async fn resolve(
 pub struct Empty {}
 
 impl Input for Empty {}
+impl Acts for Empty {}
 
-pub async fn reopen(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(_): In<Empty>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, None, false)?;
-    Ok(ok(st
-        .console
-        .asks()
-        .resolve_thread(&actor, CommentId::named(&id)?, false)
-        .await?))
+pub async fn reopen(State(st): St, w: Write<CommentId, Empty>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    let reopen = asks.resolve_thread(&w.actor, w.id, false).await?;
+    Ok(ok(reopen))
 }
 
-pub async fn reject(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(_): In<Empty>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, None, false)?;
-    Ok(ok(st
-        .console
-        .asks()
-        .reject_suggestion(&actor, CommentId::named(&id)?)
-        .await?))
+pub async fn reject(State(st): St, w: Write<CommentId, Empty>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    Ok(ok(asks.reject_suggestion(&w.actor, w.id).await?))
 }
 
 /// `{actor, body}`.
@@ -139,19 +90,10 @@ pub struct ReplyBody {
 
 impl Input for ReplyBody {}
 
-pub async fn reply(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<ReplyBody>,
-) -> ApiResult<Response> {
-    let actor = acting_session(&caller, b.actor.as_deref())?;
-    let c = st
-        .console
-        .asks()
-        .comment_reply(&actor, CommentId::named(&id)?, &b.body)
-        .await?;
-    Ok(comment_created(c))
+pub async fn reply(State(st): St, w: Write<CommentId, ReplyBody>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    let reply = asks.comment_reply(&w.actor, w.id, &w.body.body).await?;
+    Ok(comment_created(reply))
 }
 
 /// `{target?, actor?}`.
@@ -164,62 +106,34 @@ pub struct RetryBody {
 
 impl Input for RetryBody {}
 
+acts_by_actor!(Who::Caller => NewComment, ActorBody, RetryBody);
+acts_by_actor!(Who::Session => ReplyBody);
+
 /// `POST /comments/{id}/deliveries`: 201 with the new attempt(s) (one: a mention retry names
 /// one session), as a message retry answers.
-pub async fn retry(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<RetryBody>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let attempt = st
-        .console
-        .asks()
-        .retry_mention(&actor, CommentId::named(&id)?, b.target.as_deref())
-        .await?;
+pub async fn retry(State(st): St, w: Write<CommentId, RetryBody>) -> ApiResult<Response> {
+    let target = w.body.target.as_deref();
+    let asks = st.console.asks();
+    let attempt = asks.retry_mention(&w.actor, w.id, target).await?;
     Ok(created(vec![attempt], None))
 }
 
 pub async fn document_create(
     State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<NewComment>,
+    w: Write<ArtifactId, NewComment>,
 ) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let c = st
-        .console
-        .asks()
-        .comment_on_document(&actor, ArtifactId::named(&id)?, b)
-        .await?;
+    let asks = st.console.asks();
+    let c = asks.comment_on_document(&w.actor, w.id, w.body).await?;
     Ok(comment_created(c))
 }
 
-pub async fn document_list(
-    State(st): St,
-    Path(id): Path<String>,
-    _: Reading,
-) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .asks()
-        .document_comments(ArtifactId::named(&id)?)
-        .await?))
+pub async fn document_list(State(st): St, Read(id): Read<ArtifactId>) -> ApiResult<Response> {
+    Ok(ok(st.console.asks().document_comments(id).await?))
 }
 
-pub async fn accept(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(_): In<Empty>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, None, false)?;
-    Ok(ok(st
-        .console
-        .asks()
-        .accept_suggestion(&actor, CommentId::named(&id)?)
-        .await?))
+pub async fn accept(State(st): St, w: Write<CommentId, Empty>) -> ApiResult<Response> {
+    let asks = st.console.asks();
+    Ok(ok(asks.accept_suggestion(&w.actor, w.id).await?))
 }
 
 /// 201 with a new comment (or reply) and where it is read.

@@ -18,6 +18,7 @@ use countersign_console_core::work::delivery::compute::{FACETS, Filters, NO_PRIO
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Deserialize;
 
+use super::edge::{Acting, On, Read, Who, Write, acts_by_actor};
 use super::{In, Input, Query, St, acting, created, ok, query_err};
 use crate::AppState;
 use crate::error::ApiResult;
@@ -97,6 +98,7 @@ pub struct ActorBody {
 }
 
 impl Input for ActorBody {}
+acts_by_actor!(Who::Caller => NewSessionGroup, SessionGroupPatch, SourceBody, ActorBody);
 
 pub async fn get_settings(
     State(st): St,
@@ -234,73 +236,42 @@ async fn live_titles(st: &AppState) -> ApiResult<Vec<(String, String)>> {
         .collect())
 }
 
-pub async fn create_group(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    In(b): In<NewSessionGroup>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let g = st
-        .console
-        .delivery()
-        .create_session_group(&actor, &b.name, &b.sessions, &live_titles(&st).await?)
-        .await?;
-    Ok(created(g, None))
+pub async fn create_group(State(st): St, a: Acting<NewSessionGroup>) -> ApiResult<Response> {
+    let (b, live) = (a.body, live_titles(&st).await?);
+    let groups = st.console.delivery();
+    let g = groups.create_session_group(&a.actor, &b.name, &b.sessions, &live);
+    Ok(created(g.await?, None))
 }
 
+/// A session group's change. Its id is read with the body, before the live sessions are.
 pub async fn update_group(
     State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<SessionGroupPatch>,
+    w: Write<SessionGroupId, SessionGroupPatch>,
 ) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
     let live = live_titles(&st).await?;
-    Ok(ok(st
-        .console
-        .delivery()
-        .update_session_group(&actor, SessionGroupId::named(&id)?, &b, &live)
+    let groups = st.console.delivery();
+    Ok(ok(groups
+        .update_session_group(&w.actor, w.id, &w.body, &live)
         .await?))
 }
 
-pub async fn delete_group(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, q.one("session")?, false)?;
-    st.console
-        .delivery()
-        .delete_session_group(&actor, SessionGroupId::named(&id)?)
-        .await?;
+pub async fn delete_group(State(st): St, on: On<SessionGroupId>) -> ApiResult<Response> {
+    let groups = st.console.delivery();
+    groups.delete_session_group(&on.actor, on.id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 // ----- architecture -----
 
-pub async fn get_source(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(key): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn get_source(State(st): St, Read(key): Read<String>) -> ApiResult<Response> {
     Ok(ok(st.console.delivery().architecture_source(&key).await?))
 }
 
-pub async fn put_source(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(key): Path<String>,
-    In(b): In<SourceBody>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    let src = st
-        .console
-        .delivery()
-        .put_architecture_source(&actor, &key, &b.repo, &b.branch)
-        .await?;
+pub async fn put_source(State(st): St, w: Write<String, SourceBody>) -> ApiResult<Response> {
+    let (key, b) = (w.id, w.body);
+    let sources = st.console.delivery();
+    let src = sources.put_architecture_source(&w.actor, &key, &b.repo, &b.branch);
+    let src = src.await?;
     let bg = st.clone();
     tokio::spawn(async move {
         if let Err(e) = bg.console.delivery().sync_architecture(None, &key).await {
@@ -310,44 +281,23 @@ pub async fn put_source(
     Ok(ok(src))
 }
 
-pub async fn delete_source(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(key): Path<String>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, q.one("session")?, false)?;
-    st.console
-        .delivery()
-        .delete_architecture_source(&actor, &key)
+pub async fn delete_source(State(st): St, on: On<String>) -> ApiResult<Response> {
+    let sources = st.console.delivery();
+    sources
+        .delete_architecture_source(&on.actor, &on.id)
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-pub async fn sync_source(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(key): Path<String>,
-    In(b): In<ActorBody>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(ok(st
-        .console
-        .delivery()
-        .sync_architecture(Some(&actor), &key)
-        .await?))
+pub async fn sync_source(State(st): St, w: Write<String, ActorBody>) -> ApiResult<Response> {
+    let sources = st.console.delivery();
+    Ok(ok(sources.sync_architecture(Some(&w.actor), &w.id).await?))
 }
 
 pub async fn list_sources(State(st): St) -> ApiResult<Response> {
     Ok(ok(st.console.delivery().architecture_sources().await?))
 }
 
-pub async fn components(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(key): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn components(State(st): St, Read(key): Read<String>) -> ApiResult<Response> {
     Ok(ok(st.console.delivery().component_tree(&key).await?))
 }

@@ -11,11 +11,13 @@ use base64::Engine;
 use countersign_console_core::console::documents::{At, Upload, VersionRead};
 use countersign_console_core::doc::EditOp;
 use countersign_console_core::ids::{ArtifactId, SessionId};
-use countersign_console_core::work::{Actor, EventPage};
+use countersign_console_core::work::Actor;
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Deserialize;
 
-use super::{In, Input, JSON_LIMIT, Query, Reading, St, acting, created, ok, query_err};
+use super::edge::{Acting, Acts, Read, Who, Write, acts_by_actor};
+use super::{Input, JSON_LIMIT, Query, Reading, St, acting, created, event_page, ok};
+use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 
 /// The largest multipart upload (protocol §2).
@@ -335,29 +337,8 @@ impl Input for EditBody {}
 pub struct NoBody {}
 
 impl Input for NoBody {}
-
-/// An event page's query (protocol §7): `after`, `before`, `ids`, `order`, `limit`.
-fn event_page(q: &Query) -> ApiResult<EventPage> {
-    let mut ids = Vec::new();
-    for i in q.all("ids") {
-        ids.push(i.parse().map_err(|_| query_err("`ids` are event ids"))?);
-    }
-    let limit: u32 = q.parsed("limit")?.unwrap_or(50);
-    if !(1..=200).contains(&limit) {
-        return Err(query_err("`limit` is 1 to 200"));
-    }
-    Ok(EventPage {
-        after: q.parsed("after")?,
-        before: q.parsed("before")?,
-        ids,
-        descending: match q.one("order")? {
-            None | Some("asc") => false,
-            Some("desc") => true,
-            Some(_) => return Err(query_err("`order` is asc or desc")),
-        },
-        limit,
-    })
-}
+impl Acts for NoBody {}
+acts_by_actor!(Who::Caller => NameBody, EditBody);
 
 /// An agent route's session id, checked before anything else (spec: INVALID_SESSION_ID on
 /// every agent artifact route).
@@ -368,29 +349,16 @@ fn agent_session(s: &str) -> ApiResult<()> {
 
 // ----- by id -----
 
-pub async fn read(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .documents()
-        .artifact(ArtifactId::named(&id)?)
-        .await?))
+pub async fn read(State(st): St, Read(id): Read<ArtifactId>) -> ApiResult<Response> {
+    Ok(ok(st.console.documents().artifact(id).await?))
 }
 
-pub async fn text(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .documents()
-        .text(ArtifactId::named(&id)?)
-        .await?))
+pub async fn text(State(st): St, Read(id): Read<ArtifactId>) -> ApiResult<Response> {
+    Ok(ok(st.console.documents().text(id).await?))
 }
 
-pub async fn blocks(State(st): St, Path(id): Path<String>, _: Reading) -> ApiResult<Response> {
-    Ok(json_bytes(
-        st.console
-            .documents()
-            .blocks_json(ArtifactId::named(&id)?)
-            .await?,
-    ))
+pub async fn blocks(State(st): St, Read(id): Read<ArtifactId>) -> ApiResult<Response> {
+    Ok(json_bytes(st.console.documents().blocks_json(id).await?))
 }
 
 pub async fn block(
@@ -407,47 +375,18 @@ pub async fn block(
         .await?))
 }
 
-pub async fn edit(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<EditBody>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    edited(&st, &actor, &id, &b).await
+pub async fn edit(State(st): St, w: Write<ArtifactId, EditBody>) -> ApiResult<Response> {
+    edited(&st, &w.actor, w.id, &w.body).await
 }
 
 /// An edit's answer.
-async fn edited(
-    st: &crate::AppState,
-    actor: &Actor,
-    id: &str,
-    b: &EditBody,
-) -> ApiResult<Response> {
-    Ok(ok(st
-        .console
-        .documents()
-        .edit(
-            actor,
-            ArtifactId::named(id)?,
-            b.expected_token.as_deref(),
-            &b.ops,
-        )
-        .await?))
+async fn edited(st: &AppState, actor: &Actor, id: ArtifactId, b: &EditBody) -> ApiResult<Response> {
+    let (documents, token) = (st.console.documents(), b.expected_token.as_deref());
+    Ok(ok(documents.edit(actor, id, token, &b.ops).await?))
 }
 
-pub async fn rebuild(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(_): In<NoBody>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, None, false)?;
-    Ok(ok(st
-        .console
-        .documents()
-        .rebuild(&actor, ArtifactId::named(&id)?)
-        .await?))
+pub async fn rebuild(State(st): St, w: Write<ArtifactId, NoBody>) -> ApiResult<Response> {
+    Ok(ok(st.console.documents().rebuild(&w.actor, w.id).await?))
 }
 
 pub async fn block_schema() -> ApiResult<Response> {
@@ -456,23 +395,14 @@ pub async fn block_schema() -> ApiResult<Response> {
     ))
 }
 
-pub async fn name_version(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<NameBody>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    named(&st, &actor, &id, &b).await
+pub async fn name_version(State(st): St, w: Write<ArtifactId, NameBody>) -> ApiResult<Response> {
+    named(&st, &w.actor, w.id, &w.body).await
 }
 
 /// A version named: 201 with its location.
-async fn named(st: &crate::AppState, actor: &Actor, id: &str, b: &NameBody) -> ApiResult<Response> {
-    let v = st
-        .console
-        .documents()
-        .name_version(actor, ArtifactId::named(id)?, &b.name)
-        .await?;
+async fn named(st: &AppState, actor: &Actor, id: ArtifactId, b: &NameBody) -> ApiResult<Response> {
+    let documents = st.console.documents();
+    let v = documents.name_version(actor, id, &b.name).await?;
     let location = format!("/api/v1/artifacts/{id}/versions/{}", v.number());
     Ok(created(v, Some(location)))
 }
@@ -482,41 +412,31 @@ pub async fn version(
     Path((id, number)): Path<(String, String)>,
     _: Reading,
 ) -> ApiResult<Response> {
-    Ok(download(
-        st.console
-            .documents()
-            .version(ArtifactId::named(&id)?, &number)
-            .await?,
-    ))
+    versioned(&st, ArtifactId::named(&id)?, &number).await
+}
+
+/// A version's download.
+async fn versioned(st: &crate::AppState, id: ArtifactId, number: &str) -> ApiResult<Response> {
+    Ok(download(st.console.documents().version(id, number).await?))
 }
 
 pub async fn events(
     State(st): St,
-    Extension(caller): Extension<Caller>,
     q: Query,
     Path(id): Path<String>,
+    _: Reading,
 ) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
     let page = event_page(&q)?;
+    let id = ArtifactId::named(&id)?;
     Ok(ok(st
         .console
         .documents()
-        .document_events(ArtifactId::named(&id)?, &page)
+        .document_events(id, &page)
         .await?))
 }
 
-pub async fn references(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st
-        .console
-        .documents()
-        .artifact_references(ArtifactId::named(&id)?)
-        .await?))
+pub async fn references(State(st): St, Read(id): Read<ArtifactId>) -> ApiResult<Response> {
+    Ok(ok(st.console.documents().artifact_references(id).await?))
 }
 
 pub async fn subscribers(State(st): St, Path(id): Path<String>) -> ApiResult<Response> {
@@ -557,13 +477,7 @@ pub async fn graph(
         .await?))
 }
 
-pub async fn issue_references(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(key): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn issue_references(State(st): St, Read(key): Read<String>) -> ApiResult<Response> {
     Ok(ok(st.console.documents().issue_references(&key).await?))
 }
 
@@ -605,13 +519,12 @@ pub mod scoped {
     type Slug = (String, String);
 
     /// The id of the artifact a scope's `{slug}` names.
-    async fn resolve<S: Scoped>(st: &St, (key, slug): &Slug) -> ApiResult<String> {
+    async fn resolve<S: Scoped>(st: &St, (key, slug): &Slug) -> ApiResult<ArtifactId> {
         Ok(st
             .console
             .documents()
             .resolve_artifact(S::at(key), slug)
-            .await?
-            .to_string())
+            .await?)
     }
 
     pub async fn list<S: Scoped>(
@@ -632,50 +545,44 @@ pub mod scoped {
         upload_at(&State(st.clone()), &caller, &q, S::at(&key), req).await
     }
 
-    pub async fn read<S: Scoped>(st: St, Path(p): Path<Slug>, r: Reading) -> ApiResult<Response> {
+    pub async fn read<S: Scoped>(st: St, Path(p): Path<Slug>, _: Reading) -> ApiResult<Response> {
         let id = resolve::<S>(&st, &p).await?;
-        super::read(st, Path(id), r).await
+        super::read(st, Read(id)).await
     }
 
-    pub async fn text<S: Scoped>(st: St, Path(p): Path<Slug>, r: Reading) -> ApiResult<Response> {
+    pub async fn text<S: Scoped>(st: St, Path(p): Path<Slug>, _: Reading) -> ApiResult<Response> {
         let id = resolve::<S>(&st, &p).await?;
-        super::text(st, Path(id), r).await
+        super::text(st, Read(id)).await
     }
 
-    pub async fn blocks<S: Scoped>(st: St, Path(p): Path<Slug>, r: Reading) -> ApiResult<Response> {
+    pub async fn blocks<S: Scoped>(st: St, Path(p): Path<Slug>, _: Reading) -> ApiResult<Response> {
         let id = resolve::<S>(&st, &p).await?;
-        super::blocks(st, Path(id), r).await
+        super::blocks(st, Read(id)).await
     }
 
     pub async fn edit<S: Scoped>(
         st: St,
-        Extension(caller): Extension<Caller>,
         Path(p): Path<Slug>,
-        In(b): In<EditBody>,
+        a: Acting<EditBody>,
     ) -> ApiResult<Response> {
-        let actor = acting(&caller, b.actor.as_deref(), false)?;
-        let id = resolve::<S>(&st, &p).await?;
-        edited(&st, &actor, &id, &b).await
+        edited(&st, &a.actor, resolve::<S>(&st, &p).await?, &a.body).await
     }
 
     pub async fn name_version<S: Scoped>(
         st: St,
-        Extension(caller): Extension<Caller>,
         Path(p): Path<Slug>,
-        In(b): In<NameBody>,
+        a: Acting<NameBody>,
     ) -> ApiResult<Response> {
-        let actor = acting(&caller, b.actor.as_deref(), false)?;
-        let id = resolve::<S>(&st, &p).await?;
-        named(&st, &actor, &id, &b).await
+        named(&st, &a.actor, resolve::<S>(&st, &p).await?, &a.body).await
     }
 
     pub async fn version<S: Scoped>(
         st: St,
         Path((key, slug, number)): Path<(String, String, String)>,
-        r: Reading,
+        _: Reading,
     ) -> ApiResult<Response> {
         let id = resolve::<S>(&st, &(key, slug)).await?;
-        super::version(st, Path((id, number)), r).await
+        versioned(&st, id, &number).await
     }
 }
 

@@ -7,12 +7,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use countersign_console_core::ids::SessionId;
 use countersign_console_core::work::{
-    EventPage, IssueFilter, IssueKey, IssueView, ProjectKey, RouteStatus, Status,
+    IssueFilter, IssueKey, IssueView, ProjectKey, RouteStatus, Status,
 };
 use countersign_console_core::{Caller, Error, ErrorCode, IssuePatch, Login, NewIssue};
 use serde::{Deserialize, Serialize};
 
-use super::{In, Input, Query, St, acting, created, ok, query_err};
+use super::edge::{Read, Who, Write, acts_by_actor};
+use super::{In, Input, Query, St, acting, created, event_page, ok, query_err};
 use crate::error::ApiResult;
 
 impl Input for NewIssue {}
@@ -28,6 +29,8 @@ pub struct ClaimBody {
 }
 
 impl Input for ClaimBody {}
+acts_by_actor!(Who::Caller => IssuePatch);
+acts_by_actor!(Who::Named => ClaimBody);
 
 /// A paged issue list.
 #[derive(Debug, Serialize)]
@@ -85,13 +88,7 @@ pub async fn create(
     ))
 }
 
-pub async fn read(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(key): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
+pub async fn read(State(st): St, Read(key): Read<String>) -> ApiResult<Response> {
     Ok(ok(st.console.issues().issue(&key).await?))
 }
 
@@ -190,28 +187,16 @@ pub async fn list(
     }
 }
 
-pub async fn update(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(key): Path<String>,
-    In(b): In<IssuePatch>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(ok(st
-        .console
-        .issues()
-        .update_issue(&actor, &key, b)
-        .await?))
+pub async fn update(State(st): St, w: Write<String, IssuePatch>) -> ApiResult<Response> {
+    let issues = st.console.issues();
+    let update = issues.update_issue(&w.actor, &w.id, w.body).await?;
+    Ok(ok(update))
 }
 
-pub async fn claim(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(key): Path<String>,
-    In(b): In<ClaimBody>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), true)?;
-    Ok(ok(st.console.issues().claim(&actor, &key, b.force).await?))
+pub async fn claim(State(st): St, w: Write<String, ClaimBody>) -> ApiResult<Response> {
+    let issues = st.console.issues();
+    let claim = issues.claim(&w.actor, &w.id, w.body.force).await?;
+    Ok(ok(claim))
 }
 
 pub async fn release(
@@ -225,32 +210,8 @@ pub async fn release(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-pub async fn events(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(key): Path<String>,
-) -> ApiResult<Response> {
-    acting(&caller, q.one("session")?, false)?;
-    let mut ids = Vec::new();
-    for i in q.all("ids") {
-        ids.push(i.parse().map_err(|_| query_err("`ids` are event ids"))?);
-    }
-    let limit: u32 = q.parsed("limit")?.unwrap_or(50);
-    if !(1..=200).contains(&limit) {
-        return Err(query_err("`limit` is 1 to 200"));
-    }
-    let page = EventPage {
-        after: q.parsed("after")?,
-        before: q.parsed("before")?,
-        ids,
-        descending: match q.one("order")? {
-            None | Some("asc") => false,
-            Some("desc") => true,
-            Some(_) => return Err(query_err("`order` is asc or desc")),
-        },
-        limit,
-    };
+pub async fn events(State(st): St, q: Query, Read(key): Read<String>) -> ApiResult<Response> {
+    let page = event_page(&q)?;
     Ok(ok(st.console.issues().issue_events(&key, &page).await?))
 }
 

@@ -12,6 +12,7 @@ use countersign_console_core::work::messages::{Mode, Target};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Deserialize;
 
+use super::edge::{On, Who, Write, acts_by_actor};
 use super::{In, Input, Query, St, acting, acting_session, created, ok, query_err, with_status};
 use crate::error::ApiResult;
 
@@ -59,6 +60,7 @@ pub struct RetryBody {
 }
 
 impl Input for RetryBody {}
+acts_by_actor!(Who::Caller => RetryBody);
 
 /// `POST /messages/{id}/replies`: `{actor, body}`.
 #[derive(Debug, Deserialize)]
@@ -165,34 +167,13 @@ pub async fn session_messages(
         .await?))
 }
 
-pub async fn thread(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    q: Query,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, q.one("session")?, false)?;
-    Ok(ok(st
-        .console
-        .messages()
-        .thread(&actor, MessageId::named(&id)?)
-        .await?))
+pub async fn thread(State(st): St, on: On<MessageId>) -> ApiResult<Response> {
+    Ok(ok(st.console.messages().thread(&on.actor, on.id).await?))
 }
 
-pub async fn retry(
-    State(st): St,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    In(b): In<RetryBody>,
-) -> ApiResult<Response> {
-    let actor = acting(&caller, b.actor.as_deref(), false)?;
-    Ok(created(
-        st.console
-            .messages()
-            .retry(&actor, MessageId::named(&id)?)
-            .await?,
-        None,
-    ))
+pub async fn retry(State(st): St, w: Write<MessageId, RetryBody>) -> ApiResult<Response> {
+    let attempts = st.console.messages().retry(&w.actor, w.id).await?;
+    Ok(created(attempts, None))
 }
 
 pub async fn reply(

@@ -6,6 +6,7 @@ pub mod asks;
 pub mod comments;
 pub mod delivery;
 pub mod documents;
+pub mod edge;
 pub mod events;
 pub mod front;
 pub mod issues;
@@ -20,7 +21,7 @@ use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use countersign_console_core::work::Actor;
+use countersign_console_core::work::{Actor, EventPage};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -176,8 +177,8 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Query {
 }
 
 /// A read route's check of its caller, run before its handler: the `?session=` it names, if
-/// any, is a session the caller may act as ([`acting`], not required). The asks' and
-/// comments' read routes take it instead of each calling `acting` itself.
+/// any, is a session the caller may act as ([`acting`], not required). The read routes take
+/// it (or [`edge::Read`], which runs it) instead of each calling `acting` itself.
 #[derive(Debug)]
 pub struct Reading;
 
@@ -195,6 +196,29 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Reading {
         acting(caller, Query::of(&parts.uri).one("session")?, false)?;
         Ok(Reading)
     }
+}
+
+/// An event page's query (protocol §7): `after`, `before`, `ids`, `order`, `limit`.
+pub(crate) fn event_page(q: &Query) -> ApiResult<EventPage> {
+    let mut ids = Vec::new();
+    for i in q.all("ids") {
+        ids.push(i.parse().map_err(|_| query_err("`ids` are event ids"))?);
+    }
+    let limit: u32 = q.parsed("limit")?.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return Err(query_err("`limit` is 1 to 200"));
+    }
+    Ok(EventPage {
+        after: q.parsed("after")?,
+        before: q.parsed("before")?,
+        ids,
+        descending: match q.one("order")? {
+            None | Some("asc") => false,
+            Some("desc") => true,
+            Some(_) => return Err(query_err("`order` is asc or desc")),
+        },
+        limit,
+    })
 }
 
 pub fn query_err(message: impl Into<String>) -> ApiError {

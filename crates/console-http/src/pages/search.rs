@@ -110,8 +110,22 @@ async fn comment_place(st: &crate::AppState, id: &str) -> (String, String) {
     }
 }
 
+/// A row titled by its words (one line of 120 characters at most), what matched beside them.
+fn titled(kind: &'static str, href: String, context: String, r: &SearchRow) -> ResultRow {
+    let title = line(&r.title, 120);
+    ResultRow {
+        kind,
+        href,
+        snippet: snippet_beside(&title, &r.snippet),
+        title,
+        context,
+        at: when(&r.at),
+    }
+}
+
 async fn row_of(st: &crate::AppState, r: SearchRow) -> ResultRow {
-    let at = when(&r.at);
+    let in_project = r.project.as_ref().map(|p| format!("in {p}"));
+    let in_project = in_project.unwrap_or_default();
     match r.kind {
         SearchKind::Issue => ResultRow {
             kind: "issue",
@@ -119,53 +133,15 @@ async fn row_of(st: &crate::AppState, r: SearchRow) -> ResultRow {
             title: format!("{} · {}", r.id, line(&r.title, 120)),
             context: String::new(),
             snippet: snippet_beside(&r.title, &r.snippet),
-            at,
+            at: when(&r.at),
         },
-        SearchKind::Document => {
-            let title = line(&r.title, 120);
-            ResultRow {
-                kind: "document",
-                href: format!("/artifacts/{}", r.id),
-                snippet: snippet_beside(&title, &r.snippet),
-                title,
-                context: r.project.map(|p| format!("in {p}")).unwrap_or_default(),
-                at,
-            }
-        }
-        SearchKind::Ask => {
-            let title = line(&r.title, 120);
-            ResultRow {
-                kind: "ask",
-                href: format!("/asks/{}", r.id),
-                snippet: snippet_beside(&title, &r.snippet),
-                title,
-                context: r.project.map(|p| format!("in {p}")).unwrap_or_default(),
-                at,
-            }
-        }
+        SearchKind::Document => titled("document", format!("/artifacts/{}", r.id), in_project, &r),
+        SearchKind::Ask => titled("ask", format!("/asks/{}", r.id), in_project, &r),
         SearchKind::Comment => {
             let (href, context) = comment_place(st, &r.id).await;
-            let title = line(&r.title, 120);
-            ResultRow {
-                kind: "comment",
-                href,
-                snippet: snippet_beside(&title, &r.snippet),
-                title,
-                context,
-                at,
-            }
+            titled("comment", href, context, &r)
         }
-        SearchKind::Message => {
-            let title = line(&r.title, 120);
-            ResultRow {
-                kind: "message",
-                href: format!("/messages/{}", r.id),
-                snippet: snippet_beside(&title, &r.snippet),
-                title,
-                context: r.project.map(|p| format!("in {p}")).unwrap_or_default(),
-                at,
-            }
-        }
+        SearchKind::Message => titled("message", format!("/messages/{}", r.id), in_project, &r),
     }
 }
 
