@@ -487,6 +487,18 @@ pub mod rfc3339_serde {
     }
 }
 
+/// Whose unread threads of one kind the inbox reads, and where: the person, within `issue` (on
+/// it or its documents) or `artifact` (text: the read marks' thread ids it is asked with name
+/// any of three kinds), a page of `limit` at `offset`.
+#[derive(Debug, Clone, Copy)]
+pub struct UnreadThreads<'a> {
+    pub login: &'a Login,
+    pub issue: Option<&'a IssueKey>,
+    pub artifact: Option<&'a str>,
+    pub limit: u32,
+    pub offset: u32,
+}
+
 /// Storage of asks, comments with suggestions and mentions, reviews and the inbox (issue 13).
 /// In a write transaction an ask or comment read is locked until commit (PostgreSQL's
 /// `FOR UPDATE`); a write locks an ask before its issue.
@@ -572,11 +584,7 @@ pub trait AskTx: Send {
     /// first (then by root id); a page, and how many in all.
     async fn unread_comment_threads(
         &mut self,
-        login: &Login,
-        issue: Option<&IssueKey>,
-        artifact: Option<&str>,
-        limit: u32,
-        offset: u32,
+        within: &UnreadThreads<'_>,
     ) -> Result<(Vec<(Comment, Comment)>, i64), StorageError>;
     /// The asks `login` wrote in (asked, replied to or answered) where someone else replied or
     /// answered after both the person's read mark and their own last reply or answer, less
@@ -586,11 +594,7 @@ pub trait AskTx: Send {
     /// a page, and how many in all.
     async fn unread_ask_threads(
         &mut self,
-        login: &Login,
-        issue: Option<&IssueKey>,
-        artifact: Option<&str>,
-        limit: u32,
-        offset: u32,
+        within: &UnreadThreads<'_>,
     ) -> Result<(Vec<(Ask, AskWrite)>, i64), StorageError>;
     /// Whether `login` wrote in the comment thread `thread_id` (one not on an ask). The id is
     /// text: a read mark's thread id names a message thread, a comment thread or an ask.

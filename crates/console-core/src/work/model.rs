@@ -23,17 +23,26 @@ impl ProjectKey {
                 .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
         ok.then(|| Self(s.to_owned()))
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl fmt::Display for ProjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// `as_str` and `Display` for a key that is its text, once for both kinds.
+macro_rules! key_text {
+    ($($key:ident),+) => {$(
+        impl $key {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $key {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    )+};
 }
+
+key_text!(ProjectKey, IssueKey);
 
 /// An issue key: `<PROJECT>-<n>`, `n` from 1 with no leading zero.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -66,16 +75,6 @@ impl IssueKey {
             .rsplit_once('-')
             .and_then(|(_, n)| n.parse().ok())
             .unwrap_or(0)
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for IssueKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 

@@ -20,7 +20,7 @@ use countersign_console_core::ids::{ArtifactId, AskId, CommentId, Login, ReviewI
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::asks::{
     Answer, AnswerEntry, Ask, AskFilter, AskState, AskWrite, Comment, CommentFilter, InboxEntry,
-    InboxFilter, InboxScope, PastAnswer, Review, ReviewOutcome, Wording,
+    InboxFilter, InboxScope, PastAnswer, Review, ReviewOutcome, UnreadThreads, Wording,
 };
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{AskTx, Hit, IssueKey, ProjectKey};
@@ -533,26 +533,16 @@ impl AskTx for SqlTx {
 
     async fn unread_comment_threads(
         &mut self,
-        login: &Login,
-        issue: Option<&IssueKey>,
-        artifact: Option<&str>,
-        limit: u32,
-        offset: u32,
+        within: &UnreadThreads<'_>,
     ) -> Result<(Vec<(Comment, Comment)>, i64), StorageError> {
-        self.unread_comments(login, issue, artifact, limit, offset)
-            .await
+        self.unread_comments(within).await
     }
 
     async fn unread_ask_threads(
         &mut self,
-        login: &Login,
-        issue: Option<&IssueKey>,
-        artifact: Option<&str>,
-        limit: u32,
-        offset: u32,
+        within: &UnreadThreads<'_>,
     ) -> Result<(Vec<(Ask, AskWrite)>, i64), StorageError> {
-        self.unread_asks(login, issue, artifact, limit, offset)
-            .await
+        self.unread_asks(within).await
     }
 
     async fn wrote_in_comment_thread(

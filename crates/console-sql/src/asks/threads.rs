@@ -2,10 +2,8 @@
 //! (a document's or an issue's discussion) and asks (a reply or an answer by someone else).
 
 use countersign_common::sql::db_err;
-use countersign_console_core::ids::Login;
 use countersign_console_core::storage::StorageError;
-use countersign_console_core::work::IssueKey;
-use countersign_console_core::work::asks::{Answer, Ask, AskWrite, Comment};
+use countersign_console_core::work::asks::{Answer, Ask, AskWrite, Comment, UnreadThreads};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -19,12 +17,15 @@ impl SqlTx {
     /// the comment threads the person wrote in with a newer comment by someone else, unread.
     pub(super) async fn unread_comments(
         &mut self,
-        login: &Login,
-        issue: Option<&IssueKey>,
-        artifact: Option<&str>,
-        limit: u32,
-        offset: u32,
+        within: &UnreadThreads<'_>,
     ) -> Result<(Vec<(Comment, Comment)>, i64), StorageError> {
+        let UnreadThreads {
+            login,
+            issue,
+            artifact,
+            limit,
+            offset,
+        } = *within;
         let mut a = Args::default();
         let me = a.push(login.as_str().to_owned());
         let mut filter = String::new();
@@ -75,12 +76,15 @@ impl SqlTx {
     /// by someone else, unread, less those their inbox lists.
     pub(super) async fn unread_asks(
         &mut self,
-        login: &Login,
-        issue: Option<&IssueKey>,
-        artifact: Option<&str>,
-        limit: u32,
-        offset: u32,
+        within: &UnreadThreads<'_>,
     ) -> Result<(Vec<(Ask, AskWrite)>, i64), StorageError> {
+        let UnreadThreads {
+            login,
+            issue,
+            artifact,
+            limit,
+            offset,
+        } = *within;
         let mut a = Args::default();
         let me = a.push(login.as_str().to_owned());
         // Less the open asks the person's inbox lists (`inbox` with no filter: someone's turn,

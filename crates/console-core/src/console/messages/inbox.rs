@@ -28,6 +28,7 @@ use crate::clock::Time;
 use crate::console::console_ref;
 use crate::ids::Login;
 use crate::work::SearchKind;
+use crate::work::asks::{Comment, UnreadThreads};
 use crate::work::asks::{Answer, Ask, AskWrite};
 use crate::work::messages::{
     AgentState, NewestReply, ThreadKind, ThreadPage, ThreadRef, ThreadRow,
@@ -149,6 +150,51 @@ fn thread_row(
     }
 }
 
+/// A thread's root or newest reply where both are written records of one kind: a message, or
+/// a comment not on an ask.
+trait Written {
+    fn id_text(&self) -> String;
+    fn author(&self) -> &Actor;
+    fn body(&self) -> &str;
+    fn at(&self) -> Time;
+}
+
+macro_rules! written {
+    ($($t:ty),+) => {$(
+        impl Written for $t {
+            fn id_text(&self) -> String {
+                self.id.to_string()
+            }
+            fn author(&self) -> &Actor {
+                &self.author
+            }
+            fn body(&self) -> &str {
+                &self.body
+            }
+            fn at(&self) -> Time {
+                self.created_at
+            }
+        }
+    )+};
+}
+
+written!(Message, Comment);
+
+/// The rows of one kind's threads, each a root and its newest reply by another.
+fn written_rows<T: Written>(kind: ThreadKind, threads: Vec<(T, T)>) -> Vec<ThreadRow> {
+    threads
+        .into_iter()
+        .map(|(root, reply)| {
+            let newest = NewestReply {
+                author: reply.author().clone(),
+                first_line: first_line(reply.body()),
+                at: reply.at(),
+            };
+            thread_row(kind, &root.id_text(), root.author(), root.body(), newest)
+        })
+        .collect()
+}
+
 /// An ask's newest reply or answer, as its thread row shows it.
 fn ask_reply(ask: &Ask, write: &AskWrite) -> NewestReply {
     match write {
@@ -195,6 +241,19 @@ struct ThreadQuery<'a> {
     want: u32,
 }
 
+impl ThreadQuery<'_> {
+    /// What the storage reads for a kind: its first `want` rows.
+    fn unread(&self) -> UnreadThreads<'_> {
+        UnreadThreads {
+            login: self.login,
+            issue: self.issue,
+            artifact: self.artifact,
+            limit: self.want,
+            offset: 0,
+        }
+    }
+}
+
 /// The issue message threads of the inbox's threads (never on a document), and their total.
 async fn message_rows(
     tx: &mut dyn MessagesWork,
@@ -206,21 +265,7 @@ async fn message_rows(
     let (threads, n) = tx
         .unread_message_threads(q.login, q.issue, q.want, 0)
         .await?;
-    let rows = threads.into_iter().map(|(root, reply)| {
-        let newest = NewestReply {
-            author: reply.author.clone(),
-            first_line: first_line(&reply.body),
-            at: reply.created_at,
-        };
-        thread_row(
-            ThreadKind::Message,
-            &root.id.to_string(),
-            &root.author,
-            &root.body,
-            newest,
-        )
-    });
-    Ok((rows.collect(), n))
+    Ok((written_rows(ThreadKind::Message, threads), n))
 }
 
 /// The comment threads not on an ask of the inbox's threads, and their total.
@@ -228,24 +273,8 @@ async fn comment_rows(
     tx: &mut dyn MessagesWork,
     q: &ThreadQuery<'_>,
 ) -> Result<(Vec<ThreadRow>, i64), Error> {
-    let (threads, n) = tx
-        .unread_comment_threads(q.login, q.issue, q.artifact, q.want, 0)
-        .await?;
-    let rows = threads.into_iter().map(|(root, reply)| {
-        let newest = NewestReply {
-            author: reply.author.clone(),
-            first_line: first_line(&reply.body),
-            at: reply.created_at,
-        };
-        thread_row(
-            ThreadKind::Comment,
-            &root.id.to_string(),
-            &root.author,
-            &root.body,
-            newest,
-        )
-    });
-    Ok((rows.collect(), n))
+    let (threads, n) = tx.unread_comment_threads(&q.unread()).await?;
+    Ok((written_rows(ThreadKind::Comment, threads), n))
 }
 
 /// The asks of the inbox's threads, less the open ones the inbox lists (the storage leaves
@@ -254,9 +283,7 @@ async fn ask_rows(
     tx: &mut dyn MessagesWork,
     q: &ThreadQuery<'_>,
 ) -> Result<(Vec<ThreadRow>, i64), Error> {
-    let (asks, n) = tx
-        .unread_ask_threads(q.login, q.issue, q.artifact, q.want, 0)
-        .await?;
+    let (asks, n) = tx.unread_ask_threads(&q.unread()).await?;
     let rows = asks.into_iter().map(|(ask, write)| {
         let newest = ask_reply(&ask, &write);
         thread_row(
