@@ -17,9 +17,8 @@ use countersign_console_core::work::{DeliveryTx, Issue, IssueKey, ProjectKey};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::messages::stored;
 use crate::time;
-use crate::work::{Args, ISSUE_COLUMNS, SqlTx, corrupt, issue_of, json_of, text};
+use crate::work::{Args, ISSUE_COLUMNS, SqlTx, corrupt, id_of, issue_of, json_of, text};
 
 /// Version 12: the synced data's generation (what a kept copy of it is good for).
 pub(crate) const MIGRATION_12: &[&str] =
@@ -144,14 +143,14 @@ fn source_of(r: &AnyRow) -> Result<ArchitectureSource, StorageError> {
     })
 }
 
-/// A session group from its row; a stored id or session that does not parse is an error
-/// naming the group.
+/// A session group from its row; a stored id that does not parse is an error naming its
+/// column and value, stored sessions that do not parse one naming the group.
 fn group_of(r: &AnyRow) -> Result<SessionGroup, StorageError> {
     let id: String = r.try_get("id").map_err(db_err)?;
     let row = format!("session group {id:?}");
     let sessions: String = r.try_get("sessions").map_err(db_err)?;
     Ok(SessionGroup {
-        id: stored(&row, "id", &id, SessionGroupId::parse)?,
+        id: id_of("id", &id, SessionGroupId::parse)?,
         name: r.try_get("name").map_err(db_err)?,
         sessions: serde_json::from_str(&sessions).map_err(|_| {
             StorageError::Corrupt(format!("{row}: its stored sessions do not parse"))

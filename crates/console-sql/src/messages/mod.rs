@@ -24,7 +24,7 @@ use countersign_console_core::work::{Hit, IssueKey, ProjectKey};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::work::{Args, SqlTx, corrupt, json_of, text};
+use crate::work::{Args, SqlTx, corrupt, id_in, id_of, json_of, text};
 use crate::{login, time};
 
 mod attempts;
@@ -46,19 +46,6 @@ impl SqlTx {
     }
 }
 
-/// A stored id of a row, parsed by its type's rule (`parse`); one that does not parse is an
-/// error naming the row and the column, never a panic or a row left out.
-pub(crate) fn stored<T>(
-    row: &str,
-    column: &str,
-    s: &str,
-    parse: impl Fn(&str) -> Option<T>,
-) -> Result<T, StorageError> {
-    parse(s).ok_or_else(|| {
-        StorageError::Corrupt(format!("{row}: a stored {column} {s:?} does not parse"))
-    })
-}
-
 const MESSAGE_COLUMNS: &str = "id, thread_id, parent, issue, broadcast, target_session, \
      target_role, delivery, body, notice, author, created_at";
 
@@ -76,7 +63,7 @@ fn message_columns(alias: &str, prefix: &str) -> String {
 }
 
 /// A message from columns named `<prefix><column>`; a stored id that does not parse is an
-/// error naming the message.
+/// error naming its column and value (`crate::work::id_of`).
 fn message_at(r: &AnyRow, prefix: &str) -> Result<Message, StorageError> {
     let g = |c: &str| -> Result<String, StorageError> {
         r.try_get(format!("{prefix}{c}").as_str()).map_err(db_err)
@@ -85,8 +72,7 @@ fn message_at(r: &AnyRow, prefix: &str) -> Result<Message, StorageError> {
         r.try_get(format!("{prefix}{c}").as_str()).map_err(db_err)
     };
     let id = g("id")?;
-    let row = format!("message {id:?}");
-    let message_id = |c: &str, s: &str| stored(&row, c, s, MessageId::parse);
+    let message_id = |c: &str, s: &str| id_of(c, s, MessageId::parse);
     let target = match (go("target_session")?, go("target_role")?) {
         (Some(s), _) => Some(Target::Session(s)),
         (None, Some(r)) => Some(Target::Role(r)),
@@ -102,7 +88,7 @@ fn message_at(r: &AnyRow, prefix: &str) -> Result<Message, StorageError> {
             .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
             .transpose()?,
         broadcast: go("broadcast")?
-            .map(|b| stored(&row, "broadcast", &b, BroadcastId::parse))
+            .map(|b| id_of("broadcast", &b, BroadcastId::parse))
             .transpose()?,
         target,
         delivery: go("delivery")?
@@ -122,16 +108,10 @@ fn opt_ms(r: &AnyRow, c: &str) -> Result<Option<Time>, StorageError> {
     attempts::opt_time(r, c)
 }
 
-/// A broadcast's id from its row: one that does not parse is an error naming the broadcast.
-fn broadcast_id(r: &AnyRow) -> Result<BroadcastId, StorageError> {
-    let id: String = r.try_get("id").map_err(db_err)?;
-    stored(&format!("broadcast {id:?}"), "id", &id, BroadcastId::parse)
-}
-
 fn broadcast_of(r: &AnyRow) -> Result<Broadcast, StorageError> {
     let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
     Ok(Broadcast {
-        id: broadcast_id(r)?,
+        id: id_in(r, "id", BroadcastId::parse)?,
         login: login(&g("login")?)?,
         idempotency_key: g("idempotency_key")?,
         fingerprint: g("fingerprint")?,
@@ -407,7 +387,7 @@ impl MessageTx for SqlTx {
             .map(|r| {
                 let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
                 Ok(BroadcastRow {
-                    id: broadcast_id(r)?,
+                    id: id_in(r, "id", BroadcastId::parse)?,
                     idempotency_key: g("idempotency_key")?,
                     mode: Mode::parse(&g("mode")?).ok_or_else(|| corrupt("mode"))?,
                     body: g("body")?,

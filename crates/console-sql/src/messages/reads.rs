@@ -11,21 +11,9 @@ use countersign_console_core::work::store::ms;
 use sqlx::Row;
 
 use crate::time;
-use crate::work::{Args, SqlTx};
+use crate::work::{Args, SqlTx, id_in};
 
-use super::{message_at, message_columns, opt_ms, stored};
-
-/// A session id and a message id read from a row's `session_id` and `id`: either one that
-/// does not parse is an error naming the row's message (or, without one, the session).
-fn session_of(r: &sqlx::any::AnyRow, about: &str) -> Result<SessionId, StorageError> {
-    let s: String = r.try_get("session_id").map_err(db_err)?;
-    stored(about, "session id", &s, SessionId::parse)
-}
-
-fn message_id_of(r: &sqlx::any::AnyRow) -> Result<MessageId, StorageError> {
-    let id: String = r.try_get("id").map_err(db_err)?;
-    stored(&format!("message {id:?}"), "id", &id, MessageId::parse)
-}
+use super::{message_at, message_columns, opt_ms};
 
 pub(super) async fn unread_message_threads(
     tx: &mut SqlTx,
@@ -146,7 +134,7 @@ pub(super) async fn agent_states(
     rows.iter()
         .map(|r| {
             Ok((
-                session_of(r, &format!("{login}'s agent state"))?,
+                id_in(r, "session_id", SessionId::parse)?,
                 opt_ms(r, "cleared_before")?,
                 opt_ms(r, "read_through")?,
             ))
@@ -224,8 +212,8 @@ pub(super) async fn unread_replies(
         .map_err(db_err)?;
     rows.iter()
         .map(|r| {
-            let id = message_id_of(r)?;
-            Ok((session_of(r, &format!("message {id}"))?, id))
+            let id = id_in(r, "id", MessageId::parse)?;
+            Ok((id_in(r, "session_id", SessionId::parse)?, id))
         })
         .collect()
 }
@@ -269,7 +257,7 @@ pub(super) async fn messages_by_session(
         .await
         .map_err(db_err)?
         .iter()
-        .map(message_id_of)
+        .map(|r| id_in(r, "id", MessageId::parse))
         .collect()
 }
 

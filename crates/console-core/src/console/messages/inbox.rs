@@ -28,8 +28,8 @@ use crate::clock::Time;
 use crate::console::console_ref;
 use crate::ids::Login;
 use crate::work::SearchKind;
-use crate::work::asks::{Comment, UnreadThreads};
 use crate::work::asks::{Answer, Ask, AskWrite};
+use crate::work::asks::{Comment, UnreadThreads};
 use crate::work::messages::{
     AgentState, NewestReply, ThreadKind, ThreadPage, ThreadRef, ThreadRow,
 };
