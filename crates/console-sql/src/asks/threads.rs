@@ -17,22 +17,15 @@ impl SqlTx {
     /// the comment threads the person wrote in with a newer comment by someone else, unread.
     pub(super) async fn unread_comments(
         &mut self,
-        within: &UnreadThreads<'_>,
+        w: &UnreadThreads<'_>,
     ) -> Result<(Vec<(Comment, Comment)>, i64), StorageError> {
-        let UnreadThreads {
-            login,
-            issue,
-            artifact,
-            limit,
-            offset,
-        } = *within;
         let mut a = Args::default();
-        let me = a.push(login.as_str().to_owned());
+        let me = a.push(w.login.as_str().to_owned());
         let mut filter = String::new();
-        if let Some(k) = issue {
+        if let Some(k) = w.issue {
             filter = format!(" AND root.issue = {}", a.push(k.as_str().to_owned()));
         }
-        if let Some(x) = artifact {
+        if let Some(x) = w.artifact {
             filter.push_str(&format!(" AND root.artifact = {}", a.push(x.to_owned())));
         }
         // From the person's own comments (by author): each thread's last one (`seq` orders
@@ -55,8 +48,8 @@ impl SqlTx {
             .map_err(db_err)?
             .try_get("n")
             .map_err(db_err)?;
-        let l = a.push(i64::from(limit));
-        let o = a.push(i64::from(offset));
+        let l = a.push(i64::from(w.limit));
+        let o = a.push(i64::from(w.offset));
         let sql = format!(
             "SELECT {}, {} {from} ORDER BY nr.created_at DESC, root.id LIMIT {l} OFFSET {o}",
             columns_as(COMMENT_COLUMNS, "root", "t_"),
@@ -76,27 +69,20 @@ impl SqlTx {
     /// by someone else, unread, less those their inbox lists.
     pub(super) async fn unread_asks(
         &mut self,
-        within: &UnreadThreads<'_>,
+        w: &UnreadThreads<'_>,
     ) -> Result<(Vec<(Ask, AskWrite)>, i64), StorageError> {
-        let UnreadThreads {
-            login,
-            issue,
-            artifact,
-            limit,
-            offset,
-        } = *within;
         let mut a = Args::default();
-        let me = a.push(login.as_str().to_owned());
+        let me = a.push(w.login.as_str().to_owned());
         // Less the open asks the person's inbox lists (`inbox` with no filter: someone's turn,
         // on an issue assigned to them or to nobody, or on a document with no issue).
         let mut filter = format!(
             "NOT (a.state = 'open' AND a.turn IS NOT NULL \
              AND (i.assignee IS NULL OR i.assignee = {me}))"
         );
-        if let Some(k) = issue {
+        if let Some(k) = w.issue {
             filter.push_str(&format!(" AND a.issue = {}", a.push(k.as_str().to_owned())));
         }
-        if let Some(x) = artifact {
+        if let Some(x) = w.artifact {
             filter.push_str(&format!(" AND a.artifact = {}", a.push(x.to_owned())));
         }
         let from = unread_asks_from(&me, &filter);
@@ -106,8 +92,8 @@ impl SqlTx {
             .map_err(db_err)?
             .try_get("n")
             .map_err(db_err)?;
-        let l = a.push(i64::from(limit));
-        let o = a.push(i64::from(offset));
+        let l = a.push(i64::from(w.limit));
+        let o = a.push(i64::from(w.offset));
         let sql = format!(
             "SELECT {}, {}, n.options AS a_options, n.text AS a_text, n.by_actor AS a_by_actor, \
              n.at AS a_at, v.nr_kind AS nr_kind {from} \
