@@ -261,6 +261,12 @@ impl Console {
             .ok_or_else(|| ErrorCode::BROKER_NOT_CONFIGURED.into())
     }
 
+    /// A fresh id (a UUID v4 from the console's entropy) of the kind `from_random` makes:
+    /// `console.new_id(MessageId::from_random)`.
+    pub(crate) fn new_id<T>(&self, from_random: impl FnOnce([u8; 16]) -> T) -> T {
+        from_random(clock::random::<16>(&*self.parts.entropy))
+    }
+
     /// A fresh random token (32 bytes, base64url): sessions, CSRF and form tokens.
     pub fn random_token(&self) -> String {
         clock::random_token::<32>(&*self.parts.entropy)

@@ -117,7 +117,7 @@ impl Console {
         }
         let token = Zeroizing::new(format!("{PERSONAL_TOKEN_PREFIX}{}", self.random_token()));
         let t = PersonalToken {
-            id: TokenId::from_random(clock::random::<16>(&*self.parts.entropy)),
+            id: self.new_id(TokenId::from_random),
             owner: human.login.clone(),
             name,
             hash: sha256_hex(&token),

@@ -47,7 +47,7 @@ impl Asks<'_> {
     ) -> Result<CommentView, Error> {
         let req = CommentRequest::of(self.check_comment(&new)?, on, new)?;
         let now = self.console.now();
-        let id = self.new_id(CommentId::from_random);
+        let id = self.console.new_id(CommentId::from_random);
         // The whole `WorkTx`: a mention's delivery attempt opens through the messages' code.
         let (view, events, opened) = transact!(self.console, WorkTx, |tx| {
             self.write_comment(tx, &req, id, actor, now).await

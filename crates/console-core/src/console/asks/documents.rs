@@ -226,7 +226,7 @@ impl Asks<'_> {
         let question = check_text(&new.question, "a question", QUESTION_MAX)?;
         let options = check_options(&new.options)?;
         let now = self.console.now();
-        let id = self.new_id(AskId::from_random);
+        let id = self.console.new_id(AskId::from_random);
         // The whole `WorkTx`: a block ask goes into its document through the documents' edit.
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
             let a = self.document_in(tx, artifact).await?;
@@ -329,7 +329,7 @@ impl Asks<'_> {
             .map(|s| check_text(s, "a summary", QUESTION_MAX))
             .transpose()?;
         let now = self.console.now();
-        let id = self.new_id(AskId::from_random);
+        let id = self.console.new_id(AskId::from_random);
         // The whole `WorkTx`: the document settles into a version in it.
         let (out, events) = transact!(self.console, WorkTx, |tx| {
             let a = self.document_in(tx, artifact).await?;
@@ -472,7 +472,7 @@ impl Asks<'_> {
             Some(b) => Some(b.to_owned()),
         };
         let now = self.console.now();
-        let id = self.new_id(ReviewId::from_random);
+        let id = self.console.new_id(ReviewId::from_random);
         // The whole `WorkTx`: the document may settle into a version in it.
         let (review, answered, events) = transact!(self.console, WorkTx, |tx| {
             // Any approval ask first (locks go ask, then document).

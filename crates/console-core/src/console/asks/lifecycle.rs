@@ -22,7 +22,7 @@ impl Asks<'_> {
         let question = check_text(&new.question, "a question", QUESTION_MAX)?;
         let options = check_options(&new.options)?;
         let now = self.console.now();
-        let id = self.new_id(AskId::from_random);
+        let id = self.console.new_id(AskId::from_random);
         let (view, event) = transact!(self.console, AsksWork, |tx| {
             let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
             let ask = Ask::opened(

@@ -393,13 +393,6 @@ impl<'a> Place<'a> {
 }
 
 impl Asks<'_> {
-    /// A fresh id of a kind (`AskId::from_random`, …) from the console's randomness.
-    fn new_id<T>(&self, of: fn([u8; 16]) -> T) -> T {
-        let mut b = [0u8; 16];
-        self.console.parts.entropy.fill(&mut b);
-        of(b)
-    }
-
     /// Appends an event about an ask or comment: to its document's log when it is on a
     /// document (taking the document's next sequence), else to its issue's (the next).
     async fn append_at(

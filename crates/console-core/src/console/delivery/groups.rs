@@ -116,7 +116,7 @@ impl Delivery<'_> {
         live_titles: &[(String, String)],
     ) -> Result<SessionGroup, Error> {
         let g = SessionGroup {
-            id: SessionGroupId::from_random(clock::random::<16>(&*self.console.parts.entropy)),
+            id: self.console.new_id(SessionGroupId::from_random),
             name: Self::group_name(name)?,
             sessions: Self::group_sessions(sessions)?,
         };

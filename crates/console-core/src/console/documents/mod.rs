@@ -180,10 +180,6 @@ impl Documents<'_> {
         Ok(tx)
     }
 
-    fn new_id(&self) -> ArtifactId {
-        ArtifactId::from_random(clock::random::<16>(&*self.console.parts.entropy))
-    }
-
     /// A fresh block id: 12 random bytes, base64url (16 characters of `[A-Za-z0-9_-]`).
     pub(crate) fn new_block_id(&self) -> String {
         clock::random_token::<12>(&*self.console.parts.entropy)

@@ -216,7 +216,7 @@ impl Documents<'_> {
         let agent = matches!(scope, Scope::Agent(_));
         let now = self.console.now();
         let a = Artifact {
-            id: self.new_id(),
+            id: self.console.new_id(ArtifactId::from_random),
             scope,
             slug,
             filename: up.filename.clone(),

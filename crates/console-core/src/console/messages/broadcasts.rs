@@ -129,7 +129,7 @@ impl Messages<'_> {
             login: human.login.clone(),
         };
         let b = Broadcast {
-            id: self.new_id(BroadcastId::from_random),
+            id: self.console.new_id(BroadcastId::from_random),
             login: human.login.clone(),
             idempotency_key: new.idempotency_key.clone(),
             fingerprint: fingerprint.to_owned(),

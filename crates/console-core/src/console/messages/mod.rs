@@ -130,12 +130,6 @@ impl Messages<'_> {
         Ok(tx)
     }
 
-    /// A fresh id (UUID v4 from the console's entropy) of the kind `from_random` makes:
-    /// `self.new_id(MessageId::from_random)`.
-    fn new_id<T>(&self, from_random: impl FnOnce([u8; 16]) -> T) -> T {
-        from_random(clock::random::<16>(&*self.console.parts.entropy))
-    }
-
     /// Views of `messages`, each with its attempts and replies, read in `tx` (two queries for
     /// any number of messages).
     async fn views(
@@ -260,7 +254,7 @@ impl Messages<'_> {
         delivery: Mode,
         body: &str,
     ) -> Message {
-        let id = self.new_id(MessageId::from_random);
+        let id = self.console.new_id(MessageId::from_random);
         Message {
             thread_id: id,
             id,

@@ -259,7 +259,7 @@ impl Messages<'_> {
         body: &str,
     ) -> Result<(MessageView, Event), Error> {
         let r = Message {
-            id: self.new_id(MessageId::from_random),
+            id: self.console.new_id(MessageId::from_random),
             thread_id: m.thread_id,
             parent: Some(parent),
             issue: m.issue.clone(),
