@@ -52,12 +52,10 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use async_trait::async_trait;
-
 use crate::clock::Time;
 use crate::ids::{CredentialId, EnrollmentId};
 use crate::model::{Enrollment, Grant, LauncherCredential, Passkey, PendingLogin, Record, Request};
-use crate::storage::{ProofUse, Storage, StorageError, Tx, TxDecorator};
+use crate::storage::{ProofUse, Storage, StorageDecorator, StorageError, Tx, TxDecorator};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {
@@ -352,8 +350,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-#[async_trait]
-impl<S: Storage> Storage for Exclusive<S> {
+impl<S: Storage> StorageDecorator for Exclusive<S> {
+    type Wrapped = S;
+
+    fn wrapped(&self) -> &S {
+        &self.inner
+    }
+
     async fn begin(&self) -> Result<Box<dyn Tx>, StorageError> {
         Ok(Box::new(WriteTx {
             inner: self.inner.begin().await?,
@@ -370,16 +373,9 @@ impl<S: Storage> Storage for Exclusive<S> {
         }))
     }
 
-    async fn ping(&self) -> Result<(), StorageError> {
-        self.inner.ping().await
-    }
-
-    async fn policy_epoch(&self) -> Result<i64, StorageError> {
-        self.inner.policy_epoch().await
-    }
-
-    async fn bump_policy_epoch(&self) -> Result<i64, StorageError> {
-        self.inner.bump_policy_epoch().await
+    /// As [`Storage::snapshot`]'s default: a read, served through the cache.
+    async fn snapshot(&self) -> Result<Box<dyn Tx>, StorageError> {
+        StorageDecorator::read(self).await
     }
 
     async fn remember_once(
@@ -423,18 +419,6 @@ impl<S: Storage> Storage for Exclusive<S> {
                 .await;
         }
         Ok(true)
-    }
-
-    async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
-        self.inner.remembered(scope, now).await
-    }
-
-    async fn remember_all(
-        &self,
-        values: &[(&str, &str, Time)],
-        now: Time,
-    ) -> Result<(), StorageError> {
-        self.inner.remember_all(values, now).await
     }
 
     async fn at_shutdown(&self, now: Time) -> Result<(), StorageError> {

@@ -100,6 +100,54 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
+/// Writes [`StorageDecorator`] and its [`Storage`] from one list of [`Storage`]'s methods, as
+/// `tx_decorator!` does for transactions: a method added to [`Storage`] is added here once, and
+/// no decorator copies the calls it passes through.
+macro_rules! storage_decorator {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        /// A storage that wraps another ([`StorageDecorator::wrapped`]) and changes some of its
+        /// methods: it writes the methods it changes, and every other method of [`Storage`],
+        /// those with a default included, passes the call through to the wrapped one.
+        /// [`Storage`] is implemented for it through these methods; their futures are not
+        /// boxed, so a call passed through allocates and dispatches no more than a forward
+        /// written by hand.
+        pub(crate) trait StorageDecorator: Send + Sync + std::fmt::Debug + 'static {
+            /// What it wraps: `dyn Storage`, or a type whose calls dispatch statically.
+            type Wrapped: Storage + ?Sized;
+
+            fn wrapped(&self) -> &Self::Wrapped;
+
+            $(fn $name(
+                &self,
+                $($arg: $ty),*
+            ) -> impl Future<Output = Result<$ret, StorageError>> + Send {
+                async move { self.wrapped().$name($($arg),*).await }
+            })*
+        }
+
+        #[async_trait]
+        impl<T: StorageDecorator> Storage for T {
+            $(async fn $name(&self, $($arg: $ty),*) -> Result<$ret, StorageError> {
+                StorageDecorator::$name(self, $($arg),*).await
+            })*
+        }
+    };
+}
+
+storage_decorator! {
+    fn begin() -> Box<dyn Tx>;
+    fn read() -> Box<dyn Tx>;
+    fn snapshot() -> Box<dyn Tx>;
+    fn ping() -> ();
+    fn policy_epoch() -> i64;
+    fn bump_policy_epoch() -> i64;
+    fn remember_once(scope: &str, value: &str, until: Time, now: Time) -> bool;
+    fn remember_proof(use_: ProofUse<'_>) -> bool;
+    fn remember_all(values: &[(&str, &str, Time)], now: Time) -> ();
+    fn at_shutdown(now: Time) -> ();
+    fn remembered(scope: &str, now: Time) -> Vec<String>;
+}
+
 /// The single-use value of a proof or a secret request object, and what bounds when it can be
 /// accepted.
 #[derive(Debug, Clone, Copy)]

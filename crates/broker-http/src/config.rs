@@ -399,10 +399,7 @@ impl Config {
     /// Reads the file, then applies `COUNTERSIGN_LISTEN`, `COUNTERSIGN_PUBLIC_URL`,
     /// `COUNTERSIGN_DATABASE_URL`, `COUNTERSIGN_SEAL_KEY_FILE`, `COUNTERSIGN_CONSOLE_TOKEN_FILE`.
     pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("read config {}", path.display()))?;
-        let mut c: Config =
-            toml::from_str(&text).with_context(|| format!("parse config {}", path.display()))?;
+        let mut c: Config = countersign_common::config::read_toml(path)?;
         c.apply_env(|k| std::env::var(k).ok())?;
         c.passkey_settings()?;
         Ok(c)
@@ -435,26 +432,8 @@ impl Config {
 
     /// The console token: `COUNTERSIGN_CONSOLE_TOKEN`, else the token file, else none.
     pub fn console_token(&self) -> anyhow::Result<Option<Zeroizing<String>>> {
-        if let Ok(v) = std::env::var("COUNTERSIGN_CONSOLE_TOKEN") {
-            return Ok(Some(Zeroizing::new(v)));
-        }
-        match &self.console_token_file {
-            None => Ok(None),
-            Some(p) => {
-                let t = Zeroizing::new(
-                    std::fs::read_to_string(p)
-                        .with_context(|| format!("read console token file {}", p.display()))?,
-                );
-                let t = t.trim();
-                if t.len() < 16 {
-                    bail!(
-                        "the console token in {} is shorter than 16 characters",
-                        p.display()
-                    );
-                }
-                Ok(Some(Zeroizing::new(t.to_owned())))
-            }
-        }
+        let file = self.console_token_file.as_deref();
+        Ok(countersign_common::config::console_token(file)?)
     }
 
     /// The sealing key's bytes.

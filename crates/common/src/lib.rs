@@ -13,6 +13,8 @@
 //! - [`sql`] (feature `sql`): the sqlx migration runner, driver error mapping and pool opening
 //!   for SQLite and PostgreSQL through sqlx `Any`.
 //! - [`server`] (feature `server`): `init_logs` and `shutdown_signal` for the binaries.
+//! - [`config`] (feature `server`): [`config::read_toml`], the one loader of both servers'
+//!   configuration files.
 //! - [`telemetry`] (feature `server`): traces over OTLP and W3C trace context.
 //! - [`tick`] (feature `server`): the pace of the servers' time-driven loops, which tests turn
 //!   instead of sleeping.
@@ -23,6 +25,8 @@
 
 pub mod clock;
 pub mod code;
+#[cfg(feature = "server")]
+pub mod config;
 pub mod login;
 #[cfg(feature = "server")]
 pub mod server;

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use countersign_common::config::read_secret;
 use serde::Deserialize;
 use zeroize::Zeroizing;
 
@@ -144,21 +145,6 @@ fn default_true() -> bool {
     true
 }
 
-fn read_secret(path: &std::path::Path, what: &str) -> anyhow::Result<Zeroizing<String>> {
-    let text = Zeroizing::new(
-        std::fs::read_to_string(path)
-            .with_context(|| format!("read {what} file {}", path.display()))?,
-    );
-    let t = text.trim();
-    if t.len() < 16 {
-        bail!(
-            "the {what} in {} is shorter than 16 characters",
-            path.display()
-        );
-    }
-    Ok(Zeroizing::new(t.to_owned()))
-}
-
 impl Config {
     /// A configuration with defaults for `public_url`.
     pub fn new(public_url: &str) -> Self {
@@ -183,10 +169,7 @@ impl Config {
 
     /// Reads the file, then applies the environment overrides.
     pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("read config {}", path.display()))?;
-        let mut c: Config =
-            toml::from_str(&text).with_context(|| format!("parse config {}", path.display()))?;
+        let mut c: Config = countersign_common::config::read_toml(path)?;
         c.apply_env(|k| std::env::var(k).ok())?;
         Ok(c)
     }
@@ -254,17 +237,11 @@ impl Config {
 
     /// The broker's console token: `COUNTERSIGN_CONSOLE_TOKEN`, else the broker's token file.
     pub fn console_token(&self) -> anyhow::Result<Option<Zeroizing<String>>> {
-        if let Ok(v) = std::env::var("COUNTERSIGN_CONSOLE_TOKEN") {
-            return Ok(Some(Zeroizing::new(v)));
-        }
-        match self
+        let file = self
             .broker
             .as_ref()
-            .and_then(|b| b.console_token_file.as_ref())
-        {
-            Some(p) => read_secret(p, "console token").map(Some),
-            None => Ok(None),
-        }
+            .and_then(|b| b.console_token_file.as_deref());
+        Ok(countersign_common::config::console_token(file)?)
     }
 
     /// The broker's webhook signing secret, if configured (`[broker] webhook_secret_file`).
@@ -289,10 +266,8 @@ impl Config {
 
     /// The agents' shared token, if configured.
     pub fn shared_token(&self) -> anyhow::Result<Option<Zeroizing<String>>> {
-        self.shared_token_file
-            .as_ref()
-            .map(|p| read_secret(p, "shared token"))
-            .transpose()
+        let file = self.shared_token_file.as_deref();
+        Ok(file.map(|p| read_secret(p, "shared token")).transpose()?)
     }
 
     /// The OpenID client secret, if configured.

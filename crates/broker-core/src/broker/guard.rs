@@ -19,7 +19,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use serde_json::json;
 
 use crate::audit::{self, AuditEntry, AuditEvent};
@@ -31,7 +30,7 @@ use crate::model::{
     Enrollment, Grant, GrantEnd, LauncherCredential, Passkey, Record, Request, RequestState,
 };
 use crate::seal::Sealer;
-use crate::storage::{Storage, StorageError, Tx, TxDecorator};
+use crate::storage::{Storage, StorageDecorator, StorageError, Tx, TxDecorator};
 
 /// Logs and counts a row refused for its seal.
 pub(crate) fn tampered(table: &'static str, id: &str, reason: &'static str) {
@@ -79,8 +78,13 @@ impl Guarded {
     }
 }
 
-#[async_trait]
-impl Storage for Guarded {
+impl StorageDecorator for Guarded {
+    type Wrapped = dyn Storage;
+
+    fn wrapped(&self) -> &dyn Storage {
+        self.inner.as_ref()
+    }
+
     async fn begin(&self) -> Result<Box<dyn Tx>, StorageError> {
         Ok(self.wrap(self.inner.begin().await?, true))
     }
@@ -91,51 +95,6 @@ impl Storage for Guarded {
 
     async fn snapshot(&self) -> Result<Box<dyn Tx>, StorageError> {
         Ok(self.wrap(self.inner.snapshot().await?, false))
-    }
-
-    async fn ping(&self) -> Result<(), StorageError> {
-        self.inner.ping().await
-    }
-
-    async fn policy_epoch(&self) -> Result<i64, StorageError> {
-        self.inner.policy_epoch().await
-    }
-
-    async fn bump_policy_epoch(&self) -> Result<i64, StorageError> {
-        self.inner.bump_policy_epoch().await
-    }
-
-    async fn remember_once(
-        &self,
-        scope: &str,
-        value: &str,
-        until: Time,
-        now: Time,
-    ) -> Result<bool, StorageError> {
-        self.inner.remember_once(scope, value, until, now).await
-    }
-
-    async fn remember_proof(
-        &self,
-        use_: crate::storage::ProofUse<'_>,
-    ) -> Result<bool, StorageError> {
-        self.inner.remember_proof(use_).await
-    }
-
-    async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
-        self.inner.remembered(scope, now).await
-    }
-
-    async fn remember_all(
-        &self,
-        values: &[(&str, &str, Time)],
-        now: Time,
-    ) -> Result<(), StorageError> {
-        self.inner.remember_all(values, now).await
-    }
-
-    async fn at_shutdown(&self, now: Time) -> Result<(), StorageError> {
-        self.inner.at_shutdown(now).await
     }
 }
 

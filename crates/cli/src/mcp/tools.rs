@@ -34,10 +34,20 @@ use super::exec::{self, Commands};
 use super::requests::{self, Book, Outcome};
 use super::{SessionFacts, log};
 
-/// Said in every tool's description.
-pub const NO_VALUE: &str = "No tool result, error or log line of this server ever carries a secret's value: they are built from secret names, request, record and grant ids, and masked output only.";
+/// A tool's description: its parts, then [`NO_VALUE`] (a literal, as `concat!` takes).
+macro_rules! description {
+    ($($part:literal),*) => {
+        concat!(
+            $($part,)*
+            "No tool result, error or log line of this server ever carries a secret's value: they are built from secret names, request, record and grant ids, and masked output only."
+        )
+    };
+}
 
-const RUN_DESCRIPTION: &str = concat!(
+/// Said in every tool's description.
+pub const NO_VALUE: &str = description!();
+
+const RUN_DESCRIPTION: &str = description!(
     "Run a shell command (/bin/sh -c) with secrets in its environment, without the model ever seeing them. ",
     "Requests the named secrets for this session (each value goes into the environment variable of its name); ",
     "a grant this session already holds for a name is reused. If the policy asks a person, reports progress ",
@@ -48,44 +58,35 @@ const RUN_DESCRIPTION: &str = concat!(
     "on the same request) or check request_status. Once granted, runs the command (standard input empty, stopped ",
     "after `timeout` seconds) and answers its exit code and its standard output and error, in which every ",
     "granted value and its base64, URL and JSON encodings are replaced by <concealed by countersign>; if a ",
-    "value is too short to mask, the output is withheld. ",
-    "No tool result, error or log line of this server ever carries a secret's value: they are built from secret names, request, record and grant ids, and masked output only."
+    "value is too short to mask, the output is withheld. "
 );
-const STATUS_DESCRIPTION: &str = concat!(
+const STATUS_DESCRIPTION: &str = description!(
     "The state of a secret request of this session (pending, granted, denied, expired, cancelled), ",
-    "with its record id, approver, grant id and the secret names it asked for. ",
-    "No tool result, error or log line of this server ever carries a secret's value: they are built from secret names, request, record and grant ids, and masked output only."
+    "with its record id, approver, grant id and the secret names it asked for. "
 );
-const CANCEL_DESCRIPTION: &str = concat!(
-    "Cancel a pending secret request of this session (the person is no longer asked). ",
-    "No tool result, error or log line of this server ever carries a secret's value: they are built from secret names, request, record and grant ids, and masked output only."
+const CANCEL_DESCRIPTION: &str = description!(
+    "Cancel a pending secret request of this session (the person is no longer asked). "
 );
-const GRANTS_DESCRIPTION: &str = concat!(
+const GRANTS_DESCRIPTION: &str = description!(
     "This session's live grants: grant and request ids, the secret names each holds, approver, and when each ",
-    "expires (null: when this MCP server's session ends). Names and expiries only. ",
-    "No tool result, error or log line of this server ever carries a secret's value: they are built from secret names, request, record and grant ids, and masked output only."
+    "expires (null: when this MCP server's session ends). Names and expiries only. "
 );
-const ASK_DESCRIPTION: &str = concat!(
+const ASK_DESCRIPTION: &str = description!(
     "Ask a person a question on an issue of the approval console (an ask, with optional answer options). ",
     "Answers the ask's id at once, without waiting: read the answer later with get_answer (asks outlive this ",
-    "server and its session). ",
-    "No tool result, error or log line of this server ever carries a secret's value: they are built from secret names, request, record and grant ids, and masked output only."
+    "server and its session). "
 );
-const ANSWER_DESCRIPTION: &str = concat!(
+const ANSWER_DESCRIPTION: &str = description!(
     "Read an ask: its state (open, answered, retracted, resolved), the answer (selected options, text, who, ",
-    "when) and replies. ",
-    "No tool result, error or log line of this server ever carries a secret's value: they are built from secret names, request, record and grant ids, and masked output only."
+    "when) and replies. "
 );
-const READ_DESCRIPTION: &str = concat!(
+const READ_DESCRIPTION: &str = description!(
     "Messages delivered to this session over its console link since the last read (people's and other ",
     "sessions' messages, mentions, and the broker's notices of requests that expired undecided); waits up to ",
-    "`wait` seconds for one when there is none. ",
-    "No tool result, error or log line of this server ever carries a secret's value: they are built from secret names, request, record and grant ids, and masked output only."
+    "`wait` seconds for one when there is none. "
 );
-const REPLY_DESCRIPTION: &str = concat!(
-    "Reply to a message (or mention) delivered to this session, by its id. ",
-    "No tool result, error or log line of this server ever carries a secret's value: they are built from secret names, request, record and grant ids, and masked output only."
-);
+const REPLY_DESCRIPTION: &str =
+    description!("Reply to a message (or mention) delivered to this session, by its id. ");
 
 /// The console tools, offered only with a console configured.
 pub const CONSOLE_TOOLS: &[&str] = &["ask_person", "get_answer", "read_messages", "reply"];
