@@ -100,12 +100,17 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
     }
     // The brokers, each on its own runtime.
     let (server_rts, server_threads) = server_runtimes(args.replicas, args.server_threads)?;
-    let server_cpu = || -> f64 {
+    // The brokers' runtime threads, and SQLite's: sqlx runs each SQLite connection on a
+    // thread of its own, outside the runtime, whose work is the server's too.
+    let server_cpu = || -> ServerCpu {
         let threads = server_threads
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        threads.iter().map(|t| thread_cpu_seconds(t)).sum()
+        ServerCpu {
+            runtime: threads.iter().map(|t| thread_cpu_seconds(t)).sum(),
+            sqlite: sqlite_worker_cpu_seconds(),
+        }
     };
     let mut listen = Vec::new();
     for _ in 0..args.replicas {
@@ -249,7 +254,7 @@ async fn measure(
     addrs: &[SocketAddr],
     base: &str,
     token: &str,
-    server_cpu: &dyn Fn() -> f64,
+    server_cpu: &dyn Fn() -> ServerCpu,
     cores: usize,
     verify_us: f64,
 ) -> anyhow::Result<()> {
@@ -272,6 +277,7 @@ async fn measure(
     // A closed-loop phase: its rate and latency, and the server's CPU per request.
     let closed = |label: &'static str, calls: Vec<Call>, target: Option<f64>| async move {
         eprintln!("measuring: {label}");
+        let machine0 = MachineTime::now();
         let cpu0 = server_cpu();
         let r = closed_loop(
             addrs,
@@ -280,14 +286,20 @@ async fn measure(
             Duration::from_secs(args.seconds),
         )
         .await?;
-        let cpu = server_cpu() - cpu0;
+        let cpu1 = server_cpu();
+        let cpu = ServerCpu {
+            runtime: cpu1.runtime - cpu0.runtime,
+            sqlite: cpu1.sqlite - cpu0.sqlite,
+        };
         r.print(&format!("{label}, closed loop"), target);
         print_capacity(cpu, r.done, cores, target.unwrap_or(f64::NAN), verify_us);
+        machine0.print_steal();
         anyhow::Ok(())
     };
     // An open-loop phase at `--rate`: latency counted from when each call was due.
     let open = |label: &'static str, calls: Vec<Call>| async move {
         eprintln!("measuring: {label} at a fixed rate");
+        let machine0 = MachineTime::now();
         let r = open_loop(
             addrs,
             calls,
@@ -297,6 +309,7 @@ async fn measure(
         )
         .await?;
         r.print(&format!("{label} at {} req/s", args.rate), None);
+        machine0.print_steal();
         anyhow::Ok(())
     };
     closed("GET of no route (the HTTP floor: 404)", floor, None).await?;
@@ -318,6 +331,71 @@ async fn measure(
     anyhow::Ok(())
 }
 
+/// The machine's CPU time so far, all cores (`/proc/stat`'s `cpu` line, in ticks): its total
+/// and what the hypervisor took (steal). A virtual machine whose host is busy loses time
+/// its threads were ready to run, which shows up as latency no code of ours spent.
+#[derive(Debug, Clone, Copy, Default)]
+struct MachineTime {
+    total: u64,
+    steal: u64,
+}
+
+impl MachineTime {
+    fn now() -> Self {
+        let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+            return Self::default();
+        };
+        let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+            return Self::default();
+        };
+        // user nice system idle iowait irq softirq steal (guest time is within user).
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        Self {
+            total: f.iter().sum(),
+            steal: f.get(7).copied().unwrap_or(0),
+        }
+    }
+
+    /// The share of the machine's CPU time since `self` the hypervisor took.
+    fn print_steal(self) {
+        let now = Self::now();
+        let total = now.total.saturating_sub(self.total);
+        if total > 0 {
+            let steal = now.steal.saturating_sub(self.steal) as f64 * 100.0 / total as f64;
+            println!("  machine: {steal:.0} % of CPU time stolen by the hypervisor in this phase");
+        }
+    }
+}
+
+/// CPU seconds the server's threads have used: its runtimes' and SQLite's worker threads'.
+#[derive(Debug, Clone, Copy)]
+struct ServerCpu {
+    runtime: f64,
+    sqlite: f64,
+}
+
+/// CPU seconds of this process's SQLite worker threads (sqlx names them
+/// `sqlx-sqlite-worker-N`, which the kernel's 15-byte `comm` cuts short). A worker that has
+/// exited is no longer counted: the broker's pool keeps its connections.
+fn sqlite_worker_cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.starts_with("sqlx-sqlite-wor"))
+        })
+        .map(|t| thread_cpu_seconds(&t.path().to_string_lossy()))
+        .sum()
+}
+
 /// CPU seconds (user + system) a thread of this process has used, from `/proc/<pid>/task/<tid>/stat`.
 fn thread_cpu_seconds(task: &str) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("{task}/stat")) else {
@@ -335,14 +413,16 @@ fn thread_cpu_seconds(task: &str) -> f64 {
 
 /// The server's own CPU per request in a phase, and the rate its cores would allow were the
 /// load generator not sharing them.
-fn print_capacity(cpu_seconds: f64, done: usize, cores: usize, target: f64, verify_us: f64) {
+fn print_capacity(cpu: ServerCpu, done: usize, cores: usize, target: f64, verify_us: f64) {
+    let cpu_seconds = cpu.runtime + cpu.sqlite;
     if done == 0 || cpu_seconds <= 0.0 {
         return;
     }
     let per_request_us = cpu_seconds * 1e6 / done as f64;
+    let sqlite_us = cpu.sqlite * 1e6 / done as f64;
     let capacity = 1e6 / per_request_us * cores as f64;
     println!(
-        "  server CPU {per_request_us:.0} µs per request ({:.2}× one verification) → {capacity:.0} req/s on {cores} cores with the client elsewhere{}",
+        "  server CPU {per_request_us:.0} µs per request ({:.2}× one verification; SQLite's worker threads {sqlite_us:.0} µs of it) → {capacity:.0} req/s on {cores} cores with the client elsewhere{}",
         per_request_us / verify_us,
         if target.is_nan() {
             String::new()
