@@ -5,13 +5,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use countersign_broker_core::broker::Parts;
@@ -259,32 +259,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/readyz", get(readyz))
         .fallback(not_found)
-        .layer(middleware::from_fn(track))
-        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(span_for))
+        .layer(middleware::from_fn(|req, next| REQUESTS.track(req, next)))
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| REQUESTS.span(req)),
+        )
         .with_state(state)
-}
-
-/// The request's log span names its route template, never its URI: paths carry ids such as a
-/// machine login's `pending_id`, which only its machine may know. Exported as a trace's server
-/// span, it continues the caller's trace when the request carries W3C trace context.
-fn span_for(req: &Request) -> tracing::Span {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str())
-        .unwrap_or("unmatched");
-    countersign_common::telemetry::in_remote_context(
-        |name| req.headers().get(name).and_then(|v| v.to_str().ok()),
-        || {
-            tracing::info_span!(
-                "request",
-                method = %req.method(),
-                route,
-                otel.name = format!("broker {} {route}", req.method()),
-                otel.kind = "server",
-            )
-        },
-    )
 }
 
 /// `GET /readyz`: 200 when this replica can serve: its database answers, the policy has been
@@ -396,22 +376,6 @@ async fn render_metrics(State(st): State<Arc<AppState>>) -> Response {
         .map(PrometheusHandle::render)
         .unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
-}
-
-/// Counts requests and their latency by route and status.
-async fn track(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".into());
-    let method = req.method().as_str().to_owned();
-    let start = Instant::now();
-    let resp = next.run(req).await;
-    let status = resp.status().as_u16().to_string();
-    metrics::counter!("countersign_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status).increment(1);
-    metrics::histogram!("countersign_http_request_duration_seconds", "method" => method, "route" => route).record(start.elapsed().as_secs_f64());
-    resp
 }
 
 /// A running server.
@@ -643,3 +607,10 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
     });
     vec![sweep, reloader, auditor, deliverer, housekeeping]
 }
+
+/// This server's request span and metrics (`docs/metrics.md`).
+const REQUESTS: countersign_common::telemetry::Requests = countersign_common::telemetry::Requests {
+    side: "broker",
+    total: "countersign_http_requests_total",
+    duration: "countersign_http_request_duration_seconds",
+};

@@ -5,7 +5,8 @@
 //! ([`inject_current`]), the broker's request span takes it as its parent
 //! ([`in_remote_context`]).
 //!
-//! [`metrics_handle`] is the process's one Prometheus recorder.
+//! [`metrics_handle`] is the process's one Prometheus recorder; [`Requests`] the span and the
+//! metrics each server wraps every request in.
 //!
 //! [`crate::server::init_logs`] installs the subscriber with an empty slot for the
 //! OpenTelemetry layer; [`enable`] fills it once the configuration is read. Without an endpoint
@@ -180,4 +181,64 @@ pub fn metrics_handle() -> metrics_exporter_prometheus::PrometheusHandle {
             handle
         })
         .clone()
+}
+
+/// How a server names its requests in traces and metrics (`docs/metrics.md`): the span each
+/// request runs in ([`Requests::span`]) and the counter and latency histogram it lands in
+/// ([`Requests::track`]), labelled by the route's template, never by the URI: paths and
+/// queries carry ids (a machine login's `pending_id`, which only its machine may know) and
+/// search words, and their values are unbounded.
+#[derive(Debug, Clone, Copy)]
+pub struct Requests {
+    /// The side, the first word of a request span's trace name (`broker GET /v1/...`).
+    pub side: &'static str,
+    /// The counter by method, route and status.
+    pub total: &'static str,
+    /// The latency histogram by method and route, in seconds.
+    pub duration: &'static str,
+}
+
+/// The route pattern a request matched, or `unmatched`.
+fn route_of(req: &axum::extract::Request) -> &str {
+    req.extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |m| m.as_str())
+}
+
+impl Requests {
+    /// The span a request runs in, continuing the caller's trace when its headers carry one
+    /// ([`in_remote_context`]).
+    pub fn span(&self, req: &axum::extract::Request) -> tracing::Span {
+        let route = route_of(req);
+        in_remote_context(
+            |name| req.headers().get(name).and_then(|v| v.to_str().ok()),
+            || {
+                tracing::info_span!(
+                    "request",
+                    method = %req.method(),
+                    route,
+                    otel.name = format!("{} {} {route}", self.side, req.method()),
+                    otel.kind = "server",
+                )
+            },
+        )
+    }
+
+    /// Runs the request and counts it and its latency by route and status (a router's
+    /// `middleware::from_fn` body).
+    pub async fn track(
+        self,
+        req: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> axum::response::Response {
+        let route = route_of(&req).to_owned();
+        let method = req.method().as_str().to_owned();
+        let start = std::time::Instant::now();
+        let resp = next.run(req).await;
+        let status = resp.status().as_u16().to_string();
+        metrics::counter!(self.total, "method" => method.clone(), "route" => route.clone(), "status" => status).increment(1);
+        metrics::histogram!(self.duration, "method" => method, "route" => route)
+            .record(start.elapsed().as_secs_f64());
+        resp
+    }
 }

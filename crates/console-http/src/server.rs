@@ -275,8 +275,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn(method_not_allowed))
         .layer(compression())
         .layer(middleware::from_fn(security_headers))
-        .layer(middleware::from_fn(track))
-        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(span_for))
+        .layer(middleware::from_fn(|req, next| REQUESTS.track(req, next)))
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| REQUESTS.span(req)),
+        )
         .with_state(state)
 }
 
@@ -311,46 +314,6 @@ fn compression()
     CompressionLayer::new()
         .quality(CompressionLevel::Fastest)
         .compress_when(SizeAbove::new(1024).and(compressible))
-}
-
-/// The request's span names its route template, never its URI (paths and queries carry ids
-/// and search words). Exported as a trace's server span, it continues the caller's trace when
-/// the request carries W3C trace context; the broker calls made under it carry it on
-/// ([`crate::broker_client`]).
-fn span_for(req: &Request) -> tracing::Span {
-    let route = req
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map(|m| m.as_str())
-        .unwrap_or("unmatched");
-    countersign_common::telemetry::in_remote_context(
-        |name| req.headers().get(name).and_then(|v| v.to_str().ok()),
-        || {
-            tracing::info_span!(
-                "request",
-                method = %req.method(),
-                route,
-                otel.name = format!("console {} {route}", req.method()),
-                otel.kind = "server",
-            )
-        },
-    )
-}
-
-/// Counts requests and their latency by route and status (`docs/metrics.md`).
-async fn track(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".into());
-    let method = req.method().as_str().to_owned();
-    let start = std::time::Instant::now();
-    let resp = next.run(req).await;
-    let status = resp.status().as_u16().to_string();
-    metrics::counter!("countersign_console_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status).increment(1);
-    metrics::histogram!("countersign_console_http_request_duration_seconds", "method" => method, "route" => route).record(start.elapsed().as_secs_f64());
-    resp
 }
 
 /// `GET /metrics`: the process's Prometheus text (in dev mode's one process, the broker's
@@ -594,3 +557,10 @@ pub async fn serve(
         listener: events,
     })
 }
+
+/// This server's request span and metrics (`docs/metrics.md`).
+const REQUESTS: countersign_common::telemetry::Requests = countersign_common::telemetry::Requests {
+    side: "console",
+    total: "countersign_console_http_requests_total",
+    duration: "countersign_console_http_request_duration_seconds",
+};
