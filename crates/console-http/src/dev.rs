@@ -172,25 +172,32 @@ impl DevExtras {
 /// The console's shared agent token in the dev state (`csa_` and 32 random bytes, made once).
 fn agent_token(dir: &Path) -> anyhow::Result<PathBuf> {
     use base64::Engine as _;
+    secret_file(&dir.join(AGENT_TOKEN_FILE), |key| {
+        format!(
+            "csa_{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+        )
+    })
+}
+
+/// A secret of the dev state at `path`: written once, only its owner may read it, from 32
+/// random bytes that `text` writes out; a later start keeps it.
+fn secret_file(path: &Path, text: impl FnOnce([u8; 32]) -> String) -> anyhow::Result<PathBuf> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let path = dir.join(AGENT_TOKEN_FILE);
     if !path.exists() {
         let key =
             countersign_console_core::clock::random::<32>(&countersign_console_core::SystemEntropy);
-        let text = format!(
-            "csa_{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
-        );
+        let text = text(key);
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(&path)
+            .open(path)
             .and_then(|mut f| f.write_all(text.as_bytes()))
             .with_context(|| format!("write {}", path.display()))?;
     }
-    Ok(path)
+    Ok(path.to_path_buf())
 }
 
 /// Starts both on 127.0.0.1 (port 0 picks a free one), creating dev state in `dir` on first run.
@@ -201,25 +208,12 @@ pub async fn start(dir: &Path, broker_port: u16, console_port: u16) -> anyhow::R
 /// The broker's webhook secret in the dev state (`whsec_` and 32 random bytes, made once).
 fn webhook_secret(dir: &Path) -> anyhow::Result<PathBuf> {
     use base64::Engine as _;
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let path = dir.join("webhook-secret");
-    if !path.exists() {
-        let key =
-            countersign_console_core::clock::random::<32>(&countersign_console_core::SystemEntropy);
-        let text = format!(
+    secret_file(&dir.join("webhook-secret"), |key| {
+        format!(
             "whsec_{}",
             base64::engine::general_purpose::STANDARD.encode(key)
-        );
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .with_context(|| format!("write {}", path.display()))?;
-    }
-    Ok(path)
+        )
+    })
 }
 
 /// The broker's dev configuration for this console: `countersign-broker dev`'s, with its expiry
