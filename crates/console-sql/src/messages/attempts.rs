@@ -4,18 +4,17 @@
 
 use countersign_common::sql::{db_err, is_unique_violation};
 use countersign_console_core::Time;
-use countersign_console_core::ids::{ArtifactId, CommentId, MessageId, SessionId};
+use countersign_console_core::ids::{CommentId, MessageId, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::messages::{
     Attempt, AttemptState, Deliverable, DeliveryContent, DeliveryKind, Finish, Mode, Scope,
 };
 use countersign_console_core::work::store::ms;
-use countersign_console_core::work::{IssueKey, ProjectKey};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::time;
-use crate::work::{Args, SqlTx, corrupt, id_in, id_of, json_of, opt_id_in, text};
+use crate::work::{Args, SqlTx, corrupt, id_in, id_of, json_of, place_in, text};
 
 const ATTEMPT_COLUMNS: &str = "kind, id, attempt, session_id, mode, state, requested_by, \
      created_at, sent_at, accepted_at, accepted_as, error, project, issue, artifact";
@@ -40,6 +39,7 @@ fn item_of(r: &AnyRow) -> Result<Deliverable, StorageError> {
 pub(super) fn attempt_of(r: &AnyRow) -> Result<Attempt, StorageError> {
     let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
     let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    let (project, issue, artifact) = place_in(r)?;
     Ok(Attempt {
         item: item_of(r)?,
         attempt: r.try_get("attempt").map_err(db_err)?,
@@ -55,13 +55,9 @@ pub(super) fn attempt_of(r: &AnyRow) -> Result<Attempt, StorageError> {
             .transpose()?,
         error: go("error")?,
         scope: Scope {
-            project: go("project")?
-                .map(|p| ProjectKey::parse(&p).ok_or_else(|| corrupt("project key")))
-                .transpose()?,
-            issue: go("issue")?
-                .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
-                .transpose()?,
-            artifact: opt_id_in(r, "artifact", ArtifactId::parse)?,
+            project,
+            issue,
+            artifact,
         },
     })
 }

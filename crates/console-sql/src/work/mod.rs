@@ -211,21 +211,34 @@ struct StoredClaim {
     at: i64,
 }
 
-pub(crate) fn event_of(r: &AnyRow) -> Result<Event, StorageError> {
+/// Where a row's event or attempt is: its `project`, `issue` and `artifact` columns.
+pub(crate) type Place = (Option<ProjectKey>, Option<IssueKey>, Option<ArtifactId>);
+
+/// [`Place`] read from a row.
+pub(crate) fn place_in(r: &AnyRow) -> Result<Place, StorageError> {
     let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    Ok((
+        go("project")?
+            .map(|p| ProjectKey::parse(&p).ok_or_else(|| corrupt("project key")))
+            .transpose()?,
+        go("issue")?
+            .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
+            .transpose()?,
+        opt_id_in(r, "artifact", ArtifactId::parse)?,
+    ))
+}
+
+pub(crate) fn event_of(r: &AnyRow) -> Result<Event, StorageError> {
+    let (project, issue, artifact) = place_in(r)?;
     Ok(Event {
         id: r.try_get("id").map_err(db_err)?,
         kind: r.try_get("kind").map_err(db_err)?,
         facts: EventFacts {
             at: time(r.try_get("at").map_err(db_err)?)?,
             actor: json_of(&r.try_get::<String, _>("actor").map_err(db_err)?, "actor")?,
-            project: go("project")?
-                .map(|p| ProjectKey::parse(&p).ok_or_else(|| corrupt("project key")))
-                .transpose()?,
-            issue: go("issue")?
-                .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
-                .transpose()?,
-            artifact: opt_id_in(r, "artifact", ArtifactId::parse)?,
+            project,
+            issue,
+            artifact,
             session: opt_id_in(r, "session", SessionId::parse)?,
             data: json_of(&r.try_get::<String, _>("data").map_err(db_err)?, "event")?,
         },
