@@ -198,22 +198,23 @@ impl Waiting {
     /// signed in, as the inbox's scope has it; never its author when a person opened it. The
     /// line is the question's first line, where it is, and the ask's page.
     pub fn of_ask(ask: &Ask, assignee: Option<Login>) -> Self {
-        let first = ask.question.lines().next().unwrap_or_default();
+        let first = ask.head.question.lines().next().unwrap_or_default();
         let of = ask
+            .head
             .issue
             .as_ref()
             .map(|k| format!(" of {}", k.as_str()))
             .unwrap_or_default();
-        let place = match (&ask.kind, &ask.artifact, &ask.issue) {
+        let place = match (&ask.head.kind, &ask.head.artifact, &ask.head.issue) {
             (AskKind::Approval, _, _) => format!("Review a document{of}"),
             (_, Some(_), _) => format!("Answer an ask on a document{of}"),
             (_, None, Some(k)) => format!("Answer an ask on {}", k.as_str()),
             (_, None, None) => "Answer an ask".to_owned(),
         };
         Waiting {
-            item: format!("ask:{}", ask.id),
+            item: format!("ask:{}", ask.head.id),
             title: format!("{place}: “{}”", clean(first, 200)),
-            path: format!("/asks/{}", ask.id),
+            path: format!("/asks/{}", ask.head.id),
             who: assignee,
             except: match &ask.author {
                 crate::work::Actor::User { login } => Some(login.clone()),
@@ -403,7 +404,7 @@ mod tests {
         let agent = Actor::Agent {
             owner: Login::parse("ada@example.com"),
             service: None,
-            session: Some("s1".into()),
+            session: crate::ids::SessionId::parse("s1"),
         };
         // An ask id is a UUID: "0b6e…" stands for the one the assertions name.
         const ID: &str = "0b6e0000-0000-4000-8000-000000000000";
@@ -429,8 +430,11 @@ mod tests {
             author: Actor::User {
                 login: Login::parse("ada@example.com").expect("login"),
             },
-            kind: AskKind::Approval,
-            artifact: crate::ids::ArtifactId::parse("d0c00000-0000-4000-8000-000000000000"),
+            head: crate::work::asks::AskHead {
+                kind: AskKind::Approval,
+                artifact: crate::ids::ArtifactId::parse("d0c00000-0000-4000-8000-000000000000"),
+                ..ask.head
+            },
             ..ask
         };
         let w = Waiting::of_ask(&by_ada, None);

@@ -33,7 +33,7 @@ use countersign_console_core::console::{Ack, LinkNotice};
 use countersign_console_core::ids::SessionId;
 use countersign_console_core::work::Actor;
 use countersign_console_core::work::messages::{
-    Delivery, DeliveryContent, DeliveryKind, LiveSession, Mode,
+    Deliverable, Delivery, DeliveryContent, DeliveryKind, LiveSession, Mode,
 };
 use countersign_console_core::{Caller, Error, ErrorCode, Presence, Time};
 use futures_util::stream::{self, StreamExt};
@@ -91,7 +91,7 @@ struct Entry {
 /// This replica's session links, and the acknowledgements they pass on.
 pub struct Registry {
     replica: String,
-    sessions: Mutex<HashMap<String, Entry>>,
+    sessions: Mutex<HashMap<SessionId, Entry>>,
     next_link: AtomicI64,
     acks: mpsc::UnboundedSender<Ack>,
     /// Taken by [`background`], which commits the acknowledgements in batches.
@@ -127,7 +127,7 @@ impl std::fmt::Debug for Registry {
 impl Registry {
     /// Queues a text frame on a live session's link held by this replica, without waiting (a
     /// notice such as `ask.answered`); false when its link is not here or its queue is full.
-    pub fn send_frame(&self, session: &str, frame: String) -> bool {
+    pub fn send_frame(&self, session: &SessionId, frame: String) -> bool {
         let Ok(m) = self.sessions.lock() else {
             return false;
         };
@@ -160,13 +160,18 @@ impl Registry {
         }
     }
 
-    fn with<T>(&self, session: &str, link: i64, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
+    fn with<T>(
+        &self,
+        session: &SessionId,
+        link: i64,
+        f: impl FnOnce(&mut Entry) -> T,
+    ) -> Option<T> {
         let mut m = self.sessions.lock().ok()?;
         m.get_mut(session).filter(|e| e.link == link).map(f)
     }
 
     /// Removes the session if this link still holds it, ending its relay viewers.
-    fn leave(&self, session: &str, link: i64) -> bool {
+    fn leave(&self, session: &SessionId, link: i64) -> bool {
         let Ok(mut m) = self.sessions.lock() else {
             return false;
         };
@@ -183,7 +188,7 @@ impl Registry {
     }
 
     /// Closes this replica's link `link` of a session (a newer link elsewhere holds it).
-    fn close_link(&self, session: &str, link: i64) {
+    fn close_link(&self, session: &SessionId, link: i64) {
         self.with(session, link, |e| {
             if let Some(c) = e.close.take() {
                 let _ = c.send(());
@@ -192,7 +197,7 @@ impl Registry {
     }
 
     /// The sessions whose activity moved since the last call, with their latest activity.
-    fn take_activity(&self) -> Vec<(String, Time)> {
+    fn take_activity(&self) -> Vec<(SessionId, Time)> {
         let Ok(mut m) = self.sessions.lock() else {
             return Vec::new();
         };
@@ -216,7 +221,7 @@ impl Registry {
 
     /// Opens a relay viewer of a session this replica links, if it serves the relay; the
     /// link is sent `relay.open`.
-    fn open_viewer(&self, session: &str, viewer: &str) -> Option<mpsc::Receiver<Relayed>> {
+    fn open_viewer(&self, session: &SessionId, viewer: &str) -> Option<mpsc::Receiver<Relayed>> {
         let mut m = self.sessions.lock().ok()?;
         let e = m.get_mut(session)?;
         if !e.live.capabilities.iter().any(|c| c == "relay") {
@@ -233,7 +238,7 @@ impl Registry {
     }
 
     /// A viewer left: the link is sent `relay.close`.
-    fn close_viewer(&self, session: &str, viewer: &str) {
+    fn close_viewer(&self, session: &SessionId, viewer: &str) {
         if let Ok(mut m) = self.sessions.lock()
             && let Some(e) = m.get_mut(session)
             && e.viewers.remove(viewer).is_some()
@@ -278,16 +283,16 @@ struct ViewerMsg<'a> {
 struct DeliverFrame<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    delivery: DeliveryRef<'a>,
+    delivery: DeliveryRef,
     #[serde(flatten)]
     content: &'a DeliveryContent,
 }
 
 /// `delivery {kind, id, attempt}` in `deliver`.
 #[derive(Debug, Serialize)]
-struct DeliveryRef<'a> {
+struct DeliveryRef {
     kind: DeliveryKind,
-    id: &'a str,
+    id: String,
     attempt: i64,
 }
 
@@ -295,8 +300,8 @@ fn deliver_frame(d: &Delivery) -> String {
     text(&DeliverFrame {
         kind: "deliver",
         delivery: DeliveryRef {
-            kind: d.kind,
-            id: &d.id,
+            kind: d.item.kind(),
+            id: d.item.to_string(),
             attempt: d.attempt,
         },
         content: &d.content,
@@ -414,7 +419,7 @@ fn apply(live: &mut LiveSession, a: Advert) -> bool {
 pub async fn list(State(st): St) -> ApiResult<Response> {
     let mut live = st.console.messages().live_sessions().await?;
     // Each session's open asks, counted in one query.
-    let ids: Vec<String> = live.iter().map(|l| l.session_id.clone()).collect();
+    let ids: Vec<SessionId> = live.iter().map(|l| l.session_id.clone()).collect();
     let counts = st.console.asks().open_ask_counts(&ids).await?;
     for l in &mut live {
         l.open_asks = counts.get(&l.session_id).copied().unwrap_or(0);
@@ -429,7 +434,8 @@ pub async fn link(
     Path(session_id): Path<String>,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
-    let actor = acting_session(&caller, Some(&session_id))?;
+    let session_id = SessionId::named(&session_id)?;
+    let actor = acting_session(&caller, Some(session_id.as_str()))?;
     let ws = ws.map_err(|_| {
         Error::with_message(
             ErrorCode::INVALID_BODY,
@@ -469,11 +475,11 @@ async fn close(mut socket: WebSocket, code: u16, reason: &'static str) {
 struct Welcome<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    session_id: &'a str,
+    session_id: &'a SessionId,
     ping_seconds: u64,
 }
 
-async fn run(st: Arc<AppState>, actor: Actor, session_id: String, mut socket: WebSocket) {
+async fn run(st: Arc<AppState>, actor: Actor, session_id: SessionId, mut socket: WebSocket) {
     let hello = match tokio::time::timeout(HELLO_WITHIN, socket.recv()).await {
         Ok(Some(Ok(Message::Text(t)))) => serde_json::from_str::<Advert>(&t).ok(),
         Ok(_) => None,
@@ -538,14 +544,14 @@ async fn run(st: Arc<AppState>, actor: Actor, session_id: String, mut socket: We
 }
 
 /// A new link's session before its `hello` is applied: this replica's, live from now.
-fn live_session(st: &AppState, actor: &Actor, session_id: &str, link: i64) -> LiveSession {
+fn live_session(st: &AppState, actor: &Actor, session_id: &SessionId, link: i64) -> LiveSession {
     let now = st.console.now();
     let (owner, service) = match actor {
         Actor::Agent { owner, service, .. } => (owner.clone(), service.clone()),
         _ => (None, None),
     };
     LiveSession {
-        session_id: session_id.to_owned(),
+        session_id: session_id.clone(),
         title: String::new(),
         roles: vec![],
         capabilities: vec![],
@@ -564,7 +570,7 @@ fn live_session(st: &AppState, actor: &Actor, session_id: &str, link: i64) -> Li
 async fn serve(
     st: &Arc<AppState>,
     actor: &Actor,
-    session_id: &str,
+    session_id: &SessionId,
     link: i64,
     socket: &mut WebSocket,
     close_rx: &mut oneshot::Receiver<()>,
@@ -616,7 +622,7 @@ async fn on_text(
     st: &Arc<AppState>,
     actor: &Actor,
     by: &Actor,
-    session_id: &str,
+    session_id: &SessionId,
     link: i64,
     t: &str,
 ) -> bool {
@@ -627,12 +633,14 @@ async fn on_text(
         "update" => on_update(st, actor, session_id, link, t).await,
         "delivered" => match serde_json::from_str::<Delivered>(t) {
             Ok(d) => {
-                let _ = st.sessions.acks.send(Ack {
-                    by: by.clone(),
-                    kind: d.kind,
-                    id: d.id,
-                    attempt: d.attempt,
-                });
+                // An id no attempt has names nothing to acknowledge.
+                if let Some(item) = Deliverable::parse(d.kind, &d.id) {
+                    let _ = st.sessions.acks.send(Ack {
+                        by: by.clone(),
+                        item,
+                        attempt: d.attempt,
+                    });
+                }
                 true
             }
             Err(_) => false,
@@ -648,7 +656,7 @@ async fn on_text(
 async fn on_update(
     st: &Arc<AppState>,
     actor: &Actor,
-    session_id: &str,
+    session_id: &SessionId,
     link: i64,
     t: &str,
 ) -> bool {
@@ -676,7 +684,7 @@ async fn on_update(
 }
 
 /// `replay`: the frames a session sends one viewer that has just joined its relay.
-fn on_replay(st: &Arc<AppState>, session_id: &str, link: i64, t: &str) -> bool {
+fn on_replay(st: &Arc<AppState>, session_id: &SessionId, link: i64, t: &str) -> bool {
     let Ok(r) = serde_json::from_str::<Replay>(t) else {
         return false;
     };
@@ -694,7 +702,7 @@ fn on_replay(st: &Arc<AppState>, session_id: &str, link: i64, t: &str) -> bool {
 }
 
 /// `frame`: one relay frame to every viewer (dropped when over its limits).
-fn on_frame(st: &Arc<AppState>, session_id: &str, link: i64, t: &str) -> bool {
+fn on_frame(st: &Arc<AppState>, session_id: &SessionId, link: i64, t: &str) -> bool {
     let Ok(f) = serde_json::from_str::<FrameIn>(t) else {
         return false;
     };
@@ -714,12 +722,12 @@ fn on_frame(st: &Arc<AppState>, session_id: &str, link: i64, t: &str) -> bool {
 }
 
 /// The link's caller acting for its session.
-fn actor_of(actor: &Actor, session: &str) -> Actor {
+fn actor_of(actor: &Actor, session: &SessionId) -> Actor {
     match actor {
         Actor::Agent { owner, service, .. } => Actor::Agent {
             owner: owner.clone(),
             service: service.clone(),
-            session: Some(session.to_owned()),
+            session: Some(session.clone()),
         },
         other => other.clone(),
     }
@@ -736,15 +744,8 @@ pub fn on_notice(st: Arc<AppState>, payload: String) {
     }
     tokio::spawn(async move {
         match n {
-            LinkNotice::Deliver {
-                kind, id, attempt, ..
-            } => {
-                let handed = match st
-                    .console
-                    .messages()
-                    .pending_delivery(kind, &id, attempt)
-                    .await
-                {
+            LinkNotice::Deliver { item, attempt, .. } => {
+                let handed = match st.console.messages().pending_delivery(item, attempt).await {
                     Ok(Some(d)) => st.sessions.deliver(&d),
                     // No longer pending (acknowledged, failed): nothing to send.
                     Ok(None) => return,
@@ -756,12 +757,7 @@ pub fn on_notice(st: Arc<AppState>, payload: String) {
                         return;
                     }
                 };
-                if !handed
-                    && let Err(e) = st
-                        .console
-                        .messages()
-                        .fail_delivery(kind, &id, attempt)
-                        .await
+                if !handed && let Err(e) = st.console.messages().fail_delivery(item, attempt).await
                 {
                     tracing::warn!(code = e.code_str(), "an undeliverable attempt not failed");
                 }
@@ -842,7 +838,7 @@ pub fn background(st: Arc<AppState>) -> tokio::task::JoinHandle<()> {
 /// `frame`s above it, and `end` when the link closes. A session not live here, or without the
 /// `relay` capability: 404.
 pub async fn relay(State(st): St, Path(session_id): Path<String>) -> ApiResult<Response> {
-    SessionId::named(&session_id)?;
+    let session_id = SessionId::named(&session_id)?;
     let viewer = countersign_console_core::clock::random_token::<12>(
         &countersign_console_core::SystemEntropy,
     );
@@ -856,7 +852,7 @@ pub async fn relay(State(st): St, Path(session_id): Path<String>) -> ApiResult<R
             )
         })?;
     /// Tells the link the viewer left when the stream is dropped.
-    struct Leave(Arc<AppState>, String, String);
+    struct Leave(Arc<AppState>, SessionId, String);
     impl Drop for Leave {
         fn drop(&mut self) {
             self.0.sessions.close_viewer(&self.1, &self.2);

@@ -14,7 +14,8 @@ use countersign_console_core::work::documents::{
     StoredDocument, Version, VersionKind, VersionRef,
 };
 use countersign_console_core::work::{
-    Actor, Components, EventPage, Issue, IssueKey, NewEvent, Project, ProjectKey, Status,
+    Actor, Components, EventFacts, EventPage, Issue, IssueKey, NewEvent, Project, ProjectKey,
+    Status,
 };
 use countersign_console_sql::SqlStorage;
 use serde_json::json;
@@ -370,30 +371,32 @@ async fn contract(s: &SqlStorage) {
 
     // The document's log holds its sequenced events; the issue's log does not.
     let mut tx = s.begin().await.expect("begin");
-    let ev = |artifact: Option<String>, session: &str| NewEvent {
+    let ev = |artifact: Option<ArtifactId>, session: &str| NewEvent {
         kind: "document.edited",
-        at: t0,
-        actor: Actor::Agent {
-            owner: None,
-            service: None,
-            session: Some(session.into()),
+        facts: EventFacts {
+            at: t0,
+            actor: Actor::Agent {
+                owner: None,
+                service: None,
+                session: SessionId::parse(session),
+            },
+            project: Some(key.clone()),
+            issue: Some(issue_key.clone()),
+            artifact,
+            session: SessionId::parse(session),
+            data: json!({}),
         },
-        project: Some(key.clone()),
-        issue: Some(issue_key.clone()),
-        artifact,
-        session: Some(session.into()),
-        data: json!({}),
     };
     tx.append_event(&ev(None, "s0"), Some(2))
         .await
         .expect("issue event");
-    tx.append_event(&ev(Some(plan.id.to_string()), "s1"), Some(2))
+    tx.append_event(&ev(Some(plan.id), "s1"), Some(2))
         .await
         .expect("document event");
-    tx.append_event(&ev(Some(plan.id.to_string()), "s2"), Some(3))
+    tx.append_event(&ev(Some(plan.id), "s2"), Some(3))
         .await
         .expect("document event");
-    tx.append_event(&ev(Some(plan.id.to_string()), "s1"), None)
+    tx.append_event(&ev(Some(plan.id), "s1"), None)
         .await
         .expect("unsequenced");
     tx.commit().await.expect("commit");
@@ -411,9 +414,9 @@ async fn contract(s: &SqlStorage) {
         vec![Some(2), Some(3)]
     );
     let issue_log = tx.issue_events(&issue_key, &page).await.expect("issue log");
-    assert!(issue_log.iter().all(|e| e.artifact.is_none()));
+    assert!(issue_log.iter().all(|e| e.facts.artifact.is_none()));
     assert_eq!(issue_log.len(), 1);
-    let subs: Vec<String> = tx
+    let subs: Vec<SessionId> = tx
         .document_subscribers(plan.id)
         .await
         .expect("subs")
@@ -428,7 +431,7 @@ async fn contract(s: &SqlStorage) {
         .expect("unsubscribe");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
-    let subs: Vec<String> = tx
+    let subs: Vec<SessionId> = tx
         .document_subscribers(plan.id)
         .await
         .expect("subs")

@@ -62,7 +62,7 @@ fn people() -> (Human, Actor, Actor) {
     let agent = Actor::Agent {
         owner: None,
         service: None,
-        session: Some("s-1".into()),
+        session: countersign_console_core::ids::SessionId::parse("s-1"),
     };
     (ada, Actor::User { login }, agent)
 }
@@ -120,7 +120,7 @@ async fn scenario(s: Arc<SqlStorage>) {
             .open_issue_ask(&agent, &issues[n % 2], ask(&format!("Question {n}?")))
             .await
             .expect("ask");
-        asks.push(a.id);
+        asks.push(a.head.id);
     }
     let v = check("five asks").await;
     assert_eq!(v["human_turn"].as_array().map(Vec::len), Some(5));
@@ -268,7 +268,7 @@ async fn a_large_kept_inbox_reuses_its_buffers() {
             .open_issue_ask(&agent, &key, ask(&format!("{n}: {long}")))
             .await
             .expect("ask");
-        asks.push(a.id);
+        asks.push(a.head.id);
     }
     let mut sizes = Vec::new();
     for (turn, id) in asks.iter().take(4).enumerate() {
@@ -339,7 +339,7 @@ async fn answers_and_decisions(s: Arc<SqlStorage>) {
             .asks()
             .answer_ask(
                 &person,
-                a.id,
+                a.head.id,
                 AnswerIn {
                     options: vec!["yes".into()],
                     text: Some(format!("and why {n}")),

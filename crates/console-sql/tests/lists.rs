@@ -40,7 +40,7 @@ async fn rows(s: Arc<SqlStorage>) {
     let agent = Actor::Agent {
         owner: None,
         service: None,
-        session: Some("s-1".into()),
+        session: countersign_console_core::ids::SessionId::parse("s-1"),
     };
     c.issues()
         .create_project(&ada, "LIST", "Lists")

@@ -6,10 +6,10 @@
 
 use chrono::{Duration, Utc};
 use countersign_console_core::Storage;
-use countersign_console_core::ids::{BroadcastId, Login};
+use countersign_console_core::ids::{BroadcastId, Login, MessageId, SessionId};
 use countersign_console_core::work::Actor;
 use countersign_console_core::work::messages::{
-    Attempt, AttemptState, Broadcast, DeliveryContent, DeliveryKind, Finish, LiveSession, Mode,
+    Attempt, AttemptState, Broadcast, Deliverable, DeliveryContent, Finish, LiveSession, Mode,
     Scope,
 };
 use countersign_console_sql::SqlStorage;
@@ -22,6 +22,10 @@ fn fresh(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
+fn session(s: &str) -> SessionId {
+    SessionId::parse(s).expect("a session id")
+}
+
 fn ada() -> Actor {
     Actor::User {
         login: Login::parse("ada@example.com").expect("login"),
@@ -30,10 +34,10 @@ fn ada() -> Actor {
 
 async fn contract(s: &SqlStorage) {
     let t0 = now();
-    let id = fresh("m");
-    let session = fresh("s");
+    let id = Deliverable::Message(MessageId(uuid::Uuid::new_v4()));
+    let session = self::session(&fresh("s"));
     let content = DeliveryContent {
-        thread_id: id.clone(),
+        thread_id: id.to_string(),
         issue: None,
         mode: Mode::Steer,
         author: ada(),
@@ -41,8 +45,7 @@ async fn contract(s: &SqlStorage) {
         notice: None,
     };
     let attempt = |n: i64| Attempt {
-        kind: DeliveryKind::Message,
-        id: id.clone(),
+        item: id,
         attempt: n,
         session_id: session.clone(),
         mode: Mode::Steer,
@@ -58,21 +61,11 @@ async fn contract(s: &SqlStorage) {
 
     // Attempts: numbered from 1; a number taken twice conflicts (the transaction reruns).
     let mut tx = s.begin().await.expect("begin");
-    assert_eq!(
-        tx.next_attempt(DeliveryKind::Message, &id)
-            .await
-            .expect("n"),
-        1
-    );
+    assert_eq!(tx.next_attempt(id).await.expect("n"), 1);
     tx.insert_attempt(&attempt(1), Some(&content))
         .await
         .expect("insert");
-    assert_eq!(
-        tx.next_attempt(DeliveryKind::Message, &id)
-            .await
-            .expect("n"),
-        2
-    );
+    assert_eq!(tx.next_attempt(id).await.expect("n"), 2);
     assert!(matches!(
         tx.insert_attempt(&attempt(1), None).await,
         Err(countersign_console_core::StorageError::Conflict)
@@ -87,7 +80,8 @@ async fn contract(s: &SqlStorage) {
         .expect("insert");
     tx.commit().await.expect("commit");
 
-    let sent = |session: &'static str| Finish {
+    let (elsewhere, x) = (self::session("someone-else"), self::session("x"));
+    let sent = |session| Finish {
         to: AttemptState::Sent,
         at: t0,
         error: None,
@@ -97,7 +91,7 @@ async fn contract(s: &SqlStorage) {
     let mut tx = s.begin().await.expect("begin");
     // Another session's, or one past its time: nothing moves.
     assert_eq!(
-        tx.finish_attempt(DeliveryKind::Message, &id, 1, &sent("someone-else"))
+        tx.finish_attempt(id, 1, &sent(&elsewhere))
             .await
             .expect("finish"),
         None
@@ -105,43 +99,26 @@ async fn contract(s: &SqlStorage) {
     let late = Finish {
         created_after: Some(t0 + Duration::seconds(1)),
         session: None,
-        ..sent("x")
+        ..sent(&x)
     };
+    assert_eq!(tx.finish_attempt(id, 1, &late).await.expect("finish"), None);
     assert_eq!(
-        tx.finish_attempt(DeliveryKind::Message, &id, 1, &late)
-            .await
-            .expect("finish"),
-        None
-    );
-    assert_eq!(
-        tx.pending_content(DeliveryKind::Message, &id, 1)
-            .await
-            .expect("content"),
+        tx.pending_content(id, 1).await.expect("content"),
         Some((session.clone(), content.clone()))
     );
     // Its own, in time: sent once, and its content dropped.
     let own = Finish {
-        session: Some(session.as_str()),
-        ..sent("x")
+        session: Some(&session),
+        ..sent(&x)
     };
     let done = tx
-        .finish_attempt(DeliveryKind::Message, &id, 1, &own)
+        .finish_attempt(id, 1, &own)
         .await
         .expect("finish")
         .expect("moved");
     assert_eq!((done.state, done.sent_at), (AttemptState::Sent, Some(t0)));
-    assert_eq!(
-        tx.finish_attempt(DeliveryKind::Message, &id, 1, &own)
-            .await
-            .expect("finish"),
-        None
-    );
-    assert_eq!(
-        tx.pending_content(DeliveryKind::Message, &id, 1)
-            .await
-            .expect("content"),
-        None
-    );
+    assert_eq!(tx.finish_attempt(id, 1, &own).await.expect("finish"), None);
+    assert_eq!(tx.pending_content(id, 1).await.expect("content"), None);
     // The sweep's view: pending ones by age, or by session.
     let due = tx
         .pending_attempts(Some(t0), Some(&session), 10)
@@ -152,10 +129,10 @@ async fn contract(s: &SqlStorage) {
         to: AttemptState::Failed,
         error: Some("not_acknowledged"),
         session: None,
-        ..sent("x")
+        ..sent(&x)
     };
     let f = tx
-        .finish_attempt(DeliveryKind::Message, &id, 2, &failed)
+        .finish_attempt(id, 2, &failed)
         .await
         .expect("finish")
         .expect("moved");
@@ -163,13 +140,13 @@ async fn contract(s: &SqlStorage) {
         (f.state, f.error.as_deref(), f.sent_at),
         (AttemptState::Failed, Some("not_acknowledged"), None)
     );
-    tx.accept_attempt(DeliveryKind::Message, &id, 1, t0, Mode::Aside)
+    tx.accept_attempt(id, 1, t0, Mode::Aside)
         .await
         .expect("accept");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
     let all = tx
-        .attempts(DeliveryKind::Message, std::slice::from_ref(&id))
+        .attempts(std::slice::from_ref(&id))
         .await
         .expect("attempts");
     assert_eq!(all.len(), 2);
@@ -207,7 +184,7 @@ async fn contract(s: &SqlStorage) {
 
     // Live sessions: the link that wrote a row owns it.
     let (me, other) = (fresh("r"), fresh("r"));
-    let sid = fresh("live");
+    let sid = self::session(&fresh("live"));
     let role = format!("r{}", uuid::Uuid::new_v4().simple());
     let live = |replica: &str, link: i64, heartbeat: countersign_console_core::Time| LiveSession {
         session_id: sid.clone(),

@@ -10,8 +10,8 @@ use chrono::{Duration, TimeZone, Utc};
 use countersign_console_core::Storage;
 use countersign_console_core::ids::Login;
 use countersign_console_core::work::{
-    Actor, Components, EventPage, Issue, IssueFilter, IssueKey, NewEvent, Project, ProjectKey,
-    RouteFilter, Status,
+    Actor, Components, EventFacts, EventPage, Issue, IssueFilter, IssueKey, NewEvent, Project,
+    ProjectKey, RouteFilter, Status,
 };
 use countersign_console_sql::SqlStorage;
 use serde_json::json;
@@ -261,13 +261,15 @@ async fn contract(s: &SqlStorage) {
             .append_event(
                 &NewEvent {
                     kind: "issue.updated",
-                    at: t0,
-                    actor: actor.clone(),
-                    project: Some(key.clone()),
-                    issue: Some(one.key.clone()),
-                    artifact: None,
-                    session: None,
-                    data: json!({ "n": seq }),
+                    facts: EventFacts {
+                        at: t0,
+                        actor: actor.clone(),
+                        project: Some(key.clone()),
+                        issue: Some(one.key.clone()),
+                        artifact: None,
+                        session: None,
+                        data: json!({ "n": seq }),
+                    },
                 },
                 Some(seq),
             )
@@ -340,13 +342,15 @@ async fn contract(s: &SqlStorage) {
         tx.append_event(
             &NewEvent {
                 kind: "x",
-                at: t0,
-                actor,
-                project: None,
-                issue: None,
-                artifact: None,
-                session: None,
-                data: json!({}),
+                facts: EventFacts {
+                    at: t0,
+                    actor,
+                    project: None,
+                    issue: None,
+                    artifact: None,
+                    session: None,
+                    data: json!({}),
+                },
             },
             None
         )

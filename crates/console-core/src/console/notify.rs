@@ -39,14 +39,14 @@ impl Console {
         if self.outbox.get().is_none() {
             return Ok(());
         }
-        let assignee = match &ask.issue {
+        let assignee = match &ask.head.issue {
             Some(k) => tx.assignee_of(k).await?,
             None => None,
         };
         let made = self
             .queue_waiting(tx, &Waiting::of_ask(ask, assignee))
             .await?;
-        tracing::debug!(ask = %ask.id, notices = made, "ask opened: notices queued");
+        tracing::debug!(ask = %ask.head.id, notices = made, "ask opened: notices queued");
         Ok(())
     }
 }

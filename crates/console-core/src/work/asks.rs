@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
-use crate::ids::{ArtifactId, AskId, CommentId, Login, ReviewId};
+use crate::ids::{ArtifactId, AskId, CommentId, Login, ReviewId, SessionId};
 use crate::storage::StorageError;
 use crate::work::messages::AttemptView;
 use crate::work::model::{Actor, Hit, IssueKey, ProjectKey, rfc3339};
@@ -155,9 +155,10 @@ pub struct Approved {
     pub by: Actor,
 }
 
-/// An ask as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ask {
+/// What an ask asks and where, its state and its current answer: what every shape of an ask
+/// shows first, in this order (as stored, listed, read, and in an inbox row).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AskHead {
     pub id: AskId,
     pub kind: AskKind,
     pub project: ProjectKey,
@@ -169,11 +170,18 @@ pub struct Ask {
     pub question: String,
     pub options: Vec<AskOption>,
     pub state: AskState,
+    /// The current answer.
     pub answer: Option<Answer>,
+}
+
+/// An ask as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    pub head: AskHead,
     pub closed: Option<Closed>,
     pub approval: Option<Approval>,
     /// Sessions that follow it, in the order they did.
-    pub followers: Vec<String>,
+    pub followers: Vec<SessionId>,
     pub author: Actor,
     /// Who wrote the current wording, and when (the author at first; a reword's actor).
     pub worded_by: Actor,
@@ -200,16 +208,18 @@ impl Ask {
         now: Time,
     ) -> Ask {
         Ask {
-            id,
-            kind,
-            project,
-            issue,
-            artifact,
-            block: None,
-            question,
-            options,
-            state: AskState::Open,
-            answer: None,
+            head: AskHead {
+                id,
+                kind,
+                project,
+                issue,
+                artifact,
+                block: None,
+                question,
+                options,
+                state: AskState::Open,
+                answer: None,
+            },
             closed: None,
             approval: None,
             followers: Vec::new(),
@@ -224,7 +234,7 @@ impl Ask {
     }
 
     /// The session that wrote it, if an agent acting for one did.
-    pub fn author_session(&self) -> Option<&str> {
+    pub fn author_session(&self) -> Option<&SessionId> {
         self.author.session()
     }
 }
@@ -246,7 +256,7 @@ pub struct AskFilter {
     pub project: Option<ProjectKey>,
     pub issue: Option<IssueKey>,
     pub artifact: Option<ArtifactId>,
-    pub author_session: Option<String>,
+    pub author_session: Option<SessionId>,
     /// Any of these states (none: every state).
     pub states: Vec<AskState>,
 }
@@ -273,16 +283,8 @@ pub enum AssigneeFilter {
 /// hold thousands): what it asks, its options, where, who asked, its current answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InboxAsk {
-    pub id: AskId,
-    pub kind: AskKind,
-    pub project: ProjectKey,
-    pub issue: Option<IssueKey>,
-    pub artifact: Option<ArtifactId>,
-    pub block: Option<String>,
-    pub question: String,
-    pub options: Vec<AskOption>,
-    pub state: AskState,
-    pub answer: Option<Answer>,
+    #[serde(flatten)]
+    pub head: AskHead,
     pub author: Actor,
     #[serde(skip)]
     pub turn: Option<Turn>,
@@ -296,16 +298,7 @@ impl InboxAsk {
     /// The inbox's view of a whole ask.
     pub fn of(a: &Ask) -> Self {
         Self {
-            id: a.id,
-            kind: a.kind,
-            project: a.project.clone(),
-            issue: a.issue.clone(),
-            artifact: a.artifact,
-            block: a.block.clone(),
-            question: a.question.clone(),
-            options: a.options.clone(),
-            state: a.state,
-            answer: a.answer.clone(),
+            head: a.head.clone(),
             author: a.author.clone(),
             turn: a.turn,
             turn_since: a.turn_since,
@@ -409,7 +402,7 @@ pub struct Comment {
     pub suggestion: Option<CommentSuggestion>,
     /// Sessions mentioned, in the order given (a view answers them with their deliveries).
     #[serde(skip)]
-    pub mentions: Vec<String>,
+    pub mentions: Vec<SessionId>,
     /// On a root: its thread's state (`open` or `resolved`); null on a reply.
     pub thread_state: Option<ThreadState>,
     #[serde(with = "rfc3339")]
@@ -517,8 +510,8 @@ pub trait AskTx: Send {
     /// How many open asks each of these sessions wrote.
     async fn open_ask_counts(
         &mut self,
-        sessions: &[String],
-    ) -> Result<Vec<(String, i64)>, StorageError>;
+        sessions: &[SessionId],
+    ) -> Result<Vec<(SessionId, i64)>, StorageError>;
 
     /// Adds an earlier wording to the edit history.
     async fn add_wording(&mut self, ask: AskId, w: &Wording) -> Result<(), StorageError>;
@@ -640,17 +633,8 @@ pub trait AsksWork:
 /// read route, the write routes and the events carry them).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AskView {
-    pub id: AskId,
-    pub kind: AskKind,
-    pub project: ProjectKey,
-    pub issue: Option<IssueKey>,
-    pub artifact: Option<ArtifactId>,
-    pub block: Option<String>,
-    pub question: String,
-    pub options: Vec<AskOption>,
-    pub state: AskState,
-    /// The current answer.
-    pub answer: Option<Answer>,
+    #[serde(flatten)]
+    pub head: AskHead,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replies: Option<Vec<CommentView>>,
     /// Earlier wordings, oldest first (empty until reworded).
@@ -659,7 +643,7 @@ pub struct AskView {
     /// Every answer, oldest first, the current one marked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answers: Option<Vec<PastAnswer>>,
-    pub followers: Vec<String>,
+    pub followers: Vec<SessionId>,
     pub author: Actor,
     /// How it was retracted or resolved.
     pub closed: Option<Closed>,
@@ -678,16 +662,7 @@ impl AskView {
     /// The list shape of a stored ask.
     pub fn listed(a: Ask) -> Self {
         Self {
-            id: a.id,
-            kind: a.kind,
-            project: a.project,
-            issue: a.issue,
-            artifact: a.artifact,
-            block: a.block,
-            question: a.question,
-            options: a.options,
-            state: a.state,
-            answer: a.answer,
+            head: a.head,
             replies: None,
             history: None,
             answers: None,
@@ -705,7 +680,7 @@ impl AskView {
 /// A mentioned session with its delivery attempts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MentionView {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub deliveries: Vec<AttemptView>,
 }
 
@@ -728,7 +703,7 @@ impl CommentView {
                 session_id: s.clone(),
                 deliveries: {
                     let (mine, rest): (Vec<_>, Vec<_>) =
-                        attempts.drain(..).partition(|a| &a.session_id == s);
+                        attempts.drain(..).partition(|a| a.session_id == *s);
                     attempts = rest;
                     mine
                 },
@@ -738,5 +713,52 @@ impl CommentView {
             comment: c,
             mentions,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An ask's shapes on the wire, to the byte: its head first, in its order, then each
+    /// shape's own fields.
+    #[test]
+    fn asks_on_the_wire() {
+        let at = chrono::DateTime::from_timestamp_millis(0).unwrap_or_default();
+        let author = Actor::System {
+            name: "console".into(),
+        };
+        let project = ProjectKey::parse("PAY").expect("key");
+        let mut ask = Ask::opened(
+            AskId::from_random([1; 16]),
+            AskKind::Question,
+            (project, IssueKey::parse("PAY-1"), None),
+            "Refund?".into(),
+            vec![AskOption {
+                id: "yes".into(),
+                label: "Yes".into(),
+            }],
+            &author,
+            at,
+        );
+        ask.followers = SessionId::parse("s1").into_iter().collect();
+        let id = ask.head.id;
+        let head = format!(
+            r#"{{"id":"{id}","kind":"question","project":"PAY","issue":"PAY-1","artifact":null,"block":null,"question":"Refund?","options":[{{"id":"yes","label":"Yes"}}],"state":"open","answer":null"#
+        );
+        let (actor, t) = (
+            r#"{"kind":"system","name":"console"}"#,
+            "1970-01-01T00:00:00.000Z",
+        );
+        assert_eq!(
+            serde_json::to_string(&InboxAsk::of(&ask)).ok(),
+            Some(format!(r#"{head},"author":{actor},"created_at":"{t}"}}"#))
+        );
+        assert_eq!(
+            serde_json::to_string(&AskView::listed(ask)).ok(),
+            Some(format!(
+                r#"{head},"followers":["s1"],"author":{actor},"closed":null,"turn":"human","created_at":"{t}","updated_at":"{t}"}}"#
+            ))
+        );
     }
 }

@@ -410,7 +410,7 @@ pub trait DocumentTx: Send {
     async fn document_subscribers(
         &mut self,
         artifact: ArtifactId,
-    ) -> Result<Vec<(String, Time)>, StorageError>;
+    ) -> Result<Vec<(SessionId, Time)>, StorageError>;
     /// Unsubscribes a session from a document: its events up to now no longer subscribe it.
     async fn document_unsubscribe(
         &mut self,

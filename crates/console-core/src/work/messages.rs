@@ -3,15 +3,17 @@
 //! [`crate::work::WorkTx`] with the others, and the messages area's view of a transaction,
 //! [`MessagesWork`].
 //!
-//! Delivery attempts are generic over what is delivered ([`DeliveryKind`]: a message, or a
-//! comment's mention): one table, one state machine (`pending` → `sent` | `failed`), one path
+//! Delivery attempts are generic over what is delivered ([`Deliverable`]: a message, or a
+//! comment's mention, by its typed id; its [`DeliveryKind`] on the wire): one table, one state machine (`pending` → `sent` | `failed`), one path
 //! over the session link, numbered from 1 per message (per comment for mentions).
+
+use std::fmt;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
-use crate::ids::{BroadcastId, Login, MessageId, SessionId};
+use crate::ids::{ArtifactId, BroadcastId, CommentId, Login, MessageId, SessionId};
 use crate::storage::StorageError;
 use crate::work::model::{Actor, IssueKey, ProjectKey, rfc3339, rfc3339_opt};
 
@@ -38,6 +40,43 @@ impl DeliveryKind {
             "message" => Some(DeliveryKind::Message),
             "mention" => Some(DeliveryKind::Mention),
             _ => None,
+        }
+    }
+}
+
+/// What a delivery attempt carries, by id (the `deliver` frame's `delivery {kind, id}`): a
+/// targeted message, or a comment's mention of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Deliverable {
+    Message(MessageId),
+    Mention(CommentId),
+}
+
+impl Deliverable {
+    pub fn kind(self) -> DeliveryKind {
+        match self {
+            Deliverable::Message(_) => DeliveryKind::Message,
+            Deliverable::Mention(_) => DeliveryKind::Mention,
+        }
+    }
+
+    /// What `kind` and `id` name, `id` written as the console writes ids (lowercase,
+    /// hyphenated); `None`: no attempt carries it.
+    pub fn parse(kind: DeliveryKind, id: &str) -> Option<Self> {
+        let item = match kind {
+            DeliveryKind::Message => Deliverable::Message(MessageId::parse(id)?),
+            DeliveryKind::Mention => Deliverable::Mention(CommentId::parse(id)?),
+        };
+        (item.to_string() == id).then_some(item)
+    }
+}
+
+/// Its id.
+impl fmt::Display for Deliverable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Deliverable::Message(id) => id.fmt(f),
+            Deliverable::Mention(id) => id.fmt(f),
         }
     }
 }
@@ -115,7 +154,7 @@ pub mod failure {
 pub struct Scope {
     pub project: Option<ProjectKey>,
     pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
+    pub artifact: Option<ArtifactId>,
 }
 
 impl Scope {
@@ -148,13 +187,11 @@ pub struct DeliveryContent {
 /// One delivery attempt, as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attempt {
-    pub kind: DeliveryKind,
-    /// The message's or comment's id: text, its kind is [`Attempt::kind`]'s.
-    pub id: String,
+    /// The message or comment.
+    pub item: Deliverable,
     /// From 1 per message (per comment for mentions).
     pub attempt: i64,
-    /// Text, as the asks area's mentions (the other kind) open attempts and compare views.
-    pub session_id: String,
+    pub session_id: SessionId,
     pub mode: Mode,
     pub state: AttemptState,
     pub requested_by: Actor,
@@ -170,7 +207,7 @@ pub struct Attempt {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AttemptView {
     pub attempt: i64,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub state: AttemptState,
     pub requested_by: Actor,
     #[serde(with = "rfc3339")]
@@ -202,10 +239,9 @@ impl From<&Attempt> for AttemptView {
 /// A pending attempt handed to a session's link: the `deliver` frame's content.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delivery {
-    pub kind: DeliveryKind,
-    pub id: String,
+    pub item: Deliverable,
     pub attempt: i64,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub content: DeliveryContent,
 }
 
@@ -239,7 +275,7 @@ pub struct Message {
 
 impl Message {
     /// The session of an agent author.
-    pub fn author_session(&self) -> Option<&str> {
+    pub fn author_session(&self) -> Option<&SessionId> {
         self.author.session()
     }
 
@@ -307,8 +343,7 @@ pub enum ExcludeReason {
 /// A session a broadcast left out, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Excluded {
-    /// Text: as the broadcast's body named it (each checked by the session-id rule).
-    pub session_id: String,
+    pub session_id: SessionId,
     pub reason: ExcludeReason,
 }
 
@@ -346,7 +381,7 @@ pub struct BroadcastRow {
 /// One recipient of a broadcast: its copy of the message, with attempts and replies.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Recipient {
-    /// Text: its copy's target.
+    /// Text: its copy's target (a [`Target`], text as a body names it).
     pub session_id: String,
     pub message: MessageView,
 }
@@ -393,7 +428,7 @@ pub struct BroadcastSent {
 /// it, and (not on the wire) the replica and link holding it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LiveSession {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub title: String,
     pub roles: Vec<String>,
     pub capabilities: Vec<String>,
@@ -475,11 +510,12 @@ pub struct AgentState {
     pub unread_replies: Vec<MessageId>,
 }
 
-/// The broker's expiry notice (protocol §8), less its `type`: the message's `notice`. Its ids
-/// are the broker's, kept as text as it sent them.
+/// The broker's expiry notice (protocol §8), less its `type`: the message's `notice`. The
+/// session is one by §4.1's rule (a notice naming none is dropped); the other ids are the
+/// broker's, kept as text as it sent them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExpiryNotice {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub request_id: String,
     pub record_id: String,
     pub identifiers: Vec<String>,
@@ -494,7 +530,7 @@ pub struct Finish<'a> {
     pub at: Time,
     pub error: Option<&'a str>,
     /// Only if the attempt is this session's.
-    pub session: Option<&'a str>,
+    pub session: Option<&'a SessionId>,
     /// Only if the attempt was made after this time.
     pub created_after: Option<Time>,
 }
@@ -506,7 +542,7 @@ pub trait MessageTx: Send {
     // ----- delivery attempts (any kind) -----
 
     /// The next attempt number of a message or comment (1 for the first).
-    async fn next_attempt(&mut self, kind: DeliveryKind, id: &str) -> Result<i64, StorageError>;
+    async fn next_attempt(&mut self, item: Deliverable) -> Result<i64, StorageError>;
     /// Adds an attempt, with the content a pending one is sent with. Two attempts of one
     /// number (concurrent retries): [`StorageError::Conflict`], and the transaction reruns.
     async fn insert_attempt(
@@ -517,24 +553,18 @@ pub trait MessageTx: Send {
     /// One attempt; in a write transaction its row is locked until commit.
     async fn attempt(
         &mut self,
-        kind: DeliveryKind,
-        id: &str,
+        item: Deliverable,
         attempt: i64,
     ) -> Result<Option<Attempt>, StorageError>;
-    /// Every attempt of the given messages or comments, by id then number; in a write
+    /// Every attempt of the given messages or comments, by kind, id, then number; in a write
     /// transaction their rows are locked until commit.
-    async fn attempts(
-        &mut self,
-        kind: DeliveryKind,
-        ids: &[String],
-    ) -> Result<Vec<Attempt>, StorageError>;
+    async fn attempts(&mut self, items: &[Deliverable]) -> Result<Vec<Attempt>, StorageError>;
     /// Moves a pending attempt to `sent` or `failed` as `f` says, dropping its content;
     /// `None` when it is not pending (anymore), or not `f.session`'s, or made at or before
     /// `f.created_after`.
     async fn finish_attempt(
         &mut self,
-        kind: DeliveryKind,
-        id: &str,
+        item: Deliverable,
         attempt: i64,
         f: &Finish<'_>,
     ) -> Result<Option<Attempt>, StorageError>;
@@ -544,21 +574,19 @@ pub trait MessageTx: Send {
     async fn pending_attempts(
         &mut self,
         before: Option<Time>,
-        session: Option<&str>,
+        session: Option<&SessionId>,
         limit: u32,
     ) -> Result<Vec<Attempt>, StorageError>;
-    /// The content a pending attempt is sent with; `None` when it is not pending.
+    /// The session and content a pending attempt is sent with; `None` when it is not pending.
     async fn pending_content(
         &mut self,
-        kind: DeliveryKind,
-        id: &str,
+        item: Deliverable,
         attempt: i64,
-    ) -> Result<Option<(String, DeliveryContent)>, StorageError>;
+    ) -> Result<Option<(SessionId, DeliveryContent)>, StorageError>;
     /// Sets an attempt's acceptance.
     async fn accept_attempt(
         &mut self,
-        kind: DeliveryKind,
-        id: &str,
+        item: Deliverable,
         attempt: i64,
         at: Time,
         accepted_as: Mode,
@@ -614,7 +642,7 @@ pub trait MessageTx: Send {
     /// Removes a live session if `replica`'s link `link` still holds it; answers it.
     async fn remove_live(
         &mut self,
-        session: &str,
+        session: &SessionId,
         replica: &str,
         link: i64,
     ) -> Result<Option<LiveSession>, StorageError>;
@@ -628,7 +656,7 @@ pub trait MessageTx: Send {
     /// One live session, as [`MessageTx::live_sessions`] reads them.
     async fn live_session(
         &mut self,
-        session: &str,
+        session: &SessionId,
         replica: &str,
         fresh_after: Time,
     ) -> Result<Option<LiveSession>, StorageError>;
@@ -644,14 +672,14 @@ pub trait MessageTx: Send {
         role: &str,
         replica: &str,
         fresh_after: Time,
-    ) -> Result<Vec<String>, StorageError>;
+    ) -> Result<Vec<SessionId>, StorageError>;
     /// A replica's heartbeat: its sessions are fresh at `at`; `activity` moves their
     /// `last_activity_at`.
     async fn heartbeat(
         &mut self,
         replica: &str,
         at: Time,
-        activity: &[(String, Time)],
+        activity: &[(SessionId, Time)],
     ) -> Result<(), StorageError>;
     /// Whether another replica's session was not heard of since `before` (a cheap read before
     /// [`MessageTx::remove_stale`]'s write).

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::clock::Time;
-use crate::ids::Login;
+use crate::ids::{ArtifactId, Login, SessionId};
 
 /// A project key: `^[A-Z][A-Z0-9]{1,9}$`, case-sensitive.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -89,7 +89,7 @@ pub enum Actor {
     Agent {
         owner: Option<Login>,
         service: Option<String>,
-        session: Option<String>,
+        session: Option<SessionId>,
     },
     System {
         name: String,
@@ -98,9 +98,9 @@ pub enum Actor {
 
 impl Actor {
     /// The session an agent acts for.
-    pub fn session(&self) -> Option<&str> {
+    pub fn session(&self) -> Option<&SessionId> {
         match self {
-            Actor::Agent { session, .. } => session.as_deref(),
+            Actor::Agent { session, .. } => session.as_ref(),
             _ => None,
         }
     }
@@ -310,8 +310,8 @@ pub struct SearchPage {
 /// A session subscribed to an issue's topics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Subscriber {
-    /// Text: a session as the event log's `session` column holds it (what subscribes it).
-    pub session_id: String,
+    /// The session of the events that subscribe it.
+    pub session_id: SessionId,
     #[serde(with = "crate::work::model::rfc3339")]
     pub since: Time,
 }
@@ -574,32 +574,35 @@ pub struct EventPage {
     pub limit: u32,
 }
 
-/// An event to append.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewEvent {
-    pub kind: &'static str,
-    pub at: Time,
-    pub actor: Actor,
-    pub project: Option<ProjectKey>,
-    pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
-    pub session: Option<String>,
-    pub data: Value,
-}
-
-/// An event as stored and sent (the envelope of protocol §7).
+/// What an event says beside its kind: when, who, where (its project, issue, document and
+/// session) and its data. An event to append and an appended one say it alike.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Event {
-    pub id: i64,
-    pub kind: String,
+pub struct EventFacts {
     #[serde(with = "crate::work::model::rfc3339")]
     pub at: Time,
     pub actor: Actor,
     pub project: Option<ProjectKey>,
     pub issue: Option<IssueKey>,
-    pub artifact: Option<String>,
-    pub session: Option<String>,
+    pub artifact: Option<ArtifactId>,
+    pub session: Option<SessionId>,
     pub data: Value,
+}
+
+/// An event to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub kind: &'static str,
+    pub facts: EventFacts,
+}
+
+/// An event as stored and sent (the envelope of protocol §7): `id`, `kind`, its facts in
+/// their order, then `sequence`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    pub id: i64,
+    pub kind: String,
+    #[serde(flatten)]
+    pub facts: EventFacts,
     /// The issue's or document's sequence (in their logs; omitted on the stream).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sequence: Option<i64>,
@@ -652,12 +655,50 @@ mod tests {
         }
     }
 
+    /// The envelope of protocol §7, to the byte: its fields in their order, `sequence` only
+    /// in a log.
+    #[test]
+    fn events_on_the_wire() {
+        let at = chrono::DateTime::from_timestamp_millis(1_925_000_000_123).unwrap_or_default();
+        let artifact = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        let mut e = Event {
+            id: 7,
+            kind: "delivery.attempt".into(),
+            facts: EventFacts {
+                at,
+                actor: Actor::System {
+                    name: "console".into(),
+                },
+                project: ProjectKey::parse("PAY"),
+                issue: IssueKey::parse("PAY-1"),
+                artifact: ArtifactId::parse(artifact),
+                session: SessionId::parse("s1"),
+                data: serde_json::json!({"n": 1}),
+            },
+            sequence: Some(3),
+        };
+        let head = r#"{"id":7,"kind":"delivery.attempt","at":"2031-01-01T02:13:20.123Z","actor":{"kind":"system","name":"console"},"project":"PAY","issue":"PAY-1""#;
+        assert_eq!(
+            serde_json::to_string(&e).ok(),
+            Some(format!(
+                r#"{head},"artifact":"{artifact}","session":"s1","data":{{"n":1}},"sequence":3}}"#
+            ))
+        );
+        (e.facts.artifact, e.facts.session, e.sequence) = (None, None, None);
+        assert_eq!(
+            serde_json::to_string(&e).ok(),
+            Some(format!(
+                r#"{head},"artifact":null,"session":null,"data":{{"n":1}}}}"#
+            ))
+        );
+    }
+
     #[test]
     fn actors_on_the_wire() {
         let a = Actor::Agent {
             owner: None,
             service: None,
-            session: Some("s1".into()),
+            session: SessionId::parse("s1"),
         };
         assert_eq!(
             serde_json::to_value(&a).ok(),

@@ -131,7 +131,8 @@ pub trait IssueTx: Send {
     ) -> Result<Vec<Candidate>, StorageError>;
     /// Sessions subscribed to an issue: each that acted there (an event naming it) since its
     /// last unsubscribe, with the time of its first such event; by that time.
-    async fn subscribers(&mut self, key: &IssueKey) -> Result<Vec<(String, Time)>, StorageError>;
+    async fn subscribers(&mut self, key: &IssueKey)
+    -> Result<Vec<(SessionId, Time)>, StorageError>;
     /// Unsubscribes a session from an issue: its events up to now no longer subscribe it.
     async fn unsubscribe(
         &mut self,

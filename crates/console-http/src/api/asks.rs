@@ -43,7 +43,7 @@ struct OpenedAsk {
 /// 201 with the ask, its `Location`, and advice read after the write committed (it never
 /// slows or blocks the write).
 pub(crate) async fn opened(st: &crate::AppState, ask: AskView) -> Response {
-    let location = format!("/api/v1/asks/{}", ask.id);
+    let location = format!("/api/v1/asks/{}", ask.head.id);
     let suggestions = st.console.asks().ask_advice(&ask).await;
     created(
         OpenedAsk {
@@ -73,7 +73,7 @@ struct AnsweredFrame<'a> {
 /// followers, subscribers) whose link is open to this replica. Fire and forget: the answer
 /// is in the ask and on the event stream for any session that misses it.
 pub(crate) async fn tell_answered(st: &crate::AppState, ask: &AskView) {
-    let recipients = match st.console.asks().recipients(ask.id).await {
+    let recipients = match st.console.asks().recipients(ask.head.id).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(code = e.code_str(), "an answer's recipients not read");
@@ -87,7 +87,7 @@ pub(crate) async fn tell_answered(st: &crate::AppState, ask: &AskView) {
     .unwrap_or_default();
     for r in recipients {
         if st.sessions.send_frame(&r.session_id, frame.clone()) {
-            tracing::debug!(session = %r.session_id, ask = %ask.id, "answer sent on the link");
+            tracing::debug!(session = %r.session_id, ask = %ask.head.id, "answer sent on the link");
         }
     }
 }
@@ -285,7 +285,7 @@ pub async fn request_approval(
     let asks = st.console.asks();
     let r = asks.request_approval(&w.actor, w.id, w.body).await?;
     if r.created {
-        let location = format!("/api/v1/asks/{}", r.ask.id);
+        let location = format!("/api/v1/asks/{}", r.ask.head.id);
         Ok(created(r.ask, Some(location)))
     } else {
         Ok(ok(r.ask))

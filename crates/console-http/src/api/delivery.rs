@@ -232,7 +232,7 @@ async fn live_titles(st: &AppState) -> ApiResult<Vec<(String, String)>> {
         .live_sessions()
         .await?
         .into_iter()
-        .map(|s| (s.session_id, s.title))
+        .map(|s| (s.session_id.into_string(), s.title))
         .collect())
 }
 

@@ -21,6 +21,7 @@ use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use countersign_console_core::ids::SessionId;
 use countersign_console_core::work::{Actor, EventPage};
 use countersign_console_core::{Caller, Error, ErrorCode};
 use serde::Serialize;
@@ -225,8 +226,6 @@ pub fn query_err(message: impl Into<String>) -> ApiError {
     Error::with_message(ErrorCode::INVALID_QUERY, message).into()
 }
 
-pub use countersign_console_core::ids::is_session_id;
-
 /// Who acts: the caller, and for a bearer the session it names (in the body's `actor` or
 /// `?session=`). A browser names none: for it those are unknown fields. A person's own
 /// personal token naming no session acts as that person (issue 27: history credits the
@@ -269,8 +268,7 @@ fn acting_inner(caller: &Caller, session: Option<&str>, required: bool) -> ApiRe
         },
         Caller::Agent { owner, service } => {
             let session = match session {
-                Some(s) if is_session_id(s) => Some(s.to_owned()),
-                Some(_) => return Err(ErrorCode::INVALID_SESSION_ID.into()),
+                Some(s) => Some(SessionId::named(s)?),
                 None if required => {
                     return Err(Error::with_message(
                         ErrorCode::INVALID_SESSION_ID,

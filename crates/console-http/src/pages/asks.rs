@@ -66,16 +66,7 @@ pub struct AskRow {
 /// The row's view of a whole ask.
 fn summary(a: &AskView) -> InboxAsk {
     InboxAsk {
-        id: a.id,
-        kind: a.kind,
-        project: a.project.clone(),
-        issue: a.issue.clone(),
-        artifact: a.artifact,
-        block: a.block.clone(),
-        question: a.question.clone(),
-        options: a.options.clone(),
-        state: a.state,
-        answer: a.answer.clone(),
+        head: a.head.clone(),
         author: a.author.clone(),
         turn: a.turn,
         turn_since: a.updated_at,
@@ -85,37 +76,38 @@ fn summary(a: &AskView) -> InboxAsk {
 
 impl AskRow {
     fn of(a: &InboxAsk, since: &Time, snoozed_until: Option<&Time>) -> Self {
-        let (where_text, where_href) = match (&a.issue, &a.artifact) {
+        let (where_text, where_href) = match (&a.head.issue, &a.head.artifact) {
             (_, Some(doc)) => (
-                match &a.issue {
+                match &a.head.issue {
                     Some(k) => format!("{k}, a document"),
-                    None => format!("{}, a document", a.project),
+                    None => format!("{}, a document", a.head.project),
                 },
                 Some(format!("/artifacts/{doc}/discussion")),
             ),
             (Some(k), None) => (k.to_string(), Some(format!("/issues/{k}"))),
-            (None, None) => (a.project.to_string(), None),
+            (None, None) => (a.head.project.to_string(), None),
         };
         Self {
-            id: a.id.to_string(),
-            kind: a.kind.as_str(),
-            state: a.state.as_str(),
-            question_line: a.question.lines().next().unwrap_or("").to_owned(),
+            id: a.head.id.to_string(),
+            kind: a.head.kind.as_str(),
+            state: a.head.state.as_str(),
+            question_line: a.head.question.lines().next().unwrap_or("").to_owned(),
             where_text,
             where_href,
             author: actor_text(&a.author),
             since: html::when(since),
             snoozed_until: snoozed_until.map(html::when),
-            answer: a.answer.as_ref().map(|x| AnswerLine {
+            answer: a.head.answer.as_ref().map(|x| AnswerLine {
                 by: actor_text(&x.by),
-                what: answer_text(&x.options, x.text.as_deref(), &a.options),
+                what: answer_text(&x.options, x.text.as_deref(), &a.head.options),
             }),
             options: a
+                .head
                 .options
                 .iter()
                 .map(|o| (o.id.clone(), o.label.clone()))
                 .collect(),
-            answerable: matches!(a.state.as_str(), "open" | "answered"),
+            answerable: matches!(a.head.state.as_str(), "open" | "answered"),
         }
     }
 
@@ -239,6 +231,7 @@ pub async fn ask_page(
         }
     };
     let question_rest = a
+        .head
         .question
         .split_once('\n')
         .map(|(_, r)| r.trim().to_owned())
@@ -272,7 +265,7 @@ fn answer_lines(a: &AskView) -> Vec<HistoryLine> {
         .map(|x| HistoryLine {
             at: html::when(&x.at),
             by: actor_text(&x.by),
-            what: answer_text(&x.options, x.text.as_deref(), &a.options),
+            what: answer_text(&x.options, x.text.as_deref(), &a.head.options),
             current: x.current,
         })
         .collect()
@@ -309,7 +302,7 @@ fn reply_lines(a: &AskView) -> Vec<ReplyLine> {
 
 /// Where a reply to an ask is posted: its document's comments, else its issue's.
 fn comments_url(a: &AskView) -> String {
-    match (&a.artifact, &a.issue) {
+    match (&a.head.artifact, &a.head.issue) {
         (Some(doc), _) => format!("/api/v1/artifacts/{doc}/comments"),
         (None, Some(k)) => format!("/api/v1/issues/{k}/comments"),
         (None, None) => String::new(),
@@ -557,7 +550,7 @@ async fn option_labels(
             && !labels.contains_key(&r.ask.id)
             && let Ok(a) = st.console.asks().ask(r.ask.id).await
         {
-            labels.insert(r.ask.id, a.options);
+            labels.insert(r.ask.id, a.head.options);
         }
     }
     labels

@@ -46,7 +46,7 @@ fn attempt_rows(m: &MessageView) -> Vec<AttemptRow> {
         .iter()
         .map(|a| AttemptRow {
             attempt: a.attempt,
-            session_id: a.session_id.clone(),
+            session_id: a.session_id.to_string(),
             state: a.state.as_str(),
             error: a.error.clone().unwrap_or_default(),
             accepted: a
@@ -107,7 +107,7 @@ pub struct SessionRow {
 impl SessionRow {
     fn of(l: &LiveSession) -> Self {
         Self {
-            id: l.session_id.clone(),
+            id: l.session_id.to_string(),
             title: l.title.clone(),
             roles: l.roles.join(", "),
             modes: l

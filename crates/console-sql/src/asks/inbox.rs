@@ -12,8 +12,8 @@ use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::ids::{ArtifactId, AskId, CommentId, Login};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::asks::{
-    Answer, AnswerEntry, AskKind, AskOption, AskState, AssigneeFilter, InboxAsk, InboxEntry,
-    InboxFilter, InboxScope, Turn,
+    Answer, AnswerEntry, AskHead, AskKind, AskOption, AskState, AssigneeFilter, InboxAsk,
+    InboxEntry, InboxFilter, InboxScope, Turn,
 };
 use countersign_console_core::work::{Actor, AskTx};
 use serde_json::value::RawValue;
@@ -160,7 +160,7 @@ impl SqlTx {
             let id = id_in(r, "ask", AskId::parse)?;
             let ask = asks
                 .iter()
-                .find(|a| a.id == id)
+                .find(|a| a.head.id == id)
                 .cloned()
                 .ok_or_else(|| corrupt("answer's ask"))?;
             let kind: String = r.try_get("kind").map_err(db_err)?;
@@ -272,19 +272,21 @@ fn inbox_entry(
 ) -> Result<InboxEntry, StorageError> {
     Ok(InboxEntry {
         ask: InboxAsk {
-            id: id_of("id", &r.id, AskId::parse)?,
-            kind: AskKind::parse(r.kind).ok_or_else(|| corrupt("ask kind"))?,
-            project: project_of(r.project)?,
-            issue: issue_key(r.issue)?,
-            artifact: r
-                .artifact
-                .map(|a| id_of("artifact", &a, ArtifactId::parse))
-                .transpose()?,
-            block: r.block,
-            question: r.question,
-            options,
-            state: AskState::parse(r.state).ok_or_else(|| corrupt("ask state"))?,
-            answer: r.answer,
+            head: AskHead {
+                id: id_of("id", &r.id, AskId::parse)?,
+                kind: AskKind::parse(r.kind).ok_or_else(|| corrupt("ask kind"))?,
+                project: project_of(r.project)?,
+                issue: issue_key(r.issue)?,
+                artifact: r
+                    .artifact
+                    .map(|a| id_of("artifact", &a, ArtifactId::parse))
+                    .transpose()?,
+                block: r.block,
+                question: r.question,
+                options,
+                state: AskState::parse(r.state).ok_or_else(|| corrupt("ask state"))?,
+                answer: r.answer,
+            },
             author,
             turn: r
                 .turn

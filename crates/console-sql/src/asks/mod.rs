@@ -16,7 +16,7 @@
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::Time;
-use countersign_console_core::ids::{ArtifactId, AskId, CommentId, Login, ReviewId};
+use countersign_console_core::ids::{ArtifactId, AskId, CommentId, Login, ReviewId, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::asks::{
     Answer, AnswerEntry, Ask, AskFilter, AskState, AskWrite, Comment, CommentFilter, InboxEntry,
@@ -73,21 +73,21 @@ impl AskTx for SqlTx {
              $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, \
              $22, COALESCE(MAX(seq), 0) + 1 FROM console_asks"
         ))
-        .bind(a.id.to_string())
-        .bind(a.kind.as_str())
-        .bind(a.project.as_str())
-        .bind(a.issue.as_ref().map(|k| k.as_str().to_owned()))
-        .bind(a.artifact.map(|x| x.to_string()))
-        .bind(a.block.clone())
-        .bind(a.question.as_str())
-        .bind(text(&a.options))
-        .bind(a.state.as_str())
-        .bind(a.answer.as_ref().map(text))
+        .bind(a.head.id.to_string())
+        .bind(a.head.kind.as_str())
+        .bind(a.head.project.as_str())
+        .bind(a.head.issue.as_ref().map(|k| k.as_str().to_owned()))
+        .bind(a.head.artifact.map(|x| x.to_string()))
+        .bind(a.head.block.clone())
+        .bind(a.head.question.as_str())
+        .bind(text(&a.head.options))
+        .bind(a.head.state.as_str())
+        .bind(a.head.answer.as_ref().map(text))
         .bind(a.closed.as_ref().map(text))
         .bind(a.approval.as_ref().map(text))
         .bind(text(&a.followers))
         .bind(text(&a.author))
-        .bind(a.author_session().map(str::to_owned))
+        .bind(a.author_session().map(SessionId::to_string))
         .bind(text(&a.worded_by))
         .bind(ms(&a.worded_at))
         .bind(a.turn.map(|t| t.as_str()))
@@ -103,7 +103,7 @@ impl AskTx for SqlTx {
                 "INSERT INTO console_asks_fts (rowid, body) \
                  SELECT rowid, question FROM console_asks WHERE id = $1",
             )
-            .bind(a.id.to_string())
+            .bind(a.head.id.to_string())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
@@ -131,11 +131,11 @@ impl AskTx for SqlTx {
              closed = $6, approval = $7, followers = $8, worded_by = $9, worded_at = $10, \
              turn = $11, turn_since = $12, updated_at = $13, block = $14 WHERE id = $1",
         )
-        .bind(a.id.to_string())
-        .bind(a.question.as_str())
-        .bind(text(&a.options))
-        .bind(a.state.as_str())
-        .bind(a.answer.as_ref().map(text))
+        .bind(a.head.id.to_string())
+        .bind(a.head.question.as_str())
+        .bind(text(&a.head.options))
+        .bind(a.head.state.as_str())
+        .bind(a.head.answer.as_ref().map(text))
         .bind(a.closed.as_ref().map(text))
         .bind(a.approval.as_ref().map(text))
         .bind(text(&a.followers))
@@ -144,7 +144,7 @@ impl AskTx for SqlTx {
         .bind(a.turn.map(|t| t.as_str()))
         .bind(ms(&a.turn_since))
         .bind(ms(&a.updated_at))
-        .bind(a.block.clone())
+        .bind(a.head.block.clone())
         .execute(&mut *self.tx)
         .await
         .map_err(db_err)?;
@@ -156,8 +156,8 @@ impl AskTx for SqlTx {
                 "UPDATE console_asks_fts SET body = $2 \
                  WHERE rowid = (SELECT rowid FROM console_asks WHERE id = $1) AND body <> $2",
             )
-            .bind(a.id.to_string())
-            .bind(a.question.as_str())
+            .bind(a.head.id.to_string())
+            .bind(a.head.question.as_str())
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
@@ -178,7 +178,7 @@ impl AskTx for SqlTx {
             conds.push(format!("artifact = {}", a.push(x.to_string())));
         }
         if let Some(s) = &f.author_session {
-            conds.push(format!("author_session = {}", a.push(s.clone())));
+            conds.push(format!("author_session = {}", a.push(s.to_string())));
         }
         if !f.states.is_empty() {
             let list: Vec<String> = f
@@ -224,8 +224,8 @@ impl AskTx for SqlTx {
 
     async fn open_ask_counts(
         &mut self,
-        sessions: &[String],
-    ) -> Result<Vec<(String, i64)>, StorageError> {
+        sessions: &[SessionId],
+    ) -> Result<Vec<(SessionId, i64)>, StorageError> {
         if sessions.is_empty() {
             return Ok(Vec::new());
         }
@@ -240,7 +240,7 @@ impl AskTx for SqlTx {
             .iter()
             .map(|r| {
                 Ok((
-                    r.try_get("s").map_err(db_err)?,
+                    id_in(r, "s", SessionId::parse)?,
                     r.try_get("n").map_err(db_err)?,
                 ))
             })

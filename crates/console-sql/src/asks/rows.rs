@@ -3,7 +3,7 @@
 use countersign_common::sql::db_err;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::asks::{
-    Ask, AskKind, AskState, Comment, PastAnswer, ThreadState, Turn,
+    Ask, AskHead, AskKind, AskState, Comment, PastAnswer, ThreadState, Turn,
 };
 use countersign_console_core::work::{Actor, IssueKey, ProjectKey};
 use sqlx::Row;
@@ -28,16 +28,18 @@ pub(super) fn ask_of(r: &AnyRow) -> Result<Ask, StorageError> {
     let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
     let gi = |c: &str| -> Result<i64, StorageError> { r.try_get(c).map_err(db_err) };
     Ok(Ask {
-        id: id_in(r, "id", AskId::parse)?,
-        kind: AskKind::parse(&g("kind")?).ok_or_else(|| corrupt("ask kind"))?,
-        project: project_of(&g("project")?)?,
-        issue: issue_key(go("issue")?)?,
-        artifact: opt_id_in(r, "artifact", ArtifactId::parse)?,
-        block: go("block")?,
-        question: g("question")?,
-        options: json_of(&g("options")?, "ask options")?,
-        state: AskState::parse(&g("state")?).ok_or_else(|| corrupt("ask state"))?,
-        answer: go("answer")?.map(|a| json_of(&a, "answer")).transpose()?,
+        head: AskHead {
+            id: id_in(r, "id", AskId::parse)?,
+            kind: AskKind::parse(&g("kind")?).ok_or_else(|| corrupt("ask kind"))?,
+            project: project_of(&g("project")?)?,
+            issue: issue_key(go("issue")?)?,
+            artifact: opt_id_in(r, "artifact", ArtifactId::parse)?,
+            block: go("block")?,
+            question: g("question")?,
+            options: json_of(&g("options")?, "ask options")?,
+            state: AskState::parse(&g("state")?).ok_or_else(|| corrupt("ask state"))?,
+            answer: go("answer")?.map(|a| json_of(&a, "answer")).transpose()?,
+        },
         closed: go("closed")?.map(|a| json_of(&a, "close")).transpose()?,
         approval: go("approval")?
             .map(|a| json_of(&a, "approval"))

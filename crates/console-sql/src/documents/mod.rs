@@ -25,7 +25,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::time;
-use crate::work::{Args, SqlTx, corrupt, event_of, id_in, json_of, text};
+use crate::work::{Args, SqlTx, corrupt, event_of, id_in, json_of, subscribers_of, text};
 
 mod migration;
 mod search;
@@ -491,7 +491,7 @@ impl DocumentTx for SqlTx {
     async fn document_subscribers(
         &mut self,
         artifact: ArtifactId,
-    ) -> Result<Vec<(String, Time)>, StorageError> {
+    ) -> Result<Vec<(SessionId, Time)>, StorageError> {
         let artifact = &artifact.to_string();
         let rows = sqlx::query(
             "SELECT e.session AS session, MIN(e.at) AS since FROM console_events e \
@@ -505,14 +505,7 @@ impl DocumentTx for SqlTx {
         .fetch_all(&mut *self.tx)
         .await
         .map_err(db_err)?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("session").map_err(db_err)?,
-                    time(r.try_get("since").map_err(db_err)?)?,
-                ))
-            })
-            .collect()
+        subscribers_of(&rows)
     }
 
     async fn document_unsubscribe(

@@ -4,17 +4,17 @@
 
 use countersign_common::sql::{db_err, is_unique_violation};
 use countersign_console_core::Time;
+use countersign_console_core::ids::{CommentId, MessageId, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::messages::{
-    Attempt, AttemptState, DeliveryContent, DeliveryKind, Finish, Mode, Scope,
+    Attempt, AttemptState, Deliverable, DeliveryContent, DeliveryKind, Finish, Mode, Scope,
 };
 use countersign_console_core::work::store::ms;
-use countersign_console_core::work::{IssueKey, ProjectKey};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::time;
-use crate::work::{Args, SqlTx, corrupt, json_of, text};
+use crate::work::{Args, SqlTx, corrupt, id_in, id_of, json_of, place_in, text};
 
 const ATTEMPT_COLUMNS: &str = "kind, id, attempt, session_id, mode, state, requested_by, \
      created_at, sent_at, accepted_at, accepted_as, error, project, issue, artifact";
@@ -26,14 +26,24 @@ pub(super) fn opt_time(r: &AnyRow, c: &str) -> Result<Option<Time>, StorageError
         .transpose()
 }
 
+/// What a row's `kind` and `id` name.
+fn item_of(r: &AnyRow) -> Result<Deliverable, StorageError> {
+    let kind: String = r.try_get("kind").map_err(db_err)?;
+    let id: String = r.try_get("id").map_err(db_err)?;
+    match DeliveryKind::parse(&kind).ok_or_else(|| corrupt("delivery kind"))? {
+        DeliveryKind::Message => id_of("id", &id, MessageId::parse).map(Deliverable::Message),
+        DeliveryKind::Mention => id_of("id", &id, CommentId::parse).map(Deliverable::Mention),
+    }
+}
+
 pub(super) fn attempt_of(r: &AnyRow) -> Result<Attempt, StorageError> {
     let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
     let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    let (project, issue, artifact) = place_in(r)?;
     Ok(Attempt {
-        kind: DeliveryKind::parse(&g("kind")?).ok_or_else(|| corrupt("delivery kind"))?,
-        id: g("id")?,
+        item: item_of(r)?,
         attempt: r.try_get("attempt").map_err(db_err)?,
-        session_id: g("session_id")?,
+        session_id: id_in(r, "session_id", SessionId::parse)?,
         mode: Mode::parse(&g("mode")?).ok_or_else(|| corrupt("mode"))?,
         state: AttemptState::parse(&g("state")?).ok_or_else(|| corrupt("attempt state"))?,
         requested_by: json_of(&g("requested_by")?, "actor")?,
@@ -45,28 +55,20 @@ pub(super) fn attempt_of(r: &AnyRow) -> Result<Attempt, StorageError> {
             .transpose()?,
         error: go("error")?,
         scope: Scope {
-            project: go("project")?
-                .map(|p| ProjectKey::parse(&p).ok_or_else(|| corrupt("project key")))
-                .transpose()?,
-            issue: go("issue")?
-                .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
-                .transpose()?,
-            artifact: go("artifact")?,
+            project,
+            issue,
+            artifact,
         },
     })
 }
 
-pub(super) async fn next_attempt(
-    tx: &mut SqlTx,
-    kind: DeliveryKind,
-    id: &str,
-) -> Result<i64, StorageError> {
+pub(super) async fn next_attempt(tx: &mut SqlTx, item: Deliverable) -> Result<i64, StorageError> {
     sqlx::query(
         "SELECT COALESCE(MAX(attempt), 0) + 1 AS n FROM console_delivery_attempts \
          WHERE kind = $1 AND id = $2",
     )
-    .bind(kind.as_str())
-    .bind(id)
+    .bind(item.kind().as_str())
+    .bind(item.to_string())
     .fetch_one(&mut *tx.tx)
     .await
     .map_err(db_err)?
@@ -83,8 +85,8 @@ pub(super) async fn insert_attempt(
         "INSERT INTO console_delivery_attempts ({ATTEMPT_COLUMNS}, content) VALUES \
          ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
     ))
-    .bind(a.kind.as_str())
-    .bind(a.id.as_str())
+    .bind(a.item.kind().as_str())
+    .bind(a.item.to_string())
     .bind(a.attempt)
     .bind(a.session_id.as_str())
     .bind(a.mode.as_str())
@@ -97,7 +99,7 @@ pub(super) async fn insert_attempt(
     .bind(a.error.clone())
     .bind(a.scope.project.as_ref().map(|p| p.as_str().to_owned()))
     .bind(a.scope.issue.as_ref().map(|p| p.as_str().to_owned()))
-    .bind(a.scope.artifact.clone())
+    .bind(a.scope.artifact.map(|x| x.to_string()))
     .bind(content.map(text))
     .execute(&mut *tx.tx)
     .await
@@ -114,8 +116,7 @@ pub(super) async fn insert_attempt(
 
 pub(super) async fn attempt(
     tx: &mut SqlTx,
-    kind: DeliveryKind,
-    id: &str,
+    item: Deliverable,
     attempt: i64,
 ) -> Result<Option<Attempt>, StorageError> {
     sqlx::query(&format!(
@@ -123,8 +124,8 @@ pub(super) async fn attempt(
          WHERE kind = $1 AND id = $2 AND attempt = $3{}",
         tx.lock()
     ))
-    .bind(kind.as_str())
-    .bind(id)
+    .bind(item.kind().as_str())
+    .bind(item.to_string())
     .bind(attempt)
     .fetch_optional(&mut *tx.tx)
     .await
@@ -136,18 +137,29 @@ pub(super) async fn attempt(
 
 pub(super) async fn attempts(
     tx: &mut SqlTx,
-    kind: DeliveryKind,
-    ids: &[String],
+    items: &[Deliverable],
 ) -> Result<Vec<Attempt>, StorageError> {
-    if ids.is_empty() {
+    let mut a = Args::default();
+    let mut any = Vec::new();
+    for kind in [DeliveryKind::Message, DeliveryKind::Mention] {
+        let ids: Vec<String> = items
+            .iter()
+            .filter(|i| i.kind() == kind)
+            .map(Deliverable::to_string)
+            .collect();
+        if !ids.is_empty() {
+            let k = a.push(kind.as_str().to_owned());
+            let list = a.list(tx.backend, &ids);
+            any.push(format!("(kind = {k} AND id IN {list})"));
+        }
+    }
+    if any.is_empty() {
         return Ok(Vec::new());
     }
-    let mut a = Args::default();
-    let k = a.push(kind.as_str().to_owned());
-    let list = a.list(tx.backend, ids);
     let sql = format!(
         "SELECT {ATTEMPT_COLUMNS} FROM console_delivery_attempts \
-         WHERE kind = {k} AND id IN {list} ORDER BY id, attempt{}",
+         WHERE {} ORDER BY kind, id, attempt{}",
+        any.join(" OR "),
         tx.lock()
     );
     sqlx::query_with(&sql, a.build())
@@ -161,8 +173,7 @@ pub(super) async fn attempts(
 
 pub(super) async fn finish_attempt(
     tx: &mut SqlTx,
-    kind: DeliveryKind,
-    id: &str,
+    item: Deliverable,
     attempt: i64,
     f: &Finish<'_>,
 ) -> Result<Option<Attempt>, StorageError> {
@@ -179,13 +190,13 @@ pub(super) async fn finish_attempt(
         None => "error".to_owned(),
     };
     let mut conds = vec![
-        format!("kind = {}", a.push(kind.as_str().to_owned())),
-        format!("id = {}", a.push(id.to_owned())),
+        format!("kind = {}", a.push(item.kind().as_str().to_owned())),
+        format!("id = {}", a.push(item.to_string())),
         format!("attempt = {}", a.push(attempt)),
         "state = 'pending'".to_owned(),
     ];
     if let Some(s) = f.session {
-        conds.push(format!("session_id = {}", a.push(s.to_owned())));
+        conds.push(format!("session_id = {}", a.push(s.to_string())));
     }
     if let Some(t) = &f.created_after {
         conds.push(format!("created_at > {}", a.push(ms(t))));
@@ -207,7 +218,7 @@ pub(super) async fn finish_attempt(
 pub(super) async fn pending_attempts(
     tx: &mut SqlTx,
     before: Option<Time>,
-    session: Option<&str>,
+    session: Option<&SessionId>,
     limit: u32,
 ) -> Result<Vec<Attempt>, StorageError> {
     let mut a = Args::default();
@@ -216,7 +227,7 @@ pub(super) async fn pending_attempts(
         conds.push(format!("created_at <= {}", a.push(ms(t))));
     }
     if let Some(s) = session {
-        conds.push(format!("session_id = {}", a.push(s.to_owned())));
+        conds.push(format!("session_id = {}", a.push(s.to_string())));
     }
     let l = a.push(i64::from(limit));
     let sql = format!(
@@ -235,22 +246,21 @@ pub(super) async fn pending_attempts(
 
 pub(super) async fn pending_content(
     tx: &mut SqlTx,
-    kind: DeliveryKind,
-    id: &str,
+    item: Deliverable,
     attempt: i64,
-) -> Result<Option<(String, DeliveryContent)>, StorageError> {
+) -> Result<Option<(SessionId, DeliveryContent)>, StorageError> {
     let row = sqlx::query(
         "SELECT session_id, content FROM console_delivery_attempts \
          WHERE kind = $1 AND id = $2 AND attempt = $3 AND state = 'pending'",
     )
-    .bind(kind.as_str())
-    .bind(id)
+    .bind(item.kind().as_str())
+    .bind(item.to_string())
     .bind(attempt)
     .fetch_optional(&mut *tx.tx)
     .await
     .map_err(db_err)?;
     let Some(r) = row else { return Ok(None) };
-    let session: String = r.try_get("session_id").map_err(db_err)?;
+    let session = id_in(&r, "session_id", SessionId::parse)?;
     let content: Option<String> = r.try_get("content").map_err(db_err)?;
     match content {
         Some(c) => Ok(Some((session, json_of(&c, "delivery content")?))),
@@ -260,8 +270,7 @@ pub(super) async fn pending_content(
 
 pub(super) async fn accept_attempt(
     tx: &mut SqlTx,
-    kind: DeliveryKind,
-    id: &str,
+    item: Deliverable,
     attempt: i64,
     at: Time,
     accepted_as: Mode,
@@ -272,8 +281,8 @@ pub(super) async fn accept_attempt(
     )
     .bind(ms(&at))
     .bind(accepted_as.as_str())
-    .bind(kind.as_str())
-    .bind(id)
+    .bind(item.kind().as_str())
+    .bind(item.to_string())
     .bind(attempt)
     .execute(&mut *tx.tx)
     .await

@@ -3,13 +3,14 @@
 
 use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::Time;
+use countersign_console_core::ids::SessionId;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::messages::LiveSession;
 use countersign_console_core::work::store::ms;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::work::{SqlTx, json_of, text};
+use crate::work::{SqlTx, id_in, json_of, text};
 use crate::{login, time};
 
 /// The PostgreSQL channel link notices go on (ids and replica names, never content).
@@ -22,7 +23,7 @@ fn live_of(r: &AnyRow) -> Result<LiveSession, StorageError> {
     let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
     let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
     Ok(LiveSession {
-        session_id: g("session_id")?,
+        session_id: id_in(r, "session_id", SessionId::parse)?,
         replica: g("replica")?,
         link: r.try_get("link").map_err(db_err)?,
         title: g("title")?,
@@ -132,7 +133,7 @@ pub(super) async fn update_live(tx: &mut SqlTx, s: &LiveSession) -> Result<bool,
 
 pub(super) async fn remove_live(
     tx: &mut SqlTx,
-    session: &str,
+    session: &SessionId,
     replica: &str,
     link: i64,
 ) -> Result<Option<LiveSession>, StorageError> {
@@ -140,7 +141,7 @@ pub(super) async fn remove_live(
         "DELETE FROM console_live_sessions WHERE session_id = $1 AND replica = $2 AND link = $3 \
          RETURNING {LIVE_COLUMNS}"
     ))
-    .bind(session)
+    .bind(session.as_str())
     .bind(replica)
     .bind(link)
     .fetch_optional(&mut *tx.tx)
@@ -151,7 +152,7 @@ pub(super) async fn remove_live(
     .transpose()?;
     if gone.is_some() {
         sqlx::query("DELETE FROM console_live_roles WHERE session_id = $1")
-            .bind(session)
+            .bind(session.as_str())
             .execute(&mut *tx.tx)
             .await
             .map_err(db_err)?;
@@ -180,7 +181,7 @@ pub(super) async fn live_sessions(
 
 pub(super) async fn live_session(
     tx: &mut SqlTx,
-    session: &str,
+    session: &SessionId,
     replica: &str,
     fresh_after: Time,
 ) -> Result<Option<LiveSession>, StorageError> {
@@ -188,7 +189,7 @@ pub(super) async fn live_session(
         "SELECT {LIVE_COLUMNS} FROM console_live_sessions \
          WHERE session_id = $1 AND (replica = $2 OR heartbeat_at > $3)"
     ))
-    .bind(session)
+    .bind(session.as_str())
     .bind(replica)
     .bind(ms(&fresh_after))
     .fetch_optional(&mut *tx.tx)
@@ -224,7 +225,7 @@ pub(super) async fn role_holders(
     role: &str,
     replica: &str,
     fresh_after: Time,
-) -> Result<Vec<String>, StorageError> {
+) -> Result<Vec<SessionId>, StorageError> {
     sqlx::query(
         "SELECT r.session_id AS session_id FROM console_live_roles r \
          JOIN console_live_sessions s ON s.session_id = r.session_id \
@@ -237,7 +238,7 @@ pub(super) async fn role_holders(
     .await
     .map_err(db_err)?
     .iter()
-    .map(|r| r.try_get("session_id").map_err(db_err))
+    .map(|r| id_in(r, "session_id", SessionId::parse))
     .collect()
 }
 
@@ -245,7 +246,7 @@ pub(super) async fn heartbeat(
     tx: &mut SqlTx,
     replica: &str,
     at: Time,
-    activity: &[(String, Time)],
+    activity: &[(SessionId, Time)],
 ) -> Result<(), StorageError> {
     sqlx::query("UPDATE console_live_sessions SET heartbeat_at = $1 WHERE replica = $2")
         .bind(ms(&at))

@@ -16,7 +16,7 @@ use countersign_console_core::Time;
 use countersign_console_core::ids::{BroadcastId, Login, MessageId, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::messages::{
-    Attempt, Broadcast, BroadcastRow, DeliveryContent, DeliveryKind, Finish, LiveSession, Message,
+    Attempt, Broadcast, BroadcastRow, Deliverable, DeliveryContent, Finish, LiveSession, Message,
     MessageTx, Mode, Target,
 };
 use countersign_console_core::work::store::ms;
@@ -132,8 +132,8 @@ impl countersign_console_core::work::MessagesWork for SqlTx {}
 
 #[async_trait]
 impl MessageTx for SqlTx {
-    async fn next_attempt(&mut self, kind: DeliveryKind, id: &str) -> Result<i64, StorageError> {
-        attempts::next_attempt(self, kind, id).await
+    async fn next_attempt(&mut self, item: Deliverable) -> Result<i64, StorageError> {
+        attempts::next_attempt(self, item).await
     }
 
     async fn insert_attempt(
@@ -146,35 +146,29 @@ impl MessageTx for SqlTx {
 
     async fn attempt(
         &mut self,
-        kind: DeliveryKind,
-        id: &str,
+        item: Deliverable,
         attempt: i64,
     ) -> Result<Option<Attempt>, StorageError> {
-        attempts::attempt(self, kind, id, attempt).await
+        attempts::attempt(self, item, attempt).await
     }
 
-    async fn attempts(
-        &mut self,
-        kind: DeliveryKind,
-        ids: &[String],
-    ) -> Result<Vec<Attempt>, StorageError> {
-        attempts::attempts(self, kind, ids).await
+    async fn attempts(&mut self, items: &[Deliverable]) -> Result<Vec<Attempt>, StorageError> {
+        attempts::attempts(self, items).await
     }
 
     async fn finish_attempt(
         &mut self,
-        kind: DeliveryKind,
-        id: &str,
+        item: Deliverable,
         attempt: i64,
         f: &Finish<'_>,
     ) -> Result<Option<Attempt>, StorageError> {
-        attempts::finish_attempt(self, kind, id, attempt, f).await
+        attempts::finish_attempt(self, item, attempt, f).await
     }
 
     async fn pending_attempts(
         &mut self,
         before: Option<Time>,
-        session: Option<&str>,
+        session: Option<&SessionId>,
         limit: u32,
     ) -> Result<Vec<Attempt>, StorageError> {
         attempts::pending_attempts(self, before, session, limit).await
@@ -182,22 +176,20 @@ impl MessageTx for SqlTx {
 
     async fn pending_content(
         &mut self,
-        kind: DeliveryKind,
-        id: &str,
+        item: Deliverable,
         attempt: i64,
-    ) -> Result<Option<(String, DeliveryContent)>, StorageError> {
-        attempts::pending_content(self, kind, id, attempt).await
+    ) -> Result<Option<(SessionId, DeliveryContent)>, StorageError> {
+        attempts::pending_content(self, item, attempt).await
     }
 
     async fn accept_attempt(
         &mut self,
-        kind: DeliveryKind,
-        id: &str,
+        item: Deliverable,
         attempt: i64,
         at: Time,
         accepted_as: Mode,
     ) -> Result<(), StorageError> {
-        attempts::accept_attempt(self, kind, id, attempt, at, accepted_as).await
+        attempts::accept_attempt(self, item, attempt, at, accepted_as).await
     }
 
     async fn bump_issue_sequence(&mut self, key: &IssueKey) -> Result<Option<i64>, StorageError> {
@@ -235,7 +227,7 @@ impl MessageTx for SqlTx {
         .bind(text(&m.author))
         .bind(ms(&m.created_at))
         .bind(m.author_login().map(|l| l.as_str().to_owned()))
-        .bind(m.author_session().map(str::to_owned))
+        .bind(m.author_session().map(SessionId::to_string))
         .fetch_one(&mut *self.tx)
         .await
         .map_err(db_err)?
@@ -423,7 +415,7 @@ impl MessageTx for SqlTx {
 
     async fn remove_live(
         &mut self,
-        session: &str,
+        session: &SessionId,
         replica: &str,
         link: i64,
     ) -> Result<Option<LiveSession>, StorageError> {
@@ -440,7 +432,7 @@ impl MessageTx for SqlTx {
 
     async fn live_session(
         &mut self,
-        session: &str,
+        session: &SessionId,
         replica: &str,
         fresh_after: Time,
     ) -> Result<Option<LiveSession>, StorageError> {
@@ -460,7 +452,7 @@ impl MessageTx for SqlTx {
         role: &str,
         replica: &str,
         fresh_after: Time,
-    ) -> Result<Vec<String>, StorageError> {
+    ) -> Result<Vec<SessionId>, StorageError> {
         live::role_holders(self, role, replica, fresh_after).await
     }
 
@@ -468,7 +460,7 @@ impl MessageTx for SqlTx {
         &mut self,
         replica: &str,
         at: Time,
-        activity: &[(String, Time)],
+        activity: &[(SessionId, Time)],
     ) -> Result<(), StorageError> {
         live::heartbeat(self, replica, at, activity).await
     }

@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, db_err};
+use countersign_console_core::ids::SessionId;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{Event, EventPage, EventTx, IssueKey, NewEvent};
@@ -40,13 +41,13 @@ impl EventTx for SqlTx {
              RETURNING id",
         )
         .bind(e.kind)
-        .bind(ms(&e.at))
-        .bind(text(&e.actor))
-        .bind(e.project.as_ref().map(|p| p.as_str().to_owned()))
-        .bind(e.issue.as_ref().map(|p| p.as_str().to_owned()))
-        .bind(e.artifact.clone())
-        .bind(e.session.clone())
-        .bind(text(&e.data))
+        .bind(ms(&e.facts.at))
+        .bind(text(&e.facts.actor))
+        .bind(e.facts.project.as_ref().map(|p| p.as_str().to_owned()))
+        .bind(e.facts.issue.as_ref().map(|p| p.as_str().to_owned()))
+        .bind(e.facts.artifact.map(|a| a.to_string()))
+        .bind(e.facts.session.as_ref().map(SessionId::to_string))
+        .bind(text(&e.facts.data))
         .bind(sequence)
         .fetch_one(&mut *self.tx)
         .await
@@ -56,13 +57,7 @@ impl EventTx for SqlTx {
         Ok(Event {
             id,
             kind: e.kind.to_owned(),
-            at: e.at,
-            actor: e.actor.clone(),
-            project: e.project.clone(),
-            issue: e.issue.clone(),
-            artifact: e.artifact.clone(),
-            session: e.session.clone(),
-            data: e.data.clone(),
+            facts: e.facts.clone(),
             sequence,
         })
     }

@@ -15,8 +15,8 @@ use countersign_console_core::work::{
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{Args, ISSUE_COLUMNS, SqlTx, StoredClaim, corrupt, issue_of, text};
-use crate::{login, time};
+use super::{Args, ISSUE_COLUMNS, SqlTx, StoredClaim, corrupt, issue_of, subscribers_of, text};
+use crate::login;
 
 /// What an issue update does to PostgreSQL's label rows.
 enum LabelRows {
@@ -457,7 +457,10 @@ impl IssueTx for SqlTx {
         self.newest_candidates(words, limit).await
     }
 
-    async fn subscribers(&mut self, key: &IssueKey) -> Result<Vec<(String, Time)>, StorageError> {
+    async fn subscribers(
+        &mut self,
+        key: &IssueKey,
+    ) -> Result<Vec<(SessionId, Time)>, StorageError> {
         let rows = sqlx::query(
             "SELECT e.session AS session, MIN(e.at) AS since FROM console_events e \
              LEFT JOIN console_unsubscribed u ON u.issue = e.issue AND u.session = e.session \
@@ -469,14 +472,7 @@ impl IssueTx for SqlTx {
         .fetch_all(&mut *self.tx)
         .await
         .map_err(db_err)?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("session").map_err(db_err)?,
-                    time(r.try_get("since").map_err(db_err)?)?,
-                ))
-            })
-            .collect()
+        subscribers_of(&rows)
     }
 
     async fn unsubscribe(

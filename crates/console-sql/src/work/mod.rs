@@ -16,9 +16,11 @@
 
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, begin_err, db_err};
+use countersign_console_core::Time;
+use countersign_console_core::ids::{ArtifactId, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::{
-    Actor, Claim, Components, Event, Issue, IssueKey, ProjectKey, Status, WorkTx,
+    Actor, Claim, Components, Event, EventFacts, Issue, IssueKey, ProjectKey, Status, WorkTx,
 };
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::pool::PoolConnection;
@@ -209,25 +211,52 @@ struct StoredClaim {
     at: i64,
 }
 
-pub(crate) fn event_of(r: &AnyRow) -> Result<Event, StorageError> {
+/// Where a row's event or attempt is: its `project`, `issue` and `artifact` columns.
+pub(crate) type Place = (Option<ProjectKey>, Option<IssueKey>, Option<ArtifactId>);
+
+/// [`Place`] read from a row.
+pub(crate) fn place_in(r: &AnyRow) -> Result<Place, StorageError> {
     let go = |c: &str| -> Result<Option<String>, StorageError> { r.try_get(c).map_err(db_err) };
+    Ok((
+        go("project")?
+            .map(|p| ProjectKey::parse(&p).ok_or_else(|| corrupt("project key")))
+            .transpose()?,
+        go("issue")?
+            .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
+            .transpose()?,
+        opt_id_in(r, "artifact", ArtifactId::parse)?,
+    ))
+}
+
+pub(crate) fn event_of(r: &AnyRow) -> Result<Event, StorageError> {
+    let (project, issue, artifact) = place_in(r)?;
     Ok(Event {
         id: r.try_get("id").map_err(db_err)?,
         kind: r.try_get("kind").map_err(db_err)?,
-        at: time(r.try_get("at").map_err(db_err)?)?,
-        actor: json_of(&r.try_get::<String, _>("actor").map_err(db_err)?, "actor")?,
-        project: go("project")?
-            .map(|p| ProjectKey::parse(&p).ok_or_else(|| corrupt("project key")))
-            .transpose()?,
-        issue: go("issue")?
-            .map(|p| IssueKey::parse(&p).ok_or_else(|| corrupt("issue key")))
-            .transpose()?,
-        artifact: go("artifact")?,
-        session: go("session")?,
-        data: json_of(&r.try_get::<String, _>("data").map_err(db_err)?, "event")?,
+        facts: EventFacts {
+            at: time(r.try_get("at").map_err(db_err)?)?,
+            actor: json_of(&r.try_get::<String, _>("actor").map_err(db_err)?, "actor")?,
+            project,
+            issue,
+            artifact,
+            session: opt_id_in(r, "session", SessionId::parse)?,
+            data: json_of(&r.try_get::<String, _>("data").map_err(db_err)?, "event")?,
+        },
         sequence: r.try_get("sequence").map_err(db_err)?,
     })
 }
+/// Subscribed sessions from rows of `session` and `since` (the time of its first event).
+pub(crate) fn subscribers_of(rows: &[AnyRow]) -> Result<Vec<(SessionId, Time)>, StorageError> {
+    rows.iter()
+        .map(|r| {
+            Ok((
+                id_in(r, "session", SessionId::parse)?,
+                time(r.try_get("since").map_err(db_err)?)?,
+            ))
+        })
+        .collect()
+}
+
 /// A value bound to a query built at run time.
 #[derive(Debug, Clone)]
 pub(crate) enum Val {

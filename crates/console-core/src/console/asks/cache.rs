@@ -34,15 +34,15 @@ pub(super) fn inbox_scope(events: &[Event]) -> Option<InboxScope> {
     let mut scope = InboxScope::default();
     for e in events {
         let mut named = false;
-        if let Some(i) = &e.issue {
+        if let Some(i) = &e.facts.issue {
             scope.issues.push(i.as_str().to_owned());
             named = true;
         }
-        if let Some(a) = &e.artifact {
-            scope.artifacts.push(a.clone());
+        if let Some(a) = &e.facts.artifact {
+            scope.artifacts.push(a.to_string());
             named = true;
         }
-        if let Some(a) = e.data.get("ask").and_then(serde_json::Value::as_str) {
+        if let Some(a) = e.facts.data.get("ask").and_then(serde_json::Value::as_str) {
             scope.asks.push(a.to_owned());
             named = true;
         }

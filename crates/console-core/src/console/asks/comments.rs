@@ -72,7 +72,7 @@ impl Asks<'_> {
             Some(a) => Some(
                 tx.ask(a)
                     .await?
-                    .filter(|x| req.here(x.issue.as_ref(), x.artifact))
+                    .filter(|x| req.here(x.head.issue.as_ref(), x.head.artifact))
                     .ok_or_else(|| invalid("`ask` names no ask here"))?,
             ),
             None => None,
@@ -177,7 +177,7 @@ impl Asks<'_> {
 
     /// A reply on an ask moves its turn (docs/asks.md, "Whose turn").
     fn replied(ask: &mut Ask, actor: &Actor, now: Time) {
-        let next = match (ask.state, actor.is_human()) {
+        let next = match (ask.head.state, actor.is_human()) {
             (AskState::Open, true) => Some(Turn::Agent),
             (AskState::Open, false) => Some(Turn::Human),
             // An answered ask is in no inbox, whoever replies (issue 27).
@@ -209,16 +209,13 @@ impl Asks<'_> {
                 "a reply (`parent`) takes its thread's place: no `artifact`, `ask`, `quote`, `block` or `suggestion`",
             ));
         }
-        let mut mentions: Vec<String> = Vec::new();
+        let mut mentions: Vec<SessionId> = Vec::new();
         for m in &new.mentions {
-            if !is_session_id(m) {
-                return Err(Error::with_message(
-                    ErrorCode::INVALID_SESSION_ID,
-                    "a mention is a session id",
-                ));
-            }
-            if !mentions.contains(m) {
-                mentions.push(m.clone());
+            let m = SessionId::parse(m).ok_or_else(|| {
+                Error::with_message(ErrorCode::INVALID_SESSION_ID, "a mention is a session id")
+            })?;
+            if !mentions.contains(&m) {
+                mentions.push(m);
             }
         }
         if let Some(s) = &new.suggestion
@@ -432,13 +429,11 @@ impl Asks<'_> {
         id: CommentId,
         target: Option<&str>,
     ) -> Result<AttemptView, Error> {
-        if target.is_some_and(|t| !is_session_id(t)) {
-            return Err(ErrorCode::INVALID_SESSION_ID.into());
-        }
+        let target = target.map(SessionId::named).transpose()?;
         // The whole `WorkTx`: the attempt opens through the messages' code.
         let opened = transact!(self.console, WorkTx, |tx| {
             let c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
-            let session = match (target, c.mentions.as_slice()) {
+            let session = match (&target, c.mentions.as_slice()) {
                 (_, []) => return Err(invalid("the comment mentions no session")),
                 (None, [only]) => only.clone(),
                 (None, _) => {
@@ -446,7 +441,7 @@ impl Asks<'_> {
                         "the comment mentions several sessions: `target` names one",
                     ));
                 }
-                (Some(t), all) if all.iter().any(|m| m == t) => t.to_owned(),
+                (Some(t), all) if all.contains(t) => t.clone(),
                 (Some(_), _) => {
                     return Err(invalid("`target` is not one of the comment's mentions"));
                 }
@@ -559,7 +554,7 @@ enum On {
 /// A comment body once checked.
 struct CheckedComment {
     body: String,
-    mentions: Vec<String>,
+    mentions: Vec<SessionId>,
 }
 
 /// A new comment's request, checked before its transaction: what its route puts it on, its
@@ -619,9 +614,12 @@ impl CommentRequest {
         ask: Option<&Ask>,
     ) -> Result<Option<ArtifactId>, Error> {
         let mut artifact = self.artifact;
-        for other in [root.and_then(|r| r.artifact), ask.and_then(|a| a.artifact)]
-            .into_iter()
-            .flatten()
+        for other in [
+            root.and_then(|r| r.artifact),
+            ask.and_then(|a| a.head.artifact),
+        ]
+        .into_iter()
+        .flatten()
         {
             match &artifact {
                 Some(x) if *x != other => {

@@ -83,10 +83,11 @@ fn approval_ask(
 /// The `:::ask` block of an ask.
 fn ask_block(ask: &Ask) -> Result<String, Error> {
     doc::write_ask(&doc::AskBlock {
-        id: ask.id.to_string(),
-        state: ask.state.as_str().to_owned(),
-        question: ask.question.clone(),
+        id: ask.head.id.to_string(),
+        state: ask.head.state.as_str().to_owned(),
+        question: ask.head.question.clone(),
         options: ask
+            .head
             .options
             .iter()
             .map(|o| doc::AskOption {
@@ -158,7 +159,7 @@ impl Asks<'_> {
             })
             .await?;
         for mut a in open {
-            if a.kind == AskKind::Approval && a.turn != Some(Turn::Agent) {
+            if a.head.kind == AskKind::Approval && a.turn != Some(Turn::Agent) {
                 a.turn = Some(Turn::Agent);
                 a.turn_since = now;
                 a.updated_at = now;
@@ -176,7 +177,7 @@ impl Asks<'_> {
         actor: &Actor,
         ask: &mut Ask,
     ) -> Result<Changed, Error> {
-        let (Some(artifact), Some(_)) = (ask.artifact, ask.block.as_ref()) else {
+        let (Some(artifact), Some(_)) = (ask.head.artifact, ask.head.block.as_ref()) else {
             return Ok((Vec::new(), None));
         };
         let a = self.document_in(tx, artifact).await?;
@@ -184,7 +185,7 @@ impl Asks<'_> {
         let Some(block) = current
             .asks()
             .into_iter()
-            .find(|x| x.ask.id == ask.id)
+            .find(|x| x.ask.id == ask.head.id)
             .map(|x| x.block)
         else {
             return Ok((Vec::new(), None));
@@ -205,12 +206,12 @@ impl Asks<'_> {
             .change_document(tx, actor, artifact, None, std::slice::from_ref(&op))
             .await?;
         if let Some((_, d)) = &kept {
-            ask.block = d
+            ask.head.block = d
                 .asks()
                 .into_iter()
-                .find(|x| x.ask.id == ask.id)
+                .find(|x| x.ask.id == ask.head.id)
                 .map(|x| x.block)
-                .or(ask.block.take());
+                .or(ask.head.block.take());
         }
         Ok((events, kept))
     }
@@ -277,7 +278,7 @@ impl Asks<'_> {
                     .documents()
                     .change_document(tx, actor, artifact, None, std::slice::from_ref(&op))
                     .await?;
-                ask.block = k.as_ref().and_then(|(_, d)| {
+                ask.head.block = k.as_ref().and_then(|(_, d)| {
                     d.asks()
                         .into_iter()
                         .find(|x| x.ask.id == id)
@@ -293,7 +294,7 @@ impl Asks<'_> {
             Ok((view, events, kept))
         })?;
         self.console.documents().document_committed(&events, kept);
-        tracing::info!(ask = %view.id, "ask opened on a document");
+        tracing::info!(ask = %view.head.id, "ask opened on a document");
         Ok(view)
     }
 
@@ -362,13 +363,13 @@ impl Asks<'_> {
             let data = ApprovalData {
                 artifact,
                 version,
-                ask: Some(view.id),
+                ask: Some(view.head.id),
                 by: actor,
                 at: now,
             };
             let place = Place {
-                project: &view.project,
-                issue: view.issue.as_ref(),
+                project: &view.head.project,
+                issue: view.head.issue.as_ref(),
                 artifact: Some(artifact),
             };
             let data = serde_json::to_value(data).unwrap_or_default();
@@ -413,7 +414,7 @@ impl Asks<'_> {
             })
             .await?
             .into_iter()
-            .find(|x| x.kind == AskKind::Approval))
+            .find(|x| x.head.kind == AskKind::Approval))
     }
 
     /// Hands an open approval ask back to a person for `approval`'s version, reworded by
@@ -427,10 +428,10 @@ impl Asks<'_> {
         now: Time,
     ) -> Result<AskView, Error> {
         // Locks go ask, then document: read it again locked.
-        let mut ask = tx.ask(ask.id).await?.unwrap_or_else(|| ask.clone());
+        let mut ask = tx.ask(ask.head.id).await?.unwrap_or_else(|| ask.clone());
         ask.approval = Some(approval);
         if let Some(s) = summary {
-            ask.question = s.to_owned();
+            ask.head.question = s.to_owned();
         }
         ask.turn = Some(Turn::Human);
         ask.turn_since = now;
@@ -478,7 +479,7 @@ impl Asks<'_> {
             // Any approval ask first (locks go ask, then document).
             let open = match ask {
                 Some(id) => Some(id),
-                None => Self::open_approval(tx, artifact).await?.map(|x| x.id),
+                None => Self::open_approval(tx, artifact).await?.map(|x| x.head.id),
             };
             let open = match open {
                 Some(id) => tx.ask(id).await?,
@@ -496,7 +497,7 @@ impl Asks<'_> {
                 body: body.clone(),
                 by: actor.clone(),
                 at: now,
-                ask: open.as_ref().map(|x| x.id),
+                ask: open.as_ref().map(|x| x.head.id),
             };
             tx.insert_review(&review).await?;
             let mut answered = None;
@@ -577,9 +578,9 @@ impl Asks<'_> {
             by: review.by.clone(),
             at: now,
         };
-        tx.add_answer(ask.id, &answer).await?;
-        ask.answer = Some(answer);
-        ask.state = AskState::Answered;
+        tx.add_answer(ask.head.id, &answer).await?;
+        ask.head.answer = Some(answer);
+        ask.head.state = AskState::Answered;
         ask.turn = None;
         ask.turn_since = now;
         ask.updated_at = now;

@@ -82,9 +82,9 @@ impl Asks<'_> {
 
     fn inbox_row(a: InboxAsk, snoozed_until: Option<Time>) -> InboxRow {
         InboxRow {
-            id: a.id,
-            issue: a.issue.clone(),
-            artifact: a.artifact,
+            id: a.head.id,
+            issue: a.head.issue.clone(),
+            artifact: a.head.artifact,
             turn: a.turn,
             turn_since: a.turn_since,
             snoozed_until,
@@ -110,7 +110,7 @@ impl Asks<'_> {
             let ask = self.locked_ask(tx, id).await?;
             if ask.turn.is_none() {
                 return Err(ask_state(
-                    ask.state,
+                    ask.head.state,
                     "the ask waits on nobody: it is in no inbox",
                 ));
             }
@@ -122,7 +122,7 @@ impl Asks<'_> {
             })
             .unwrap_or_default();
             let e = self
-                .append_personal(tx, "inbox.snoozed", &actor, &ask.project, data)
+                .append_personal(tx, "inbox.snoozed", &actor, &ask.head.project, data)
                 .await?;
             Ok((Self::inbox_row(InboxAsk::of(&ask), Some(until)), e))
         })?;
@@ -149,7 +149,7 @@ impl Asks<'_> {
             })
             .unwrap_or_default();
             Ok(Some(
-                self.append_personal(tx, "inbox.unsnoozed", &actor, &ask.project, data)
+                self.append_personal(tx, "inbox.unsnoozed", &actor, &ask.head.project, data)
                     .await?,
             ))
         })?;
@@ -170,13 +170,15 @@ impl Asks<'_> {
     ) -> Result<Event, Error> {
         let e = NewEvent {
             kind,
-            at: self.console.now(),
-            actor: actor.clone(),
-            project: Some(project.clone()),
-            issue: None,
-            artifact: None,
-            session: None,
-            data,
+            facts: EventFacts {
+                at: self.console.now(),
+                actor: actor.clone(),
+                project: Some(project.clone()),
+                issue: None,
+                artifact: None,
+                session: None,
+                data,
+            },
         };
         Ok(tx.append_event(&e, None).await?)
     }
@@ -191,11 +193,11 @@ impl Asks<'_> {
         let mut tx = self.read().await?;
         let (entries, total) = tx.answers_by(&human.login, limit, offset).await?;
         let asked = |a: &Ask| AnsweredAsk {
-            id: a.id,
-            question: a.question.clone(),
-            state: a.state,
+            id: a.head.id,
+            question: a.head.question.clone(),
+            state: a.head.state,
             owner: a.author.clone(),
-            link: console_ref(SearchKind::Ask, &a.id.to_string()),
+            link: console_ref(SearchKind::Ask, &a.head.id.to_string()),
         };
         let rows = entries
             .into_iter()

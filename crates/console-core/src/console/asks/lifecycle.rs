@@ -41,7 +41,7 @@ impl Asks<'_> {
             Ok((view, e))
         })?;
         self.console.event_committed(event.id);
-        tracing::info!(ask = %view.id, "ask opened");
+        tracing::info!(ask = %view.head.id, "ask opened");
         Ok(view)
     }
 
@@ -49,38 +49,38 @@ impl Asks<'_> {
     /// for any word of its question, read after its write committed (it never slows or
     /// blocks the write); none when the search fails.
     pub async fn ask_advice(&self, ask: &AskView) -> Vec<AskSuggestion> {
-        let words = search::words(&ask.question);
+        let words = search::words(&ask.head.question);
         if words.is_empty() {
             return Vec::new();
         }
         let found = async {
             let mut tx: Box<dyn AsksWork> = self.console.parts.storage.read().await?;
             let (hits, _) = tx
-                .search_asks(&words, true, Some(&ask.project), true, 4)
+                .search_asks(&words, true, Some(&ask.head.project), true, 4)
                 .await?;
             let ids: Vec<AskId> = hits
                 .iter()
                 .filter_map(|h| AskId::parse(&h.id))
-                .filter(|h| *h != ask.id)
+                .filter(|h| *h != ask.head.id)
                 .take(3)
                 .collect();
             let mut asks = tx.asks_by_id(&ids).await?;
-            asks.sort_by_key(|a| ids.iter().position(|i| *i == a.id));
+            asks.sort_by_key(|a| ids.iter().position(|i| *i == a.head.id));
             Ok::<_, crate::storage::StorageError>(asks)
         };
         match found.await {
             Ok(asks) => asks
                 .into_iter()
                 .filter_map(|a| {
-                    let ans = a.answer?;
+                    let ans = a.head.answer?;
                     let options = ans
                         .options
                         .iter()
-                        .filter_map(|o| a.options.iter().find(|x| &x.id == o).cloned())
+                        .filter_map(|o| a.head.options.iter().find(|x| &x.id == o).cloned())
                         .collect();
                     Some(AskSuggestion {
-                        ask: a.id,
-                        question: a.question,
+                        ask: a.head.id,
+                        question: a.head.question,
                         answer: SuggestedAnswer {
                             options,
                             text: ans.text,
@@ -138,10 +138,7 @@ impl Asks<'_> {
         let mut tx = self.read().await?;
         match (author_session, project) {
             (Some(s), None) => {
-                if !is_session_id(s) {
-                    return Err(ErrorCode::INVALID_SESSION_ID.into());
-                }
-                f.author_session = Some(s.to_owned());
+                f.author_session = Some(SessionId::named(s)?);
             }
             (None, Some(p)) => {
                 let p = ProjectKey::parse(p).ok_or_else(|| {
@@ -160,8 +157,9 @@ impl Asks<'_> {
             }
         }
         let asks = tx.asks(&f).await?;
-        let issues: HashSet<&IssueKey> = asks.iter().filter_map(|a| a.issue.as_ref()).collect();
-        let artifacts: HashSet<ArtifactId> = asks.iter().filter_map(|a| a.artifact).collect();
+        let issues: HashSet<&IssueKey> =
+            asks.iter().filter_map(|a| a.head.issue.as_ref()).collect();
+        let artifacts: HashSet<ArtifactId> = asks.iter().filter_map(|a| a.head.artifact).collect();
         let counts = AskCounts {
             asks: asks.len(),
             issues: issues.len(),
@@ -207,12 +205,14 @@ impl Asks<'_> {
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
             let mut ask = self.locked_ask(tx, id).await?;
             Self::as_author(actor, &ask)?;
-            if ask.state != AskState::Open {
-                return Err(ask_state(ask.state, "only an open ask is reworded"));
+            if ask.head.state != AskState::Open {
+                return Err(ask_state(ask.head.state, "only an open ask is reworded"));
             }
-            let q = question.clone().unwrap_or_else(|| ask.question.clone());
-            let o = options.clone().unwrap_or_else(|| ask.options.clone());
-            if q == ask.question && o == ask.options {
+            let q = question
+                .clone()
+                .unwrap_or_else(|| ask.head.question.clone());
+            let o = options.clone().unwrap_or_else(|| ask.head.options.clone());
+            if q == ask.head.question && o == ask.head.options {
                 let view = self.ask_full(tx, ask).await?;
                 return Ok((view, Vec::new(), None));
             }
@@ -220,15 +220,15 @@ impl Asks<'_> {
             tx.add_wording(
                 id,
                 &Wording {
-                    question: ask.question.clone(),
-                    options: ask.options.clone(),
+                    question: ask.head.question.clone(),
+                    options: ask.head.options.clone(),
                     by: ask.worded_by.clone(),
                     at: ask.worded_at,
                 },
             )
             .await?;
-            ask.question = q;
-            ask.options = o;
+            ask.head.question = q;
+            ask.head.options = o;
             ask.updated_at = now;
             ask.worded_by = actor.clone();
             ask.worded_at = now;
@@ -263,7 +263,9 @@ impl Asks<'_> {
         // An approval ask is answered by a review of the version it asks about.
         let approval = {
             let mut tx = self.read().await?;
-            tx.ask(id).await?.filter(|a| a.kind == AskKind::Approval)
+            tx.ask(id)
+                .await?
+                .filter(|a| a.head.kind == AskKind::Approval)
         };
         if let Some(ask) = approval {
             return self.answer_approval(actor, ask, &selected, text).await;
@@ -271,15 +273,15 @@ impl Asks<'_> {
         let now = self.console.now();
         let (view, event) = transact!(self.console, AsksWork, |tx| {
             let mut ask = self.locked_ask(tx, id).await?;
-            if !matches!(ask.state, AskState::Open | AskState::Answered) {
+            if !matches!(ask.head.state, AskState::Open | AskState::Answered) {
                 return Err(ask_state(
-                    ask.state,
+                    ask.head.state,
                     "a retracted or resolved ask takes no answer",
                 ));
             }
             if let Some(o) = selected
                 .iter()
-                .find(|o| !ask.options.iter().any(|x| &x.id == *o))
+                .find(|o| !ask.head.options.iter().any(|x| &x.id == *o))
             {
                 return Err(invalid(format!("the ask has no option `{o}`")));
             }
@@ -290,8 +292,8 @@ impl Asks<'_> {
                 at: now,
             };
             tx.add_answer(id, &answer).await?;
-            ask.answer = Some(answer);
-            ask.state = AskState::Answered;
+            ask.head.answer = Some(answer);
+            ask.head.state = AskState::Answered;
             // An answered ask is not open: it leaves the inbox (issue 27; docs/decisions.md).
             ask.turn = None;
             ask.turn_since = now;
@@ -302,7 +304,7 @@ impl Asks<'_> {
             Ok((view, e))
         })?;
         self.console.event_committed(event.id);
-        tracing::info!(ask = %view.id, "ask answered");
+        tracing::info!(ask = %view.head.id, "ask answered");
         Ok(view)
     }
 
@@ -315,9 +317,9 @@ impl Asks<'_> {
         selected: &[String],
         text: Option<String>,
     ) -> Result<AskView, Error> {
-        if !matches!(ask.state, AskState::Open | AskState::Answered) {
+        if !matches!(ask.head.state, AskState::Open | AskState::Answered) {
             return Err(ask_state(
-                ask.state,
+                ask.head.state,
                 "a retracted or resolved ask takes no answer",
             ));
         }
@@ -329,7 +331,7 @@ impl Asks<'_> {
             invalid("an approval ask is answered with one option: approve or request_changes")
         })?;
         let (Some(artifact), Some(version)) =
-            (ask.artifact, ask.approval.as_ref().map(|x| x.version))
+            (ask.head.artifact, ask.approval.as_ref().map(|x| x.version))
         else {
             return Err(not_found("document"));
         };
@@ -338,7 +340,7 @@ impl Asks<'_> {
             version,
             body: text,
         };
-        self.review_answering(actor, artifact, r, Some(ask.id))
+        self.review_answering(actor, artifact, r, Some(ask.head.id))
             .await?
             .1
             .ok_or_else(|| not_found("ask"))
@@ -363,13 +365,13 @@ impl Asks<'_> {
         // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
         let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
             let mut ask = self.locked_ask(tx, id).await?;
-            if ask.state != AskState::Open {
+            if ask.head.state != AskState::Open {
                 return Err(ask_state(
-                    ask.state,
+                    ask.head.state,
                     "only an open ask is retracted or resolved",
                 ));
             }
-            ask.state = match c.state {
+            ask.head.state = match c.state {
                 CloseAs::Retracted => AskState::Retracted,
                 CloseAs::Resolved => AskState::Resolved,
             };
@@ -410,10 +412,10 @@ impl Asks<'_> {
         ask: &Ask,
     ) -> Result<Vec<Recipient>, Error> {
         let mut out: Vec<Recipient> = Vec::new();
-        let mut add = |s: &str, via: Via| {
-            if !out.iter().any(|r| r.session_id == s) {
+        let mut add = |s: &SessionId, via: Via| {
+            if !out.iter().any(|r| r.session_id == *s) {
                 out.push(Recipient {
-                    session_id: s.to_owned(),
+                    session_id: s.clone(),
                     via,
                 });
             }
@@ -424,12 +426,12 @@ impl Asks<'_> {
         for f in &ask.followers {
             add(f, Via::Follower);
         }
-        if let Some(d) = &ask.artifact {
+        if let Some(d) = &ask.head.artifact {
             for (s, _) in tx.document_subscribers(*d).await? {
                 add(&s, Via::Subscriber);
             }
         }
-        if let Some(k) = &ask.issue {
+        if let Some(k) = &ask.head.issue {
             for (s, _) in tx.subscribers(k).await? {
                 add(&s, Via::Subscriber);
             }
@@ -447,7 +449,6 @@ impl Asks<'_> {
         session: &SessionId,
         follow: bool,
     ) -> Result<(), Error> {
-        let session = session.as_str();
         if !actor.is_human() && actor.session() != Some(session) {
             return Err(Error::with_message(
                 ErrorCode::SESSION_FORBIDDEN,
@@ -462,21 +463,21 @@ impl Asks<'_> {
                 return Ok(None);
             }
             if follow {
-                ask.followers.push(session.to_owned());
+                ask.followers.push(session.clone());
             } else {
                 ask.followers.retain(|f| f != session);
             }
             ask.updated_at = now;
             tx.update_ask(&ask).await?;
             let data = serde_json::to_value(FollowData {
-                ask: ask.id,
+                ask: ask.head.id,
                 session_id: session,
             })
             .unwrap_or_default();
             let place = Place {
-                project: &ask.project,
-                issue: ask.issue.as_ref(),
-                artifact: ask.artifact,
+                project: &ask.head.project,
+                issue: ask.head.issue.as_ref(),
+                artifact: ask.head.artifact,
             };
             let kind = if follow {
                 "ask.followed"
@@ -494,8 +495,8 @@ impl Asks<'_> {
     /// How many open asks each session wrote (`GET /sessions`' `open_asks`).
     pub async fn open_ask_counts(
         &self,
-        sessions: &[String],
-    ) -> Result<HashMap<String, i64>, Error> {
+        sessions: &[SessionId],
+    ) -> Result<HashMap<SessionId, i64>, Error> {
         if sessions.is_empty() {
             return Ok(HashMap::new());
         }
@@ -530,5 +531,5 @@ fn checked_answer(a: AnswerIn) -> Result<(Vec<String>, Option<String>), Error> {
 #[derive(Serialize)]
 struct FollowData<'a> {
     ask: AskId,
-    session_id: &'a str,
+    session_id: &'a SessionId,
 }

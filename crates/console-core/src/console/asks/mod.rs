@@ -42,12 +42,14 @@ use crate::work::asks::{AskPlace, AsksWork};
 use crate::work::asks::{InboxAsk, InboxEntry, InboxScope};
 use crate::work::model::rfc3339;
 use crate::work::rules;
-use crate::work::{Actor, Event, IssueKey, NewEvent, ProjectKey, SearchKind, WorkTx, search};
+use crate::work::{
+    Actor, Event, EventFacts, IssueKey, NewEvent, ProjectKey, SearchKind, WorkTx, search,
+};
 
 use super::messages::{NewAttempt, Opened};
 use super::work::{console_ref, invalid, not_found};
 use crate::work::documents::{Artifact, ArtifactKind, Scope as DocScope};
-use crate::work::messages::{AttemptView, DeliveryContent, DeliveryKind, Mode, Scope};
+use crate::work::messages::{AttemptView, Deliverable, DeliveryContent, Mode, Scope};
 
 /// Caps of protocol §2.
 const QUESTION_MAX: usize = 2_000;
@@ -64,8 +66,6 @@ fn cap(message: &str) -> Error {
 fn ask_state(state: AskState, message: &str) -> Error {
     Error::with_message(ErrorCode::ASK_STATE, message).with_detail("state", state.as_str())
 }
-
-pub(crate) use crate::ids::is_session_id;
 
 /// An option id: `^[A-Za-z0-9_-]{1,32}$`.
 fn is_option_id(s: &str) -> bool {
@@ -241,7 +241,7 @@ pub enum Via {
 /// One session an ask's answer and replies reach.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Recipient {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub via: Via,
 }
 
@@ -419,13 +419,15 @@ impl Asks<'_> {
         };
         let e = NewEvent {
             kind,
-            at: now,
-            actor: actor.clone(),
-            project: Some(place.project.clone()),
-            issue,
-            artifact: place.artifact.map(|a| a.to_string()),
-            session: actor.session().map(str::to_owned),
-            data,
+            facts: EventFacts {
+                at: now,
+                actor: actor.clone(),
+                project: Some(place.project.clone()),
+                issue,
+                artifact: place.artifact,
+                session: actor.session().cloned(),
+                data,
+            },
         };
         Ok(tx.append_event(&e, sequence).await?)
     }
@@ -438,7 +440,11 @@ impl Asks<'_> {
         actor: &Actor,
         view: &AskView,
     ) -> Result<Event, Error> {
-        let place = Place::new(&view.project, view.issue.as_ref(), view.artifact);
+        let place = Place::new(
+            &view.head.project,
+            view.head.issue.as_ref(),
+            view.head.artifact,
+        );
         let data = serde_json::to_value(view).unwrap_or_default();
         self.append_at(tx, kind, actor, place, data).await
     }
@@ -483,16 +489,16 @@ impl Asks<'_> {
         tx: &mut dyn AsksWork,
         cs: Vec<Comment>,
     ) -> Result<Vec<CommentView>, Error> {
-        let ids: Vec<String> = cs
+        let items: Vec<Deliverable> = cs
             .iter()
             .filter(|c| !c.mentions.is_empty())
-            .map(|c| c.id.to_string())
+            .map(|c| Deliverable::Mention(c.id))
             .collect();
-        let mut attempts: HashMap<String, Vec<AttemptView>> = HashMap::new();
-        if !ids.is_empty() {
-            for a in tx.attempts(DeliveryKind::Mention, &ids).await? {
+        let mut attempts: HashMap<Deliverable, Vec<AttemptView>> = HashMap::new();
+        if !items.is_empty() {
+            for a in tx.attempts(&items).await? {
                 attempts
-                    .entry(a.id.clone())
+                    .entry(a.item)
                     .or_default()
                     .push(AttemptView::from(&a));
             }
@@ -500,7 +506,9 @@ impl Asks<'_> {
         Ok(cs
             .into_iter()
             .map(|c| {
-                let a = attempts.remove(&c.id.to_string()).unwrap_or_default();
+                let a = attempts
+                    .remove(&Deliverable::Mention(c.id))
+                    .unwrap_or_default();
                 CommentView::of(c, a)
             })
             .collect())
@@ -512,7 +520,7 @@ impl Asks<'_> {
         &self,
         tx: &mut dyn WorkTx,
         c: &Comment,
-        session: &str,
+        session: &SessionId,
         requested_by: &Actor,
     ) -> Result<Opened, Error> {
         let content = DeliveryContent {
@@ -526,15 +534,14 @@ impl Asks<'_> {
         let scope = Scope {
             project: Some(c.project.clone()),
             issue: c.issue.clone(),
-            artifact: c.artifact.map(|a| a.to_string()),
+            artifact: c.artifact,
         };
         self.console
             .messages()
             .open_attempt(
                 tx,
                 &NewAttempt {
-                    kind: DeliveryKind::Mention,
-                    id: &c.id.to_string(),
+                    item: Deliverable::Mention(c.id),
                     session_id: session,
                     mode: Mode::Send,
                     requested_by,
@@ -549,13 +556,13 @@ impl Asks<'_> {
     async fn ask_full(&self, tx: &mut dyn AsksWork, a: Ask) -> Result<AskView, Error> {
         let replies = tx
             .comments(&CommentFilter {
-                ask: Some(a.id),
+                ask: Some(a.head.id),
                 ..Default::default()
             })
             .await?;
         let replies = self.comment_views(tx, replies).await?;
-        let history = tx.wordings(a.id).await?;
-        let answers = tx.answers(a.id).await?;
+        let history = tx.wordings(a.head.id).await?;
+        let answers = tx.answers(a.head.id).await?;
         let mut v = AskView::listed(a);
         v.replies = Some(replies);
         v.history = Some(history);

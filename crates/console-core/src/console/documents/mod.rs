@@ -54,7 +54,7 @@ use crate::work::documents::{
     VersionKind, VersionRef,
 };
 use crate::work::{
-    Actor, DocumentTx, DocumentsWork, Event, IssueKey, NewEvent, ProjectKey, WorkTx,
+    Actor, DocumentTx, DocumentsWork, Event, EventFacts, IssueKey, NewEvent, ProjectKey, WorkTx,
 };
 use engine::{Parsed, part_text, references_of, replay, snapshot_of, tasks_of};
 
@@ -430,13 +430,15 @@ impl Documents<'_> {
     ) -> NewEvent {
         NewEvent {
             kind,
-            at: self.console.now(),
-            actor: actor.clone(),
-            project: a.scope.project(),
-            issue: a.scope.issue().cloned(),
-            artifact: Some(a.id.to_string()),
-            session: actor.session().map(str::to_owned),
-            data,
+            facts: EventFacts {
+                at: self.console.now(),
+                actor: actor.clone(),
+                project: a.scope.project(),
+                issue: a.scope.issue().cloned(),
+                artifact: Some(a.id),
+                session: actor.session().cloned(),
+                data,
+            },
         }
     }
 }

@@ -216,7 +216,7 @@ impl Documents<'_> {
                 .document_subscribers(a.id)
                 .await?
                 .iter()
-                .any(|(s, _)| s == session.as_str())
+                .any(|(s, _)| s == session)
             {
                 return Ok(None);
             }

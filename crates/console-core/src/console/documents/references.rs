@@ -121,7 +121,7 @@ impl Documents<'_> {
                 to,
                 to_block,
                 kind: EdgeKind::Mention,
-                at: event.at,
+                at: event.facts.at,
                 event_id: event.id,
             })
             .collect();
@@ -154,7 +154,7 @@ impl Documents<'_> {
                     to: to.to_owned(),
                     to_block: to_block.to_owned(),
                     kind: *kind,
-                    at: event.at,
+                    at: event.facts.at,
                     event_id: event.id,
                 }
             })

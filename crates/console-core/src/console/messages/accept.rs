@@ -98,9 +98,7 @@ impl Messages<'_> {
             } else {
                 tx.message(m.thread_id).await?.ok_or_else(no_message)?
             };
-            let attempts = tx
-                .attempts(DeliveryKind::Message, &[m.id.to_string()])
-                .await?;
+            let attempts = tx.attempts(&[Deliverable::Message(m.id)]).await?;
             let a = attempts
                 .iter()
                 .find(|a| a.attempt == number)
@@ -109,7 +107,7 @@ impl Messages<'_> {
             if a.session_id != session {
                 return Err(ErrorCode::ACCEPT_FORBIDDEN.into());
             }
-            if let Some(code) = refusal(&m, &root, &attempts, &a, &session, now) {
+            if let Some(code) = refusal(&m, &root, &attempts, &a, session.as_str(), now) {
                 return Err(code.into());
             }
             let mode = accepted_as.unwrap_or(a.mode);
@@ -129,14 +127,7 @@ impl Messages<'_> {
         mode: Mode,
         now: Time,
     ) -> Result<(Accepted, Event), Error> {
-        tx.accept_attempt(
-            DeliveryKind::Message,
-            &m.id.to_string(),
-            a.attempt,
-            now,
-            mode,
-        )
-        .await?;
+        tx.accept_attempt(a.item, a.attempt, now, mode).await?;
         a.accepted_at = Some(now);
         a.accepted_as = Some(mode);
         let data = json!({
@@ -162,7 +153,7 @@ mod tests {
     use super::*;
     use crate::ids::Login;
     use crate::work::IssueKey;
-    use crate::work::messages::{DeliveryKind, Scope};
+    use crate::work::messages::Scope;
 
     fn ada() -> Actor {
         Actor::User {
@@ -195,10 +186,9 @@ mod tests {
 
     fn attempt(n: i64) -> Attempt {
         Attempt {
-            kind: DeliveryKind::Message,
-            id: "m".into(),
+            item: Deliverable::Message(MessageId::from_random([1; 16])),
             attempt: n,
-            session_id: "s1".into(),
+            session_id: SessionId::parse("s1").unwrap_or_else(|| panic!("session")),
             mode: Mode::Steer,
             state: AttemptState::Sent,
             requested_by: ada(),
@@ -284,7 +274,7 @@ mod tests {
         by_agent.requested_by = Actor::Agent {
             owner: None,
             service: None,
-            session: Some("s9".into()),
+            session: SessionId::parse("s9"),
         };
         assert_eq!(
             refusal(&m, &m, &[by_agent.clone()], &by_agent, "s1", now),

@@ -31,7 +31,8 @@ pub struct NewBroadcast {
 }
 
 impl NewBroadcast {
-    fn check(&self) -> Result<(), Error> {
+    /// Checks the request; answers its sessions, in order.
+    fn check(&self) -> Result<Vec<SessionId>, Error> {
         let k = &self.idempotency_key;
         if k.chars().count() > KEY_MAX {
             return Err(Error::with_message(
@@ -53,15 +54,18 @@ impl NewBroadcast {
                 "a broadcast reaches at most 500 sessions",
             ));
         }
-        for s in &self.sessions {
-            SessionId::named(s)?;
-        }
-        let mut sorted: Vec<&String> = self.sessions.iter().collect();
+        let sessions = self
+            .sessions
+            .iter()
+            .map(|s| SessionId::named(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut sorted: Vec<&SessionId> = sessions.iter().collect();
         sorted.sort();
         if sorted.windows(2).any(|w| w[0] == w[1]) {
             return Err(message_input("`sessions` names each session once"));
         }
-        check_body(&self.body)
+        check_body(&self.body)?;
+        Ok(sessions)
     }
 
     /// SHA-256 (hex) of the request: the same sessions in order, mode and body.
@@ -77,7 +81,7 @@ impl NewBroadcast {
 /// Which of a broadcast's sessions it reaches: those live with the mode advertised, in the
 /// request's order, and the others excluded with the reason.
 struct Reach {
-    recipients: Vec<String>,
+    recipients: Vec<SessionId>,
     excluded: Vec<Excluded>,
 }
 
@@ -92,10 +96,11 @@ impl Messages<'_> {
         human: &Human,
         new: NewBroadcast,
     ) -> Result<(BroadcastSent, bool), Error> {
-        new.check()?;
+        let sessions = new.check()?;
         let fingerprint = new.fingerprint();
         let done = transact!(self.console, MessagesWork, |tx| {
-            self.write_broadcast(tx, human, &new, &fingerprint).await
+            self.write_broadcast(tx, human, &new, &sessions, &fingerprint)
+                .await
         })?;
         match done {
             (sent, Some((opened, e))) => {
@@ -110,12 +115,13 @@ impl Messages<'_> {
     /// A broadcast's writes, in its transaction ([`Messages::broadcast`]): the key's earlier
     /// send answered, else the broadcast row (whose key's unique index makes a concurrent send
     /// wait, then answer the winner's), a copy per recipient with its attempts, and
-    /// `broadcast.sent`.
+    /// `broadcast.sent`. `sessions` are the request's, checked.
     async fn write_broadcast(
         &self,
         tx: &mut dyn MessagesWork,
         human: &Human,
         new: &NewBroadcast,
+        sessions: &[SessionId],
         fingerprint: &str,
     ) -> Result<BroadcastDone, Error> {
         if let Some(b) = tx
@@ -124,7 +130,7 @@ impl Messages<'_> {
         {
             return Ok((self.repeat_broadcast(tx, b, fingerprint).await?, None));
         }
-        let reach = self.reach(tx, new).await?;
+        let reach = self.reach(tx, sessions, new.mode).await?;
         let by = Actor::User {
             login: human.login.clone(),
         };
@@ -159,15 +165,20 @@ impl Messages<'_> {
 
     /// Which of the request's sessions the broadcast reaches now (see [`Reach`]): a session
     /// not live, or not advertising the mode, is excluded, never moved to another mode.
-    async fn reach(&self, tx: &mut dyn MessagesWork, new: &NewBroadcast) -> Result<Reach, Error> {
+    async fn reach(
+        &self,
+        tx: &mut dyn MessagesWork,
+        sessions: &[SessionId],
+        mode: Mode,
+    ) -> Result<Reach, Error> {
         let mut reach = Reach {
             recipients: Vec::new(),
             excluded: Vec::new(),
         };
-        for s in &new.sessions {
+        for s in sessions {
             let reason = match self.modes_of(tx, s).await? {
                 None => ExcludeReason::NotLive,
-                Some(m) if !m.contains(&new.mode) => ExcludeReason::ModeNotAdvertised,
+                Some(m) if !m.contains(&mode) => ExcludeReason::ModeNotAdvertised,
                 Some(_) => {
                     reach.recipients.push(s.clone());
                     continue;
@@ -187,12 +198,12 @@ impl Messages<'_> {
         &self,
         tx: &mut dyn MessagesWork,
         b: &Broadcast,
-        recipients: &[String],
+        recipients: &[SessionId],
     ) -> Result<(Vec<Message>, Vec<Opened>), Error> {
         let mut opened = Vec::with_capacity(recipients.len());
         let mut copies = Vec::with_capacity(recipients.len());
         for s in recipients {
-            let mut m = self.targeted(&b.by, None, Target::Session(s.clone()), b.mode, &b.body);
+            let mut m = self.targeted(&b.by, None, Target::Session(s.to_string()), b.mode, &b.body);
             m.broadcast = Some(b.id);
             m.created_at = b.created_at;
             tx.insert_message(&m).await?;
@@ -226,13 +237,15 @@ impl Messages<'_> {
         });
         let e = NewEvent {
             kind: "broadcast.sent",
-            at: self.console.now(),
-            actor: view.by.clone(),
-            project: None,
-            issue: None,
-            artifact: None,
-            session: None,
-            data: compact,
+            facts: EventFacts {
+                at: self.console.now(),
+                actor: view.by.clone(),
+                project: None,
+                issue: None,
+                artifact: None,
+                session: None,
+                data: compact,
+            },
         };
         Ok(tx.append_event(&e, None).await?)
     }

@@ -22,9 +22,9 @@ use serde_json::json;
 use super::presence::LinkNotice;
 use super::*;
 use crate::work::messages::{
-    Attempt, AttemptState, Delivery, DeliveryContent, DeliveryKind, Finish, Mode, Scope, failure,
+    Attempt, AttemptState, Deliverable, Delivery, DeliveryContent, Finish, Mode, Scope, failure,
 };
-use crate::work::{Actor, Event, NewEvent};
+use crate::work::{Actor, Event, EventFacts, NewEvent};
 
 /// How long a session has to acknowledge a delivery (`delivered`).
 pub const ACK_WITHIN: Duration = Duration::seconds(30);
@@ -34,10 +34,9 @@ const SWEEP_BATCH: u32 = 500;
 /// A new attempt to open in the caller's transaction.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NewAttempt<'a> {
-    pub kind: DeliveryKind,
-    /// The message's or comment's id.
-    pub id: &'a str,
-    pub session_id: &'a str,
+    /// The message or comment.
+    pub item: Deliverable,
+    pub session_id: &'a SessionId,
     pub mode: Mode,
     pub requested_by: &'a Actor,
     /// What the session receives.
@@ -59,8 +58,7 @@ pub(crate) struct Opened {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ack {
     pub by: Actor,
-    pub kind: DeliveryKind,
-    pub id: String,
+    pub item: Deliverable,
     pub attempt: i64,
 }
 
@@ -76,7 +74,7 @@ impl Messages<'_> {
     pub(crate) async fn modes_of(
         &self,
         tx: &mut dyn MessagesWork,
-        session: &str,
+        session: &SessionId,
     ) -> Result<Option<Vec<Mode>>, Error> {
         Ok(self.live_in(tx, session).await?.map(|l| l.modes))
     }
@@ -88,7 +86,7 @@ impl Messages<'_> {
         tx: &mut dyn MessagesWork,
         new: &NewAttempt<'_>,
     ) -> Result<Opened, Error> {
-        let number = tx.next_attempt(new.kind, new.id).await?;
+        let number = tx.next_attempt(new.item).await?;
         let live = self.live_in(tx, new.session_id).await?;
         let (state, error) = match &live {
             None => (AttemptState::Failed, Some(failure::NOT_LIVE)),
@@ -98,10 +96,9 @@ impl Messages<'_> {
             Some(_) => (AttemptState::Pending, None),
         };
         let attempt = Attempt {
-            kind: new.kind,
-            id: new.id.to_owned(),
+            item: new.item,
             attempt: number,
-            session_id: new.session_id.to_owned(),
+            session_id: new.session_id.clone(),
             mode: new.mode,
             state,
             requested_by: new.requested_by.clone(),
@@ -124,16 +121,14 @@ impl Messages<'_> {
         if let (true, Some(replica)) = (pending, &elsewhere) {
             let notice = LinkNotice::Deliver {
                 replica: replica.clone(),
-                kind: attempt.kind,
-                id: attempt.id.clone(),
+                item: attempt.item,
                 attempt: attempt.attempt,
                 session: attempt.session_id.clone(),
             };
             tx.notify_links(&notice.to_payload()).await?;
         }
         let delivery = (pending && elsewhere.is_none()).then(|| Delivery {
-            kind: attempt.kind,
-            id: attempt.id.clone(),
+            item: attempt.item,
             attempt: attempt.attempt,
             session_id: attempt.session_id.clone(),
             content: new.content.clone(),
@@ -159,20 +154,22 @@ impl Messages<'_> {
         };
         let e = NewEvent {
             kind: "delivery.attempt",
-            at: self.console.now(),
-            actor: actor.clone(),
-            project: a.scope.project.clone(),
-            issue: sequence.and(a.scope.issue.clone()),
-            artifact: a.scope.artifact.clone(),
-            session: Some(a.session_id.clone()),
-            data: json!({
-                "kind": a.kind,
-                "id": a.id,
-                "attempt": a.attempt,
-                "session_id": a.session_id,
-                "state": a.state,
-                "requested_by": a.requested_by,
-            }),
+            facts: EventFacts {
+                at: self.console.now(),
+                actor: actor.clone(),
+                project: a.scope.project.clone(),
+                issue: sequence.and(a.scope.issue.clone()),
+                artifact: a.scope.artifact,
+                session: Some(a.session_id.clone()),
+                data: json!({
+                    "kind": a.item.kind(),
+                    "id": a.item.to_string(),
+                    "attempt": a.attempt,
+                    "session_id": a.session_id,
+                    "state": a.state,
+                    "requested_by": a.requested_by,
+                }),
+            },
         };
         Ok(tx.append_event(&e, sequence).await?)
     }
@@ -184,11 +181,11 @@ impl Messages<'_> {
         if let Some(id) = opened.iter().map(|o| o.event.id).max() {
             self.console.event_committed(id);
         }
-        let refused: Vec<(DeliveryKind, String, i64)> = opened
+        let refused: Vec<(Deliverable, i64)> = opened
             .iter()
             .filter_map(|o| o.delivery.as_ref())
             .filter(|d| !self.hand_over_delivery(d))
-            .map(|d| (d.kind, d.id.clone(), d.attempt))
+            .map(|d| (d.item, d.attempt))
             .collect();
         if !refused.is_empty()
             && let Err(e) = self.fail_attempts(&refused, failure::NOT_LIVE, None).await
@@ -227,10 +224,7 @@ impl Messages<'_> {
                     session: Some(session),
                     created_after: Some(now - ACK_WITHIN),
                 };
-                if let Some(a) = tx
-                    .finish_attempt(ack.kind, &ack.id, ack.attempt, &f)
-                    .await?
-                {
+                if let Some(a) = tx.finish_attempt(ack.item, ack.attempt, &f).await? {
                     events.push(self.attempt_event(tx, &a, &ack.by).await?);
                 }
             }
@@ -255,10 +249,7 @@ impl Messages<'_> {
             if due.is_empty() {
                 return Ok(failed);
             }
-            let keys: Vec<_> = due
-                .iter()
-                .map(|a| (a.kind, a.id.clone(), a.attempt))
-                .collect();
+            let keys: Vec<_> = due.iter().map(|a| (a.item, a.attempt)).collect();
             let n = self
                 .fail_attempts(&keys, failure::NOT_ACKNOWLEDGED, None)
                 .await?;
@@ -270,30 +261,22 @@ impl Messages<'_> {
     }
 
     /// Fails one pending attempt (a delivery the link named for it could not take).
-    pub async fn fail_delivery(
-        &self,
-        kind: DeliveryKind,
-        id: &str,
-        attempt: i64,
-    ) -> Result<(), Error> {
-        self.fail_attempts(&[(kind, id.to_owned(), attempt)], failure::NOT_LIVE, None)
+    pub async fn fail_delivery(&self, item: Deliverable, attempt: i64) -> Result<(), Error> {
+        self.fail_attempts(&[(item, attempt)], failure::NOT_LIVE, None)
             .await
             .map(|_| ())
     }
 
     /// Fails every pending attempt of a session whose link closed (`not_live`): nothing will
     /// acknowledge them.
-    pub async fn session_left(&self, session: &str) -> Result<usize, Error> {
+    pub async fn session_left(&self, session: &SessionId) -> Result<usize, Error> {
         let now = self.console.now();
         let pending = {
             let mut tx = self.read().await?;
             tx.pending_attempts(Some(now), Some(session), SWEEP_BATCH)
                 .await?
         };
-        let keys: Vec<_> = pending
-            .iter()
-            .map(|a| (a.kind, a.id.clone(), a.attempt))
-            .collect();
+        let keys: Vec<_> = pending.iter().map(|a| (a.item, a.attempt)).collect();
         self.fail_attempts(&keys, failure::NOT_LIVE, Some(session))
             .await
     }
@@ -301,9 +284,9 @@ impl Messages<'_> {
     /// Moves each of `keys` from `pending` to `failed` with `error`, in one transaction.
     async fn fail_attempts(
         &self,
-        keys: &[(DeliveryKind, String, i64)],
+        keys: &[(Deliverable, i64)],
         error: &str,
-        session: Option<&str>,
+        session: Option<&SessionId>,
     ) -> Result<usize, Error> {
         if keys.is_empty() {
             return Ok(0);
@@ -312,7 +295,7 @@ impl Messages<'_> {
         let actor = console_actor();
         let events = transact!(self.console, MessagesWork, |tx| {
             let mut events = Vec::new();
-            for (kind, id, attempt) in keys {
+            for (item, attempt) in keys {
                 let f = Finish {
                     to: AttemptState::Failed,
                     at: now,
@@ -320,7 +303,7 @@ impl Messages<'_> {
                     session,
                     created_after: None,
                 };
-                if let Some(a) = tx.finish_attempt(*kind, id, *attempt, &f).await? {
+                if let Some(a) = tx.finish_attempt(*item, *attempt, &f).await? {
                     events.push(self.attempt_event(tx, &a, &actor).await?);
                 }
             }
@@ -336,17 +319,15 @@ impl Messages<'_> {
     /// replica opened it; `None` once it is no longer pending.
     pub async fn pending_delivery(
         &self,
-        kind: DeliveryKind,
-        id: &str,
+        item: Deliverable,
         attempt: i64,
     ) -> Result<Option<Delivery>, Error> {
         let mut tx = self.read().await?;
         Ok(tx
-            .pending_content(kind, id, attempt)
+            .pending_content(item, attempt)
             .await?
             .map(|(session_id, content)| Delivery {
-                kind,
-                id: id.to_owned(),
+                item,
                 attempt,
                 session_id,
                 content,

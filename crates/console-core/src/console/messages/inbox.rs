@@ -59,7 +59,8 @@ fn answer_line(ask: &Ask, a: &Answer) -> String {
         .options
         .iter()
         .map(|id| {
-            ask.options
+            ask.head
+                .options
                 .iter()
                 .find(|o| &o.id == id)
                 .map_or(id.as_str(), |o| o.label.as_str())
@@ -288,9 +289,9 @@ async fn ask_rows(
         let newest = ask_reply(&ask, &write);
         thread_row(
             ThreadKind::Ask,
-            &ask.id.to_string(),
+            &ask.head.id.to_string(),
             &ask.author,
-            &ask.question,
+            &ask.head.question,
             newest,
         )
     });

@@ -22,9 +22,9 @@ use super::work::not_found;
 use super::*;
 use crate::ids::{BroadcastId, MessageId, SessionId};
 use crate::work::messages::{
-    Attempt, AttemptView, DeliveryContent, DeliveryKind, Message, MessageView, Mode, Target,
+    Attempt, AttemptView, Deliverable, DeliveryContent, Message, MessageView, Mode, Target,
 };
-use crate::work::{Actor, Event, IssueKey, MessagesWork, NewEvent, rules};
+use crate::work::{Actor, Event, EventFacts, IssueKey, MessagesWork, NewEvent, rules};
 
 mod accept;
 mod broadcasts;
@@ -69,17 +69,17 @@ fn no_message() -> Error {
 }
 
 /// The session an agent actor acts for: a session's reply and accept need one.
-fn session_of(actor: &Actor) -> Result<String, Error> {
+fn session_of(actor: &Actor) -> Result<SessionId, Error> {
     actor
         .session()
-        .map(str::to_owned)
+        .cloned()
         .ok_or_else(|| Error::new(ErrorCode::INVALID_SESSION_ID))
 }
 
 /// A message's view from its thread's messages and their attempts: its replies (children)
 /// nested, oldest first.
 fn view_of(m: &Message, all: &[Message], attempts: &[Attempt]) -> MessageView {
-    let id = m.id.to_string();
+    let item = Deliverable::Message(m.id);
     MessageView {
         id: m.id,
         thread_id: m.thread_id,
@@ -93,7 +93,7 @@ fn view_of(m: &Message, all: &[Message], attempts: &[Attempt]) -> MessageView {
         author: m.author.clone(),
         deliveries: attempts
             .iter()
-            .filter(|a| a.id == id)
+            .filter(|a| a.item == item)
             .map(AttemptView::from)
             .collect(),
         replies: all
@@ -141,8 +141,8 @@ impl Messages<'_> {
         threads.sort();
         threads.dedup();
         let all = tx.thread_messages(&threads).await?;
-        let ids: Vec<String> = all.iter().map(|m| m.id.to_string()).collect();
-        let attempts = tx.attempts(DeliveryKind::Message, &ids).await?;
+        let items: Vec<Deliverable> = all.iter().map(|m| Deliverable::Message(m.id)).collect();
+        let attempts = tx.attempts(&items).await?;
         Ok(messages
             .iter()
             .map(|m| view_of(m, &all, &attempts))
@@ -174,13 +174,15 @@ impl Messages<'_> {
         };
         let e = NewEvent {
             kind,
-            at: self.console.now(),
-            actor: actor.clone(),
-            project: m.issue.as_ref().map(IssueKey::project),
-            issue: sequence.and(m.issue.clone()),
-            artifact: None,
-            session: actor.session().map(str::to_owned),
-            data,
+            facts: EventFacts {
+                at: self.console.now(),
+                actor: actor.clone(),
+                project: m.issue.as_ref().map(IssueKey::project),
+                issue: sequence.and(m.issue.clone()),
+                artifact: None,
+                session: actor.session().cloned(),
+                data,
+            },
         };
         Ok(tx.append_event(&e, sequence).await?)
     }
@@ -213,7 +215,8 @@ impl Messages<'_> {
     }
 
     /// Opens one attempt of a targeted message per session it reaches now: its session, or
-    /// every live session advertising its role.
+    /// every live session advertising its role. A target is text (a body's); a stored one was
+    /// refused (INVALID_SESSION_ID) unless it was a session id.
     async fn attempt(
         &self,
         tx: &mut dyn MessagesWork,
@@ -221,19 +224,17 @@ impl Messages<'_> {
         requested_by: &Actor,
     ) -> Result<Vec<Opened>, Error> {
         let sessions = match &m.target {
-            Some(Target::Session(s)) => vec![s.clone()],
+            Some(Target::Session(s)) => vec![SessionId::named(s)?],
             Some(Target::Role(r)) => self.holders_in(tx, r).await?,
             None => return Ok(Vec::new()),
         };
         let mode = m.delivery.unwrap_or(Mode::Send);
         let content = Self::content(m, mode);
         let scope = m.scope();
-        let id = m.id.to_string();
         let mut opened = Vec::with_capacity(sessions.len());
         for s in &sessions {
             let new = NewAttempt {
-                kind: DeliveryKind::Message,
-                id: &id,
+                item: Deliverable::Message(m.id),
                 session_id: s,
                 mode,
                 requested_by,

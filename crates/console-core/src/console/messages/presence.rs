@@ -18,7 +18,7 @@ use chrono::Duration;
 use serde_json::json;
 
 use super::*;
-use crate::work::messages::LiveSession;
+use crate::work::messages::{Deliverable, DeliveryKind, LiveSession};
 use crate::work::{Actor, Event};
 
 /// A row whose replica has not been heard of for this long is not live.
@@ -43,16 +43,15 @@ pub enum LinkNotice {
     /// Send this pending attempt on the session's link you hold.
     Deliver {
         replica: String,
-        kind: crate::work::messages::DeliveryKind,
-        id: String,
+        item: Deliverable,
         attempt: i64,
-        session: String,
+        session: SessionId,
     },
     /// A newer link elsewhere holds the session: close yours.
     Close {
         replica: String,
         link: i64,
-        session: String,
+        session: SessionId,
     },
 }
 
@@ -62,13 +61,12 @@ impl LinkNotice {
         match self {
             LinkNotice::Deliver {
                 replica,
-                kind,
-                id,
+                item,
                 attempt,
                 session,
             } => format!(
-                "deliver {replica} {} {attempt} {id} {session}",
-                kind.as_str()
+                "deliver {replica} {} {attempt} {item} {session}",
+                item.kind().as_str()
             ),
             LinkNotice::Close {
                 replica,
@@ -83,15 +81,14 @@ impl LinkNotice {
         match w.as_slice() {
             ["deliver", replica, kind, attempt, id, session] => Some(LinkNotice::Deliver {
                 replica: (*replica).to_owned(),
-                kind: crate::work::messages::DeliveryKind::parse(kind)?,
+                item: Deliverable::parse(DeliveryKind::parse(kind)?, id)?,
                 attempt: attempt.parse().ok()?,
-                id: (*id).to_owned(),
-                session: (*session).to_owned(),
+                session: SessionId::parse(session)?,
             }),
             ["close", replica, link, session] => Some(LinkNotice::Close {
                 replica: (*replica).to_owned(),
                 link: link.parse().ok()?,
-                session: (*session).to_owned(),
+                session: SessionId::parse(session)?,
             }),
             _ => None,
         }
@@ -123,7 +120,7 @@ impl Messages<'_> {
     pub(crate) async fn live_in(
         &self,
         tx: &mut dyn MessagesWork,
-        session: &str,
+        session: &SessionId,
     ) -> Result<Option<LiveSession>, Error> {
         Ok(tx
             .live_session(session, self.replica(), self.fresh_after())
@@ -143,14 +140,14 @@ impl Messages<'_> {
         &self,
         tx: &mut dyn MessagesWork,
         role: &str,
-    ) -> Result<Vec<String>, Error> {
+    ) -> Result<Vec<SessionId>, Error> {
         Ok(tx
             .role_holders(role, self.replica(), self.fresh_after())
             .await?)
     }
 
     /// Whether a session is live (on any replica).
-    pub async fn session_is_live(&self, session: &str) -> Result<bool, Error> {
+    pub async fn session_is_live(&self, session: &SessionId) -> Result<bool, Error> {
         let mut tx = self.read().await?;
         Ok(self.live_in(&mut *tx, session).await?.is_some())
     }
@@ -212,7 +209,12 @@ impl Messages<'_> {
 
     /// A link closed: if it still held its session, the session is gone (`session.gone`) and
     /// its pending attempts fail (nothing will acknowledge them).
-    pub async fn session_bye(&self, actor: &Actor, session: &str, link: i64) -> Result<(), Error> {
+    pub async fn session_bye(
+        &self,
+        actor: &Actor,
+        session: &SessionId,
+        link: i64,
+    ) -> Result<(), Error> {
         let replica = self.replica().to_owned();
         let e = transact!(self.console, MessagesWork, |tx| {
             match tx.remove_live(session, &replica, link).await? {
@@ -231,7 +233,7 @@ impl Messages<'_> {
     /// `last_activity_at`.
     pub async fn presence_heartbeat(
         &self,
-        activity: &[(String, crate::clock::Time)],
+        activity: &[(SessionId, crate::clock::Time)],
     ) -> Result<(), Error> {
         let replica = self.replica().to_owned();
         let now = self.console.now();
@@ -275,22 +277,25 @@ impl Messages<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::work::messages::DeliveryKind;
+    use crate::ids::CommentId;
+
+    fn session(s: &str) -> SessionId {
+        SessionId::parse(s).unwrap_or_else(|| panic!("{s}"))
+    }
 
     #[test]
     fn notices_round_trip() {
         for n in [
             LinkNotice::Deliver {
                 replica: "r1".into(),
-                kind: DeliveryKind::Mention,
-                id: "3f1c".into(),
+                item: Deliverable::Mention(CommentId::from_random([0x3f; 16])),
                 attempt: 2,
-                session: "sess:1.a".into(),
+                session: session("sess:1.a"),
             },
             LinkNotice::Close {
                 replica: "r2".into(),
                 link: 7,
-                session: "s".into(),
+                session: session("s"),
             },
         ] {
             assert_eq!(LinkNotice::parse(&n.to_payload()), Some(n));

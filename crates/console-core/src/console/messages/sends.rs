@@ -23,7 +23,7 @@ enum ReplyPlace<'t> {
 fn reply_place<'t>(
     thread: &'t [Message],
     m: &'t Message,
-    session: &str,
+    session: &SessionId,
     body: &str,
     follow_up: bool,
 ) -> ReplyPlace<'t> {
@@ -93,7 +93,6 @@ impl Messages<'_> {
     /// issue-less `send` message to the session, authored by `{kind: system, name: broker}`,
     /// with the notice beside its body. A webhook id seen before makes nothing (`false`).
     pub async fn broker_expired(&self, webhook_id: &str, n: ExpiryNotice) -> Result<bool, Error> {
-        SessionId::named(&n.session_id)?;
         let body = format!(
             "Credential request {} for {} expired undecided at {}.",
             n.request_id,
@@ -106,7 +105,7 @@ impl Messages<'_> {
         let mut m = self.targeted(
             &author,
             None,
-            Target::Session(n.session_id.clone()),
+            Target::Session(n.session_id.to_string()),
             Mode::Send,
             &body,
         );
@@ -155,7 +154,6 @@ impl Messages<'_> {
         body: &str,
         delivery: Option<Mode>,
     ) -> Result<MessageView, Error> {
-        let session = session.as_str();
         check_body(body)?;
         let author = Actor::User {
             login: human.login.clone(),
@@ -163,7 +161,7 @@ impl Messages<'_> {
         let m = self.targeted(
             &author,
             None,
-            Target::Session(session.to_owned()),
+            Target::Session(session.to_string()),
             delivery.unwrap_or(Mode::Send),
             body,
         );
@@ -234,12 +232,10 @@ impl Messages<'_> {
         &self,
         tx: &mut dyn MessagesWork,
         m: &Message,
-        session: &str,
+        session: &SessionId,
     ) -> Result<(), Error> {
-        let attempts = tx
-            .attempts(DeliveryKind::Message, &[m.id.to_string()])
-            .await?;
-        if attempts.iter().any(|a| a.session_id == session) {
+        let attempts = tx.attempts(&[Deliverable::Message(m.id)]).await?;
+        if attempts.iter().any(|a| a.session_id == *session) {
             return Ok(());
         }
         Err(Error::with_message(
@@ -296,13 +292,17 @@ mod tests {
         MessageId::from_random(bytes)
     }
 
+    fn sid(s: &str) -> SessionId {
+        SessionId::parse(s).unwrap_or_else(|| panic!("{s}"))
+    }
+
     /// A message `id` under `parent` in thread `t`, by session `by` (or by a person).
     fn msg(id: &str, parent: Option<&str>, by: Option<&str>, body: &str) -> Message {
         let author = match by {
             Some(s) => Actor::Agent {
                 owner: None,
                 service: None,
-                session: Some(s.into()),
+                session: Some(sid(s)),
             },
             None => Actor::System {
                 name: "broker".into(),
@@ -333,20 +333,21 @@ mod tests {
         let root = msg("t", None, None, "hello");
         let alone = [root.clone()];
         assert_eq!(
-            reply_place(&alone, &root, "s1", "hi", false),
+            reply_place(&alone, &root, &sid("s1"), "hi", false),
             ReplyPlace::Under(id("t"))
         );
         let first = msg("r1", Some("t"), Some("s1"), "hi");
         let other = msg("r2", Some("t"), Some("s2"), "yo");
         let more = msg("r3", Some("r1"), Some("s1"), "and more");
         let thread = [root.clone(), first.clone(), other, more.clone()];
-        let place = |body, follow_up| reply_place(&thread, &root, "s1", body, follow_up);
+        let s1 = sid("s1");
+        let place = |body, follow_up| reply_place(&thread, &root, &s1, body, follow_up);
         assert_eq!(place("new", true), ReplyPlace::Under(id("r1")));
         assert_eq!(place("new", false), ReplyPlace::Posted(&first));
         assert_eq!(place("hi", true), ReplyPlace::Posted(&first));
         assert_eq!(place("and more", true), ReplyPlace::Posted(&more));
         assert_eq!(
-            reply_place(&thread, &root, "s2", "new", true),
+            reply_place(&thread, &root, &sid("s2"), "new", true),
             ReplyPlace::Under(id("r2"))
         );
     }

@@ -35,10 +35,10 @@ impl Messages<'_> {
         if root.issue.is_none()
             && let Actor::Agent { session, .. } = caller
         {
-            check_direct_reader(&root, &all, session.as_deref())?;
+            check_direct_reader(&root, &all, session.as_ref())?;
         }
-        let ids: Vec<String> = all.iter().map(|x| x.id.to_string()).collect();
-        let attempts = tx.attempts(DeliveryKind::Message, &ids).await?;
+        let items: Vec<Deliverable> = all.iter().map(|x| Deliverable::Message(x.id)).collect();
+        let attempts = tx.attempts(&items).await?;
         Ok(Thread {
             root: view_of(&root, &all, &attempts),
             replies: all
@@ -67,7 +67,7 @@ impl Messages<'_> {
 fn check_direct_reader(
     root: &Message,
     all: &[Message],
-    session: Option<&str>,
+    session: Option<&SessionId>,
 ) -> Result<(), Error> {
     let session = session.ok_or_else(|| {
         Error::with_message(
@@ -75,7 +75,7 @@ fn check_direct_reader(
             "on a direct thread, name your session in `?session=`",
         )
     })?;
-    let targets = root.target == Some(Target::Session(session.to_owned()));
+    let targets = root.target == Some(Target::Session(session.to_string()));
     let replied = all.iter().any(|x| x.author_session() == Some(session));
     if !targets && !replied {
         return Err(ErrorCode::THREAD_FORBIDDEN.into());

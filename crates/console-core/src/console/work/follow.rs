@@ -88,7 +88,7 @@ impl Issues<'_> {
                 .subscribers(&key)
                 .await?
                 .iter()
-                .any(|(s, _)| s == session.as_str())
+                .any(|(s, _)| s == session)
             {
                 return Ok(None);
             }

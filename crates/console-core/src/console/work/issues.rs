@@ -379,7 +379,7 @@ impl Issues<'_> {
         // The page's open asks in one query, not one per issue.
         let mut asks: std::collections::HashMap<IssueKey, Vec<AskView>> = Default::default();
         for a in tx.open_asks_of(&keys).await? {
-            if let Some(k) = a.issue.clone() {
+            if let Some(k) = a.head.issue.clone() {
                 asks.entry(k).or_default().push(AskView::listed(a));
             }
         }
@@ -423,7 +423,7 @@ impl Issues<'_> {
             .collect();
         let mut asks: std::collections::HashMap<IssueKey, i64> = Default::default();
         for a in tx.open_asks_of(&keys).await? {
-            if let Some(k) = a.issue {
+            if let Some(k) = a.head.issue {
                 *asks.entry(k).or_default() += 1;
             }
         }

@@ -32,8 +32,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::work::rules;
 use crate::work::{
-    Actor, Components, ComponentsMode, Event, EventTx, IssueKey, IssuesWork, NewEvent, ProjectKey,
-    SearchKind, Status,
+    Actor, Components, ComponentsMode, Event, EventFacts, EventTx, IssueKey, IssuesWork, NewEvent,
+    ProjectKey, SearchKind, Status,
 };
 
 /// The work area's operations (`console.issues()`): a view of the console.
@@ -242,13 +242,15 @@ impl Console {
     ) -> Result<Event, Error> {
         let e = NewEvent {
             kind,
-            at: self.now(),
-            actor: actor.clone(),
-            project: project.cloned(),
-            issue: issue.map(|(k, _)| k.clone()),
-            artifact: None,
-            session: actor.session().map(str::to_owned),
-            data,
+            facts: EventFacts {
+                at: self.now(),
+                actor: actor.clone(),
+                project: project.cloned(),
+                issue: issue.map(|(k, _)| k.clone()),
+                artifact: None,
+                session: actor.session().cloned(),
+                data,
+            },
         };
         Ok(tx.append_event(&e, issue.map(|(_, s)| s)).await?)
     }

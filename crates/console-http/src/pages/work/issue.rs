@@ -146,7 +146,11 @@ fn comment_entry(view: &CommentView, docs: &HashMap<String, String>) -> CommentE
             .as_ref()
             .map(|q| q.exact.clone())
             .unwrap_or_default(),
-        mentions: view.mentions.iter().map(|m| m.session_id.clone()).collect(),
+        mentions: view
+            .mentions
+            .iter()
+            .map(|m| m.session_id.to_string())
+            .collect(),
         resolved: c.thread_state == Some(ThreadState::Resolved),
         edited: c.edited_at.is_some(),
         replies: Vec::new(),
@@ -177,7 +181,7 @@ fn value_words(field: &str, v: &Value) -> String {
 /// An event of the issue's log in words, or none when the timeline shows it as its own entry
 /// (comments, asks, messages).
 pub fn event_words(e: &Event) -> Option<String> {
-    let d = &e.data;
+    let d = &e.facts.data;
     let s = |k: &str| d[k].as_str().unwrap_or("").to_owned();
     Some(match e.kind.as_str() {
         "issue.created" => "created the issue".into(),
@@ -259,7 +263,7 @@ pub async fn issue_page(
         .await
         .map(|l| {
             l.into_iter()
-                .map(|s| (s.session_id, s.title))
+                .map(|s| (s.session_id.into_string(), s.title))
                 .collect::<Vec<_>>()
         })
         .unwrap_or_default();
@@ -362,7 +366,7 @@ async fn issue_timeline(
     timeline.extend(
         history
             .iter()
-            .filter_map(|e| history_entry(e).map(|entry| (e.at, entry))),
+            .filter_map(|e| history_entry(e).map(|entry| (e.facts.at, entry))),
     );
     timeline.sort_by_key(|(at, _)| *at);
     Ok(timeline.into_iter().map(|(_, e)| e).collect())
@@ -398,7 +402,10 @@ fn thread_entries(
     }
     for a in asks {
         let mut rs = Vec::new();
-        for mut r in ask_replies.remove(&a.id.to_string()).unwrap_or_default() {
+        for mut r in ask_replies
+            .remove(&a.head.id.to_string())
+            .unwrap_or_default()
+        {
             attach(&mut r, &mut replies);
             let more = std::mem::take(&mut r.replies);
             rs.push(r);
@@ -432,7 +439,7 @@ fn attach(e: &mut CommentEntry, replies: &mut HashMap<String, Vec<CommentEntry>>
 fn history_entry(e: &Event) -> Option<Entry> {
     match e.kind.as_str() {
         "message.sent" | "message.replied" => {
-            let d = &e.data;
+            let d = &e.facts.data;
             let to = d["target"]
                 .as_object()
                 .map(|t| {
@@ -445,16 +452,16 @@ fn history_entry(e: &Event) -> Option<Entry> {
                 .unwrap_or_default();
             Some(Entry::Message {
                 id: d["id"].as_str().unwrap_or("").to_owned(),
-                by: actor_text(&e.actor),
+                by: actor_text(&e.facts.actor),
                 to,
                 body: d["body"].as_str().unwrap_or("").to_owned(),
-                at: when(&e.at),
+                at: when(&e.facts.at),
             })
         }
         _ => event_words(e).map(|what| Entry::Change {
-            by: actor_text(&e.actor),
+            by: actor_text(&e.facts.actor),
             what,
-            at: when(&e.at),
+            at: when(&e.facts.at),
         }),
     }
 }
@@ -494,21 +501,22 @@ fn issue_facts(issue: &IssueView, me: &Actor) -> IssueFacts {
 
 fn ask_entry(a: &AskView, replies: Vec<CommentEntry>) -> AskEntry {
     let label = |id: &str| {
-        a.options
+        a.head
+            .options
             .iter()
             .find(|o| o.id == id)
             .map(|o| o.label.clone())
             .unwrap_or_else(|| id.to_owned())
     };
     AskEntry {
-        id: a.id.to_string(),
+        id: a.head.id.to_string(),
         by: actor_text(&a.author),
         at: when(&a.created_at),
-        question: a.question.clone(),
-        options: a.options.iter().map(|o| o.label.clone()).collect(),
-        state: ask_state(a.state),
-        open: a.state == AskState::Open,
-        answer: a.answer.as_ref().map(|ans| {
+        question: a.head.question.clone(),
+        options: a.head.options.iter().map(|o| o.label.clone()).collect(),
+        state: ask_state(a.head.state),
+        open: a.head.state == AskState::Open,
+        answer: a.head.answer.as_ref().map(|ans| {
             let mut parts: Vec<String> = ans.options.iter().map(|o| label(o)).collect();
             if let Some(t) = ans.text.as_deref().filter(|t| !t.is_empty()) {
                 parts.push(t.to_owned());
@@ -516,6 +524,7 @@ fn ask_entry(a: &AskView, replies: Vec<CommentEntry>) -> AskEntry {
             parts.join(" — ")
         }),
         answered_by: a
+            .head
             .answer
             .as_ref()
             .map(|ans| {
@@ -529,7 +538,7 @@ fn ask_entry(a: &AskView, replies: Vec<CommentEntry>) -> AskEntry {
         closed: a.closed.as_ref().map(|c| {
             format!(
                 "{} by {}{}",
-                ask_state(a.state),
+                ask_state(a.head.state),
                 actor_text(&c.by),
                 c.note
                     .as_deref()

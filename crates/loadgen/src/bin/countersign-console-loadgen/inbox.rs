@@ -81,7 +81,7 @@ pub(super) async fn inbox(
             let agent = Actor::Agent {
                 owner: None,
                 service: None,
-                session: Some(format!("agent-{}", a % 7)),
+                session: SessionId::parse(&format!("agent-{}", a % 7)),
             };
             let new = NewAsk {
                 question: format!("{}?", rng.title()),
@@ -103,7 +103,7 @@ pub(super) async fn inbox(
                 .asks()
                 .open_issue_ask(&agent, &keys[a % keys.len()], new)
                 .await?;
-            asked.push((agent, opened.id));
+            asked.push((agent, opened.head.id));
             made += 1;
         }
         if p % 10 == 9 {

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use countersign_console_core::NewIssue;
+use countersign_console_core::ids::SessionId;
 use countersign_console_core::work::Actor;
 use serde_json::json;
 

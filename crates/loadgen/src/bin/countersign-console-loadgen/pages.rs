@@ -145,7 +145,7 @@ pub(super) async fn pages(
     let agent = Actor::Agent {
         owner: None,
         service: None,
-        session: Some("loadgen-agent".into()),
+        session: SessionId::parse("loadgen-agent"),
     };
     let mut rng = Rng(0x3c6e_f372_fe94_f82b);
     for i in 0..args.timeline {
