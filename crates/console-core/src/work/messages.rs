@@ -4,8 +4,9 @@
 //! [`MessagesWork`].
 //!
 //! Delivery attempts are generic over what is delivered ([`Deliverable`]: a message, or a
-//! comment's mention, by its typed id; its [`DeliveryKind`] on the wire): one table, one state machine (`pending` → `sent` | `failed`), one path
-//! over the session link, numbered from 1 per message (per comment for mentions).
+//! comment's mention, by its typed id; its [`DeliveryKind`] on the wire): one table, one state
+//! machine (`pending` → `sent` | `failed`), one path over the session link, numbered from 1 per
+//! message (per comment for mentions).
 
 use std::fmt;
 
