@@ -31,6 +31,19 @@
 //! just before the `COMMIT`, so they commit with the rows they record, or fail with them. No
 //! write transaction reads the audit log, so none misses a queued entry.
 //!
+//! Statements whose answer nobody reads are held back, and travel with the next statement
+//! sent on the connection, as one text: the physical transaction's `BEGIN`, and the upserts of
+//! `put_*` (`Deferred` in `tx/rows.rs`). The batch's `COMMIT` takes what is still held back,
+//! with the audit entries. sqlx runs each statement of a SQLite connection on that connection's
+//! own thread, and every statement sent was a round trip to it, with a wake-up at each end; an
+//! automatic request's turn and commit were six of them, and are three. A held-back write that
+//! fails does so in whichever statement carried it, maybe another transaction's: that statement
+//! answers [`StorageError::Conflict`] (unless the database is unavailable), the physical
+//! transaction rolls back, and every member of the batch runs again, as when any statement of a
+//! batch fails. (sqlx's SQLite driver runs a text of several statements with parameters, one
+//! statement after another; sqlx calls this behaviour deprecated, without a date for its
+//! removal. A test in `tests/storage.rs` fails if it stops running them all.)
+//!
 //! Members of a batch see each other's writes before they are durable, as if they had run one
 //! after another, and they commit or fail together. Readers on other connections see them only
 //! after the `COMMIT`, as before.
@@ -46,6 +59,7 @@ use sqlx::{Any, AnyConnection, AnyPool, Executor};
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
 
 use crate::error::{begin_err, db_err};
+use crate::tx::{Arg, Deferred, bind_all, defer_audit};
 
 /// How long ending a physical transaction may take before its connection is closed instead.
 const END_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,6 +84,12 @@ pub(crate) struct Batch {
     audit_head: Option<(i64, String)>,
     /// Audit entries the batch's transactions appended, inserted just before its COMMIT.
     audit_pending: Vec<AuditEntry>,
+    /// The physical transaction's `BEGIN` and the writes whose answer nobody reads, held back
+    /// to go with the next statement sent (or with the `COMMIT`).
+    deferred: Deferred,
+    /// Whether the physical transaction's `BEGIN` was sent (it is held back with `deferred`
+    /// until then).
+    begun: bool,
 }
 
 impl Drop for Batch {
@@ -77,19 +97,6 @@ impl Drop for Batch {
         // Only when the writer goes away mid-batch (a runtime shutting down): never hand a
         // connection inside a transaction back to the pool; closing it rolls back.
         if let Some(conn) = self.conn.as_mut() {
-            conn.close_on_drop();
-        }
-    }
-}
-
-/// A connection on its way into a transaction. Dropped before it gets there (`BEGIN` failed, or
-/// the caller was cancelled while it ran) it is closed, not returned to the pool, in case the
-/// `BEGIN` took effect after all.
-struct Opening(Option<PoolConnection<Any>>);
-
-impl Drop for Opening {
-    fn drop(&mut self) {
-        if let Some(conn) = self.0.as_mut() {
             conn.close_on_drop();
         }
     }
@@ -151,17 +158,17 @@ impl Writer {
                 Some(conn) => conn,
                 None => self.pool.acquire().await.map_err(begin_err)?,
             };
-            let mut opening = Opening(Some(conn));
-            if let Some(conn) = opening.0.as_mut() {
-                conn.execute("BEGIN IMMEDIATE").await.map_err(begin_err)?;
-            }
-            batch.conn = opening.0.take();
+            batch.conn = Some(conn);
+            batch.begun = false;
+            batch.deferred.clear();
+            batch.deferred.push("BEGIN IMMEDIATE", Vec::new());
         }
         Ok(Slot {
             batch,
             writer: self.clone(),
             wrote: false,
             failed: false,
+            carrying: false,
         })
     }
 }
@@ -205,17 +212,58 @@ pub(crate) struct Slot {
     writer: Arc<Writer>,
     wrote: bool,
     failed: bool,
+    /// A statement carrying held-back ones was sent and has not answered. Dropped then (its
+    /// caller cancelled), the turn cannot know which of them ran (sqlx's worker stops a text
+    /// at its first result nobody receives), so the batch rolls back.
+    carrying: bool,
 }
 
 impl Slot {
-    /// The connection, inside the physical transaction.
-    pub(crate) fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
-        match self.batch.conn.as_deref_mut() {
-            Some(c) => Ok(c),
-            None => Err(StorageError::Other(
-                "the write transaction was ended".into(),
-            )),
+    /// The connection, inside the physical transaction, with nothing held back: what was is
+    /// sent first, on its own.
+    pub(crate) async fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
+        if let Some((sql, args)) = self.batch.deferred.take() {
+            self.batch.begun = true;
+            let conn = self.batch.conn.as_deref_mut().ok_or_else(ended)?;
+            self.carrying = true;
+            let r = bind_all(sqlx::query(&sql), args).execute(&mut *conn).await;
+            self.carrying = false;
+            if let Err(e) = r {
+                self.failed = true;
+                return Err(held_back_failed(e));
+            }
         }
+        self.batch.conn.as_deref_mut().ok_or_else(ended)
+    }
+
+    /// The connection, and `sql` preceded by what is held back as one text, whose arguments
+    /// `args` becomes (`None`, and `args` untouched, when nothing is held back). A failure of
+    /// the whole is [`held_back_failed`]'s.
+    pub(crate) fn with_held_back(
+        &mut self,
+        sql: &str,
+        args: &mut Vec<Arg>,
+    ) -> Result<(&mut AnyConnection, Option<String>), StorageError> {
+        let batch = &mut *self.batch;
+        let combined = batch.deferred.then(sql, args);
+        if combined.is_some() {
+            batch.begun = true;
+            self.carrying = true;
+        }
+        let conn = batch.conn.as_deref_mut().ok_or_else(ended)?;
+        Ok((conn, combined))
+    }
+
+    /// The statement [`Slot::with_held_back`] gave has answered.
+    pub(crate) fn answered(&mut self) {
+        self.carrying = false;
+    }
+
+    /// Holds back a write whose answer nobody reads: it is sent with the next statement, or
+    /// with the batch's `COMMIT`.
+    pub(crate) fn defer(&mut self, sql: &str, args: Vec<Arg>) {
+        self.wrote = true;
+        self.batch.deferred.push(sql, args);
     }
 
     /// The audit log head this writer's appends left, if still known.
@@ -251,8 +299,9 @@ impl Slot {
             writer,
             wrote,
             failed,
+            carrying,
         } = self;
-        if failed {
+        if failed || carrying {
             roll_back(batch, "a statement failed").await;
             return Err(StorageError::Conflict);
         }
@@ -281,8 +330,9 @@ impl Slot {
             writer,
             wrote,
             failed,
+            carrying,
         } = self;
-        if !wrote && !failed {
+        if !wrote && !failed && !carrying {
             drop(batch);
             writer.shared.flush.notify_one();
             return;
@@ -300,6 +350,7 @@ impl Slot {
                 let mut batch = batch;
                 batch.audit_head = None;
                 batch.audit_pending.clear();
+                batch.deferred.clear();
                 if let Some(mut conn) = batch.conn.take() {
                     conn.close_on_drop();
                 }
@@ -315,7 +366,12 @@ impl Slot {
 async fn roll_back(mut batch: OwnedMutexGuard<Batch>, why: &str) {
     batch.audit_head = None;
     batch.audit_pending.clear();
-    if let Some(mut conn) = batch.conn.take() {
+    batch.deferred.clear();
+    if !batch.begun {
+        // Nothing was sent, not even the `BEGIN`: nothing to roll back, and the connection
+        // goes back to the pool as it was.
+        batch.conn = None;
+    } else if let Some(mut conn) = batch.conn.take() {
         let rolled = tokio::time::timeout(END_TIMEOUT, conn.execute("ROLLBACK")).await;
         if !matches!(rolled, Ok(Ok(_))) {
             // SQLite may have rolled back already (then ROLLBACK fails harmlessly); if not,
@@ -338,14 +394,29 @@ async fn commit_batch(batch: &mut Batch, keep: bool) {
         return;
     };
     let pending = std::mem::take(&mut batch.audit_pending);
+    if !batch.begun && batch.deferred.statements() == 1 && pending.is_empty() {
+        // Only the held-back `BEGIN`: no statement ran, nothing to commit.
+        batch.deferred.clear();
+        if keep {
+            batch.idle = Some(conn);
+        }
+        for w in batch.waiting.drain(..) {
+            let _ = w.send(Ok(()));
+        }
+        return;
+    }
+    // What is held back, the batch's audit entries and the COMMIT go as one text.
+    defer_audit(&mut batch.deferred, &pending);
+    batch.deferred.push("COMMIT", Vec::new());
+    let (sql, args) = batch.deferred.take().unwrap_or_default();
+    batch.begun = true;
     let result = match tokio::time::timeout(END_TIMEOUT, async {
-        crate::tx::insert_audit(&mut conn, &pending).await?;
-        conn.execute("COMMIT").await
+        bind_all(sqlx::query(&sql), args).execute(&mut *conn).await
     })
     .await
     {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(db_err(e)),
+        Ok(Err(e)) => Err(held_back_failed(e)),
         Err(_) => Err(StorageError::Unavailable(format!(
             "COMMIT did not finish within {END_TIMEOUT:?}"
         ))),
@@ -394,6 +465,24 @@ async fn checkpointer(shared: std::sync::Weak<Shared>, pool: AnyPool) {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "checkpointing the SQLite log failed"),
             Err(_) => tracing::warn!("checkpointing the SQLite log did not finish in time"),
+        }
+    }
+}
+
+fn ended() -> StorageError {
+    StorageError::Other("the write transaction was ended".into())
+}
+
+/// A statement sent with what was held back failed: the failure may be an earlier
+/// transaction's held-back write as well as this one's statement. The physical transaction
+/// rolls back, and every member runs again ([`StorageError::Conflict`], the cause logged)
+/// unless the database is unavailable.
+pub(crate) fn held_back_failed(e: sqlx::Error) -> StorageError {
+    match db_err(e) {
+        StorageError::Unavailable(why) => StorageError::Unavailable(why),
+        other => {
+            tracing::warn!(error = %other, "a write batch's statements failed; its transactions run again");
+            StorageError::Conflict
         }
     }
 }

@@ -1779,6 +1779,123 @@ async fn sqlite_a_writer_that_only_read_leaves_its_batch_alone() {
     db.finish().await;
 }
 
+/// SQLite's writer holds a write whose answer nobody reads back and sends it with the next
+/// statement (or the batch's `COMMIT`): when it fails there, the transaction whose statement
+/// carried it and the one that wrote it both hear `Conflict` (the core runs them again), and
+/// nothing of the batch is committed; the writer then goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_held_back_write_that_fails_runs_its_batch_again() {
+    let db = TestDb::sqlite().await;
+    let mut raw = db.raw().await;
+    raw.execute(
+        "CREATE TRIGGER refuse_cursed BEFORE INSERT ON credentials WHEN NEW.doc LIKE '%cursed%' \
+         BEGIN SELECT RAISE(ABORT, 'refused'); END",
+    )
+    .await
+    .expect("trigger");
+    let key = jwk();
+    let cursed = credential(&key, "cursed", 0, None);
+    let fine = credential(&key, "fine", 0, None);
+
+    // A's write is held back; it commits and waits for the batch.
+    let mut a = db.begin().await.expect("begin");
+    a.put_credential(&cursed)
+        .await
+        .expect("a held-back write answers at once");
+    let (s, fine2) = (db.storage.clone(), fine.clone());
+    let b = tokio::spawn(async move {
+        let mut tx = s.begin().await.expect("begin");
+        tx.put_credential(&fine2).await.expect("held back");
+        // This read carries A's write and B's own: A's fails, so B's read fails.
+        let read = tx.get_credential(fine2.id).await;
+        drop(tx);
+        read
+    });
+    until_waiting(&db, 1).await;
+    let a_result = a.commit().await;
+    let b_result = b.await.expect("task");
+    assert!(
+        matches!(b_result, Err(StorageError::Conflict)),
+        "the statement that carried the failed write: {b_result:?}"
+    );
+    assert!(
+        matches!(a_result, Err(StorageError::Conflict)),
+        "the transaction whose write failed: {a_result:?}"
+    );
+    let mut r = db.read().await.expect("read");
+    assert_eq!(r.get_credential(cursed.id).await.expect("get"), None);
+    assert_eq!(r.get_credential(fine.id).await.expect("get"), None);
+    drop(r);
+
+    // Failing at the COMMIT it travels with: the batch's members hear Conflict too.
+    let mut a = db.begin().await.expect("begin");
+    a.put_credential(&cursed).await.expect("held back");
+    assert!(matches!(a.commit().await, Err(StorageError::Conflict)));
+
+    // The writer goes on, and a write that can succeed does.
+    let mut a = db.begin().await.expect("begin");
+    a.put_credential(&fine).await.expect("put");
+    assert_eq!(
+        a.get_credential(fine.id).await.expect("own write"),
+        Some(fine.clone())
+    );
+    a.commit().await.expect("commit");
+    let mut r = db.read().await.expect("read");
+    assert_eq!(r.get_credential(fine.id).await.expect("get"), Some(fine));
+    drop(r);
+    drop(raw);
+    db.finish().await;
+}
+
+/// A statement that carries held-back writes, cancelled while it runs (its caller gone), leaves
+/// the batch not knowing which of them ran (sqlx's worker stops a text at the first result
+/// nobody receives): the batch rolls back and its members hear `Conflict`. Never is a member
+/// told its writes committed while some were not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_cancelled_statement_carrying_held_back_writes_rolls_its_batch_back() {
+    let db = TestDb::sqlite().await;
+    let mut raw = db.raw().await;
+    // Inserting a credential whose document says "slow" takes a while (a count to 2 million).
+    raw.execute(
+        "CREATE TRIGGER slow_insert BEFORE INSERT ON credentials WHEN NEW.doc LIKE '%slow%' \
+         BEGIN SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL \
+         SELECT x + 1 FROM c WHERE x < 2000000) SELECT x FROM c); END",
+    )
+    .await
+    .expect("trigger");
+    let key = jwk();
+    let slow = credential(&key, "slow", 0, None);
+    let after = credential(&key, "after", 0, None);
+    let mut a = db.begin().await.expect("begin");
+    a.put_credential(&slow).await.expect("held back");
+    a.put_credential(&after).await.expect("held back");
+    let (s, id) = (db.storage.clone(), after.id);
+    let b = tokio::spawn(async move {
+        let mut tx = s.begin().await.expect("begin");
+        // The read carries A's two writes; its caller goes away while the first runs.
+        let read = tokio::time::timeout(Duration::from_millis(20), tx.get_credential(id)).await;
+        assert!(read.is_err(), "cancelled while the slow insert ran");
+        drop(tx);
+    });
+    until_waiting(&db, 1).await;
+    let committed = a.commit().await;
+    b.await.expect("task");
+    let mut r = db.read().await.expect("read");
+    let stored = (
+        r.get_credential(slow.id).await.expect("get"),
+        r.get_credential(after.id).await.expect("get"),
+    );
+    drop(r);
+    assert!(
+        matches!(committed, Err(StorageError::Conflict)),
+        "the batch rolls back: {committed:?}, stored {:?}",
+        (stored.0.is_some(), stored.1.is_some())
+    );
+    assert_eq!(stored, (None, None), "nothing of the batch is stored");
+    drop(raw);
+    db.finish().await;
+}
+
 /// The in-memory single-use values of `Exclusive` (the broker's SQLite setting): a replay is
 /// refused while remembered, a lapsed value is accepted again, and lapsed values are forgotten
 /// a few at a time by later calls, so memory follows the live values.

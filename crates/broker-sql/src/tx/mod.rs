@@ -27,7 +27,7 @@ use crate::error::db_err;
 use crate::reads::Reads;
 use crate::schema::AUDIT_ENDS;
 use crate::spare::Spares;
-use crate::writer::Slot;
+use crate::writer::{Slot, held_back_failed};
 
 /// Parameters to bind, in order: `args![id, ms(now)]`.
 macro_rules! args {
@@ -37,8 +37,8 @@ macro_rules! args {
 mod queries;
 mod rows;
 
-pub(crate) use rows::insert_audit;
 use rows::*;
+pub(crate) use rows::{Arg, Deferred, bind_all, defer_audit, insert_audit};
 
 /// A transaction on either backend.
 pub(crate) struct SqlTx {
@@ -162,7 +162,7 @@ impl SqlTx {
         match self.inner.as_mut() {
             Some(Inner::Pool(tx)) => Ok(&mut **tx),
             Some(Inner::Conn(c)) => Ok(&mut **c),
-            Some(Inner::Writer(slot)) => slot.conn(),
+            Some(Inner::Writer(slot)) => slot.conn().await,
             Some(Inner::Lazy(_)) => Err(StorageError::Other(
                 "a read without its connection's spares".into(),
             )),
@@ -208,9 +208,7 @@ impl SqlTx {
         lock: Lock,
     ) -> Result<Vec<AnyRow>, StorageError> {
         let sql = self.locking(sql, lock);
-        let conn = self.conn().await?;
-        let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
-        self.checked(r)
+        self.fetch_rows(&sql, args, Rows::All).await
     }
 
     async fn fetch_all(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>, StorageError> {
@@ -223,9 +221,52 @@ impl SqlTx {
         args: Vec<Arg>,
     ) -> Result<Option<AnyRow>, StorageError> {
         let sql = self.locking(sql, Lock::Update);
+        let rows = self.fetch_rows(&sql, args, Rows::First).await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Runs a statement that answers rows. On SQLite's writer, what is held back goes with it,
+    /// as one text: one trip to the connection's thread.
+    async fn fetch_rows(
+        &mut self,
+        sql: &str,
+        mut args: Vec<Arg>,
+        rows: Rows,
+    ) -> Result<Vec<AnyRow>, StorageError> {
+        if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
+            let (conn, combined) = slot.with_held_back(sql, &mut args)?;
+            let r = match combined.as_deref() {
+                // sqlx's SQLite driver stops a statement asked for one row at its text's first
+                // result, which is a held-back statement's: ask for all (the row wanted is the
+                // last statement's, and at most one is read where one is wanted).
+                Some(text) => fetch(conn, text, args, Rows::All).await,
+                None => fetch(conn, sql, args, rows).await,
+            };
+            slot.answered();
+            return match r {
+                Ok(rows) => Ok(rows),
+                Err(e) => {
+                    slot.failed();
+                    Err(match combined {
+                        Some(_) => held_back_failed(e),
+                        None => db_err(e),
+                    })
+                }
+            };
+        }
         let conn = self.conn().await?;
-        let r = bind_all(sqlx::query(&sql), args).fetch_optional(conn).await;
+        let r = fetch(conn, sql, args, rows).await;
         self.checked(r)
+    }
+
+    /// A write whose answer nobody reads (an upsert): on SQLite's writer it is held back, to
+    /// go with the next statement or the batch's `COMMIT`; elsewhere it runs now.
+    async fn put(&mut self, sql: &str, args: Vec<Arg>) -> Result<(), StorageError> {
+        if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
+            slot.defer(sql, args);
+            return Ok(());
+        }
+        self.execute(sql, args).await.map(|_| ())
     }
 
     async fn execute(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64, StorageError> {
@@ -293,10 +334,28 @@ impl SqlTx {
         }
         let (sql, args) = remember_many_sql(values, now);
         self.writing();
-        let conn = self.conn().await?;
-        let r = bind_all(sqlx::query(&sql), args).fetch_all(conn).await;
-        let rows = self.checked(r)?;
+        let rows = self.fetch_rows(&sql, args, Rows::All).await?;
         fresh_pairs(&rows)
+    }
+}
+
+/// How many of a statement's rows are wanted.
+#[derive(Clone, Copy)]
+enum Rows {
+    All,
+    First,
+}
+
+async fn fetch(
+    conn: &mut AnyConnection,
+    sql: &str,
+    args: Vec<Arg>,
+    rows: Rows,
+) -> Result<Vec<AnyRow>, sqlx::Error> {
+    let q = bind_all(sqlx::query(sql), args);
+    match rows {
+        Rows::All => q.fetch_all(conn).await,
+        Rows::First => Ok(q.fetch_optional(conn).await?.into_iter().collect()),
     }
 }
 

@@ -74,7 +74,7 @@ impl Tx for SqlTx {
             ],
         );
         let doc = to_doc("credential", c)?;
-        self.execute(
+        self.put(
             &sql,
             args![
                 c.id.to_string(),
@@ -123,7 +123,7 @@ impl Tx for SqlTx {
             &["id", "person", "created_at_ms", "removed_at_ms", "doc"],
         );
         let doc = to_doc("passkey", p)?;
-        self.execute(
+        self.put(
             &sql,
             args![
                 p.id.as_str(),
@@ -156,7 +156,7 @@ impl Tx for SqlTx {
             &["pending_hash", "record_id", "code", "doc"],
         );
         let doc = to_doc("login", l)?;
-        self.execute(
+        self.put(
             &sql,
             args![
                 l.pending_hash.as_str(),
@@ -221,7 +221,7 @@ impl Tx for SqlTx {
             .as_ref()
             .map(|d| to_doc("record decision", d))
             .transpose()?;
-        self.execute(
+        self.put(
             &sql,
             args![
                 r.id.to_string(),
@@ -282,7 +282,7 @@ impl Tx for SqlTx {
             ],
         );
         let doc = to_doc("enrollment", e)?;
-        self.execute(
+        self.put(
             &sql,
             args![
                 e.id.to_string(),
@@ -327,7 +327,7 @@ impl Tx for SqlTx {
             &["id", "enrollment_id", "state", "created_at_ms", "doc"],
         );
         let doc = to_doc("request", r)?;
-        self.execute(
+        self.put(
             &sql,
             args![
                 r.id.to_string(),
@@ -390,7 +390,7 @@ impl Tx for SqlTx {
             ],
         );
         let doc = to_doc("grant", g)?;
-        self.execute(
+        self.put(
             &sql,
             args![
                 g.id.to_string(),

@@ -3,7 +3,7 @@
 use super::*;
 
 /// A bound parameter.
-pub(super) enum Arg {
+pub(crate) enum Arg {
     Text(String),
     Int(i64),
     Bytes(Vec<u8>),
@@ -47,7 +47,7 @@ impl From<Option<i64>> for Arg {
     }
 }
 
-pub(super) fn bind_all<'q>(
+pub(crate) fn bind_all<'q>(
     mut q: Query<'q, Any, AnyArguments<'q>>,
     args: Vec<Arg>,
 ) -> Query<'q, Any, AnyArguments<'q>> {
@@ -61,6 +61,91 @@ pub(super) fn bind_all<'q>(
         };
     }
     q
+}
+
+/// Statements held back to travel with the next one sent on the same connection: SQLite's
+/// writer sends a transaction's `BEGIN` and its writes whose answer nobody reads with the
+/// statement after them, in one trip to the connection's worker thread (see `writer.rs`).
+///
+/// The statements are joined into one text, which sqlx's SQLite driver prepares and runs one
+/// statement after another. It binds a `$N` to the text's N-th argument, so each statement's
+/// placeholders are renumbered past the arguments of those before it.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    sql: String,
+    args: Vec<Arg>,
+    statements: usize,
+}
+
+impl Deferred {
+    /// Holds `sql` (one statement, without its `;`) back.
+    pub(crate) fn push(&mut self, sql: &str, args: Vec<Arg>) {
+        renumbered(sql, self.args.len(), &mut self.sql);
+        self.sql.push_str(";\n");
+        self.args.extend(args);
+        self.statements += 1;
+    }
+
+    /// How many statements are held back.
+    pub(crate) fn statements(&self) -> usize {
+        self.statements
+    }
+
+    /// Forgets what is held back.
+    pub(crate) fn clear(&mut self) {
+        *self = Deferred::default();
+    }
+
+    /// What is held back, then `sql`, as one text, whose arguments `args` becomes; `None`, and
+    /// `args` untouched, when nothing is held back. Nothing is held back after.
+    pub(crate) fn then(&mut self, sql: &str, args: &mut Vec<Arg>) -> Option<String> {
+        if self.statements == 0 {
+            return None;
+        }
+        let Deferred {
+            sql: mut text,
+            args: mut all,
+            ..
+        } = std::mem::take(self);
+        renumbered(sql, all.len(), &mut text);
+        all.append(args);
+        *args = all;
+        Some(text)
+    }
+
+    /// Everything held back as one text and its arguments (`None` when nothing is).
+    pub(crate) fn take(&mut self) -> Option<(String, Vec<Arg>)> {
+        if self.statements == 0 {
+            return None;
+        }
+        let Deferred { sql, args, .. } = std::mem::take(self);
+        Some((sql, args))
+    }
+}
+
+/// Appends `sql` to `out` with each placeholder `$N` written as `$(N + by)`. The broker's
+/// statements are its own constant texts, whose only `$` are placeholders (no `$` appears in a
+/// literal or an identifier of theirs); data never enters the text.
+fn renumbered(sql: &str, by: usize, out: &mut String) {
+    if by == 0 {
+        out.push_str(sql);
+        return;
+    }
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        match rest[..digits].parse::<usize>() {
+            Ok(n) => {
+                use std::fmt::Write;
+                let _ = write!(out, "{}", n + by);
+            }
+            Err(_) => out.push_str(&rest[..digits]),
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
 }
 
 /// How a `SELECT` in a write transaction locks the rows it reads (PostgreSQL only).
@@ -179,35 +264,7 @@ pub(crate) async fn insert_audit(
     entries: &[AuditEntry],
 ) -> Result<(), sqlx::Error> {
     for chunk in entries.chunks(AUDIT_ROWS_PER_INSERT) {
-        let mut sql = format!("INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ");
-        let mut args = Vec::with_capacity(chunk.len() * 8);
-        for (i, e) in chunk.iter().enumerate() {
-            let n = i * 8;
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!(
-                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                n + 1,
-                n + 2,
-                n + 3,
-                n + 4,
-                n + 5,
-                n + 6,
-                n + 7,
-                n + 8
-            ));
-            args.extend(args![
-                e.position,
-                ms(e.at),
-                e.kind.as_str(),
-                e.subject.as_str(),
-                e.body.as_str(),
-                hash_bytes(&e.prev_hash),
-                hash_bytes(&e.hash),
-                e.seal.as_str(),
-            ]);
-        }
+        let (sql, args) = audit_insert(chunk);
         bind_all(sqlx::query(&sql), args)
             .execute(&mut *conn)
             .await?;
@@ -215,7 +272,48 @@ pub(crate) async fn insert_audit(
     Ok(())
 }
 
-/// Rows per audit `INSERT` (8 parameters each, well under either backend's limit).
+/// Holds the statements inserting `entries` back in `deferred`, as [`insert_audit`] runs them.
+pub(crate) fn defer_audit(deferred: &mut Deferred, entries: &[AuditEntry]) {
+    for chunk in entries.chunks(AUDIT_ROWS_PER_INSERT) {
+        let (sql, args) = audit_insert(chunk);
+        deferred.push(&sql, args);
+    }
+}
+
+/// One multi-row `INSERT` of `chunk`.
+fn audit_insert(chunk: &[AuditEntry]) -> (String, Vec<Arg>) {
+    let mut sql = format!("INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ");
+    let mut args = Vec::with_capacity(chunk.len() * 8);
+    for (i, e) in chunk.iter().enumerate() {
+        let n = i * 8;
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&format!(
+            "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+            n + 1,
+            n + 2,
+            n + 3,
+            n + 4,
+            n + 5,
+            n + 6,
+            n + 7,
+            n + 8
+        ));
+        args.extend(args![
+            e.position,
+            ms(e.at),
+            e.kind.as_str(),
+            e.subject.as_str(),
+            e.body.as_str(),
+            hash_bytes(&e.prev_hash),
+            hash_bytes(&e.hash),
+            e.seal.as_str(),
+        ]);
+    }
+    (sql, args)
+}
+
 pub(super) const AUDIT_ROWS_PER_INSERT: usize = 256;
 
 /// The advisory lock appenders to the audit log hold until commit (PostgreSQL): "csau".
@@ -252,4 +350,48 @@ pub(super) fn ids<T>(
             parse(&id).map_err(|_| StorageError::Corrupt(format!("id {id:?}")))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_back_statements_are_renumbered_past_the_arguments_before_them() {
+        let mut d = Deferred::default();
+        assert!(d.take().is_none(), "nothing held back");
+        d.push("BEGIN IMMEDIATE", Vec::new());
+        d.push("INSERT INTO t (a, b) VALUES ($1, $2)", args![1i64, "x"]);
+        d.push("UPDATE t SET a = $2 WHERE b = $1", args!["y", 2i64]);
+        assert_eq!(d.statements(), 3);
+        let mut args = args!["z"];
+        let text = d.then("SELECT a FROM t WHERE b = $1", &mut args);
+        assert_eq!(
+            text.as_deref(),
+            Some(
+                "BEGIN IMMEDIATE;\nINSERT INTO t (a, b) VALUES ($1, $2);\n\
+                 UPDATE t SET a = $4 WHERE b = $3;\nSELECT a FROM t WHERE b = $5"
+            )
+        );
+        let kinds: Vec<String> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Text(s) => s.clone(),
+                Arg::Int(i) => i.to_string(),
+                _ => "?".into(),
+            })
+            .collect();
+        assert_eq!(kinds, ["1", "x", "y", "2", "z"]);
+        assert_eq!(d.statements(), 0, "nothing is held back after");
+        let mut untouched = args!["w"];
+        assert_eq!(d.then("SELECT 1", &mut untouched), None);
+        assert_eq!(untouched.len(), 1);
+    }
+
+    #[test]
+    fn renumbering_reads_every_digit_and_leaves_other_text() {
+        let mut out = String::new();
+        renumbered("VALUES ($9, $10, $123) -- $", 7, &mut out);
+        assert_eq!(out, "VALUES ($16, $17, $130) -- $");
+    }
 }
