@@ -236,9 +236,10 @@ impl SqlTx {
         if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
             let (conn, combined) = slot.with_held_back(sql, &mut args)?;
             let r = match combined.as_deref() {
-                // sqlx's SQLite driver stops a statement asked for one row at its text's first
-                // result, which is a held-back statement's: ask for all (the row wanted is the
-                // last statement's, and at most one is read where one is wanted).
+                // For one row, sqlx's `Any` driver on SQLite reads only the text's first result
+                // (a held-back statement's, no row) and drops the rest, which stops the text
+                // there: ask for all (the rows are the last statement's; a caller that wants
+                // one reads the first).
                 Some(text) => fetch(conn, text, args, Rows::All).await,
                 None => fetch(conn, sql, args, rows).await,
             };
