@@ -3,9 +3,15 @@
 //! single-use values in memory, which is correct only because no other process writes.
 //!
 //! - Read transactions answer `get_enrollment`, `get_credential` and `grants_by_enrollment`
-//!   from a cache filled on a miss. A write transaction reads the database as usual and, when
-//!   it commits, drops every cached entry it wrote, before its caller sees the commit; a fill
-//!   that raced with such a commit is not kept (entries carry a version checked at fill time).
+//!   from a cache filled on a miss. A write transaction reads the database, except an
+//!   enrollment the cache holds (one statement fewer in the writer's turn); when it commits it
+//!   drops every cached entry it wrote, before its caller sees the commit; a fill that raced
+//!   with such a commit is not kept (entries carry a version checked at fill time).
+//! - A key written by a write transaction that has not ended is neither answered from the
+//!   cache nor filled: SQLite's writer may hold it uncommitted in its open batch (which a
+//!   later member must see), or commit it at any moment. A transaction whose caller went away
+//!   while its commit was pending leaves its keys so for good: nothing tells when the batch
+//!   committed them, and the cache must not keep what was there before.
 //! - `remember_once` (login request objects) refuses a replay from memory: the values seen, in shards
 //!   (so that no shard's map grows large enough for its rehash to stall callers); each call
 //!   forgets a few lapsed values of its shard, soonest lapsed first. A value new to memory is
@@ -76,6 +82,13 @@ struct Cache {
     /// Every key's version: bumped on each commit that wrote it.
     versions: HashMap<Key, u64>,
     values: HashMap<Key, Value>,
+    /// Keys written by write transactions that have not ended (their commit not yet answered,
+    /// or not yet dropped), with how many writes each: the open batch of SQLite's writer may
+    /// hold them uncommitted, or commit them at any moment, which the cached values do not
+    /// show. Neither kind of transaction answers such a key from the cache, nor is it filled.
+    /// A transaction whose caller went away while its commit was pending never learns when
+    /// (or whether) it committed: its keys stay here, read from the database from then on.
+    writing: HashMap<Key, usize>,
 }
 
 const MAX_CACHED: usize = 100_000;
@@ -86,7 +99,7 @@ impl Cache {
     }
 
     fn fill(&mut self, k: Key, seen: u64, v: Value) {
-        if self.version(&k) == seen {
+        if self.version(&k) == seen && !self.writing.contains_key(&k) {
             if self.values.len() >= MAX_CACHED {
                 self.values.clear();
             }
@@ -98,6 +111,32 @@ impl Cache {
         for k in keys {
             *self.versions.entry(k.clone()).or_insert(0) += 1;
             self.values.remove(k);
+        }
+    }
+
+    /// The cached value of `k`, unless a write transaction that has not ended wrote it.
+    fn clean(&self, k: &Key) -> Option<&Value> {
+        if self.writing.contains_key(k) {
+            return None;
+        }
+        self.values.get(k)
+    }
+
+    fn begin_write(&mut self, k: &Key) {
+        *self.writing.entry(k.clone()).or_insert(0) += 1;
+    }
+
+    /// A write transaction that wrote `keys` has ended (its commit answered, or dropped before
+    /// committing, which rolls back): what it wrote is no longer cached, nor being written.
+    fn end_writes(&mut self, keys: &[Key]) {
+        self.invalidate(keys);
+        for k in keys {
+            if let Some(n) = self.writing.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.writing.remove(k);
+                }
+            }
         }
     }
 }
@@ -359,9 +398,10 @@ impl<S: Storage> StorageDecorator for Exclusive<S> {
 
     async fn begin(&self) -> Result<Box<dyn Tx>, StorageError> {
         Ok(Box::new(WriteTx {
-            inner: self.inner.begin().await?,
+            inner: Some(self.inner.begin().await?),
             cache: self.cache.clone(),
             written: Vec::new(),
+            committing: false,
         }))
     }
 
@@ -427,11 +467,40 @@ impl<S: Storage> StorageDecorator for Exclusive<S> {
     }
 }
 
-/// A write transaction: reads the database; remembers what it wrote for invalidation.
+/// A write transaction: reads the database, except an enrollment the cache holds and no write
+/// transaction that has not ended wrote; remembers what it wrote for invalidation.
 struct WriteTx {
-    inner: Box<dyn Tx>,
+    /// `None` once committed.
+    inner: Option<Box<dyn Tx>>,
     cache: Arc<Mutex<Cache>>,
     written: Vec<Key>,
+    /// Its commit was asked for and has not answered.
+    committing: bool,
+}
+
+impl WriteTx {
+    fn wrote(&mut self, k: Key) {
+        lock(&self.cache).begin_write(&k);
+        self.written.push(k);
+    }
+}
+
+impl Drop for WriteTx {
+    /// Dropped without committing (its writes roll back), after its commit answered, or while
+    /// its commit was pending (its caller gone): then the batch may still commit its writes at
+    /// any moment, so its keys stay being written (see [`Cache::writing`]).
+    fn drop(&mut self) {
+        if self.written.is_empty() {
+            return;
+        }
+        let written = std::mem::take(&mut self.written);
+        let mut cache = lock(&self.cache);
+        if self.committing {
+            cache.invalidate(&written);
+        } else {
+            cache.end_writes(&written);
+        }
+    }
 }
 
 /// A read transaction: answers cached reads from memory, opens the database only on a miss.
@@ -451,7 +520,7 @@ impl<S: Storage> ReadTx<S> {
     ) -> Result<T, StorageError> {
         let seen = {
             let c = lock(&self.cache);
-            match c.values.get(&k) {
+            match c.clean(&k) {
                 Some(v) => {
                     return T::from_value(v.clone())
                         .ok_or_else(|| StorageError::Other("cache kind".into()));
@@ -463,6 +532,10 @@ impl<S: Storage> ReadTx<S> {
         lock(&self.cache).fill(k, seen, v.clone().into_value());
         Ok(v)
     }
+}
+
+fn committed() -> StorageError {
+    StorageError::Other("the write transaction was committed".into())
 }
 
 /// A database read's future, as `Tx`'s methods answer it.
@@ -567,30 +640,57 @@ impl<S: Storage> TxDecorator for ReadTx<S> {
 
 impl TxDecorator for WriteTx {
     async fn wrapped(&mut self) -> Result<&mut dyn Tx, StorageError> {
-        Ok(self.inner.as_mut())
+        match self.inner.as_mut() {
+            Some(t) => Ok(t.as_mut()),
+            None => Err(committed()),
+        }
     }
 
     async fn commit(self: Box<Self>) -> Result<(), StorageError> {
-        let this = *self;
-        let result = this.inner.commit().await;
+        let mut this = *self;
+        this.committing = true;
+        let result = match this.inner.take() {
+            Some(inner) => inner.commit().await,
+            None => Err(committed()),
+        };
+        this.committing = false;
         // Drop what was written whether or not the commit reported success: after an unknown
-        // outcome the database is the truth.
-        lock(&this.cache).invalidate(&this.written);
+        // outcome the database is the truth (`Drop` ends the writes).
+        drop(this);
         result
     }
 
+    /// From the cache when it holds the enrollment and no write transaction that has not ended
+    /// wrote it (SQLite's writer runs one write transaction at a time, so the cache is the
+    /// committed state and the open batch's writes are exactly those not ended); else from the
+    /// database, which shows the batch's writes. An automatic request's turn at the writer then
+    /// sends one statement fewer.
+    async fn get_enrollment(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<Option<Enrollment>, StorageError> {
+        let cached = lock(&self.cache)
+            .clean(&Key::Enrollment(id))
+            .cloned()
+            .and_then(Option::<Enrollment>::from_value);
+        match cached {
+            Some(e) => Ok(e),
+            None => self.wrapped().await?.get_enrollment(id).await,
+        }
+    }
+
     async fn put_credential(&mut self, c: &LauncherCredential) -> Result<(), StorageError> {
-        self.written.push(Key::Credential(c.id));
-        self.inner.put_credential(c).await
+        self.wrote(Key::Credential(c.id));
+        self.wrapped().await?.put_credential(c).await
     }
 
     async fn put_enrollment(&mut self, e: &Enrollment) -> Result<(), StorageError> {
-        self.written.push(Key::Enrollment(e.id));
-        self.inner.put_enrollment(e).await
+        self.wrote(Key::Enrollment(e.id));
+        self.wrapped().await?.put_enrollment(e).await
     }
 
     async fn put_grant(&mut self, g: &Grant) -> Result<(), StorageError> {
-        self.written.push(Key::Grants(g.enrollment_id));
-        self.inner.put_grant(g).await
+        self.wrote(Key::Grants(g.enrollment_id));
+        self.wrapped().await?.put_grant(g).await
     }
 }

@@ -36,7 +36,8 @@
 //! `put_*` (`Deferred` in `tx/rows.rs`). The batch's `COMMIT` takes what is still held back,
 //! with the audit entries. sqlx runs each statement of a SQLite connection on that connection's
 //! own thread, and every statement sent was a round trip to it, with a wake-up at each end; an
-//! automatic request's turn and commit were six of them, and are three. A held-back write that
+//! automatic request's turn and commit were six of them, and are three (two when
+//! `Exclusive` answers its enrollment from its cache). A held-back write that
 //! fails does so in whichever statement carried it, maybe another transaction's: that statement
 //! answers [`StorageError::Conflict`] (unless the database is unavailable), the physical
 //! transaction rolls back, and every member of the batch runs again, as when any statement of a

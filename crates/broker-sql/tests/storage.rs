@@ -1896,6 +1896,121 @@ async fn sqlite_a_cancelled_statement_carrying_held_back_writes_rolls_its_batch_
     db.finish().await;
 }
 
+/// `Exclusive`'s write transactions answer an enrollment from its cache, except one a write
+/// transaction that has not ended wrote: a later member of the writer's open batch sees the
+/// earlier member's uncommitted write, not the cached row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exclusive_write_transactions_see_the_batch_not_the_cache() {
+    use countersign_broker_core::exclusive::Exclusive;
+    let db = TestDb::sqlite().await;
+    let ex = Arc::new(Exclusive::new(db.storage.clone()));
+    let key = jwk();
+    let e = enrollment(&key, CredentialId(Uuid::new_v4()), 0, 600);
+    let mut tx = ex.begin().await.expect("begin");
+    tx.put_enrollment(&e).await.expect("put");
+    tx.commit().await.expect("commit");
+    // A read fills the cache.
+    let mut r = ex.read().await.expect("read");
+    assert_eq!(r.get_enrollment(e.id).await.expect("get"), Some(e.clone()));
+    drop(r);
+    // A write transaction answered from the cache sees the committed row.
+    let mut w = ex.begin().await.expect("begin");
+    assert_eq!(w.get_enrollment(e.id).await.expect("get"), Some(e.clone()));
+    drop(w);
+
+    // A ends the enrollment and commits: it waits for the batch, which B joins.
+    let mut ended = e.clone();
+    ended.runtime_id = "ended-by-a".into();
+    let mut a = ex.begin().await.expect("begin");
+    a.put_enrollment(&ended).await.expect("put");
+    let (ex2, id) = (ex.clone(), e.id);
+    let b = tokio::spawn(async move {
+        let mut tx = ex2.begin().await.expect("begin");
+        let seen = tx.get_enrollment(id).await.expect("get");
+        drop(tx);
+        seen
+    });
+    until_waiting(&db, 1).await;
+    a.commit().await.expect("commit");
+    assert_eq!(
+        b.await.expect("task").map(|e| e.runtime_id),
+        Some("ended-by-a".into()),
+        "B ran in A's batch, before its commit, and saw A's write"
+    );
+    let mut r = ex.read().await.expect("read");
+    assert_eq!(r.get_enrollment(e.id).await.expect("get"), Some(ended));
+    drop(r);
+    db.finish().await;
+}
+
+/// A write transaction whose caller goes away while its commit is pending: the batch commits
+/// its write all the same, and `Exclusive`'s cache must not go on answering the row as it was
+/// (a revocation whose client hung up would otherwise stay unseen).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exclusive_forgets_what_a_cancelled_commit_wrote() {
+    use countersign_broker_core::exclusive::Exclusive;
+    let db = TestDb::sqlite().await;
+    let ex = Arc::new(Exclusive::new(db.storage.clone()));
+    let key = jwk();
+    let e = enrollment(&key, CredentialId(Uuid::new_v4()), 0, 600);
+    let mut tx = ex.begin().await.expect("begin");
+    tx.put_enrollment(&e).await.expect("put");
+    tx.commit().await.expect("commit");
+    let mut r = ex.read().await.expect("read");
+    assert_eq!(r.get_enrollment(e.id).await.expect("get"), Some(e.clone()));
+    drop(r);
+
+    let mut ended = e.clone();
+    ended.runtime_id = "ended".into();
+    let mut a = ex.begin().await.expect("begin");
+    a.put_enrollment(&ended).await.expect("put");
+    // C queues for the writer behind A, and holds its turn until told: the batch with A's
+    // write stays uncommitted meanwhile.
+    let (go, wait) = tokio::sync::oneshot::channel::<()>();
+    let ex2 = ex.clone();
+    let c = tokio::spawn(async move {
+        let tx = ex2.begin().await.expect("begin");
+        let _ = wait.await;
+        drop(tx);
+    });
+    until_waiting(&db, 1).await;
+    // A's commit is asked for, then its caller goes away.
+    let _ = tokio::time::timeout(Duration::ZERO, a.commit()).await;
+    // Reads meanwhile see the row as committed before A, and must not keep it.
+    for _ in 0..5 {
+        let mut r = ex.read().await.expect("read");
+        assert_eq!(r.get_enrollment(e.id).await.expect("get"), Some(e.clone()));
+    }
+    let _ = go.send(());
+    c.await.expect("task");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut r = ex.read().await.expect("read");
+        let seen = r.get_enrollment(e.id).await.expect("get");
+        drop(r);
+        if seen.as_ref().map(|e| e.runtime_id.as_str()) == Some("ended") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the committed write is never seen: the cache kept the row as it was"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // And it stays seen: a read does not fill the cache with anything older.
+    for _ in 0..20 {
+        let mut r = ex.read().await.expect("read");
+        assert_eq!(
+            r.get_enrollment(e.id)
+                .await
+                .expect("get")
+                .map(|e| e.runtime_id),
+            Some("ended".into())
+        );
+    }
+    db.finish().await;
+}
+
 /// The in-memory single-use values of `Exclusive` (the broker's SQLite setting): a replay is
 /// refused while remembered, a lapsed value is accepted again, and lapsed values are forgotten
 /// a few at a time by later calls, so memory follows the live values.
