@@ -1896,23 +1896,33 @@ async fn sqlite_a_cancelled_statement_carrying_held_back_writes_rolls_its_batch_
     db.finish().await;
 }
 
+/// `Exclusive` over `db`, with an enrollment committed and read once, so that its cache holds
+/// it.
+async fn exclusive_with_a_cached_enrollment(
+    db: &TestDb,
+) -> (
+    Arc<countersign_broker_core::exclusive::Exclusive<SqlStorage>>,
+    Enrollment,
+) {
+    let ex = Arc::new(countersign_broker_core::exclusive::Exclusive::new(
+        db.storage.clone(),
+    ));
+    let e = enrollment(&jwk(), CredentialId(Uuid::new_v4()), 0, 600);
+    let mut tx = ex.begin().await.expect("begin");
+    tx.put_enrollment(&e).await.expect("put");
+    tx.commit().await.expect("commit");
+    let mut r = ex.read().await.expect("read");
+    assert_eq!(r.get_enrollment(e.id).await.expect("get"), Some(e.clone()));
+    (ex, e)
+}
+
 /// `Exclusive`'s write transactions answer an enrollment from its cache, except one a write
 /// transaction that has not ended wrote: a later member of the writer's open batch sees the
 /// earlier member's uncommitted write, not the cached row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exclusive_write_transactions_see_the_batch_not_the_cache() {
-    use countersign_broker_core::exclusive::Exclusive;
     let db = TestDb::sqlite().await;
-    let ex = Arc::new(Exclusive::new(db.storage.clone()));
-    let key = jwk();
-    let e = enrollment(&key, CredentialId(Uuid::new_v4()), 0, 600);
-    let mut tx = ex.begin().await.expect("begin");
-    tx.put_enrollment(&e).await.expect("put");
-    tx.commit().await.expect("commit");
-    // A read fills the cache.
-    let mut r = ex.read().await.expect("read");
-    assert_eq!(r.get_enrollment(e.id).await.expect("get"), Some(e.clone()));
-    drop(r);
+    let (ex, e) = exclusive_with_a_cached_enrollment(&db).await;
     // A write transaction answered from the cache sees the committed row.
     let mut w = ex.begin().await.expect("begin");
     assert_eq!(w.get_enrollment(e.id).await.expect("get"), Some(e.clone()));
@@ -1948,17 +1958,8 @@ async fn exclusive_write_transactions_see_the_batch_not_the_cache() {
 /// (a revocation whose client hung up would otherwise stay unseen).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exclusive_forgets_what_a_cancelled_commit_wrote() {
-    use countersign_broker_core::exclusive::Exclusive;
     let db = TestDb::sqlite().await;
-    let ex = Arc::new(Exclusive::new(db.storage.clone()));
-    let key = jwk();
-    let e = enrollment(&key, CredentialId(Uuid::new_v4()), 0, 600);
-    let mut tx = ex.begin().await.expect("begin");
-    tx.put_enrollment(&e).await.expect("put");
-    tx.commit().await.expect("commit");
-    let mut r = ex.read().await.expect("read");
-    assert_eq!(r.get_enrollment(e.id).await.expect("get"), Some(e.clone()));
-    drop(r);
+    let (ex, e) = exclusive_with_a_cached_enrollment(&db).await;
 
     let mut ended = e.clone();
     ended.runtime_id = "ended".into();
