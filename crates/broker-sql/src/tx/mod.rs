@@ -38,7 +38,7 @@ mod queries;
 mod rows;
 
 use rows::*;
-pub(crate) use rows::{Arg, Deferred, bind_all, defer_audit, insert_audit};
+pub(crate) use rows::{Arg, Deferred, bind_all, defer_audit};
 
 /// A transaction on either backend.
 pub(crate) struct SqlTx {

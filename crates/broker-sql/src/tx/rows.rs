@@ -259,7 +259,7 @@ pub(super) const AUDIT_COLUMNS: &str =
     "position, at_ms, kind, subject, body, prev_hash, hash, seal";
 
 /// Inserts audit entries, at most [`AUDIT_ROWS_PER_INSERT`] a statement.
-pub(crate) async fn insert_audit(
+pub(super) async fn insert_audit(
     conn: &mut AnyConnection,
     entries: &[AuditEntry],
 ) -> Result<(), sqlx::Error> {
