@@ -10,6 +10,8 @@
 //! now); proofs are signed before each measured phase so that the client's signing does not
 //! compete with the server for the two cores. It reports, in the same run, the cost of one
 //! ES256 verification (aws-lc-rs, the broker's path) and what it allows on the server's cores.
+//! With `--wrk` it runs the closed-loop reads once more with wrk (a process of its own, as the
+//! issue's figures were made) as the client, on the same presigned proofs.
 //! Each measured phase says on standard error when it starts (`measuring: GET
 //! /v1/enrollments/self`), for a profiler to attach to that phase alone.
 
@@ -34,6 +36,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
+
+mod wrk;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -67,6 +71,11 @@ struct Args {
     /// needs PostgreSQL (SQLite storage is single-process).
     #[arg(long, default_value_t = 1)]
     replicas: usize,
+    /// After the closed-loop reads, run them again with wrk (a process of its own, on `PATH`) as
+    /// the client, `--connections` connections on two threads: its rate, latency, and the
+    /// server's CPU per read. One replica only.
+    #[arg(long)]
+    wrk: bool,
 }
 
 const PERSON: &str = "bench@countersign.local";
@@ -94,6 +103,9 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
     });
     if args.replicas == 0 {
         bail!("--replicas must be at least 1");
+    }
+    if args.replicas > 1 && args.wrk {
+        bail!("--wrk drives one broker: wrk cannot spread its connections over several replicas");
     }
     if args.replicas > 1 && database_url.starts_with("sqlite") {
         bail!("several replicas need PostgreSQL: SQLite storage is single-process");
@@ -316,6 +328,31 @@ async fn measure(
 
     let reads = presign(&session, base, n, |s, b| s.self_proof(b))?;
     closed("GET /v1/enrollments/self", reads, Some(target)).await?;
+    if args.wrk {
+        let proofs: Vec<String> = presign(&session, base, n, |s, b| s.self_proof(b))?
+            .into_iter()
+            .map(|c| c.proof)
+            .collect();
+        eprintln!("measuring: GET /v1/enrollments/self with wrk");
+        let url = format!("http://{}/v1/enrollments/self", addrs[0]);
+        let machine0 = MachineTime::now();
+        let cpu0 = server_cpu();
+        let (connections, seconds) = (args.connections, args.seconds);
+        let r =
+            tokio::task::spawn_blocking(move || wrk::run(&url, &proofs, 2, connections, seconds))
+                .await??;
+        let cpu1 = server_cpu();
+        println!(
+            "GET /v1/enrollments/self, wrk (a process of its own, 2 threads, {connections} connections): {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms ({} requests, {} errors); target ≥ {target:.0} req/s (half the ES256 rate)",
+            r.rate, r.p50_ms, r.p99_ms, r.requests, r.errors
+        );
+        let cpu = ServerCpu {
+            runtime: cpu1.runtime - cpu0.runtime,
+            sqlite: cpu1.sqlite - cpu0.sqlite,
+        };
+        print_capacity(cpu, r.requests as usize, cores, target, verify_us);
+        machine0.print_steal();
+    }
     let reads = presign(&session, base, (args.rate * 10) as usize, |s, b| {
         s.self_proof(b)
     })?;
