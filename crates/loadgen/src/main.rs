@@ -329,29 +329,8 @@ async fn measure(
     let reads = presign(&session, base, n, |s, b| s.self_proof(b))?;
     closed("GET /v1/enrollments/self", reads, Some(target)).await?;
     if args.wrk {
-        let proofs: Vec<String> = presign(&session, base, n, |s, b| s.self_proof(b))?
-            .into_iter()
-            .map(|c| c.proof)
-            .collect();
-        eprintln!("measuring: GET /v1/enrollments/self with wrk");
-        let url = format!("http://{}/v1/enrollments/self", addrs[0]);
-        let machine0 = MachineTime::now();
-        let cpu0 = server_cpu();
-        let (connections, seconds) = (args.connections, args.seconds);
-        let r =
-            tokio::task::spawn_blocking(move || wrk::run(&url, &proofs, 2, connections, seconds))
-                .await??;
-        let cpu1 = server_cpu();
-        println!(
-            "GET /v1/enrollments/self, wrk (a process of its own, 2 threads, {connections} connections): {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms ({} requests, {} errors); target ≥ {target:.0} req/s (half the ES256 rate)",
-            r.rate, r.p50_ms, r.p99_ms, r.requests, r.errors
-        );
-        let cpu = ServerCpu {
-            runtime: cpu1.runtime - cpu0.runtime,
-            sqlite: cpu1.sqlite - cpu0.sqlite,
-        };
-        print_capacity(cpu, r.requests as usize, cores, target, verify_us);
-        machine0.print_steal();
+        let capacity = (cores, target, verify_us);
+        wrk_reads(args, &session, base, addrs[0], server_cpu, capacity).await?;
     }
     let reads = presign(&session, base, (args.rate * 10) as usize, |s, b| {
         s.self_proof(b)
@@ -365,6 +344,43 @@ async fn measure(
         s.request_call(b)
     })?;
     open("POST /v1/requests (automatic)", writes).await?;
+    anyhow::Ok(())
+}
+
+/// The closed-loop reads again with wrk, a process of its own, as the client (`--wrk`): its
+/// rate and latency, and the server's CPU per read. `capacity` is the machine's cores, the
+/// target rate and one verification's cost, for `print_capacity`.
+async fn wrk_reads(
+    args: &Args,
+    session: &Session,
+    base: &str,
+    addr: SocketAddr,
+    server_cpu: &dyn Fn() -> ServerCpu,
+    (cores, target, verify_us): (usize, f64, f64),
+) -> anyhow::Result<()> {
+    let n = ((args.seconds as f64) * 40_000.0) as usize;
+    let proofs: Vec<String> = presign(session, base, n, |s, b| s.self_proof(b))?
+        .into_iter()
+        .map(|c| c.proof)
+        .collect();
+    eprintln!("measuring: GET /v1/enrollments/self with wrk");
+    let url = format!("http://{addr}/v1/enrollments/self");
+    let machine0 = MachineTime::now();
+    let cpu0 = server_cpu();
+    let (connections, seconds) = (args.connections, args.seconds);
+    let r = tokio::task::spawn_blocking(move || wrk::run(&url, &proofs, 2, connections, seconds))
+        .await??;
+    let cpu1 = server_cpu();
+    println!(
+        "GET /v1/enrollments/self, wrk (a process of its own, 2 threads, {connections} connections): {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms ({} requests, {} errors); target ≥ {target:.0} req/s (half the ES256 rate)",
+        r.rate, r.p50_ms, r.p99_ms, r.requests, r.errors
+    );
+    let cpu = ServerCpu {
+        runtime: cpu1.runtime - cpu0.runtime,
+        sqlite: cpu1.sqlite - cpu0.sqlite,
+    };
+    print_capacity(cpu, r.requests as usize, cores, target, verify_us);
+    machine0.print_steal();
     anyhow::Ok(())
 }
 
