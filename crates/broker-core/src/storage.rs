@@ -222,6 +222,18 @@ pub trait Tx: Send {
         &mut self,
         enrollment: EnrollmentId,
     ) -> Result<Vec<Grant>, StorageError>;
+    /// The enrollment and, when it exists, every grant of it (as [`Tx::grants_by_enrollment`]),
+    /// read together: a backend that can reads both in one statement (PostgreSQL's batched
+    /// reads). `GET /v1/enrollments/self` reads both for one proof.
+    async fn enrollment_with_grants(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<(Option<Enrollment>, Vec<Grant>), StorageError> {
+        match self.get_enrollment(id).await? {
+            Some(e) => Ok((Some(e), self.grants_by_enrollment(id).await?)),
+            None => Ok((None, Vec::new())),
+        }
+    }
     /// Every stored-live grant.
     async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError>;
     async fn put_grant(&mut self, g: &Grant) -> Result<(), StorageError>;
@@ -296,6 +308,23 @@ macro_rules! tx_decorator {
             ) -> impl Future<Output = Result<$ret, StorageError>> + Send {
                 async move { self.wrapped().await?.$name($($arg),*).await }
             })*
+
+            /// Not passed through: by default a decorator reads the two through its own
+            /// `get_enrollment` and `grants_by_enrollment`, so that one which changes either
+            /// (checks a seal, answers from memory) is not bypassed. A decorator that changes
+            /// neither, or checks the pair itself, writes it to keep the one statement.
+            fn enrollment_with_grants(
+                &mut self,
+                id: EnrollmentId,
+            ) -> impl Future<Output = Result<(Option<Enrollment>, Vec<Grant>), StorageError>> + Send
+            {
+                async move {
+                    match TxDecorator::get_enrollment(self, id).await? {
+                        Some(e) => Ok((Some(e), TxDecorator::grants_by_enrollment(self, id).await?)),
+                        None => Ok((None, Vec::new())),
+                    }
+                }
+            }
         }
 
         #[async_trait]
@@ -307,6 +336,13 @@ macro_rules! tx_decorator {
             $(async fn $name(&mut self, $($arg: $ty),*) -> Result<$ret, StorageError> {
                 TxDecorator::$name(self, $($arg),*).await
             })*
+
+            async fn enrollment_with_grants(
+                &mut self,
+                id: EnrollmentId,
+            ) -> Result<(Option<Enrollment>, Vec<Grant>), StorageError> {
+                TxDecorator::enrollment_with_grants(self, id).await
+            }
         }
     };
 }

@@ -13,7 +13,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, Uri, header};
 use countersign_broker_core::broker::ProofTarget;
 use countersign_broker_core::ids::Login;
-use countersign_broker_core::model::{Enrollment, LauncherCredential};
+use countersign_broker_core::model::{Enrollment, Grant, LauncherCredential};
 use countersign_broker_core::{Error, ErrorCode};
 use countersign_proto::json::StrictError;
 use serde::de::DeserializeOwned;
@@ -247,6 +247,15 @@ impl Proven for LauncherCredential {
 impl Proven for Enrollment {
     fn authenticate(st: &AppState, r: &Raw) -> impl Future<Output = Result<Self, Error>> + Send {
         st.broker.authenticate_session(r.proof(), r.target())
+    }
+}
+
+/// A session's enrollment with its live grants, read with the enrollment the proof names
+/// (`GET /v1/enrollments/self`: one read where the storage can).
+impl Proven for (Enrollment, Vec<Grant>) {
+    fn authenticate(st: &AppState, r: &Raw) -> impl Future<Output = Result<Self, Error>> + Send {
+        st.broker
+            .authenticate_session_with_grants(r.proof(), r.target())
     }
 }
 

@@ -17,7 +17,7 @@ use countersign_broker_core::broker::PollState;
 use countersign_broker_core::ids::{
     CredentialId, EnrollmentId, GrantId, RecordId, RequestId, SecretName,
 };
-use countersign_broker_core::model::{Enrollment, LauncherCredential};
+use countersign_broker_core::model::{Enrollment, Grant, LauncherCredential};
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -71,6 +71,9 @@ type Machine = Proved<LauncherCredential>;
 
 /// A request under a session proof.
 type Session = Proved<Enrollment>;
+
+/// A request under a session proof, with the session's live grants read with its enrollment.
+type SessionWithGrants = Proved<(Enrollment, Vec<Grant>)>;
 
 /// A request under a machine credential on the record the path's id names.
 type MachineOn<I> = ProvedOn<LauncherCredential, I>;
@@ -209,8 +212,9 @@ pub(crate) async fn renew(State(st): St, PathParam(id): PathParam, r: Raw) -> Ap
     ))
 }
 
-pub(crate) async fn enrollment_self(State(st): St, Proved(e, _): Session) -> ApiResult<Response> {
-    let grants = st.broker.own_grants(&e).await?;
+pub(crate) async fn enrollment_self(
+    Proved((e, grants), _): SessionWithGrants,
+) -> ApiResult<Response> {
     Ok(ok(wire::enrollment_self(&e, &grants)))
 }
 

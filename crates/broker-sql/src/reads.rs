@@ -6,7 +6,8 @@
 //! the pool's connections and spent the database server's share of the two cores on one
 //! statement each. Here callers queue the key they read, and one task reads every key queued
 //! in one statement (`WHERE key IN ($1, …)`), up to [`MAX_BATCH`] keys, with up to
-//! [`IN_FLIGHT`] statements at once (`batch.rs`).
+//! [`IN_FLIGHT`] statements at once (`batch.rs`). `GET /v1/enrollments/self` reads an
+//! enrollment and its grants with one statement of both tables (`UNION ALL`), where it was two.
 //!
 //! A read transaction on PostgreSQL has no `BEGIN`: each statement is its own snapshot, taken
 //! when the statement starts (READ COMMITTED). A batch's statement starts after every caller in
@@ -29,19 +30,62 @@ const MAX_BATCH: usize = 512;
 /// How many statements of one kind run at once (the pool's size counts them).
 const IN_FLIGHT: usize = 2;
 
-/// One caller's read: the key, and where its rows' `doc`s go.
+/// A row read: which part of the kind's statement it came from (0, or for the enrollment with
+/// its grants: 0 the enrollment, 1 a grant), and its `doc`.
+type Part = (i32, String);
+
+/// One caller's read: the key, and where its rows go.
 struct Ask {
     key: String,
-    answer: oneshot::Sender<Result<Vec<String>, StorageError>>,
+    answer: oneshot::Sender<Result<Vec<Part>, StorageError>>,
 }
 
-/// A kind of keyed read: the rows of `table` whose `column` is the key, in `order`.
+/// A kind of keyed read: its statement for a list of placeholders, whose rows are
+/// (`batch_key`, `part`, `doc`), in the order a caller hears them.
 #[derive(Clone, Copy)]
 struct Kind {
-    table: &'static str,
-    column: &'static str,
-    order: &'static str,
+    /// For the log.
+    name: &'static str,
+    sql: fn(&str) -> String,
 }
+
+const ENROLLMENTS: Kind = Kind {
+    name: "enrollments",
+    sql: |list| {
+        format!("SELECT id AS batch_key, 0 AS part, doc FROM enrollments WHERE id IN ({list})")
+    },
+};
+
+const CREDENTIALS: Kind = Kind {
+    name: "credentials",
+    sql: |list| {
+        format!("SELECT id AS batch_key, 0 AS part, doc FROM credentials WHERE id IN ({list})")
+    },
+};
+
+const GRANTS: Kind = Kind {
+    name: "grants",
+    sql: |list| {
+        format!(
+            "SELECT enrollment_id AS batch_key, 0 AS part, doc FROM grants \
+             WHERE enrollment_id IN ({list}) ORDER BY created_at_ms, id"
+        )
+    },
+};
+
+/// The enrollments and their grants in one statement (one snapshot): the enrollment first,
+/// then its grants in [`GRANTS`]' order. The list's placeholders are used twice.
+const ENROLLMENTS_WITH_GRANTS: Kind = Kind {
+    name: "enrollments with grants",
+    sql: |list| {
+        format!(
+            "SELECT id AS batch_key, 0 AS part, doc, 0 AS created_at_ms, id AS row_id \
+             FROM enrollments WHERE id IN ({list}) \
+             UNION ALL SELECT enrollment_id, 1, doc, created_at_ms, id FROM grants \
+             WHERE enrollment_id IN ({list}) ORDER BY part, created_at_ms, row_id"
+        )
+    },
+};
 
 /// The batched reads of one storage.
 #[derive(Clone)]
@@ -49,6 +93,7 @@ pub(crate) struct Reads {
     enrollments: mpsc::UnboundedSender<Ask>,
     credentials: mpsc::UnboundedSender<Ask>,
     grants: mpsc::UnboundedSender<Ask>,
+    enrollments_with_grants: mpsc::UnboundedSender<Ask>,
 }
 
 impl Reads {
@@ -63,41 +108,54 @@ impl Reads {
             })
         };
         Reads {
-            enrollments: reader(Kind {
-                table: "enrollments",
-                column: "id",
-                order: "",
-            }),
-            credentials: reader(Kind {
-                table: "credentials",
-                column: "id",
-                order: "",
-            }),
-            grants: reader(Kind {
-                table: "grants",
-                column: "enrollment_id",
-                order: " ORDER BY created_at_ms, id",
-            }),
+            enrollments: reader(ENROLLMENTS),
+            credentials: reader(CREDENTIALS),
+            grants: reader(GRANTS),
+            enrollments_with_grants: reader(ENROLLMENTS_WITH_GRANTS),
         }
     }
 
     /// The `doc` of the enrollment `id`, if it exists.
     pub(crate) async fn enrollment(&self, id: String) -> Result<Option<String>, StorageError> {
-        Ok(ask(&self.enrollments, id).await?.into_iter().next())
+        Ok(docs(ask(&self.enrollments, id).await?).next())
     }
 
     /// The `doc` of the launcher credential `id`, if it exists.
     pub(crate) async fn credential(&self, id: String) -> Result<Option<String>, StorageError> {
-        Ok(ask(&self.credentials, id).await?.into_iter().next())
+        Ok(docs(ask(&self.credentials, id).await?).next())
     }
 
     /// The `doc`s of the enrollment's grants, oldest first.
     pub(crate) async fn grants_of(&self, enrollment: String) -> Result<Vec<String>, StorageError> {
-        ask(&self.grants, enrollment).await
+        Ok(docs(ask(&self.grants, enrollment).await?).collect())
+    }
+
+    /// The `doc` of the enrollment `id`, if it exists, and the `doc`s of its grants, oldest
+    /// first (none when it does not exist), from one snapshot.
+    pub(crate) async fn enrollment_with_grants(
+        &self,
+        id: String,
+    ) -> Result<(Option<String>, Vec<String>), StorageError> {
+        let mut enrollment = None;
+        let mut grants = Vec::new();
+        for (part, doc) in ask(&self.enrollments_with_grants, id).await? {
+            match part {
+                0 => enrollment = Some(doc),
+                _ => grants.push(doc),
+            }
+        }
+        if enrollment.is_none() {
+            grants.clear();
+        }
+        Ok((enrollment, grants))
     }
 }
 
-async fn ask(queue: &mpsc::UnboundedSender<Ask>, key: String) -> Result<Vec<String>, StorageError> {
+fn docs(rows: Vec<Part>) -> impl Iterator<Item = String> {
+    rows.into_iter().map(|(_, doc)| doc)
+}
+
+async fn ask(queue: &mpsc::UnboundedSender<Ask>, key: String) -> Result<Vec<Part>, StorageError> {
     let (answer, answered) = oneshot::channel();
     queue
         .send(Ask { key, answer })
@@ -123,7 +181,7 @@ async fn flush(pool: &AnyPool, spares: &Spares, kind: Kind, asks: Vec<Ask>) {
     let docs = match answer {
         Ok(docs) => docs,
         Err(e) => {
-            tracing::warn!(error = %e, keys = keys.len(), table = kind.table, "a batched read failed");
+            tracing::warn!(error = %e, keys = keys.len(), kind = kind.name, "a batched read failed");
             for a in asks {
                 // The receiver may be gone (its caller was cancelled): nothing to tell it.
                 let _ = a.answer.send(Err(e.clone()));
@@ -138,13 +196,13 @@ async fn flush(pool: &AnyPool, spares: &Spares, kind: Kind, asks: Vec<Ask>) {
     }
 }
 
-/// One statement for every key of the batch: the rows' `doc`s by key, in the kind's order.
+/// One statement for every key of the batch: the rows by key, in the kind's order.
 async fn read(
     pool: &AnyPool,
     spares: &Spares,
     kind: Kind,
     keys: &[&str],
-) -> Result<HashMap<String, Vec<String>>, StorageError> {
+) -> Result<HashMap<String, Vec<Part>>, StorageError> {
     if keys.is_empty() {
         return Ok(HashMap::new());
     }
@@ -152,13 +210,7 @@ async fn read(
     // prepared statements are a handful of sizes, not one per batch size.
     let width = keys.len().next_power_of_two();
     let placeholders: Vec<String> = (1..=width).map(|i| format!("${i}")).collect();
-    let sql = format!(
-        "SELECT {column} AS batch_key, doc FROM {table} WHERE {column} IN ({list}){order}",
-        column = kind.column,
-        table = kind.table,
-        list = placeholders.join(", "),
-        order = kind.order,
-    );
+    let sql = (kind.sql)(&placeholders.join(", "));
     let mut query = sqlx::query(&sql);
     for i in 0..width {
         query = query.bind(keys[i.min(keys.len() - 1)]);
@@ -174,11 +226,12 @@ async fn read(
         }
     };
     spares.put(conn);
-    let mut docs: HashMap<String, Vec<String>> = HashMap::with_capacity(keys.len());
+    let mut docs: HashMap<String, Vec<Part>> = HashMap::with_capacity(keys.len());
     for row in rows {
         let key: String = row.try_get("batch_key").map_err(db_err)?;
+        let part: i32 = row.try_get("part").map_err(db_err)?;
         let doc: String = row.try_get("doc").map_err(db_err)?;
-        docs.entry(key).or_default().push(doc);
+        docs.entry(key).or_default().push((part, doc));
     }
     Ok(docs)
 }

@@ -1236,6 +1236,11 @@ async fn concurrent_reads_each_hear_their_own_rows(s: &SqlStorage) {
                 Some(e)
             );
             assert_eq!(&r.grants_by_enrollment(e.id).await.expect("grants"), grants);
+            // The pair in one statement (PostgreSQL: both tables, `UNION ALL`).
+            assert_eq!(
+                r.enrollment_with_grants(e.id).await.expect("both"),
+                (Some(e.clone()), grants.clone())
+            );
             assert_eq!(
                 r.get_credential(c.id).await.expect("credential").as_ref(),
                 Some(c)
@@ -1247,6 +1252,12 @@ async fn concurrent_reads_each_hear_their_own_rows(s: &SqlStorage) {
                     .await
                     .expect("none")
                     .is_empty()
+            );
+            assert_eq!(
+                r.enrollment_with_grants(unknown)
+                    .await
+                    .expect("unknown pair"),
+                (None, Vec::new())
             );
         });
     }

@@ -8,7 +8,7 @@ use countersign_proto::jws;
 use super::{Broker, Fail, ct_eq, read};
 use crate::error::{Error, ErrorCode};
 use crate::ids::{CredentialId, EnrollmentId};
-use crate::model::{Enrollment, LauncherCredential};
+use crate::model::{Enrollment, Grant, LauncherCredential};
 use crate::storage::ProofUse;
 
 /// What a proof must be bound to: the request as the server received it.
@@ -35,7 +35,26 @@ impl Broker {
         proof: Option<&str>,
         target: ProofTarget<'_>,
     ) -> Result<Enrollment, Error> {
-        self.session_proof(proof, target, SessionRoute::Plain).await
+        let (e, _) = self
+            .session_proof(proof, target, SessionRoute::Plain, false)
+            .await?;
+        Ok(e)
+    }
+
+    /// Authenticates a session proof and reads the enrollment's live grants with it, as
+    /// [`Broker::own_grants`] does (`GET /v1/enrollments/self`): the enrollment and its grants
+    /// are read together, where the storage can in one statement, before the proof is
+    /// verified; a refused proof answers nothing of them.
+    pub async fn authenticate_session_with_grants(
+        &self,
+        proof: Option<&str>,
+        target: ProofTarget<'_>,
+    ) -> Result<(Enrollment, Vec<Grant>), Error> {
+        let (e, grants) = self
+            .session_proof(proof, target, SessionRoute::Plain, true)
+            .await?;
+        let grants = Self::live_own(grants, &e, self.now());
+        Ok((e, grants))
     }
 
     /// Authenticates a session proof on the renew route, where an ended enrollment is told
@@ -45,8 +64,10 @@ impl Broker {
         proof: Option<&str>,
         target: ProofTarget<'_>,
     ) -> Result<Enrollment, Error> {
-        self.session_proof(proof, target, SessionRoute::Renewal)
-            .await
+        let (e, _) = self
+            .session_proof(proof, target, SessionRoute::Renewal, false)
+            .await?;
+        Ok(e)
     }
 
     async fn session_proof(
@@ -54,7 +75,8 @@ impl Broker {
         proof: Option<&str>,
         target: ProofTarget<'_>,
         route: SessionRoute,
-    ) -> Result<Enrollment, Error> {
+        with_grants: bool,
+    ) -> Result<(Enrollment, Vec<Grant>), Error> {
         let invalid = |msg: &'static str| Error::with_message(ErrorCode::PROOF_INVALID, msg);
         let token = proof.ok_or_else(|| invalid("proof invalid: no Proof header"))?;
         let parsed = jws::parse(token).map_err(|_| invalid("proof invalid"))?;
@@ -75,11 +97,15 @@ impl Broker {
             .and_then(|k| EnrollmentId::parse(k).ok())
             .ok_or_else(|| invalid("proof invalid: kid"))?;
         let now = self.now();
-        let enrollment = read!(self, "proof check", |tx| Ok::<_, Fail>(
-            tx.get_enrollment(id).await?
-        ))?
-        .ok_or_else(|| invalid("proof invalid"))?
-        .settled(now);
+        let (enrollment, grants) =
+            read!(self, "proof check", |tx| Ok::<_, Fail>(if with_grants {
+                tx.enrollment_with_grants(id).await?
+            } else {
+                (tx.get_enrollment(id).await?, Vec::new())
+            }))?;
+        let enrollment = enrollment
+            .ok_or_else(|| invalid("proof invalid"))?
+            .settled(now);
         let key = self
             .verifying_key(&enrollment.thumbprint, &enrollment.jwk)
             .ok_or_else(|| invalid("proof invalid"))?;
@@ -103,7 +129,7 @@ impl Broker {
         .await?
         .then_some(())
         .ok_or_else(|| invalid("proof invalid: replayed"))?;
-        Ok(enrollment)
+        Ok((enrollment, grants))
     }
 
     /// Authenticates a launcher proof: the launcher credential it names, not revoked. An

@@ -443,6 +443,20 @@ impl TxDecorator for GuardTx {
         Ok(gs)
     }
 
+    /// The pair in one read of the wrapped transaction, checked as the two reads are: an
+    /// enrollment failing its seal reads as none, and then so do its grants.
+    async fn enrollment_with_grants(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<(Option<Enrollment>, Vec<Grant>), StorageError> {
+        let (e, gs) = self.inner.enrollment_with_grants(id).await?;
+        let Some(e) = e.and_then(|e| self.enrollment(e)) else {
+            return Ok((None, Vec::new()));
+        };
+        gs.iter().for_each(|g| self.grant(g));
+        Ok((Some(e), gs))
+    }
+
     async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError> {
         let gs = self.inner.live_grants().await?;
         gs.iter().for_each(|g| self.grant(g));

@@ -388,16 +388,21 @@ impl Broker {
     /// The caller's live grants, soonest to expire first (those lasting until the session
     /// ends last).
     pub async fn own_grants(&self, caller: &Enrollment) -> Result<Vec<Grant>, Error> {
-        let now = self.now();
-        let mut grants = read!(self, "read grants", |tx| Ok::<_, Fail>(
+        let grants = read!(self, "read grants", |tx| Ok::<_, Fail>(
             tx.grants_by_enrollment(caller.id).await?
-        ))?
-        .into_iter()
-        .map(|g| g.settled(now, caller))
-        .filter(Grant::is_live)
-        .collect::<Vec<_>>();
+        ))?;
+        Ok(Self::live_own(grants, caller, self.now()))
+    }
+
+    /// Of an enrollment's grants, the live ones as of `now`, soonest to expire first.
+    pub(crate) fn live_own(grants: Vec<Grant>, caller: &Enrollment, now: Time) -> Vec<Grant> {
+        let mut grants = grants
+            .into_iter()
+            .map(|g| g.settled(now, caller))
+            .filter(Grant::is_live)
+            .collect::<Vec<_>>();
         grants.sort_by_key(|g| (g.expires_at.is_none(), g.expires_at, g.created_at));
-        Ok(grants)
+        grants
     }
 
     /// Releases a live grant's values, fresh from the store, after verifying its chain.

@@ -366,6 +366,25 @@ impl Tx for SqlTx {
         .await
     }
 
+    async fn enrollment_with_grants(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<(Option<Enrollment>, Vec<Grant>), StorageError> {
+        let Some(reads) = &self.reads else {
+            let Some(e) = self.get_enrollment(id).await? else {
+                return Ok((None, Vec::new()));
+            };
+            return Ok((Some(e), self.grants_by_enrollment(id).await?));
+        };
+        let (e, grants) = reads.enrollment_with_grants(id.to_string()).await?;
+        let e = decode_some("enrollment", e)?;
+        let grants = grants
+            .iter()
+            .map(|d| decode("grant", d))
+            .collect::<Result<_, _>>()?;
+        Ok((e, grants))
+    }
+
     async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError> {
         self.get_docs(
             "grant",
