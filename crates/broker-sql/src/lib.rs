@@ -39,8 +39,8 @@
 //!   way), and refuses writes.
 //! - Single-use values (`remember_once`) are written in batches by a task of their own, one
 //!   statement and one commit per batch (`once.rs`). On PostgreSQL the rows a proof-verified
-//!   call reads (its enrollment or launcher credential, an enrollment's grants) are read in
-//!   batches too, one statement per batch (`reads.rs`).
+//!   call reads (its enrollment or launcher credential, an enrollment's grants, or an
+//!   enrollment with its grants) are read in batches too, one statement per batch (`reads.rs`).
 //! - Dropping a transaction without committing rolls it back (on SQLite, a writer's turn that
 //!   wrote rolls back its whole batch, whose members answer [`StorageError::Conflict`] and are
 //!   run again by the core; one that only read is just released).
