@@ -279,7 +279,9 @@ async fn measure(
     // The floor under every route: HTTP/1.1 over loopback TCP, the router, the request's
     // span and metrics, a JSON error answer, and nothing else (`GET` of a path no route
     // has: 404 from the fallback, carrying a proof of the same size that nothing reads).
-    let floor: Vec<Call> = presign(&session, base, n, |s, b| s.self_proof(b))?
+    // Nothing reads the floor's proofs, so a thousand are sent again and again (the phase then
+    // never runs out, at any rate this machine reaches).
+    let floor: Vec<Call> = presign(&session, base, 1000, |s, b| s.self_proof(b))?
         .into_iter()
         .map(|c| Call {
             path: FLOOR_PATH.into(),
@@ -287,7 +289,7 @@ async fn measure(
         })
         .collect();
     // A closed-loop phase: its rate and latency, and the server's CPU per request.
-    let closed = |label: &'static str, calls: Vec<Call>, target: Option<f64>| async move {
+    let closed = |label: &'static str, calls: Calls, target: Option<f64>| async move {
         eprintln!("measuring: {label}");
         let machine0 = MachineTime::now();
         let cpu0 = server_cpu();
@@ -324,10 +326,15 @@ async fn measure(
         machine0.print_steal();
         anyhow::Ok(())
     };
-    closed("GET of no route (the HTTP floor: 404)", floor, None).await?;
+    closed(
+        "GET of no route (the HTTP floor: 404)",
+        Calls::Repeated(floor),
+        None,
+    )
+    .await?;
 
     let reads = presign(&session, base, n, |s, b| s.self_proof(b))?;
-    closed("GET /v1/enrollments/self", reads, Some(target)).await?;
+    closed("GET /v1/enrollments/self", Calls::Once(reads), Some(target)).await?;
     if args.wrk {
         let capacity = (cores, target, verify_us);
         wrk_reads(args, &session, base, addrs[0], server_cpu, capacity).await?;
@@ -339,7 +346,7 @@ async fn measure(
 
     let n = ((args.seconds as f64) * 10_000.0) as usize;
     let writes = presign(&session, base, n, |s, b| s.request_call(b))?;
-    closed("POST /v1/requests (automatic)", writes, None).await?;
+    closed("POST /v1/requests (automatic)", Calls::Once(writes), None).await?;
     let writes = presign(&session, base, (args.rate * 10) as usize, |s, b| {
         s.request_call(b)
     })?;
@@ -756,12 +763,24 @@ async fn send_on(
 }
 
 /// Connections go to the replicas round-robin.
+/// A closed-loop phase's calls: each sent once (a proof the server reads is single use), or,
+/// for calls whose proof nothing reads, sent again from the first when the last was sent.
+enum Calls {
+    Once(Vec<Call>),
+    Repeated(Vec<Call>),
+}
+
 async fn closed_loop(
     addrs: &[SocketAddr],
-    calls: Vec<Call>,
+    calls: Calls,
     connections: usize,
     run_for: Duration,
 ) -> anyhow::Result<Report> {
+    let (calls, repeated) = match calls {
+        Calls::Once(c) => (c, false),
+        Calls::Repeated(c) => (c, true),
+    };
+    anyhow::ensure!(!calls.is_empty(), "a closed-loop phase without calls");
     let calls = Arc::new(calls);
     let next = Arc::new(AtomicUsize::new(0));
     let mut senders = Vec::new();
@@ -777,7 +796,10 @@ async fn closed_loop(
             let mut lat = Vec::new();
             let mut errors = 0;
             while start.elapsed() < run_for {
-                let i = next.fetch_add(1, Ordering::Relaxed);
+                let mut i = next.fetch_add(1, Ordering::Relaxed);
+                if repeated {
+                    i %= calls.len();
+                }
                 let Some(c) = calls.get(i) else { break };
                 match send_on(&mut sender, &host, c).await {
                     Ok(d) => lat.push(d),
@@ -807,8 +829,12 @@ async fn closed_loop(
         report.latencies.extend(lat);
     }
     report.elapsed = start.elapsed();
-    if next.load(Ordering::Relaxed) >= calls.len() {
-        println!("  (ran out of presigned calls before the time was up; raise the count)");
+    if !repeated && next.load(Ordering::Relaxed) >= calls.len() {
+        println!(
+            "  (ran out of presigned calls after {:.1} s: the figures above are over that time, \
+             not --seconds)",
+            report.elapsed.as_secs_f64()
+        );
     }
     Ok(report)
 }
