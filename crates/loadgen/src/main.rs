@@ -276,18 +276,6 @@ async fn measure(
     let target = 0.5 * 1e6 / verify_us * cores as f64;
 
     let n = ((args.seconds as f64) * 40_000.0) as usize;
-    // The floor under every route: HTTP/1.1 over loopback TCP, the router, the request's
-    // span and metrics, a JSON error answer, and nothing else (`GET` of a path no route
-    // has: 404 from the fallback, carrying a proof of the same size that nothing reads).
-    // Nothing reads the floor's proofs, so a thousand are sent again and again (the phase then
-    // never runs out, at any rate this machine reaches).
-    let floor: Vec<Call> = presign(&session, base, 1000, |s, b| s.self_proof(b))?
-        .into_iter()
-        .map(|c| Call {
-            path: FLOOR_PATH.into(),
-            ..c
-        })
-        .collect();
     // A closed-loop phase: its rate and latency, and the server's CPU per request.
     let closed = |label: &'static str, calls: Calls, target: Option<f64>| async move {
         eprintln!("measuring: {label}");
@@ -326,12 +314,8 @@ async fn measure(
         machine0.print_steal();
         anyhow::Ok(())
     };
-    closed(
-        "GET of no route (the HTTP floor: 404)",
-        Calls::Repeated(floor),
-        None,
-    )
-    .await?;
+    let floor = floor_calls(&session, base)?;
+    closed("GET of no route (the HTTP floor: 404)", floor, None).await?;
 
     let reads = presign(&session, base, n, |s, b| s.self_proof(b))?;
     closed("GET /v1/enrollments/self", Calls::Once(reads), Some(target)).await?;
@@ -352,6 +336,21 @@ async fn measure(
     })?;
     open("POST /v1/requests (automatic)", writes).await?;
     anyhow::Ok(())
+}
+
+/// The floor under every route: HTTP/1.1 over loopback TCP, the router, the request's span and
+/// metrics, a JSON error answer, and nothing else (`GET` of a path no route has: 404 from the
+/// fallback, carrying a proof of the same size that nothing reads). Since nothing reads the
+/// proofs, a thousand are sent again and again: the phase never runs out, at any rate.
+fn floor_calls(session: &Session, base: &str) -> anyhow::Result<Calls> {
+    let calls = presign(session, base, 1000, |s, b| s.self_proof(b))?
+        .into_iter()
+        .map(|c| Call {
+            path: FLOOR_PATH.into(),
+            ..c
+        })
+        .collect();
+    Ok(Calls::Repeated(calls))
 }
 
 /// The closed-loop reads again with wrk, a process of its own, as the client (`--wrk`): its
