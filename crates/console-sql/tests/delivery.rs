@@ -291,4 +291,5 @@ async fn generation_postgres() {
         return;
     };
     contract(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
+    common::drop_postgres(&url).await;
 }

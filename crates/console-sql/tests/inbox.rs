@@ -230,6 +230,7 @@ async fn kept_inbox_postgres() {
         return;
     };
     scenario(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
+    common::drop_postgres(&url).await;
 }
 
 /// An inbox over a megabyte, whose answers are written into the buffers of answers no longer
@@ -421,4 +422,5 @@ async fn answers_and_decisions_postgres() {
         return;
     };
     answers_and_decisions(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
+    common::drop_postgres(&url).await;
 }

@@ -188,4 +188,5 @@ async fn issue_rows_through_the_console_postgres() {
         return;
     };
     rows(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
+    common::drop_postgres(&url).await;
 }

@@ -293,4 +293,9 @@ async fn postgres() {
         .await
         .expect("connect");
     contract(&s).await;
+    // Dropped once the contract passed (a failed one leaves it for inspection).
+    drop(s);
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&mut conn)
+        .await;
 }

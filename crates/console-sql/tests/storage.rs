@@ -211,4 +211,5 @@ async fn postgres() {
     };
     let s = SqlStorage::connect(&url).await.expect("connect");
     contract(&s).await;
+    common::drop_postgres(&url).await;
 }

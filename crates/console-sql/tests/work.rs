@@ -374,6 +374,7 @@ async fn postgres() {
     };
     let s = SqlStorage::connect(&url).await.expect("connect");
     contract(&s).await;
+    common::drop_postgres(&url).await;
 }
 
 /// The list's paths agree: a page of one label within a project and statuses (answered from
@@ -486,6 +487,7 @@ async fn label_pages_postgres() {
         return;
     };
     label_pages(&SqlStorage::connect(&url).await.expect("connect")).await;
+    common::drop_postgres(&url).await;
 }
 
 /// Many writers at once, some of which give up (a refused operation) or fail a statement: every
@@ -556,6 +558,7 @@ async fn writers_postgres() {
     };
     writers_that_fail_cost_only_themselves(&SqlStorage::connect(&url).await.expect("connect"))
         .await;
+    common::drop_postgres(&url).await;
 }
 
 /// What `advice.suggestions` reads: each word's count and the number of issues, and the newest
@@ -681,6 +684,7 @@ async fn advice_reads_postgres() {
         return;
     };
     advice_reads(&SqlStorage::connect(&url).await.expect("connect")).await;
+    common::drop_postgres(&url).await;
 }
 
 /// The console's issue lists (issue 27): every filter and order, walked page by page with the
@@ -924,4 +928,5 @@ async fn issue_rows_postgres() {
         return;
     };
     issue_rows(&SqlStorage::connect(&url).await.expect("connect")).await;
+    common::drop_postgres(&url).await;
 }

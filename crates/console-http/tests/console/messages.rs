@@ -273,9 +273,10 @@ on_both_databases!(
 /// that stopped heartbeating expire (`session.gone`), and deliveries to them fail.
 #[tokio::test]
 async fn presence_across_replicas() -> anyhow::Result<()> {
-    let Some(db) = fresh_postgres().await? else {
-        return Ok(());
-    };
+    on_fresh_postgres(presence_across_replicas_on).await
+}
+
+async fn presence_across_replicas_on(db: String) -> anyhow::Result<()> {
     let one = console_on(Some(db.clone())).await?;
     let two = console_on(Some(db.clone())).await?;
     let ada_two = Who::person(&two, ADA).await?;

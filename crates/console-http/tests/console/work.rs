@@ -567,10 +567,7 @@ async fn projects_and_issues_sqlite() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn projects_and_issues_postgres() -> anyhow::Result<()> {
-    match fresh_postgres().await? {
-        Some(db) => projects_and_issues(Some(db)).await,
-        None => Ok(()),
-    }
+    on_fresh_postgres(|db| projects_and_issues(Some(db))).await
 }
 
 /// 100 concurrent writers on one issue, always one consistent result:
@@ -689,10 +686,7 @@ async fn races_sqlite() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn races_postgres() -> anyhow::Result<()> {
-    match fresh_postgres().await? {
-        Some(db) => races(Some(db)).await,
-        None => Ok(()),
-    }
+    on_fresh_postgres(|db| races(Some(db))).await
 }
 
 /// A client that disconnects at random points and reconnects with `Last-Event-ID` sees every
@@ -772,18 +766,16 @@ async fn stream_resumes_sqlite() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn stream_resumes_postgres() -> anyhow::Result<()> {
-    match fresh_postgres().await? {
-        Some(db) => stream_resumes(Some(db)).await,
-        None => Ok(()),
-    }
+    on_fresh_postgres(|db| stream_resumes(Some(db))).await
 }
 
 /// Two consoles on one PostgreSQL deliver each other's events (LISTEN/NOTIFY carries ids).
 #[tokio::test]
 async fn two_consoles_share_events() -> anyhow::Result<()> {
-    let Some(db) = fresh_postgres().await? else {
-        return Ok(());
-    };
+    on_fresh_postgres(two_consoles_share_events_on).await
+}
+
+async fn two_consoles_share_events_on(db: String) -> anyhow::Result<()> {
     let one = console_on(Some(db.clone())).await?;
     let two = console_on(Some(db)).await?;
     let on_two = Who::agent(&two, SHARED_TOKEN);
@@ -1325,10 +1317,7 @@ async fn read_state_and_subscribers_sqlite() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn read_state_and_subscribers_postgres() -> anyhow::Result<()> {
-    match fresh_postgres().await? {
-        Some(db) => read_state_and_subscribers(Some(db)).await,
-        None => Ok(()),
-    }
+    on_fresh_postgres(|db| read_state_and_subscribers(Some(db))).await
 }
 
 /// Search (SQLite FTS5, PostgreSQL full text) through reciprocal rank fusion, with paging,
@@ -1519,8 +1508,5 @@ async fn search_sqlite() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn search_postgres() -> anyhow::Result<()> {
-    match fresh_postgres().await? {
-        Some(db) => search(Some(db)).await,
-        None => Ok(()),
-    }
+    on_fresh_postgres(|db| search(Some(db))).await
 }

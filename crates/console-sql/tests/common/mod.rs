@@ -28,3 +28,22 @@ pub async fn fresh_postgres() -> Option<String> {
     let base = base.rsplit_once('/').map(|(b, _)| b).unwrap_or(base);
     Some(format!("{base}/{name}"))
 }
+
+/// Drops a database [`fresh_postgres`] made, with what still holds connections to it; called
+/// at the end of a suite that passed (one that failed leaves its database for inspection).
+pub async fn drop_postgres(db_url: &str) {
+    let (Ok(admin), Some((_, name))) = (
+        std::env::var("COUNTERSIGN_TEST_POSTGRES_URL"),
+        db_url.rsplit_once('/'),
+    ) else {
+        return;
+    };
+    if !name.starts_with("cs_sql_") {
+        return;
+    }
+    if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await;
+    }
+}

@@ -298,6 +298,42 @@ pub async fn fresh_postgres() -> anyhow::Result<Option<String>> {
     Ok(Some(format!("{base}/{name}")))
 }
 
+/// Runs `body` on a fresh PostgreSQL database ([`fresh_postgres`]; nothing when none is
+/// configured) and drops the database after it, whatever it answered. A test that panics
+/// leaves its database behind for inspection.
+pub async fn on_fresh_postgres<F, Fut>(body: F) -> anyhow::Result<()>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let Some(db) = fresh_postgres().await? else {
+        return Ok(());
+    };
+    let result = body(db.clone()).await;
+    drop_postgres(&db).await;
+    result
+}
+
+/// Drops a database [`fresh_postgres`] made, with what still holds connections to it (best
+/// effort: a leftover one costs only disk on a test server).
+pub async fn drop_postgres(db_url: &str) {
+    use sqlx::Connection;
+    let (Ok(admin), Some((_, name))) = (
+        std::env::var("COUNTERSIGN_TEST_POSTGRES_URL"),
+        db_url.rsplit_once('/'),
+    ) else {
+        return;
+    };
+    if !name.starts_with("cs_console_") {
+        return;
+    }
+    if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await;
+    }
+}
+
 /// A caller: a signed-in person (cookie, CSRF) or an agent (bearer).
 #[derive(Clone)]
 pub struct Who {
@@ -390,10 +426,7 @@ macro_rules! on_both_databases {
 
         #[tokio::test]
         async fn $postgres() -> anyhow::Result<()> {
-            match $crate::common::fresh_postgres().await? {
-                Some(db) => $body(Some(db)).await,
-                None => Ok(()),
-            }
+            $crate::common::on_fresh_postgres(|db| $body(Some(db))).await
         }
     };
 }
