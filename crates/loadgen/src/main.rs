@@ -761,7 +761,6 @@ async fn send_on(
     Ok(start.elapsed())
 }
 
-/// Connections go to the replicas round-robin.
 /// A closed-loop phase's calls: each sent once (a proof the server reads is single use), or,
 /// for calls whose proof nothing reads, sent again from the first when the last was sent.
 enum Calls {
@@ -769,6 +768,7 @@ enum Calls {
     Repeated(Vec<Call>),
 }
 
+/// Connections go to the replicas round-robin.
 async fn closed_loop(
     addrs: &[SocketAddr],
     calls: Calls,
