@@ -6,9 +6,12 @@
 //! spread over them round-robin), logs a machine in through the real HTTP flow, enrolls a
 //! session, then drives `GET /v1/enrollments/self` and `POST /v1/requests` (automatic tier) over
 //! loopback HTTP from a second runtime, on hyper's HTTP/1 client connections, kept open. The
-//! open-loop phases count each call's latency from the moment it was due (as wrk2 does). Every request carries a fresh proof (its own `jti`, `iat`
-//! now); proofs are signed before each measured phase so that the client's signing does not
-//! compete with the server for the two cores. It reports, in the same run, the cost of one
+//! open-loop phases release a call each time a ticker at the rate fires (Tokio's timer), to
+//! whichever kept connection is free, and count its latency from that moment: a call that waits
+//! for a connection or a slow server counts its wait, as in wrk2; unlike wrk2, a tick the
+//! client's own timer fires late is not counted. Every request carries a fresh proof (its own
+//! `jti`, `iat` now); proofs are signed before each measured phase so that the client's signing
+//! does not compete with the server for the two cores. It reports, in the same run, the cost of one
 //! ES256 verification (aws-lc-rs, the broker's path) and what it allows on the server's cores.
 //! With `--wrk` it runs the closed-loop reads once more with wrk (a process of its own, as the
 //! issue's figures were made) as the client, on the same presigned proofs.
@@ -298,7 +301,7 @@ async fn measure(
         machine0.print_steal();
         anyhow::Ok(())
     };
-    // An open-loop phase at `--rate`: latency counted from when each call was due.
+    // An open-loop phase at `--rate`: latency counted from when the ticker released each call.
     let open = |label: &'static str, calls: Vec<Call>| async move {
         eprintln!("measuring: {label} at a fixed rate");
         let machine0 = MachineTime::now();
@@ -839,8 +842,9 @@ async fn closed_loop(
 }
 
 /// A fixed rate of calls over `connections` kept-open connections, as wrk2 does: each call's
-/// latency counts from the moment it was due, so a stall also delays the calls queued behind it
-/// (no coordinated omission).
+/// latency counts from the moment the ticker released it, so a server stall also delays the
+/// calls queued behind it (no coordinated omission). A tick the client's timer fires late is
+/// not counted (wrk2 would count it). This tool's open-loop figures have always been made so.
 async fn open_loop(
     addrs: &[SocketAddr],
     calls: Vec<Call>,
