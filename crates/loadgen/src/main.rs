@@ -4,8 +4,9 @@
 //! SQLite in a temp dir or the `--database-url` given, a local store), or `--replicas N` of them
 //! on one PostgreSQL database (each its own runtime, storage pool and listener; the connections
 //! spread over them round-robin), logs a machine in through the real HTTP flow, enrolls a
-//! session, then drives `GET /v1/enrollments/self` and `POST /v1/requests` (automatic tier) over
-//! loopback HTTP from a second runtime, on hyper's HTTP/1 client connections, kept open. The
+//! session (or `--sessions` of them, whose automatic requests take turns), then drives
+//! `GET /v1/enrollments/self` and `POST /v1/requests` (automatic tier) over loopback HTTP from
+//! a second runtime, on hyper's HTTP/1 client connections, kept open. The
 //! open-loop phases release a call each time a ticker at the rate fires (Tokio's timer), to
 //! whichever kept connection is free, and count its latency from that moment: a call that waits
 //! for a connection or a slow server counts its wait, as in wrk2; unlike wrk2, a tick the
@@ -66,7 +67,7 @@ struct Args {
     server_threads: usize,
     /// The brokers' database (`postgres://…`, or `sqlite://path?mode=rwc`); default a SQLite
     /// file in a temp dir, with `--synchronous`. A PostgreSQL database should be empty or one
-    /// this tool used before (it adds a session each run).
+    /// this tool used before (it adds `--sessions` sessions each run).
     #[arg(long)]
     database_url: Option<String>,
     /// Broker replicas on the one database, each on its own runtime with its own storage pool,
@@ -79,6 +80,11 @@ struct Args {
     /// server's CPU per read. One replica only.
     #[arg(long)]
     wrk: bool,
+    /// Sessions the automatic requests come from, in turn (the reads all come from the first).
+    /// One session's requests take its enrollment one at a time; several show what the
+    /// database allows between sessions (on PostgreSQL, the audit chain's lock).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    sessions: u16,
 }
 
 const PERSON: &str = "bench@countersign.local";
@@ -275,7 +281,12 @@ async fn measure(
 ) -> anyhow::Result<()> {
     // reqwest only for the set-up calls; the measured phases use their own connections.
     let http = reqwest::Client::new();
-    let session = setup(&http, base, token).await?;
+    let (machine, credential) = machine_login(&http, base, token).await?;
+    let mut sessions = Vec::new();
+    for i in 0..args.sessions {
+        sessions.push(enroll(&http, base, &machine, &credential, i).await?);
+    }
+    let session = &sessions[0];
     let target = 0.5 * 1e6 / verify_us * cores as f64;
 
     let n = ((args.seconds as f64) * 40_000.0) as usize;
@@ -317,24 +328,24 @@ async fn measure(
         machine0.print_steal();
         anyhow::Ok(())
     };
-    let floor = floor_calls(&session, base)?;
+    let floor = floor_calls(session, base)?;
     closed("GET of no route (the HTTP floor: 404)", floor, None).await?;
 
-    let reads = presign(&session, base, n, |s, b| s.self_proof(b))?;
+    let reads = presign(session, base, n, |s, b| s.self_proof(b))?;
     closed("GET /v1/enrollments/self", Calls::Once(reads), Some(target)).await?;
     if args.wrk {
         let capacity = (cores, target, verify_us);
-        wrk_reads(args, &session, base, addrs[0], server_cpu, capacity).await?;
+        wrk_reads(args, session, base, addrs[0], server_cpu, capacity).await?;
     }
-    let reads = presign(&session, base, (args.rate * 10) as usize, |s, b| {
+    let reads = presign(session, base, (args.rate * 10) as usize, |s, b| {
         s.self_proof(b)
     })?;
     open("GET /v1/enrollments/self", reads).await?;
 
     let n = ((args.seconds as f64) * 10_000.0) as usize;
-    let writes = presign(&session, base, n, |s, b| s.request_call(b))?;
+    let writes = presign_each(&sessions, base, n, |s, b| s.request_call(b))?;
     closed("POST /v1/requests (automatic)", Calls::Once(writes), None).await?;
-    let writes = presign(&session, base, (args.rate * 10) as usize, |s, b| {
+    let writes = presign_each(&sessions, base, (args.rate * 10) as usize, |s, b| {
         s.request_call(b)
     })?;
     open("POST /v1/requests (automatic)", writes).await?;
@@ -595,9 +606,27 @@ fn presign(
     (0..n).map(|_| make(s, base)).collect()
 }
 
-// Long: the set-up is one script of requests (machine login, approval, enrollment), in order.
-/// Logs a machine in (start, lookup, approve with the code, poll), enrolls a session.
-async fn setup(http: &reqwest::Client, base: &str, token: &str) -> anyhow::Result<Session> {
+/// `n` calls from `sessions` in turn.
+fn presign_each(
+    sessions: &[Session],
+    base: &str,
+    n: usize,
+    make: impl Fn(&Session, &str) -> anyhow::Result<Call>,
+) -> anyhow::Result<Vec<Call>> {
+    sessions
+        .iter()
+        .cycle()
+        .take(n)
+        .map(|s| make(s, base))
+        .collect()
+}
+
+/// Logs a machine in (start, lookup, approve with the code, poll): its key and credential id.
+async fn machine_login(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+) -> anyhow::Result<(SigningKey, String)> {
     let machine = SigningKey::generate()?;
     let now = chrono::Utc::now().timestamp();
     let login = MachineLoginClaims {
@@ -648,17 +677,27 @@ async fn setup(http: &reqwest::Client, base: &str, token: &str) -> anyhow::Resul
         .as_str()
         .context("credential_id")?
         .to_owned();
+    Ok((machine, credential))
+}
 
+/// Enrolls session `i` with the machine's credential.
+async fn enroll(
+    http: &reqwest::Client,
+    base: &str,
+    machine: &SigningKey,
+    credential: &str,
+    i: u16,
+) -> anyhow::Result<Session> {
     let session = SigningKey::generate()?;
     let body = serde_json::to_vec(&json!({
         "kind": "session",
-        "runtime_id": "loadgen-1",
+        "runtime_id": format!("loadgen-{}", i + 1),
         "thumbprint": session.thumbprint(),
         "jwk": session.public_jwk(),
     }))?;
     let proof = jws::sign(
-        &machine,
-        &Header::with_kid(claims::TYP_LAUNCHER_PROOF, &credential),
+        machine,
+        &Header::with_kid(claims::TYP_LAUNCHER_PROOF, credential),
         &ProofClaims {
             htm: "POST".into(),
             htu: claims::htu(base, "/v1/enrollments"),
