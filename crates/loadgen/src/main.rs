@@ -6,13 +6,13 @@
 //! spread over them round-robin), logs a machine in through the real HTTP flow, enrolls a
 //! session (or `--sessions` of them, whose automatic requests take turns), then drives
 //! `GET /v1/enrollments/self` and `POST /v1/requests` (automatic tier) over loopback HTTP from
-//! a second runtime, on hyper's HTTP/1 client connections, kept open. The
-//! open-loop phases release a call each time a ticker at the rate fires (Tokio's timer), to
-//! whichever kept connection is free, and count its latency from that moment: a call that waits
-//! for a connection or a slow server counts its wait, as in wrk2; unlike wrk2, a tick the
-//! client's own timer fires late is not counted. Every request carries a fresh proof (its own
-//! `jti`, `iat` now); proofs are signed before each measured phase so that the client's signing
-//! does not compete with the server for the two cores. It reports, in the same run, the cost of one
+//! a second runtime, on hyper's HTTP/1 client connections, kept open. The open-loop phases
+//! release a call each time a ticker at the rate fires (Tokio's timer), to whichever kept
+//! connection is free, and count its latency from that moment: a call that waits for a
+//! connection or a slow server counts its wait, as in wrk2; unlike wrk2, a tick the client's own
+//! timer fires late is not counted. Every request carries a fresh proof (its own `jti`, `iat`
+//! now); proofs are signed before each measured phase so that the client's signing does not
+//! compete with the server for the two cores. It reports, in the same run, the cost of one
 //! ES256 verification (aws-lc-rs, the broker's path) and what it allows on the server's cores.
 //! With `--wrk` it runs the closed-loop reads once more with wrk (a process of its own, as the
 //! issue's figures were made) as the client, on the same presigned proofs.
@@ -81,8 +81,8 @@ struct Args {
     #[arg(long)]
     wrk: bool,
     /// Sessions the automatic requests come from, in turn (the reads all come from the first).
-    /// One session's requests take its enrollment one at a time; several show what the
-    /// database allows between sessions (on PostgreSQL, the audit chain's lock).
+    /// One session's requests take its enrollment one at a time (on PostgreSQL, its row);
+    /// several show what the database allows between sessions.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
     sessions: u16,
 }
@@ -331,21 +331,26 @@ async fn measure(
     let floor = floor_calls(session, base)?;
     closed("GET of no route (the HTTP floor: 404)", floor, None).await?;
 
-    let reads = presign(session, base, n, |s, b| s.self_proof(b))?;
+    let reads = presign(std::slice::from_ref(session), base, n, |s, b| {
+        s.self_proof(b)
+    })?;
     closed("GET /v1/enrollments/self", Calls::Once(reads), Some(target)).await?;
     if args.wrk {
         let capacity = (cores, target, verify_us);
         wrk_reads(args, session, base, addrs[0], server_cpu, capacity).await?;
     }
-    let reads = presign(session, base, (args.rate * 10) as usize, |s, b| {
-        s.self_proof(b)
-    })?;
+    let reads = presign(
+        std::slice::from_ref(session),
+        base,
+        (args.rate * 10) as usize,
+        |s, b| s.self_proof(b),
+    )?;
     open("GET /v1/enrollments/self", reads).await?;
 
     let n = ((args.seconds as f64) * 10_000.0) as usize;
-    let writes = presign_each(&sessions, base, n, |s, b| s.request_call(b))?;
+    let writes = presign(&sessions, base, n, |s, b| s.request_call(b))?;
     closed("POST /v1/requests (automatic)", Calls::Once(writes), None).await?;
-    let writes = presign_each(&sessions, base, (args.rate * 10) as usize, |s, b| {
+    let writes = presign(&sessions, base, (args.rate * 10) as usize, |s, b| {
         s.request_call(b)
     })?;
     open("POST /v1/requests (automatic)", writes).await?;
@@ -357,13 +362,15 @@ async fn measure(
 /// fallback, carrying a proof of the same size that nothing reads). Since nothing reads the
 /// proofs, a thousand are sent again and again: the phase never runs out, at any rate.
 fn floor_calls(session: &Session, base: &str) -> anyhow::Result<Calls> {
-    let calls = presign(session, base, 1000, |s, b| s.self_proof(b))?
-        .into_iter()
-        .map(|c| Call {
-            path: FLOOR_PATH.into(),
-            ..c
-        })
-        .collect();
+    let calls = presign(std::slice::from_ref(session), base, 1000, |s, b| {
+        s.self_proof(b)
+    })?
+    .into_iter()
+    .map(|c| Call {
+        path: FLOOR_PATH.into(),
+        ..c
+    })
+    .collect();
     Ok(Calls::Repeated(calls))
 }
 
@@ -379,10 +386,12 @@ async fn wrk_reads(
     (cores, target, verify_us): (usize, f64, f64),
 ) -> anyhow::Result<()> {
     let n = ((args.seconds as f64) * 40_000.0) as usize;
-    let proofs: Vec<String> = presign(session, base, n, |s, b| s.self_proof(b))?
-        .into_iter()
-        .map(|c| c.proof)
-        .collect();
+    let proofs: Vec<String> = presign(std::slice::from_ref(session), base, n, |s, b| {
+        s.self_proof(b)
+    })?
+    .into_iter()
+    .map(|c| c.proof)
+    .collect();
     eprintln!("measuring: GET /v1/enrollments/self with wrk");
     let url = format!("http://{addr}/v1/enrollments/self");
     let machine0 = MachineTime::now();
@@ -597,17 +606,8 @@ impl Session {
     }
 }
 
-fn presign(
-    s: &Session,
-    base: &str,
-    n: usize,
-    make: impl Fn(&Session, &str) -> anyhow::Result<Call>,
-) -> anyhow::Result<Vec<Call>> {
-    (0..n).map(|_| make(s, base)).collect()
-}
-
 /// `n` calls from `sessions` in turn.
-fn presign_each(
+fn presign(
     sessions: &[Session],
     base: &str,
     n: usize,
