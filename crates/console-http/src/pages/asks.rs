@@ -7,11 +7,14 @@ use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use countersign_console_core::console::asks::waiting;
 use countersign_console_core::console::asks::{AnswerKind, AnswerRow, Inbox, InboxRow};
 use countersign_console_core::doc::SafeHtml;
 use countersign_console_core::ids::{ArtifactId, AskId};
+use countersign_console_core::work::Actor;
 use countersign_console_core::work::asks::{AskOption, AskView, InboxAsk, Turn};
-use countersign_console_core::{Caller, Time};
+use countersign_console_core::{Caller, Login, Time};
+use std::collections::HashSet;
 
 use super::{PageResult, St, chrome, error_text, human, page};
 use crate::html::{self, Chrome, InboxRows, Notice, When, actor_text, notice};
@@ -61,6 +64,9 @@ pub struct AskRow {
     pub options: Vec<(String, String)>,
     /// Open or answered: a person may answer (again).
     pub answerable: bool,
+    /// Whose turn it is and why it is in this inbox, in words (an inbox row's; empty
+    /// elsewhere).
+    pub why: String,
 }
 
 /// The row's view of a whole ask.
@@ -108,12 +114,78 @@ impl AskRow {
                 .map(|o| (o.id.clone(), o.label.clone()))
                 .collect(),
             answerable: matches!(a.head.state.as_str(), "open" | "answered"),
+            why: String::new(),
         }
     }
 
-    fn of_row(r: &InboxRow) -> Self {
-        Self::of(&r.ask, &r.turn_since, r.snoozed_until.as_ref())
+    /// An inbox row, saying whose turn it is and why it is in `me`'s inbox: `assigned`, its
+    /// issue is assigned to `me` (else it is unassigned, or a document with no issue: in every
+    /// person's inbox).
+    fn of_row(r: &InboxRow, me: &Login, assigned: bool) -> Self {
+        let mut row = Self::of(&r.ask, &r.turn_since, r.snoozed_until.as_ref());
+        row.author = asker_text(&r.ask.author, me);
+        let assignee = assigned.then_some(me);
+        row.why = waits_text(r.turn, assignee, r.issue.is_some(), &row.author, me);
+        row
     }
+}
+
+/// Who asked, for `me`: an agent's session with its owner ("session s-1 of ada@example.com",
+/// "of you" for `me`'s own agents), a person by their e-mail.
+fn asker_text(a: &Actor, me: &Login) -> String {
+    match a {
+        Actor::Agent {
+            owner: Some(o),
+            session: Some(_),
+            ..
+        }
+        | Actor::Agent {
+            owner: Some(o),
+            service: Some(_),
+            ..
+        } => {
+            let whose = if o == me {
+                "you".to_owned()
+            } else {
+                o.to_string()
+            };
+            format!("{} of {whose}", actor_text(a))
+        }
+        Actor::Agent { owner: Some(o), .. } if o == me => "an agent of yours".to_owned(),
+        _ => actor_text(a),
+    }
+}
+
+/// Whose turn an ask is and the inbox it waits in, in words for `me` (the rule:
+/// [`countersign_console_core::console::asks::waiting`]). `on_issue`: it is on an issue (else
+/// on a document with no issue); `asker`: who asked, in words. Empty when it waits on nobody.
+fn waits_text(
+    turn: Option<Turn>,
+    assignee: Option<&Login>,
+    on_issue: bool,
+    asker: &str,
+    me: &Login,
+) -> String {
+    let Some(w) = waiting(turn, assignee) else {
+        return String::new();
+    };
+    let whose = match w.turn {
+        Turn::Human => "A person's turn to answer".to_owned(),
+        Turn::Agent => format!("{asker}'s turn: it has the answer and has not followed up"),
+    };
+    let why = match (&w.inbox, on_issue) {
+        (Some(l), _) if l == me => "in your inbox because the issue is assigned to you".to_owned(),
+        (Some(l), _) => format!("in {l}'s inbox, the issue's assignee"),
+        (None, true) => "in every person's inbox because the issue has no assignee".to_owned(),
+        (None, false) => {
+            "in every person's inbox because it is on a document with no issue".to_owned()
+        }
+    };
+    let whose = match (w.turn, &w.inbox) {
+        (Turn::Human, Some(l)) if l == me => "Your turn to answer".to_owned(),
+        _ => whose,
+    };
+    format!("{whose}; {why}.")
 }
 
 /// The inbox's asks, by whose turn (the home page and its live refresh render the same).
@@ -129,12 +201,18 @@ pub struct AskRows {
 impl askama::filters::HtmlSafe for AskRows {}
 
 impl AskRows {
-    fn of(inbox: &Inbox) -> Self {
+    /// `inbox`, `me`'s, with the asks on issues assigned to `me` among them (`mine`).
+    fn of(inbox: &Inbox, me: &Login, mine: &HashSet<AskId>) -> Self {
+        let rows = |list: &[InboxRow]| -> Vec<AskRow> {
+            list.iter()
+                .map(|r| AskRow::of_row(r, me, mine.contains(&r.id)))
+                .collect()
+        };
         Self {
             error: None,
-            human: inbox.human_turn.iter().map(AskRow::of_row).collect(),
-            agent: inbox.agent_turn.iter().map(AskRow::of_row).collect(),
-            snoozed: inbox.snoozed.iter().map(AskRow::of_row).collect(),
+            human: rows(&inbox.human_turn),
+            agent: rows(&inbox.agent_turn),
+            snoozed: rows(&inbox.snoozed),
         }
     }
 
@@ -160,8 +238,23 @@ pub struct HomePage<'a> {
 pub async fn home(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
     let now = st.console.now();
+    // The inbox, and which of its asks are on issues assigned to the person (why each row is
+    // here): two kept answers of the inbox cache.
     let asks = match st.console.asks().inbox_asks(h, None, None).await {
-        Ok(inbox) => AskRows::of(inbox.inbox()),
+        Ok(inbox) => match st.console.asks().inbox_asks(h, None, Some("me")).await {
+            Ok(mine) => {
+                let m = mine.inbox();
+                let mine: HashSet<AskId> = m
+                    .human_turn
+                    .iter()
+                    .chain(&m.agent_turn)
+                    .chain(&m.snoozed)
+                    .map(|r| r.id)
+                    .collect();
+                AskRows::of(inbox.inbox(), &h.login, &mine)
+            }
+            Err(e) => AskRows::failed(notice("error", error_text(&e))),
+        },
         Err(e) => AskRows::failed(notice("error", error_text(&e))),
     };
     let rows = match st.console.inbox(h).await {
@@ -241,11 +334,31 @@ pub async fn ask_page(
     } else {
         a.followers.join(", ")
     };
+    // Where it waits: its issue's assignee's inbox, or every person's (none read: unassigned).
+    let assignee = match &a.head.issue {
+        Some(k) => st
+            .console
+            .issues()
+            .issue(k.as_str())
+            .await
+            .ok()
+            .and_then(|i| i.assignee),
+        None => None,
+    };
+    let mut row = AskRow::of(&summary(&a), &a.updated_at, None);
+    row.author = asker_text(&a.author, &h.login);
+    row.why = waits_text(
+        a.turn,
+        assignee.as_ref(),
+        a.head.issue.is_some(),
+        &row.author,
+        &h.login,
+    );
     Ok(page(
         StatusCode::OK,
         &AskPage {
             chrome: chrome("Ask", h, "/"),
-            a: AskRow::of(&summary(&a), &a.updated_at, None),
+            a: row,
             question_rest,
             turn: turn_text(a.turn),
             followers,

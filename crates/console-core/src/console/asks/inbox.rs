@@ -4,6 +4,27 @@
 use super::cache::{Lookup, inbox_scope};
 use super::*;
 
+/// Where an open ask waits: whose turn it is, and the inbox that holds it. An inbox holds the
+/// asks on issues assigned to its person and those on unassigned issues and on documents with
+/// no issue ([`AssigneeFilter::MineAndUnassigned`], what `GET /inbox` reads with no
+/// `assignee`): so an ask waits in its issue's assignee's inbox, or in every person's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// A person's turn (to answer), or the asking agent's (to follow up on the answer).
+    pub turn: Turn,
+    /// The person whose inbox holds it; none: every person's (no assignee).
+    pub inbox: Option<Login>,
+}
+
+/// Where an ask whose turn is `turn` waits, on an issue assigned to `assignee` (none: an
+/// unassigned issue, or a document with no issue); none when it is nobody's turn.
+pub fn waiting(turn: Option<Turn>, assignee: Option<&Login>) -> Option<Waiting> {
+    turn.map(|turn| Waiting {
+        turn,
+        inbox: assignee.cloned(),
+    })
+}
+
 impl Asks<'_> {
     // ----- the inbox -----
 

@@ -23,6 +23,7 @@ mod lifecycle;
 pub(crate) use cache::InboxCache;
 pub use cache::{CachedInbox, InboxJson, SpareBuffer};
 pub use documents::{ApprovalIn, ApprovalRequested, ReviewIn};
+pub use inbox::{Waiting, waiting};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

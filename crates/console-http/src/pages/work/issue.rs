@@ -54,6 +54,9 @@ pub enum Entry {
         to: String,
         body: String,
         at: When,
+        /// Its deliveries' states, each the latest attempt's (delivery attempts are not
+        /// entries of their own).
+        deliveries: Vec<Delivered>,
     },
     /// A history line in words ("ada changed status from todo to in progress").
     Change {
@@ -61,6 +64,31 @@ pub enum Entry {
         what: String,
         at: When,
     },
+}
+
+/// A delivery's state, as a message or a mention shows it: the session it went to (its human
+/// name when live) and its latest attempt's state in words.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    pub to: String,
+    /// `delivered`, `waiting` or `failed`.
+    pub state: &'static str,
+    /// Why it failed, when it did.
+    pub error: String,
+}
+
+impl Delivered {
+    fn of(to: String, state: &str, error: Option<&str>) -> Self {
+        Delivered {
+            to,
+            state: match state {
+                "sent" => "delivered",
+                "failed" => "failed",
+                _ => "waiting",
+            },
+            error: error.unwrap_or("").replace('_', " "),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -72,7 +100,8 @@ pub struct CommentEntry {
     pub html: SafeHtml,
     pub on: Option<(String, String)>,
     pub quote: String,
-    pub mentions: Vec<String>,
+    /// The sessions it mentions, each with its delivery's state.
+    pub mentions: Vec<Delivered>,
     pub resolved: bool,
     pub edited: bool,
     pub replies: Vec<CommentEntry>,
@@ -90,6 +119,8 @@ pub struct AskEntry {
     pub answer: Option<String>,
     pub answered_by: String,
     pub closed: Option<String>,
+    /// Where an open ask waits (whose turn, whose inbox), in words.
+    pub waits: String,
     pub replies: Vec<CommentEntry>,
 }
 
@@ -105,6 +136,9 @@ pub struct IssuePage<'a> {
     pub timeline: Vec<Entry>,
     pub people: Vec<String>,
     pub sessions: Vec<(String, String)>,
+    /// The session holding the issue (its claim): `(session id, human name)`; the page's
+    /// message box sends to it.
+    pub holder: Option<(String, String)>,
 }
 
 /// Markdown as the document engine renders it: sanitized, no raw HTML.
@@ -126,7 +160,25 @@ fn ask_state(s: AskState) -> &'static str {
     }
 }
 
-fn comment_entry(view: &CommentView, docs: &HashMap<String, String>) -> CommentEntry {
+/// What the page knows to name things: documents' filenames and live sessions' human names,
+/// each by its id.
+pub(crate) struct Names {
+    pub docs: HashMap<String, String>,
+    pub sessions: HashMap<String, String>,
+}
+
+impl Names {
+    /// A session by its human name when it is live, else by its id.
+    fn session(&self, id: &str) -> String {
+        self.sessions
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| format!("session {id}"))
+    }
+}
+
+fn comment_entry(view: &CommentView, names: &Names) -> CommentEntry {
+    let docs = &names.docs;
     let c = &view.comment;
     CommentEntry {
         id: c.id.to_string(),
@@ -149,7 +201,13 @@ fn comment_entry(view: &CommentView, docs: &HashMap<String, String>) -> CommentE
         mentions: view
             .mentions
             .iter()
-            .map(|m| m.session_id.to_string())
+            .map(|m| {
+                let to = names.session(m.session_id.as_str());
+                match m.deliveries.iter().max_by_key(|a| a.attempt) {
+                    Some(a) => Delivered::of(to, a.state.as_str(), a.error.as_deref()),
+                    None => Delivered::of(to, "pending", None),
+                }
+            })
             .collect(),
         resolved: c.thread_state == Some(ThreadState::Resolved),
         edited: c.edited_at.is_some(),
@@ -232,6 +290,8 @@ pub fn event_words(e: &Event) -> Option<String> {
             return None;
         }
         "message.sent" | "message.replied" | "message.accepted" => return None,
+        // A delivery's attempts show as the state of the message or mention they deliver.
+        "delivery.attempt" => return None,
         "document.edited" => "edited a document".into(),
         other => other.replace(['.', '_'], " "),
     })
@@ -255,7 +315,6 @@ pub async fn issue_page(
         login: h.login.clone(),
     };
     let documents = issue_documents(&st, &key, &issue).await;
-    let timeline = issue_timeline(&st, &key, &documents.filenames).await?;
     let sessions = st
         .console
         .messages()
@@ -267,6 +326,20 @@ pub async fn issue_page(
                 .collect::<Vec<_>>()
         })
         .unwrap_or_default();
+    let names = Names {
+        docs: documents.filenames,
+        sessions: sessions.iter().cloned().collect(),
+    };
+    let whose = Whose {
+        assignee: issue.assignee.as_ref(),
+        me: &h.login,
+    };
+    let timeline = issue_timeline(&st, &key, &names, &whose).await?;
+    let holder = issue
+        .claim
+        .as_ref()
+        .and_then(|c| c.holder.session())
+        .map(|s| (s.to_string(), names.session(s.as_str())));
     let facts = issue_facts(&issue, &me);
     let title = format!("{} {}", facts.key, facts.title);
     Ok(page(
@@ -280,6 +353,7 @@ pub async fn issue_page(
             timeline,
             people: people(&st).await,
             sessions,
+            holder,
         },
     ))
 }
@@ -340,7 +414,8 @@ async fn issue_documents(st: &crate::AppState, key: &str, issue: &IssueView) -> 
 async fn issue_timeline(
     st: &crate::AppState,
     key: &str,
-    docs: &HashMap<String, String>,
+    names: &Names,
+    whose: &Whose<'_>,
 ) -> Result<Vec<Entry>, PageError> {
     let comments = st.console.asks().issue_comments(key, None).await?;
     let asks = st
@@ -362,14 +437,96 @@ async fn issue_timeline(
             },
         )
         .await?;
-    let mut timeline = thread_entries(&comments, &asks, docs);
+    let mut timeline = thread_entries(&comments, &asks, names, whose);
+    let mut deliveries = message_deliveries(&history, names);
     timeline.extend(
-        history
-            .iter()
-            .filter_map(|e| history_entry(e).map(|entry| (e.facts.at, entry))),
+        history.iter().filter_map(|e| {
+            history_entry(e, names, &mut deliveries).map(|entry| (e.facts.at, entry))
+        }),
     );
+    // A failed delivery of a message the history read no longer holds stays visible.
+    for (_, ds) in deliveries {
+        for (at, d) in ds.into_iter().filter(|(_, d)| d.state == "failed") {
+            timeline.push((
+                at,
+                Entry::Change {
+                    by: "console".into(),
+                    what: format!("could not deliver a message to {}", d.to),
+                    at: when(&at),
+                },
+            ));
+        }
+    }
     timeline.sort_by_key(|(at, _)| *at);
     Ok(timeline.into_iter().map(|(_, e)| e).collect())
+}
+
+/// Each message's deliveries from the history's `delivery.attempt` events (read newest
+/// first): per session, its latest attempt's state, at that attempt's time.
+fn message_deliveries(
+    history: &[Event],
+    names: &Names,
+) -> HashMap<String, Vec<(countersign_console_core::Time, Delivered)>> {
+    let mut latest: HashMap<(String, String), (i64, i64, countersign_console_core::Time, String)> =
+        HashMap::new();
+    for e in history.iter().filter(|e| e.kind == "delivery.attempt") {
+        let d = &e.facts.data;
+        if d["kind"] != "message" {
+            continue;
+        }
+        let (Some(id), Some(session), Some(state)) = (
+            d["id"].as_str(),
+            d["session_id"].as_str(),
+            d["state"].as_str(),
+        ) else {
+            continue;
+        };
+        let n = d["attempt"].as_i64().unwrap_or(0);
+        let key = (id.to_owned(), session.to_owned());
+        let newer = latest
+            .get(&key)
+            .is_none_or(|(m, ev, _, _)| (n, e.id) > (*m, *ev));
+        if newer {
+            latest.insert(key, (n, e.id, e.facts.at, state.to_owned()));
+        }
+    }
+    let mut out: HashMap<String, Vec<_>> = HashMap::new();
+    for ((id, session), (_, _, at, state)) in latest {
+        out.entry(id)
+            .or_default()
+            .push((at, Delivered::of(names.session(&session), &state, None)));
+    }
+    for v in out.values_mut() {
+        v.sort_by(|a, b| a.1.to.cmp(&b.1.to));
+    }
+    out
+}
+
+/// Who the page's reader is, and the issue's assignee: where an ask waits is said from them.
+pub(crate) struct Whose<'a> {
+    pub assignee: Option<&'a countersign_console_core::Login>,
+    pub me: &'a countersign_console_core::Login,
+}
+
+/// Where an open ask waits, in words for the person reading (empty when it waits on nobody).
+fn waits_text(a: &AskView, whose: &Whose<'_>) -> String {
+    use countersign_console_core::console::asks::waiting;
+    use countersign_console_core::work::asks::Turn;
+    let Some(w) = waiting(a.turn, whose.assignee) else {
+        return String::new();
+    };
+    let inbox = match &w.inbox {
+        Some(l) if l == whose.me => "your inbox (the issue is assigned to you)".to_owned(),
+        Some(l) => format!("{l}'s inbox (the issue's assignee)"),
+        None => "every person's inbox (the issue has no assignee)".to_owned(),
+    };
+    match w.turn {
+        Turn::Human => format!("Waits for an answer in {inbox}."),
+        Turn::Agent => format!(
+            "Answered: waits on {} to follow up; shown under \"Waiting on agents\" in {inbox}.",
+            actor_text(&a.author)
+        ),
+    }
 }
 
 /// The comment threads and the asks, each at its time: a root comment with its replies (and
@@ -377,7 +534,8 @@ async fn issue_timeline(
 fn thread_entries(
     comments: &[CommentView],
     asks: &[AskView],
-    docs: &HashMap<String, String>,
+    names: &Names,
+    whose: &Whose<'_>,
 ) -> Vec<(countersign_console_core::Time, Entry)> {
     let mut timeline: Vec<(countersign_console_core::Time, Entry)> = Vec::new();
     let mut roots: Vec<CommentEntry> = Vec::new();
@@ -385,7 +543,7 @@ fn thread_entries(
     let mut ask_replies: HashMap<String, Vec<CommentEntry>> = HashMap::new();
     let mut root_at = Vec::new();
     for view in comments {
-        let entry = comment_entry(view, docs);
+        let entry = comment_entry(view, names);
         let c = &view.comment;
         if let Some(p) = &c.parent {
             replies.entry(p.to_string()).or_default().push(entry);
@@ -411,7 +569,7 @@ fn thread_entries(
             rs.push(r);
             rs.extend(more);
         }
-        timeline.push((a.created_at, Entry::Ask(Box::new(ask_entry(a, rs)))));
+        timeline.push((a.created_at, Entry::Ask(Box::new(ask_entry(a, rs, whose)))));
     }
     timeline
 }
@@ -434,28 +592,39 @@ fn attach(e: &mut CommentEntry, replies: &mut HashMap<String, Vec<CommentEntry>>
     e.replies = out;
 }
 
-/// A history event as a timeline entry: a message as its own entry, another event in words
-/// (none when [`event_words`] has none for it).
-fn history_entry(e: &Event) -> Option<Entry> {
+/// A history event as a timeline entry: a message as its own entry (with its deliveries,
+/// taken from `deliveries`), another event in words (none when [`event_words`] has none for
+/// it).
+fn history_entry(
+    e: &Event,
+    names: &Names,
+    deliveries: &mut HashMap<String, Vec<(countersign_console_core::Time, Delivered)>>,
+) -> Option<Entry> {
     match e.kind.as_str() {
         "message.sent" | "message.replied" => {
             let d = &e.facts.data;
-            let to = d["target"]
-                .as_object()
-                .map(|t| {
-                    t.values()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .or_else(|| d["target"].as_str().map(str::to_owned))
-                .unwrap_or_default();
+            let to = match (
+                d["target"]["session"].as_str(),
+                d["target"]["role"].as_str(),
+            ) {
+                (Some(s), _) => names.session(s),
+                (None, Some(r)) => format!("the role {r}"),
+                (None, None) => d["target"].as_str().unwrap_or("").to_owned(),
+            };
+            let id = d["id"].as_str().unwrap_or("").to_owned();
+            let deliveries = deliveries
+                .remove(&id)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(_, d)| d)
+                .collect();
             Some(Entry::Message {
-                id: d["id"].as_str().unwrap_or("").to_owned(),
+                id,
                 by: actor_text(&e.facts.actor),
                 to,
                 body: d["body"].as_str().unwrap_or("").to_owned(),
                 at: when(&e.facts.at),
+                deliveries,
             })
         }
         _ => event_words(e).map(|what| Entry::Change {
@@ -499,7 +668,7 @@ fn issue_facts(issue: &IssueView, me: &Actor) -> IssueFacts {
     }
 }
 
-fn ask_entry(a: &AskView, replies: Vec<CommentEntry>) -> AskEntry {
+fn ask_entry(a: &AskView, replies: Vec<CommentEntry>, whose: &Whose<'_>) -> AskEntry {
     let label = |id: &str| {
         a.head
             .options
@@ -546,6 +715,7 @@ fn ask_entry(a: &AskView, replies: Vec<CommentEntry>) -> AskEntry {
                     .unwrap_or_default()
             )
         }),
+        waits: waits_text(a, whose),
         replies,
     }
 }
