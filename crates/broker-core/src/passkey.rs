@@ -115,44 +115,63 @@ impl Statement {
         out
     }
 
-    /// The statement in words, as the approval page shows it before the key is touched.
+    /// The statement in words, as the approval page shows it before the key is touched: one
+    /// sentence a person can check, made from this statement's fields alone (so it says
+    /// nothing the key does not sign), the requester named by its machine and session label
+    /// ([`countersign_common::requester`]) rather than its runtime id. The words are not what
+    /// is signed (the canonical text is): they changed in issue 48 without moving any
+    /// challenge, so countersignatures made before still verify.
     pub fn words(&self) -> String {
         let verb = match self.decision {
             Decision::Approve => "approve",
             Decision::Deny => "deny",
         };
-        let who = {
-            let mut parts = Vec::new();
-            if let Some(s) = &self.session {
-                parts.push(format!("session {s}"));
+        let reason = format!("for the reason “{}”", self.reason);
+        if self.kind == RecordKind::LauncherCredential.as_str() {
+            let service = self
+                .service
+                .as_ref()
+                .map(|s| format!(" for the service {s}"))
+                .unwrap_or_default();
+            return format!(
+                "I, {}, {verb} a machine login{service}, {reason}.",
+                self.approver
+            );
+        }
+        let who = match &self.host {
+            Some(host) => {
+                // A statement names no enrollment kind: a runtime id with no person that the
+                // launcher helper did not make is a pod's.
+                let pod = self.person.is_none()
+                    && countersign_common::requester::helper_runtime(host).is_none();
+                countersign_common::requester::Requester::of(
+                    if pod { "pod" } else { "session" },
+                    host,
+                    self.person.as_deref(),
+                    None,
+                    self.session.as_deref(),
+                )
+                .phrase()
             }
-            if let Some(h) = &self.host {
-                parts.push(format!("on {h}"));
-            }
-            if let Some(p) = &self.person {
-                parts.push(format!("of {p}"));
-            }
-            if let Some(s) = &self.service {
-                parts.push(format!("service account {s}"));
-            }
-            if parts.is_empty() {
-                "an unnamed session".to_owned()
-            } else {
-                parts.join(" ")
-            }
+            None => match &self.session {
+                Some(s) => format!("the session ‘{s}’"),
+                None => "an unnamed session".to_owned(),
+            },
         };
-        let what = if self.kind == RecordKind::LauncherCredential.as_str() {
-            "a machine login".to_owned()
+        // "…, logged in as dev@…," closes its apposition.
+        let close = if self.host.is_some() && self.person.as_ref().is_some_and(|p| !p.is_empty()) {
+            ","
         } else {
-            let lifetime = match self.lifetime_seconds {
-                Some(s) => format!("for {}", duration_words(s)),
-                None => "for as long as the session lives".to_owned(),
-            };
-            format!("{} {lifetime}", self.secrets.join(", "))
+            ""
+        };
+        let lifetime = match self.lifetime_seconds {
+            Some(s) => format!("for {}", duration_words(s)),
+            None => "for as long as the session lives".to_owned(),
         };
         format!(
-            "I, {}, {verb} that {who} receives {what}, because “{}”. Record {}.",
-            self.approver, self.reason, self.record
+            "I, {}, {verb} that {who}{close} receives {} {lifetime}, {reason}.",
+            self.approver,
+            self.secrets.join(", ")
         )
     }
 }
@@ -551,10 +570,7 @@ mod tests {
         );
         assert_eq!(
             s.words(),
-            format!(
-                "I, ada@example.com, approve that session claude-42 on laptop-7 of ben@example.com receives AWS_KEY, DB_PASSWORD for 15 minutes, because “migrate the \"orders\" table”. Record {}.",
-                r.id
-            )
+            "I, ada@example.com, approve that the session ‘claude-42’ on machine laptop-7, logged in as ben@example.com, receives AWS_KEY, DB_PASSWORD for 15 minutes, for the reason “migrate the \"orders\" table”."
         );
         let base = s.challenge();
         let changed: Vec<Statement> = vec![
@@ -613,6 +629,68 @@ mod tests {
         assert_eq!(
             Statement::of(&r, Decision::Approve, "ada@example.com", "N").challenge(),
             base
+        );
+    }
+
+    /// What is signed did not move when the words did (issue 48): a statement's canonical
+    /// text and challenge are those of every countersignature already stored, pinned here
+    /// (SHA-256 of the domain label and the text, computed outside this code).
+    #[test]
+    fn the_signed_statement_is_the_one_stored_countersignatures_signed() {
+        let s = Statement {
+            version: 1,
+            kind: "agent_secret",
+            record: "0a".repeat(32),
+            decision: Decision::Approve,
+            secrets: vec!["DEMO_PASSKEY".into()],
+            session: None,
+            host: Some("vm/pid-17541-225829/sh".into()),
+            person: Some("dev@countersign.local".into()),
+            service: None,
+            reason: "deploy the fix".into(),
+            lifetime_seconds: Some(900),
+            approver: "dev@countersign.local".into(),
+            nonce: "N.1.S".into(),
+        };
+        assert_eq!(
+            s.canonical(),
+            format!(
+                r#"{{"version":1,"kind":"agent_secret","record":"{}","decision":"approve","secrets":["DEMO_PASSKEY"],"session":null,"host":"vm/pid-17541-225829/sh","person":"dev@countersign.local","service":null,"reason":"deploy the fix","lifetime_seconds":900,"approver":"dev@countersign.local","nonce":"N.1.S"}}"#,
+                "0a".repeat(32)
+            )
+        );
+        assert_eq!(
+            hex::encode(s.challenge()),
+            "621ac74d43ab24dab93eac01535d4a0ca17da3d5090eea48b2ec7917b7a96a84"
+        );
+        // The words: one sentence, the requester by its machine and label, no runtime id.
+        assert_eq!(
+            s.words(),
+            "I, dev@countersign.local, approve that the session ‘sh’ on machine vm, logged in as dev@countersign.local, receives DEMO_PASSKEY for 15 minutes, for the reason “deploy the fix”."
+        );
+        let deny = Statement {
+            decision: Decision::Deny,
+            lifetime_seconds: None,
+            host: Some("7c1d-uid".into()),
+            person: None,
+            session: Some("build-3".into()),
+            ..s.clone()
+        };
+        assert_eq!(
+            deny.words(),
+            "I, dev@countersign.local, deny that the session ‘build-3’ on pod 7c1d-uid receives DEMO_PASSKEY for as long as the session lives, for the reason “deploy the fix”."
+        );
+        let machine = Statement {
+            kind: "launcher_credential",
+            secrets: Vec::new(),
+            host: None,
+            person: None,
+            service: Some("ci".into()),
+            ..s
+        };
+        assert_eq!(
+            machine.words(),
+            "I, dev@countersign.local, approve a machine login for the service ci, for the reason “deploy the fix”."
         );
     }
 

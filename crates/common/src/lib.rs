@@ -9,6 +9,7 @@
 //! - [`clock`]: the [`Clock`] and [`Entropy`] traits (with [`ManualClock`] for tests), SHA-256
 //!   and constant-time comparison.
 //! - [`login`]: the login rule (a lowercase e-mail address).
+//! - [`requester`]: a requesting session named as people name it (its machine, its label).
 //! - [`storage`]: the storage failure both sides map driver errors into.
 //! - [`sql`] (feature `sql`): the sqlx migration runner, driver error mapping and pool opening
 //!   for SQLite and PostgreSQL through sqlx `Any`.
@@ -28,6 +29,7 @@ pub mod code;
 #[cfg(feature = "server")]
 pub mod config;
 pub mod login;
+pub mod requester;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "sql")]
