@@ -293,6 +293,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/delivery/pipeline", HumanOnly, Page, [], "the pipeline page over seven UTC days", pages::delivery::pipeline_page),
     route!(GET "/settings", HumanOnly, Page, [], "the delivery settings, each project's architecture source and the repository mappings, as forms", pages::delivery::settings_page),
     route!(GET "/projects/{key}/components", HumanOnly, Page, [], "a project's component tree with its issues", pages::delivery::components_page),
+    route!(GET "/assets/delivery.css", Anyone, Page, [], "the delivery pages' style sheet", pages::delivery::style),
     route!(POST "/sign-out", HumanOnly, Page, [], "sign out (ends the browser session)", pages::sign_out),
     route!(GET "/sign-in", Anyone, Page, [], "sign-in page", pages::sign_in_page),
     route!(GET "/auth/oidc", Anyone, Page, [], "start signing in with the OpenID provider", pages::oidc_start),

@@ -7,18 +7,22 @@
 //! - [`rows`]: the pull requests as rows, linked to issues, sessions and components, with
 //!   their facet values;
 //! - [`measures`]: the measures of a window; [`timeline`]: the timeline; [`pipeline`]: the
-//!   pipeline page.
+//!   pipeline page; [`series`]: the chart's series, by day or by ISO week.
 
 mod measures;
 mod pipeline;
 mod rows;
+mod series;
 mod timeline;
 
 pub use measures::{
     ChangeFailureRate, Day, LeadTime, Measures, TargetCheck, Unowned, measures, measures_of,
 };
-pub use pipeline::{FailedJob, JobResult, Pipeline, PipelineDay, SlowJob, pipeline};
+pub use pipeline::{
+    FailedJob, JobResult, LastRun, Pipeline, PipelineDay, SlowJob, Stage, pipeline,
+};
 pub use rows::{PullRow, effective_components, rows};
+pub use series::{DAILY_UP_TO, Period, Unit, monday_of, series};
 pub use timeline::{DeployRow, FailureRow, NamedComponent, Timeline, failing, timeline};
 
 use std::collections::{BTreeMap, HashMap};

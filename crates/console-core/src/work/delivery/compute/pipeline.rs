@@ -53,10 +53,39 @@ pub struct FailedJob {
     pub completed_at: Option<Time>,
 }
 
+/// A stage's last run in the days: when it finished and whether it passed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LastRun {
+    pub run: i64,
+    #[serde(with = "crate::work::model::rfc3339")]
+    pub at: Time,
+    pub success: bool,
+    pub url: Option<String>,
+}
+
+/// One stage of the pipeline over the seven days: its runs' success share and median
+/// duration, its last run, and the targets (keys of `targets`) it answers to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stage {
+    /// `pr_checks`, `staging_e2e`, `staging_deploy` or `production_deploy`.
+    pub stage: &'static str,
+    /// The job it reads, as the settings name it (the roll-up job for the PR checks, when
+    /// named; else the whole run).
+    pub job: Option<String>,
+    pub result: JobResult,
+    pub last_run: Option<LastRun>,
+    pub targets: Vec<&'static str>,
+}
+
 /// The pipeline page (protocol §6.5).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Pipeline {
     pub days: Vec<PipelineDay>,
+    /// Each configured stage over the seven days.
+    pub stages: Vec<Stage>,
+    /// The seven days' lead times, of the pull requests merged in them.
+    pub merge_to_production: Stat,
+    pub open_to_merge: Stat,
     pub slowest_jobs: Vec<SlowJob>,
     pub failed_jobs: Vec<FailedJob>,
     pub targets: BTreeMap<&'static str, TargetCheck>,
@@ -110,6 +139,9 @@ pub fn pipeline(
     }
     Pipeline {
         days,
+        stages: p.stages(first, last_day),
+        merge_to_production: merge_to_production(&p.merged_between(first, last_day)),
+        open_to_merge: open_to_merge(&p.merged_between(first, last_day)),
         slowest_jobs: p.slowest_jobs(first, last_day),
         failed_jobs: failed_jobs(runs, now),
         targets: p.targets(&ctx.targets, first, last_day),
@@ -159,6 +191,122 @@ impl PipelineRuns<'_> {
                 .filter(|r| r.started_at.date_naive() >= first && r.started_at.date_naive() <= last)
                 .map(|r| (self.check_ok(r), Some(secs(r.started_at, r.completed_at)))),
         )
+    }
+
+    /// The rows merged in the days `[first, last]`.
+    fn merged_between(&self, first: NaiveDate, last: NaiveDate) -> Vec<&PullRow> {
+        self.rows
+            .iter()
+            .filter(|r| (first..=last).contains(&r.merged_at.date_naive()))
+            .collect()
+    }
+
+    /// Whether a run started in the days `[first, last]`.
+    fn within(r: &Run, first: NaiveDate, last: NaiveDate) -> bool {
+        (first..=last).contains(&r.started_at.date_naive())
+    }
+
+    /// The results of the job `name` in the push runs of the days, each with its run, end
+    /// and success.
+    fn job_runs(
+        &self,
+        name: &str,
+        first: NaiveDate,
+        last: NaiveDate,
+    ) -> Vec<(&Run, Time, bool, Option<f64>)> {
+        self.pushes
+            .iter()
+            .filter(|r| Self::within(r, first, last))
+            .filter_map(|r| {
+                let j = r.jobs.as_ref()?.iter().find(|j| j.name == name)?;
+                Some((
+                    *r,
+                    j.completed_at.unwrap_or(r.completed_at),
+                    j.conclusion.as_deref() == Some("success"),
+                    job_secs(j),
+                ))
+            })
+            .collect()
+    }
+
+    /// Each configured stage over the days `[first, last]`.
+    fn stages(&self, first: NaiveDate, last: NaiveDate) -> Vec<Stage> {
+        fn stage(
+            stage: &'static str,
+            job: Option<String>,
+            v: Vec<(&Run, Time, bool, Option<f64>)>,
+            targets: Vec<&'static str>,
+        ) -> Stage {
+            let last_run =
+                v.iter()
+                    .max_by_key(|(r, at, _, _)| (*at, r.id))
+                    .map(|(r, at, ok, _)| LastRun {
+                        run: r.id,
+                        at: *at,
+                        success: *ok,
+                        url: r.url.clone(),
+                    });
+            Stage {
+                stage,
+                job,
+                result: result_of(v.into_iter().map(|(_, _, ok, s)| (ok, s))),
+                last_run,
+                targets,
+            }
+        }
+        let checks = self
+            .checks
+            .iter()
+            .filter(|r| Self::within(r, first, last))
+            .map(|r| {
+                (
+                    *r,
+                    r.completed_at,
+                    self.check_ok(r),
+                    Some(secs(r.started_at, r.completed_at)),
+                )
+            })
+            .collect();
+        let mut out = vec![stage(
+            "pr_checks",
+            self.s.pr_checks_rollup_job.clone(),
+            checks,
+            vec!["pr_checks_success", "pr_checks_wall"],
+        )];
+        for (name, job) in [
+            ("staging_e2e", &self.s.staging_e2e_job),
+            ("staging_deploy", &self.s.staging_deploy_job),
+        ] {
+            if let Some(n) = job {
+                out.push(stage(
+                    name,
+                    Some(n.clone()),
+                    self.job_runs(n, first, last),
+                    Vec::new(),
+                ));
+            }
+        }
+        let production = self
+            .pushes
+            .iter()
+            .filter(|r| Self::within(r, first, last))
+            .filter_map(|r| {
+                let p = r.production.as_ref()?;
+                let secs = r
+                    .jobs
+                    .as_ref()
+                    .and_then(|j| j.iter().find(|j| j.name == p.job))
+                    .and_then(job_secs);
+                Some((*r, p.finished_at, p.success, secs))
+            })
+            .collect();
+        out.push(stage(
+            "production_deploy",
+            self.s.production_jobs.first().cloned(),
+            production,
+            vec!["deploy_run_success"],
+        ));
+        out
     }
 
     /// One day's row.
@@ -234,13 +382,19 @@ impl PipelineRuns<'_> {
         last_day: NaiveDate,
     ) -> BTreeMap<&'static str, TargetCheck> {
         let all_checks = self.checks_between(first, last_day);
-        let merged_days: Vec<&PullRow> = self
-            .rows
-            .iter()
-            .filter(|r| r.merged_at.date_naive() >= first && r.merged_at.date_naive() <= last_day)
-            .collect();
+        let merged_days = self.merged_between(first, last_day);
+        let production = result_of(self.pushes.iter().filter_map(|r| {
+            let p = r.production.as_ref()?;
+            Self::within(r, first, last_day).then_some((p.success, None))
+        }));
         let mut targets = BTreeMap::new();
         for (name, target, value, at_least) in [
+            (
+                "deploy_run_success",
+                t.deploy_run_success,
+                production.success,
+                true,
+            ),
             (
                 "pr_checks_success",
                 t.pr_checks_success,
