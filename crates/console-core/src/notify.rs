@@ -41,6 +41,10 @@ pub enum Channel {
     Email,
     Slack,
     Webhook,
+    /// Dev mode's mailbox: what e-mail and webhooks would carry, kept by the console and shown
+    /// on its page. Not a preference: everyone who may act hears on it where it is on
+    /// ([`Outbox::always`]).
+    Mailbox,
 }
 
 impl Channel {
@@ -49,6 +53,7 @@ impl Channel {
             Channel::Email => "email",
             Channel::Slack => "slack",
             Channel::Webhook => "webhook",
+            Channel::Mailbox => "mailbox",
         }
     }
 
@@ -57,6 +62,7 @@ impl Channel {
             "email" => Some(Channel::Email),
             "slack" => Some(Channel::Slack),
             "webhook" => Some(Channel::Webhook),
+            "mailbox" => Some(Channel::Mailbox),
             _ => None,
         }
     }
@@ -248,6 +254,9 @@ pub trait NoticeTx: Send {
     -> Result<Option<Preferences>, StorageError>;
     /// Everyone with preferences, by login.
     async fn notify_people_all(&mut self) -> Result<Vec<(Login, Preferences)>, StorageError>;
+    /// Everyone who has signed in, with their preferences where they set any (what a notice
+    /// for anyone signed in reaches when the outbox has [`Outbox::always`] channels).
+    async fn notify_everyone(&mut self) -> Result<Vec<(Login, Option<Preferences>)>, StorageError>;
     /// Queues a notice; `false` when one for the same item, channel and person is already
     /// queued or sent.
     async fn queue_notice(&mut self, n: &Notice) -> Result<bool, StorageError>;
@@ -261,12 +270,17 @@ pub struct Outbox {
     pub channels: Vec<Channel>,
     /// A digest's period, in milliseconds.
     pub digest_ms: i64,
+    /// Channels everyone who may act is told on, whether or not they chose any (dev mode's
+    /// mailbox): a person with no preferences hears on these alone.
+    pub always: Vec<Channel>,
 }
 
 impl Outbox {
     /// Queues `w` in `tx` for whoever may act on it and asked to hear (its person, or, when
     /// anyone signed in decides, everyone with preferences; never `w.except`), once per item,
-    /// channel and person. Answers how many notices were new.
+    /// channel and person; with [`Outbox::always`] channels, everyone who may act hears on
+    /// those too (anyone signed in: everyone who has signed in). Answers how many notices were
+    /// new.
     pub async fn queue(
         &self,
         tx: &mut dyn NoticeTx,
@@ -274,12 +288,19 @@ impl Outbox {
         now_ms: i64,
         entropy: &dyn Entropy,
     ) -> Result<usize, StorageError> {
+        let everyone = !self.always.is_empty();
         let people: Vec<(Login, Preferences)> = match &w.who {
-            Some(l) => tx
-                .notify_prefs_of(l)
+            Some(l) => match tx.notify_prefs_of(l).await? {
+                Some(p) => vec![(l.clone(), p)],
+                None if everyone => vec![(l.clone(), Preferences::default())],
+                None => Vec::new(),
+            },
+            None if everyone => tx
+                .notify_everyone()
                 .await?
-                .map(|p| vec![(l.clone(), p)])
-                .unwrap_or_default(),
+                .into_iter()
+                .map(|(l, p)| (l, p.unwrap_or_default()))
+                .collect(),
             None => tx.notify_people_all().await?,
         };
         let mut made = 0;
@@ -287,7 +308,13 @@ impl Outbox {
             if w.except.as_ref() == Some(&login) {
                 continue;
             }
-            for channel in prefs.channels() {
+            let mut channels = prefs.channels();
+            for c in &self.always {
+                if !channels.contains(c) {
+                    channels.push(*c);
+                }
+            }
+            for channel in channels {
                 if !self.channels.contains(&channel) {
                     tracing::debug!(person = %login, channel = channel.as_str(), "no such channel configured");
                     continue;

@@ -63,6 +63,19 @@ pub fn same_origin(headers: &HeaderMap, origin: &str) -> bool {
     }
 }
 
+/// Whether a browser's request comes from this console: [`same_origin`] with its public
+/// origin, or, in dev mode only, with the other loopback name it answers at
+/// ([`crate::config::DevHooks::also_origin`]: `127.0.0.1` beside the `localhost` it prints).
+/// `serve` keeps its one exact origin.
+pub fn from_this_console(st: &AppState, headers: &HeaderMap) -> bool {
+    same_origin(headers, &st.public_origin)
+        || st
+            .dev
+            .as_ref()
+            .and_then(|d| d.also_origin.as_deref())
+            .is_some_and(|o| same_origin(headers, o))
+}
+
 fn refuse(code: ErrorCode) -> Response {
     ApiError::from(code).into_response()
 }
@@ -144,7 +157,7 @@ pub async fn authenticate(
         return refuse(ErrorCode::AGENT_ONLY);
     }
     if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
-        if !same_origin(req.headers(), &st.public_origin) {
+        if !from_this_console(&st, req.headers()) {
             return refuse(ErrorCode::CSRF_REJECTED);
         }
         let (rebuilt, presented) = match csrf_of(req).await {

@@ -63,6 +63,29 @@ pub struct Config {
     /// Dev mode: the e-mail the local sign-in form suggests.
     #[serde(skip)]
     pub local_sign_in_hint: Option<String>,
+    /// What only `countersign-console dev` adds ([`DevHooks`]); never read from a file.
+    #[serde(skip)]
+    pub dev: Option<DevHooks>,
+}
+
+/// What `countersign-console dev` adds to the console (issue 48).
+#[derive(Clone)]
+pub struct DevHooks {
+    /// One more origin whose requests count as this console's own: dev mode prints and
+    /// serves `http://localhost:<port>` (where passkeys work) and answers at
+    /// `http://127.0.0.1:<port>` too. `serve` keeps its one exact origin.
+    pub also_origin: Option<String>,
+    /// A fresh enrollment code for the first passkey of the person named (dev mode holds the
+    /// broker's seal key): the Passkeys page's button shows one.
+    pub enroll_code: std::sync::Arc<dyn Fn(&str) -> anyhow::Result<String> + Send + Sync>,
+}
+
+impl std::fmt::Debug for DevHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevHooks")
+            .field("also_origin", &self.also_origin)
+            .finish_non_exhaustive()
+    }
 }
 
 /// `[agents]`: ServiceAccount tokens the console accepts as agents.
@@ -164,6 +187,7 @@ impl Config {
             notifications: None,
             local_sign_in: false,
             local_sign_in_hint: None,
+            dev: None,
         }
     }
 

@@ -7,15 +7,26 @@
 //! keeps its own SQLite database there (`console.db`), talks to the broker with that console
 //! token, and offers dev mode's local sign-in (an e-mail, loopback only).
 //!
+//! One console URL is printed, `http://localhost:<port>`, and everything works there: sign-in,
+//! every form, passkeys (WebAuthn takes a domain, never an IP address, as its relying party).
+//! The console listens on `127.0.0.1` and, where the machine has it, on `[::1]` at the same
+//! port (a browser may try either for `localhost`); a browser's request from
+//! `http://127.0.0.1:<port>` counts as the console's own too (dev mode only:
+//! [`crate::config::DevHooks`]). The Passkeys page shows a fresh enrollment code for the
+//! person signed in ([`enroll_code`]).
+//!
 //! The broker's expiry notifications go to the console's webhook (`/hooks/broker`, protocol
 //! §8), signed with a secret both share (`webhook-secret`, made on first run), so a request
-//! left to expire reaches its session as a message out of the box.
+//! left to expire reaches its session as a message out of the box. Notifications are on: every
+//! notice is kept in the dev mailbox (`mailbox.jsonl`, shown at `/notifications/mailbox`), as
+//! e-mail and webhooks would carry it.
 //!
 //! Agents use the console's API with the shared agent token (`agent-token`, made on first
 //! run; an agent names its session in `actor`), printed apart from the broker's console token,
 //! which is for the broker's API only. `--config FILE` adds the console's optional tables
-//! (`[code_hosting]`, `[delivery_targets]`, `[agents]`: [`DevExtras`]), so the delivery
-//! timeline can be tried on one's own repository without a full `serve` configuration.
+//! (`[code_hosting]`, `[delivery_targets]`, `[agents]`, `[notifications]`: [`DevExtras`]), so
+//! the delivery timeline can be tried on one's own repository, and notices sent to one's own
+//! mail server or webhook, without a full `serve` configuration.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,7 +35,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::{AgentsConfig, BrokerConfig, CodeHostingConfig, Config};
+use crate::config::{AgentsConfig, BrokerConfig, CodeHostingConfig, Config, DevHooks};
+use crate::notify::NotificationsConfig;
 
 /// The person dev mode's demo secrets belong to (as `countersign-broker dev` writes them).
 pub use countersign_broker_http::dev::DEV_PERSON;
@@ -35,8 +47,15 @@ pub struct Dev {
     pub broker: countersign_broker_http::Running,
     pub console: crate::Running,
     pub broker_url: String,
+    /// `http://localhost:<port>`: the one URL printed, where everything works.
     pub console_url: String,
     pub dir: PathBuf,
+    /// The console's second listener, on `[::1]` at the same port (where the machine has
+    /// IPv6 loopback): its stopper and its task.
+    v6: Option<(
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    )>,
 }
 
 impl Dev {
@@ -77,19 +96,17 @@ impl Dev {
         line(format!(
             "  demo secrets:  DEMO_AUTOMATIC (automatic), DEMO_OWNER (owner {DEV_PERSON}), DEMO_SHARED (shared), DEMO_LOCKED (locked), DEMO_PASSKEY (owner, approved with a passkey)"
         ));
-        let port = self
-            .console_url
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
         match self.enroll_code() {
             Ok(code) => line(format!(
-                "  passkeys:      {}/passkeys   (first passkey's enrollment code, 15 min, single use: {code})",
-                passkey_origin(port)
+                "  passkeys:      {}/passkeys   (first passkey's enrollment code, 15 min, single use: {code}; the page shows a fresh one)",
+                self.console_url
             )),
             Err(e) => line(format!("  passkeys:      no enrollment code: {e}")),
         }
+        line(format!(
+            "  notifications: {}/notifications/mailbox   (the dev mailbox: every notice, as e-mail and webhooks would carry it)",
+            self.console_url
+        ));
         line(format!(
             "Next: open {} and sign in as {DEV_PERSON}; an agent's request for DEMO_OWNER or DEMO_SHARED appears in its inbox. (Console API: {}/api/v1; broker API: {}/v1/openapi.json)",
             self.console_url, self.console_url, self.broker_url
@@ -100,18 +117,7 @@ impl Dev {
     /// An enrollment code for the dev person's first passkey, as
     /// `countersign-broker passkeys enroll-code` makes one with the dev state's seal key.
     pub fn enroll_code(&self) -> anyhow::Result<String> {
-        let key = countersign_broker_http::config::read_seal_key(&self.dir.join("seal.key"))?;
-        let sealer = countersign_broker_core::seal::Sealer::new(&key).context("seal key")?;
-        let person = countersign_broker_core::ids::Login::parse(DEV_PERSON).context("login")?;
-        Ok(countersign_broker_core::passkey::enroll_code(
-            &sealer,
-            &countersign_broker_core::SystemEntropy,
-            &person,
-            chrono::Utc::now(),
-            chrono::Duration::minutes(15),
-        )
-        .map_err(anyhow::Error::msg)?
-        .value)
+        enroll_code(&self.dir, DEV_PERSON)
     }
 
     /// Prints [`Dev::banner`].
@@ -120,15 +126,40 @@ impl Dev {
     }
 
     pub async fn shutdown(self, grace: Duration) {
+        if let Some((stop, task)) = self.v6 {
+            let _ = stop.send(true);
+            let _ = tokio::time::timeout(grace, task).await;
+        }
         self.console.shutdown(grace).await;
         self.broker.shutdown(grace).await;
     }
 }
 
-/// Where dev mode's passkeys work: the console at `localhost`.
-fn passkey_origin(port: u16) -> String {
+/// An enrollment code for `person`'s first passkey, 15 minutes, single use, as
+/// `countersign-broker passkeys enroll-code` makes one with the dev state's seal key.
+pub fn enroll_code(dir: &Path, person: &str) -> anyhow::Result<String> {
+    let key = countersign_broker_http::config::read_seal_key(&dir.join("seal.key"))?;
+    let sealer = countersign_broker_core::seal::Sealer::new(&key).context("seal key")?;
+    let person = countersign_broker_core::ids::Login::parse(person).context("login")?;
+    Ok(countersign_broker_core::passkey::enroll_code(
+        &sealer,
+        &countersign_broker_core::SystemEntropy,
+        &person,
+        chrono::Utc::now(),
+        chrono::Duration::minutes(15),
+    )
+    .map_err(anyhow::Error::msg)?
+    .value)
+}
+
+/// The console's URL in dev mode, where passkeys work: `localhost` (WebAuthn takes a domain,
+/// not `127.0.0.1`).
+fn console_url(port: u16) -> String {
     format!("http://localhost:{port}")
 }
+
+/// The dev mailbox's file in the dev state.
+pub const MAILBOX_FILE: &str = "mailbox.jsonl";
 
 /// The file in the dev state holding the console's shared agent token.
 pub const AGENT_TOKEN_FILE: &str = "agent-token";
@@ -153,6 +184,10 @@ pub struct DevExtras {
     pub delivery_targets: Option<countersign_console_core::work::delivery::Targets>,
     #[serde(default)]
     pub agents: Option<AgentsConfig>,
+    /// `[notifications]` as `serve` takes it (SMTP, the generic webhook's secret); dev mode's
+    /// mailbox is on with it or without it.
+    #[serde(default)]
+    pub notifications: Option<NotificationsConfig>,
 }
 
 impl DevExtras {
@@ -162,7 +197,7 @@ impl DevExtras {
             .with_context(|| format!("read dev config {}", path.display()))?;
         toml::from_str(&text).with_context(|| {
             format!(
-                "parse dev config {} (it takes [code_hosting], [delivery_targets] and [agents])",
+                "parse dev config {} (it takes [code_hosting], [delivery_targets], [agents] and [notifications])",
                 path.display()
             )
         })
@@ -200,7 +235,7 @@ fn secret_file(path: &Path, text: impl FnOnce([u8; 32]) -> String) -> anyhow::Re
     Ok(path.to_path_buf())
 }
 
-/// Starts both on 127.0.0.1 (port 0 picks a free one), creating dev state in `dir` on first run.
+/// Starts both on loopback (port 0 picks a free one), creating dev state in `dir` on first run.
 pub async fn start(dir: &Path, broker_port: u16, console_port: u16) -> anyhow::Result<Dev> {
     start_with(dir, broker_port, console_port, DevOptions::default()).await
 }
@@ -245,7 +280,7 @@ fn broker_config(
     // approved only with one.
     broker_config.passkeys = Some(countersign_broker_http::config::PasskeysConfig {
         rp_id: "localhost".into(),
-        origins: vec![passkey_origin(console_addr.port())],
+        origins: vec![console_url(console_addr.port())],
     });
     broker_config.approval = vec![countersign_broker_http::config::ApprovalRuleConfig {
         tier: None,
@@ -275,7 +310,21 @@ pub async fn start_with(
             .await
             .with_context(|| format!("bind the console on 127.0.0.1:{console_port}"))?;
     let console_addr = console_listener.local_addr()?;
-    let console_url = format!("http://{console_addr}");
+    let console_url = console_url(console_addr.port());
+    // `localhost` may reach `[::1]` first: the console answers there too, where the machine
+    // has IPv6 loopback (a browser falls back to 127.0.0.1 where it has not).
+    let v6_listener = match tokio::net::TcpListener::bind(SocketAddr::from((
+        std::net::Ipv6Addr::LOCALHOST,
+        console_addr.port(),
+    )))
+    .await
+    {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::debug!(error = %e, "the console does not listen on [::1]");
+            None
+        }
+    };
     let (broker_config, secret) = broker_config(dir, broker_addr, console_addr, &options)?;
     let state = countersign_broker_http::server::build(
         &broker_config,
@@ -305,7 +354,33 @@ pub async fn start_with(
     config.code_hosting = options.extras.code_hosting;
     config.delivery_targets = options.extras.delivery_targets;
     config.agents = options.extras.agents;
+    // Notifications are on, each notice kept in the dev mailbox; `[notifications]` may add
+    // SMTP and the generic webhook, as `serve` takes them.
+    let mut notifications = options.extras.notifications.unwrap_or_default();
+    notifications.mailbox = Some(dir.join(MAILBOX_FILE));
+    config.notifications = Some(notifications);
+    let seal_dir = dir.to_owned();
+    config.dev = Some(DevHooks {
+        also_origin: Some(format!(
+            "http://{}",
+            SocketAddr::from(([127, 0, 0, 1], console_addr.port()))
+        )),
+        enroll_code: Arc::new(move |person| enroll_code(&seal_dir, person)),
+    });
     let state = crate::build(&config, Arc::new(countersign_console_core::SystemClock)).await?;
+    let v6 = v6_listener.map(|l| {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let app = crate::server::router(state.clone())
+            .into_make_service_with_connect_info::<SocketAddr>();
+        let task = tokio::spawn(async move {
+            axum::serve(l, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        (stop, task)
+    });
     let console = crate::serve(state, console_listener).await?;
     Ok(Dev {
         broker,
@@ -313,5 +388,6 @@ pub async fn start_with(
         broker_url,
         console_url,
         dir: dir.to_owned(),
+        v6,
     })
 }

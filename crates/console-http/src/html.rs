@@ -546,6 +546,43 @@ pub struct NotificationsView {
 pub struct NotificationsPage<'a> {
     pub chrome: Chrome<'a>,
     pub view: Result<NotificationsView, Notice>,
+    /// Dev mode's mailbox is on: the page links to it.
+    pub mailbox: bool,
+}
+
+/// One message of dev mode's mailbox.
+#[derive(Debug, Clone)]
+pub struct MailboxRow {
+    pub id: String,
+    pub at: When,
+    pub subject: String,
+    /// `(title, url)`: each item and the page it opens.
+    pub items: Vec<(String, String)>,
+    pub email: String,
+    pub webhook: String,
+    pub slack: String,
+}
+
+impl MailboxRow {
+    pub fn of(k: &crate::notify::Kept) -> Self {
+        Self {
+            id: k.id.clone(),
+            at: when(&chrono::DateTime::from_timestamp_millis(k.at).unwrap_or_default()),
+            subject: k.subject.clone(),
+            items: k.items.clone(),
+            email: k.email.clone(),
+            webhook: k.webhook.clone(),
+            slack: k.slack.clone(),
+        }
+    }
+}
+
+/// Dev mode's mailbox: what the person would have been sent, newest first.
+#[derive(Debug, Template)]
+#[template(path = "mailbox.html")]
+pub struct MailboxPage<'a> {
+    pub chrome: Chrome<'a>,
+    pub messages: Result<Vec<MailboxRow>, Notice>,
 }
 
 // ----- passkeys -----
@@ -584,6 +621,32 @@ impl PasskeyRow {
 pub struct PasskeysPage<'a> {
     pub chrome: Chrome<'a>,
     pub list: Result<Vec<PasskeyRow>, Notice>,
+    /// How a person without a passkey gets an enrollment code (none once they have one).
+    pub enroll: Option<EnrollHelp>,
+}
+
+impl PasskeysPage<'_> {
+    /// The code dev mode's button just made, to fill the form with (empty otherwise).
+    pub fn fresh_code(&self) -> &str {
+        match &self.enroll {
+            Some(EnrollHelp::Dev {
+                shown: Some(Ok(code)),
+            }) => code,
+            _ => "",
+        }
+    }
+}
+
+/// Where a first passkey's enrollment code comes from.
+#[derive(Debug, Clone)]
+pub enum EnrollHelp {
+    /// Dev mode: a button shows a fresh one; `shown` once it was pressed (the code, or why
+    /// there is none).
+    Dev {
+        shown: Option<Result<String, String>>,
+    },
+    /// `serve`: the operator's command, with the person's login in it.
+    Operator { command: String },
 }
 
 // ----- history -----

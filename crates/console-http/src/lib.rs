@@ -49,6 +49,9 @@ pub struct AppState {
     pub secure_cookies: bool,
     /// Dev mode: the e-mail the local sign-in form suggests.
     pub local_sign_in_hint: Option<String>,
+    /// Dev mode's additions (the other loopback origin, fresh enrollment codes); none in
+    /// `serve`.
+    pub dev: Option<config::DevHooks>,
     /// The live sessions linked to this replica.
     pub sessions: Arc<link::Registry>,
     /// The broker's webhook signing secret (`[broker] webhook_secret_file`); none: the

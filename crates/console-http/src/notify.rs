@@ -15,6 +15,10 @@
 //!   `max_attempts` (logged).
 //! - **Digest**: a person who asks for one gets their notices of a channel gathered, at most one
 //!   message per channel every `digest_seconds`.
+//! - **Dev mode's mailbox** (issue 48): `countersign-console dev` adds a channel everyone who may
+//!   act hears on, preferences or none: each message, as the e-mail and the webhooks would carry
+//!   it with its links, is kept in a file of the dev state ([`Mailbox`]) and shown on the
+//!   console's `/notifications/mailbox`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,10 +29,10 @@ use countersign_common::tick::Ticks;
 use countersign_console_core::notify::{Channel, Message, Outbox, Preferences, message};
 use countersign_console_core::{Clock, Login, StorageError};
 use countersign_console_sql::{Notice, SqlStorage};
-use lettre::message::Mailbox;
+use lettre::message::Mailbox as Address;
 use lettre::message::header::ContentType;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use zeroize::Zeroizing;
 
@@ -62,6 +66,28 @@ pub struct NotificationsConfig {
     /// Attempts before a notice is given up.
     #[serde(default = "default_attempts")]
     pub max_attempts: i64,
+    /// Dev mode's mailbox: every notice, as e-mail and webhooks would carry it, kept in this
+    /// file and shown on `/notifications/mailbox` ([`Mailbox`]). Never read from a file: only
+    /// `countersign-console dev` turns it on.
+    #[serde(skip)]
+    pub mailbox: Option<PathBuf>,
+}
+
+impl Default for NotificationsConfig {
+    /// No channel but Slack's (each person's own URL), the defaults' digest, timeout and
+    /// attempts.
+    fn default() -> Self {
+        Self {
+            smtp_url: None,
+            smtp_password_file: None,
+            from: None,
+            webhook_secret_file: None,
+            digest_seconds: default_digest(),
+            timeout_seconds: default_timeout(),
+            max_attempts: default_attempts(),
+            mailbox: None,
+        }
+    }
 }
 
 fn default_digest() -> i64 {
@@ -74,6 +100,14 @@ fn default_attempts() -> i64 {
     20
 }
 
+/// Every channel, in the order the outbox lists them.
+const CHANNELS: [Channel; 4] = [
+    Channel::Email,
+    Channel::Slack,
+    Channel::Webhook,
+    Channel::Mailbox,
+];
+
 /// How many notices one round claims.
 const BATCH: u32 = 32;
 /// How long a claim holds a notice.
@@ -83,7 +117,10 @@ const LEASE_MS: i64 = 60_000;
 pub struct Notifier {
     storage: SqlStorage,
     console_url: String,
-    mail: Option<(AsyncSmtpTransport<Tokio1Executor>, Mailbox)>,
+    mail: Option<(AsyncSmtpTransport<Tokio1Executor>, Address)>,
+    /// The sender a kept e-mail names (the configured one, else dev mode's own).
+    from: String,
+    mailbox: Option<Mailbox>,
     http: reqwest::Client,
     secret: Option<countersign_common::webhook::WebhookSecret>,
     digest_ms: i64,
@@ -97,6 +134,7 @@ impl std::fmt::Debug for Notifier {
             .field("console_url", &self.console_url)
             .field("mail", &self.mail.is_some())
             .field("webhook", &self.secret.is_some())
+            .field("mailbox", &self.mailbox.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -128,7 +166,7 @@ impl Notifier {
                         password.trim().to_owned(),
                     ));
                 }
-                let from: Mailbox = c
+                let from: Address = c
                     .from
                     .as_deref()
                     .context("[notifications] from is required with smtp_url")?
@@ -152,7 +190,12 @@ impl Notifier {
         Ok(Self {
             storage,
             console_url: console_url.trim_end_matches('/').to_owned(),
+            from: c
+                .from
+                .clone()
+                .unwrap_or_else(|| "Countersign (dev mode) <countersign@localhost>".to_owned()),
             mail,
+            mailbox: c.mailbox.as_ref().map(|p| Mailbox::new(p.clone())),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(c.timeout_seconds))
                 .redirect(reqwest::redirect::Policy::none())
@@ -174,7 +217,13 @@ impl Notifier {
             Channel::Email => self.mail.is_some(),
             Channel::Slack => true,
             Channel::Webhook => self.secret.is_some(),
+            Channel::Mailbox => self.mailbox.is_some(),
         }
+    }
+
+    /// Dev mode's mailbox, where it is on.
+    pub fn mailbox(&self) -> Option<&Mailbox> {
+        self.mailbox.as_ref()
     }
 
     /// A person's preferences (none set: all off).
@@ -211,19 +260,23 @@ impl Notifier {
     /// digest's period ([`countersign_console_core::Console::set_outbox`]).
     pub fn outbox(&self) -> Outbox {
         Outbox {
-            channels: [Channel::Email, Channel::Slack, Channel::Webhook]
-                .into_iter()
-                .filter(|c| self.can(*c))
-                .collect(),
+            channels: CHANNELS.into_iter().filter(|c| self.can(*c)).collect(),
             digest_ms: self.digest_ms,
+            always: self
+                .mailbox
+                .is_some()
+                .then_some(Channel::Mailbox)
+                .into_iter()
+                .collect(),
         }
     }
 
-    /// The channels this console can send on (`email`, `slack`, `webhook`).
+    /// The channels a person may choose on this console (`email`, `slack`, `webhook`; dev
+    /// mode's mailbox is not a choice: everyone hears on it).
     pub fn available(&self) -> Vec<&'static str> {
-        [Channel::Email, Channel::Slack, Channel::Webhook]
+        CHANNELS
             .into_iter()
-            .filter(|c| self.can(*c))
+            .filter(|c| *c != Channel::Mailbox && self.can(*c))
             .map(Channel::as_str)
             .collect()
     }
@@ -300,7 +353,7 @@ impl Notifier {
         match channel {
             Channel::Email => {
                 let (transport, from) = self.mail.as_ref().context("no SMTP configured")?;
-                let to: Mailbox = login.as_str().parse().context("the login as an address")?;
+                let to: Address = login.as_str().parse().context("the login as an address")?;
                 let mail = lettre::Message::builder()
                     .from(from.clone())
                     .to(to)
@@ -315,11 +368,7 @@ impl Notifier {
                 let url = prefs
                     .and_then(|p| p.slack_url)
                     .context("no Slack URL any more")?;
-                let mut text = format!("*{}*\n", slack_escape(&m.subject));
-                for (t, u) in &m.items {
-                    text.push_str(&format!("• <{u}|{}>\n", slack_escape(t)));
-                }
-                deliver(self.http.post(url).json(&json!({ "text": text }))).await
+                deliver(self.http.post(url).json(&slack_body(m))).await
             }
             Channel::Webhook => {
                 let secret = self.secret.as_ref().context("no webhook secret")?;
@@ -327,11 +376,7 @@ impl Notifier {
                 let url = prefs
                     .and_then(|p| p.webhook_url)
                     .context("no webhook URL any more")?;
-                let body = serde_json::to_vec(&json!({
-                    "type": "countersign.waiting",
-                    "person": login.as_str(),
-                    "items": m.items.iter().map(|(t, u)| json!({ "title": t, "url": u })).collect::<Vec<_>>(),
-                }))?;
+                let body = serde_json::to_vec(&webhook_body(login, m))?;
                 let ts = self.clock.now().timestamp();
                 deliver(
                     self.http
@@ -343,6 +388,26 @@ impl Notifier {
                         .body(body),
                 )
                 .await
+            }
+            Channel::Mailbox => {
+                let mailbox = self.mailbox.as_ref().context("no mailbox")?;
+                let kept = Kept {
+                    id: id.to_owned(),
+                    at: self.now_ms(),
+                    person: login.as_str().to_owned(),
+                    subject: m.subject.clone(),
+                    items: m.items.clone(),
+                    email: format!(
+                        "From: {}\nTo: {}\nSubject: {}\n\n{}",
+                        self.from,
+                        login.as_str(),
+                        m.subject,
+                        m.text
+                    ),
+                    webhook: serde_json::to_string_pretty(&webhook_body(login, m))?,
+                    slack: serde_json::to_string_pretty(&slack_body(m))?,
+                };
+                mailbox.keep(&kept).await
             }
         }
     }
@@ -370,6 +435,109 @@ async fn deliver(req: reqwest::RequestBuilder) -> anyhow::Result<()> {
         r.status()
     );
     Ok(())
+}
+
+/// The generic webhook's body (signed as Standard Webhooks when sent).
+fn webhook_body(login: &Login, m: &Message) -> serde_json::Value {
+    json!({
+        "type": "countersign.waiting",
+        "person": login.as_str(),
+        "items": m.items.iter().map(|(t, u)| json!({ "title": t, "url": u })).collect::<Vec<_>>(),
+    })
+}
+
+/// A Slack-compatible incoming webhook's body: the subject, then each item as a link.
+fn slack_body(m: &Message) -> serde_json::Value {
+    let mut text = format!("*{}*\n", slack_escape(&m.subject));
+    for (t, u) in &m.items {
+        text.push_str(&format!("• <{u}|{}>\n", slack_escape(t)));
+    }
+    json!({ "text": text })
+}
+
+/// How many messages dev mode's mailbox keeps (the newest).
+pub const MAILBOX_KEPT: usize = 200;
+
+/// One message of dev mode's mailbox: what each channel would carry for a person's notices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kept {
+    /// The (first) notice's id.
+    pub id: String,
+    /// When it was kept, Unix milliseconds.
+    pub at: i64,
+    pub person: String,
+    pub subject: String,
+    /// `(title, url)` of each item: the console's page for it.
+    pub items: Vec<(String, String)>,
+    /// The e-mail, its headers and its text.
+    pub email: String,
+    /// The generic webhook's JSON body.
+    pub webhook: String,
+    /// The Slack-compatible webhook's JSON body.
+    pub slack: String,
+}
+
+/// Dev mode's mailbox (issue 48): the notices nobody configured a channel for are still seen.
+/// Each message is a JSON line in a file of the dev state (so a restart keeps them), the
+/// newest [`MAILBOX_KEPT`] kept; the Notifications page links to it.
+#[derive(Debug)]
+pub struct Mailbox {
+    path: PathBuf,
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl Mailbox {
+    pub fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Every message kept, oldest first (lines that do not parse are skipped).
+    async fn all(&self) -> anyhow::Result<Vec<Kept>> {
+        match tokio::fs::read_to_string(&self.path).await {
+            Ok(text) => Ok(text
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e).with_context(|| format!("read {}", self.path.display())),
+        }
+    }
+
+    /// Keeps `m`, dropping the oldest beyond [`MAILBOX_KEPT`].
+    pub async fn keep(&self, m: &Kept) -> anyhow::Result<()> {
+        let _held = self.lock.lock().await;
+        let mut all = self.all().await?;
+        all.push(m.clone());
+        let from = all.len().saturating_sub(MAILBOX_KEPT);
+        let mut text = String::new();
+        for k in &all[from..] {
+            text.push_str(&serde_json::to_string(k)?);
+            text.push('\n');
+        }
+        let tmp = self.path.with_extension("tmp");
+        tokio::fs::write(&tmp, text)
+            .await
+            .with_context(|| format!("write {}", tmp.display()))?;
+        tokio::fs::rename(&tmp, &self.path)
+            .await
+            .with_context(|| format!("write {}", self.path.display()))?;
+        Ok(())
+    }
+
+    /// What `login` was sent, newest first.
+    pub async fn of(&self, login: &Login) -> anyhow::Result<Vec<Kept>> {
+        let mut mine: Vec<Kept> = self
+            .all()
+            .await?
+            .into_iter()
+            .filter(|k| k.person == login.as_str())
+            .collect();
+        mine.reverse();
+        Ok(mine)
+    }
 }
 
 /// Slack's mrkdwn escapes: `&`, `<`, `>`.

@@ -189,6 +189,7 @@ pub fn state(console: Console, config: &Config) -> AppState {
         public_origin: config.public_origin(),
         secure_cookies: config.is_https(),
         local_sign_in_hint: config.local_sign_in_hint.clone(),
+        dev: config.dev.clone(),
         sessions: Default::default(),
         webhook_secret: None,
         event_listener: Default::default(),

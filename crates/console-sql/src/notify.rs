@@ -101,6 +101,25 @@ impl NoticeTx for SqlTx {
         people(self).await
     }
 
+    async fn notify_everyone(&mut self) -> Result<Vec<(Login, Option<Preferences>)>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT p.login AS login, n.doc AS doc FROM console_people p \
+             LEFT JOIN notify_prefs n ON n.login = p.login ORDER BY p.login",
+        )
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let login: String = r.try_get("login").map_err(db_err)?;
+            let doc: Option<String> = r.try_get("doc").map_err(db_err)?;
+            if let Some(l) = Login::parse(&login) {
+                out.push((l, doc.and_then(|d| serde_json::from_str(&d).ok())));
+            }
+        }
+        Ok(out)
+    }
+
     async fn queue_notice(&mut self, n: &Notice) -> Result<bool, StorageError> {
         let done = sqlx::query(
             "INSERT INTO notify_outbox (id, login, channel, item, title, path, created_at, next_at, attempts)

@@ -21,7 +21,7 @@ use countersign_console_core::console::{NewSession, safe_return_to};
 use countersign_console_core::{Caller, Error, ErrorCode, Human};
 
 use crate::AppState;
-use crate::auth::{cookie, same_origin};
+use crate::auth::{cookie, from_this_console};
 use crate::html::{self, Chrome, InboxRows, RequestView, notice};
 
 pub mod asks;
@@ -375,26 +375,98 @@ pub async fn notifications_page(State(st): St, Extension(caller): Extension<Call
         &html::NotificationsPage {
             chrome: chrome("Notifications", h, "/notifications"),
             view,
+            mailbox: st
+                .notifier
+                .as_deref()
+                .is_some_and(|n| n.mailbox().is_some()),
+        },
+    ))
+}
+
+/// Dev mode's mailbox (issue 48): what the person would have been sent, newest first, each
+/// message as its e-mail and webhooks would carry it, with the links to open. Outside dev mode
+/// the page says there is none.
+pub async fn mailbox_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
+    let h = human(&caller)?;
+    let messages = match st.notifier.as_deref().and_then(|n| n.mailbox()) {
+        None => Err(notice(
+            "info",
+            "This console has no dev mailbox: it is dev mode's (countersign-console dev). Choose how you hear on the Notifications page.",
+        )),
+        Some(m) => match m.of(&h.login).await {
+            Ok(kept) => Ok(kept.iter().map(html::MailboxRow::of).collect()),
+            Err(e) => {
+                tracing::warn!(error = %e, "the dev mailbox could not be read");
+                Err(notice("error", "The dev mailbox could not be read."))
+            }
+        },
+    };
+    Ok(page(
+        StatusCode::OK,
+        &html::MailboxPage {
+            chrome: chrome("Dev mailbox", h, "/notifications"),
+            messages,
+        },
+    ))
+}
+
+/// The Passkeys page, with `shown` the enrollment code dev mode's button made (or why none).
+async fn passkeys_view(
+    st: &AppState,
+    h: &Human,
+    shown: Option<Result<String, String>>,
+) -> PageResult {
+    let (status, list) = match st.console.passkeys(h).await {
+        Ok(p) => (
+            StatusCode::OK,
+            Ok(p.iter().map(html::PasskeyRow::of).collect::<Vec<_>>()),
+        ),
+        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
+    };
+    // Only a person without a passkey needs a code: a later passkey is vouched for by one.
+    let first = list.as_ref().map(|l| l.is_empty()).unwrap_or(true);
+    let enroll = first.then(|| match &st.dev {
+        Some(_) => html::EnrollHelp::Dev { shown },
+        None => html::EnrollHelp::Operator {
+            command: format!(
+                "countersign-broker passkeys enroll-code {} --config <the broker's configuration>",
+                h.login.as_str()
+            ),
+        },
+    });
+    Ok(page(
+        status,
+        &html::PasskeysPage {
+            chrome: chrome("Passkeys", h, "/passkeys"),
+            list,
+            enroll,
         },
     ))
 }
 
 pub async fn passkeys_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
     let h = human(&caller)?;
-    let (status, list) = match st.console.passkeys(h).await {
-        Ok(p) => (
-            StatusCode::OK,
-            Ok(p.iter().map(html::PasskeyRow::of).collect()),
-        ),
-        Err(e) => (status_of(&e), Err(notice("error", error_text(&e)))),
+    passkeys_view(&st, h, None).await
+}
+
+/// Dev mode: a fresh enrollment code (15 minutes, single use) for the signed-in person's
+/// first passkey, answered as the Passkeys page showing it and filling it in. A form's POST,
+/// same-origin and CSRF-checked as every control is; `serve` has no such route (404): its
+/// operator makes codes with the broker's seal key.
+pub async fn passkeys_enroll_code(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+) -> PageResult {
+    let h = human(&caller)?;
+    let Some(dev) = &st.dev else {
+        return Err(Error::with_message(
+            ErrorCode::NOT_FOUND,
+            "enrollment codes are made here in dev mode only: an operator makes them with `countersign-broker passkeys enroll-code`",
+        )
+        .into());
     };
-    Ok(page(
-        status,
-        &html::PasskeysPage {
-            chrome: chrome("Passkeys", h, "/passkeys"),
-            list,
-        },
-    ))
+    let shown = (dev.enroll_code)(h.login.as_str()).map_err(|e| format!("{e:#}"));
+    passkeys_view(&st, h, Some(shown)).await
 }
 
 /// How many decisions the history page shows (each is read from the broker).
@@ -584,7 +656,7 @@ pub async fn local_sign_in(State(st): St, req: Request) -> Response {
     let presented = form.get("csrf");
     let token_ok =
         matches!((&expected, presented), (Some(a), Some(b)) if ct_eq(a.as_bytes(), b.as_bytes()));
-    if !same_origin(&headers, &st.public_origin) || !token_ok {
+    if !from_this_console(&st, &headers) || !token_ok {
         return refuse(&st, &next, Error::new(ErrorCode::CSRF_REJECTED));
     }
     match st
