@@ -194,6 +194,7 @@ async fn notify_console(
             digest_seconds: 3,
             timeout_seconds: 5,
             max_attempts: 20,
+            mailbox: None,
         }),
         ..Default::default()
     })
