@@ -245,6 +245,8 @@
         counter.textContent = n ? String(n) : "";
         counter.hidden = !n;
         counter.setAttribute("aria-label", n + " waiting for you");
+        const menuCount = document.getElementById("menu-unread");
+        if (menuCount) { menuCount.textContent = counter.textContent; menuCount.hidden = !n; }
         document.title = (n ? "(" + n + ") " : "") + baseTitle;
       }
     } catch (e) {
@@ -502,7 +504,12 @@
     api: api, show: show, fail: fail, on: on, refresh: refresh, confirm: confirmAction, send: send,
   });
 
-  // ----- times: the one format the server writes too (2026-11-24 14:05 UTC) -----
+  // ----- times: relative words, the absolute time on hover -----
+  // The server writes <time datetime="ISO" title="2026-11-24 14:05 UTC">2026-11-24 14:05 UTC</time>
+  // (the one absolute format, what a page without this script shows). This script shows every
+  // <time datetime> as words relative to now ("just now", "3 min ago", "in 2 h", "yesterday",
+  // "4 days ago", "24 Nov"), keeps the absolute time in its title (shown on hover), rewrites the
+  // times inserted later (live regions, rendered rows) and brings them all up to date each minute.
   function two(n) { return (n < 10 ? "0" : "") + n; }
   function timeText(iso) {
     const d = new Date(iso);
@@ -510,11 +517,98 @@
     return d.getUTCFullYear() + "-" + two(d.getUTCMonth() + 1) + "-" + two(d.getUTCDate()) +
       " " + two(d.getUTCHours()) + ":" + two(d.getUTCMinutes()) + " UTC";
   }
+  const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+  function dayOf(ms) { const d = new Date(ms); return new Date(d.getFullYear(), d.getMonth(), d.getDate()).getTime(); }
+  function relative(at, now) {
+    const secs = Math.round((at - now) / 1000);
+    const past = secs <= 0, a = Math.abs(secs);
+    const when = function (words) { return past ? words + " ago" : "in " + words; };
+    if (a < 45) return past ? "just now" : "now";
+    if (a < 3600) return when(Math.max(1, Math.floor(a / 60)) + " min");
+    const days = Math.round((dayOf(at) - dayOf(now)) / 86400000);
+    if (a < 6 * 3600 || days === 0) return when(Math.floor(a / 3600) + " h");
+    if (days === -1) return "yesterday";
+    if (days === 1) return "tomorrow";
+    if (Math.abs(days) < 7) return when(Math.abs(days) + " days");
+    const d = new Date(at);
+    return d.getDate() + " " + MONTHS[d.getMonth()] +
+      (d.getFullYear() !== new Date(now).getFullYear() ? " " + d.getFullYear() : "");
+  }
+  function relate(t) {
+    const iso = t.getAttribute("datetime");
+    const at = Date.parse(iso);
+    if (isNaN(at)) return;
+    if (!t.getAttribute("title")) t.setAttribute("title", timeText(iso));
+    const words = relative(at, Date.now());
+    if (t.textContent !== words) t.textContent = words;
+  }
+  function relateAll(root) {
+    if (root.matches && root.matches("time[datetime]")) relate(root);
+    if (root.querySelectorAll) root.querySelectorAll("time[datetime]").forEach(relate);
+  }
   function timeElement(iso) {
     const t = document.createElement("time");
     t.setAttribute("datetime", iso);
     t.textContent = timeText(iso);
+    relate(t);
     return t;
+  }
+  relateAll(document);
+  setInterval(function () { if (!document.hidden) relateAll(document); }, 60000);
+  document.addEventListener("visibilitychange", function () { if (!document.hidden) relateAll(document); });
+
+  // ----- boxes that scroll sideways (long code lines, wide tables) take the keyboard's focus -----
+  function scrollers() {
+    document.querySelectorAll("main pre, main table, main .scroll-x").forEach(function (el) {
+      const ox = getComputedStyle(el).overflowX;
+      const wide = (ox === "auto" || ox === "scroll") && el.scrollWidth > el.clientWidth + 1;
+      if (wide && !el.hasAttribute("tabindex")) {
+        el.setAttribute("tabindex", "0");
+        el.setAttribute("data-scroll-focus", "");
+      } else if (!wide && el.hasAttribute("data-scroll-focus")) {
+        el.removeAttribute("tabindex");
+        el.removeAttribute("data-scroll-focus");
+      }
+    });
+  }
+  let scrollersQueued = false;
+  function queueScrollers() {
+    if (scrollersQueued) return;
+    scrollersQueued = true;
+    requestAnimationFrame(function () { scrollersQueued = false; scrollers(); });
+  }
+  scrollers();
+  window.addEventListener("resize", queueScrollers);
+  // What is inserted later (live regions, rendered rows, the document's next parts).
+  new MutationObserver(function (changes) {
+    let added = false;
+    changes.forEach(function (c) {
+      c.addedNodes.forEach(function (n) {
+        if (n.nodeType === 1) { added = true; relateAll(n); }
+      });
+    });
+    if (added) queueScrollers();
+  }).observe(document.body, { childList: true, subtree: true });
+
+  // ----- the menu: on narrow screens the navigation rows fold behind one button -----
+  const menuButton = document.getElementById("menu-toggle");
+  const menuHeader = menuButton && menuButton.closest("header");
+  function setMenu(open) {
+    menuHeader.classList.toggle("menu-open", open);
+    menuButton.setAttribute("aria-expanded", open ? "true" : "false");
+  }
+  if (menuButton && menuHeader) {
+    menuButton.addEventListener("click", function () {
+      setMenu(menuButton.getAttribute("aria-expanded") !== "true");
+    });
+    document.addEventListener("keydown", function (ev) {
+      if (ev.key !== "Escape" || !menuHeader.classList.contains("menu-open")) return;
+      const inside = ev.target === document.body || menuHeader.contains(ev.target) ||
+        (ev.target.closest && ev.target.closest("nav.sub"));
+      if (!inside) return;
+      setMenu(false);
+      menuButton.focus();
+    });
   }
 
   // ----- countdowns -----

@@ -12,7 +12,8 @@
 //! the templates to that.
 //!
 //! Times have one format everywhere ([`when`]: `2026-11-24 14:05 UTC` in a `<time datetime>`
-//! element); the pages' script writes the same format for the times it renders.
+//! element, as its text and title); the pages' script shows every such time as words relative
+//! to now ("3 min ago", "in 2 h", "yesterday"), the absolute time in its title.
 
 use askama::Template;
 use countersign_console_core::broker::{CredentialRecord, GrantItem, MachineLogin};
@@ -43,10 +44,12 @@ pub fn duration(secs: i64) -> String {
     }
 }
 
-/// A time for people, in a `<time>` element.
+/// A time for people, in a `<time>` element: the absolute time in the one format, as its text
+/// and its title. The pages' script shows the text as words relative to now ("3 min ago",
+/// "yesterday") and keeps them current; the title keeps the absolute time, shown on hover.
 #[derive(Debug, Clone, Template)]
 #[template(
-    source = r#"<time datetime="{{ iso }}">{{ text }}</time>"#,
+    source = r#"<time datetime="{{ iso }}" title="{{ text }}">{{ text }}</time>"#,
     ext = "html"
 )]
 pub struct When {
@@ -880,7 +883,9 @@ mod tests {
         .render()?;
         assert_escaped(&tokens);
         assert!(
-            tokens.contains("<time datetime=\"2026-11-24T14:05:00Z\">2026-11-24 14:05 UTC</time>")
+            tokens.contains(
+                "<time datetime=\"2026-11-24T14:05:00Z\" title=\"2026-11-24 14:05 UTC\">2026-11-24 14:05 UTC</time>"
+            )
         );
 
         let history = HistoryPage {
@@ -982,7 +987,7 @@ mod tests {
     fn one_time_format_and_durations() -> Result<(), askama::Error> {
         assert_eq!(
             when(&t("2026-11-24T14:05:09Z")).render()?,
-            "<time datetime=\"2026-11-24T14:05:09Z\">2026-11-24 14:05 UTC</time>"
+            "<time datetime=\"2026-11-24T14:05:09Z\" title=\"2026-11-24 14:05 UTC\">2026-11-24 14:05 UTC</time>"
         );
         assert_eq!(duration(45), "45 s");
         assert_eq!(duration(600), "10 min");

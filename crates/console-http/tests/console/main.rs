@@ -18,5 +18,6 @@ mod passkeys;
 mod person;
 mod person_pages;
 mod repos;
+mod responsive;
 mod work;
 mod work_pages;

@@ -20,13 +20,15 @@ use common::webdriver::{Browser, Driver, browser_or_skip};
 use common::*;
 use serde_json::{Value, json};
 
-/// Every `<time>` on the page reads `YYYY-MM-DD HH:MM UTC` and carries its `datetime`; answers
-/// how many there are.
+/// Every `<time>` on the page carries its `datetime`, reads as words relative to now ("just
+/// now", "3 min ago", "yesterday", "24 Nov") and holds `YYYY-MM-DD HH:MM UTC` in its title (shown
+/// on hover); answers how many there are.
 async fn times_in_one_format(b: &Browser) -> anyhow::Result<u64> {
     let v = b
         .execute(
             "const ts = Array.from(document.querySelectorAll('time'));\
-             const bad = ts.filter(t => !/^\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC$/.test(t.textContent) \
+             const bad = ts.filter(t => !/^\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC$/.test(t.title) \
+               || !/^(just now|now|\\d+ min ago|in \\d+ min|\\d+ h ago|in \\d+ h|yesterday|tomorrow|\\d+ days ago|in \\d+ days|\\d{1,2} [A-Z][a-z]{2}( \\d{4})?)$/.test(t.textContent) \
                || !t.getAttribute('datetime'));\
              return bad.length ? 'bad: ' + bad.map(t => t.outerHTML).join(' ') : ts.length;",
         )

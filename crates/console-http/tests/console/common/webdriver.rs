@@ -206,6 +206,29 @@ impl Browser {
         Ok(())
     }
 
+    /// Resizes the window so that the page's viewport is `width` × `height` CSS pixels
+    /// (headless Chromium's window has no frame sideways; its height is made up for).
+    pub async fn set_viewport(&self, width: u32, height: u32) -> anyhow::Result<()> {
+        let rect = |h: u32| json!({ "width": width, "height": h });
+        self.cmd(reqwest::Method::POST, "/window/rect", Some(rect(height)))
+            .await?;
+        let inner = self.execute("return window.innerHeight").await?;
+        let short = i64::from(height) - inner.as_i64().unwrap_or(i64::from(height));
+        if short > 0 {
+            let h = height + u32::try_from(short).unwrap_or(0);
+            self.cmd(reqwest::Method::POST, "/window/rect", Some(rect(h)))
+                .await?;
+        }
+        let got = self
+            .execute("return [window.innerWidth, window.innerHeight]")
+            .await?;
+        anyhow::ensure!(
+            got[0] == json!(width),
+            "viewport {got} after asking for {width}×{height}"
+        );
+        Ok(())
+    }
+
     pub async fn goto(&self, url: &str) -> anyhow::Result<()> {
         self.cmd(reqwest::Method::POST, "/url", Some(json!({ "url": url })))
             .await?;
