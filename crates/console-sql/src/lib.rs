@@ -236,6 +236,12 @@ const SCHEMA: Schema = Schema {
             sqlite: notify::MIGRATION_17,
             postgres: notify::MIGRATION_17,
         },
+        Migration {
+            version: 18,
+            name: "search: the issues' prefix indexes (SQLite), the issues by creation (PostgreSQL)",
+            sqlite: work::MIGRATION_18_SQLITE,
+            postgres: work::MIGRATION_18_POSTGRES,
+        },
     ],
 };
 

@@ -249,6 +249,8 @@ pub struct Hit {
     pub issue: Option<IssueKey>,
     /// The document the match is, or is on (a comment or ask on it).
     pub artifact: Option<String>,
+    /// The broadcast the match is a copy of (a message): its copies show as one row.
+    pub broadcast: Option<String>,
     pub at: Time,
     pub score: f64,
 }
@@ -294,14 +296,24 @@ pub struct SearchRow {
     pub issue: Option<IssueKey>,
     pub artifact: Option<String>,
     pub page: String,
+    /// Added by issue 48 (protocol §1.2 "Growth"): the matched words of `title` and of
+    /// `snippet`, each `[start, end)` in characters (Unicode scalar values), in order.
+    pub title_marks: Vec<[usize; 2]>,
+    pub snippet_marks: Vec<[usize; 2]>,
+    /// The broadcast a message row stands for (its copies to each session show once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broadcast: Option<String>,
 }
 
 /// A page of search results: `reachable` is how many the pages can reach (each kind's best
-/// 100), `total` how many match.
+/// 100), `total` how many match, each kind counted up to one past its 100: with `more`, some
+/// kind has more matches than that, and `total` is a floor.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SearchPage {
     pub rows: Vec<SearchRow>,
     pub total: i64,
+    /// Added by issue 48: some kind matches more than its 100 (counting stops there).
+    pub more: bool,
     pub reachable: i64,
     pub limit: u32,
     pub offset: u32,

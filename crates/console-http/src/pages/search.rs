@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use countersign_console_core::Caller;
 use countersign_console_core::ids::CommentId;
-use countersign_console_core::work::{SearchKind, SearchRow};
+use countersign_console_core::work::{SearchKind, SearchRow, search};
 
 use super::{PageResult, St, chrome, error_text, human, page};
 use crate::html::{Chrome, When, when};
@@ -19,16 +19,31 @@ use crate::html::{Chrome, When, when};
 /// How many results a page of the search shows.
 pub const PER_PAGE: u32 = 20;
 
+/// A part of a result's title or snippet: the page escapes each, and marks the matched words.
+#[derive(Debug)]
+pub struct Part {
+    pub text: String,
+    pub mark: bool,
+}
+
+/// `text` in parts, the words `words` matches marked ([`search::marked`]).
+fn parts(text: &str, words: &[String]) -> Vec<Part> {
+    search::marked(text, words)
+        .into_iter()
+        .map(|(text, mark)| Part { text, mark })
+        .collect()
+}
+
 /// A search result as the page lists it.
 #[derive(Debug)]
 pub struct ResultRow {
     pub kind: &'static str,
     pub href: String,
-    pub title: String,
+    pub title: Vec<Part>,
     /// Where it is (an issue, a document), when that is not the title.
     pub context: String,
     /// What matched, when it says more than the title.
-    pub snippet: String,
+    pub snippet: Vec<Part>,
     pub at: When,
 }
 
@@ -38,6 +53,8 @@ pub struct SearchPage<'a> {
     pub chrome: Chrome<'a>,
     pub q: String,
     pub total: i64,
+    /// Some kind matches more than the pages reach (`total` is a floor).
+    pub more: bool,
     pub reachable: i64,
     pub offset: u32,
     pub next: Option<u32>,
@@ -111,37 +128,73 @@ async fn comment_place(st: &crate::AppState, id: &str) -> (String, String) {
 }
 
 /// A row titled by its words (one line of 120 characters at most), what matched beside them.
-fn titled(kind: &'static str, href: String, context: String, r: &SearchRow) -> ResultRow {
+fn titled(
+    kind: &'static str,
+    href: String,
+    context: String,
+    r: &SearchRow,
+    words: &[String],
+) -> ResultRow {
     let title = line(&r.title, 120);
     ResultRow {
         kind,
         href,
-        snippet: snippet_beside(&title, &r.snippet),
-        title,
+        snippet: parts(&snippet_beside(&title, &r.snippet), words),
+        title: parts(&title, words),
         context,
         at: when(&r.at),
     }
 }
 
-async fn row_of(st: &crate::AppState, r: SearchRow) -> ResultRow {
+async fn row_of(st: &crate::AppState, r: SearchRow, words: &[String]) -> ResultRow {
     let in_project = r.project.as_ref().map(|p| format!("in {p}"));
     let in_project = in_project.unwrap_or_default();
     match r.kind {
-        SearchKind::Issue => ResultRow {
-            kind: "issue",
-            href: format!("/issues/{}", r.id),
-            title: format!("{} · {}", r.id, line(&r.title, 120)),
-            context: String::new(),
-            snippet: snippet_beside(&r.title, &r.snippet),
-            at: when(&r.at),
-        },
-        SearchKind::Document => titled("document", format!("/artifacts/{}", r.id), in_project, &r),
-        SearchKind::Ask => titled("ask", format!("/asks/{}", r.id), in_project, &r),
+        SearchKind::Issue => {
+            // The key is not indexed: never marked.
+            let mut title = vec![Part {
+                text: format!("{} · ", r.id),
+                mark: false,
+            }];
+            title.extend(parts(&line(&r.title, 120), words));
+            ResultRow {
+                kind: "issue",
+                href: format!("/issues/{}", r.id),
+                title,
+                context: String::new(),
+                snippet: parts(&snippet_beside(&r.title, &r.snippet), words),
+                at: when(&r.at),
+            }
+        }
+        SearchKind::Document => titled(
+            "document",
+            format!("/artifacts/{}", r.id),
+            in_project,
+            &r,
+            words,
+        ),
+        SearchKind::Ask => titled("ask", format!("/asks/{}", r.id), in_project, &r, words),
         SearchKind::Comment => {
             let (href, context) = comment_place(st, &r.id).await;
-            titled("comment", href, context, &r)
+            titled("comment", href, context, &r, words)
         }
-        SearchKind::Message => titled("message", format!("/messages/{}", r.id), in_project, &r),
+        // A broadcast's copies are one row, linked to the broadcast.
+        SearchKind::Message => match &r.broadcast {
+            Some(b) => titled(
+                "broadcast",
+                format!("/broadcasts/{b}"),
+                "to several sessions".to_owned(),
+                &r,
+                words,
+            ),
+            None => titled(
+                "message",
+                format!("/messages/{}", r.id),
+                in_project,
+                &r,
+                words,
+            ),
+        },
     }
 }
 
@@ -172,6 +225,7 @@ pub async fn search_page(
         chrome: chrome("Search", h, ""),
         q: text.clone(),
         total: 0,
+        more: false,
         reachable: 0,
         offset,
         next: None,
@@ -192,8 +246,10 @@ pub async fn search_page(
                 if offset > 0 {
                     view.previous = Some(offset.saturating_sub(PER_PAGE));
                 }
+                view.more = found.more;
+                let words = search::words(&text);
                 for r in found.rows {
-                    view.rows.push(row_of(&st, r).await);
+                    view.rows.push(row_of(&st, r, &words).await);
                 }
             }
             Err(e) => {

@@ -1,10 +1,10 @@
 //! The asks' and comments' full-text search ([`SqlTx::search_text`]): SQLite FTS5 tables
-//! keyed by the row's rowid, ranked by `bm25()`; PostgreSQL a generated `tsvector`, ranked by
-//! `ts_rank`. Search words are prefix queries.
+//! keyed by the row's rowid, scored by `bm25()`; PostgreSQL a generated `tsvector`, scored by
+//! `ts_rank`. Search words are prefix queries; the newest matches are scored and ranked.
 
 use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::storage::StorageError;
-use countersign_console_core::work::{Hit, ProjectKey};
+use countersign_console_core::work::{Hit, ProjectKey, search};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -19,6 +19,8 @@ struct Matching {
     matches: String,
     score: String,
     snippet: String,
+    /// The order of insertion, newest last.
+    newest: String,
 }
 
 impl SqlTx {
@@ -41,6 +43,7 @@ impl SqlTx {
             matches,
             score,
             snippet,
+            newest,
         } = match self.backend {
             Backend::Sqlite => sqlite_matching(&mut a, table, words, any),
             Backend::Postgres => postgres_matching(&mut a, table, column, words, any),
@@ -49,27 +52,29 @@ impl SqlTx {
         for (cond, v) in extra {
             filter.push_str(&format!(" AND t.{cond} = {}", a.push(v.clone())));
         }
-        let total: i64 = sqlx::query_with(
-            &format!("SELECT COUNT(*) AS n FROM {from} {filter}"),
-            a.build(),
-        )
-        .fetch_one(&mut *self.tx)
-        .await
-        .map_err(db_err)?
-        .try_get("n")
-        .map_err(db_err)?;
-        let l = a.push(i64::from(limit));
+        // Every word (the search route): the newest `limit + 1` matches in the index's
+        // order, scored, and ranked here; neither every match's score nor their count is read
+        // (issue 48). Any word (similar asks, a few): the best of every match.
+        let l = a.push(i64::from(limit) + 1);
+        let order = if any {
+            format!("score DESC, t.{at} DESC, t.id")
+        } else {
+            format!("{newest} DESC")
+        };
         let sql = format!(
             "SELECT t.id AS id, t.{column} AS title, t.project AS project, t.{at} AS at, \
              t.issue AS issue, t.artifact AS artifact, \
              {score} AS score, {snippet} AS snippet FROM {from} {filter} \
-             ORDER BY score DESC, t.{at} DESC, t.id LIMIT {l}"
+             ORDER BY {order} LIMIT {l}"
         );
         let rows = self.rows(&sql, &a).await?;
-        let hits = rows
+        let mut hits = rows
             .iter()
             .map(hit_of)
             .collect::<Result<Vec<_>, StorageError>>()?;
+        let total = hits.len() as i64;
+        search::by_score(&mut hits);
+        hits.truncate(limit as usize);
         Ok((hits, total))
     }
 }
@@ -87,6 +92,7 @@ fn sqlite_matching(a: &mut Args, table: &str, words: &[String], any: bool) -> Ma
         matches: format!("{fts} MATCH {}", a.push(joined)),
         score: format!("-bm25({fts})"),
         snippet: format!("snippet({fts}, 0, '', '', '…', 16)"),
+        newest: "f.rowid".to_owned(),
     }
 }
 
@@ -112,6 +118,7 @@ fn postgres_matching(
             "ts_headline('simple', t.{column}, to_tsquery('simple', {q}), \
              'StartSel=\"\",StopSel=\"\",MaxWords=24,MinWords=8')"
         ),
+        newest: "t.seq".to_owned(),
     }
 }
 
@@ -123,6 +130,7 @@ fn hit_of(r: &AnyRow) -> Result<Hit, StorageError> {
         id: r.try_get("id").map_err(db_err)?,
         issue: issue_key(r.try_get("issue").map_err(db_err)?)?,
         artifact: r.try_get("artifact").map_err(db_err)?,
+        broadcast: None,
         title: first_line(&title),
         snippet: r.try_get("snippet").map_err(db_err)?,
         project: ProjectKey::parse(&project),

@@ -52,19 +52,8 @@ impl SqlTx {
             conds.push(format!("a.project = {}", a.push(p.as_str().to_owned())));
         }
         let filter = format!("WHERE {}", conds.join(" AND "));
-        let total: i64 = sqlx::query_with(
-            &format!(
-                "{with} SELECT COUNT(*) AS n FROM best JOIN console_artifacts a \
-                 ON a.id = best.artifact {filter}"
-            ),
-            a.build(),
-        )
-        .fetch_one(&mut *self.tx)
-        .await
-        .map_err(db_err)?
-        .try_get("n")
-        .map_err(db_err)?;
-        let l = a.push(i64::from(limit));
+        // One statement: the best `limit + 1`, so the count stops there (issue 48).
+        let l = a.push(i64::from(limit) + 1);
         let sql = format!(
             "{with} SELECT a.id AS id, a.filename AS title, a.project AS project, \
              a.issue AS issue, a.updated_at AS at, best.score AS score, {snippet} AS snippet FROM {from_page} \
@@ -74,7 +63,9 @@ impl SqlTx {
             .fetch_all(&mut *self.tx)
             .await
             .map_err(db_err)?;
-        let hits = rows.iter().map(hit_of).collect::<Result<Vec<_>, _>>()?;
+        let mut hits = rows.iter().map(hit_of).collect::<Result<Vec<_>, _>>()?;
+        let total = hits.len() as i64;
+        hits.truncate(limit as usize);
         Ok((hits, total))
     }
 }
@@ -167,6 +158,7 @@ fn hit_of(r: &AnyRow) -> Result<Hit, StorageError> {
     Ok(Hit {
         issue: issue.as_deref().and_then(IssueKey::parse),
         artifact: Some(id.clone()),
+        broadcast: None,
         id,
         title: r.try_get("title").map_err(db_err)?,
         snippet: r.try_get("snippet").map_err(db_err)?,

@@ -1,6 +1,7 @@
 //! The messages' full-text search ([`MessageTx::search_messages`]): SQLite an FTS5 table keyed
-//! by the message's `seq`, ranked by `bm25()`; PostgreSQL a generated `tsvector`, ranked by
-//! `ts_rank`. Search words are prefix queries.
+//! by the message's `seq`, scored by `bm25()`; PostgreSQL a generated `tsvector`, scored by
+//! `ts_rank`. Search words are prefix queries; the newest matches are scored and ranked; a
+//! broadcast's copies are one match.
 //!
 //! [`MessageTx::search_messages`]: countersign_console_core::work::messages::MessageTx::search_messages
 
@@ -46,29 +47,36 @@ pub(super) async fn search_messages(
             a.push(format!("{}-%", p.as_str()))
         ));
     }
-    let total: i64 = sqlx::query_with(
-        &format!("SELECT COUNT(*) AS n FROM {from} {filter}"),
-        a.build(),
-    )
-    .fetch_one(&mut *tx.tx)
-    .await
-    .map_err(db_err)?
-    .try_get("n")
-    .map_err(db_err)?;
-    let l = a.push(i64::from(limit));
+    // A broadcast's copies (one to each session) are one match: its first copy stands for
+    // them (the broadcast index finds it).
+    filter.push_str(
+        " AND (m.broadcast IS NULL OR m.seq = \
+         (SELECT MIN(b.seq) FROM console_messages b WHERE b.broadcast = m.broadcast))",
+    );
+    // Every word (the search route): the newest `limit + 1` matches in the index's order,
+    // scored, ranked here; neither every match's score nor their count is read (issue 48).
+    let l = a.push(i64::from(limit) + 1);
+    let order = if any {
+        "score DESC, m.created_at DESC, m.id"
+    } else {
+        "m.seq DESC"
+    };
     let sql = format!(
-        "SELECT m.id AS id, m.body AS body, m.issue AS issue, m.created_at AS at, \
-         {score} AS score, {snippet} AS snippet FROM {from} {filter} \
-         ORDER BY score DESC, m.created_at DESC, m.id LIMIT {l}"
+        "SELECT m.id AS id, m.body AS body, m.issue AS issue, m.broadcast AS broadcast, \
+         m.created_at AS at, {score} AS score, {snippet} AS snippet FROM {from} {filter} \
+         ORDER BY {order} LIMIT {l}"
     );
     let rows = sqlx::query_with(&sql, a.build())
         .fetch_all(&mut *tx.tx)
         .await
         .map_err(db_err)?;
-    let hits = rows
+    let mut hits = rows
         .iter()
         .map(hit_of)
         .collect::<Result<Vec<_>, StorageError>>()?;
+    let total = hits.len() as i64;
+    countersign_console_core::work::search::by_score(&mut hits);
+    hits.truncate(limit as usize);
     Ok((hits, total))
 }
 
@@ -114,6 +122,7 @@ fn hit_of(r: &AnyRow) -> Result<Hit, StorageError> {
         id: r.try_get("id").map_err(db_err)?,
         issue: issue.as_deref().and_then(IssueKey::parse),
         artifact: None,
+        broadcast: r.try_get("broadcast").map_err(db_err)?,
         title: body
             .lines()
             .find(|l| !l.trim().is_empty())

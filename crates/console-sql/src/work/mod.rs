@@ -40,7 +40,7 @@ pub(crate) use migration::{
     MIGRATION_2, MIGRATION_4, MIGRATION_5_POSTGRES, MIGRATION_5_SQLITE, MIGRATION_6_POSTGRES,
     MIGRATION_6_SQLITE, MIGRATION_13_POSTGRES, MIGRATION_13_SQLITE, MIGRATION_14, MIGRATION_16,
 };
-pub(crate) use search::{fts_prefix, pg_prefix};
+pub(crate) use search::{MIGRATION_18_POSTGRES, MIGRATION_18_SQLITE, fts_prefix, pg_prefix};
 
 pub(crate) const ISSUE_COLUMNS: &str = "key, project, number, title, status, priority, labels, route, parent, \
      rank, assignee, components, claim, repo, sequence, created_at, updated_at, closed_at";

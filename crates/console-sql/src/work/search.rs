@@ -1,15 +1,15 @@
-//! The issues' full-text index: [`IssueTx::search_issues`]' hits (SQLite FTS5 ranked by
-//! `bm25()`, PostgreSQL `ts_rank` over the generated `tsvector`; search words are prefix
-//! queries), and what `advice.suggestions` reads (each word's count, the newest candidates).
+//! The issues' full-text index: [`IssueTx::search_issues`]' hits (SQLite FTS5, PostgreSQL the
+//! generated `tsvector` and its GIN index; search words are prefix queries; the newest matches
+//! ranked by BM25 in Rust), and what `advice.suggestions` reads (each word's count, the newest
+//! candidates).
 //!
 //! [`IssueTx::search_issues`]: countersign_console_core::work::IssueTx::search_issues
 
 use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::storage::StorageError;
-use countersign_console_core::work::search::snippet;
+use countersign_console_core::work::search::{rank_window, snippet};
 use countersign_console_core::work::{Candidate, Hit, IssueKey, ProjectKey};
 use sqlx::Row;
-use sqlx::any::AnyRow;
 
 use super::{Args, SqlTx, corrupt, json_of, text};
 use crate::time;
@@ -49,40 +49,58 @@ fn fts_words(words: &[String], op: &str) -> String {
 
 impl SqlTx {
     /// [`IssueTx::search_issues`](countersign_console_core::work::IssueTx::search_issues): the
-    /// best `limit` issues matching every word, and how many match in all.
+    /// best `limit` of the newest `limit + 1` issues matching every word, and how many match,
+    /// counted up to `limit + 1`.
     pub(super) async fn issue_hits(
         &mut self,
         words: &[String],
         project: Option<&ProjectKey>,
         limit: u32,
     ) -> Result<(Vec<Hit>, i64), StorageError> {
-        // Only letters and digits reach here; each word is quoted for FTS5 all the same. The
-        // total and the best `limit` are read from the index alone (SQLite: the FTS table,
-        // which holds the project as a column of its own; PostgreSQL: the GIN index), and the
-        // rows of those alone are read after, with their snippets made in Rust: scoring every
-        // match is the cost, and it stays the only per-match work.
+        // Only letters and digits reach here; each word is quoted for FTS5 all the same. One
+        // statement reads the newest matches from the index in its own order (SQLite: the FTS
+        // table's rowid is the issue's negated; PostgreSQL: the creation index, or the GIN
+        // index for rare words, as the planner estimates), with the text each one's index
+        // holds, as one row of JSON; they are ranked in Rust (BM25 over the window, the same
+        // on both databases). Neither every match's score nor their count is read: at 100,000
+        // issues those were most of a search's time (issue 48).
         let mut a = Args::default();
-        let (count_sql, top_sql) = match self.backend {
-            Backend::Sqlite => sqlite_search(&mut a, words, project, limit),
-            Backend::Postgres => postgres_search(&mut a, words, project, limit),
+        let sql = match self.backend {
+            Backend::Sqlite => sqlite_window(&mut a, words, project, limit),
+            Backend::Postgres => postgres_window(&mut a, words, project, limit),
         };
-        let total: i64 = sqlx::query_with(&count_sql, a.build())
+        let found: String = sqlx::query_with(&sql, a.build())
             .fetch_one(&mut *self.tx)
             .await
             .map_err(db_err)?
-            .try_get("n")
+            .try_get("found")
             .map_err(db_err)?;
-        if total == 0 {
-            return Ok((Vec::new(), 0));
-        }
-        let rows = sqlx::query_with(&top_sql, a.build())
-            .fetch_all(&mut *self.tx)
-            .await
-            .map_err(db_err)?;
-        let hits = rows
-            .iter()
-            .map(|r| hit_of(r, words))
+        // (newest-first place, key, title, project, updated_at, indexed text)
+        let mut found: Vec<(i64, String, String, String, i64, String)> =
+            json_of(&found, "search window")?;
+        found.sort_unstable_by_key(|f| f.0);
+        let total = found.len() as i64;
+        let window = found
+            .into_iter()
+            .map(|(_, key, title, project, at, text)| {
+                Ok((
+                    Hit {
+                        issue: IssueKey::parse(&key),
+                        artifact: None,
+                        broadcast: None,
+                        snippet: snippet(&title, words, 16),
+                        id: key,
+                        title,
+                        project: ProjectKey::parse(&project),
+                        at: time(at)?,
+                        score: 0.0,
+                    },
+                    text,
+                ))
+            })
             .collect::<Result<Vec<_>, StorageError>>()?;
+        let mut hits = rank_window(words, window);
+        hits.truncate(limit as usize);
         Ok((hits, total))
     }
 
@@ -175,43 +193,38 @@ impl SqlTx {
     }
 }
 
-/// SQLite's count and top statements of a search: over the FTS table, which holds the project
-/// as a column of its own.
-fn sqlite_search(
+/// SQLite's window of a search: the newest `limit + 1` matches in the FTS table's own order
+/// (its rowid is the issue's negated: ascending is newest first), which holds the project as
+/// a column of its own.
+fn sqlite_window(
     a: &mut Args,
     words: &[String],
     project: Option<&ProjectKey>,
     limit: u32,
-) -> (String, String) {
+) -> String {
     let mut m = fts_prefix_words(words);
     if let Some(p) = project {
         m = format!("({m}) AND project : \"{}\"", p.as_str().to_lowercase());
     }
     let m = a.push(m);
-    (
-        format!("SELECT COUNT(*) AS n FROM console_issues_fts WHERE console_issues_fts MATCH {m}"),
-        // The index's rowid is the issue's negated (migration 13): ascending is
-        // newest first.
-        format!(
-            "SELECT i.key AS key, i.title AS title, i.project AS project, \
-             i.updated_at AS at, t.score AS score FROM ( \
-               SELECT rowid, -bm25(console_issues_fts, 1.0, 0.0) AS score \
-               FROM console_issues_fts WHERE console_issues_fts MATCH {m} \
-               ORDER BY score DESC, rowid LIMIT {l}) t \
-             JOIN console_issues i ON i.rowid = -t.rowid \
-             ORDER BY t.score DESC, i.updated_at DESC, i.key",
-            l = a.push(i64::from(limit))
-        ),
+    let l = a.push(i64::from(limit) + 1);
+    format!(
+        "SELECT json_group_array(json_array(f.rowid, i.key, i.title, i.project, i.updated_at, \
+           i.title || ' ' || i.labels)) AS found FROM ( \
+           SELECT rowid FROM console_issues_fts WHERE console_issues_fts MATCH {m} \
+           ORDER BY rowid LIMIT {l}) f \
+         JOIN console_issues i ON i.rowid = -f.rowid"
     )
 }
 
-/// PostgreSQL's count and top statements of a search: over the GIN index.
-fn postgres_search(
+/// PostgreSQL's window of a search: the newest `limit + 1` matches (migration 18's creation
+/// index walked backwards for common words, the GIN index for rare ones).
+fn postgres_window(
     a: &mut Args,
     words: &[String],
     project: Option<&ProjectKey>,
     limit: u32,
-) -> (String, String) {
+) -> String {
     let q = a.push(
         words
             .iter()
@@ -223,31 +236,43 @@ fn postgres_search(
     if let Some(p) = project {
         filter.push_str(&format!(" AND project = {}", a.push(p.as_str().to_owned())));
     }
-    (
-        format!("SELECT COUNT(*) AS n FROM console_issues WHERE {filter}"),
-        format!(
-            "SELECT key, title, project, updated_at AS at, \
-             ts_rank(search, to_tsquery('simple', {q}))::float8 AS score \
-             FROM console_issues WHERE {filter} \
-             ORDER BY score DESC, updated_at DESC, key LIMIT {l}",
-            l = a.push(i64::from(limit))
-        ),
+    let l = a.push(i64::from(limit) + 1);
+    format!(
+        "SELECT COALESCE(json_agg(json_build_array(n, key, title, project, updated_at, body)), \
+           '[]')::text AS found \
+         FROM (SELECT key, title, project, updated_at, title || ' ' || labels AS body, \
+                 ROW_NUMBER() OVER (ORDER BY created_at DESC, number DESC) AS n \
+               FROM console_issues WHERE {filter} \
+               ORDER BY created_at DESC, number DESC LIMIT {l}) c"
     )
 }
 
-/// A search's hit from its row, the snippet made from the title.
-fn hit_of(r: &AnyRow, words: &[String]) -> Result<Hit, StorageError> {
-    let project: String = r.try_get("project").map_err(db_err)?;
-    let title: String = r.try_get("title").map_err(db_err)?;
-    let key: String = r.try_get("key").map_err(db_err)?;
-    Ok(Hit {
-        issue: IssueKey::parse(&key),
-        artifact: None,
-        id: key,
-        snippet: snippet(&title, words, 16),
-        title,
-        project: ProjectKey::parse(&project),
-        at: time(r.try_get("at").map_err(db_err)?)?,
-        score: r.try_get("score").map_err(db_err)?,
-    })
-}
+/// Version 18 on SQLite (issue 48): the issues' FTS table gains prefix indexes of two and three
+/// characters, so a search for a word's first letters ("de", "dep") reads one doclist in the
+/// index's own order instead of merging every word it begins; otherwise as migration 13.
+pub(crate) const MIGRATION_18_SQLITE: &[&str] = &[
+    "DROP TRIGGER console_issues_insert",
+    "DROP TRIGGER console_issues_search",
+    "DROP TABLE console_issues_fts",
+    "CREATE VIRTUAL TABLE console_issues_fts USING fts5(body, project, \
+     tokenize = 'unicode61', prefix = '2 3')",
+    "INSERT INTO console_issues_fts (rowid, body, project) \
+     SELECT -rowid, title || ' ' || labels, project FROM console_issues",
+    "CREATE TRIGGER console_issues_insert AFTER INSERT ON console_issues BEGIN
+        INSERT INTO console_issues_fts (rowid, body, project)
+            VALUES (-new.rowid, new.title || ' ' || new.labels, new.project);
+        INSERT INTO console_issue_labels (label, issue, project, status, rank, number)
+            SELECT value, new.key, new.project, new.status, new.rank, new.number
+            FROM json_each(new.labels);
+    END",
+    "CREATE TRIGGER console_issues_search AFTER UPDATE OF title, labels ON console_issues
+        WHEN old.title IS NOT new.title OR old.labels IS NOT new.labels BEGIN
+        DELETE FROM console_issues_fts WHERE rowid = -old.rowid;
+        INSERT INTO console_issues_fts (rowid, body, project)
+            VALUES (-new.rowid, new.title || ' ' || new.labels, new.project);
+    END",
+];
+/// Version 18 on PostgreSQL (issue 48): the issues by creation, so a search's newest matches
+/// of a common word are read walking this index backwards (the GIN index answers rare words).
+pub(crate) const MIGRATION_18_POSTGRES: &[&str] =
+    &["CREATE INDEX console_issues_created ON console_issues (created_at, number)"];

@@ -7,8 +7,9 @@ use crate::work::{SearchPage, search};
 
 impl Console {
     /// Full-text search (protocol §6.5): each kind's index ranks its best 100, the kinds are
-    /// fused, and the page is cut from the fused list. CAP_EXCEEDED over 1,000 characters,
-    /// INVALID_PROJECT for a project that is not a project key.
+    /// fused, and the page is cut from the fused list, each row with its matched words marked.
+    /// A kind is counted up to one past its 100 (`more`: some kind has more). CAP_EXCEEDED
+    /// over 1,000 characters, INVALID_PROJECT for a project that is not a project key.
     pub async fn search(
         &self,
         q: &str,
@@ -40,7 +41,9 @@ impl Console {
         let mut kinds: Vec<(SearchKind, Vec<crate::work::Hit>)> = Vec::new();
         let mut total = 0;
         if !words.is_empty() {
-            let mut tx = self.parts.storage.read().await?;
+            // Each kind's statement stands alone (the kinds need not agree on one snapshot):
+            // no transaction's own round trips.
+            let mut tx = self.parts.storage.read_loose().await?;
             let p = project.as_ref();
             let (hits, n) = tx.search_issues(&words, p, search::PER_KIND).await?;
             total += n;
@@ -65,14 +68,21 @@ impl Console {
             kinds.push((SearchKind::Message, hits));
         }
         let reachable = kinds.iter().map(|(_, h)| h.len() as i64).sum();
+        let more = total > reachable;
         let rows = search::fuse(kinds, console_ref)
             .into_iter()
             .skip(offset as usize)
             .take(limit as usize)
+            .map(|mut r| {
+                r.title_marks = search::marks(&r.title, &words);
+                r.snippet_marks = search::marks(&r.snippet, &words);
+                r
+            })
             .collect();
         Ok(SearchPage {
             rows,
             total,
+            more,
             reachable,
             limit,
             offset,
