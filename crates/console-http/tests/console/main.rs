@@ -18,6 +18,7 @@ mod passkeys;
 mod person;
 mod person_pages;
 mod repos;
+mod responsive;
 mod search_pages;
 mod work;
 mod work_pages;
