@@ -813,3 +813,108 @@ async fn the_notifications_page_keeps_what_a_person_saves() -> anyhow::Result<()
     console.stop().await;
     Ok(())
 }
+
+/// Issue 48: `countersign-console dev --config FILE` takes `[notifications]` as `serve` does.
+/// The real dev binary pointed at a real SMTP server (aiosmtpd): the dev person asks for
+/// e-mail, an agent opens an ask on an unassigned issue, and the e-mail arrives with the ask's
+/// link at the URL dev mode printed, which opens the ask; the dev mailbox keeps the notice too.
+#[tokio::test]
+async fn dev_mode_with_a_config_sends_notices_to_its_smtp_server() -> anyhow::Result<()> {
+    if !aiosmtpd_or_skip() {
+        return Ok(());
+    }
+    const DEV_PERSON: &str = countersign_console_http::dev::DEV_PERSON;
+    let dir = tempfile::tempdir()?;
+    let smtp_port = free_port()?;
+    let smtp = Smtp::start(smtp_port, &dir.path().join("maildir")).await?;
+    let file = dir.path().join("dev.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[notifications]\nsmtp_url = \"smtp://127.0.0.1:{smtp_port}\"\n\
+             from = \"Countersign dev <countersign@localhost>\"\n"
+        ),
+    )?;
+    let dev = crate::dev::DevProcess::start(Some(&file)).await?;
+    let url = dev.console_url.clone();
+    let mut p = Person::at(&url)?;
+    let r = p.sign_in_local(DEV_PERSON).await?;
+    assert_eq!(r.status, 303, "{}", r.text);
+    let r = Resp::read(
+        p.http
+            .put(format!("{url}/api/v1/notification-preferences"))
+            .header("origin", &url)
+            .header("x-csrf-token", &p.csrf)
+            .json(&json!({ "email": true }))
+            .send()
+            .await?,
+    )
+    .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["available"], json!(["email", "slack"]), "{}", r.text);
+
+    // An agent opens an ask on an issue nobody holds: everyone signed in may answer.
+    let agent = reqwest::Client::new();
+    let token = dev.agent_token();
+    for (path, body) in [
+        (
+            "/api/v1/projects",
+            json!({ "key": "DEV", "name": "Dev", "actor": "s1" }),
+        ),
+        (
+            "/api/v1/issues",
+            json!({ "project": "DEV", "title": "try notices", "actor": "s1" }),
+        ),
+    ] {
+        let r = Resp::read(
+            agent
+                .post(format!("{url}{path}"))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await?,
+        )
+        .await?;
+        assert_eq!(r.status, 201, "{path}: {}", r.text);
+    }
+    let r = Resp::read(
+        agent
+            .post(format!("{url}/api/v1/issues/DEV-1/asks"))
+            .bearer_auth(&token)
+            .json(&json!({ "question": "Ship it on Friday?", "actor": "s1" }))
+            .send()
+            .await?,
+    )
+    .await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.json["id"].as_str().unwrap_or_default().to_owned();
+    let link = format!("{url}/asks/{id}");
+
+    let mail = eventually(30, || async {
+        Ok(smtp.mails_to(DEV_PERSON).into_iter().next())
+    })
+    .await?;
+    assert!(mail.contains(&link), "{mail}");
+    assert!(mail.contains("Ship it on Friday?"), "{mail}");
+    assert!(
+        mail.lines()
+            .any(|l| l.starts_with("From:") && l.contains("countersign@localhost")),
+        "{mail}"
+    );
+    // The link opens the ask.
+    let page = p.get(&format!("/asks/{id}")).await?;
+    assert_eq!(page.status, 200);
+    assert!(page.text.contains("Ship it on Friday?"));
+    // The dev mailbox keeps it too, with the same link.
+    eventually(20, || async {
+        let page = p.get("/notifications/mailbox").await?;
+        Ok(page
+            .text
+            .contains(&format!("href=\"{link}\""))
+            .then_some(()))
+    })
+    .await?;
+    assert_eq!(smtp.mails_to(DEV_PERSON).len(), 1, "sent once");
+    dev.stop().await;
+    Ok(())
+}

@@ -88,6 +88,18 @@ async fn a_person_registers_a_passkey_and_approves_with_it_and_a_stolen_cookie_c
     // No passkey yet: the page says how to get the first one.
     ada.wait_text("#list", "Ask an operator for an enrollment code", 10)
         .await?;
+    // `serve` makes no codes: the page names the operator's command, with her login in it.
+    ada.wait_text(
+        "#enroll-help",
+        &format!("countersign-broker passkeys enroll-code {ADA} --config"),
+        5,
+    )
+    .await?;
+    assert_eq!(
+        ada.execute("return document.querySelectorAll('#enroll-code-show').length;")
+            .await?,
+        json!(0)
+    );
     let code = {
         let key = zeroize::Zeroizing::new(vec![9u8; 32]);
         let sealer = countersign_broker_core::seal::Sealer::new(&key).expect("sealer");
@@ -116,16 +128,17 @@ async fn a_person_registers_a_passkey_and_approves_with_it_and_a_stolen_cookie_c
     ada.wait_text("#result", "already registered", 15).await?;
 
     // The agent asks; Ada opens the request: the statement in words, then her passkey.
-    let (record, request) = ada_asks(&broker, &session).await?;
-    ada.goto(&url(&format!("/requests/{record}"))).await?;
+    // The page opens by the request id its agent was given (issue 48); the statement is one
+    // plain sentence naming the session by its machine, not its runtime id.
+    let (_, request) = ada_asks(&broker, &session).await?;
+    ada.goto(&url(&format!("/requests/{request}"))).await?;
+    ada.wait_text("#request-id", &request, 10).await?;
     let words = ada.wait_text("#statement-words", "I, ", 10).await?;
-    assert!(
-        words.starts_with(&format!("I, {ADA}, approve that session")),
-        "{words}"
-    );
-    assert!(
-        words.contains(ADA_SECRET) && words.contains("deploy the release"),
-        "{words}"
+    assert_eq!(
+        words,
+        format!(
+            "I, {ADA}, approve that the session ‘ada-agent’ on {ADA}'s machine receives {ADA_SECRET} for as long as the session lives, for the reason “deploy the release”."
+        )
     );
     ada.wait_text("button.approve", "Approve with passkey", 5)
         .await?;
