@@ -138,31 +138,26 @@ impl Statement {
                 self.approver
             );
         }
-        let who = match &self.host {
+        let (who, close) = match &self.host {
             Some(host) => {
                 // A statement names no enrollment kind: a runtime id with no person that the
                 // launcher helper did not make is a pod's.
                 let pod = self.person.is_none()
                     && countersign_common::requester::helper_runtime(host).is_none();
-                countersign_common::requester::Requester::of(
+                let r = countersign_common::requester::Requester::of(
                     if pod { "pod" } else { "session" },
                     host,
                     self.person.as_deref(),
                     None,
                     self.session.as_deref(),
-                )
-                .phrase()
+                );
+                // "…, logged in as dev@…," closes its apposition.
+                (r.phrase(), if r.open_apposition() { "," } else { "" })
             }
             None => match &self.session {
-                Some(s) => format!("the session ‘{s}’"),
-                None => "an unnamed session".to_owned(),
+                Some(s) => (format!("the session ‘{s}’"), ""),
+                None => ("an unnamed session".to_owned(), ""),
             },
-        };
-        // "…, logged in as dev@…," closes its apposition.
-        let close = if self.host.is_some() && self.person.as_ref().is_some_and(|p| !p.is_empty()) {
-            ","
-        } else {
-            ""
         };
         let lifetime = match self.lifetime_seconds {
             Some(s) => format!("for {}", duration_words(s)),
@@ -570,7 +565,7 @@ mod tests {
         );
         assert_eq!(
             s.words(),
-            "I, ada@example.com, approve that the session ‘claude-42’ on machine laptop-7, logged in as ben@example.com, receives AWS_KEY, DB_PASSWORD for 15 minutes, for the reason “migrate the \"orders\" table”."
+            "I, ada@example.com, approve that the session ‘laptop-7’ on ben@example.com's machine receives AWS_KEY, DB_PASSWORD for 15 minutes, for the reason “migrate the \"orders\" table”."
         );
         let base = s.challenge();
         let changed: Vec<Statement> = vec![

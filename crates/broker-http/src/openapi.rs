@@ -296,7 +296,7 @@ pub const ROUTES: &[RouteSpec] = &[
         "/v1/credential-requests/{record}",
         C::Console,
         200,
-        "Read a credential-request record",
+        "Read a credential-request record, by its record id or by the id of the request it decides",
         ["INTERNAL", "NOT_FOUND", "RECORD_ID_INPUT"],
         None
     ),

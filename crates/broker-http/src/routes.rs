@@ -317,8 +317,13 @@ pub(crate) async fn get_record(
     _: Console,
     PathParam(record): PathParam,
 ) -> ApiResult<Response> {
-    let id = RecordId::parse(&record)?;
-    Ok(ok(wire::record(&st.broker.record(&id).await?)))
+    // A record id, or (issue 48) the id of the request it decides: the one its session was
+    // given, which the console shows as the request's name.
+    let rec = match RequestId::parse(&record) {
+        Ok(request) => st.broker.record_of_request(request).await?,
+        Err(_) => st.broker.record(&RecordId::parse(&record)?).await?,
+    };
+    Ok(ok(wire::record(&rec)))
 }
 
 pub(crate) async fn approve(State(st): St, on: ConsoleOn<RecordId>) -> ApiResult<Response> {

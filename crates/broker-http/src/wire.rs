@@ -225,6 +225,9 @@ pub fn record(r: &Record) -> Value {
     let b = &r.body;
     json!({
         "record_id": r.id.to_string(),
+        // Added in issue 48 (answers grow by fields): the request it decides, by the id its
+        // session was given; null for a machine login.
+        "request_id": b.request_id.map(|q| q.to_string()),
         "kind": b.kind.as_str(),
         "state": r.state.as_str(),
         "approver": b.approver.as_str(),
@@ -248,6 +251,7 @@ pub fn record(r: &Record) -> Value {
 pub fn pending_item(r: &Record) -> Value {
     json!({
         "record_id": r.id.to_string(),
+        "request_id": r.body.request_id.map(|q| q.to_string()),
         "kind": r.body.kind.as_str(),
         "identifiers": r.body.identifiers,
         "requested_at": t(&r.body.requested_at),

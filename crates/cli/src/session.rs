@@ -64,11 +64,11 @@ impl Req {
                 self.id,
                 self.grant_id.as_deref().unwrap_or("?")
             ),
+            // One name for the request (issue 48): the console shows and finds it by this id.
             "pending" => format!(
-                "pending: request {} waits for {} (record {})",
+                "pending: request {} waits for {}",
                 self.id,
                 approver_words(self.approver.as_deref()),
-                self.record_id.as_deref().unwrap_or("?")
             ),
             "denied" => {
                 let denied: Vec<String> = self

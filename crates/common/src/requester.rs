@@ -14,16 +14,16 @@
 /// A requester in people's words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requester {
-    /// The session's label (`sh`), else the notification session it named, else none.
+    /// What names the session: its label (`sh`) or the notification session it stated (a
+    /// launcher helper's session), the runtime id itself (another launcher's), none.
     pub session: Option<String>,
-    /// The machine's host name (`vm`), a pod (`pod <uid>`), or the runtime id as it is.
-    pub machine: String,
+    /// The machine's host name (`vm`), `pod <uid>` for a pod; none when the runtime id does
+    /// not say.
+    pub machine: Option<String>,
     /// Whose machine it is (the enrollment's operator); none for a pod.
     pub person: Option<String>,
     /// A pod's slot.
     pub slot: Option<String>,
-    /// Whether `machine` is a pod.
-    pub pod: bool,
 }
 
 /// The parts of a launcher helper's runtime id: `(host, label)`, or none when it is not one.
@@ -53,52 +53,56 @@ impl Requester {
         let person = operator.filter(|o| !o.is_empty()).map(str::to_owned);
         let slot = slot.filter(|s| !s.is_empty()).map(str::to_owned);
         let session_id = session_id.filter(|s| !s.is_empty()).map(str::to_owned);
-        if kind == "pod" {
-            return Requester {
-                session: session_id,
-                machine: format!("pod {runtime_id}"),
-                person,
-                slot,
-                pod: true,
-            };
-        }
-        match helper_runtime(runtime_id) {
-            Some((host, label)) => Requester {
-                session: label.map(str::to_owned).or(session_id),
-                machine: host.to_owned(),
-                person,
-                slot,
-                pod: false,
-            },
-            None => Requester {
-                session: session_id,
-                machine: runtime_id.to_owned(),
-                person,
-                slot,
-                pod: false,
-            },
+        let (session, machine) = if kind == "pod" {
+            (session_id, Some(format!("pod {runtime_id}")))
+        } else {
+            match helper_runtime(runtime_id) {
+                Some((host, label)) => (
+                    label.map(str::to_owned).or(session_id),
+                    Some(host.to_owned()),
+                ),
+                // Another launcher's runtime id names the session on its machine.
+                None => (Some(runtime_id.to_owned()).filter(|r| !r.is_empty()), None),
+            }
+        };
+        Requester {
+            session,
+            machine,
+            person,
+            slot,
         }
     }
 
-    /// One phrase: `the session ‘sh’ on machine vm, logged in as dev@example.com`.
+    /// One phrase: `the session ‘sh’ on machine vm, logged in as dev@example.com`; `the
+    /// session ‘rt-1’ on dev@example.com's machine`; `the session ‘build’ on pod 7c1d (slot
+    /// web)`.
     pub fn phrase(&self) -> String {
         let mut s = match &self.session {
-            Some(l) => format!("the session ‘{l}’ on "),
-            None => "a session on ".to_owned(),
+            Some(l) => format!("the session ‘{l}’"),
+            None => "a session".to_owned(),
         };
-        if self.pod {
-            s.push_str(&self.machine);
-        } else {
-            s.push_str("machine ");
-            s.push_str(&self.machine);
+        match (&self.machine, &self.person) {
+            (Some(m), _) if m.starts_with("pod ") => s.push_str(&format!(" on {m}")),
+            (Some(m), Some(p)) => s.push_str(&format!(" on machine {m}, logged in as {p}")),
+            (Some(m), None) => s.push_str(&format!(" on machine {m}")),
+            (None, Some(p)) => s.push_str(&format!(" on {p}'s machine")),
+            (None, None) => {}
         }
         if let Some(slot) = &self.slot {
             s.push_str(&format!(" (slot {slot})"));
         }
-        if let Some(p) = &self.person {
-            s.push_str(&format!(", logged in as {p}"));
-        }
         s
+    }
+
+    /// Whether [`Requester::phrase`] ends in an apposition (`…, logged in as …`) that a
+    /// sentence going on closes with a comma.
+    pub fn open_apposition(&self) -> bool {
+        self.slot.is_none()
+            && self.person.is_some()
+            && self
+                .machine
+                .as_ref()
+                .is_some_and(|m| !m.starts_with("pod "))
     }
 }
 
@@ -116,20 +120,22 @@ mod tests {
             Some("claude-42"),
         );
         assert_eq!(r.session.as_deref(), Some("sh"));
-        assert_eq!(r.machine, "vm");
+        assert_eq!(r.machine.as_deref(), Some("vm"));
         assert_eq!(
             r.phrase(),
             "the session ‘sh’ on machine vm, logged in as dev@countersign.local"
         );
+        assert!(r.open_apposition());
         // No label: the notification session it named, else none.
         let r = Requester::of("session", "vm/pid-1-2", None, None, Some("claude-42"));
         assert_eq!(r.phrase(), "the session ‘claude-42’ on machine vm");
+        assert!(!r.open_apposition());
         let r = Requester::of("session", "vm/pid-1-2", Some(""), None, None);
         assert_eq!(r.phrase(), "a session on machine vm");
     }
 
     #[test]
-    fn other_runtime_ids_and_pods_are_shown_as_they_are() {
+    fn other_runtime_ids_name_the_session_and_pods_are_pods() {
         for raw in [
             "laptop-7",
             "vm/pid-x-2/sh",
@@ -137,11 +143,18 @@ mod tests {
             "vm/pid-1/sh",
             "vm/proc-1-2",
         ] {
-            let r = Requester::of("session", raw, Some("ben@example.com"), None, None);
-            assert_eq!(r.machine, raw);
-            assert_eq!(r.session, None);
+            let r = Requester::of("session", raw, Some("ben@example.com"), None, Some("n"));
+            assert_eq!(r.machine, None, "{raw}");
+            assert_eq!(r.session.as_deref(), Some(raw));
+            assert_eq!(
+                r.phrase(),
+                format!("the session ‘{raw}’ on ben@example.com's machine")
+            );
+            assert!(!r.open_apposition());
         }
         let pod = Requester::of("pod", "1f0e", None, Some("web"), None);
         assert_eq!(pod.phrase(), "a session on pod 1f0e (slot web)");
+        let pod = Requester::of("pod", "1f0e", Some(""), None, Some("build-3"));
+        assert_eq!(pod.phrase(), "the session ‘build-3’ on pod 1f0e");
     }
 }

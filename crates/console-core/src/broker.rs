@@ -12,6 +12,8 @@ use crate::clock::Time;
 use crate::error::Error;
 use crate::ids::Login;
 
+pub use countersign_common::requester::Requester;
+
 /// Where a session runs, as records and grants name it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnrollmentSummary {
@@ -45,6 +47,11 @@ pub struct Decided {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CredentialRecord {
     pub record_id: String,
+    /// The request it decides, by the id the requesting session was given (what `countersign
+    /// request`, `run` and MCP print); none for a machine login, or from a broker older than
+    /// issue 48.
+    #[serde(default)]
+    pub request_id: Option<String>,
     /// `agent_secret` or `launcher_credential`.
     pub kind: String,
     pub state: String,
@@ -73,12 +80,70 @@ impl CredentialRecord {
     pub fn is_machine_login(&self) -> bool {
         self.kind == "launcher_credential"
     }
+
+    /// The name people know it by: its request's id (what the agent was told), else (a machine
+    /// login, an older broker) its record id.
+    pub fn name(&self) -> &str {
+        self.request_id.as_deref().unwrap_or(&self.record_id)
+    }
+
+    /// Who asks, in people's words (its machine, its session's label); none for a machine
+    /// login.
+    pub fn requester(&self) -> Option<Requester> {
+        self.enrollment.as_ref().map(|e| {
+            e.requester(
+                self.session
+                    .request
+                    .as_deref()
+                    .or(self.session.enrollment.as_deref()),
+            )
+        })
+    }
+
+    /// Whether `q` names it: its request id or record id, whole (any case).
+    pub fn is_named(&self, q: &str) -> bool {
+        q.eq_ignore_ascii_case(&self.record_id)
+            || self
+                .request_id
+                .as_deref()
+                .is_some_and(|r| q.eq_ignore_ascii_case(r))
+    }
+}
+
+impl EnrollmentSummary {
+    /// The session enrolled here, in people's words, with the notification session it named.
+    pub fn requester(&self, session_id: Option<&str>) -> Requester {
+        Requester::of(
+            &self.kind,
+            &self.runtime_id,
+            self.operator.as_deref(),
+            self.slot.as_deref(),
+            session_id,
+        )
+    }
+
+    /// The raw ids, for a title on hover: `kind runtime_id (slot) · operator`.
+    pub fn raw(&self, session_id: Option<&str>) -> String {
+        let mut s = format!("{} {}", self.kind, self.runtime_id);
+        if let Some(slot) = self.slot.as_deref().filter(|s| !s.is_empty()) {
+            s.push_str(&format!(" slot {slot}"));
+        }
+        if let Some(o) = self.operator.as_deref().filter(|o| !o.is_empty()) {
+            s.push_str(&format!(" · operator {o}"));
+        }
+        if let Some(n) = session_id {
+            s.push_str(&format!(" · session id {n}"));
+        }
+        s
+    }
 }
 
 /// An undecided record in the broker's pending list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingItem {
     pub record_id: String,
+    #[serde(default)]
+    pub request_id: Option<String>,
     pub kind: String,
     #[serde(default)]
     pub identifiers: Vec<String>,

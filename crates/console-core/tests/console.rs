@@ -66,6 +66,7 @@ struct FakeBroker {
 fn record(id: &str, approver: &str, at: chrono::DateTime<Utc>) -> CredentialRecord {
     CredentialRecord {
         record_id: id.into(),
+        request_id: None,
         kind: "agent_secret".into(),
         state: "pending".into(),
         approver: approver.into(),
@@ -95,6 +96,7 @@ impl BrokerClient for FakeBroker {
             })
             .map(|r| PendingItem {
                 record_id: r.record_id.clone(),
+                request_id: r.request_id.clone(),
                 kind: r.kind.clone(),
                 identifiers: r.identifiers.clone(),
                 requested_at: r.requested_at,

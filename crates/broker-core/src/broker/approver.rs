@@ -120,6 +120,24 @@ impl Broker {
         })
     }
 
+    /// The record a person decides for request `id` (issue 48: the console names a request by
+    /// the id its session was given), as of now. NOT_FOUND when there is no such request or
+    /// policy decided it at once (no record).
+    pub async fn record_of_request(&self, id: RequestId) -> Result<Record, Error> {
+        let now = self.now();
+        read!(self, "read record of request", |tx| {
+            let missing =
+                || Error::with_message(ErrorCode::NOT_FOUND, "no such credential request");
+            let record = tx
+                .get_request(id)
+                .await?
+                .and_then(|r| r.record_id)
+                .ok_or_else(missing)?;
+            let rec = tx.get_record(&record).await?.ok_or_else(missing)?;
+            self.settle_record(tx, rec, now).await
+        })
+    }
+
     /// Approves a record as `approver`. A machine login needs its confirmation code typed again.
     /// Where policy asks for a passkey ([`crate::passkey`]), `countersignature` is the
     /// approver's assertion over the statement [`Broker::statement_for`] issued: its nonce is

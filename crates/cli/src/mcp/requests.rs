@@ -298,14 +298,15 @@ pub fn needs_passkey(req: &Req) -> bool {
     req.raw.get("countersign").and_then(Value::as_str) == Some("passkey")
 }
 
-/// The approval page of a pending request (`<console>/requests/<record>`), when the helper knows
-/// the console's URL.
+/// The approval page of a pending request (`<console>/requests/<request id>`: the console
+/// names a request by the id its session was given), when the helper knows the console's URL.
 pub fn approval_page(ctx: &Ctx, req: &Req) -> Option<String> {
-    let record = req.record_id.as_deref()?;
+    req.record_id.as_deref()?;
     let console = ctx.helper.status().ok()?.console_url?;
     Some(format!(
-        "{}/requests/{record}",
-        console.trim_end_matches('/')
+        "{}/requests/{}",
+        console.trim_end_matches('/'),
+        req.id
     ))
 }
 
@@ -313,10 +314,9 @@ pub fn approval_page(ctx: &Ctx, req: &Req) -> Option<String> {
 #[must_use]
 pub fn waiting_line(req: &Req) -> String {
     format!(
-        "waiting for approval of {} by {} (request {})",
-        req.record_id.as_deref().unwrap_or("?"),
+        "waiting for approval of request {} by {}",
+        req.id,
         approver_words(req.approver.as_deref()),
-        req.id
     )
 }
 

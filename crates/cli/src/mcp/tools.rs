@@ -4,7 +4,7 @@
 //! reaches one (`no_value` in each description says so to the model and its user). Requests the
 //! server waits on report progress (`notifications/progress`) when the client sent a progress
 //! token, and a wait that ends undecided answers a result that says what it waits for, so a
-//! client with a short tool timeout still learns the record id.
+//! client with a short tool timeout still learns the request id.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -51,10 +51,10 @@ const RUN_DESCRIPTION: &str = description!(
     "Run a shell command (/bin/sh -c) with secrets in its environment, without the model ever seeing them. ",
     "Requests the named secrets for this session (each value goes into the environment variable of its name); ",
     "a grant this session already holds for a name is reused. If the policy asks a person, reports progress ",
-    "\"waiting for approval of <record id>\" and waits up to `wait` seconds; still undecided, it answers ",
-    "state \"pending\" with the record id, the request id and the approval page's URL (approval_url; passkey is ",
+    "\"waiting for approval of request <request id>\" and waits up to `wait` seconds; still undecided, it answers ",
+    "state \"pending\" with the request id and the approval page's URL (approval_url; passkey is ",
     "true when the person approves with their passkey), without running the command: tell the user to open that ",
-    "page (or which record to approve in the approval console), then call run_with_secrets again with the same secrets (it waits ",
+    "page (or which request to approve in the approval console: it shows and finds the request by that id), then call run_with_secrets again with the same secrets (it waits ",
     "on the same request) or check request_status. Once granted, runs the command (standard input empty, stopped ",
     "after `timeout` seconds) and answers its exit code and its standard output and error, in which every ",
     "granted value and its base64, URL and JSON encodings are replaced by <concealed by countersign>; if a ",
@@ -62,7 +62,7 @@ const RUN_DESCRIPTION: &str = description!(
 );
 const STATUS_DESCRIPTION: &str = description!(
     "The state of a secret request of this session (pending, granted, denied, expired, cancelled), ",
-    "with its record id, approver, grant id and the secret names it asked for. "
+    "with its approver, grant id, record id and the secret names it asked for. "
 );
 const CANCEL_DESCRIPTION: &str = description!(
     "Cancel a pending secret request of this session (the person is no longer asked). "
@@ -582,7 +582,6 @@ fn ran_text(
 }
 
 fn pending_result(ctx: &Ctx, req: &Req, names: &[String]) -> CallToolResult {
-    let record = req.record_id.as_deref().unwrap_or("?");
     let passkey = requests::needs_passkey(req);
     let how = if passkey { " with their passkey" } else { "" };
     let place = match requests::approval_page(ctx, req) {
@@ -590,8 +589,9 @@ fn pending_result(ctx: &Ctx, req: &Req, names: &[String]) -> CallToolResult {
         None => "in the approval console".to_owned(),
     };
     let text = format!(
-        "{}. The command was not run. Tell the user to approve record {record}{how} {place}; then call run_with_secrets again with the same secrets (it waits on this request), or check request_status {}.",
+        "{}. The command was not run. Tell the user to approve request {}{how} {place}; then call run_with_secrets again with the same secrets (it waits on this request), or check request_status {}.",
         requests::waiting_line(req),
+        req.id,
         req.id
     );
     let mut facts = requests::facts(req, Some(names));
@@ -784,7 +784,7 @@ impl ServerHandler for Server {
                 env!("CARGO_PKG_VERSION"),
             ))
             .with_instructions(format!(
-                "Countersign: use secrets without seeing them. run_with_secrets runs a command with named secrets in its environment and answers its masked output; when a person must approve, it answers the record id to tell the user. Grants last until this server's session ends unless a lifetime is given.{console} {NO_VALUE}"
+                "Countersign: use secrets without seeing them. run_with_secrets runs a command with named secrets in its environment and answers its masked output; when a person must approve, it answers the request id to tell the user. Grants last until this server's session ends unless a lifetime is given.{console} {NO_VALUE}"
             ))
     }
 }

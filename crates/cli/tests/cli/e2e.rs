@@ -146,6 +146,53 @@ fn no_wait_pending_exits_75_and_withdraws_the_request() {
     assert_eq!(out.code(), Some(75), "{out:?}");
 }
 
+/// Issue 48: a waiting request has one name. `countersign request` prints the request id and
+/// no other id; the broker's console-token read answers that request's record by it, carrying
+/// it as `request_id` (what the console shows and searches).
+#[test]
+fn a_pending_request_is_named_by_its_request_id_alone() {
+    let (broker, helper, _) = logged_in();
+    let cli = cli_bin();
+    let script = format!(
+        r#""{}" request --secret {ADA_SECRET} --reason "one name" --no-wait; echo "request=$?""#,
+        cli.to_str().unwrap()
+    );
+    let out = helper.run(&["run", "--", "sh", "-c", &script]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(out.stdout.contains("request=75"), "{out:?}");
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("pending: request "))
+        .unwrap_or_else(|| panic!("no pending line: {out:?}"));
+    assert!(!line.contains("record"), "one name, not two: {line}");
+    let id = line
+        .trim_start_matches("pending: request ")
+        .split_whitespace()
+        .next()
+        .unwrap();
+    assert!(uuid_like(id), "{line}");
+    let (s, rec) = broker.console("GET", &format!("/v1/credential-requests/{id}"), None);
+    assert_eq!(s, 200, "{rec}");
+    assert_eq!(rec["request_id"], id, "{rec}");
+    assert_eq!(rec["reason"], "one name", "{rec}");
+    let record = rec["record_id"].as_str().unwrap();
+    let (s, by_record) = broker.console("GET", &format!("/v1/credential-requests/{record}"), None);
+    assert_eq!(s, 200, "{by_record}");
+    assert_eq!(by_record["request_id"], id, "{by_record}");
+    // No such request: NOT_FOUND, as for a record id.
+    let (s, v) = broker.console(
+        "GET",
+        "/v1/credential-requests/00000000-0000-4000-8000-000000000000",
+        None,
+    );
+    assert_eq!((s, v["code"].as_str()), (404, Some("NOT_FOUND")), "{v}");
+}
+
+fn uuid_like(s: &str) -> bool {
+    s.len() == 36 && s.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
 #[test]
 fn a_missing_command_exits_127_and_a_non_executable_one_126() {
     let (_broker, helper, _) = logged_in();

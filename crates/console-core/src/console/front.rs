@@ -1,6 +1,7 @@
 //! The broker front: the console asks the broker, naming the signed-in person.
 
 use super::*;
+use crate::work::{SearchKind, SearchPage, SearchRow};
 
 impl Console {
     // ----- the broker front -----
@@ -71,6 +72,7 @@ impl Console {
     ) -> Result<Approval, Error> {
         let code = code.map(str::trim).filter(|c| !c.is_empty());
         let broker = self.broker()?;
+        let id = &self.record_id_of(id).await?;
         let a = match countersignature {
             Some(c) => {
                 broker
@@ -86,7 +88,18 @@ impl Console {
 
     /// The statement the person countersigns to approve `id`, with a fresh nonce.
     pub async fn statement(&self, human: &Human, id: &str) -> Result<ApprovalStatement, Error> {
-        self.broker()?.statement(id, &human.login).await
+        let id = self.record_id_of(id).await?;
+        self.broker()?.statement(&id, &human.login).await
+    }
+
+    /// The record id of `id`: a request id (what its agent was given, issue 48) is the record
+    /// of that request, asked of the broker; anything else is taken as a record id.
+    async fn record_id_of(&self, id: &str) -> Result<String, Error> {
+        if id.len() == 36 && uuid::Uuid::try_parse(id).is_ok() {
+            Ok(self.broker()?.record(id).await?.record_id)
+        } else {
+            Ok(id.to_owned())
+        }
     }
 
     /// The person's passkeys.
@@ -128,6 +141,7 @@ impl Console {
     /// Denies as the person.
     pub async fn deny(&self, human: &Human, id: &str, code: Option<&str>) -> Result<String, Error> {
         let code = code.map(str::trim).filter(|c| !c.is_empty());
+        let id = &self.record_id_of(id).await?;
         let s = self.broker()?.deny(id, &human.login, code).await?;
         tracing::info!(approver = %human.login, record_id = id, "denied");
         self.remember_decision(human, id, "denied").await;
@@ -181,5 +195,91 @@ impl Console {
             .await?;
         tracing::info!(approver = %human.login, credential_id = id, "machine login revoked");
         Ok(s)
+    }
+}
+
+/// The shortest prefix of a request's (or record's) id that search looks up.
+const REQUEST_PREFIX_MIN: usize = 8;
+
+impl Console {
+    /// Issue 48: the credential request `q` names, as a search row, so that search finds a
+    /// request by the id its agent printed. `q` is a request id (a UUID, what `countersign
+    /// request`, `run` and MCP print) or a record id (64 hex digits), whole, which the broker
+    /// is asked for; or a prefix of at least 8 characters of one of them, matched (when it
+    /// names exactly one) among the pending requests this console's inboxes have shown. Any
+    /// other `q`, no broker, or a broker that does not know it: none.
+    pub async fn request_named(&self, q: &str) -> Option<SearchRow> {
+        let q = q.trim().to_ascii_lowercase();
+        let broker = self.parts.broker.as_ref()?;
+        let whole = (q.len() == 36 && uuid::Uuid::try_parse(&q).is_ok())
+            || (q.len() == 64 && q.bytes().all(|b| b.is_ascii_hexdigit()));
+        let id = if whole {
+            q
+        } else if q.len() >= REQUEST_PREFIX_MIN
+            && q.len() < 64
+            && q.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+        {
+            let cache = self.records.lock().unwrap_or_else(|e| e.into_inner());
+            let mut found = cache.values().filter(|r| {
+                r.record_id.starts_with(&q)
+                    || r.request_id.as_deref().is_some_and(|n| n.starts_with(&q))
+            });
+            match (found.next(), found.next()) {
+                (Some(one), None) => one.record_id.clone(),
+                _ => return None,
+            }
+        } else {
+            return None;
+        };
+        let rec = broker.record(&id).await.ok()?;
+        Some(request_row(&rec))
+    }
+
+    /// A page of search results that is the one request `row` ([`Console::request_named`]).
+    pub fn request_search_page(row: SearchRow, limit: u32, offset: u32) -> SearchPage {
+        SearchPage {
+            rows: if offset == 0 { vec![row] } else { Vec::new() },
+            total: 1,
+            more: false,
+            reachable: 1,
+            limit,
+            offset,
+        }
+    }
+}
+
+/// A credential request as a search row: its secrets (or the machine logging in), its state,
+/// who asks and why, linked to its page by the name its agent was given.
+fn request_row(rec: &CredentialRecord) -> SearchRow {
+    let name = rec.name().to_owned();
+    let title = if rec.is_machine_login() {
+        format!(
+            "Machine login for {}",
+            rec.identifiers.first().map(String::as_str).unwrap_or("?")
+        )
+    } else {
+        rec.identifiers.join(", ")
+    };
+    let mut snippet = rec.state.clone();
+    if let Some(who) = rec.requester() {
+        snippet.push_str(&format!(" · asked by {}", who.phrase()));
+    }
+    if !rec.reason.is_empty() {
+        snippet.push_str(&format!(" · “{}”", rec.reason));
+    }
+    SearchRow {
+        kind: SearchKind::Request,
+        reference: crate::console::work::console_ref(SearchKind::Request, &name),
+        page: format!("/requests/{name}"),
+        id: name,
+        title,
+        snippet,
+        project: None,
+        at: rec.requested_at,
+        issue: None,
+        artifact: None,
+        title_marks: Vec::new(),
+        snippet_marks: Vec::new(),
+        broadcast: None,
     }
 }

@@ -249,9 +249,9 @@ pub async fn request_page(
             } else {
                 match st.console.inbox(h).await {
                     Ok(Some(list)) => list
-                        .into_iter()
-                        .map(|r| r.record_id)
-                        .find(|r| *r != rec.record_id),
+                        .iter()
+                        .find(|r| r.record_id != rec.record_id)
+                        .map(|r| r.name().to_owned()),
                     _ => None,
                 }
             };

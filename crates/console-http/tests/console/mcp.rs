@@ -480,12 +480,14 @@ async fn mcp_tools_mask_values_wait_for_a_person_and_end_with_the_server() -> an
         })
         .await?;
     let message = progress["progress"]["message"].as_str().unwrap_or_default();
+    // One name (issue 48): the request id the session was given, which the console takes.
     let record = message
-        .trim_start_matches("waiting for approval of ")
+        .trim_start_matches("waiting for approval of request ")
         .split_whitespace()
         .next()
-        .context("record id")?
+        .context("request id")?
         .to_owned();
+    assert_eq!(record.len(), 36, "{message}");
     assert!(message.contains(DEV_PERSON), "{message}");
     let facts = s
         .person
@@ -539,9 +541,10 @@ async fn mcp_tools_mask_values_wait_for_a_person_and_end_with_the_server() -> an
         .context("request")?
         .to_owned();
     assert!(
-        text_of(&pending).contains(&format!("waiting for approval of {record}")),
+        text_of(&pending).contains(&format!("waiting for approval of request {request}")),
         "{pending}"
     );
+    assert!(!text_of(&pending).contains(record), "one name: {pending}");
     let status = c
         .call("request_status", json!({ "request_id": request }))
         .await?;
@@ -566,10 +569,10 @@ async fn mcp_tools_mask_values_wait_for_a_person_and_end_with_the_server() -> an
         .await?;
     assert_eq!(passkey["structured"]["state"], "pending", "{passkey}");
     assert_eq!(passkey["structured"]["passkey"], true, "{passkey}");
-    let record = passkey["structured"]["record_id"]
+    let request = passkey["structured"]["request_id"]
         .as_str()
-        .context("record")?;
-    let page = format!("{}/requests/{record}", s.dev.console_url);
+        .context("request")?;
+    let page = format!("{}/requests/{request}", s.dev.console_url);
     assert_eq!(
         passkey["structured"]["approval_url"],
         page.as_str(),
@@ -577,7 +580,7 @@ async fn mcp_tools_mask_values_wait_for_a_person_and_end_with_the_server() -> an
     );
     assert!(
         text_of(&passkey).contains(&format!(
-            "approve record {record} with their passkey at {page}"
+            "approve request {request} with their passkey at {page}"
         )),
         "{passkey}"
     );
@@ -795,10 +798,10 @@ async fn mcp_offers_the_passkey_approval_page_by_url_elicitation() -> anyhow::Re
         c.all()
     );
     assert_eq!(result["structured"]["state"], "pending", "{result}");
-    let record = result["structured"]["record_id"]
+    let request = result["structured"]["request_id"]
         .as_str()
-        .context("record")?;
-    let page = format!("{}/requests/{record}", s.dev.console_url);
+        .context("request")?;
+    let page = format!("{}/requests/{request}", s.dev.console_url);
     assert_eq!(result["structured"]["approval_url"], page.as_str());
     assert_eq!(offer["mode"], "url", "{offer}");
     assert_eq!(offer["url"], page.as_str(), "{offer}");
@@ -809,7 +812,7 @@ async fn mcp_offers_the_passkey_approval_page_by_url_elicitation() -> anyhow::Re
     assert!(
         offer["message"]
             .as_str()
-            .is_some_and(|m| m.contains(record) && m.contains("passkey")),
+            .is_some_and(|m| m.contains(request) && m.contains("passkey")),
         "{offer}"
     );
 

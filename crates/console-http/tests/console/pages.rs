@@ -119,26 +119,27 @@ async fn approval_pages_as_a_new_user_tries_them() -> anyhow::Result<()> {
     // Agents on it ask for her secret; one reason carries markup, shown as text.
     let session = desk.enroll(&broker, "rt-1").await?;
     let nasty = "<b>ship</b> & \"deploy\"";
-    let first = record_of(
-        &session
-            .request(&broker, &[ADA_SECRET], nasty, Some(3600))
-            .await?,
-    )?;
+    let first_asked = session
+        .request(&broker, &[ADA_SECRET], nasty, Some(3600))
+        .await?;
+    let first = record_of(&first_asked)?;
+    let first_request = first_asked["request_id"].as_str().unwrap_or_default();
     // (A second session: one session has one pending request per secret.)
     let other = desk.enroll(&broker, "rt-1b").await?;
-    let second = record_of(
-        &other
-            .request(&broker, &[ADA_SECRET], "rotate the keys", Some(600))
-            .await?,
-    )?;
+    let second_asked = other
+        .request(&broker, &[ADA_SECRET], "rotate the keys", Some(600))
+        .await?;
+    let second = record_of(&second_asked)?;
+    let second_request = second_asked["request_id"].as_str().unwrap_or_default();
 
     // She opens the first request and approves it: the page shows its new state, that she
     // decided it and when, and offers the next pending request.
     ada.goto(&url(&format!("/requests/{first}"))).await?;
     ada.wait_text("h1", "Secret request", 10).await?;
     ada.wait_text("dl.facts", nasty, 5).await?;
-    // The request's id, as the CLI and MCP print it.
-    ada.wait_text("#request-id", &first, 5).await?;
+    // The request's id, as the CLI and MCP print it (issue 48), and its record's.
+    ada.wait_text("#request-id", first_request, 5).await?;
+    ada.wait_text("#record-id", &first, 5).await?;
     assert_eq!(
         ada.execute("return document.querySelectorAll('dl.facts b').length")
             .await?,
@@ -157,7 +158,10 @@ async fn approval_pages_as_a_new_user_tries_them() -> anyhow::Result<()> {
         "a decided request still offers approve"
     );
     let next = ada.attribute("#next-request", "href").await?;
-    assert!(next.ends_with(&format!("/requests/{second}")), "{next}");
+    assert!(
+        next.ends_with(&format!("/requests/{second_request}")),
+        "{next}"
+    );
     assert!(times_in_one_format(&ada).await? >= 2);
     ada.screenshot(&shots().join("request-decided.png")).await?;
 
