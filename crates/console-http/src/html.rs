@@ -192,29 +192,31 @@ fn who_decides(rec: &CredentialRecord, me: &Login) -> String {
     }
 }
 
-/// Where a request comes from, in words.
-pub fn session_text(rec: &CredentialRecord) -> String {
+/// Where a request comes from, in words: its session's label and its machine's name (issue
+/// 48), with the raw ids for a title on hover.
+pub fn session_text(rec: &CredentialRecord) -> Requester {
+    let stated = rec
+        .session
+        .request
+        .as_deref()
+        .or(rec.session.enrollment.as_deref());
     match &rec.enrollment {
-        Some(e) => {
-            let mut s = format!("{} {}", e.kind, e.runtime_id);
-            if let Some(slot) = &e.slot {
-                s.push_str(&format!(" (slot {slot})"));
-            }
-            if let Some(o) = e.operator.as_deref().filter(|o| !o.is_empty()) {
-                s.push_str(&format!(" on {o}'s machine"));
-            }
-            if let Some(n) = rec
-                .session
-                .request
-                .as_ref()
-                .or(rec.session.enrollment.as_ref())
-            {
-                s.push_str(&format!(" · session {n}"));
-            }
-            s
-        }
-        None => "a machine logging in".into(),
+        Some(e) => Requester {
+            text: e.requester(stated).phrase(),
+            raw: e.raw(stated),
+        },
+        None => Requester {
+            text: "a machine logging in".into(),
+            raw: String::new(),
+        },
     }
+}
+
+/// A requester as a page shows it: in words, the raw ids on hover.
+#[derive(Debug, Clone, Default)]
+pub struct Requester {
+    pub text: String,
+    pub raw: String,
 }
 
 fn lifetime_text(rec: &CredentialRecord) -> String {
@@ -249,12 +251,15 @@ fn kind_of(rec: &CredentialRecord) -> &'static str {
 /// One pending request in the inbox.
 #[derive(Debug, Clone)]
 pub struct RequestRow {
+    /// The record id, which the decision routes take.
     pub id: String,
+    /// The name people know it by: the request id its session was given.
+    pub name: String,
     pub machine: bool,
     pub kind: &'static str,
     pub title: String,
     pub reason: String,
-    pub by: String,
+    pub by: Requester,
     pub lifetime: String,
     pub requested: When,
     pub left: TimeLeft,
@@ -280,6 +285,7 @@ impl InboxRows {
             .iter()
             .map(|rec| RequestRow {
                 id: rec.record_id.clone(),
+                name: rec.name().to_owned(),
                 machine: rec.is_machine_login(),
                 kind: kind_of(rec),
                 title: title_of(rec),
@@ -313,7 +319,13 @@ pub struct Outcome {
 
 #[derive(Debug, Clone)]
 pub struct RequestView {
+    /// The record id, which the decision routes take.
     pub id: String,
+    /// The name people know it by: the request id its session was given (a machine login:
+    /// its record id).
+    pub name: String,
+    /// Who asks (none for a machine login).
+    pub requester: Option<Requester>,
     pub heading: &'static str,
     pub machine: bool,
     pub pending: bool,
@@ -355,7 +367,6 @@ impl RequestView {
             }
         } else {
             facts.push(("Secrets", rec.identifiers.join(", ")));
-            facts.push(("Requested by", session_text(rec)));
             facts.push(("Lifetime asked", lifetime_text(rec)));
         }
         facts.push(("Reason", rec.reason.clone()));
@@ -390,6 +401,8 @@ impl RequestView {
         });
         Self {
             id: rec.record_id.clone(),
+            name: rec.name().to_owned(),
+            requester: (!rec.is_machine_login()).then(|| session_text(rec)),
             heading: kind_of(rec),
             machine: rec.is_machine_login(),
             pending,
@@ -425,7 +438,9 @@ pub struct MachineApprovePage<'a> {
 pub struct GrantRow {
     pub id: String,
     pub names: String,
+    /// The session in words (its label, its machine); `session_raw` its ids, on hover.
     pub session: String,
+    pub session_raw: String,
     pub granted: String,
     pub created: When,
     pub expires: Option<TimeLeft>,
@@ -434,10 +449,7 @@ pub struct GrantRow {
 impl GrantRow {
     pub fn of(g: &GrantItem, now: &Time) -> Self {
         let e = &g.enrollment;
-        let mut session = format!("{} {}", e.kind, e.runtime_id);
-        if let Some(o) = e.operator.as_deref().filter(|o| !o.is_empty()) {
-            session.push_str(&format!(" on {o}'s machine"));
-        }
+        let session = e.requester(None).phrase();
         let granted = match (&g.granted[..], &g.approver) {
             ("approval", Some(a)) => format!("approved by {a}"),
             ("automatic", _) => "by policy".to_owned(),
@@ -447,6 +459,7 @@ impl GrantRow {
             id: g.grant_id.clone(),
             names: g.names.join(", "),
             session,
+            session_raw: e.raw(None),
             granted,
             created: when(&g.created_at),
             expires: g.expires_at.as_ref().map(|t| time_left(t, now)),
@@ -758,6 +771,7 @@ mod tests {
     fn record(machine: bool) -> CredentialRecord {
         CredentialRecord {
             record_id: format!("rec-{NASTY}"),
+            request_id: Some(format!("req-{NASTY}")),
             kind: if machine {
                 "launcher_credential"
             } else {
