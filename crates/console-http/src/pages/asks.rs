@@ -578,12 +578,20 @@ pub struct MineRow {
     pub current: bool,
 }
 
-/// A credential decision, for people.
+/// A credential decision, for people (issue 48): what was decided (the secrets, or the
+/// machine logging in), for whom, the decision and when, linked to the request's page by the
+/// name the agent was given.
 #[derive(Debug)]
 pub struct DecisionLine {
+    /// The request's name: its request id (a machine login, or a record the broker no longer
+    /// has: its record id).
     pub id: String,
     pub event: String,
     pub at: When,
+    /// The secrets (or the machine login); the record id when the broker no longer has it.
+    pub what: String,
+    /// Who asked, in words with the raw ids on hover; none for a machine login.
+    pub requester: Option<html::Requester>,
 }
 
 #[derive(Debug, Template)]
@@ -638,12 +646,30 @@ pub async fn answers_page(
     if offset == 0
         && let Ok(d) = st.console.decisions(h, 20).await
     {
+        // Each record's facts as the broker has them now (one read each, as the history
+        // page reads them).
+        let mut records = Vec::with_capacity(d.len());
+        for one in &d {
+            records.push(st.console.record(h, &one.record_id).await);
+        }
         view.decisions = d
             .into_iter()
-            .map(|d| DecisionLine {
-                id: d.record_id,
-                event: d.event,
-                at: html::when(&d.at),
+            .zip(records)
+            .map(|(d, rec)| match rec {
+                Ok(rec) => DecisionLine {
+                    id: rec.name().to_owned(),
+                    event: d.event,
+                    at: html::when(&d.at),
+                    what: html::title_of(&rec),
+                    requester: (!rec.is_machine_login()).then(|| html::session_text(&rec)),
+                },
+                Err(_) => DecisionLine {
+                    what: d.record_id.clone(),
+                    id: d.record_id,
+                    event: d.event,
+                    at: html::when(&d.at),
+                    requester: None,
+                },
             })
             .collect();
     }

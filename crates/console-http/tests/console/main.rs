@@ -12,6 +12,7 @@ mod first_day;
 mod mcp;
 mod messages;
 mod notify;
+mod one_name;
 mod ops;
 mod pages;
 mod passkeys;
