@@ -837,9 +837,11 @@ async fn timeline_page_with_two_facets_in_the_browser() -> anyhow::Result<()> {
         b.source().await.contains("<rect"),
         "the daily chart is drawn"
     );
-    b.click("fieldset[data-facet=session] input[value=s-alpha]")
+    b.click("details[data-facet=session] > summary").await?;
+    b.click("details[data-facet=session] input[value=s-alpha]")
         .await?;
-    b.click("fieldset[data-facet=priority] input[value=P1]")
+    b.click("details[data-facet=priority] > summary").await?;
+    b.click("details[data-facet=priority] input[value=P1]")
         .await?;
     b.click("#apply").await?;
     b.wait_for("#merges[data-count='3']", 10).await?;
@@ -863,6 +865,417 @@ async fn timeline_page_with_two_facets_in_the_browser() -> anyhow::Result<()> {
         b.execute("return window.notReloaded === true").await?,
         json!(true),
         "the page was reloaded"
+    );
+    b.quit().await;
+    rig.standin.assert_no_misses();
+    rig.console.stop().await;
+    Ok(())
+}
+
+/// Without delivery settings, the Delivery link and the pipeline's answer 200 with a page in
+/// the layout that says what to configure and links where: on a console with no code host,
+/// the `[code_hosting]` table to add; with one, that step is done.
+#[tokio::test]
+async fn delivery_without_settings_says_how_to_set_it_up() -> anyhow::Result<()> {
+    let plain = console_on(None).await?;
+    let ada = Who::person(&plain, ADA).await?;
+    for path in ["/delivery", "/delivery/pipeline"] {
+        let r = ada.get(path).await?;
+        assert_eq!(r.status, 200, "{path}: {}", r.text);
+        for needle in [
+            "<nav aria-label=\"Main\"",
+            "<main id=\"main\">",
+            "Delivery is not set up yet",
+            "[code_hosting]",
+            "token_file",
+            "href=\"/settings#delivery\"",
+            "href=\"/settings#repositories\"",
+            "/assets/delivery.css",
+        ] {
+            assert!(r.text.contains(needle), "{path} lacks {needle}: {}", r.text);
+        }
+        assert!(!r.text.contains("404"), "{path}: {}", r.text);
+    }
+    let css = ada.get("/assets/delivery.css").await?;
+    assert_eq!(css.status, 200);
+    assert!(css.text.contains("svg.chart"), "{}", css.text);
+    plain.stop().await;
+
+    // With a code host, the first step is done; the API still refuses as the spec says.
+    let rig = rig(None).await?;
+    let ada = Who::person(&rig.console, ADA).await?;
+    let r = ada.get("/delivery").await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(
+        r.text.contains("Delivery is not set up yet")
+            && r.text.contains("id=\"step-code-host\" class=\"done\"")
+            && !r.text.contains("token_file"),
+        "{}",
+        r.text
+    );
+    refused(
+        &ada.get("/api/v1/delivery/timeline").await?,
+        404,
+        "DELIVERY_NOT_CONFIGURED",
+    );
+    rig.standin.assert_no_misses();
+    rig.console.stop().await;
+    Ok(())
+}
+
+/// The page's width against the viewport's, and the widest elements when it is wider.
+const FITS: &str = "const vw = window.innerWidth, sw = document.documentElement.scrollWidth;
+const wide = sw <= vw ? [] : Array.from(document.querySelectorAll('body *'))
+  .filter(e => e.getBoundingClientRect().right > vw + 1)
+  .slice(0, 5).map(e => e.tagName + '#' + e.id + '.' + (typeof e.className === 'string' ? e.className : ''));
+return [vw, sw, wide];";
+
+async fn fits(b: &crate::common::webdriver::Browser, what: &str) -> anyhow::Result<()> {
+    let v = b.execute(FITS).await?;
+    let (vw, sw) = (
+        v[0].as_i64().unwrap_or(0),
+        v[1].as_i64().unwrap_or(i64::MAX),
+    );
+    anyhow::ensure!(
+        sw <= vw,
+        "{what}: {sw} px wide in a {vw} px viewport: {}",
+        v[2]
+    );
+    Ok(())
+}
+
+/// axe-core's serious and critical violations on the page shown (none checked, and `None`,
+/// where axe-core is not installed, unless `COUNTERSIGN_REQUIRE_BROWSER=1`).
+async fn axe_violations(b: &crate::common::webdriver::Browser) -> anyhow::Result<Option<Value>> {
+    let path = std::env::var("COUNTERSIGN_AXE_JS").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/axe/node_modules/axe-core/axe.min.js"
+        )
+        .to_owned()
+    });
+    let Ok(src) = std::fs::read_to_string(&path) else {
+        assert!(
+            std::env::var("COUNTERSIGN_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "axe-core is not at {path}"
+        );
+        return Ok(None);
+    };
+    if b.execute("return typeof window.axe === 'object'").await? != json!(true) {
+        b.execute(&format!("{src}\n;return 1;")).await?;
+    }
+    b.execute(
+        "window.__axe = null; axe.run(document, { resultTypes: ['violations'] })
+           .then(r => { window.__axe = r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')
+             .map(v => [v.id, v.help, v.nodes.slice(0, 3).map(n => n.target.join(' '))]); })
+           .catch(e => { window.__axe = [['axe-error', String(e)]]; }); return 1;",
+    )
+    .await?;
+    eventually(30, || async {
+        let v = b.execute("return window.__axe").await?;
+        Ok((!v.is_null()).then_some(Some(v)))
+    })
+    .await
+}
+
+/// No serious or critical axe-core violation on the page shown.
+async fn accessible(b: &crate::common::webdriver::Browser, what: &str) -> anyhow::Result<()> {
+    if let Some(v) = axe_violations(b).await? {
+        anyhow::ensure!(v == json!([]), "{what}: {v}");
+    }
+    Ok(())
+}
+
+/// The delivery pages read in Chromium. The timeline's chart has a y axis of counts and an x
+/// axis of dates, and its legend's swatches are painted with the bars' own fills; facets read
+/// as people say them ("no session", "Agent or group") in one compact bar; a year's window is
+/// charted by week (at most 53 bars) and the page fits a 390 px phone and a 1400 px screen.
+/// The pipeline page shows each stage's success, median duration, last run and target, as the
+/// API has them, with plurals right, at both widths.
+#[tokio::test]
+async fn delivery_pages_read_in_the_browser() -> anyhow::Result<()> {
+    use crate::common::webdriver::{Driver, browser_or_skip};
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return Ok(());
+    };
+    let rig = rig(None).await?;
+    let ada = Who::person(&rig.console, ADA).await?;
+    let agent = Who::agent(&rig.console, SHARED_TOKEN);
+    shop_issues(&ada, &agent).await?;
+    let r = ada
+        .call(Method::PUT, "/api/v1/delivery/settings", Some(settings()))
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    synced(&ada).await?;
+
+    let profiles = tempfile::tempdir()?;
+    let driver = Driver::start(&chromedriver).await?;
+    let b = driver
+        .browser(&chromium, &profiles.path().join("ada"))
+        .await?;
+    b.goto(&format!("{}/delivery?{MONTH}", rig.console.url))
+        .await?;
+    b.wait_for("#email", 10).await?;
+    b.type_into("#email", ADA).await?;
+    b.click("form.local button[type=submit]").await?;
+    b.wait_text("h1", "Delivery", 10).await?;
+    b.set_viewport(1400, 900).await?;
+
+    // ----- the chart: axes with dates, a legend in the bars' colours -----
+    let axes = b
+        .execute(
+            "const t = s => Array.from(document.querySelectorAll(s)).map(e => e.textContent.trim());
+             return [t('#daily-chart .x-axis text'), t('#daily-chart .y-axis text'),
+                     document.querySelectorAll('#daily-chart .bars > g').length,
+                     document.querySelector('#daily-chart').getAttribute('aria-labelledby')];",
+        )
+        .await?;
+    let x: Vec<String> = serde_json::from_value(axes[0].clone())?;
+    let y: Vec<String> = serde_json::from_value(axes[1].clone())?;
+    // March 2..31: thirty bars, a date label every five days.
+    assert_eq!(axes[2], 30, "{axes}");
+    assert_eq!(x.first().map(String::as_str), Some("Mar 2"), "{x:?}");
+    assert!(x.len() >= 4 && x.contains(&"Mar 27".to_owned()), "{x:?}");
+    for l in &x {
+        let (month, day) = l.split_once(' ').unwrap_or_default();
+        assert!(
+            ["Mar", "Apr"].contains(&month) && day.parse::<u32>().is_ok_and(|d| d <= 31),
+            "not a date: {l}"
+        );
+    }
+    assert_eq!(y.first().map(String::as_str), Some("0"), "{y:?}");
+    assert!(y.len() >= 2, "{y:?}");
+    assert!(axes[3].as_str().is_some_and(|s| s.contains("chart-desc")));
+    let colours = b
+        .execute(
+            "const fill = e => getComputedStyle(e).fill;
+             return Array.from(document.querySelectorAll('#legend li[data-series]')).map(li => {
+               const k = li.getAttribute('data-series');
+               const bars = Array.from(document.querySelectorAll('#daily-chart rect[data-series=' + k + ']'));
+               return [k, fill(li.querySelector('rect')), Array.from(new Set(bars.map(fill))), bars.length,
+                       li.textContent.trim()];
+             });",
+        )
+        .await?;
+    let colours = colours.as_array().cloned().unwrap_or_default();
+    assert_eq!(colours.len(), 3, "{colours:?}");
+    let mut swatches = Vec::new();
+    for c in &colours {
+        assert_eq!(c[3], 30, "{c}");
+        assert_eq!(c[2], json!([c[1].clone()]), "legend and bars differ: {c}");
+        assert!(
+            c[1].as_str()
+                .is_some_and(|f| f.starts_with("rgb(") && f != "rgb(0, 0, 0)"),
+            "{c}"
+        );
+        swatches.push(c[1].clone());
+    }
+    swatches.dedup();
+    assert_eq!(swatches.len(), 3, "three colours: {colours:?}");
+    assert_eq!(colours[0][4], "merges");
+
+    // ----- facets as people say them, in one compact bar -----
+    let facets = b
+        .execute(
+            "const f = document.getElementById('facets');
+             const label = (facet, v) => { const i = f.querySelector('details[data-facet=' + facet + '] input[value=\"' + v + '\"]');
+               return i ? i.closest('label').textContent.replace(/\\s+/g, ' ').trim() : null; };
+             return [f.getBoundingClientRect().height, document.querySelector('main').textContent,
+                     Array.from(f.querySelectorAll('details.facet > summary')).map(s => s.textContent.trim()),
+                     label('session', '__no_session__'), label('component', '__no_component__'),
+                     label('rework', 'false')];",
+        )
+        .await?;
+    let summaries: Vec<String> = serde_json::from_value(facets[2].clone())?;
+    assert_eq!(
+        summaries,
+        [
+            "Repository",
+            "Agent or group",
+            "Session",
+            "Issue",
+            "Priority",
+            "Component",
+            "Author",
+            "Rework",
+            "Deploy status"
+        ]
+    );
+    let text = facets[1].as_str().unwrap_or_default();
+    for raw in ["__no_", "parent_agent", "not_tracked", "false"] {
+        assert!(!text.contains(raw), "the page shows {raw}");
+    }
+    for (i, want) in [(3, "no session"), (4, "no component"), (5, "not rework")] {
+        assert!(
+            facets[i].as_str().is_some_and(|l| l.starts_with(want)),
+            "{want}: {}",
+            facets[i]
+        );
+    }
+    assert!(
+        facets[0].as_f64().unwrap_or(f64::MAX) < 260.0,
+        "the filter bar is {} px tall",
+        facets[0]
+    );
+    fits(&b, "the month at 1400 px").await?;
+    accessible(&b, "the month").await?;
+    b.set_viewport(390, 844).await?;
+    fits(&b, "the month at 390 px").await?;
+
+    // ----- a year: by week, and it fits -----
+    b.goto(&format!(
+        "{}/delivery?from=2025-04-01&to=2026-04-01",
+        rig.console.url
+    ))
+    .await?;
+    b.wait_for("figure.chart-box[data-unit=week]", 10).await?;
+    let year = b
+        .execute(
+            "const c = document.getElementById('daily-chart');
+             return [document.querySelectorAll('#daily-chart .bars > g').length,
+                     c.getBoundingClientRect().width, window.innerWidth,
+                     Array.from(document.querySelectorAll('#daily-chart .x-axis text')).map(e => e.textContent)];",
+        )
+        .await?;
+    let bars = year[0].as_u64().unwrap_or(0);
+    assert!((52..=53).contains(&bars), "{year}");
+    assert!(
+        year[1].as_f64().unwrap_or(f64::MAX) <= year[2].as_f64().unwrap_or(0.0),
+        "{year}"
+    );
+    // The first week is cut by the window: it starts on the window's first day.
+    assert_eq!(year[3][0], "Apr 1, 2025", "{year}");
+    fits(&b, "a year at 390 px").await?;
+    b.screenshot(&crate::browser::shots().join("delivery-year-phone.png"))
+        .await?;
+    b.set_viewport(1400, 900).await?;
+    fits(&b, "a year at 1400 px").await?;
+    accessible(&b, "a year").await?;
+    b.screenshot(&crate::browser::shots().join("delivery-year-wide.png"))
+        .await?;
+
+    // ----- the pipeline: each stage as the API has it -----
+    let api = ada.get("/api/v1/delivery/pipeline?at=2026-03-31").await?;
+    assert_eq!(api.status, 200, "{}", api.text);
+    let stages = api.json["stages"].as_array().cloned().unwrap_or_default();
+    let keys: Vec<&str> = stages.iter().filter_map(|s| s["stage"].as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "pr_checks",
+            "staging_e2e",
+            "staging_deploy",
+            "production_deploy"
+        ]
+    );
+    b.goto(&format!(
+        "{}/delivery/pipeline?at=2026-03-31",
+        rig.console.url
+    ))
+    .await?;
+    b.wait_for("#stages", 10).await?;
+    for width in [1400, 390] {
+        b.set_viewport(width, 900).await?;
+        fits(&b, &format!("the pipeline at {width} px")).await?;
+    }
+    b.screenshot(&crate::browser::shots().join("delivery-pipeline-phone.png"))
+        .await?;
+    accessible(&b, "the pipeline").await?;
+    for s in &stages {
+        let key = s["stage"].as_str().unwrap_or_default();
+        let card = b
+            .execute(&format!(
+                "const c = document.querySelector('li.stage[data-stage={key}]');
+                 const t = s => {{ const e = c.querySelector(s); return e ? e.textContent.trim() : null; }};
+                 const time = c.querySelector('.last time');
+                 return [t('.success'), t('.median'), t('.last'), t('.target'), time ? time.getAttribute('datetime') : null];"
+            ))
+            .await?;
+        let runs = s["result"]["runs"].as_u64().unwrap_or(0);
+        let rate = s["result"]["success"].as_f64();
+        let success = card[0].as_str().unwrap_or_default();
+        match rate {
+            Some(r) => {
+                let noun = if runs == 1 { "run" } else { "runs" };
+                assert!(
+                    success.ends_with(&format!(" % of {runs} {noun}")),
+                    "{key}: {success}"
+                );
+                let shown: f64 = success
+                    .split(' ')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(f64::NAN);
+                assert!((shown - r * 100.0).abs() <= 0.5, "{key}: {success} for {r}");
+            }
+            None => assert_eq!(success, "no run", "{key}"),
+        }
+        let median = card[1].as_str().unwrap_or_default();
+        assert_eq!(
+            median == "—",
+            s["result"]["median_seconds"].is_null(),
+            "{key}: {median}"
+        );
+        let last = &s["last_run"];
+        if last.is_null() {
+            assert_eq!(card[2], "none in these days", "{key}");
+        } else {
+            let l = card[2].as_str().unwrap_or_default();
+            let result = if last["success"] == true {
+                "passed"
+            } else {
+                "failed"
+            };
+            assert!(
+                l.contains(result) && l.contains(&format!("run {}", last["run"])),
+                "{key}: {l} for {last}"
+            );
+            let instant = |v: &Value| {
+                chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or_default()).ok()
+            };
+            assert!(instant(&card[4]).is_some(), "{key}: {card}");
+            assert_eq!(instant(&card[4]), instant(&last["at"]), "{key}");
+        }
+        if key == "production_deploy" {
+            // The rig's target: production deploy runs succeed at least 95 % of the time.
+            let target = card[3].as_str().unwrap_or_default();
+            assert!(target.starts_with("at least 95 %"), "{target}");
+            let met = api.json["targets"]["deploy_run_success"]["met"].as_bool();
+            let word = if met == Some(true) { "met" } else { "missed" };
+            assert!(target.ends_with(word), "{target} ({met:?})");
+        }
+    }
+    // D9 ran on 03-26: its production job took five minutes.
+    let day = b
+        .execute("return document.querySelector('#days tr[data-day=\"2026-03-26\"]').textContent")
+        .await?;
+    assert!(day.as_str().is_some_and(|d| d.contains("5 min")), "{day}");
+    let lead = b
+        .execute("return document.getElementById('lead-times').textContent")
+        .await?;
+    assert!(
+        lead.as_str().is_some_and(|l| l.contains("at most 4 h")),
+        "{lead}"
+    );
+    // Plurals: every count agrees with its noun.
+    let counts = b
+        .execute(
+            "return Array.from(document.querySelector('main').textContent.matchAll(/\\b(\\d+) (runs?|PRs?|results?)\\b/g)).map(m => [m[1], m[2]]);",
+        )
+        .await?;
+    let counts = counts.as_array().cloned().unwrap_or_default();
+    assert!(counts.len() > 7, "{counts:?}");
+    for c in &counts {
+        let n = c[0].as_str().unwrap_or_default();
+        let noun = c[1].as_str().unwrap_or_default();
+        assert_eq!(n == "1", !noun.ends_with('s'), "{n} {noun}");
+    }
+    let text = b
+        .execute("return document.querySelector('main').textContent")
+        .await?;
+    assert!(
+        !text.as_str().unwrap_or_default().contains("checks at run"),
+        "{text}"
     );
     b.quit().await;
     rig.standin.assert_no_misses();

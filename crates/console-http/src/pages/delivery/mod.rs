@@ -705,13 +705,12 @@ fn pipeline_view<'a>(chrome: Chrome<'a>, p: PipelineAnswer) -> PipelinePage<'a> 
     let earlier = last
         .map(|b| format!("/delivery/pipeline?at={}", b - chrono::Duration::days(7)))
         .unwrap_or_else(|| "/delivery/pipeline".into());
-    let later = last.map(|b| format!("/delivery/pipeline?at={}", b + chrono::Duration::days(7)));
     PipelinePage {
         chrome,
         synced: synced(&p.freshness),
         span,
         earlier,
-        later,
+        later: None,
         stages,
         lead_times,
         day_heads,
@@ -749,9 +748,13 @@ pub async fn pipeline_page(
             let mut v = pipeline_view(chrome("Pipeline", h, "/delivery/pipeline"), p);
             // No later week than the one that ends today.
             let today = st.console.now().date_naive();
-            if at.is_none_or(|a| a >= today) {
-                v.later = None;
-            }
+            v.later = match at {
+                Some(a) if a < today => Some(format!(
+                    "/delivery/pipeline?at={}",
+                    (a + chrono::Duration::days(7)).min(today)
+                )),
+                _ => None,
+            };
             Ok(page(StatusCode::OK, &v))
         }
         Err(e) => not_configured_or(&st, h, e, "Pipeline", "/delivery/pipeline"),
