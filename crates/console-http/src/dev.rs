@@ -108,7 +108,7 @@ impl Dev {
             self.console_url
         ));
         line(format!(
-            "Next: open {} and sign in as {DEV_PERSON}; an agent's request for DEMO_OWNER or DEMO_SHARED appears in its inbox. (Console API: {}/api/v1; broker API: {}/v1/openapi.json)",
+            "Next: open {} and sign in as {DEV_PERSON}; an agent's request for DEMO_OWNER or DEMO_SHARED appears in its inbox (DEMO_PASSKEY: add a passkey on the Passkeys page first). (Console API: {}/api/v1; broker API: {}/v1/openapi.json)",
             self.console_url, self.console_url, self.broker_url
         ));
         out

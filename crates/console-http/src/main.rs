@@ -3,7 +3,8 @@
 //! - `countersign-console serve --config console.toml` runs from a configuration file (with
 //!   `COUNTERSIGN_CONSOLE_*` environment overrides).
 //! - `countersign-console dev` runs the broker and the console together on loopback, with the
-//!   broker's dev state under `.countersign-dev/` and dev mode's local sign-in.
+//!   broker's dev state under `.countersign-dev/` and dev mode's local sign-in, the console at
+//!   one printed URL, `http://localhost:PORT`, its notices kept in the dev mailbox.
 
 /// mimalloc: measured on the broker's hot paths, 14% less server CPU per write request than
 /// glibc's allocator (`docs/benchmarks.md`, `docs/decisions.md`).
@@ -50,11 +51,13 @@ enum Command {
         /// The broker's port on 127.0.0.1 (0 picks a free one).
         #[arg(long, default_value_t = 8080, env = "COUNTERSIGN_PORT")]
         broker_port: u16,
-        /// The console's port on 127.0.0.1 (0 picks a free one).
+        /// The console's port on loopback, printed as `http://localhost:PORT` (0 picks a free
+        /// one).
         #[arg(long, default_value_t = 8081, env = "COUNTERSIGN_CONSOLE_PORT")]
         console_port: u16,
         /// A TOML file with the console's optional tables (`[code_hosting]`,
-        /// `[delivery_targets]`, `[agents]`), as `serve`'s configuration writes them.
+        /// `[delivery_targets]`, `[agents]`, `[notifications]`), as `serve`'s configuration
+        /// writes them.
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
