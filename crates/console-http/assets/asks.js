@@ -8,6 +8,22 @@
   // console.js (loaded first, in the page's head) holds the API call.
   const api = window.countersign.api;
 
+  // "@" in a reply or comment box offers sessions and people (/assets/mentions.js).
+  if (!document.querySelector('script[src="/assets/mentions.js"]')) {
+    const m = document.createElement("script");
+    m.src = "/assets/mentions.js";
+    m.defer = true;
+    document.head.appendChild(m);
+  }
+
+  // The sessions a form's text mentions (picked after "@"), as the comments API takes them.
+  function mentionsOf(f) {
+    const field = f.querySelector("[name=mentions]");
+    const ids = field ? field.value.split(/[,\n]/).map(function (x) { return x.trim(); })
+      .filter(function (x) { return x; }) : [];
+    return ids.length ? ids : undefined;
+  }
+
   function flash(kind, text) {
     const el = document.getElementById("flash");
     if (!el) return;
@@ -135,11 +151,13 @@
           answer);
         flash("ok", "Answered.");
       } else if (f.hasAttribute("data-reply-ask")) {
-        await api("POST", f.getAttribute("data-comments"), { body: value, ask: f.getAttribute("data-reply-ask") });
+        await api("POST", f.getAttribute("data-comments"),
+          { body: value, ask: f.getAttribute("data-reply-ask"), mentions: mentionsOf(f) });
       } else if (f.hasAttribute("data-reply-comment")) {
-        await api("POST", f.getAttribute("data-comments"), { body: value, parent: f.getAttribute("data-reply-comment") });
+        await api("POST", f.getAttribute("data-comments"),
+          { body: value, parent: f.getAttribute("data-reply-comment"), mentions: mentionsOf(f) });
       } else {
-        const body = { body: value };
+        const body = { body: value, mentions: mentionsOf(f) };
         const quote = f.querySelector("input[name=quote]");
         const replacement = f.querySelector("input[name=replacement]");
         const block = f.querySelector("input[name=block]");

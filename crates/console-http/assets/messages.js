@@ -11,6 +11,14 @@
   const note = window.countersign.show;
   const failed = window.countersign.fail;
 
+  // "@" in the send box offers sessions and people by name (/assets/mentions.js).
+  if (!document.querySelector('script[src="/assets/mentions.js"]')) {
+    const m = document.createElement("script");
+    m.src = "/assets/mentions.js";
+    m.defer = true;
+    document.head.appendChild(m);
+  }
+
   function envelope(ev) {
     try { return JSON.parse(ev.data); } catch (e) { return null; }
   }

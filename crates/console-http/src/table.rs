@@ -281,6 +281,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/answers", HumanOnly, Page, [], "the person's own answers and replies on asks, and the credential requests they decided", pages::asks::answers_page),
     route!(GET "/assets/asks.js", Anyone, Page, [], "the asks pages' script", pages::asks::script),
     route!(GET "/assets/asks.css", Anyone, Page, [], "the asks pages' style sheet", pages::asks::style),
+    route!(GET "/assets/mentions.js", Anyone, Page, [], "\"@\" in a comment or message box: live sessions and people offered by name", pages::asks::mentions_script),
     // ----- pages: conversations, relay, broadcasts (issue 14) -----
     route!(GET "/sessions", HumanOnly, Page, [], "the live sessions, each with its conversation and relay", pages::messages::sessions_page),
     route!(GET "/sessions/{session_id}", HumanOnly, Page, [], "a conversation with a session: its messages and replies, unread marks, a send box with the mode", pages::messages::conversation_page),

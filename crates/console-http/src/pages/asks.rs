@@ -21,6 +21,7 @@ use crate::html::{self, Chrome, InboxRows, Notice, When, actor_text, notice};
 
 const SCRIPT: &str = include_str!("../../assets/asks.js");
 const STYLE: &str = include_str!("../../assets/asks.css");
+const MENTIONS: &str = include_str!("../../assets/mentions.js");
 
 /// Selected options' labels and the text, as one line.
 fn answer_text(options: &[String], text: Option<&str>, all: &[AskOption]) -> String {
@@ -171,7 +172,7 @@ fn waits_text(
     };
     let whose = match w.turn {
         Turn::Human => "A person's turn to answer".to_owned(),
-        Turn::Agent => format!("{asker}'s turn: it has the answer and has not followed up"),
+        Turn::Agent => format!("{asker}'s turn: a person asked back and it has not replied"),
     };
     let why = match (&w.inbox, on_issue) {
         (Some(l), _) if l == me => "in your inbox because the issue is assigned to you".to_owned(),
@@ -562,6 +563,11 @@ pub async fn script() -> Response {
 
 pub async fn style() -> Response {
     super::style_asset(STYLE)
+}
+
+/// `GET /assets/mentions.js`: "@" in a comment or message box offers sessions and people.
+pub async fn mentions_script() -> Response {
+    super::script_asset(MENTIONS)
 }
 
 /// One of the person's answers or replies, for people.

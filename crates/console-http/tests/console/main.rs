@@ -7,6 +7,7 @@ mod browser;
 mod common;
 mod delivery;
 mod dev;
+mod discover;
 mod documents;
 mod first_day;
 mod mcp;

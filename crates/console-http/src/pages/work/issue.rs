@@ -523,7 +523,8 @@ fn waits_text(a: &AskView, whose: &Whose<'_>) -> String {
     match w.turn {
         Turn::Human => format!("Waits for an answer in {inbox}."),
         Turn::Agent => format!(
-            "Answered: waits on {} to follow up; shown under \"Waiting on agents\" in {inbox}.",
+            "A person asked back: waits on {} to reply; shown under \"Waiting on agents\" in \
+             {inbox}.",
             actor_text(&a.author)
         ),
     }
