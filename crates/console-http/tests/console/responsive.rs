@@ -72,7 +72,7 @@ fn wide_markdown(title: &str) -> String {
         "# {title}\n\nA paragraph that names an id with no space in it: \
          sess_{id} and a link https://example.com/{path}.\n\n\
          ```rust\n{code}\n```\n\n\
-         | {head} |\n|{sep}|\n| {cells} |\n\n- [ ] a task to do\n- [x] a task done\n",
+         | {head} |\n|{sep}\n| {cells} |\n\n- [ ] a task to do\n- [x] a task done\n",
         id = "0123456789abcdef".repeat(5),
         path = "a/really/long/path/that/keeps/going/".repeat(5),
         head = head.join(" | "),
@@ -588,6 +588,13 @@ async fn details(
                 "{at}: the long code line does not scroll in its box: {pre}"
             ));
         }
+        let cells = b
+            .execute("return document.querySelectorAll('main table td').length")
+            .await?;
+        anyhow::ensure!(
+            cells.as_u64().unwrap_or(0) >= 10,
+            "{at}: the document's wide table is not rendered ({cells} cells)"
+        );
     }
     Ok(())
 }
