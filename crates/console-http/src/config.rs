@@ -77,8 +77,11 @@ pub struct DevHooks {
     pub also_origin: Option<String>,
     /// A fresh enrollment code for the first passkey of the person named (dev mode holds the
     /// broker's seal key): the Passkeys page's button shows one.
-    pub enroll_code: std::sync::Arc<dyn Fn(&str) -> anyhow::Result<String> + Send + Sync>,
+    pub enroll_code: EnrollCodes,
 }
+
+/// Makes a fresh enrollment code for the person named ([`DevHooks::enroll_code`]).
+pub type EnrollCodes = std::sync::Arc<dyn Fn(&str) -> anyhow::Result<String> + Send + Sync>;
 
 impl std::fmt::Debug for DevHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
