@@ -1277,6 +1277,19 @@ async fn delivery_pages_read_in_the_browser() -> anyhow::Result<()> {
         !text.as_str().unwrap_or_default().contains("checks at run"),
         "{text}"
     );
+    // The settings page, with its mapping and source tables, fits a phone too.
+    let r = ada
+        .call(
+            Method::PUT,
+            "/api/v1/settings/repo-projects/acme/a-repository-with-a-rather-long-name",
+            Some(json!({"project": "SHOP", "default": true})),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    b.goto(&format!("{}/settings", rig.console.url)).await?;
+    b.wait_for("#mapping-list table", 10).await?;
+    fits(&b, "the settings at 390 px").await?;
+    accessible(&b, "the settings").await?;
     b.quit().await;
     rig.standin.assert_no_misses();
     rig.console.stop().await;
