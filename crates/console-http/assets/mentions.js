@@ -86,7 +86,8 @@
     style(list, { listStyle: "none", margin: ".2rem 0 0", padding: ".2rem 0", border: "1px solid #c9d1e0",
       borderRadius: "8px", background: "#fff", boxShadow: "0 4px 14px rgba(20,30,60,.12)",
       maxHeight: "14rem", overflowY: "auto", maxWidth: "28rem" });
-    box.insertAdjacentElement("afterend", list);
+    // After the box's label when the label wraps it (a list is no label content).
+    (box.closest("label") || box).insertAdjacentElement("afterend", list);
     box.setAttribute("role", "combobox");
     box.setAttribute("aria-autocomplete", "list");
     box.setAttribute("aria-controls", list.id);

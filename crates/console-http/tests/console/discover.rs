@@ -426,6 +426,40 @@ async fn discoverable_in_the_browser() -> anyhow::Result<()> {
     b.wait_text("#timeline", "Mentions Refund worker", 10)
         .await?;
 
+    // Where asks wait, as a person reads it: Ada's agent asks on Bob's PAY-1 and on the
+    // unassigned PAY-2. Ada's inbox row for PAY-2 says whose turn and why it is hers; her
+    // issue page says PAY-1's ask waits in Bob's inbox.
+    for (issue, question) in [
+        ("PAY-1", "Refund in full or in part?"),
+        ("PAY-2", "Export as CSV?"),
+    ] {
+        let r = agent
+            .post(
+                &format!("/api/v1/issues/{issue}/asks"),
+                json!({"question": question, "actor": "sess-ada-1"}),
+            )
+            .await?;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    b.goto(&url("/")).await?;
+    b.wait_text(
+        "#human-turn [data-why]",
+        "in every person's inbox because the issue has no assignee",
+        10,
+    )
+    .await?;
+    b.wait_text("#human-turn", "asked by session sess-ada-1 of you", 5)
+        .await?;
+    b.screenshot(&shots().join("inbox-why.png")).await?;
+    b.goto(&url("/issues/PAY-1")).await?;
+    b.wait_text(
+        "#timeline .waits",
+        "Waits for an answer in bob@example.com's inbox",
+        10,
+    )
+    .await?;
+    b.screenshot(&shots().join("issue-ask-waits.png")).await?;
+
     b.quit().await;
     drop(link);
     console.stop().await;
