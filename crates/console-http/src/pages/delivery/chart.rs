@@ -73,6 +73,9 @@ pub struct Tick {
     /// The tick's position along its axis.
     pub at: String,
     pub label: String,
+    /// How its label sits on it: `middle`, or `start` / `end` where a centred label would
+    /// leave the view.
+    pub anchor: &'static str,
 }
 
 /// The chart, ready to print.
@@ -207,9 +210,20 @@ pub fn chart(daily: &[Day]) -> Chart {
                 short(p.first)
             };
             last_year = year;
+            let at = x0 + gw * (i as f64 + 0.5);
+            // Half a label's width, at the largest size the style sheet sets (a phone's).
+            let half = label.chars().count() as f64 * 5.0;
+            let anchor = if at - half < 0.0 {
+                "start"
+            } else if at + half > WIDTH {
+                "end"
+            } else {
+                "middle"
+            };
             Tick {
-                at: n(x0 + gw * (i as f64 + 0.5)),
+                at: n(at),
                 label,
+                anchor,
             }
         })
         .collect();
@@ -217,6 +231,7 @@ pub fn chart(daily: &[Day]) -> Chart {
         .map(|k| Tick {
             at: n(y_of(k * step)),
             label: (k * step).to_string(),
+            anchor: "end",
         })
         .collect();
     let sum = |f: fn(&Period) -> usize| periods.iter().map(f).sum::<usize>();
@@ -303,7 +318,10 @@ mod tests {
             assert!((5..=8).contains(&c.x_ticks.len()), "{}", c.x_ticks.len());
         }
         let c = chart(&days(365));
-        assert_eq!(c.x_ticks[0].label, "Apr 1, 2025");
+        assert_eq!(
+            (c.x_ticks[0].label.as_str(), c.x_ticks[0].anchor),
+            ("Apr 1, 2025", "start")
+        );
         assert!(c.x_ticks.iter().any(|t| t.label.ends_with(", 2026")));
         assert_eq!(c.bars[0].label, "week of Apr 1, 2025 (Apr 1–6)");
     }
