@@ -92,6 +92,9 @@ async fn search(s: Arc<SqlStorage>) {
         "{found:?}"
     );
     assert_eq!((found.total, found.more), (5, false));
+    // A word that begins no indexed word: nothing, whatever the others find.
+    let none = c.search("deplo zzqx", None, 50, 0).await.expect("search");
+    assert_eq!((none.rows.len(), none.total), (0, 0), "{none:?}");
     let found = c.search("deplo pay", None, 50, 0).await.expect("search");
     let mut ids = issue_ids(&found);
     ids.sort();

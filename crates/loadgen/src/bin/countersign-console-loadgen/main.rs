@@ -218,10 +218,48 @@ fn server_cpu() -> f64 {
     cpu_seconds("/proc/self/stat") - client
 }
 
-fn report(name: &str, mut lat: Vec<Duration>, elapsed: Duration, server_cpu_s: f64) {
+/// Whether the console's database is a PostgreSQL server on this machine, whose processes'
+/// CPU [`database_cpu`] reads.
+static LOCAL_POSTGRES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The CPU seconds so far of every `postgres` process on this machine (the server the console
+/// talks to, with whatever else uses it), when the database is PostgreSQL on this machine;
+/// `NAN` otherwise. A search's cost on PostgreSQL is mostly the server's, not the console's.
+fn database_cpu() -> f64 {
+    if !LOCAL_POSTGRES.load(std::sync::atomic::Ordering::Relaxed) {
+        return f64::NAN;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return f64::NAN;
+    };
+    dir.filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "postgres")
+        })
+        .map(|e| cpu_seconds(&format!("{}/stat", e.path().display())))
+        .sum()
+}
+
+fn report(name: &str, lat: Vec<Duration>, elapsed: Duration, server_cpu_s: f64) {
+    report_with(name, lat, elapsed, server_cpu_s, f64::NAN);
+}
+
+fn report_with(
+    name: &str,
+    mut lat: Vec<Duration>,
+    elapsed: Duration,
+    server_cpu_s: f64,
+    database_cpu_s: f64,
+) {
     lat.sort();
     // NaN: the phase's server CPU is not its own (other work ran between its requests).
-    let cpu = if server_cpu_s.is_finite() {
+    let mut cpu = if server_cpu_s.is_finite() {
         format!(
             "; server CPU {:.0} µs per request",
             server_cpu_s * 1e6 / lat.len().max(1) as f64
@@ -229,6 +267,12 @@ fn report(name: &str, mut lat: Vec<Duration>, elapsed: Duration, server_cpu_s: f
     } else {
         String::new()
     };
+    if database_cpu_s.is_finite() {
+        cpu.push_str(&format!(
+            ", PostgreSQL's processes {:.0} µs",
+            database_cpu_s * 1e6 / lat.len().max(1) as f64
+        ));
+    }
     println!(
         "{name}: {} requests in {:.2} s ({:.0}/s), p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms{cpu}",
         lat.len(),
@@ -286,7 +330,7 @@ async fn measured(
     expect: u16,
     request: impl Fn(usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    let cpu0 = server_cpu();
+    let (cpu0, db0) = (server_cpu(), database_cpu());
     let (lat, took) = closed_loop(n, connections, move |i| {
         let r = request(i);
         async move {
@@ -297,7 +341,7 @@ async fn measured(
         }
     })
     .await?;
-    report(name, lat, took, server_cpu() - cpu0);
+    report_with(name, lat, took, server_cpu() - cpu0, database_cpu() - db0);
     Ok(())
 }
 
@@ -341,6 +385,12 @@ fn main() -> anyhow::Result<()> {
         Arc::new(countersign_console_core::SystemClock),
     ))?;
     let _running = server_rt.block_on(countersign_console_http::serve(state.clone(), listener))?;
+    LOCAL_POSTGRES.store(
+        args.database_url.as_deref().is_some_and(|u| {
+            u.starts_with("postgres") && (u.contains("@127.0.0.1") || u.contains("@localhost"))
+        }),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     println!(
         "console on {}",
         if args
