@@ -117,14 +117,14 @@ async fn page_with(who: &Who, path: &str, needle: &str) -> anyhow::Result<String
 }
 
 #[tokio::test]
-async fn discoverable_over_http() -> anyhow::Result<()> {
+async fn project_documents_new_document_and_the_holder_box() -> anyhow::Result<()> {
     let console = TestConsole::start(ConsoleOptions {
         local_sign_in: true,
         shared_token: true,
         ..Default::default()
     })
     .await?;
-    let (ada, bob, token) = setup(&console).await?;
+    let (ada, _bob, token) = setup(&console).await?;
     let agent = Who::agent(&console, &token);
 
     // The projects list and the project's issue list link its documents, which answer 200.
@@ -150,7 +150,7 @@ async fn discoverable_over_http() -> anyhow::Result<()> {
 
     // Ada's agent, live as "Refund worker", claims PAY-1: the page offers a message box to it,
     // by its human name.
-    let mut link = live(&console, &token, "sess-ada-1", "Refund worker").await?;
+    let link = live(&console, &token, "sess-ada-1", "Refund worker").await?;
     let r = agent
         .post("/api/v1/issues/PAY-1/claim", json!({"actor": "sess-ada-1"}))
         .await?;
@@ -161,6 +161,22 @@ async fn discoverable_over_http() -> anyhow::Result<()> {
     assert!(page.contains("Refund worker holds this issue"), "{page}");
     assert!(page.contains("{\"session\":\"sess-ada-1\"}"), "{page}");
 
+    drop(link);
+    console.stop().await;
+    Ok(())
+}
+
+/// Delivery attempts are no timeline lines: each message shows its delivery's state.
+#[tokio::test]
+async fn delivery_attempts_fold_into_their_message() -> anyhow::Result<()> {
+    let console = TestConsole::start(ConsoleOptions {
+        local_sign_in: true,
+        shared_token: true,
+        ..Default::default()
+    })
+    .await?;
+    let (ada, _bob, token) = setup(&console).await?;
+    let mut link = live(&console, &token, "sess-ada-1", "Refund worker").await?;
     // Delivery attempts fold into their message: a message delivered on the link shows as
     // delivered; one to a session that is not live shows its failure; no attempt has a line.
     let m = ada
@@ -208,6 +224,24 @@ async fn discoverable_over_http() -> anyhow::Result<()> {
         "{timeline}"
     );
 
+    drop(link);
+    console.stop().await;
+    Ok(())
+}
+
+/// An inbox row says whose turn it is and why it is there; the asker's issue page and the ask
+/// page say where an open ask waits.
+#[tokio::test]
+async fn where_an_ask_waits() -> anyhow::Result<()> {
+    let console = TestConsole::start(ConsoleOptions {
+        local_sign_in: true,
+        shared_token: true,
+        ..Default::default()
+    })
+    .await?;
+    let (ada, bob, token) = setup(&console).await?;
+    let agent = Who::agent(&console, &token);
+    let link = live(&console, &token, "sess-ada-1", "Refund worker").await?;
     // Ada's agent asks on PAY-1, assigned to Bob. Bob's inbox row says whose turn it is and
     // why it is there, and who asked for whom.
     let r = agent
