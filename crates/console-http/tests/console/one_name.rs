@@ -84,7 +84,7 @@ async fn a_request_has_one_name_from_the_agent_to_the_person() -> anyhow::Result
     assert_eq!(page.status, 200, "{}", page.text);
     assert!(
         page.text
-            .contains(&format!("id=\"request-id\" title=\"what the agent's")),
+            .contains("id=\"request-id\" title=\"what the agent's"),
         "{}",
         page.text
     );
