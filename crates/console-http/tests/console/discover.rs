@@ -159,6 +159,10 @@ async fn project_documents_new_document_and_the_holder_box() -> anyhow::Result<(
     assert!(page.contains("id=\"message-holder\""), "{page}");
     assert!(page.contains("Message Refund worker"), "{page}");
     assert!(page.contains("Refund worker holds this issue"), "{page}");
+    assert!(
+        page.contains("<p id=\"claim\">Refund worker (session sess-ada-1)"),
+        "{page}"
+    );
     assert!(page.contains("{\"session\":\"sess-ada-1\"}"), "{page}");
 
     drop(link);

@@ -340,7 +340,7 @@ pub async fn issue_page(
         .as_ref()
         .and_then(|c| c.holder.session())
         .map(|s| (s.to_string(), names.session(s.as_str())));
-    let facts = issue_facts(&issue, &me);
+    let facts = issue_facts(&issue, &me, &names);
     let title = format!("{} {}", facts.key, facts.title);
     Ok(page(
         StatusCode::OK,
@@ -636,12 +636,18 @@ fn history_entry(
     }
 }
 
-/// The issue's fields as the page shows them; `me` is the person reading.
-fn issue_facts(issue: &IssueView, me: &Actor) -> IssueFacts {
-    let claim = issue
-        .claim
-        .as_ref()
-        .map(|c| (actor_text(&c.holder), when(&c.at)));
+/// The issue's fields as the page shows them; `me` is the person reading. A live session
+/// holding the claim is named by its title, its id beside it.
+fn issue_facts(issue: &IssueView, me: &Actor, names: &Names) -> IssueFacts {
+    let claim = issue.claim.as_ref().map(|c| {
+        let holder = match c.holder.session() {
+            Some(s) if names.sessions.contains_key(s.as_str()) => {
+                format!("{} ({})", names.session(s.as_str()), actor_text(&c.holder))
+            }
+            _ => actor_text(&c.holder),
+        };
+        (holder, when(&c.at))
+    });
     IssueFacts {
         key: issue.key.to_string(),
         project: issue.project.to_string(),
