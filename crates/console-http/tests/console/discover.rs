@@ -377,11 +377,13 @@ async fn discoverable_in_the_browser() -> anyhow::Result<()> {
     b.type_into("#new-doc-text", "# Refund plan\n\nFull refunds first.")
         .await?;
     b.click_text("Create document").await?;
+    // The form goes to the new document's page; the document is the issue's.
     eventually(10, || async {
-        let l = ada.get("/api/v1/issues/PAY-1/artifacts").await?;
-        Ok(l.text.contains("refund-plan.md").then_some(()))
+        Ok(b.current_url().await?.contains("/artifacts/").then_some(()))
     })
     .await?;
+    let l = ada.get("/api/v1/issues/PAY-1/artifacts").await?;
+    assert!(l.text.contains("refund-plan.md"), "{}", l.text);
 
     // The message box sends to the session holding the issue: it arrives on its link.
     b.goto(&url("/issues/PAY-1")).await?;
@@ -497,6 +499,18 @@ async fn discoverable_in_the_browser() -> anyhow::Result<()> {
     )
     .await?;
     b.screenshot(&shots().join("issue-ask-waits.png")).await?;
+    // On a phone the message box and the mention list fit the width.
+    b.set_viewport(390, 844).await?;
+    b.click("#message-holder-body").await?;
+    b.keys("@ref").await?;
+    b.wait_text("#message-holder [role=listbox]", "Refund worker", 5)
+        .await?;
+    let wide = b
+        .execute("return document.documentElement.scrollWidth")
+        .await?;
+    assert!(wide.as_u64().is_some_and(|w| w <= 390), "{wide}");
+    b.screenshot(&shots().join("phone-issue-message.png"))
+        .await?;
 
     b.quit().await;
     drop(link);
