@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use crate::browser::shots;
 use crate::common::webdriver::{Driver, browser_or_skip};
 use crate::common::*;
+use crate::on_both_databases;
 
 const ARROW_DOWN: &str = "\u{E015}";
 const ENTER: &str = "\u{E007}";
@@ -171,14 +172,8 @@ async fn project_documents_new_document_and_the_holder_box() -> anyhow::Result<(
 }
 
 /// Delivery attempts are no timeline lines: each message shows its delivery's state.
-#[tokio::test]
-async fn delivery_attempts_fold_into_their_message() -> anyhow::Result<()> {
-    let console = TestConsole::start(ConsoleOptions {
-        local_sign_in: true,
-        shared_token: true,
-        ..Default::default()
-    })
-    .await?;
+async fn delivery_attempts_fold_into_their_message(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
     let (ada, _bob, token) = setup(&console).await?;
     let mut link = live(&console, &token, "sess-ada-1", "Refund worker").await?;
     // Delivery attempts fold into their message: a message delivered on the link shows as
@@ -233,16 +228,16 @@ async fn delivery_attempts_fold_into_their_message() -> anyhow::Result<()> {
     Ok(())
 }
 
+on_both_databases!(
+    delivery_attempts_fold_into_their_message,
+    delivery_attempts_fold_into_their_message_sqlite,
+    delivery_attempts_fold_into_their_message_postgres
+);
+
 /// An inbox row says whose turn it is and why it is there; the asker's issue page and the ask
 /// page say where an open ask waits.
-#[tokio::test]
-async fn where_an_ask_waits() -> anyhow::Result<()> {
-    let console = TestConsole::start(ConsoleOptions {
-        local_sign_in: true,
-        shared_token: true,
-        ..Default::default()
-    })
-    .await?;
+async fn where_an_ask_waits(db: Option<String>) -> anyhow::Result<()> {
+    let console = console_on(db).await?;
     let (ada, bob, token) = setup(&console).await?;
     let agent = Who::agent(&console, &token);
     let link = live(&console, &token, "sess-ada-1", "Refund worker").await?;
@@ -330,6 +325,12 @@ async fn where_an_ask_waits() -> anyhow::Result<()> {
     console.stop().await;
     Ok(())
 }
+
+on_both_databases!(
+    where_an_ask_waits,
+    where_an_ask_waits_sqlite,
+    where_an_ask_waits_postgres
+);
 
 #[tokio::test]
 async fn discoverable_in_the_browser() -> anyhow::Result<()> {
