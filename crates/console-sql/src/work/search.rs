@@ -253,13 +253,22 @@ fn postgres_window(
         filter.push_str(&format!(" AND project = {}", a.push(p.as_str().to_owned())));
     }
     let l = a.push(i64::from(limit) + 1);
+    // Several words (`exact`): ordered by an expression, so the creation index cannot give
+    // the order and the GIN index finds the matches. At 100,000 issues the planner otherwise
+    // walked the creation index past 12,000 issues for two common words' 900 common matches
+    // (2.5-3.9 ms, against 1.1-1.3 ms through the GIN index and a sort).
+    let at = if exact {
+        "created_at + 0"
+    } else {
+        "created_at"
+    };
     format!(
         "SELECT COALESCE(json_agg(json_build_array(n, key, title, project, updated_at, body)), \
            '[]')::text AS found \
          FROM (SELECT key, title, project, updated_at, title || ' ' || labels AS body, \
-                 ROW_NUMBER() OVER (ORDER BY created_at DESC, number DESC) AS n \
+                 ROW_NUMBER() OVER (ORDER BY {at} DESC, number DESC) AS n \
                FROM console_issues WHERE {filter} \
-               ORDER BY created_at DESC, number DESC LIMIT {l}) c"
+               ORDER BY {at} DESC, number DESC LIMIT {l}) c"
     )
 }
 
