@@ -274,6 +274,9 @@ pub enum SearchKind {
     Ask,
     Comment,
     Message,
+    /// Added by issue 48: a credential request, found by the id its agent was given (or its
+    /// record's id), never by words ([`crate::Console::request_named`]).
+    Request,
 }
 
 /// A search row (protocol §6.5).

@@ -278,6 +278,7 @@ pub fn page_of(kind: SearchKind, h: &Hit) -> String {
         SearchKind::Document => format!("/artifacts/{}", h.id),
         SearchKind::Ask => format!("/asks/{}", h.id),
         // Issue 48: found from the broker by its id, not from an index.
+        SearchKind::Request => format!("/requests/{}", h.id),
         SearchKind::Message => match &h.broadcast {
             Some(b) => format!("/broadcasts/{b}"),
             None => format!("/messages/{}", h.id),

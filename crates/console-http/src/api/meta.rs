@@ -21,7 +21,11 @@ pub async fn people(State(st): St) -> ApiResult<Response> {
 }
 
 /// `GET /api/v1/search`: `q`, `project`, `limit` (1-50, default 20), `offset`.
-pub async fn search(State(st): St, q: super::Query) -> ApiResult<Response> {
+pub async fn search(
+    State(st): St,
+    Extension(caller): Extension<Caller>,
+    q: super::Query,
+) -> ApiResult<Response> {
     let text = q
         .one("q")?
         .ok_or_else(|| super::query_err("`q` names what to search for"))?;
@@ -30,10 +34,15 @@ pub async fn search(State(st): St, q: super::Query) -> ApiResult<Response> {
         return Err(super::query_err("`limit` is 1 to 50"));
     }
     let offset: u32 = q.parsed("offset")?.unwrap_or(0);
-    Ok(ok(st
-        .console
-        .search(text, q.one("project")?, limit, offset)
-        .await?))
+    let project = q.one("project")?;
+    let found = if caller.human().is_ok() {
+        st.console
+            .search_as_person(text, project, limit, offset)
+            .await?
+    } else {
+        st.console.search(text, project, limit, offset).await?
+    };
+    Ok(ok(found))
 }
 
 #[derive(Debug, Serialize)]

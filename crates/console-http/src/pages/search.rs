@@ -174,6 +174,8 @@ async fn row_of(st: &crate::AppState, r: SearchRow, words: &[String]) -> ResultR
             words,
         ),
         SearchKind::Ask => titled("ask", format!("/asks/{}", r.id), in_project, &r, words),
+        // Issue 48: a credential request found by its id; `page` is its page.
+        SearchKind::Request => titled("request", r.page.clone(), String::new(), &r, words),
         SearchKind::Comment => {
             let (href, context) = comment_place(st, &r.id).await;
             titled("comment", href, context, &r, words)
@@ -235,7 +237,11 @@ pub async fn search_page(
     };
     let mut status = StatusCode::OK;
     if !text.is_empty() {
-        match st.console.search(&text, None, PER_PAGE, offset).await {
+        match st
+            .console
+            .search_as_person(&text, None, PER_PAGE, offset)
+            .await
+        {
             Ok(found) => {
                 view.total = found.total;
                 view.reachable = found.reachable;

@@ -149,6 +149,21 @@ async fn a_request_has_one_name_from_the_agent_to_the_person() -> anyhow::Result
         "{}",
         prefix.text
     );
+    // An agent's search finds no request: a request row is for the people who decide it.
+    let agent = bearer_get(
+        &console,
+        SHARED_TOKEN,
+        &format!("/api/v1/search?q={request}"),
+    )
+    .await?;
+    assert_eq!(agent.status, 200, "{}", agent.text);
+    assert!(
+        agent.json["rows"]
+            .as_array()
+            .is_some_and(|r| r.iter().all(|row| row["kind"] != "request")),
+        "{}",
+        agent.text
+    );
     let page = ada.get(&format!("/search?q={request}")).await?;
     assert_eq!(page.status, 200, "{}", page.text);
     assert!(

@@ -50,6 +50,7 @@ pub fn console_ref(kind: SearchKind, id: &str) -> String {
         SearchKind::Ask => "ask",
         SearchKind::Comment => "comment",
         SearchKind::Message => "message",
+        SearchKind::Request => "request",
     };
     format!("countersign://{k}/{id}")
 }

@@ -6,6 +6,26 @@ use super::*;
 use crate::work::{SearchPage, search};
 
 impl Console {
+    /// A person's search (the header's box, and `GET /api/v1/search` called by a person):
+    /// a credential request named by its id (what its agent printed) is found by it, from the
+    /// broker ([`Console::request_named`], issue 48); anything else is [`Console::search`].
+    /// Agents search with [`Console::search`] alone: a request row is for the people who
+    /// decide it.
+    pub async fn search_as_person(
+        &self,
+        q: &str,
+        project: Option<&str>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<SearchPage, Error> {
+        if project.is_none()
+            && let Some(row) = self.request_named(q).await
+        {
+            return Ok(Console::request_search_page(row, limit, offset));
+        }
+        self.search(q, project, limit, offset).await
+    }
+
     /// Full-text search (protocol §6.5): each kind's index ranks its best 100, the kinds are
     /// fused, and the page is cut from the fused list, each row with its matched words marked.
     /// A kind is counted up to one past its 100 (`more`: some kind has more). CAP_EXCEEDED
