@@ -52,11 +52,14 @@ pub struct Dev {
     pub dir: PathBuf,
     /// The console's second listener, on `[::1]` at the same port (where the machine has
     /// IPv6 loopback): its stopper and its task.
-    v6: Option<(
-        tokio::sync::watch::Sender<bool>,
-        tokio::task::JoinHandle<std::io::Result<()>>,
-    )>,
+    v6: Option<V6Listener>,
 }
+
+/// The console's `[::1]` listener: its stopper and its task.
+type V6Listener = (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+);
 
 impl Dev {
     /// The console's agent token: the bearer agents use with the console's API (`/api/v1`,
@@ -293,6 +296,64 @@ fn broker_config(
     Ok((broker_config, secret))
 }
 
+/// The console's configuration in dev mode: its SQLite database in the dev state, the broker
+/// at `broker_url` with the dev state's console token and webhook secret, dev sign-in, the
+/// agent token, `--config`'s tables, notifications on with the dev mailbox, and the dev hooks
+/// (the `127.0.0.1` origin beside the printed `localhost`, and the Passkeys page's enrollment
+/// codes).
+fn console_config(
+    dir: &Path,
+    console_addr: SocketAddr,
+    broker_url: &str,
+    secret: PathBuf,
+    options: DevOptions,
+) -> anyhow::Result<Config> {
+    let mut config = Config::new(&console_url(console_addr.port()));
+    config.listen = console_addr;
+    config.database_url = format!("sqlite://{}?mode=rwc", dir.join("console.db").display());
+    config.broker = Some(BrokerConfig {
+        url: broker_url.to_owned(),
+        console_token_file: Some(dir.join("console-token")),
+        timeout_seconds: 10,
+        webhook_secret_file: Some(secret),
+    });
+    config.local_sign_in = true;
+    config.local_sign_in_hint = Some(DEV_PERSON.to_owned());
+    config.shared_token_file = Some(agent_token(dir)?);
+    config.code_hosting = options.extras.code_hosting;
+    config.delivery_targets = options.extras.delivery_targets;
+    config.agents = options.extras.agents;
+    // Notifications are on, each notice kept in the dev mailbox; `[notifications]` may add
+    // SMTP and the generic webhook, as `serve` takes them.
+    let mut notifications = options.extras.notifications.unwrap_or_default();
+    notifications.mailbox = Some(dir.join(MAILBOX_FILE));
+    config.notifications = Some(notifications);
+    let seal_dir = dir.to_owned();
+    config.dev = Some(DevHooks {
+        also_origin: Some(format!(
+            "http://{}",
+            SocketAddr::from(([127, 0, 0, 1], console_addr.port()))
+        )),
+        enroll_code: Arc::new(move |person| enroll_code(&seal_dir, person)),
+    });
+    Ok(config)
+}
+
+/// The console's second listener, on `[::1]`: the same router and state, stopped by the
+/// sender it answers beside its task.
+fn serve_v6(l: tokio::net::TcpListener, state: Arc<crate::AppState>) -> V6Listener {
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let app = crate::server::router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let task = tokio::spawn(async move {
+        axum::serve(l, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    (stop, task)
+}
+
 /// [`start`], with [`DevOptions`].
 pub async fn start_with(
     dir: &Path,
@@ -339,48 +400,9 @@ pub async fn start_with(
     )
     .await?;
 
-    let mut config = Config::new(&console_url);
-    config.listen = console_addr;
-    config.database_url = format!("sqlite://{}?mode=rwc", dir.join("console.db").display());
-    config.broker = Some(BrokerConfig {
-        url: broker_url.clone(),
-        console_token_file: Some(dir.join("console-token")),
-        timeout_seconds: 10,
-        webhook_secret_file: Some(secret),
-    });
-    config.local_sign_in = true;
-    config.local_sign_in_hint = Some(DEV_PERSON.to_owned());
-    config.shared_token_file = Some(agent_token(dir)?);
-    config.code_hosting = options.extras.code_hosting;
-    config.delivery_targets = options.extras.delivery_targets;
-    config.agents = options.extras.agents;
-    // Notifications are on, each notice kept in the dev mailbox; `[notifications]` may add
-    // SMTP and the generic webhook, as `serve` takes them.
-    let mut notifications = options.extras.notifications.unwrap_or_default();
-    notifications.mailbox = Some(dir.join(MAILBOX_FILE));
-    config.notifications = Some(notifications);
-    let seal_dir = dir.to_owned();
-    config.dev = Some(DevHooks {
-        also_origin: Some(format!(
-            "http://{}",
-            SocketAddr::from(([127, 0, 0, 1], console_addr.port()))
-        )),
-        enroll_code: Arc::new(move |person| enroll_code(&seal_dir, person)),
-    });
+    let config = console_config(dir, console_addr, &broker_url, secret, options)?;
     let state = crate::build(&config, Arc::new(countersign_console_core::SystemClock)).await?;
-    let v6 = v6_listener.map(|l| {
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let app = crate::server::router(state.clone())
-            .into_make_service_with_connect_info::<SocketAddr>();
-        let task = tokio::spawn(async move {
-            axum::serve(l, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                })
-                .await
-        });
-        (stop, task)
-    });
+    let v6 = v6_listener.map(|l| serve_v6(l, state.clone()));
     let console = crate::serve(state, console_listener).await?;
     Ok(Dev {
         broker,

@@ -566,41 +566,6 @@ pub struct NotificationsPage<'a> {
     pub mailbox: bool,
 }
 
-/// One message of dev mode's mailbox.
-#[derive(Debug, Clone)]
-pub struct MailboxRow {
-    pub id: String,
-    pub at: When,
-    pub subject: String,
-    /// `(title, url)`: each item and the page it opens.
-    pub items: Vec<(String, String)>,
-    pub email: String,
-    pub webhook: String,
-    pub slack: String,
-}
-
-impl MailboxRow {
-    pub fn of(k: &crate::notify::Kept) -> Self {
-        Self {
-            id: k.id.clone(),
-            at: when(&chrono::DateTime::from_timestamp_millis(k.at).unwrap_or_default()),
-            subject: k.subject.clone(),
-            items: k.items.clone(),
-            email: k.email.clone(),
-            webhook: k.webhook.clone(),
-            slack: k.slack.clone(),
-        }
-    }
-}
-
-/// Dev mode's mailbox: what the person would have been sent, newest first.
-#[derive(Debug, Template)]
-#[template(path = "mailbox.html")]
-pub struct MailboxPage<'a> {
-    pub chrome: Chrome<'a>,
-    pub messages: Result<Vec<MailboxRow>, Notice>,
-}
-
 // ----- passkeys -----
 
 #[derive(Debug, Clone)]

@@ -260,7 +260,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/notifications", HumanOnly, Page, [], "how the person hears that something waits for them", pages::notifications_page),
     route!(GET "/passkeys", HumanOnly, Page, [], "the person's passkeys: register one, name it, remove it (docs/passkeys.md)", pages::passkeys_page),
     route!(POST "/passkeys/enroll-code", HumanOnly, Page, [], "dev mode only: a fresh enrollment code for the person's first passkey, shown on the Passkeys page", pages::passkeys_enroll_code),
-    route!(GET "/notifications/mailbox", HumanOnly, Page, [], "dev mode's mailbox: every notice the person would be sent, as e-mail and webhooks carry it, with its links", pages::mailbox_page),
+    route!(GET "/notifications/mailbox", HumanOnly, Page, [], "dev mode's mailbox: every notice the person would be sent, as e-mail and webhooks carry it, with its links", pages::mailbox::mailbox_page),
     route!(GET "/projects", HumanOnly, Page, [], "the projects, each with its issue list; create one", pages::work::projects_page),
     route!(GET "/projects/{key}/issues", HumanOnly, Page, [], "a project's issues: paged, filtered by status, assignee, priority and label, sorted, or a board by status; create one", pages::work::issues_page),
     route!(GET "/issues", HumanOnly, Page, [], "the person's issues across projects (?assignee= another's), paged and filtered, or a board", pages::work::my_issues_page),

@@ -94,6 +94,8 @@ async fn an_owner_tier_secret_waits_for_its_owner() -> R {
         inbox.get("pending"),
         &json!([{
             "record_id": record_id,
+            // Issue 48: the request's own id beside its record's (an additive field).
+            "request_id": request_id,
             "kind": "agent_secret",
             "identifiers": [ADA_SECRET],
             "requested_at": item["requested_at"],
@@ -104,6 +106,10 @@ async fn an_owner_tier_secret_waits_for_its_owner() -> R {
 
     let rec = tb.record(&record_id).await?.expect(200);
     assert_eq!(rec.s("kind"), "agent_secret");
+    assert_eq!(rec.s("request_id"), request_id);
+    // The record read takes the request's id as well (issue 48: one request, one name).
+    let by_request = tb.record(&request_id).await?.expect(200);
+    assert_eq!(by_request.s("record_id"), record_id);
     assert_eq!(rec.s("state"), "pending");
     assert_eq!(rec.s("approver"), ADA);
     assert_eq!(rec.s("reason"), "end-to-end test");

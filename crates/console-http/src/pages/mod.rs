@@ -27,6 +27,7 @@ use crate::html::{self, Chrome, InboxRows, RequestView, notice};
 pub mod asks;
 pub mod delivery;
 pub mod documents;
+pub mod mailbox;
 pub mod messages;
 pub mod search;
 pub mod work;
@@ -379,33 +380,6 @@ pub async fn notifications_page(State(st): St, Extension(caller): Extension<Call
                 .notifier
                 .as_deref()
                 .is_some_and(|n| n.mailbox().is_some()),
-        },
-    ))
-}
-
-/// Dev mode's mailbox (issue 48): what the person would have been sent, newest first, each
-/// message as its e-mail and webhooks would carry it, with the links to open. Outside dev mode
-/// the page says there is none.
-pub async fn mailbox_page(State(st): St, Extension(caller): Extension<Caller>) -> PageResult {
-    let h = human(&caller)?;
-    let messages = match st.notifier.as_deref().and_then(|n| n.mailbox()) {
-        None => Err(notice(
-            "info",
-            "This console has no dev mailbox: it is dev mode's (countersign-console dev). Choose how you hear on the Notifications page.",
-        )),
-        Some(m) => match m.of(&h.login).await {
-            Ok(kept) => Ok(kept.iter().map(html::MailboxRow::of).collect()),
-            Err(e) => {
-                tracing::warn!(error = %e, "the dev mailbox could not be read");
-                Err(notice("error", "The dev mailbox could not be read."))
-            }
-        },
-    };
-    Ok(page(
-        StatusCode::OK,
-        &html::MailboxPage {
-            chrome: chrome("Dev mailbox", h, "/notifications"),
-            messages,
         },
     ))
 }

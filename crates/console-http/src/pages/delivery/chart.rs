@@ -167,7 +167,43 @@ pub fn chart(daily: &[Day]) -> Chart {
     let y_of = |v: usize| y1 - plot_h * v as f64 / top_value as f64;
     let count = periods.len().max(1);
     let gw = (x1 - x0) / count as f64;
-    let bars = periods
+    let bars = bars(unit, &periods, &y_of, gw);
+    let x_ticks = x_ticks(&periods, gw);
+    let y_ticks = (0..=top_value / step)
+        .map(|k| Tick {
+            at: n(y_of(k * step)),
+            label: (k * step).to_string(),
+            anchor: "end",
+        })
+        .collect();
+    let (what, heading) = match unit {
+        Unit::Day => ("day", "Merges and deploys per day"),
+        Unit::Week => ("week", "Merges and deploys per week"),
+    };
+    let summary = summary(daily, &periods, what);
+    Chart {
+        unit: what,
+        heading: heading.to_owned(),
+        summary,
+        bars,
+        x_ticks,
+        y_ticks,
+        series: SERIES,
+        width: WIDTH,
+        height: HEIGHT,
+        left: n(x0),
+        right: n(x1),
+        top: n(y0),
+        bottom: n(y1),
+        tick_end: n(y1 + 4.0),
+        label_y: n(y1 + 17.0),
+    }
+}
+
+/// A bar group per period: merges beside deploys, failed deploy runs stacked on the deploys.
+fn bars(unit: Unit, periods: &[Period], y_of: &dyn Fn(usize) -> f64, gw: f64) -> Vec<Bar> {
+    let x0 = LEFT;
+    periods
         .iter()
         .enumerate()
         .map(|(i, p)| {
@@ -190,15 +226,20 @@ pub fn chart(daily: &[Day]) -> Chart {
                 failed_rect: rect(gx + gw * 0.52, deploys, deploys + p.failed_deploy_runs),
             }
         })
-        .collect();
-    // About seven date labels, the year on the first and where it changes.
+        .collect()
+}
+
+/// About seven date labels along the x axis, the year on the first and where it changes.
+fn x_ticks(periods: &[Period], gw: f64) -> Vec<Tick> {
+    let x0 = LEFT;
+    let count = periods.len().max(1);
     let stride = count.div_ceil(7).max(1);
     let spans_years = periods
         .first()
         .zip(periods.last())
         .is_some_and(|(a, b)| a.first.format("%Y").to_string() != b.last.format("%Y").to_string());
     let mut last_year = String::new();
-    let x_ticks = periods
+    periods
         .iter()
         .enumerate()
         .filter(|(i, _)| i % stride == 0)
@@ -226,20 +267,13 @@ pub fn chart(daily: &[Day]) -> Chart {
                 anchor,
             }
         })
-        .collect();
-    let y_ticks = (0..=top_value / step)
-        .map(|k| Tick {
-            at: n(y_of(k * step)),
-            label: (k * step).to_string(),
-            anchor: "end",
-        })
-        .collect();
+        .collect()
+}
+
+/// The chart in one sentence: the window, the bar's unit and the totals.
+fn summary(daily: &[Day], periods: &[Period], what: &str) -> String {
     let sum = |f: fn(&Period) -> usize| periods.iter().map(f).sum::<usize>();
-    let (what, heading) = match unit {
-        Unit::Day => ("day", "Merges and deploys per day"),
-        Unit::Week => ("week", "Merges and deploys per week"),
-    };
-    let summary = match (daily.first(), daily.last()) {
+    match (daily.first(), daily.last()) {
         (Some(a), Some(b)) => format!(
             "{} from {} to {}, one bar a {what}: {}, {} and {}.",
             plural(daily.len(), "day", "days"),
@@ -254,23 +288,6 @@ pub fn chart(daily: &[Day]) -> Chart {
             ),
         ),
         _ => "No day in this window.".to_owned(),
-    };
-    Chart {
-        unit: what,
-        heading: heading.to_owned(),
-        summary,
-        bars,
-        x_ticks,
-        y_ticks,
-        series: SERIES,
-        width: WIDTH,
-        height: HEIGHT,
-        left: n(x0),
-        right: n(x1),
-        top: n(y0),
-        bottom: n(y1),
-        tick_end: n(y1 + 4.0),
-        label_y: n(y1 + 17.0),
     }
 }
 

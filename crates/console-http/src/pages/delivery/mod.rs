@@ -13,7 +13,7 @@ use countersign_console_core::Caller;
 use countersign_console_core::console::{ComponentTree, PipelineAnswer, TimelineAnswer};
 use countersign_console_core::work::delivery::compute::{
     DeployedStatus, FACETS, Filters, JobResult, Measures, NO_COMPONENT, NO_ISSUE, NO_PRIORITY,
-    NO_SESSION, TargetCheck,
+    NO_SESSION, Pipeline, TargetCheck,
 };
 use countersign_console_core::work::delivery::{ArchitectureSource, DeliverySettings};
 use countersign_console_core::{Error, ErrorCode};
@@ -571,109 +571,13 @@ fn lead_cell(s: &countersign_console_core::work::delivery::compute::Stat) -> Str
     }
 }
 
+/// The pipeline page's context: each stage's card, the lead times against their targets,
+/// the days in words, the slowest and the failed jobs, the week's span and its links.
 fn pipeline_view<'a>(chrome: Chrome<'a>, p: PipelineAnswer) -> PipelinePage<'a> {
-    let targets = &p.pipeline.targets;
-    let stages = p
-        .pipeline
-        .stages
-        .iter()
-        .map(|s| StageCard {
-            key: s.stage,
-            name: stage_name(s.stage),
-            job: s.job.clone(),
-            success: match s.result.success {
-                Some(x) => format!("{} of {}", percent(x), plural(s.result.runs, "run", "runs")),
-                None => "no run".into(),
-            },
-            median: seconds(s.result.median_seconds),
-            last: s.last_run.as_ref().map(|l| {
-                (
-                    at(&l.at),
-                    if l.success { "passed" } else { "failed" },
-                    l.url.clone(),
-                    l.run,
-                )
-            }),
-            targets: s
-                .targets
-                .iter()
-                .filter_map(|k| Some(pipeline_target(Some(targets.get(k)?), k, None)))
-                .collect(),
-        })
-        .collect();
-    let lead_times = [
-        ("merge_to_production", &p.pipeline.merge_to_production),
-        ("open_to_merge", &p.pipeline.open_to_merge),
-    ]
-    .into_iter()
-    .map(|(k, stat)| {
-        let value = match stat.median {
-            Some(m) => format!(
-                "{} (median of {})",
-                seconds(Some(m)),
-                plural(stat.count, "PR", "PRs")
-            ),
-            None => "no PR".into(),
-        };
-        pipeline_target(targets.get(k), k, Some(value))
-    })
-    .collect();
-    let has_e2e = p.pipeline.stages.iter().any(|s| s.stage == "staging_e2e");
-    let has_staging = p
-        .pipeline
-        .stages
-        .iter()
-        .any(|s| s.stage == "staging_deploy");
-    let mut day_heads = vec!["Day", "PR checks"];
-    if has_e2e {
-        day_heads.push("Staging end-to-end");
-    }
-    if has_staging {
-        day_heads.push("Staging deploy");
-    }
-    day_heads.extend(["Production deploy", "Merge → production", "Open → merge"]);
-    let days = p
-        .pipeline
-        .days
-        .iter()
-        .map(|d| {
-            let mut cells = vec![job_cell(Some(&d.pr_checks))];
-            if has_e2e {
-                cells.push(job_cell(d.staging_e2e.as_ref()));
-            }
-            if has_staging {
-                cells.push(job_cell(d.staging_deploy.as_ref()));
-            }
-            cells.push(job_cell(Some(&d.production_deploy)));
-            cells.push(lead_cell(&d.merge_to_production));
-            cells.push(lead_cell(&d.open_to_merge));
-            DayRow {
-                day: d.day.to_string(),
-                label: d.day.format("%a %b %-d").to_string(),
-                cells,
-            }
-        })
-        .collect();
-    let failed = p
-        .pipeline
-        .failed_jobs
-        .iter()
-        .map(|j| {
-            let what = match &j.failing_step {
-                Some(s) => format!("{} failed at the step “{s}”", j.name),
-                None => format!("{} failed", j.name),
-            };
-            let kind = if j.event == "pull_request" {
-                "PR checks"
-            } else {
-                "push"
-            };
-            (
-                format!("{what} · run {} ({kind})", j.run),
-                at(&j.completed_at.unwrap_or_default()),
-            )
-        })
-        .collect();
+    let stages = stage_cards(&p.pipeline);
+    let lead_times = lead_times(&p.pipeline);
+    let (day_heads, days) = day_rows(&p.pipeline);
+    let failed = failed_jobs(&p.pipeline);
     let slowest = p
         .pipeline
         .slowest_jobs
@@ -719,6 +623,119 @@ fn pipeline_view<'a>(chrome: Chrome<'a>, p: PipelineAnswer) -> PipelinePage<'a> 
         failed,
         p,
     }
+}
+
+/// One card per configured stage: success over its runs, median, last run, targets.
+fn stage_cards(pipeline: &Pipeline) -> Vec<StageCard> {
+    let targets = &pipeline.targets;
+    pipeline
+        .stages
+        .iter()
+        .map(|s| StageCard {
+            key: s.stage,
+            name: stage_name(s.stage),
+            job: s.job.clone(),
+            success: match s.result.success {
+                Some(x) => format!("{} of {}", percent(x), plural(s.result.runs, "run", "runs")),
+                None => "no run".into(),
+            },
+            median: seconds(s.result.median_seconds),
+            last: s.last_run.as_ref().map(|l| {
+                (
+                    at(&l.at),
+                    if l.success { "passed" } else { "failed" },
+                    l.url.clone(),
+                    l.run,
+                )
+            }),
+            targets: s
+                .targets
+                .iter()
+                .filter_map(|k| Some(pipeline_target(Some(targets.get(k)?), k, None)))
+                .collect(),
+        })
+        .collect()
+}
+
+/// The seven days' lead times, each against its target.
+fn lead_times(pipeline: &Pipeline) -> Vec<MeasureRow> {
+    let targets = &pipeline.targets;
+    [
+        ("merge_to_production", &pipeline.merge_to_production),
+        ("open_to_merge", &pipeline.open_to_merge),
+    ]
+    .into_iter()
+    .map(|(k, stat)| {
+        let value = match stat.median {
+            Some(m) => format!(
+                "{} (median of {})",
+                seconds(Some(m)),
+                plural(stat.count, "PR", "PRs")
+            ),
+            None => "no PR".into(),
+        };
+        pipeline_target(targets.get(k), k, Some(value))
+    })
+    .collect()
+}
+
+/// The days in words: a column per configured stage, then the lead times.
+fn day_rows(pipeline: &Pipeline) -> (Vec<&'static str>, Vec<DayRow>) {
+    let has_e2e = pipeline.stages.iter().any(|s| s.stage == "staging_e2e");
+    let has_staging = pipeline.stages.iter().any(|s| s.stage == "staging_deploy");
+    let mut day_heads = vec!["Day", "PR checks"];
+    if has_e2e {
+        day_heads.push("Staging end-to-end");
+    }
+    if has_staging {
+        day_heads.push("Staging deploy");
+    }
+    day_heads.extend(["Production deploy", "Merge → production", "Open → merge"]);
+    let days = pipeline
+        .days
+        .iter()
+        .map(|d| {
+            let mut cells = vec![job_cell(Some(&d.pr_checks))];
+            if has_e2e {
+                cells.push(job_cell(d.staging_e2e.as_ref()));
+            }
+            if has_staging {
+                cells.push(job_cell(d.staging_deploy.as_ref()));
+            }
+            cells.push(job_cell(Some(&d.production_deploy)));
+            cells.push(lead_cell(&d.merge_to_production));
+            cells.push(lead_cell(&d.open_to_merge));
+            DayRow {
+                day: d.day.to_string(),
+                label: d.day.format("%a %b %-d").to_string(),
+                cells,
+            }
+        })
+        .collect();
+    (day_heads, days)
+}
+
+/// The failed jobs, each with where it failed and when.
+fn failed_jobs(pipeline: &Pipeline) -> Vec<(String, When)> {
+    pipeline
+        .failed_jobs
+        .iter()
+        .map(|j| {
+            let what = match &j.failing_step {
+                Some(s) => format!("{} failed at the step “{s}”", j.name),
+                None => format!("{} failed", j.name),
+            };
+            let kind = if j.event == "pull_request" {
+                "PR checks"
+            } else {
+                "push"
+            };
+            (
+                format!("{what} · run {} ({kind})", j.run),
+                at(&j.completed_at.unwrap_or_default()),
+            )
+        })
+        .collect()
 }
 
 pub async fn pipeline_page(
