@@ -944,48 +944,6 @@ async fn fits(b: &crate::common::webdriver::Browser, what: &str) -> anyhow::Resu
     Ok(())
 }
 
-/// axe-core's serious and critical violations on the page shown (none checked, and `None`,
-/// where axe-core is not installed, unless `COUNTERSIGN_REQUIRE_BROWSER=1`).
-async fn axe_violations(b: &crate::common::webdriver::Browser) -> anyhow::Result<Option<Value>> {
-    let path = std::env::var("COUNTERSIGN_AXE_JS").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../target/axe/node_modules/axe-core/axe.min.js"
-        )
-        .to_owned()
-    });
-    let Ok(src) = std::fs::read_to_string(&path) else {
-        assert!(
-            std::env::var("COUNTERSIGN_REQUIRE_BROWSER").as_deref() != Ok("1"),
-            "axe-core is not at {path}"
-        );
-        return Ok(None);
-    };
-    if b.execute("return typeof window.axe === 'object'").await? != json!(true) {
-        b.execute(&format!("{src}\n;return 1;")).await?;
-    }
-    b.execute(
-        "window.__axe = null; axe.run(document, { resultTypes: ['violations'] })
-           .then(r => { window.__axe = r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')
-             .map(v => [v.id, v.help, v.nodes.slice(0, 3).map(n => n.target.join(' '))]); })
-           .catch(e => { window.__axe = [['axe-error', String(e)]]; }); return 1;",
-    )
-    .await?;
-    eventually(30, || async {
-        let v = b.execute("return window.__axe").await?;
-        Ok((!v.is_null()).then_some(Some(v)))
-    })
-    .await
-}
-
-/// No serious or critical axe-core violation on the page shown.
-async fn accessible(b: &crate::common::webdriver::Browser, what: &str) -> anyhow::Result<()> {
-    if let Some(v) = axe_violations(b).await? {
-        anyhow::ensure!(v == json!([]), "{what}: {v}");
-    }
-    Ok(())
-}
-
 /// The delivery pages read in Chromium. The timeline's chart has a y axis of counts and an x
 /// axis of dates, and its legend's swatches are painted with the bars' own fills; facets read
 /// as people say them ("no session", "Agent or group") in one compact bar; a year's window is
@@ -1118,7 +1076,7 @@ async fn delivery_pages_read_in_the_browser() -> anyhow::Result<()> {
         facets[0]
     );
     fits(&b, "the month at 1400 px").await?;
-    accessible(&b, "the month").await?;
+    crate::common::axe::accessible(&b, "the month").await?;
     b.set_viewport(390, 844).await?;
     fits(&b, "the month at 390 px").await?;
 
@@ -1150,7 +1108,7 @@ async fn delivery_pages_read_in_the_browser() -> anyhow::Result<()> {
         .await?;
     b.set_viewport(1400, 900).await?;
     fits(&b, "a year at 1400 px").await?;
-    accessible(&b, "a year").await?;
+    crate::common::axe::accessible(&b, "a year").await?;
     b.screenshot(&crate::browser::shots().join("delivery-year-wide.png"))
         .await?;
 
@@ -1180,7 +1138,7 @@ async fn delivery_pages_read_in_the_browser() -> anyhow::Result<()> {
     }
     b.screenshot(&crate::browser::shots().join("delivery-pipeline-phone.png"))
         .await?;
-    accessible(&b, "the pipeline").await?;
+    crate::common::axe::accessible(&b, "the pipeline").await?;
     for s in &stages {
         let key = s["stage"].as_str().unwrap_or_default();
         let card = b
@@ -1289,7 +1247,7 @@ async fn delivery_pages_read_in_the_browser() -> anyhow::Result<()> {
     b.goto(&format!("{}/settings", rig.console.url)).await?;
     b.wait_for("#mapping-list table", 10).await?;
     fits(&b, "the settings at 390 px").await?;
-    accessible(&b, "the settings").await?;
+    crate::common::axe::accessible(&b, "the settings").await?;
     b.quit().await;
     rig.standin.assert_no_misses();
     rig.console.stop().await;

@@ -13,7 +13,7 @@ use countersign_link_client::{Advert, Event, Link, Mode, Options};
 use serde_json::{Value, json};
 
 use crate::browser::shots;
-use crate::common::webdriver::{Browser, Driver, browser_or_skip};
+use crate::common::webdriver::{Driver, browser_or_skip};
 use crate::common::*;
 use crate::on_both_databases;
 
@@ -67,42 +67,6 @@ async fn delivery(link: &mut Link) -> anyhow::Result<countersign_link_client::De
             None => anyhow::bail!("the link ended"),
         }
     }
-}
-
-/// No serious or critical axe-core violation on the page shown (not checked where axe-core is
-/// not installed, unless `COUNTERSIGN_REQUIRE_BROWSER=1`).
-async fn accessible(b: &Browser, what: &str) -> anyhow::Result<()> {
-    let path = std::env::var("COUNTERSIGN_AXE_JS").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../target/axe/node_modules/axe-core/axe.min.js"
-        )
-        .to_owned()
-    });
-    let Ok(src) = std::fs::read_to_string(&path) else {
-        assert!(
-            std::env::var("COUNTERSIGN_REQUIRE_BROWSER").as_deref() != Ok("1"),
-            "axe-core is not at {path}"
-        );
-        return Ok(());
-    };
-    if b.execute("return typeof window.axe === 'object'").await? != json!(true) {
-        b.execute(&format!("{src}\n;return 1;")).await?;
-    }
-    b.execute(
-        "window.__axe = null; axe.run(document, { resultTypes: ['violations'] })
-           .then(r => { window.__axe = r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')
-             .map(v => [v.id, v.help, v.nodes.slice(0, 3).map(n => n.target.join(' '))]); })
-           .catch(e => { window.__axe = [['axe-error', String(e)]]; }); return 1;",
-    )
-    .await?;
-    let v = eventually(30, || async {
-        let v = b.execute("return window.__axe").await?;
-        Ok((!v.is_null()).then_some(v))
-    })
-    .await?;
-    anyhow::ensure!(v == json!([]), "{what}: {v}");
-    Ok(())
 }
 
 /// PAY with PAY-1 (assigned to Bob) and PAY-2 (unassigned), and a personal token of Ada's for
@@ -528,7 +492,7 @@ async fn discoverable_in_the_browser() -> anyhow::Result<()> {
     b.wait_text("#human-turn", "asked by session sess-ada-1 of you", 5)
         .await?;
     b.screenshot(&shots().join("inbox-why.png")).await?;
-    accessible(&b, "the inbox").await?;
+    crate::common::axe::accessible(&b, "the inbox").await?;
     b.goto(&url("/issues/PAY-1")).await?;
     b.wait_text(
         "#timeline .waits",
@@ -549,7 +513,7 @@ async fn discoverable_in_the_browser() -> anyhow::Result<()> {
     assert!(wide.as_u64().is_some_and(|w| w <= 390), "{wide}");
     b.screenshot(&shots().join("phone-issue-message.png"))
         .await?;
-    accessible(&b, "the issue page with the mention list open").await?;
+    crate::common::axe::accessible(&b, "the issue page with the mention list open").await?;
 
     b.quit().await;
     drop(link);

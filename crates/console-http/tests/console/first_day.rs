@@ -25,28 +25,6 @@ use crate::common::*;
 /// The most a page's first load may transfer.
 const FIRST_LOAD_LIMIT: f64 = 200.0 * 1024.0;
 
-/// axe-core's script, when installed (`COUNTERSIGN_AXE_JS`, else the place `.ci/run` puts it).
-fn axe_source() -> Option<String> {
-    let path = std::env::var("COUNTERSIGN_AXE_JS").ok().unwrap_or_else(|| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../target/axe/node_modules/axe-core/axe.min.js"
-        )
-        .to_owned()
-    });
-    match std::fs::read_to_string(&path) {
-        Ok(s) => Some(s),
-        Err(_) => {
-            assert!(
-                std::env::var("COUNTERSIGN_REQUIRE_BROWSER").as_deref() != Ok("1"),
-                "COUNTERSIGN_REQUIRE_BROWSER=1 but axe-core is not at {path} (COUNTERSIGN_AXE_JS)"
-            );
-            println!("axe-core not installed at {path}: accessibility checks skipped");
-            None
-        }
-    }
-}
-
 /// What the walk checked on each page.
 #[derive(Default)]
 struct Audit {
@@ -193,38 +171,8 @@ impl Walk<'_> {
             "{name} ({path}): first load {size} bytes, over 200 KB"
         );
         if let Some(src) = &self.audit.axe {
-            let loaded = self.js("return typeof window.axe === 'object'").await?;
-            if loaded != json!(true) {
-                self.js(&format!("{src}\n;return 1;")).await?;
-            }
-            self.js(
-                "window.__axe = null; \
-                 axe.run(document, { resultTypes: ['violations'] }) \
-                   .then(r => { window.__axe = r.violations.map(v => ({ id: v.id, impact: v.impact, help: v.help, \
-                      nodes: v.nodes.slice(0, 3).map(n => n.target.join(' ')) })); }) \
-                   .catch(e => { window.__axe = [{ id: 'axe-error', impact: 'critical', help: String(e), nodes: [] }]; }); \
-                 return 1;",
-            )
-            .await?;
-            let until = Instant::now() + Duration::from_secs(30);
-            let found = loop {
-                let v = self.js("return window.__axe").await?;
-                if !v.is_null() {
-                    break v;
-                }
-                anyhow::ensure!(Instant::now() < until, "axe-core did not finish on {name}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
-            for v in found.as_array().into_iter().flatten() {
-                let impact = v["impact"].as_str().unwrap_or("");
-                if impact == "serious" || impact == "critical" {
-                    self.audit.violations.push(format!(
-                        "{name} ({path}): {impact} {}: {} at {}",
-                        v["id"].as_str().unwrap_or(""),
-                        v["help"].as_str().unwrap_or(""),
-                        v["nodes"]
-                    ));
-                }
+            for v in crate::common::axe::violations(self.b, src).await? {
+                self.audit.violations.push(format!("{name} ({path}): {v}"));
             }
         }
         self.b
@@ -274,7 +222,7 @@ async fn a_first_day_in_chromium() -> anyhow::Result<()> {
         b: &b,
         url: console.url.clone(),
         audit: Audit {
-            axe: axe_source(),
+            axe: crate::common::axe::source(),
             ..Default::default()
         },
         shots: crate::browser::shots(),

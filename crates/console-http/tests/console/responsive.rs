@@ -343,28 +343,6 @@ fn addresses(path: &str, ids: &Ids) -> Option<Vec<String>> {
     })
 }
 
-/// axe-core's script, when installed (`COUNTERSIGN_AXE_JS`, else where `.ci/run` puts it).
-fn axe_source() -> Option<String> {
-    let path = std::env::var("COUNTERSIGN_AXE_JS").ok().unwrap_or_else(|| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../target/axe/node_modules/axe-core/axe.min.js"
-        )
-        .to_owned()
-    });
-    match std::fs::read_to_string(&path) {
-        Ok(s) => Some(s),
-        Err(_) => {
-            assert!(
-                std::env::var("COUNTERSIGN_REQUIRE_BROWSER").as_deref() != Ok("1"),
-                "COUNTERSIGN_REQUIRE_BROWSER=1 but axe-core is not at {path} (COUNTERSIGN_AXE_JS)"
-            );
-            println!("axe-core not installed at {path}: accessibility checks skipped");
-            None
-        }
-    }
-}
-
 /// Waits for the page to have loaded and its script to have run.
 async fn settled(b: &Browser) -> anyhow::Result<()> {
     let until = Instant::now() + Duration::from_secs(10);
@@ -401,46 +379,6 @@ for (const e of document.body.querySelectorAll('*')) {
 out.sort((a, b) => b[0] - a[0]);
 return { width: sw, viewport: vw, widest: out.slice(0, 4) };
 "#;
-
-/// Runs axe-core on the page shown; answers its serious and critical violations.
-async fn axe(b: &Browser, src: &str) -> anyhow::Result<Vec<String>> {
-    if b.execute("return typeof window.axe === 'object'").await? != json!(true) {
-        b.execute(&format!("{src}\n;return 1;")).await?;
-    }
-    b.execute(
-        "window.__axe = null; \
-         axe.run(document, { resultTypes: ['violations'] }) \
-           .then(r => { window.__axe = r.violations.map(v => ({ id: v.id, impact: v.impact, help: v.help, \
-              nodes: v.nodes.slice(0, 3).map(n => n.target.join(' ')) })); }) \
-           .catch(e => { window.__axe = [{ id: 'axe-error', impact: 'critical', help: String(e), nodes: [] }]; }); \
-         return 1;",
-    )
-    .await?;
-    let until = Instant::now() + Duration::from_secs(30);
-    let found = loop {
-        let v = b.execute("return window.__axe").await?;
-        if !v.is_null() {
-            break v;
-        }
-        anyhow::ensure!(Instant::now() < until, "axe-core did not finish");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    Ok(found
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical")))
-        .map(|v| {
-            format!(
-                "{} {}: {} at {}",
-                v["impact"].as_str().unwrap_or(""),
-                v["id"].as_str().unwrap_or(""),
-                v["help"].as_str().unwrap_or(""),
-                v["nodes"]
-            )
-        })
-        .collect())
-}
 
 /// Whether the element `css` is displayed.
 async fn shown(b: &Browser, css: &str) -> anyhow::Result<bool> {
@@ -604,7 +542,7 @@ async fn every_page_fits_a_phone_and_a_wide_screen() -> anyhow::Result<()> {
     let Some((chromium, chromedriver)) = browser_or_skip() else {
         return Ok(());
     };
-    let axe_js = axe_source();
+    let axe_js = crate::common::axe::source();
     let broker = TestBroker::start().await?;
     let console = TestConsole::start(ConsoleOptions {
         broker: Some(&broker),
@@ -757,7 +695,7 @@ async fn measure(
         ));
     }
     if let Some(src) = axe_js {
-        for v in axe(b, src).await? {
+        for v in crate::common::axe::violations(b, src).await? {
             problems.push(format!("{width} px {path}: axe-core: {v}"));
         }
     }

@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod axe;
 pub mod cli;
 pub mod idp;
 pub mod webdriver;
