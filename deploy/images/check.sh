@@ -39,7 +39,8 @@ answers() {
     return 1
 }
 
-# Starts a dev mode in the chroot; waits for the line naming URL_PATTERN in its output.
+# Starts a dev mode in the chroot; waits for the line naming URL_PATTERN (then a loopback URL)
+# in its output.
 # Sets $url (the first match) and $log.
 start_dev() {
     local mnt=$1 user=$2 pattern=$3
@@ -50,7 +51,8 @@ start_dev() {
     local deadline=$((SECONDS + 60))
     url=
     while [ $SECONDS -lt $deadline ] && [ -z "$url" ]; do
-        url=$(grep -o "$pattern *http://127\.0\.0\.1:[0-9]*" "$log" | head -1 | grep -o 'http://.*' || true)
+        # The console prints `localhost` (its one URL, where passkeys work), the broker 127.0.0.1.
+        url=$(grep -oE "$pattern *http://(127\.0\.0\.1|localhost):[0-9]+" "$log" | head -1 | grep -o 'http://.*' || true)
         kill -0 "${pids[-1]}" 2>/dev/null || break
         [ -n "$url" ] || sleep 0.2
     done
