@@ -802,14 +802,22 @@ async fn shop_issues_after_project(ada: &Who) -> anyhow::Result<()> {
 
 on_both_databases!(refusals, refusals_sqlite, refusals_postgres);
 
-/// The timeline page in headless Chromium with two facets applied (session and priority):
-/// the merges narrow to the three PRs both select, the facet counts follow, and the daily
-/// chart is drawn as SVG.
-#[tokio::test]
-async fn timeline_page_with_two_facets_in_the_browser() -> anyhow::Result<()> {
+/// What the delivery pages' browser tests start from: the month of SHOP synced through the
+/// stand-in, and Ada signed in to its timeline in Chromium (the driver and the profile kept
+/// beside the browser, alive as long as it is).
+struct MonthInBrowser {
+    rig: Rig,
+    ada: Who,
+    b: crate::common::webdriver::Browser,
+    driver: crate::common::webdriver::Driver,
+    profiles: tempfile::TempDir,
+}
+
+/// [`MonthInBrowser`]; none without Chromium (unless `COUNTERSIGN_REQUIRE_BROWSER=1`).
+async fn month_in_browser() -> anyhow::Result<Option<MonthInBrowser>> {
     use crate::common::webdriver::{Driver, browser_or_skip};
     let Some((chromium, chromedriver)) = browser_or_skip() else {
-        return Ok(());
+        return Ok(None);
     };
     let rig = rig(None).await?;
     let ada = Who::person(&rig.console, ADA).await?;
@@ -832,6 +840,30 @@ async fn timeline_page_with_two_facets_in_the_browser() -> anyhow::Result<()> {
     b.type_into("#email", ADA).await?;
     b.click("form.local button[type=submit]").await?;
     b.wait_text("h1", "Delivery", 10).await?;
+    Ok(Some(MonthInBrowser {
+        rig,
+        ada,
+        b,
+        driver,
+        profiles,
+    }))
+}
+
+/// The timeline page in headless Chromium with two facets applied (session and priority):
+/// the merges narrow to the three PRs both select, the facet counts follow, and the daily
+/// chart is drawn as SVG.
+#[tokio::test]
+async fn timeline_page_with_two_facets_in_the_browser() -> anyhow::Result<()> {
+    let Some(MonthInBrowser {
+        rig,
+        ada: _,
+        b,
+        driver: _driver,
+        profiles: _profiles,
+    }) = month_in_browser().await?
+    else {
+        return Ok(());
+    };
     assert_eq!(b.attribute("#merges", "data-count").await?, "13");
     assert!(
         b.source().await.contains("<rect"),
@@ -952,31 +984,16 @@ async fn fits(b: &crate::common::webdriver::Browser, what: &str) -> anyhow::Resu
 /// API has them, with plurals right, at both widths.
 #[tokio::test]
 async fn delivery_pages_read_in_the_browser() -> anyhow::Result<()> {
-    use crate::common::webdriver::{Driver, browser_or_skip};
-    let Some((chromium, chromedriver)) = browser_or_skip() else {
+    let Some(MonthInBrowser {
+        rig,
+        ada,
+        b,
+        driver: _driver,
+        profiles: _profiles,
+    }) = month_in_browser().await?
+    else {
         return Ok(());
     };
-    let rig = rig(None).await?;
-    let ada = Who::person(&rig.console, ADA).await?;
-    let agent = Who::agent(&rig.console, SHARED_TOKEN);
-    shop_issues(&ada, &agent).await?;
-    let r = ada
-        .call(Method::PUT, "/api/v1/delivery/settings", Some(settings()))
-        .await?;
-    assert_eq!(r.status, 200, "{}", r.text);
-    synced(&ada).await?;
-
-    let profiles = tempfile::tempdir()?;
-    let driver = Driver::start(&chromedriver).await?;
-    let b = driver
-        .browser(&chromium, &profiles.path().join("ada"))
-        .await?;
-    b.goto(&format!("{}/delivery?{MONTH}", rig.console.url))
-        .await?;
-    b.wait_for("#email", 10).await?;
-    b.type_into("#email", ADA).await?;
-    b.click("form.local button[type=submit]").await?;
-    b.wait_text("h1", "Delivery", 10).await?;
     b.set_viewport(1400, 900).await?;
 
     // ----- the chart: axes with dates, a legend in the bars' colours -----
