@@ -135,6 +135,7 @@ impl MemoryStore {
             owner: login(&s.owner),
             tier: s.tier,
             resource_name: format!("agents/{}", name.stored_suffix()),
+            issuer: None,
         }
     }
 }

@@ -28,6 +28,7 @@ countersign_common::error_catalogue! {
         INVALID_RENEWAL => 400, "body must be one valid JSON object";
         INVALID_REQUEST => 400, "body must be one valid JSON object";
         INVALID_REVOKE => 400, "body must be one valid JSON object";
+        ISSUER_UNAVAILABLE => 503, "the issuer that makes this secret's credential is unavailable";
         INVALID_KIND => 400, "kind must be `session` or `pod`";
         INVALID_SLOT => 400, "a slot is only for a pod enrollment and must match the slot pattern";
         KEY_HOLDS_LIVE_CREDENTIAL => 409, "this machine login's key already holds a live launcher credential";
@@ -147,6 +148,6 @@ mod tests {
             assert!((400..600).contains(&code.status()), "{code}");
             assert!(!code.message().is_empty());
         }
-        assert_eq!(ErrorCode::ALL.len(), 60);
+        assert_eq!(ErrorCode::ALL.len(), 61);
     }
 }

@@ -11,9 +11,10 @@
 //! outside it.
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
-use crate::ids::GrantId;
+use crate::ids::{GrantId, SecretName};
 use crate::secrets::SecretValue;
 
 /// What a mint makes: the secret's value (a connection URL; the key pair as AWS's
@@ -57,6 +58,70 @@ pub trait Issuer: Send + Sync + std::fmt::Debug + 'static {
     async fn destroy(&self, name: &str) -> Result<(), IssuerError>;
     /// The names of every credential it holds under its prefix, for the orphan sweep.
     async fn list(&self) -> Result<Vec<String>, IssuerError>;
+}
+
+/// Where an issued credential is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IssuedState {
+    /// Its name is recorded; the issuer is being (or was, before a crash) asked to make it.
+    Minting,
+    /// Made, and released with its grant.
+    Live,
+    /// Its grant ended: a destroy is queued in the outbox.
+    Destroying,
+    /// The issuer destroyed it.
+    Destroyed,
+}
+
+impl IssuedState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IssuedState::Minting => "minting",
+            IssuedState::Live => "live",
+            IssuedState::Destroying => "destroying",
+            IssuedState::Destroyed => "destroyed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Minting, Self::Live, Self::Destroying, Self::Destroyed]
+            .into_iter()
+            .find(|st| st.as_str() == s)
+    }
+
+    /// Minting or live: the issuer may hold it and no destroy is queued.
+    pub fn unended(self) -> bool {
+        matches!(self, IssuedState::Minting | IssuedState::Live)
+    }
+}
+
+/// One credential an issuer made (or is making) for one secret of one grant: the row the core
+/// keeps of it. Its secret is kept only encrypted under a key derived from the seal key
+/// ([`crate::seal::Sealer::encrypt`]), so that every release of the grant answers the same
+/// credential and a copy of the database alone does not hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Issued {
+    pub grant_id: GrantId,
+    pub secret: SecretName,
+    /// The issuer's kind (`postgres`, `aws-iam`).
+    pub issuer: String,
+    /// The issuer's name for it ([`credential_name`]).
+    pub name: String,
+    pub state: IssuedState,
+    /// While minting: until when the minter holds its claim (another release waits, a
+    /// destroy is put off until then).
+    pub claimed_until: Option<Time>,
+    /// The value and its environment parts, encrypted (base64url); none before the mint.
+    pub sealed_value: Option<String>,
+    /// When it stops working on its own, if the issuer can say (the grant's expiry).
+    pub expires_at: Option<Time>,
+    pub created_at: Time,
+    pub destroyed_at: Option<Time>,
+    /// Destroy attempts that failed, the last one's error and the next try.
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    pub next_attempt_at: Option<Time>,
 }
 
 /// The name of the credential an issuer with `prefix` makes for `grant`.

@@ -715,12 +715,14 @@ mod tests {
                 owner: Login::parse("ada@example.com").expect("login"),
                 tier: Tier::Owner,
                 resource_name: "r1".into(),
+                issuer: None,
             },
             PolicyEntry {
                 name: name("AWS_KEY"),
                 owner: Login::parse("ada@example.com").expect("login"),
                 tier: Tier::Shared,
                 resource_name: "r2".into(),
+                issuer: None,
             },
         ]);
         let rule = |covers, device_bound, aaguids: Option<Vec<&str>>| ApprovalRule {

@@ -74,8 +74,24 @@ pub struct PolicyEntry {
     pub name: SecretName,
     pub owner: Login,
     pub tier: Tier,
-    /// The store's name for it (an ARN, a resource name, a file key).
+    /// The store's name for it (an ARN, a resource name, a file key); for an issued secret,
+    /// `<issuer kind>:<prefix>`.
     pub resource_name: String,
+    /// For a secret an issuer makes per grant (`crate::issuer`): the issuer's kind (`postgres`,
+    /// `aws-iam`). `None` for a secret read from the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+}
+
+impl PolicyEntry {
+    /// `stored` or `issued`: what routes and pages show as the secret's kind.
+    pub fn kind(&self) -> &'static str {
+        if self.issuer.is_some() {
+            "issued"
+        } else {
+            "stored"
+        }
+    }
 }
 
 /// The per-secret decision.
@@ -127,12 +143,17 @@ impl Policy {
         let mut text = String::new();
         for e in entries.values() {
             text.push_str(&format!(
-                "{}\t{}\t{}\t{}\n",
+                "{}\t{}\t{}\t{}",
                 e.name,
                 e.owner,
                 e.tier.as_str(),
                 e.resource_name
             ));
+            // An issued secret's line says so; a stored one's is as it always was.
+            if let Some(kind) = &e.issuer {
+                text.push_str(&format!("\tissued:{kind}"));
+            }
+            text.push('\n');
         }
         let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text.as_bytes());
         Self {
@@ -260,6 +281,7 @@ mod tests {
             owner: Login::parse(owner).expect("login"),
             tier,
             resource_name: format!("agents/{}", name.to_lowercase()),
+            issuer: None,
         }
     }
 

@@ -4,7 +4,9 @@
 //!
 //! Seals are HMAC-SHA-256 over length-prefixed fields with a domain label, base64url.
 
-use aws_lc_rs::hmac;
+use std::sync::Arc;
+
+use aws_lc_rs::{aead, hmac};
 use zeroize::Zeroizing;
 
 use crate::clock::Time;
@@ -15,6 +17,8 @@ use crate::model::{Countersignature, Enrollment, Grant, LauncherCredential, Pass
 #[derive(Clone)]
 pub struct Sealer {
     key: hmac::Key,
+    /// AES-256-GCM under a key derived from the seal key: issued credentials at rest.
+    cipher: Arc<aead::LessSafeKey>,
 }
 
 impl std::fmt::Debug for Sealer {
@@ -26,9 +30,56 @@ impl std::fmt::Debug for Sealer {
 impl Sealer {
     /// A sealer from key bytes (at least 32).
     pub fn new(key: &Zeroizing<Vec<u8>>) -> Option<Self> {
-        (key.len() >= 32).then(|| Self {
-            key: hmac::Key::new(hmac::HMAC_SHA256, key),
+        if key.len() < 32 {
+            return None;
+        }
+        let key = hmac::Key::new(hmac::HMAC_SHA256, key);
+        // A key of its own for encryption, derived so that no seal is ever made with it.
+        let derived = Zeroizing::new(
+            hmac::sign(&key, b"countersign issued-credential encryption v1")
+                .as_ref()
+                .to_vec(),
+        );
+        let unbound = aead::UnboundKey::new(&aead::AES_256_GCM, &derived).ok()?;
+        Some(Self {
+            key,
+            cipher: Arc::new(aead::LessSafeKey::new(unbound)),
         })
+    }
+
+    /// Encrypts `plain` bound to `context` (what it belongs to: a grant and secret), with a
+    /// random nonce: base64url of nonce and ciphertext.
+    pub fn encrypt(&self, context: &str, plain: &[u8]) -> Option<String> {
+        let mut nonce = [0u8; aead::NONCE_LEN];
+        aws_lc_rs::rand::fill(&mut nonce).ok()?;
+        let mut buf = Zeroizing::new(plain.to_vec());
+        self.cipher
+            .seal_in_place_append_tag(
+                aead::Nonce::assume_unique_for_key(nonce),
+                aead::Aad::from(context.as_bytes()),
+                &mut *buf,
+            )
+            .ok()?;
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&buf);
+        Some(countersign_proto::b64::encode(&out))
+    }
+
+    /// The plain text [`Sealer::encrypt`] sealed for `context`; `None` for anything else (another
+    /// context, another key, an edited byte).
+    pub fn decrypt(&self, context: &str, sealed: &str) -> Option<Zeroizing<Vec<u8>>> {
+        let bytes = countersign_proto::b64::decode(sealed).ok()?;
+        if bytes.len() < aead::NONCE_LEN {
+            return None;
+        }
+        let (nonce, body) = bytes.split_at(aead::NONCE_LEN);
+        let nonce = aead::Nonce::try_assume_unique_for_key(nonce).ok()?;
+        let mut buf = Zeroizing::new(body.to_vec());
+        let plain = self
+            .cipher
+            .open_in_place(nonce, aead::Aad::from(context.as_bytes()), &mut *buf)
+            .ok()?;
+        Some(Zeroizing::new(plain.to_vec()))
     }
 
     fn mac(&self, label: &str, fields: &[&[u8]]) -> hmac::Tag {

@@ -16,19 +16,30 @@ use crate::clock::Time;
 use crate::ids::{
     ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId,
 };
+use crate::issuer::Issued;
 use crate::model::{Enrollment, Grant, LauncherCredential, Passkey, PendingLogin, Record, Request};
 
 /// A storage failure (the one type adapters of the broker and the console map driver errors
 /// into). Its text goes to logs, never to clients.
 pub use countersign_common::storage::StorageError;
 
-/// An outbox message (expiry notifications) waiting for delivery.
+/// An outbox message waiting for delivery: an expiry notification, or the destruction of an
+/// issued credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxItem {
     pub id: String,
+    /// Who delivers it: [`OutboxItem::NOTIFICATION`] or [`OutboxItem::DESTROY`].
+    pub topic: String,
     pub payload: String,
     pub attempts: u32,
     pub next_attempt_at: Time,
+}
+
+impl OutboxItem {
+    /// A webhook notification (protocol.md §9).
+    pub const NOTIFICATION: &'static str = "notification";
+    /// An issued credential to destroy (`crate::issuer`).
+    pub const DESTROY: &'static str = "destroy";
 }
 
 /// Rows whose stored state lags the clock, for the sweep.
@@ -251,10 +262,14 @@ pub trait Tx: Send {
 
     /// Adds an outbox message.
     async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError>;
-    /// Takes up to `limit` messages due at `now`, locked so that no other replica takes them
-    /// while this transaction lives (skip-locked where the backend has it).
-    async fn take_outbox(&mut self, now: Time, limit: u32)
-    -> Result<Vec<OutboxItem>, StorageError>;
+    /// Takes up to `limit` messages of `topic` due at `now`, locked so that no other replica
+    /// takes them while this transaction lives (skip-locked where the backend has it).
+    async fn take_outbox(
+        &mut self,
+        topic: &str,
+        now: Time,
+        limit: u32,
+    ) -> Result<Vec<OutboxItem>, StorageError>;
     /// Removes a delivered message.
     async fn delete_outbox(&mut self, id: &str) -> Result<(), StorageError>;
     /// Reschedules a message after a failed attempt.
@@ -283,6 +298,13 @@ pub trait Tx: Send {
     async fn audit_ends(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError>;
     /// How many entries lie at or below `upto`, and the highest position (0 when empty).
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError>;
+
+    /// The credentials issued for a grant (one per issued secret it names), by secret.
+    async fn issued_of(&mut self, grant: GrantId) -> Result<Vec<Issued>, StorageError>;
+    /// Up to `limit` issued credentials not yet destroyed (minting, live or being destroyed),
+    /// for the reconciler.
+    async fn unsettled_issued(&mut self, limit: u32) -> Result<Vec<Issued>, StorageError>;
+    async fn put_issued(&mut self, c: &Issued) -> Result<(), StorageError>;
 }
 
 /// Writes [`TxDecorator`] and `Tx` for every decorator from one list of [`Tx`]'s methods, so
@@ -374,7 +396,7 @@ tx_decorator! {
     fn put_passkey(p: &Passkey) -> ();
     fn due(now: Time, limit: u32) -> Due;
     fn push_outbox(item: &OutboxItem) -> ();
-    fn take_outbox(now: Time, limit: u32) -> Vec<OutboxItem>;
+    fn take_outbox(topic: &str, now: Time, limit: u32) -> Vec<OutboxItem>;
     fn delete_outbox(id: &str) -> ();
     fn reschedule_outbox(id: &str, attempts: u32, next_attempt_at: Time) -> ();
     fn audit_head() -> Option<(i64, String)>;
@@ -382,4 +404,7 @@ tx_decorator! {
     fn audit_entries(after: i64, limit: u32) -> Vec<AuditEntry>;
     fn audit_ends(subject: &str) -> Vec<AuditEntry>;
     fn audit_count(upto: i64) -> (i64, i64);
+    fn issued_of(grant: GrantId) -> Vec<Issued>;
+    fn unsettled_issued(limit: u32) -> Vec<Issued>;
+    fn put_issued(c: &Issued) -> ();
 }

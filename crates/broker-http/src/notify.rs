@@ -144,7 +144,11 @@ pub async fn deliver_due(
     let mut report = Report::default();
     let Some(notifier) = notifier else {
         for item in broker
-            .claim_outbox(BATCH * 4, chrono::Duration::minutes(1))
+            .claim_outbox(
+                OutboxItem::NOTIFICATION,
+                BATCH * 4,
+                chrono::Duration::minutes(1),
+            )
             .await?
         {
             broker.outbox_done(&item.id).await?;
@@ -155,7 +159,9 @@ pub async fn deliver_due(
         }
         return Ok(report);
     };
-    let items = broker.claim_outbox(BATCH, notifier.lease()).await?;
+    let items = broker
+        .claim_outbox(OutboxItem::NOTIFICATION, BATCH, notifier.lease())
+        .await?;
     let mut tasks = tokio::task::JoinSet::new();
     for item in items {
         let (broker, notifier) = (broker.clone(), notifier.clone());

@@ -263,7 +263,29 @@ pub(crate) async fn grant_values(State(st): St, on: SessionOn<GrantId>) -> ApiRe
         out.push(b':');
         write_json_string(&mut out, value.expose());
     }
-    out.extend_from_slice(b"}}");
+    out.push(b'}');
+    // An issued secret's credential as environment variables (additive: only when there is one).
+    if !released.parts.is_empty() {
+        out.extend_from_slice(b",\"parts\":{");
+        for (i, (name, env)) in released.parts.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_json_string(&mut out, name.as_str());
+            out.extend_from_slice(b":{");
+            for (j, (var, value)) in env.iter().enumerate() {
+                if j > 0 {
+                    out.push(b',');
+                }
+                write_json_string(&mut out, var);
+                out.push(b':');
+                write_json_string(&mut out, value.expose());
+            }
+            out.push(b'}');
+        }
+        out.push(b'}');
+    }
+    out.push(b'}');
     let body = Body::from(axum::body::Bytes::copy_from_slice(&out));
     let mut resp = (StatusCode::OK, body).into_response();
     resp.headers_mut().insert(

@@ -520,6 +520,12 @@ pub struct Loops {
     pub outbox: Ticker,
     /// The rate limiter's housekeeping: every minute.
     pub housekeeping: Ticker,
+    /// The destroyer of issued credentials: a look every 100 ms at whether this process
+    /// queued a destroy, and at the outbox every second.
+    pub destroy: Ticker,
+    /// The issued credentials' reconciler (ends no write stored, orphans): at start, then
+    /// every minute.
+    pub reconcile: Ticker,
 }
 
 impl Default for Loops {
@@ -530,6 +536,8 @@ impl Default for Loops {
             audit: Ticker::every("broker.audit", Duration::from_secs(1)),
             outbox: Ticker::every("broker.outbox", crate::notify::POLL),
             housekeeping: Ticker::every("broker.housekeeping", Duration::from_secs(60)),
+            destroy: Ticker::every("broker.destroy", DESTROY_LOOK),
+            reconcile: Ticker::every("broker.reconcile", Duration::from_secs(60)),
         }
     }
 }
@@ -598,6 +606,7 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
         state.notifier.clone(),
         loops.outbox.ticks(),
     ));
+    let (destroyer, reconciler) = issued_loops(&state);
     let mut ticks = loops.housekeeping.ticks();
     let housekeeping = tokio::spawn(async move {
         loop {
@@ -605,7 +614,83 @@ fn background(state: Arc<AppState>, reload: chrono::Duration) -> Vec<JoinHandle<
             state.limits.shrink();
         }
     });
-    vec![sweep, reloader, auditor, deliverer, housekeeping]
+    vec![
+        sweep,
+        reloader,
+        auditor,
+        deliverer,
+        destroyer,
+        reconciler,
+        housekeeping,
+    ]
+}
+
+/// How often the destroyer looks whether this process queued a destroy.
+const DESTROY_LOOK: Duration = Duration::from_millis(100);
+/// How many looks between two reads of the outbox for destroys (any replica's): one a second.
+const DESTROY_POLL_EVERY: u32 = 10;
+
+/// The destroyer and the reconciler of issued credentials ([`countersign_broker_core::broker::issued`]).
+fn issued_loops(state: &Arc<AppState>) -> (JoinHandle<()>, JoinHandle<()>) {
+    let destroyer = {
+        let st = state.clone();
+        let mut ticks = st.loops.destroy.ticks();
+        tokio::spawn(async move {
+            let mut looks = 0u32;
+            loop {
+                let _pass = ticks.next().await;
+                looks = looks.wrapping_add(1);
+                let queued = st.broker.take_destroy_queued();
+                let poll =
+                    looks % DESTROY_POLL_EVERY == 0 && !st.broker.issued_secrets().is_empty();
+                if !queued && !poll {
+                    continue;
+                }
+                match st.broker.destroy_due(16).await {
+                    Ok(r) if r.destroyed + r.failed + r.deferred > 0 => {
+                        tracing::debug!(
+                            destroyed = r.destroyed,
+                            failed = r.failed,
+                            deferred = r.deferred,
+                            "destroyer pass"
+                        )
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(code = %e.code, error = e.message(), "destroyer pass failed")
+                    }
+                }
+            }
+        })
+    };
+    let reconciler = {
+        let st = state.clone();
+        let mut ticks = st.loops.reconcile.ticks();
+        tokio::spawn(async move {
+            loop {
+                let _pass = ticks.next().await;
+                if st.broker.issued_secrets().is_empty() {
+                    continue;
+                }
+                match st.broker.reconcile_issued().await {
+                    Ok(r) => {
+                        if r.queued + r.orphans + r.failures > 0 {
+                            tracing::info!(
+                                queued = r.queued,
+                                orphans = r.orphans,
+                                failures = r.failures,
+                                "issued credentials reconciled"
+                            )
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(code = %e.code, error = e.message(), "reconciler pass failed")
+                    }
+                }
+            }
+        })
+    };
+    (destroyer, reconciler)
 }
 
 /// This server's request span and metrics (`docs/metrics.md`).

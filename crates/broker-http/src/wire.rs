@@ -297,6 +297,21 @@ fn grant_item(i: &GrantListItem) -> Value {
         "approver": g.approver.as_ref().map(|a| a.as_str()),
         "expires_at": ot(&g.expires_at),
         "created_at": t(&g.created_at),
+        "state": g.state_str(),
+        "credentials": i.credentials.iter().map(issued).collect::<Vec<_>>(),
+    })
+}
+
+/// An issued credential as a grant's list item shows it: never its secret.
+fn issued(c: &countersign_broker_core::issuer::Issued) -> Value {
+    json!({
+        "secret": c.secret.as_str(),
+        "issuer": c.issuer,
+        "name": c.name,
+        "state": c.state.as_str(),
+        "error": c.last_error,
+        "next_attempt_at": ot(&c.next_attempt_at),
+        "destroyed_at": ot(&c.destroyed_at),
     })
 }
 

@@ -224,7 +224,7 @@ async fn outbox(db: &countersign_broker_sql::SqlStorage) -> anyhow::Result<Vec<O
     let far = chrono::Utc::now() + chrono::Duration::days(3650);
     // The expiry notices (`msg_…`), not the records waiting for their approver (`rec_…`).
     Ok(tx
-        .take_outbox(far, 100)
+        .take_outbox("notification", far, 100)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .into_iter()

@@ -184,6 +184,22 @@ const V6_PASSKEYS: &[&str] = &[
     "CREATE INDEX passkeys_person ON passkeys (person, created_at_ms)",
 ];
 
+/// Version 7: dynamic secrets (issue 49). Issued credentials, one row per grant and secret (the
+/// whole row in `doc`, its encrypted value included); the outbox gains a topic, so that the
+/// notifier and the destroyer each claim their own messages.
+const V7_ISSUED: &[&str] = &[
+    "CREATE TABLE issued (
+        id TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        doc TEXT NOT NULL
+    )",
+    "CREATE INDEX issued_grant ON issued (grant_id)",
+    "CREATE INDEX issued_unsettled ON issued (state) WHERE state <> 'destroyed'",
+    "ALTER TABLE outbox ADD COLUMN topic TEXT NOT NULL DEFAULT 'notification'",
+    "CREATE INDEX outbox_topic_due ON outbox (topic, next_attempt_at_ms)",
+];
+
 /// Every migration, in order. Versions are consecutive from 1.
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -221,6 +237,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "passkeys",
         sqlite: V6_PASSKEYS,
         postgres: V6_PASSKEYS,
+    },
+    Migration {
+        version: 7,
+        name: "issued credentials; outbox topics",
+        sqlite: V7_ISSUED,
+        postgres: V7_ISSUED,
     },
 ];
 

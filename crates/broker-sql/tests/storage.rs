@@ -201,6 +201,8 @@ suite!(
     due_lists_stored_live_rows_past_their_time,
     outbox_take_reschedule_delete,
     outbox_take_skips_rows_another_transaction_took,
+    outbox_topics_are_taken_apart,
+    issued_round_trip_and_unsettled,
     dropped_transactions_roll_back,
     second_writer_waits_and_sees_the_first,
     reads_do_not_wait_for_writers,
@@ -382,6 +384,7 @@ fn grant(enrollment_id: EnrollmentId, created: i64, expires: Option<i64>) -> Gra
 
 fn outbox_item(id: &str, next: i64) -> OutboxItem {
     OutboxItem {
+        topic: "notification".into(),
         id: id.into(),
         payload: format!("{{\"id\":\"{id}\"}}"),
         attempts: 0,
@@ -1010,6 +1013,76 @@ async fn due_lists_stored_live_rows_past_their_time(s: &SqlStorage) {
     assert_eq!(due.grants, vec![g_due.id]);
 }
 
+async fn outbox_topics_are_taken_apart(s: &SqlStorage) {
+    let mut tx = s.begin().await.expect("begin");
+    tx.push_outbox(&outbox_item("n1", 5)).await.expect("push");
+    let d1 = OutboxItem {
+        topic: "destroy".into(),
+        ..outbox_item("d1", 1)
+    };
+    tx.push_outbox(&d1).await.expect("push");
+    tx.commit().await.expect("commit");
+    let mut tx = s.begin().await.expect("begin");
+    assert_eq!(
+        tx.take_outbox("destroy", at(20), 10).await.expect("take"),
+        vec![d1],
+        "a destroyer takes destroys only"
+    );
+    assert_eq!(
+        tx.take_outbox("notification", at(20), 10)
+            .await
+            .expect("take"),
+        vec![outbox_item("n1", 5)],
+        "a notifier takes notifications only"
+    );
+}
+
+async fn issued_round_trip_and_unsettled(s: &SqlStorage) {
+    use countersign_broker_core::issuer::{Issued, IssuedState};
+    let g1 = GrantId(uuid::Uuid::from_u128(1));
+    let g2 = GrantId(uuid::Uuid::from_u128(2));
+    let row = |g: GrantId, secret: &str, state: IssuedState| Issued {
+        grant_id: g,
+        secret: SecretName::parse(secret).expect("name"),
+        issuer: "postgres".into(),
+        name: format!("cs_{}", g.0.simple()),
+        state,
+        claimed_until: Some(at(30)),
+        sealed_value: None,
+        expires_at: Some(at(3600)),
+        created_at: at(0),
+        destroyed_at: None,
+        attempts: 0,
+        last_error: None,
+        next_attempt_at: None,
+    };
+    let a = row(g1, "DB_A", IssuedState::Minting);
+    let b = row(g1, "DB_B", IssuedState::Live);
+    let c = row(g2, "DB_A", IssuedState::Destroyed);
+    let mut tx = s.begin().await.expect("begin");
+    for r in [&a, &b, &c] {
+        tx.put_issued(r).await.expect("put");
+    }
+    tx.commit().await.expect("commit");
+    let mut tx = s.begin().await.expect("begin");
+    assert_eq!(
+        tx.issued_of(g1).await.expect("read"),
+        vec![a.clone(), b.clone()]
+    );
+    assert_eq!(tx.issued_of(g2).await.expect("read"), vec![c.clone()]);
+    let mut a2 = a.clone();
+    a2.state = IssuedState::Destroying;
+    a2.last_error = Some("issuer unavailable: timeout".into());
+    tx.put_issued(&a2).await.expect("replace");
+    tx.commit().await.expect("commit");
+    let mut tx = s.read().await.expect("read");
+    assert_eq!(
+        tx.unsettled_issued(10).await.expect("unsettled"),
+        vec![a2, b],
+        "every credential not destroyed, the replaced row as written"
+    );
+}
+
 async fn outbox_take_reschedule_delete(s: &SqlStorage) {
     let mut tx = s.begin().await.expect("begin");
     for (id, next) in [("m1", 10), ("m2", 5), ("m3", 50)] {
@@ -1018,14 +1091,20 @@ async fn outbox_take_reschedule_delete(s: &SqlStorage) {
     tx.commit().await.expect("commit");
 
     let mut tx = s.begin().await.expect("begin");
-    let taken = tx.take_outbox(at(20), 10).await.expect("take");
+    let taken = tx
+        .take_outbox("notification", at(20), 10)
+        .await
+        .expect("take");
     assert_eq!(
         taken,
         vec![outbox_item("m2", 5), outbox_item("m1", 10)],
         "due ones, earliest first"
     );
     assert_eq!(
-        tx.take_outbox(at(20), 1).await.expect("take").len(),
+        tx.take_outbox("notification", at(20), 1)
+            .await
+            .expect("take")
+            .len(),
         1,
         "limit"
     );
@@ -1036,13 +1115,20 @@ async fn outbox_take_reschedule_delete(s: &SqlStorage) {
     tx.commit().await.expect("commit");
 
     let mut tx = s.begin().await.expect("begin");
-    assert_eq!(tx.take_outbox(at(20), 10).await.expect("take"), vec![]);
+    assert_eq!(
+        tx.take_outbox("notification", at(20), 10)
+            .await
+            .expect("take"),
+        vec![]
+    );
     let m1 = OutboxItem {
         attempts: 3,
         ..outbox_item("m1", 40)
     };
     assert_eq!(
-        tx.take_outbox(at(60), 10).await.expect("take"),
+        tx.take_outbox("notification", at(60), 10)
+            .await
+            .expect("take"),
         vec![m1, outbox_item("m3", 50)]
     );
     tx.delete_outbox("absent")
@@ -1059,7 +1145,10 @@ async fn outbox_take_skips_rows_another_transaction_took(s: &SqlStorage) {
 
     let mut first = s.begin().await.expect("begin");
     assert_eq!(
-        first.take_outbox(at(10), 1).await.expect("take"),
+        first
+            .take_outbox("notification", at(10), 1)
+            .await
+            .expect("take"),
         vec![outbox_item("a", 1)]
     );
     match s.backend() {
@@ -1067,7 +1156,10 @@ async fn outbox_take_skips_rows_another_transaction_took(s: &SqlStorage) {
             // Another replica, at the same time, skips the locked message.
             let mut second = s.begin().await.expect("begin");
             assert_eq!(
-                second.take_outbox(at(10), 10).await.expect("take"),
+                second
+                    .take_outbox("notification", at(10), 10)
+                    .await
+                    .expect("take"),
                 vec![outbox_item("b", 2)]
             );
             second.delete_outbox("b").await.expect("delete");
@@ -1080,7 +1172,10 @@ async fn outbox_take_skips_rows_another_transaction_took(s: &SqlStorage) {
             let s2 = s.clone();
             let second = tokio::spawn(async move {
                 let mut tx = s2.begin().await.expect("begin");
-                let got = tx.take_outbox(at(10), 10).await.expect("take");
+                let got = tx
+                    .take_outbox("notification", at(10), 10)
+                    .await
+                    .expect("take");
                 tx.commit().await.expect("commit");
                 got
             });
@@ -1110,7 +1205,12 @@ async fn dropped_transactions_roll_back(s: &SqlStorage) {
     // The next writer starts at once and sees nothing of it.
     let mut tx = s.begin().await.expect("begin after drop");
     assert_eq!(tx.get_credential(c.id).await.expect("get"), None);
-    assert_eq!(tx.take_outbox(at(10), 10).await.expect("take"), vec![]);
+    assert_eq!(
+        tx.take_outbox("notification", at(10), 10)
+            .await
+            .expect("take"),
+        vec![]
+    );
     // Failing half-way (an error surfacing to the caller) and dropping also rolls back.
     tx.put_credential(&c).await.expect("put");
     tx.push_outbox(&outbox_item("dup", 0)).await.expect("push");
@@ -1441,7 +1541,7 @@ async fn reconnecting_keeps_data_and_schema(db: &TestDb) {
         .map(|r| sqlx::Row::try_get::<i64, _>(r, "version").expect("version"))
         .collect();
     assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
-    assert_eq!(versions.len(), 6, "the migrations this broker knows");
+    assert_eq!(versions.len(), 7, "the migrations this broker knows");
     raw.close().await.expect("close");
 }
 

@@ -424,6 +424,7 @@ fn judge(f: &Facts<'_>, key_arn: &str, name: SecretName) -> Result<Judged, Store
         owner,
         tier,
         resource_name: arn.to_owned(),
+        issuer: None,
     })))
 }
 

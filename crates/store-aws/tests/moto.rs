@@ -589,6 +589,7 @@ async fn a_silent_store_times_out() -> TestResult {
         tier: Tier::Automatic,
         resource_name: "arn:aws:secretsmanager:sa-east-1:123456789012:secret:agents/silent-AbCdEf"
             .into(),
+        issuer: None,
     };
     assert_unavailable(&store, &entry, budget).await;
     hold.abort();

@@ -364,6 +364,7 @@ impl GcpSecretStore {
             owner,
             tier,
             resource_name: s.name.clone(),
+            issuer: None,
         }))
     }
 

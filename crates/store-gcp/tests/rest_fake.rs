@@ -66,6 +66,7 @@ fn entry(name: &str, owner: &str, tier: Tier) -> PolicyEntry {
         owner: countersign_broker_core::ids::Login::parse(owner).expect("login"),
         tier,
         resource_name: format!("{PREFIX}{}", n(name).stored_suffix()),
+        issuer: None,
     }
 }
 

@@ -129,6 +129,7 @@ fn judge(file: &File, s: &Secret, name: SecretName) -> Inspection {
         owner,
         tier,
         resource_name: s.name.clone(),
+        issuer: None,
     })
 }
 

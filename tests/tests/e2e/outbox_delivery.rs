@@ -178,7 +178,7 @@ async fn outbox(b: &K8sBroker) -> anyhow::Result<Vec<OutboxItem>> {
     // The expiry notices (`msg_…`); the records waiting for their approver (`rec_…`) are
     // delivered beside them and checked apart.
     Ok(tx
-        .take_outbox(far, 1000)
+        .take_outbox("notification", far, 1000)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .into_iter()

@@ -7,6 +7,7 @@ use super::{Broker, Fail, ct_eq, read, transact};
 use crate::clock::Time;
 use crate::error::{Error, ErrorCode};
 use crate::ids::{CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId};
+use crate::issuer::IssuedState;
 use crate::model::{
     Countersignature, DecisionBy, EnrollmentSummary, Grant, GrantEnd, GrantedBy,
     LauncherCredential, Record, RecordKind, RecordState, RequestState,
@@ -18,6 +19,8 @@ use crate::storage::Tx;
 pub struct GrantListItem {
     pub grant: Grant,
     pub enrollment: EnrollmentSummary,
+    /// The credentials issued for it (`crate::issuer`), by secret.
+    pub credentials: Vec<crate::issuer::Issued>,
 }
 
 /// What an approval produced.
@@ -485,22 +488,46 @@ impl Broker {
         })
     }
 
-    /// Live grants of `who`'s sessions, and those `who` approved, newest first.
+    /// Live grants of `who`'s sessions, and those `who` approved, newest first; with them, the
+    /// ended ones whose issued credentials are not destroyed yet (being destroyed, or failing
+    /// to be), so that a person sees a credential until it is gone.
     pub async fn grants_for(&self, who: &Login) -> Result<Vec<GrantListItem>, Error> {
         let now = self.now();
+        let issued = !self.issued_secrets().is_empty();
         let mut out = read!(self, "list grants", |tx| {
             let mut out = Vec::new();
-            for g in tx.live_grants().await? {
+            let mut grants = tx.live_grants().await?;
+            if issued {
+                for c in tx.unsettled_issued(1_000).await? {
+                    if !grants.iter().any(|g| g.id == c.grant_id)
+                        && let Some(g) = tx.get_grant(c.grant_id).await?
+                    {
+                        grants.push(g);
+                    }
+                }
+            }
+            for g in grants {
                 let Some(e) = tx.get_enrollment(g.enrollment_id).await? else {
                     continue;
                 };
                 let g = g.settled(now, &e);
+                if !(e.operator.as_ref() == Some(who) || g.approver.as_ref() == Some(who)) {
+                    continue;
+                }
+                let credentials = if issued {
+                    tx.issued_of(g.id).await?
+                } else {
+                    Vec::new()
+                };
                 if g.is_live()
-                    && (e.operator.as_ref() == Some(who) || g.approver.as_ref() == Some(who))
+                    || credentials
+                        .iter()
+                        .any(|c| c.state != IssuedState::Destroyed)
                 {
                     out.push(GrantListItem {
                         enrollment: e.summary(),
                         grant: g,
+                        credentials,
                     });
                 }
             }

@@ -196,6 +196,7 @@ impl Broker {
             "expires_at": crate::clock::rfc3339(&b.expires_at),
         });
         tx.push_outbox(&OutboxItem {
+            topic: OutboxItem::NOTIFICATION.to_string(),
             id: format!("rec_{}", &record.id.to_string()[..32]),
             payload: payload.to_string(),
             attempts: 0,
@@ -225,6 +226,7 @@ impl Broker {
             "expired_at": crate::clock::rfc3339(&expired_at),
         });
         tx.push_outbox(&OutboxItem {
+            topic: OutboxItem::NOTIFICATION.to_string(),
             id: format!("msg_{}", r.id.0.simple()),
             payload: payload.to_string(),
             attempts: 0,

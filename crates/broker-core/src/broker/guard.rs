@@ -15,9 +15,14 @@
 //!   the same transaction, last, so the row and its entry commit together. When one of them
 //!   ends something ([`audit::DURABLE_KINDS`]), the commit returns only once the new head is
 //!   kept outside the database ([`audit::Follower::keep`]: the server's state file, `fsync`ed).
+//! - **Every end destroys.** A write that stores a grant's end marks each credential issued for
+//!   it `destroying` and queues its destroy in the outbox, in the same transaction
+//!   ([`super::issued`]); a credential recorded minting or destroyed becomes a
+//!   `credential_mint` or `credential_destroy` entry.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::json;
 
@@ -26,6 +31,7 @@ use crate::clock::{Clock, Time, to_millis};
 use crate::ids::{
     ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId, SecretName,
 };
+use crate::issuer::{Issued, IssuedState};
 use crate::model::{
     Enrollment, Grant, GrantEnd, LauncherCredential, Passkey, Record, Request, RequestState,
 };
@@ -45,6 +51,7 @@ pub struct Guarded {
     sealer: Sealer,
     clock: Arc<dyn Clock>,
     follower: Arc<audit::Follower>,
+    destroy_queued: Arc<AtomicBool>,
 }
 
 impl Guarded {
@@ -55,12 +62,14 @@ impl Guarded {
         sealer: Sealer,
         clock: Arc<dyn Clock>,
         follower: Arc<audit::Follower>,
+        destroy_queued: Arc<AtomicBool>,
     ) -> Self {
         Self {
             inner,
             sealer,
             clock,
             follower,
+            destroy_queued,
         }
     }
 
@@ -70,6 +79,8 @@ impl Guarded {
             sealer: self.sealer.clone(),
             clock: self.clock.clone(),
             follower: self.follower.clone(),
+            destroy_queued: self.destroy_queued.clone(),
+            queued_destroy: false,
             write,
             seen: Seen::default(),
             events: Vec::new(),
@@ -109,6 +120,8 @@ struct Seen {
     requests: HashMap<RequestId, RequestState>,
     /// Passkeys read (by credential id): whether removed.
     passkeys: HashMap<String, bool>,
+    /// Issued credentials read: their state and when destroyed.
+    issued: HashMap<(GrantId, SecretName), (IssuedState, Option<Time>)>,
 }
 
 struct GuardTx {
@@ -116,6 +129,9 @@ struct GuardTx {
     sealer: Sealer,
     clock: Arc<dyn Clock>,
     follower: Arc<audit::Follower>,
+    /// Told, once this transaction commits, that it queued a destroy.
+    destroy_queued: Arc<AtomicBool>,
+    queued_destroy: bool,
     write: bool,
     seen: Seen,
     events: Vec<AuditEvent>,
@@ -233,9 +249,14 @@ impl TxDecorator for GuardTx {
             inner,
             follower,
             appended,
+            destroy_queued,
+            queued_destroy,
             ..
         } = *self;
         inner.commit().await?;
+        if queued_destroy {
+            destroy_queued.store(true, Ordering::SeqCst);
+        }
         if let Some((from, to)) = appended {
             follower.appended(&from, to.clone());
             // An end is in this replica's memory outside the database before it is answered:
@@ -545,8 +566,43 @@ impl TxDecorator for GuardTx {
                 GrantEnd::Ended => "end",
             };
             self.event(kind, subject, &json!({ "at": ms(at) }));
+            self.inner.put_grant(g).await?;
+            // Every end destroys what was issued for the grant: queued with the end itself.
+            self.queued_destroy |=
+                crate::broker::issued::queue_destroys(self.inner.as_mut(), g.id, at).await?;
+            return Ok(());
         }
         self.inner.put_grant(g).await
+    }
+
+    async fn issued_of(&mut self, grant: GrantId) -> Result<Vec<Issued>, StorageError> {
+        let rows = self.inner.issued_of(grant).await?;
+        for c in &rows {
+            self.seen
+                .issued
+                .insert((c.grant_id, c.secret.clone()), (c.state, c.destroyed_at));
+        }
+        Ok(rows)
+    }
+
+    async fn put_issued(&mut self, c: &Issued) -> Result<(), StorageError> {
+        let was = self
+            .seen
+            .issued
+            .insert((c.grant_id, c.secret.clone()), (c.state, c.destroyed_at));
+        let body =
+            || json!({ "secret": c.secret.as_str(), "issuer": c.issuer, "credential": c.name });
+        let subject = format!("grant:{}", c.grant_id);
+        if was.is_none() && c.state == IssuedState::Minting {
+            // Sealed into the chain before the issuer is called (the caller commits first).
+            self.event("credential_mint", subject, &body());
+        } else if c.state == IssuedState::Destroyed && was != Some((c.state, c.destroyed_at)) {
+            let mut b = body();
+            // Destroyed without a mint this broker recorded live: an orphan the sweep found.
+            b["orphan"] = json!(!matches!(was, Some((st, _)) if st != IssuedState::Destroyed));
+            self.event("credential_destroy", subject, &b);
+        }
+        self.inner.put_issued(c).await
     }
 
     async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {

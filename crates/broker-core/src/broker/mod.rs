@@ -5,8 +5,10 @@
 pub mod approver;
 mod auth;
 mod cascade;
+mod destroy;
 mod enroll;
 pub mod guard;
+pub mod issued;
 mod login;
 mod operator;
 mod outbox;
@@ -18,6 +20,7 @@ use std::sync::{Arc, RwLock};
 
 pub use approver::{Approved, GrantListItem};
 pub use auth::ProofTarget;
+pub use issued::{DestroyReport, IssuedSecret, ReconcileReport};
 pub use login::{MachineLoginStarted, PollState};
 pub use passkeys::{Registration, RegistrationOffer, StatementOffer};
 pub use requests::{CreatedRequest, EnrollInput, Released, grant_chain_verifies};
@@ -158,6 +161,11 @@ pub struct Broker {
     seen_epoch: std::sync::atomic::AtomicI64,
     /// The highest audit log entry this process has verified, and whether the chain broke.
     audit: Arc<crate::audit::Follower>,
+    /// The declared issued secrets ([`issued`]).
+    issuers: RwLock<issued::Issuers>,
+    /// Set when a transaction of this process queued a credential's destroy, so that the
+    /// destroyer runs at once instead of at its next poll.
+    destroy_queued: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Broker {
@@ -167,11 +175,13 @@ impl Broker {
         // Every transaction runs through the guard: seals on credentials and enrollments, and
         // the audit log appended with the changes it records.
         let audit = Arc::new(crate::audit::Follower::default());
+        let destroy_queued = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let storage: Arc<dyn Storage> = Arc::new(guard::Guarded::new(
             parts.storage,
             sealer.clone(),
             parts.clock.clone(),
             audit.clone(),
+            destroy_queued.clone(),
         ));
         Self {
             storage,
@@ -185,6 +195,8 @@ impl Broker {
             keys: Default::default(),
             seen_epoch: std::sync::atomic::AtomicI64::new(i64::MIN),
             audit,
+            issuers: Default::default(),
+            destroy_queued,
         }
     }
 
@@ -301,7 +313,15 @@ impl Broker {
     /// Loads the policy from the store. On failure the last good policy stays.
     pub async fn reload_policy(&self) -> Result<Arc<Policy>, crate::secrets::StoreError> {
         let listing = self.store.list().await?;
-        let policy = Arc::new(Policy::new(listing.served));
+        let issued = self.issued_secrets();
+        // A declared issued secret is served as declared, whatever the store holds by its name.
+        let stored = listing
+            .served
+            .into_iter()
+            .filter(|e| !issued.iter().any(|s| s.name == e.name));
+        let policy = Arc::new(Policy::new(
+            stored.chain(issued.iter().map(issued::IssuedSecret::entry)),
+        ));
         self.set_policy(PolicyState {
             policy: policy.clone(),
             refused: listing.refused,
@@ -316,6 +336,10 @@ impl Broker {
         &self,
         name: &crate::ids::SecretName,
     ) -> Result<(bool, Option<Refusal>), Error> {
+        if self.issuer_of(name).is_some() {
+            // Declared, not read: nothing in a store to reread.
+            return Ok((true, None));
+        }
         let inspection = self.store.inspect(name).await.map_err(|e| {
             // The store did not answer (timeout, unreachable): the reread ended before it
             // finished; the last good policy stays and the caller may send it again.

@@ -17,23 +17,24 @@ use crate::error::Error;
 use crate::storage::OutboxItem;
 
 impl Broker {
-    /// Claims up to `limit` due messages for one delivery attempt each, leased for `lease`.
-    /// Each answered item's `attempts` counts this attempt.
+    /// Claims up to `limit` due messages of `topic` for one delivery attempt each, leased for
+    /// `lease`. Each answered item's `attempts` counts this attempt.
     pub async fn claim_outbox(
         &self,
+        topic: &str,
         limit: u32,
         lease: Duration,
     ) -> Result<Vec<OutboxItem>, Error> {
         let now = self.now();
         // Most polls find nothing: look without the write lock first.
         let due = read!(self, "outbox read", |tx| Ok::<_, Fail>(
-            tx.take_outbox(now, 1).await?
+            tx.take_outbox(topic, now, 1).await?
         ))?;
         if due.is_empty() {
             return Ok(due);
         }
         transact!(self, "outbox claim", |tx| {
-            let mut items = tx.take_outbox(now, limit).await?;
+            let mut items = tx.take_outbox(topic, now, limit).await?;
             for item in &mut items {
                 item.attempts = item.attempts.saturating_add(1);
                 item.next_attempt_at = now + lease;

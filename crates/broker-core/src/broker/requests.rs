@@ -45,7 +45,16 @@ pub struct CreatedRequest {
 pub struct Released {
     pub expires_at: Option<Time>,
     pub values: Vec<(SecretName, SecretValue)>,
+    /// For each issued secret (`crate::issuer`): its credential's parts as environment
+    /// variables (`PGPASSWORD`, `AWS_ACCESS_KEY_ID`, …).
+    pub parts: Vec<(SecretName, Vec<(String, SecretValue)>)>,
 }
+
+/// Released values, and the parts of each issued one.
+type ReadValues = (
+    Vec<(SecretName, SecretValue)>,
+    Vec<(SecretName, Vec<(String, SecretValue)>)>,
+);
 
 fn invalid(msg: &'static str) -> Error {
     Error::with_message(ErrorCode::REQUEST_INVALID, msg)
@@ -453,7 +462,7 @@ impl Broker {
         let policy = self.policy();
         self.check_countersignature(&grant, record.as_ref(), passkey.as_ref(), &policy)?;
         policy.check_standing(&grant.names, grant.approver.as_ref(), &caller.withheld)?;
-        let values = self.read_values(&policy, &grant.names).await?;
+        let (values, parts) = self.read_values(&policy, &grant).await?;
         // The release is in the log (names, never values) before any value leaves.
         let names: Vec<&str> = grant.names.iter().map(|n| n.as_str()).collect();
         let event = crate::audit::AuditEvent {
@@ -476,20 +485,30 @@ impl Broker {
         Ok(Released {
             expires_at: grant.expires_at,
             values,
+            parts,
         })
     }
 
-    /// Each name's value, fresh from the store: `SECRET_NOT_IN_STORE` for a name the policy or
-    /// the store no longer has; a store failure is logged (never a value) and answered as an
-    /// unavailable dependency.
+    /// Each name's value, fresh from the store, or for an issued secret its grant's credential
+    /// (minted at the first release): `SECRET_NOT_IN_STORE` for a name the policy or the store
+    /// no longer has; a store failure is logged (never a value) and answered as an unavailable
+    /// dependency, an issuer's as ISSUER_UNAVAILABLE.
     async fn read_values(
         &self,
         policy: &crate::policy::Policy,
-        names: &[SecretName],
-    ) -> Result<Vec<(SecretName, SecretValue)>, Error> {
+        grant: &Grant,
+    ) -> Result<ReadValues, Error> {
+        let names = &grant.names;
         let mut values = Vec::with_capacity(names.len());
+        let mut parts = Vec::new();
         for n in names {
             let entry = policy.get(n).ok_or(ErrorCode::SECRET_NOT_IN_STORE)?;
+            if entry.issuer.is_some() {
+                let minted = self.issued_value(grant, n).await?;
+                values.push((n.clone(), minted.value));
+                parts.push((n.clone(), minted.env));
+                continue;
+            }
             let v = tracing::Instrument::instrument(
                 self.store.read_value(entry),
                 tracing::info_span!("secret store read", otel.kind = "client"),
@@ -507,7 +526,7 @@ impl Broker {
             })?;
             values.push((n.clone(), v));
         }
-        Ok(values)
+        Ok((values, parts))
     }
 
     /// Recomputes every link of a grant's chain: the grant's seal; for an approved grant, the

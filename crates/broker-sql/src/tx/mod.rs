@@ -11,6 +11,7 @@ use countersign_broker_core::clock::Time;
 use countersign_broker_core::ids::{
     ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId,
 };
+use countersign_broker_core::issuer::Issued;
 use countersign_broker_core::model::{
     Enrollment, Grant, LauncherCredential, Passkey, PendingLogin, Record, RecordDecision,
     RecordState, RecordText, Request, RequestState,

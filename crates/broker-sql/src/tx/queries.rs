@@ -457,13 +457,14 @@ impl Tx for SqlTx {
 
     async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError> {
         self.execute(
-            "INSERT INTO outbox (id, payload, attempts, next_attempt_at_ms) \
-             VALUES ($1, $2, $3, $4)",
+            "INSERT INTO outbox (id, payload, attempts, next_attempt_at_ms, topic) \
+             VALUES ($1, $2, $3, $4, $5)",
             args![
                 item.id.as_str(),
                 item.payload.as_str(),
                 i64::from(item.attempts),
                 ms(item.next_attempt_at),
+                item.topic.as_str(),
             ],
         )
         .await?;
@@ -472,14 +473,16 @@ impl Tx for SqlTx {
 
     async fn take_outbox(
         &mut self,
+        topic: &str,
         now: Time,
         limit: u32,
     ) -> Result<Vec<OutboxItem>, StorageError> {
         let rows = self
             .fetch_all_locked(
-                "SELECT id, payload, attempts, next_attempt_at_ms FROM outbox \
-                 WHERE next_attempt_at_ms <= $1 ORDER BY next_attempt_at_ms, id LIMIT $2",
-                args![ms(now), i64::from(limit)],
+                "SELECT id, topic, payload, attempts, next_attempt_at_ms FROM outbox \
+                 WHERE topic = $3 AND next_attempt_at_ms <= $1 \
+                 ORDER BY next_attempt_at_ms, id LIMIT $2",
+                args![ms(now), i64::from(limit), topic],
                 Lock::SkipLocked,
             )
             .await?;
@@ -504,6 +507,39 @@ impl Tx for SqlTx {
         )
         .await?;
         Ok(())
+    }
+
+    async fn issued_of(&mut self, grant: GrantId) -> Result<Vec<Issued>, StorageError> {
+        self.get_docs(
+            "issued credential",
+            "SELECT doc FROM issued WHERE grant_id = $1 ORDER BY id",
+            args![grant.to_string()],
+        )
+        .await
+    }
+
+    async fn unsettled_issued(&mut self, limit: u32) -> Result<Vec<Issued>, StorageError> {
+        self.get_docs(
+            "issued credential",
+            "SELECT doc FROM issued WHERE state <> 'destroyed' ORDER BY id LIMIT $1",
+            args![i64::from(limit)],
+        )
+        .await
+    }
+
+    async fn put_issued(&mut self, c: &Issued) -> Result<(), StorageError> {
+        let sql = upsert_sql("issued", "id", &["id", "grant_id", "state", "doc"]);
+        let doc = to_doc("issued credential", c)?;
+        self.put(
+            &sql,
+            args![
+                format!("{}:{}", c.grant_id, c.secret),
+                c.grant_id.to_string(),
+                c.state.as_str(),
+                doc,
+            ],
+        )
+        .await
     }
 
     async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {

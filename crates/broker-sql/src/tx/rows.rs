@@ -248,6 +248,7 @@ pub(super) fn outbox_from_row(row: &AnyRow) -> Result<OutboxItem, StorageError> 
     let attempts: i64 = row.try_get("attempts").map_err(db_err)?;
     Ok(OutboxItem {
         id: row.try_get("id").map_err(db_err)?,
+        topic: row.try_get("topic").map_err(db_err)?,
         payload: row.try_get("payload").map_err(db_err)?,
         attempts: u32::try_from(attempts)
             .map_err(|_| StorageError::Corrupt(format!("outbox attempts {attempts}")))?,
