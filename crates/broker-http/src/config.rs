@@ -57,6 +57,9 @@ pub struct Config {
     /// `[[approval]]` rules: which approvals need a passkey countersignature.
     #[serde(default)]
     pub approval: Vec<ApprovalRuleConfig>,
+    /// `[[issued]]`: dynamic secrets, a credential made per grant ([`crate::issuers`]).
+    #[serde(default)]
+    pub issued: Vec<crate::issuers::IssuedConfig>,
     /// Where traces go over OTLP (HTTP/protobuf), a base URL as `OTEL_EXPORTER_OTLP_ENDPOINT`
     /// is; none: that variable, else no export (`docs/metrics.md`).
     #[serde(default)]

@@ -51,7 +51,47 @@ pub fn dev_config(dir: &Path, listen: SocketAddr) -> anyhow::Result<Config> {
         // Dev mode keeps its state together, under its directory.
         audit_state_file: Some(dir.join("broker.db.audit-state.json")),
         otlp_endpoint: None,
+        issued: Vec::new(),
     })
+}
+
+/// The variable that gives dev mode a PostgreSQL to make `DEMO_DATABASE` credentials on.
+pub const DEV_POSTGRES_VAR: &str = "COUNTERSIGN_DEV_POSTGRES_URL";
+
+/// The dynamic secret dev mode declares when a PostgreSQL is given.
+pub const DEMO_DATABASE: &str = "DEMO_DATABASE";
+
+/// Declares `DEMO_DATABASE` on `config` when `admin_url` (from [`DEV_POSTGRES_VAR`]) is given:
+/// a login role made per grant on that PostgreSQL, able to read every table
+/// (`pg_read_all_data`), dropped when the grant ends. The URL is kept in a file of the dev
+/// directory (mode 0600), as an operator's would be. Answers whether it declared it.
+pub fn declare_demo_database(
+    config: &mut Config,
+    dir: &Path,
+    admin_url: Option<&str>,
+) -> anyhow::Result<bool> {
+    let Some(url) = admin_url.map(str::trim).filter(|u| !u.is_empty()) else {
+        return Ok(false);
+    };
+    let file = dir.join("demo-database-admin-url");
+    // Written anew each start: the variable may name another database than last time.
+    if file.exists() {
+        std::fs::remove_file(&file).with_context(|| format!("remove {}", file.display()))?;
+    }
+    write_secret(&file, url)?;
+    let mut pg =
+        countersign_issuer_postgres::PostgresIssuerConfig::new(vec!["pg_read_all_data".into()]);
+    pg.prefix = "cs_demo_".into();
+    config.issued.push(crate::issuers::IssuedConfig {
+        name: DEMO_DATABASE.into(),
+        owner: DEV_PERSON.into(),
+        tier: Some("owner".into()),
+        admin_file: Some(file),
+        admin_store_resource: None,
+        postgres: Some(pg),
+        aws_iam: None,
+    });
+    Ok(true)
 }
 
 fn demo_secrets() -> String {

@@ -10,6 +10,7 @@ pub mod conn;
 pub mod dev;
 pub mod error;
 pub mod extract;
+pub mod issuers;
 pub mod limits;
 pub mod notify;
 pub mod openapi;

@@ -177,6 +177,8 @@ async fn main() -> anyhow::Result<()> {
                 std::net::TcpListener::bind(listen).with_context(|| format!("bind {listen}"))?;
             let mut c = countersign_broker_http::dev::dev_config(&dir, listener.local_addr()?)?;
             c.apply_env(|k| std::env::var(k).ok())?;
+            let pg = std::env::var(countersign_broker_http::dev::DEV_POSTGRES_VAR).ok();
+            countersign_broker_http::dev::declare_demo_database(&mut c, &dir, pg.as_deref())?;
             // COUNTERSIGN_LISTEN may move it elsewhere: then bind that instead.
             let bound = (c.listen == listener.local_addr()?).then_some(listener);
             (c, Some(dir), bound)

@@ -263,6 +263,7 @@ pub const ROUTES: &[RouteSpec] = &[
             "GRANT_ID_INPUT",
             "GRANT_NOT_LIVE",
             "INTERNAL",
+            "ISSUER_UNAVAILABLE",
             "NOT_YOURS",
             "PASSKEY_REQUIRED",
             "SECRET_NOT_IN_STORE",

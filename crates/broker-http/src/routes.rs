@@ -507,7 +507,26 @@ pub(crate) async fn statement(State(st): St, on: ConsoleOn<RecordId>) -> ApiResu
 // ----- open -----
 
 pub(crate) async fn settings(State(st): St) -> Response {
-    ok(serde_json::to_value(st.broker.store().settings()).unwrap_or(Value::Null))
+    let mut v = serde_json::to_value(st.broker.store().settings()).unwrap_or(Value::Null);
+    // The secrets an issuer makes per grant (additive): their name, kind, owner and tier.
+    let issued: Vec<Value> = st
+        .broker
+        .issued_secrets()
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s.name.as_str(),
+                "kind": "issued",
+                "issuer": s.issuer.kind(),
+                "owner": s.owner.as_str(),
+                "tier": s.tier.as_str(),
+            })
+        })
+        .collect();
+    if let Some(map) = v.as_object_mut() {
+        map.insert("issued".into(), Value::Array(issued));
+    }
+    ok(v)
 }
 
 pub(crate) async fn reread(

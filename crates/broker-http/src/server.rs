@@ -47,7 +47,9 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
         entropy: Arc::new(SystemEntropy),
         tokens,
     };
+    let issued = crate::issuers::build(&config.issued, parts.store.as_ref()).await?;
     let broker = Arc::new(Broker::new(parts, sealer, config.broker_config()));
+    broker.set_issued_secrets(issued);
     if let Err(e) = broker.reload_policy().await {
         tracing::warn!(error = %e, "policy load at start failed; serving no secrets until a reload succeeds");
     }

@@ -99,6 +99,16 @@ impl Dev {
         line(format!(
             "  demo secrets:  DEMO_AUTOMATIC (automatic), DEMO_OWNER (owner {DEV_PERSON}), DEMO_SHARED (shared), DEMO_LOCKED (locked), DEMO_PASSKEY (owner, approved with a passkey)"
         ));
+        if std::env::var_os(countersign_broker_http::dev::DEV_POSTGRES_VAR).is_some() {
+            line(format!(
+                "  dynamic:       DEMO_DATABASE (owner {DEV_PERSON}): a PostgreSQL login made for each grant, dropped when it ends; try `countersign run DEMO_DATABASE -- psql` (PGHOST, PGUSER, PGPASSWORD … are set)"
+            ));
+        } else {
+            line(format!(
+                "  dynamic:       set {}=postgres://… (an admin URL) to try DEMO_DATABASE, a PostgreSQL login made for each grant",
+                countersign_broker_http::dev::DEV_POSTGRES_VAR
+            ));
+        }
         match self.enroll_code() {
             Ok(code) => line(format!(
                 "  passkeys:      {}/passkeys   (first passkey's enrollment code, 15 min, single use: {code}; the page shows a fresh one)",
@@ -293,6 +303,9 @@ fn broker_config(
         device_bound: false,
         aaguids: Vec::new(),
     }];
+    // DEMO_DATABASE, a PostgreSQL login made per grant, when a PostgreSQL is given.
+    let pg = std::env::var(countersign_broker_http::dev::DEV_POSTGRES_VAR).ok();
+    countersign_broker_http::dev::declare_demo_database(&mut broker_config, dir, pg.as_deref())?;
     Ok((broker_config, secret))
 }
 
