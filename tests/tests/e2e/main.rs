@@ -19,6 +19,7 @@ mod http_passkeys;
 mod http_proof;
 mod http_requests;
 mod http_session;
+mod issued;
 mod k8s_http;
 mod k8s_tokens;
 mod ops_metrics;
