@@ -1,8 +1,7 @@
 //! The AWS IAM issuer (issue 49): for each grant of a secret declared as issued by `aws-iam`, an
 //! IAM user of its own, holding the declared policies, and one access key; the user and all it
-//! holds are deleted when the grant ends. It implements the core's
-//! [`Issuer`](countersign_broker_core::issuer::Issuer) through the official SDK
-//! (`aws-sdk-iam`, with its default HTTPS client).
+//! holds are deleted when the grant ends. It implements the core's [`Issuer`] through the
+//! official SDK (`aws-sdk-iam`, with its default HTTPS client).
 //!
 //! # What a mint makes
 //!
@@ -47,11 +46,10 @@
 //! Every call has the configured budget (connect, read, each attempt and the whole call with
 //! its retries: standard mode, 3 attempts, short backoff). A timeout, a connection failure, an
 //! unreadable answer, throttling, `ConcurrentModification` or an IAM server error is
-//! [`IssuerError::Unavailable`](countersign_broker_core::issuer::IssuerError::Unavailable);
-//! every other refusal (`AccessDenied`, `MalformedPolicyDocument`, `NoSuchEntity` for a policy
-//! ARN, `LimitExceeded`, `EntityAlreadyExists` outside the path, …) is
-//! [`IssuerError::Refused`](countersign_broker_core::issuer::IssuerError::Refused). The text
-//! names the IAM operation, the user and IAM's code and message; it never holds a key.
+//! [`IssuerError::Unavailable`]; every other refusal (`AccessDenied`, `MalformedPolicyDocument`,
+//! `NoSuchEntity` for a policy ARN, `LimitExceeded`, `EntityAlreadyExists` where a user cannot
+//! be reused, a name outside the prefix, …) is [`IssuerError::Refused`]. The text names the IAM
+//! operation, the user and IAM's code and message; it never holds a key.
 //!
 //! # The admin's privileges
 //!
@@ -101,8 +99,11 @@
 //! ```
 //!
 //! - Every statement is scoped to the users under the path, so the admin can neither make nor
-//!   touch a user elsewhere. `ListUsers` is authorised against the path it lists
-//!   (`PathPrefix`), which is always the configured path.
+//!   touch a user elsewhere. `ListUsers` is always called with the configured path as its
+//!   `PathPrefix`, and is granted here on the path's user ARNs as the other calls are. This
+//!   policy has not been checked against AWS itself (the tests run on moto, which checks
+//!   actions but not resources or conditions): should `ListUsers` be refused so scoped, grant
+//!   it alone on `arn:aws:iam::*:user/*` (it reveals names and paths, nothing more).
 //! - The `iam:PermissionsBoundary` condition lets the admin create only users bounded by the
 //!   boundary; with no boundary configured, drop the condition (and then the inline policy the
 //!   admin may put is the only limit: prefer a boundary). The admin holds neither
