@@ -431,6 +431,10 @@ async fn inspect_decisions(
             },
         }
     }
+    match tx.unsettled_issued(u32::MAX).await {
+        Ok(rows) => ins.unsettled_issued(&rows),
+        Err(e) => ins.unreadable("issued", "*", &e.to_string()),
+    }
     for id in &ids.grants {
         match GrantId::parse(id).ok() {
             None => ins.unreadable("grants", id, "the id does not parse"),

@@ -8,10 +8,10 @@
 use std::sync::Arc;
 
 use chrono::Duration;
-use countersign_broker_core::ErrorCode;
 use countersign_broker_core::broker::IssuedSecret;
 use countersign_broker_core::issuer::{Issued, IssuedState, Issuer, credential_name};
 use countersign_broker_core::policy::Tier;
+use countersign_broker_core::{ErrorCode, Storage};
 use countersign_e2e::core::{CoreFixture, Session, login, secret};
 use countersign_issuer_postgres::{PostgresIssuer, PostgresIssuerConfig};
 use sqlx::Connection;
@@ -137,6 +137,7 @@ both!(
     a_crash_after_the_issuer_call_is_destroyed_by_the_end,
     the_sweep_destroys_orphans_and_unstored_ends,
     two_destroyers_race_one_destroys,
+    audit_verify_reports_a_credential_that_outlived_its_grant,
 );
 
 async fn minted_once_reused_and_destroyed_by_revoke(f: &CoreFixture) {
@@ -261,7 +262,6 @@ async fn a_crash_after_the_issuer_call_is_destroyed_by_the_end(f: &CoreFixture) 
     let name = credential_name(&prefix, g);
     let minted = issuer.mint(&name, None).await.expect("mint");
     {
-        use countersign_broker_core::Storage;
         let mut tx = f.sql.begin().await.expect("begin");
         tx.put_issued(&Issued {
             grant_id: g,
@@ -343,4 +343,57 @@ async fn two_destroyers_race_one_destroys(f: &CoreFixture) {
         1,
         "one destroy entry"
     );
+}
+
+async fn findings(f: &CoreFixture) -> Vec<String> {
+    countersign_broker_http::audit::inspect(&f.sql, f.broker.sealer(), None, None)
+        .await
+        .expect("inspect")
+        .findings
+        .iter()
+        .map(|x| x.to_string())
+        .collect()
+}
+
+async fn audit_verify_reports_a_credential_that_outlived_its_grant(f: &CoreFixture) {
+    let (issuer, _) = issuer(vec![]).expect("postgres configured");
+    declare(f, issuer.clone(), Tier::Automatic).await;
+    let (s, _m, g) = granted(f).await;
+    let url = value(f, &s, g).await;
+    f.revoke_by_holder(&s, g).await.expect("revoke");
+    assert_eq!(
+        findings(f).await,
+        Vec::<String>::new(),
+        "a pending destroy is no finding"
+    );
+    f.broker.destroy_due(16).await.expect("destroy");
+    assert_eq!(
+        findings(f).await,
+        Vec::<String>::new(),
+        "destroyed: nothing to report"
+    );
+
+    // A second grant's credential marked destroyed by a write straight into the database
+    // (no destroy entry, nothing pending), while the role lives on.
+    let (s2, _m2, g2) = granted(f).await;
+    let url2 = value(f, &s2, g2).await;
+    f.revoke_by_holder(&s2, g2).await.expect("revoke");
+    {
+        let mut c = row(f, g2).await;
+        c.state = IssuedState::Destroyed;
+        let mut tx = f.sql.begin().await.expect("begin");
+        tx.put_issued(&c).await.expect("put");
+        tx.commit().await.expect("commit");
+    }
+    let found = findings(f).await;
+    assert!(
+        found.iter().any(|x| x.contains(&g2.to_string())
+            && x.contains("no destroy entry and no pending destroy")),
+        "{found:?}"
+    );
+    // The sweep destroys what the issuer still holds for it.
+    let r = f.broker.reconcile_issued().await.expect("reconcile");
+    assert_eq!(r.orphans, 1, "{r:?}");
+    assert!(!can_log_in(&url2).await);
+    let _ = url;
 }

@@ -38,6 +38,9 @@ pub struct Inspection {
     rows: std::collections::HashSet<String>,
     /// A head a replica remembers, and where it comes from.
     remembered: Option<(Walk, String)>,
+    /// Issued credentials whose destroy is pending (queued, or a mint not yet settled): grant
+    /// subject and secret.
+    pending_destroys: std::collections::HashSet<(String, String)>,
 }
 
 fn at_ms(body: &serde_json::Value) -> Option<i64> {
@@ -314,6 +317,45 @@ impl Inspection {
 
     /// A grant, with its record when it names one: the grant's seal, its chain (the record's
     /// sealed decision, or policy's sealed automatic decision), and the log's entries for it.
+    /// The issued credentials not yet destroyed (`Tx::unsettled_issued`), read before the
+    /// grants: an ended grant's credential with a destroy pending is not reported.
+    pub fn unsettled_issued(&mut self, rows: &[crate::issuer::Issued]) {
+        for c in rows {
+            self.pending_destroys
+                .insert((format!("grant:{}", c.grant_id), c.secret.to_string()));
+        }
+    }
+
+    /// An ended grant: each credential minted for it (a `credential_mint` entry) needs a
+    /// `credential_destroy` entry or a destroy still pending.
+    fn issued_ended(&mut self, subject: &str, place: &str) {
+        let said = self.said(subject).to_vec();
+        let secret = |s: &Said| {
+            s.body
+                .get("secret")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        };
+        for mint in said.iter().filter(|s| s.kind == "credential_mint") {
+            let Some(name) = secret(mint) else { continue };
+            let destroyed = said
+                .iter()
+                .any(|s| s.kind == "credential_destroy" && secret(s).as_deref() == Some(&name));
+            let pending = self
+                .pending_destroys
+                .contains(&(subject.to_string(), name.clone()));
+            if !destroyed && !pending {
+                self.find(
+                    place.to_string(),
+                    format!(
+                        "ended, but the credential issued for {name} (minted at position {}) has no destroy entry and no pending destroy",
+                        mint.position
+                    ),
+                );
+            }
+        }
+    }
+
     pub fn grant(&mut self, sealer: &Sealer, g: &Grant, record: Option<&Record>) {
         let place = format!("grants {}", g.id);
         let subject = format!("grant:{}", g.id);
@@ -361,6 +403,9 @@ impl Inspection {
         let logged = said
             .iter()
             .find(|s| ["revocation", "expiry", "end"].contains(&s.kind.as_str()));
+        if g.end.is_some() || logged.is_some() {
+            self.issued_ended(&subject, &place);
+        }
         match (g.end, logged) {
             (None, Some(s)) => self.find(
                 place,
@@ -507,7 +552,7 @@ impl Inspection {
             );
             self.find(format!("position {}", head.position), why);
         }
-        let mut missing: Vec<(i64, String)> = self
+        let mut missing = self
             .said
             .iter()
             .filter(|(subject, _)| {
@@ -522,14 +567,29 @@ impl Inspection {
                 .any(|p| subject.starts_with(p))
                     && !self.rows.contains(*subject)
             })
-            .filter_map(|(subject, said)| said.first().map(|s| (s.position, subject.clone())))
-            .collect();
+            // A grant known only by the orphan sweep's destroys: made for a grant this
+            // database never had (restored from before it), and destroyed.
+            .filter(|(_, said)| {
+                !said.iter().all(|s| {
+                    s.kind == "credential_destroy"
+                        && s.body.get("orphan").and_then(|v| v.as_bool()) == Some(true)
+                })
+            })
+            .filter_map(|(subject, said)| {
+                let mint = said.iter().any(|s| s.kind == "credential_mint");
+                said.first().map(|s| (s.position, subject.clone(), mint))
+            })
+            .collect::<Vec<_>>();
         missing.sort();
-        for (position, subject) in missing {
-            self.find(
-                format!("position {position}"),
-                format!("names {subject}, which has no row (deleted)"),
-            );
+        for (position, subject, mint) in missing {
+            let why = if mint {
+                format!(
+                    "a credential mint names {subject}, which has no row: a mint without a grant"
+                )
+            } else {
+                format!("names {subject}, which has no row (deleted)")
+            };
+            self.find(format!("position {position}"), why);
         }
         self.findings
     }
