@@ -67,6 +67,14 @@ pub enum Command {
     /// reason, waits for a person when the policy asks for one, then runs COMMAND with each
     /// secret in the environment variable of its name. The session ends when COMMAND exits;
     /// its exit status is this command's.
+    ///
+    /// An issued secret (a credential made for this grant alone, destroyed when it ends) also
+    /// gives its parts, each in its own variable: PGHOST, PGPORT, PGDATABASE, PGUSER and
+    /// PGPASSWORD for PostgreSQL (its value is a postgres:// URL), AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY for AWS (its value is credential_process JSON). When two secrets
+    /// give the same variable, the first in the grant's order wins and a warning on standard
+    /// error names both; a secret's own name wins over a part. Every part is masked like a
+    /// value.
     Run(RunArgs),
     /// Request secrets for the session this command runs in.
     Request(RequestArgs),
@@ -84,7 +92,8 @@ pub enum Command {
     },
     /// List the current session's live grants.
     Grants,
-    /// Print a grant's values as NAME=value lines (a JSON object with --json).
+    /// Print a grant's values as NAME=value lines, an issued secret's parts included as `run`
+    /// sets them (the broker's JSON answer with --json).
     Values {
         #[arg(value_parser = parse_uuid)]
         grant_id: String,
@@ -236,7 +245,8 @@ pub struct RequestArgs {
     /// Why the secrets are needed, shown to the approver.
     #[arg(long, value_name = "TEXT", required = true)]
     pub reason: String,
-    /// Once granted, print the values (NAME=value lines, or in the JSON answer).
+    /// Once granted, print the values (NAME=value lines, an issued secret's parts included as
+    /// `run` sets them; or in the JSON answer, with its `parts`).
     #[arg(long)]
     pub print_values: bool,
 }

@@ -89,3 +89,27 @@ impl From<BrokerError> for Fail {
         Fail::failure(e.to_string()).with_code(e.code.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use countersign_broker_client::Failure;
+
+    /// An issuer that cannot make or answer a credential is an unavailable dependency, like the
+    /// broker's database: the spec's exit codes give both 1, with the code kept for --json.
+    #[test]
+    fn an_unavailable_issuer_exits_as_an_unavailable_database() {
+        let refused = |code: &str| {
+            Fail::from(BrokerError {
+                kind: Failure::Refused,
+                status: Some(503),
+                code: Some(code.to_owned()),
+                message: "unavailable".into(),
+            })
+        };
+        let issuer = refused("ISSUER_UNAVAILABLE");
+        assert_eq!(issuer.exit, refused("DATABASE_UNAVAILABLE").exit);
+        assert_eq!(issuer.exit, FAILURE);
+        assert_eq!(issuer.code.as_deref(), Some("ISSUER_UNAVAILABLE"));
+    }
+}

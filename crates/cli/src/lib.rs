@@ -11,6 +11,7 @@
 pub mod args;
 pub mod ctx;
 pub mod exit;
+pub mod granted;
 pub mod login;
 pub mod mask;
 pub mod mcp;

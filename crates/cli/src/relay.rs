@@ -43,9 +43,9 @@ const CHUNK: usize = 64 * 1024;
 
 /// Whether any of the values is long enough to be masked; warns about each that is not.
 #[must_use]
-pub fn any_maskable(env: &[(String, Secret)]) -> bool {
+pub fn any_maskable(masked: &[(String, Secret)]) -> bool {
     let mut any = false;
-    for (name, value) in env {
+    for (name, value) in masked {
         if maskable(value.expose().as_bytes()) {
             any = true;
         } else {
@@ -58,27 +58,30 @@ pub fn any_maskable(env: &[(String, Secret)]) -> bool {
     any
 }
 
-fn masker(env: &[(String, Secret)]) -> Result<Masker, Fail> {
-    Masker::new(env.iter().map(|(_, v)| v.expose().as_bytes()))
+fn masker(masked: &[(String, Secret)]) -> Result<Masker, Fail> {
+    Masker::new(masked.iter().map(|(_, v)| v.expose().as_bytes()))
         .map_err(|e| Fail::failure(e.to_string()))
 }
 
-/// Runs `command` with `env`, its output masked; answers its exit status.
+/// Runs `command` with `env`, its output masked with every value of `masked`; answers its exit
+/// status.
 ///
 /// # Errors
 /// When the masker or the pseudo terminal cannot be made (the command is not started).
 pub async fn run_masked(
     command: &[OsString],
     env: &[(String, Secret)],
+    masked: &[(String, Secret)],
     socket: &Path,
 ) -> Result<u8, Fail> {
     let Some(program) = command.first() else {
         return Err(Fail::usage("name the command to run after --"));
     };
+    let build = || masker(masked);
     if std::io::stdout().is_terminal() {
-        via_pty(program, &command[1..], env, socket).await
+        via_pty(program, &command[1..], env, build()?, socket).await
     } else {
-        via_pipes(program, &command[1..], env, socket).await
+        via_pipes(program, &command[1..], env, [build()?, build()?], socket).await
     }
 }
 
@@ -86,10 +89,9 @@ async fn via_pipes(
     program: &OsString,
     args: &[OsString],
     env: &[(String, Secret)],
+    [out_masker, err_masker]: [Masker; 2],
     socket: &Path,
 ) -> Result<u8, Fail> {
-    let out_masker = masker(env)?;
-    let err_masker = masker(env)?;
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .stdin(Stdio::inherit())
@@ -123,9 +125,9 @@ async fn via_pty(
     program: &OsString,
     args: &[OsString],
     env: &[(String, Secret)],
+    masker: Masker,
     socket: &Path,
 ) -> Result<u8, Fail> {
-    let masker = masker(env)?;
     let (pty, pts) = pty_process::open()
         .map_err(|e| Fail::failure(format!("opening a pseudo terminal: {e}")))?;
     copy_window_size(&pty);

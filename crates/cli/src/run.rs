@@ -5,9 +5,12 @@
 //!    with the helper as a session's root; the helper makes the session's key and enrolls it.
 //! 2. The secrets are requested with the reason; a pending request is waited for (75 when not
 //!    waiting or when the wait times out, after cancelling it; 77 when denied).
-//! 3. The command is started with each granted value in the environment variable of its name
+//! 3. The command is started with each granted value in the environment variable of its name,
+//!    and each part of an issued secret's credential (`PGPASSWORD`, `AWS_ACCESS_KEY_ID` …) in
+//!    its own, the first secret in the grant winning a variable two give ([`crate::granted`])
 //!    (127 when it is not found, 126 when it cannot be executed). Its output reaches ours
-//!    through a masker that conceals every value ([`crate::relay`]), unless `--no-mask`.
+//!    through a masker that conceals every value and every part ([`crate::relay`]), unless
+//!    `--no-mask`.
 //!    SIGTERM and SIGHUP are passed on to it; so are SIGINT and SIGQUIT unless standard input
 //!    is a terminal (whose own keys already reach the command).
 //! 4. When it exits, the session is unregistered (the helper unenrolls it at the broker, which
@@ -28,6 +31,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::args::RunArgs;
 use crate::ctx::Ctx;
 use crate::exit::{self, Fail};
+use crate::granted::Granted;
 use crate::{relay, session};
 
 /// Unregisters the session when dropped, whatever path `run` leaves by.
@@ -71,19 +75,19 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<u8, Fail> {
         session.enrollment_id.as_deref().unwrap_or("?")
     ));
 
-    let env = match granted_env(ctx, &a).await? {
-        ControlFlow::Continue(env) => env,
+    let granted = match granted_env(ctx, &a).await? {
+        ControlFlow::Continue(g) => g,
         ControlFlow::Break(code) => return Ok(code),
     };
 
-    if !a.no_mask && relay::any_maskable(&env) {
-        let code = relay::run_masked(&a.command, &env, &ctx.socket).await;
-        drop(env);
+    if !a.no_mask && relay::any_maskable(&granted.masked) {
+        let code = relay::run_masked(&a.command, &granted.env, &granted.masked, &ctx.socket).await;
+        drop(granted);
         return code;
     }
     let mut cmd = tokio::process::Command::new(&program);
     cmd.args(&a.command[1..]);
-    for (name, value) in &env {
+    for (name, value) in &granted.env {
         cmd.env(name, value.expose());
     }
     cmd.env(SOCKET_ENV, &ctx.socket);
@@ -91,7 +95,7 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<u8, Fail> {
         Ok(c) => c,
         Err(e) => return Ok(spawn_failed(&program, &e)),
     };
-    drop(env);
+    drop(granted);
     let pid = child
         .id()
         .and_then(|p| i32::try_from(p).ok())
@@ -100,15 +104,12 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<u8, Fail> {
     Ok(status_code(status))
 }
 
-/// The values the command runs with, from a request for `--secret`s answered now or after a
-/// wait: none when it names no secret; `Break` with the exit code when it must not run
-/// (interrupted, left pending under `--no-wait`, denied).
-async fn granted_env(
-    ctx: &Ctx,
-    a: &RunArgs,
-) -> Result<ControlFlow<u8, Vec<(String, countersign_launcher_proto::Secret)>>, Fail> {
+/// The environment the command runs with and the values its output masks, from a request for
+/// `--secret`s answered now or after a wait: none when it names no secret; `Break` with the
+/// exit code when it must not run (interrupted, left pending under `--no-wait`, denied).
+async fn granted_env(ctx: &Ctx, a: &RunArgs) -> Result<ControlFlow<u8, Granted>, Fail> {
     if a.ask.secrets.is_empty() {
-        return Ok(ControlFlow::Continue(Vec::new()));
+        return Ok(ControlFlow::Continue(Granted::default()));
     }
     let reason = a
         .reason
@@ -128,7 +129,7 @@ async fn granted_env(
         "granted" => {
             let grant = waited.grant_id.clone().unwrap_or_default();
             let v = session::values(ctx, &grant).await?;
-            Ok(ControlFlow::Continue(v.values.into_iter().collect()))
+            Ok(ControlFlow::Continue(v.granted()))
         }
         "pending" => {
             let _ = session::cancel_request(ctx, &waited.id).await;

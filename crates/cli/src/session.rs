@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use crate::args::{Ask, RenewArgs, RequestArgs};
 use crate::ctx::{Ctx, Progress, json_fail};
 use crate::exit::{self, Fail};
+use crate::granted::{self, Granted, Parts};
 
 /// A request as the broker answers it: the typed parts this program uses, and the whole.
 #[derive(Debug, Clone)]
@@ -216,12 +217,34 @@ pub async fn wait(
     result
 }
 
-/// A grant's values.
+/// A grant's values, and each issued secret's parts ([`crate::granted`]).
 #[derive(Deserialize, Serialize, Debug)]
 pub struct Values {
     #[serde(default)]
     pub expires_at: Option<String>,
     pub values: BTreeMap<String, Secret>,
+    /// Absent from the answer when no granted secret is issued.
+    #[serde(default, skip_serializing_if = "Parts::is_empty")]
+    pub parts: Parts,
+}
+
+impl Values {
+    /// The environment a command gets from these values, warning on standard error of each
+    /// variable two of them give ([`crate::granted`]).
+    #[must_use]
+    pub fn granted(&self) -> Granted {
+        let g = self.granted_quietly();
+        for c in &g.clashes {
+            eprintln!("countersign: {}", c.warning());
+        }
+        g
+    }
+
+    /// The same, without a warning.
+    #[must_use]
+    pub fn granted_quietly(&self) -> Granted {
+        granted::of_release(&self.values, &self.parts)
+    }
 }
 
 /// Releases a grant's values.
@@ -235,9 +258,12 @@ pub async fn values(ctx: &Ctx, grant_id: &str) -> Result<Values, Fail> {
     answer.json().map_err(Fail::from)
 }
 
+/// Prints a release: as JSON, the broker's answer; otherwise NAME=value lines of the
+/// environment `run` would give a command (the values, then the issued secrets' parts).
 fn print_values(ctx: &Ctx, v: &Values) {
     ctx.print(v, || {
-        v.values
+        v.granted()
+            .env
             .iter()
             .map(|(k, s)| format!("{k}={}", s.expose()))
             .collect::<Vec<_>>()
@@ -260,6 +286,12 @@ pub async fn request(ctx: &Ctx, a: RequestArgs) -> Result<u8, Fail> {
                     "values".into(),
                     serde_json::to_value(&v.values).map_err(json_fail)?,
                 );
+                if !v.parts.is_empty() {
+                    obj.insert(
+                        "parts".into(),
+                        serde_json::to_value(&v.parts).map_err(json_fail)?,
+                    );
+                }
             }
             ctx.print(&out, String::new);
         } else {

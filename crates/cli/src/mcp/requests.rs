@@ -9,14 +9,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use countersign_launcher_proto::Secret;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::args::Ask;
 use crate::ctx::Ctx;
 use crate::exit::Fail;
-use crate::session::{self, Req};
+use crate::session::{self, Req, Values};
 
 use super::tools::Reporter;
 
@@ -124,13 +123,13 @@ pub async fn describe(ctx: &Ctx) -> Result<SelfView, Fail> {
     Ok(answer.json()?)
 }
 
-/// A grant's values. Errors carry the broker's code, never its body.
+/// A grant's values and parts. Errors carry the broker's code, never its body.
 ///
 /// # Errors
 /// When the grant is not live or the values cannot be released.
-pub async fn values(ctx: &Ctx, grant_id: &str) -> Result<BTreeMap<String, Secret>, Fail> {
+pub async fn values(ctx: &Ctx, grant_id: &str) -> Result<Values, Fail> {
     match session::values(ctx, grant_id).await {
-        Ok(v) => Ok(v.values),
+        Ok(v) => Ok(v),
         Err(f) => Err(Fail::failure(format!(
             "grant {grant_id}: its values could not be released{}",
             f.code

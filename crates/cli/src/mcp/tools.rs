@@ -27,7 +27,8 @@ use serde_json::{Value, json};
 
 use crate::ctx::Ctx;
 use crate::exit::Fail;
-use crate::session::{self, Req};
+use crate::granted;
+use crate::session::{self, Req, Values};
 
 use super::console::Console;
 use super::exec::{self, Commands};
@@ -447,11 +448,14 @@ impl Server {
             .console
             .as_ref()
             .map(|c| ("the console agent token", c.token()));
-        let all = released
+        // Every value and every part of an issued secret's credential.
+        let masked: Vec<(String, Secret)> = released
             .values()
-            .flat_map(|m| m.iter().map(|(k, v)| (k.as_str(), v)))
-            .chain(token);
+            .flat_map(|v| v.granted_quietly().masked)
+            .collect();
+        let all = masked.iter().map(|(k, v)| (k.as_str(), v)).chain(token);
         let (finished, shown) = ran.mask(all);
+        drop(masked);
         drop(released);
         let grants: BTreeMap<&String, &String> = holders.iter().collect();
         let mut facts = json!({
@@ -477,7 +481,7 @@ impl Server {
     async fn released(
         &self,
         holders: &BTreeMap<String, String>,
-    ) -> Result<BTreeMap<String, BTreeMap<String, Secret>>, CallToolResult> {
+    ) -> Result<BTreeMap<String, Values>, CallToolResult> {
         let before = match requests::describe(&self.ctx).await {
             Ok(me) => me.grants,
             Err(f) => return Err(fail_result(&f)),
@@ -501,7 +505,7 @@ impl Server {
 
     /// Adds the values of grants this session holds now and `released` does not (a command
     /// may have got some for itself), to be masked too.
-    async fn release_new(&self, released: &mut BTreeMap<String, BTreeMap<String, Secret>>) {
+    async fn release_new(&self, released: &mut BTreeMap<String, Values>) {
         if let Ok(me) = requests::describe(&self.ctx).await {
             for g in me.grants {
                 if !released.contains_key(&g.grant_id)
@@ -514,28 +518,46 @@ impl Server {
     }
 }
 
-/// The command's environment: each name's value from the grant that holds it.
+/// The command's environment: each name's value from the grant that holds it, and the parts
+/// of the issued ones ([`crate::granted`]): grants in the order the call first names them,
+/// each grant's parts in its order, the first part of a variable winning (a clash is logged).
 fn env_of(
     names: &[String],
     holders: &BTreeMap<String, String>,
-    released: &BTreeMap<String, BTreeMap<String, Secret>>,
+    released: &BTreeMap<String, Values>,
 ) -> Result<Vec<(String, Secret)>, CallToolResult> {
-    let mut env: Vec<(String, Secret)> = Vec::new();
+    let mut values: Vec<(&str, &Secret)> = Vec::new();
+    let mut grants: Vec<&String> = Vec::new();
     for n in names {
-        let value = holders
-            .get(n)
+        let holder = holders.get(n);
+        let value = holder
             .and_then(|g| released.get(g))
-            .and_then(|v| v.get(n));
-        match value {
-            Some(v) => env.push((n.clone(), v.clone())),
-            None => {
+            .and_then(|v| v.values.get(n));
+        match (holder, value) {
+            (Some(g), Some(v)) => {
+                values.push((n.as_str(), v));
+                if !grants.contains(&g) {
+                    grants.push(g);
+                }
+            }
+            _ => {
                 return Err(refuse(format!(
                     "the grant for {n} holds no value of that name; the command was not run"
                 )));
             }
         }
     }
-    Ok(env)
+    let parts = grants
+        .iter()
+        .filter_map(|g| released.get(*g))
+        .flat_map(|v| v.parts.0.iter())
+        .filter(|(s, _)| names.contains(s))
+        .map(|(s, vars)| (s.as_str(), vars));
+    let g = granted::compose(values, parts);
+    for c in &g.clashes {
+        log(c.warning());
+    }
+    Ok(g.env)
 }
 
 /// What a run tool answers of a finished command: how it ended, then its masked output (or why
@@ -802,5 +824,45 @@ mod tests {
             let d = t.description.as_deref().unwrap_or_default();
             assert!(d.ends_with(NO_VALUE), "{}: {d}", t.name);
         }
+    }
+
+    #[test]
+    fn a_command_gets_the_parts_of_the_issued_secrets_it_names() {
+        let release = |json: &str| serde_json::from_str::<Values>(json).expect("release");
+        let released = BTreeMap::from([
+            (
+                "g1".to_owned(),
+                release(
+                    r#"{"values":{"APP_DB":"postgres://a:apw1@h:1/app","OTHER_DB":"postgres://o:opw1@h:1/o"},
+                        "parts":{"OTHER_DB":{"PGPASSWORD":"opw1"},"APP_DB":{"PGPASSWORD":"apw1","PGUSER":"a"}}}"#,
+                ),
+            ),
+            (
+                "g2".to_owned(),
+                release(
+                    r#"{"values":{"KEY":"kkkk"},"parts":{"KEY":{"AWS_ACCESS_KEY_ID":"AKIA1"}}}"#,
+                ),
+            ),
+        ]);
+        let holders = BTreeMap::from([
+            ("APP_DB".to_owned(), "g1".to_owned()),
+            ("KEY".to_owned(), "g2".to_owned()),
+        ]);
+        let names = ["KEY".to_owned(), "APP_DB".to_owned()];
+        let env = env_of(&names, &holders, &released).expect("env");
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.expose())).collect();
+        // OTHER_DB is in the grant but not named: neither its value nor its parts.
+        assert_eq!(
+            env,
+            [
+                ("KEY", "kkkk"),
+                ("APP_DB", "postgres://a:apw1@h:1/app"),
+                ("AWS_ACCESS_KEY_ID", "AKIA1"),
+                ("PGPASSWORD", "apw1"),
+                ("PGUSER", "a"),
+            ]
+        );
+        let missing = ["NOPE".to_owned()];
+        assert!(env_of(&missing, &holders, &released).is_err());
     }
 }
