@@ -77,7 +77,7 @@ impl Sealer {
         let mut buf = Zeroizing::new(body.to_vec());
         let plain = self
             .cipher
-            .open_in_place(nonce, aead::Aad::from(context.as_bytes()), &mut *buf)
+            .open_in_place(nonce, aead::Aad::from(context.as_bytes()), &mut buf)
             .ok()?;
         Some(Zeroizing::new(plain.to_vec()))
     }

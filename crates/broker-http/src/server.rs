@@ -643,8 +643,8 @@ fn issued_loops(state: &Arc<AppState>) -> (JoinHandle<()>, JoinHandle<()>) {
                 let _pass = ticks.next().await;
                 looks = looks.wrapping_add(1);
                 let queued = st.broker.take_destroy_queued();
-                let poll =
-                    looks % DESTROY_POLL_EVERY == 0 && !st.broker.issued_secrets().is_empty();
+                let poll = looks.is_multiple_of(DESTROY_POLL_EVERY)
+                    && !st.broker.issued_secrets().is_empty();
                 if !queued && !poll {
                     continue;
                 }

@@ -12,6 +12,7 @@ mod core_races;
 mod fuzz_regressions;
 mod http_console;
 mod http_hardening;
+mod http_issued;
 mod http_login;
 mod http_open;
 mod http_operator;

@@ -4,7 +4,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::issued::{DESTROY_LEASE, DestroyReport, ReconcileReport, backoff, queue_destroys};
+use super::issued::{
+    DESTROY_LEASE, DestroyReport, ReconcileReport, backoff, queue_destroys, seconds_since,
+};
 use super::{Broker, Fail, read, transact};
 use crate::error::Error;
 use crate::ids::{GrantId, SecretName};
@@ -80,10 +82,10 @@ impl Broker {
 
     /// Asks `issuer` to destroy `name`, timed.
     async fn destroy_with(&self, issuer: &dyn Issuer, name: &str) -> Result<(), String> {
-        let started = std::time::Instant::now();
+        let started = self.clock.now();
         let r = issuer.destroy(name).await.map_err(|e| e.to_string());
         metrics::histogram!("countersign_issuer_destroy_seconds", "issuer" => issuer.kind())
-            .record(started.elapsed().as_secs_f64());
+            .record(seconds_since(started, self.clock.now()));
         r
     }
 
