@@ -356,6 +356,10 @@ pub struct Durations {
     pub max_grant_lifetime: i64,
     #[serde(default = "d_reload")]
     pub policy_reload: i64,
+    /// How often the issued credentials' reconciler runs (ends no write stored, orphans), in
+    /// seconds; it also runs at start.
+    #[serde(default = "d_issued_sweep")]
+    pub issued_sweep: i64,
 }
 
 fn d_lease() -> i64 {
@@ -376,6 +380,9 @@ fn d_max_grant() -> i64 {
 fn d_reload() -> i64 {
     5 * 60
 }
+fn d_issued_sweep() -> i64 {
+    60
+}
 
 impl Default for Durations {
     fn default() -> Self {
@@ -386,6 +393,7 @@ impl Default for Durations {
             request_pending: d_request_ttl(),
             max_grant_lifetime: d_max_grant(),
             policy_reload: d_reload(),
+            issued_sweep: d_issued_sweep(),
         }
     }
 }

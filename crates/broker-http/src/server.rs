@@ -63,6 +63,10 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     state.read_timeout = Duration::from_secs(config.limits.read_timeout_seconds.max(1));
     state.max_connections = config.limits.max_connections;
     state.metrics = Some(metrics_handle());
+    state.loops.reconcile = Ticker::every(
+        "broker.reconcile",
+        Duration::from_secs(config.durations.issued_sweep.max(1).unsigned_abs()),
+    );
     // The audit log head this replica remembers (its state file, written before every end is
     // answered): a chain now shorter or different fails closed before the first request.
     let keeper = crate::audit::start(&state.broker, config).await?;
