@@ -397,3 +397,62 @@ async fn audit_verify_reports_a_credential_that_outlived_its_grant(f: &CoreFixtu
     assert!(!can_log_in(&url2).await);
     let _ = url;
 }
+
+/// The AWS IAM issuer through the core, against moto: the first release makes a user with a key
+/// (released as credential_process JSON and the two AWS variables), the next release answers
+/// the same key, and the holder's revoke deletes the user. Skipped without moto_server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_iam_user_per_grant_destroyed_by_revoke() {
+    use countersign_issuer_aws::{AdminCredentials, AwsIamIssuer, AwsIamIssuerConfig};
+    use countersign_store_aws::moto::{Moto, moto_or_skip};
+    let Some(bin) = moto_or_skip() else { return };
+    let moto = Moto::start(bin).await.expect("moto");
+    let config = AwsIamIssuerConfig {
+        endpoint_url: Some(moto.endpoint()),
+        inline_policy: Some(
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"iam:ListUsers","Resource":"*"}]}"#
+                .into(),
+        ),
+        ..AwsIamIssuerConfig::new(vec![])
+    };
+    let admin = AdminCredentials::Static {
+        access_key_id: "testing".into(),
+        secret_access_key: Zeroizing::new("testing".into()),
+        session_token: None,
+    };
+    let issuer = Arc::new(AwsIamIssuer::new(config, admin).await.expect("issuer"));
+    let f = CoreFixture::sqlite_exclusive().await;
+    f.broker.set_issued_secrets([IssuedSecret {
+        name: secret(SECRET),
+        owner: login("owner@x.io"),
+        tier: Tier::Automatic,
+        issuer: issuer.clone(),
+    }]);
+    f.reload().await;
+    let (s, _m, g) = granted(&f).await;
+    let caller = f.caller(&s).await;
+    let released = f.broker.release_values(&caller, g).await.expect("release");
+    let json: serde_json::Value =
+        serde_json::from_str(released.values[0].1.expose()).expect("credential_process JSON");
+    let key = json["AccessKeyId"].as_str().expect("a key id").to_string();
+    let vars: Vec<&str> = released.parts[0]
+        .1
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(vars, ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]);
+    let again = f.broker.release_values(&caller, g).await.expect("release");
+    assert!(again.values[0].1.expose().contains(&key), "the same key");
+    assert_eq!(
+        issuer.list().await.expect("list"),
+        vec![credential_name(issuer.prefix(), g)]
+    );
+    f.revoke_by_holder(&s, g).await.expect("revoke");
+    let r = f.broker.destroy_due(16).await.expect("destroy");
+    assert_eq!(r.destroyed, 1, "{r:?}");
+    assert!(
+        issuer.list().await.expect("list").is_empty(),
+        "the user is gone"
+    );
+    f.finish().await;
+}
