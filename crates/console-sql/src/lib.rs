@@ -242,6 +242,12 @@ const SCHEMA: Schema = Schema {
             sqlite: work::MIGRATION_18_SQLITE,
             postgres: work::MIGRATION_18_POSTGRES,
         },
+        Migration {
+            version: 19,
+            name: "search: each word's issues in creation order (PostgreSQL)",
+            sqlite: work::MIGRATION_19_SQLITE,
+            postgres: work::MIGRATION_19_POSTGRES,
+        },
     ],
 };
 

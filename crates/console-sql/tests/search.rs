@@ -3,14 +3,15 @@
 //! must match, the matched words of each row are marked exactly (and only those: markup in a
 //! title is text), a broadcast's copies are one row linked to the broadcast, ranking puts the
 //! issue that says the words most and most briefly first, and a kind with more matches than its
-//! window says so.
+//! window says so; and each way PostgreSQL's statement reads the issues' window gives the same
+//! answers as SQLite's ([`paths`]).
 
 mod common;
 
 use std::sync::Arc;
 
 use chrono::Utc;
-use countersign_console_core::console::{ConsoleConfig, NewIssue};
+use countersign_console_core::console::{ConsoleConfig, IssuePatch, NewIssue};
 use countersign_console_core::ids::{BroadcastId, MessageId};
 use countersign_console_core::work::messages::{Broadcast, Message, Mode, Target};
 use countersign_console_core::work::{Actor, SearchKind, SearchPage, SearchRow};
@@ -18,12 +19,16 @@ use countersign_console_core::{Console, Login, ManualClock, Parts, Storage, Syst
 use countersign_console_sql::SqlStorage;
 
 fn console(s: &Arc<SqlStorage>) -> Console {
+    console_at(s, Arc::new(ManualClock::new(Utc::now())))
+}
+
+fn console_at(s: &Arc<SqlStorage>, clock: Arc<ManualClock>) -> Console {
     Console::new(
         Parts {
             storage: s.clone(),
             broker: None,
             idp: None,
-            clock: Arc::new(ManualClock::new(Utc::now())),
+            clock,
             entropy: Arc::new(SystemEntropy),
             presence: None,
             service_tokens: None,
@@ -231,11 +236,123 @@ async fn search(s: Arc<SqlStorage>) {
     );
 }
 
+/// Each way a statement may read the issues' window (on PostgreSQL: one word's postings, two
+/// words' merged, the GIN index for words that begin several words, the creation index for a
+/// word that begins more than 64), within a project or not, after a title changes.
+async fn paths(s: Arc<SqlStorage>) {
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let c = console_at(&s, clock.clone());
+    // Each issue a millisecond after the one before: "newest" is the order they were made in.
+    let new = |project: &'static str, title: String| {
+        clock.advance(chrono::Duration::milliseconds(1));
+        NewIssue {
+            project: Some(project.into()),
+            title: Some(title),
+            ..Default::default()
+        }
+    };
+    for (key, name) in [("PATH", "Paths"), ("PAT", "Pat")] {
+        c.issues()
+            .create_project(&ada(), key, name)
+            .await
+            .expect("project");
+    }
+    for n in 0..105 {
+        let i = new("PATH", format!("Quokka census {n}"));
+        c.issues().create_issue(&ada(), i).await.expect("issue");
+    }
+    // 65 words that begin with "xq".
+    for n in 0..65 {
+        let i = new("PATH", format!("Xq{n}z survey"));
+        c.issues().create_issue(&ada(), i).await.expect("issue");
+    }
+    // The newest: another project, whose key begins the first's.
+    for t in ["Quokka census elsewhere", "Rotate keys"] {
+        let i = new("PAT", t.into());
+        c.issues().create_issue(&ada(), i).await.expect("issue");
+    }
+    let counted = |p: &SearchPage| (p.rows.len(), p.total, p.more);
+
+    // Two words, each one word: the newest 101 of their common issues, in any project.
+    let found = c
+        .search("quokka census", None, 20, 0)
+        .await
+        .expect("search");
+    assert_eq!(counted(&found), (20, 101, true), "{found:?}");
+    assert!(found.rows.iter().any(|r| r.id == "PAT-1"), "{found:?}");
+    assert!(found.rows.iter().all(|r| r.title != "Quokka census 0"));
+    // Within a project: its issues alone ("PAT" is not "PATH").
+    let found = c.search("quokka census", Some("PATH"), 50, 0).await;
+    let found = found.expect("search");
+    assert_eq!((found.total, found.more), (101, true));
+    assert!(
+        found.rows.iter().all(|r| r.id.starts_with("PATH-")),
+        "{found:?}"
+    );
+    for q in ["quokka census", "quokka", "quok"] {
+        let found = c.search(q, Some("PAT"), 50, 0).await.expect("search");
+        assert_eq!(issue_ids(&found), ["PAT-1"], "{q}: {found:?}");
+        assert_eq!(found.total, 1);
+    }
+
+    // A word that begins more than 64 words, alone and with another; one that begins eleven.
+    for (q, n) in [
+        ("xq", 65),
+        ("xq survey", 65),
+        ("xq1", 11),
+        ("xq1 survey", 11),
+    ] {
+        let found = c.search(q, None, 100, 0).await.expect("search");
+        assert_eq!(counted(&found), (n, n as i64, false), "{q}: {found:?}");
+        assert!(
+            found.rows.iter().all(|r| r.title.starts_with("Xq")),
+            "{found:?}"
+        );
+    }
+    let found = c.search("xq10z", None, 100, 0).await.expect("search");
+    assert_eq!(issue_ids(&found), ["PATH-116"], "{found:?}");
+
+    // A title changed: its old words find it no more, its new ones do.
+    let patch = IssuePatch {
+        title: Some("Rotate zebras".into()),
+        ..Default::default()
+    };
+    c.issues()
+        .update_issue(&ada(), "PAT-2", patch)
+        .await
+        .expect("update");
+    for (q, ids) in [
+        ("keys", vec![]),
+        ("rotate keys", vec![]),
+        ("zebra", vec!["PAT-2"]),
+        ("rotate zebra", vec!["PAT-2"]),
+    ] {
+        let found = c.search(q, None, 50, 0).await.expect("search");
+        assert_eq!(issue_ids(&found), ids, "{q}: {found:?}");
+    }
+}
+
 #[tokio::test]
 async fn search_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("s.db").display());
     search(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
+}
+
+#[tokio::test]
+async fn search_paths_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("s.db").display());
+    paths(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
+}
+
+#[tokio::test]
+async fn search_paths_postgres() {
+    let Some(url) = common::fresh_postgres().await else {
+        return;
+    };
+    paths(Arc::new(SqlStorage::connect(&url).await.expect("connect"))).await;
+    common::drop_postgres(&url).await;
 }
 
 #[tokio::test]

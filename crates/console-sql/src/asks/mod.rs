@@ -34,7 +34,7 @@ use rows::{ask_of, comment_of, login_of, past_answer_of, thread_state_text};
 mod inbox;
 mod migration;
 mod rows;
-mod search;
+pub(crate) mod search;
 mod threads;
 
 pub(crate) use migration::{
@@ -393,16 +393,8 @@ impl AskTx for SqlTx {
         if answered {
             extra.push(("state", AskState::Answered.as_str().to_owned()));
         }
-        self.search_text(
-            "console_asks",
-            "question",
-            words,
-            any,
-            &extra,
-            "updated_at",
-            limit,
-        )
-        .await
+        self.search_text(&search::asks_search(&extra), words, any, limit)
+            .await
     }
 
     async fn insert_comment(&mut self, c: &Comment) -> Result<(), StorageError> {
@@ -519,16 +511,8 @@ impl AskTx for SqlTx {
             .map(|p| ("project", p.as_str().to_owned()))
             .into_iter()
             .collect();
-        self.search_text(
-            "console_comments",
-            "body",
-            words,
-            false,
-            &extra,
-            "created_at",
-            limit,
-        )
-        .await
+        self.search_text(&search::comments_search(&extra), words, false, limit)
+            .await
     }
 
     async fn unread_comment_threads(

@@ -24,59 +24,105 @@ struct Matching {
 }
 
 impl SqlTx {
-    /// A full-text search of `table`'s `column` (asks' questions, comments' bodies): hits
-    /// with `title` from `title_sql`, and how many match in all.
-    #[allow(clippy::too_many_arguments)]
+    /// A full-text search of asks' questions or comments' bodies ([`asks_search`],
+    /// [`comments_search`]): hits best first, at most `limit`, and how many match, counted up
+    /// to `limit + 1`.
     pub(super) async fn search_text(
         &mut self,
-        table: &str,
-        column: &str,
+        s: &TextSearch<'_>,
         words: &[String],
         any: bool,
-        extra: &[(&str, String)],
-        at: &str,
         limit: u32,
     ) -> Result<(Vec<Hit>, i64), StorageError> {
         let mut a = Args::default();
-        let Matching {
-            from,
-            matches,
-            score,
-            snippet,
-            newest,
-        } = match self.backend {
-            Backend::Sqlite => sqlite_matching(&mut a, table, words, any),
-            Backend::Postgres => postgres_matching(&mut a, table, column, words, any),
-        };
-        let mut filter = format!("WHERE {matches}");
-        for (cond, v) in extra {
-            filter.push_str(&format!(" AND t.{cond} = {}", a.push(v.clone())));
-        }
-        // Every word (the search route): the newest `limit + 1` matches in the index's
-        // order, scored, and ranked here; neither every match's score nor their count is read
-        // (issue 48). Any word (similar asks, a few): the best of every match.
-        let l = a.push(i64::from(limit) + 1);
-        let order = if any {
-            format!("score DESC, t.{at} DESC, t.id")
-        } else {
-            format!("{newest} DESC")
-        };
-        let sql = format!(
-            "SELECT t.id AS id, t.{column} AS title, t.project AS project, t.{at} AS at, \
-             t.issue AS issue, t.artifact AS artifact, \
-             {score} AS score, {snippet} AS snippet FROM {from} {filter} \
-             ORDER BY {order} LIMIT {l}"
-        );
+        let sql = text_statement(self.backend, &mut a, s, words, any, limit);
         let rows = self.rows(&sql, &a).await?;
-        let mut hits = rows
-            .iter()
-            .map(hit_of)
-            .collect::<Result<Vec<_>, StorageError>>()?;
-        let total = hits.len() as i64;
-        search::by_score(&mut hits);
-        hits.truncate(limit as usize);
-        Ok((hits, total))
+        text_hits(&rows, limit)
     }
+}
+
+/// What a full-text search of asks or comments reads: `table`'s `column`, its time `at`, and
+/// `extra` conditions (a column, its value).
+pub(crate) struct TextSearch<'a> {
+    pub(crate) table: &'a str,
+    pub(crate) column: &'a str,
+    pub(crate) at: &'a str,
+    pub(crate) extra: &'a [(&'a str, String)],
+}
+
+/// The asks' search: their questions, by update, with `extra` conditions (project, state).
+pub(crate) fn asks_search<'a>(extra: &'a [(&'a str, String)]) -> TextSearch<'a> {
+    TextSearch {
+        table: "console_asks",
+        column: "question",
+        at: "updated_at",
+        extra,
+    }
+}
+
+/// The comments' search: their bodies, by creation, with `extra` conditions (project).
+pub(crate) fn comments_search<'a>(extra: &'a [(&'a str, String)]) -> TextSearch<'a> {
+    TextSearch {
+        table: "console_comments",
+        column: "body",
+        at: "created_at",
+        extra,
+    }
+}
+
+/// The statement of [`SqlTx::search_text`], its values pushed to `a`, as search's rows:
+/// `id`, `title` (the whole text), `project`, `issue`, `artifact`, `broadcast` (none), `at`,
+/// `score`, `snippet`; [`text_hits`] reads them.
+pub(crate) fn text_statement(
+    backend: Backend,
+    a: &mut Args,
+    s: &TextSearch<'_>,
+    words: &[String],
+    any: bool,
+    limit: u32,
+) -> String {
+    let Matching {
+        from,
+        matches,
+        score,
+        snippet,
+        newest,
+    } = match backend {
+        Backend::Sqlite => sqlite_matching(a, s.table, words, any),
+        Backend::Postgres => postgres_matching(a, s.table, s.column, words, any),
+    };
+    let mut filter = format!("WHERE {matches}");
+    for (cond, v) in s.extra {
+        filter.push_str(&format!(" AND t.{cond} = {}", a.push(v.clone())));
+    }
+    // Every word (the search route): the newest `limit + 1` matches in the index's
+    // order, scored, and ranked here; neither every match's score nor their count is read
+    // (issue 48). Any word (similar asks, a few): the best of every match.
+    let l = a.push(i64::from(limit) + 1);
+    let (column, at) = (s.column, s.at);
+    let order = if any {
+        format!("score DESC, t.{at} DESC, t.id")
+    } else {
+        format!("{newest} DESC")
+    };
+    format!(
+        "SELECT t.id AS id, t.{column} AS title, t.project AS project, t.issue AS issue, \
+         t.artifact AS artifact, CAST(NULL AS TEXT) AS broadcast, t.{at} AS at, \
+         {score} AS score, {snippet} AS snippet FROM {from} {filter} \
+         ORDER BY {order} LIMIT {l}"
+    )
+}
+
+/// [`text_statement`]'s rows as hits, best first, at most `limit`, and how many there were.
+pub(crate) fn text_hits(rows: &[AnyRow], limit: u32) -> Result<(Vec<Hit>, i64), StorageError> {
+    let mut hits = rows
+        .iter()
+        .map(hit_of)
+        .collect::<Result<Vec<_>, StorageError>>()?;
+    let total = hits.len() as i64;
+    search::by_score(&mut hits);
+    hits.truncate(limit as usize);
+    Ok((hits, total))
 }
 
 /// SQLite's parts: the FTS5 table `<table>_fts` joined to the rows by rowid.

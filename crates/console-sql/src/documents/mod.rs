@@ -28,7 +28,7 @@ use crate::time;
 use crate::work::{Args, SqlTx, corrupt, event_of, id_in, json_of, subscribers_of, text};
 
 mod migration;
-mod search;
+pub(crate) mod search;
 
 pub(crate) use migration::{MIGRATION_8_POSTGRES, MIGRATION_8_SQLITE};
 

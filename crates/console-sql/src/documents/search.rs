@@ -5,7 +5,7 @@
 
 use countersign_common::sql::{Backend, db_err};
 use countersign_console_core::storage::StorageError;
-use countersign_console_core::work::{Hit, IssueKey, ProjectKey};
+use countersign_console_core::work::{Hit, IssueKey, ProjectKey, search};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -24,7 +24,7 @@ struct Ranked {
 
 impl SqlTx {
     /// The documents (not an agent conversation's artifacts) whose parts hold `words`, best
-    /// first, at most `limit`, and how many match in all.
+    /// first, at most `limit`, and how many match, counted up to `limit + 1`.
     pub(super) async fn document_hits(
         &mut self,
         words: &[String],
@@ -36,38 +36,65 @@ impl SqlTx {
             return Ok((Vec::new(), 0));
         }
         let mut a = Args::default();
-        let every = !(any || words.len() == 1);
-        let Ranked {
-            with,
-            from_page,
-            snippet,
-            each_word,
-        } = match self.backend {
-            Backend::Sqlite => sqlite_ranked(&mut a, words, every),
-            Backend::Postgres => postgres_ranked(&mut a, words, every),
-        };
-        let mut conds = each_word;
-        conds.push("a.session IS NULL".to_owned());
-        if let Some(p) = project {
-            conds.push(format!("a.project = {}", a.push(p.as_str().to_owned())));
-        }
-        let filter = format!("WHERE {}", conds.join(" AND "));
-        // One statement: the best `limit + 1`, so the count stops there (issue 48).
-        let l = a.push(i64::from(limit) + 1);
-        let sql = format!(
-            "{with} SELECT a.id AS id, a.filename AS title, a.project AS project, \
-             a.issue AS issue, a.updated_at AS at, best.score AS score, {snippet} AS snippet FROM {from_page} \
-             {filter} ORDER BY score DESC, a.updated_at DESC, a.id LIMIT {l}"
-        );
+        let sql = document_statement(self.backend, &mut a, words, any, project, limit);
         let rows = sqlx::query_with(&sql, a.build())
             .fetch_all(&mut *self.tx)
             .await
             .map_err(db_err)?;
-        let mut hits = rows.iter().map(hit_of).collect::<Result<Vec<_>, _>>()?;
-        let total = hits.len() as i64;
-        hits.truncate(limit as usize);
-        Ok((hits, total))
+        document_hits_of(&rows, limit)
     }
+}
+
+/// [`document_statement`]'s rows as hits, best first (its order), at most `limit`, and how
+/// many there were.
+pub(crate) fn document_hits_of(
+    rows: &[AnyRow],
+    limit: u32,
+) -> Result<(Vec<Hit>, i64), StorageError> {
+    let mut hits = rows.iter().map(hit_of).collect::<Result<Vec<_>, _>>()?;
+    let total = hits.len() as i64;
+    // The statement's order, kept when its rows come through another's (a `UNION ALL`).
+    search::by_score(&mut hits);
+    hits.truncate(limit as usize);
+    Ok((hits, total))
+}
+
+/// The statement of [`SqlTx::document_hits`] (`words` not empty), its values pushed to `a`:
+/// the best `limit + 1` documents, best first, as search's rows ([`crate::work::search_union`]
+/// takes it as its documents' part): `id`, `title` (the file name), `project`, `issue`,
+/// `artifact` (the document), `broadcast` (none), `at`, `score`, `snippet`.
+pub(crate) fn document_statement(
+    backend: Backend,
+    a: &mut Args,
+    words: &[String],
+    any: bool,
+    project: Option<&ProjectKey>,
+    limit: u32,
+) -> String {
+    let every = !(any || words.len() == 1);
+    let Ranked {
+        with,
+        from_page,
+        snippet,
+        each_word,
+    } = match backend {
+        Backend::Sqlite => sqlite_ranked(a, words, every),
+        Backend::Postgres => postgres_ranked(a, words, every),
+    };
+    let mut conds = each_word;
+    conds.push("a.session IS NULL".to_owned());
+    if let Some(p) = project {
+        conds.push(format!("a.project = {}", a.push(p.as_str().to_owned())));
+    }
+    let filter = format!("WHERE {}", conds.join(" AND "));
+    // One statement: the best `limit + 1`, so the count stops there (issue 48).
+    let l = a.push(i64::from(limit) + 1);
+    format!(
+        "{with} SELECT a.id AS id, a.filename AS title, a.project AS project, \
+         a.issue AS issue, a.id AS artifact, CAST(NULL AS TEXT) AS broadcast, \
+         a.updated_at AS at, best.score AS score, {snippet} AS snippet FROM {from_page} \
+         {filter} ORDER BY score DESC, a.updated_at DESC, a.id LIMIT {l}"
+    )
 }
 
 /// SQLite: FTS5 matches any word (each a prefix: "safar" finds "Safari"), ranked by

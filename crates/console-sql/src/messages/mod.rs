@@ -31,7 +31,7 @@ mod attempts;
 mod live;
 mod migration;
 mod reads;
-mod search;
+pub(crate) mod search;
 
 pub(crate) use migration::{MIGRATION_10_POSTGRES, MIGRATION_10_SQLITE};
 

@@ -31,14 +31,33 @@ pub(super) async fn search_messages(
     limit: u32,
 ) -> Result<(Vec<Hit>, i64), StorageError> {
     let mut a = Args::default();
+    let sql = message_statement(tx.backend, &mut a, words, any, project, limit);
+    let rows = sqlx::query_with(&sql, a.build())
+        .fetch_all(&mut *tx.tx)
+        .await
+        .map_err(db_err)?;
+    message_hits(&rows, limit)
+}
+
+/// The statement of [`search_messages`], its values pushed to `a`, as search's rows: `id`,
+/// `title` (the whole body), `project` (none: the issue's), `issue`, `artifact` (none),
+/// `broadcast`, `at`, `score`, `snippet`; [`message_hits`] reads them.
+pub(crate) fn message_statement(
+    backend: Backend,
+    a: &mut Args,
+    words: &[String],
+    any: bool,
+    project: Option<&ProjectKey>,
+    limit: u32,
+) -> String {
     let Matching {
         from,
         matches,
         score,
         snippet,
-    } = match tx.backend {
-        Backend::Sqlite => sqlite_matching(&mut a, words, any),
-        Backend::Postgres => postgres_matching(&mut a, words, any),
+    } = match backend {
+        Backend::Sqlite => sqlite_matching(a, words, any),
+        Backend::Postgres => postgres_matching(a, words, any),
     };
     let mut filter = format!("WHERE {matches}");
     if let Some(p) = project {
@@ -61,15 +80,17 @@ pub(super) async fn search_messages(
     } else {
         "m.seq DESC"
     };
-    let sql = format!(
-        "SELECT m.id AS id, m.body AS body, m.issue AS issue, m.broadcast AS broadcast, \
-         m.created_at AS at, {score} AS score, {snippet} AS snippet FROM {from} {filter} \
+    format!(
+        "SELECT m.id AS id, m.body AS title, CAST(NULL AS TEXT) AS project, m.issue AS issue, \
+         CAST(NULL AS TEXT) AS artifact, m.broadcast AS broadcast, m.created_at AS at, \
+         {score} AS score, {snippet} AS snippet FROM {from} {filter} \
          ORDER BY {order} LIMIT {l}"
-    );
-    let rows = sqlx::query_with(&sql, a.build())
-        .fetch_all(&mut *tx.tx)
-        .await
-        .map_err(db_err)?;
+    )
+}
+
+/// [`message_statement`]'s rows as hits, best first, at most `limit`, and how many there
+/// were.
+pub(crate) fn message_hits(rows: &[AnyRow], limit: u32) -> Result<(Vec<Hit>, i64), StorageError> {
     let mut hits = rows
         .iter()
         .map(hit_of)
@@ -116,7 +137,7 @@ fn postgres_matching(a: &mut Args, words: &[String], any: bool) -> Matching {
 
 /// A search's hit from its row: the title is the message's first line that is not blank.
 fn hit_of(r: &AnyRow) -> Result<Hit, StorageError> {
-    let body: String = r.try_get("body").map_err(db_err)?;
+    let body: String = r.try_get("title").map_err(db_err)?;
     let issue: Option<String> = r.try_get("issue").map_err(db_err)?;
     Ok(Hit {
         id: r.try_get("id").map_err(db_err)?,

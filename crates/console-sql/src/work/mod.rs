@@ -20,7 +20,8 @@ use countersign_console_core::Time;
 use countersign_console_core::ids::{ArtifactId, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::{
-    Actor, Claim, Components, Event, EventFacts, Issue, IssueKey, ProjectKey, Status, WorkTx,
+    Actor, Claim, Components, Event, EventFacts, Hit, Issue, IssueKey, ProjectKey, SearchKind,
+    Status, WorkTx,
 };
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::pool::PoolConnection;
@@ -40,7 +41,10 @@ pub(crate) use migration::{
     MIGRATION_2, MIGRATION_4, MIGRATION_5_POSTGRES, MIGRATION_5_SQLITE, MIGRATION_6_POSTGRES,
     MIGRATION_6_SQLITE, MIGRATION_13_POSTGRES, MIGRATION_13_SQLITE, MIGRATION_14, MIGRATION_16,
 };
-pub(crate) use search::{MIGRATION_18_POSTGRES, MIGRATION_18_SQLITE, fts_prefix, pg_prefix};
+pub(crate) use search::{
+    MIGRATION_18_POSTGRES, MIGRATION_18_SQLITE, MIGRATION_19_POSTGRES, MIGRATION_19_SQLITE,
+    fts_prefix, pg_prefix,
+};
 
 pub(crate) const ISSUE_COLUMNS: &str = "key, project, number, title, status, priority, labels, route, parent, \
      rank, assignee, components, claim, repo, sequence, created_at, updated_at, closed_at";
@@ -357,6 +361,15 @@ impl WorkTx for SqlTx {
             Conn::Single(_) => Ok(()),
             Conn::Writer(slot) => slot.commit().await,
         }
+    }
+
+    async fn search_other_kinds(
+        &mut self,
+        words: &[String],
+        project: Option<&ProjectKey>,
+        limit: u32,
+    ) -> Result<Vec<(SearchKind, Vec<Hit>, i64)>, StorageError> {
+        search::other_kinds_hits(self, words, project, limit).await
     }
 }
 

@@ -62,30 +62,17 @@ impl Console {
         let mut total = 0;
         if !words.is_empty() {
             // Each kind's statement stands alone (the kinds need not agree on one snapshot):
-            // no transaction's own round trips.
+            // no transaction's own round trips. The issues, then the other kinds together
+            // (one statement on PostgreSQL, issue 48).
             let mut tx = self.parts.storage.read_loose().await?;
             let p = project.as_ref();
             let (hits, n) = tx.search_issues(&words, p, search::PER_KIND).await?;
             total += n;
             kinds.push((SearchKind::Issue, hits));
-            let (hits, n) = tx
-                .search_documents(&words, false, p, search::PER_KIND)
-                .await?;
-            total += n;
-            kinds.push((SearchKind::Document, hits));
-            let (hits, n) = tx
-                .search_asks(&words, false, p, false, search::PER_KIND)
-                .await?;
-            total += n;
-            kinds.push((SearchKind::Ask, hits));
-            let (hits, n) = tx.search_comments(&words, p, search::PER_KIND).await?;
-            total += n;
-            kinds.push((SearchKind::Comment, hits));
-            let (hits, n) = tx
-                .search_messages(&words, false, p, search::PER_KIND)
-                .await?;
-            total += n;
-            kinds.push((SearchKind::Message, hits));
+            for (kind, hits, n) in tx.search_other_kinds(&words, p, search::PER_KIND).await? {
+                total += n;
+                kinds.push((kind, hits));
+            }
         }
         let reachable = kinds.iter().map(|(_, h)| h.len() as i64).sum();
         let more = total > reachable;
