@@ -340,13 +340,28 @@ fn every_key_the_broker_accepts_is_documented() -> anyhow::Result<()> {
         ("[durations]", field_names::<Durations>()),
         ("[passkeys]", field_names::<PasskeysConfig>()),
         ("[[approval]]", field_names::<ApprovalRuleConfig>()),
+        (
+            "[[issued]]",
+            field_names::<countersign_broker_http::issuers::IssuedConfig>(),
+        ),
+        (
+            "[issued.postgres]",
+            field_names::<countersign_issuer_postgres::PostgresIssuerConfig>(),
+        ),
+        (
+            "[issued.aws_iam]",
+            field_names::<countersign_issuer_aws::AwsIamIssuerConfig>(),
+        ),
     ];
     let mut missing = Vec::new();
     for (section, names) in &sections {
         assert!(!names.is_empty(), "{section}: no field names collected");
         for name in names {
             // A key is a table row; a section is its own heading.
-            if !doc.contains(&format!("| `{name}` |")) && !doc.contains(&format!("`[{name}]`")) {
+            if !doc.contains(&format!("| `{name}` |"))
+                && !doc.contains(&format!("`[{name}]`"))
+                && !doc.contains(&format!("`[[{name}]]`"))
+            {
                 missing.push(format!("{section} `{name}`"));
             }
         }
