@@ -221,9 +221,44 @@ impl Broker {
         let issuer = self
             .issuer_of(secret)
             .ok_or(ErrorCode::SECRET_NOT_IN_STORE)?;
-        let now = self.now();
         let ctx = context(grant.id, secret);
-        let step = transact!(self, "issued claim", |tx| {
+        let c = match self.claim_issued(grant, secret, issuer.as_ref()).await? {
+            Step::Ready(c) => return self.open_issued(&c, &ctx),
+            Step::Mint(c) => c,
+        };
+        let minted = self.mint_with(issuer.as_ref(), grant.id, &c).await?;
+        let plain = Plain {
+            value: minted.value.expose().to_string(),
+            env: minted
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.expose().to_string()))
+                .collect(),
+        };
+        let text = Zeroizing::new(serde_json::to_string(&plain).unwrap_or_default());
+        let sealed = self
+            .sealer
+            .encrypt(&ctx, text.as_bytes())
+            .ok_or_else(|| Error::new(ErrorCode::INTERNAL))?;
+        if !self.keep_live(grant.id, secret, sealed).await? {
+            self.destroy_queued.store(true, Ordering::SeqCst);
+            return Err(ErrorCode::GRANT_NOT_LIVE.into());
+        }
+        metrics::counter!("countersign_issued_total", "issuer" => issuer.kind()).increment(1);
+        tracing::info!(grant = %grant.id, secret = %secret, credential = %c.name, "credential minted");
+        Ok(minted)
+    }
+
+    /// The claim transaction: the live credential when there is one; else the row recorded
+    /// (or a lapsed claim taken over) for this minter, with the grant checked live again.
+    async fn claim_issued(
+        &self,
+        grant: &Grant,
+        secret: &SecretName,
+        issuer: &dyn Issuer,
+    ) -> Result<Step, Error> {
+        let now = self.now();
+        transact!(self, "issued claim", |tx| {
             // The grant read (and locked) again: an end written before this claim finds no
             // credential to destroy, so a grant ended by now gets none.
             let live = match (
@@ -270,69 +305,61 @@ impl Broker {
             c.claimed_until = Some(now + CLAIM);
             tx.put_issued(&c).await?;
             Ok::<_, Fail>(Step::Mint(c))
-        })?;
-        let c = match step {
-            Step::Ready(c) => return self.open_issued(&c, &ctx),
-            Step::Mint(c) => c,
-        };
+        })
+    }
+
+    /// Asks the issuer to make the claimed credential, timed. On failure whatever it may have
+    /// made is destroyed at once and the claim given back; the row stays minting, so that a
+    /// later release mints again and an end destroys.
+    async fn mint_with(
+        &self,
+        issuer: &dyn Issuer,
+        grant: GrantId,
+        c: &Issued,
+    ) -> Result<Minted, Error> {
         let started = self.clock.now();
         let minted = issuer.mint(&c.name, c.expires_at).await;
         metrics::histogram!("countersign_issuer_mint_seconds", "issuer" => issuer.kind())
             .record(seconds_since(started, self.clock.now()));
-        let minted = match minted {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(error = %e, grant = %grant.id, secret = %secret, credential = %c.name, "issuer mint failed");
-                // Whatever the failed mint made goes now; the row stays minting, its claim
-                // released, so that a later release mints again and an end destroys.
-                if let Err(d) = issuer.destroy(&c.name).await {
-                    tracing::warn!(error = %d, credential = %c.name, "clean-up after a failed mint failed: the grant's end or the sweep destroys it");
-                }
-                self.release_claim(grant.id, secret).await;
-                return Err(issuer_error(&e));
-            }
+        let e = match minted {
+            Ok(m) => return Ok(m),
+            Err(e) => e,
         };
-        let plain = Plain {
-            value: minted.value.expose().to_string(),
-            env: minted
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.expose().to_string()))
-                .collect(),
-        };
-        let text = Zeroizing::new(serde_json::to_string(&plain).unwrap_or_default());
-        let sealed = self
-            .sealer
-            .encrypt(&ctx, text.as_bytes())
-            .ok_or_else(|| Error::new(ErrorCode::INTERNAL))?;
-        let kept = transact!(self, "issued live", |tx| {
+        tracing::warn!(error = %e, grant = %grant, secret = %c.secret, credential = %c.name, "issuer mint failed");
+        if let Err(d) = issuer.destroy(&c.name).await {
+            tracing::warn!(error = %d, credential = %c.name, "clean-up after a failed mint failed: the grant's end or the sweep destroys it");
+        }
+        self.release_claim(grant, &c.secret).await;
+        Err(issuer_error(&e))
+    }
+
+    /// Stores the minted credential's encrypted value and marks it live, unless the grant
+    /// ended while the issuer worked (then its queued destroy may go now): whether it did.
+    async fn keep_live(
+        &self,
+        grant: GrantId,
+        secret: &SecretName,
+        sealed: String,
+    ) -> Result<bool, Error> {
+        transact!(self, "issued live", |tx| {
             let Some(mut row) = tx
-                .issued_of(grant.id)
+                .issued_of(grant)
                 .await?
                 .into_iter()
                 .find(|r| &r.secret == secret)
             else {
                 return Ok(false);
             };
+            row.claimed_until = None;
             if row.state != IssuedState::Minting {
-                // The grant ended while the issuer worked: the queued destroy may go now.
-                row.claimed_until = None;
                 tx.put_issued(&row).await?;
                 return Ok(false);
             }
             row.state = IssuedState::Live;
-            row.claimed_until = None;
             row.sealed_value = Some(sealed.clone());
             tx.put_issued(&row).await?;
             Ok::<_, Fail>(true)
-        })?;
-        if !kept {
-            self.destroy_queued.store(true, Ordering::SeqCst);
-            return Err(ErrorCode::GRANT_NOT_LIVE.into());
-        }
-        metrics::counter!("countersign_issued_total", "issuer" => issuer.kind()).increment(1);
-        tracing::info!(grant = %grant.id, secret = %secret, credential = %c.name, "credential minted");
-        Ok(minted)
+        })
     }
 
     /// Gives up a claim after a failed mint, so that the next release need not wait for it.
