@@ -196,8 +196,9 @@ pub async fn migrate(
 ///   `BUSY`/`LOCKED`, are [`StorageError::Conflict`]: the caller runs the transaction again;
 /// - anything that means the database cannot be reached or used at all (I/O, TLS, a pool that
 ///   timed out or closed, PostgreSQL's class `08`, shutdowns `57P0x`, too many connections,
-///   refused authentication, a missing database; SQLite's `CANTOPEN` and `IOERR`) is
-///   [`StorageError::Unavailable`];
+///   refused authentication, a missing database, a write on a read-only server (`25006`: a
+///   primary demoted by a failover, or a standby reached instead of the primary); SQLite's
+///   `CANTOPEN` and `IOERR`) is [`StorageError::Unavailable`];
 /// - a column that does not decode is [`StorageError::Corrupt`];
 /// - everything else is [`StorageError::Other`].
 pub fn db_err(e: sqlx::Error) -> StorageError {
@@ -227,7 +228,7 @@ fn database_err(d: &dyn DatabaseError, e: &sqlx::Error) -> StorageError {
     if let Some(pg) = d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
         return match pg.code() {
             "40001" | "40P01" => StorageError::Conflict,
-            "53300" | "57P01" | "57P02" | "57P03" | "3D000" | "28000" | "28P01" => {
+            "53300" | "57P01" | "57P02" | "57P03" | "3D000" | "28000" | "28P01" | "25006" => {
                 StorageError::Unavailable(e.to_string())
             }
             c if c.starts_with("08") => StorageError::Unavailable(e.to_string()),
@@ -397,6 +398,32 @@ mod tests {
         assert!(matches!(dup, Err(ref e) if is_unique_violation(e)));
         let gone = open_pool("sqlite:///nonexistent-dir/x.db", 1).await;
         assert!(matches!(gone, Err(StorageError::Unavailable(_))));
+        Ok(())
+    }
+
+    /// A write on a read-only PostgreSQL (a demoted primary, a standby) is an outage, not an
+    /// internal error: SQLSTATE 25006 maps to `Unavailable`. Needs the test server.
+    #[tokio::test]
+    async fn a_write_on_a_read_only_server_is_unavailable() -> Result<(), StorageError> {
+        let Ok(url) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
+            assert!(
+                std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+                "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is not set"
+            );
+            println!("skipped: COUNTERSIGN_TEST_POSTGRES_URL not set");
+            return Ok(());
+        };
+        let (pool, _) = open_pool(&url, 1).await?;
+        let mut tx = pool.begin().await.map_err(begin_err)?;
+        sqlx::query("SET TRANSACTION READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let write = sqlx::query("CREATE TEMPORARY TABLE cs_read_only_probe (id BIGINT)")
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err);
+        assert!(matches!(write, Err(StorageError::Unavailable(_))), "{write:?}");
         Ok(())
     }
 }
