@@ -1,5 +1,7 @@
 //! Rendering refusals: every refusal is the core's [`Error`], answered as its status and
-//! `{"code","error"}`; RATE_LIMITED carries `Retry-After`. One answer is the transport's, not the
+//! `{"code","error"}`; RATE_LIMITED carries `Retry-After`, and so does every 503 (a dependency
+//! the broker needs is unavailable: the database, a store, an issuer), `Retry-After: 1`, so that
+//! a client backs off and asks again instead of giving up. One answer is the transport's, not the
 //! catalogue's: a request body that did not arrive within the read timeout is `408` with
 //! `{"code":"REQUEST_TIMEOUT",...}` and `Connection: close` (docs/decisions.md).
 
@@ -80,7 +82,11 @@ impl IntoResponse for ApiError {
         let mut resp = (status, Json(body)).into_response();
         resp.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        if let Some(secs) = self.retry_after
+        // A 503 is worth asking again, shortly.
+        let retry_after = self.retry_after.or_else(|| {
+            (status == StatusCode::SERVICE_UNAVAILABLE).then_some(UNAVAILABLE_RETRY_AFTER)
+        });
+        if let Some(secs) = retry_after
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
@@ -90,3 +96,6 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// `Retry-After` of a 503 that names no other: a second.
+pub const UNAVAILABLE_RETRY_AFTER: u64 = 1;

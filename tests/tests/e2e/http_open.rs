@@ -37,6 +37,7 @@ async fn settings_and_health() -> R {
     let r = tb.open("GET", "/healthz", None).await?;
     r.refused(503, "DATABASE_UNAVAILABLE");
     assert!(r.error().starts_with("database ping"), "{}", r.error());
+    assert_eq!(r.header("retry-after"), Some("1"), "a 503 says when to ask again");
     tb.faults.ping(Some(Fault::Broken));
     let r = tb.open("GET", "/healthz", None).await?;
     r.refused(500, "INTERNAL");
