@@ -179,7 +179,8 @@ pub struct MachineLogin {
     pub expired: bool,
 }
 
-/// A grant in the approver's list.
+/// A grant in the approver's list: a live one, or an ended one whose issued credentials are
+/// not all destroyed yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantItem {
     pub grant_id: String,
@@ -195,6 +196,67 @@ pub struct GrantItem {
     #[serde(default)]
     pub expires_at: Option<Time>,
     pub created_at: Time,
+    /// `live`, `revoked`, `expired` or `ended` (its session ended); `live` from a broker older
+    /// than issue 49, which lists live grants only.
+    #[serde(default = "live")]
+    pub state: String,
+    /// The credentials issuers made for it (issue 49): none for a grant of stored secrets.
+    #[serde(default)]
+    pub credentials: Vec<IssuedCredential>,
+}
+
+fn live() -> String {
+    "live".to_owned()
+}
+
+impl GrantItem {
+    /// Whether it is live (an ended grant is listed while its credentials are destroyed).
+    pub fn is_live(&self) -> bool {
+        self.state == "live"
+    }
+}
+
+/// A credential an issuer made for one grant, as the grant lists it: never its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedCredential {
+    /// The secret it was made for.
+    pub secret: String,
+    /// `postgres` or `aws-iam`.
+    pub issuer: String,
+    /// The issuer's name for it (the role's, the IAM user's).
+    #[serde(default)]
+    pub name: String,
+    /// `minting`, `live`, `destroying` or `destroyed`.
+    pub state: String,
+    /// The issuer's last error destroying it.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// When the destroy is tried next.
+    #[serde(default)]
+    pub next_attempt_at: Option<Time>,
+    #[serde(default)]
+    pub destroyed_at: Option<Time>,
+}
+
+/// A secret an issuer makes for each grant, as the broker's settings list it (`issued`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedSecret {
+    pub name: String,
+    /// `postgres` or `aws-iam`.
+    pub issuer: String,
+    #[serde(default)]
+    pub owner: String,
+    #[serde(default)]
+    pub tier: String,
+}
+
+/// An issuer's kind in people's words: `PostgreSQL`, `AWS IAM`, else the kind as it is.
+pub fn issuer_words(kind: &str) -> &str {
+    match kind {
+        "postgres" => "PostgreSQL",
+        "aws-iam" => "AWS IAM",
+        other => other,
+    }
 }
 
 /// A passkey assertion over an approval statement (or, as an endorsement, over a registration
@@ -318,6 +380,11 @@ pub trait BrokerClient: Send + Sync + std::fmt::Debug {
     async fn grants(&self, approver: &Login) -> Result<Vec<GrantItem>, Error>;
     /// `POST /v1/grants/{id}/revoke-by-approver`; answers the state.
     async fn revoke_grant(&self, grant_id: &str, approver: &Login) -> Result<String, Error>;
+    /// `GET /v1/settings`, its `issued` list: the secrets an issuer makes per grant. A broker
+    /// client that knows none (or a broker older than issue 49) answers none.
+    async fn issued_secrets(&self) -> Result<Vec<IssuedSecret>, Error> {
+        Ok(Vec::new())
+    }
 
     // Passkeys (docs/passkeys.md). A broker client without them answers PASSKEYS_OFF.
 

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use countersign_broker_client::{Auth, BrokerError, Failure};
 use countersign_console_core::broker::{
     Approval, ApprovalStatement, BrokerClient, Countersignature, CredentialRecord, GrantItem,
-    MachineLogin, PasskeyItem, PasskeyOffer, PasskeyRegistration, PendingItem,
+    IssuedSecret, MachineLogin, PasskeyItem, PasskeyOffer, PasskeyRegistration, PendingItem,
 };
 use countersign_console_core::{Error, ErrorCode, Login};
 use serde::de::DeserializeOwned;
@@ -334,6 +334,17 @@ impl BrokerClient for HttpBroker {
         }
         let a: A = self.get(&["v1", "grants"], Some(approver)).await?;
         Ok(a.grants)
+    }
+
+    async fn issued_secrets(&self) -> Result<Vec<IssuedSecret>, Error> {
+        // An older broker's settings have no `issued`: none.
+        #[derive(serde::Deserialize)]
+        struct A {
+            #[serde(default)]
+            issued: Vec<IssuedSecret>,
+        }
+        let a: A = self.get(&["v1", "settings"], None).await?;
+        Ok(a.issued)
     }
 
     async fn revoke_grant(&self, id: &str, approver: &Login) -> Result<String, Error> {

@@ -16,11 +16,16 @@
 //! to now ("3 min ago", "in 2 h", "yesterday"), the absolute time in its title.
 
 use askama::Template;
-use countersign_console_core::broker::{CredentialRecord, GrantItem, MachineLogin};
+use countersign_console_core::broker::{
+    CredentialRecord, IssuedSecret, MachineLogin, issuer_words,
+};
 use countersign_console_core::console::{TokenInfo, rfc3339};
 use countersign_console_core::{Human, Login, Time};
 
 use countersign_console_core::storage::Decision;
+
+mod grants;
+pub use grants::{GrantRow, GrantsPage};
 
 /// The one human format of a time.
 pub const TIME_FORMAT: &str = "%Y-%m-%d %H:%M UTC";
@@ -341,6 +346,8 @@ pub struct RequestView {
     /// What the person's passkey signs to approve it, in words, when policy asks for a
     /// countersignature (docs/passkeys.md).
     pub countersign: Option<String>,
+    /// Each requested secret an issuer makes per grant (issue 49), with the issuer in words.
+    pub issued: Vec<(String, String)>,
 }
 
 impl RequestView {
@@ -415,7 +422,24 @@ impl RequestView {
             outcome,
             next,
             countersign: None,
+            issued: Vec::new(),
         }
+    }
+
+    /// Notes each requested secret that `issued` (the broker's settings) lists: the page says
+    /// a credential is made for this grant alone and destroyed when it ends.
+    pub fn note_issued(&mut self, rec: &CredentialRecord, issued: &[IssuedSecret]) {
+        if rec.is_machine_login() {
+            return;
+        }
+        self.issued = rec
+            .identifiers
+            .iter()
+            .filter_map(|n| {
+                let i = issued.iter().find(|i| i.name == *n)?;
+                Some((n.clone(), issuer_words(&i.issuer).to_owned()))
+            })
+            .collect();
     }
 }
 
@@ -433,46 +457,6 @@ pub struct MachineApprovePage<'a> {
 }
 
 // ----- grants, machines, tokens -----
-
-#[derive(Debug, Clone)]
-pub struct GrantRow {
-    pub id: String,
-    pub names: String,
-    /// The session in words (its label, its machine); `session_raw` its ids, on hover.
-    pub session: String,
-    pub session_raw: String,
-    pub granted: String,
-    pub created: When,
-    pub expires: Option<TimeLeft>,
-}
-
-impl GrantRow {
-    pub fn of(g: &GrantItem, now: &Time) -> Self {
-        let e = &g.enrollment;
-        let session = e.requester(None).phrase();
-        let granted = match (&g.granted[..], &g.approver) {
-            ("approval", Some(a)) => format!("approved by {a}"),
-            ("automatic", _) => "by policy".to_owned(),
-            (other, _) => other.to_owned(),
-        };
-        Self {
-            id: g.grant_id.clone(),
-            names: g.names.join(", "),
-            session,
-            session_raw: e.raw(None),
-            granted,
-            created: when(&g.created_at),
-            expires: g.expires_at.as_ref().map(|t| time_left(t, now)),
-        }
-    }
-}
-
-#[derive(Debug, Template)]
-#[template(path = "grants.html")]
-pub struct GrantsPage<'a> {
-    pub chrome: Chrome<'a>,
-    pub list: Result<Vec<GrantRow>, Notice>,
-}
 
 #[derive(Debug, Clone)]
 pub struct MachineRow {
@@ -723,7 +707,7 @@ mod tests {
     }
 
     use super::*;
-    use countersign_console_core::broker::{Decided, EnrollmentSummary, SessionIds};
+    use countersign_console_core::broker::{Decided, EnrollmentSummary, GrantItem, SessionIds};
 
     const NASTY: &str = "<script>alert(\"x\")</script> & 'q'";
 
@@ -825,6 +809,16 @@ mod tests {
             approver: Some(format!("bob{NASTY}")),
             expires_at: None,
             created_at: now,
+            state: "live".into(),
+            credentials: vec![countersign_console_core::broker::IssuedCredential {
+                secret: format!("secret{NASTY}"),
+                issuer: format!("postgres{NASTY}"),
+                name: format!("role{NASTY}"),
+                state: "destroying".into(),
+                error: Some(format!("error{NASTY}")),
+                next_attempt_at: Some(now),
+                destroyed_at: None,
+            }],
         };
         let grants = GrantsPage {
             chrome,
@@ -960,6 +954,25 @@ mod tests {
         .render()?;
         assert!(html.contains("data-action=\"approve\"") && !html.contains("id=\"next-request\""));
         Ok(())
+    }
+
+    #[test]
+    fn a_request_notes_each_issued_secret_it_asks_for() {
+        let me = Login::parse("ada@example.com").unwrap_or_else(|| unreachable!());
+        let list = ["OTHER", &format!("secret{NASTY}")].map(|name| IssuedSecret {
+            name: name.into(),
+            issuer: "aws-iam".into(),
+            owner: String::new(),
+            tier: String::new(),
+        });
+        let noted = |rec: CredentialRecord| {
+            let mut v = RequestView::of(&rec, &me, &rec.requested_at, None, None);
+            v.note_issued(&rec, &list);
+            v.issued
+        };
+        let want = [(format!("secret{NASTY}"), "AWS IAM".to_owned())];
+        assert_eq!(noted(record(false)), want);
+        assert!(noted(record(true)).is_empty());
     }
 
     #[test]

@@ -177,6 +177,11 @@ impl Console {
         self.broker()?.grants(&human.login).await
     }
 
+    /// The secrets an issuer makes per grant (issue 49), which a request page says so of.
+    pub async fn issued_secrets(&self) -> Result<Vec<crate::broker::IssuedSecret>, Error> {
+        self.broker()?.issued_secrets().await
+    }
+
     pub async fn revoke_grant(&self, human: &Human, id: &str) -> Result<String, Error> {
         let s = self.broker()?.revoke_grant(id, &human.login).await?;
         tracing::info!(approver = %human.login, grant_id = id, "grant revoked");

@@ -258,6 +258,13 @@ pub async fn request_page(
             };
             let by = st.console.decision_on(&rec.record_id).await.ok().flatten();
             let mut view = RequestView::of(&rec, &h.login, &now, by.as_ref(), next);
+            // Which of its secrets an issuer makes per grant (issue 49): the page says so.
+            if !view.machine {
+                match st.console.issued_secrets().await {
+                    Ok(list) => view.note_issued(&rec, &list),
+                    Err(e) => tracing::warn!(error = %e, "the broker's issued secrets: not read"),
+                }
+            }
             // Where policy asks for a passkey, the statement in words, before the key is
             // touched (a broker without passkeys, or one this person may not decide: none).
             if view.pending

@@ -10,6 +10,7 @@ mod dev;
 mod discover;
 mod documents;
 mod first_day;
+mod issued_grants;
 mod mcp;
 mod messages;
 mod notify;

@@ -26,8 +26,8 @@ use serde_json::{Value, json};
 use crate::common::webdriver::{Browser, Driver, browser_or_skip};
 use crate::common::*;
 
-const PHONE: (u32, u32) = (390, 844);
-const WIDE: (u32, u32) = (1400, 900);
+pub(crate) const PHONE: (u32, u32) = (390, 844);
+pub(crate) const WIDE: (u32, u32) = (1400, 900);
 
 /// The GET page routes the walk does not open, each with why (besides the assets: paths under
 /// `/assets/`, and the icons). Every one must still be a row of the table (so the list cannot
@@ -344,7 +344,7 @@ fn addresses(path: &str, ids: &Ids) -> Option<Vec<String>> {
 }
 
 /// Waits for the page to have loaded and its script to have run.
-async fn settled(b: &Browser) -> anyhow::Result<()> {
+pub(crate) async fn settled(b: &Browser) -> anyhow::Result<()> {
     let until = Instant::now() + Duration::from_secs(10);
     while b.execute("return document.readyState").await? != json!("complete") {
         anyhow::ensure!(Instant::now() < until, "the page did not finish loading");
@@ -680,7 +680,7 @@ async fn every_page_fits_a_phone_and_a_wide_screen() -> anyhow::Result<()> {
 }
 
 /// Sideways scroll and axe-core on the page shown.
-async fn measure(
+pub(crate) async fn measure(
     b: &Browser,
     path: &str,
     width: u32,
