@@ -273,33 +273,8 @@ pub(super) async fn other_kinds_hits(
             .map(|(k, (hits, n))| (k, hits, n))
             .collect());
     }
-    let b = tx.backend;
     let mut a = Args::default();
-    let extra: Vec<(&str, String)> = project
-        .map(|p| ("project", p.as_str().to_owned()))
-        .into_iter()
-        .collect();
-    let parts = [
-        documents::document_statement(b, &mut a, words, false, project, limit),
-        asks::text_statement(b, &mut a, &asks::asks_search(&extra), words, false, limit),
-        asks::text_statement(
-            b,
-            &mut a,
-            &asks::comments_search(&extra),
-            words,
-            false,
-            limit,
-        ),
-        messages::message_statement(b, &mut a, words, false, project, limit),
-    ];
-    // Each part keeps its own order and limit inside its subquery; the kind says whose a row
-    // is.
-    let sql = parts
-        .iter()
-        .enumerate()
-        .map(|(k, part)| format!("SELECT CAST({k} AS BIGINT) AS kind, s.* FROM ({part}) s"))
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ");
+    let sql = other_kinds_statement(&mut a, words, project, limit);
     let rows = sqlx::query_with(&sql, a.build())
         .fetch_all(&mut *tx.tx)
         .await
@@ -323,6 +298,35 @@ pub(super) async fn other_kinds_hits(
         .zip(found)
         .map(|(k, (hits, n))| (k, hits, n))
         .collect())
+}
+
+/// PostgreSQL's statement of [`other_kinds_hits`], its values pushed to `a`: each kind's own
+/// statement a subquery, which keeps its order and limit, its rows marked with the kind's place
+/// (documents 0, asks 1, comments 2, messages 3).
+fn other_kinds_statement(
+    a: &mut Args,
+    words: &[String],
+    project: Option<&ProjectKey>,
+    limit: u32,
+) -> String {
+    let b = Backend::Postgres;
+    let extra: Vec<(&str, String)> = project
+        .map(|p| ("project", p.as_str().to_owned()))
+        .into_iter()
+        .collect();
+    let (asked, commented) = (asks::asks_search(&extra), asks::comments_search(&extra));
+    let parts = [
+        documents::document_statement(b, a, words, false, project, limit),
+        asks::text_statement(b, a, &asked, words, false, limit),
+        asks::text_statement(b, a, &commented, words, false, limit),
+        messages::message_statement(b, a, words, false, project, limit),
+    ];
+    parts
+        .iter()
+        .enumerate()
+        .map(|(k, part)| format!("SELECT CAST({k} AS BIGINT) AS kind, s.* FROM ({part}) s"))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
 }
 
 /// SQLite's window of a search: the newest `limit + 1` matches in the FTS table's own order
