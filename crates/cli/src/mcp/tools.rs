@@ -50,7 +50,9 @@ pub const NO_VALUE: &str = description!();
 
 const RUN_DESCRIPTION: &str = description!(
     "Run a shell command (/bin/sh -c) with secrets in its environment, without the model ever seeing them. ",
-    "Requests the named secrets for this session (each value goes into the environment variable of its name); ",
+    "Requests the named secrets for this session (each value goes into the environment variable of its name; ",
+    "a credential made for the grant, such as a database's, also sets the variables its tools read: PGHOST, PGPORT, ",
+    "PGDATABASE, PGUSER, PGPASSWORD, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); ",
     "a grant this session already holds for a name is reused. If the policy asks a person, reports progress ",
     "\"waiting for approval of request <request id>\" and waits up to `wait` seconds; still undecided, it answers ",
     "state \"pending\" with the request id and the approval page's URL (approval_url; passkey is ",
@@ -192,7 +194,8 @@ pub struct RunParams {
     /// The command line, run with /bin/sh -c.
     pub command: String,
     /// Secret names (upper case, digits and _, e.g. GITHUB_TOKEN); each value is put in the
-    /// environment variable of its name. May be empty.
+    /// environment variable of its name (an issued secret also sets its parts: PGPASSWORD …).
+    /// May be empty.
     #[serde(default)]
     pub secrets: Vec<String>,
     /// Why the command needs these secrets, shown to the person who approves (1 to 1,000
