@@ -221,6 +221,9 @@ pub enum Fault {
     Unavailable,
     /// `StorageError::Other`: clients see INTERNAL naming the step.
     Broken,
+    /// `StorageError::Conflict` on every attempt: the retries run out, clients see
+    /// DATABASE_UNAVAILABLE.
+    Conflict,
 }
 
 /// Which storage operations fail, switchable while the broker runs.
@@ -237,6 +240,7 @@ fn fault_byte(f: Option<Fault>) -> u8 {
         None => 0,
         Some(Fault::Unavailable) => 1,
         Some(Fault::Broken) => 2,
+        Some(Fault::Conflict) => 3,
     }
 }
 
@@ -244,6 +248,7 @@ fn check_fault(a: &AtomicU8) -> Result<(), StorageError> {
     match a.load(Ordering::SeqCst) {
         1 => Err(StorageError::Unavailable("injected by the test".into())),
         2 => Err(StorageError::Other("injected by the test".into())),
+        3 => Err(StorageError::Conflict),
         _ => Ok(()),
     }
 }

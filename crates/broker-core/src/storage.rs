@@ -65,6 +65,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     }
     /// Whether the database answers.
     async fn ping(&self) -> Result<(), StorageError>;
+    /// Waits before attempt `attempt + 1` of a transaction that met a conflict (the shared
+    /// policy: `countersign_common::storage::conflict_backoff`). By default no wait: a storage
+    /// that cannot conflict, or a test's.
+    async fn back_off(&self, attempt: u32) -> Result<(), StorageError> {
+        let _ = attempt;
+        Ok(())
+    }
     /// The policy epoch: a counter a reread bumps so that every replica reloads its policy.
     async fn policy_epoch(&self) -> Result<i64, StorageError>;
     /// Bumps the policy epoch; answers the new value.
@@ -150,6 +157,7 @@ storage_decorator! {
     fn read() -> Box<dyn Tx>;
     fn snapshot() -> Box<dyn Tx>;
     fn ping() -> ();
+    fn back_off(attempt: u32) -> ();
     fn policy_epoch() -> i64;
     fn bump_policy_epoch() -> i64;
     fn remember_once(scope: &str, value: &str, until: Time, now: Time) -> bool;

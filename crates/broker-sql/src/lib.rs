@@ -290,6 +290,11 @@ impl Storage for SqlStorage {
         Ok(Box::new(SqlTx::pooled(tx, self.backend, false)))
     }
 
+    async fn back_off(&self, attempt: u32) -> Result<(), StorageError> {
+        countersign_common::sql::back_off(attempt).await;
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), StorageError> {
         let pool = self.pool.clone();
         let ping = async move {

@@ -190,6 +190,14 @@ pub async fn migrate(
     tx.commit().await.map_err(db_err)
 }
 
+/// Waits out [`crate::storage::conflict_backoff`] before a transaction's next attempt.
+pub async fn back_off(attempt: u32) {
+    let jitter = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    tokio::time::sleep(crate::storage::conflict_backoff(attempt, jitter)).await;
+}
+
 /// Maps a driver error:
 ///
 /// - PostgreSQL serialisation failures (`40001`) and deadlocks (`40P01`), and SQLite's
@@ -423,7 +431,10 @@ mod tests {
             .execute(&mut *tx)
             .await
             .map_err(db_err);
-        assert!(matches!(write, Err(StorageError::Unavailable(_))), "{write:?}");
+        assert!(
+            matches!(write, Err(StorageError::Unavailable(_))),
+            "{write:?}"
+        );
         Ok(())
     }
 }

@@ -16,3 +16,32 @@ pub enum StorageError {
     #[error("storage failure: {0}")]
     Other(String),
 }
+
+/// The one retry policy of a write transaction that meets a conflict, the broker's and the
+/// console's: run it again up to this many times in all, each time after [`conflict_backoff`];
+/// then answer 503 DATABASE_UNAVAILABLE (with `Retry-After`), never 500.
+pub const TRANSACT_ATTEMPTS: u32 = 10;
+
+/// How long to wait before attempt `attempt + 1` of a transaction that met a conflict on attempt
+/// `attempt` (1-based): 1 ms doubling to 64 ms, plus up to as much again drawn from `jitter`
+/// (any number; its value modulo the base is used), so that racing writers spread out.
+pub fn conflict_backoff(attempt: u32, jitter: u64) -> std::time::Duration {
+    let base_us = 1000u64 << attempt.saturating_sub(1).min(6);
+    std::time::Duration::from_micros(base_us + jitter % base_us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_to_64_ms_with_jitter_below_the_base() {
+        let ms = |a, j| conflict_backoff(a, j).as_micros();
+        assert_eq!(ms(1, 0), 1000);
+        assert_eq!(ms(2, 0), 2000);
+        assert_eq!(ms(7, 0), 64_000);
+        assert_eq!(ms(20, 0), 64_000, "capped");
+        assert_eq!(ms(1, 999), 1999);
+        assert_eq!(ms(1, 1000), 1000, "jitter stays below the base");
+    }
+}

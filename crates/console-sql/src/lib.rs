@@ -618,13 +618,7 @@ impl Storage for SqlStorage {
     /// 1, 2, 4 … ms, at most 64, plus up to as much again drawn from the clock's nanoseconds
     /// (replicas that conflicted together do not retry together).
     async fn back_off(&self, attempt: u32) {
-        let base = 1u64 << attempt.saturating_sub(1).min(6);
-        let jitter = u64::from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos()),
-        ) % (base * 1000);
-        tokio::time::sleep(std::time::Duration::from_micros(base * 1000 + jitter)).await;
+        countersign_common::sql::back_off(attempt).await;
     }
 
     async fn read_loose(&self) -> Result<Box<dyn WorkTx>, StorageError> {

@@ -37,7 +37,11 @@ async fn settings_and_health() -> R {
     let r = tb.open("GET", "/healthz", None).await?;
     r.refused(503, "DATABASE_UNAVAILABLE");
     assert!(r.error().starts_with("database ping"), "{}", r.error());
-    assert_eq!(r.header("retry-after"), Some("1"), "a 503 says when to ask again");
+    assert_eq!(
+        r.header("retry-after"),
+        Some("1"),
+        "a 503 says when to ask again"
+    );
     tb.faults.ping(Some(Fault::Broken));
     let r = tb.open("GET", "/healthz", None).await?;
     r.refused(500, "INTERNAL");
@@ -88,6 +92,26 @@ async fn an_unreachable_database_refuses_credentials_with_503() -> R {
     tb.faults.once(None);
     s.describe().await?.expect(200);
     m.operator_machines().await?.expect(200);
+    Ok(())
+}
+
+/// A write that keeps meeting conflicts is run again up to the shared policy's attempts, then
+/// answered 503 with `Retry-After` (the console's answer to the same case), never 500 (issue 50).
+#[tokio::test]
+async fn a_conflict_that_outlives_its_retries_is_503_with_retry_after() -> R {
+    let tb = TestBroker::start().await?;
+    let (_m, s) = tb.session_of(ADA).await?;
+    tb.faults.writes(Some(Fault::Conflict));
+    let r = s.request(&[AUTO]).await?;
+    r.refused(503, "DATABASE_UNAVAILABLE");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(
+        r.error().contains("conflict outlived its retries"),
+        "{}",
+        r.error()
+    );
+    tb.faults.writes(None);
+    s.request(&[AUTO]).await?.expect(200);
     Ok(())
 }
 

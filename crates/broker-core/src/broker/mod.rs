@@ -61,7 +61,8 @@ impl From<StorageError> for Fail {
 }
 
 /// Runs `$body` (an expression using `$tx: &mut dyn Tx`, returning `Result<_, Fail>`) in a write
-/// transaction, committing on success, retrying on a storage conflict.
+/// transaction, committing on success, retrying on a storage conflict after the shared backoff
+/// (`countersign_common::storage`), up to its attempts; then DATABASE_UNAVAILABLE.
 macro_rules! transact {
     ($self:expr, $step:expr, |$tx:ident| $body:expr) => {{
         let mut attempts = 0u32;
@@ -75,20 +76,33 @@ macro_rules! transact {
                 let $tx: &mut dyn crate::storage::Tx = &mut *guard;
                 async { $body }.await
             };
+            // Every outcome but a conflict is answered; a conflict is run again, after the
+            // shared backoff, and once the attempts are spent answered 503 (`Broker::fail`), as
+            // the console answers it.
             match result {
                 Ok(v) => match guard.commit().await {
                     Ok(()) => break Ok(v),
-                    Err(crate::storage::StorageError::Conflict) if attempts < 10 => continue,
+                    Err(crate::storage::StorageError::Conflict) => {}
                     Err(e) => break Err($self.fail(crate::broker::Fail::Storage(e), $step)),
                 },
-                Err(crate::broker::Fail::Storage(crate::storage::StorageError::Conflict))
-                    if attempts < 10 =>
-                {
-                    drop(guard);
-                    continue;
+                Err(crate::broker::Fail::Storage(crate::storage::StorageError::Conflict)) => {
+                    drop(guard)
                 }
                 Err(f) => break Err($self.fail(f, $step)),
             }
+            if attempts < countersign_common::storage::TRANSACT_ATTEMPTS {
+                let _ = $self.storage.back_off(attempts).await;
+                continue;
+            }
+            tracing::warn!(
+                attempts,
+                step = $step,
+                "a write conflict outlived its retries"
+            );
+            break Err($self.fail(
+                crate::broker::Fail::Storage(crate::storage::StorageError::Conflict),
+                $step,
+            ));
         }
     }};
 }
@@ -426,6 +440,15 @@ impl Broker {
                     format!("{step}: {}", ErrorCode::DATABASE_UNAVAILABLE.message()),
                 )
             }
+            // A conflict reaches here only once its retries are spent: the database is too
+            // contended to answer now, which asking again later can help.
+            Fail::Storage(StorageError::Conflict) => Error::with_message(
+                ErrorCode::DATABASE_UNAVAILABLE,
+                format!(
+                    "{step}: {} (a write conflict outlived its retries)",
+                    ErrorCode::DATABASE_UNAVAILABLE.message()
+                ),
+            ),
             Fail::Storage(e) => {
                 tracing::error!(error = %e, step, "storage failure");
                 Error::with_message(ErrorCode::INTERNAL, format!("{step} failed"))

@@ -48,8 +48,9 @@ macro_rules! transact {
     }};
 }
 
-/// How many times [`transact!`] runs a transaction that keeps meeting write conflicts.
-pub(crate) const TRANSACT_ATTEMPTS: u32 = 10;
+/// How many times [`transact!`] runs a transaction that keeps meeting write conflicts: the
+/// broker's number too (`countersign_common::storage`).
+pub(crate) const TRANSACT_ATTEMPTS: u32 = countersign_common::storage::TRANSACT_ATTEMPTS;
 
 pub mod asks;
 mod delivery;
