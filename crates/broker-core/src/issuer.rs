@@ -24,6 +24,10 @@ use crate::secrets::SecretValue;
 pub struct Minted {
     pub value: SecretValue,
     pub env: Vec<(String, SecretValue)>,
+    /// The names in `env` whose values are not secret (`PGHOST`, `PGPORT`, `PGDATABASE`,
+    /// `PGUSER`): a client need not mask them in a command's output (a port or a database
+    /// name masked everywhere would hide the output it is there to read).
+    pub public: Vec<String>,
 }
 
 /// An issuer's failure. The text goes to logs, to the operator's view of the credential and to

@@ -284,6 +284,16 @@ pub(crate) async fn grant_values(State(st): St, on: SessionOn<GrantId>) -> ApiRe
             out.push(b'}');
         }
         out.push(b'}');
+        // Which parts are not secret (a client need not mask them).
+        let public = serde_json::json!(
+            released
+                .public_parts
+                .iter()
+                .map(|(n, vars)| (n.as_str(), vars))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        );
+        out.extend_from_slice(b",\"public_parts\":");
+        out.extend_from_slice(public.to_string().as_bytes());
     }
     out.push(b'}');
     let body = Body::from(axum::body::Bytes::copy_from_slice(&out));

@@ -13,7 +13,10 @@
 //! - a part named like a granted secret: the secret's value wins, with a [`Clash`] too.
 //!
 //! Masking covers every value and every part, a part a clash left out of the environment too
-//! (the value of an issued secret, a URL, holds it). An answer without `parts` (no issued
+//! (the value of an issued secret, a URL, holds it), except the parts the broker names as not
+//! secret (`public_parts`: `PGHOST`, `PGPORT`, `PGDATABASE`, `PGUSER`), which a command's output
+//! shows as they are (a port or a database name masked everywhere would hide what it is read
+//! for). An answer without `parts` (no issued
 //! secret, or an earlier broker) gives the values alone, as before; fields this program does
 //! not know are ignored.
 
@@ -139,12 +142,17 @@ pub struct Granted {
     pub clashes: Vec<Clash>,
 }
 
+/// Each issued secret's parts that are not secret, by secret (the answer's `public_parts`).
+pub type Public = BTreeMap<String, Vec<String>>;
+
 /// The environment and the masked values of `values` (secret name and value) and `parts`
-/// (secret name and its parts, the first secret winning a variable two of them give).
+/// (secret name and its parts, the first secret winning a variable two of them give); the
+/// parts `public` names are not masked.
 #[must_use]
 pub fn compose<'a>(
     values: impl IntoIterator<Item = (&'a str, &'a Secret)>,
     parts: impl IntoIterator<Item = (&'a str, &'a Vars)>,
+    public: &Public,
 ) -> Granted {
     let mut g = Granted::default();
     // Who set each variable: `None` for a secret's own value.
@@ -155,8 +163,11 @@ pub fn compose<'a>(
         set_by.insert(name.to_owned(), None);
     }
     for (secret, vars) in parts {
+        let open = public.get(secret);
         for (var, value) in vars {
-            g.masked.push((format!("{secret}'s {var}"), value.clone()));
+            if !open.is_some_and(|o| o.contains(var)) {
+                g.masked.push((format!("{secret}'s {var}"), value.clone()));
+            }
             match set_by.get(var) {
                 Some(kept) => {
                     // A secret's parts naming one variable twice is not a clash of two secrets.
@@ -180,10 +191,11 @@ pub fn compose<'a>(
 
 /// [`compose`] of one release: its values (by name) and all its parts (the grant's order).
 #[must_use]
-pub fn of_release(values: &BTreeMap<String, Secret>, parts: &Parts) -> Granted {
+pub fn of_release(values: &BTreeMap<String, Secret>, parts: &Parts, public: &Public) -> Granted {
     compose(
         values.iter().map(|(k, v)| (k.as_str(), v)),
         parts.0.iter().map(|(k, v)| (k.as_str(), v)),
+        public,
     )
 }
 

@@ -226,6 +226,9 @@ pub struct Values {
     /// Absent from the answer when no granted secret is issued.
     #[serde(default, skip_serializing_if = "Parts::is_empty")]
     pub parts: Parts,
+    /// The parts that are not secret, by secret (not masked).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub public_parts: granted::Public,
 }
 
 impl Values {
@@ -243,7 +246,7 @@ impl Values {
     /// The same, without a warning.
     #[must_use]
     pub fn granted_quietly(&self) -> Granted {
-        granted::of_release(&self.values, &self.parts)
+        granted::of_release(&self.values, &self.parts, &self.public_parts)
     }
 }
 

@@ -360,6 +360,9 @@ impl PostgresIssuer {
                 ("PGUSER".into(), plain(name.to_owned())),
                 ("PGPASSWORD".into(), SecretValue::new(password.clone())),
             ],
+            public: ["PGHOST", "PGPORT", "PGDATABASE", "PGUSER"]
+                .map(String::from)
+                .to_vec(),
         }
     }
 

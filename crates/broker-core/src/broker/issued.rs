@@ -78,6 +78,8 @@ pub(crate) struct Issuers {
 struct Plain {
     value: String,
     env: Vec<(String, String)>,
+    #[serde(default)]
+    public: Vec<String>,
 }
 
 impl Drop for Plain {
@@ -234,6 +236,7 @@ impl Broker {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.expose().to_string()))
                 .collect(),
+            public: minted.public.clone(),
         };
         let text = Zeroizing::new(serde_json::to_string(&plain).unwrap_or_default());
         let sealed = self
@@ -398,6 +401,7 @@ impl Broker {
                 .iter()
                 .map(|(k, v)| (k.clone(), secret(v)))
                 .collect(),
+            public: plain.public.clone(),
         })
     }
 }

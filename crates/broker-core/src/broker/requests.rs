@@ -48,12 +48,15 @@ pub struct Released {
     /// For each issued secret (`crate::issuer`): its credential's parts as environment
     /// variables (`PGPASSWORD`, `AWS_ACCESS_KEY_ID`, …).
     pub parts: Vec<(SecretName, Vec<(String, SecretValue)>)>,
+    /// For each issued secret: the names of its parts that are not secret (`PGHOST`, …).
+    pub public_parts: Vec<(SecretName, Vec<String>)>,
 }
 
 /// Released values, and the parts of each issued one.
 type ReadValues = (
     Vec<(SecretName, SecretValue)>,
     Vec<(SecretName, Vec<(String, SecretValue)>)>,
+    Vec<(SecretName, Vec<String>)>,
 );
 
 fn invalid(msg: &'static str) -> Error {
@@ -462,7 +465,7 @@ impl Broker {
         let policy = self.policy();
         self.check_countersignature(&grant, record.as_ref(), passkey.as_ref(), &policy)?;
         policy.check_standing(&grant.names, grant.approver.as_ref(), &caller.withheld)?;
-        let (values, parts) = self.read_values(&policy, &grant).await?;
+        let (values, parts, public_parts) = self.read_values(&policy, &grant).await?;
         // The release is in the log (names, never values) before any value leaves.
         let names: Vec<&str> = grant.names.iter().map(|n| n.as_str()).collect();
         let event = crate::audit::AuditEvent {
@@ -486,6 +489,7 @@ impl Broker {
             expires_at: grant.expires_at,
             values,
             parts,
+            public_parts,
         })
     }
 
@@ -501,12 +505,14 @@ impl Broker {
         let names = &grant.names;
         let mut values = Vec::with_capacity(names.len());
         let mut parts = Vec::new();
+        let mut public = Vec::new();
         for n in names {
             let entry = policy.get(n).ok_or(ErrorCode::SECRET_NOT_IN_STORE)?;
             if entry.issuer.is_some() {
                 let minted = self.issued_value(grant, n).await?;
                 values.push((n.clone(), minted.value));
                 parts.push((n.clone(), minted.env));
+                public.push((n.clone(), minted.public));
                 continue;
             }
             let v = tracing::Instrument::instrument(
@@ -526,7 +532,7 @@ impl Broker {
             })?;
             values.push((n.clone(), v));
         }
-        Ok((values, parts))
+        Ok((values, parts, public))
     }
 
     /// Recomputes every link of a grant's chain: the grant's seal; for an approved grant, the

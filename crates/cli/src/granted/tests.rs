@@ -165,3 +165,32 @@ fn parts_that_are_not_an_object_are_refused() {
     let bad = r#"{"values":{},"parts":{"DB":{"PGHOST":5}}}"#;
     assert!(serde_json::from_str::<Values>(bad).is_err());
 }
+
+#[test]
+fn parts_the_broker_names_public_are_not_masked() {
+    let text = release().replacen(
+        r#""parts":{"#,
+        r#""public_parts":{"APP_DB":["PGHOST","PGPORT","PGDATABASE","PGUSER"],"REPORTS_DB":["PGHOST","PGPORT","PGDATABASE","PGUSER"]},"parts":{"#,
+        1,
+    );
+    let v: Values = serde_json::from_str(&text).expect("parses");
+    let g = v.granted_quietly();
+    let labels: Vec<&str> = g.masked.iter().map(|(k, _)| k.as_str()).collect();
+    assert!(labels.contains(&"APP_DB's PGPASSWORD"), "{labels:?}");
+    assert!(!labels.contains(&"APP_DB's PGPORT"), "{labels:?}");
+    assert!(!labels.contains(&"REPORTS_DB's PGDATABASE"), "{labels:?}");
+    assert!(
+        labels.contains(&"S3_WRITER's AWS_ACCESS_KEY_ID"),
+        "only what the broker names"
+    );
+    assert_eq!(g.masked.len(), 4 + 1 + 1 + 2, "{labels:?}");
+    // The environment is the same: a public part is still set.
+    assert!(
+        g.env
+            .iter()
+            .any(|(k, v)| k == "PGPORT" && v.expose() == "5432")
+    );
+    // Written back (`--json`), the public names stay.
+    let out = serde_json::to_string(&v).expect("serializes");
+    assert!(out.contains("\"public_parts\""), "{out}");
+}

@@ -556,7 +556,8 @@ fn env_of(
         .flat_map(|v| v.parts.0.iter())
         .filter(|(s, _)| names.contains(s))
         .map(|(s, vars)| (s.as_str(), vars));
-    let g = granted::compose(values, parts);
+    // The environment only: what the output masks comes from each release's own `granted`.
+    let g = granted::compose(values, parts, &granted::Public::new());
     for c in &g.clashes {
         log(c.warning());
     }
