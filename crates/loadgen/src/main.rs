@@ -28,18 +28,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Parser;
 use countersign_broker_core::SystemClock;
 use countersign_broker_http::config::{Config, Durations, LimitsConfig, StoreConfig};
-use countersign_proto::claims::{
-    self, AuthorizationDetail, MachineLoginClaims, ProofClaims, SecretRequestClaims,
-};
+use countersign_loadgen::login;
+use countersign_proto::claims::{self, AuthorizationDetail, ProofClaims, SecretRequestClaims};
 use countersign_proto::{Header, SigningKey, jws};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use serde_json::{Value, json};
+use serde_json::json;
 
 mod wrk;
 
@@ -255,6 +254,7 @@ fn broker_config(
         otlp_endpoint: None,
         passkeys: None,
         approval: Vec::new(),
+        issued: Vec::new(),
         console_token_file: Some(dir.join("console-token")),
         tls: None,
         store: StoreConfig::Local {
@@ -281,10 +281,13 @@ async fn measure(
 ) -> anyhow::Result<()> {
     // reqwest only for the set-up calls; the measured phases use their own connections.
     let http = reqwest::Client::new();
-    let (machine, credential) = machine_login(&http, base, token).await?;
+    let (machine, credential) = login::machine_login(&http, base, token, PERSON, "loadgen").await?;
     let mut sessions = Vec::new();
     for i in 0..args.sessions {
-        sessions.push(enroll(&http, base, &machine, &credential, i).await?);
+        let runtime = format!("loadgen-{}", i + 1);
+        let (key, enrollment_id) =
+            login::enroll(&http, base, &machine, &credential, &runtime).await?;
+        sessions.push(Session { key, enrollment_id });
     }
     // The reads, the floor and wrk's proofs come from the first session alone.
     let (session, first) = (&sessions[0], &sessions[..1]);
@@ -615,117 +618,6 @@ fn presign(
         .take(n)
         .map(|s| make(s, base))
         .collect()
-}
-
-/// Logs a machine in (start, lookup, approve with the code, poll): its key and credential id.
-async fn machine_login(
-    http: &reqwest::Client,
-    base: &str,
-    token: &str,
-) -> anyhow::Result<(SigningKey, String)> {
-    let machine = SigningKey::generate()?;
-    let now = chrono::Utc::now().timestamp();
-    let login = MachineLoginClaims {
-        iat: now,
-        exp: now + 300,
-        jti: claims::new_jti()?,
-        login_hint: PERSON.into(),
-        host: "loadgen".into(),
-        authorization_details: None,
-    };
-    let object = jws::sign(
-        &machine,
-        &Header::with_jwk(claims::TYP_MACHINE_LOGIN, machine.public_jwk()),
-        &login,
-    )?;
-    let started: Value = ok(http
-        .post(format!("{base}/v1/launcher-credentials"))
-        .json(&json!({ "request": object }))
-        .send()
-        .await?)
-    .await?;
-    let code = started["code"].as_str().context("code")?.to_owned();
-    let pending = started["pending_id"]
-        .as_str()
-        .context("pending_id")?
-        .to_owned();
-    let record: Value = ok(http
-        .post(format!("{base}/v1/machine-logins/lookup"))
-        .bearer_auth(token)
-        .json(&json!({ "code": code }))
-        .send()
-        .await?)
-    .await?;
-    let record_id = record["record_id"].as_str().context("record_id")?;
-    ok(http
-        .post(format!("{base}/v1/credential-requests/{record_id}/approve"))
-        .bearer_auth(token)
-        .json(&json!({ "approver": PERSON, "code": code }))
-        .send()
-        .await?)
-    .await?;
-    let polled: Value = ok(http
-        .get(format!("{base}/v1/launcher-credentials/{pending}"))
-        .send()
-        .await?)
-    .await?;
-    let credential = polled["credential_id"]
-        .as_str()
-        .context("credential_id")?
-        .to_owned();
-    Ok((machine, credential))
-}
-
-/// Enrolls session `i` with the machine's credential.
-async fn enroll(
-    http: &reqwest::Client,
-    base: &str,
-    machine: &SigningKey,
-    credential: &str,
-    i: u16,
-) -> anyhow::Result<Session> {
-    let session = SigningKey::generate()?;
-    let body = serde_json::to_vec(&json!({
-        "kind": "session",
-        "runtime_id": format!("loadgen-{}", i + 1),
-        "thumbprint": session.thumbprint(),
-        "jwk": session.public_jwk(),
-    }))?;
-    let proof = jws::sign(
-        machine,
-        &Header::with_kid(claims::TYP_LAUNCHER_PROOF, credential),
-        &ProofClaims {
-            htm: "POST".into(),
-            htu: claims::htu(base, "/v1/enrollments"),
-            iat: chrono::Utc::now().timestamp(),
-            jti: claims::new_jti()?,
-            bh: Some(claims::body_hash(&body)),
-        },
-    )?;
-    let enrolled: Value = ok(http
-        .post(format!("{base}/v1/enrollments"))
-        .header("proof", proof)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await?)
-    .await?;
-    Ok(Session {
-        key: session,
-        enrollment_id: enrolled["enrollment_id"]
-            .as_str()
-            .context("enrollment_id")?
-            .to_owned(),
-    })
-}
-
-async fn ok(resp: reqwest::Response) -> anyhow::Result<Value> {
-    let status = resp.status();
-    let v: Value = resp.json().await.unwrap_or(Value::Null);
-    if !status.is_success() {
-        bail!("setup call failed: {status} {v}");
-    }
-    Ok(v)
 }
 
 struct Report {
