@@ -101,7 +101,7 @@ impl Dev {
         ));
         if std::env::var_os(countersign_broker_http::dev::DEV_POSTGRES_VAR).is_some() {
             line(format!(
-                "  dynamic:       DEMO_DATABASE (owner {DEV_PERSON}): a PostgreSQL login made for each grant, dropped when it ends; try `countersign run DEMO_DATABASE -- psql` (PGHOST, PGUSER, PGPASSWORD … are set)"
+                "  dynamic:       DEMO_DATABASE (owner {DEV_PERSON}): a PostgreSQL login made for each grant, dropped when it ends; try `countersign run --secret DEMO_DATABASE --reason \"try it\" -- psql -c 'select current_user'` (PGHOST, PGUSER, PGPASSWORD … are set)"
             ));
         } else {
             line(format!(
