@@ -24,7 +24,18 @@ struct One {
     refusal: String,
 }
 
-pub async fn run(api: &Api, grants: usize, timeout: Duration) -> anyhow::Result<bool> {
+/// Where the roles are: the server (admin URL) and the run's prefix.
+pub struct Roles<'a> {
+    pub pg: &'a str,
+    pub prefix: &'a str,
+}
+
+pub async fn run(
+    api: &Api,
+    grants: usize,
+    timeout: Duration,
+    roles: Roles<'_>,
+) -> anyhow::Result<bool> {
     let mut all = Vec::with_capacity(grants);
     for i in 0..grants {
         let one = grant(api, timeout)
@@ -32,6 +43,20 @@ pub async fn run(api: &Api, grants: usize, timeout: Duration) -> anyhow::Result<
             .with_context(|| format!("grant {}", i + 1))?;
         all.push(one);
     }
+    // The last destroy may still be dropping its role when its refusal is seen.
+    let mut pg = sqlx::PgConnection::connect(roles.pg).await?;
+    let waited = Instant::now();
+    let mut left = crate::roles::list(&mut pg, roles.prefix).await?;
+    while !left.is_empty() && waited.elapsed() < timeout {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        left = crate::roles::list(&mut pg, roles.prefix).await?;
+    }
+    let _ = pg.close().await;
+    println!(
+        "roles left under the prefix: {} (looked until {:.2} s after the last grant's refusal)",
+        left.len(),
+        waited.elapsed().as_secs_f64()
+    );
     let col = |f: &dyn Fn(&One) -> Option<f64>| all.iter().filter_map(f).collect::<Vec<_>>();
     Summary::new("first release (mint)", col(&|o| Some(o.mint))).print();
     Summary::new(
@@ -58,7 +83,7 @@ pub async fn run(api: &Api, grants: usize, timeout: Duration) -> anyhow::Result<
         if met { "met" } else { "NOT met" },
         timeout.as_secs_f64()
     );
-    Ok(late == 0)
+    Ok(late == 0 && left.is_empty())
 }
 
 async fn grant(api: &Api, timeout: Duration) -> anyhow::Result<One> {

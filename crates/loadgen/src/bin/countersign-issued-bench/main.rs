@@ -153,7 +153,11 @@ async fn run(mode: Mode) -> anyhow::Result<bool> {
         let api = Api::setup(http.clone(), &settings).await?;
         match &mode {
             Mode::Latency { timeout, common } => {
-                latency::run(&api, common.grants, Duration::from_secs(*timeout)).await
+                let roles = latency::Roles {
+                    pg: &common.postgres_url,
+                    prefix: &settings.prefix,
+                };
+                latency::run(&api, common.grants, Duration::from_secs(*timeout), roles).await
             }
             Mode::Chaos {
                 common,
