@@ -29,7 +29,10 @@
 //!   it: about one write a second under load, batched with any other. At its first call a
 //!   process reads the highest horizon its predecessors recorded (its *floor*), and then
 //!   - refuses every proof whose `iat` is at or before the floor: a predecessor may have
-//!     accepted it on memory alone (1 and 2 bound every such `iat` by the floor); and
+//!     accepted it on memory alone (1 and 2 bound every such `iat` by the floor): as a replay
+//!     when the database holds it, and otherwise as undecided ([`UNDECIDED`]: 503 with
+//!     `Retry-After`, so that an honest client signs a fresh proof and asks again, issue 50);
+//!     and
 //!   - writes through every proof whose `iat` is within the skew after the floor: a
 //!     predecessor may have written such a proof through (it accepted proofs until the floor,
 //!     with `iat` up to the skew later), and the database decides it, as before.
@@ -37,7 +40,7 @@
 //!   Past that, a proof whose `iat` is at or before the current horizon is remembered in
 //!   memory only. The price: for a second or two after a crash, proofs signed before it
 //!   (including honest ones, and those of clients whose clock runs behind the broker's by up
-//!   to that long) are refused as replays, and for the skew after it, proofs cost a write as
+//!   to that long) are refused as undecided, and for the skew after it, proofs cost a write as
 //!   they all did before. See `docs/decisions.md` (issue 28).
 //!
 //!   A graceful stop pays nothing of that: at shutdown ([`Storage::at_shutdown`], after the
@@ -172,6 +175,10 @@ impl Once {
         }
     }
 }
+
+/// The storage error's text for a proof dated at or before the floor that the database does not
+/// hold: the broker cannot yet tell it from a replay (see [`Exclusive`]'s notes).
+pub const UNDECIDED: &str = "proof dated before this process's floor: undecided";
 
 /// The scope under which the proof horizon is recorded among the single-use values (a proof's
 /// scope is `session:…` or `launcher:…`, a request object's `request:…` or a login's: none is
@@ -435,8 +442,19 @@ impl<S: Storage> StorageDecorator for Exclusive<S> {
     async fn remember_proof(&self, use_: ProofUse<'_>) -> Result<bool, StorageError> {
         let floor = self.floor(use_.now).await?;
         if use_.iat <= floor.refuse {
-            // A predecessor may have accepted it on memory alone.
-            return Ok(false);
+            // A predecessor may have accepted it on memory alone. One the database holds is a
+            // replay (refused as one); any other cannot be told from an honest proof signed
+            // just before the restart: undecided, answered 503 so that its client signs a
+            // fresh proof and asks again, never 401, which would blame it.
+            let fresh = self
+                .inner
+                .remember_once(use_.scope, use_.jti, use_.until, use_.now)
+                .await?;
+            return if fresh {
+                Err(StorageError::Unavailable(UNDECIDED.into()))
+            } else {
+                Ok(false)
+            };
         }
         // (1): the horizon covers the clock's second (and the next, so that a call early in a
         // second finds it recorded) before anything is accepted now.

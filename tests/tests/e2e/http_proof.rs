@@ -459,9 +459,10 @@ async fn stored_once_values(tb: &TestBroker) -> anyhow::Result<(i64, i64)> {
 
 /// A proof accepted by a SQLite broker, replayed to the same broker after a crash (its
 /// server gone without a graceful stop, a new one started on the same database file with empty
-/// memory), is refused: its `iat` is not after the proof horizon the first process recorded.
-/// So is a fresh proof signed in that second (the price of keeping `jti`s in memory); once the
-/// clock is past the horizon, fresh proofs are accepted.
+/// memory), is refused: its `iat` is not after the proof horizon the first process recorded,
+/// and the broker cannot tell it from an honest one, so it answers 503 (ask again) rather than
+/// 401. So is a fresh proof signed in that second (the price of keeping `jti`s in memory); once
+/// the clock is past the horizon, fresh proofs are accepted.
 #[tokio::test]
 async fn a_proof_replayed_after_a_crash_is_refused() -> R {
     let mut before = TestBroker::start().await?;
@@ -472,18 +473,28 @@ async fn a_proof_replayed_after_a_crash_is_refused() -> R {
     before.crash().await;
 
     let after = TestBroker::builder().replica_of(&before).start().await?;
+    // The first process kept its jti in memory alone: the second cannot tell the replay from
+    // an honest proof signed just before the crash. Refused, but as undecided (503, ask again
+    // with a fresh proof), not blamed on the client (issue 50).
     let replayed = describe_with(&after, &proof).await?;
-    replayed.refused(401, "PROOF_INVALID");
+    replayed.refused(503, "DATABASE_UNAVAILABLE");
+    assert_eq!(replayed.header("retry-after"), Some("1"));
     assert!(
-        replayed.error().contains("replayed"),
+        replayed
+            .error()
+            .contains("cannot yet tell this proof from a replay"),
         "{}",
         replayed.error()
     );
-    // Signed in the second the first process may still have accepted proofs in: refused.
+    // Once the database holds it, the same proof is a replay the broker knows: 401.
+    describe_with(&after, &proof)
+        .await?
+        .refused(401, "PROOF_INVALID");
+    // Signed in the second the first process may still have accepted proofs in: undecided.
     let same_second = session.proof("GET", "/v1/enrollments/self", b"");
     describe_with(&after, &same_second)
         .await?
-        .refused(401, "PROOF_INVALID");
+        .refused(503, "DATABASE_UNAVAILABLE");
     // The session itself survived the restart: a fresh proof past the horizon is accepted.
     after.advance(chrono::Duration::seconds(2));
     let fresh = session.proof("GET", "/v1/enrollments/self", b"");
@@ -573,13 +584,13 @@ async fn proof_jtis_stay_in_memory_and_their_replay_is_refused_after_each_restar
     second.crash().await;
 
     let third = TestBroker::builder().replica_of(&first).start().await?;
+    // Refused: undecided (503) the first time, the second process's memory being gone; a
+    // replay the database knows from then on (401).
     let replayed = describe_with(&third, &proof).await?;
-    replayed.refused(401, "PROOF_INVALID");
-    assert!(
-        replayed.error().contains("replayed"),
-        "{}",
-        replayed.error()
-    );
+    replayed.refused(503, "DATABASE_UNAVAILABLE");
+    describe_with(&third, &proof)
+        .await?
+        .refused(401, "PROOF_INVALID");
     third.shutdown().await;
     second.shutdown().await;
     first.shutdown().await;

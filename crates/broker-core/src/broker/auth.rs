@@ -9,7 +9,7 @@ use super::{Broker, Fail, ct_eq, read};
 use crate::error::{Error, ErrorCode};
 use crate::ids::{CredentialId, EnrollmentId};
 use crate::model::{Enrollment, Grant, LauncherCredential};
-use crate::storage::ProofUse;
+use crate::storage::{ProofUse, StorageError};
 
 /// What a proof must be bound to: the request as the server received it.
 #[derive(Debug, Clone, Copy)]
@@ -245,7 +245,17 @@ impl Broker {
                 now,
             })
             .await
-            .map_err(|e| self.fail(Fail::Storage(e), step))
+            .map_err(|e| match e {
+                StorageError::Unavailable(m) if m == crate::exclusive::UNDECIDED => {
+                    Error::with_message(
+                        ErrorCode::DATABASE_UNAVAILABLE,
+                        format!(
+                            "{step}: the broker restarted a moment ago and cannot yet tell this proof from a replay; sign a fresh one and ask again"
+                        ),
+                    )
+                }
+                e => self.fail(Fail::Storage(e), step),
+            })
     }
 
     /// Remembers a single-use value for the proof window (twice the skew, so that a proof
