@@ -121,7 +121,10 @@ async fn a_release_answers_the_credential_and_the_revoke_destroys_it() -> R {
     }
     // Logins stop at the destroy's first step (NOLOGIN); the role goes at its second.
     while !issuer.list().await?.is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(10), "the role outlived 10 s");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the role outlived 10 s"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
