@@ -41,6 +41,9 @@ pub enum Failure {
     Unexpected,
 }
 
+/// How many times in all a call the broker answers 503 is sent ([`BrokerError::retry_delay`]).
+pub const RETRY_ATTEMPTS: u32 = 6;
+
 /// A call to the broker that did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.describe())]
@@ -88,6 +91,21 @@ impl BrokerError {
             None => true,
             Some(s) => s >= 500 || s == 429,
         }
+    }
+
+    /// How long to wait before sending a call refused so once more, as attempt `attempt + 1`
+    /// (`attempt` from 1), or `None` when it is not worth it: the broker answered 503 (a
+    /// dependency unavailable: the database in a failover, a store, an issuer; or a proof it
+    /// cannot decide yet after a restart), and fewer than [`RETRY_ATTEMPTS`] attempts were made.
+    /// The wait: 250 ms doubling to 4 s. The caller signs a fresh proof for the next attempt (a
+    /// proof is single-use).
+    #[must_use]
+    pub fn retry_delay(&self, attempt: u32) -> Option<Duration> {
+        if self.status != Some(503) || attempt >= RETRY_ATTEMPTS {
+            return None;
+        }
+        let ms = 250u64 << attempt.saturating_sub(1).min(4);
+        Some(Duration::from_millis(ms))
     }
 
     /// Whether a lease renewal refused so must never be retried.
@@ -331,6 +349,41 @@ mod tests {
         assert_eq!(
             c.map(|c| c.url("/v1/requests")).unwrap_or_default(),
             "http://127.0.0.1:1/v1/requests"
+        );
+    }
+
+    #[test]
+    fn a_503_is_retried_with_backoff_and_nothing_else_is() {
+        let e = |status: Option<u16>| BrokerError {
+            kind: Failure::Refused,
+            status,
+            code: None,
+            message: "m".into(),
+        };
+        let waits: Vec<_> = (1..=RETRY_ATTEMPTS)
+            .map(|a| e(Some(503)).retry_delay(a).map(|d| d.as_millis()))
+            .collect();
+        assert_eq!(
+            waits,
+            [
+                Some(250),
+                Some(500),
+                Some(1000),
+                Some(2000),
+                Some(4000),
+                None
+            ]
+        );
+        assert_eq!(
+            e(Some(500)).retry_delay(1),
+            None,
+            "an internal error is answered"
+        );
+        assert_eq!(e(Some(401)).retry_delay(1), None);
+        assert_eq!(
+            e(None).retry_delay(1),
+            None,
+            "no answer: the caller decides"
         );
     }
 

@@ -55,7 +55,9 @@ impl Ctx {
         Ok(self.broker.get_or_init(|| client))
     }
 
-    /// Calls a session route with a session proof from the helper.
+    /// Calls a session route with a session proof from the helper; a 503 (the broker's database
+    /// in a failover, a proof it cannot decide yet) is sent again with a fresh proof, backing off
+    /// (`BrokerError::retry_delay`).
     ///
     /// # Errors
     /// The helper's refusal (`NOT_A_SESSION`, `NOT_ENROLLED`, ...) or the broker's.
@@ -69,23 +71,51 @@ impl Ctx {
             .map(serde_json::to_vec)
             .transpose()
             .map_err(json_fail)?;
-        let p = self.helper.sign_proof(method, path, bytes.as_deref())?;
-        Ok(self
-            .broker()?
-            .send(method, &p.url, bytes.as_deref(), Auth::Proof(&p.proof))
-            .await?)
+        let mut attempt = 1;
+        loop {
+            // A fresh proof each attempt: a proof is single-use.
+            let p = self.helper.sign_proof(method, path, bytes.as_deref())?;
+            match self
+                .broker()?
+                .send(method, &p.url, bytes.as_deref(), Auth::Proof(&p.proof))
+                .await
+            {
+                Err(e) => match e.retry_delay(attempt) {
+                    Some(wait) => {
+                        attempt += 1;
+                        tokio::time::sleep(wait).await;
+                    }
+                    None => return Err(e.into()),
+                },
+                Ok(a) => return Ok(a),
+            }
+        }
     }
 
-    /// Calls an operator route with a launcher proof from the helper.
+    /// Calls an operator route with a launcher proof from the helper, retrying a 503 as
+    /// [`Ctx::session_call`] does.
     ///
     /// # Errors
     /// The helper's refusal (`IN_SESSION`, `NO_CREDENTIAL`, ...) or the broker's.
     pub async fn launcher_call(&self, method: &str, path: &str) -> Result<Answer, Fail> {
-        let p = self.helper.sign_launcher_proof(method, path, None)?;
-        Ok(self
-            .broker()?
-            .send(method, &p.url, None, Auth::Proof(&p.proof))
-            .await?)
+        let mut attempt = 1;
+        loop {
+            let p = self.helper.sign_launcher_proof(method, path, None)?;
+            match self
+                .broker()?
+                .send(method, &p.url, None, Auth::Proof(&p.proof))
+                .await
+            {
+                Err(e) => match e.retry_delay(attempt) {
+                    Some(wait) => {
+                        attempt += 1;
+                        tokio::time::sleep(wait).await;
+                    }
+                    None => return Err(e.into()),
+                },
+                Ok(a) => return Ok(a),
+            }
+        }
     }
 
     /// Prints a result: `value` as one JSON line with --json, else `human` (if any).

@@ -99,19 +99,11 @@ impl Helper {
 
     pub(super) async fn renew(&self, root: ProcId, serial: u64, key: Arc<SigningKey>, id: String) {
         let path = format!("/v1/enrollments/{id}/renew");
-        let result = match self.proof(
-            &key,
-            claims::TYP_SESSION_PROOF,
-            &id,
-            "POST",
-            &self.broker.url(&path),
-            None,
-        ) {
-            Ok(p) => self
-                .broker
-                .call("POST", &path, None, Auth::Proof(&p))
-                .await
-                .and_then(|a| a.json::<Renewed>()),
+        let result = match self
+            .proved_call(&key, claims::TYP_SESSION_PROOF, &id, "POST", &path, None)
+            .await
+        {
+            Ok(answer) => answer.and_then(|a| a.json::<Renewed>()),
             Err(e) => Err(BrokerError::no_answer(e.error)),
         };
         let mut st = self.st();

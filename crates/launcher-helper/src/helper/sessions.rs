@@ -318,18 +318,16 @@ impl Helper {
                 "could not build the enrollment body",
             )
         })?;
-        let p = self.proof(
-            &held.key,
-            claims::TYP_LAUNCHER_PROOF,
-            &held.id,
-            "POST",
-            &self.broker.url(path),
-            Some(claims::body_hash(&bytes)),
-        )?;
         let answer = self
-            .broker
-            .call("POST", path, Some(&bytes), Auth::Proof(&p))
-            .await
+            .proved_call(
+                &held.key,
+                claims::TYP_LAUNCHER_PROOF,
+                &held.id,
+                "POST",
+                path,
+                Some(&bytes),
+            )
+            .await?
             .map_err(|e| from_broker(HelperCode::EnrollFailed, "enrollment", &e))?;
         answer
             .json()
@@ -345,18 +343,16 @@ impl Helper {
             )
         })?;
         let path = format!("/v1/enrollments/{enrollment_id}");
-        let p = self.proof(
-            &held.key,
-            claims::TYP_LAUNCHER_PROOF,
-            &held.id,
-            "DELETE",
-            &self.broker.url(&path),
-            None,
-        )?;
         match self
-            .broker
-            .call("DELETE", &path, None, Auth::Proof(&p))
-            .await
+            .proved_call(
+                &held.key,
+                claims::TYP_LAUNCHER_PROOF,
+                &held.id,
+                "DELETE",
+                &path,
+                None,
+            )
+            .await?
         {
             Ok(_) => {
                 tracing::info!(enrollment_id, "session unenrolled");

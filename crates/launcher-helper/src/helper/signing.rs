@@ -25,6 +25,36 @@ pub(super) fn valid_secret_name(n: &str) -> bool {
 }
 
 impl Helper {
+    /// Calls `method path` at the broker with a proof signed by `key` (`typ`, `kid`) over
+    /// `body`, a fresh proof each attempt; a 503 (the broker's database in a failover, a proof it
+    /// cannot decide yet after a restart) is sent again after the broker client's backoff
+    /// ([`BrokerError::retry_delay`]). The outer error: the proof could not be signed.
+    pub(super) async fn proved_call(
+        &self,
+        key: &SigningKey,
+        typ: &str,
+        kid: &str,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<Result<countersign_broker_client::Answer, BrokerError>, HelperError> {
+        let url = self.broker.url(path);
+        let mut attempt = 1;
+        loop {
+            let p = self.proof(key, typ, kid, method, &url, body.map(claims::body_hash))?;
+            match self.broker.call(method, path, body, Auth::Proof(&p)).await {
+                Err(e) => match e.retry_delay(attempt) {
+                    Some(wait) => {
+                        attempt += 1;
+                        tokio::time::sleep(wait).await;
+                    }
+                    None => return Ok(Err(e)),
+                },
+                ok => return Ok(ok),
+            }
+        }
+    }
+
     pub(super) fn generate(&self, what: &str) -> Result<SigningKey, HelperError> {
         self.keys.generate().map_err(|_| {
             err(
