@@ -195,12 +195,13 @@ pub trait WorkTx:
     + crate::work::MessagesWork
 {
     async fn commit(self: Box<Self>) -> Result<(), StorageError>;
-    /// Search's kinds other than issues, each as its own method answers it with every word
-    /// required ([`crate::work::DocumentTx::search_documents`], `search_asks` not answered
-    /// only, `search_comments`, `search_messages`): documents, asks, comments and messages in
-    /// that order, each with its hits and its count. The storage may read them in one
-    /// statement (issue 48: four statements were a quarter of a search's time on PostgreSQL).
-    async fn search_other_kinds(
+    /// Every kind search reads, each as its own method answers it with every word required
+    /// ([`IssueTx::search_issues`], [`crate::work::DocumentTx::search_documents`],
+    /// `search_asks` not answered only, `search_comments`, `search_messages`): each kind with
+    /// its hits and its count, in any order. The storage may read them in one statement
+    /// (issue 48: six statements, each a round trip to PostgreSQL, were a third of a search's
+    /// time there).
+    async fn search_kinds(
         &mut self,
         words: &[String],
         project: Option<&ProjectKey>,

@@ -363,13 +363,13 @@ impl WorkTx for SqlTx {
         }
     }
 
-    async fn search_other_kinds(
+    async fn search_kinds(
         &mut self,
         words: &[String],
         project: Option<&ProjectKey>,
         limit: u32,
     ) -> Result<Vec<(SearchKind, Vec<Hit>, i64)>, StorageError> {
-        search::other_kinds_hits(self, words, project, limit).await
+        search::kinds_hits(self, words, project, limit).await
     }
 }
 

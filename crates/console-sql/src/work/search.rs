@@ -2,7 +2,7 @@
 //! word's issues in creation order, migration 19, with the generated `tsvector` and its GIN
 //! index where they do not serve; search words are prefix queries; the newest matches ranked
 //! by BM25 in Rust), what `advice.suggestions` reads (each word's count, the newest
-//! candidates), and search's other kinds read together ([`other_kinds_hits`]).
+//! candidates), and every kind of a search read together ([`kinds_hits`]).
 //!
 //! [`IssueTx::search_issues`]: countersign_console_core::work::IssueTx::search_issues
 
@@ -69,29 +69,7 @@ impl SqlTx {
             Backend::Sqlite => self.sqlite_found(words, project, limit).await?,
             Backend::Postgres => self.postgres_found(words, project, limit).await?,
         };
-        let total = found.len() as i64;
-        let window = found
-            .into_iter()
-            .map(|(key, title, project, at, text)| {
-                Ok((
-                    Hit {
-                        issue: IssueKey::parse(&key),
-                        artifact: None,
-                        broadcast: None,
-                        snippet: snippet(&title, words, 16),
-                        id: key,
-                        title,
-                        project: ProjectKey::parse(&project),
-                        at: time(at)?,
-                        score: 0.0,
-                    },
-                    text,
-                ))
-            })
-            .collect::<Result<Vec<_>, StorageError>>()?;
-        let mut hits = rank_window(words, window);
-        hits.truncate(limit as usize);
-        Ok((hits, total))
+        ranked(words, found, limit)
     }
 
     /// SQLite's window: the newest `limit + 1` matches, newest first, each as (key, title,
@@ -130,29 +108,11 @@ impl SqlTx {
     ) -> Result<Vec<Found>, StorageError> {
         let rows = sqlx::query(&postgres_window(words.len(), limit))
             .bind(text(&word_ranges(words)))
-            .bind(project.map(|p| p.as_str().to_owned()))
+            .bind(project.map_or(String::new(), |p| p.as_str().to_owned()))
             .fetch_all(&mut *self.tx)
             .await
             .map_err(db_err)?;
-        let mut found = rows
-            .iter()
-            .map(|r| {
-                let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
-                let n = |c: &str| -> Result<i64, StorageError> { r.try_get(c).map_err(db_err) };
-                let (title, labels) = (g("title")?, g("labels")?);
-                let text = format!("{title} {labels}");
-                Ok((
-                    (n("created_at")?, n("number")?, g("key")?),
-                    (title, g("project")?, n("updated_at")?, text),
-                ))
-            })
-            .collect::<Result<Vec<_>, StorageError>>()?;
-        // Newest first: the order the statement chose them in.
-        found.sort_unstable_by(|a, b| b.0.cmp(&a.0));
-        Ok(found
-            .into_iter()
-            .map(|((_, _, key), (title, project, at, text))| (key, title, project, at, text))
-            .collect())
+        rows_found(&rows)
     }
 
     /// [`IssueTx::word_counts`](countersign_console_core::work::IssueTx::word_counts): each
@@ -244,54 +204,114 @@ impl SqlTx {
     }
 }
 
-/// [`WorkTx::search_other_kinds`](countersign_console_core::work::WorkTx::search_other_kinds):
+/// A window of matches, newest first, ranked (BM25 over the window, the same on both
+/// databases): the best `limit`, and how many there were.
+fn ranked(
+    words: &[String],
+    found: Vec<Found>,
+    limit: u32,
+) -> Result<(Vec<Hit>, i64), StorageError> {
+    let total = found.len() as i64;
+    let window = found
+        .into_iter()
+        .map(|(key, title, project, at, text)| {
+            Ok((
+                Hit {
+                    issue: IssueKey::parse(&key),
+                    artifact: None,
+                    broadcast: None,
+                    snippet: snippet(&title, words, 16),
+                    id: key,
+                    title,
+                    project: ProjectKey::parse(&project),
+                    at: time(at)?,
+                    score: 0.0,
+                },
+                text,
+            ))
+        })
+        .collect::<Result<Vec<_>, StorageError>>()?;
+    let mut hits = rank_window(words, window);
+    hits.truncate(limit as usize);
+    Ok((hits, total))
+}
+
+/// [`postgres_window`]'s rows, newest first (the order the statement chose them in).
+fn rows_found(rows: &[AnyRow]) -> Result<Vec<Found>, StorageError> {
+    let mut found = rows
+        .iter()
+        .map(|r| {
+            let g = |c: &str| -> Result<String, StorageError> { r.try_get(c).map_err(db_err) };
+            let n = |c: &str| -> Result<i64, StorageError> { r.try_get(c).map_err(db_err) };
+            let (title, labels) = (g("title")?, g("labels")?);
+            let text = format!("{title} {labels}");
+            Ok((
+                (n("created_at")?, n("number")?, g("id")?),
+                (title, g("project")?, n("at")?, text),
+            ))
+        })
+        .collect::<Result<Vec<_>, StorageError>>()?;
+    found.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    Ok(found
+        .into_iter()
+        .map(|((_, _, key), (title, project, at, text))| (key, title, project, at, text))
+        .collect())
+}
+
+/// [`WorkTx::search_kinds`](countersign_console_core::work::WorkTx::search_kinds): issues,
 /// documents, asks, comments and messages matching every word. PostgreSQL reads them in one
-/// statement, each kind's own statement a part of a `UNION ALL` (issue 48: four statements
-/// that found nothing cost about 0.08 ms of the server's CPU each); SQLite asks each kind
-/// (its statements are calls into the same process).
-pub(super) async fn other_kinds_hits(
+/// statement, each kind's own statement a part of a `UNION ALL` (issue 48: six statements,
+/// each a round trip, where four found nothing and cost about 0.08 ms of the server's CPU
+/// each); SQLite asks each kind (its statements are calls into the same process).
+pub(super) async fn kinds_hits(
     tx: &mut SqlTx,
     words: &[String],
     project: Option<&ProjectKey>,
     limit: u32,
 ) -> Result<Vec<(SearchKind, Vec<Hit>, i64)>, StorageError> {
     use countersign_console_core::work::{AskTx, DocumentTx, MessageTx};
-    const KINDS: [SearchKind; 4] = [
+    const KINDS: [SearchKind; 5] = [
         SearchKind::Document,
         SearchKind::Ask,
         SearchKind::Comment,
         SearchKind::Message,
+        SearchKind::Issue,
     ];
-    if tx.backend == Backend::Sqlite || words.is_empty() {
+    if words.is_empty() {
+        return Ok(KINDS.into_iter().map(|k| (k, Vec::new(), 0)).collect());
+    }
+    if tx.backend == Backend::Sqlite {
         let d = tx.search_documents(words, false, project, limit).await?;
         let a = tx.search_asks(words, false, project, false, limit).await?;
         let c = tx.search_comments(words, project, limit).await?;
         let m = tx.search_messages(words, false, project, limit).await?;
+        let i = tx.issue_hits(words, project, limit).await?;
         return Ok(KINDS
             .into_iter()
-            .zip([d, a, c, m])
+            .zip([d, a, c, m, i])
             .map(|(k, (hits, n))| (k, hits, n))
             .collect());
     }
     let mut a = Args::default();
-    let sql = other_kinds_statement(&mut a, words, project, limit);
+    let sql = kinds_statement(&mut a, words, project, limit);
     let rows = sqlx::query_with(&sql, a.build())
         .fetch_all(&mut *tx.tx)
         .await
         .map_err(db_err)?;
-    let mut each: [Vec<AnyRow>; 4] = Default::default();
+    let mut each: [Vec<AnyRow>; 5] = Default::default();
     for r in rows {
         let k: i64 = r.try_get("kind").map_err(db_err)?;
         each.get_mut(usize::try_from(k).unwrap_or(usize::MAX))
             .ok_or_else(|| corrupt("search kind"))?
             .push(r);
     }
-    let [d, asked, c, m] = each;
+    let [d, asked, c, m, i] = each;
     let found = [
         documents::document_hits_of(&d, limit)?,
         asks::text_hits(&asked, limit)?,
         asks::text_hits(&c, limit)?,
         messages::message_hits(&m, limit)?,
+        ranked(words, rows_found(&i)?, limit)?,
     ];
     Ok(KINDS
         .into_iter()
@@ -300,16 +320,19 @@ pub(super) async fn other_kinds_hits(
         .collect())
 }
 
-/// PostgreSQL's statement of [`other_kinds_hits`], its values pushed to `a`: each kind's own
+/// PostgreSQL's statement of [`kinds_hits`], its values pushed to `a`: each kind's own
 /// statement a subquery, which keeps its order and limit, its rows marked with the kind's place
-/// (documents 0, asks 1, comments 2, messages 3).
-fn other_kinds_statement(
+/// (documents 0, asks 1, comments 2, messages 3, issues 4: [`postgres_window`], whose values
+/// are the first two), in the columns of the other kinds' rows and the issues' own.
+fn kinds_statement(
     a: &mut Args,
     words: &[String],
     project: Option<&ProjectKey>,
     limit: u32,
 ) -> String {
     let b = Backend::Postgres;
+    a.push(text(&word_ranges(words)));
+    a.push(project.map_or(String::new(), |p| p.as_str().to_owned()));
     let extra: Vec<(&str, String)> = project
         .map(|p| ("project", p.as_str().to_owned()))
         .into_iter()
@@ -321,10 +344,23 @@ fn other_kinds_statement(
         asks::text_statement(b, a, &commented, words, false, limit),
         messages::message_statement(b, a, words, false, project, limit),
     ];
+    let none = "CAST(NULL AS TEXT)";
+    let issues = format!(
+        "SELECT CAST(4 AS BIGINT) AS kind, w.id, w.title, w.project, {none} AS issue, \
+         {none} AS artifact, {none} AS broadcast, w.at, CAST(NULL AS FLOAT8) AS score, \
+         {none} AS snippet, w.created_at, w.number, w.labels FROM ({}) w",
+        postgres_window(words.len(), limit)
+    );
     parts
         .iter()
         .enumerate()
-        .map(|(k, part)| format!("SELECT CAST({k} AS BIGINT) AS kind, s.* FROM ({part}) s"))
+        .map(|(k, part)| {
+            format!(
+                "SELECT CAST({k} AS BIGINT) AS kind, s.*, CAST(NULL AS BIGINT) AS created_at, \
+                 CAST(NULL AS BIGINT) AS number, {none} AS labels FROM ({part}) s"
+            )
+        })
+        .chain([issues])
         .collect::<Vec<_>>()
         .join(" UNION ALL ")
 }
@@ -484,7 +520,7 @@ fn lexeme_sql(x: &str) -> String {
 
 /// PostgreSQL's window of a search of `n` words (issue 48): the newest `limit + 1` issues
 /// holding every word (each a prefix), newest first, with what ranking reads. `$1` is
-/// [`word_ranges`] as JSON, `$2` the project key or NULL. One statement, its text the same
+/// [`word_ranges`] as JSON, `$2` the project key or empty. One statement, its text the same
 /// for every search of `n` words, planned once for all (the values reach the plan through a
 /// materialized CTE, so no plan is made for one search's words):
 ///
@@ -509,7 +545,7 @@ fn postgres_window(n: usize, limit: u32) -> String {
     };
     let newest = "created_at DESC, number DESC, key DESC";
     let mut sql = format!(
-        "WITH a AS MATERIALIZED (SELECT CAST($1 AS jsonb) AS r, CAST($2 AS TEXT) AS p), \
+        "WITH a AS MATERIALIZED (SELECT CAST($1 AS jsonb) AS r, NULLIF(CAST($2 AS TEXT), '') AS p), \
          r AS MATERIALIZED (SELECT w.i, w.r->>0 AS lo, w.r->>1 AS hi \
            FROM jsonb_array_elements((SELECT r FROM a)) WITH ORDINALITY AS w(r, i)), \
          e AS MATERIALIZED (SELECT r.i, x.word FROM r, LATERAL (SELECT word FROM console_issue_words \
@@ -518,7 +554,8 @@ fn postgres_window(n: usize, limit: u32) -> String {
            GROUP BY r.i, r.lo)",
         EXPANDED_MAX + 1
     );
-    let issue = "i.created_at, i.number, i.key, i.title, i.project, i.updated_at, i.labels";
+    let issue =
+        "i.created_at, i.number, i.key AS id, i.title, i.project, i.updated_at AS at, i.labels";
     let of_hits = format!(
         " SELECT {issue} FROM hits h JOIN console_issues i ON i.created_at = h.created_at \
          AND i.number = h.number AND i.key = h.key UNION ALL "

@@ -61,15 +61,13 @@ impl Console {
         let mut kinds: Vec<(SearchKind, Vec<crate::work::Hit>)> = Vec::new();
         let mut total = 0;
         if !words.is_empty() {
-            // Each kind's statement stands alone (the kinds need not agree on one snapshot):
-            // no transaction's own round trips. The issues, then the other kinds together
-            // (one statement on PostgreSQL, issue 48).
+            // Every kind at once (one statement on PostgreSQL, issue 48), with no
+            // transaction's own round trips: the kinds need not agree on one snapshot.
             let mut tx = self.parts.storage.read_loose().await?;
-            let p = project.as_ref();
-            let (hits, n) = tx.search_issues(&words, p, search::PER_KIND).await?;
-            total += n;
-            kinds.push((SearchKind::Issue, hits));
-            for (kind, hits, n) in tx.search_other_kinds(&words, p, search::PER_KIND).await? {
+            for (kind, hits, n) in tx
+                .search_kinds(&words, project.as_ref(), search::PER_KIND)
+                .await?
+            {
                 total += n;
                 kinds.push((kind, hits));
             }
