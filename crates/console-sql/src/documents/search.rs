@@ -79,7 +79,8 @@ pub(crate) fn document_statement(
         each_word,
     } = match backend {
         Backend::Sqlite => sqlite_ranked(a, words, every),
-        Backend::Postgres => postgres_ranked(a, words, every),
+        // Whatever the number of words, for one text (one word: the condition holds).
+        Backend::Postgres => postgres_ranked(a, words, !any),
     };
     let mut conds = each_word;
     conds.push("a.session IS NULL".to_owned());
@@ -139,7 +140,8 @@ fn sqlite_ranked(a: &mut Args, words: &[String], every: bool) -> Ranked {
 }
 
 /// PostgreSQL: the `tsvector` matches any word (each a prefix), ranked by `ts_rank`, the
-/// snippet `ts_headline` of the best part; `every`: one condition per word.
+/// snippet `ts_headline` of the best part; `every`: one condition that each word is in some
+/// part.
 fn postgres_ranked(a: &mut Args, words: &[String], every: bool) -> Ranked {
     let prefixed: Vec<String> = words.iter().map(|w| crate::work::pg_prefix(w)).collect();
     let q = a.push(prefixed.join(" | "));
@@ -149,17 +151,16 @@ fn postgres_ranked(a: &mut Args, words: &[String], every: bool) -> Ranked {
          FROM console_artifact_text t WHERE t.search @@ to_tsquery('simple', {q}) \
          ORDER BY t.artifact, score DESC, t.part)"
     );
+    // Every word in some part: one condition over the words as a JSON array, so that the
+    // statement's text is the same for any number of words (one word: always true of a match).
     let each_word = if every {
-        words
-            .iter()
-            .map(|w| {
-                format!(
-                    "a.id IN (SELECT artifact FROM console_artifact_text \
-                     WHERE search @@ to_tsquery('simple', {}))",
-                    a.push(crate::work::pg_prefix(w))
-                )
-            })
-            .collect()
+        let each: Vec<String> = words.iter().map(|w| crate::work::pg_prefix(w)).collect();
+        vec![format!(
+            "NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(CAST({} AS jsonb)) AS w(q) \
+             WHERE NOT EXISTS (SELECT 1 FROM console_artifact_text x \
+             WHERE x.artifact = a.id AND x.search @@ to_tsquery('simple', w.q)))",
+            a.push(crate::work::text(&each))
+        )]
     } else {
         Vec::new()
     };

@@ -106,7 +106,7 @@ impl SqlTx {
         project: Option<&ProjectKey>,
         limit: u32,
     ) -> Result<Vec<Found>, StorageError> {
-        let rows = sqlx::query(&postgres_window(words.len(), limit))
+        let rows = sqlx::query(&postgres_window(limit))
             .bind(text(&word_ranges(words)))
             .bind(project.map_or(String::new(), |p| p.as_str().to_owned()))
             .fetch_all(&mut *self.tx)
@@ -349,7 +349,7 @@ fn kinds_statement(
         "SELECT CAST(4 AS BIGINT) AS kind, w.id, w.title, w.project, {none} AS issue, \
          {none} AS artifact, {none} AS broadcast, w.at, CAST(NULL AS FLOAT8) AS score, \
          {none} AS snippet, w.created_at, w.number, w.labels FROM ({}) w",
-        postgres_window(words.len(), limit)
+        postgres_window(limit)
     );
     parts
         .iter()
@@ -492,10 +492,10 @@ type Found = (String, String, String, i64, String);
 /// How many words one search word may stand for on PostgreSQL before it is asked as a prefix.
 const EXPANDED_MAX: usize = 64;
 
-/// Up to how many search words, each standing for one word, PostgreSQL merges their
-/// postings; more are asked of the GIN index. A third word's postings cost more than the GIN
-/// index's intersection when few issues hold all three (three common words at 100,000
-/// issues: 13 ms merged, 41 matches, where their intersection is about 1 ms).
+/// How many search words, each standing for one word, PostgreSQL merges the postings of;
+/// more are asked of the GIN index. A third word's postings cost more than the GIN index's
+/// intersection when few issues hold all three (three common words at 100,000 issues: 13 ms
+/// merged, 41 matches, where their intersection is about 1 ms).
 const MERGED_MAX: usize = 2;
 
 /// Each search word's range of the words' index (C order): [word, word with its last
@@ -518,11 +518,12 @@ fn lexeme_sql(x: &str) -> String {
     format!("'''' || replace(replace({x}, '\\', '\\\\'), '''', '''''') || ''''")
 }
 
-/// PostgreSQL's window of a search of `n` words (issue 48): the newest `limit + 1` issues
-/// holding every word (each a prefix), newest first, with what ranking reads. `$1` is
-/// [`word_ranges`] as JSON, `$2` the project key or empty. One statement, its text the same
-/// for every search of `n` words, planned once for all (the values reach the plan through a
-/// materialized CTE, so no plan is made for one search's words):
+/// PostgreSQL's window of a search (issue 48): the newest `limit + 1` issues holding every
+/// word (each a prefix), with what ranking reads. `$1` is [`word_ranges`] as JSON, `$2` the
+/// project key or empty. One statement, its text the same for every search, planned once for
+/// all (the values reach the plan through a materialized CTE, so no plan is made for one
+/// search's words; each path below runs only when its condition, a value of the CTE `s`,
+/// holds):
 ///
 /// - each word's words are looked up in migration 18's `console_issue_words` (up to
 ///   [`EXPANDED_MAX`]); one that begins none finds nothing;
@@ -538,76 +539,19 @@ fn lexeme_sql(x: &str) -> String {
 ///   since so many words make it common).
 ///
 /// Then the issue rows of the window, by the creation index.
-fn postgres_window(n: usize, limit: u32) -> String {
+fn postgres_window(limit: u32) -> String {
     let l = i64::from(limit) + 1;
-    let in_project = |key: &str| {
-        format!("((SELECT p FROM a) IS NULL OR starts_with({key}, (SELECT p FROM a) || '-'))")
-    };
-    let newest = "created_at DESC, number DESC, key DESC";
-    let mut sql = format!(
-        "WITH a AS MATERIALIZED (SELECT CAST($1 AS jsonb) AS r, NULLIF(CAST($2 AS TEXT), '') AS p), \
-         r AS MATERIALIZED (SELECT w.i, w.r->>0 AS lo, w.r->>1 AS hi \
-           FROM jsonb_array_elements((SELECT r FROM a)) WITH ORDINALITY AS w(r, i)), \
-         e AS MATERIALIZED (SELECT r.i, x.word FROM r, LATERAL (SELECT word FROM console_issue_words \
-           WHERE word >= r.lo COLLATE \"C\" AND word < r.hi COLLATE \"C\" ORDER BY word LIMIT {}) x), \
-         n AS MATERIALIZED (SELECT r.i, r.lo, COUNT(e.word) AS n FROM r LEFT JOIN e ON e.i = r.i \
-           GROUP BY r.i, r.lo)",
-        EXPANDED_MAX + 1
-    );
     let issue =
         "i.created_at, i.number, i.key AS id, i.title, i.project, i.updated_at AS at, i.labels";
-    let of_hits = format!(
-        " SELECT {issue} FROM hits h JOIN console_issues i ON i.created_at = h.created_at \
-         AND i.number = h.number AND i.key = h.key UNION ALL "
-    );
     let project = "((SELECT p FROM a) IS NULL OR i.project = (SELECT p FROM a))";
-    if n < 2 {
-        sql.push_str(&format!(
-            ", hits AS (SELECT DISTINCT p.created_at, p.number, p.key FROM e, LATERAL ( \
-               SELECT created_at, number, key FROM console_issue_postings \
-               WHERE word = e.word AND {} ORDER BY {newest} LIMIT {l}) p \
-             WHERE (SELECT n FROM n) <= {EXPANDED_MAX} ORDER BY {newest} LIMIT {l})",
-            in_project("key")
-        ));
-        sql.push_str(&of_hits);
-        // So many words begin it that it is common: the creation index walked (a function,
-        // not the operator, so the GIN index is not used).
-        sql.push_str(&format!(
-            "(SELECT {issue} FROM console_issues i WHERE (SELECT n FROM n) > {EXPANDED_MAX} \
-             AND ts_match_vq(i.search, (SELECT CAST({} || ':*' AS tsquery) FROM n)) AND {project} \
-             ORDER BY i.created_at DESC, i.number DESC LIMIT {l})",
-            lexeme_sql("n.lo")
-        ));
-        return sql;
-    }
-    let gin_when = if n <= MERGED_MAX {
-        // Each part a subquery kept whole (OFFSET 0), in the postings' order: merged with the
-        // first word's, never probed once for each of its rows.
-        let word = |i: usize| format!("(SELECT word FROM e WHERE i = {i} LIMIT 1)");
-        let joined: String = (2..=n)
-            .map(|i| {
-                format!(
-                    " JOIN (SELECT created_at, number, key FROM console_issue_postings \
-                     WHERE word = {} ORDER BY {newest} OFFSET 0) p{i} \
-                     ON p{i}.created_at = p1.created_at AND p{i}.number = p1.number \
-                     AND p{i}.key = p1.key",
-                    word(i)
-                )
-            })
-            .collect();
-        sql.push_str(&format!(
-            ", hits AS (SELECT p1.created_at, p1.number, p1.key FROM console_issue_postings p1{joined} \
-             WHERE p1.word = {} AND (SELECT bool_and(n = 1) FROM n) AND {} \
-             ORDER BY p1.created_at DESC, p1.number DESC, p1.key DESC LIMIT {l})",
-            word(1),
-            in_project("p1.key")
-        ));
-        sql.push_str(&of_hits);
-        "bool_and(n >= 1) AND NOT bool_and(n = 1)"
-    } else {
-        sql.push(' ');
-        "bool_and(n >= 1)"
-    };
+    // So many words begin it that it is common: the creation index walked (a function, not
+    // the operator, so the GIN index is not used).
+    let walked = format!(
+        "(SELECT {issue} FROM console_issues i WHERE (SELECT words = 1 AND most > {EXPANDED_MAX} FROM s) \
+         AND ts_match_vq(i.search, (SELECT CAST({} || ':*' AS tsquery) FROM n)) AND {project} \
+         ORDER BY i.created_at DESC, i.number DESC LIMIT {l})",
+        lexeme_sql("n.lo")
+    );
     // The GIN index: each word as the words it begins, or its prefix; ordered by an
     // expression so that the planner does not walk the creation index instead (for two
     // common words it read 12,000 issues for 101).
@@ -617,10 +561,74 @@ fn postgres_window(n: usize, limit: u32) -> String {
         lexeme_sql("n.lo"),
         lexeme_sql("e.word")
     );
-    sql.push_str(&format!(
-        "(SELECT {issue} FROM console_issues i WHERE (SELECT {gin_when} FROM n) \
+    let indexed = format!(
+        "(SELECT {issue} FROM console_issues i \
+         WHERE (SELECT words >= 2 AND every AND NOT (words = {MERGED_MAX} AND single) FROM s) \
          AND i.search @@ (SELECT CAST(string_agg({each}, ' & ' ORDER BY n.i) AS tsquery) FROM n) \
          AND {project} ORDER BY i.created_at + 0 DESC, i.number DESC LIMIT {l})"
-    ));
-    sql
+    );
+    format!(
+        "WITH a AS MATERIALIZED (SELECT CAST($1 AS jsonb) AS r, NULLIF(CAST($2 AS TEXT), '') AS p), \
+         r AS MATERIALIZED (SELECT w.i, w.r->>0 AS lo, w.r->>1 AS hi \
+           FROM jsonb_array_elements((SELECT r FROM a)) WITH ORDINALITY AS w(r, i)), \
+         e AS MATERIALIZED (SELECT r.i, x.word FROM r, LATERAL (SELECT word FROM console_issue_words \
+           WHERE word >= r.lo COLLATE \"C\" AND word < r.hi COLLATE \"C\" ORDER BY word LIMIT {}) x), \
+         n AS MATERIALIZED (SELECT r.i, r.lo, COUNT(e.word) AS n FROM r LEFT JOIN e ON e.i = r.i \
+           GROUP BY r.i, r.lo), \
+         s AS MATERIALIZED (SELECT COUNT(*) AS words, MAX(n) AS most, bool_and(n = 1) AS single, \
+           bool_and(n >= 1) AS every FROM n), \
+         hits AS ({}) \
+         SELECT {issue} FROM hits h JOIN console_issues i ON i.created_at = h.created_at \
+         AND i.number = h.number AND i.key = h.key UNION ALL {walked} UNION ALL {indexed}",
+        EXPANDED_MAX + 1,
+        postings_hits(l)
+    )
+}
+
+/// [`postgres_window`]'s windows read from the postings alone, `l` of them: one word's (each
+/// word it begins, the newest `l` of each), or two words' each beginning one (merged).
+fn postings_hits(l: i64) -> String {
+    let in_project = |key: &str| {
+        format!("((SELECT p FROM a) IS NULL OR starts_with({key}, (SELECT p FROM a) || '-'))")
+    };
+    let newest = "created_at DESC, number DESC, key DESC";
+    let word = |i: usize| format!("(SELECT word FROM e WHERE i = {i} LIMIT 1)");
+    // The second word's part a subquery kept whole (OFFSET 0), in the postings' order: merged
+    // with the first word's, never probed once for each of its rows.
+    format!(
+        "(SELECT DISTINCT p.created_at, p.number, p.key FROM e, LATERAL ( \
+           SELECT created_at, number, key FROM console_issue_postings \
+           WHERE word = e.word AND {} ORDER BY {newest} LIMIT {l}) p \
+         WHERE (SELECT words = 1 AND most <= {EXPANDED_MAX} FROM s) ORDER BY {newest} LIMIT {l}) \
+         UNION ALL \
+         (SELECT p1.created_at, p1.number, p1.key FROM console_issue_postings p1 \
+         JOIN (SELECT created_at, number, key FROM console_issue_postings \
+           WHERE word = {} ORDER BY {newest} OFFSET 0) p2 \
+         ON p2.created_at = p1.created_at AND p2.number = p1.number AND p2.key = p1.key \
+         WHERE p1.word = {} AND (SELECT words = {MERGED_MAX} AND single FROM s) AND {} \
+         ORDER BY p1.created_at DESC, p1.number DESC, p1.key DESC LIMIT {l})",
+        in_project("key"),
+        word(2),
+        word(1),
+        in_project("p1.key")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Args, kinds_statement};
+
+    /// PostgreSQL plans a search's statement once a connection (a prepared statement, kept):
+    /// its text is the same whatever the words, one, two or five, so no search of another
+    /// number of words plans it again.
+    #[test]
+    fn one_statement_text_for_any_words() {
+        let text = |words: &[&str]| {
+            let words: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
+            kinds_statement(&mut Args::default(), &words, None, 100)
+        };
+        let one = text(&["deploy"]);
+        assert_eq!(one, text(&["deploy", "payment"]));
+        assert_eq!(one, text(&["a", "b", "c", "d", "e"]));
+    }
 }
