@@ -1,6 +1,7 @@
 //! The broker under test as a process of its own: the release binary `countersign-broker serve
 //! --config <file>`, its configuration written here (a local store with no secrets, a seal key,
-//! a console token, the `[[issued]]` secret on the PostgreSQL issuer, `durations.issued_sweep`),
+//! a console token, the `[[issued]]` secret on the PostgreSQL or the AWS IAM issuer, its admin
+//! credential in a file, `durations.issued_sweep`),
 //! its database (SQLite in the run's directory, or a scratch PostgreSQL database this tool makes
 //! and drops), started, waited on until `/readyz` answers 200, and killed with SIGKILL
 //! (`Child::kill` is SIGKILL on Unix) to be started again on the same database and config.
@@ -93,18 +94,63 @@ pub struct Settings {
     pub sweep: u64,
 }
 
+/// The issued secret's issuer, as the configuration declares it.
+pub enum IssuerSpec {
+    /// PostgreSQL, its admin URL.
+    Postgres { admin_url: String },
+    /// AWS IAM at an endpoint (moto), its admin key as credential_process JSON.
+    AwsIam {
+        endpoint: String,
+        admin_json: String,
+    },
+}
+
+impl IssuerSpec {
+    /// A prefix of this run's own, in the kind's alphabet.
+    fn prefix(&self) -> String {
+        match self {
+            Self::Postgres { .. } => format!("csib_{}_", crate::random_hex(8)),
+            Self::AwsIam { .. } => format!("csib-{}-", crate::random_hex(8)),
+        }
+    }
+
+    /// The admin credential's text, written to `admin_file`.
+    fn admin(&self) -> &str {
+        match self {
+            Self::Postgres { admin_url } => admin_url,
+            Self::AwsIam { admin_json, .. } => admin_json,
+        }
+    }
+
+    /// The `[issued.<kind>]` section.
+    fn section(&self, prefix: &str) -> String {
+        match self {
+            Self::Postgres { .. } => {
+                format!("[issued.postgres]\nroles = []\nprefix = \"{prefix}\"\n")
+            }
+            Self::AwsIam { endpoint, .. } => format!(
+                "[issued.aws_iam]\nprefix = \"{prefix}\"\npath = \"{}\"\n\
+                 inline_policy = '{}'\nendpoint_url = {}\n",
+                crate::aws::PATH,
+                crate::aws::LIST_USERS,
+                toml_string(endpoint)
+            ),
+        }
+    }
+}
+
 /// Writes the broker's configuration into `dir`; answers its path and the settings.
 pub fn write_config(
     dir: &Path,
     storage: &Storage,
-    postgres_url: &str,
+    issuer: &IssuerSpec,
     sweep: u64,
 ) -> anyhow::Result<(PathBuf, Settings)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
     let base = format!("http://127.0.0.1:{port}");
-    let prefix = format!("csib_{}_", crate::random_hex(8));
+    let prefix = issuer.prefix();
     std::fs::write(
         dir.join("seal.key"),
         // A bench's broker: its sealed values protect nothing that outlives the run.
@@ -112,7 +158,7 @@ pub fn write_config(
     )?;
     std::fs::write(dir.join("console-token"), TOKEN)?;
     std::fs::write(dir.join("secrets.toml"), "prefix = \"agents/\"\n")?;
-    std::fs::write(dir.join("pg-admin-url"), postgres_url)?;
+    std::fs::write(dir.join("issuer-admin"), issuer.admin())?;
     let q = |p: &Path| toml_string(&p.display().to_string());
     let config = format!(
         "listen = \"127.0.0.1:{port}\"\n\
@@ -124,14 +170,14 @@ pub fn write_config(
          [store]\nkind = \"local\"\npath = {store}\n\
          [durations]\nissued_sweep = {sweep}\nlease = 7200\n\
          [[issued]]\nname = \"{SECRET}\"\nowner = \"{PERSON}\"\ntier = \"automatic\"\n\
-         admin_file = {admin}\n\
-         [issued.postgres]\nroles = []\nprefix = \"{prefix}\"\n",
+         admin_file = {admin}\n{section}",
         db = toml_string(storage.url()),
         seal = q(&dir.join("seal.key")),
         token = q(&dir.join("console-token")),
         audit = q(&dir.join("audit-state.json")),
         store = q(&dir.join("secrets.toml")),
-        admin = q(&dir.join("pg-admin-url")),
+        admin = q(&dir.join("issuer-admin")),
+        section = issuer.section(&prefix),
     );
     let path = dir.join("broker.toml");
     std::fs::write(&path, config)?;

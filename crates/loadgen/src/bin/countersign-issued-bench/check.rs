@@ -121,13 +121,7 @@ async fn outlived(c: &Checked<'_>) -> anyhow::Result<usize> {
         seen.len(),
         roles::SAMPLE.as_millis()
     );
-    for (g, ms, still) in &late {
-        println!(
-            "  late: grant {g}: {:.1} s after its end{}",
-            *ms as f64 / 1e3,
-            if *still { " and still there" } else { "" }
-        );
-    }
+    print_late(&late);
     println!(
         "check 2: {} grant(s) whose credential outlived its end by more than one sweep interval ({} s) — {}",
         late.len(),
@@ -135,6 +129,24 @@ async fn outlived(c: &Checked<'_>) -> anyhow::Result<usize> {
         if late.is_empty() { "PASS" } else { "FAIL" }
     );
     Ok(late.len())
+}
+
+/// The late grants: how many outlived their end by each 5 s band, and the first few by id.
+fn print_late(late: &[(String, i64, bool)]) {
+    let mut bands: BTreeMap<i64, usize> = BTreeMap::new();
+    for (_, ms, _) in late {
+        *bands.entry(ms / 5000 * 5).or_default() += 1;
+    }
+    for (from, n) in &bands {
+        println!("  late by {from}–{} s: {n} grant(s)", from + 5);
+    }
+    for (g, ms, still) in late.iter().take(5) {
+        println!(
+            "  late: grant {g}: {:.1} s after its end{}",
+            *ms as f64 / 1e3,
+            if *still { " and still there" } else { "" }
+        );
+    }
 }
 
 /// Watches the roles left for up to `--settle`: when the last went, or how many stayed.

@@ -7,7 +7,8 @@
 //!
 //! - `latency`: the mint cost (the first release) and, after each revoke, how long until the
 //!   credential is refused by PostgreSQL: a new login fails, and a connection kept open is
-//!   closed by the server ([`latency`]).
+//!   closed by the server; or, with `--issuer aws-iam`, by moto's IAM: a call signed with the
+//!   key fails ([`latency`], [`aws`]).
 //! - `chaos`: grants made and ended while the broker is killed with SIGKILL and started again;
 //!   then every grant revoked, and two checks against PostgreSQL and the broker's database
 //!   ([`chaos`], [`check`]). Exits non-zero when a check fails.
@@ -17,7 +18,7 @@
 //! ```text
 //! cargo build --release -p countersign-broker-http -p countersign-loadgen \
 //!     --bin countersign-broker --bin countersign-issued-bench
-//! target/release/countersign-issued-bench latency --grants 200
+//! target/release/countersign-issued-bench latency --grants 200 [--issuer aws-iam]
 //! target/release/countersign-issued-bench chaos --grants 200 --kills 20 \
 //!     [--database-url postgres://postgres:postgres@127.0.0.1:5432/postgres]
 //! ```
@@ -26,8 +27,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args as ClapArgs, Parser, Subcommand};
+use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
+mod aws;
 mod broker;
 mod chaos;
 mod check;
@@ -35,7 +37,7 @@ mod client;
 mod latency;
 mod roles;
 
-use broker::{BrokerProc, Storage};
+use broker::{BrokerProc, IssuerSpec, Storage};
 use client::Api;
 
 #[derive(Parser, Debug)]
@@ -58,6 +60,10 @@ enum Mode {
         /// The bound on each wait for a refusal, in seconds.
         #[arg(long, default_value_t = 10)]
         timeout: u64,
+        /// The issuer: PostgreSQL (`--postgres-url`), or AWS IAM on moto (`moto_server` on
+        /// `PATH`).
+        #[arg(long, value_enum, default_value_t = IssuerKind::Postgres)]
+        issuer: IssuerKind,
     },
     /// Grants made and ended while the broker is killed; then the leftovers checked.
     Chaos {
@@ -76,6 +82,12 @@ enum Mode {
         #[arg(long, default_value_t = 90)]
         settle: u64,
     },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum IssuerKind {
+    Postgres,
+    AwsIam,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -124,74 +136,59 @@ async fn run(mode: Mode) -> anyhow::Result<bool> {
         .prefix("countersign-issued-bench-")
         .tempdir()?;
     let storage = Storage::create(dir.path(), common.database_url.as_deref()).await?;
-    let (config, settings) = broker::write_config(
-        dir.path(),
-        &storage,
-        &common.postgres_url,
-        common.issued_sweep,
-    )?;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()?;
-    let mut proc = BrokerProc::new(bin.clone(), config, dir.path().to_path_buf());
+    // moto for the AWS IAM issuer, kept running until the end.
+    let (aws, spec) = match &mode {
+        Mode::Latency {
+            issuer: IssuerKind::AwsIam,
+            ..
+        } => {
+            let (side, admin_json) = aws::AwsSide::start().await?;
+            let endpoint = side.endpoint.clone();
+            (
+                Some(side),
+                IssuerSpec::AwsIam {
+                    endpoint,
+                    admin_json,
+                },
+            )
+        }
+        _ => (
+            None,
+            IssuerSpec::Postgres {
+                admin_url: common.postgres_url.clone(),
+            },
+        ),
+    };
+    let (config, settings) =
+        broker::write_config(dir.path(), &storage, &spec, common.issued_sweep)?;
+    let proc = BrokerProc::new(bin.clone(), config, dir.path().to_path_buf());
     println!("started {} UTC; load: {}", utc_now(), uptime());
     println!(
-        "broker: {} (a process of its own); storage: {}; issuer: PostgreSQL {} (roles {}*); issued_sweep {} s; {} grants",
+        "broker: {} (a process of its own); storage: {}; issuer: {} (credentials {}*); issued_sweep {} s; {} grants",
         bin.display(),
         storage.label(),
-        host_of(&common.postgres_url),
+        match &aws {
+            Some(side) => format!("AWS IAM on moto {}", side.endpoint),
+            None => format!("PostgreSQL {}", host_of(&common.postgres_url)),
+        },
         settings.prefix,
         settings.sweep,
         common.grants
     );
-    let result = async {
-        proc.start()?;
-        let ready = proc
-            .wait_ready(&http, &settings.base, Duration::from_secs(60))
-            .await?;
-        println!("broker ready in {:.2} s", ready.as_secs_f64());
-        let api = Api::setup(http.clone(), &settings).await?;
-        match &mode {
-            Mode::Latency { timeout, common } => {
-                let roles = latency::Roles {
-                    pg: &common.postgres_url,
-                    prefix: &settings.prefix,
-                };
-                latency::run(&api, common.grants, Duration::from_secs(*timeout), roles).await
-            }
-            Mode::Chaos {
-                common,
-                kills,
-                workers,
-                seed,
-                settle,
-            } => {
-                let c = ChaosRun {
-                    grants: common.grants,
-                    kills: *kills,
-                    workers: *workers,
-                    seed: seed.unwrap_or_else(crate::seed),
-                    settle: Duration::from_secs(*settle),
-                    pg: &common.postgres_url,
-                    database_url: storage.url(),
-                };
-                c.run(Arc::new(api), proc, &settings).await
-            }
-        }
-    }
-    .await;
+    let result = measure(&mode, proc, &settings, &storage, aws.as_ref()).await;
     println!("ended {} UTC; load: {}", utc_now(), uptime());
-    let dropped = roles::drop_all(&common.postgres_url, &settings.prefix).await;
-    match &dropped {
-        Ok(0) => {}
-        Ok(n) => println!(
-            "cleanup: dropped {n} role(s) left under {}",
-            settings.prefix
-        ),
-        Err(e) => println!(
-            "cleanup: could not drop roles under {}: {e}",
-            settings.prefix
-        ),
+    if aws.is_none() {
+        match roles::drop_all(&common.postgres_url, &settings.prefix).await {
+            Ok(0) => {}
+            Ok(n) => println!(
+                "cleanup: dropped {n} role(s) left under {}",
+                settings.prefix
+            ),
+            Err(e) => println!(
+                "cleanup: could not drop roles under {}: {e}",
+                settings.prefix
+            ),
+        }
     }
     if let Err(e) = storage.drop_database().await {
         println!("cleanup: could not drop the scratch database: {e}");
@@ -202,6 +199,60 @@ async fn run(mode: Mode) -> anyhow::Result<bool> {
         println!("the broker's logs: {}/broker-*.log", kept.display());
     }
     result
+}
+
+/// Starts the broker, logs in, and runs the mode.
+async fn measure(
+    mode: &Mode,
+    mut proc: BrokerProc,
+    settings: &broker::Settings,
+    storage: &Storage,
+    aws: Option<&aws::AwsSide>,
+) -> anyhow::Result<bool> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()?;
+    proc.start()?;
+    let ready = proc
+        .wait_ready(&http, &settings.base, Duration::from_secs(60))
+        .await?;
+    println!("broker ready in {:.2} s", ready.as_secs_f64());
+    let api = Api::setup(http.clone(), settings).await?;
+    match mode {
+        Mode::Latency {
+            timeout, common, ..
+        } => {
+            let target = match aws {
+                Some(side) => latency::Target::AwsIam { side },
+                None => latency::Target::Postgres {
+                    admin_url: &common.postgres_url,
+                },
+            };
+            let timeout = Duration::from_secs(*timeout);
+            let passed =
+                latency::run(&api, common.grants, timeout, &target, &settings.prefix).await;
+            drop(proc);
+            passed
+        }
+        Mode::Chaos {
+            common,
+            kills,
+            workers,
+            seed,
+            settle,
+        } => {
+            let c = ChaosRun {
+                grants: common.grants,
+                kills: *kills,
+                workers: *workers,
+                seed: seed.unwrap_or_else(crate::seed),
+                settle: Duration::from_secs(*settle),
+                pg: &common.postgres_url,
+                database_url: storage.url(),
+            };
+            c.run(Arc::new(api), proc, settings).await
+        }
+    }
 }
 
 /// One chaos run's settings.
