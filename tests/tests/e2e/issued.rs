@@ -138,6 +138,7 @@ both!(
     the_sweep_destroys_orphans_and_unstored_ends,
     two_destroyers_race_one_destroys,
     audit_verify_reports_a_credential_that_outlived_its_grant,
+    a_destroy_a_crashed_destroyer_claimed_is_taken_again_after_the_lease,
 );
 
 async fn minted_once_reused_and_destroyed_by_revoke(f: &CoreFixture) {
@@ -455,4 +456,35 @@ async fn aws_iam_user_per_grant_destroyed_by_revoke() {
         "the user is gone"
     );
     f.finish().await;
+}
+
+/// A destroyer that claimed a destroy and died (the chaos run's SIGKILL after a revoke) holds
+/// it only for the lease, which the server sets to its reconciler's period: after it, the next
+/// pass destroys the credential, once.
+async fn a_destroy_a_crashed_destroyer_claimed_is_taken_again_after_the_lease(f: &CoreFixture) {
+    let (issuer, _) = issuer(vec![]).expect("postgres configured");
+    declare(f, issuer.clone(), Tier::Automatic).await;
+    f.broker.set_destroy_lease(Duration::seconds(5));
+    let (s, _m, g) = granted(f).await;
+    let url = value(f, &s, g).await;
+    f.revoke_by_holder(&s, g).await.expect("revoke");
+    // The dead destroyer's claim.
+    let claimed = f
+        .broker
+        .claim_outbox("destroy", 16, Duration::seconds(5))
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    let r = f.broker.destroy_due(16).await.expect("destroy");
+    assert_eq!(r.destroyed, 0, "held by the claim");
+    assert!(can_log_in(&url).await);
+    f.advance(Duration::seconds(6));
+    let r = f.broker.destroy_due(16).await.expect("destroy");
+    assert_eq!(r.destroyed, 1, "taken again once the lease lapsed: {r:?}");
+    assert!(!can_log_in(&url).await);
+    let kinds = audit_kinds(f, g).await;
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "credential_destroy").count(),
+        1
+    );
 }

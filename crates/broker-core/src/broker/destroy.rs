@@ -4,9 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::issued::{
-    DESTROY_LEASE, DestroyReport, ReconcileReport, backoff, queue_destroys, seconds_since,
-};
+use super::issued::{DestroyReport, ReconcileReport, backoff, queue_destroys, seconds_since};
 use super::{Broker, Fail, read, transact};
 use crate::error::Error;
 use crate::ids::{GrantId, SecretName};
@@ -26,7 +24,7 @@ impl Broker {
     /// backoff (never given up: a credential that outlives its grant is what this prevents).
     pub async fn destroy_due(&self, limit: u32) -> Result<DestroyReport, Error> {
         let items = self
-            .claim_outbox(OutboxItem::DESTROY, limit, DESTROY_LEASE)
+            .claim_outbox(OutboxItem::DESTROY, limit, self.destroy_lease())
             .await?;
         let mut report = DestroyReport::default();
         for item in items {
@@ -111,6 +109,18 @@ impl Broker {
                 .await?
                 .into_iter()
                 .find(|r| r.secret == row.secret);
+            // A queued destroy another replica finished meanwhile (its lease lapsed and both
+            // ran it; the issuer's destroy is idempotent): recorded once, the message gone.
+            if message.is_some()
+                && current
+                    .as_ref()
+                    .is_some_and(|r| r.state == IssuedState::Destroyed)
+            {
+                if let Some(id) = message {
+                    tx.delete_outbox(id).await?;
+                }
+                return Ok(());
+            }
             let mut c = current.unwrap_or_else(|| row.clone());
             c.state = IssuedState::Destroyed;
             c.destroyed_at = Some(now);

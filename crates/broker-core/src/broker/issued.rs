@@ -41,8 +41,14 @@ pub const CLAIM: Duration = Duration::seconds(30);
 /// The first retry of a failed destroy; each later one waits twice as long, up to [`BACKOFF_MAX`].
 pub const BACKOFF_FIRST: Duration = Duration::seconds(1);
 pub const BACKOFF_MAX: Duration = Duration::minutes(5);
-/// How long a destroyer holds a claimed destroy before another replica may take it.
+/// How long a destroyer holds a claimed destroy before another replica (or this broker,
+/// restarted after a crash) may take it, unless set otherwise ([`Broker::set_destroy_lease`]:
+/// the server makes it its reconciler's period, so that a crash mid-destroy delays a
+/// credential's end by no more than one sweep).
 pub const DESTROY_LEASE: Duration = Duration::seconds(60);
+/// The shortest destroy lease: longer than a destroy that ends open sessions takes (the
+/// PostgreSQL issuer waits up to 5 s for them).
+pub const DESTROY_LEASE_MIN: Duration = Duration::seconds(5);
 
 /// A secret policy declares as issued: its name, owner and tier (as a stored secret's tags
 /// would say) and the issuer that makes its credentials.
@@ -197,6 +203,19 @@ impl Broker {
     pub(crate) fn issuer_of(&self, secret: &SecretName) -> Option<Arc<dyn Issuer>> {
         let map = self.issuers.read().unwrap_or_else(|p| p.into_inner());
         map.secrets.get(secret).map(|s| s.issuer.clone())
+    }
+
+    /// Sets how long a claimed destroy is held before another destroyer may take it, at least
+    /// [`DESTROY_LEASE_MIN`] and at most [`DESTROY_LEASE`].
+    pub fn set_destroy_lease(&self, lease: Duration) {
+        let ms = lease
+            .clamp(DESTROY_LEASE_MIN, DESTROY_LEASE)
+            .num_milliseconds();
+        self.destroy_lease_ms.store(ms, Ordering::SeqCst);
+    }
+
+    pub(crate) fn destroy_lease(&self) -> Duration {
+        Duration::milliseconds(self.destroy_lease_ms.load(Ordering::SeqCst))
     }
 
     /// Takes the "a destroy was queued" flag: the destroyer runs at once when it was set.

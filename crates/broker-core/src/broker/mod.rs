@@ -180,6 +180,8 @@ pub struct Broker {
     /// Set when a transaction of this process queued a credential's destroy, so that the
     /// destroyer runs at once instead of at its next poll.
     destroy_queued: Arc<std::sync::atomic::AtomicBool>,
+    /// How long a claimed destroy is held ([`Broker::set_destroy_lease`]), in milliseconds.
+    destroy_lease_ms: std::sync::atomic::AtomicI64,
 }
 
 impl Broker {
@@ -211,6 +213,9 @@ impl Broker {
             audit,
             issuers: Default::default(),
             destroy_queued,
+            destroy_lease_ms: std::sync::atomic::AtomicI64::new(
+                issued::DESTROY_LEASE.num_milliseconds(),
+            ),
         }
     }
 
