@@ -51,7 +51,9 @@ pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc
     let broker = Arc::new(Broker::new(parts, sealer, config.broker_config()));
     broker.set_issued_secrets(issued);
     // A destroy a crashed broker had claimed is taken again within one reconciler period.
-    broker.set_destroy_lease(chrono::Duration::seconds(config.durations.issued_sweep));
+    broker.set_destroy_lease(chrono::Duration::milliseconds(
+        config.durations.issued_sweep.saturating_mul(500),
+    ));
     if let Err(e) = broker.reload_policy().await {
         tracing::warn!(error = %e, "policy load at start failed; serving no secrets until a reload succeeds");
     }

@@ -43,12 +43,13 @@ pub const BACKOFF_FIRST: Duration = Duration::seconds(1);
 pub const BACKOFF_MAX: Duration = Duration::minutes(5);
 /// How long a destroyer holds a claimed destroy before another replica (or this broker,
 /// restarted after a crash) may take it, unless set otherwise ([`Broker::set_destroy_lease`]:
-/// the server makes it its reconciler's period, so that a crash mid-destroy delays a
-/// credential's end by no more than one sweep).
+/// the server makes it half its reconciler's period, so that a crash mid-destroy delays a
+/// credential's end by less than one sweep, the next poll included).
 pub const DESTROY_LEASE: Duration = Duration::seconds(60);
-/// The shortest destroy lease: longer than a destroy that ends open sessions takes (the
-/// PostgreSQL issuer waits up to 5 s for them).
-pub const DESTROY_LEASE_MIN: Duration = Duration::seconds(5);
+/// The shortest destroy lease. A destroy that outlives its lease (the PostgreSQL issuer waits up
+/// to 5 s for open sessions to end) may be run by a second destroyer too: the issuers' destroys
+/// are idempotent, and it is recorded once.
+pub const DESTROY_LEASE_MIN: Duration = Duration::seconds(2);
 
 /// A secret policy declares as issued: its name, owner and tier (as a stored secret's tags
 /// would say) and the issuer that makes its credentials.
