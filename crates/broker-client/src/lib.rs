@@ -41,6 +41,31 @@ pub enum Failure {
     Unexpected,
 }
 
+/// Runs `once` (one call, signing a fresh proof each time: a proof is single-use) until its
+/// answer is not a 503 worth sending again ([`BrokerError::retry_delay`]), waiting between
+/// attempts. `once`'s own error (the proof could not be signed) ends it at once.
+///
+/// # Errors
+/// `once`'s error; the broker's answer is the inner `Result`.
+pub async fn retrying<T, E, Fut>(mut once: impl FnMut() -> Fut) -> Result<Result<T, BrokerError>, E>
+where
+    Fut: Future<Output = Result<Result<T, BrokerError>, E>>,
+{
+    let mut attempt = 1;
+    loop {
+        match once().await? {
+            Err(e) => match e.retry_delay(attempt) {
+                Some(wait) => {
+                    attempt += 1;
+                    tokio::time::sleep(wait).await;
+                }
+                None => return Ok(Err(e)),
+            },
+            answer => return Ok(answer),
+        }
+    }
+}
+
 /// How many times in all a call the broker answers 503 is sent ([`BrokerError::retry_delay`]).
 pub const RETRY_ATTEMPTS: u32 = 6;
 
@@ -385,6 +410,32 @@ mod tests {
             None,
             "no answer: the caller decides"
         );
+    }
+
+    #[tokio::test]
+    async fn retrying_sends_a_503_again_and_nothing_else() {
+        let refused = |status: u16| BrokerError {
+            kind: Failure::Refused,
+            status: Some(status),
+            code: None,
+            message: "m".into(),
+        };
+        let calls = std::cell::Cell::new(0u32);
+        let r: Result<Result<u32, BrokerError>, ()> = retrying(|| {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move { Ok(if n == 1 { Err(refused(503)) } else { Ok(n) }) }
+        })
+        .await;
+        assert_eq!(r, Ok(Ok(2)), "a 503, then the answer");
+        calls.set(0);
+        let r: Result<Result<u32, BrokerError>, ()> = retrying(|| {
+            calls.set(calls.get() + 1);
+            async { Ok(Err(refused(401))) }
+        })
+        .await;
+        assert_eq!(r, Ok(Err(refused(401))));
+        assert_eq!(calls.get(), 1, "a 401 is answered at once");
     }
 
     #[test]

@@ -71,25 +71,17 @@ impl Ctx {
             .map(serde_json::to_vec)
             .transpose()
             .map_err(json_fail)?;
-        let mut attempt = 1;
-        loop {
-            // A fresh proof each attempt: a proof is single-use.
+        let broker = self.broker()?;
+        let answer = countersign_broker_client::retrying(|| async {
             let p = self.helper.sign_proof(method, path, bytes.as_deref())?;
-            match self
-                .broker()?
-                .send(method, &p.url, bytes.as_deref(), Auth::Proof(&p.proof))
-                .await
-            {
-                Err(e) => match e.retry_delay(attempt) {
-                    Some(wait) => {
-                        attempt += 1;
-                        tokio::time::sleep(wait).await;
-                    }
-                    None => return Err(e.into()),
-                },
-                Ok(a) => return Ok(a),
-            }
-        }
+            Ok::<_, Fail>(
+                broker
+                    .send(method, &p.url, bytes.as_deref(), Auth::Proof(&p.proof))
+                    .await,
+            )
+        })
+        .await?;
+        Ok(answer?)
     }
 
     /// Calls an operator route with a launcher proof from the helper, retrying a 503 as
@@ -98,24 +90,17 @@ impl Ctx {
     /// # Errors
     /// The helper's refusal (`IN_SESSION`, `NO_CREDENTIAL`, ...) or the broker's.
     pub async fn launcher_call(&self, method: &str, path: &str) -> Result<Answer, Fail> {
-        let mut attempt = 1;
-        loop {
+        let broker = self.broker()?;
+        let answer = countersign_broker_client::retrying(|| async {
             let p = self.helper.sign_launcher_proof(method, path, None)?;
-            match self
-                .broker()?
-                .send(method, &p.url, None, Auth::Proof(&p.proof))
-                .await
-            {
-                Err(e) => match e.retry_delay(attempt) {
-                    Some(wait) => {
-                        attempt += 1;
-                        tokio::time::sleep(wait).await;
-                    }
-                    None => return Err(e.into()),
-                },
-                Ok(a) => return Ok(a),
-            }
-        }
+            Ok::<_, Fail>(
+                broker
+                    .send(method, &p.url, None, Auth::Proof(&p.proof))
+                    .await,
+            )
+        })
+        .await?;
+        Ok(answer?)
     }
 
     /// Prints a result: `value` as one JSON line with --json, else `human` (if any).

@@ -39,20 +39,11 @@ impl Helper {
         body: Option<&[u8]>,
     ) -> Result<Result<countersign_broker_client::Answer, BrokerError>, HelperError> {
         let url = self.broker.url(path);
-        let mut attempt = 1;
-        loop {
+        countersign_broker_client::retrying(|| async {
             let p = self.proof(key, typ, kid, method, &url, body.map(claims::body_hash))?;
-            match self.broker.call(method, path, body, Auth::Proof(&p)).await {
-                Err(e) => match e.retry_delay(attempt) {
-                    Some(wait) => {
-                        attempt += 1;
-                        tokio::time::sleep(wait).await;
-                    }
-                    None => return Ok(Err(e)),
-                },
-                ok => return Ok(ok),
-            }
-        }
+            Ok(self.broker.call(method, path, body, Auth::Proof(&p)).await)
+        })
+        .await
     }
 
     pub(super) fn generate(&self, what: &str) -> Result<SigningKey, HelperError> {
