@@ -81,11 +81,13 @@ impl Cgroups {
         };
         let under = dir.strip_prefix(&mount).ok()?;
         let rel = join_rel(&mount_root, &under.to_string_lossy());
-        let probe = dir.join(format!("countersign-probe-{}", std::process::id()));
-        std::fs::create_dir(&probe).ok()?;
-        let _ = std::fs::remove_dir(&probe);
         static HELPERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = HELPERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A probe of its own: two detections at once in one process (tests on threads) must not
+        // take each other's directory for a refusal.
+        let probe = dir.join(format!("countersign-probe-{}-{n}", std::process::id()));
+        std::fs::create_dir(&probe).ok()?;
+        let _ = std::fs::remove_dir(&probe);
         let tag = format!("{PREFIX}{}-{n}-", std::process::id());
         let c = Cgroups { dir, rel, tag };
         c.sweep(procfs);
