@@ -246,14 +246,7 @@ impl PostgresIssuer {
         let unavailable = |_| IssuerError::Unavailable("mint: no random bytes".into());
         let password = sql::new_password().map_err(unavailable)?;
         let verifier = sql::scram_verifier(&password).map_err(unavailable)?;
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(|e| classify(e, &at("mint", name, "connect")))?;
-        lock(&mut tx, name)
-            .await
-            .map_err(|e| classify(e, &at("mint", name, "lock")))?;
+        let mut tx = self.locked("mint", name).await?;
         let exists = role_exists(&mut tx, name)
             .await
             .map_err(|e| classify(e, &at("mint", name, "look up")))?;
@@ -386,17 +379,28 @@ impl PostgresIssuer {
         }
     }
 
-    /// The first step of a destroy: no new logins, no granted privileges, and the admin a
-    /// member of the credential. `false` when there is no such role.
-    async fn disable(&self, name: &str) -> Result<bool, IssuerError> {
+    /// A transaction holding the name's advisory lock (racing mints and destroys of one name
+    /// take turns), for `op` (`mint`, `destroy`).
+    async fn locked(
+        &self,
+        op: &str,
+        name: &str,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, IssuerError> {
         let mut tx = self
             .pool
             .begin()
             .await
-            .map_err(|e| classify(e, &at("destroy", name, "connect")))?;
+            .map_err(|e| classify(e, &at(op, name, "connect")))?;
         lock(&mut tx, name)
             .await
-            .map_err(|e| classify(e, &at("destroy", name, "lock")))?;
+            .map_err(|e| classify(e, &at(op, name, "lock")))?;
+        Ok(tx)
+    }
+
+    /// The first step of a destroy: no new logins, no granted privileges, and the admin a
+    /// member of the credential. `false` when there is no such role.
+    async fn disable(&self, name: &str) -> Result<bool, IssuerError> {
+        let mut tx = self.locked("destroy", name).await?;
         let admin_has: Option<bool> = sqlx::query_scalar(
             "SELECT pg_has_role(current_user, oid, 'USAGE') FROM pg_roles WHERE rolname = $1",
         )
@@ -439,14 +443,7 @@ impl PostgresIssuer {
     /// The second step of a destroy, once no login can get in: its sessions, its objects, the
     /// role.
     async fn remove(&self, name: &str) -> Result<(), IssuerError> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(|e| classify(e, &at("destroy", name, "connect")))?;
-        lock(&mut tx, name)
-            .await
-            .map_err(|e| classify(e, &at("destroy", name, "lock")))?;
+        let mut tx = self.locked("destroy", name).await?;
         if !role_exists(&mut tx, name)
             .await
             .map_err(|e| classify(e, &at("destroy", name, "look up")))?
