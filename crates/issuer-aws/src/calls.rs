@@ -11,6 +11,8 @@ use aws_sdk_iam::types::{AccessKey, Tag, User};
 use countersign_broker_core::clock::Time;
 use countersign_broker_core::issuer::IssuerError;
 
+use countersign_store_aws::sources;
+
 use crate::AwsIamIssuer;
 
 pub(crate) const NO_SUCH_ENTITY: &str = "NoSuchEntity";
@@ -37,20 +39,6 @@ impl From<CallError> for IssuerError {
     fn from(e: CallError) -> Self {
         e.error
     }
-}
-
-/// The Display texts of an error's sources, joined (never its `Debug`).
-fn sources(e: &dyn std::error::Error) -> String {
-    let mut text = String::new();
-    let mut next = e.source();
-    while let Some(s) = next {
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&s.to_string());
-        next = s.source();
-    }
-    text
 }
 
 /// IAM's codes for "not now": worth trying again.

@@ -118,12 +118,7 @@
 mod calls;
 mod config;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::{BehaviorVersion, Region};
 use aws_sdk_iam::Client;
 use aws_sdk_iam::config::Credentials;
 use aws_sdk_iam::types::AccessKey;
@@ -167,24 +162,11 @@ impl AwsIamIssuer {
         admin: AdminCredentials,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let t = config.timeout();
-        let timeouts = TimeoutConfig::builder()
-            .connect_timeout(t)
-            .read_timeout(t)
-            .operation_attempt_timeout(t)
-            .operation_timeout(t)
-            .build();
-        let retries = RetryConfig::standard()
-            .with_max_attempts(3)
-            .with_initial_backoff(Duration::from_millis(50))
-            .with_max_backoff(Duration::from_millis(500));
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .region(Region::new(config.region.clone()))
-            .timeout_config(timeouts)
-            .retry_config(retries);
-        if let Some(url) = &config.endpoint_url {
-            loader = loader.endpoint_url(url.clone());
-        }
+        let mut loader = countersign_store_aws::sdk_loader(
+            &config.region,
+            config.endpoint_url.as_deref(),
+            config.timeout(),
+        );
         if let AdminCredentials::Static {
             access_key_id,
             secret_access_key,

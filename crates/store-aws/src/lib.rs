@@ -202,24 +202,11 @@ impl AwsSecretStore {
     /// Builds the SDK client. Makes no call: an unreachable store shows on the first call.
     pub async fn new(config: AwsStoreConfig) -> Result<Self, StoreError> {
         config.validate()?;
-        let t = config.timeout;
-        let timeouts = TimeoutConfig::builder()
-            .connect_timeout(t)
-            .read_timeout(t)
-            .operation_attempt_timeout(t)
-            .operation_timeout(t)
-            .build();
-        let retries = RetryConfig::standard()
-            .with_max_attempts(3)
-            .with_initial_backoff(Duration::from_millis(50))
-            .with_max_backoff(Duration::from_millis(500));
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .region(Region::new(config.region.clone()))
-            .timeout_config(timeouts)
-            .retry_config(retries);
-        if let Some(url) = &config.endpoint_url {
-            loader = loader.endpoint_url(url.clone());
-        }
+        let mut loader = sdk_loader(
+            &config.region,
+            config.endpoint_url.as_deref(),
+            config.timeout,
+        );
         if let Some(c) = &config.credentials {
             loader = loader.credentials_provider(Credentials::new(
                 c.access_key_id.clone(),
@@ -282,9 +269,37 @@ enum Failure {
     Store(StoreError),
 }
 
+/// The SDK's configuration as every AWS client of ours loads it (this store's, the IAM
+/// issuer's): `region`, an `endpoint` instead of AWS's (an emulator), `timeout` for the
+/// connection, each attempt and the whole call, and three attempts 50-500 ms apart.
+pub fn sdk_loader(
+    region: &str,
+    endpoint: Option<&str>,
+    timeout: Duration,
+) -> aws_config::ConfigLoader {
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(timeout)
+        .read_timeout(timeout)
+        .operation_attempt_timeout(timeout)
+        .operation_timeout(timeout)
+        .build();
+    let retries = RetryConfig::standard()
+        .with_max_attempts(3)
+        .with_initial_backoff(Duration::from_millis(50))
+        .with_max_backoff(Duration::from_millis(500));
+    let loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new(region.to_owned()))
+        .timeout_config(timeouts)
+        .retry_config(retries);
+    match endpoint {
+        Some(url) => loader.endpoint_url(url),
+        None => loader,
+    }
+}
+
 /// The Display texts of an error's sources, joined. Never the `Debug` of an SDK error: that
 /// holds the raw HTTP response, whose body could be a value.
-fn sources(e: &dyn std::error::Error) -> String {
+pub fn sources(e: &dyn std::error::Error) -> String {
     let mut text = String::new();
     let mut next = e.source();
     while let Some(s) = next {
