@@ -657,11 +657,10 @@ fn issued_loops(state: &Arc<AppState>) -> (JoinHandle<()>, JoinHandle<()>) {
                     continue;
                 }
                 match st.broker.destroy_due(16).await {
-                    Ok(r) if r.destroyed + r.failed + r.deferred > 0 => {
+                    Ok(r) if r.destroyed + r.failed > 0 => {
                         tracing::debug!(
                             destroyed = r.destroyed,
                             failed = r.failed,
-                            deferred = r.deferred,
                             "destroyer pass"
                         )
                     }

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use chrono::Duration;
 use countersign_broker_core::broker::IssuedSecret;
-use countersign_broker_core::issuer::{Issued, IssuedState, Issuer, credential_name};
+use countersign_broker_core::issuer::{credential_name, Issued, IssuedState, Issuer};
 use countersign_broker_core::policy::Tier;
 use countersign_broker_core::{ErrorCode, Storage};
-use countersign_e2e::core::{CoreFixture, Session, login, secret};
+use countersign_e2e::core::{login, secret, CoreFixture, Session};
 use countersign_issuer_postgres::{PostgresIssuer, PostgresIssuerConfig};
 use sqlx::Connection;
 use zeroize::Zeroizing;
@@ -139,6 +139,8 @@ both!(
     two_destroyers_race_one_destroys,
     audit_verify_reports_a_credential_that_outlived_its_grant,
     a_destroy_a_crashed_destroyer_claimed_is_taken_again_after_the_lease,
+    an_end_destroys_at_once_while_a_dead_minter_holds_its_claim,
+    a_mint_that_finds_its_grant_ended_destroys_what_it_made,
 );
 
 async fn minted_once_reused_and_destroyed_by_revoke(f: &CoreFixture) {
@@ -405,7 +407,7 @@ async fn audit_verify_reports_a_credential_that_outlived_its_grant(f: &CoreFixtu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_iam_user_per_grant_destroyed_by_revoke() {
     use countersign_issuer_aws::{AdminCredentials, AwsIamIssuer, AwsIamIssuerConfig};
-    use countersign_store_aws::moto::{Moto, moto_or_skip};
+    use countersign_store_aws::moto::{moto_or_skip, Moto};
     let Some(bin) = moto_or_skip() else { return };
     let moto = Moto::start(bin).await.expect("moto");
     let config = AwsIamIssuerConfig {
@@ -487,4 +489,123 @@ async fn a_destroy_a_crashed_destroyer_claimed_is_taken_again_after_the_lease(f:
         kinds.iter().filter(|k| *k == "credential_destroy").count(),
         1
     );
+}
+
+/// A broker killed after the issuer made the credential and before it stored the release (the
+/// chaos run's SIGKILL mid-mint) leaves the row minting under a claim that has not lapsed. The
+/// grant's end destroys the credential at once: it does not wait out the dead minter's claim.
+async fn an_end_destroys_at_once_while_a_dead_minter_holds_its_claim(f: &CoreFixture) {
+    let (issuer, prefix) = issuer(vec![]).expect("postgres configured");
+    declare(f, issuer.clone(), Tier::Automatic).await;
+    let (s, _m, g) = granted(f).await;
+    let name = credential_name(&prefix, g);
+    let minted = issuer.mint(&name, None).await.expect("mint");
+    {
+        let mut tx = f.sql.begin().await.expect("begin");
+        tx.put_issued(&Issued {
+            grant_id: g,
+            secret: secret(SECRET),
+            issuer: "postgres".into(),
+            name: name.clone(),
+            state: IssuedState::Minting,
+            claimed_until: Some(f.now() + Duration::seconds(30)),
+            sealed_value: None,
+            expires_at: None,
+            created_at: f.now(),
+            destroyed_at: None,
+            attempts: 0,
+            last_error: None,
+            next_attempt_at: None,
+        })
+        .await
+        .expect("row");
+        tx.commit().await.expect("commit");
+    }
+    assert!(can_log_in(minted.value.expose()).await);
+    f.revoke_by_holder(&s, g).await.expect("revoke");
+    let r = f.broker.destroy_due(16).await.expect("destroy");
+    assert_eq!(r.destroyed, 1, "not put off by the claim: {r:?}");
+    assert!(!can_log_in(minted.value.expose()).await);
+    assert!(issuer.list().await.expect("list").is_empty());
+    assert_eq!(row(f, g).await.state, IssuedState::Destroyed);
+}
+
+/// An issuer that, once called, lets the test end the grant and another replica's destroyer run
+/// (finding nothing to destroy yet) before it makes the credential: the release's mint then
+/// finds its grant ended.
+#[derive(Debug)]
+struct Paused {
+    inner: Arc<PostgresIssuer>,
+    called: tokio::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    go: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+}
+
+#[async_trait::async_trait]
+impl Issuer for Paused {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn prefix(&self) -> &str {
+        self.inner.prefix()
+    }
+    async fn mint(
+        &self,
+        name: &str,
+        until: Option<countersign_broker_core::clock::Time>,
+    ) -> Result<countersign_broker_core::issuer::Minted, countersign_broker_core::issuer::IssuerError>
+    {
+        if let Some(called) = self.called.lock().await.take() {
+            let _ = called.send(());
+        }
+        if let Some(go) = self.go.lock().await.take() {
+            let _ = go.await;
+        }
+        self.inner.mint(name, until).await
+    }
+    async fn destroy(
+        &self,
+        name: &str,
+    ) -> Result<(), countersign_broker_core::issuer::IssuerError> {
+        self.inner.destroy(name).await
+    }
+    async fn list(&self) -> Result<Vec<String>, countersign_broker_core::issuer::IssuerError> {
+        self.inner.list().await
+    }
+}
+
+async fn a_mint_that_finds_its_grant_ended_destroys_what_it_made(f: &CoreFixture) {
+    let (inner, _) = issuer(vec![]).expect("postgres configured");
+    let (called_tx, called_rx) = tokio::sync::oneshot::channel();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel();
+    let paused = Arc::new(Paused {
+        inner: inner.clone(),
+        called: tokio::sync::Mutex::new(Some(called_tx)),
+        go: tokio::sync::Mutex::new(Some(go_rx)),
+    });
+    f.broker.set_issued_secrets([IssuedSecret {
+        name: secret(SECRET),
+        owner: login("owner@x.io"),
+        tier: Tier::Automatic,
+        issuer: paused,
+    }]);
+    f.reload().await;
+    let (s, _m, g) = granted(f).await;
+    let release = f.values(&s, g);
+    let end = async {
+        called_rx.await.expect("the release called the issuer");
+        f.revoke_by_holder(&s, g).await.expect("revoke");
+        // The end's destroy runs first (another replica's destroyer), before the issuer makes
+        // anything.
+        let r = f.broker.destroy_due(16).await.expect("destroy");
+        assert_eq!(r.destroyed, 1, "{r:?}");
+        go_tx.send(()).expect("the mint waits");
+    };
+    let (released, ()) = tokio::join!(release, end);
+    let e = released.expect_err("the grant ended while the issuer worked");
+    assert_eq!(e.code, ErrorCode::GRANT_NOT_LIVE);
+    assert!(
+        inner.list().await.expect("list").is_empty(),
+        "what the mint made after the destroy is destroyed by the minter"
+    );
+    assert_eq!(row(f, g).await.state, IssuedState::Destroyed);
 }

@@ -4,11 +4,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::issued::{DestroyReport, ReconcileReport, backoff, queue_destroys, seconds_since};
-use super::{Broker, Fail, read, transact};
+use super::issued::{backoff, queue_destroys, seconds_since, DestroyReport, ReconcileReport};
+use super::{read, transact, Broker, Fail};
 use crate::error::Error;
 use crate::ids::{GrantId, SecretName};
-use crate::issuer::{Issued, IssuedState, Issuer, grant_of};
+use crate::issuer::{grant_of, Issued, IssuedState, Issuer};
 use crate::storage::OutboxItem;
 
 /// A destroy message's payload.
@@ -38,14 +38,9 @@ impl Broker {
                 self.outbox_done(&item.id).await?;
                 continue;
             };
-            let now = self.now();
-            if let Some(until) = row.claimed_until.filter(|t| *t > now) {
-                // A mint is still at work: destroying now could precede what it makes.
-                self.outbox_retry(&item.id, item.attempts.saturating_sub(1), until)
-                    .await?;
-                report.deferred += 1;
-                continue;
-            }
+            // A mint still at work (its claim held) does not put this off: a minter that finds
+            // its grant ended when it would keep the value destroys what it made itself
+            // (`issued_value`), and a minter killed meanwhile leaves an orphan the sweep takes.
             let outcome = match self.issuer_of(&p.secret) {
                 Some(issuer) => self.destroy_with(issuer.as_ref(), &row.name).await,
                 None => Err(format!(

@@ -6,7 +6,9 @@
 //!   then is the issuer called; a second transaction stores the secret, encrypted, and marks it
 //!   live, unless the grant ended meanwhile. A crash at any point leaves a named row: a later
 //!   release takes over a lapsed claim and mints again (the issuer replaces a credential of that
-//!   name), and an end destroys it.
+//!   name), and an end destroys it at once, claim or not: a minter that finds its grant ended
+//!   when it would store the value destroys what it made, and one killed meanwhile leaves an
+//!   orphan the sweep destroys.
 //! - **Destroy**: whatever ends a grant writes its end through the guard, which marks each of its
 //!   unended credentials `destroying` and queues a destroy in the outbox (topic
 //!   [`OutboxItem::DESTROY`]) in the same transaction. [`Broker::destroy_due`] claims due destroys
@@ -19,18 +21,18 @@
 //!   that no live grant backs (orphans).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use chrono::Duration;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use super::{Broker, Fail, read, transact};
+use super::{read, transact, Broker, Fail};
 use crate::clock::Time;
 use crate::error::{Error, ErrorCode};
 use crate::ids::{GrantId, Login, SecretName};
-use crate::issuer::{Issued, IssuedState, Issuer, IssuerError, Minted, credential_name};
+use crate::issuer::{credential_name, Issued, IssuedState, Issuer, IssuerError, Minted};
 use crate::model::Grant;
 use crate::policy::{PolicyEntry, Tier};
 use crate::secrets::SecretValue;
@@ -99,6 +101,17 @@ impl Drop for Plain {
     }
 }
 
+/// What became of a mint when its value was to be kept.
+enum Kept {
+    /// Stored and live: the release answers it.
+    Live,
+    /// The grant ended meanwhile: the minter destroys what it made.
+    Ended,
+    /// Another release made the credential live after this one's claim lapsed: the issuer
+    /// replaced what this one made, and nothing is destroyed.
+    Superseded,
+}
+
 /// What the claim transaction found.
 enum Step {
     Ready(Issued),
@@ -110,8 +123,6 @@ enum Step {
 pub struct DestroyReport {
     pub destroyed: usize,
     pub failed: usize,
-    /// Claimed while a mint still held its claim: put off until the claim lapses.
-    pub deferred: usize,
 }
 
 /// What one pass of [`Broker::reconcile_issued`] did.
@@ -263,9 +274,24 @@ impl Broker {
             .sealer
             .encrypt(&ctx, text.as_bytes())
             .ok_or_else(|| Error::new(ErrorCode::INTERNAL))?;
-        if !self.keep_live(grant.id, secret, sealed).await? {
-            self.destroy_queued.store(true, Ordering::SeqCst);
-            return Err(ErrorCode::GRANT_NOT_LIVE.into());
+        match self.keep_live(grant.id, secret, sealed).await? {
+            Kept::Live => {}
+            Kept::Ended => {
+                // The grant ended while the issuer worked, and its destroy may have run before
+                // the issuer made anything: what this mint made is destroyed here, at once (the
+                // orphan sweep catches it if this fails).
+                if let Err(e) = issuer.destroy(&c.name).await {
+                    tracing::warn!(error = %e, credential = %c.name, "destroying a credential minted for a grant that ended meanwhile failed: the sweep destroys it");
+                }
+                self.destroy_queued.store(true, Ordering::SeqCst);
+                return Err(ErrorCode::GRANT_NOT_LIVE.into());
+            }
+            Kept::Superseded => {
+                return Err(Error::with_message(
+                    ErrorCode::ISSUER_UNAVAILABLE,
+                    "this grant's credential was made again by another release; try again",
+                ));
+            }
         }
         metrics::counter!("countersign_issued_total", "issuer" => issuer.kind()).increment(1);
         tracing::info!(grant = %grant.id, secret = %secret, credential = %c.name, "credential minted");
@@ -357,13 +383,14 @@ impl Broker {
     }
 
     /// Stores the minted credential's encrypted value and marks it live, unless the grant
-    /// ended while the issuer worked (then its queued destroy may go now): whether it did.
+    /// ended while the issuer worked, or another release (whose claim took over this one's
+    /// lapsed claim) made it live first.
     async fn keep_live(
         &self,
         grant: GrantId,
         secret: &SecretName,
         sealed: String,
-    ) -> Result<bool, Error> {
+    ) -> Result<Kept, Error> {
         transact!(self, "issued live", |tx| {
             let Some(mut row) = tx
                 .issued_of(grant)
@@ -371,17 +398,23 @@ impl Broker {
                 .into_iter()
                 .find(|r| &r.secret == secret)
             else {
-                return Ok(false);
+                return Ok(Kept::Ended);
             };
-            row.claimed_until = None;
-            if row.state != IssuedState::Minting {
-                tx.put_issued(&row).await?;
-                return Ok(false);
+            match row.state {
+                IssuedState::Minting => {}
+                IssuedState::Live => return Ok(Kept::Superseded),
+                _ => {
+                    if row.claimed_until.take().is_some() {
+                        tx.put_issued(&row).await?;
+                    }
+                    return Ok(Kept::Ended);
+                }
             }
+            row.claimed_until = None;
             row.state = IssuedState::Live;
             row.sealed_value = Some(sealed.clone());
             tx.put_issued(&row).await?;
-            Ok::<_, Fail>(true)
+            Ok::<_, Fail>(Kept::Live)
         })
     }
 
