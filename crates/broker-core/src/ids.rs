@@ -4,59 +4,47 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::error::{Error, ErrorCode};
 
-macro_rules! uuid_id {
-    ($(#[$doc:meta])* $name:ident, $code:ident) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(transparent)]
-        pub struct $name(pub Uuid);
+/// A broker id kind: the shared UUID id type ([`countersign_common::uuid_id!`], the
+/// 36-character hyphenated form in any case, written lowercase) with the broker's refusal of a
+/// malformed one, the route's `*_ID_INPUT` code.
+macro_rules! broker_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal, $code:ident) => {
+        countersign_common::uuid_id!($(#[$doc])* $name, $what);
 
         impl $name {
             /// Parses the hyphenated UUID form; anything else is refused with the route's code.
             pub fn parse(s: &str) -> Result<Self, Error> {
-                // Only the canonical 36-character hyphenated form: no braces, no urn, no simple form.
-                if s.len() != 36 {
-                    return Err(ErrorCode::$code.into());
-                }
-                Uuid::try_parse(s).map(Self).map_err(|_| ErrorCode::$code.into())
-            }
-
-            /// A fresh identifier from the given randomness.
-            pub fn from_random(bytes: [u8; 16]) -> Self {
-                Self(uuid::Builder::from_random_bytes(bytes).into_uuid())
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                self.0.hyphenated().fmt(f)
+                Self::read(s).ok_or_else(|| ErrorCode::$code.into())
             }
         }
     };
 }
 
-uuid_id!(
+broker_id!(
     /// An enrollment (a session's or pod's enrolled key).
     EnrollmentId,
+    "enrollment",
     ENROLLMENT_ID_INPUT
 );
-uuid_id!(
+broker_id!(
     /// A secret request.
     RequestId,
+    "request",
     REQUEST_ID_INPUT
 );
-uuid_id!(
+broker_id!(
     /// A grant.
     GrantId,
+    "grant",
     GRANT_ID_INPUT
 );
-uuid_id!(
+broker_id!(
     /// A launcher credential (machine login).
     CredentialId,
+    "launcher credential",
     CREDENTIAL_ID_INPUT
 );
 
@@ -253,21 +241,28 @@ impl fmt::Display for SecretName {
     }
 }
 
-/// A notification session id: at most 128 characters, no whitespace, no control character.
+/// A notification session id, by the session-id rule the console and the launcher helper use
+/// too ([`countersign_common::ids::is_session_id`]: 1 to 128 characters with no whitespace,
+/// control character, `/`, `?`, `#` or any of ``<>"'`[]\|``).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct SessionId(String);
 
 impl SessionId {
     pub fn parse(s: &str) -> Result<Self, Error> {
-        let ok = !s.is_empty()
-            && s.chars().count() <= 128
-            && s.chars().all(|c| !c.is_whitespace() && !c.is_control());
-        if ok {
+        if countersign_common::ids::is_session_id(s) {
             Ok(Self(s.to_owned()))
         } else {
             Err(ErrorCode::SESSION_ID_INPUT.into())
         }
+    }
+
+    /// A stored notification session id (an enrollment's, a request's): one the rule refuses
+    /// (kept by a broker whose rule was looser) is read as none, which is what it was worth,
+    /// since the console drops a notification to it.
+    pub fn stored<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Self>, D::Error> {
+        let s = Option::<String>::deserialize(d)?;
+        Ok(s.and_then(|s| Self::parse(&s).ok()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -418,6 +413,13 @@ mod tests {
     fn uuids_parse_only_hyphenated() {
         let id = "6f1c7c2a-3a1e-4b1d-9a63-2d3f7a0a1b2c";
         assert_eq!(
+            GrantId::parse(&id.to_uppercase())
+                .map(|g| g.to_string())
+                .ok()
+                .as_deref(),
+            Some(id)
+        );
+        assert_eq!(
             EnrollmentId::parse(id)
                 .map(|e| e.to_string())
                 .ok()
@@ -428,6 +430,7 @@ mod tests {
             "",
             "6f1c7c2a3a1e4b1d9a632d3f7a0a1b2c",
             "{6f1c7c2a-3a1e-4b1d-9a63-2d3f7a0a1b2c}",
+            "urn:uuid:6f1c7c2a-3a1e-4b1d-9a63-2d3f7a0a1b2c",
             "x",
         ] {
             assert_eq!(
@@ -467,6 +470,9 @@ mod tests {
         assert!(SessionId::parse(&"x".repeat(129)).is_err());
         assert!(SessionId::parse("a b").is_err());
         assert!(SessionId::parse("a\u{7}").is_err());
+        for c in countersign_common::ids::SESSION_ID_FORBIDDEN.chars() {
+            assert!(SessionId::parse(&format!("a{c}b")).is_err(), "{c}");
+        }
         let c = ConfirmationCode::parse("bcdf-ghjk").expect("valid");
         assert_eq!(c.display(), "BCDF-GHJK");
         assert_eq!(ConfirmationCode::parse("BCDFGHJK"), Some(c));

@@ -112,6 +112,7 @@ pub struct Enrollment {
     pub operator: Option<Login>,
     pub thumbprint: String,
     pub jwk: PublicJwk,
+    #[serde(default, deserialize_with = "SessionId::stored")]
     pub session_id: Option<SessionId>,
     pub lease_expires_at: Time,
     pub created_at: Time,
@@ -215,6 +216,7 @@ pub struct Request {
     pub record_id: Option<RecordId>,
     pub approver: Option<Approver>,
     pub lifetime_seconds: Option<u64>,
+    #[serde(default, deserialize_with = "SessionId::stored")]
     pub session_id: Option<SessionId>,
     /// The unsigned id the session stated for this request, if any.
     pub stated_id: Option<String>,

@@ -8,6 +8,8 @@
 //!   [`Refusal`] and match its typed code, never a string.
 //! - [`clock`]: the [`Clock`] and [`Entropy`] traits (with [`ManualClock`] for tests), SHA-256
 //!   and constant-time comparison.
+//! - [`ids`]: the session-id rule and the UUID rule, and [`uuid_id!`], the UUID-backed id type
+//!   both servers' ids are.
 //! - [`login`]: the login rule (a lowercase e-mail address).
 //! - [`requester`]: a requesting session named as people name it (its machine, its label).
 //! - [`storage`]: the storage failure both sides map driver errors into.
@@ -28,6 +30,7 @@ pub mod clock;
 pub mod code;
 #[cfg(feature = "server")]
 pub mod config;
+pub mod ids;
 pub mod login;
 pub mod requester;
 #[cfg(feature = "server")]

@@ -1,52 +1,14 @@
 //! The helper's wall clock, injected: every time the helper reads (a proof's `iat`, a request
 //! object's `exp`, when a lease is due for renewal or a service's login for refreshing, whether
 //! a credential has expired) comes from one [`Clock`], so tests move a [`ManualClock`] instead
-//! of waiting.
+//! of waiting. The clock is the broker's and the console's (`countersign_common::clock`); what
+//! is the helper's own here is its arithmetic on leases and expiries ([`later`], [`remaining`]).
 
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-/// Where the helper reads the time.
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    /// Now.
-    fn now(&self) -> DateTime<Utc>;
-}
-
-/// This machine's clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> DateTime<Utc> {
-        Utc::now()
-    }
-}
-
-/// A clock that moves only when told (tests).
-#[derive(Debug)]
-pub struct ManualClock(Mutex<DateTime<Utc>>);
-
-impl ManualClock {
-    /// A clock showing `at`.
-    #[must_use]
-    pub fn new(at: DateTime<Utc>) -> Self {
-        Self(Mutex::new(at))
-    }
-
-    /// Moves the clock forward by `by`.
-    pub fn advance(&self, by: Duration) {
-        let mut t = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        *t = later(*t, by);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> DateTime<Utc> {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
+pub use countersign_common::clock::{Clock, ManualClock, SystemClock};
 
 /// `at` plus `by` (saturating).
 #[must_use]
@@ -78,7 +40,7 @@ mod tests {
             .unwrap_or_default();
         let c = ManualClock::new(t0);
         assert_eq!(c.now(), t0);
-        c.advance(Duration::from_secs(90));
+        c.advance(TimeDelta::seconds(90));
         assert_eq!(
             remaining(c.now(), "2030-01-01T00:02:00Z"),
             Some(Duration::from_secs(30))

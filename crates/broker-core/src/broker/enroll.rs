@@ -63,7 +63,7 @@ impl Checked {
             .map(SessionId::parse)
             .transpose()
             .map_err(|_| {
-                bad("body must be one valid JSON object: session_id must be at most 128 characters with no whitespace or control character")
+                bad("body must be one valid JSON object: session_id must be 1 to 128 characters with no whitespace, control character, /, ?, #, or any of <>\"'`[]\\|")
             })?;
         Ok(Checked {
             kind,

@@ -262,11 +262,11 @@ mod tests {
         let next = |h: &Helper| h.st().sessions.get(&root).and_then(|s| s.next_renewal);
         assert_eq!(next(&h), Some(later(t0(), Duration::from_secs(30))));
 
-        clock.advance(Duration::from_secs(29));
+        clock.advance(chrono::TimeDelta::seconds(29));
         h.tick();
         assert!(h.st().sessions.get(&root).is_some_and(|s| !s.renewing));
 
-        clock.advance(Duration::from_secs(1));
+        clock.advance(chrono::TimeDelta::seconds(1));
         h.tick();
         assert!(h.st().sessions.get(&root).is_some_and(|s| s.renewing));
         settled(&h, root).await;
@@ -278,7 +278,7 @@ mod tests {
                 .get(&root)
                 .is_some_and(|s| matches!(s.state, SState::Enrolled { .. }))
         );
-        clock.advance(Duration::from_secs(4));
+        clock.advance(chrono::TimeDelta::seconds(4));
         h.tick();
         assert!(h.st().sessions.get(&root).is_some_and(|s| !s.renewing));
     }
@@ -320,7 +320,7 @@ mod tests {
             refreshing: false,
         };
         assert!(!held.info(h.now()).expired);
-        clock.advance(Duration::from_secs(10));
+        clock.advance(chrono::TimeDelta::seconds(10));
         assert!(held.info(h.now()).expired);
         // Proofs are stamped with the helper's clock.
         assert_eq!(h.now_unix(), t0().timestamp() + 10);

@@ -4,10 +4,9 @@
 
 use super::*;
 
+/// The session-id rule the broker and the console use too (`countersign_common::ids`).
 pub(super) fn valid_session_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars().count() <= 128
-        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+    countersign_common::ids::is_session_id(s)
 }
 
 /// A session label reduced to `[A-Za-z0-9._-]`, at most 40 characters.
@@ -134,7 +133,7 @@ impl Helper {
             && !valid_session_id(s)
         {
             return Err(bad(
-                "session_id must be at most 128 characters with no whitespace or control character",
+                "session_id must be 1 to 128 characters with no whitespace, control character, /, ?, #, or any of <>\"'`[]\\|",
             ));
         }
         Self::require_outside(m, "registering a session")?;
