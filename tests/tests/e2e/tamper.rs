@@ -338,14 +338,17 @@ async fn a_revoked_grant_whose_end_is_cleared_stays_ended(db: Db) -> R {
 
 /// The tail of the audit log deleted (with whatever it recorded): the follower, which had
 /// seen it, fails closed: values, requests and decisions answer 503 DATABASE_UNAVAILABLE
-/// (`audit log: …`), with `audit chain broken` in the log.
+/// (`audit log: …`), with `audit chain broken` in the log, and so does every route a launcher
+/// or session proof authenticates (the deleted tail may have held its credential's end).
 async fn a_deleted_audit_tail_fails_closed(db: Db) -> R {
     let Some(env) = Env::start(db).await? else {
         return Ok(());
     };
     let (logs, _g) = capture();
     let broker = env.tb.state.broker.clone();
-    let (_m, s) = env.tb.session_of(ADA).await?;
+    let (m, s) = env.tb.session_of(ADA).await?;
+    m.operator_machines().await?.expect(200);
+    s.describe().await?.expect(200);
     let g = s.request(&[AUTO]).await?.expect(200).s("grant_id");
     let pending = s.request(&[ADA_SECRET]).await?.expect(200).s("record_id");
     s.values(&g).await?.expect(200);
@@ -369,6 +372,10 @@ async fn a_deleted_audit_tail_fails_closed(db: Db) -> R {
         .approve(&pending, ADA, None)
         .await?
         .refused(503, "DATABASE_UNAVAILABLE");
+    for r in [m.operator_machines().await?, s.describe().await?] {
+        r.refused(503, "DATABASE_UNAVAILABLE");
+        assert!(r.error().starts_with("audit log"), "{}", r.error());
+    }
     logs.line_with(&["audit chain broken", &format!("position={head}"), "gap"])
         .ok_or_else(|| anyhow::anyhow!("no chain-broken line in:\n{}", logs.text()))?;
     env.finish().await;

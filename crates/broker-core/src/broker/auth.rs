@@ -1,6 +1,8 @@
 //! Proof verification (protocol.md §2): the `Proof` header names an enrolled key by `kid`, binds
 //! the method, URL, time and body, and is single use. Credential refusals come before the route
-//! runs, in the spec's order: the database first (503), then the proof (401).
+//! runs, in the spec's order: the database first (503), then the proof (401). A replica whose
+//! audit chain is broken (failed closed: its database is behind what it remembers) answers 503
+//! to every launcher and session proof, since it cannot vouch for any credential's end.
 
 use countersign_proto::claims::{self, ProofClaims};
 use countersign_proto::jws;
@@ -77,6 +79,9 @@ impl Broker {
         route: SessionRoute,
         with_grants: bool,
     ) -> Result<(Enrollment, Vec<Grant>), Error> {
+        // A replica failed closed cannot vouch that this enrollment has not ended (its
+        // database may be a restored copy from before the end): DATABASE_UNAVAILABLE.
+        self.audit_gate()?;
         let invalid = |msg: &'static str| Error::with_message(ErrorCode::PROOF_INVALID, msg);
         let token = proof.ok_or_else(|| invalid("proof invalid: no Proof header"))?;
         let parsed = jws::parse(token).map_err(|_| invalid("proof invalid"))?;
@@ -140,6 +145,9 @@ impl Broker {
         proof: Option<&str>,
         target: ProofTarget<'_>,
     ) -> Result<LauncherCredential, Error> {
+        // As for sessions: a replica failed closed cannot vouch that this machine login has
+        // not been revoked, and refuses every route it authenticates, operator routes included.
+        self.audit_gate()?;
         let invalid = |msg: &'static str| Error::with_message(ErrorCode::LAUNCHER_INVALID, msg);
         let token = proof
             .ok_or_else(|| invalid("the launcher credential is not valid: no Proof header"))?;
