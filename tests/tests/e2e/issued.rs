@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use chrono::Duration;
 use countersign_broker_core::broker::IssuedSecret;
-use countersign_broker_core::issuer::{credential_name, Issued, IssuedState, Issuer};
+use countersign_broker_core::issuer::{Issued, IssuedState, Issuer, credential_name};
 use countersign_broker_core::policy::Tier;
 use countersign_broker_core::{ErrorCode, Storage};
-use countersign_e2e::core::{login, secret, CoreFixture, Session};
+use countersign_e2e::core::{CoreFixture, Session, login, secret};
 use countersign_issuer_postgres::{PostgresIssuer, PostgresIssuerConfig};
 use sqlx::Connection;
 use zeroize::Zeroizing;
@@ -407,7 +407,7 @@ async fn audit_verify_reports_a_credential_that_outlived_its_grant(f: &CoreFixtu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_iam_user_per_grant_destroyed_by_revoke() {
     use countersign_issuer_aws::{AdminCredentials, AwsIamIssuer, AwsIamIssuerConfig};
-    use countersign_store_aws::moto::{moto_or_skip, Moto};
+    use countersign_store_aws::moto::{Moto, moto_or_skip};
     let Some(bin) = moto_or_skip() else { return };
     let moto = Moto::start(bin).await.expect("moto");
     let config = AwsIamIssuerConfig {

@@ -4,11 +4,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::issued::{backoff, queue_destroys, seconds_since, DestroyReport, ReconcileReport};
-use super::{read, transact, Broker, Fail};
+use super::issued::{DestroyReport, ReconcileReport, backoff, queue_destroys, seconds_since};
+use super::{Broker, Fail, read, transact};
 use crate::error::Error;
 use crate::ids::{GrantId, SecretName};
-use crate::issuer::{grant_of, Issued, IssuedState, Issuer};
+use crate::issuer::{Issued, IssuedState, Issuer, grant_of};
 use crate::storage::OutboxItem;
 
 /// A destroy message's payload.

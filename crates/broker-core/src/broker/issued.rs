@@ -21,18 +21,18 @@
 //!   that no live grant backs (orphans).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use chrono::Duration;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use super::{read, transact, Broker, Fail};
+use super::{Broker, Fail, read, transact};
 use crate::clock::Time;
 use crate::error::{Error, ErrorCode};
 use crate::ids::{GrantId, Login, SecretName};
-use crate::issuer::{credential_name, Issued, IssuedState, Issuer, IssuerError, Minted};
+use crate::issuer::{Issued, IssuedState, Issuer, IssuerError, Minted, credential_name};
 use crate::model::Grant;
 use crate::policy::{PolicyEntry, Tier};
 use crate::secrets::SecretValue;

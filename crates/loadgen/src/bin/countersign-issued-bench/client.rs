@@ -40,6 +40,12 @@ impl Answer {
         matches!(self, Self::Refused { status: 401, message, .. } if message.ends_with("replayed"))
     }
 
+    /// The broker's "try again": 503 DATABASE_UNAVAILABLE (a restart's proof floor, a
+    /// database failing over).
+    pub fn undecided(&self) -> bool {
+        matches!(self, Self::Refused { status: 503, code, .. } if code == "DATABASE_UNAVAILABLE")
+    }
+
     /// The body, or an error naming what came back instead.
     pub fn ok(self, what: &str) -> anyhow::Result<Value> {
         match self {
@@ -63,6 +69,8 @@ pub struct Api {
     enrollment: String,
     /// Calls refused as replayed and sent again (signed afresh).
     pub replays: AtomicUsize,
+    /// Calls answered 503 DATABASE_UNAVAILABLE and sent again (signed afresh).
+    pub undecided: AtomicUsize,
 }
 
 impl Api {
@@ -79,6 +87,7 @@ impl Api {
             key,
             enrollment,
             replays: AtomicUsize::new(0),
+            undecided: AtomicUsize::new(0),
         })
     }
 
@@ -160,8 +169,10 @@ impl Api {
             .collect())
     }
 
-    /// Retries `call` while the broker gives no answer, or refuses it as replayed (a call
-    /// signed in the second a restarted broker still refuses), for up to `within`.
+    /// Retries `call` while the broker gives no answer, or answers that it cannot decide yet
+    /// (503 DATABASE_UNAVAILABLE: a call signed in the second a restarted broker cannot tell
+    /// from a replay, with `Retry-After`), or refuses it as replayed (brokers before issue 50
+    /// answered that second so), for up to `within`; each try signs a fresh proof.
     pub async fn until_answered<F, Fut>(
         &self,
         within: Duration,
@@ -177,8 +188,13 @@ impl Api {
                 Answer::Down if started.elapsed() < within => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                a if a.replayed() && started.elapsed() < within => {
-                    self.replays.fetch_add(1, Ordering::Relaxed);
+                a if (a.replayed() || a.undecided()) && started.elapsed() < within => {
+                    let counter = if a.replayed() {
+                        &self.replays
+                    } else {
+                        &self.undecided
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 a => return Ok(a),

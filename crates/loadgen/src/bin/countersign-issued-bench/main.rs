@@ -302,7 +302,8 @@ impl ChaosRun<'_> {
         .await?;
         report_loop(&records, &stats);
         println!(
-            "  calls refused as replayed just after a restart and signed again: {}",
+            "  calls answered 503 (cannot decide yet) just after a restart and signed again: {}; refused as replayed: {}",
+            api.undecided.load(std::sync::atomic::Ordering::Relaxed),
             api.replays.load(std::sync::atomic::Ordering::Relaxed)
         );
         let ended = check::revoke_live(&api).await?;
