@@ -1,33 +1,30 @@
 //! Identifiers and validated values. Each id kind is a type that parses once, at the edge (a
-//! path, a query, a body's field), by one rule: the UUID kinds by [`uuid::Uuid::try_parse`]
-//! (any case, any form the `uuid` crate reads, written lowercase and hyphenated), a session id
-//! by protocol §4.1. A value of one of these types is well formed, so the services, the
-//! records and the storage take it without checking again.
+//! path, a query, a body's field), by the rules the broker and the launcher helper use too
+//! (`countersign_common::ids`): the UUID kinds by
+//! [`countersign_common::ids::parse_uuid`] (the 36-character hyphenated
+//! form, any case, written lowercase), a session id by [`common_is_session_id`] (protocol
+//! §4.1). A value of one of these types is well formed, so the services, the records and the
+//! storage take it without checking again.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
+use countersign_common::ids::{is_session_id as common_is_session_id, uuid_text};
 pub use countersign_common::login::Login;
 
 use crate::error::{Error, ErrorCode};
 
-/// The UUID rule, written once: any case, any form the `uuid` crate parses.
-fn uuid_rule(s: &str) -> Option<Uuid> {
-    Uuid::try_parse(s).ok()
-}
-
-macro_rules! uuid_id {
+/// A console id kind: the shared UUID id type ([`countersign_common::uuid_id!`]) with the
+/// console's refusal of a malformed one (`NOT_FOUND`: it names nothing).
+macro_rules! console_id {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(pub Uuid);
+        countersign_common::uuid_id!($(#[$doc])* $name, $what);
 
         impl $name {
             /// The id `s` names, or `None`: it names nothing.
             pub fn parse(s: &str) -> Option<Self> {
-                uuid_rule(s).map(Self)
+                Self::read(s)
             }
 
             /// The id a path names, or the refusal a malformed one has always had:
@@ -37,91 +34,46 @@ macro_rules! uuid_id {
                     Error::with_message(ErrorCode::NOT_FOUND, concat!("no such ", $what))
                 })
             }
-
-            /// A fresh id from the given randomness.
-            pub fn from_random(bytes: [u8; 16]) -> Self {
-                Self(uuid::Builder::from_random_bytes(bytes).into_uuid())
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                self.0.hyphenated().fmt(f)
-            }
-        }
-
-        /// An id equals the text it is written as (lowercase, hyphenated), and no other.
-        impl PartialEq<str> for $name {
-            fn eq(&self, other: &str) -> bool {
-                self.0.hyphenated().encode_lower(&mut Uuid::encode_buffer()) == other
-            }
-        }
-
-        impl PartialEq<String> for $name {
-            fn eq(&self, other: &String) -> bool {
-                *self == *other.as_str()
-            }
-        }
-
-        impl PartialEq<$name> for String {
-            fn eq(&self, other: &$name) -> bool {
-                *other == *self.as_str()
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = String::deserialize(d)?;
-                Self::parse(&s).ok_or_else(|| {
-                    serde::de::Error::custom(concat!("not a ", $what, " id"))
-                })
-            }
         }
     };
 }
 
-uuid_id!(
+console_id!(
     /// A document (an artifact) of an issue, a project or an agent.
     ArtifactId,
     "artifact"
 );
-uuid_id!(
+console_id!(
     /// An ask.
     AskId,
     "ask"
 );
-uuid_id!(
+console_id!(
     /// A comment, or a comment thread's root.
     CommentId,
     "comment"
 );
-uuid_id!(
+console_id!(
     /// A message, or a thread's root message.
     MessageId,
     "message"
 );
-uuid_id!(
+console_id!(
     /// A broadcast.
     BroadcastId,
     "broadcast"
 );
-uuid_id!(
+console_id!(
     /// A session group.
     SessionGroupId,
     "session group"
 );
-uuid_id!(
+console_id!(
     /// A personal token's id, shown in lists and taken by revoke.
     TokenId,
     "personal token"
 );
-uuid_id!(
+console_id!(
     /// A review of a document version.
     ReviewId,
     "review"
@@ -137,10 +89,7 @@ impl SessionId {
     /// The session-id rule, written once: paths, bodies, documents' refs and the HTTP layer all
     /// ask here.
     pub fn is_valid(s: &str) -> bool {
-        (1..=128).contains(&s.chars().count())
-            && !s
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_control() || "/?#<>\"'`[]\\|".contains(c))
+        common_is_session_id(s)
     }
 
     /// The session id `s` is, or `None`.
@@ -225,7 +174,7 @@ pub fn is_session_id(s: &str) -> bool {
 /// it names nothing. For an id kept as text (a body's or a query's, where its refusal is its
 /// own; a document's ref); a path's id takes its type.
 pub fn uuid_id(s: &str) -> Option<String> {
-    uuid_rule(s).map(|u| u.hyphenated().to_string())
+    uuid_text(s)
 }
 
 #[cfg(test)]
@@ -234,10 +183,18 @@ mod tests {
 
     const LOWER: &str = "67e55044-10b1-426f-9247-bb680e5fe0c8";
 
-    fn forms() -> [String; 5] {
+    /// The forms of one id the shared rule reads: hyphenated, in any case.
+    fn forms() -> [String; 3] {
         [
             LOWER.to_owned(),
             LOWER.to_uppercase(),
+            "67E55044-10b1-426F-9247-bb680e5fe0c8".to_owned(),
+        ]
+    }
+
+    /// Forms the `uuid` crate reads that the rule does not (the spec's UUIDs are hyphenated).
+    fn other_forms() -> [String; 3] {
+        [
             LOWER.replace('-', ""),
             format!("{{{LOWER}}}"),
             format!("urn:uuid:{LOWER}"),
@@ -262,13 +219,17 @@ mod tests {
                     assert!(id == text && text == id && id == *LOWER);
                     assert_eq!(id == s, s == LOWER, "{s}");
                 }
+                let others = other_forms();
                 for bad in [
                     "",
                     "x",
                     "67e55044-10b1-426f-9247-bb680e5fe0c",
                     "../etc",
                     " ",
-                ] {
+                ]
+                .into_iter()
+                .chain(others.iter().map(String::as_str))
+                {
                     assert_eq!($name::parse(bad), None, "{bad:?}");
                     let e = $name::named(bad).expect_err("refused");
                     assert_eq!(e.code_str(), "NOT_FOUND");
@@ -294,6 +255,9 @@ mod tests {
             assert_eq!(uuid_id(&s).as_deref(), Some(LOWER));
         }
         assert_eq!(uuid_id("nope"), None);
+        for s in other_forms() {
+            assert_eq!(uuid_id(&s), None, "{s}");
+        }
     }
 
     #[test]

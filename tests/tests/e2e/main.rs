@@ -20,6 +20,7 @@ mod http_passkeys;
 mod http_proof;
 mod http_requests;
 mod http_session;
+mod id_rules;
 mod issued;
 mod k8s_http;
 mod k8s_tokens;

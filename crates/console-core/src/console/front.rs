@@ -95,7 +95,7 @@ impl Console {
     /// The record id of `id`: a request id (what its agent was given, issue 48) is the record
     /// of that request, asked of the broker; anything else is taken as a record id.
     async fn record_id_of(&self, id: &str) -> Result<String, Error> {
-        if id.len() == 36 && uuid::Uuid::try_parse(id).is_ok() {
+        if countersign_common::ids::parse_uuid(id).is_some() {
             Ok(self.broker()?.record(id).await?.record_id)
         } else {
             Ok(id.to_owned())
@@ -216,7 +216,7 @@ impl Console {
     pub async fn request_named(&self, q: &str) -> Option<SearchRow> {
         let q = q.trim().to_ascii_lowercase();
         let broker = self.parts.broker.as_ref()?;
-        let whole = (q.len() == 36 && uuid::Uuid::try_parse(&q).is_ok())
+        let whole = countersign_common::ids::parse_uuid(&q).is_some()
             || (q.len() == 64 && q.bytes().all(|b| b.is_ascii_hexdigit()));
         let id = if whole {
             q
