@@ -6,370 +6,45 @@
 //! a head the database no longer holds) until an operator runs `audit accept-head`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 mod common;
 
-use anyhow::{Context, bail};
-use countersign_proto::claims::{
-    self, AuthorizationDetail, MachineLoginClaims, ProofClaims, SecretRequestClaims,
-};
-use countersign_proto::jws::{self, Header};
-use countersign_proto::{SigningKey, b64};
+use anyhow::bail;
+use common::client::{Client, Machine, Session, s};
+use common::process::Stop;
 use reqwest::Method as M;
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
 
 type R = anyhow::Result<()>;
 
-const CONSOLE: &str = "restore-test-console-token-0123456789";
 const ADA: &str = "ada@example.com";
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Stop {
-    Term,
-    Kill,
-}
-
-struct Broker {
-    child: Child,
-}
-
-impl Broker {
-    fn spawn(config: &Path, log: &Path) -> anyhow::Result<Self> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_countersign-broker"))
-            .args(["serve", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .env_remove("COUNTERSIGN_CONSOLE_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("start countersign-broker")?;
-        Ok(Self { child })
-    }
-
-    fn stop(mut self, how: Stop) -> anyhow::Result<()> {
-        match how {
-            Stop::Kill => self.child.kill()?,
-            Stop::Term => {
-                let pid = self.child.id().to_string();
-                let ok = Command::new("kill")
-                    .args(["-TERM", &pid])
-                    .status()?
-                    .success();
-                if !ok {
-                    bail!("kill -TERM {pid} failed");
-                }
-            }
-        }
-        let status = self.child.wait()?;
-        if matches!(how, Stop::Term) && !status.success() {
-            bail!("the broker did not stop cleanly on SIGTERM: {status}");
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-fn now() -> i64 {
-    chrono::Utc::now().timestamp()
-}
-
-fn jti() -> String {
-    claims::new_jti().unwrap_or_default()
-}
-
-fn s(v: &Value, f: &str) -> String {
-    v[f].as_str().unwrap_or_default().to_owned()
-}
-
-struct Client {
-    base: String,
-}
-
-impl Client {
-    async fn send(
-        &self,
-        method: M,
-        path: &str,
-        headers: &[(&str, String)],
-        body: Option<&Value>,
-    ) -> anyhow::Result<(u16, Value)> {
-        // No pooled connection outlives a call: SIGTERM's graceful shutdown is not kept waiting.
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .pool_max_idle_per_host(0)
-            .timeout(Duration::from_secs(20))
-            .build()?;
-        let mut rb = http.request(method, format!("{}{path}", self.base));
-        for (k, v) in headers {
-            rb = rb.header(*k, v);
-        }
-        if let Some(b) = body {
-            rb = rb
-                .header("content-type", "application/json")
-                .body(b.to_string());
-        }
-        let r = rb.send().await?;
-        let status = r.status().as_u16();
-        let text = r.text().await?;
-        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
-    }
-
-    async fn expect(
-        &self,
-        status: u16,
-        method: M,
-        path: &str,
-        headers: &[(&str, String)],
-        body: Option<&Value>,
-    ) -> anyhow::Result<Value> {
-        let (s, v) = self.send(method, path, headers, body).await?;
-        if s != status {
-            bail!("{path}: expected {status}, got {s}: {v}");
-        }
-        Ok(v)
-    }
-
-    fn proof(
-        &self,
-        typ: &str,
-        kid: &str,
-        key: &SigningKey,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> String {
-        let c = ProofClaims {
-            htm: method.into(),
-            htu: claims::htu(&self.base, path),
-            iat: now(),
-            jti: jti(),
-            bh: body.map(|b| claims::body_hash(b.to_string().as_bytes())),
-        };
-        jws::sign(key, &Header::with_kid(typ, kid), &c).unwrap_or_default()
-    }
-
-    async fn wait_healthy(&self) -> anyhow::Result<()> {
-        for _ in 0..400 {
-            if let Ok((200, _)) = self.send(M::GET, "/healthz", &[], None).await {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        bail!("the broker did not become healthy")
-    }
-}
-
-/// A person's machine, logged in and approved by the console.
-struct Machine {
-    key: SigningKey,
-    credential: String,
-}
-
-/// A session enrolled under a machine.
-struct Session {
-    key: SigningKey,
-    enrollment: String,
-}
-
-fn bearer() -> [(&'static str, String); 1] {
-    [("authorization", format!("Bearer {CONSOLE}"))]
-}
-
-async fn machine(c: &Client, host: &str) -> anyhow::Result<Machine> {
-    let key = SigningKey::generate()?;
-    let login = jws::sign(
-        &key,
-        &Header::with_jwk(claims::TYP_MACHINE_LOGIN, key.public_jwk()),
-        &MachineLoginClaims {
-            iat: now(),
-            exp: now() + 120,
-            jti: jti(),
-            login_hint: ADA.into(),
-            host: host.into(),
-            authorization_details: None,
-        },
-    )?;
-    let started = c
-        .expect(
-            202,
-            M::POST,
-            "/v1/launcher-credentials",
-            &[],
-            Some(&json!({ "request": login })),
-        )
-        .await?;
-    let code = s(&started, "code");
-    let record = c
-        .expect(
-            200,
-            M::POST,
-            "/v1/machine-logins/lookup",
-            &bearer(),
-            Some(&json!({ "code": code })),
-        )
-        .await?;
-    let approved = c
-        .expect(
-            200,
-            M::POST,
-            &format!(
-                "/v1/credential-requests/{}/approve",
-                s(&record, "record_id")
-            ),
-            &bearer(),
-            Some(&json!({ "approver": ADA, "code": code })),
-        )
-        .await?;
-    Ok(Machine {
-        key,
-        credential: s(&approved, "credential_id"),
-    })
-}
-
-/// Enrolls a session under `m`: the answer's status and body.
-async fn enroll(
-    c: &Client,
-    m: &Machine,
-    runtime: &str,
-) -> anyhow::Result<(u16, Value, SigningKey)> {
-    let key = SigningKey::generate()?;
-    let body = json!({
-        "kind": "session",
-        "runtime_id": runtime,
-        "thumbprint": key.thumbprint(),
-        "jwk": key.public_jwk(),
-    });
-    let proof = c.proof(
-        claims::TYP_LAUNCHER_PROOF,
-        &m.credential,
-        &m.key,
-        "POST",
-        "/v1/enrollments",
-        Some(&body),
-    );
-    let (status, v) = c
-        .send(M::POST, "/v1/enrollments", &[("proof", proof)], Some(&body))
-        .await?;
-    Ok((status, v, key))
-}
-
-async fn session(c: &Client, m: &Machine, runtime: &str) -> anyhow::Result<Session> {
-    let (status, v, key) = enroll(c, m, runtime).await?;
-    if status != 201 {
-        bail!("enroll: {status} {v}");
-    }
-    Ok(Session {
-        key,
-        enrollment: s(&v, "enrollment_id"),
-    })
-}
-
-/// An automatic grant of `AUTO_SECRET` to `se`, lasting `lifetime` seconds (or the session).
-async fn grant(c: &Client, se: &Session, lifetime: Option<u64>) -> anyhow::Result<String> {
-    let request = jws::sign(
-        &se.key,
-        &Header::with_kid(claims::TYP_SECRET_REQUEST, &se.enrollment),
-        &SecretRequestClaims {
-            iat: now(),
-            exp: now() + 120,
-            jti: jti(),
-            aud: c.base.clone(),
-            authorization_details: vec![AuthorizationDetail::agent_secret("AUTO_SECRET")],
-            reason: "restore test".into(),
-            lifetime_seconds: lifetime,
-        },
-    )?;
-    let body = json!({ "request": request, "session_id": null });
-    let proof = c.proof(
-        claims::TYP_SESSION_PROOF,
-        &se.enrollment,
-        &se.key,
-        "POST",
-        "/v1/requests",
-        Some(&body),
-    );
-    let made = c
-        .expect(
-            200,
-            M::POST,
-            "/v1/requests",
-            &[("proof", proof)],
-            Some(&body),
-        )
-        .await?;
-    if s(&made, "state") != "granted" {
-        bail!("not granted: {made}");
-    }
-    Ok(s(&made, "grant_id"))
-}
-
-/// Asks for `grant`'s values: the status and body.
-async fn values(c: &Client, se: &Session, grant: &str) -> anyhow::Result<(u16, Value)> {
-    let path = format!("/v1/grants/{grant}/values");
-    let proof = c.proof(
-        claims::TYP_SESSION_PROOF,
-        &se.enrollment,
-        &se.key,
-        "POST",
-        &path,
-        None,
-    );
-    c.send(M::POST, &path, &[("proof", proof)], None).await
-}
+/// The automatic secret every grant is of.
+const AUTO: &str = "AUTO_SECRET";
 
 /// The session revokes its grant. It runs right after a graceful restart: the previous
 /// process released its proof horizon at shutdown (`exclusive.rs`), so nothing honest is refused.
 async fn revoke(c: &Client, se: &Session, grant: &str) -> R {
     let path = format!("/v1/grants/{grant}/revoke");
-    let proof = c.proof(
-        claims::TYP_SESSION_PROOF,
-        &se.enrollment,
-        &se.key,
-        "POST",
-        &path,
-        None,
-    );
-    c.expect(200, M::POST, &path, &[("proof", proof)], None)
-        .await?;
-    Ok(())
+    match se.post(c, &path, None).await? {
+        (200, _) => Ok(()),
+        (status, v) => bail!("{path}: {status} {v}"),
+    }
 }
 
-/// A deployment under test: its files, its database (SQLite file or PostgreSQL database).
+/// A deployment under test (the harness's), and its database: a SQLite file or a PostgreSQL
+/// database, which can be copied and put back with the broker stopped.
 struct Deployment {
-    dir: Dir,
-    config: PathBuf,
-    log: PathBuf,
-    base: String,
+    d: common::process::Deployment,
     db: Db,
+}
+
+impl std::ops::Deref for Deployment {
+    type Target = common::process::Deployment;
+    fn deref(&self) -> &common::process::Deployment {
+        &self.d
+    }
 }
 
 enum Db {
@@ -377,14 +52,23 @@ enum Db {
     Postgres { admin: String, name: String },
 }
 
+/// Copies a SQLite database `from` (with its `-wal` and `-shm` files) over `to`.
+fn copy_sqlite(from: &Path, to: &Path) -> R {
+    for ext in ["", "-wal", "-shm"] {
+        let from = PathBuf::from(format!("{}{ext}", from.display()));
+        let to = PathBuf::from(format!("{}{ext}", to.display()));
+        let _ = std::fs::remove_file(&to);
+        if from.exists() {
+            std::fs::copy(&from, &to)?;
+        }
+    }
+    Ok(())
+}
+
 impl Deployment {
     async fn new(postgres: bool) -> anyhow::Result<Option<Self>> {
-        let dir = Dir(std::env::temp_dir().join(format!(
-            "countersign-restore-{}",
-            uuid::Uuid::new_v4().simple()
-        )));
-        std::fs::create_dir_all(&dir.0)?;
-        let p = |f: &str| dir.0.join(f);
+        let mut files =
+            common::process::Deployment::builder().secret(AUTO, "ops@example.com", "automatic");
         let db = if postgres {
             let Ok(admin) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
                 if std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") {
@@ -397,125 +81,44 @@ impl Deployment {
             };
             let name = format!("cs_restore_{}", uuid::Uuid::new_v4().simple());
             pg(&admin, &format!("CREATE DATABASE {name}")).await?;
-            Db::Postgres { admin, name }
+            files = files.database_url(&with_database(&admin, &name));
+            Some(Db::Postgres { admin, name })
         } else {
-            Db::Sqlite(p("broker.db"))
+            None
         };
-        std::fs::write(p("seal.key"), b64::encode(&[7u8; 32]))?;
-        std::fs::write(p("console-token"), CONSOLE)?;
-        std::fs::write(
-            p("secrets.toml"),
-            "prefix = \"agents/\"\nkey = \"local\"\n\n[[secret]]\nname = \"agents/auto-secret\"\nowner = \"ops@example.com\"\ntier = \"automatic\"\nvalue = \"v\"\n",
-        )?;
-        let port = free_port()?;
-        let base = format!("http://127.0.0.1:{port}");
-        let url = match &db {
-            Db::Sqlite(f) => format!("sqlite://{}?mode=rwc", f.display()),
-            Db::Postgres { admin, name } => with_database(admin, name),
-        };
-        std::fs::write(
-            p("broker.toml"),
-            format!(
-                r#"listen = "127.0.0.1:{port}"
-public_url = "{base}"
-database_url = {url:?}
-seal_key_file = {seal:?}
-console_token_file = {console:?}
-audit_state_file = {state:?}
-
-[store]
-kind = "local"
-path = {store:?}
-"#,
-                seal = p("seal.key").display().to_string(),
-                console = p("console-token").display().to_string(),
-                state = p("state/audit-state.json").display().to_string(),
-                store = p("secrets.toml").display().to_string(),
-            ),
-        )?;
-        Ok(Some(Self {
-            config: p("broker.toml"),
-            log: p("broker.log"),
-            base,
-            db,
-            dir,
-        }))
-    }
-
-    fn client(&self) -> Client {
-        Client {
-            base: self.base.clone(),
-        }
-    }
-
-    async fn start(&self) -> anyhow::Result<Broker> {
-        let b = Broker::spawn(&self.config, &self.log)?;
-        if let Err(e) = self.client().wait_healthy().await {
-            bail!(
-                "{e}; log:\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-        Ok(b)
+        let d = files.create()?;
+        let db = db.unwrap_or_else(|| Db::Sqlite(d.path("broker.db")));
+        Ok(Some(Self { d, db }))
     }
 
     /// A copy of the database as it is now (the broker stopped).
     async fn snapshot(&self, tag: &str) -> R {
         match &self.db {
-            Db::Sqlite(f) => {
-                for ext in ["", "-wal", "-shm"] {
-                    let from = PathBuf::from(format!("{}{ext}", f.display()));
-                    let to = self.dir.0.join(format!("{tag}.db{ext}"));
-                    let _ = std::fs::remove_file(&to);
-                    if from.exists() {
-                        std::fs::copy(&from, &to)?;
-                    }
-                }
-            }
+            Db::Sqlite(f) => copy_sqlite(f, &self.path(&format!("{tag}.db"))),
             Db::Postgres { admin, name } => {
                 pg(admin, &format!("DROP DATABASE IF EXISTS {name}_{tag}")).await?;
                 pg(
                     admin,
                     &format!("CREATE DATABASE {name}_{tag} TEMPLATE {name}"),
                 )
-                .await?;
+                .await
             }
         }
-        Ok(())
     }
 
     /// Puts the copy back in place of the database (the broker stopped).
     async fn restore(&self, tag: &str) -> R {
         match &self.db {
-            Db::Sqlite(f) => {
-                for ext in ["", "-wal", "-shm"] {
-                    let to = PathBuf::from(format!("{}{ext}", f.display()));
-                    let from = self.dir.0.join(format!("{tag}.db{ext}"));
-                    let _ = std::fs::remove_file(&to);
-                    if from.exists() {
-                        std::fs::copy(&from, &to)?;
-                    }
-                }
-            }
+            Db::Sqlite(f) => copy_sqlite(&self.path(&format!("{tag}.db")), f),
             Db::Postgres { admin, name } => {
                 pg(admin, &format!("DROP DATABASE {name}")).await?;
                 pg(
                     admin,
                     &format!("CREATE DATABASE {name} TEMPLATE {name}_{tag}"),
                 )
-                .await?;
+                .await
             }
         }
-        Ok(())
-    }
-
-    fn cli(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
-        Ok(Command::new(env!("CARGO_BIN_EXE_countersign-broker"))
-            .args(args)
-            .arg("--config")
-            .arg(&self.config)
-            .env_remove("COUNTERSIGN_CONFIG")
-            .output()?)
     }
 
     async fn drop_databases(&self, tags: &[&str]) {
@@ -577,6 +180,58 @@ fn closed(status: u16, body: &Value) -> bool {
     status == 503 && s(body, "error").starts_with("audit log:")
 }
 
+/// Acts `end` on machine `m`, its session `se` and the session's grant `g`.
+async fn act(d: &Deployment, c: &Client, m: &Machine, se: &Session, g: &str, end: End) -> R {
+    let (path, (status, v)) = match end {
+        End::Revocation => return revoke(c, se, g).await,
+        End::SessionEnded => {
+            let path = format!("/v1/enrollments/{}", se.enrollment);
+            let done = m.call(c, M::DELETE, &path, None).await?;
+            (path, done)
+        }
+        End::MachineLoginRevocation => {
+            let path = format!(
+                "/v1/launcher-credentials/{}/revoke-by-approver",
+                m.credential
+            );
+            let body = json!({ "approver": ADA });
+            let done = c.send(M::POST, &path, &c.bearer(), Some(&body)).await?;
+            (path, done)
+        }
+        End::Withholding => {
+            let path = format!("/v1/operator/grants/{g}/revoke");
+            let done = m.call(c, M::POST, &path, None).await?;
+            (path, done)
+        }
+        End::Expiry => return expired(d, c, se, g).await,
+    };
+    let want = if matches!(end, End::SessionEnded) {
+        204
+    } else {
+        200
+    };
+    if status != want {
+        bail!("{path}: expected {want}, got {status}: {v}");
+    }
+    Ok(())
+}
+
+/// The sweep writes the expiry of `g` (every 2 s): waits until its values are refused and the
+/// state file has moved past the copy's head.
+async fn expired(d: &Deployment, c: &Client, se: &Session, g: &str) -> R {
+    let state = d.path("state/audit-state.json");
+    let before = std::fs::read_to_string(&state)?;
+    for _ in 0..400 {
+        let now = std::fs::read_to_string(&state)?;
+        let (status, _) = se.values(c, g).await?;
+        if status == 403 && now != before {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("the expiry was not written")
+}
+
 async fn scenario(postgres: bool, stop: Stop) -> R {
     let Some(d) = Deployment::new(postgres).await? else {
         return Ok(());
@@ -587,11 +242,11 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
         for (i, end) in ENDS.into_iter().enumerate() {
             // What this end acts on, made and then copied with the broker stopped.
             let b = d.start().await?;
-            let m = machine(&c, &format!("host-{i}")).await?;
-            let se = session(&c, &m, &format!("rt-{i}")).await?;
+            let m = Machine::login(&c, ADA, &format!("host-{i}")).await?;
+            let se = m.session(&c, &format!("rt-{i}")).await?;
             let lifetime = matches!(end, End::Expiry).then_some(6);
-            let g = grant(&c, &se, lifetime).await?;
-            let (status, v) = values(&c, &se, &g).await?;
+            let g = se.grant(&c, AUTO, lifetime).await?;
+            let (status, v) = se.values(&c, &g).await?;
             if status != 200 {
                 bail!("{end:?}: values before the end: {status} {v}");
             }
@@ -602,87 +257,25 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
 
             // The end, then the broker stops at once.
             let b = d.start().await?;
-            match end {
-                End::Revocation => {
-                    revoke(&c, &se, &g).await?;
-                }
-                End::SessionEnded => {
-                    let path = format!("/v1/enrollments/{}", se.enrollment);
-                    let proof = c.proof(
-                        claims::TYP_LAUNCHER_PROOF,
-                        &m.credential,
-                        &m.key,
-                        "DELETE",
-                        &path,
-                        None,
-                    );
-                    c.expect(204, M::DELETE, &path, &[("proof", proof)], None)
-                        .await?;
-                }
-                End::MachineLoginRevocation => {
-                    let path = format!(
-                        "/v1/launcher-credentials/{}/revoke-by-approver",
-                        m.credential
-                    );
-                    c.expect(
-                        200,
-                        M::POST,
-                        &path,
-                        &bearer(),
-                        Some(&json!({ "approver": ADA })),
-                    )
-                    .await?;
-                }
-                End::Withholding => {
-                    let path = format!("/v1/operator/grants/{g}/revoke");
-                    let proof = c.proof(
-                        claims::TYP_LAUNCHER_PROOF,
-                        &m.credential,
-                        &m.key,
-                        "POST",
-                        &path,
-                        None,
-                    );
-                    c.expect(200, M::POST, &path, &[("proof", proof)], None)
-                        .await?;
-                }
-                End::Expiry => {
-                    // The sweep writes the expiry (every 2 s): wait until the values are refused
-                    // and the state file has moved past the copy's head.
-                    let before = std::fs::read_to_string(d.dir.0.join("state/audit-state.json"))?;
-                    let mut written = false;
-                    for _ in 0..400 {
-                        let now = std::fs::read_to_string(d.dir.0.join("state/audit-state.json"))?;
-                        let (status, _) = values(&c, &se, &g).await?;
-                        if status == 403 && now != before {
-                            written = true;
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    if !written {
-                        bail!("the expiry was not written");
-                    }
-                }
-            }
+            act(&d, &c, &m, &se, &g, end).await?;
             b.stop(stop)?;
 
             // The copy from before the end comes back; the broker starts on it.
             d.restore(&tag).await?;
             let b = d.start().await?;
-            let (status, v) = values(&c, &se, &g).await?;
+            let (status, v) = se.values(&c, &g).await?;
             if !closed(status, &v) {
                 bail!("{end:?} ({stop:?}): values after the restore: {status} {v}");
             }
             if matches!(end, End::MachineLoginRevocation | End::SessionEnded) {
-                let (status, v, _) = enroll(&c, &m, &format!("rt-again-{i}")).await?;
+                let (status, v, _) = m.enroll(&c, &format!("rt-again-{i}")).await?;
                 if !closed(status, &v) {
                     bail!("{end:?} ({stop:?}): enroll after the restore: {status} {v}");
                 }
             }
             // Still closed after a whole round of the follower (its rounds do not reopen it).
             common::whole_pass(&d.base, "broker.audit").await?;
-            let (status, v) = values(&c, &se, &g).await?;
+            let (status, v) = se.values(&c, &g).await?;
             if !closed(status, &v) {
                 bail!("{end:?} ({stop:?}): values a round later: {status} {v}");
             }
@@ -693,7 +286,7 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
                 bail!("accept-head: {out:?}");
             }
             let b = d.start().await?;
-            let (status, v) = values(&c, &se, &g).await?;
+            let (status, v) = se.values(&c, &g).await?;
             if closed(status, &v) {
                 bail!("{end:?}: still closed after accept-head: {v}");
             }
@@ -705,10 +298,7 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
     let tag_refs: Vec<&str> = tags.iter().map(|t| t.as_str()).collect();
     d.drop_databases(&tag_refs).await;
     if let Err(e) = result {
-        bail!(
-            "{e:#}\nbroker log:\n{}",
-            std::fs::read_to_string(&d.log).unwrap_or_default()
-        );
+        bail!("{e:#}\nbroker log:\n{}", d.log_text());
     }
     Ok(())
 }
@@ -736,11 +326,9 @@ async fn postgres_sigkill_after_each_end() -> R {
 /// Runs `audit verify` on a SQLite file with the test's seal key (and a state file).
 fn verify(d: &Deployment, db: &Path, state: Option<&Path>) -> anyhow::Result<std::process::Output> {
     let url = format!("sqlite://{}?mode=rw", db.display());
-    let key = d.dir.0.join("seal.key");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_countersign-broker"));
-    cmd.args(["audit", "verify", "--database-url", &url, "--seal-key-file"])
-        .arg(&key)
-        .env_remove("COUNTERSIGN_CONFIG");
+    let mut cmd =
+        common::process::command(["audit", "verify", "--database-url", &url, "--seal-key-file"]);
+    cmd.arg(d.path("seal.key"));
     if let Some(s) = state {
         cmd.arg("--state-file").arg(s);
     }
@@ -756,16 +344,16 @@ async fn verify_names_each_tampering() -> R {
     };
     let c = d.client();
     let b = d.start().await?;
-    let m = machine(&c, "laptop").await?;
-    let se = session(&c, &m, "rt-verify").await?;
-    let g = grant(&c, &se, None).await?;
-    let (status, _) = values(&c, &se, &g).await?;
+    let m = Machine::login(&c, ADA, "laptop").await?;
+    let se = m.session(&c, "rt-verify").await?;
+    let g = se.grant(&c, AUTO, None).await?;
+    let (status, _) = se.values(&c, &g).await?;
     assert_eq!(status, 200);
     b.stop(Stop::Term)?;
     let Db::Sqlite(db) = &d.db else {
         bail!("sqlite")
     };
-    let state = d.dir.0.join("state/audit-state.json");
+    let state = d.path("state/audit-state.json");
 
     let ok = verify(&d, db, Some(&state))?;
     assert!(ok.status.success(), "an untampered copy passes: {ok:?}");
@@ -819,15 +407,8 @@ async fn verify_names_each_tampering() -> R {
         ),
     ];
     for (what, sql, expected) in cases {
-        let copy = d.dir.0.join(format!("tampered-{what}.db"));
-        for ext in ["", "-wal", "-shm"] {
-            let from = PathBuf::from(format!("{}{ext}", db.display()));
-            let to = PathBuf::from(format!("{}{ext}", copy.display()));
-            let _ = std::fs::remove_file(&to);
-            if from.exists() {
-                std::fs::copy(&from, &to)?;
-            }
-        }
+        let copy = d.path(&format!("tampered-{what}.db"));
+        copy_sqlite(db, &copy)?;
         let url = format!("sqlite://{}?mode=rw", copy.display());
         let mut conn = sqlx::AnyConnection::connect(&url).await?;
         let done = conn.execute(sql.as_str()).await?;
@@ -872,23 +453,23 @@ async fn a_witness_catches_a_rollback_of_database_and_state_file() -> R {
         return Ok(());
     };
     let c = d.client();
-    let console_db = format!("sqlite://{}?mode=rwc", d.dir.0.join("console.db").display());
+    let console_db = format!("sqlite://{}?mode=rwc", d.path("console.db").display());
     let storage = countersign_console_sql::SqlStorage::connect(&console_db)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let w = Witness::new(
         storage.clone(),
         &d.base,
-        zeroize::Zeroizing::new(CONSOLE.to_owned()),
+        zeroize::Zeroizing::new(common::process::CONSOLE_TOKEN.to_owned()),
         Duration::from_secs(10),
     )?;
-    let state = d.dir.0.join("state/audit-state.json");
-    let saved_state = d.dir.0.join("saved-state.json");
+    let state = d.path("state/audit-state.json");
+    let saved_state = d.path("saved-state.json");
 
     let b = d.start().await?;
-    let m = machine(&c, "laptop").await?;
-    let se = session(&c, &m, "rt-witness").await?;
-    let g = grant(&c, &se, None).await?;
+    let m = Machine::login(&c, ADA, "laptop").await?;
+    let se = m.session(&c, "rt-witness").await?;
+    let g = se.grant(&c, AUTO, None).await?;
     let Round::Kept(first) = witness_round(&w).await? else {
         bail!("the first round was refused");
     };
@@ -914,12 +495,12 @@ async fn a_witness_catches_a_rollback_of_database_and_state_file() -> R {
         Round::Refused(503, m) if m.starts_with("audit log:") && m.contains("witness") => {}
         other => bail!("the witness's round: {other:?}"),
     }
-    let (status, v) = values(&c, &se, &g).await?;
+    let (status, v) = se.values(&c, &g).await?;
     assert!(
         closed(status, &v),
         "values after the witness's round: {status} {v}"
     );
-    let (status, v, _) = enroll(&c, &m, "rt-witness-2").await?;
+    let (status, v, _) = m.enroll(&c, "rt-witness-2").await?;
     assert!(
         closed(status, &v),
         "enroll after the witness's round: {status} {v}"

@@ -4,8 +4,6 @@
 //! receiver up, a restarted broker delivers the notice, and the receiver verifies its Standard
 //! Webhooks signature.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,152 +13,16 @@ use anyhow::{Context, bail};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
+use common::client::{Machine, s};
+use common::process::{Deployment, Stop};
 use countersign_broker_core::Storage as _;
 use countersign_broker_core::storage::OutboxItem;
-use countersign_proto::claims::{
-    self, AuthorizationDetail, MachineLoginClaims, ProofClaims, SecretRequestClaims,
-};
-use countersign_proto::jws::{self, Header};
-use countersign_proto::{SigningKey, b64};
 use serde_json::{Value, json};
 
 type R = anyhow::Result<()>;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-const CONSOLE: &str = "restart-test-console-token-0123456789";
 const ADA: &str = "ada@example.com";
-
-/// A directory removed on drop.
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The broker process, killed on drop.
-struct Broker {
-    child: Child,
-}
-
-impl Broker {
-    fn spawn(config: &Path, log: &Path) -> anyhow::Result<Self> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_countersign-broker"))
-            .args(["serve", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "info,countersign_broker_http::notify=debug")
-            .env_remove("COUNTERSIGN_CONSOLE_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("start countersign-broker")?;
-        Ok(Self { child })
-    }
-
-    /// SIGKILL: no shutdown, nothing flushed but what was committed.
-    fn kill(mut self) -> anyhow::Result<()> {
-        self.child.kill()?;
-        self.child.wait()?;
-        Ok(())
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-fn now() -> i64 {
-    chrono::Utc::now().timestamp()
-}
-
-fn jti() -> String {
-    claims::new_jti().unwrap_or_default()
-}
-
-struct Client {
-    http: reqwest::Client,
-    base: String,
-}
-
-impl Client {
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        headers: &[(&str, String)],
-        body: Option<&Value>,
-    ) -> anyhow::Result<(u16, Value)> {
-        let mut rb = self.http.request(method, format!("{}{path}", self.base));
-        for (k, v) in headers {
-            rb = rb.header(*k, v);
-        }
-        if let Some(b) = body {
-            rb = rb
-                .header("content-type", "application/json")
-                .body(b.to_string());
-        }
-        let r = rb.send().await?;
-        let status = r.status().as_u16();
-        let text = r.text().await?;
-        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
-    }
-
-    async fn expect(
-        &self,
-        status: u16,
-        method: reqwest::Method,
-        path: &str,
-        headers: &[(&str, String)],
-        body: Option<&Value>,
-    ) -> anyhow::Result<Value> {
-        let (s, v) = self.send(method, path, headers, body).await?;
-        if s != status {
-            bail!("{path}: expected {status}, got {s}: {v}");
-        }
-        Ok(v)
-    }
-
-    /// A `Proof` header for `path` with `body`, signed by `key` named `kid`.
-    fn proof(&self, typ: &str, kid: &str, key: &SigningKey, path: &str, body: &Value) -> String {
-        let c = ProofClaims {
-            htm: "POST".into(),
-            htu: claims::htu(&self.base, path),
-            iat: now(),
-            jti: jti(),
-            bh: Some(claims::body_hash(body.to_string().as_bytes())),
-        };
-        jws::sign(key, &Header::with_kid(typ, kid), &c).unwrap_or_default()
-    }
-
-    async fn wait_healthy(&self) -> anyhow::Result<()> {
-        for _ in 0..200 {
-            if let Ok((200, _)) = self.send(reqwest::Method::GET, "/healthz", &[], None).await {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        bail!("the broker did not become healthy")
-    }
-}
-
-fn s(v: &Value, f: &str) -> String {
-    v[f].as_str().unwrap_or_default().to_owned()
-}
 
 #[derive(Debug, Clone)]
 struct Hit {
@@ -234,39 +96,13 @@ async fn outbox(db: &countersign_broker_sql::SqlStorage) -> anyhow::Result<Vec<O
 
 #[tokio::test]
 async fn a_notice_queued_before_sigkill_is_delivered_after_restart() -> R {
-    let dir = Dir(std::env::temp_dir().join(format!(
-        "countersign-restart-{}",
-        uuid::Uuid::new_v4().simple()
-    )));
-    std::fs::create_dir_all(&dir.0)?;
-    let p = |f: &str| dir.0.join(f);
-    std::fs::write(p("seal.key"), b64::encode(&[9u8; 32]))?;
-    std::fs::write(p("console-token"), CONSOLE)?;
-    std::fs::write(p("webhook-secret"), SECRET)?;
-    std::fs::write(
-        p("secrets.toml"),
-        format!(
-            "prefix = \"agents/\"\nkey = \"local\"\n\n[[secret]]\nname = \"agents/ada-secret\"\nowner = \"{ADA}\"\ntier = \"owner\"\nvalue = \"v\"\n"
-        ),
-    )?;
-    let (port, hook_port) = (free_port()?, free_port()?);
-    let base = format!("http://127.0.0.1:{port}");
-    let db_url = format!("sqlite://{}?mode=rwc", p("broker.db").display());
-    std::fs::write(
-        p("broker.toml"),
-        format!(
-            r#"listen = "127.0.0.1:{port}"
-public_url = "{base}"
-database_url = {db:?}
-seal_key_file = {seal:?}
-console_token_file = {console:?}
-audit_state_file = {audit:?}
-
-[store]
-kind = "local"
-path = {store:?}
-
-[durations]
+    let hook_port = common::process::free_port()?;
+    let d = Deployment::builder()
+        .secret("ADA_SECRET", ADA, "owner")
+        .log_filter("info,countersign_broker_http::notify=debug")
+        .config(move |dir| {
+            format!(
+                r#"[durations]
 request_pending = 2
 
 [notifications]
@@ -276,135 +112,27 @@ timeout_seconds = 2
 retry_initial_seconds = 1
 retry_max_seconds = 2
 "#,
-            db = db_url,
-            seal = p("seal.key").display().to_string(),
-            console = p("console-token").display().to_string(),
-            audit = p("audit-state.json").display().to_string(),
-            store = p("secrets.toml").display().to_string(),
-            secret = p("webhook-secret").display().to_string(),
-        ),
-    )?;
-    let log = p("broker.log");
-    let broker = Broker::spawn(&p("broker.toml"), &log)?;
-    let c = Client {
-        http: reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(10))
-            .build()?,
-        base: base.clone(),
-    };
-    c.wait_healthy().await?;
-    let bearer = [("authorization", format!("Bearer {CONSOLE}"))];
-    use reqwest::Method as M;
+                secret = dir.join("webhook-secret"),
+            )
+        })
+        .create()?;
+    std::fs::write(d.path("webhook-secret"), SECRET)?;
+    let broker = d.start().await?;
+    let c = d.client();
 
-    // Ada's machine logs in: start, look the code up, approve it with the code typed again.
-    let machine = SigningKey::generate()?;
-    let login = jws::sign(
-        &machine,
-        &Header::with_jwk(claims::TYP_MACHINE_LOGIN, machine.public_jwk()),
-        &MachineLoginClaims {
-            iat: now(),
-            exp: now() + 120,
-            jti: jti(),
-            login_hint: ADA.into(),
-            host: "laptop".into(),
-            authorization_details: None,
-        },
-    )?;
-    let started = c
-        .expect(
-            202,
-            M::POST,
-            "/v1/launcher-credentials",
-            &[],
-            Some(&json!({ "request": login })),
-        )
-        .await?;
-    let code = s(&started, "code");
-    let record = c
-        .expect(
-            200,
-            M::POST,
-            "/v1/machine-logins/lookup",
-            &bearer,
-            Some(&json!({ "code": code })),
-        )
-        .await?;
-    let approved = c
-        .expect(
-            200,
-            M::POST,
-            &format!(
-                "/v1/credential-requests/{}/approve",
-                s(&record, "record_id")
-            ),
-            &bearer,
-            Some(&json!({ "approver": ADA, "code": code })),
-        )
-        .await?;
-    let credential = s(&approved, "credential_id");
-
-    // A session enrolls and asks for Ada's secret: pending, with a notification session.
-    let session = SigningKey::generate()?;
-    let body = json!({
-        "kind": "session",
-        "runtime_id": "rt-restart",
-        "thumbprint": session.thumbprint(),
-        "jwk": session.public_jwk(),
-    });
-    let proof = c.proof(
-        claims::TYP_LAUNCHER_PROOF,
-        &credential,
-        &machine,
-        "/v1/enrollments",
-        &body,
-    );
-    let enrolled = c
-        .expect(
-            201,
-            M::POST,
-            "/v1/enrollments",
-            &[("proof", proof)],
-            Some(&body),
-        )
-        .await?;
-    let enrollment = s(&enrolled, "enrollment_id");
-    let request = jws::sign(
-        &session,
-        &Header::with_kid(claims::TYP_SECRET_REQUEST, &enrollment),
-        &SecretRequestClaims {
-            iat: now(),
-            exp: now() + 120,
-            jti: jti(),
-            aud: base.clone(),
-            authorization_details: vec![AuthorizationDetail::agent_secret("ADA_SECRET")],
-            reason: "restart test".into(),
-            lifetime_seconds: None,
-        },
-    )?;
-    let body = json!({ "request": request, "session_id": "sess-restart" });
-    let proof = c.proof(
-        claims::TYP_SESSION_PROOF,
-        &enrollment,
-        &session,
-        "/v1/requests",
-        &body,
-    );
-    let made = c
-        .expect(
-            200,
-            M::POST,
-            "/v1/requests",
-            &[("proof", proof)],
-            Some(&body),
-        )
+    // Ada's machine logs in; a session enrolls and asks for Ada's secret: pending, with a
+    // notification session.
+    let machine = Machine::login(&c, ADA, "laptop").await?;
+    let session = machine.session(&c, "rt-restart").await?;
+    let made = session
+        .request(&c, "ADA_SECRET", Some("sess-restart"), None)
         .await?;
     assert_eq!(s(&made, "state"), "pending");
     let request_id = s(&made, "request_id");
 
     // The request expires (2 s), the sweep queues the notice, and delivery fails: nothing
     // listens on the receiver's port yet. Wait until a failed attempt is on record.
-    let db = countersign_broker_sql::SqlStorage::connect(&db_url)
+    let db = countersign_broker_sql::SqlStorage::connect(&d.database_url)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut queued = None;
@@ -416,7 +144,7 @@ retry_max_seconds = 2
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let queued = queued.context("the expiry notice was queued and attempted")?;
-    broker.kill()?;
+    broker.stop(Stop::Kill)?;
 
     // Killed: the notice is still in the outbox.
     let after_kill = outbox(&db).await?;
@@ -434,8 +162,7 @@ retry_max_seconds = 2
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    let broker = Broker::spawn(&p("broker.toml"), &log)?;
-    c.wait_healthy().await?;
+    let broker = d.start().await?;
     let mut delivered = None;
     for _ in 0..600 {
         if let Some(hit) = hits.lock().ok().and_then(|h| h.first().cloned()) {
@@ -445,8 +172,10 @@ retry_max_seconds = 2
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let Some(hit) = delivered else {
-        let log = std::fs::read_to_string(&log).unwrap_or_default();
-        bail!("no webhook after the restart; broker log:\n{log}");
+        bail!(
+            "no webhook after the restart; broker log:\n{}",
+            d.log_text()
+        );
     };
     assert_eq!(hit.id, queued.id, "the same message, by its id");
     assert!(verifies(&hit), "the receiver verifies the signature");
@@ -465,6 +194,6 @@ retry_max_seconds = 2
     assert!(outbox(&db).await?.is_empty());
     common::whole_pass(&c.base, "broker.outbox").await?;
     assert_eq!(hits.lock().map(|h| h.len()).unwrap_or_default(), 1);
-    broker.kill()?;
+    broker.stop(Stop::Kill)?;
     Ok(())
 }

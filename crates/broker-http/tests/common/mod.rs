@@ -1,7 +1,21 @@
-//! What the broker-process tests share: waiting for the passes of a background loop, read from
-//! `/metrics` (`countersign_loop_passes_total`), instead of sleeping a fixed time.
+//! The one harness of the tests that run the broker as a process (`audit_cli`, `audit_follow`,
+//! `audit_restore`, `dev_port_zero`, `outbox_restart`): [`process`] starts the real
+//! `countersign-broker` binary (a server from a [`Deployment`]'s configuration file, dev mode,
+//! or a one-shot command), waits for it and stops it; [`client`] speaks to it over HTTP with real
+//! keys; [`audit_db`] makes a database for the one-shot audit commands; and the passes of a
+//! background loop are waited for from `/metrics` (`countersign_loop_passes_total`) instead of
+//! sleeping a fixed time.
+//!
+//! Each test file uses a part of it.
+#![allow(dead_code)]
+
+pub mod audit_db;
+pub mod client;
+pub mod process;
 
 use std::time::Duration;
+
+use client::Client;
 
 /// Passes of the broker's loop `name` (`broker.outbox`, `broker.audit`, …) ended so far.
 pub async fn passes(base: &str, name: &str) -> anyhow::Result<u64> {
@@ -10,16 +24,10 @@ pub async fn passes(base: &str, name: &str) -> anyhow::Result<u64> {
 
 /// The value of the counter `metric` of loop `name` on `/metrics`.
 async fn counter(base: &str, metric: &str, name: &str) -> anyhow::Result<u64> {
-    // A fresh client: no pooled connection outlives the call (SIGTERM's graceful shutdown is
-    // not kept waiting).
-    let http = reqwest::Client::builder().no_proxy().build()?;
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
+    let (status, text) = Client::new(base, "")
+        .send_text(reqwest::Method::GET, "/metrics", &[], None)
         .await?;
+    anyhow::ensure!(status == 200, "/metrics: {status}");
     let series = format!("{metric}{{loop=\"{name}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&series))
