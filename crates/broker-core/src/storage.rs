@@ -65,6 +65,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     }
     /// Whether the database answers.
     async fn ping(&self) -> Result<(), StorageError>;
+    /// Whether a primary takes writes (readiness, `/readyz`): unlike [`Storage::ping`], a
+    /// read-only server (a standby, a demoted primary) is [`StorageError::Unavailable`]. By
+    /// default [`Storage::ping`].
+    async fn writable(&self) -> Result<(), StorageError> {
+        self.ping().await
+    }
     /// Waits before attempt `attempt + 1` of a transaction that met a conflict (the shared
     /// policy: `countersign_common::storage::conflict_backoff`). By default no wait: a storage
     /// that cannot conflict, or a test's.
@@ -157,6 +163,7 @@ storage_decorator! {
     fn read() -> Box<dyn Tx>;
     fn snapshot() -> Box<dyn Tx>;
     fn ping() -> ();
+    fn writable() -> ();
     fn back_off(attempt: u32) -> ();
     fn policy_epoch() -> i64;
     fn bump_policy_epoch() -> i64;

@@ -279,11 +279,13 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// `GET /readyz`: 200 when this replica can serve: its database answers, the policy has been
 /// loaded from the secret store, and the audit follower has verified the chain (its first full
-/// walk done, no break since); otherwise 503 naming what is not ready. `/healthz` stays the
-/// liveness check (the database only).
+/// walk done, no break since); otherwise 503 naming what is not ready. The database is ready
+/// when a primary takes writes: on PostgreSQL, a read-only server (a standby, a demoted
+/// primary) or none reachable is `"database": "unavailable"`. `/healthz` stays the liveness
+/// check (the database answers).
 async fn readyz(State(st): State<Arc<AppState>>) -> Response {
     use std::sync::atomic::Ordering;
-    let database = match st.broker.health().await {
+    let database = match st.broker.ready().await {
         Ok(()) => "ok",
         Err(_) => "unavailable",
     };

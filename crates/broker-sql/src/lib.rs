@@ -171,13 +171,23 @@ impl SqlStorage {
                 })
             });
         }
-        let pool = options.connect(url).await.map_err(db_err)?;
-        let migration = match backend {
-            Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => pool.begin().await,
+        // A multi-host URL (`postgres://h1,h2/db?target_session_attrs=read-write`) is followed
+        // through failovers (`countersign_common::sql::pg_hosts`); any other is opened as is.
+        let (pool, failover) =
+            countersign_common::sql::pg_hosts::connect(options, url, db_err).await?;
+        let migrated = async {
+            let migration = match backend {
+                Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+                Backend::Postgres => pool.begin().await,
+            }
+            .map_err(begin_err)?;
+            countersign_common::sql::migrate(migration, backend, &schema::SCHEMA).await
+        };
+        if let Err(e) = migrated.await {
+            // A multi-host pool's watcher holds the pool until it is closed.
+            pool.close().await;
+            return Err(e);
         }
-        .map_err(begin_err)?;
-        countersign_common::sql::migrate(migration, backend, &schema::SCHEMA).await?;
         let writer = (backend == Backend::Sqlite)
             .then(|| Writer::start(pool.clone(), !is_sqlite_memory(url)));
         // Half the pool at most, so that writes always find connections; none when the pool is
@@ -187,7 +197,7 @@ impl SqlStorage {
             Backend::Sqlite => SQLITE_MAX_CONNECTIONS / 2,
             Backend::Postgres => POSTGRES_MAX_CONNECTIONS / 2,
         };
-        let spares = Arc::new(Spares::new(spares as usize));
+        let spares = Arc::new(Spares::new(spares as usize, failover));
         let once = OnceBatcher::start(Target {
             pool: pool.clone(),
             backend,
@@ -311,6 +321,10 @@ impl Storage for SqlStorage {
         }
     }
 
+    async fn writable(&self) -> Result<(), StorageError> {
+        countersign_common::sql::pg_hosts::writable(&self.pool, self.backend, PING_TIMEOUT).await
+    }
+
     async fn policy_epoch(&self) -> Result<i64, StorageError> {
         let row = sqlx::query("SELECT value FROM counters WHERE name = 'policy'")
             .fetch_optional(&self.pool)
@@ -404,7 +418,7 @@ async fn begin_write(
         Some(writer) => Ok(SqlTx::writer(writer.begin().await?)),
         None => {
             let tx = pool.begin().await.map_err(begin_err)?;
-            Ok(SqlTx::pooled(tx, backend, true))
+            Ok(SqlTx::pooled(tx, backend, true).resolving(pool.clone()))
         }
     }
 }

@@ -17,6 +17,10 @@ use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 
 use crate::storage::StorageError;
 
+/// Multi-host PostgreSQL URLs, as libpq reads them (`target_session_attrs`, failover).
+#[path = "pg_hosts.rs"]
+pub mod pg_hosts;
+
 /// Which database a URL names (the broker's and the console's storage both).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
@@ -85,7 +89,9 @@ impl Schema {
 /// SQLite gets WAL (`synchronous = NORMAL`), a 5 s busy timeout, a memory map, a 64 MiB
 /// page cache and temporary files (savepoints' journals) in memory; `:memory:` one connection
 /// kept for the pool's life
-/// (each connection would be its own database).
+/// (each connection would be its own database). A multi-host PostgreSQL URL
+/// (`postgres://h1:p1,h2:p2/db?target_session_attrs=read-write`) is opened by [`pg_hosts`],
+/// which follows a failover for the pool's life.
 pub async fn open_pool(
     url: &str,
     max_connections: u32,
@@ -125,7 +131,7 @@ pub async fn open_pool(
             })
         });
     }
-    let pool = options.connect(url).await.map_err(begin_err)?;
+    let (pool, _failover) = pg_hosts::connect(options, url, begin_err).await?;
     Ok((pool, backend))
 }
 
@@ -210,6 +216,15 @@ pub async fn back_off(attempt: u32) {
 /// - a column that does not decode is [`StorageError::Corrupt`];
 /// - everything else is [`StorageError::Other`].
 pub fn db_err(e: sqlx::Error) -> StorageError {
+    let mapped = map_err(e);
+    if matches!(mapped, StorageError::Unavailable(_)) {
+        // An outage may be a failover: multi-host pools check their host (rate-limited).
+        pg_hosts::suspect_all();
+    }
+    mapped
+}
+
+fn map_err(e: sqlx::Error) -> StorageError {
     use sqlx::Error as E;
     match &e {
         E::Io(_) | E::Tls(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed => {

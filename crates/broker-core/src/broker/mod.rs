@@ -433,6 +433,14 @@ impl Broker {
             .map_err(|e| self.fail(Fail::Storage(e), "database ping"))
     }
 
+    /// Checks that a primary takes writes (`/readyz`): a read-only database is not ready.
+    pub async fn ready(&self) -> Result<(), Error> {
+        self.storage
+            .writable()
+            .await
+            .map_err(|e| self.fail(Fail::Storage(e), "database readiness"))
+    }
+
     /// Turns a failure into the client's error: a refusal passes; a storage failure is
     /// DATABASE_UNAVAILABLE or INTERNAL, naming the step, with the cause logged only.
     pub(crate) fn fail(&self, f: Fail, step: &str) -> Error {
