@@ -297,3 +297,61 @@ fn the_size_checks_catch_what_they_are_for() {
     assert_eq!(fn_name("    let f = |x| x;"), None);
     assert_eq!(fn_name("    // fn not_one()"), None);
 }
+
+/// The console's unit of work (issue 51): the one file that publishes what a transaction did
+/// once it committed. No other code publishes events or documents by hand.
+const UNIT_OF_WORK: &str = "crates/console-core/src/console/unit.rs";
+
+/// The calls that publish after a commit, which only the unit of work makes.
+const PUBLISHING: &[&str] = &["event_committed(", "document_committed("];
+
+/// The lines of `text` that call a publishing function (comments aside), each with its number.
+fn publishing_calls(text: &str) -> Vec<(usize, String)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .filter(|(_, l)| PUBLISHING.iter().any(|p| l.contains(p)))
+        .map(|(i, l)| (i + 1, l.trim().to_owned()))
+        .collect()
+}
+
+#[test]
+fn only_the_unit_of_work_publishes_commits() {
+    let root = root();
+    let mut all = Vec::new();
+    files(&root.join("crates"), &root, &mut all);
+    files(&root.join("tests"), &root, &mut all);
+    let sources: Vec<&String> = all.iter().filter(|f| f.ends_with(".rs")).collect();
+    assert!(
+        sources.iter().any(|f| f.as_str() == UNIT_OF_WORK),
+        "the unit of work is not at {UNIT_OF_WORK}"
+    );
+    let mut outside = Vec::new();
+    for f in sources {
+        if f.as_str() == UNIT_OF_WORK || f.as_str() == "tests/tests/tidy.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+        for (at, line) in publishing_calls(&text) {
+            outside.push(format!("{f}:{at} {line}"));
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "publishing after a commit is the unit of work's ({UNIT_OF_WORK}: `transact!` commits, \
+         then publishes every event the transaction appended; a body keeps documents with \
+         `after.keep_document`), never a caller's:\n{outside:#?}"
+    );
+}
+
+#[test]
+fn the_publishing_check_catches_what_it_is_for() {
+    let by_hand = "        })?;\n        self.console.event_committed(event.id);\n";
+    assert_eq!(
+        publishing_calls(by_hand),
+        vec![(2, "self.console.event_committed(event.id);".to_owned())]
+    );
+    let docs = "    self.console.documents().document_committed(&events, kept);\n";
+    assert_eq!(publishing_calls(docs).len(), 1);
+    assert!(publishing_calls("    /// `event_committed(id)` wakes the streams.\n").is_empty());
+}

@@ -164,7 +164,7 @@ fn listen(state: &Arc<AppState>, storage: &countersign_console_sql::SqlStorage) 
     let weak = Arc::downgrade(state);
     let listener = storage.listen_events(Arc::new(move |id| {
         if let Some(st) = weak.upgrade() {
-            st.console.event_committed(id);
+            st.console.heard_committed(id);
         }
     }));
     if let Ok(mut slot) = state.event_listener.lock() {

@@ -39,7 +39,7 @@ impl Console {
             project,
             default,
         };
-        let event = transact!(self, |tx| {
+        transact!(self, |tx| {
             if tx.project(&mapping.project).await?.is_none() {
                 return Err(Error::with_message(
                     ErrorCode::INVALID_PROJECT,
@@ -47,24 +47,20 @@ impl Console {
                 ));
             }
             if tx.mapping(&mapping.repo).await?.as_ref() == Some(&mapping) {
-                return Ok(None);
+                return Ok(());
             }
             tx.put_mapping(&mapping).await?;
-            Ok(Some(
-                self.append(
-                    tx,
-                    "repo_mapping.changed",
-                    actor,
-                    Some(&mapping.project),
-                    None,
-                    json!(mapping),
-                )
-                .await?,
-            ))
+            self.append(
+                tx,
+                "repo_mapping.changed",
+                actor,
+                Some(&mapping.project),
+                None,
+                json!(mapping),
+            )
+            .await?;
+            Ok(())
         })?;
-        if let Some(e) = event {
-            self.event_committed(e.id);
-        }
         Ok(mapping)
     }
 
@@ -77,7 +73,7 @@ impl Console {
         repo: &str,
     ) -> Result<(), Error> {
         let repo = repo_of(owner, repo)?;
-        let event = transact!(self, |tx| {
+        transact!(self, |tx| {
             let m = tx
                 .mapping(&repo)
                 .await?
@@ -97,7 +93,6 @@ impl Console {
             )
             .await
         })?;
-        self.event_committed(event.id);
         Ok(())
     }
 }

@@ -194,7 +194,10 @@ pub trait WorkTx:
     + IssuesWork
     + crate::work::MessagesWork
 {
-    async fn commit(self: Box<Self>) -> Result<(), StorageError>;
+    /// Commits, answering the highest event id the transaction appended (`None`: it appended
+    /// none). The unit of work ([`crate::console::unit`]) publishes it once the commit is
+    /// done: the storage sees every append, so no event can be left out.
+    async fn commit(self: Box<Self>) -> Result<Option<i64>, StorageError>;
     /// Every kind search reads, each as its own method answers it with every word required
     /// ([`IssueTx::search_issues`], [`crate::work::DocumentTx::search_documents`],
     /// `search_asks` not answered only, `search_comments`, `search_messages`): each kind with

@@ -342,7 +342,7 @@ impl countersign_console_core::work::DeliveryWork for SqlTx {}
 
 #[async_trait]
 impl WorkTx for SqlTx {
-    async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
+    async fn commit(mut self: Box<Self>) -> Result<Option<i64>, StorageError> {
         if self.delivery_written {
             crate::delivery::move_generation(&mut self).await?;
         }
@@ -355,12 +355,14 @@ impl WorkTx for SqlTx {
                 .await
                 .map_err(db_err)?;
         }
+        let last_event = self.last_event;
         match self.tx {
-            Conn::Tx(t) => t.commit().await.map_err(db_err),
+            Conn::Tx(t) => t.commit().await.map_err(db_err)?,
             // Nothing to commit: each statement ran on its own (`read_loose` is for reads).
-            Conn::Single(_) => Ok(()),
-            Conn::Writer(slot) => slot.commit().await,
+            Conn::Single(_) => {}
+            Conn::Writer(slot) => slot.commit().await?,
         }
+        Ok(last_event)
     }
 
     async fn search_kinds(

@@ -49,10 +49,9 @@ impl Asks<'_> {
         let now = self.console.now();
         let id = self.console.new_id(CommentId::from_random);
         // The whole `WorkTx`: a mention's delivery attempt opens through the messages' code.
-        let (view, events, opened) = transact!(self.console, WorkTx, |tx| {
+        let (view, opened) = transact!(self.console, WorkTx, |tx| {
             self.write_comment(tx, &req, id, actor, now).await
         })?;
-        self.console.documents().document_committed(&events, None);
         self.console.messages().dispatch(&opened).await;
         Ok(view)
     }
@@ -65,7 +64,7 @@ impl Asks<'_> {
         id: CommentId,
         actor: &Actor,
         now: Time,
-    ) -> Result<(CommentView, Vec<Event>, Vec<Opened>), Error> {
+    ) -> Result<(CommentView, Vec<Opened>), Error> {
         let root = self.thread_root(tx, req).await?;
         let on_ask = req.ask.or_else(|| root.as_ref().and_then(|r| r.ask));
         let mut ask = match on_ask {
@@ -100,7 +99,7 @@ impl Asks<'_> {
             .documents()
             .keep_mentions(tx, &from, c.issue.as_ref(), (&c.body, false), &e)
             .await?;
-        Ok((view, vec![e], opened))
+        Ok((view, opened))
     }
 
     /// The thread a reply goes in: its parent's root (none for a new thread).
@@ -280,15 +279,14 @@ impl Asks<'_> {
         change: impl Fn(&mut Comment, Time) -> Result<bool, Error> + Send + Sync,
     ) -> Result<CommentView, Error> {
         let now = self.console.now();
-        let (view, event) = transact!(self.console, AsksWork, |tx| {
+        transact!(self.console, AsksWork, |tx| {
             let mut c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
             if let (Some(k), None) = (&c.issue, &c.artifact) {
                 // Locks go comment, then issue.
                 tx.issue(k).await?;
             }
             if !change(&mut c, now)? {
-                let view = self.comment_view(tx, c).await?;
-                return Ok((view, None));
+                return self.comment_view(tx, c).await;
             }
             tx.update_comment(&c).await?;
             let view = self.comment_view(tx, c).await?;
@@ -301,12 +299,8 @@ impl Asks<'_> {
                     .keep_mentions(tx, &from, c.issue.as_ref(), (&c.body, true), &e)
                     .await?;
             }
-            Ok((view, Some(e)))
-        })?;
-        if let Some(e) = event {
-            self.console.event_committed(e.id);
-        }
-        Ok(view)
+            Ok(view)
+        })
     }
 
     /// Edits a comment's body (a person). The same body changes nothing.
@@ -468,7 +462,7 @@ impl Asks<'_> {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
         // The whole `WorkTx`: the suggestion is applied through the documents' edit.
-        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
+        transact!(self.console, WorkTx, |tx, after| {
             let mut c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
             let replacement = match &c.suggestion {
                 Some(CommentSuggestion {
@@ -486,24 +480,21 @@ impl Asks<'_> {
                 block: c.block.clone(),
                 block_token: None,
             };
-            let (_, mut events, kept) = self
+            let (_, kept) = self
                 .console
                 .documents()
                 .change_document(tx, actor, artifact, None, std::slice::from_ref(&op))
                 .await?;
+            after.keep_document(kept);
             if let Some(s) = c.suggestion.as_mut() {
                 s.state = SuggestionState::Accepted;
             }
             tx.update_comment(&c).await?;
             let view = self.comment_view(tx, c).await?;
-            events.push(
-                self.append_comment(tx, "suggestion.accepted", actor, &view)
-                    .await?,
-            );
-            Ok((view, events, kept))
-        })?;
-        self.console.documents().document_committed(&events, kept);
-        Ok(view)
+            self.append_comment(tx, "suggestion.accepted", actor, &view)
+                .await?;
+            Ok(view)
+        })
     }
 
     /// A document's comments, oldest first.

@@ -122,7 +122,7 @@ pub(super) fn engine_quote(q: &Quote) -> doc::Quote {
 }
 
 /// The loaded document and the events and document to keep of a change made in a transaction.
-type Changed = (Vec<Event>, Option<(Artifact, doc::Document)>);
+type Changed = Option<(Artifact, doc::Document)>;
 
 impl Asks<'_> {
     /// An issue's or project's markdown document, locked in a write transaction.
@@ -178,7 +178,7 @@ impl Asks<'_> {
         ask: &mut Ask,
     ) -> Result<Changed, Error> {
         let (Some(artifact), Some(_)) = (ask.head.artifact, ask.head.block.as_ref()) else {
-            return Ok((Vec::new(), None));
+            return Ok(None);
         };
         let a = self.document_in(tx, artifact).await?;
         let current = self.console.documents().loaded(tx, &a).await?;
@@ -188,7 +188,7 @@ impl Asks<'_> {
             .find(|x| x.ask.id == ask.head.id)
             .map(|x| x.block)
         else {
-            return Ok((Vec::new(), None));
+            return Ok(None);
         };
         let md = ask_block(ask)?;
         // As an edit op (the document's log replays ops): the block's whole text replaced.
@@ -198,9 +198,9 @@ impl Asks<'_> {
             block: Some(block.clone()),
             block_token: None,
         }) else {
-            return Ok((Vec::new(), None));
+            return Ok(None);
         };
-        let (_, events, kept) = self
+        let (_, kept) = self
             .console
             .documents()
             .change_document(tx, actor, artifact, None, std::slice::from_ref(&op))
@@ -213,7 +213,7 @@ impl Asks<'_> {
                 .map(|x| x.block)
                 .or(ask.head.block.take());
         }
-        Ok((events, kept))
+        Ok(kept)
     }
 
     /// Opens a question ask on a document; with `block`, an `:::ask` block goes in after that
@@ -229,7 +229,7 @@ impl Asks<'_> {
         let now = self.console.now();
         let id = self.console.new_id(AskId::from_random);
         // The whole `WorkTx`: a block ask goes into its document through the documents' edit.
-        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
+        let view = transact!(self.console, WorkTx, |tx, after| {
             let a = self.document_in(tx, artifact).await?;
             let mut ask = Ask::opened(
                 id,
@@ -244,15 +244,13 @@ impl Asks<'_> {
                 actor,
                 now,
             );
-            let mut events = Vec::new();
-            let mut kept = None;
-            if let Some(after) = &new.block {
+            if let Some(block) = &new.block {
                 let md = ask_block(&ask)?;
                 // As an edit op (the document's log replays ops): after the whole text of
                 // the top-level block holding `after`, the ask block as a block of its own.
                 let current = self.console.documents().loaded(tx, &a).await?;
                 let top = current
-                    .position(after)
+                    .position(block)
                     .map(|p| {
                         p.block
                             .path
@@ -273,27 +271,25 @@ impl Asks<'_> {
                     block_token: None,
                 })
                 .ok_or_else(|| not_found("block"))?;
-                let (_, e, k) = self
+                let (_, kept) = self
                     .console
                     .documents()
                     .change_document(tx, actor, artifact, None, std::slice::from_ref(&op))
                     .await?;
-                ask.head.block = k.as_ref().and_then(|(_, d)| {
+                ask.head.block = kept.as_ref().and_then(|(_, d)| {
                     d.asks()
                         .into_iter()
                         .find(|x| x.ask.id == id)
                         .map(|x| x.block)
                 });
-                events.extend(e);
-                kept = k;
+                after.keep_document(kept);
             }
             tx.insert_ask(&ask).await?;
             self.console.notify_ask(tx, &ask).await?;
             let view = self.ask_full(tx, ask).await?;
-            events.push(self.append_ask(tx, "ask.opened", actor, &view).await?);
-            Ok((view, events, kept))
+            self.append_ask(tx, "ask.opened", actor, &view).await?;
+            Ok(view)
         })?;
-        self.console.documents().document_committed(&events, kept);
         tracing::info!(ask = %view.head.id, "ask opened on a document");
         Ok(view)
     }
@@ -332,13 +328,12 @@ impl Asks<'_> {
         let now = self.console.now();
         let id = self.console.new_id(AskId::from_random);
         // The whole `WorkTx`: the document settles into a version in it.
-        let (out, events) = transact!(self.console, WorkTx, |tx| {
+        transact!(self.console, WorkTx, |tx| {
             let a = self.document_in(tx, artifact).await?;
-            let mut events = Vec::new();
             let version = self
                 .console
                 .documents()
-                .settle_now(tx, artifact, actor, &mut events)
+                .settle_now(tx, artifact, actor)
                 .await?
                 .map(|v| v.number)
                 .ok_or_else(|| invalid("the document has no version to approve"))?;
@@ -356,7 +351,7 @@ impl Asks<'_> {
                     tx.insert_ask(&ask).await?;
                     self.console.notify_ask(tx, &ask).await?;
                     let view = self.ask_full(tx, ask).await?;
-                    events.push(self.append_ask(tx, "ask.opened", actor, &view).await?);
+                    self.append_ask(tx, "ask.opened", actor, &view).await?;
                     (view, true)
                 }
             };
@@ -373,14 +368,10 @@ impl Asks<'_> {
                 artifact: Some(artifact),
             };
             let data = serde_json::to_value(data).unwrap_or_default();
-            events.push(
-                self.append_at(tx, "approval.requested", actor, place, data)
-                    .await?,
-            );
-            Ok((ApprovalRequested { ask: view, created }, events))
-        })?;
-        self.console.documents().document_committed(&events, None);
-        Ok(out)
+            self.append_at(tx, "approval.requested", actor, place, data)
+                .await?;
+            Ok(ApprovalRequested { ask: view, created })
+        })
     }
 
     /// The latest version of a document a review approved, if any.
@@ -475,7 +466,7 @@ impl Asks<'_> {
         let now = self.console.now();
         let id = self.console.new_id(ReviewId::from_random);
         // The whole `WorkTx`: the document may settle into a version in it.
-        let (review, answered, events) = transact!(self.console, WorkTx, |tx| {
+        transact!(self.console, WorkTx, |tx| {
             // Any approval ask first (locks go ask, then document).
             let open = match ask {
                 Some(id) => Some(id),
@@ -485,10 +476,7 @@ impl Asks<'_> {
                 Some(id) => tx.ask(id).await?,
                 None => None,
             };
-            let mut events = Vec::new();
-            let (a, latest) = self
-                .reviewed(tx, artifact, r.version, actor, &mut events)
-                .await?;
+            let (a, latest) = self.reviewed(tx, artifact, r.version, actor).await?;
             let review = Review {
                 id,
                 artifact,
@@ -503,7 +491,7 @@ impl Asks<'_> {
             let mut answered = None;
             if let Some(ask) = open {
                 let view = self.answer_by_review(tx, ask, &review).await?;
-                events.push(self.append_ask(tx, "ask.answered", actor, &view).await?);
+                self.append_ask(tx, "ask.answered", actor, &view).await?;
                 answered = Some(view);
             }
             let kind = match r.outcome {
@@ -524,11 +512,9 @@ impl Asks<'_> {
                 artifact: Some(artifact),
             };
             let data = serde_json::to_value(data).unwrap_or_default();
-            events.push(self.append_at(tx, kind, actor, place, data).await?);
-            Ok((review, answered, events))
-        })?;
-        self.console.documents().document_committed(&events, None);
-        Ok((review, answered))
+            self.append_at(tx, kind, actor, place, data).await?;
+            Ok((review, answered))
+        })
     }
 
     /// The document a review finds, and its latest settled version, which the review must
@@ -539,7 +525,6 @@ impl Asks<'_> {
         artifact: ArtifactId,
         version: i64,
         actor: &Actor,
-        events: &mut Vec<Event>,
     ) -> Result<(Artifact, i64), Error> {
         let mut a = self.document_in(tx, artifact).await?;
         if !a.settled
@@ -547,7 +532,7 @@ impl Asks<'_> {
         {
             self.console
                 .documents()
-                .settle_now(tx, artifact, actor, events)
+                .settle_now(tx, artifact, actor)
                 .await?;
             a = self.document_in(tx, artifact).await?;
         }

@@ -127,7 +127,7 @@ impl Asks<'_> {
         let actor = Actor::User {
             login: human.login.clone(),
         };
-        let (row, event) = transact!(self.console, AsksWork, |tx| {
+        transact!(self.console, AsksWork, |tx| {
             let ask = self.locked_ask(tx, id).await?;
             if ask.turn.is_none() {
                 return Err(ask_state(
@@ -142,13 +142,10 @@ impl Asks<'_> {
                 snoozed_until: Some(until),
             })
             .unwrap_or_default();
-            let e = self
-                .append_personal(tx, "inbox.snoozed", &actor, &ask.head.project, data)
+            self.append_personal(tx, "inbox.snoozed", &actor, &ask.head.project, data)
                 .await?;
-            Ok((Self::inbox_row(InboxAsk::of(&ask), Some(until)), e))
-        })?;
-        self.console.event_committed(event.id);
-        Ok(row)
+            Ok(Self::inbox_row(InboxAsk::of(&ask), Some(until)))
+        })
     }
 
     /// Un-snoozes an inbox row for the caller (one not snoozed: done already, no event);
@@ -157,10 +154,10 @@ impl Asks<'_> {
         let actor = Actor::User {
             login: human.login.clone(),
         };
-        let event = transact!(self.console, AsksWork, |tx| {
+        transact!(self.console, AsksWork, |tx| {
             let ask = self.locked_ask(tx, id).await?;
             if tx.snoozed_until(&human.login, id).await?.is_none() {
-                return Ok(None);
+                return Ok(());
             }
             tx.unsnooze(&human.login, id).await?;
             let data = serde_json::to_value(SnoozeData {
@@ -169,15 +166,10 @@ impl Asks<'_> {
                 snoozed_until: None,
             })
             .unwrap_or_default();
-            Ok(Some(
-                self.append_personal(tx, "inbox.unsnoozed", &actor, &ask.head.project, data)
-                    .await?,
-            ))
-        })?;
-        if let Some(e) = event {
-            self.console.event_committed(e.id);
-        }
-        Ok(())
+            self.append_personal(tx, "inbox.unsnoozed", &actor, &ask.head.project, data)
+                .await?;
+            Ok(())
+        })
     }
 
     /// Appends an event about a person's own inbox: in no issue's or document's log.

@@ -23,7 +23,7 @@ impl Asks<'_> {
         let options = check_options(&new.options)?;
         let now = self.console.now();
         let id = self.console.new_id(AskId::from_random);
-        let (view, event) = transact!(self.console, AsksWork, |tx| {
+        let view = transact!(self.console, AsksWork, |tx| {
             let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
             let ask = Ask::opened(
                 id,
@@ -37,10 +37,9 @@ impl Asks<'_> {
             tx.insert_ask(&ask).await?;
             self.console.notify_ask(tx, &ask).await?;
             let view = self.ask_full(tx, ask).await?;
-            let e = self.append_ask(tx, "ask.opened", actor, &view).await?;
-            Ok((view, e))
+            self.append_ask(tx, "ask.opened", actor, &view).await?;
+            Ok(view)
         })?;
-        self.console.event_committed(event.id);
         tracing::info!(ask = %view.head.id, "ask opened");
         Ok(view)
     }
@@ -202,7 +201,7 @@ impl Asks<'_> {
         let options = patch.options.as_deref().map(check_options).transpose()?;
         let now = self.console.now();
         // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
-        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
+        transact!(self.console, WorkTx, |tx, after| {
             let mut ask = self.locked_ask(tx, id).await?;
             Self::as_author(actor, &ask)?;
             if ask.head.state != AskState::Open {
@@ -213,8 +212,7 @@ impl Asks<'_> {
                 .unwrap_or_else(|| ask.head.question.clone());
             let o = options.clone().unwrap_or_else(|| ask.head.options.clone());
             if q == ask.head.question && o == ask.head.options {
-                let view = self.ask_full(tx, ask).await?;
-                return Ok((view, Vec::new(), None));
+                return self.ask_full(tx, ask).await;
             }
             // The wording being replaced, with who wrote it and when.
             tx.add_wording(
@@ -237,14 +235,13 @@ impl Asks<'_> {
                 ask.turn_since = now;
             }
             // A block ask's `:::ask` block says the new wording.
-            let (mut events, kept) = self.rewrite_block(tx, actor, &mut ask).await?;
+            let kept = self.rewrite_block(tx, actor, &mut ask).await?;
+            after.keep_document(kept);
             tx.update_ask(&ask).await?;
             let view = self.ask_full(tx, ask).await?;
-            events.push(self.append_ask(tx, "ask.reworded", actor, &view).await?);
-            Ok((view, events, kept))
-        })?;
-        self.console.documents().document_committed(&events, kept);
-        Ok(view)
+            self.append_ask(tx, "ask.reworded", actor, &view).await?;
+            Ok(view)
+        })
     }
 
     /// Answers an ask (a person): selected options and/or text. An answered ask takes a later
@@ -271,7 +268,7 @@ impl Asks<'_> {
             return self.answer_approval(actor, ask, &selected, text).await;
         }
         let now = self.console.now();
-        let (view, event) = transact!(self.console, AsksWork, |tx| {
+        let view = transact!(self.console, AsksWork, |tx| {
             let mut ask = self.locked_ask(tx, id).await?;
             if !matches!(ask.head.state, AskState::Open | AskState::Answered) {
                 return Err(ask_state(
@@ -300,10 +297,9 @@ impl Asks<'_> {
             ask.updated_at = now;
             tx.update_ask(&ask).await?;
             let view = self.ask_full(tx, ask).await?;
-            let e = self.append_ask(tx, "ask.answered", actor, &view).await?;
-            Ok((view, e))
+            self.append_ask(tx, "ask.answered", actor, &view).await?;
+            Ok(view)
         })?;
-        self.console.event_committed(event.id);
         tracing::info!(ask = %view.head.id, "ask answered");
         Ok(view)
     }
@@ -363,7 +359,7 @@ impl Asks<'_> {
             .transpose()?;
         let now = self.console.now();
         // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
-        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
+        transact!(self.console, WorkTx, |tx, after| {
             let mut ask = self.locked_ask(tx, id).await?;
             if ask.head.state != AskState::Open {
                 return Err(ask_state(
@@ -384,18 +380,17 @@ impl Asks<'_> {
             ask.turn_since = now;
             ask.updated_at = now;
             // A block ask's block records how it closed.
-            let (mut events, kept) = self.rewrite_block(tx, actor, &mut ask).await?;
+            let kept = self.rewrite_block(tx, actor, &mut ask).await?;
+            after.keep_document(kept);
             tx.update_ask(&ask).await?;
             let view = self.ask_full(tx, ask).await?;
             let kind = match c.state {
                 CloseAs::Retracted => "ask.retracted",
                 CloseAs::Resolved => "ask.resolved",
             };
-            events.push(self.append_ask(tx, kind, actor, &view).await?);
-            Ok((view, events, kept))
-        })?;
-        self.console.documents().document_committed(&events, kept);
-        Ok(view)
+            self.append_ask(tx, kind, actor, &view).await?;
+            Ok(view)
+        })
     }
 
     /// The sessions an ask's answer and replies reach: its author's session, its followers,
@@ -456,11 +451,11 @@ impl Asks<'_> {
             ));
         }
         let now = self.console.now();
-        let event = transact!(self.console, AsksWork, |tx| {
+        transact!(self.console, AsksWork, |tx| {
             let mut ask = self.locked_ask(tx, id).await?;
             let has = ask.followers.iter().any(|f| f == session);
             if has == follow {
-                return Ok(None);
+                return Ok(());
             }
             if follow {
                 ask.followers.push(session.clone());
@@ -484,12 +479,9 @@ impl Asks<'_> {
             } else {
                 "ask.unfollowed"
             };
-            Ok(Some(self.append_at(tx, kind, actor, place, data).await?))
-        })?;
-        if let Some(e) = event {
-            self.console.event_committed(e.id);
-        }
-        Ok(())
+            self.append_at(tx, kind, actor, place, data).await?;
+            Ok(())
+        })
     }
 
     /// How many open asks each session wrote (`GET /sessions`' `open_asks`).

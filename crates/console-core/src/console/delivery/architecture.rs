@@ -131,19 +131,18 @@ impl Delivery<'_> {
             synced_at: None,
             last_error: None,
         };
-        let event = transact!(self.console, DeliveryWork, |tx| {
+        transact!(self.console, DeliveryWork, |tx| {
             tx.put_architecture_source(&src).await?;
             self.append(tx, "architecture.synced", actor, Some(&k), json!(src))
                 .await
         })?;
-        self.console.event_committed(event.id);
         Ok(src)
     }
 
     /// Removes a project's source and its imported tree (SOURCE_NOT_FOUND).
     pub async fn delete_architecture_source(&self, actor: &Actor, key: &str) -> Result<(), Error> {
         let k = self.known_project(key).await?;
-        let event = transact!(self.console, DeliveryWork, |tx| {
+        transact!(self.console, DeliveryWork, |tx| {
             if !tx.delete_architecture_source(&k).await? {
                 return Err(ErrorCode::SOURCE_NOT_FOUND.into());
             }
@@ -151,7 +150,6 @@ impl Delivery<'_> {
             self.append(tx, "architecture.synced", actor, Some(&k), json!(null))
                 .await
         })?;
-        self.console.event_committed(event.id);
         Ok(())
     }
 
@@ -226,7 +224,7 @@ impl Delivery<'_> {
         components: Option<&[Component]>,
     ) -> Result<(), Error> {
         let k = &src.project;
-        let event = transact!(self.console, DeliveryWork, |tx| {
+        transact!(self.console, DeliveryWork, |tx| {
             if let Some(c) = components {
                 tx.put_components(k, c).await?;
             }
@@ -234,7 +232,6 @@ impl Delivery<'_> {
             self.append(tx, "architecture.synced", actor, Some(k), json!(src))
                 .await
         })?;
-        self.console.event_committed(event.id);
         Ok(())
     }
 

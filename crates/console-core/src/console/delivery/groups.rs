@@ -120,13 +120,12 @@ impl Delivery<'_> {
             name: Self::group_name(name)?,
             sessions: Self::group_sessions(sessions)?,
         };
-        let event = transact!(self.console, DeliveryWork, |tx| {
+        transact!(self.console, DeliveryWork, |tx| {
             self.check_group(tx, &g, live_titles).await?;
             tx.put_session_group(&g).await?;
             self.append(tx, "session_group.changed", actor, None, json!(g))
                 .await
         })?;
-        self.console.event_committed(event.id);
         Ok(g)
     }
 
@@ -141,7 +140,7 @@ impl Delivery<'_> {
         let name = patch.name.as_deref().map(Self::group_name).transpose()?;
         let add = Self::group_sessions(&patch.add)?;
         let remove = Self::group_sessions(&patch.remove)?;
-        let (g, event) = transact!(self.console, DeliveryWork, |tx| {
+        transact!(self.console, DeliveryWork, |tx| {
             let mut g = tx.session_group(id).await?.ok_or_else(|| {
                 Error::with_message(ErrorCode::NOT_FOUND, "no such session group")
             })?;
@@ -156,13 +155,10 @@ impl Delivery<'_> {
             }
             self.check_group(tx, &g, live_titles).await?;
             tx.put_session_group(&g).await?;
-            let e = self
-                .append(tx, "session_group.changed", actor, None, json!(g))
+            self.append(tx, "session_group.changed", actor, None, json!(g))
                 .await?;
-            Ok((g, e))
-        })?;
-        self.console.event_committed(event.id);
-        Ok(g)
+            Ok(g)
+        })
     }
 
     /// Deletes a group: its sessions show as themselves again.
@@ -171,7 +167,7 @@ impl Delivery<'_> {
         actor: &Actor,
         id: SessionGroupId,
     ) -> Result<(), Error> {
-        let event = transact!(self.console, DeliveryWork, |tx| {
+        transact!(self.console, DeliveryWork, |tx| {
             if !tx.delete_session_group(id).await? {
                 return Err(Error::with_message(
                     ErrorCode::NOT_FOUND,
@@ -181,7 +177,6 @@ impl Delivery<'_> {
             self.append(tx, "session_group.changed", actor, None, json!(null))
                 .await
         })?;
-        self.console.event_committed(event.id);
         Ok(())
     }
 }

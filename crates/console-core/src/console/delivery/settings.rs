@@ -108,7 +108,7 @@ impl Delivery<'_> {
                 .await
                 .map_err(|e| host_error(e, access))?;
         }
-        let event = transact!(self.console, DeliveryWork, |tx| {
+        transact!(self.console, DeliveryWork, |tx| {
             let old = tx.delivery_settings().await?;
             if old
                 .as_ref()
@@ -120,7 +120,6 @@ impl Delivery<'_> {
             self.append(tx, "delivery.settings_changed", actor, None, json!(s))
                 .await
         })?;
-        self.console.event_committed(event.id);
         Ok(s)
     }
 }

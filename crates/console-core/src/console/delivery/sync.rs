@@ -53,7 +53,7 @@ impl Delivery<'_> {
         }
         let result = self.sync_once(&settings).await;
         let now = self.console.now();
-        let (f, event) = transact!(self.console, DeliveryWork, |tx| {
+        let f = transact!(self.console, DeliveryWork, |tx| {
             let old = tx.freshness().await?;
             let mut f = old.clone();
             match &result {
@@ -67,21 +67,14 @@ impl Delivery<'_> {
             // An event when the sync wrote something or its error changed: what a page shows
             // moved (a quiet sync every few minutes appends nothing).
             let wrote = matches!(&result, Ok(n) if *n > 0);
-            let event = if wrote || f.error != old.error {
-                Some(
-                    self.append(tx, "delivery.synced", &system(), None, json!(f))
-                        .await?,
-                )
-            } else {
-                None
-            };
-            Ok((f, event))
+            if wrote || f.error != old.error {
+                self.append(tx, "delivery.synced", &system(), None, json!(f))
+                    .await?;
+            }
+            Ok(f)
         })?;
         if let Err(e) = &result {
             tracing::warn!(error = %e, "delivery sync failed");
-        }
-        if let Some(e) = event {
-            self.console.event_committed(e.id);
         }
         // Readers after a sync find the synced data parsed already.
         if let Err(e) = self.keep_synced().await {

@@ -133,8 +133,8 @@ impl DocumentCaches {
         lock(&self.loaded).get(a)
     }
 
-    pub(super) fn keep_loaded(&self, a: &Artifact, doc: &Document) {
-        lock(&self.loaded).put(a, doc.clone(), 0, LOADED_MAX, usize::MAX);
+    pub(crate) fn keep_loaded(&self, a: &Artifact, doc: Document) {
+        lock(&self.loaded).put(a, doc, 0, LOADED_MAX, usize::MAX);
     }
 
     pub(super) fn answered(

@@ -57,29 +57,21 @@ impl Documents<'_> {
     ) -> Result<EditAnswer, Error> {
         // The whole `WorkTx`: an edit goes through the asks' code in its transaction (an open
         // approval ask follows the new content).
-        let (answer, events, kept) = transact!(self.console, WorkTx, |tx| {
-            self.change_document(tx, actor, id, expected_token, ops)
-                .await
-        })?;
-        self.document_committed(&events, kept);
-        Ok(answer)
-    }
-
-    /// After a transaction that ran [`Documents::change_document`] committed: the loaded
-    /// document kept for the next edit, and the event streams woken.
-    pub(crate) fn document_committed(&self, events: &[Event], kept: Option<(Artifact, Document)>) {
-        if let Some((a, doc)) = kept {
-            self.console.documents.keep_loaded(&a, &doc);
-        }
-        self.committed_all(events);
+        transact!(self.console, WorkTx, |tx, after| {
+            let (answer, kept) = self
+                .change_document(tx, actor, id, expected_token, ops)
+                .await?;
+            after.keep_document(kept);
+            Ok(answer)
+        })
     }
 
     /// The body of an edit in the caller's transaction (the asks' block asks and accepted
-    /// suggestions run theirs through it): as [`Documents::edit`], answering the edit, its
-    /// events and the document to keep once the transaction commits
-    /// ([`Documents::document_committed`]). The whole `WorkTx`: an open approval ask follows
-    /// the new content (the asks' code, in the same transaction).
-    #[allow(clippy::type_complexity)]
+    /// suggestions run theirs through it): as [`Documents::edit`], answering the edit and the
+    /// document as it left it (`None`: the edit changed nothing), which the caller hands to
+    /// its unit of work to keep loaded once the transaction commits
+    /// ([`crate::console::unit::AfterCommit::keep_document`]). The whole `WorkTx`: an open approval ask follows the
+    /// new content (the asks' code, in the same transaction).
     pub(crate) async fn change_document(
         &self,
         tx: &mut dyn WorkTx,
@@ -87,14 +79,13 @@ impl Documents<'_> {
         id: ArtifactId,
         expected_token: Option<&str>,
         ops: &[doc::EditOp],
-    ) -> Result<(EditAnswer, Vec<Event>, Option<(Artifact, Document)>), Error> {
+    ) -> Result<(EditAnswer, Option<(Artifact, Document)>), Error> {
         let mut a = Self::artifact_in(tx, id).await?;
         if a.kind != ArtifactKind::Document {
             return Err(not_document());
         }
         let before = self.loaded(tx, &a).await?;
-        let mut events = Vec::new();
-        self.settle_if_due(tx, &mut a, &mut events).await?;
+        self.settle_if_due(tx, &mut a).await?;
         let mut made: Vec<String> = Vec::new();
         let edited = before.apply(expected_token, ops, &mut || {
             let id = self.new_block_id();
@@ -106,7 +97,7 @@ impl Documents<'_> {
             && answer.changed.is_empty()
             && answer.removed.is_empty()
         {
-            return Ok((answer, events, None));
+            return Ok((answer, None));
         }
         let doc = edited.document;
         // An open approval ask follows the new content: its agent's turn.
@@ -137,8 +128,7 @@ impl Documents<'_> {
             self.edit_references(tx, &a, &doc, &answer, &parts, e)
                 .await?;
         }
-        events.extend(e);
-        Ok((answer, events, Some((a, doc))))
+        Ok((answer, Some((a, doc))))
     }
 
     /// An edit goes into the document's log (what it spliced, and what replays it: its ops
@@ -236,7 +226,7 @@ impl Documents<'_> {
     /// DOCUMENT_LIVE when it has edits of the last five minutes not yet settled (someone is
     /// working in it: new ids would fail their next edits), else DOCUMENT_LOADS.
     pub async fn rebuild(&self, actor: &Actor, id: ArtifactId) -> Result<ArtifactView, Error> {
-        let (view, events, kept) = transact!(self.console, DocumentsWork, |tx| {
+        transact!(self.console, DocumentsWork, |tx, after| {
             let mut a = Self::artifact_in(tx, id).await?;
             if a.kind != ArtifactKind::Document {
                 return Err(not_document());
@@ -275,15 +265,10 @@ impl Documents<'_> {
                 self.keep_references(tx, &a, &p.refs, None, e).await?;
             }
             tracing::warn!(artifact = %a.id, "document rebuilt from its markdown");
-            Ok((
-                ArtifactView::of(&a),
-                e.into_iter().collect::<Vec<_>>(),
-                (a, p.doc),
-            ))
-        })?;
-        self.console.documents.keep_loaded(&kept.0, &kept.1);
-        self.committed_all(&events);
-        Ok(view)
+            let view = ArtifactView::of(&a);
+            after.keep_document(Some((a, p.doc)));
+            Ok(view)
+        })
     }
 
     /// Whether a document has edits of the last five minutes not yet settled.

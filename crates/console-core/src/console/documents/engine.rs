@@ -144,7 +144,7 @@ impl Documents<'_> {
         }
         let stored = self.stored(tx, a).await?;
         let d = replay(&stored).map_err(|e| unloadable(a.id, &e))?;
-        self.console.documents.keep_loaded(a, &d);
+        self.console.documents.keep_loaded(a, d.clone());
         Ok(d)
     }
 

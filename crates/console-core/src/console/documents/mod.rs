@@ -242,11 +242,9 @@ impl Documents<'_> {
         if !self.settle_due(&a) {
             return Ok(a);
         }
-        let (a, events) = transact!(self.console, DocumentsWork, |tx| {
+        transact!(self.console, DocumentsWork, |tx| {
             self.settled_in(tx, id).await
-        })?;
-        self.committed_all(&events);
-        Ok(a)
+        })
     }
 
     /// An artifact by id in a transaction (locked there when it writes), else 404.
@@ -254,23 +252,15 @@ impl Documents<'_> {
         tx.artifact(id).await?.ok_or_else(|| not_found("artifact"))
     }
 
-    /// An artifact by id in a write transaction, its content settled first when it is due;
-    /// with the events settling appended.
+    /// An artifact by id in a write transaction, its content settled first when it is due.
     async fn settled_in(
         &self,
         tx: &mut dyn DocumentsWork,
         id: ArtifactId,
-    ) -> Result<(Artifact, Vec<Event>), Error> {
+    ) -> Result<Artifact, Error> {
         let mut a = Self::artifact_in(tx, id).await?;
-        let mut events = Vec::new();
-        self.settle_if_due(tx, &mut a, &mut events).await?;
-        Ok((a, events))
-    }
-
-    fn committed_all(&self, events: &[Event]) {
-        if let Some(id) = events.iter().map(|e| e.id).max() {
-            self.console.event_committed(id);
-        }
+        self.settle_if_due(tx, &mut a).await?;
+        Ok(a)
     }
 
     /// Whether a document's content waits to settle and has had no edit for five minutes.
@@ -286,17 +276,14 @@ impl Documents<'_> {
         &self,
         tx: &mut dyn DocumentsWork,
         a: &mut Artifact,
-        events: &mut Vec<Event>,
     ) -> Result<(), Error> {
         if !self.settle_due(a) {
             return Ok(());
         }
         let at = a.changed_at + settle_after();
         let by = a.changed_by.clone();
-        let (_, e) = self
-            .new_version(tx, a, None, VersionKind::Settled, &by, at, &console_actor())
+        self.new_version(tx, a, None, VersionKind::Settled, &by, at, &console_actor())
             .await?;
-        events.extend(e);
         Ok(())
     }
 
@@ -308,23 +295,20 @@ impl Documents<'_> {
         tx: &mut dyn DocumentsWork,
         id: ArtifactId,
         actor: &Actor,
-        events: &mut Vec<Event>,
     ) -> Result<Option<VersionRef>, Error> {
         let mut a = Self::artifact_in(tx, id).await?;
         if !a.settled {
             let by = a.changed_by.clone();
-            let (_, e) = self
-                .new_version(
-                    tx,
-                    &mut a,
-                    None,
-                    VersionKind::Settled,
-                    &by,
-                    self.console.now(),
-                    actor,
-                )
-                .await?;
-            events.extend(e);
+            self.new_version(
+                tx,
+                &mut a,
+                None,
+                VersionKind::Settled,
+                &by,
+                self.console.now(),
+                actor,
+            )
+            .await?;
         }
         Ok(a.version)
     }

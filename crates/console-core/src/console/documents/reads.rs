@@ -145,11 +145,11 @@ impl Documents<'_> {
                 "a version name is at most 80 characters",
             ));
         }
-        let (info, events) = transact!(self.console, DocumentsWork, |tx| {
-            let (mut a, mut events) = self.settled_in(tx, id).await?;
+        transact!(self.console, DocumentsWork, |tx| {
+            let mut a = self.settled_in(tx, id).await?;
             let by = actor.clone();
             let now = self.console.now();
-            let (info, e) = self
+            let (info, _) = self
                 .new_version(
                     tx,
                     &mut a,
@@ -160,7 +160,6 @@ impl Documents<'_> {
                     actor,
                 )
                 .await?;
-            events.extend(e);
             let answer = match a.kind {
                 ArtifactKind::Document => NamedVersion::Document(DocumentVersion {
                     number: info.number,
@@ -173,10 +172,8 @@ impl Documents<'_> {
                 }),
                 ArtifactKind::Image | ArtifactKind::File => NamedVersion::File(info),
             };
-            Ok((answer, events))
-        })?;
-        self.committed_all(&events);
-        Ok(info)
+            Ok(answer)
+        })
     }
 
     /// A page of a document's event log.
@@ -210,7 +207,7 @@ impl Documents<'_> {
         id: ArtifactId,
         session: &SessionId,
     ) -> Result<(), Error> {
-        let event = transact!(self.console, DocumentsWork, |tx| {
+        transact!(self.console, DocumentsWork, |tx| {
             let a = Self::artifact_in(tx, id).await?;
             if !tx
                 .document_subscribers(a.id)
@@ -218,7 +215,7 @@ impl Documents<'_> {
                 .iter()
                 .any(|(s, _)| s == session)
             {
-                return Ok(None);
+                return Ok(());
             }
             tx.document_unsubscribe(a.id, session).await?;
             let data = json!({
@@ -228,11 +225,8 @@ impl Documents<'_> {
                 "by": actor,
             });
             let e = self.artifact_event(&a, "subscription.removed", actor, data);
-            Ok(Some(tx.append_event(&e, None).await?))
-        })?;
-        if let Some(e) = event {
-            self.console.event_committed(e.id);
-        }
-        Ok(())
+            tx.append_event(&e, None).await?;
+            Ok(())
+        })
     }
 }

@@ -40,26 +40,17 @@ impl Documents<'_> {
         let checked = self.check_upload(at, &up)?;
         // The whole `WorkTx`: a new version of a document goes through the asks' code in the
         // same transaction (an open approval ask follows the new content).
-        let (view, events, kept) = transact!(self.console, WorkTx, |tx| {
+        let view = transact!(self.console, WorkTx, |tx, after| {
             let scope = self.scope_in(tx, at).await?;
             let mut existing = tx.artifacts_by_filename(&scope, &up.filename).await?;
-            let mut events = Vec::new();
             let a = match existing.pop() {
-                Some(a) => {
-                    self.upload_version(tx, a, &up, &checked, actor, &mut events)
-                        .await?
-                }
-                None => {
-                    self.upload_new(tx, scope, &up, &checked, actor, &mut events)
-                        .await?
-                }
+                Some(a) => self.upload_version(tx, a, &up, &checked, actor).await?,
+                None => self.upload_new(tx, scope, &up, &checked, actor).await?,
             };
-            Ok((ArtifactView::of(&a), events, a))
+            let view = ArtifactView::of(&a);
+            after.keep_document(checked.parsed.as_ref().map(|p| (a, p.doc.clone())));
+            Ok(view)
         })?;
-        if let Some(p) = &checked.parsed {
-            self.console.documents.keep_loaded(&kept, &p.doc);
-        }
-        self.committed_all(&events);
         tracing::info!(artifact = %view.id, kind = view.kind.as_str(), "artifact uploaded");
         Ok(view)
     }
@@ -132,7 +123,6 @@ impl Documents<'_> {
         up: &Upload,
         c: &Checked,
         actor: &Actor,
-        events: &mut Vec<Event>,
     ) -> Result<Artifact, Error> {
         if up.slug.as_ref().is_some_and(|s| *s != a.slug) {
             return Err(artifact_input(format!(
@@ -151,10 +141,8 @@ impl Documents<'_> {
         // Edits not yet in a version are kept: they settle before the upload replaces them.
         if !a.settled {
             let by = a.changed_by.clone();
-            let (_, e) = self
-                .new_version(tx, &mut a, None, VersionKind::Settled, &by, now, actor)
+            self.new_version(tx, &mut a, None, VersionKind::Settled, &by, now, actor)
                 .await?;
-            events.extend(e);
         }
         a.kind = c.kind;
         a.content_type = c.content_type.clone();
@@ -187,7 +175,6 @@ impl Documents<'_> {
         if let (Some(e), Some(p)) = (&e, &c.parsed) {
             self.keep_references(tx, &a, &p.refs, None, e).await?;
         }
-        events.extend(e);
         Ok(a)
     }
 
@@ -200,7 +187,6 @@ impl Documents<'_> {
         up: &Upload,
         c: &Checked,
         actor: &Actor,
-        events: &mut Vec<Event>,
     ) -> Result<Artifact, Error> {
         let slug = match &up.slug {
             Some(s) => {
@@ -250,7 +236,6 @@ impl Documents<'_> {
             if let Some(p) = &c.parsed {
                 self.keep_references(tx, &a, &p.refs, None, &e).await?;
             }
-            events.push(e);
         }
         Ok(a)
     }

@@ -91,7 +91,7 @@ impl Messages<'_> {
         }
         let number = attempt_number(attempt)?;
         let now = self.console.now();
-        let (accepted, event) = transact!(self.console, MessagesWork, |tx| {
+        let (accepted, _) = transact!(self.console, MessagesWork, |tx| {
             let m = tx.message(id).await?.ok_or_else(no_message)?;
             let root = if m.thread_id == m.id {
                 m.clone()
@@ -113,7 +113,6 @@ impl Messages<'_> {
             let mode = accepted_as.unwrap_or(a.mode);
             self.write_accept(tx, actor, &m, a, mode, now).await
         })?;
-        self.console.event_committed(event.id);
         Ok(accepted)
     }
 

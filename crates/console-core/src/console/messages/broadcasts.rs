@@ -103,8 +103,7 @@ impl Messages<'_> {
                 .await
         })?;
         match done {
-            (sent, Some((opened, e))) => {
-                self.console.event_committed(e.id);
+            (sent, Some((opened, _))) => {
                 self.dispatch(&opened).await;
                 Ok((sent, true))
             }

@@ -45,12 +45,11 @@ pub(crate) struct NewAttempt<'a> {
     pub scope: &'a Scope,
 }
 
-/// An attempt just opened: its `delivery.attempt` event, and what to hand to the link once the
-/// transaction commits (pending ones only).
+/// An attempt just opened (its `delivery.attempt` event appended), and what to hand to the
+/// link once the transaction commits (pending ones only).
 #[derive(Debug, Clone)]
 pub(crate) struct Opened {
     pub attempt: Attempt,
-    pub event: Event,
     pub delivery: Option<Delivery>,
 }
 
@@ -112,7 +111,7 @@ impl Messages<'_> {
         let pending = state == AttemptState::Pending;
         tx.insert_attempt(&attempt, pending.then_some(new.content))
             .await?;
-        let event = self.attempt_event(tx, &attempt, new.requested_by).await?;
+        self.attempt_event(tx, &attempt, new.requested_by).await?;
         // The link is this replica's, or another's: told at commit, it sends the content.
         let elsewhere = live
             .as_ref()
@@ -133,11 +132,7 @@ impl Messages<'_> {
             session_id: attempt.session_id.clone(),
             content: new.content.clone(),
         });
-        Ok(Opened {
-            attempt,
-            event,
-            delivery,
-        })
+        Ok(Opened { attempt, delivery })
     }
 
     /// Appends `delivery.attempt` for an attempt's new state: in its scope's log (an issue's
@@ -174,13 +169,10 @@ impl Messages<'_> {
         Ok(tx.append_event(&e, sequence).await?)
     }
 
-    /// After the transaction that opened `opened` committed: wakes the event streams and hands
-    /// each pending attempt to its session's link; one no link takes fails at once
-    /// (`not_live`).
+    /// After the transaction that opened `opened` committed (its events woke the streams as
+    /// it did): hands each pending attempt to its session's link; one no link takes fails at
+    /// once (`not_live`).
     pub(crate) async fn dispatch(&self, opened: &[Opened]) {
-        if let Some(id) = opened.iter().map(|o| o.event.id).max() {
-            self.console.event_committed(id);
-        }
         let refused: Vec<(Deliverable, i64)> = opened
             .iter()
             .filter_map(|o| o.delivery.as_ref())
@@ -230,9 +222,6 @@ impl Messages<'_> {
             }
             Ok(events)
         })?;
-        if let Some(e) = events.last() {
-            self.console.event_committed(e.id);
-        }
         Ok(events.len())
     }
 
@@ -309,9 +298,6 @@ impl Messages<'_> {
             }
             Ok(events)
         })?;
-        if let Some(e) = events.last() {
-            self.console.event_committed(e.id);
-        }
         Ok(events.len())
     }
 

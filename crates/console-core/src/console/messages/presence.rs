@@ -173,7 +173,7 @@ impl Messages<'_> {
     /// A link's `hello`: the session is live on this replica's link `live.link`
     /// (`session.live`); a link of it on another replica is told to close.
     pub async fn session_hello(&self, actor: &Actor, live: &LiveSession) -> Result<(), Error> {
-        let e = transact!(self.console, MessagesWork, |tx| {
+        transact!(self.console, MessagesWork, |tx| {
             if let Some((replica, link)) = tx.put_live(live).await?
                 && replica != live.replica
             {
@@ -186,25 +186,19 @@ impl Messages<'_> {
             }
             self.live_event(tx, "session.live", actor, live).await
         })?;
-        self.console.event_committed(e.id);
         Ok(())
     }
 
     /// A link's `update`: what the session advertises now (`session.updated`), if that link
     /// still holds it.
     pub async fn session_update(&self, actor: &Actor, live: &LiveSession) -> Result<(), Error> {
-        let e = transact!(self.console, MessagesWork, |tx| {
+        transact!(self.console, MessagesWork, |tx| {
             if !tx.update_live(live).await? {
-                return Ok(None);
+                return Ok(());
             }
-            Ok(Some(
-                self.live_event(tx, "session.updated", actor, live).await?,
-            ))
-        })?;
-        if let Some(e) = e {
-            self.console.event_committed(e.id);
-        }
-        Ok(())
+            self.live_event(tx, "session.updated", actor, live).await?;
+            Ok(())
+        })
     }
 
     /// A link closed: if it still held its session, the session is gone (`session.gone`) and
@@ -216,14 +210,16 @@ impl Messages<'_> {
         link: i64,
     ) -> Result<(), Error> {
         let replica = self.replica().to_owned();
-        let e = transact!(self.console, MessagesWork, |tx| {
+        let gone = transact!(self.console, MessagesWork, |tx| {
             match tx.remove_live(session, &replica, link).await? {
-                Some(l) => Ok(Some(self.live_event(tx, "session.gone", actor, &l).await?)),
-                None => Ok(None),
+                Some(l) => {
+                    self.live_event(tx, "session.gone", actor, &l).await?;
+                    Ok(true)
+                }
+                None => Ok(false),
             }
         })?;
-        if let Some(e) = e {
-            self.console.event_committed(e.id);
+        if gone {
             self.session_left(session).await?;
         }
         Ok(())
@@ -256,17 +252,13 @@ impl Messages<'_> {
         let actor = Actor::System {
             name: "console".into(),
         };
-        let (gone, last) = transact!(self.console, MessagesWork, |tx| {
+        let gone = transact!(self.console, MessagesWork, |tx| {
             let gone = tx.remove_stale(&replica, before, STALE_BATCH).await?;
-            let mut last = None;
             for l in &gone {
-                last = Some(self.live_event(tx, "session.gone", &actor, l).await?);
+                self.live_event(tx, "session.gone", &actor, l).await?;
             }
-            Ok((gone, last))
+            Ok(gone)
         })?;
-        if let Some(e) = last {
-            self.console.event_committed(e.id);
-        }
         for l in &gone {
             self.session_left(&l.session_id).await?;
         }

@@ -79,12 +79,11 @@ impl Messages<'_> {
             self.keep_mentions(tx, &m, &sent).await?;
             let opened = self.attempt(tx, &m, &m.author).await?;
             let view = self.view(tx, &m).await?;
-            Ok(Some((view, opened, sent)))
+            Ok(Some((view, opened)))
         })?;
-        let Some((view, opened, sent)) = done else {
+        let Some((view, opened)) = done else {
             return Ok(None);
         };
-        self.console.event_committed(sent.id);
         self.dispatch(&opened).await;
         Ok(Some(view))
     }
@@ -201,7 +200,7 @@ impl Messages<'_> {
     ) -> Result<(MessageView, bool), Error> {
         let session = session_of(actor)?;
         check_body(body)?;
-        let (view, event) = transact!(self.console, MessagesWork, |tx| {
+        transact!(self.console, MessagesWork, |tx| {
             let m = tx.message(id).await?.ok_or_else(no_message)?;
             self.check_delivered(tx, &m, &session).await?;
             let thread = tx
@@ -211,19 +210,14 @@ impl Messages<'_> {
                 ReplyPlace::Posted(stored) => {
                     let mut v = self.view(tx, stored).await?;
                     v.duplicate = Some(true);
-                    Ok((v, None))
+                    Ok((v, false))
                 }
                 ReplyPlace::Under(parent) => {
-                    let (v, e) = self.post_reply(tx, actor, &m, parent, body).await?;
-                    Ok((v, Some(e)))
+                    let (v, _) = self.post_reply(tx, actor, &m, parent, body).await?;
+                    Ok((v, true))
                 }
             }
-        })?;
-        let created = event.is_some();
-        if let Some(e) = event {
-            self.console.event_committed(e.id);
-        }
-        Ok((view, created))
+        })
     }
 
     /// Refuses a reply from a session `m` was never delivered to (no attempt of `m` is its):

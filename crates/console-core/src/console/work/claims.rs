@@ -97,18 +97,17 @@ impl Issues<'_> {
         kind: &'static str,
         holder: &Actor,
     ) -> Result<bool, Error> {
-        let done = transact!(self.console, IssuesWork, |tx| {
+        transact!(self.console, IssuesWork, |tx| {
             let mut issue = tx.issue(key).await?.ok_or_else(|| not_found("issue"))?;
             if issue.claim != *seen {
-                return Ok(None);
+                return Ok(false);
             }
             issue.claim = next.clone();
             issue.sequence += 1;
             issue.updated_at = self.console.now();
             tx.update_issue(&issue).await?;
             let data = json!({ "key": issue.key, "holder": holder });
-            let e = self
-                .console
+            self.console
                 .append(
                     tx,
                     kind,
@@ -118,15 +117,8 @@ impl Issues<'_> {
                     data,
                 )
                 .await?;
-            Ok(Some(e))
-        })?;
-        match done {
-            Some(e) => {
-                self.console.event_committed(e.id);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+            Ok(true)
+        })
     }
 
     /// Releases an issue's claim: its holder, any person, or anyone once the holding session

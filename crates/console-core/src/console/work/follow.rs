@@ -82,7 +82,7 @@ impl Issues<'_> {
         session: &SessionId,
     ) -> Result<(), Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
-        let event = transact!(self.console, IssuesWork, |tx| {
+        transact!(self.console, IssuesWork, |tx| {
             let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
             if !tx
                 .subscribers(&key)
@@ -90,27 +90,22 @@ impl Issues<'_> {
                 .iter()
                 .any(|(s, _)| s == session)
             {
-                return Ok(None);
+                return Ok(());
             }
             tx.unsubscribe(&key, session).await?;
             let data =
                 json!({ "issue": key, "artifact": null, "session_id": session, "by": actor });
-            Ok(Some(
-                self.console
-                    .append(
-                        tx,
-                        "subscription.removed",
-                        actor,
-                        Some(&issue.project),
-                        None,
-                        data,
-                    )
-                    .await?,
-            ))
-        })?;
-        if let Some(e) = event {
-            self.console.event_committed(e.id);
-        }
-        Ok(())
+            self.console
+                .append(
+                    tx,
+                    "subscription.removed",
+                    actor,
+                    Some(&issue.project),
+                    None,
+                    data,
+                )
+                .await?;
+            Ok(())
+        })
     }
 }

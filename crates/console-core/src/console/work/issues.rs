@@ -182,12 +182,12 @@ impl Issues<'_> {
         repo: Option<String>,
     ) -> Result<(IssueView, bool), Error> {
         let c = self.checked(new).await?;
-        let (view, event) = transact!(self.console, IssuesWork, |tx| {
+        let (view, created) = transact!(self.console, IssuesWork, |tx| {
             // Two imports of one ref at once: the second finds the first's.
             if let Some(r) = &repo
                 && let Some(i) = tx.issue_by_repo(r).await?
             {
-                return Ok((self.view(tx, i).await?, None));
+                return Ok((self.view(tx, i).await?, false));
             }
             let issue = self
                 .new_issue(tx, actor, &c, &project, repo.clone())
@@ -201,8 +201,7 @@ impl Issues<'_> {
                 Vec::new()
             };
             let view = self.view_with(issue, Vec::new(), Vec::new(), None, &roles);
-            let event = self
-                .console
+            self.console
                 .append(
                     tx,
                     "issue.created",
@@ -212,11 +211,9 @@ impl Issues<'_> {
                     json!(view),
                 )
                 .await?;
-            Ok((view, Some(event)))
+            Ok((view, true))
         })?;
-        let created = event.is_some();
-        if let Some(e) = event {
-            self.console.event_committed(e.id);
+        if created {
             tracing::info!(issue = %view.key, "issue created");
         }
         Ok((view, created))

@@ -6,7 +6,8 @@
 //!
 //! - this module: the inputs and their checks, the helpers other areas share
 //!   ([`console_ref`], `invalid`, `not_found`, the person an assignee names), and the event
-//!   log every area appends to (`Console::append`, `Console::event_committed`);
+//!   log every area appends to (`Console::append`; the unit of work, `console/unit.rs`,
+//!   publishes what commits);
 //! - [`projects`]: projects; [`issues`]: an issue created, imported, read and listed;
 //!   [`update`]: an issue's fields edited; [`claims`]: claims and releases;
 //!   [`follow`]: an issue's log, read states and subscribers; [`advice`]: the similar issues
@@ -215,18 +216,6 @@ impl Console {
         Issues { console: self }
     }
 
-    /// Wakes event streams: events up to `id` are committed.
-    pub fn event_committed(&self, id: i64) {
-        self.committed.send_if_modified(|c| {
-            if id > *c {
-                *c = id;
-                true
-            } else {
-                false
-            }
-        });
-    }
-
     /// A receiver that changes whenever events are committed.
     pub fn events_watch(&self) -> tokio::sync::watch::Receiver<i64> {
         self.committed.subscribe()
@@ -280,10 +269,9 @@ impl Console {
         actor: &Actor,
         data: Value,
     ) -> Result<(), Error> {
-        let e = transact!(self, EventTx, |tx| self
+        transact!(self, EventTx, |tx| self
             .append(tx, kind, actor, None, None, data.clone())
             .await)?;
-        self.event_committed(e.id);
         Ok(())
     }
 

@@ -44,7 +44,7 @@ impl Issues<'_> {
             name: name.to_owned(),
             created_at: self.console.now(),
         };
-        let event = transact!(self.console, IssuesWork, |tx| {
+        transact!(self.console, IssuesWork, |tx| {
             if !tx.insert_project(&project).await? {
                 return Err(ErrorCode::PROJECT_EXISTS.into());
             }
@@ -59,7 +59,6 @@ impl Issues<'_> {
                 )
                 .await
         })?;
-        self.console.event_committed(event.id);
         Ok(project)
     }
 }

@@ -18,7 +18,7 @@ impl Issues<'_> {
     ) -> Result<IssueView, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         let c = self.checked_patch(patch).await?;
-        let (view, event) = transact!(self.console, IssuesWork, |tx| {
+        transact!(self.console, IssuesWork, |tx| {
             let old = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
             if let Some(seq) = c.expected_sequence
                 && seq != old.sequence
@@ -30,7 +30,7 @@ impl Issues<'_> {
             let (mut new, changes) = self.patched(tx, &old, &c).await?;
             if changes.is_empty() {
                 let view = self.view(tx, old).await?;
-                return Ok((view, None));
+                return Ok(view);
             }
             if !old.status.is_open() && changes.keys().any(|k| k != "status" && k != "components") {
                 return Err(ErrorCode::ISSUE_CLOSED.into());
@@ -47,8 +47,7 @@ impl Issues<'_> {
             let view = self.view(tx, new).await?;
             let mut data = json!(view);
             data["changes"] = Value::Object(changes);
-            let event = self
-                .console
+            self.console
                 .append(
                     tx,
                     "issue.updated",
@@ -58,12 +57,8 @@ impl Issues<'_> {
                     data,
                 )
                 .await?;
-            Ok((view, Some(event)))
-        })?;
-        if let Some(e) = event {
-            self.console.event_committed(e.id);
-        }
-        Ok(view)
+            Ok(view)
+        })
     }
 
     /// A patch's fields checked, before its transaction (an assignee named must have signed
