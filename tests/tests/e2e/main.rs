@@ -1,6 +1,7 @@
 //! The end-to-end suite, as one test binary (one link of the whole broker instead of one per
 //! file): the core on real SQLite and PostgreSQL, the real server over HTTP, the stores against
-//! moto and the Secret Manager REST fake, the token issuer on loopback.
+//! moto, the Secret Manager REST fake and the local file (one contract, `stores_contract`), the
+//! token issuer on loopback.
 //!
 //! `http_canary` stays a binary of its own: it captures every log line of its process at TRACE.
 
@@ -29,5 +30,7 @@ mod outbox_delivery;
 mod replicas;
 mod stores_aws;
 mod stores_common;
+mod stores_contract;
 mod stores_gcp;
+mod stores_local;
 mod tamper;
