@@ -21,7 +21,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use countersign_broker_core::SystemClock;
 use countersign_broker_http::config::Config;
-use countersign_common::server::{init_logs, shutdown_signal};
+use countersign_common::server::{init_logs, shutdown_signal, stop_on_signal, traced};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -184,11 +184,23 @@ async fn main() -> anyhow::Result<()> {
             (c, Some(dir), bound)
         }
     };
-    let telemetry = countersign_common::telemetry::enable(
+    let endpoint = config.otlp_endpoint.clone();
+    traced(
         "countersign-broker",
-        config.otlp_endpoint.as_deref(),
+        endpoint.as_deref(),
+        serve(config, dev, bound),
     )
-    .map_err(anyhow::Error::msg)?;
+    .await
+}
+
+/// Builds the broker from `config` and serves it (on `bound` when dev mode bound it already)
+/// until a signal's graceful shutdown; dev mode (`dev`: its state directory) prints its banner
+/// once listening.
+async fn serve(
+    config: Config,
+    dev: Option<PathBuf>,
+    bound: Option<std::net::TcpListener>,
+) -> anyhow::Result<()> {
     let state = countersign_broker_http::server::build(&config, Arc::new(SystemClock)).await?;
     let audit_state_file = state.audit_state_file.clone();
     let reload = chrono::Duration::seconds(config.durations.policy_reload);
@@ -212,14 +224,8 @@ async fn main() -> anyhow::Result<()> {
         dev_banner(&config, &dir, audit_state_file.as_deref(), running.addr)?;
     }
     let handle = running.handle.clone();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down: finishing requests in flight");
-        handle.graceful_shutdown(Some(Duration::from_secs(20)));
-    });
-    running.wait().await.context("server")?;
-    telemetry.shutdown();
-    Ok(())
+    stop_on_signal(move || handle.graceful_shutdown(Some(Duration::from_secs(20))));
+    running.wait().await.context("server")
 }
 
 /// What `dev` prints once listening: where its state is, the console token, the demo secrets,

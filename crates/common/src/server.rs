@@ -1,5 +1,12 @@
 //! What every binary does at start and stop: logs to stderr (text or JSON lines, filtered by
 //! `RUST_LOG`, with a slot for [`crate::telemetry`]'s OTLP export), and a future that completes on Ctrl-C or SIGTERM.
+//!
+//! The servers' binaries (`countersign-broker`, `countersign-console`) start and stop the same
+//! way, through this module alone: [`init_logs`] first; once the configuration is read, their
+//! work inside [`traced`] (the OTLP export for the configuration's endpoint, flushed at the
+//! end whether the work ended well or not); and their graceful shutdown started by
+//! [`stop_on_signal`] (or awaited with [`shutdown_requested`]), which logs `shutting down:
+//! finishing requests in flight` on Ctrl-C or SIGTERM.
 
 /// Installs the global `tracing` subscriber. `default_filter` applies when `RUST_LOG` is unset
 /// (e.g. `"info,sqlx=warn"`). It leaves a slot for exporting spans over OTLP, which
@@ -42,4 +49,38 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+/// Completes on Ctrl-C or SIGTERM, once it has logged that the server is shutting down.
+pub async fn shutdown_requested() {
+    shutdown_signal().await;
+    tracing::info!("shutting down: finishing requests in flight");
+}
+
+/// Calls `stop` (a server's graceful shutdown) from a task of its own on Ctrl-C or SIGTERM,
+/// logged as [`shutdown_requested`] logs it.
+pub fn stop_on_signal(stop: impl FnOnce() + Send + 'static) {
+    tokio::spawn(async move {
+        shutdown_requested().await;
+        stop();
+    });
+}
+
+/// The OTLP export could not start (its text says why): a server exits with it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TelemetryFailed(pub String);
+
+/// Runs a server's `work` with its spans exported as `service` ([`crate::telemetry::enable`]:
+/// to `otlp_endpoint`, else where the standard variables say, else nowhere), then flushes the
+/// export, whether `work` ended well or not.
+pub async fn traced<T, E: From<TelemetryFailed>>(
+    service: &str,
+    otlp_endpoint: Option<&str>,
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let telemetry = crate::telemetry::enable(service, otlp_endpoint).map_err(TelemetryFailed)?;
+    let done = work.await;
+    telemetry.shutdown();
+    done
 }

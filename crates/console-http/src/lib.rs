@@ -11,7 +11,10 @@
 //! - [`broker_client`]: the broker over HTTP with the console token.
 //! - [`oidc`]: OpenID Connect sign-in (authorization code with PKCE).
 //! - [`server`]: building from a [`config::Config`], serving, housekeeping.
-//! - [`dev`] (feature `dev`): the broker and the console together in one process.
+//!
+//! Dev mode (the broker and the console together in one process) and the `countersign-console`
+//! binary are `countersign-dev`'s, the crate above both servers: this one does not depend on
+//! the broker's.
 
 pub mod agents;
 pub mod api;
@@ -19,8 +22,6 @@ pub mod auth;
 pub mod broker_client;
 pub mod code_host;
 pub mod config;
-#[cfg(feature = "dev")]
-pub mod dev;
 pub mod error;
 pub mod hooks;
 mod html;

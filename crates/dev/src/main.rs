@@ -1,4 +1,5 @@
-//! `countersign-console`: the approval console's server.
+//! `countersign-console`: the approval console's server (the binary of `countersign-dev`, the
+//! crate above both servers, so that `dev` can run the broker too).
 //!
 //! - `countersign-console serve --config console.toml` runs from a configuration file (with
 //!   `COUNTERSIGN_CONSOLE_*` environment overrides).
@@ -16,7 +17,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use countersign_common::server::{init_logs, shutdown_signal};
+use countersign_common::server::{init_logs, shutdown_requested, stop_on_signal, traced};
 use countersign_console_http::Config;
 
 #[derive(Parser, Debug)]
@@ -42,7 +43,6 @@ enum Command {
         config: PathBuf,
     },
     /// Dev mode: the broker and the console together on loopback, state kept in DIR.
-    #[cfg(feature = "dev")]
     Dev {
         /// Where dev state lives (the broker's database, demo secrets and keys; the console's
         /// database).
@@ -70,16 +70,9 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config } => {
             let config = Config::load(&config)?;
-            let telemetry = countersign_common::telemetry::enable(
-                "countersign-console",
-                config.otlp_endpoint.as_deref(),
-            )
-            .map_err(anyhow::Error::msg)?;
-            let r = serve(config).await;
-            telemetry.shutdown();
-            r
+            let endpoint = config.otlp_endpoint.clone();
+            traced("countersign-console", endpoint.as_deref(), serve(config)).await
         }
-        #[cfg(feature = "dev")]
         Command::Dev {
             dir,
             broker_port,
@@ -87,26 +80,35 @@ async fn main() -> anyhow::Result<()> {
             config,
         } => {
             // Dev mode exports traces when the standard variables name an endpoint.
-            let telemetry = countersign_common::telemetry::enable("countersign-console", None)
-                .map_err(anyhow::Error::msg)?;
-            let options = countersign_console_http::dev::DevOptions {
-                extras: match &config {
-                    Some(path) => countersign_console_http::dev::DevExtras::load(path)?,
-                    None => Default::default(),
-                },
-                ..Default::default()
-            };
-            let dev =
-                countersign_console_http::dev::start_with(&dir, broker_port, console_port, options)
-                    .await?;
-            dev.print();
-            shutdown_signal().await;
-            tracing::info!("shutting down: finishing requests in flight");
-            dev.shutdown(std::time::Duration::from_secs(10)).await;
-            telemetry.shutdown();
-            Ok(())
+            traced(
+                "countersign-console",
+                None,
+                dev(dir, broker_port, console_port, config),
+            )
+            .await
         }
     }
+}
+
+/// `dev`: the broker and the console together until a signal, then both shut down.
+async fn dev(
+    dir: PathBuf,
+    broker_port: u16,
+    console_port: u16,
+    config: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let options = countersign_dev::DevOptions {
+        extras: match &config {
+            Some(path) => countersign_dev::DevExtras::load(path)?,
+            None => Default::default(),
+        },
+        ..Default::default()
+    };
+    let dev = countersign_dev::start_with(&dir, broker_port, console_port, options).await?;
+    dev.print();
+    shutdown_requested().await;
+    dev.shutdown(std::time::Duration::from_secs(10)).await;
+    Ok(())
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
@@ -119,11 +121,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let running = countersign_console_http::serve(state, listener).await?;
     tracing::info!(addr = %running.addr, "console listening");
     let stop = running.stopper();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down: finishing requests in flight");
+    stop_on_signal(move || {
         let _ = stop.send(true);
     });
-    running.wait().await.context("server")?;
-    Ok(())
+    running.wait().await.context("server")
 }

@@ -43,7 +43,7 @@ fn locate_or_build() -> anyhow::Result<(PathBuf, PathBuf)> {
         .context("test binary outside target/<profile>/deps")?;
     let cli = profile_dir.join("countersign");
     let helper = profile_dir.join("countersign-launcher");
-    // `cargo test --workspace` has built both; `cargo test -p countersign-console-http` may
+    // `cargo test --workspace` has built both; `cargo test -p countersign-dev` may
     // not have, or may have left them older than their sources: then build them, so that the
     // test never runs a stale binary.
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

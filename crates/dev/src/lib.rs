@@ -1,4 +1,9 @@
-//! Dev mode: the broker and the console in one process, both on loopback.
+//! # countersign-dev
+//!
+//! Dev mode: the broker and the console in one process, both on loopback. This crate sits above
+//! both servers (it depends on `countersign-broker-http` and `countersign-console-http`, which
+//! do not depend on each other), and owns the `countersign-console` binary (`serve`, `dev`:
+//! `src/main.rs`) and the console's end-to-end tests against a real broker (`tests/console`).
 //!
 //! The broker runs from its own library (`countersign_broker_http::server::build` and
 //! `serve_listener`) on the state `countersign-broker dev` keeps in the same directory: its
@@ -12,7 +17,7 @@
 //! The console listens on `127.0.0.1` and, where the machine has it, on `[::1]` at the same
 //! port (a browser may try either for `localhost`); a browser's request from
 //! `http://127.0.0.1:<port>` counts as the console's own too (dev mode only:
-//! [`crate::config::DevHooks`]). The Passkeys page shows a fresh enrollment code for the
+//! [`countersign_console_http::config::DevHooks`]). The Passkeys page shows a fresh enrollment code for the
 //! person signed in ([`enroll_code`]).
 //!
 //! The broker's expiry notifications go to the console's webhook (`/hooks/broker`, protocol
@@ -35,8 +40,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::{AgentsConfig, BrokerConfig, CodeHostingConfig, Config, DevHooks};
-use crate::notify::NotificationsConfig;
+use countersign_console_http::config::{
+    AgentsConfig, BrokerConfig, CodeHostingConfig, Config, DevHooks,
+};
+use countersign_console_http::notify::NotificationsConfig;
 
 /// The person dev mode's demo secrets belong to (as `countersign-broker dev` writes them).
 pub use countersign_broker_http::dev::DEV_PERSON;
@@ -45,7 +52,7 @@ pub use countersign_broker_http::dev::DEV_PERSON;
 #[derive(Debug)]
 pub struct Dev {
     pub broker: countersign_broker_http::Running,
-    pub console: crate::Running,
+    pub console: countersign_console_http::Running,
     pub broker_url: String,
     /// `http://localhost:<port>`: the one URL printed, where everything works.
     pub console_url: String,
@@ -354,9 +361,13 @@ fn console_config(
 
 /// The console's second listener, on `[::1]`: the same router and state, stopped by the
 /// sender it answers beside its task.
-fn serve_v6(l: tokio::net::TcpListener, state: Arc<crate::AppState>) -> V6Listener {
+fn serve_v6(
+    l: tokio::net::TcpListener,
+    state: Arc<countersign_console_http::AppState>,
+) -> V6Listener {
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let app = crate::server::router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let app = countersign_console_http::server::router(state)
+        .into_make_service_with_connect_info::<SocketAddr>();
     let task = tokio::spawn(async move {
         axum::serve(l, app)
             .with_graceful_shutdown(async move {
@@ -414,9 +425,11 @@ pub async fn start_with(
     .await?;
 
     let config = console_config(dir, console_addr, &broker_url, secret, options)?;
-    let state = crate::build(&config, Arc::new(countersign_console_core::SystemClock)).await?;
+    let state =
+        countersign_console_http::build(&config, Arc::new(countersign_console_core::SystemClock))
+            .await?;
     let v6 = v6_listener.map(|l| serve_v6(l, state.clone()));
-    let console = crate::serve(state, console_listener).await?;
+    let console = countersign_console_http::serve(state, console_listener).await?;
     Ok(Dev {
         broker,
         console,

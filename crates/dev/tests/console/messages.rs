@@ -2332,7 +2332,7 @@ async fn route_table_lists_the_message_routes() -> anyhow::Result<()> {
 /// reaches its session's link as a message from the broker.
 #[tokio::test]
 async fn dev_mode_expiry_reaches_the_session() -> anyhow::Result<()> {
-    use countersign_console_http::dev::{self, DEV_PERSON, DevOptions};
+    use countersign_dev::{self as dev, DEV_PERSON, DevOptions};
     let dir = tempfile::tempdir()?;
     let d = dev::start_with(
         &dir.path().join("state"),

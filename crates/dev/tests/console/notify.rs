@@ -823,7 +823,7 @@ async fn dev_mode_with_a_config_sends_notices_to_its_smtp_server() -> anyhow::Re
     if !aiosmtpd_or_skip() {
         return Ok(());
     }
-    const DEV_PERSON: &str = countersign_console_http::dev::DEV_PERSON;
+    const DEV_PERSON: &str = countersign_dev::DEV_PERSON;
     let dir = tempfile::tempdir()?;
     let smtp_port = free_port()?;
     let smtp = Smtp::start(smtp_port, &dir.path().join("maildir")).await?;

@@ -6,7 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use countersign_console_http::dev::{self, DEV_PERSON};
+use countersign_dev::{self as dev, DEV_PERSON};
 use serde_json::json;
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use common::*;
-use countersign_console_http::dev::{self, DEV_PERSON};
+use countersign_dev::{self as dev, DEV_PERSON};
 use prost::Message;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
