@@ -1822,44 +1822,48 @@ async fn sqlite_group_commit_answers_every_writer_after_its_write_is_committed()
     db.finish().await;
 }
 
-/// A writer that wrote and is then dropped rolls back the batch it joined: the writer that
-/// committed before it in that batch hears Conflict (nothing of it was kept) and succeeds when
-/// it runs again.
+/// A writer that wrote and is then dropped takes back its own writes only (issue 51: the
+/// shared writer undoes it to its savepoint, or forgets what it held back when it sent
+/// nothing): the writer that committed before it in that batch commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sqlite_a_dropped_writer_fails_its_batch_with_conflict_and_loses_nothing() {
-    let db = TestDb::sqlite().await;
-    let key = jwk();
-    let first = credential(&key, "first", 0, None);
-    let dropped = credential(&key, "dropped", 0, None);
+async fn sqlite_a_dropped_writer_takes_back_only_its_own_writes() {
+    for sent in [false, true] {
+        let db = TestDb::sqlite().await;
+        let key = jwk();
+        let first = credential(&key, "first", 0, None);
+        let dropped = credential(&key, "dropped", 0, None);
 
-    let mut a = db.begin().await.expect("begin");
-    a.put_credential(&first).await.expect("put");
-    // B queues for the writer while A holds it, so it joins A's batch ahead of the flusher.
-    let (s, d) = (db.storage.clone(), dropped.clone());
-    let b = tokio::spawn(async move {
-        let mut tx = s.begin().await.expect("begin");
-        tx.put_credential(&d).await.expect("put");
-        drop(tx);
-    });
-    until_waiting(&db, 1).await;
-    assert!(matches!(a.commit().await, Err(StorageError::Conflict)));
-    b.await.expect("task");
-    let mut r = db.read().await.expect("read");
-    assert_eq!(r.get_credential(first.id).await.expect("get"), None);
-    assert_eq!(r.get_credential(dropped.id).await.expect("get"), None);
-    drop(r);
-
-    // Run again, it commits.
-    let mut a = db.begin().await.expect("begin");
-    a.put_credential(&first).await.expect("put");
-    a.commit().await.expect("commit");
-    let mut r = db.read().await.expect("read");
-    assert_eq!(
-        r.get_credential(first.id).await.expect("get"),
-        Some(first.clone())
-    );
-    drop(r);
-    db.finish().await;
+        let mut a = db.begin().await.expect("begin");
+        a.put_credential(&first).await.expect("put");
+        // B queues for the writer while A holds it, so it joins A's batch ahead of the flusher.
+        let (s, d) = (db.storage.clone(), dropped.clone());
+        let b = tokio::spawn(async move {
+            let mut tx = s.begin().await.expect("begin");
+            tx.put_credential(&d).await.expect("put");
+            if sent {
+                // Sends what is held back (A's write, B's savepoint and write) with a read.
+                let seen = tx.get_credential(d.id).await.expect("get");
+                assert_eq!(seen, Some(d.clone()));
+            }
+            drop(tx);
+        });
+        until_waiting(&db, 1).await;
+        a.commit().await.expect("commit");
+        b.await.expect("task");
+        let mut r = db.read().await.expect("read");
+        assert_eq!(
+            r.get_credential(first.id).await.expect("get"),
+            Some(first.clone()),
+            "sent: {sent}"
+        );
+        assert_eq!(
+            r.get_credential(dropped.id).await.expect("get"),
+            None,
+            "sent: {sent}"
+        );
+        drop(r);
+        db.finish().await;
+    }
 }
 
 /// A writer that only read and is dropped, or whose commit had nothing to write, leaves the

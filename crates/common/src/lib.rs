@@ -15,6 +15,8 @@
 //! - [`storage`]: the storage failure both sides map driver errors into.
 //! - [`sql`] (feature `sql`): the sqlx migration runner, driver error mapping and pool opening
 //!   for SQLite and PostgreSQL through sqlx `Any`.
+//! - [`sql_writer`] (feature `sql`): SQLite's single writer with group commit, the one both
+//!   servers' SQLite storage writes through.
 //! - [`server`] (feature `server`): `init_logs` and `shutdown_signal` for the binaries.
 //! - [`config`] (feature `server`): [`config::read_toml`], the one loader of both servers'
 //!   configuration files.
@@ -37,6 +39,8 @@ pub mod requester;
 pub mod server;
 #[cfg(feature = "sql")]
 pub mod sql;
+#[cfg(feature = "sql")]
+pub mod sql_writer;
 pub mod storage;
 #[cfg(feature = "server")]
 pub mod telemetry;

@@ -18,9 +18,8 @@ use countersign_broker_core::model::{
 };
 use countersign_broker_core::storage::{Due, OutboxItem, StorageError, Tx};
 use serde::de::DeserializeOwned;
-use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::any::AnyRow;
 use sqlx::pool::PoolConnection;
-use sqlx::query::Query;
 use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
 
 use crate::Backend;
@@ -28,7 +27,7 @@ use crate::error::db_err;
 use crate::reads::Reads;
 use crate::schema::AUDIT_ENDS;
 use crate::spare::Spares;
-use crate::writer::{Slot, held_back_failed};
+use crate::writer::{AuditSlot, Slot, held_back_failed};
 
 /// Parameters to bind, in order: `args![id, ms(now)]`.
 macro_rules! args {
@@ -39,7 +38,7 @@ mod queries;
 mod rows;
 
 use rows::*;
-pub(crate) use rows::{Arg, Deferred, bind_all, defer_audit};
+pub(crate) use rows::{Arg, bind_all, defer_audit};
 
 /// A transaction on either backend.
 pub(crate) struct SqlTx {
