@@ -14,6 +14,7 @@ use crate::clock::Entropy;
 use crate::error::{Error, ErrorCode};
 use crate::ids::Login;
 use crate::storage::StorageError;
+use crate::work::WorkTx;
 use crate::work::asks::{Ask, AskKind};
 
 /// How a person wants to hear that something waits for them.
@@ -283,25 +284,26 @@ impl Outbox {
     /// new.
     pub async fn queue(
         &self,
-        tx: &mut dyn NoticeTx,
+        tx: &mut dyn WorkTx,
         w: &Waiting,
         now_ms: i64,
         entropy: &dyn Entropy,
     ) -> Result<usize, StorageError> {
         let everyone = !self.always.is_empty();
         let people: Vec<(Login, Preferences)> = match &w.who {
-            Some(l) => match tx.notify_prefs_of(l).await? {
+            Some(l) => match tx.notices().notify_prefs_of(l).await? {
                 Some(p) => vec![(l.clone(), p)],
                 None if everyone => vec![(l.clone(), Preferences::default())],
                 None => Vec::new(),
             },
             None if everyone => tx
+                .notices()
                 .notify_everyone()
                 .await?
                 .into_iter()
                 .map(|(l, p)| (l, p.unwrap_or_default()))
                 .collect(),
-            None => tx.notify_people_all().await?,
+            None => tx.notices().notify_people_all().await?,
         };
         let mut made = 0;
         for (login, prefs) in people {
@@ -336,7 +338,7 @@ impl Outbox {
                     },
                     attempts: 0,
                 };
-                if tx.queue_notice(&n).await? {
+                if tx.notices().queue_notice(&n).await? {
                     made += 1;
                 }
             }

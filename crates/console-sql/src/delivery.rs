@@ -18,14 +18,14 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::time;
-use crate::work::{Args, ISSUE_COLUMNS, SqlTx, corrupt, id_of, issue_of, json_of, text};
+use crate::work::{Args, DeliveryStore, ISSUE_COLUMNS, corrupt, id_of, issue_of, json_of, text};
 
 /// Version 12: the synced data's generation (what a kept copy of it is good for).
 pub(crate) const MIGRATION_12: &[&str] =
     &["ALTER TABLE console_delivery_state ADD COLUMN generation BIGINT NOT NULL DEFAULT 0"];
 
 /// Moves the synced data's generation (at the commit of a transaction that wrote it).
-pub(crate) async fn move_generation(tx: &mut SqlTx) -> Result<(), StorageError> {
+pub(crate) async fn move_generation(tx: &mut DeliveryStore<'_>) -> Result<(), StorageError> {
     sqlx::query(
         "INSERT INTO console_delivery_state (id, generation) VALUES (1, 1) \
          ON CONFLICT (id) DO UPDATE SET generation = console_delivery_state.generation + 1",
@@ -161,9 +161,9 @@ fn group_of(r: &AnyRow) -> Result<SessionGroup, StorageError> {
 const SOURCE_COLUMNS: &str = "project, repo, branch, commit_sha, synced_at, last_error";
 const PULL_COLUMNS: &str = "body, deploy_run, deployed_at, reverted_by";
 
-impl SqlTx {
+impl DeliveryStore<'_> {
     async fn state_row(&mut self) -> Result<Option<AnyRow>, StorageError> {
-        let lock = self.lock();
+        let lock = self.lock_clause();
         sqlx::query(&format!(
             "SELECT settings, synced_at, error FROM console_delivery_state WHERE id = 1{lock}"
         ))
@@ -201,7 +201,7 @@ impl SqlTx {
 }
 
 #[async_trait]
-impl DeliveryTx for SqlTx {
+impl DeliveryTx for DeliveryStore<'_> {
     async fn delivery_settings(&mut self) -> Result<Option<DeliverySettings>, StorageError> {
         match self.state_row().await? {
             Some(r) => r
@@ -627,7 +627,7 @@ impl DeliveryTx for SqlTx {
         &mut self,
         id: SessionGroupId,
     ) -> Result<Option<SessionGroup>, StorageError> {
-        let lock = self.lock();
+        let lock = self.lock_clause();
         match sqlx::query(&format!(
             "SELECT id, name, sessions FROM console_session_groups WHERE id = $1{lock}"
         ))

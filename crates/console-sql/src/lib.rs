@@ -289,7 +289,7 @@ impl SqlStorage {
                             tracing::warn!(error = %e, "console event listener: LISTEN failed");
                         } else {
                             if let Ok(mut tx) = storage.read().await
-                                && let Ok(id) = tx.last_event_id().await
+                                && let Ok(id) = tx.events().last_event_id().await
                             {
                                 committed(id);
                             }

@@ -10,7 +10,7 @@ use countersign_console_core::storage::StorageError;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Executor, Row};
 
-use crate::work::SqlTx;
+use crate::work::NoticeStore;
 use crate::{SqlStorage, db_err};
 
 /// migration 17: preferences and notices.
@@ -72,7 +72,7 @@ async fn prefs_of<'c, E: Executor<'c, Database = Any>>(
     .transpose()
 }
 
-async fn people(tx: &mut SqlTx) -> Result<Vec<(Login, Preferences)>, StorageError> {
+async fn people(tx: &mut NoticeStore<'_>) -> Result<Vec<(Login, Preferences)>, StorageError> {
     let rows = sqlx::query("SELECT login, doc FROM notify_prefs ORDER BY login")
         .fetch_all(&mut *tx.tx)
         .await
@@ -89,7 +89,7 @@ async fn people(tx: &mut SqlTx) -> Result<Vec<(Login, Preferences)>, StorageErro
 }
 
 #[async_trait]
-impl NoticeTx for SqlTx {
+impl NoticeTx for NoticeStore<'_> {
     async fn notify_prefs_of(
         &mut self,
         login: &Login,

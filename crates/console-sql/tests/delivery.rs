@@ -92,7 +92,10 @@ fn console_with(s: &Arc<SqlStorage>, now: chrono::DateTime<Utc>, config: Console
 
 async fn generation(s: &SqlStorage) -> i64 {
     let mut tx = s.read().await.expect("read");
-    tx.delivery_generation().await.expect("generation")
+    tx.delivery()
+        .delivery_generation()
+        .await
+        .expect("generation")
 }
 
 async fn contract(s: Arc<SqlStorage>) {
@@ -102,20 +105,24 @@ async fn contract(s: Arc<SqlStorage>) {
         .expect("time");
     assert_eq!(generation(&s).await, 0, "nothing synced yet");
     let mut tx = s.begin().await.expect("begin");
-    tx.put_delivery_settings(&settings())
+    tx.delivery()
+        .put_delivery_settings(&settings())
         .await
         .expect("settings");
     tx.commit().await.expect("commit");
     assert_eq!(generation(&s).await, 0, "settings are not synced data");
 
     let mut tx = s.begin().await.expect("begin");
-    tx.put_pull(&pull(1, start + Duration::days(1)))
+    tx.delivery()
+        .put_pull(&pull(1, start + Duration::days(1)))
         .await
         .expect("pull");
-    tx.put_pull(&pull(2, start + Duration::days(2)))
+    tx.delivery()
+        .put_pull(&pull(2, start + Duration::days(2)))
         .await
         .expect("pull");
-    tx.put_run(&deploy(10, start + Duration::days(3)))
+    tx.delivery()
+        .put_run(&deploy(10, start + Duration::days(3)))
         .await
         .expect("run");
     tx.commit().await.expect("commit");
@@ -124,7 +131,8 @@ async fn contract(s: Arc<SqlStorage>) {
 
     // A transaction given up moves nothing.
     let mut tx = s.begin().await.expect("begin");
-    tx.put_pull(&pull(3, start + Duration::days(4)))
+    tx.delivery()
+        .put_pull(&pull(3, start + Duration::days(4)))
         .await
         .expect("pull");
     drop(tx);
@@ -132,30 +140,34 @@ async fn contract(s: Arc<SqlStorage>) {
 
     // Each writer of synced data moves it.
     let mut tx = s.begin().await.expect("begin");
-    tx.link_deploy(
-        "acme/shop",
-        &[format!("{:040x}", 1)],
-        10,
-        start + Duration::days(3),
-    )
-    .await
-    .expect("link");
+    tx.delivery()
+        .link_deploy(
+            "acme/shop",
+            &[format!("{:040x}", 1)],
+            10,
+            start + Duration::days(3),
+        )
+        .await
+        .expect("link");
     tx.commit().await.expect("commit");
     assert_eq!(generation(&s).await, g1 + 1);
     let mut tx = s.begin().await.expect("begin");
-    tx.mark_reverts("acme/shop").await.expect("reverts");
+    tx.delivery()
+        .mark_reverts("acme/shop")
+        .await
+        .expect("reverts");
     tx.commit().await.expect("commit");
     assert_eq!(generation(&s).await, g1 + 2);
     {
         let mut tx = s.read().await.expect("read");
-        assert_eq!(tx.synced_rows().await.expect("rows"), 3);
-        let pulls = tx.all_pulls().await.expect("pulls");
+        assert_eq!(tx.delivery().synced_rows().await.expect("rows"), 3);
+        let pulls = tx.delivery().all_pulls().await.expect("pulls");
         assert_eq!(
             pulls.iter().map(|p| p.number).collect::<Vec<_>>(),
             vec![1, 2]
         );
         assert_eq!(pulls[0].deploy_run, Some(10), "the link is read back");
-        assert_eq!(tx.all_runs().await.expect("runs").len(), 1);
+        assert_eq!(tx.delivery().all_runs().await.expect("runs").len(), 1);
     }
 
     // The console's kept copy follows the generation: a read keeps it, a sync's write
@@ -188,7 +200,8 @@ async fn contract(s: Arc<SqlStorage>) {
     merges(2, "two synced").await;
     merges(2, "read again from the kept copy").await;
     let mut tx = s.begin().await.expect("begin");
-    tx.put_pull(&pull(4, start + Duration::days(5)))
+    tx.delivery()
+        .put_pull(&pull(4, start + Duration::days(5)))
         .await
         .expect("pull");
     tx.commit().await.expect("commit");
@@ -208,7 +221,7 @@ async fn contract(s: Arc<SqlStorage>) {
                 p.failing_step = Some("apply".into());
             }
         }
-        tx.put_run(&r).await.expect("run");
+        tx.delivery().put_run(&r).await.expect("run");
     }
     for n in 10..700i64 {
         let merged = start + Duration::hours(2 * n) + Duration::minutes(n % 60);
@@ -221,9 +234,12 @@ async fn contract(s: Arc<SqlStorage>) {
             p.deploy_run = Some(100 + d);
             p.deployed_at = Some(start + Duration::hours(9 * d + 7));
         }
-        tx.put_pull(&p).await.expect("pull");
+        tx.delivery().put_pull(&p).await.expect("pull");
     }
-    tx.mark_reverts("acme/shop").await.expect("reverts");
+    tx.delivery()
+        .mark_reverts("acme/shop")
+        .await
+        .expect("reverts");
     tx.commit().await.expect("commit");
 
     // A console that keeps nothing reads each window from SQL: the same answers.
@@ -273,7 +289,7 @@ async fn contract(s: Arc<SqlStorage>) {
         }
     }
     let mut tx = s.begin().await.expect("begin");
-    tx.clear_synced().await.expect("clear");
+    tx.delivery().clear_synced().await.expect("clear");
     tx.commit().await.expect("commit");
     merges(0, "the synced data forgotten").await;
 }

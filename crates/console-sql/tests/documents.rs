@@ -70,35 +70,37 @@ async fn contract(s: &SqlStorage) {
     let key = fresh_key();
     let t0 = now_ms();
     let mut tx = s.begin().await.expect("begin");
-    tx.insert_project(&Project {
-        key: key.clone(),
-        name: "Docs".into(),
-        created_at: t0,
-    })
-    .await
-    .expect("project");
+    tx.projects()
+        .insert_project(&Project {
+            key: key.clone(),
+            name: "Docs".into(),
+            created_at: t0,
+        })
+        .await
+        .expect("project");
     let issue_key = IssueKey::new(&key, 1);
-    tx.insert_issue(&Issue {
-        key: issue_key.clone(),
-        project: key.clone(),
-        title: "with documents".into(),
-        status: Status::Todo,
-        priority: None,
-        labels: vec![],
-        route: None,
-        parent: None,
-        rank: "m".into(),
-        assignee: None,
-        components: Components::default(),
-        claim: None,
-        repo: None,
-        sequence: 1,
-        created_at: t0,
-        updated_at: t0,
-        closed_at: None,
-    })
-    .await
-    .expect("issue");
+    tx.issues()
+        .insert_issue(&Issue {
+            key: issue_key.clone(),
+            project: key.clone(),
+            title: "with documents".into(),
+            status: Status::Todo,
+            priority: None,
+            labels: vec![],
+            route: None,
+            parent: None,
+            rank: "m".into(),
+            assignee: None,
+            components: Components::default(),
+            claim: None,
+            repo: None,
+            sequence: 1,
+            created_at: t0,
+            updated_at: t0,
+            closed_at: None,
+        })
+        .await
+        .expect("issue");
     let scope = Scope::Issue(issue_key.clone());
     let mut plan = artifact(scope.clone(), "plan", "plan.md", ArtifactKind::Document);
     plan.created_at = t0 - Duration::seconds(1);
@@ -107,22 +109,29 @@ async fn contract(s: &SqlStorage) {
     let mut blob = artifact(scope.clone(), "blob", "blob.bin", ArtifactKind::File);
     blob.content_type = "application/octet-stream".into();
     for a in [&plan, &notes, &blob] {
-        tx.insert_artifact(a).await.expect("insert artifact");
+        tx.documents()
+            .insert_artifact(a)
+            .await
+            .expect("insert artifact");
     }
     let state = Snapshot {
         markdown: "# Plan\n\n- [x] one\n- [ ] two\n".into(),
         block_ids: vec!["h1".into(), "l1".into(), "i1".into(), "i2".into()],
     };
-    tx.put_snapshot(plan.id, &state).await.expect("snapshot");
-    tx.put_snapshot(
-        notes.id,
-        &Snapshot {
-            markdown: String::new(),
-            block_ids: vec![],
-        },
-    )
-    .await
-    .expect("snapshot");
+    tx.documents()
+        .put_snapshot(plan.id, &state)
+        .await
+        .expect("snapshot");
+    tx.documents()
+        .put_snapshot(
+            notes.id,
+            &Snapshot {
+                markdown: String::new(),
+                block_ids: vec![],
+            },
+        )
+        .await
+        .expect("snapshot");
     let entry = |n: i64, text: &str| LogEntry {
         entry: n,
         start: 2,
@@ -132,10 +141,12 @@ async fn contract(s: &SqlStorage) {
         ids: vec!["x1".into(), "x2".into()],
         token: "t".repeat(64),
     };
-    tx.append_log(plan.id, &entry(1, "Spec"))
+    tx.documents()
+        .append_log(plan.id, &entry(1, "Spec"))
         .await
         .expect("log");
-    tx.append_log(plan.id, &entry(2, "Note"))
+    tx.documents()
+        .append_log(plan.id, &entry(2, "Note"))
         .await
         .expect("log");
     let every_byte: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
@@ -149,58 +160,71 @@ async fn contract(s: &SqlStorage) {
         by: plan.created_by.clone(),
         created_at: t0,
     };
-    tx.insert_version(blob.id, &v(1), &Content::Bytes(every_byte.clone()))
+    tx.documents()
+        .insert_version(blob.id, &v(1), &Content::Bytes(every_byte.clone()))
         .await
         .expect("version");
-    tx.insert_version(plan.id, &v(1), &Content::Markdown(state.markdown.clone()))
+    tx.documents()
+        .insert_version(plan.id, &v(1), &Content::Markdown(state.markdown.clone()))
         .await
         .expect("version");
-    tx.name_version(plan.id, 1, "first").await.expect("name");
-    tx.index_text(
-        plan.id,
-        &[
-            ("".into(), "plan.md".into()),
-            ("h1".into(), "# Plan zebra".into()),
-            ("l1".into(), "- giraffe".into()),
-        ],
-        &[],
-    )
-    .await
-    .expect("index");
-    tx.index_text(
-        notes.id,
-        &[
-            ("".into(), "notes.md".into()),
-            ("b".into(), "zebra only".into()),
-        ],
-        &[],
-    )
-    .await
-    .expect("index");
+    tx.documents()
+        .name_version(plan.id, 1, "first")
+        .await
+        .expect("name");
+    tx.documents()
+        .index_text(
+            plan.id,
+            &[
+                ("".into(), "plan.md".into()),
+                ("h1".into(), "# Plan zebra".into()),
+                ("l1".into(), "- giraffe".into()),
+            ],
+            &[],
+        )
+        .await
+        .expect("index");
+    tx.documents()
+        .index_text(
+            notes.id,
+            &[
+                ("".into(), "notes.md".into()),
+                ("b".into(), "zebra only".into()),
+            ],
+            &[],
+        )
+        .await
+        .expect("index");
     tx.commit().await.expect("commit");
 
     let mut tx = s.read().await.expect("read");
     assert_eq!(
-        tx.artifact(plan.id).await.expect("read"),
+        tx.documents().artifact(plan.id).await.expect("read"),
         Some(plan.clone())
     );
     assert_eq!(
-        tx.artifact_by_slug(&scope, "notes").await.expect("slug"),
+        tx.documents()
+            .artifact_by_slug(&scope, "notes")
+            .await
+            .expect("slug"),
         Some(notes.clone())
     );
     assert_eq!(
-        tx.artifact_by_slug(&Scope::Project(key.clone()), "notes")
+        tx.documents()
+            .artifact_by_slug(&Scope::Project(key.clone()), "notes")
             .await
             .expect("slug"),
         None
     );
     assert_eq!(
-        tx.artifacts_by_filename(&scope, "blob.bin")
+        tx.documents()
+            .artifacts_by_filename(&scope, "blob.bin")
             .await
             .expect("filename"),
         vec![blob.clone()]
     );
     let ids: Vec<ArtifactId> = tx
+        .documents()
         .artifacts(&scope)
         .await
         .expect("list")
@@ -210,19 +234,21 @@ async fn contract(s: &SqlStorage) {
     assert_eq!(ids[0], plan.id, "oldest first");
     assert_eq!(ids.len(), 3);
     assert_eq!(
-        tx.document(plan.id).await.expect("doc"),
+        tx.documents().document(plan.id).await.expect("doc"),
         Some(StoredDocument {
             snapshot: state.clone(),
             log: vec![entry(1, "Spec"), entry(2, "Note")],
         })
     );
     let stored = tx
+        .documents()
         .document(plan.id)
         .await
         .expect("doc")
         .unwrap_or_else(|| panic!("doc"));
     assert_eq!(stored.markdown(), "# Note\n\n- [x] one\n- [ ] two\n");
     let (bv, bytes) = tx
+        .documents()
         .version(blob.id, 1)
         .await
         .expect("version")
@@ -230,6 +256,7 @@ async fn contract(s: &SqlStorage) {
     assert_eq!(bytes, Content::Bytes(every_byte));
     assert_eq!(bv, v(1));
     let (pv, _) = tx
+        .documents()
         .version(plan.id, 1)
         .await
         .expect("version")
@@ -238,8 +265,12 @@ async fn contract(s: &SqlStorage) {
         (pv.name.as_deref(), pv.kind),
         (Some("first"), VersionKind::Named)
     );
-    assert_eq!(tx.version(plan.id, 2).await.expect("version"), None);
+    assert_eq!(
+        tx.documents().version(plan.id, 2).await.expect("version"),
+        None
+    );
     let primary = tx
+        .documents()
         .primary_documents(std::slice::from_ref(&issue_key))
         .await
         .expect("primary");
@@ -249,6 +280,7 @@ async fn contract(s: &SqlStorage) {
     // Search: every word between a document's parts; the best part's snippet.
     let words = |w: &[&str]| w.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let (hits, total) = tx
+        .documents()
         .search_documents(&words(&["zebra", "giraffe"]), false, Some(&key), 10)
         .await
         .expect("search");
@@ -256,6 +288,7 @@ async fn contract(s: &SqlStorage) {
     assert_eq!(hits[0].id, plan.id);
     assert_eq!(hits[0].title, "plan.md");
     let (hits, total) = tx
+        .documents()
         .search_documents(&words(&["zebra"]), false, Some(&key), 10)
         .await
         .expect("search");
@@ -265,11 +298,13 @@ async fn contract(s: &SqlStorage) {
             .any(|h| h.id == notes.id && h.snippet.contains("zebra"))
     );
     let (_, total) = tx
+        .documents()
         .search_documents(&words(&["zebra", "giraffe"]), true, Some(&key), 10)
         .await
         .expect("search");
     assert_eq!(total, 2, "any word");
     let (_, total) = tx
+        .documents()
         .search_documents(&words(&["plan"]), false, Some(&key), 10)
         .await
         .expect("search");
@@ -278,17 +313,19 @@ async fn contract(s: &SqlStorage) {
 
     // Re-indexing a part replaces it; removing one takes it out.
     let mut tx = s.begin().await.expect("begin");
-    tx.index_text(
-        plan.id,
-        &[("h1".into(), "# Plan okapi".into())],
-        &["l1".into()],
-    )
-    .await
-    .expect("index");
+    tx.documents()
+        .index_text(
+            plan.id,
+            &[("h1".into(), "# Plan okapi".into())],
+            &["l1".into()],
+        )
+        .await
+        .expect("index");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
     for (w, n) in [("zebra", 1), ("giraffe", 0), ("okapi", 1)] {
         let (_, total) = tx
+            .documents()
             .search_documents(&words(&[w]), false, Some(&key), 10)
             .await
             .expect("search");
@@ -319,14 +356,25 @@ async fn contract(s: &SqlStorage) {
     );
     let e3 = edge("l1", &to_issue, EdgeKind::Mention, 12);
     for e in [&e1, &e2, &e3] {
-        tx.insert_edge(e).await.expect("edge");
+        tx.documents().insert_edge(e).await.expect("edge");
     }
-    tx.insert_edge(&e1).await.expect("an edge twice is one");
+    tx.documents()
+        .insert_edge(&e1)
+        .await
+        .expect("an edge twice is one");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
-    assert_eq!(tx.edges_from(&from, None).await.expect("from").len(), 3);
     assert_eq!(
-        tx.edges_from(&from, Some(&["h1".to_owned()]))
+        tx.documents()
+            .edges_from(&from, None)
+            .await
+            .expect("from")
+            .len(),
+        3
+    );
+    assert_eq!(
+        tx.documents()
+            .edges_from(&from, Some(&["h1".to_owned()]))
             .await
             .expect("from"),
         vec![e1.clone()]
@@ -338,35 +386,49 @@ async fn contract(s: &SqlStorage) {
         since,
     };
     assert_eq!(
-        tx.edges(&q(Some(&to_issue), None, None))
+        tx.documents()
+            .edges(&q(Some(&to_issue), None, None))
             .await
             .expect("to")
             .len(),
         2
     );
     assert_eq!(
-        tx.edges(&q(Some(&to_issue), Some(EdgeKind::Mention), Some(11)))
+        tx.documents()
+            .edges(&q(Some(&to_issue), Some(EdgeKind::Mention), Some(11)))
             .await
             .expect("since"),
         vec![e3.clone()]
     );
     assert_eq!(
-        tx.edges(&q(Some(&to_issue), Some(EdgeKind::Mention), Some(12)))
+        tx.documents()
+            .edges(&q(Some(&to_issue), Some(EdgeKind::Mention), Some(12)))
             .await
             .expect("since"),
         vec![]
     );
-    let (incoming, outgoing) = tx.issue_edges(&issue_key).await.expect("issue");
+    let (incoming, outgoing) = tx.documents().issue_edges(&issue_key).await.expect("issue");
     assert_eq!((incoming.len(), outgoing.len()), (2, 3));
-    let mut counts = tx.block_ref_counts(&from).await.expect("counts");
+    let mut counts = tx
+        .documents()
+        .block_ref_counts(&from)
+        .await
+        .expect("counts");
     counts.sort();
     assert_eq!(counts, vec![("h1".into(), 0, 1), ("l1".into(), 0, 2)]);
     drop(tx);
     let mut tx = s.begin().await.expect("begin");
-    tx.delete_edge(&e2).await.expect("delete");
+    tx.documents().delete_edge(&e2).await.expect("delete");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
-    assert_eq!(tx.edges_from(&from, None).await.expect("from").len(), 2);
+    assert_eq!(
+        tx.documents()
+            .edges_from(&from, None)
+            .await
+            .expect("from")
+            .len(),
+        2
+    );
     drop(tx);
 
     // The document's log holds its sequenced events; the issue's log does not.
@@ -387,16 +449,20 @@ async fn contract(s: &SqlStorage) {
             data: json!({}),
         },
     };
-    tx.append_event(&ev(None, "s0"), Some(2))
+    tx.events()
+        .append_event(&ev(None, "s0"), Some(2))
         .await
         .expect("issue event");
-    tx.append_event(&ev(Some(plan.id), "s1"), Some(2))
+    tx.events()
+        .append_event(&ev(Some(plan.id), "s1"), Some(2))
         .await
         .expect("document event");
-    tx.append_event(&ev(Some(plan.id), "s2"), Some(3))
+    tx.events()
+        .append_event(&ev(Some(plan.id), "s2"), Some(3))
         .await
         .expect("document event");
-    tx.append_event(&ev(Some(plan.id), "s1"), None)
+    tx.events()
+        .append_event(&ev(Some(plan.id), "s1"), None)
         .await
         .expect("unsequenced");
     tx.commit().await.expect("commit");
@@ -408,15 +474,24 @@ async fn contract(s: &SqlStorage) {
         descending: false,
         limit: 50,
     };
-    let doc_log = tx.document_events(plan.id, &page).await.expect("log");
+    let doc_log = tx
+        .documents()
+        .document_events(plan.id, &page)
+        .await
+        .expect("log");
     assert_eq!(
         doc_log.iter().map(|e| e.sequence).collect::<Vec<_>>(),
         vec![Some(2), Some(3)]
     );
-    let issue_log = tx.issue_events(&issue_key, &page).await.expect("issue log");
+    let issue_log = tx
+        .events()
+        .issue_events(&issue_key, &page)
+        .await
+        .expect("issue log");
     assert!(issue_log.iter().all(|e| e.facts.artifact.is_none()));
     assert_eq!(issue_log.len(), 1);
     let subs: Vec<SessionId> = tx
+        .documents()
         .document_subscribers(plan.id)
         .await
         .expect("subs")
@@ -426,12 +501,14 @@ async fn contract(s: &SqlStorage) {
     assert_eq!(subs, ["s1", "s2"]);
     drop(tx);
     let mut tx = s.begin().await.expect("begin");
-    tx.document_unsubscribe(plan.id, &SessionId::parse("s1").expect("a session id"))
+    tx.documents()
+        .document_unsubscribe(plan.id, &SessionId::parse("s1").expect("a session id"))
         .await
         .expect("unsubscribe");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
     let subs: Vec<SessionId> = tx
+        .documents()
         .document_subscribers(plan.id)
         .await
         .expect("subs")
@@ -443,10 +520,13 @@ async fn contract(s: &SqlStorage) {
 
     // A new snapshot drops the log before it.
     let mut tx = s.begin().await.expect("begin");
-    tx.put_snapshot(plan.id, &state).await.expect("snapshot");
+    tx.documents()
+        .put_snapshot(plan.id, &state)
+        .await
+        .expect("snapshot");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
-    let stored = tx.document(plan.id).await.expect("doc");
+    let stored = tx.documents().document(plan.id).await.expect("doc");
     assert_eq!(stored.map(|d| d.log.len()), Some(0));
 }
 

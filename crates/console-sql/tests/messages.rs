@@ -61,21 +61,24 @@ async fn contract(s: &SqlStorage) {
 
     // Attempts: numbered from 1; a number taken twice conflicts (the transaction reruns).
     let mut tx = s.begin().await.expect("begin");
-    assert_eq!(tx.next_attempt(id).await.expect("n"), 1);
-    tx.insert_attempt(&attempt(1), Some(&content))
+    assert_eq!(tx.messages().next_attempt(id).await.expect("n"), 1);
+    tx.messages()
+        .insert_attempt(&attempt(1), Some(&content))
         .await
         .expect("insert");
-    assert_eq!(tx.next_attempt(id).await.expect("n"), 2);
+    assert_eq!(tx.messages().next_attempt(id).await.expect("n"), 2);
     assert!(matches!(
-        tx.insert_attempt(&attempt(1), None).await,
+        tx.messages().insert_attempt(&attempt(1), None).await,
         Err(countersign_console_core::StorageError::Conflict)
     ));
     drop(tx);
     let mut tx = s.begin().await.expect("begin");
-    tx.insert_attempt(&attempt(1), Some(&content))
+    tx.messages()
+        .insert_attempt(&attempt(1), Some(&content))
         .await
         .expect("insert");
-    tx.insert_attempt(&attempt(2), Some(&content))
+    tx.messages()
+        .insert_attempt(&attempt(2), Some(&content))
         .await
         .expect("insert");
     tx.commit().await.expect("commit");
@@ -91,7 +94,8 @@ async fn contract(s: &SqlStorage) {
     let mut tx = s.begin().await.expect("begin");
     // Another session's, or one past its time: nothing moves.
     assert_eq!(
-        tx.finish_attempt(id, 1, &sent(&elsewhere))
+        tx.messages()
+            .finish_attempt(id, 1, &sent(&elsewhere))
             .await
             .expect("finish"),
         None
@@ -101,9 +105,15 @@ async fn contract(s: &SqlStorage) {
         session: None,
         ..sent(&x)
     };
-    assert_eq!(tx.finish_attempt(id, 1, &late).await.expect("finish"), None);
     assert_eq!(
-        tx.pending_content(id, 1).await.expect("content"),
+        tx.messages()
+            .finish_attempt(id, 1, &late)
+            .await
+            .expect("finish"),
+        None
+    );
+    assert_eq!(
+        tx.messages().pending_content(id, 1).await.expect("content"),
         Some((session.clone(), content.clone()))
     );
     // Its own, in time: sent once, and its content dropped.
@@ -112,15 +122,26 @@ async fn contract(s: &SqlStorage) {
         ..sent(&x)
     };
     let done = tx
+        .messages()
         .finish_attempt(id, 1, &own)
         .await
         .expect("finish")
         .expect("moved");
     assert_eq!((done.state, done.sent_at), (AttemptState::Sent, Some(t0)));
-    assert_eq!(tx.finish_attempt(id, 1, &own).await.expect("finish"), None);
-    assert_eq!(tx.pending_content(id, 1).await.expect("content"), None);
+    assert_eq!(
+        tx.messages()
+            .finish_attempt(id, 1, &own)
+            .await
+            .expect("finish"),
+        None
+    );
+    assert_eq!(
+        tx.messages().pending_content(id, 1).await.expect("content"),
+        None
+    );
     // The sweep's view: pending ones by age, or by session.
     let due = tx
+        .messages()
         .pending_attempts(Some(t0), Some(&session), 10)
         .await
         .expect("pending");
@@ -132,6 +153,7 @@ async fn contract(s: &SqlStorage) {
         ..sent(&x)
     };
     let f = tx
+        .messages()
         .finish_attempt(id, 2, &failed)
         .await
         .expect("finish")
@@ -140,12 +162,14 @@ async fn contract(s: &SqlStorage) {
         (f.state, f.error.as_deref(), f.sent_at),
         (AttemptState::Failed, Some("not_acknowledged"), None)
     );
-    tx.accept_attempt(id, 1, t0, Mode::Aside)
+    tx.messages()
+        .accept_attempt(id, 1, t0, Mode::Aside)
         .await
         .expect("accept");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
     let all = tx
+        .messages()
         .attempts(std::slice::from_ref(&id))
         .await
         .expect("attempts");
@@ -170,14 +194,22 @@ async fn contract(s: &SqlStorage) {
         created_at: t0,
     };
     let mut tx = s.begin().await.expect("begin");
-    assert!(tx.insert_broadcast(&b).await.expect("insert"));
+    assert!(tx.messages().insert_broadcast(&b).await.expect("insert"));
     let again = Broadcast {
         id: BroadcastId(uuid::Uuid::new_v4()),
         ..b.clone()
     };
-    assert!(!tx.insert_broadcast(&again).await.expect("insert"));
+    assert!(
+        !tx.messages()
+            .insert_broadcast(&again)
+            .await
+            .expect("insert")
+    );
     assert_eq!(
-        tx.broadcast_by_key(&login, "k").await.expect("read"),
+        tx.messages()
+            .broadcast_by_key(&login, "k")
+            .await
+            .expect("read"),
         Some(b.clone())
     );
     tx.commit().await.expect("commit");
@@ -202,34 +234,47 @@ async fn contract(s: &SqlStorage) {
     };
     let old = t0 - Duration::minutes(5);
     let mut tx = s.begin().await.expect("begin");
-    assert_eq!(tx.put_live(&live(&other, 1, old)).await.expect("put"), None);
+    assert_eq!(
+        tx.messages()
+            .put_live(&live(&other, 1, old))
+            .await
+            .expect("put"),
+        None
+    );
     // Stale to me: not live, and mine to remove.
     assert_eq!(
-        tx.live_session(&sid, &me, t0 - Duration::minutes(1))
+        tx.messages()
+            .live_session(&sid, &me, t0 - Duration::minutes(1))
             .await
             .expect("read"),
         None
     );
     // Its own replica still sees it.
     assert!(
-        tx.live_session(&sid, &other, t0 - Duration::minutes(1))
+        tx.messages()
+            .live_session(&sid, &other, t0 - Duration::minutes(1))
             .await
             .expect("read")
             .is_some()
     );
     // A newer link (mine) takes it, and names the older.
     assert_eq!(
-        tx.put_live(&live(&me, 7, t0)).await.expect("put"),
+        tx.messages()
+            .put_live(&live(&me, 7, t0))
+            .await
+            .expect("put"),
         Some((other.clone(), 1))
     );
     assert!(
-        tx.role_holders(&role, &me, t0 - Duration::minutes(1))
+        tx.messages()
+            .role_holders(&role, &me, t0 - Duration::minutes(1))
             .await
             .expect("holders")
             .contains(&sid)
     );
     assert!(
-        tx.remove_live(&sid, &other, 1)
+        tx.messages()
+            .remove_live(&sid, &other, 1)
             .await
             .expect("remove")
             .is_none(),
@@ -237,13 +282,15 @@ async fn contract(s: &SqlStorage) {
     );
     // My rows never go stale to me, nor are mine removed by my own sweep.
     assert!(
-        tx.remove_stale(&me, t0 + Duration::minutes(10), 100)
+        tx.messages()
+            .remove_stale(&me, t0 + Duration::minutes(10), 100)
             .await
             .expect("stale")
             .iter()
             .all(|l| l.session_id != sid)
     );
     let gone = tx
+        .messages()
         .remove_stale(&other, t0 + Duration::minutes(10), 100)
         .await
         .expect("stale");
@@ -252,7 +299,8 @@ async fn contract(s: &SqlStorage) {
         "another replica removes a silent one's rows"
     );
     assert!(
-        tx.role_holders(&role, &me, t0 - Duration::minutes(1))
+        tx.messages()
+            .role_holders(&role, &me, t0 - Duration::minutes(1))
             .await
             .expect("holders")
             .is_empty()

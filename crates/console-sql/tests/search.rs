@@ -144,43 +144,45 @@ async fn search(s: Arc<SqlStorage>) {
         created_at: t0,
     };
     let mut tx = s.begin().await.expect("begin");
-    assert!(tx.insert_broadcast(&b).await.expect("broadcast"));
+    assert!(tx.messages().insert_broadcast(&b).await.expect("broadcast"));
     let mut copies = Vec::new();
     for n in 0..3 {
         let id = MessageId(uuid::Uuid::new_v4());
         copies.push(id.to_string());
-        tx.insert_message(&Message {
-            id,
-            thread_id: id,
+        tx.messages()
+            .insert_message(&Message {
+                id,
+                thread_id: id,
+                parent: None,
+                issue: None,
+                broadcast: Some(b.id),
+                target: Some(Target::Session(format!("s-{n}"))),
+                delivery: Some(Mode::Send),
+                body: b.body.clone(),
+                notice: None,
+                author: ada(),
+                created_at: t0,
+            })
+            .await
+            .expect("copy");
+    }
+    let alone = MessageId(uuid::Uuid::new_v4());
+    tx.messages()
+        .insert_message(&Message {
+            id: alone,
+            thread_id: alone,
             parent: None,
             issue: None,
-            broadcast: Some(b.id),
-            target: Some(Target::Session(format!("s-{n}"))),
+            broadcast: None,
+            target: Some(Target::Session("s-9".into())),
             delivery: Some(Mode::Send),
-            body: b.body.clone(),
+            body: "A zebra of its own".into(),
             notice: None,
             author: ada(),
             created_at: t0,
         })
         .await
-        .expect("copy");
-    }
-    let alone = MessageId(uuid::Uuid::new_v4());
-    tx.insert_message(&Message {
-        id: alone,
-        thread_id: alone,
-        parent: None,
-        issue: None,
-        broadcast: None,
-        target: Some(Target::Session("s-9".into())),
-        delivery: Some(Mode::Send),
-        body: "A zebra of its own".into(),
-        notice: None,
-        author: ada(),
-        created_at: t0,
-    })
-    .await
-    .expect("message");
+        .expect("message");
     tx.commit().await.expect("commit");
     let found = c.search("zebr", None, 50, 0).await.expect("search");
     let messages: Vec<&SearchRow> = found

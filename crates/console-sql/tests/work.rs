@@ -67,20 +67,26 @@ async fn contract(s: &SqlStorage) {
     // A transaction that is not committed leaves nothing.
     {
         let mut tx = s.begin().await.expect("begin");
-        assert!(tx.insert_project(&p).await.expect("insert"));
+        assert!(tx.projects().insert_project(&p).await.expect("insert"));
     }
     let mut tx = s.begin().await.expect("begin");
-    assert_eq!(tx.project(&key).await.expect("read"), None);
-    assert!(tx.insert_project(&p).await.expect("insert"));
-    assert!(!tx.insert_project(&p).await.expect("insert twice"));
+    assert_eq!(tx.projects().project(&key).await.expect("read"), None);
+    assert!(tx.projects().insert_project(&p).await.expect("insert"));
+    assert!(
+        !tx.projects()
+            .insert_project(&p)
+            .await
+            .expect("insert twice")
+    );
     for n in 1..=3 {
         assert_eq!(
-            tx.take_issue_number(&key).await.expect("n"),
+            tx.projects().take_issue_number(&key).await.expect("n"),
             Some((n, None))
         );
     }
     assert_eq!(
-        tx.take_issue_number(&ProjectKey::parse("NOPE").expect("key"))
+        tx.projects()
+            .take_issue_number(&ProjectKey::parse("NOPE").expect("key"))
             .await
             .expect("n"),
         None
@@ -95,32 +101,43 @@ async fn contract(s: &SqlStorage) {
     three.status = Status::Done;
     three.labels = vec!["ui".into()];
     for i in [&one, &two, &three] {
-        tx.insert_issue(i).await.expect("insert issue");
+        tx.issues().insert_issue(i).await.expect("insert issue");
     }
-    tx.put_read_state(
-        &Login::parse("bo@example.com").expect("login"),
-        &two.key,
-        0,
-        true,
-    )
-    .await
-    .expect("pin");
+    tx.issues()
+        .put_read_state(
+            &Login::parse("bo@example.com").expect("login"),
+            &two.key,
+            0,
+            true,
+        )
+        .await
+        .expect("pin");
     tx.commit().await.expect("commit");
 
     let mut tx = s.read().await.expect("read");
-    assert!(tx.projects().await.expect("list").contains(&p));
-    assert_eq!(tx.issue(&one.key).await.expect("read"), Some(one.clone()));
+    assert!(tx.projects().projects().await.expect("list").contains(&p));
     assert_eq!(
-        tx.last_rank(&key).await.expect("rank").as_deref(),
+        tx.issues().issue(&one.key).await.expect("read"),
+        Some(one.clone())
+    );
+    assert_eq!(
+        tx.issues().last_rank(&key).await.expect("rank").as_deref(),
         Some("t")
     );
     assert_eq!(
-        tx.rank_after(&three.key).await.expect("after").as_deref(),
+        tx.issues()
+            .rank_after(&three.key)
+            .await
+            .expect("after")
+            .as_deref(),
         Some("m")
     );
-    assert_eq!(tx.rank_before(&three.key).await.expect("before"), None);
     assert_eq!(
-        tx.children(&one.key).await.expect("children"),
+        tx.issues().rank_before(&three.key).await.expect("before"),
+        None
+    );
+    assert_eq!(
+        tx.issues().children(&one.key).await.expect("children"),
         vec![(two.key.clone(), Status::Todo)]
     );
     let keys = |v: (Vec<Issue>, i64)| {
@@ -138,7 +155,7 @@ async fn contract(s: &SqlStorage) {
     let k = |i: &Issue| i.key.to_string();
     // By rank; paged with the total of every match.
     assert_eq!(
-        keys(tx.issues(&base).await.expect("all")),
+        keys(tx.issues().issues(&base).await.expect("all")),
         (vec![k(&three), k(&one), k(&two)], 3)
     );
     let page = IssueFilter {
@@ -147,7 +164,7 @@ async fn contract(s: &SqlStorage) {
         ..base.clone()
     };
     assert_eq!(
-        keys(tx.issues(&page).await.expect("page")),
+        keys(tx.issues().issues(&page).await.expect("page")),
         (vec![k(&one)], 3)
     );
     let f = |g: IssueFilter| g;
@@ -239,7 +256,7 @@ async fn contract(s: &SqlStorage) {
     ] {
         let n = want.len() as i64;
         assert_eq!(
-            keys(tx.issues(&filter).await.expect("filter")),
+            keys(tx.issues().issues(&filter).await.expect("filter")),
             (want, n),
             "{filter:?}"
         );
@@ -248,16 +265,22 @@ async fn contract(s: &SqlStorage) {
 
     // Updates rewrite the label index; events are numbered in commit order.
     let mut tx = s.begin().await.expect("begin");
-    let mut changed = tx.issue(&one.key).await.expect("read").expect("one");
+    let mut changed = tx
+        .issues()
+        .issue(&one.key)
+        .await
+        .expect("read")
+        .expect("one");
     changed.labels = vec!["perf".into()];
     changed.sequence = 2;
-    tx.update_issue(&changed).await.expect("update");
+    tx.issues().update_issue(&changed).await.expect("update");
     let actor = Actor::User {
         login: Login::parse("ada@example.com").expect("login"),
     };
     let mut ids = Vec::new();
     for seq in 1..=3 {
         let e = tx
+            .events()
             .append_event(
                 &NewEvent {
                     kind: "issue.updated",
@@ -280,17 +303,20 @@ async fn contract(s: &SqlStorage) {
     tx.commit().await.expect("commit");
     assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "{ids:?}");
     let mut tx = s.read().await.expect("read");
-    assert_eq!(tx.issue(&one.key).await.expect("read"), Some(changed));
+    assert_eq!(
+        tx.issues().issue(&one.key).await.expect("read"),
+        Some(changed)
+    );
     let perf = IssueFilter {
         labels: vec!["perf".into()],
         ..base.clone()
     };
     assert_eq!(
-        keys(tx.issues(&perf).await.expect("perf")),
+        keys(tx.issues().issues(&perf).await.expect("perf")),
         (vec![k(&one)], 1)
     );
-    assert!(tx.last_event_id().await.expect("last") >= ids[2]);
-    let after = tx.events_after(ids[0], 2).await.expect("after");
+    assert!(tx.events().last_event_id().await.expect("last") >= ids[2]);
+    let after = tx.events().events_after(ids[0], 2).await.expect("after");
     assert_eq!(
         after.iter().map(|e| e.id).collect::<Vec<_>>(),
         ids[1..].to_vec()
@@ -307,7 +333,8 @@ async fn contract(s: &SqlStorage) {
     };
     assert_eq!(
         seqs(
-            tx.issue_events(&one.key, &page(None, None, vec![], false, 50))
+            tx.events()
+                .issue_events(&one.key, &page(None, None, vec![], false, 50))
                 .await
                 .expect("log")
         ),
@@ -315,7 +342,8 @@ async fn contract(s: &SqlStorage) {
     );
     assert_eq!(
         seqs(
-            tx.issue_events(&one.key, &page(None, None, vec![], true, 2))
+            tx.events()
+                .issue_events(&one.key, &page(None, None, vec![], true, 2))
                 .await
                 .expect("log")
         ),
@@ -323,7 +351,8 @@ async fn contract(s: &SqlStorage) {
     );
     assert_eq!(
         seqs(
-            tx.issue_events(&one.key, &page(Some(1), Some(3), vec![], false, 50))
+            tx.events()
+                .issue_events(&one.key, &page(Some(1), Some(3), vec![], false, 50))
                 .await
                 .expect("log")
         ),
@@ -331,7 +360,8 @@ async fn contract(s: &SqlStorage) {
     );
     assert_eq!(
         seqs(
-            tx.issue_events(&one.key, &page(None, None, vec![ids[2]], false, 50))
+            tx.events()
+                .issue_events(&one.key, &page(None, None, vec![ids[2]], false, 50))
                 .await
                 .expect("log")
         ),
@@ -339,23 +369,24 @@ async fn contract(s: &SqlStorage) {
     );
     // A read transaction cannot append.
     assert!(
-        tx.append_event(
-            &NewEvent {
-                kind: "x",
-                facts: EventFacts {
-                    at: t0,
-                    actor,
-                    project: None,
-                    issue: None,
-                    artifact: None,
-                    session: None,
-                    data: json!({}),
+        tx.events()
+            .append_event(
+                &NewEvent {
+                    kind: "x",
+                    facts: EventFacts {
+                        at: t0,
+                        actor,
+                        project: None,
+                        issue: None,
+                        artifact: None,
+                        session: None,
+                        data: json!({}),
+                    },
                 },
-            },
-            None
-        )
-        .await
-        .is_err()
+                None
+            )
+            .await
+            .is_err()
     );
 }
 
@@ -386,13 +417,14 @@ async fn label_pages(s: &SqlStorage) {
     let other = fresh_key();
     let mut tx = s.begin().await.expect("begin");
     for k in [&key, &other] {
-        tx.insert_project(&Project {
-            key: k.clone(),
-            name: "Labels".into(),
-            created_at: Utc::now(),
-        })
-        .await
-        .expect("project");
+        tx.projects()
+            .insert_project(&Project {
+                key: k.clone(),
+                name: "Labels".into(),
+                created_at: Utc::now(),
+            })
+            .await
+            .expect("project");
     }
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = move || {
@@ -412,7 +444,7 @@ async fn label_pages(s: &SqlStorage) {
             .filter(|_| next() % 2 == 0)
             .map(|l| l.to_string())
             .collect();
-        tx.insert_issue(&i).await.expect("insert");
+        tx.issues().insert_issue(&i).await.expect("insert");
         all.push(i);
     }
     tx.commit().await.expect("commit");
@@ -435,14 +467,15 @@ async fn label_pages(s: &SqlStorage) {
                                 open,
                                 ..Default::default()
                             };
-                            let (want, want_total) = tx.issues(&general).await.expect("general");
+                            let (want, want_total) =
+                                tx.issues().issues(&general).await.expect("general");
                             for (limit, offset) in [(1000, 0), (3, 0), (3, 2)] {
                                 let paged = IssueFilter {
                                     limit: Some(limit),
                                     offset,
                                     ..general.clone()
                                 };
-                                let (got, total) = tx.issues(&paged).await.expect("paged");
+                                let (got, total) = tx.issues().issues(&paged).await.expect("paged");
                                 assert_eq!(total, want_total, "{stage}: {paged:?}");
                                 let want_page: Vec<&IssueKey> = want
                                     .iter()
@@ -468,7 +501,7 @@ async fn label_pages(s: &SqlStorage) {
             1 => i.status = Status::ALL[(n / 3) % 6],
             _ => i.rank = format!("q{:03}", n * 7 % 500),
         }
-        tx.update_issue(i).await.expect("update");
+        tx.issues().update_issue(i).await.expect("update");
     }
     tx.commit().await.expect("commit");
     check("updated").await;
@@ -506,7 +539,7 @@ async fn writers_that_fail_cost_only_themselves(s: &SqlStorage) {
                 created_at: Utc::now(),
             };
             let mut tx = s.begin().await.expect("begin");
-            assert!(tx.insert_project(&p).await.expect("insert"));
+            assert!(tx.projects().insert_project(&p).await.expect("insert"));
             match i % 3 {
                 // Commits.
                 0 => {
@@ -521,7 +554,7 @@ async fn writers_that_fail_cost_only_themselves(s: &SqlStorage) {
                 // A statement fails (an issue whose project does not exist), then gives up.
                 _ => {
                     let orphan = issue(&fresh_key(), 1, "x");
-                    let failed = tx.insert_issue(&orphan).await;
+                    let failed = tx.issues().insert_issue(&orphan).await;
                     assert!(failed.is_err(), "a foreign key holds");
                     drop(tx);
                     (key, false)
@@ -536,7 +569,11 @@ async fn writers_that_fail_cost_only_themselves(s: &SqlStorage) {
     let mut tx = s.read().await.expect("read");
     for (key, committed) in outcomes {
         assert_eq!(
-            tx.project(&key).await.expect("project").is_some(),
+            tx.projects()
+                .project(&key)
+                .await
+                .expect("project")
+                .is_some(),
             committed,
             "{key}"
         );
@@ -573,7 +610,7 @@ async fn advice_reads(s: &SqlStorage) {
         name: "Payments".into(),
         created_at: Utc::now(),
     };
-    assert!(tx.insert_project(&p).await.expect("project"));
+    assert!(tx.projects().insert_project(&p).await.expect("project"));
     let titles = [
         "Refund a partial payment",
         "Refund fees twice",
@@ -587,7 +624,7 @@ async fn advice_reads(s: &SqlStorage) {
         if n == 1 {
             i.labels = vec!["billing".into()];
         }
-        tx.insert_issue(&i).await.expect("insert");
+        tx.issues().insert_issue(&i).await.expect("insert");
         issues.push(i);
     }
     tx.commit().await.expect("commit");
@@ -604,14 +641,22 @@ async fn advice_reads(s: &SqlStorage) {
             s.read().await.expect("read")
         };
         assert_eq!(
-            tx.word_counts(&words(&["refund", "upgrade", "billing", "nothing"]))
+            tx.issues()
+                .word_counts(&words(&["refund", "upgrade", "billing", "nothing"]))
                 .await
                 .expect("counts"),
             [3, 1, 1, 0]
         );
-        assert!(tx.word_counts(&[]).await.expect("no words").is_empty());
-        assert_eq!(tx.issue_count().await.expect("issues"), 4);
+        assert!(
+            tx.issues()
+                .word_counts(&[])
+                .await
+                .expect("no words")
+                .is_empty()
+        );
+        assert_eq!(tx.issues().issue_count().await.expect("issues"), 4);
         let found = tx
+            .issues()
             .similar_candidates(&words(&["refund"]), 2)
             .await
             .expect("candidates");
@@ -625,14 +670,16 @@ async fn advice_reads(s: &SqlStorage) {
         assert_eq!(keys(found), [k(3), k(2)]);
         assert_eq!(
             keys(
-                tx.similar_candidates(&words(&["refund", "postgresql"]), 10)
+                tx.issues()
+                    .similar_candidates(&words(&["refund", "postgresql"]), 10)
                     .await
                     .expect("candidates")
             ),
             [k(4), k(3), k(2), k(1)]
         );
         assert!(
-            tx.similar_candidates(&words(&["nothing"]), 10)
+            tx.issues()
+                .similar_candidates(&words(&["nothing"]), 10)
                 .await
                 .expect("none")
                 .is_empty()
@@ -644,12 +691,13 @@ async fn advice_reads(s: &SqlStorage) {
     let mut renamed = issues[0].clone();
     renamed.title = "Upgrade the ledger".into();
     renamed.sequence += 1;
-    tx.update_issue(&renamed).await.expect("update");
+    tx.issues().update_issue(&renamed).await.expect("update");
     tx.commit().await.expect("commit");
     let mut tx = s.read_loose().await.expect("read");
     assert_eq!(
         keys(
-            tx.similar_candidates(&words(&["upgrade"]), 10)
+            tx.issues()
+                .similar_candidates(&words(&["upgrade"]), 10)
                 .await
                 .expect("candidates")
         ),
@@ -657,14 +705,16 @@ async fn advice_reads(s: &SqlStorage) {
     );
     assert_eq!(
         keys(
-            tx.similar_candidates(&words(&["refund"]), 10)
+            tx.issues()
+                .similar_candidates(&words(&["refund"]), 10)
                 .await
                 .expect("candidates")
         ),
         [k(3), k(2)]
     );
     assert_eq!(
-        tx.word_counts(&words(&["refund", "upgrade"]))
+        tx.issues()
+            .word_counts(&words(&["refund", "upgrade"]))
             .await
             .expect("counts"),
         [2, 2]
@@ -697,13 +747,14 @@ async fn issue_rows(s: &SqlStorage) {
     let other = fresh_key();
     let mut tx = s.begin().await.expect("begin");
     for k in [&key, &other] {
-        tx.insert_project(&Project {
-            key: k.clone(),
-            name: "Rows".into(),
-            created_at: Utc::now(),
-        })
-        .await
-        .expect("project");
+        tx.projects()
+            .insert_project(&Project {
+                key: k.clone(),
+                name: "Rows".into(),
+                created_at: Utc::now(),
+            })
+            .await
+            .expect("project");
     }
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = move || {
@@ -739,7 +790,7 @@ async fn issue_rows(s: &SqlStorage) {
         if n > 10 && n % 3 == 0 {
             i.parent = Some(IssueKey::new(project, n % 10 + 1));
         }
-        tx.insert_issue(&i).await.expect("insert");
+        tx.issues().insert_issue(&i).await.expect("insert");
         all.push(i);
     }
     tx.commit().await.expect("commit");
@@ -826,7 +877,7 @@ async fn issue_rows(s: &SqlStorage) {
         let mut got: Vec<IssueKey> = Vec::new();
         let mut page = q.clone();
         loop {
-            let rows = tx.issue_page(&page, 7).await.expect("page");
+            let rows = tx.issues().issue_page(&page, 7).await.expect("page");
             got.extend(rows.iter().filter(|i| mine(i)).map(|i| i.key.clone()));
             match rows.last() {
                 Some(last) if rows.len() == 7 => {
@@ -840,9 +891,9 @@ async fn issue_rows(s: &SqlStorage) {
         let want_keys: Vec<IssueKey> = want.iter().map(|i| i.key.clone()).collect();
         assert_eq!(got, want_keys, "{q:?}");
         if q.project.is_some() {
-            let total = tx.issue_page_total(q).await.expect("total");
+            let total = tx.issues().issue_page_total(q).await.expect("total");
             assert_eq!(total, want.len() as i64, "{q:?}");
-            let counts = tx.status_counts(q).await.expect("counts");
+            let counts = tx.issues().status_counts(q).await.expect("counts");
             for s in Status::ALL {
                 let n = all
                     .iter()
@@ -867,7 +918,7 @@ async fn issue_rows(s: &SqlStorage) {
 
     // The children's progress of every issue at once.
     let keys: Vec<IssueKey> = all.iter().map(|i| i.key.clone()).collect();
-    let mut progress = tx.child_progress(&keys).await.expect("progress");
+    let mut progress = tx.issues().child_progress(&keys).await.expect("progress");
     progress.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
     let mut want: Vec<(IssueKey, i64, i64)> = Vec::new();
     for p in &all {
@@ -886,7 +937,11 @@ async fn issue_rows(s: &SqlStorage) {
 
     // 70,000 keys: above SQLite's 32,766 parameters and PostgreSQL's 65,535, one argument.
     let many: Vec<IssueKey> = (1..=70_000).map(|n| IssueKey::new(&key, n)).collect();
-    let children = tx.children_of(&many).await.expect("children of many");
+    let children = tx
+        .issues()
+        .children_of(&many)
+        .await
+        .expect("children of many");
     assert_eq!(
         children.len(),
         all.iter()
@@ -894,7 +949,8 @@ async fn issue_rows(s: &SqlStorage) {
             .count()
     );
     assert_eq!(
-        tx.child_progress(&many)
+        tx.issues()
+            .child_progress(&many)
             .await
             .expect("progress of many")
             .len(),
@@ -906,9 +962,10 @@ async fn issue_rows(s: &SqlStorage) {
             .collect::<HashSet<_>>()
             .len()
     );
-    let none = tx.open_asks_of(&many).await.expect("asks of many");
+    let none = tx.asks().open_asks_of(&many).await.expect("asks of many");
     assert!(none.is_empty());
     let docs = tx
+        .documents()
         .primary_documents(&many)
         .await
         .expect("documents of many");

@@ -5,9 +5,9 @@
 
 use crate::console::Console;
 use crate::error::Error;
-use crate::notify::NoticeTx;
 use crate::notify::{Outbox, Waiting};
-use crate::work::asks::{Ask, AsksWork};
+use crate::work::WorkTx;
+use crate::work::asks::Ask;
 
 impl Console {
     /// What the server can send on, and a digest's period; set once, at start.
@@ -23,7 +23,7 @@ impl Console {
         transact!(self, |tx| self.queue_waiting(tx, w).await)
     }
 
-    async fn queue_waiting(&self, tx: &mut dyn NoticeTx, w: &Waiting) -> Result<usize, Error> {
+    async fn queue_waiting(&self, tx: &mut dyn WorkTx, w: &Waiting) -> Result<usize, Error> {
         let Some(outbox) = self.outbox.get() else {
             return Ok(0);
         };
@@ -35,12 +35,12 @@ impl Console {
 
     /// Queues a new ask's notices in `tx`, the ask's own transaction, for the people who may
     /// answer it ([`Waiting::of_ask`]).
-    pub(crate) async fn notify_ask(&self, tx: &mut dyn AsksWork, ask: &Ask) -> Result<(), Error> {
+    pub(crate) async fn notify_ask(&self, tx: &mut dyn WorkTx, ask: &Ask) -> Result<(), Error> {
         if self.outbox.get().is_none() {
             return Ok(());
         }
         let assignee = match &ask.head.issue {
-            Some(k) => tx.assignee_of(k).await?,
+            Some(k) => tx.issues().assignee_of(k).await?,
             None => None,
         };
         let made = self

@@ -16,7 +16,7 @@ impl Console {
     /// Every mapping, by repository.
     pub async fn repo_mappings(&self) -> Result<Vec<RepoMapping>, Error> {
         let mut tx = self.parts.storage.read().await?;
-        Ok(tx.mappings().await?)
+        Ok(tx.projects().mappings().await?)
     }
 
     /// Maps a repository to a project (a whole record: `default` absent is false); `default`
@@ -40,16 +40,16 @@ impl Console {
             default,
         };
         transact!(self, |tx| {
-            if tx.project(&mapping.project).await?.is_none() {
+            if tx.projects().project(&mapping.project).await?.is_none() {
                 return Err(Error::with_message(
                     ErrorCode::INVALID_PROJECT,
                     "no project has this key",
                 ));
             }
-            if tx.mapping(&mapping.repo).await?.as_ref() == Some(&mapping) {
+            if tx.projects().mapping(&mapping.repo).await?.as_ref() == Some(&mapping) {
                 return Ok(());
             }
-            tx.put_mapping(&mapping).await?;
+            tx.projects().put_mapping(&mapping).await?;
             self.append(
                 tx,
                 "repo_mapping.changed",
@@ -75,14 +75,15 @@ impl Console {
         let repo = repo_of(owner, repo)?;
         transact!(self, |tx| {
             let m = tx
+                .projects()
                 .mapping(&repo)
                 .await?
                 .ok_or_else(|| not_found("repository mapping"))?;
-            let issues = tx.issues_of_repo(&repo).await?;
+            let issues = tx.projects().issues_of_repo(&repo).await?;
             if !issues.is_empty() {
                 return Err(Error::new(ErrorCode::MAPPING_IN_USE).with_detail("issues", &issues));
             }
-            tx.delete_mapping(&repo).await?;
+            tx.projects().delete_mapping(&repo).await?;
             self.append(
                 tx,
                 "repo_mapping.changed",

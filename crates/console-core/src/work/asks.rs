@@ -609,24 +609,6 @@ pub trait AskTx: Send {
     async fn next_issue_sequence(&mut self, key: &IssueKey, at: Time) -> Result<i64, StorageError>;
 }
 
-/// What the asks area's operations see of a transaction (`console/asks/`): its own storage,
-/// and what it reads and writes of the other areas in the same transaction: issues (an ask's
-/// issue, its sequence and assignee), the event log, projects, documents' rows and content
-/// (an ask or a comment on a document, its sequence, mention edges), mentions' delivery
-/// attempts and notices; not the delivery area's. [`crate::work::WorkTx`] has it as a
-/// supertrait: a `&mut dyn WorkTx` converts to a `&mut dyn AsksWork` (trait upcasting). A
-/// storage's transaction implements it with no method of its own.
-pub trait AsksWork:
-    AskTx
-    + crate::work::IssueTx
-    + crate::work::EventTx
-    + crate::work::ProjectTx
-    + crate::work::DocumentTx
-    + crate::work::MessageTx
-    + crate::notify::NoticeTx
-{
-}
-
 // ----- the answers' shapes (protocol §6.3, §6.4) -----
 
 /// An ask as the routes answer it. Lists leave out `replies`, `history` and `answers` (the

@@ -465,17 +465,6 @@ pub trait DocumentTx: Send {
     ) -> Result<Vec<(IssueKey, PrimaryDocument)>, StorageError>;
 }
 
-/// What the documents area's operations see of a transaction (`console/documents/`): its own
-/// storage, and what its writes read and write of the other areas in the same transaction:
-/// issues and projects (the scope a path names), and the event log (each write's `document.*`
-/// event). [`crate::work::WorkTx`] has it as a supertrait: a `&mut dyn WorkTx` converts to a
-/// `&mut dyn DocumentsWork` (trait upcasting). A storage's transaction implements it with no
-/// method of its own.
-pub trait DocumentsWork:
-    DocumentTx + crate::work::IssueTx + crate::work::ProjectTx + crate::work::EventTx
-{
-}
-
 // ----- the answers (protocol §6.2) -----
 
 /// Document metadata (protocol §6.2): what `GET /artifacts/{id}` answers and the `document.*`

@@ -786,19 +786,3 @@ pub trait MessageTx: Send {
         limit: u32,
     ) -> Result<(Vec<crate::work::model::Hit>, i64), StorageError>;
 }
-
-/// What the messages area's operations see of a transaction (`console/messages/`): its own
-/// storage, and what its writes read and write of the other areas in the same transaction:
-/// the event log (each write's event), issues (a message on an issue: the issue exists),
-/// documents' mention edges (a message's body naming console refs) and the asks' threads (a
-/// read mark's thread may be a comment thread or an ask). [`crate::work::WorkTx`] has it as a
-/// supertrait: a `&mut dyn WorkTx` converts to a `&mut dyn MessagesWork` (trait upcasting). A
-/// storage's transaction implements it with no method of its own.
-pub trait MessagesWork:
-    MessageTx
-    + crate::work::EventTx
-    + crate::work::IssueTx
-    + crate::work::DocumentTx
-    + crate::work::AskTx
-{
-}

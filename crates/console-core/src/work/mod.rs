@@ -23,10 +23,10 @@ pub mod rules;
 pub mod search;
 pub mod store;
 
-pub use asks::{AskTx, AsksWork};
-pub use delivery::{DeliveryTx, DeliveryWork};
-pub use documents::{DocumentTx, DocumentsWork};
-pub use messages::{MessageTx, MessagesWork};
+pub use asks::AskTx;
+pub use delivery::DeliveryTx;
+pub use documents::DocumentTx;
+pub use messages::MessageTx;
 pub use model::*;
 pub use repos::{CodeRef, RepoMapping, RepoName};
-pub use store::{EventTx, IssueTx, IssuesWork, ProjectTx, WorkTx};
+pub use store::{EventTx, IssueTx, ProjectTx, WorkTx};

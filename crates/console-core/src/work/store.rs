@@ -163,37 +163,26 @@ pub trait EventTx: Send {
     async fn last_event_id(&mut self) -> Result<i64, StorageError>;
 }
 
-/// What the work area's operations (`console/work/`) see of a transaction: projects, issues
-/// and the event log, and what an issue's answer reads of the other areas in the same
-/// transaction: its open asks ([`crate::work::AskTx`]), its primary document
-/// ([`crate::work::DocumentTx`]) and the live sessions' roles that its route status is
-/// resolved against ([`crate::work::MessageTx`]). [`WorkTx`] has it as a supertrait: a
-/// `&mut dyn WorkTx` converts to a `&mut dyn IssuesWork` (trait upcasting). A storage's
-/// transaction implements it with no method of its own.
-pub trait IssuesWork:
-    ProjectTx
-    + IssueTx
-    + EventTx
-    + crate::work::AskTx
-    + crate::work::DocumentTx
-    + crate::work::MessageTx
-{
-}
-
-/// One transaction over the work storage: every aggregate's trait. [`crate::work::AsksWork`]
-/// joins all but the delivery area's ([`ProjectTx`], [`IssueTx`], [`EventTx`], documents,
-/// asks, messages, notices), [`crate::work::DocumentsWork`] what the documents area sees,
-/// [`crate::work::DeliveryWork`] the delivery area's and the event log, [`IssuesWork`] the work
-/// area's, [`crate::work::MessagesWork`] the messages area's: an area that sees less takes its
-/// own trait, to which this one converts.
+/// One transaction over the work storage, handing out one store per area: each is a small
+/// trait of its own ([`ProjectTx`], [`IssueTx`], [`EventTx`], [`crate::work::AskTx`],
+/// [`crate::work::DocumentTx`], [`crate::work::MessageTx`], [`crate::work::DeliveryTx`],
+/// [`crate::notify::NoticeTx`]), and a storage implements each with a type of its own over the
+/// transaction's one connection (`tx.issues().issue(&key)`). An area's operation takes the
+/// transaction and reaches the stores it uses; what it reads of another area is in the same
+/// transaction.
+///
+/// A store is handed out boxed (a pointer-sized box per call, beside the future `async_trait`
+/// boxes per statement already), which keeps the trait usable as `dyn WorkTx`.
 #[async_trait]
-pub trait WorkTx:
-    crate::work::AsksWork
-    + crate::work::DocumentsWork
-    + crate::work::DeliveryWork
-    + IssuesWork
-    + crate::work::MessagesWork
-{
+pub trait WorkTx: Send {
+    fn projects(&mut self) -> Box<dyn ProjectTx + '_>;
+    fn issues(&mut self) -> Box<dyn IssueTx + '_>;
+    fn events(&mut self) -> Box<dyn EventTx + '_>;
+    fn asks(&mut self) -> Box<dyn crate::work::AskTx + '_>;
+    fn documents(&mut self) -> Box<dyn crate::work::DocumentTx + '_>;
+    fn messages(&mut self) -> Box<dyn crate::work::MessageTx + '_>;
+    fn delivery(&mut self) -> Box<dyn crate::work::DeliveryTx + '_>;
+    fn notices(&mut self) -> Box<dyn crate::notify::NoticeTx + '_>;
     /// Commits, answering the highest event id the transaction appended (`None`: it appended
     /// none). The unit of work ([`crate::console::unit`]) publishes it once the commit is
     /// done: the storage sees every append, so no event can be left out.

@@ -22,12 +22,12 @@ use sqlx::any::AnyRow;
 
 use super::rows::{issue_key, past_answer_of, project_of};
 use crate::time;
-use crate::work::{Args, SqlTx, corrupt, id_in, id_of, json_of, text};
+use crate::work::{Args, AskStore, corrupt, id_in, id_of, json_of, text};
 
 /// An inbox row with its order: its `turn_since`, then its `seq`.
 type Ordered = (i64, i64, InboxEntry);
 
-impl SqlTx {
+impl AskStore<'_> {
     /// [`AskTx::inbox`](countersign_console_core::work::AskTx::inbox): the asks whose turn it
     /// is that the filter (and `within`, when given) selects, oldest turn first.
     pub(super) async fn inbox_entries(

@@ -27,8 +27,9 @@ use countersign_console_core::work::{AskTx, Hit, IssueKey, ProjectKey};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use crate::time;
+use crate::work::AskStore;
 use crate::work::{Args, corrupt, id_in, json_of, opt_id_in, text};
-use crate::{SqlTx, time};
 use rows::{ask_of, comment_of, login_of, past_answer_of, thread_state_text};
 
 mod inbox;
@@ -54,7 +55,7 @@ const NEXT_SEQ: &str = "(SELECT COALESCE(MAX(m), 0) + 1 FROM (\
 const COMMENT_COLUMNS: &str = "id, thread_id, parent, project, issue, artifact, ask, quote, block, \
      body, author, suggestion, mentions, thread_state, created_at, edited_at";
 
-impl SqlTx {
+impl AskStore<'_> {
     /// Rows of a query built with [`Args`].
     async fn rows(&mut self, sql: &str, a: &Args) -> Result<Vec<AnyRow>, StorageError> {
         sqlx::query_with(sql, a.build())
@@ -65,7 +66,7 @@ impl SqlTx {
 }
 
 #[async_trait]
-impl AskTx for SqlTx {
+impl AskTx for AskStore<'_> {
     async fn insert_ask(&mut self, a: &Ask) -> Result<(), StorageError> {
         // `seq` orders asks made in one millisecond as they were made.
         sqlx::query(&format!(
@@ -112,7 +113,7 @@ impl AskTx for SqlTx {
     }
 
     async fn ask(&mut self, id: AskId) -> Result<Option<Ask>, StorageError> {
-        let lock = self.lock();
+        let lock = self.lock_clause();
         sqlx::query(&format!(
             "SELECT {ASK_COLUMNS} FROM console_asks WHERE id = $1{lock}"
         ))
@@ -436,7 +437,7 @@ impl AskTx for SqlTx {
     }
 
     async fn comment(&mut self, id: CommentId) -> Result<Option<Comment>, StorageError> {
-        let lock = self.lock();
+        let lock = self.lock_clause();
         sqlx::query(&format!(
             "SELECT {COMMENT_COLUMNS} FROM console_comments WHERE id = $1{lock}"
         ))

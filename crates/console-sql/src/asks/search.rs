@@ -10,7 +10,7 @@ use sqlx::any::AnyRow;
 
 use super::rows::issue_key;
 use crate::time;
-use crate::work::{Args, SqlTx, fts_prefix, pg_prefix};
+use crate::work::{Args, AskStore, fts_prefix, pg_prefix};
 
 /// A search's statement parts on one backend: what it selects from, its match condition,
 /// and the expressions of a row's score and snippet.
@@ -23,7 +23,7 @@ struct Matching {
     newest: String,
 }
 
-impl SqlTx {
+impl AskStore<'_> {
     /// A full-text search of asks' questions or comments' bodies ([`asks_search`],
     /// [`comments_search`]): hits best first, at most `limit`, and how many match, counted up
     /// to `limit + 1`.

@@ -10,9 +10,9 @@ use sqlx::any::AnyRow;
 use super::rows::{ask_of, columns_as, comment_at};
 use super::{ASK_COLUMNS, COMMENT_COLUMNS};
 use crate::time;
-use crate::work::{Args, SqlTx, json_of};
+use crate::work::{Args, AskStore, json_of};
 
-impl SqlTx {
+impl AskStore<'_> {
     /// [`AskTx::unread_comment_threads`](countersign_console_core::work::AskTx::unread_comment_threads):
     /// the comment threads the person wrote in with a newer comment by someone else, unread.
     pub(super) async fn unread_comments(

@@ -25,7 +25,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::time;
-use crate::work::{Args, SqlTx, corrupt, event_of, id_in, json_of, subscribers_of, text};
+use crate::work::{Args, DocumentStore, corrupt, event_of, id_in, json_of, subscribers_of, text};
 
 mod migration;
 pub(crate) mod search;
@@ -119,7 +119,7 @@ fn issue_ref(key: &IssueKey) -> String {
     format!("countersign://issue/{key}")
 }
 
-impl SqlTx {
+impl DocumentStore<'_> {
     // `lock` is messages' (`pub(crate)` in messages.rs): the same ` FOR UPDATE` on PostgreSQL
     // in a write transaction (merge of documents and messages).
 
@@ -139,12 +139,8 @@ impl SqlTx {
     }
 }
 
-/// The documents area's view of a transaction (its traits are all implemented here and in
-/// the work module).
-impl countersign_console_core::work::DocumentsWork for SqlTx {}
-
 #[async_trait]
-impl DocumentTx for SqlTx {
+impl DocumentTx for DocumentStore<'_> {
     async fn insert_artifact(&mut self, a: &Artifact) -> Result<(), StorageError> {
         sqlx::query(&format!(
             "INSERT INTO console_artifacts ({ARTIFACT_COLUMNS}, issue, project, session) VALUES \
@@ -222,7 +218,7 @@ impl DocumentTx for SqlTx {
 
     async fn artifact(&mut self, id: ArtifactId) -> Result<Option<Artifact>, StorageError> {
         let id = &id.to_string();
-        let lock = self.lock();
+        let lock = self.lock_clause();
         sqlx::query(&format!(
             "SELECT {ARTIFACT_COLUMNS} FROM console_artifacts WHERE id = $1{lock}"
         ))
@@ -245,7 +241,7 @@ impl DocumentTx for SqlTx {
             "scope = {} AND slug = {}{}",
             a.push(scope.key()),
             a.push(slug.to_owned()),
-            self.lock()
+            self.lock_clause()
         );
         Ok(self.artifacts_where(&cond, a).await?.into_iter().next())
     }
@@ -260,7 +256,7 @@ impl DocumentTx for SqlTx {
             "scope = {} AND filename = {} ORDER BY created_at, id{}",
             a.push(scope.key()),
             a.push(filename.to_owned()),
-            self.lock()
+            self.lock_clause()
         );
         self.artifacts_where(&cond, a).await
     }

@@ -10,7 +10,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::time;
-use crate::work::{Args, SqlTx};
+use crate::work::{Args, DocumentStore};
 
 /// A search's statement parts on one backend: the `WITH` that ranks each artifact's best
 /// part, what a page selects from, the snippet's expression, and one condition per word when
@@ -22,7 +22,7 @@ struct Ranked {
     each_word: Vec<String>,
 }
 
-impl SqlTx {
+impl DocumentStore<'_> {
     /// The documents (not an agent conversation's artifacts) whose parts hold `words`, best
     /// first, at most `limit`, and how many match, counted up to `limit + 1`.
     pub(super) async fn document_hits(

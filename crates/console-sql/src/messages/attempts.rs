@@ -14,7 +14,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::time;
-use crate::work::{Args, SqlTx, corrupt, id_in, id_of, json_of, place_in, text};
+use crate::work::{Args, MessageStore, corrupt, id_in, id_of, json_of, place_in, text};
 
 const ATTEMPT_COLUMNS: &str = "kind, id, attempt, session_id, mode, state, requested_by, \
      created_at, sent_at, accepted_at, accepted_as, error, project, issue, artifact";
@@ -62,7 +62,10 @@ pub(super) fn attempt_of(r: &AnyRow) -> Result<Attempt, StorageError> {
     })
 }
 
-pub(super) async fn next_attempt(tx: &mut SqlTx, item: Deliverable) -> Result<i64, StorageError> {
+pub(super) async fn next_attempt(
+    tx: &mut MessageStore<'_>,
+    item: Deliverable,
+) -> Result<i64, StorageError> {
     sqlx::query(
         "SELECT COALESCE(MAX(attempt), 0) + 1 AS n FROM console_delivery_attempts \
          WHERE kind = $1 AND id = $2",
@@ -77,7 +80,7 @@ pub(super) async fn next_attempt(tx: &mut SqlTx, item: Deliverable) -> Result<i6
 }
 
 pub(super) async fn insert_attempt(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     a: &Attempt,
     content: Option<&DeliveryContent>,
 ) -> Result<(), StorageError> {
@@ -115,14 +118,14 @@ pub(super) async fn insert_attempt(
 }
 
 pub(super) async fn attempt(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     item: Deliverable,
     attempt: i64,
 ) -> Result<Option<Attempt>, StorageError> {
     sqlx::query(&format!(
         "SELECT {ATTEMPT_COLUMNS} FROM console_delivery_attempts \
          WHERE kind = $1 AND id = $2 AND attempt = $3{}",
-        tx.lock()
+        tx.lock_clause()
     ))
     .bind(item.kind().as_str())
     .bind(item.to_string())
@@ -136,7 +139,7 @@ pub(super) async fn attempt(
 }
 
 pub(super) async fn attempts(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     items: &[Deliverable],
 ) -> Result<Vec<Attempt>, StorageError> {
     let mut a = Args::default();
@@ -160,7 +163,7 @@ pub(super) async fn attempts(
         "SELECT {ATTEMPT_COLUMNS} FROM console_delivery_attempts \
          WHERE {} ORDER BY kind, id, attempt{}",
         any.join(" OR "),
-        tx.lock()
+        tx.lock_clause()
     );
     sqlx::query_with(&sql, a.build())
         .fetch_all(&mut *tx.tx)
@@ -172,7 +175,7 @@ pub(super) async fn attempts(
 }
 
 pub(super) async fn finish_attempt(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     item: Deliverable,
     attempt: i64,
     f: &Finish<'_>,
@@ -216,7 +219,7 @@ pub(super) async fn finish_attempt(
 }
 
 pub(super) async fn pending_attempts(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     before: Option<Time>,
     session: Option<&SessionId>,
     limit: u32,
@@ -245,7 +248,7 @@ pub(super) async fn pending_attempts(
 }
 
 pub(super) async fn pending_content(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     item: Deliverable,
     attempt: i64,
 ) -> Result<Option<(SessionId, DeliveryContent)>, StorageError> {
@@ -269,7 +272,7 @@ pub(super) async fn pending_content(
 }
 
 pub(super) async fn accept_attempt(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     item: Deliverable,
     attempt: i64,
     at: Time,

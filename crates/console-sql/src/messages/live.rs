@@ -10,7 +10,7 @@ use countersign_console_core::work::store::ms;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::work::{SqlTx, id_in, json_of, text};
+use crate::work::{MessageStore, id_in, json_of, text};
 use crate::{login, time};
 
 /// The PostgreSQL channel link notices go on (ids and replica names, never content).
@@ -38,7 +38,7 @@ fn live_of(r: &AnyRow) -> Result<LiveSession, StorageError> {
     })
 }
 
-impl SqlTx {
+impl MessageStore<'_> {
     async fn write_live_roles(&mut self, s: &LiveSession) -> Result<(), StorageError> {
         sqlx::query("DELETE FROM console_live_roles WHERE session_id = $1")
             .bind(s.session_id.as_str())
@@ -61,12 +61,12 @@ impl SqlTx {
 }
 
 pub(super) async fn put_live(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     s: &LiveSession,
 ) -> Result<Option<(String, i64)>, StorageError> {
     let prev = sqlx::query(&format!(
         "SELECT replica, link FROM console_live_sessions WHERE session_id = $1{}",
-        tx.lock()
+        tx.lock_clause()
     ))
     .bind(s.session_id.as_str())
     .fetch_optional(&mut *tx.tx)
@@ -108,7 +108,10 @@ pub(super) async fn put_live(
     Ok(prev.filter(|(r, l)| (r.as_str(), *l) != (s.replica.as_str(), s.link)))
 }
 
-pub(super) async fn update_live(tx: &mut SqlTx, s: &LiveSession) -> Result<bool, StorageError> {
+pub(super) async fn update_live(
+    tx: &mut MessageStore<'_>,
+    s: &LiveSession,
+) -> Result<bool, StorageError> {
     let r = sqlx::query(
         "UPDATE console_live_sessions SET title = $1, roles = $2, capabilities = $3, \
          modes = $4, last_activity_at = $5 WHERE session_id = $6 AND replica = $7 AND link = $8",
@@ -132,7 +135,7 @@ pub(super) async fn update_live(tx: &mut SqlTx, s: &LiveSession) -> Result<bool,
 }
 
 pub(super) async fn remove_live(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     session: &SessionId,
     replica: &str,
     link: i64,
@@ -161,7 +164,7 @@ pub(super) async fn remove_live(
 }
 
 pub(super) async fn live_sessions(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     replica: &str,
     fresh_after: Time,
 ) -> Result<Vec<LiveSession>, StorageError> {
@@ -180,7 +183,7 @@ pub(super) async fn live_sessions(
 }
 
 pub(super) async fn live_session(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     session: &SessionId,
     replica: &str,
     fresh_after: Time,
@@ -201,7 +204,7 @@ pub(super) async fn live_session(
 }
 
 pub(super) async fn live_roles(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     replica: &str,
     fresh_after: Time,
 ) -> Result<Vec<String>, StorageError> {
@@ -221,7 +224,7 @@ pub(super) async fn live_roles(
 }
 
 pub(super) async fn role_holders(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     role: &str,
     replica: &str,
     fresh_after: Time,
@@ -243,7 +246,7 @@ pub(super) async fn role_holders(
 }
 
 pub(super) async fn heartbeat(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     replica: &str,
     at: Time,
     activity: &[(SessionId, Time)],
@@ -270,7 +273,7 @@ pub(super) async fn heartbeat(
 }
 
 pub(super) async fn any_stale(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     replica: &str,
     before: Time,
 ) -> Result<bool, StorageError> {
@@ -286,7 +289,7 @@ pub(super) async fn any_stale(
 }
 
 pub(super) async fn remove_stale(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     replica: &str,
     before: Time,
     limit: u32,
@@ -316,7 +319,10 @@ pub(super) async fn remove_stale(
     Ok(gone)
 }
 
-pub(super) async fn notify_links(tx: &mut SqlTx, payload: &str) -> Result<(), StorageError> {
+pub(super) async fn notify_links(
+    tx: &mut MessageStore<'_>,
+    payload: &str,
+) -> Result<(), StorageError> {
     if tx.backend == Backend::Postgres {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(LINKS_CHANNEL)
@@ -341,9 +347,10 @@ impl crate::SqlStorage {
         if self.backend != Backend::Postgres {
             return None;
         }
-        let url = self.url.clone();
+        let storage = self.clone();
         Some(tokio::spawn(async move {
             loop {
+                let url = storage.listen_url();
                 match sqlx::postgres::PgListener::connect(&url).await {
                     Ok(mut l) => {
                         if let Err(e) = l.listen(LINKS_CHANNEL).await {

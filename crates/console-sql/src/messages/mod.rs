@@ -24,7 +24,7 @@ use countersign_console_core::work::{Hit, IssueKey, ProjectKey};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::work::{Args, SqlTx, corrupt, id_in, id_of, json_of, text};
+use crate::work::{Args, MessageStore, corrupt, id_in, id_of, json_of, text};
 use crate::{login, time};
 
 mod attempts;
@@ -34,17 +34,6 @@ mod reads;
 pub(crate) mod search;
 
 pub(crate) use migration::{MIGRATION_10_POSTGRES, MIGRATION_10_SQLITE};
-
-impl SqlTx {
-    /// ` FOR UPDATE` on PostgreSQL in a write transaction (SQLite's writers are serial).
-    pub(crate) fn lock(&self) -> &'static str {
-        if self.write && self.backend == Backend::Postgres {
-            " FOR UPDATE"
-        } else {
-            ""
-        }
-    }
-}
 
 const MESSAGE_COLUMNS: &str = "id, thread_id, parent, issue, broadcast, target_session, \
      target_role, delivery, body, notice, author, created_at";
@@ -126,12 +115,8 @@ fn broadcast_of(r: &AnyRow) -> Result<Broadcast, StorageError> {
 const BROADCAST_COLUMNS: &str =
     "id, login, idempotency_key, fingerprint, mode, body, by_actor, excluded, created_at";
 
-/// The messages area's view of a transaction (its traits are all implemented here and in the
-/// work, documents and asks modules).
-impl countersign_console_core::work::MessagesWork for SqlTx {}
-
 #[async_trait]
-impl MessageTx for SqlTx {
+impl MessageTx for MessageStore<'_> {
     async fn next_attempt(&mut self, item: Deliverable) -> Result<i64, StorageError> {
         attempts::next_attempt(self, item).await
     }
@@ -247,7 +232,7 @@ impl MessageTx for SqlTx {
     async fn message(&mut self, id: MessageId) -> Result<Option<Message>, StorageError> {
         sqlx::query(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM console_messages WHERE id = $1{}",
-            self.lock()
+            self.lock_clause()
         ))
         .bind(id.to_string())
         .fetch_optional(&mut *self.tx)

@@ -11,12 +11,12 @@ use countersign_console_core::work::store::ms;
 use sqlx::Row;
 
 use crate::time;
-use crate::work::{Args, SqlTx, id_in};
+use crate::work::{Args, MessageStore, id_in};
 
 use super::{message_at, message_columns, opt_ms};
 
 pub(super) async fn unread_message_threads(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     login: &Login,
     issue: Option<&IssueKey>,
     limit: u32,
@@ -62,7 +62,7 @@ pub(super) async fn unread_message_threads(
 }
 
 pub(super) async fn wrote_in_message_thread(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     login: &Login,
     thread_id: MessageId,
 ) -> Result<bool, StorageError> {
@@ -78,13 +78,13 @@ pub(super) async fn wrote_in_message_thread(
 }
 
 pub(super) async fn thread_read(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     login: &Login,
     thread_id: &str,
 ) -> Result<Option<Time>, StorageError> {
     let row = sqlx::query(&format!(
         "SELECT read_through FROM console_thread_reads WHERE login = $1 AND thread_id = $2{}",
-        tx.lock()
+        tx.lock_clause()
     ))
     .bind(login.as_str())
     .bind(thread_id)
@@ -96,7 +96,7 @@ pub(super) async fn thread_read(
 }
 
 pub(super) async fn put_thread_read(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     login: &Login,
     thread_id: &str,
     read_through: Time,
@@ -115,7 +115,7 @@ pub(super) async fn put_thread_read(
 }
 
 pub(super) async fn agent_states(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     login: &Login,
 ) -> Result<Vec<(SessionId, Option<Time>, Option<Time>)>, StorageError> {
     let rows = sqlx::query(
@@ -143,14 +143,14 @@ pub(super) async fn agent_states(
 }
 
 pub(super) async fn agent_state(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     login: &Login,
     session: &SessionId,
 ) -> Result<Option<(Option<Time>, Option<Time>)>, StorageError> {
     let row = sqlx::query(&format!(
         "SELECT cleared_before, read_through FROM console_agent_state \
          WHERE login = $1 AND session_id = $2{}",
-        tx.lock()
+        tx.lock_clause()
     ))
     .bind(login.as_str())
     .bind(session.as_str())
@@ -162,7 +162,7 @@ pub(super) async fn agent_state(
 }
 
 pub(super) async fn put_agent_state(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     login: &Login,
     session: &SessionId,
     cleared_before: Option<Time>,
@@ -184,7 +184,7 @@ pub(super) async fn put_agent_state(
 }
 
 pub(super) async fn unread_replies(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     login: &Login,
     session: Option<&SessionId>,
 ) -> Result<Vec<(SessionId, MessageId)>, StorageError> {
@@ -219,7 +219,7 @@ pub(super) async fn unread_replies(
 }
 
 pub(super) async fn read_replies(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     login: &Login,
     ids: &[MessageId],
 ) -> Result<(), StorageError> {
@@ -238,7 +238,7 @@ pub(super) async fn read_replies(
 }
 
 pub(super) async fn messages_by_session(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     session: &SessionId,
     ids: &[MessageId],
 ) -> Result<Vec<MessageId>, StorageError> {
@@ -262,7 +262,7 @@ pub(super) async fn messages_by_session(
 }
 
 pub(super) async fn insert_webhook(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     webhook_id: &str,
     message_id: MessageId,
     at: Time,

@@ -12,7 +12,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::time;
-use crate::work::{Args, SqlTx, fts_prefix, pg_prefix};
+use crate::work::{Args, MessageStore, fts_prefix, pg_prefix};
 
 /// A search's statement parts on one backend: what it selects from, its match condition,
 /// and the expressions of a row's score and snippet.
@@ -24,7 +24,7 @@ struct Matching {
 }
 
 pub(super) async fn search_messages(
-    tx: &mut SqlTx,
+    tx: &mut MessageStore<'_>,
     words: &[String],
     any: bool,
     project: Option<&ProjectKey>,

@@ -10,13 +10,13 @@ use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{Event, EventPage, EventTx, IssueKey, NewEvent};
 use sqlx::Row;
 
-use super::{Args, EVENT_COLUMNS, SqlTx, event_of, text};
+use super::{Args, EVENT_COLUMNS, EventStore, event_of, text};
 
 /// The advisory lock PostgreSQL event appends take (distinct from the migration lock).
 const PG_EVENTS_LOCK: i64 = 7_243_102;
 
 #[async_trait]
-impl EventTx for SqlTx {
+impl EventTx for EventStore<'_> {
     async fn append_event(
         &mut self,
         e: &NewEvent,

@@ -15,7 +15,9 @@ use countersign_console_core::work::{
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{Args, ISSUE_COLUMNS, SqlTx, StoredClaim, corrupt, issue_of, subscribers_of, text};
+use super::{
+    Args, ISSUE_COLUMNS, IssueStore, StoredClaim, corrupt, issue_of, subscribers_of, text,
+};
 use crate::login;
 
 /// What an issue update does to PostgreSQL's label rows.
@@ -29,7 +31,7 @@ fn r_text(r: &AnyRow, column: &str) -> Result<String, StorageError> {
     r.try_get(column).map_err(db_err)
 }
 
-impl SqlTx {
+impl IssueStore<'_> {
     /// Keeps SQLite's FTS5 index of the issue (PostgreSQL's is a generated column).
     /// The issue's label rows, on PostgreSQL (SQLite's triggers keep them, and its full-text
     /// rows; PostgreSQL's full-text column is generated). `replace`: an update's, whose old
@@ -74,7 +76,7 @@ impl SqlTx {
 }
 
 #[async_trait]
-impl IssueTx for SqlTx {
+impl IssueTx for IssueStore<'_> {
     async fn insert_issue(&mut self, i: &Issue) -> Result<(), StorageError> {
         sqlx::query(&format!(
             "INSERT INTO console_issues ({ISSUE_COLUMNS}, is_open) VALUES \

@@ -13,7 +13,7 @@ use countersign_console_core::work::{
 };
 use sqlx::Row;
 
-use super::{Args, ISSUE_COLUMNS, SqlTx, corrupt, issue_of};
+use super::{Args, ISSUE_COLUMNS, IssueStore, corrupt, issue_of};
 
 /// The `WHERE` of the label rows a filter selects: the labels given (`labels`, their
 /// placeholders), narrowed by the project and the statuses (`status` and `open` together) the
@@ -203,7 +203,7 @@ fn route_cond(a: &mut Args, route: &RouteFilter) -> String {
     }
 }
 
-impl SqlTx {
+impl IssueStore<'_> {
     /// [`IssueTx::issues`](countersign_console_core::work::IssueTx::issues): the filter's page
     /// (all of them with no limit) and how many match in all.
     pub(super) async fn filtered_issues(

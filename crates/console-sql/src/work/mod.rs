@@ -18,10 +18,11 @@ use async_trait::async_trait;
 use countersign_common::sql::{Backend, begin_err, db_err};
 use countersign_console_core::Time;
 use countersign_console_core::ids::{ArtifactId, SessionId};
+use countersign_console_core::notify::NoticeTx;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::{
-    Actor, Claim, Components, Event, EventFacts, Hit, Issue, IssueKey, ProjectKey, SearchKind,
-    Status, WorkTx,
+    Actor, AskTx, Claim, Components, DeliveryTx, DocumentTx, Event, EventFacts, EventTx, Hit,
+    Issue, IssueKey, IssueTx, MessageTx, ProjectKey, ProjectTx, SearchKind, Status, WorkTx,
 };
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::pool::PoolConnection;
@@ -330,21 +331,88 @@ impl Args {
     }
 }
 
-/// The asks area's view of a transaction (its traits are all implemented in this module's parts and in the
-/// areas' modules).
-impl countersign_console_core::work::AsksWork for SqlTx {}
+/// One area's store (`tx.issues()`, `tx.asks()`, …): a type of its own over the
+/// transaction's one connection, which implements that area's trait and nothing else. It
+/// borrows the transaction ([`SqlTx`]: the connection and what the commit does), whose
+/// statement helpers (`lock_clause`, the row readers) every store shares.
+macro_rules! stores {
+    ($($(#[$doc:meta])* $name:ident,)*) => {$(
+        $(#[$doc])*
+        pub(crate) struct $name<'t>(pub(crate) &'t mut SqlTx);
 
-/// The work area's view of a transaction.
-impl countersign_console_core::work::IssuesWork for SqlTx {}
+        impl std::ops::Deref for $name<'_> {
+            type Target = SqlTx;
 
-/// The delivery area's view of a transaction.
-impl countersign_console_core::work::DeliveryWork for SqlTx {}
+            fn deref(&self) -> &SqlTx {
+                self.0
+            }
+        }
+
+        impl std::ops::DerefMut for $name<'_> {
+            fn deref_mut(&mut self) -> &mut SqlTx {
+                self.0
+            }
+        }
+    )*};
+}
+
+stores! {
+    /// Projects and repository mappings (`projects.rs`).
+    ProjectStore,
+    /// Issues: rows, lists, read state, ranks, subscribers, their search (`issues.rs`,
+    /// `list.rs`, `search.rs`).
+    IssueStore,
+    /// The event log (`events.rs`).
+    EventStore,
+    /// Asks, comments, reviews and the inbox (`crate::asks`).
+    AskStore,
+    /// Documents, files and their versions (`crate::documents`).
+    DocumentStore,
+    /// Messages, broadcasts, delivery attempts and presence (`crate::messages`).
+    MessageStore,
+    /// The delivery area's synced rows, settings and groups (`crate::delivery`).
+    DeliveryStore,
+    /// Notices and preferences (`crate::notify`).
+    NoticeStore,
+}
 
 #[async_trait]
 impl WorkTx for SqlTx {
+    fn projects(&mut self) -> Box<dyn ProjectTx + '_> {
+        Box::new(ProjectStore(self))
+    }
+
+    fn issues(&mut self) -> Box<dyn IssueTx + '_> {
+        Box::new(IssueStore(self))
+    }
+
+    fn events(&mut self) -> Box<dyn EventTx + '_> {
+        Box::new(EventStore(self))
+    }
+
+    fn asks(&mut self) -> Box<dyn AskTx + '_> {
+        Box::new(AskStore(self))
+    }
+
+    fn documents(&mut self) -> Box<dyn DocumentTx + '_> {
+        Box::new(DocumentStore(self))
+    }
+
+    fn messages(&mut self) -> Box<dyn MessageTx + '_> {
+        Box::new(MessageStore(self))
+    }
+
+    fn delivery(&mut self) -> Box<dyn DeliveryTx + '_> {
+        Box::new(DeliveryStore(self))
+    }
+
+    fn notices(&mut self) -> Box<dyn NoticeTx + '_> {
+        Box::new(NoticeStore(self))
+    }
+
     async fn commit(mut self: Box<Self>) -> Result<Option<i64>, StorageError> {
         if self.delivery_written {
-            crate::delivery::move_generation(&mut self).await?;
+            crate::delivery::move_generation(&mut DeliveryStore(&mut self)).await?;
         }
         // Delivered to listeners when (and only if) the transaction commits.
         if let (Backend::Postgres, Some(id)) = (self.backend, self.last_event) {

@@ -10,7 +10,7 @@ use countersign_console_core::work::{
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{SqlTx, corrupt};
+use super::{ProjectStore, corrupt};
 use crate::time;
 
 fn project_of(r: &AnyRow) -> Result<Project, StorageError> {
@@ -34,7 +34,7 @@ fn mapping_of(r: &AnyRow) -> Result<RepoMapping, StorageError> {
 }
 
 #[async_trait]
-impl ProjectTx for SqlTx {
+impl ProjectTx for ProjectStore<'_> {
     async fn insert_project(&mut self, p: &Project) -> Result<bool, StorageError> {
         // ON CONFLICT, not a caught unique violation: on PostgreSQL a failed statement aborts
         // the whole transaction.

@@ -13,7 +13,9 @@ use countersign_console_core::work::{Candidate, Hit, IssueKey, ProjectKey, Searc
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{Args, SqlTx, corrupt, json_of, text};
+use super::{
+    Args, AskStore, DocumentStore, IssueStore, MessageStore, SqlTx, corrupt, json_of, text,
+};
 use crate::time;
 use crate::{asks::search as asks, documents::search as documents, messages::search as messages};
 
@@ -50,7 +52,7 @@ fn fts_words(words: &[String], op: &str) -> String {
         .join(op)
 }
 
-impl SqlTx {
+impl IssueStore<'_> {
     /// [`IssueTx::search_issues`](countersign_console_core::work::IssueTx::search_issues): the
     /// best `limit` of the newest `limit + 1` issues matching every word, and how many match,
     /// counted up to `limit + 1`.
@@ -281,11 +283,17 @@ pub(super) async fn kinds_hits(
         return Ok(KINDS.into_iter().map(|k| (k, Vec::new(), 0)).collect());
     }
     if tx.backend == Backend::Sqlite {
-        let d = tx.search_documents(words, false, project, limit).await?;
-        let a = tx.search_asks(words, false, project, false, limit).await?;
-        let c = tx.search_comments(words, project, limit).await?;
-        let m = tx.search_messages(words, false, project, limit).await?;
-        let i = tx.issue_hits(words, project, limit).await?;
+        let d = DocumentStore(tx)
+            .search_documents(words, false, project, limit)
+            .await?;
+        let a = AskStore(tx)
+            .search_asks(words, false, project, false, limit)
+            .await?;
+        let c = AskStore(tx).search_comments(words, project, limit).await?;
+        let m = MessageStore(tx)
+            .search_messages(words, false, project, limit)
+            .await?;
+        let i = IssueStore(tx).issue_hits(words, project, limit).await?;
         return Ok(KINDS
             .into_iter()
             .zip([d, a, c, m, i])

@@ -80,7 +80,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let t0 = Instant::now();
     let mut tx = storage.begin().await?;
-    tx.put_delivery_settings(&settings).await?;
+    tx.delivery().put_delivery_settings(&settings).await?;
     let span = (end - start).num_seconds();
     let deploy_at = |i: i64| start + Duration::seconds(span * (i + 1) / (a.deploys + 1));
     for i in 0..a.deploys {
@@ -124,29 +124,30 @@ async fn main() -> anyhow::Result<()> {
                 )],
             },
         ];
-        tx.put_run(&Run {
-            id: 9_000_000 + i,
-            repo: repo.clone(),
-            workflow_path: ".github/workflows/deploy.yml".into(),
-            name: "deploy".into(),
-            event: "push".into(),
-            branch: Some("main".into()),
-            head_sha: format!("{i:040x}"),
-            conclusion: Some(if ok { "success" } else { "failure" }.into()),
-            created_at: at - Duration::minutes(25),
-            started_at: at - Duration::minutes(25),
-            completed_at: at,
-            url: None,
-            jobs: Some(jobs),
-            production: Some(Production {
-                job: "production-deploy".into(),
-                success: ok,
-                finished_at: at,
-                failing_job: (!ok).then(|| "production-deploy".into()),
-                failing_step: (!ok).then(|| "terraform apply".into()),
-            }),
-        })
-        .await?;
+        tx.delivery()
+            .put_run(&Run {
+                id: 9_000_000 + i,
+                repo: repo.clone(),
+                workflow_path: ".github/workflows/deploy.yml".into(),
+                name: "deploy".into(),
+                event: "push".into(),
+                branch: Some("main".into()),
+                head_sha: format!("{i:040x}"),
+                conclusion: Some(if ok { "success" } else { "failure" }.into()),
+                created_at: at - Duration::minutes(25),
+                started_at: at - Duration::minutes(25),
+                completed_at: at,
+                url: None,
+                jobs: Some(jobs),
+                production: Some(Production {
+                    job: "production-deploy".into(),
+                    success: ok,
+                    finished_at: at,
+                    failing_job: (!ok).then(|| "production-deploy".into()),
+                    failing_step: (!ok).then(|| "terraform apply".into()),
+                }),
+            })
+            .await?;
     }
     let authors = ["agent-bot", "alice", "bob", "renovate[bot]"];
     for n in 0..a.pulls {
@@ -157,31 +158,32 @@ async fn main() -> anyhow::Result<()> {
             d += 1;
         }
         let deployed = (d < a.deploys).then(|| (9_000_000 + d, deploy_at(d)));
-        tx.put_pull(&Pull {
-            repo: repo.clone(),
-            number: n + 1,
-            title: format!("SHOP-{} Change number {n}", n % 500 + 1),
-            author: authors[(n % 4) as usize].into(),
-            head_ref: format!("shop-{}", n % 500 + 1),
-            url: format!("https://github.com/acme/shop/pull/{}", n + 1),
-            labels: if n % 50 == 0 {
-                vec!["hotfix".into()]
-            } else {
-                vec![]
-            },
-            reverts: (n % 97 == 96).then_some(n - 1),
-            created_at: merged - Duration::hours(20),
-            merged_at: merged,
-            merge_sha: Some(format!("m{n:039x}")),
-            first_commit_at: Some(merged - Duration::hours(26)),
-            sessions: vec![format!("s-{}", n % 40)],
-            deploy_run: deployed.map(|x| x.0),
-            deployed_at: deployed.map(|x| x.1),
-            reverted_by: None,
-        })
-        .await?;
+        tx.delivery()
+            .put_pull(&Pull {
+                repo: repo.clone(),
+                number: n + 1,
+                title: format!("SHOP-{} Change number {n}", n % 500 + 1),
+                author: authors[(n % 4) as usize].into(),
+                head_ref: format!("shop-{}", n % 500 + 1),
+                url: format!("https://github.com/acme/shop/pull/{}", n + 1),
+                labels: if n % 50 == 0 {
+                    vec!["hotfix".into()]
+                } else {
+                    vec![]
+                },
+                reverts: (n % 97 == 96).then_some(n - 1),
+                created_at: merged - Duration::hours(20),
+                merged_at: merged,
+                merge_sha: Some(format!("m{n:039x}")),
+                first_commit_at: Some(merged - Duration::hours(26)),
+                sessions: vec![format!("s-{}", n % 40)],
+                deploy_run: deployed.map(|x| x.0),
+                deployed_at: deployed.map(|x| x.1),
+                reverted_by: None,
+            })
+            .await?;
     }
-    tx.mark_reverts(&repo).await?;
+    tx.delivery().mark_reverts(&repo).await?;
     tx.commit().await?;
     println!(
         "seeded {} pull requests and {} deploys in {:.1} s",
@@ -199,11 +201,12 @@ async fn main() -> anyhow::Result<()> {
         for i in 0..a.rounds * 2 {
             let mut tx = storage.begin().await?;
             let mut p = tx
+                .delivery()
                 .pull(&repo, 1)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("pull"))?;
             p.title = format!("SHOP-1 Change number 0, take {i}");
-            tx.put_pull(&p).await?;
+            tx.delivery().put_pull(&p).await?;
             tx.commit().await?;
             let t = Instant::now();
             if i % 2 == 0 {

@@ -49,7 +49,7 @@ impl Asks<'_> {
         let now = self.console.now();
         let id = self.console.new_id(CommentId::from_random);
         // The whole `WorkTx`: a mention's delivery attempt opens through the messages' code.
-        let (view, opened) = transact!(self.console, WorkTx, |tx| {
+        let (view, opened) = transact!(self.console, |tx| {
             self.write_comment(tx, &req, id, actor, now).await
         })?;
         self.console.messages().dispatch(&opened).await;
@@ -69,7 +69,8 @@ impl Asks<'_> {
         let on_ask = req.ask.or_else(|| root.as_ref().and_then(|r| r.ask));
         let mut ask = match on_ask {
             Some(a) => Some(
-                tx.ask(a)
+                tx.asks()
+                    .ask(a)
                     .await?
                     .filter(|x| req.here(x.head.issue.as_ref(), x.head.artifact))
                     .ok_or_else(|| invalid("`ask` names no ask here"))?,
@@ -80,10 +81,10 @@ impl Asks<'_> {
         let (project, issue) = self.comment_place(tx, req, artifact).await?;
         let place = (project, issue, artifact);
         let comment = req.comment(id, root.as_ref(), on_ask, place, actor, now);
-        tx.insert_comment(&comment).await?;
+        tx.asks().insert_comment(&comment).await?;
         if let Some(a) = ask.as_mut() {
             Self::replied(a, actor, now);
-            tx.update_ask(a).await?;
+            tx.asks().update_ask(a).await?;
         }
         let mut opened = Vec::new();
         for m in &comment.mentions {
@@ -105,13 +106,14 @@ impl Asks<'_> {
     /// The thread a reply goes in: its parent's root (none for a new thread).
     async fn thread_root(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         req: &CommentRequest,
     ) -> Result<Option<Comment>, Error> {
         let Some(p) = &req.parent else {
             return Ok(None);
         };
         let c = tx
+            .asks()
             .comment(*p)
             .await?
             .filter(|c| req.here(c.issue.as_ref(), c.artifact))
@@ -120,6 +122,7 @@ impl Asks<'_> {
             return Ok(Some(c));
         }
         let root = tx
+            .asks()
             .comment(c.thread_id)
             .await?
             .ok_or_else(|| not_found("thread"))?;
@@ -131,7 +134,7 @@ impl Asks<'_> {
     /// route names.
     async fn comment_place(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         req: &CommentRequest,
         artifact: Option<ArtifactId>,
     ) -> Result<(ProjectKey, Option<IssueKey>), Error> {
@@ -139,7 +142,11 @@ impl Asks<'_> {
             let On::Issue(k) = &req.on else {
                 return Err(no_document());
             };
-            let issue = tx.issue(k).await?.ok_or_else(|| not_found("issue"))?;
+            let issue = tx
+                .issues()
+                .issue(k)
+                .await?
+                .ok_or_else(|| not_found("issue"))?;
             return Ok((issue.project, Some(k.clone())));
         };
         let a = self.document_in(tx, d).await?;
@@ -241,10 +248,11 @@ impl Asks<'_> {
             })
             .transpose()?;
         let mut tx = self.read().await?;
-        if tx.issue(&key).await?.is_none() {
+        if tx.issues().issue(&key).await?.is_none() {
             return Err(not_found("issue"));
         }
         let cs = tx
+            .asks()
             .comments(&CommentFilter {
                 issue: Some(key),
                 artifact,
@@ -257,8 +265,13 @@ impl Asks<'_> {
     /// One comment with its whole thread, oldest first.
     pub async fn comment(&self, id: CommentId) -> Result<CommentThread, Error> {
         let mut tx = self.read().await?;
-        let c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
+        let c = tx
+            .asks()
+            .comment(id)
+            .await?
+            .ok_or_else(|| not_found("comment"))?;
         let thread = tx
+            .asks()
             .comments(&CommentFilter {
                 thread: Some(c.thread_id),
                 ..Default::default()
@@ -279,16 +292,20 @@ impl Asks<'_> {
         change: impl Fn(&mut Comment, Time) -> Result<bool, Error> + Send + Sync,
     ) -> Result<CommentView, Error> {
         let now = self.console.now();
-        transact!(self.console, AsksWork, |tx| {
-            let mut c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
+        transact!(self.console, |tx| {
+            let mut c = tx
+                .asks()
+                .comment(id)
+                .await?
+                .ok_or_else(|| not_found("comment"))?;
             if let (Some(k), None) = (&c.issue, &c.artifact) {
                 // Locks go comment, then issue.
-                tx.issue(k).await?;
+                tx.issues().issue(k).await?;
             }
             if !change(&mut c, now)? {
                 return self.comment_view(tx, c).await;
             }
-            tx.update_comment(&c).await?;
+            tx.asks().update_comment(&c).await?;
             let view = self.comment_view(tx, c).await?;
             let e = self.append_comment(tx, kind, actor, &view).await?;
             if kind == "comment.edited" {
@@ -338,7 +355,8 @@ impl Asks<'_> {
         }
         let root = {
             let mut tx = self.read().await?;
-            tx.comment(id)
+            tx.asks()
+                .comment(id)
                 .await?
                 .ok_or_else(|| not_found("comment"))?
                 .thread_id
@@ -395,7 +413,10 @@ impl Asks<'_> {
         let session = actor.session().ok_or(ErrorCode::INVALID_SESSION_ID)?;
         let c = {
             let mut tx = self.read().await?;
-            tx.comment(id).await?.ok_or_else(|| not_found("comment"))?
+            tx.asks()
+                .comment(id)
+                .await?
+                .ok_or_else(|| not_found("comment"))?
         };
         if !c.mentions.iter().any(|m| m == session) {
             return Err(Error::with_message(
@@ -425,8 +446,12 @@ impl Asks<'_> {
     ) -> Result<AttemptView, Error> {
         let target = target.map(SessionId::named).transpose()?;
         // The whole `WorkTx`: the attempt opens through the messages' code.
-        let opened = transact!(self.console, WorkTx, |tx| {
-            let c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
+        let opened = transact!(self.console, |tx| {
+            let c = tx
+                .asks()
+                .comment(id)
+                .await?
+                .ok_or_else(|| not_found("comment"))?;
             let session = match (&target, c.mentions.as_slice()) {
                 (_, []) => return Err(invalid("the comment mentions no session")),
                 (None, [only]) => only.clone(),
@@ -462,8 +487,12 @@ impl Asks<'_> {
             return Err(ErrorCode::HUMAN_ONLY.into());
         }
         // The whole `WorkTx`: the suggestion is applied through the documents' edit.
-        transact!(self.console, WorkTx, |tx, after| {
-            let mut c = tx.comment(id).await?.ok_or_else(|| not_found("comment"))?;
+        transact!(self.console, |tx, after| {
+            let mut c = tx
+                .asks()
+                .comment(id)
+                .await?
+                .ok_or_else(|| not_found("comment"))?;
             let replacement = match &c.suggestion {
                 Some(CommentSuggestion {
                     replacement,
@@ -489,7 +518,7 @@ impl Asks<'_> {
             if let Some(s) = c.suggestion.as_mut() {
                 s.state = SuggestionState::Accepted;
             }
-            tx.update_comment(&c).await?;
+            tx.asks().update_comment(&c).await?;
             let view = self.comment_view(tx, c).await?;
             self.append_comment(tx, "suggestion.accepted", actor, &view)
                 .await?;
@@ -502,6 +531,7 @@ impl Asks<'_> {
         let mut tx = self.read().await?;
         self.document_in(&mut *tx, artifact).await?;
         let cs = tx
+            .asks()
             .comments(&CommentFilter {
                 artifact: Some(artifact),
                 ..Default::default()

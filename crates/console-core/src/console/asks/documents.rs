@@ -128,10 +128,11 @@ impl Asks<'_> {
     /// An issue's or project's markdown document, locked in a write transaction.
     pub(super) async fn document_in(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         id: ArtifactId,
     ) -> Result<Artifact, Error> {
         let a = tx
+            .documents()
             .artifact(id)
             .await?
             .ok_or_else(|| not_found("artifact"))?;
@@ -147,11 +148,12 @@ impl Asks<'_> {
     /// their transaction.
     pub(crate) async fn approval_follows(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         artifact: ArtifactId,
     ) -> Result<(), Error> {
         let now = self.console.now();
         let open = tx
+            .asks()
             .asks(&AskFilter {
                 artifact: Some(artifact),
                 states: vec![AskState::Open],
@@ -163,7 +165,7 @@ impl Asks<'_> {
                 a.turn = Some(Turn::Agent);
                 a.turn_since = now;
                 a.updated_at = now;
-                tx.update_ask(&a).await?;
+                tx.asks().update_ask(&a).await?;
             }
         }
         Ok(())
@@ -229,7 +231,7 @@ impl Asks<'_> {
         let now = self.console.now();
         let id = self.console.new_id(AskId::from_random);
         // The whole `WorkTx`: a block ask goes into its document through the documents' edit.
-        let view = transact!(self.console, WorkTx, |tx, after| {
+        let view = transact!(self.console, |tx, after| {
             let a = self.document_in(tx, artifact).await?;
             let mut ask = Ask::opened(
                 id,
@@ -284,7 +286,7 @@ impl Asks<'_> {
                 });
                 after.keep_document(kept);
             }
-            tx.insert_ask(&ask).await?;
+            tx.asks().insert_ask(&ask).await?;
             self.console.notify_ask(tx, &ask).await?;
             let view = self.ask_full(tx, ask).await?;
             self.append_ask(tx, "ask.opened", actor, &view).await?;
@@ -328,7 +330,7 @@ impl Asks<'_> {
         let now = self.console.now();
         let id = self.console.new_id(AskId::from_random);
         // The whole `WorkTx`: the document settles into a version in it.
-        transact!(self.console, WorkTx, |tx| {
+        transact!(self.console, |tx| {
             let a = self.document_in(tx, artifact).await?;
             let version = self
                 .console
@@ -348,7 +350,7 @@ impl Asks<'_> {
                 }
                 None => {
                     let ask = approval_ask(id, &a, approval, summary.clone(), actor, now)?;
-                    tx.insert_ask(&ask).await?;
+                    tx.asks().insert_ask(&ask).await?;
                     self.console.notify_ask(tx, &ask).await?;
                     let view = self.ask_full(tx, ask).await?;
                     self.append_ask(tx, "ask.opened", actor, &view).await?;
@@ -376,10 +378,11 @@ impl Asks<'_> {
 
     /// The latest version of a document a review approved, if any.
     async fn last_approved(
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         artifact: ArtifactId,
     ) -> Result<Option<Approved>, Error> {
         Ok(tx
+            .asks()
             .reviews(artifact)
             .await?
             .into_iter()
@@ -394,10 +397,11 @@ impl Asks<'_> {
 
     /// A document's open approval ask, if any (as listed: not locked).
     async fn open_approval(
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         artifact: ArtifactId,
     ) -> Result<Option<Ask>, Error> {
         Ok(tx
+            .asks()
             .asks(&AskFilter {
                 artifact: Some(artifact),
                 states: vec![AskState::Open],
@@ -412,14 +416,18 @@ impl Asks<'_> {
     /// `summary` if given.
     async fn hand_back(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         ask: Ask,
         approval: Approval,
         summary: Option<&str>,
         now: Time,
     ) -> Result<AskView, Error> {
         // Locks go ask, then document: read it again locked.
-        let mut ask = tx.ask(ask.head.id).await?.unwrap_or_else(|| ask.clone());
+        let mut ask = tx
+            .asks()
+            .ask(ask.head.id)
+            .await?
+            .unwrap_or_else(|| ask.clone());
         ask.approval = Some(approval);
         if let Some(s) = summary {
             ask.head.question = s.to_owned();
@@ -427,7 +435,7 @@ impl Asks<'_> {
         ask.turn = Some(Turn::Human);
         ask.turn_since = now;
         ask.updated_at = now;
-        tx.update_ask(&ask).await?;
+        tx.asks().update_ask(&ask).await?;
         self.ask_full(tx, ask).await
     }
 
@@ -466,14 +474,14 @@ impl Asks<'_> {
         let now = self.console.now();
         let id = self.console.new_id(ReviewId::from_random);
         // The whole `WorkTx`: the document may settle into a version in it.
-        transact!(self.console, WorkTx, |tx| {
+        transact!(self.console, |tx| {
             // Any approval ask first (locks go ask, then document).
             let open = match ask {
                 Some(id) => Some(id),
                 None => Self::open_approval(tx, artifact).await?.map(|x| x.head.id),
             };
             let open = match open {
-                Some(id) => tx.ask(id).await?,
+                Some(id) => tx.asks().ask(id).await?,
                 None => None,
             };
             let (a, latest) = self.reviewed(tx, artifact, r.version, actor).await?;
@@ -487,7 +495,7 @@ impl Asks<'_> {
                 at: now,
                 ask: open.as_ref().map(|x| x.head.id),
             };
-            tx.insert_review(&review).await?;
+            tx.asks().insert_review(&review).await?;
             let mut answered = None;
             if let Some(ask) = open {
                 let view = self.answer_by_review(tx, ask, &review).await?;
@@ -552,7 +560,7 @@ impl Asks<'_> {
     /// approval is its `approval.approved`; out of the inbox (issue 27).
     async fn answer_by_review(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         mut ask: Ask,
         review: &Review,
     ) -> Result<AskView, Error> {
@@ -563,7 +571,7 @@ impl Asks<'_> {
             by: review.by.clone(),
             at: now,
         };
-        tx.add_answer(ask.head.id, &answer).await?;
+        tx.asks().add_answer(ask.head.id, &answer).await?;
         ask.head.answer = Some(answer);
         ask.head.state = AskState::Answered;
         ask.turn = None;
@@ -578,7 +586,7 @@ impl Asks<'_> {
                 by: review.by.clone(),
             });
         }
-        tx.update_ask(&ask).await?;
+        tx.asks().update_ask(&ask).await?;
         self.ask_full(tx, ask).await
     }
 
@@ -586,6 +594,6 @@ impl Asks<'_> {
     pub async fn reviews(&self, artifact: ArtifactId) -> Result<Vec<Review>, Error> {
         let mut tx = self.read().await?;
         self.document_in(&mut *tx, artifact).await?;
-        Ok(tx.reviews(artifact).await?)
+        Ok(tx.asks().reviews(artifact).await?)
     }
 }

@@ -79,17 +79,17 @@ impl Asks<'_> {
             && let Ok(n) = u32::try_from(watermark - since)
             && n <= InboxCache::PATCH_EVENTS
         {
-            let events = tx.events_after(since, n).await?;
+            let events = tx.events().events_after(since, n).await?;
             if events.len() == n as usize
                 && let Some(scope) = inbox_scope(&events)
             {
-                let fresh = tx.inbox(&filter, Some(&scope)).await?;
+                let fresh = tx.asks().inbox(&filter, Some(&scope)).await?;
                 let cached = Arc::new(kept.patched(&scope, fresh, now, Self::inbox_row));
                 self.console.inboxes.put(filter, watermark, cached.clone());
                 return Ok(cached);
             }
         }
-        let entries = tx.inbox(&filter, None).await?;
+        let entries = tx.asks().inbox(&filter, None).await?;
         drop(tx);
         let cached = Arc::new(CachedInbox::of(
             entries,
@@ -127,7 +127,7 @@ impl Asks<'_> {
         let actor = Actor::User {
             login: human.login.clone(),
         };
-        transact!(self.console, AsksWork, |tx| {
+        transact!(self.console, |tx| {
             let ask = self.locked_ask(tx, id).await?;
             if ask.turn.is_none() {
                 return Err(ask_state(
@@ -135,7 +135,7 @@ impl Asks<'_> {
                     "the ask waits on nobody: it is in no inbox",
                 ));
             }
-            tx.snooze(&human.login, id, until).await?;
+            tx.asks().snooze(&human.login, id, until).await?;
             let data = serde_json::to_value(SnoozeData {
                 ask: &id.to_string(),
                 login: &human.login,
@@ -154,12 +154,12 @@ impl Asks<'_> {
         let actor = Actor::User {
             login: human.login.clone(),
         };
-        transact!(self.console, AsksWork, |tx| {
+        transact!(self.console, |tx| {
             let ask = self.locked_ask(tx, id).await?;
-            if tx.snoozed_until(&human.login, id).await?.is_none() {
+            if tx.asks().snoozed_until(&human.login, id).await?.is_none() {
                 return Ok(());
             }
-            tx.unsnooze(&human.login, id).await?;
+            tx.asks().unsnooze(&human.login, id).await?;
             let data = serde_json::to_value(SnoozeData {
                 ask: &id.to_string(),
                 login: &human.login,
@@ -175,7 +175,7 @@ impl Asks<'_> {
     /// Appends an event about a person's own inbox: in no issue's or document's log.
     async fn append_personal(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         kind: &'static str,
         actor: &Actor,
         project: &ProjectKey,
@@ -193,7 +193,7 @@ impl Asks<'_> {
                 data,
             },
         };
-        Ok(tx.append_event(&e, None).await?)
+        Ok(tx.events().append_event(&e, None).await?)
     }
 
     /// The caller's own answers and replies on asks, newest first.
@@ -204,7 +204,7 @@ impl Asks<'_> {
         offset: u32,
     ) -> Result<AnswersPage, Error> {
         let mut tx = self.read().await?;
-        let (entries, total) = tx.answers_by(&human.login, limit, offset).await?;
+        let (entries, total) = tx.asks().answers_by(&human.login, limit, offset).await?;
         let asked = |a: &Ask| AnsweredAsk {
             id: a.head.id,
             question: a.head.question.clone(),

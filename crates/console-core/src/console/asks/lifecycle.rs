@@ -23,8 +23,12 @@ impl Asks<'_> {
         let options = check_options(&new.options)?;
         let now = self.console.now();
         let id = self.console.new_id(AskId::from_random);
-        let view = transact!(self.console, AsksWork, |tx| {
-            let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+        let view = transact!(self.console, |tx| {
+            let issue = tx
+                .issues()
+                .issue(&key)
+                .await?
+                .ok_or_else(|| not_found("issue"))?;
             let ask = Ask::opened(
                 id,
                 AskKind::Question,
@@ -34,7 +38,7 @@ impl Asks<'_> {
                 actor,
                 now,
             );
-            tx.insert_ask(&ask).await?;
+            tx.asks().insert_ask(&ask).await?;
             self.console.notify_ask(tx, &ask).await?;
             let view = self.ask_full(tx, ask).await?;
             self.append_ask(tx, "ask.opened", actor, &view).await?;
@@ -53,8 +57,9 @@ impl Asks<'_> {
             return Vec::new();
         }
         let found = async {
-            let mut tx: Box<dyn AsksWork> = self.console.parts.storage.read().await?;
+            let mut tx: Box<dyn WorkTx> = self.console.parts.storage.read().await?;
             let (hits, _) = tx
+                .asks()
                 .search_asks(&words, true, Some(&ask.head.project), true, 4)
                 .await?;
             let ids: Vec<AskId> = hits
@@ -63,7 +68,7 @@ impl Asks<'_> {
                 .filter(|h| *h != ask.head.id)
                 .take(3)
                 .collect();
-            let mut asks = tx.asks_by_id(&ids).await?;
+            let mut asks = tx.asks().asks_by_id(&ids).await?;
             asks.sort_by_key(|a| ids.iter().position(|i| *i == a.head.id));
             Ok::<_, crate::storage::StorageError>(asks)
         };
@@ -99,7 +104,7 @@ impl Asks<'_> {
     /// One ask with replies, edit history and answers.
     pub async fn ask(&self, id: AskId) -> Result<AskView, Error> {
         let mut tx = self.read().await?;
-        let a = tx.ask(id).await?.ok_or_else(|| not_found("ask"))?;
+        let a = tx.asks().ask(id).await?.ok_or_else(|| not_found("ask"))?;
         self.ask_full(&mut *tx, a).await
     }
 
@@ -112,7 +117,7 @@ impl Asks<'_> {
     ) -> Result<Vec<AskView>, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         let mut tx = self.read().await?;
-        if tx.issue(&key).await?.is_none() {
+        if tx.issues().issue(&key).await?.is_none() {
             return Err(not_found("issue"));
         }
         let f = AskFilter {
@@ -143,7 +148,7 @@ impl Asks<'_> {
                 let p = ProjectKey::parse(p).ok_or_else(|| {
                     Error::with_message(ErrorCode::INVALID_QUERY, "`project` is a project key")
                 })?;
-                if tx.project(&p).await?.is_none() {
+                if tx.projects().project(&p).await?.is_none() {
                     return Err(not_found("project"));
                 }
                 f.project = Some(p);
@@ -155,7 +160,7 @@ impl Asks<'_> {
                 ));
             }
         }
-        let asks = tx.asks(&f).await?;
+        let asks = tx.asks().asks(&f).await?;
         let issues: HashSet<&IssueKey> =
             asks.iter().filter_map(|a| a.head.issue.as_ref()).collect();
         let artifacts: HashSet<ArtifactId> = asks.iter().filter_map(|a| a.head.artifact).collect();
@@ -201,7 +206,7 @@ impl Asks<'_> {
         let options = patch.options.as_deref().map(check_options).transpose()?;
         let now = self.console.now();
         // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
-        transact!(self.console, WorkTx, |tx, after| {
+        transact!(self.console, |tx, after| {
             let mut ask = self.locked_ask(tx, id).await?;
             Self::as_author(actor, &ask)?;
             if ask.head.state != AskState::Open {
@@ -215,16 +220,17 @@ impl Asks<'_> {
                 return self.ask_full(tx, ask).await;
             }
             // The wording being replaced, with who wrote it and when.
-            tx.add_wording(
-                id,
-                &Wording {
-                    question: ask.head.question.clone(),
-                    options: ask.head.options.clone(),
-                    by: ask.worded_by.clone(),
-                    at: ask.worded_at,
-                },
-            )
-            .await?;
+            tx.asks()
+                .add_wording(
+                    id,
+                    &Wording {
+                        question: ask.head.question.clone(),
+                        options: ask.head.options.clone(),
+                        by: ask.worded_by.clone(),
+                        at: ask.worded_at,
+                    },
+                )
+                .await?;
             ask.head.question = q;
             ask.head.options = o;
             ask.updated_at = now;
@@ -237,7 +243,7 @@ impl Asks<'_> {
             // A block ask's `:::ask` block says the new wording.
             let kept = self.rewrite_block(tx, actor, &mut ask).await?;
             after.keep_document(kept);
-            tx.update_ask(&ask).await?;
+            tx.asks().update_ask(&ask).await?;
             let view = self.ask_full(tx, ask).await?;
             self.append_ask(tx, "ask.reworded", actor, &view).await?;
             Ok(view)
@@ -260,7 +266,8 @@ impl Asks<'_> {
         // An approval ask is answered by a review of the version it asks about.
         let approval = {
             let mut tx = self.read().await?;
-            tx.ask(id)
+            tx.asks()
+                .ask(id)
                 .await?
                 .filter(|a| a.head.kind == AskKind::Approval)
         };
@@ -268,7 +275,7 @@ impl Asks<'_> {
             return self.answer_approval(actor, ask, &selected, text).await;
         }
         let now = self.console.now();
-        let view = transact!(self.console, AsksWork, |tx| {
+        let view = transact!(self.console, |tx| {
             let mut ask = self.locked_ask(tx, id).await?;
             if !matches!(ask.head.state, AskState::Open | AskState::Answered) {
                 return Err(ask_state(
@@ -288,14 +295,14 @@ impl Asks<'_> {
                 by: actor.clone(),
                 at: now,
             };
-            tx.add_answer(id, &answer).await?;
+            tx.asks().add_answer(id, &answer).await?;
             ask.head.answer = Some(answer);
             ask.head.state = AskState::Answered;
             // An answered ask is not open: it leaves the inbox (issue 27; docs/decisions.md).
             ask.turn = None;
             ask.turn_since = now;
             ask.updated_at = now;
-            tx.update_ask(&ask).await?;
+            tx.asks().update_ask(&ask).await?;
             let view = self.ask_full(tx, ask).await?;
             self.append_ask(tx, "ask.answered", actor, &view).await?;
             Ok(view)
@@ -359,7 +366,7 @@ impl Asks<'_> {
             .transpose()?;
         let now = self.console.now();
         // The whole `WorkTx`: the block of a block ask is rewritten through the documents' edit.
-        transact!(self.console, WorkTx, |tx, after| {
+        transact!(self.console, |tx, after| {
             let mut ask = self.locked_ask(tx, id).await?;
             if ask.head.state != AskState::Open {
                 return Err(ask_state(
@@ -382,7 +389,7 @@ impl Asks<'_> {
             // A block ask's block records how it closed.
             let kept = self.rewrite_block(tx, actor, &mut ask).await?;
             after.keep_document(kept);
-            tx.update_ask(&ask).await?;
+            tx.asks().update_ask(&ask).await?;
             let view = self.ask_full(tx, ask).await?;
             let kind = match c.state {
                 CloseAs::Retracted => "ask.retracted",
@@ -397,15 +404,11 @@ impl Asks<'_> {
     /// and the sessions subscribed to its issue; each once, by the first of those.
     pub async fn recipients(&self, id: AskId) -> Result<Vec<Recipient>, Error> {
         let mut tx = self.read().await?;
-        let ask = tx.ask(id).await?.ok_or_else(|| not_found("ask"))?;
+        let ask = tx.asks().ask(id).await?.ok_or_else(|| not_found("ask"))?;
         self.recipients_of(&mut *tx, &ask).await
     }
 
-    async fn recipients_of(
-        &self,
-        tx: &mut dyn AsksWork,
-        ask: &Ask,
-    ) -> Result<Vec<Recipient>, Error> {
+    async fn recipients_of(&self, tx: &mut dyn WorkTx, ask: &Ask) -> Result<Vec<Recipient>, Error> {
         let mut out: Vec<Recipient> = Vec::new();
         let mut add = |s: &SessionId, via: Via| {
             if !out.iter().any(|r| r.session_id == *s) {
@@ -422,12 +425,12 @@ impl Asks<'_> {
             add(f, Via::Follower);
         }
         if let Some(d) = &ask.head.artifact {
-            for (s, _) in tx.document_subscribers(*d).await? {
+            for (s, _) in tx.documents().document_subscribers(*d).await? {
                 add(&s, Via::Subscriber);
             }
         }
         if let Some(k) = &ask.head.issue {
-            for (s, _) in tx.subscribers(k).await? {
+            for (s, _) in tx.issues().subscribers(k).await? {
                 add(&s, Via::Subscriber);
             }
         }
@@ -451,7 +454,7 @@ impl Asks<'_> {
             ));
         }
         let now = self.console.now();
-        transact!(self.console, AsksWork, |tx| {
+        transact!(self.console, |tx| {
             let mut ask = self.locked_ask(tx, id).await?;
             let has = ask.followers.iter().any(|f| f == session);
             if has == follow {
@@ -463,7 +466,7 @@ impl Asks<'_> {
                 ask.followers.retain(|f| f != session);
             }
             ask.updated_at = now;
-            tx.update_ask(&ask).await?;
+            tx.asks().update_ask(&ask).await?;
             let data = serde_json::to_value(FollowData {
                 ask: ask.head.id,
                 session_id: session,
@@ -493,7 +496,12 @@ impl Asks<'_> {
             return Ok(HashMap::new());
         }
         let mut tx = self.read().await?;
-        Ok(tx.open_ask_counts(sessions).await?.into_iter().collect())
+        Ok(tx
+            .asks()
+            .open_ask_counts(sessions)
+            .await?
+            .into_iter()
+            .collect())
     }
 }
 

@@ -34,12 +34,12 @@ use super::*;
 use crate::doc;
 use crate::ids::SessionId;
 use crate::ids::{ArtifactId, AskId, CommentId, ReviewId};
+use crate::work::asks::AskPlace;
 use crate::work::asks::{
     Answer, AnswerEntry, Approval, Approved, Ask, AskFilter, AskKind, AskOption, AskState, AskView,
     AssigneeFilter, Closed, Comment, CommentFilter, CommentSuggestion, CommentView, InboxFilter,
     Quote, Review, ReviewOutcome, SuggestionState, ThreadState, Turn, Wording,
 };
-use crate::work::asks::{AskPlace, AsksWork};
 use crate::work::asks::{InboxAsk, InboxEntry, InboxScope};
 use crate::work::model::rfc3339;
 use crate::work::rules;
@@ -398,7 +398,7 @@ impl Asks<'_> {
     /// document (taking the document's next sequence), else to its issue's (the issue's next).
     async fn append_at(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         kind: &'static str,
         actor: &Actor,
         place: Place<'_>,
@@ -408,14 +408,18 @@ impl Asks<'_> {
         let (sequence, issue) = match (place.artifact, place.issue) {
             (Some(id), _) => {
                 let mut a = tx
+                    .documents()
                     .artifact(id)
                     .await?
                     .ok_or_else(|| not_found("artifact"))?;
                 a.sequence += 1;
-                tx.update_artifact(&a).await?;
+                tx.documents().update_artifact(&a).await?;
                 (Some(a.sequence), a.scope.issue().cloned())
             }
-            (None, Some(k)) => (Some(tx.next_issue_sequence(k, now).await?), Some(k.clone())),
+            (None, Some(k)) => (
+                Some(tx.asks().next_issue_sequence(k, now).await?),
+                Some(k.clone()),
+            ),
             (None, None) => (None, None),
         };
         let e = NewEvent {
@@ -430,13 +434,13 @@ impl Asks<'_> {
                 data,
             },
         };
-        Ok(tx.append_event(&e, sequence).await?)
+        Ok(tx.events().append_event(&e, sequence).await?)
     }
 
     /// Appends an ask's event, the ask (full) as its data.
     async fn append_ask(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         kind: &'static str,
         actor: &Actor,
         view: &AskView,
@@ -453,7 +457,7 @@ impl Asks<'_> {
     /// Appends a comment's event, the comment (with its mentions' attempts) as its data.
     async fn append_comment(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         kind: &'static str,
         actor: &Actor,
         view: &CommentView,
@@ -465,19 +469,19 @@ impl Asks<'_> {
     }
 
     /// A read-only transaction, as the area sees it.
-    async fn read(&self) -> Result<Box<dyn AsksWork>, Error> {
-        let tx: Box<dyn AsksWork> = self.console.parts.storage.read().await?;
+    async fn read(&self) -> Result<Box<dyn WorkTx>, Error> {
+        let tx: Box<dyn WorkTx> = self.console.parts.storage.read().await?;
         Ok(tx)
     }
 
     /// The asks a filter selects, oldest first, in the list shape.
-    async fn listed(tx: &mut dyn AsksWork, f: AskFilter) -> Result<Vec<AskView>, Error> {
-        let asks = tx.asks(&f).await?;
+    async fn listed(tx: &mut dyn WorkTx, f: AskFilter) -> Result<Vec<AskView>, Error> {
+        let asks = tx.asks().asks(&f).await?;
         Ok(asks.into_iter().map(AskView::listed).collect())
     }
 
     /// A comment with its mentions' delivery attempts.
-    async fn comment_view(&self, tx: &mut dyn AsksWork, c: Comment) -> Result<CommentView, Error> {
+    async fn comment_view(&self, tx: &mut dyn WorkTx, c: Comment) -> Result<CommentView, Error> {
         self.comment_views(tx, vec![c])
             .await?
             .pop()
@@ -487,7 +491,7 @@ impl Asks<'_> {
     /// Comments with their mentions' attempts, read in one query.
     async fn comment_views(
         &self,
-        tx: &mut dyn AsksWork,
+        tx: &mut dyn WorkTx,
         cs: Vec<Comment>,
     ) -> Result<Vec<CommentView>, Error> {
         let items: Vec<Deliverable> = cs
@@ -497,7 +501,7 @@ impl Asks<'_> {
             .collect();
         let mut attempts: HashMap<Deliverable, Vec<AttemptView>> = HashMap::new();
         if !items.is_empty() {
-            for a in tx.attempts(&items).await? {
+            for a in tx.messages().attempts(&items).await? {
                 attempts
                     .entry(a.item)
                     .or_default()
@@ -554,16 +558,17 @@ impl Asks<'_> {
     }
 
     /// The read route's shape: with replies, edit history and answers.
-    async fn ask_full(&self, tx: &mut dyn AsksWork, a: Ask) -> Result<AskView, Error> {
+    async fn ask_full(&self, tx: &mut dyn WorkTx, a: Ask) -> Result<AskView, Error> {
         let replies = tx
+            .asks()
             .comments(&CommentFilter {
                 ask: Some(a.head.id),
                 ..Default::default()
             })
             .await?;
         let replies = self.comment_views(tx, replies).await?;
-        let history = tx.wordings(a.head.id).await?;
-        let answers = tx.answers(a.head.id).await?;
+        let history = tx.asks().wordings(a.head.id).await?;
+        let answers = tx.asks().answers(a.head.id).await?;
         let mut v = AskView::listed(a);
         v.replies = Some(replies);
         v.history = Some(history);
@@ -571,7 +576,7 @@ impl Asks<'_> {
         Ok(v)
     }
 
-    async fn locked_ask(&self, tx: &mut dyn AsksWork, id: AskId) -> Result<Ask, Error> {
-        tx.ask(id).await?.ok_or_else(|| not_found("ask"))
+    async fn locked_ask(&self, tx: &mut dyn WorkTx, id: AskId) -> Result<Ask, Error> {
+        tx.asks().ask(id).await?.ok_or_else(|| not_found("ask"))
     }
 }

@@ -77,7 +77,8 @@ impl Delivery<'_> {
     async fn known_project(&self, key: &str) -> Result<ProjectKey, Error> {
         let k = Self::project_key(key)?;
         let mut tx = self.console.parts.storage.read().await?;
-        tx.project(&k)
+        tx.projects()
+            .project(&k)
             .await?
             .ok_or_else(|| Error::with_message(ErrorCode::NOT_FOUND, "no such project"))?;
         Ok(k)
@@ -89,12 +90,12 @@ impl Delivery<'_> {
     ) -> Result<Option<ArchitectureSource>, Error> {
         let k = self.known_project(key).await?;
         let mut tx = self.console.parts.storage.read().await?;
-        Ok(tx.architecture_source(&k).await?)
+        Ok(tx.delivery().architecture_source(&k).await?)
     }
 
     pub async fn architecture_sources(&self) -> Result<Vec<ArchitectureSource>, Error> {
         let mut tx = self.console.parts.storage.read().await?;
-        Ok(tx.architecture_sources().await?)
+        Ok(tx.delivery().architecture_sources().await?)
     }
 
     /// Sets a project's source after proving the code host reads the repository and branch
@@ -131,8 +132,8 @@ impl Delivery<'_> {
             synced_at: None,
             last_error: None,
         };
-        transact!(self.console, DeliveryWork, |tx| {
-            tx.put_architecture_source(&src).await?;
+        transact!(self.console, |tx| {
+            tx.delivery().put_architecture_source(&src).await?;
             self.append(tx, "architecture.synced", actor, Some(&k), json!(src))
                 .await
         })?;
@@ -142,11 +143,11 @@ impl Delivery<'_> {
     /// Removes a project's source and its imported tree (SOURCE_NOT_FOUND).
     pub async fn delete_architecture_source(&self, actor: &Actor, key: &str) -> Result<(), Error> {
         let k = self.known_project(key).await?;
-        transact!(self.console, DeliveryWork, |tx| {
-            if !tx.delete_architecture_source(&k).await? {
+        transact!(self.console, |tx| {
+            if !tx.delivery().delete_architecture_source(&k).await? {
                 return Err(ErrorCode::SOURCE_NOT_FOUND.into());
             }
-            tx.put_components(&k, &[]).await?;
+            tx.delivery().put_components(&k, &[]).await?;
             self.append(tx, "architecture.synced", actor, Some(&k), json!(null))
                 .await
         })?;
@@ -165,7 +166,8 @@ impl Delivery<'_> {
         let k = self.known_project(key).await?;
         let mut src = {
             let mut tx = self.console.parts.storage.read().await?;
-            tx.architecture_source(&k)
+            tx.delivery()
+                .architecture_source(&k)
                 .await?
                 .ok_or_else(|| Error::new(ErrorCode::SOURCE_NOT_FOUND))?
         };
@@ -224,11 +226,11 @@ impl Delivery<'_> {
         components: Option<&[Component]>,
     ) -> Result<(), Error> {
         let k = &src.project;
-        transact!(self.console, DeliveryWork, |tx| {
+        transact!(self.console, |tx| {
             if let Some(c) = components {
-                tx.put_components(k, c).await?;
+                tx.delivery().put_components(k, c).await?;
             }
-            tx.put_architecture_source(src).await?;
+            tx.delivery().put_architecture_source(src).await?;
             self.append(tx, "architecture.synced", actor, Some(k), json!(src))
                 .await
         })?;
@@ -250,11 +252,12 @@ impl Delivery<'_> {
         let k = self.known_project(key).await?;
         let mut tx = self.console.parts.storage.read().await?;
         let source = tx
+            .delivery()
             .architecture_source(&k)
             .await?
             .ok_or_else(|| Error::new(ErrorCode::SOURCE_NOT_FOUND))?;
-        let comps = tx.components(&k).await?;
-        let issues = tx.project_issues(&k).await?;
+        let comps = tx.delivery().components(&k).await?;
+        let issues = tx.delivery().project_issues(&k).await?;
         let placed = Placed::of(&comps, &issues);
         Ok(ComponentTree {
             project: k,

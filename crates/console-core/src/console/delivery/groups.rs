@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::*;
 use crate::ids::{SessionGroupId, SessionId};
-use crate::work::delivery::{DeliveryTx, SessionGroup};
+use crate::work::delivery::SessionGroup;
 
 /// Session group names at most this many characters (protocol §2).
 const GROUP_NAME_MAX: usize = 80;
@@ -36,7 +36,7 @@ impl Delivery<'_> {
     /// The delivery session groups (the sessions page lists and edits them).
     pub async fn session_groups(&self) -> Result<Vec<SessionGroup>, Error> {
         let mut tx = self.console.parts.storage.read().await?;
-        Ok(tx.session_groups().await?)
+        Ok(tx.delivery().session_groups().await?)
     }
 
     fn group_name(name: &str) -> Result<String, Error> {
@@ -61,7 +61,7 @@ impl Delivery<'_> {
     /// the group is titled.
     async fn check_group(
         &self,
-        tx: &mut dyn DeliveryTx,
+        tx: &mut dyn WorkTx,
         g: &SessionGroup,
         live_titles: &[(String, String)],
     ) -> Result<(), Error> {
@@ -71,7 +71,7 @@ impl Delivery<'_> {
                 "a session group holds one session at least",
             ));
         }
-        for other in tx.session_groups().await? {
+        for other in tx.delivery().session_groups().await? {
             if other.id == g.id {
                 continue;
             }
@@ -120,9 +120,9 @@ impl Delivery<'_> {
             name: Self::group_name(name)?,
             sessions: Self::group_sessions(sessions)?,
         };
-        transact!(self.console, DeliveryWork, |tx| {
+        transact!(self.console, |tx| {
             self.check_group(tx, &g, live_titles).await?;
-            tx.put_session_group(&g).await?;
+            tx.delivery().put_session_group(&g).await?;
             self.append(tx, "session_group.changed", actor, None, json!(g))
                 .await
         })?;
@@ -140,8 +140,8 @@ impl Delivery<'_> {
         let name = patch.name.as_deref().map(Self::group_name).transpose()?;
         let add = Self::group_sessions(&patch.add)?;
         let remove = Self::group_sessions(&patch.remove)?;
-        transact!(self.console, DeliveryWork, |tx| {
-            let mut g = tx.session_group(id).await?.ok_or_else(|| {
+        transact!(self.console, |tx| {
+            let mut g = tx.delivery().session_group(id).await?.ok_or_else(|| {
                 Error::with_message(ErrorCode::NOT_FOUND, "no such session group")
             })?;
             if let Some(n) = &name {
@@ -154,7 +154,7 @@ impl Delivery<'_> {
                 }
             }
             self.check_group(tx, &g, live_titles).await?;
-            tx.put_session_group(&g).await?;
+            tx.delivery().put_session_group(&g).await?;
             self.append(tx, "session_group.changed", actor, None, json!(g))
                 .await?;
             Ok(g)
@@ -167,8 +167,8 @@ impl Delivery<'_> {
         actor: &Actor,
         id: SessionGroupId,
     ) -> Result<(), Error> {
-        transact!(self.console, DeliveryWork, |tx| {
-            if !tx.delete_session_group(id).await? {
+        transact!(self.console, |tx| {
+            if !tx.delivery().delete_session_group(id).await? {
                 return Err(Error::with_message(
                     ErrorCode::NOT_FOUND,
                     "no such session group",

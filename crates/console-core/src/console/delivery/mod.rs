@@ -25,7 +25,7 @@ pub use reads::{MeasuresAnswer, PipelineAnswer, TimelineAnswer, full_date};
 pub use settings::is_repo;
 
 use super::*;
-use crate::work::DeliveryWork;
+use crate::work::WorkTx;
 use crate::work::delivery::{CodeHost, HostError, HostSession, Targets};
 use crate::work::{Actor, ProjectKey};
 use reads::Synced;
@@ -84,7 +84,7 @@ impl Delivery<'_> {
     /// Appends a delivery event (to no issue's log) and answers it.
     async fn append(
         &self,
-        tx: &mut dyn DeliveryWork,
+        tx: &mut dyn WorkTx,
         kind: &'static str,
         actor: &Actor,
         project: Option<&ProjectKey>,

@@ -11,9 +11,7 @@ use super::*;
 use crate::work::delivery::compute::{
     self, Context, Filters, Measures, Pipeline, Timeline, Window,
 };
-use crate::work::delivery::{
-    Component, DeliverySettings, DeliveryTx, Freshness, Pull, Run, SessionGroup,
-};
+use crate::work::delivery::{Component, DeliverySettings, Freshness, Pull, Run, SessionGroup};
 use crate::work::{Issue, IssueKey, ProjectKey};
 
 /// Synced pull requests (by merge time, repository, number) and runs (by start, id), parsed
@@ -157,19 +155,17 @@ impl Delivery<'_> {
     /// The synced data of the storage's generation: the copy kept, else read whole and kept.
     /// `None` when it is more than a copy holds. The generation is read before the rows, so
     /// rows read after it are as new or newer than its label.
-    async fn synced(&self, tx: &mut dyn DeliveryTx) -> Result<Option<Arc<Synced>>, Error> {
-        let generation = tx.delivery_generation().await?;
+    async fn synced(&self, tx: &mut dyn WorkTx) -> Result<Option<Arc<Synced>>, Error> {
+        let generation = tx.delivery().delivery_generation().await?;
         if let Some(kept) = self.console.delivery.synced(generation) {
             return Ok(Some(kept));
         }
-        if tx.synced_rows().await? > self.console.config.delivery_kept_rows {
+        if tx.delivery().synced_rows().await? > self.console.config.delivery_kept_rows {
             return Ok(None);
         }
-        let s = Arc::new(Synced::new(
-            generation,
-            tx.all_pulls().await?,
-            tx.all_runs().await?,
-        ));
+        let pulls = tx.delivery().all_pulls().await?;
+        let runs = tx.delivery().all_runs().await?;
+        let s = Arc::new(Synced::new(generation, pulls, runs));
         self.console.delivery.keep(s.clone());
         Ok(Some(s))
     }
@@ -193,7 +189,11 @@ impl Delivery<'_> {
     /// moves it; other replicas' syncs too, as the storage counts it), else read afresh.
     async fn inputs(&self, from: Time, to: Time) -> Result<Inputs, Error> {
         let mut tx = self.console.parts.storage.read().await?;
-        let settings = tx.delivery_settings().await?.ok_or_else(not_configured)?;
+        let settings = tx
+            .delivery()
+            .delivery_settings()
+            .await?
+            .ok_or_else(not_configured)?;
         let (synced, pulls, runs) = match self.synced(&mut *tx).await? {
             Some(s) => {
                 let (p, r) = s.window(&settings, from, to);
@@ -201,8 +201,9 @@ impl Delivery<'_> {
             }
             // More than a copy may hold: the window's rows alone.
             None => {
-                let pulls = tx.pulls_for_window(from, to).await?;
+                let pulls = tx.delivery().pulls_for_window(from, to).await?;
                 let mut runs = tx
+                    .delivery()
                     .runs_between(from - chrono::Duration::days(1), to)
                     .await?;
                 let have: HashSet<i64> = runs.iter().map(|r| r.id).collect();
@@ -214,11 +215,14 @@ impl Delivery<'_> {
                 extra.sort_unstable();
                 extra.dedup();
                 for id in extra {
-                    if let Some(r) = tx.run(id).await? {
+                    if let Some(r) = tx.delivery().run(id).await? {
                         runs.push(r);
                     }
                 }
-                if let Some(first) = tx.first_deploy(&settings.deploy_repository).await?
+                if let Some(first) = tx
+                    .delivery()
+                    .first_deploy(&settings.deploy_repository)
+                    .await?
                     && !runs.iter().any(|r| r.id == first.id)
                 {
                     runs.push(first);
@@ -236,7 +240,7 @@ impl Delivery<'_> {
             let chosen: Vec<&Pull> = pulls.iter().map(|&i| &synced.pulls[i]).collect();
             self.context(&mut *tx, &chosen).await?
         };
-        let freshness = tx.freshness().await?;
+        let freshness = tx.delivery().freshness().await?;
         Ok(Inputs {
             settings,
             synced,
@@ -247,7 +251,7 @@ impl Delivery<'_> {
         })
     }
 
-    async fn context(&self, tx: &mut dyn DeliveryTx, pulls: &[&Pull]) -> Result<Context, Error> {
+    async fn context(&self, tx: &mut dyn WorkTx, pulls: &[&Pull]) -> Result<Context, Error> {
         let mut keys: Vec<IssueKey> = Vec::new();
         for p in pulls {
             let (a, b) = compute::candidate_keys(p);
@@ -257,7 +261,7 @@ impl Delivery<'_> {
         keys.sort_by(|a, b| a.as_str().cmp(b.as_str()));
         keys.dedup();
         let mut issues: HashMap<String, Issue> = HashMap::new();
-        for i in tx.issues_by_keys(&keys).await? {
+        for i in tx.delivery().issues_by_keys(&keys).await? {
             issues.insert(i.key.as_str().to_owned(), i);
         }
         let refs: Vec<String> = pulls
@@ -265,7 +269,7 @@ impl Delivery<'_> {
             .map(|p| format!("{}#{}", p.repo, p.number))
             .collect();
         let mut imported = HashMap::new();
-        for i in tx.issues_by_refs(&refs).await? {
+        for i in tx.delivery().issues_by_refs(&refs).await? {
             if let Some(r) = &i.repo {
                 imported.insert(r.clone(), i.key.clone());
             }
@@ -281,20 +285,22 @@ impl Delivery<'_> {
             if missing.is_empty() {
                 break;
             }
-            for i in tx.issues_by_keys(&missing).await? {
+            for i in tx.delivery().issues_by_keys(&missing).await? {
                 issues.insert(i.key.as_str().to_owned(), i);
             }
         }
         let mut components: HashMap<ProjectKey, Vec<Component>> = HashMap::new();
-        for (p, c) in tx.all_components().await? {
+        for (p, c) in tx.delivery().all_components().await? {
             components.entry(p).or_default().push(c);
         }
+        let groups = tx.delivery().session_groups().await?;
+        let open_p0_unowned = tx.delivery().open_p0_unowned().await?;
         Ok(Context {
             issues,
             imported,
             components,
-            groups: tx.session_groups().await?,
-            open_p0_unowned: tx.open_p0_unowned().await?,
+            groups,
+            open_p0_unowned,
             targets: self.targets(),
         })
     }
@@ -348,9 +354,10 @@ impl Delivery<'_> {
     pub async fn run(&self, id: i64) -> Result<Run, Error> {
         let (settings, stored) = {
             let mut tx = self.console.parts.storage.read().await?;
+            let settings = tx.delivery().delivery_settings().await?;
             (
-                tx.delivery_settings().await?.ok_or_else(not_configured)?,
-                tx.run(id).await?,
+                settings.ok_or_else(not_configured)?,
+                tx.delivery().run(id).await?,
             )
         };
         if let Some(r) = &stored

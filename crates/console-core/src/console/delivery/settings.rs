@@ -80,7 +80,7 @@ impl Delivery<'_> {
     /// The delivery settings, if set.
     pub async fn settings(&self) -> Result<Option<DeliverySettings>, Error> {
         let mut tx = self.console.parts.storage.read().await?;
-        Ok(tx.delivery_settings().await?)
+        Ok(tx.delivery().delivery_settings().await?)
     }
 
     /// Sets the delivery configuration after proving the code host reads the deploy
@@ -108,15 +108,15 @@ impl Delivery<'_> {
                 .await
                 .map_err(|e| host_error(e, access))?;
         }
-        transact!(self.console, DeliveryWork, |tx| {
-            let old = tx.delivery_settings().await?;
+        transact!(self.console, |tx| {
+            let old = tx.delivery().delivery_settings().await?;
             if old
                 .as_ref()
                 .is_some_and(|o| o.deploy_repository != s.deploy_repository)
             {
-                tx.clear_synced().await?;
+                tx.delivery().clear_synced().await?;
             }
-            tx.put_delivery_settings(&s).await?;
+            tx.delivery().put_delivery_settings(&s).await?;
             self.append(tx, "delivery.settings_changed", actor, None, json!(s))
                 .await
         })?;

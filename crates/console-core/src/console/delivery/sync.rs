@@ -53,8 +53,8 @@ impl Delivery<'_> {
         }
         let result = self.sync_once(&settings).await;
         let now = self.console.now();
-        let f = transact!(self.console, DeliveryWork, |tx| {
-            let old = tx.freshness().await?;
+        let f = transact!(self.console, |tx| {
+            let old = tx.delivery().freshness().await?;
             let mut f = old.clone();
             match &result {
                 Ok(_) => {
@@ -63,7 +63,7 @@ impl Delivery<'_> {
                 }
                 Err(e) => f.error = Some(e.to_string()),
             }
-            tx.put_freshness(&f).await?;
+            tx.delivery().put_freshness(&f).await?;
             // An event when the sync wrote something or its error changed: what a page shows
             // moved (a quiet sync every few minutes appends nothing).
             let wrote = matches!(&result, Ok(n) if *n > 0);
@@ -100,7 +100,8 @@ impl Delivery<'_> {
         let mut wrote = self.store_listed(repo, &pulls, &runs).await?;
         wrote += self.read_jobs(&*session, s, &branch).await?;
         wrote += self.ship_deploys(&*session, repo).await?;
-        transact!(self.console, DeliveryWork, |tx| Ok(tx
+        transact!(self.console, |tx| Ok(tx
+            .delivery()
             .mark_reverts(repo)
             .await?))?;
         Ok(wrote)
@@ -121,11 +122,11 @@ impl Delivery<'_> {
         let history = now - chrono::Duration::days(HISTORY_DAYS);
         let (newest_merge, cursors) = {
             let mut tx = self.console.parts.storage.read().await?;
-            let m = tx.newest_merge(repo).await?;
+            let m = tx.delivery().newest_merge(repo).await?;
             let mut c = HashMap::new();
             for p in &s.workflow_paths {
                 for ev in ["push", "pull_request"] {
-                    c.insert((p.clone(), ev), tx.newest_run(p, ev).await?);
+                    c.insert((p.clone(), ev), tx.delivery().newest_run(p, ev).await?);
                 }
             }
             (m, c)
@@ -165,24 +166,28 @@ impl Delivery<'_> {
         pulls: &[Pull],
         runs: &[Run],
     ) -> Result<usize, SyncFailure> {
-        Ok(transact!(self.console, DeliveryWork, |tx| {
+        Ok(transact!(self.console, |tx| {
             let mut wrote = 0;
             for p in pulls {
                 let mut p = p.clone();
                 if p.deploy_run.is_none()
                     && let Some(sha) = &p.merge_sha
-                    && let Some((run, at)) = tx.deploy_of_commit(repo, sha).await?
+                    && let Some((run, at)) = tx.delivery().deploy_of_commit(repo, sha).await?
                 {
                     p.deploy_run = Some(run);
                     p.deployed_at = Some(at);
                 }
-                tx.put_pull(&p).await?;
+                tx.delivery().put_pull(&p).await?;
                 wrote += 1;
             }
             for r in runs {
-                let keep = tx.run(r.id).await?.is_some_and(|old| old.jobs.is_some());
+                let keep = tx
+                    .delivery()
+                    .run(r.id)
+                    .await?
+                    .is_some_and(|old| old.jobs.is_some());
                 if !keep {
-                    tx.put_run(r).await?;
+                    tx.delivery().put_run(r).await?;
                     wrote += 1;
                 }
             }
@@ -201,8 +206,12 @@ impl Delivery<'_> {
         let repo = s.deploy_repository.as_str();
         let pending = {
             let mut tx = self.console.parts.storage.read().await?;
-            let mut v = tx.runs_without_jobs("push", 1000).await?;
-            v.extend(tx.runs_without_jobs("pull_request", CHECK_JOBS).await?);
+            let mut v = tx.delivery().runs_without_jobs("push", 1000).await?;
+            v.extend(
+                tx.delivery()
+                    .runs_without_jobs("pull_request", CHECK_JOBS)
+                    .await?,
+            );
             v
         };
         let mut read = Vec::new();
@@ -212,9 +221,9 @@ impl Delivery<'_> {
             r.production = compute::production_of(s, &r, branch);
             read.push(r);
         }
-        Ok(transact!(self.console, DeliveryWork, |tx| {
+        Ok(transact!(self.console, |tx| {
             for r in &read {
-                tx.put_run(r).await?;
+                tx.delivery().put_run(r).await?;
             }
             Ok(read.len())
         })?)
@@ -230,9 +239,11 @@ impl Delivery<'_> {
     ) -> Result<usize, SyncFailure> {
         let (deploys, known) = {
             let mut tx = self.console.parts.storage.read().await?;
+            let deploys = tx.delivery().successful_deploys(repo).await?;
             (
-                tx.successful_deploys(repo).await?,
-                tx.deploys_with_commits(repo)
+                deploys,
+                tx.delivery()
+                    .deploys_with_commits(repo)
                     .await?
                     .into_iter()
                     .collect::<HashSet<i64>>(),
@@ -251,9 +262,11 @@ impl Delivery<'_> {
                 .compare(repo, &prev.head_sha, &d.head_sha)
                 .await
                 .map_err(SyncFailure::host)?;
-            transact!(self.console, DeliveryWork, |tx| {
-                tx.put_deploy_commits(repo, d.id, at, &shas).await?;
-                tx.link_deploy(repo, &shas, d.id, at).await?;
+            transact!(self.console, |tx| {
+                tx.delivery()
+                    .put_deploy_commits(repo, d.id, at, &shas)
+                    .await?;
+                tx.delivery().link_deploy(repo, &shas, d.id, at).await?;
                 Ok(())
             })?;
             wrote += 1;

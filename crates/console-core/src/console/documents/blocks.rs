@@ -79,7 +79,7 @@ impl Documents<'_> {
     async fn read_document(
         &self,
         id: ArtifactId,
-    ) -> Result<(Artifact, Document, Box<dyn DocumentsWork>), Error> {
+    ) -> Result<(Artifact, Document, Box<dyn WorkTx>), Error> {
         let a = self.current(id).await?;
         if a.kind != ArtifactKind::Document {
             return Err(not_document());
@@ -92,10 +92,11 @@ impl Documents<'_> {
     /// Per block, its reference counts.
     async fn ref_counts(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         a: &Artifact,
     ) -> Result<HashMap<String, RefCounts>, Error> {
         Ok(tx
+            .documents()
             .block_ref_counts(&artifact_ref(a))
             .await?
             .into_iter()
@@ -120,7 +121,7 @@ impl Documents<'_> {
             return Err(not_document());
         }
         let mut tx = self.read().await?;
-        let mut counts = tx.block_ref_counts(&artifact_ref(&a)).await?;
+        let mut counts = tx.documents().block_ref_counts(&artifact_ref(&a)).await?;
         counts.sort();
         if let Some(json) = self.console.documents.answered(&a, &counts) {
             return Ok(json);
@@ -170,7 +171,7 @@ impl Documents<'_> {
     /// the versions.
     pub async fn rendered(&self, id: ArtifactId) -> Result<Rendered, Error> {
         let (a, d, mut tx) = self.read_document(id).await?;
-        let versions = tx.versions(a.id).await?;
+        let versions = tx.documents().versions(a.id).await?;
         Ok(Rendered {
             artifact: ArtifactView::of(&a),
             html: self.console.documents.html(&a, || d.to_html_with(&page_of)),

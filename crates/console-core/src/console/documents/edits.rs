@@ -57,7 +57,7 @@ impl Documents<'_> {
     ) -> Result<EditAnswer, Error> {
         // The whole `WorkTx`: an edit goes through the asks' code in its transaction (an open
         // approval ask follows the new content).
-        transact!(self.console, WorkTx, |tx, after| {
+        transact!(self.console, |tx, after| {
             let (answer, kept) = self
                 .change_document(tx, actor, id, expected_token, ops)
                 .await?;
@@ -136,7 +136,7 @@ impl Documents<'_> {
     /// the snapshot.
     async fn log_edit(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         a: &mut Artifact,
         before: &Document,
         doc: &Document,
@@ -144,26 +144,27 @@ impl Documents<'_> {
         made: Vec<String>,
     ) -> Result<(), Error> {
         if a.log_len + 1 >= LOG_MAX {
-            tx.put_snapshot(a.id, &snapshot_of(doc)).await?;
+            tx.documents().put_snapshot(a.id, &snapshot_of(doc)).await?;
             a.log_len = 0;
             return Ok(());
         }
         let (start, end, text) = splice(before.markdown(), doc.markdown());
         a.log_entry += 1;
         a.log_len += 1;
-        tx.append_log(
-            a.id,
-            &LogEntry {
-                entry: a.log_entry,
-                start: start as i64,
-                end: end as i64,
-                text,
-                ops: serde_json::to_string(ops).unwrap_or_default(),
-                ids: made,
-                token: doc.token().to_owned(),
-            },
-        )
-        .await?;
+        tx.documents()
+            .append_log(
+                a.id,
+                &LogEntry {
+                    entry: a.log_entry,
+                    start: start as i64,
+                    end: end as i64,
+                    text,
+                    ops: serde_json::to_string(ops).unwrap_or_default(),
+                    ids: made,
+                    token: doc.token().to_owned(),
+                },
+            )
+            .await?;
         Ok(())
     }
 
@@ -171,7 +172,7 @@ impl Documents<'_> {
     /// conversation's artifact has none). Answers the parts indexed.
     async fn index_edit(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         a: &Artifact,
         doc: &Document,
         answer: &EditAnswer,
@@ -185,7 +186,9 @@ impl Documents<'_> {
             }
         }
         if !matches!(a.scope, Scope::Agent(_)) {
-            tx.index_text(a.id, &parts, &answer.removed).await?;
+            tx.documents()
+                .index_text(a.id, &parts, &answer.removed)
+                .await?;
         }
         Ok(parts)
     }
@@ -195,7 +198,7 @@ impl Documents<'_> {
     /// than the edit).
     async fn edit_references(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         a: &Artifact,
         doc: &Document,
         answer: &EditAnswer,
@@ -211,6 +214,7 @@ impl Documents<'_> {
         let refers = parts.iter().any(|(_, t)| has_console_ref(t));
         if refers
             || !tx
+                .documents()
                 .edges_from(&artifact_ref(a), Some(&touched))
                 .await?
                 .is_empty()
@@ -226,7 +230,7 @@ impl Documents<'_> {
     /// DOCUMENT_LIVE when it has edits of the last five minutes not yet settled (someone is
     /// working in it: new ids would fail their next edits), else DOCUMENT_LOADS.
     pub async fn rebuild(&self, actor: &Actor, id: ArtifactId) -> Result<ArtifactView, Error> {
-        transact!(self.console, DocumentsWork, |tx, after| {
+        transact!(self.console, |tx, after| {
             let mut a = Self::artifact_in(tx, id).await?;
             if a.kind != ArtifactKind::Document {
                 return Err(not_document());
@@ -241,7 +245,7 @@ impl Documents<'_> {
             }
             let p = self.parse_document(&stored.markdown())?;
             let now = self.console.now();
-            tx.put_snapshot(a.id, &p.snapshot).await?;
+            tx.documents().put_snapshot(a.id, &p.snapshot).await?;
             a.log_len = 0;
             a.tasks = p.tasks;
             if p.token != a.token {
@@ -253,10 +257,10 @@ impl Documents<'_> {
             }
             a.updated_at = now;
             if !matches!(a.scope, Scope::Agent(_)) {
-                tx.clear_text(a.id).await?;
+                tx.documents().clear_text(a.id).await?;
                 let mut parts = vec![(String::new(), a.filename.clone())];
                 parts.extend(p.parts.iter().cloned());
-                tx.index_text(a.id, &parts, &[]).await?;
+                tx.documents().index_text(a.id, &parts, &[]).await?;
             }
             let e = self
                 .write_back(tx, &mut a, "document.rebuilt", actor, &[])

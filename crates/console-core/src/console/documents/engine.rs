@@ -2,7 +2,6 @@
 //! parts, references), and a stored one loaded again (its snapshot with its edit log replayed).
 
 use super::*;
-use crate::work::DocumentTx;
 use crate::work::documents::{EdgeKind, Snapshot, StoredDocument};
 
 /// Index parts are cut to this many bytes (a huge code block still indexes its start).
@@ -136,7 +135,7 @@ impl Documents<'_> {
     /// committed).
     pub(crate) async fn loaded(
         &self,
-        tx: &mut dyn DocumentTx,
+        tx: &mut dyn WorkTx,
         a: &Artifact,
     ) -> Result<Document, Error> {
         if let Some(d) = self.console.documents.loaded(a) {
@@ -150,10 +149,11 @@ impl Documents<'_> {
 
     pub(super) async fn stored(
         &self,
-        tx: &mut dyn DocumentTx,
+        tx: &mut dyn WorkTx,
         a: &Artifact,
     ) -> Result<StoredDocument, Error> {
-        tx.document(a.id)
+        tx.documents()
+            .document(a.id)
             .await?
             .ok_or_else(|| Error::from(StorageError::Corrupt("a document without content".into())))
     }
@@ -162,7 +162,7 @@ impl Documents<'_> {
     /// logged splices (no engine: it reads even when the document does not load).
     pub(super) async fn markdown_of(
         &self,
-        tx: &mut dyn DocumentTx,
+        tx: &mut dyn WorkTx,
         a: &Artifact,
     ) -> Result<String, Error> {
         if let Some(d) = self.console.documents.loaded(a) {

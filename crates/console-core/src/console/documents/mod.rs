@@ -53,9 +53,7 @@ use crate::work::documents::{
     Artifact, ArtifactKind, ArtifactView, Content, DocumentVersion, Scope, Version, VersionInfo,
     VersionKind, VersionRef,
 };
-use crate::work::{
-    Actor, DocumentTx, DocumentsWork, Event, EventFacts, IssueKey, NewEvent, ProjectKey, WorkTx,
-};
+use crate::work::{Actor, Event, EventFacts, IssueKey, NewEvent, ProjectKey, WorkTx};
 use engine::{Parsed, part_text, references_of, replay, snapshot_of, tasks_of};
 
 /// How long a document's content goes without an edit before it settles into a version.
@@ -175,8 +173,8 @@ impl Console {
 
 impl Documents<'_> {
     /// A read transaction, seen as the area sees one.
-    async fn read(&self) -> Result<Box<dyn DocumentsWork>, Error> {
-        let tx: Box<dyn DocumentsWork> = self.console.parts.storage.read().await?;
+    async fn read(&self) -> Result<Box<dyn WorkTx>, Error> {
+        let tx: Box<dyn WorkTx> = self.console.parts.storage.read().await?;
         Ok(tx)
     }
 
@@ -187,16 +185,20 @@ impl Documents<'_> {
 
     /// The scope a path names: an issue or project that exists (else 404), or an agent session
     /// id (else INVALID_SESSION_ID).
-    async fn scope_in(&self, tx: &mut dyn DocumentsWork, at: At<'_>) -> Result<Scope, Error> {
+    async fn scope_in(&self, tx: &mut dyn WorkTx, at: At<'_>) -> Result<Scope, Error> {
         match at {
             At::Issue(k) => {
                 let key = IssueKey::parse(k).ok_or_else(|| not_found("issue"))?;
-                tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+                tx.issues()
+                    .issue(&key)
+                    .await?
+                    .ok_or_else(|| not_found("issue"))?;
                 Ok(Scope::Issue(key))
             }
             At::Project(k) => {
                 let key = ProjectKey::parse(k).ok_or_else(|| not_found("project"))?;
-                tx.project(&key)
+                tx.projects()
+                    .project(&key)
                     .await?
                     .ok_or_else(|| not_found("project"))?;
                 Ok(Scope::Project(key))
@@ -209,14 +211,14 @@ impl Documents<'_> {
     /// one artifact carrying that filename (none or several: 404).
     async fn by_slug_in(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         scope: &Scope,
         slug: &str,
     ) -> Result<Artifact, Error> {
-        if let Some(a) = tx.artifact_by_slug(scope, slug).await? {
+        if let Some(a) = tx.documents().artifact_by_slug(scope, slug).await? {
             return Ok(a);
         }
-        let mut named = tx.artifacts_by_filename(scope, slug).await?;
+        let mut named = tx.documents().artifacts_by_filename(scope, slug).await?;
         match (named.pop(), named.is_empty()) {
             (Some(a), true) => Ok(a),
             _ => Err(not_found("artifact")),
@@ -235,29 +237,27 @@ impl Documents<'_> {
     async fn current(&self, id: ArtifactId) -> Result<Artifact, Error> {
         let a = {
             let mut tx = self.read().await?;
-            tx.artifact(id)
+            tx.documents()
+                .artifact(id)
                 .await?
                 .ok_or_else(|| not_found("artifact"))?
         };
         if !self.settle_due(&a) {
             return Ok(a);
         }
-        transact!(self.console, DocumentsWork, |tx| {
-            self.settled_in(tx, id).await
-        })
+        transact!(self.console, |tx| self.settled_in(tx, id).await)
     }
 
     /// An artifact by id in a transaction (locked there when it writes), else 404.
-    async fn artifact_in(tx: &mut dyn DocumentTx, id: ArtifactId) -> Result<Artifact, Error> {
-        tx.artifact(id).await?.ok_or_else(|| not_found("artifact"))
+    async fn artifact_in(tx: &mut dyn WorkTx, id: ArtifactId) -> Result<Artifact, Error> {
+        tx.documents()
+            .artifact(id)
+            .await?
+            .ok_or_else(|| not_found("artifact"))
     }
 
     /// An artifact by id in a write transaction, its content settled first when it is due.
-    async fn settled_in(
-        &self,
-        tx: &mut dyn DocumentsWork,
-        id: ArtifactId,
-    ) -> Result<Artifact, Error> {
+    async fn settled_in(&self, tx: &mut dyn WorkTx, id: ArtifactId) -> Result<Artifact, Error> {
         let mut a = Self::artifact_in(tx, id).await?;
         self.settle_if_due(tx, &mut a).await?;
         Ok(a)
@@ -272,11 +272,7 @@ impl Documents<'_> {
 
     /// Settles a document's content into a version when it is due, in the caller's
     /// transaction (a write finds it first, then makes its own change).
-    async fn settle_if_due(
-        &self,
-        tx: &mut dyn DocumentsWork,
-        a: &mut Artifact,
-    ) -> Result<(), Error> {
+    async fn settle_if_due(&self, tx: &mut dyn WorkTx, a: &mut Artifact) -> Result<(), Error> {
         if !self.settle_due(a) {
             return Ok(());
         }
@@ -292,7 +288,7 @@ impl Documents<'_> {
     /// latest version. For the asks' routes, in their transaction.
     pub async fn settle_now(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         id: ArtifactId,
         actor: &Actor,
     ) -> Result<Option<VersionRef>, Error> {
@@ -317,7 +313,7 @@ impl Documents<'_> {
     #[allow(clippy::too_many_arguments)]
     async fn new_version(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         a: &mut Artifact,
         name: Option<String>,
         kind: VersionKind,
@@ -329,7 +325,7 @@ impl Documents<'_> {
             ArtifactKind::Document => Content::Markdown(self.markdown_of(tx, a).await?),
             ArtifactKind::Image | ArtifactKind::File => {
                 let latest = a.version.as_ref().map_or(0, |v| v.number);
-                match tx.version(a.id, latest).await? {
+                match tx.documents().version(a.id, latest).await? {
                     Some((_, c)) => c,
                     None => {
                         return Err(StorageError::Corrupt("a file without a version".into()).into());
@@ -347,7 +343,7 @@ impl Documents<'_> {
             by: by.clone(),
             created_at: at,
         };
-        tx.insert_version(a.id, &v, &content).await?;
+        tx.documents().insert_version(a.id, &v, &content).await?;
         a.version = Some(VersionRef {
             number: v.number,
             name: v.name.clone(),
@@ -372,25 +368,25 @@ impl Documents<'_> {
     /// plus `extra`); an agent conversation's artifact is written back and appends none.
     async fn write_back(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         a: &mut Artifact,
         kind: &'static str,
         actor: &Actor,
         extra: &[(&str, Value)],
     ) -> Result<Option<Event>, Error> {
         if matches!(a.scope, Scope::Agent(_)) {
-            tx.update_artifact(a).await?;
+            tx.documents().update_artifact(a).await?;
             return Ok(None);
         }
         a.sequence += 1;
-        tx.update_artifact(a).await?;
+        tx.documents().update_artifact(a).await?;
         Ok(Some(self.append_document(tx, a, kind, actor, extra).await?))
     }
 
     /// Appends an event of an artifact's log with its current sequence.
     async fn append_document(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         a: &Artifact,
         kind: &'static str,
         actor: &Actor,
@@ -401,7 +397,7 @@ impl Documents<'_> {
             data[*k] = v.clone();
         }
         let e = self.artifact_event(a, kind, actor, data);
-        Ok(tx.append_event(&e, Some(a.sequence)).await?)
+        Ok(tx.events().append_event(&e, Some(a.sequence)).await?)
     }
 
     /// An event about artifact `a`, by `actor`, now.

@@ -16,7 +16,7 @@ impl Documents<'_> {
         let ids: Vec<ArtifactId> = {
             let mut tx = self.read().await?;
             let scope = self.scope_in(&mut *tx, at).await?;
-            let list = tx.artifacts(&scope).await?;
+            let list = tx.documents().artifacts(&scope).await?;
             if !list.iter().any(|a| self.settle_due(a)) {
                 return Ok(list.iter().map(ArtifactView::of).collect());
             }
@@ -38,7 +38,7 @@ impl Documents<'_> {
         let mut tx = self.read().await?;
         let scope = self.scope_in(&mut *tx, At::Agent(session)).await?;
         let a = self.by_slug_in(&mut *tx, &scope, slug).await?;
-        let versions = tx.versions(a.id).await?;
+        let versions = tx.documents().versions(a.id).await?;
         Ok(ArtifactWithVersions {
             artifact: ArtifactView::of(&a),
             versions: versions.iter().map(VersionInfo::of).collect(),
@@ -50,6 +50,7 @@ impl Documents<'_> {
         let a = self.current(id).await?;
         let mut tx = self.read().await?;
         Ok(tx
+            .documents()
             .versions(a.id)
             .await?
             .iter()
@@ -101,6 +102,7 @@ impl Documents<'_> {
             .ok_or_else(|| not_found("version"))?;
         let mut tx = self.read().await?;
         let (v, content) = tx
+            .documents()
             .version(a.id, number)
             .await?
             .ok_or_else(|| not_found("version"))?;
@@ -145,7 +147,7 @@ impl Documents<'_> {
                 "a version name is at most 80 characters",
             ));
         }
-        transact!(self.console, DocumentsWork, |tx| {
+        transact!(self.console, |tx| {
             let mut a = self.settled_in(tx, id).await?;
             let by = actor.clone();
             let now = self.console.now();
@@ -184,7 +186,7 @@ impl Documents<'_> {
     ) -> Result<Vec<Event>, Error> {
         let a = self.current(id).await?;
         let mut tx = self.read().await?;
-        Ok(tx.document_events(a.id, page).await?)
+        Ok(tx.documents().document_events(a.id, page).await?)
     }
 
     /// Sessions subscribed to a document's topics, first subscribed first.
@@ -192,6 +194,7 @@ impl Documents<'_> {
         let a = self.current(id).await?;
         let mut tx = self.read().await?;
         Ok(tx
+            .documents()
             .document_subscribers(a.id)
             .await?
             .into_iter()
@@ -207,9 +210,10 @@ impl Documents<'_> {
         id: ArtifactId,
         session: &SessionId,
     ) -> Result<(), Error> {
-        transact!(self.console, DocumentsWork, |tx| {
+        transact!(self.console, |tx| {
             let a = Self::artifact_in(tx, id).await?;
             if !tx
+                .documents()
                 .document_subscribers(a.id)
                 .await?
                 .iter()
@@ -217,7 +221,7 @@ impl Documents<'_> {
             {
                 return Ok(());
             }
-            tx.document_unsubscribe(a.id, session).await?;
+            tx.documents().document_unsubscribe(a.id, session).await?;
             let data = json!({
                 "issue": a.scope.issue(),
                 "artifact": a.id,
@@ -225,7 +229,7 @@ impl Documents<'_> {
                 "by": actor,
             });
             let e = self.artifact_event(&a, "subscription.removed", actor, data);
-            tx.append_event(&e, None).await?;
+            tx.events().append_event(&e, None).await?;
             Ok(())
         })
     }

@@ -4,7 +4,6 @@
 use std::collections::HashSet;
 
 use super::*;
-use crate::work::DocumentTx;
 use crate::work::documents::{Edge, EdgeKind, EdgeQuery, EdgeView, References};
 
 impl Documents<'_> {
@@ -14,6 +13,7 @@ impl Documents<'_> {
         let node = artifact_ref(&a);
         let mut tx = self.read().await?;
         let incoming = tx
+            .documents()
             .edges(&EdgeQuery {
                 to: Some(node.clone()),
                 from: None,
@@ -22,6 +22,7 @@ impl Documents<'_> {
             })
             .await?;
         let outgoing = tx
+            .documents()
             .edges(&EdgeQuery {
                 to: None,
                 from: Some(node),
@@ -39,8 +40,11 @@ impl Documents<'_> {
     pub async fn issue_references(&self, key: &str) -> Result<References, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         let mut tx = self.read().await?;
-        tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
-        let (incoming, outgoing) = tx.issue_edges(&key).await?;
+        tx.issues()
+            .issue(&key)
+            .await?
+            .ok_or_else(|| not_found("issue"))?;
+        let (incoming, outgoing) = tx.documents().issue_edges(&key).await?;
         Ok(References {
             incoming: incoming.iter().map(EdgeView::of).collect(),
             outgoing: outgoing.iter().map(EdgeView::of).collect(),
@@ -83,6 +87,7 @@ impl Documents<'_> {
         }
         let mut tx = self.read().await?;
         Ok(tx
+            .documents()
             .edges(&EdgeQuery {
                 to,
                 from,
@@ -101,14 +106,14 @@ impl Documents<'_> {
     /// references. `edited`: the text replaces an earlier one (a new text has no edges yet).
     pub(crate) async fn keep_mentions(
         &self,
-        tx: &mut dyn DocumentTx,
+        tx: &mut dyn WorkTx,
         from: &str,
         from_issue: Option<&IssueKey>,
         (text, edited): (&str, bool),
         event: &Event,
     ) -> Result<(), Error> {
         let old = match (edited, has_console_ref(text)) {
-            (true, _) => tx.edges_from(from, None).await?,
+            (true, _) => tx.documents().edges_from(from, None).await?,
             (false, true) => Vec::new(),
             (false, false) => return Ok(()),
         };
@@ -133,14 +138,14 @@ impl Documents<'_> {
     /// its time and event; a new one is `event`'s).
     pub(super) async fn keep_references(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         a: &Artifact,
         refs: &[(String, String, EdgeKind)],
         blocks: Option<&[String]>,
         event: &Event,
     ) -> Result<(), Error> {
         let from = artifact_ref(a);
-        let old = tx.edges_from(&from, blocks).await?;
+        let old = tx.documents().edges_from(&from, blocks).await?;
         let within: Option<HashSet<&str>> = blocks.map(|b| b.iter().map(String::as_str).collect());
         let new: Vec<Edge> = refs
             .iter()
@@ -165,15 +170,15 @@ impl Documents<'_> {
 
 /// Replaces edges `old` by `new`: an edge in both stays (with its time and event), those
 /// only in `old` are deleted, those only in `new` inserted.
-async fn replace_edges(tx: &mut dyn DocumentTx, old: &[Edge], new: &[Edge]) -> Result<(), Error> {
+async fn replace_edges(tx: &mut dyn WorkTx, old: &[Edge], new: &[Edge]) -> Result<(), Error> {
     for o in old {
         if !new.iter().any(|n| n.same(o)) {
-            tx.delete_edge(o).await?;
+            tx.documents().delete_edge(o).await?;
         }
     }
     for n in new {
         if !old.iter().any(|o| o.same(n)) {
-            tx.insert_edge(n).await?;
+            tx.documents().insert_edge(n).await?;
         }
     }
     Ok(())

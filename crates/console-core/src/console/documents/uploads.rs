@@ -40,9 +40,12 @@ impl Documents<'_> {
         let checked = self.check_upload(at, &up)?;
         // The whole `WorkTx`: a new version of a document goes through the asks' code in the
         // same transaction (an open approval ask follows the new content).
-        let view = transact!(self.console, WorkTx, |tx, after| {
+        let view = transact!(self.console, |tx, after| {
             let scope = self.scope_in(tx, at).await?;
-            let mut existing = tx.artifacts_by_filename(&scope, &up.filename).await?;
+            let mut existing = tx
+                .documents()
+                .artifacts_by_filename(&scope, &up.filename)
+                .await?;
             let a = match existing.pop() {
                 Some(a) => self.upload_version(tx, a, &up, &checked, actor).await?,
                 None => self.upload_new(tx, scope, &up, &checked, actor).await?,
@@ -190,7 +193,7 @@ impl Documents<'_> {
     ) -> Result<Artifact, Error> {
         let slug = match &up.slug {
             Some(s) => {
-                if tx.artifact_by_slug(&scope, s).await?.is_some() {
+                if tx.documents().artifact_by_slug(&scope, s).await?.is_some() {
                     return Err(artifact_input(format!(
                         "another artifact here has the slug `{s}`"
                     )));
@@ -226,7 +229,7 @@ impl Documents<'_> {
             log_entry: 0,
             log_len: 0,
         };
-        tx.insert_artifact(&a).await?;
+        tx.documents().insert_artifact(&a).await?;
         self.store_upload(tx, &a, 1, &c.content, c.parsed.as_ref(), actor)
             .await?;
         if !agent {
@@ -263,19 +266,19 @@ impl Documents<'_> {
             by: actor.clone(),
             created_at: self.console.now(),
         };
-        tx.insert_version(a.id, &v, content).await?;
+        tx.documents().insert_version(a.id, &v, content).await?;
         if let Some(p) = parsed {
-            tx.put_snapshot(a.id, &p.snapshot).await?;
+            tx.documents().put_snapshot(a.id, &p.snapshot).await?;
             // An open approval ask follows the new content: its agent's turn.
             self.console.asks().approval_follows(tx, a.id).await?;
         }
         if !matches!(a.scope, Scope::Agent(_)) {
-            tx.clear_text(a.id).await?;
+            tx.documents().clear_text(a.id).await?;
             let mut parts = vec![(String::new(), a.filename.clone())];
             if let Some(p) = parsed {
                 parts.extend(p.parts.iter().cloned());
             }
-            tx.index_text(a.id, &parts, &[]).await?;
+            tx.documents().index_text(a.id, &parts, &[]).await?;
         }
         Ok(VersionInfo::of(&v))
     }
@@ -283,16 +286,21 @@ impl Documents<'_> {
     /// `base`, or the first of `base-2`, `base-3` … no artifact of the scope has.
     async fn free_slug(
         &self,
-        tx: &mut dyn DocumentsWork,
+        tx: &mut dyn WorkTx,
         scope: &Scope,
         base: &str,
     ) -> Result<String, Error> {
-        if tx.artifact_by_slug(scope, base).await?.is_none() {
+        if tx
+            .documents()
+            .artifact_by_slug(scope, base)
+            .await?
+            .is_none()
+        {
             return Ok(base.to_owned());
         }
         for n in 2..10_000 {
             let s = slug_with_suffix(base, n);
-            if tx.artifact_by_slug(scope, &s).await?.is_none() {
+            if tx.documents().artifact_by_slug(scope, &s).await?.is_none() {
                 return Ok(s);
             }
         }

@@ -91,14 +91,20 @@ impl Messages<'_> {
         }
         let number = attempt_number(attempt)?;
         let now = self.console.now();
-        let (accepted, _) = transact!(self.console, MessagesWork, |tx| {
-            let m = tx.message(id).await?.ok_or_else(no_message)?;
+        let (accepted, _) = transact!(self.console, |tx| {
+            let m = tx.messages().message(id).await?.ok_or_else(no_message)?;
             let root = if m.thread_id == m.id {
                 m.clone()
             } else {
-                tx.message(m.thread_id).await?.ok_or_else(no_message)?
+                tx.messages()
+                    .message(m.thread_id)
+                    .await?
+                    .ok_or_else(no_message)?
             };
-            let attempts = tx.attempts(&[Deliverable::Message(m.id)]).await?;
+            let attempts = tx
+                .messages()
+                .attempts(&[Deliverable::Message(m.id)])
+                .await?;
             let a = attempts
                 .iter()
                 .find(|a| a.attempt == number)
@@ -119,14 +125,16 @@ impl Messages<'_> {
     /// Writes attempt `a`'s acceptance as `mode` at `now` and appends `message.accepted`.
     async fn write_accept(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         actor: &Actor,
         m: &Message,
         mut a: Attempt,
         mode: Mode,
         now: Time,
     ) -> Result<(Accepted, Event), Error> {
-        tx.accept_attempt(a.item, a.attempt, now, mode).await?;
+        tx.messages()
+            .accept_attempt(a.item, a.attempt, now, mode)
+            .await?;
         a.accepted_at = Some(now);
         a.accepted_as = Some(mode);
         let data = json!({

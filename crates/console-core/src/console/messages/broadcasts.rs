@@ -98,7 +98,7 @@ impl Messages<'_> {
     ) -> Result<(BroadcastSent, bool), Error> {
         let sessions = new.check()?;
         let fingerprint = new.fingerprint();
-        let done = transact!(self.console, MessagesWork, |tx| {
+        let done = transact!(self.console, |tx| {
             self.write_broadcast(tx, human, &new, &sessions, &fingerprint)
                 .await
         })?;
@@ -117,16 +117,17 @@ impl Messages<'_> {
     /// `broadcast.sent`. `sessions` are the request's, checked.
     async fn write_broadcast(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         human: &Human,
         new: &NewBroadcast,
         sessions: &[SessionId],
         fingerprint: &str,
     ) -> Result<BroadcastDone, Error> {
-        if let Some(b) = tx
+        let earlier = tx
+            .messages()
             .broadcast_by_key(&human.login, &new.idempotency_key)
-            .await?
-        {
+            .await?;
+        if let Some(b) = earlier {
             return Ok((self.repeat_broadcast(tx, b, fingerprint).await?, None));
         }
         let reach = self.reach(tx, sessions, new.mode).await?;
@@ -144,9 +145,10 @@ impl Messages<'_> {
             excluded: reach.excluded.clone(),
             created_at: self.console.now(),
         };
-        if !tx.insert_broadcast(&b).await? {
+        if !tx.messages().insert_broadcast(&b).await? {
             // Another send of the key committed first.
             let b = tx
+                .messages()
                 .broadcast_by_key(&human.login, &new.idempotency_key)
                 .await?
                 .ok_or_else(|| Error::new(ErrorCode::INTERNAL))?;
@@ -166,7 +168,7 @@ impl Messages<'_> {
     /// not live, or not advertising the mode, is excluded, never moved to another mode.
     async fn reach(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         sessions: &[SessionId],
         mode: Mode,
     ) -> Result<Reach, Error> {
@@ -195,7 +197,7 @@ impl Messages<'_> {
     /// attempt; answers the copies, in send order, and the attempts opened.
     async fn write_copies(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         b: &Broadcast,
         recipients: &[SessionId],
     ) -> Result<(Vec<Message>, Vec<Opened>), Error> {
@@ -205,7 +207,7 @@ impl Messages<'_> {
             let mut m = self.targeted(&b.by, None, Target::Session(s.to_string()), b.mode, &b.body);
             m.broadcast = Some(b.id);
             m.created_at = b.created_at;
-            tx.insert_message(&m).await?;
+            tx.messages().insert_message(&m).await?;
             opened.extend(self.attempt(tx, &m, &b.by).await?);
             copies.push(m);
         }
@@ -216,7 +218,7 @@ impl Messages<'_> {
     /// the sessions excluded.
     async fn append_sent(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         view: &BroadcastView,
         excluded: &[Excluded],
     ) -> Result<Event, Error> {
@@ -246,21 +248,21 @@ impl Messages<'_> {
                 data: compact,
             },
         };
-        Ok(tx.append_event(&e, None).await?)
+        Ok(tx.events().append_event(&e, None).await?)
     }
 
     /// A second send of a key: the original when the request is the same, else
     /// BROADCAST_KEY_REUSED naming it.
     async fn repeat_broadcast(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         b: Broadcast,
         fingerprint: &str,
     ) -> Result<BroadcastSent, Error> {
         if b.fingerprint != fingerprint {
             return Err(Error::new(ErrorCode::BROADCAST_KEY_REUSED).with_detail("broadcast", b.id));
         }
-        let copies = tx.broadcast_messages(b.id).await?;
+        let copies = tx.messages().broadcast_messages(b.id).await?;
         Ok(BroadcastSent {
             excluded: b.excluded.clone(),
             broadcast: self.broadcast_view(tx, &b, &copies).await?,
@@ -270,7 +272,7 @@ impl Messages<'_> {
     /// A broadcast's view: each copy's, with its attempts and replies, and the counts.
     async fn broadcast_view(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         b: &Broadcast,
         copies: &[Message],
     ) -> Result<BroadcastView, Error> {
@@ -305,15 +307,15 @@ impl Messages<'_> {
         offset: u32,
     ) -> Result<Vec<BroadcastRow>, Error> {
         let mut tx = self.read().await?;
-        Ok(tx.broadcasts(limit, offset).await?)
+        Ok(tx.messages().broadcasts(limit, offset).await?)
     }
 
     /// One broadcast with every recipient's attempts and replies, recipients in send order.
     pub async fn broadcast_by_id(&self, id: BroadcastId) -> Result<BroadcastView, Error> {
         let nf = || Error::with_message(ErrorCode::NOT_FOUND, "no such broadcast");
         let mut tx = self.read().await?;
-        let b = tx.broadcast(id).await?.ok_or_else(nf)?;
-        let copies = tx.broadcast_messages(b.id).await?;
+        let b = tx.messages().broadcast(id).await?.ok_or_else(nf)?;
+        let copies = tx.messages().broadcast_messages(b.id).await?;
         self.broadcast_view(&mut *tx, &b, &copies).await
     }
 }

@@ -72,7 +72,7 @@ impl Messages<'_> {
     /// The modes a session's live link advertises; `None` when it has none.
     pub(crate) async fn modes_of(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         session: &SessionId,
     ) -> Result<Option<Vec<Mode>>, Error> {
         Ok(self.live_in(tx, session).await?.map(|l| l.modes))
@@ -82,10 +82,10 @@ impl Messages<'_> {
     /// with it after the transaction commits.
     pub(crate) async fn open_attempt(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         new: &NewAttempt<'_>,
     ) -> Result<Opened, Error> {
-        let number = tx.next_attempt(new.item).await?;
+        let number = tx.messages().next_attempt(new.item).await?;
         let live = self.live_in(tx, new.session_id).await?;
         let (state, error) = match &live {
             None => (AttemptState::Failed, Some(failure::NOT_LIVE)),
@@ -109,7 +109,8 @@ impl Messages<'_> {
             scope: new.scope.clone(),
         };
         let pending = state == AttemptState::Pending;
-        tx.insert_attempt(&attempt, pending.then_some(new.content))
+        tx.messages()
+            .insert_attempt(&attempt, pending.then_some(new.content))
             .await?;
         self.attempt_event(tx, &attempt, new.requested_by).await?;
         // The link is this replica's, or another's: told at commit, it sends the content.
@@ -124,7 +125,7 @@ impl Messages<'_> {
                 attempt: attempt.attempt,
                 session: attempt.session_id.clone(),
             };
-            tx.notify_links(&notice.to_payload()).await?;
+            tx.messages().notify_links(&notice.to_payload()).await?;
         }
         let delivery = (pending && elsewhere.is_none()).then(|| Delivery {
             item: attempt.item,
@@ -139,12 +140,12 @@ impl Messages<'_> {
     /// takes its next sequence), the envelope's `session` the attempt's session.
     pub(crate) async fn attempt_event(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         a: &Attempt,
         actor: &Actor,
     ) -> Result<Event, Error> {
         let sequence = match &a.scope.issue {
-            Some(k) => tx.bump_issue_sequence(k).await?,
+            Some(k) => tx.messages().bump_issue_sequence(k).await?,
             None => None,
         };
         let e = NewEvent {
@@ -166,7 +167,7 @@ impl Messages<'_> {
                 }),
             },
         };
-        Ok(tx.append_event(&e, sequence).await?)
+        Ok(tx.events().append_event(&e, sequence).await?)
     }
 
     /// After the transaction that opened `opened` committed (its events woke the streams as
@@ -203,7 +204,7 @@ impl Messages<'_> {
             return Ok(0);
         }
         let now = self.console.now();
-        let events = transact!(self.console, MessagesWork, |tx| {
+        let events = transact!(self.console, |tx| {
             let mut events = Vec::new();
             for ack in acks {
                 let Some(session) = ack.by.session() else {
@@ -216,7 +217,11 @@ impl Messages<'_> {
                     session: Some(session),
                     created_after: Some(now - ACK_WITHIN),
                 };
-                if let Some(a) = tx.finish_attempt(ack.item, ack.attempt, &f).await? {
+                let sent = tx
+                    .messages()
+                    .finish_attempt(ack.item, ack.attempt, &f)
+                    .await?;
+                if let Some(a) = sent {
                     events.push(self.attempt_event(tx, &a, &ack.by).await?);
                 }
             }
@@ -233,7 +238,9 @@ impl Messages<'_> {
         loop {
             let due = {
                 let mut tx = self.read().await?;
-                tx.pending_attempts(Some(cutoff), None, SWEEP_BATCH).await?
+                tx.messages()
+                    .pending_attempts(Some(cutoff), None, SWEEP_BATCH)
+                    .await?
             };
             if due.is_empty() {
                 return Ok(failed);
@@ -262,7 +269,8 @@ impl Messages<'_> {
         let now = self.console.now();
         let pending = {
             let mut tx = self.read().await?;
-            tx.pending_attempts(Some(now), Some(session), SWEEP_BATCH)
+            tx.messages()
+                .pending_attempts(Some(now), Some(session), SWEEP_BATCH)
                 .await?
         };
         let keys: Vec<_> = pending.iter().map(|a| (a.item, a.attempt)).collect();
@@ -282,7 +290,7 @@ impl Messages<'_> {
         }
         let now = self.console.now();
         let actor = console_actor();
-        let events = transact!(self.console, MessagesWork, |tx| {
+        let events = transact!(self.console, |tx| {
             let mut events = Vec::new();
             for (item, attempt) in keys {
                 let f = Finish {
@@ -292,7 +300,8 @@ impl Messages<'_> {
                     session,
                     created_after: None,
                 };
-                if let Some(a) = tx.finish_attempt(*item, *attempt, &f).await? {
+                let failed = tx.messages().finish_attempt(*item, *attempt, &f).await?;
+                if let Some(a) = failed {
                     events.push(self.attempt_event(tx, &a, &actor).await?);
                 }
             }
@@ -310,6 +319,7 @@ impl Messages<'_> {
     ) -> Result<Option<Delivery>, Error> {
         let mut tx = self.read().await?;
         Ok(tx
+            .messages()
             .pending_content(item, attempt)
             .await?
             .map(|(session_id, content)| Delivery {

@@ -257,13 +257,14 @@ impl ThreadQuery<'_> {
 
 /// The issue message threads of the inbox's threads (never on a document), and their total.
 async fn message_rows(
-    tx: &mut dyn MessagesWork,
+    tx: &mut dyn WorkTx,
     q: &ThreadQuery<'_>,
 ) -> Result<(Vec<ThreadRow>, i64), Error> {
     if q.artifact.is_some() {
         return Ok((Vec::new(), 0));
     }
     let (threads, n) = tx
+        .messages()
         .unread_message_threads(q.login, q.issue, q.want, 0)
         .await?;
     Ok((written_rows(ThreadKind::Message, threads), n))
@@ -271,20 +272,20 @@ async fn message_rows(
 
 /// The comment threads not on an ask of the inbox's threads, and their total.
 async fn comment_rows(
-    tx: &mut dyn MessagesWork,
+    tx: &mut dyn WorkTx,
     q: &ThreadQuery<'_>,
 ) -> Result<(Vec<ThreadRow>, i64), Error> {
-    let (threads, n) = tx.unread_comment_threads(&q.unread()).await?;
+    let (threads, n) = tx.asks().unread_comment_threads(&q.unread()).await?;
     Ok((written_rows(ThreadKind::Comment, threads), n))
 }
 
 /// The asks of the inbox's threads, less the open ones the inbox lists (the storage leaves
 /// them out), and their total.
 async fn ask_rows(
-    tx: &mut dyn MessagesWork,
+    tx: &mut dyn WorkTx,
     q: &ThreadQuery<'_>,
 ) -> Result<(Vec<ThreadRow>, i64), Error> {
-    let (asks, n) = tx.unread_ask_threads(&q.unread()).await?;
+    let (asks, n) = tx.asks().unread_ask_threads(&q.unread()).await?;
     let rows = asks.into_iter().map(|(ask, write)| {
         let newest = ask_reply(&ask, &write);
         thread_row(
@@ -344,16 +345,19 @@ impl Messages<'_> {
         let id = message.to_string();
         let now = self.console.now();
         let at = mark(read_through, now)?;
-        transact!(self.console, MessagesWork, |tx| {
-            let wrote = tx.wrote_in_message_thread(&human.login, message).await?
-                || tx.wrote_in_comment_thread(&human.login, &id).await?
-                || tx.wrote_in_ask(&human.login, &id).await?;
+        transact!(self.console, |tx| {
+            let wrote = tx
+                .messages()
+                .wrote_in_message_thread(&human.login, message)
+                .await?
+                || tx.asks().wrote_in_comment_thread(&human.login, &id).await?
+                || tx.asks().wrote_in_ask(&human.login, &id).await?;
             if !wrote {
                 return Ok(());
             }
-            let was = tx.thread_read(&human.login, &id).await?;
+            let was = tx.messages().thread_read(&human.login, &id).await?;
             if was.is_none_or(|w| at > w) {
-                tx.put_thread_read(&human.login, &id, at).await?;
+                tx.messages().put_thread_read(&human.login, &id, at).await?;
             }
             Ok(())
         })
@@ -363,8 +367,8 @@ impl Messages<'_> {
     /// by session id.
     pub async fn agent_states(&self, human: &Human) -> Result<Vec<AgentState>, Error> {
         let mut tx = self.read().await?;
-        let states = tx.agent_states(&human.login).await?;
-        let unread = tx.unread_replies(&human.login, None).await?;
+        let states = tx.messages().agent_states(&human.login).await?;
+        let unread = tx.messages().unread_replies(&human.login, None).await?;
         Ok(states
             .into_iter()
             .map(|(session_id, cleared_before, read_through)| AgentState {
@@ -400,28 +404,33 @@ impl Messages<'_> {
         }
         ids.sort();
         ids.dedup();
-        transact!(self.console, MessagesWork, |tx| {
+        transact!(self.console, |tx| {
             if !ids.is_empty() {
-                let own = tx.messages_by_session(session, &ids).await?;
+                let own = tx.messages().messages_by_session(session, &ids).await?;
                 if own.len() != ids.len() {
                     return Err(Error::with_message(
                         ErrorCode::INVALID_BODY,
                         "`read_replies` names the session's own messages",
                     ));
                 }
-                tx.read_replies(&human.login, &ids).await?;
+                tx.messages().read_replies(&human.login, &ids).await?;
             }
             let (was_cleared, was_read) = tx
+                .messages()
                 .agent_state(&human.login, session)
                 .await?
                 .unwrap_or((None, None));
             let cleared_before = later(was_cleared, cleared);
             let read_through = later(was_read, read);
             if (cleared_before, read_through) != (was_cleared, was_read) {
-                tx.put_agent_state(&human.login, session, cleared_before, read_through)
+                tx.messages()
+                    .put_agent_state(&human.login, session, cleared_before, read_through)
                     .await?;
             }
-            let unread = tx.unread_replies(&human.login, Some(session)).await?;
+            let unread = tx
+                .messages()
+                .unread_replies(&human.login, Some(session))
+                .await?;
             Ok(AgentState {
                 session_id: session.clone(),
                 cleared_before,

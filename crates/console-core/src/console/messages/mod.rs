@@ -24,7 +24,7 @@ use crate::ids::{BroadcastId, MessageId, SessionId};
 use crate::work::messages::{
     Attempt, AttemptView, Deliverable, DeliveryContent, Message, MessageView, Mode, Target,
 };
-use crate::work::{Actor, Event, EventFacts, IssueKey, MessagesWork, NewEvent, rules};
+use crate::work::{Actor, Event, EventFacts, IssueKey, NewEvent, WorkTx, rules};
 
 mod accept;
 mod broadcasts;
@@ -125,8 +125,8 @@ impl Console {
 
 impl Messages<'_> {
     /// A read transaction, seen as the area sees one.
-    async fn read(&self) -> Result<Box<dyn MessagesWork>, Error> {
-        let tx: Box<dyn MessagesWork> = self.console.parts.storage.read().await?;
+    async fn read(&self) -> Result<Box<dyn WorkTx>, Error> {
+        let tx: Box<dyn WorkTx> = self.console.parts.storage.read().await?;
         Ok(tx)
     }
 
@@ -134,15 +134,15 @@ impl Messages<'_> {
     /// any number of messages).
     async fn views(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         messages: &[Message],
     ) -> Result<Vec<MessageView>, Error> {
         let mut threads: Vec<MessageId> = messages.iter().map(|m| m.thread_id).collect();
         threads.sort();
         threads.dedup();
-        let all = tx.thread_messages(&threads).await?;
+        let all = tx.messages().thread_messages(&threads).await?;
         let items: Vec<Deliverable> = all.iter().map(|m| Deliverable::Message(m.id)).collect();
-        let attempts = tx.attempts(&items).await?;
+        let attempts = tx.messages().attempts(&items).await?;
         Ok(messages
             .iter()
             .map(|m| view_of(m, &all, &attempts))
@@ -150,7 +150,7 @@ impl Messages<'_> {
     }
 
     /// One message's view, as [`Messages::views`] reads it.
-    async fn view(&self, tx: &mut dyn MessagesWork, m: &Message) -> Result<MessageView, Error> {
+    async fn view(&self, tx: &mut dyn WorkTx, m: &Message) -> Result<MessageView, Error> {
         Ok(self
             .views(tx, std::slice::from_ref(m))
             .await?
@@ -162,14 +162,14 @@ impl Messages<'_> {
     /// message's scope: on an issue, in its log.
     async fn append(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         kind: &'static str,
         actor: &Actor,
         m: &Message,
         data: serde_json::Value,
     ) -> Result<Event, Error> {
         let sequence = match &m.issue {
-            Some(k) => tx.bump_issue_sequence(k).await?,
+            Some(k) => tx.messages().bump_issue_sequence(k).await?,
             None => None,
         };
         let e = NewEvent {
@@ -184,14 +184,14 @@ impl Messages<'_> {
                 data,
             },
         };
-        Ok(tx.append_event(&e, sequence).await?)
+        Ok(tx.events().append_event(&e, sequence).await?)
     }
 
     /// Keeps the mention edges of a message's body (the documents area's), with the event
     /// that wrote it.
     async fn keep_mentions(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         m: &Message,
         event: &Event,
     ) -> Result<(), Error> {
@@ -219,7 +219,7 @@ impl Messages<'_> {
     /// refused (INVALID_SESSION_ID) unless it was a session id.
     async fn attempt(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         m: &Message,
         requested_by: &Actor,
     ) -> Result<Vec<Opened>, Error> {

@@ -119,29 +119,31 @@ impl Messages<'_> {
     /// A live session, read in `tx`.
     pub(crate) async fn live_in(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         session: &SessionId,
     ) -> Result<Option<LiveSession>, Error> {
         Ok(tx
+            .messages()
             .live_session(session, self.replica(), self.fresh_after())
             .await?)
     }
 
     /// The roles live sessions advertise, read in `tx`.
-    pub(crate) async fn live_roles_in(
-        &self,
-        tx: &mut dyn crate::work::MessageTx,
-    ) -> Result<Vec<String>, Error> {
-        Ok(tx.live_roles(self.replica(), self.fresh_after()).await?)
+    pub(crate) async fn live_roles_in(&self, tx: &mut dyn WorkTx) -> Result<Vec<String>, Error> {
+        Ok(tx
+            .messages()
+            .live_roles(self.replica(), self.fresh_after())
+            .await?)
     }
 
     /// The live sessions advertising `role`, read in `tx`.
     pub(crate) async fn holders_in(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         role: &str,
     ) -> Result<Vec<SessionId>, Error> {
         Ok(tx
+            .messages()
             .role_holders(role, self.replica(), self.fresh_after())
             .await?)
     }
@@ -155,12 +157,15 @@ impl Messages<'_> {
     /// Every live session, by id (`GET /api/v1/sessions`).
     pub async fn live_sessions(&self) -> Result<Vec<LiveSession>, Error> {
         let mut tx = self.read().await?;
-        Ok(tx.live_sessions(self.replica(), self.fresh_after()).await?)
+        Ok(tx
+            .messages()
+            .live_sessions(self.replica(), self.fresh_after())
+            .await?)
     }
 
     async fn live_event(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         kind: &'static str,
         actor: &Actor,
         live: &LiveSession,
@@ -173,8 +178,9 @@ impl Messages<'_> {
     /// A link's `hello`: the session is live on this replica's link `live.link`
     /// (`session.live`); a link of it on another replica is told to close.
     pub async fn session_hello(&self, actor: &Actor, live: &LiveSession) -> Result<(), Error> {
-        transact!(self.console, MessagesWork, |tx| {
-            if let Some((replica, link)) = tx.put_live(live).await?
+        transact!(self.console, |tx| {
+            let held = tx.messages().put_live(live).await?;
+            if let Some((replica, link)) = held
                 && replica != live.replica
             {
                 let notice = LinkNotice::Close {
@@ -182,7 +188,7 @@ impl Messages<'_> {
                     link,
                     session: live.session_id.clone(),
                 };
-                tx.notify_links(&notice.to_payload()).await?;
+                tx.messages().notify_links(&notice.to_payload()).await?;
             }
             self.live_event(tx, "session.live", actor, live).await
         })?;
@@ -192,8 +198,8 @@ impl Messages<'_> {
     /// A link's `update`: what the session advertises now (`session.updated`), if that link
     /// still holds it.
     pub async fn session_update(&self, actor: &Actor, live: &LiveSession) -> Result<(), Error> {
-        transact!(self.console, MessagesWork, |tx| {
-            if !tx.update_live(live).await? {
+        transact!(self.console, |tx| {
+            if !tx.messages().update_live(live).await? {
                 return Ok(());
             }
             self.live_event(tx, "session.updated", actor, live).await?;
@@ -210,8 +216,9 @@ impl Messages<'_> {
         link: i64,
     ) -> Result<(), Error> {
         let replica = self.replica().to_owned();
-        let gone = transact!(self.console, MessagesWork, |tx| {
-            match tx.remove_live(session, &replica, link).await? {
+        let gone = transact!(self.console, |tx| {
+            let removed = tx.messages().remove_live(session, &replica, link).await?;
+            match removed {
                 Some(l) => {
                     self.live_event(tx, "session.gone", actor, &l).await?;
                     Ok(true)
@@ -233,7 +240,8 @@ impl Messages<'_> {
     ) -> Result<(), Error> {
         let replica = self.replica().to_owned();
         let now = self.console.now();
-        transact!(self.console, MessagesWork, |tx| Ok(tx
+        transact!(self.console, |tx| Ok(tx
+            .messages()
             .heartbeat(&replica, now, activity)
             .await?))
     }
@@ -245,15 +253,18 @@ impl Messages<'_> {
         let before = self.fresh_after();
         {
             let mut tx = self.read().await?;
-            if !tx.any_stale(&replica, before).await? {
+            if !tx.messages().any_stale(&replica, before).await? {
                 return Ok(0);
             }
         }
         let actor = Actor::System {
             name: "console".into(),
         };
-        let gone = transact!(self.console, MessagesWork, |tx| {
-            let gone = tx.remove_stale(&replica, before, STALE_BATCH).await?;
+        let gone = transact!(self.console, |tx| {
+            let gone = tx
+                .messages()
+                .remove_stale(&replica, before, STALE_BATCH)
+                .await?;
             for l in &gone {
                 self.live_event(tx, "session.gone", &actor, l).await?;
             }

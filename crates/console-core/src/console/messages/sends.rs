@@ -62,18 +62,18 @@ impl Messages<'_> {
         m: Message,
         webhook_id: Option<&str>,
     ) -> Result<Option<MessageView>, Error> {
-        let done = transact!(self.console, MessagesWork, |tx| {
+        let done = transact!(self.console, |tx| {
             if let Some(w) = webhook_id
-                && !tx.insert_webhook(w, m.id, m.created_at).await?
+                && !tx.messages().insert_webhook(w, m.id, m.created_at).await?
             {
                 return Ok(None);
             }
             if let Some(k) = &m.issue
-                && tx.issue(k).await?.is_none()
+                && tx.issues().issue(k).await?.is_none()
             {
                 return Err(not_found("issue"));
             }
-            tx.insert_message(&m).await?;
+            tx.messages().insert_message(&m).await?;
             let data = json!(view_of(&m, &[], &[]));
             let sent = self.append(tx, "message.sent", &m.author, &m, data).await?;
             self.keep_mentions(tx, &m, &sent).await?;
@@ -170,8 +170,9 @@ impl Messages<'_> {
     /// Retries a targeted message: one new attempt per session it reaches now (its session,
     /// or every live session advertising its role), requested by `actor`.
     pub async fn retry(&self, actor: &Actor, id: MessageId) -> Result<Vec<AttemptView>, Error> {
-        let opened = transact!(self.console, MessagesWork, |tx| {
+        let opened = transact!(self.console, |tx| {
             let m = tx
+                .messages()
                 .message(id)
                 .await?
                 .filter(|m| m.target.is_some())
@@ -200,10 +201,11 @@ impl Messages<'_> {
     ) -> Result<(MessageView, bool), Error> {
         let session = session_of(actor)?;
         check_body(body)?;
-        transact!(self.console, MessagesWork, |tx| {
-            let m = tx.message(id).await?.ok_or_else(no_message)?;
+        transact!(self.console, |tx| {
+            let m = tx.messages().message(id).await?.ok_or_else(no_message)?;
             self.check_delivered(tx, &m, &session).await?;
             let thread = tx
+                .messages()
                 .thread_messages(std::slice::from_ref(&m.thread_id))
                 .await?;
             match reply_place(&thread, &m, &session, body, follow_up) {
@@ -224,11 +226,14 @@ impl Messages<'_> {
     /// SESSION_FORBIDDEN.
     async fn check_delivered(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         m: &Message,
         session: &SessionId,
     ) -> Result<(), Error> {
-        let attempts = tx.attempts(&[Deliverable::Message(m.id)]).await?;
+        let attempts = tx
+            .messages()
+            .attempts(&[Deliverable::Message(m.id)])
+            .await?;
         if attempts.iter().any(|a| a.session_id == *session) {
             return Ok(());
         }
@@ -242,7 +247,7 @@ impl Messages<'_> {
     /// (the reply's view as its data) and the mention edges of its body.
     async fn post_reply(
         &self,
-        tx: &mut dyn MessagesWork,
+        tx: &mut dyn WorkTx,
         actor: &Actor,
         m: &Message,
         parent: MessageId,
@@ -261,7 +266,7 @@ impl Messages<'_> {
             author: actor.clone(),
             created_at: self.console.now(),
         };
-        tx.insert_message(&r).await?;
+        tx.messages().insert_message(&r).await?;
         let v = self.view(tx, &r).await?;
         let e = self
             .append(tx, "message.replied", actor, &r, json!(v))

@@ -10,6 +10,7 @@ impl Messages<'_> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         let mut tx = self.read().await?;
         let m = tx
+            .messages()
             .message(id)
             .await?
             .filter(|m| m.issue.as_ref() == Some(&key))
@@ -23,8 +24,9 @@ impl Messages<'_> {
     /// (THREAD_FORBIDDEN): a guard against mistakes, not an authorization boundary.
     pub async fn thread(&self, caller: &Actor, id: MessageId) -> Result<Thread, Error> {
         let mut tx = self.read().await?;
-        let m = tx.message(id).await?.ok_or_else(no_message)?;
+        let m = tx.messages().message(id).await?.ok_or_else(no_message)?;
         let all = tx
+            .messages()
             .thread_messages(std::slice::from_ref(&m.thread_id))
             .await?;
         let root = all
@@ -38,7 +40,7 @@ impl Messages<'_> {
             check_direct_reader(&root, &all, session.as_ref())?;
         }
         let items: Vec<Deliverable> = all.iter().map(|x| Deliverable::Message(x.id)).collect();
-        let attempts = tx.attempts(&items).await?;
+        let attempts = tx.messages().attempts(&items).await?;
         Ok(Thread {
             root: view_of(&root, &all, &attempts),
             replies: all
@@ -57,7 +59,10 @@ impl Messages<'_> {
         offset: u32,
     ) -> Result<Vec<MessageView>, Error> {
         let mut tx = self.read().await?;
-        let ms = tx.session_messages(session, limit, offset).await?;
+        let ms = tx
+            .messages()
+            .session_messages(session, limit, offset)
+            .await?;
         self.views(&mut *tx, &ms).await
     }
 }

@@ -113,7 +113,10 @@ impl Issues<'_> {
                 .take(SIMILAR_DRAWN_BY)
                 .map(|(_, w)| w.clone())
                 .collect();
-            let candidates = tx.similar_candidates(&drawn, SIMILAR_CANDIDATES).await?;
+            let candidates = tx
+                .issues()
+                .similar_candidates(&drawn, SIMILAR_CANDIDATES)
+                .await?;
             Ok::<_, crate::storage::StorageError>(search::rank_similar(
                 &words,
                 &counts,
@@ -142,7 +145,7 @@ impl Issues<'_> {
     /// the rest read in `tx` (and kept).
     async fn word_counts(
         &self,
-        tx: &mut dyn crate::work::IssueTx,
+        tx: &mut dyn WorkTx,
         words: &[String],
     ) -> Result<(Vec<i64>, i64), crate::storage::StorageError> {
         let now = self.console.now();
@@ -151,11 +154,11 @@ impl Issues<'_> {
         let read = if unknown.is_empty() {
             Vec::new()
         } else {
-            tx.word_counts(&unknown).await?
+            tx.issues().word_counts(&unknown).await?
         };
         let read_total = match total {
             Some(_) => None,
-            None => Some(tx.issue_count().await?),
+            None => Some(tx.issues().issue_count().await?),
         };
         for (&i, n) in missing.iter().zip(&read) {
             counts[i] = Some(*n);

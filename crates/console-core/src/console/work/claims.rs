@@ -80,6 +80,7 @@ impl Issues<'_> {
     async fn read_claim(&self, key: &IssueKey) -> Result<Option<Claim>, Error> {
         let mut tx = self.console.parts.storage.read().await?;
         Ok(tx
+            .issues()
             .issue(key)
             .await?
             .ok_or_else(|| not_found("issue"))?
@@ -97,15 +98,19 @@ impl Issues<'_> {
         kind: &'static str,
         holder: &Actor,
     ) -> Result<bool, Error> {
-        transact!(self.console, IssuesWork, |tx| {
-            let mut issue = tx.issue(key).await?.ok_or_else(|| not_found("issue"))?;
+        transact!(self.console, |tx| {
+            let mut issue = tx
+                .issues()
+                .issue(key)
+                .await?
+                .ok_or_else(|| not_found("issue"))?;
             if issue.claim != *seen {
                 return Ok(false);
             }
             issue.claim = next.clone();
             issue.sequence += 1;
             issue.updated_at = self.console.now();
-            tx.update_issue(&issue).await?;
+            tx.issues().update_issue(&issue).await?;
             let data = json!({ "key": issue.key, "holder": holder });
             self.console
                 .append(

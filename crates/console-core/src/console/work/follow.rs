@@ -10,16 +10,16 @@ impl Issues<'_> {
     pub async fn issue_events(&self, key: &str, page: &EventPage) -> Result<Vec<Event>, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         let mut tx = self.console.parts.storage.read().await?;
-        if tx.issue(&key).await?.is_none() {
+        if tx.issues().issue(&key).await?.is_none() {
             return Err(not_found("issue"));
         }
-        Ok(tx.issue_events(&key, page).await?)
+        Ok(tx.events().issue_events(&key, page).await?)
     }
 
     /// A person's read state of every issue they read or pinned.
     pub async fn read_states(&self, human: &Human) -> Result<Vec<ReadState>, Error> {
         let mut tx = self.console.parts.storage.read().await?;
-        Ok(tx.read_states(&human.login).await?)
+        Ok(tx.issues().read_states(&human.login).await?)
     }
 
     /// Updates a person's read state of an issue: `read_sequence` only moves forward (an
@@ -36,9 +36,14 @@ impl Issues<'_> {
         if read_sequence.is_some_and(|r| r < 0) {
             return Err(invalid("read_sequence is 0 or more"));
         }
-        transact!(self.console, IssuesWork, |tx| {
-            let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+        transact!(self.console, |tx| {
+            let issue = tx
+                .issues()
+                .issue(&key)
+                .await?
+                .ok_or_else(|| not_found("issue"))?;
             let (was_read, was_pinned) = tx
+                .issues()
                 .read_state(&human.login, &key)
                 .await?
                 .unwrap_or((0, false));
@@ -46,7 +51,9 @@ impl Issues<'_> {
                 .map(|r| r.min(issue.sequence).max(was_read))
                 .unwrap_or(was_read);
             let pinned = pinned.unwrap_or(was_pinned);
-            tx.put_read_state(&human.login, &key, read, pinned).await?;
+            tx.issues()
+                .put_read_state(&human.login, &key, read, pinned)
+                .await?;
             Ok(ReadState {
                 key: key.clone(),
                 read_sequence: read,
@@ -62,10 +69,11 @@ impl Issues<'_> {
     pub async fn subscribers(&self, key: &str) -> Result<Vec<Subscriber>, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         let mut tx = self.console.parts.storage.read().await?;
-        if tx.issue(&key).await?.is_none() {
+        if tx.issues().issue(&key).await?.is_none() {
             return Err(not_found("issue"));
         }
         Ok(tx
+            .issues()
             .subscribers(&key)
             .await?
             .into_iter()
@@ -82,9 +90,14 @@ impl Issues<'_> {
         session: &SessionId,
     ) -> Result<(), Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
-        transact!(self.console, IssuesWork, |tx| {
-            let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+        transact!(self.console, |tx| {
+            let issue = tx
+                .issues()
+                .issue(&key)
+                .await?
+                .ok_or_else(|| not_found("issue"))?;
             if !tx
+                .issues()
                 .subscribers(&key)
                 .await?
                 .iter()
@@ -92,7 +105,7 @@ impl Issues<'_> {
             {
                 return Ok(());
             }
-            tx.unsubscribe(&key, session).await?;
+            tx.issues().unsubscribe(&key, session).await?;
             let data =
                 json!({ "issue": key, "artifact": null, "session_id": session, "by": actor });
             self.console

@@ -13,15 +13,15 @@ use crate::work::{
 impl Issues<'_> {
     /// The answer for an issue: its children, primary document and progress read in the same
     /// transaction.
-    pub(super) async fn view(
-        &self,
-        tx: &mut dyn IssuesWork,
-        issue: Issue,
-    ) -> Result<IssueView, Error> {
-        let children = tx.children(&issue.key).await?;
-        let asks = tx.open_asks_of(std::slice::from_ref(&issue.key)).await?;
+    pub(super) async fn view(&self, tx: &mut dyn WorkTx, issue: Issue) -> Result<IssueView, Error> {
+        let children = tx.issues().children(&issue.key).await?;
+        let asks = tx
+            .asks()
+            .open_asks_of(std::slice::from_ref(&issue.key))
+            .await?;
         let asks = asks.into_iter().map(AskView::listed).collect();
         let primary = tx
+            .documents()
             .primary_documents(std::slice::from_ref(&issue.key))
             .await?
             .pop()
@@ -126,7 +126,8 @@ impl Issues<'_> {
         let repo = r.to_string();
         {
             let mut tx = self.console.parts.storage.read().await?;
-            if let Some(i) = tx.issue_by_repo(&repo).await? {
+            let imported = tx.issues().issue_by_repo(&repo).await?;
+            if let Some(i) = imported {
                 return Ok((self.view(&mut *tx, i).await?, false));
             }
         }
@@ -136,7 +137,8 @@ impl Issues<'_> {
             })?,
             None => {
                 let mut tx = self.console.parts.storage.read().await?;
-                tx.mapping(&r.repo)
+                tx.projects()
+                    .mapping(&r.repo)
                     .await?
                     .map(|m| m.project)
                     .ok_or_else(|| {
@@ -182,17 +184,19 @@ impl Issues<'_> {
         repo: Option<String>,
     ) -> Result<(IssueView, bool), Error> {
         let c = self.checked(new).await?;
-        let (view, created) = transact!(self.console, IssuesWork, |tx| {
+        let (view, created) = transact!(self.console, |tx| {
             // Two imports of one ref at once: the second finds the first's.
-            if let Some(r) = &repo
-                && let Some(i) = tx.issue_by_repo(r).await?
-            {
+            let imported = match &repo {
+                Some(r) => tx.issues().issue_by_repo(r).await?,
+                None => None,
+            };
+            if let Some(i) = imported {
                 return Ok((self.view(tx, i).await?, false));
             }
             let issue = self
                 .new_issue(tx, actor, &c, &project, repo.clone())
                 .await?;
-            tx.insert_issue(&issue).await?;
+            tx.issues().insert_issue(&issue).await?;
             // A new issue has no children, asks or documents yet; the live roles matter only
             // to an open issue with a route (each statement here holds the write lock).
             let roles = if issue.route.is_some() && issue.status.is_open() {
@@ -249,13 +253,13 @@ impl Issues<'_> {
     /// owner, or the parent's) and its rank (where placed, else after every other issue).
     async fn new_issue(
         &self,
-        tx: &mut dyn IssuesWork,
+        tx: &mut dyn WorkTx,
         actor: &Actor,
         c: &CheckedIssue,
         project: &ProjectKey,
         repo: Option<String>,
     ) -> Result<Issue, Error> {
-        let Some((number, last_rank)) = tx.take_issue_number(project).await? else {
+        let Some((number, last_rank)) = tx.projects().take_issue_number(project).await? else {
             return Err(Error::with_message(
                 ErrorCode::INVALID_PROJECT,
                 "no project has this key",
@@ -264,7 +268,8 @@ impl Issues<'_> {
         let parent_issue = match &c.parent {
             None => None,
             Some(p) => Some(
-                tx.issue(p)
+                tx.issues()
+                    .issue(p)
                     .await?
                     .ok_or_else(|| invalid("no issue has the `parent` key"))?,
             ),
@@ -308,25 +313,22 @@ impl Issues<'_> {
     }
 
     /// The rank just before or after another issue of the same project.
-    pub(super) async fn rank_at(
-        &self,
-        tx: &mut dyn crate::work::IssueTx,
-        at: &RankAt,
-    ) -> Result<String, Error> {
+    pub(super) async fn rank_at(&self, tx: &mut dyn WorkTx, at: &RankAt) -> Result<String, Error> {
         let (key, before) = match at {
             RankAt::Before(k) => (k, true),
             RankAt::After(k) => (k, false),
         };
         let key = IssueKey::parse(key).ok_or_else(|| invalid("`rank` names an issue key"))?;
         let other = tx
+            .issues()
             .issue(&key)
             .await?
             .ok_or_else(|| invalid("`rank` names no issue"))?;
         Ok(if before {
-            let lo = tx.rank_before(&key).await?;
+            let lo = tx.issues().rank_before(&key).await?;
             rank_between(lo.as_deref(), Some(&other.rank))
         } else {
-            let hi = tx.rank_after(&key).await?;
+            let hi = tx.issues().rank_after(&key).await?;
             rank_between(Some(&other.rank), hi.as_deref())
         })
     }
@@ -334,7 +336,11 @@ impl Issues<'_> {
     pub async fn issue(&self, key: &str) -> Result<IssueView, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         let mut tx = self.console.parts.storage.read().await?;
-        let issue = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+        let issue = tx
+            .issues()
+            .issue(&key)
+            .await?
+            .ok_or_else(|| not_found("issue"))?;
         self.view(&mut *tx, issue).await
     }
 
@@ -344,6 +350,7 @@ impl Issues<'_> {
         if let Some(c) = CodeRef::parse(r) {
             let mut tx = self.console.parts.storage.read().await?;
             return tx
+                .issues()
                 .issue_by_repo(&c.to_string())
                 .await?
                 .map(|i| i.key)
@@ -366,22 +373,26 @@ impl Issues<'_> {
             RouteStatus::NoHolder => RouteFilter::NotIn(roles.clone()),
             RouteStatus::Unknown => RouteFilter::NoRoute,
         });
-        let (issues, total) = tx.issues(&filter).await?;
+        let (issues, total) = tx.issues().issues(&filter).await?;
         let keys: Vec<IssueKey> = issues.iter().map(|i| i.key.clone()).collect();
         let mut children: std::collections::HashMap<IssueKey, Vec<(IssueKey, Status)>> =
             Default::default();
-        for (parent, child, status) in tx.children_of(&keys).await? {
+        for (parent, child, status) in tx.issues().children_of(&keys).await? {
             children.entry(parent).or_default().push((child, status));
         }
         // The page's open asks in one query, not one per issue.
         let mut asks: std::collections::HashMap<IssueKey, Vec<AskView>> = Default::default();
-        for a in tx.open_asks_of(&keys).await? {
+        for a in tx.asks().open_asks_of(&keys).await? {
             if let Some(k) = a.head.issue.clone() {
                 asks.entry(k).or_default().push(AskView::listed(a));
             }
         }
-        let mut primary: std::collections::HashMap<IssueKey, PrimaryDocument> =
-            tx.primary_documents(&keys).await?.into_iter().collect();
+        let mut primary: std::collections::HashMap<IssueKey, PrimaryDocument> = tx
+            .documents()
+            .primary_documents(&keys)
+            .await?
+            .into_iter()
+            .collect();
         let out = issues
             .into_iter()
             .map(|i| {
@@ -407,19 +418,20 @@ impl Issues<'_> {
         }
         let size = q.page_size();
         let mut tx = self.console.parts.storage.read().await?;
-        let mut issues = tx.issue_page(q, size + 1).await?;
+        let mut issues = tx.issues().issue_page(q, size + 1).await?;
         let more = issues.len() > size as usize;
         issues.truncate(size as usize);
-        let total = tx.issue_page_total(q).await?;
+        let total = tx.issues().issue_page_total(q).await?;
         let keys: Vec<IssueKey> = issues.iter().map(|i| i.key.clone()).collect();
         let mut children: std::collections::HashMap<IssueKey, Progress> = tx
+            .issues()
             .child_progress(&keys)
             .await?
             .into_iter()
             .map(|(k, done, total)| (k, Progress { done, total }))
             .collect();
         let mut asks: std::collections::HashMap<IssueKey, i64> = Default::default();
-        for a in tx.open_asks_of(&keys).await? {
+        for a in tx.asks().open_asks_of(&keys).await? {
             if let Some(k) = a.head.issue {
                 *asks.entry(k).or_default() += 1;
             }
@@ -446,7 +458,7 @@ impl Issues<'_> {
     /// aside), in [`Status::ALL`]'s order, zeros included: a board's column counts.
     pub async fn status_counts(&self, q: &IssueListQuery) -> Result<Vec<(Status, i64)>, Error> {
         let mut tx = self.console.parts.storage.read().await?;
-        let counts = tx.status_counts(q).await?;
+        let counts = tx.issues().status_counts(q).await?;
         Ok(Status::ALL
             .iter()
             .map(|s| {

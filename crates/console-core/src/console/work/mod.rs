@@ -33,8 +33,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::work::rules;
 use crate::work::{
-    Actor, Components, ComponentsMode, Event, EventFacts, EventTx, IssueKey, IssuesWork, NewEvent,
-    ProjectKey, SearchKind, Status,
+    Actor, Components, ComponentsMode, Event, EventFacts, IssueKey, NewEvent, ProjectKey,
+    SearchKind, Status, WorkTx,
 };
 
 /// The work area's operations (`console.issues()`): a view of the console.
@@ -223,7 +223,7 @@ impl Console {
 
     pub(super) async fn append(
         &self,
-        tx: &mut dyn EventTx,
+        tx: &mut dyn WorkTx,
         kind: &'static str,
         actor: &Actor,
         project: Option<&ProjectKey>,
@@ -242,7 +242,7 @@ impl Console {
                 data,
             },
         };
-        Ok(tx.append_event(&e, issue.map(|(_, s)| s)).await?)
+        Ok(tx.events().append_event(&e, issue.map(|(_, s)| s)).await?)
     }
 
     /// The person an assignee names: a login someone signed in with.
@@ -269,7 +269,7 @@ impl Console {
         actor: &Actor,
         data: Value,
     ) -> Result<(), Error> {
-        transact!(self, EventTx, |tx| self
+        transact!(self, |tx| self
             .append(tx, kind, actor, None, None, data.clone())
             .await)?;
         Ok(())
@@ -278,12 +278,12 @@ impl Console {
     /// Events with id above `after`, at most `limit` (the stream's replay and its live reads).
     pub async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<Event>, Error> {
         let mut tx = self.parts.storage.read().await?;
-        Ok(tx.events_after(after, limit).await?)
+        Ok(tx.events().events_after(after, limit).await?)
     }
 
     /// The highest committed event id.
     pub async fn last_event_id(&self) -> Result<i64, Error> {
         let mut tx = self.parts.storage.read().await?;
-        Ok(tx.last_event_id().await?)
+        Ok(tx.events().last_event_id().await?)
     }
 }

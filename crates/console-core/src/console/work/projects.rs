@@ -7,7 +7,7 @@ use crate::work::rules::NameProblem;
 impl Issues<'_> {
     pub async fn projects(&self) -> Result<Vec<Project>, Error> {
         let mut tx = self.console.parts.storage.read().await?;
-        Ok(tx.projects().await?)
+        Ok(tx.projects().projects().await?)
     }
 
     /// Creates a project: INVALID_PROJECT for a bad key or name, CAP_EXCEEDED for a name over
@@ -44,8 +44,8 @@ impl Issues<'_> {
             name: name.to_owned(),
             created_at: self.console.now(),
         };
-        transact!(self.console, IssuesWork, |tx| {
-            if !tx.insert_project(&project).await? {
+        transact!(self.console, |tx| {
+            if !tx.projects().insert_project(&project).await? {
                 return Err(ErrorCode::PROJECT_EXISTS.into());
             }
             self.console

@@ -18,8 +18,12 @@ impl Issues<'_> {
     ) -> Result<IssueView, Error> {
         let key = IssueKey::parse(key).ok_or_else(|| not_found("issue"))?;
         let c = self.checked_patch(patch).await?;
-        transact!(self.console, IssuesWork, |tx| {
-            let old = tx.issue(&key).await?.ok_or_else(|| not_found("issue"))?;
+        transact!(self.console, |tx| {
+            let old = tx
+                .issues()
+                .issue(&key)
+                .await?
+                .ok_or_else(|| not_found("issue"))?;
             if let Some(seq) = c.expected_sequence
                 && seq != old.sequence
             {
@@ -43,7 +47,7 @@ impl Issues<'_> {
             }
             new.sequence = old.sequence + 1;
             new.updated_at = now;
-            tx.update_issue(&new).await?;
+            tx.issues().update_issue(&new).await?;
             let view = self.view(tx, new).await?;
             let mut data = json!(view);
             data["changes"] = Value::Object(changes);
@@ -96,7 +100,7 @@ impl Issues<'_> {
     /// placed among the issues as they are), and what it changed.
     async fn patched(
         &self,
-        tx: &mut dyn IssuesWork,
+        tx: &mut dyn WorkTx,
         old: &Issue,
         c: &CheckedPatch,
     ) -> Result<(Issue, Changes), Error> {
@@ -139,7 +143,7 @@ impl Issues<'_> {
                 return Err(invalid("an issue is not its own parent"));
             }
             if let Some(pk) = p
-                && tx.issue(pk).await?.is_none()
+                && tx.issues().issue(pk).await?.is_none()
             {
                 return Err(invalid("no issue has the `parent` key"));
             }

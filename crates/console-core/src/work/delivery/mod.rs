@@ -318,13 +318,6 @@ pub trait DeliveryTx: Send {
     async fn project_issues(&mut self, project: &ProjectKey) -> Result<Vec<Issue>, StorageError>;
 }
 
-/// What the delivery area's operations (`console/delivery/`) see of a transaction: its own
-/// storage and the event log its writes append to; nothing of the other areas.
-/// [`crate::work::WorkTx`] has it as a supertrait: a `&mut dyn WorkTx` converts to a
-/// `&mut dyn DeliveryWork` (trait upcasting). A storage's transaction implements it with no
-/// method of its own.
-pub trait DeliveryWork: DeliveryTx + crate::work::EventTx {}
-
 /// What a code-host call failed on (protocol §9).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostError {
