@@ -102,6 +102,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Deletes sessions and sign-in attempts that lapsed before `now`.
     async fn purge_expired(&self, now: Time) -> Result<u64, StorageError>;
     async fn ping(&self) -> Result<(), StorageError>;
+    /// Whether a primary takes writes (readiness, `/readyz`): unlike [`Storage::ping`], a
+    /// read-only server (a standby, a demoted primary) is [`StorageError::Unavailable`]. By
+    /// default [`Storage::ping`].
+    async fn writable(&self) -> Result<(), StorageError> {
+        self.ping().await
+    }
 
     /// Begins a write transaction over the work storage (projects, issues, events).
     async fn begin(&self) -> Result<Box<dyn WorkTx>, StorageError>;

@@ -331,10 +331,12 @@ pub async fn metrics_page(State(st): State<Arc<AppState>>) -> Response {
 
 /// `GET /readyz`: 200 when the console can serve: its database answers and, when a broker is
 /// configured, the broker answers its own `/readyz` (so a console in front of a broker that
-/// cannot serve approvals takes no traffic); otherwise 503 naming what is not ready.
-/// `/healthz` stays the liveness check (the database only).
+/// cannot serve approvals takes no traffic); otherwise 503 naming what is not ready. The
+/// database is ready when a primary takes writes: on PostgreSQL, a read-only server (a standby,
+/// a demoted primary) or none reachable is `"database": "unavailable"`. `/healthz` stays the
+/// liveness check (the database answers).
 pub async fn readyz(State(st): State<Arc<AppState>>) -> Response {
-    let database = match st.console.health().await {
+    let database = match st.console.ready().await {
         Ok(()) => "ok",
         Err(_) => "unavailable",
     };

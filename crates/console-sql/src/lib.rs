@@ -257,7 +257,13 @@ impl SqlStorage {
     pub async fn connect(url: &str) -> Result<SqlStorage, StorageError> {
         let sqlite = Backend::of_url(url) == Some(Backend::Sqlite);
         let (pool, backend) = open_pool(url, if sqlite { 4 } else { 8 }).await?;
-        migrate(pool.begin().await.map_err(begin_err)?, backend, &SCHEMA).await?;
+        let migrated =
+            async { migrate(pool.begin().await.map_err(begin_err)?, backend, &SCHEMA).await };
+        if let Err(e) = migrated.await {
+            // A multi-host pool's watcher holds the pool until it is closed.
+            pool.close().await;
+            return Err(e);
+        }
         let writer = (backend == Backend::Sqlite).then(|| writer::Writer::new(pool.clone()));
         Ok(SqlStorage {
             pool,
@@ -266,6 +272,15 @@ impl SqlStorage {
             url: url.to_owned(),
             writer,
         })
+    }
+
+    /// The URL a listener's own connection opens: the configured one, or on a multi-host URL
+    /// (`countersign_common::sql::pg_hosts`) the host the pool is on now.
+    fn listen_url(&self) -> String {
+        match countersign_common::sql::pg_hosts::HostList::parse(&self.url) {
+            Ok(Some(_)) => self.pool.connect_options().database_url.to_string(),
+            _ => self.url.clone(),
+        }
     }
 
     /// Other replicas' events (PostgreSQL): listens on [`work::EVENTS_CHANNEL`] on a
@@ -279,10 +294,10 @@ impl SqlStorage {
         if self.backend != Backend::Postgres {
             return None;
         }
-        let url = self.url.clone();
         let storage = self.clone();
         Some(tokio::spawn(async move {
             loop {
+                let url = storage.listen_url();
                 match sqlx::postgres::PgListener::connect(&url).await {
                     Ok(mut l) => {
                         if let Err(e) = l.listen(work::EVENTS_CHANNEL).await {
@@ -601,6 +616,11 @@ impl Storage for SqlStorage {
             .await
             .map_err(db_err)?;
         Ok(())
+    }
+
+    async fn writable(&self) -> Result<(), StorageError> {
+        let within = std::time::Duration::from_secs(2);
+        countersign_common::sql::pg_hosts::writable(&self.pool, self.backend, within).await
     }
 
     async fn begin(&self) -> Result<Box<dyn WorkTx>, StorageError> {

@@ -297,4 +297,9 @@ impl Console {
     pub async fn health(&self) -> Result<(), Error> {
         Ok(self.parts.storage.ping().await?)
     }
+
+    /// Whether a primary takes writes (`/readyz`): a read-only database is not ready.
+    pub async fn ready(&self) -> Result<(), Error> {
+        Ok(self.parts.storage.writable().await?)
+    }
 }
