@@ -766,5 +766,5 @@ pub async fn writable(
 }
 
 #[cfg(test)]
-#[path = "pg_hosts_tests.rs"]
+#[path = "pg_hosts/tests.rs"]
 mod tests;
