@@ -34,6 +34,7 @@ macro_rules! args {
     ($($a:expr),* $(,)?) => { vec![$(Arg::from($a)),*] };
 }
 
+mod commit;
 mod queries;
 mod rows;
 
@@ -55,6 +56,15 @@ pub(crate) struct SqlTx {
     /// PostgreSQL's reads: the rows a proof-verified call reads come through batches
     /// (`reads.rs`).
     reads: Option<Reads>,
+    /// A PostgreSQL write's pool and the last audit entry it appended (position, hash): what
+    /// [`SqlTx::commit`] reads to learn whether a COMMIT whose answer was lost committed.
+    resolve: Option<Resolve>,
+}
+
+/// What a PostgreSQL write needs to resolve a COMMIT whose outcome is unknown (`commit.rs`).
+pub(crate) struct Resolve {
+    pub(crate) pool: AnyPool,
+    pub(crate) appended: Option<(i64, String)>,
 }
 
 /// Where the statements run.
@@ -99,6 +109,16 @@ impl Drop for SqlTx {
 }
 
 impl SqlTx {
+    /// A PostgreSQL write on `pool`'s connection: a COMMIT whose answer is lost is resolved by
+    /// reading (`commit.rs`).
+    pub(crate) fn resolving(mut self, pool: AnyPool) -> Self {
+        self.resolve = Some(Resolve {
+            pool,
+            appended: None,
+        });
+        self
+    }
+
     pub(crate) fn pooled(tx: Transaction<'static, Any>, backend: Backend, write: bool) -> Self {
         SqlTx {
             inner: Some(Inner::Pool(tx)),
@@ -107,6 +127,7 @@ impl SqlTx {
             unsettled: false,
             spares: None,
             reads: None,
+            resolve: None,
         }
     }
 
@@ -124,6 +145,7 @@ impl SqlTx {
             unsettled: false,
             spares: Some(spares),
             reads: None,
+            resolve: None,
         }
     }
 
@@ -137,6 +159,7 @@ impl SqlTx {
             unsettled: false,
             spares: Some(spares),
             reads: Some(reads),
+            resolve: None,
         }
     }
 
@@ -148,6 +171,7 @@ impl SqlTx {
             unsettled: false,
             spares: None,
             reads: None,
+            resolve: None,
         }
     }
 

@@ -7,7 +7,10 @@ impl Tx for SqlTx {
     #[tracing::instrument(name = "database commit", level = "info", skip_all, fields(otel.kind = "client"))]
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
         match self.inner.take().ok_or_else(finished)? {
-            Inner::Pool(tx) => tx.commit().await.map_err(db_err),
+            Inner::Pool(tx) => match tx.commit().await {
+                Ok(()) => Ok(()),
+                Err(e) => super::commit::resolve(db_err(e), self.resolve.take()).await,
+            },
             Inner::Writer(slot) => slot.commit().await,
             Inner::Conn(_) | Inner::Lazy(_) => Ok(()),
         }
@@ -582,7 +585,11 @@ impl Tx for SqlTx {
         }
         let conn = self.conn().await?;
         let r = insert_audit(conn, entries).await;
-        self.checked(r)
+        self.checked(r)?;
+        if let (Some(resolve), Some(last)) = (self.resolve.as_mut(), entries.last()) {
+            resolve.appended = Some((last.position, last.hash.clone()));
+        }
+        Ok(())
     }
 
     async fn audit_entries(
