@@ -272,6 +272,12 @@ async fn scenario(postgres: bool, stop: Stop) -> R {
                 if !closed(status, &v) {
                     bail!("{end:?} ({stop:?}): enroll after the restore: {status} {v}");
                 }
+                // Every route the launcher's proof authenticates refuses it, operator routes
+                // included: the replica cannot vouch that this machine login was not revoked.
+                let (status, v) = m.call(&c, M::GET, "/v1/operator/machines", None).await?;
+                if !closed(status, &v) {
+                    bail!("{end:?} ({stop:?}): operator machines after the restore: {status} {v}");
+                }
             }
             // Still closed after a whole round of the follower (its rounds do not reopen it).
             common::whole_pass(&d.base, "broker.audit").await?;
