@@ -648,6 +648,18 @@ fn issued_loops(state: &Arc<AppState>) -> (JoinHandle<()>, JoinHandle<()>) {
         let st = state.clone();
         let mut ticks = st.loops.destroy.ticks();
         tokio::spawn(async move {
+            if !st.broker.issued_secrets().is_empty() {
+                match st.broker.take_over_destroys().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        destroys = n,
+                        "took over the destroys claimed before this start"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(code = %e.code, error = e.message(), "taking over claimed destroys failed: their leases lapse on their own")
+                    }
+                }
+            }
             let mut looks = 0u32;
             loop {
                 let _pass = ticks.next().await;

@@ -141,6 +141,7 @@ both!(
     a_destroy_a_crashed_destroyer_claimed_is_taken_again_after_the_lease,
     an_end_destroys_at_once_while_a_dead_minter_holds_its_claim,
     a_mint_that_finds_its_grant_ended_destroys_what_it_made,
+    a_start_takes_over_a_dead_destroyers_claim,
 );
 
 async fn minted_once_reused_and_destroyed_by_revoke(f: &CoreFixture) {
@@ -608,4 +609,34 @@ async fn a_mint_that_finds_its_grant_ended_destroys_what_it_made(f: &CoreFixture
         "what the mint made after the destroy is destroyed by the minter"
     );
     assert_eq!(row(f, g).await.state, IssuedState::Destroyed);
+}
+
+/// A broker killed mid-destroy and started again (the chaos run's kills in a row) takes over
+/// the destroy its dead self claimed at once, not after the lease: a start's first pass
+/// destroys it.
+async fn a_start_takes_over_a_dead_destroyers_claim(f: &CoreFixture) {
+    let (issuer, _) = issuer(vec![]).expect("postgres configured");
+    declare(f, issuer.clone(), Tier::Automatic).await;
+    let (s, _m, g) = granted(f).await;
+    let url = value(f, &s, g).await;
+    f.revoke_by_holder(&s, g).await.expect("revoke");
+    let claimed = f
+        .broker
+        .claim_outbox("destroy", 16, Duration::seconds(60))
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1, "the dead destroyer's claim");
+    assert_eq!(
+        f.broker.destroy_due(16).await.expect("destroy").destroyed,
+        0
+    );
+    assert_eq!(f.broker.take_over_destroys().await.expect("take over"), 1);
+    assert!(
+        f.broker.take_destroy_queued(),
+        "the destroyer is told at once"
+    );
+    let r = f.broker.destroy_due(16).await.expect("destroy");
+    assert_eq!(r.destroyed, 1, "{r:?}");
+    assert!(!can_log_in(&url).await);
+    assert_eq!(f.broker.take_over_destroys().await.expect("again"), 0);
 }

@@ -73,6 +73,32 @@ impl Broker {
         Ok(report)
     }
 
+    /// At a broker's start: every queued destroy is due now, those another destroyer claimed
+    /// (its lease) or put off (its backoff) included, so that a broker killed mid-destroy and
+    /// started again does not wait out its own lease, and a restart tries a failing issuer
+    /// again at once. A replica still at work on one may see it run twice: the issuers'
+    /// destroys are idempotent and it is recorded once ([`Broker::mark_destroyed`]). How many
+    /// it took over.
+    pub async fn take_over_destroys(&self) -> Result<usize, Error> {
+        let now = self.now();
+        let any_time = now + chrono::Duration::days(36_500);
+        let taken = transact!(self, "destroy take-over", |tx| {
+            let items = tx
+                .take_outbox(OutboxItem::DESTROY, any_time, 10_000)
+                .await?;
+            let mut taken = 0;
+            for item in items.iter().filter(|i| i.next_attempt_at > now) {
+                tx.reschedule_outbox(&item.id, item.attempts, now).await?;
+                taken += 1;
+            }
+            Ok::<_, Fail>(taken)
+        })?;
+        if taken > 0 {
+            self.destroy_queued.store(true, Ordering::SeqCst);
+        }
+        Ok(taken)
+    }
+
     /// Asks `issuer` to destroy `name`, timed.
     async fn destroy_with(&self, issuer: &dyn Issuer, name: &str) -> Result<(), String> {
         let started = self.clock.now();
