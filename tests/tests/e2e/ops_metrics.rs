@@ -6,6 +6,10 @@ use std::time::{Duration, Instant};
 
 use countersign_e2e::http::*;
 
+/// A throwaway PostgreSQL cluster (broker-sql's failover tests' helper).
+#[path = "../../../crates/broker-sql/tests/support/cluster.rs"]
+mod cluster;
+
 type R = anyhow::Result<()>;
 
 /// The documented metrics of `component`: (name, type) from the table in docs/metrics.md.
@@ -243,4 +247,65 @@ fn the_manifests_configurations_load_with_the_servers_own_parsers() {
         toml::from_str(&console).unwrap_or_else(|e| panic!("console.toml: {e}\n{console}"));
     assert_eq!(c.listen.port(), 8081);
     assert!(c.broker.is_some() && c.oidc.is_some());
+}
+
+/// The broker on PostgreSQL through a URL with `target_session_attrs=read-write`: while its
+/// only host is read-only (a demoted primary, switched at runtime on a throwaway cluster),
+/// `/readyz` says the database is not ready and a write answers 503; once the host takes
+/// writes again, both recover.
+#[tokio::test]
+async fn readyz_is_not_ready_while_no_primary_takes_writes() -> R {
+    use sqlx::{Connection, Executor};
+    let Some(server) = cluster::test_server() else {
+        return Ok(());
+    };
+    let creds = cluster::credentials(&server);
+    let password = creds
+        .trim_end_matches('@')
+        .split_once(':')
+        .map_or("postgres", |(_, p)| p)
+        .to_owned();
+    let Some(pg) = cluster::Cluster::create("cs_e2e_failover", 5453, &password) else {
+        return Ok(());
+    };
+    let host = format!("127.0.0.1:{}", pg.port);
+    sqlx::any::install_default_drivers();
+    let mut admin =
+        sqlx::AnyConnection::connect(&format!("postgres://{creds}{host}/postgres")).await?;
+    admin.execute("CREATE DATABASE broker").await?;
+    admin.close().await?;
+    let url = format!("postgres://{creds}{host}/broker?target_session_attrs=read-write");
+    let tb = TestBroker::builder().database_url(&url).start().await?;
+    let (_m, s) = tb.session_of(ADA).await?;
+    s.request(&[AUTO]).await?.expect(200);
+    ready_within(&tb, Duration::from_secs(20))
+        .await?
+        .expect(200);
+
+    pg.set_read_only(true);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let r = tb.open("GET", "/readyz", None).await?;
+        if r.status == 503 || Instant::now() > deadline {
+            break r.expect(503);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (r.s("status"), r.s("database")),
+        ("not ready".into(), "unavailable".into())
+    );
+    let w = s.request(&[AUTO]).await?.expect(503);
+    assert_eq!(w.code(), "DATABASE_UNAVAILABLE");
+    // `/healthz` answers 503 too here: with `read-write` the pool keeps no connection to a
+    // read-only server, as libpq opens none, so the database cannot be used at all.
+
+    pg.set_read_only(false);
+    ready_within(&tb, Duration::from_secs(10))
+        .await?
+        .expect(200);
+    s.request(&[AUTO]).await?.expect(200);
+    drop(tb);
+    drop(pg);
+    Ok(())
 }
