@@ -308,27 +308,20 @@ pub(crate) fn parse_secret_name(s: &str) -> Result<String, String> {
     }
 }
 
-/// A console session id (console protocol §4.1): 1 to 128 characters, no whitespace, control
-/// character, or one of `/?#<>"'`[]\|`.
+/// A session id, by the rule the broker, the console and the launcher helper use
+/// (`countersign_common::ids`, console protocol §4.1): 1 to 128 characters, no whitespace,
+/// control character, or one of `/?#<>"'`[]\|`.
 pub fn parse_session_id(s: &str) -> Result<String, String> {
-    let n = s.chars().count();
-    let ok = (1..=128).contains(&n)
-        && !s
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || "/?#<>\"'`[]\\|".contains(c));
-    if ok {
+    if countersign_common::ids::is_session_id(s) {
         Ok(s.to_owned())
     } else {
         Err("a session id is 1 to 128 characters without whitespace, control characters or any of / ? # < > \" ' ` [ ] \\ |".into())
     }
 }
 
+/// A UUID by the shared rule (hyphenated, any case), written lowercase.
 fn parse_uuid(s: &str) -> Result<String, String> {
-    if countersign_launcher_proto::routes::is_uuid(s) {
-        Ok(s.to_ascii_lowercase())
-    } else {
-        Err("ids are UUIDs".into())
-    }
+    countersign_common::ids::uuid_text(s).ok_or_else(|| "ids are UUIDs".into())
 }
 
 #[cfg(test)]
