@@ -345,6 +345,17 @@ impl Storage for FaultyStorage {
 
 // ----- answers -----
 
+/// Every success answer a test gets is the one the OpenAPI document says its route answers
+/// (its schema, generated from the answer's type in `countersign_common::wire`): an answer
+/// that drifts from its type fails the test that got it.
+fn answer_documented(method: &str, path: &str, status: u16, text: &str) -> anyhow::Result<()> {
+    static DOCUMENT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    let doc = DOCUMENT.get_or_init(countersign_broker_http::openapi::document);
+    countersign_broker_http::answer_check::check_answer(doc, method, path, status, text).map_err(
+        |e| anyhow::anyhow!("an answer the OpenAPI document does not describe: {e}\n{text}"),
+    )
+}
+
 /// An HTTP answer: status, headers, the body as text and as JSON (`Null` when not JSON).
 #[derive(Debug, Clone)]
 pub struct Resp {
@@ -550,6 +561,9 @@ impl Conn {
         let status = r.status().as_u16();
         let headers = r.headers().clone();
         let text = r.text().await.context("read answer")?;
+        if (200..300).contains(&status) {
+            answer_documented(m, path, status, &text)?;
+        }
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
         Ok(Resp {
             status,

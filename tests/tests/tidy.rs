@@ -355,3 +355,70 @@ fn the_publishing_check_catches_what_it_is_for() {
     assert_eq!(publishing_calls(docs).len(), 1);
     assert!(publishing_calls("    /// `event_committed(id)` wakes the streams.\n").is_empty());
 }
+
+/// Whether a broker-http source builds the broker's answers, and so may not use `json!`: its
+/// routes (`routes.rs`, `routes/…`), its wire shapes (`wire.rs`, `wire/…`) and its refusals
+/// (`error.rs`). Every answer is a type of `countersign_common::wire` (issue 51), the one its
+/// readers read with, and its schema is the OpenAPI document's.
+fn builds_answers(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix("crates/broker-http/src/") else {
+        return false;
+    };
+    ["routes", "wire"]
+        .iter()
+        .any(|m| rest == format!("{m}.rs") || rest.starts_with(&format!("{m}/")))
+        || rest == "error.rs"
+}
+
+/// The lines (from 1) where `text` uses `json!` outside comments and its test module.
+fn json_answers(text: &str) -> Vec<usize> {
+    text.lines()
+        .take_while(|l| l.trim() != "#[cfg(test)]")
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//") && l.contains("json!"))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+#[test]
+fn the_brokers_answers_are_types_not_json_macros() {
+    let root = root();
+    let mut all = Vec::new();
+    files(&root.join("crates/broker-http"), &root, &mut all);
+    let answering: Vec<&String> = all
+        .iter()
+        .filter(|f| f.ends_with(".rs") && builds_answers(f))
+        .collect();
+    assert!(
+        answering.len() >= 3,
+        "found only {answering:?} under crates/broker-http/src"
+    );
+    let found: Vec<String> = answering
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+            json_answers(&text)
+                .into_iter()
+                .map(move |line| format!("{f}:{line}"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "answer with a type of countersign_common::wire (the one its readers read with), not json!: {found:#?}"
+    );
+}
+
+#[test]
+fn the_json_answer_check_catches_what_it_is_for() {
+    assert!(builds_answers("crates/broker-http/src/routes.rs"));
+    assert!(builds_answers("crates/broker-http/src/routes/console.rs"));
+    assert!(builds_answers("crates/broker-http/src/wire.rs"));
+    assert!(builds_answers("crates/broker-http/src/error.rs"));
+    assert!(!builds_answers("crates/broker-http/src/openapi.rs"));
+    assert!(!builds_answers("crates/console-http/src/routes.rs"));
+    let planted = "fn ok() -> Response {\n    ok(serde_json::json!({ \"state\": s }))\n}\n";
+    assert_eq!(json_answers(planted), vec![2]);
+    let said =
+        "// not json!({}) but a type\nfn ok() {}\n#[cfg(test)]\nmod tests {\n    json!({});\n}\n";
+    assert!(json_answers(said).is_empty(), "comments and tests may");
+}

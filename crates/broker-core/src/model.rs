@@ -443,19 +443,9 @@ pub struct RecordDecision {
 }
 
 /// A WebAuthn assertion over an approval statement, kept with the decision and in the audit
-/// chain so that anyone holding the passkey's public key can check it again.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Countersignature {
-    /// The passkey's credential id, base64url.
-    pub credential: String,
-    /// The broker's nonce the statement carried.
-    pub nonce: String,
-    /// Base64url of the client data JSON, the authenticator data and the signature, as the
-    /// browser answered.
-    pub client_data: String,
-    pub authenticator_data: String,
-    pub signature: String,
-}
+/// chain so that anyone holding the passkey's public key can check it again: the one type the
+/// console sends and the broker reads and keeps (`countersign_common::wire`).
+pub use countersign_common::wire::Countersignature;
 
 /// A person's registered passkey: the public key the broker verifies their countersignatures
 /// with. Sealed as it is written (`broker::guard`), its registration and removal in the audit

@@ -534,14 +534,8 @@ pub async fn witness_route(
     .into_response())
 }
 
-/// The witness route's body, both ways.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WitnessBody {
-    pub position: i64,
-    pub hash: String,
-    pub accepted: i64,
-}
+/// The witness route's body, both ways: the one type the console's witness sends and reads.
+pub use countersign_common::wire::WitnessHead as WitnessBody;
 
 /// Where an export starts: a position or an RFC 3339 time.
 #[derive(Debug, Clone, Copy)]

@@ -61,8 +61,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.body_timed_out {
             tracing::debug!("request body timed out");
-            let body =
-                serde_json::json!({ "code": "REQUEST_TIMEOUT", "error": self.error.message() });
+            let body = refusal("REQUEST_TIMEOUT", self.error.message());
             let mut resp = (StatusCode::REQUEST_TIMEOUT, Json(body)).into_response();
             resp.headers_mut()
                 .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -77,8 +76,7 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(code = %self.error.code, error = self.error.message(), "request refused");
         }
-        let body =
-            serde_json::json!({ "code": self.error.code.as_str(), "error": self.error.message() });
+        let body = refusal(self.error.code.as_str(), self.error.message());
         let mut resp = (status, Json(body)).into_response();
         resp.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -92,6 +90,15 @@ impl IntoResponse for ApiError {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         resp
+    }
+}
+
+/// A refusal's body, `{"code","error"}`: the one shape both servers' refusals and the broker
+/// client's reader share (`countersign_common::Refusal`).
+fn refusal(code: &str, error: &str) -> countersign_common::Refusal {
+    countersign_common::Refusal {
+        code: code.to_owned(),
+        error: error.to_owned(),
     }
 }
 

@@ -4,6 +4,7 @@
 //! [`countersign_broker_core::Broker`]: each handler reads the request, checks its credential
 //! through the core, calls one core operation and renders the answer or the refusal.
 
+pub mod answer_check;
 pub mod audit;
 pub mod config;
 pub mod conn;

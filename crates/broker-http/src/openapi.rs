@@ -2,7 +2,32 @@
 //! table ([`crate::routes::api`]), so the document cannot list a route the server lacks or miss
 //! one it has; a test checks each route's refusal codes against the error catalogue.
 
+use countersign_common::wire as w;
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use schemars::{JsonSchema, Schema};
 use serde_json::{Map, Value, json};
+
+/// An answer type's schema, written into a generator that keeps each named type once under
+/// `#/components/schemas/`.
+pub type Answer = fn(&mut SchemaGenerator) -> Schema;
+
+/// The schema of answer type `T` ([`RouteSpec::answer`]).
+fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
+    g.subschema_for::<T>()
+}
+
+/// The generator of the answers' schemas: JSON Schema 2020-12 (OpenAPI 3.1's dialect), named
+/// types under `components/schemas`, describing answers as serialized (a field left out when
+/// empty is not required).
+fn generator() -> SchemaGenerator {
+    SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.definitions_path = "/components/schemas".into();
+            s.meta_schema = None;
+        })
+        .for_serialize()
+        .into_generator()
+}
 
 /// Credential kinds (spec, "Authentication").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +78,9 @@ pub struct RouteSpec {
     pub codes: &'static [&'static str],
     /// The body-shape code, for routes with a JSON body.
     pub body: Option<&'static str>,
+    /// The JSON Schema of the success answer: its type in `countersign_common::wire`, the one
+    /// the handler answers with and readers read with. `None`: no body (204).
+    pub answer: Option<Answer>,
     /// Mounts the route's handler ([`crate::routes`]) under the row's method: the router is
     /// built from the rows, so no row is joined to its handler by matching strings.
     pub handler: fn() -> axum::routing::MethodRouter<std::sync::Arc<crate::AppState>>,
@@ -71,9 +99,9 @@ impl std::fmt::Debug for RouteSpec {
 }
 
 /// A row: its handler (a function of [`crate::routes`]), method, path, credential, success
-/// status, summary, refusal codes and body-shape code.
+/// status, summary, refusal codes, body-shape code and answer type.
 macro_rules! route {
-    ($h:ident, $m:literal, $p:literal, $c:expr, $s:literal, $sum:literal, [$($code:literal),*], $body:expr) => {
+    ($h:ident, $m:literal, $p:literal, $c:expr, $s:literal, $sum:literal, [$($code:literal),*], $body:expr, $answer:expr) => {
         RouteSpec {
             method: $m,
             path: $p,
@@ -82,6 +110,7 @@ macro_rules! route {
             summary: $sum,
             codes: &[$($code),*],
             body: $body,
+            answer: $answer,
             handler: || axum::routing::on(crate::routes::method_filter($m), crate::routes::$h),
         }
     };
@@ -108,7 +137,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "POD_TOKEN_EXPIRED",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_ENROLLMENT")
+        Some("INVALID_ENROLLMENT"),
+        Some(schema::<w::Enrolled>)
     ),
     route!(
         unenroll,
@@ -124,6 +154,7 @@ pub const ROUTES: &[RouteSpec] = &[
             "OPERATOR_MISMATCH",
             "NOT_FOUND"
         ],
+        None,
         None
     ),
     route!(
@@ -141,7 +172,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "REQUEST_TOO_LARGE",
             "SERVICE_LOGS_IN_WITH_TOKEN"
         ],
-        Some("INVALID_REQUEST")
+        Some("INVALID_REQUEST"),
+        Some(schema::<w::LoginStarted>)
     ),
     route!(
         token_login,
@@ -163,7 +195,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "TOKEN_LOGIN_OFF",
             "TOKEN_TOO_LONG_LIVED"
         ],
-        Some("INVALID_REQUEST")
+        Some("INVALID_REQUEST"),
+        Some(schema::<w::TokenLogin>)
     ),
     route!(
         login_poll,
@@ -173,7 +206,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "Poll a machine login",
         ["INTERNAL", "NOT_FOUND"],
-        None
+        None,
+        Some(schema::<w::LoginPoll>)
     ),
     route!(
         renew,
@@ -193,7 +227,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "POD_TOKEN_REQUIRED",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_RENEWAL")
+        Some("INVALID_RENEWAL"),
+        Some(schema::<w::Renewed>)
     ),
     route!(
         enrollment_self,
@@ -203,7 +238,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "Describe the caller's enrollment and live grants",
         ["INTERNAL", "PROOF_INVALID"],
-        None
+        None,
+        Some(schema::<w::EnrollmentSelf>)
     ),
     route!(
         create_request,
@@ -223,7 +259,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "SESSION_ID_INPUT",
             "UNKNOWN_SECRET"
         ],
-        Some("INVALID_REQUEST")
+        Some("INVALID_REQUEST"),
+        Some(schema::<w::RequestAnswer>)
     ),
     route!(
         get_request,
@@ -233,7 +270,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "Read one of the caller's requests",
         ["INTERNAL", "NOT_FOUND", "NOT_YOURS", "REQUEST_ID_INPUT"],
-        None
+        None,
+        Some(schema::<w::RequestAnswer>)
     ),
     route!(
         cancel_request,
@@ -249,7 +287,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "REQUEST_ID_INPUT",
             "REQUEST_TERMINAL"
         ],
-        None
+        None,
+        Some(schema::<w::StateAnswer>)
     ),
     route!(
         grant_values,
@@ -269,7 +308,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "SECRET_NOT_IN_STORE",
             "NOT_FOUND"
         ],
-        None
+        None,
+        Some(schema::<w::GrantValues>)
     ),
     route!(
         revoke_grant,
@@ -279,7 +319,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "End a grant the caller holds",
         ["GRANT_ID_INPUT", "INTERNAL", "NOT_FOUND", "NOT_YOURS"],
-        None
+        None,
+        Some(schema::<w::StateAnswer>)
     ),
     route!(
         pending,
@@ -289,7 +330,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "Undecided records the named person decides",
         ["APPROVER_REQUIRED", "INTERNAL"],
-        None
+        None,
+        Some(schema::<w::PendingList>)
     ),
     route!(
         get_record,
@@ -299,7 +341,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "Read a credential-request record, by its record id or by the id of the request it decides",
         ["INTERNAL", "NOT_FOUND", "RECORD_ID_INPUT"],
-        None
+        None,
+        Some(schema::<w::CredentialRecord>)
     ),
     route!(
         approve,
@@ -326,7 +369,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "REQUEST_TOO_LARGE",
             "SERVICE_LOGS_IN_WITH_TOKEN"
         ],
-        Some("INVALID_DECISION")
+        Some("INVALID_DECISION"),
+        Some(schema::<w::Approval>)
     ),
     route!(
         deny,
@@ -347,7 +391,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "RECORD_TERMINAL",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_DECISION")
+        Some("INVALID_DECISION"),
+        Some(schema::<w::StateAnswer>)
     ),
     route!(
         lookup,
@@ -364,7 +409,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "RATE_LIMITED",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_LOOKUP")
+        Some("INVALID_LOOKUP"),
+        Some(schema::<w::CredentialRecord>)
     ),
     route!(
         credentials_for,
@@ -374,7 +420,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "Machine logins the named person sees",
         ["APPROVER_REQUIRED", "INTERNAL"],
-        None
+        None,
+        Some(schema::<w::MachineLoginList>)
     ),
     route!(
         revoke_credential_by_approver,
@@ -392,7 +439,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "NOT_FOUND",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_REVOKE")
+        Some("INVALID_REVOKE"),
+        Some(schema::<w::StateAnswer>)
     ),
     route!(
         grants_for,
@@ -402,7 +450,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "Live grants of the named person's sessions and those they approved",
         ["APPROVER_REQUIRED", "INTERNAL"],
-        None
+        None,
+        Some(schema::<w::GrantList>)
     ),
     route!(
         revoke_grant_by_approver,
@@ -420,7 +469,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "NOT_FOUND",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_REVOKE")
+        Some("INVALID_REVOKE"),
+        Some(schema::<w::StateAnswer>)
     ),
     route!(
         passkeys,
@@ -430,7 +480,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "The named person's passkeys",
         ["APPROVER_REQUIRED", "INTERNAL"],
-        None
+        None,
+        Some(schema::<w::PasskeyList>)
     ),
     route!(
         passkey_challenge,
@@ -446,7 +497,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "PASSKEYS_OFF",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_PASSKEY")
+        Some("INVALID_PASSKEY"),
+        Some(schema::<w::PasskeyOffer>)
     ),
     route!(
         passkey_register,
@@ -465,7 +517,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "PASSKEYS_OFF",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_PASSKEY")
+        Some("INVALID_PASSKEY"),
+        Some(schema::<w::PasskeyItem>)
     ),
     route!(
         passkey_rename,
@@ -482,7 +535,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "PASSKEYS_OFF",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_PASSKEY")
+        Some("INVALID_PASSKEY"),
+        Some(schema::<w::PasskeyItem>)
     ),
     route!(
         passkey_remove,
@@ -499,7 +553,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "PASSKEYS_OFF",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_PASSKEY")
+        Some("INVALID_PASSKEY"),
+        Some(schema::<w::StateAnswer>)
     ),
     route!(
         statement,
@@ -519,7 +574,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "RECORD_TERMINAL",
             "REQUEST_TOO_LARGE"
         ],
-        Some("INVALID_DECISION")
+        Some("INVALID_DECISION"),
+        Some(schema::<w::ApprovalStatement>)
     ),
     route!(
         operator_machines,
@@ -529,7 +585,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "The operator's own machines' logins",
         ["INTERNAL", "SERVICE_CREDENTIAL"],
-        None
+        None,
+        Some(schema::<w::MachineLoginList>)
     ),
     route!(
         operator_revoke_machine,
@@ -545,7 +602,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "NOT_FOUND",
             "SERVICE_CREDENTIAL"
         ],
-        None
+        None,
+        Some(schema::<w::StateAnswer>)
     ),
     route!(
         operator_grants,
@@ -555,7 +613,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "Live grants of the operator's sessions and those the operator approved",
         ["INTERNAL", "SERVICE_CREDENTIAL"],
-        None
+        None,
+        Some(schema::<w::GrantList>)
     ),
     route!(
         operator_revoke_grant,
@@ -571,7 +630,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "NOT_FOUND",
             "SERVICE_CREDENTIAL"
         ],
-        None
+        None,
+        Some(schema::<w::StateAnswer>)
     ),
     route!(
         settings,
@@ -581,7 +641,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "The secret store's settings",
         [],
-        None
+        None,
+        Some(schema::<w::Settings>)
     ),
     route!(
         reread,
@@ -596,7 +657,8 @@ pub const ROUTES: &[RouteSpec] = &[
             "REQUEST_ENDED",
             "SECRET_NAME_INVALID"
         ],
-        None
+        None,
+        Some(schema::<w::Reread>)
     ),
     route!(
         healthz,
@@ -606,7 +668,8 @@ pub const ROUTES: &[RouteSpec] = &[
         200,
         "Health",
         ["DATABASE_UNAVAILABLE"],
-        None
+        None,
+        Some(schema::<w::Health>)
     ),
 ];
 
@@ -620,9 +683,16 @@ fn status_of(code: &str) -> u16 {
 
 /// One route's operation: its responses (success, and each refusal code it can answer
 /// grouped by status), its path parameters, its credential, and its body.
-fn operation(r: &RouteSpec) -> Value {
+fn operation(r: &RouteSpec, g: &mut SchemaGenerator) -> Value {
     let mut responses = Map::new();
-    responses.insert(r.success.to_string(), json!({ "description": "success" }));
+    let success = match r.answer {
+        Some(answer) => json!({
+            "description": "success",
+            "content": { "application/json": { "schema": answer(g) } },
+        }),
+        None => json!({ "description": "success" }),
+    };
+    responses.insert(r.success.to_string(), success);
     let mut by_status: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
     let mut all: Vec<&str> = r
         .codes
@@ -688,13 +758,23 @@ fn operation(r: &RouteSpec) -> Value {
 /// The OpenAPI 3.1 document.
 pub fn document() -> Value {
     let mut paths = Map::new();
+    let mut g = generator();
     for r in ROUTES {
-        let op = operation(r);
+        let op = operation(r, &mut g);
         let entry = paths.entry(r.path.to_owned()).or_insert_with(|| json!({}));
         if let Some(obj) = entry.as_object_mut() {
             obj.insert(r.method.to_lowercase(), op);
         }
     }
+    let mut schemas = g.take_definitions(true);
+    schemas.insert(
+        "Error".into(),
+        json!({
+            "type": "object",
+            "required": ["code", "error"],
+            "properties": { "code": { "type": "string" }, "error": { "type": "string" } },
+        }),
+    );
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -704,13 +784,7 @@ pub fn document() -> Value {
         },
         "paths": paths,
         "components": {
-            "schemas": {
-                "Error": {
-                    "type": "object",
-                    "required": ["code", "error"],
-                    "properties": { "code": { "type": "string" }, "error": { "type": "string" } },
-                }
-            },
+            "schemas": schemas,
             "securitySchemes": {
                 "proof": { "type": "apiKey", "in": "header", "name": "Proof", "description": "an ES256 JWS proof (session or launcher), protocol.md §2" },
                 "consoleToken": { "type": "http", "scheme": "bearer" },

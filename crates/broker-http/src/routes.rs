@@ -18,7 +18,8 @@ use countersign_broker_core::ids::{
     CredentialId, EnrollmentId, GrantId, RecordId, RequestId, SecretName,
 };
 use countersign_broker_core::model::{Enrollment, Grant, LauncherCredential};
-use serde_json::{Value, json};
+use countersign_common::wire as w;
+use serde::Serialize;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
@@ -48,22 +49,13 @@ pub(crate) const fn method_filter(method: &str) -> MethodFilter {
     }
 }
 
-fn ok(v: Value) -> Response {
-    (StatusCode::OK, axum::Json(v)).into_response()
-}
-
-/// A list's answer once read: `{"<name>": [...]}`, each item as `wire` writes it.
-async fn list_of<T>(
-    name: &str,
-    item: fn(&T) -> Value,
-    list: impl Future<Output = Result<Vec<T>, countersign_broker_core::Error>>,
-) -> ApiResult<Response> {
-    let items: Vec<Value> = list.await?.iter().map(item).collect();
-    Ok(ok(json!({ name: items })))
+/// A 200 with `answer`, one of the answer types of `countersign_common::wire`.
+fn ok(answer: impl Serialize) -> Response {
+    (StatusCode::OK, axum::Json(answer)).into_response()
 }
 
 fn state(s: &'static str) -> Response {
-    ok(json!({ "state": s }))
+    ok(w::StateAnswer::new(s))
 }
 
 /// A request under a machine credential.
@@ -155,7 +147,10 @@ pub(crate) async fn login_start(
     })?;
     let b: wire::SignedBody = r.json(ErrorCode::INVALID_REQUEST)?;
     let started = st.broker.start_machine_login(&b.request).await?;
-    let body = json!({ "pending_id": started.pending_id, "code": started.code.display() });
+    let body = w::LoginStarted {
+        code: started.code.display(),
+        pending_id: started.pending_id,
+    };
     Ok((StatusCode::ACCEPTED, no_store(), axum::Json(body)).into_response())
 }
 
@@ -172,9 +167,10 @@ pub(crate) async fn token_login(State(st): St, r: Raw) -> ApiResult<Response> {
         )
     })?;
     let c = st.broker.token_login_verified(&sa, &b.request).await?;
-    Ok(ok(
-        json!({ "credential_id": c.id.to_string(), "expires_at": countersign_broker_core::clock::rfc3339(&c.expires_at) }),
-    ))
+    Ok(ok(w::TokenLogin {
+        credential_id: c.id.to_string(),
+        expires_at: c.expires_at,
+    }))
 }
 
 pub(crate) async fn login_poll(
@@ -182,17 +178,17 @@ pub(crate) async fn login_poll(
     PathParam(pending): PathParam,
 ) -> ApiResult<Response> {
     let v = match st.broker.poll_machine_login(&pending).await? {
-        PollState::Pending => json!({ "state": "pending" }),
+        PollState::Pending => w::LoginPoll::state("pending"),
         PollState::Issued {
             credential_id,
             expires_at,
-        } => json!({
-            "state": "issued",
-            "credential_id": credential_id.to_string(),
-            "expires_at": expires_at.map(|t| countersign_broker_core::clock::rfc3339(&t)),
-        }),
-        PollState::Denied => json!({ "state": "denied" }),
-        PollState::Expired => json!({ "state": "expired" }),
+        } => w::LoginPoll {
+            credential_id: Some(credential_id.to_string()),
+            expires_at: Some(expires_at),
+            state: "issued".to_owned(),
+        },
+        PollState::Denied => w::LoginPoll::state("denied"),
+        PollState::Expired => w::LoginPoll::state("expired"),
     };
     Ok((StatusCode::OK, no_store(), axum::Json(v)).into_response())
 }
@@ -207,9 +203,9 @@ pub(crate) async fn renew(State(st): St, PathParam(id): PathParam, r: Raw) -> Ap
     let id = EnrollmentId::parse(&id)?;
     let b: wire::RenewBody = r.json_or_default(ErrorCode::INVALID_RENEWAL)?;
     let lease = st.broker.renew(&e, id, b.pod_token.as_deref()).await?;
-    Ok(ok(
-        json!({ "lease_expires_at": countersign_broker_core::clock::rfc3339(&lease) }),
-    ))
+    Ok(ok(w::Renewed {
+        lease_expires_at: lease,
+    }))
 }
 
 pub(crate) async fn enrollment_self(
@@ -285,15 +281,13 @@ pub(crate) async fn grant_values(State(st): St, on: SessionOn<GrantId>) -> ApiRe
         }
         out.push(b'}');
         // Which parts are not secret (a client need not mask them).
-        let public = serde_json::json!(
-            released
-                .public_parts
-                .iter()
-                .map(|(n, vars)| (n.as_str(), vars))
-                .collect::<std::collections::BTreeMap<_, _>>()
-        );
+        let public: std::collections::BTreeMap<_, _> = released
+            .public_parts
+            .iter()
+            .map(|(n, vars)| (n.as_str(), vars))
+            .collect();
         out.extend_from_slice(b",\"public_parts\":");
-        out.extend_from_slice(public.to_string().as_bytes());
+        out.extend_from_slice(&serde_json::to_vec(&public).unwrap_or_else(|_| b"{}".to_vec()));
     }
     out.push(b'}');
     let body = Body::from(axum::body::Bytes::copy_from_slice(&out));
@@ -341,7 +335,10 @@ pub(crate) async fn pending(
     State(st): St,
     ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    list_of("pending", wire::pending_item, st.broker.pending_for(&who)).await
+    let pending = st.broker.pending_for(&who).await?;
+    Ok(ok(w::PendingList {
+        pending: pending.iter().map(wire::pending_item).collect(),
+    }))
 }
 
 pub(crate) async fn get_record(
@@ -361,18 +358,15 @@ pub(crate) async fn get_record(
 pub(crate) async fn approve(State(st): St, on: ConsoleOn<RecordId>) -> ApiResult<Response> {
     let (id, r) = (on.id, on.raw);
     let (b, who) = r.approving::<wire::DecisionBody>(ErrorCode::INVALID_DECISION)?;
-    let countersignature = b
-        .countersignature
-        .map(wire::CountersignatureBody::into_core);
     let a = st
         .broker
-        .approve(&id, &who, b.code.as_deref(), countersignature.as_ref())
+        .approve(&id, &who, b.code.as_deref(), b.countersignature.as_ref())
         .await?;
-    Ok(ok(json!({
-        "credential_id": a.credential_id.map(|c| c.to_string()),
-        "grant_id": a.grant_id.map(|g| g.to_string()),
-        "state": "approved",
-    })))
+    Ok(ok(w::Approval {
+        credential_id: a.credential_id.map(|c| c.to_string()),
+        grant_id: a.grant_id.map(|g| g.to_string()),
+        state: "approved".to_owned(),
+    }))
 }
 
 pub(crate) async fn deny(State(st): St, on: ConsoleOn<RecordId>) -> ApiResult<Response> {
@@ -449,7 +443,7 @@ pub(crate) async fn passkeys(
     State(st): St,
     ConsoleApprover(who): ConsoleApprover,
 ) -> ApiResult<Response> {
-    list_of("passkeys", wire::passkey, st.broker.passkeys_of(&who)).await
+    Ok(ok(wire::passkeys(&st.broker.passkeys_of(&who).await?)))
 }
 
 pub(crate) async fn passkey_challenge(State(st): St, _: Console, r: Raw) -> ApiResult<Response> {
@@ -471,7 +465,7 @@ pub(crate) async fn passkey_register(State(st): St, _: Console, r: Raw) -> ApiRe
                 client_data: b.client_data,
                 attestation_object: b.attestation_object,
                 enroll_code: b.enroll_code,
-                endorsement: b.endorsement.map(wire::CountersignatureBody::into_core),
+                endorsement: b.endorsement,
             },
         )
         .await?;
@@ -517,27 +511,11 @@ pub(crate) async fn statement(State(st): St, on: ConsoleOn<RecordId>) -> ApiResu
 // ----- open -----
 
 pub(crate) async fn settings(State(st): St) -> Response {
-    let mut v = serde_json::to_value(st.broker.store().settings()).unwrap_or(Value::Null);
-    // The secrets an issuer makes per grant (additive): their name, kind, owner and tier.
-    let issued: Vec<Value> = st
-        .broker
-        .issued_secrets()
-        .iter()
-        .map(|s| {
-            json!({
-                "name": s.name.as_str(),
-                "kind": "issued",
-                "issuer": s.issuer.kind(),
-                "owner": s.owner.as_str(),
-                "tier": s.tier.as_str(),
-            })
-        })
-        .collect();
-    // Only when there are some: a broker without issued secrets answers as it always has.
-    if let Some(map) = v.as_object_mut().filter(|_| !issued.is_empty()) {
-        map.insert("issued".into(), Value::Array(issued));
-    }
-    ok(v)
+    // With the secrets an issuer makes per grant (additive: only when there are some).
+    ok(wire::settings(
+        st.broker.store().settings(),
+        &st.broker.issued_secrets(),
+    ))
 }
 
 pub(crate) async fn reread(
@@ -557,16 +535,18 @@ pub(crate) async fn reread(
         Ok(r) => r?,
         Err(_) => return Err(ErrorCode::REQUEST_ENDED.into()),
     };
-    let mut v = json!({ "name": name, "served": served });
-    if let (Some(r), Some(obj)) = (reason, v.as_object_mut()) {
-        obj.insert("reason".into(), Value::String(r.as_str().into()));
-    }
-    Ok(ok(v))
+    Ok(ok(w::Reread {
+        name,
+        reason: reason.map(|r| r.as_str().to_owned()),
+        served,
+    }))
 }
 
 pub(crate) async fn healthz(State(st): St) -> ApiResult<Response> {
     st.broker.health().await?;
-    Ok(ok(json!({ "status": "ok" })))
+    Ok(ok(w::Health {
+        status: "ok".to_owned(),
+    }))
 }
 
 fn no_store() -> [(header::HeaderName, HeaderValue); 1] {

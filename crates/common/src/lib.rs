@@ -23,6 +23,9 @@
 //! - [`telemetry`] (feature `server`): traces over OTLP and W3C trace context.
 //! - [`tick`] (feature `server`): the pace of the servers' time-driven loops, which tests turn
 //!   instead of sleeping.
+//! - [`wire`]: the broker API's answers as serde types, defined once: the broker writes them,
+//!   the console (and any other reader) reads them (with feature `schema`, their JSON Schemas
+//!   for the broker's OpenAPI document).
 //! - [`webhook`]: Standard Webhooks signing and verification (the broker signs, the console
 //!   verifies).
 //!
@@ -47,6 +50,7 @@ pub mod telemetry;
 #[cfg(feature = "server")]
 pub mod tick;
 pub mod webhook;
+pub mod wire;
 
 pub use clock::{Clock, Entropy, ManualClock, SystemClock, SystemEntropy, Time};
 pub use code::{Refusal, WireCode};

@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use countersign_broker_client::{Auth, BrokerError, Failure};
+use countersign_common::wire::{
+    GrantList, MachineLoginList, PasskeyList, PendingList, Settings, StateAnswer,
+};
 use countersign_console_core::broker::{
     Approval, ApprovalStatement, BrokerClient, Countersignature, CredentialRecord, GrantItem,
     IssuedSecret, MachineLogin, PasskeyItem, PasskeyOffer, PasskeyRegistration, PendingItem,
@@ -184,19 +187,10 @@ fn passkey_id(id: &str) -> Result<&str, Error> {
         .map_err(|_| Error::broker("NOT_FOUND", 404, "no such passkey"))
 }
 
-#[derive(serde::Deserialize)]
-struct StateAnswer {
-    state: String,
-}
-
 #[async_trait]
 impl BrokerClient for HttpBroker {
     async fn pending(&self, approver: &Login) -> Result<Vec<PendingItem>, Error> {
-        #[derive(serde::Deserialize)]
-        struct A {
-            pending: Vec<PendingItem>,
-        }
-        let a: A = self.get(&["v1", "pending"], Some(approver)).await?;
+        let a: PendingList = self.get(&["v1", "pending"], Some(approver)).await?;
         Ok(a.pending)
     }
 
@@ -230,11 +224,7 @@ impl BrokerClient for HttpBroker {
     }
 
     async fn machine_logins(&self, approver: &Login) -> Result<Vec<MachineLogin>, Error> {
-        #[derive(serde::Deserialize)]
-        struct A {
-            credentials: Vec<MachineLogin>,
-        }
-        let a: A = self
+        let a: MachineLoginList = self
             .get(&["v1", "launcher-credentials"], Some(approver))
             .await?;
         Ok(a.credentials)
@@ -275,11 +265,7 @@ impl BrokerClient for HttpBroker {
     }
 
     async fn passkeys(&self, approver: &Login) -> Result<Vec<PasskeyItem>, Error> {
-        #[derive(serde::Deserialize)]
-        struct A {
-            passkeys: Vec<PasskeyItem>,
-        }
-        let a: A = self.get(&["v1", "passkeys"], Some(approver)).await?;
+        let a: PasskeyList = self.get(&["v1", "passkeys"], Some(approver)).await?;
         Ok(a.passkeys)
     }
 
@@ -328,22 +314,13 @@ impl BrokerClient for HttpBroker {
     }
 
     async fn grants(&self, approver: &Login) -> Result<Vec<GrantItem>, Error> {
-        #[derive(serde::Deserialize)]
-        struct A {
-            grants: Vec<GrantItem>,
-        }
-        let a: A = self.get(&["v1", "grants"], Some(approver)).await?;
+        let a: GrantList = self.get(&["v1", "grants"], Some(approver)).await?;
         Ok(a.grants)
     }
 
     async fn issued_secrets(&self) -> Result<Vec<IssuedSecret>, Error> {
         // An older broker's settings have no `issued`: none.
-        #[derive(serde::Deserialize)]
-        struct A {
-            #[serde(default)]
-            issued: Vec<IssuedSecret>,
-        }
-        let a: A = self.get(&["v1", "settings"], None).await?;
+        let a: Settings = self.get(&["v1", "settings"], None).await?;
         Ok(a.issued)
     }
 

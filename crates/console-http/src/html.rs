@@ -732,7 +732,7 @@ mod tests {
             enrollment: Some(EnrollmentSummary {
                 kind: "claude".into(),
                 runtime_id: format!("rt{NASTY}"),
-                operator: Some(format!("op{NASTY}")),
+                operator: format!("op{NASTY}"),
                 slot: None,
             }),
             session: SessionIds::default(),
@@ -961,6 +961,7 @@ mod tests {
         let me = Login::parse("ada@example.com").unwrap_or_else(|| unreachable!());
         let list = ["OTHER", &format!("secret{NASTY}")].map(|name| IssuedSecret {
             name: name.into(),
+            kind: "issued".into(),
             issuer: "aws-iam".into(),
             owner: String::new(),
             tier: String::new(),

@@ -9,8 +9,9 @@
 use std::time::Duration;
 
 use countersign_broker_client::{Auth, BrokerClient, Failure};
+// The witness route's body both ways, the broker's own type.
+use countersign_common::wire::WitnessHead as Head;
 use countersign_console_sql::{SqlStorage, WitnessRecord};
-use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 /// How often the console presents its record.
@@ -18,14 +19,6 @@ pub const INTERVAL: Duration = Duration::from_secs(2);
 
 /// The chain's start: what a witness that has seen nothing presents.
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Head {
-    position: i64,
-    hash: String,
-    accepted: i64,
-}
 
 /// What one round found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -143,7 +143,7 @@ mod tests {
             enrollment: EnrollmentSummary {
                 kind: "session".into(),
                 runtime_id: "laptop/psql".into(),
-                operator: Some("ada@example.com".into()),
+                operator: "ada@example.com".into(),
                 slot: None,
             },
             names: vec!["APP_DB".into()],
