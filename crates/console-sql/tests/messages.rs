@@ -61,23 +61,23 @@ async fn contract(s: &SqlStorage) {
 
     // Attempts: numbered from 1; a number taken twice conflicts (the transaction reruns).
     let mut tx = s.begin().await.expect("begin");
-    assert_eq!(tx.messages().next_attempt(id).await.expect("n"), 1);
-    tx.messages()
+    assert_eq!(tx.attempts().next_attempt(id).await.expect("n"), 1);
+    tx.attempts()
         .insert_attempt(&attempt(1), Some(&content))
         .await
         .expect("insert");
-    assert_eq!(tx.messages().next_attempt(id).await.expect("n"), 2);
+    assert_eq!(tx.attempts().next_attempt(id).await.expect("n"), 2);
     assert!(matches!(
-        tx.messages().insert_attempt(&attempt(1), None).await,
+        tx.attempts().insert_attempt(&attempt(1), None).await,
         Err(countersign_console_core::StorageError::Conflict)
     ));
     drop(tx);
     let mut tx = s.begin().await.expect("begin");
-    tx.messages()
+    tx.attempts()
         .insert_attempt(&attempt(1), Some(&content))
         .await
         .expect("insert");
-    tx.messages()
+    tx.attempts()
         .insert_attempt(&attempt(2), Some(&content))
         .await
         .expect("insert");
@@ -94,7 +94,7 @@ async fn contract(s: &SqlStorage) {
     let mut tx = s.begin().await.expect("begin");
     // Another session's, or one past its time: nothing moves.
     assert_eq!(
-        tx.messages()
+        tx.attempts()
             .finish_attempt(id, 1, &sent(&elsewhere))
             .await
             .expect("finish"),
@@ -106,14 +106,14 @@ async fn contract(s: &SqlStorage) {
         ..sent(&x)
     };
     assert_eq!(
-        tx.messages()
+        tx.attempts()
             .finish_attempt(id, 1, &late)
             .await
             .expect("finish"),
         None
     );
     assert_eq!(
-        tx.messages().pending_content(id, 1).await.expect("content"),
+        tx.attempts().pending_content(id, 1).await.expect("content"),
         Some((session.clone(), content.clone()))
     );
     // Its own, in time: sent once, and its content dropped.
@@ -122,26 +122,26 @@ async fn contract(s: &SqlStorage) {
         ..sent(&x)
     };
     let done = tx
-        .messages()
+        .attempts()
         .finish_attempt(id, 1, &own)
         .await
         .expect("finish")
         .expect("moved");
     assert_eq!((done.state, done.sent_at), (AttemptState::Sent, Some(t0)));
     assert_eq!(
-        tx.messages()
+        tx.attempts()
             .finish_attempt(id, 1, &own)
             .await
             .expect("finish"),
         None
     );
     assert_eq!(
-        tx.messages().pending_content(id, 1).await.expect("content"),
+        tx.attempts().pending_content(id, 1).await.expect("content"),
         None
     );
     // The sweep's view: pending ones by age, or by session.
     let due = tx
-        .messages()
+        .attempts()
         .pending_attempts(Some(t0), Some(&session), 10)
         .await
         .expect("pending");
@@ -153,7 +153,7 @@ async fn contract(s: &SqlStorage) {
         ..sent(&x)
     };
     let f = tx
-        .messages()
+        .attempts()
         .finish_attempt(id, 2, &failed)
         .await
         .expect("finish")
@@ -162,14 +162,14 @@ async fn contract(s: &SqlStorage) {
         (f.state, f.error.as_deref(), f.sent_at),
         (AttemptState::Failed, Some("not_acknowledged"), None)
     );
-    tx.messages()
+    tx.attempts()
         .accept_attempt(id, 1, t0, Mode::Aside)
         .await
         .expect("accept");
     tx.commit().await.expect("commit");
     let mut tx = s.read().await.expect("read");
     let all = tx
-        .messages()
+        .attempts()
         .attempts(std::slice::from_ref(&id))
         .await
         .expect("attempts");
@@ -235,7 +235,7 @@ async fn contract(s: &SqlStorage) {
     let old = t0 - Duration::minutes(5);
     let mut tx = s.begin().await.expect("begin");
     assert_eq!(
-        tx.messages()
+        tx.presence()
             .put_live(&live(&other, 1, old))
             .await
             .expect("put"),
@@ -243,7 +243,7 @@ async fn contract(s: &SqlStorage) {
     );
     // Stale to me: not live, and mine to remove.
     assert_eq!(
-        tx.messages()
+        tx.presence()
             .live_session(&sid, &me, t0 - Duration::minutes(1))
             .await
             .expect("read"),
@@ -251,7 +251,7 @@ async fn contract(s: &SqlStorage) {
     );
     // Its own replica still sees it.
     assert!(
-        tx.messages()
+        tx.presence()
             .live_session(&sid, &other, t0 - Duration::minutes(1))
             .await
             .expect("read")
@@ -259,21 +259,21 @@ async fn contract(s: &SqlStorage) {
     );
     // A newer link (mine) takes it, and names the older.
     assert_eq!(
-        tx.messages()
+        tx.presence()
             .put_live(&live(&me, 7, t0))
             .await
             .expect("put"),
         Some((other.clone(), 1))
     );
     assert!(
-        tx.messages()
+        tx.presence()
             .role_holders(&role, &me, t0 - Duration::minutes(1))
             .await
             .expect("holders")
             .contains(&sid)
     );
     assert!(
-        tx.messages()
+        tx.presence()
             .remove_live(&sid, &other, 1)
             .await
             .expect("remove")
@@ -282,7 +282,7 @@ async fn contract(s: &SqlStorage) {
     );
     // My rows never go stale to me, nor are mine removed by my own sweep.
     assert!(
-        tx.messages()
+        tx.presence()
             .remove_stale(&me, t0 + Duration::minutes(10), 100)
             .await
             .expect("stale")
@@ -290,7 +290,7 @@ async fn contract(s: &SqlStorage) {
             .all(|l| l.session_id != sid)
     );
     let gone = tx
-        .messages()
+        .presence()
         .remove_stale(&other, t0 + Duration::minutes(10), 100)
         .await
         .expect("stale");
@@ -299,7 +299,7 @@ async fn contract(s: &SqlStorage) {
         "another replica removes a silent one's rows"
     );
     assert!(
-        tx.messages()
+        tx.presence()
             .role_holders(&role, &me, t0 - Duration::minutes(1))
             .await
             .expect("holders")

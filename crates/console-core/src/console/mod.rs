@@ -9,25 +9,17 @@
 //! `console.delivery()`).
 
 /// Runs `$body` as a unit of work ([`unit`]): a write transaction, with `$tx: &mut dyn
-/// WorkTx`, committed when the body answers `Ok` and then published by
-/// [`Console::commit_work`] (every event it appended wakes the live streams; the documents it
-/// kept, `transact!(console, |tx, after| body)` with `after: &mut AfterCommit`, are kept
-/// loaded), never by the caller. A storage conflict (a serialization failure or a busy
-/// database) starts it over, up to ten times.
-/// `transact!(console, Trait, |tx| body)` gives the body the transaction as an area's own
-/// transaction trait that `WorkTx` has as a supertrait (the asks' `AsksWork`), so that the
-/// area's code sees only what it uses.
+/// WorkTx` (the area's code reaches the stores it uses: `tx.issues()`, `tx.asks()`, …),
+/// committed when the body answers `Ok` and then published by [`Console::commit_work`] (every
+/// event it appended wakes the live streams; the documents it kept,
+/// `transact!(console, |tx, after| body)` with `after: &mut AfterCommit`, are kept loaded),
+/// never by the caller. A storage conflict (a serialization failure or a busy database)
+/// starts it over, up to ten times.
 macro_rules! transact {
     ($self:expr, |$tx:ident| $body:expr) => {
-        transact!($self, $crate::work::WorkTx, |$tx, _after| $body)
+        transact!($self, |$tx, _after| $body)
     };
-    ($self:expr, |$tx:ident, $after:ident| $body:expr) => {
-        transact!($self, $crate::work::WorkTx, |$tx, $after| $body)
-    };
-    ($self:expr, $area:path, |$tx:ident| $body:expr) => {
-        transact!($self, $area, |$tx, _after| $body)
-    };
-    ($self:expr, $area:path, |$tx:ident, $after:ident| $body:expr) => {{
+    ($self:expr, |$tx:ident, $after:ident| $body:expr) => {{
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -35,7 +27,7 @@ macro_rules! transact {
                 let mut guard = $self.parts.storage.begin().await?;
                 let mut after = $crate::console::unit::AfterCommit::default();
                 let v = {
-                    let $tx: &mut dyn $area = &mut *guard;
+                    let $tx: &mut dyn $crate::work::WorkTx = &mut *guard;
                     #[allow(unused_variables)]
                     let $after = &mut after;
                     let body: Result<_, $crate::error::Error> = async { $body }.await;

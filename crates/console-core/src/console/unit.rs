@@ -1,9 +1,9 @@
 //! The unit of work: one write transaction and what it did, published once after it commits
 //! and only if it committed.
 //!
-//! [`transact!`] runs a body with the transaction (the whole `WorkTx` or an area's view of it)
-//! and, when it asks for it, an [`AfterCommit`]: what the body leaves to do after the commit
-//! (documents to keep loaded). The commit path, [`Console::commit_work`], commits and then
+//! [`transact!`] runs a body with the transaction (`&mut dyn WorkTx`, which hands out the
+//! areas' stores) and, when it asks for it, an [`AfterCommit`]: what the body leaves to do
+//! after the commit (documents to keep loaded). The commit path, [`Console::commit_work`], commits and then
 //! publishes: the highest event id the transaction appended (the storage reports it, so every
 //! append is published, whichever code appended it) wakes the live streams, and the documents
 //! are kept for the next edit. No caller publishes by hand: `event_committed` is private to

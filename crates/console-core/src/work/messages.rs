@@ -1,7 +1,7 @@
 //! The records and storage of targeted messages, broadcasts, delivery attempts, threads and
-//! per-agent conversation state (issue 14): one trait, [`MessageTx`], joined into
-//! [`crate::work::WorkTx`] with the others, and the messages area's view of a transaction,
-//! [`MessagesWork`].
+//! per-agent conversation state (issue 14): four stores a [`crate::work::WorkTx`] hands out,
+//! [`MessageTx`] (`tx.messages()`), [`AttemptTx`] (`tx.attempts()`), [`PresenceTx`]
+//! (`tx.presence()`) and [`MessageInboxTx`] (`tx.message_inbox()`).
 //!
 //! Delivery attempts are generic over what is delivered ([`Deliverable`]: a message, or a
 //! comment's mention, by its typed id; its [`DeliveryKind`] on the wire): one table, one state
@@ -523,7 +523,7 @@ pub struct ExpiryNotice {
     pub expired_at: String,
 }
 
-/// How [`MessageTx::finish_attempt`] moves a pending attempt.
+/// How [`AttemptTx::finish_attempt`] moves a pending attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish<'a> {
     /// `Sent` or `Failed`.
@@ -536,12 +536,88 @@ pub struct Finish<'a> {
     pub created_after: Option<Time>,
 }
 
-/// Storage of targeted messages, broadcasts, delivery attempts, threads and per-agent
-/// conversation state (issue 14).
+/// Storage of targeted messages and broadcasts (issue 14), the broker's webhook ids and the
+/// messages' search: the store a [`crate::work::WorkTx`] hands out as `tx.messages()`. Delivery
+/// attempts ([`AttemptTx`]), live sessions ([`PresenceTx`]) and the inbox's read state
+/// ([`MessageInboxTx`]) are stores of their own.
 #[async_trait]
 pub trait MessageTx: Send {
-    // ----- delivery attempts (any kind) -----
+    /// Takes the issue's next event sequence (message events are in the issue's log);
+    /// `None` when there is no such issue.
+    async fn bump_issue_sequence(&mut self, key: &IssueKey) -> Result<Option<i64>, StorageError>;
 
+    // ----- messages -----
+
+    async fn insert_message(&mut self, m: &Message) -> Result<(), StorageError>;
+    /// One message; in a write transaction its row is locked until commit.
+    async fn message(&mut self, id: MessageId) -> Result<Option<Message>, StorageError>;
+    /// Every message of the given threads, oldest first (by time, then as written).
+    async fn thread_messages(
+        &mut self,
+        thread_ids: &[MessageId],
+    ) -> Result<Vec<Message>, StorageError>;
+    /// A page of the messages targeting a session, or with an attempt to it, newest first.
+    async fn session_messages(
+        &mut self,
+        session: &SessionId,
+        limit: u32,
+        offset: u32,
+    ) -> Result<Vec<Message>, StorageError>;
+
+    // ----- broadcasts -----
+
+    /// Adds a broadcast; false (and nothing written) when its person already used its key.
+    async fn insert_broadcast(&mut self, b: &Broadcast) -> Result<bool, StorageError>;
+    async fn broadcast(&mut self, id: BroadcastId) -> Result<Option<Broadcast>, StorageError>;
+    async fn broadcast_by_key(
+        &mut self,
+        login: &Login,
+        key: &str,
+    ) -> Result<Option<Broadcast>, StorageError>;
+    /// A page of broadcasts, newest first, with their recipient and reply counts.
+    async fn broadcasts(
+        &mut self,
+        limit: u32,
+        offset: u32,
+    ) -> Result<Vec<BroadcastRow>, StorageError>;
+    /// A broadcast's copies, in send order.
+    async fn broadcast_messages(&mut self, id: BroadcastId) -> Result<Vec<Message>, StorageError>;
+
+    /// Which of `ids` are messages `session` wrote.
+    async fn messages_by_session(
+        &mut self,
+        session: &SessionId,
+        ids: &[MessageId],
+    ) -> Result<Vec<MessageId>, StorageError>;
+
+    // ----- the broker's webhook -----
+
+    /// Keeps a webhook id with the message it made; false when it was kept already. The
+    /// webhook id is text: the broker's, as its request header sent it.
+    async fn insert_webhook(
+        &mut self,
+        webhook_id: &str,
+        message_id: MessageId,
+        at: Time,
+    ) -> Result<bool, StorageError>;
+
+    // ----- search -----
+
+    /// The messages whose body holds every one of `words` (with `any`, one at least), on
+    /// `project`'s issues when given, best first, at most `limit`, and how many match.
+    async fn search_messages(
+        &mut self,
+        words: &[String],
+        any: bool,
+        project: Option<&ProjectKey>,
+        limit: u32,
+    ) -> Result<(Vec<crate::work::model::Hit>, i64), StorageError>;
+}
+
+/// Delivery attempts of messages and comments' mentions (any [`Deliverable`]): one table,
+/// one state machine; the store a [`crate::work::WorkTx`] hands out as `tx.attempts()`.
+#[async_trait]
+pub trait AttemptTx: Send {
     /// The next attempt number of a message or comment (1 for the first).
     async fn next_attempt(&mut self, item: Deliverable) -> Result<i64, StorageError>;
     /// Adds an attempt, with the content a pending one is sent with. Two attempts of one
@@ -592,49 +668,12 @@ pub trait MessageTx: Send {
         at: Time,
         accepted_as: Mode,
     ) -> Result<(), StorageError>;
-    /// Takes the issue's next event sequence (message events are in the issue's log);
-    /// `None` when there is no such issue.
-    async fn bump_issue_sequence(&mut self, key: &IssueKey) -> Result<Option<i64>, StorageError>;
+}
 
-    // ----- messages -----
-
-    async fn insert_message(&mut self, m: &Message) -> Result<(), StorageError>;
-    /// One message; in a write transaction its row is locked until commit.
-    async fn message(&mut self, id: MessageId) -> Result<Option<Message>, StorageError>;
-    /// Every message of the given threads, oldest first (by time, then as written).
-    async fn thread_messages(
-        &mut self,
-        thread_ids: &[MessageId],
-    ) -> Result<Vec<Message>, StorageError>;
-    /// A page of the messages targeting a session, or with an attempt to it, newest first.
-    async fn session_messages(
-        &mut self,
-        session: &SessionId,
-        limit: u32,
-        offset: u32,
-    ) -> Result<Vec<Message>, StorageError>;
-
-    // ----- broadcasts -----
-
-    /// Adds a broadcast; false (and nothing written) when its person already used its key.
-    async fn insert_broadcast(&mut self, b: &Broadcast) -> Result<bool, StorageError>;
-    async fn broadcast(&mut self, id: BroadcastId) -> Result<Option<Broadcast>, StorageError>;
-    async fn broadcast_by_key(
-        &mut self,
-        login: &Login,
-        key: &str,
-    ) -> Result<Option<Broadcast>, StorageError>;
-    /// A page of broadcasts, newest first, with their recipient and reply counts.
-    async fn broadcasts(
-        &mut self,
-        limit: u32,
-        offset: u32,
-    ) -> Result<Vec<BroadcastRow>, StorageError>;
-    /// A broadcast's copies, in send order.
-    async fn broadcast_messages(&mut self, id: BroadcastId) -> Result<Vec<Message>, StorageError>;
-
-    // ----- live sessions (shared by every replica) -----
-
+/// Live sessions, shared by every replica (presence); the store a
+/// [`crate::work::WorkTx`] hands out as `tx.presence()`.
+#[async_trait]
+pub trait PresenceTx: Send {
     /// Records a session live on `s.replica`'s link `s.link`, replacing any earlier holder;
     /// answers the earlier one's `(replica, link)` when there was one.
     async fn put_live(&mut self, s: &LiveSession) -> Result<Option<(String, i64)>, StorageError>;
@@ -654,7 +693,7 @@ pub trait MessageTx: Send {
         replica: &str,
         fresh_after: Time,
     ) -> Result<Vec<LiveSession>, StorageError>;
-    /// One live session, as [`MessageTx::live_sessions`] reads them.
+    /// One live session, as [`PresenceTx::live_sessions`] reads them.
     async fn live_session(
         &mut self,
         session: &SessionId,
@@ -683,7 +722,7 @@ pub trait MessageTx: Send {
         activity: &[(SessionId, Time)],
     ) -> Result<(), StorageError>;
     /// Whether another replica's session was not heard of since `before` (a cheap read before
-    /// [`MessageTx::remove_stale`]'s write).
+    /// [`PresenceTx::remove_stale`]'s write).
     async fn any_stale(&mut self, replica: &str, before: Time) -> Result<bool, StorageError>;
     /// Removes the sessions of other replicas not heard of since `before` (a replica that
     /// died), at most `limit`; answers them.
@@ -696,9 +735,12 @@ pub trait MessageTx: Send {
     /// Tells every replica something about a link (PostgreSQL `NOTIFY` on the links channel,
     /// sent when the transaction commits; one SQLite database is one process: nothing).
     async fn notify_links(&mut self, payload: &str) -> Result<(), StorageError>;
+}
 
-    // ----- inbox: threads, read marks, per-agent state -----
-
+/// The inbox's threads, read marks and per-agent conversation state; the store a
+/// [`crate::work::WorkTx`] hands out as `tx.message_inbox()`.
+#[async_trait]
+pub trait MessageInboxTx: Send {
     /// The issue message threads `login` wrote in where someone else wrote after the
     /// person's read mark (within `issue`): each thread's root and newest reply by another,
     /// newest reply first (then by root id, as the inbox merges the kinds); a page, and how
@@ -756,33 +798,4 @@ pub trait MessageTx: Send {
     ) -> Result<Vec<(SessionId, MessageId)>, StorageError>;
     /// Marks replies read by id for `login`.
     async fn read_replies(&mut self, login: &Login, ids: &[MessageId]) -> Result<(), StorageError>;
-    /// Which of `ids` are messages `session` wrote.
-    async fn messages_by_session(
-        &mut self,
-        session: &SessionId,
-        ids: &[MessageId],
-    ) -> Result<Vec<MessageId>, StorageError>;
-
-    // ----- the broker's webhook -----
-
-    /// Keeps a webhook id with the message it made; false when it was kept already. The
-    /// webhook id is text: the broker's, as its request header sent it.
-    async fn insert_webhook(
-        &mut self,
-        webhook_id: &str,
-        message_id: MessageId,
-        at: Time,
-    ) -> Result<bool, StorageError>;
-
-    // ----- search -----
-
-    /// The messages whose body holds every one of `words` (with `any`, one at least), on
-    /// `project`'s issues when given, best first, at most `limit`, and how many match.
-    async fn search_messages(
-        &mut self,
-        words: &[String],
-        any: bool,
-        project: Option<&ProjectKey>,
-        limit: u32,
-    ) -> Result<(Vec<crate::work::model::Hit>, i64), StorageError>;
 }

@@ -26,7 +26,7 @@ pub mod store;
 pub use asks::AskTx;
 pub use delivery::DeliveryTx;
 pub use documents::DocumentTx;
-pub use messages::MessageTx;
+pub use messages::{AttemptTx, MessageInboxTx, MessageTx, PresenceTx};
 pub use model::*;
 pub use repos::{CodeRef, RepoMapping, RepoName};
 pub use store::{EventTx, IssueTx, ProjectTx, WorkTx};

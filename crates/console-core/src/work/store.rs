@@ -165,7 +165,8 @@ pub trait EventTx: Send {
 
 /// One transaction over the work storage, handing out one store per area: each is a small
 /// trait of its own ([`ProjectTx`], [`IssueTx`], [`EventTx`], [`crate::work::AskTx`],
-/// [`crate::work::DocumentTx`], [`crate::work::MessageTx`], [`crate::work::DeliveryTx`],
+/// [`crate::work::DocumentTx`], [`crate::work::MessageTx`], [`crate::work::AttemptTx`],
+/// [`crate::work::PresenceTx`], [`crate::work::MessageInboxTx`], [`crate::work::DeliveryTx`],
 /// [`crate::notify::NoticeTx`]), and a storage implements each with a type of its own over the
 /// transaction's one connection (`tx.issues().issue(&key)`). An area's operation takes the
 /// transaction and reaches the stores it uses; what it reads of another area is in the same
@@ -181,6 +182,9 @@ pub trait WorkTx: Send {
     fn asks(&mut self) -> Box<dyn crate::work::AskTx + '_>;
     fn documents(&mut self) -> Box<dyn crate::work::DocumentTx + '_>;
     fn messages(&mut self) -> Box<dyn crate::work::MessageTx + '_>;
+    fn attempts(&mut self) -> Box<dyn crate::work::AttemptTx + '_>;
+    fn presence(&mut self) -> Box<dyn crate::work::PresenceTx + '_>;
+    fn message_inbox(&mut self) -> Box<dyn crate::work::MessageInboxTx + '_>;
     fn delivery(&mut self) -> Box<dyn crate::work::DeliveryTx + '_>;
     fn notices(&mut self) -> Box<dyn crate::notify::NoticeTx + '_>;
     /// Commits, answering the highest event id the transaction appended (`None`: it appended

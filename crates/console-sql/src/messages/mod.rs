@@ -6,9 +6,13 @@
 //!   `pending`), so that any replica can send it; a partial index finds pending ones by age for
 //!   the sweep.
 //!
-//! One module per part: `migration.rs` the tables, `attempts.rs` delivery attempts, `live.rs`
-//! live sessions and link notices, `reads.rs` conversation state, `search.rs` the messages'
-//! full-text search; messages and broadcasts here.
+//! One store per part, each implementing its own trait where its statements are (no module
+//! forwards to another): `MessageStore` here (messages, broadcasts; `MessageTx`),
+//! `attempts.rs` delivery attempts (`AttemptStore`, `AttemptTx`), `live.rs` live sessions and
+//! link notices (`PresenceStore`, `PresenceTx`), `reads.rs` conversation state
+//! (`MessageInboxStore`, `MessageInboxTx`; and the messages by session and webhook ids
+//! `MessageTx` reads there), `search.rs` the messages' full-text search; `migration.rs` the
+//! tables.
 
 use async_trait::async_trait;
 use countersign_common::sql::{Backend, db_err};
@@ -16,8 +20,7 @@ use countersign_console_core::Time;
 use countersign_console_core::ids::{BroadcastId, Login, MessageId, SessionId};
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::messages::{
-    Attempt, Broadcast, BroadcastRow, Deliverable, DeliveryContent, Finish, LiveSession, Message,
-    MessageTx, Mode, Target,
+    Broadcast, BroadcastRow, Message, MessageTx, Mode, Target,
 };
 use countersign_console_core::work::store::ms;
 use countersign_console_core::work::{Hit, IssueKey, ProjectKey};
@@ -117,66 +120,6 @@ const BROADCAST_COLUMNS: &str =
 
 #[async_trait]
 impl MessageTx for MessageStore<'_> {
-    async fn next_attempt(&mut self, item: Deliverable) -> Result<i64, StorageError> {
-        attempts::next_attempt(self, item).await
-    }
-
-    async fn insert_attempt(
-        &mut self,
-        a: &Attempt,
-        content: Option<&DeliveryContent>,
-    ) -> Result<(), StorageError> {
-        attempts::insert_attempt(self, a, content).await
-    }
-
-    async fn attempt(
-        &mut self,
-        item: Deliverable,
-        attempt: i64,
-    ) -> Result<Option<Attempt>, StorageError> {
-        attempts::attempt(self, item, attempt).await
-    }
-
-    async fn attempts(&mut self, items: &[Deliverable]) -> Result<Vec<Attempt>, StorageError> {
-        attempts::attempts(self, items).await
-    }
-
-    async fn finish_attempt(
-        &mut self,
-        item: Deliverable,
-        attempt: i64,
-        f: &Finish<'_>,
-    ) -> Result<Option<Attempt>, StorageError> {
-        attempts::finish_attempt(self, item, attempt, f).await
-    }
-
-    async fn pending_attempts(
-        &mut self,
-        before: Option<Time>,
-        session: Option<&SessionId>,
-        limit: u32,
-    ) -> Result<Vec<Attempt>, StorageError> {
-        attempts::pending_attempts(self, before, session, limit).await
-    }
-
-    async fn pending_content(
-        &mut self,
-        item: Deliverable,
-        attempt: i64,
-    ) -> Result<Option<(SessionId, DeliveryContent)>, StorageError> {
-        attempts::pending_content(self, item, attempt).await
-    }
-
-    async fn accept_attempt(
-        &mut self,
-        item: Deliverable,
-        attempt: i64,
-        at: Time,
-        accepted_as: Mode,
-    ) -> Result<(), StorageError> {
-        attempts::accept_attempt(self, item, attempt, at, accepted_as).await
-    }
-
     async fn bump_issue_sequence(&mut self, key: &IssueKey) -> Result<Option<i64>, StorageError> {
         let row = sqlx::query(
             "UPDATE console_issues SET sequence = sequence + 1 WHERE key = $1 RETURNING sequence",
@@ -388,155 +331,6 @@ impl MessageTx for MessageStore<'_> {
         .iter()
         .map(message_of)
         .collect()
-    }
-
-    async fn put_live(&mut self, s: &LiveSession) -> Result<Option<(String, i64)>, StorageError> {
-        live::put_live(self, s).await
-    }
-
-    async fn update_live(&mut self, s: &LiveSession) -> Result<bool, StorageError> {
-        live::update_live(self, s).await
-    }
-
-    async fn remove_live(
-        &mut self,
-        session: &SessionId,
-        replica: &str,
-        link: i64,
-    ) -> Result<Option<LiveSession>, StorageError> {
-        live::remove_live(self, session, replica, link).await
-    }
-
-    async fn live_sessions(
-        &mut self,
-        replica: &str,
-        fresh_after: Time,
-    ) -> Result<Vec<LiveSession>, StorageError> {
-        live::live_sessions(self, replica, fresh_after).await
-    }
-
-    async fn live_session(
-        &mut self,
-        session: &SessionId,
-        replica: &str,
-        fresh_after: Time,
-    ) -> Result<Option<LiveSession>, StorageError> {
-        live::live_session(self, session, replica, fresh_after).await
-    }
-
-    async fn live_roles(
-        &mut self,
-        replica: &str,
-        fresh_after: Time,
-    ) -> Result<Vec<String>, StorageError> {
-        live::live_roles(self, replica, fresh_after).await
-    }
-
-    async fn role_holders(
-        &mut self,
-        role: &str,
-        replica: &str,
-        fresh_after: Time,
-    ) -> Result<Vec<SessionId>, StorageError> {
-        live::role_holders(self, role, replica, fresh_after).await
-    }
-
-    async fn heartbeat(
-        &mut self,
-        replica: &str,
-        at: Time,
-        activity: &[(SessionId, Time)],
-    ) -> Result<(), StorageError> {
-        live::heartbeat(self, replica, at, activity).await
-    }
-
-    async fn any_stale(&mut self, replica: &str, before: Time) -> Result<bool, StorageError> {
-        live::any_stale(self, replica, before).await
-    }
-
-    async fn remove_stale(
-        &mut self,
-        replica: &str,
-        before: Time,
-        limit: u32,
-    ) -> Result<Vec<LiveSession>, StorageError> {
-        live::remove_stale(self, replica, before, limit).await
-    }
-
-    async fn notify_links(&mut self, payload: &str) -> Result<(), StorageError> {
-        live::notify_links(self, payload).await
-    }
-
-    async fn unread_message_threads(
-        &mut self,
-        login: &Login,
-        issue: Option<&IssueKey>,
-        limit: u32,
-        offset: u32,
-    ) -> Result<(Vec<(Message, Message)>, i64), StorageError> {
-        reads::unread_message_threads(self, login, issue, limit, offset).await
-    }
-
-    async fn wrote_in_message_thread(
-        &mut self,
-        login: &Login,
-        thread_id: MessageId,
-    ) -> Result<bool, StorageError> {
-        reads::wrote_in_message_thread(self, login, thread_id).await
-    }
-
-    async fn thread_read(
-        &mut self,
-        login: &Login,
-        thread_id: &str,
-    ) -> Result<Option<Time>, StorageError> {
-        reads::thread_read(self, login, thread_id).await
-    }
-
-    async fn put_thread_read(
-        &mut self,
-        login: &Login,
-        thread_id: &str,
-        read_through: Time,
-    ) -> Result<(), StorageError> {
-        reads::put_thread_read(self, login, thread_id, read_through).await
-    }
-
-    async fn agent_states(
-        &mut self,
-        login: &Login,
-    ) -> Result<Vec<(SessionId, Option<Time>, Option<Time>)>, StorageError> {
-        reads::agent_states(self, login).await
-    }
-
-    async fn agent_state(
-        &mut self,
-        login: &Login,
-        session: &SessionId,
-    ) -> Result<Option<(Option<Time>, Option<Time>)>, StorageError> {
-        reads::agent_state(self, login, session).await
-    }
-
-    async fn put_agent_state(
-        &mut self,
-        login: &Login,
-        session: &SessionId,
-        cleared_before: Option<Time>,
-        read_through: Option<Time>,
-    ) -> Result<(), StorageError> {
-        reads::put_agent_state(self, login, session, cleared_before, read_through).await
-    }
-
-    async fn unread_replies(
-        &mut self,
-        login: &Login,
-        session: Option<&SessionId>,
-    ) -> Result<Vec<(SessionId, MessageId)>, StorageError> {
-        reads::unread_replies(self, login, session).await
-    }
-
-    async fn read_replies(&mut self, login: &Login, ids: &[MessageId]) -> Result<(), StorageError> {
-        reads::read_replies(self, login, ids).await
     }
 
     async fn messages_by_session(

@@ -21,8 +21,9 @@ use countersign_console_core::ids::{ArtifactId, SessionId};
 use countersign_console_core::notify::NoticeTx;
 use countersign_console_core::storage::StorageError;
 use countersign_console_core::work::{
-    Actor, AskTx, Claim, Components, DeliveryTx, DocumentTx, Event, EventFacts, EventTx, Hit,
-    Issue, IssueKey, IssueTx, MessageTx, ProjectKey, ProjectTx, SearchKind, Status, WorkTx,
+    Actor, AskTx, AttemptTx, Claim, Components, DeliveryTx, DocumentTx, Event, EventFacts, EventTx,
+    Hit, Issue, IssueKey, IssueTx, MessageInboxTx, MessageTx, PresenceTx, ProjectKey, ProjectTx,
+    SearchKind, Status, WorkTx,
 };
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::pool::PoolConnection;
@@ -368,8 +369,14 @@ stores! {
     AskStore,
     /// Documents, files and their versions (`crate::documents`).
     DocumentStore,
-    /// Messages, broadcasts, delivery attempts and presence (`crate::messages`).
+    /// Messages, broadcasts, the webhook ids, their search (`crate::messages`).
     MessageStore,
+    /// Delivery attempts of messages and mentions (`crate::messages`' `attempts.rs`).
+    AttemptStore,
+    /// Live sessions, shared by every replica (`crate::messages`' `live.rs`).
+    PresenceStore,
+    /// The inbox's threads, read marks and per-agent state (`crate::messages`' `reads.rs`).
+    MessageInboxStore,
     /// The delivery area's synced rows, settings and groups (`crate::delivery`).
     DeliveryStore,
     /// Notices and preferences (`crate::notify`).
@@ -400,6 +407,18 @@ impl WorkTx for SqlTx {
 
     fn messages(&mut self) -> Box<dyn MessageTx + '_> {
         Box::new(MessageStore(self))
+    }
+
+    fn attempts(&mut self) -> Box<dyn AttemptTx + '_> {
+        Box::new(AttemptStore(self))
+    }
+
+    fn presence(&mut self) -> Box<dyn PresenceTx + '_> {
+        Box::new(PresenceStore(self))
+    }
+
+    fn message_inbox(&mut self) -> Box<dyn MessageInboxTx + '_> {
+        Box::new(MessageInboxStore(self))
     }
 
     fn delivery(&mut self) -> Box<dyn DeliveryTx + '_> {

@@ -501,7 +501,7 @@ impl Asks<'_> {
             .collect();
         let mut attempts: HashMap<Deliverable, Vec<AttemptView>> = HashMap::new();
         if !items.is_empty() {
-            for a in tx.messages().attempts(&items).await? {
+            for a in tx.attempts().attempts(&items).await? {
                 attempts
                     .entry(a.item)
                     .or_default()

@@ -1,7 +1,7 @@
 //! The console's delivery area: delivery settings, the synced GitHub data behind the timeline,
 //! measures and pipeline, session groups and architecture sources (issue 15; protocol §6.5,
 //! §9), as one service, [`Delivery`], reached as [`Console::delivery`]. Each write runs in one
-//! transaction (`transact!` over [`DeliveryWork`]) and appends its event there. The code host
+//! transaction (`transact!`, the area's store `tx.delivery()`) and appends its event there. The code host
 //! and the KPI targets are set once at start ([`Console::set_code_host`]); syncs take a lock so
 //! that the timer's and a PUT's never overlap.
 //!

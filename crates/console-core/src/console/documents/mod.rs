@@ -23,9 +23,9 @@
 //! (`POST …/versions {name}`) makes a new `named` version of the current content, and an
 //! approval request settles the content first ([`Documents::settle_now`]).
 //!
-//! Every write runs in one transaction (`transact!` over [`DocumentsWork`], the area's view of
-//! a transaction) and appends its `document.*` event (with the document's own sequence) in
-//! it; an agent conversation's artifacts append none (spec).
+//! Every write runs in one transaction (`transact!`, the area's store `tx.documents()`) and
+//! appends its `document.*` event (with the document's own sequence) in it; an agent
+//! conversation's artifacts append none (spec).
 
 mod blocks;
 mod cache;

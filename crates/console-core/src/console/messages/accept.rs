@@ -102,7 +102,7 @@ impl Messages<'_> {
                     .ok_or_else(no_message)?
             };
             let attempts = tx
-                .messages()
+                .attempts()
                 .attempts(&[Deliverable::Message(m.id)])
                 .await?;
             let a = attempts
@@ -132,7 +132,7 @@ impl Messages<'_> {
         mode: Mode,
         now: Time,
     ) -> Result<(Accepted, Event), Error> {
-        tx.messages()
+        tx.attempts()
             .accept_attempt(a.item, a.attempt, now, mode)
             .await?;
         a.accepted_at = Some(now);

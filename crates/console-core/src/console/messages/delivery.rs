@@ -85,7 +85,7 @@ impl Messages<'_> {
         tx: &mut dyn WorkTx,
         new: &NewAttempt<'_>,
     ) -> Result<Opened, Error> {
-        let number = tx.messages().next_attempt(new.item).await?;
+        let number = tx.attempts().next_attempt(new.item).await?;
         let live = self.live_in(tx, new.session_id).await?;
         let (state, error) = match &live {
             None => (AttemptState::Failed, Some(failure::NOT_LIVE)),
@@ -109,7 +109,7 @@ impl Messages<'_> {
             scope: new.scope.clone(),
         };
         let pending = state == AttemptState::Pending;
-        tx.messages()
+        tx.attempts()
             .insert_attempt(&attempt, pending.then_some(new.content))
             .await?;
         self.attempt_event(tx, &attempt, new.requested_by).await?;
@@ -125,7 +125,7 @@ impl Messages<'_> {
                 attempt: attempt.attempt,
                 session: attempt.session_id.clone(),
             };
-            tx.messages().notify_links(&notice.to_payload()).await?;
+            tx.presence().notify_links(&notice.to_payload()).await?;
         }
         let delivery = (pending && elsewhere.is_none()).then(|| Delivery {
             item: attempt.item,
@@ -218,7 +218,7 @@ impl Messages<'_> {
                     created_after: Some(now - ACK_WITHIN),
                 };
                 let sent = tx
-                    .messages()
+                    .attempts()
                     .finish_attempt(ack.item, ack.attempt, &f)
                     .await?;
                 if let Some(a) = sent {
@@ -238,7 +238,7 @@ impl Messages<'_> {
         loop {
             let due = {
                 let mut tx = self.read().await?;
-                tx.messages()
+                tx.attempts()
                     .pending_attempts(Some(cutoff), None, SWEEP_BATCH)
                     .await?
             };
@@ -269,7 +269,7 @@ impl Messages<'_> {
         let now = self.console.now();
         let pending = {
             let mut tx = self.read().await?;
-            tx.messages()
+            tx.attempts()
                 .pending_attempts(Some(now), Some(session), SWEEP_BATCH)
                 .await?
         };
@@ -300,7 +300,7 @@ impl Messages<'_> {
                     session,
                     created_after: None,
                 };
-                let failed = tx.messages().finish_attempt(*item, *attempt, &f).await?;
+                let failed = tx.attempts().finish_attempt(*item, *attempt, &f).await?;
                 if let Some(a) = failed {
                     events.push(self.attempt_event(tx, &a, &actor).await?);
                 }
@@ -319,7 +319,7 @@ impl Messages<'_> {
     ) -> Result<Option<Delivery>, Error> {
         let mut tx = self.read().await?;
         Ok(tx
-            .messages()
+            .attempts()
             .pending_content(item, attempt)
             .await?
             .map(|(session_id, content)| Delivery {

@@ -5,7 +5,7 @@
 //! in SQL: each kind answers its first `offset + limit` rows, newest reply first and then by
 //! thread id, and its total), merged here in the same order:
 //!
-//! - issue message threads (`MessageTx::unread_message_threads`): the roots the person wrote
+//! - issue message threads (`MessageInboxTx::unread_message_threads`): the roots the person wrote
 //!   (people write no replies), where a message by someone else is newer than their read mark;
 //! - comment threads not on an ask (`AskTx::unread_comment_threads`): a root and its replies,
 //!   where the person wrote the root or a reply and someone else commented later than both the
@@ -264,7 +264,7 @@ async fn message_rows(
         return Ok((Vec::new(), 0));
     }
     let (threads, n) = tx
-        .messages()
+        .message_inbox()
         .unread_message_threads(q.login, q.issue, q.want, 0)
         .await?;
     Ok((written_rows(ThreadKind::Message, threads), n))
@@ -347,7 +347,7 @@ impl Messages<'_> {
         let at = mark(read_through, now)?;
         transact!(self.console, |tx| {
             let wrote = tx
-                .messages()
+                .message_inbox()
                 .wrote_in_message_thread(&human.login, message)
                 .await?
                 || tx.asks().wrote_in_comment_thread(&human.login, &id).await?
@@ -355,9 +355,11 @@ impl Messages<'_> {
             if !wrote {
                 return Ok(());
             }
-            let was = tx.messages().thread_read(&human.login, &id).await?;
+            let was = tx.message_inbox().thread_read(&human.login, &id).await?;
             if was.is_none_or(|w| at > w) {
-                tx.messages().put_thread_read(&human.login, &id, at).await?;
+                tx.message_inbox()
+                    .put_thread_read(&human.login, &id, at)
+                    .await?;
             }
             Ok(())
         })
@@ -367,8 +369,11 @@ impl Messages<'_> {
     /// by session id.
     pub async fn agent_states(&self, human: &Human) -> Result<Vec<AgentState>, Error> {
         let mut tx = self.read().await?;
-        let states = tx.messages().agent_states(&human.login).await?;
-        let unread = tx.messages().unread_replies(&human.login, None).await?;
+        let states = tx.message_inbox().agent_states(&human.login).await?;
+        let unread = tx
+            .message_inbox()
+            .unread_replies(&human.login, None)
+            .await?;
         Ok(states
             .into_iter()
             .map(|(session_id, cleared_before, read_through)| AgentState {
@@ -413,22 +418,22 @@ impl Messages<'_> {
                         "`read_replies` names the session's own messages",
                     ));
                 }
-                tx.messages().read_replies(&human.login, &ids).await?;
+                tx.message_inbox().read_replies(&human.login, &ids).await?;
             }
             let (was_cleared, was_read) = tx
-                .messages()
+                .message_inbox()
                 .agent_state(&human.login, session)
                 .await?
                 .unwrap_or((None, None));
             let cleared_before = later(was_cleared, cleared);
             let read_through = later(was_read, read);
             if (cleared_before, read_through) != (was_cleared, was_read) {
-                tx.messages()
+                tx.message_inbox()
                     .put_agent_state(&human.login, session, cleared_before, read_through)
                     .await?;
             }
             let unread = tx
-                .messages()
+                .message_inbox()
                 .unread_replies(&human.login, Some(session))
                 .await?;
             Ok(AgentState {

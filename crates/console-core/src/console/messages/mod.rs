@@ -1,9 +1,9 @@
 //! The console's messages area: targeted messages, broadcasts, delivery attempts, threads and
 //! per-agent conversation state (issue 14; spec "Broadcasts and session messages", "Message
 //! accept rules", "Inbox and read state"; protocol §4.2, §6.4), as one service, [`Messages`],
-//! reached as [`Console::messages`]. Each write runs in one transaction (`transact!` over
-//! [`MessagesWork`], the area's view of a transaction) and appends its event there; on an
-//! issue, the events are in the issue's log.
+//! reached as [`Console::messages`]. Each write runs in one transaction (`transact!`, the
+//! area's store `tx.messages()`) and appends its event there; on an issue, the events are in
+//! the issue's log.
 //!
 //! - this module: the service, the checks, and what every operation shares (a message's view
 //!   with its attempts and replies, its event, its attempts opened);
@@ -142,7 +142,7 @@ impl Messages<'_> {
         threads.dedup();
         let all = tx.messages().thread_messages(&threads).await?;
         let items: Vec<Deliverable> = all.iter().map(|m| Deliverable::Message(m.id)).collect();
-        let attempts = tx.messages().attempts(&items).await?;
+        let attempts = tx.attempts().attempts(&items).await?;
         Ok(messages
             .iter()
             .map(|m| view_of(m, &all, &attempts))

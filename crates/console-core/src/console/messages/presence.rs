@@ -123,7 +123,7 @@ impl Messages<'_> {
         session: &SessionId,
     ) -> Result<Option<LiveSession>, Error> {
         Ok(tx
-            .messages()
+            .presence()
             .live_session(session, self.replica(), self.fresh_after())
             .await?)
     }
@@ -131,7 +131,7 @@ impl Messages<'_> {
     /// The roles live sessions advertise, read in `tx`.
     pub(crate) async fn live_roles_in(&self, tx: &mut dyn WorkTx) -> Result<Vec<String>, Error> {
         Ok(tx
-            .messages()
+            .presence()
             .live_roles(self.replica(), self.fresh_after())
             .await?)
     }
@@ -143,7 +143,7 @@ impl Messages<'_> {
         role: &str,
     ) -> Result<Vec<SessionId>, Error> {
         Ok(tx
-            .messages()
+            .presence()
             .role_holders(role, self.replica(), self.fresh_after())
             .await?)
     }
@@ -158,7 +158,7 @@ impl Messages<'_> {
     pub async fn live_sessions(&self) -> Result<Vec<LiveSession>, Error> {
         let mut tx = self.read().await?;
         Ok(tx
-            .messages()
+            .presence()
             .live_sessions(self.replica(), self.fresh_after())
             .await?)
     }
@@ -179,7 +179,7 @@ impl Messages<'_> {
     /// (`session.live`); a link of it on another replica is told to close.
     pub async fn session_hello(&self, actor: &Actor, live: &LiveSession) -> Result<(), Error> {
         transact!(self.console, |tx| {
-            let held = tx.messages().put_live(live).await?;
+            let held = tx.presence().put_live(live).await?;
             if let Some((replica, link)) = held
                 && replica != live.replica
             {
@@ -188,7 +188,7 @@ impl Messages<'_> {
                     link,
                     session: live.session_id.clone(),
                 };
-                tx.messages().notify_links(&notice.to_payload()).await?;
+                tx.presence().notify_links(&notice.to_payload()).await?;
             }
             self.live_event(tx, "session.live", actor, live).await
         })?;
@@ -199,7 +199,7 @@ impl Messages<'_> {
     /// still holds it.
     pub async fn session_update(&self, actor: &Actor, live: &LiveSession) -> Result<(), Error> {
         transact!(self.console, |tx| {
-            if !tx.messages().update_live(live).await? {
+            if !tx.presence().update_live(live).await? {
                 return Ok(());
             }
             self.live_event(tx, "session.updated", actor, live).await?;
@@ -217,7 +217,7 @@ impl Messages<'_> {
     ) -> Result<(), Error> {
         let replica = self.replica().to_owned();
         let gone = transact!(self.console, |tx| {
-            let removed = tx.messages().remove_live(session, &replica, link).await?;
+            let removed = tx.presence().remove_live(session, &replica, link).await?;
             match removed {
                 Some(l) => {
                     self.live_event(tx, "session.gone", actor, &l).await?;
@@ -241,7 +241,7 @@ impl Messages<'_> {
         let replica = self.replica().to_owned();
         let now = self.console.now();
         transact!(self.console, |tx| Ok(tx
-            .messages()
+            .presence()
             .heartbeat(&replica, now, activity)
             .await?))
     }
@@ -253,7 +253,7 @@ impl Messages<'_> {
         let before = self.fresh_after();
         {
             let mut tx = self.read().await?;
-            if !tx.messages().any_stale(&replica, before).await? {
+            if !tx.presence().any_stale(&replica, before).await? {
                 return Ok(0);
             }
         }
@@ -262,7 +262,7 @@ impl Messages<'_> {
         };
         let gone = transact!(self.console, |tx| {
             let gone = tx
-                .messages()
+                .presence()
                 .remove_stale(&replica, before, STALE_BATCH)
                 .await?;
             for l in &gone {

@@ -231,7 +231,7 @@ impl Messages<'_> {
         session: &SessionId,
     ) -> Result<(), Error> {
         let attempts = tx
-            .messages()
+            .attempts()
             .attempts(&[Deliverable::Message(m.id)])
             .await?;
         if attempts.iter().any(|a| a.session_id == *session) {

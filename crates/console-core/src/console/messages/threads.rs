@@ -40,7 +40,7 @@ impl Messages<'_> {
             check_direct_reader(&root, &all, session.as_ref())?;
         }
         let items: Vec<Deliverable> = all.iter().map(|x| Deliverable::Message(x.id)).collect();
-        let attempts = tx.messages().attempts(&items).await?;
+        let attempts = tx.attempts().attempts(&items).await?;
         Ok(Thread {
             root: view_of(&root, &all, &attempts),
             replies: all

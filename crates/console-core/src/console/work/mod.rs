@@ -1,8 +1,8 @@
 //! The console's work area: projects and issues, their labels, ranks, claims, read states
 //! and subscribers (protocol §6.1, §6.2), as one service, [`Issues`], reached as
-//! [`Console::issues`]. Each write runs in one transaction (`transact!` over
-//! [`IssuesWork`]), retried on a storage conflict, and appends its event in that
-//! transaction; after the commit the new event id wakes the event streams.
+//! [`Console::issues`]. Each write runs in one transaction (`transact!`, reaching the stores
+//! `tx.projects()`, `tx.issues()`, `tx.events()`), retried on a storage conflict, and appends
+//! its event in that transaction; after the commit the unit of work wakes the event streams.
 //!
 //! - this module: the inputs and their checks, the helpers other areas share
 //!   ([`console_ref`], `invalid`, `not_found`, the person an assignee names), and the event
