@@ -260,6 +260,19 @@ pub trait Tx: Send {
             None => Ok((None, Vec::new())),
         }
     }
+    /// The enrollment, locked for update in a write transaction (as [`Tx::get_enrollment`]),
+    /// and, when it exists, its pending requests (as [`Tx::pending_requests`]), read in that
+    /// order: a backend that can sends both in one round trip (PostgreSQL's write
+    /// transactions). A secret request reads both first.
+    async fn enrollment_with_pending(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<(Option<Enrollment>, Vec<Request>), StorageError> {
+        match self.get_enrollment(id).await? {
+            Some(e) => Ok((Some(e), self.pending_requests(id).await?)),
+            None => Ok((None, Vec::new())),
+        }
+    }
     /// Every stored-live grant.
     async fn live_grants(&mut self) -> Result<Vec<Grant>, StorageError>;
     async fn put_grant(&mut self, g: &Grant) -> Result<(), StorageError>;
@@ -362,6 +375,22 @@ macro_rules! tx_decorator {
                     }
                 }
             }
+
+
+            /// Not passed through, as `enrollment_with_grants`: read through the decorator's own
+            /// `get_enrollment` and `pending_requests` unless it writes this one.
+            fn enrollment_with_pending(
+                &mut self,
+                id: EnrollmentId,
+            ) -> impl Future<Output = Result<(Option<Enrollment>, Vec<Request>), StorageError>> + Send
+            {
+                async move {
+                    match TxDecorator::get_enrollment(self, id).await? {
+                        Some(e) => Ok((Some(e), TxDecorator::pending_requests(self, id).await?)),
+                        None => Ok((None, Vec::new())),
+                    }
+                }
+            }
         }
 
         #[async_trait]
@@ -379,6 +408,13 @@ macro_rules! tx_decorator {
                 id: EnrollmentId,
             ) -> Result<(Option<Enrollment>, Vec<Grant>), StorageError> {
                 TxDecorator::enrollment_with_grants(self, id).await
+            }
+
+            async fn enrollment_with_pending(
+                &mut self,
+                id: EnrollmentId,
+            ) -> Result<(Option<Enrollment>, Vec<Request>), StorageError> {
+                TxDecorator::enrollment_with_pending(self, id).await
             }
         }
     };

@@ -107,6 +107,8 @@ pub struct SqlStorage {
     /// The URL with any password replaced, for `Debug`.
     shown_url: Arc<str>,
     once_calls: Arc<AtomicU64>,
+    /// The statements write transactions sent ([`SqlStorage::round_trips`]).
+    round_trips: Arc<AtomicU64>,
     /// Read connections kept between reads (`spare.rs`).
     spares: Arc<Spares>,
     /// Single-use values are written in batches by a task of their own (`once.rs`).
@@ -214,6 +216,7 @@ impl SqlStorage {
             backend,
             shown_url,
             once_calls: Arc::new(AtomicU64::new(0)),
+            round_trips: Arc::new(AtomicU64::new(0)),
         };
         tracing::debug!(storage = ?storage, "storage connected");
         Ok(storage)
@@ -221,6 +224,13 @@ impl SqlStorage {
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// How many statements this storage's write transactions have sent on their connections,
+    /// `BEGIN` and `COMMIT` included: on PostgreSQL, each is a round trip to the server. For
+    /// tests and measurements (issue 50: an automatic request's count).
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many write transactions wait now: on SQLite, for their turn at the writer; on
@@ -251,7 +261,8 @@ impl SqlStorage {
 
     /// A write transaction.
     async fn begin_sql(&self) -> Result<SqlTx, StorageError> {
-        begin_write(&self.pool, self.backend, self.writer.as_ref()).await
+        let tx = begin_write(&self.pool, self.backend, self.writer.as_ref()).await?;
+        Ok(tx.counting(&self.round_trips))
     }
 
     /// Deletes every lapsed single-use value.

@@ -423,6 +423,16 @@ impl TxDecorator for GuardTx {
         Ok(rs)
     }
 
+    async fn enrollment_with_pending(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<(Option<Enrollment>, Vec<Request>), StorageError> {
+        let (e, rs) = self.inner.enrollment_with_pending(id).await?;
+        let e = e.and_then(|e| self.enrollment(e));
+        rs.iter().for_each(|r| self.request(r));
+        Ok((e, rs))
+    }
+
     async fn put_request(&mut self, r: &Request) -> Result<(), StorageError> {
         let was = self.seen.requests.insert(r.id, r.state);
         if r.state != RequestState::Pending && was.is_none_or(|s| s == RequestState::Pending) {

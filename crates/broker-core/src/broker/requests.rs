@@ -146,11 +146,9 @@ impl Broker {
         let now = self.now();
         let policy = self.policy();
         let created = transact!(self, "create request", |tx| {
-            let e = tx
-                .get_enrollment(caller.id)
-                .await?
-                .ok_or(ErrorCode::PROOF_INVALID)?
-                .settled(now);
+            // One round trip on PostgreSQL: the enrollment (locked) and its pending requests.
+            let (e, pending) = tx.enrollment_with_pending(caller.id).await?;
+            let e = e.ok_or(ErrorCode::PROOF_INVALID)?.settled(now);
             if !e.is_live(now) {
                 return Err(Error::with_message(
                     ErrorCode::PROOF_INVALID,
@@ -159,7 +157,7 @@ impl Broker {
                 .into());
             }
             let decided = policy.decide(&ask.names, &e.withheld)?;
-            if let Some(pending) = Self::coalesced(tx, &e, &ask, now).await? {
+            if let Some(pending) = Self::coalesced(pending, &e, &ask, now)? {
                 return Ok(CreatedRequest {
                     request: pending,
                     coalesced: true,
@@ -218,14 +216,14 @@ impl Broker {
 
     /// This session's pending request asking for exactly these names with this lifetime, which
     /// a new ask joins; `REQUEST_PENDING` when a pending one asks for some of them.
-    async fn coalesced(
-        tx: &mut dyn crate::storage::Tx,
+    fn coalesced(
+        pending: Vec<Request>,
         e: &Enrollment,
         ask: &Ask<'_>,
         now: Time,
     ) -> Result<Option<Request>, Fail> {
         let wanted: BTreeSet<&SecretName> = ask.names.iter().collect();
-        for p in tx.pending_requests(e.id).await? {
+        for p in pending {
             let p = p.settled(now, e);
             if p.state != RequestState::Pending {
                 continue;

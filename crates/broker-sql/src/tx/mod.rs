@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -34,9 +35,16 @@ macro_rules! args {
     ($($a:expr),* $(,)?) => { vec![$(Arg::from($a)),*] };
 }
 
+mod combined;
 mod commit;
+mod held;
+mod locked;
 mod queries;
 mod rows;
+
+use combined::head_of;
+use held::Held;
+use locked::{Locked, Remembered};
 
 use rows::*;
 pub(crate) use rows::{Arg, bind_all, defer_audit};
@@ -59,6 +67,13 @@ pub(crate) struct SqlTx {
     /// A PostgreSQL write's pool and the last audit entry it appended (position, hash): what
     /// [`SqlTx::commit`] reads to learn whether a COMMIT whose answer was lost committed.
     resolve: Option<Resolve>,
+    /// PostgreSQL's write: the writes held back, to go as one statement (`held.rs`).
+    held: Held,
+    /// PostgreSQL's write: the rows it read by key (locked) or wrote (`locked.rs`).
+    locked: Locked,
+    /// Counts the statements this transaction sends on its connection, `BEGIN` and `COMMIT`
+    /// included (the storage's [`round_trips`](crate::SqlStorage::round_trips)).
+    sent: Option<Arc<AtomicU64>>,
 }
 
 /// What a PostgreSQL write needs to resolve a COMMIT whose outcome is unknown (`commit.rs`).
@@ -119,6 +134,58 @@ impl SqlTx {
         self
     }
 
+    /// Counts its statements on `sent` (and one for the `BEGIN` a pooled transaction sent).
+    pub(crate) fn counting(mut self, sent: &Arc<AtomicU64>) -> Self {
+        if matches!(self.inner, Some(Inner::Pool(_))) {
+            sent.fetch_add(1, Ordering::Relaxed);
+        }
+        self.sent = Some(sent.clone());
+        self
+    }
+
+    /// One more statement sent.
+    fn count(&self) {
+        if let Some(sent) = &self.sent {
+            sent.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this transaction holds its writes back (`held.rs`): PostgreSQL's writes.
+    fn holds(&self) -> bool {
+        self.backend == Backend::Postgres
+            && self.write
+            && matches!(self.inner, Some(Inner::Pool(_)))
+    }
+
+    /// The row `key` of `T`'s table, if this write transaction read (and locked) or wrote it.
+    fn remembered<T: Remembered>(&self, key: &str) -> Option<T> {
+        if !self.holds() {
+            return None;
+        }
+        self.locked.get(key)
+    }
+
+    /// Remembers a row read by key (locked) or written, in a write transaction that holds its
+    /// writes back.
+    fn remember<T: Remembered>(&mut self, key: String, v: &T) {
+        if self.holds() {
+            self.locked.put(key, v);
+        }
+    }
+
+    /// Sends what is held back, as one statement (or a few, for very many parameters).
+    async fn flush(&mut self) -> Result<(), StorageError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        for (sql, args) in self.held.take() {
+            let conn = self.conn_now().await?;
+            let r = bind_all(sqlx::query(&sql), args).execute(conn).await;
+            self.checked(r)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn pooled(tx: Transaction<'static, Any>, backend: Backend, write: bool) -> Self {
         SqlTx {
             inner: Some(Inner::Pool(tx)),
@@ -128,6 +195,9 @@ impl SqlTx {
             spares: None,
             reads: None,
             resolve: None,
+            held: Held::default(),
+            locked: Locked::default(),
+            sent: None,
         }
     }
 
@@ -146,6 +216,9 @@ impl SqlTx {
             spares: Some(spares),
             reads: None,
             resolve: None,
+            held: Held::default(),
+            locked: Locked::default(),
+            sent: None,
         }
     }
 
@@ -160,6 +233,9 @@ impl SqlTx {
             spares: Some(spares),
             reads: Some(reads),
             resolve: None,
+            held: Held::default(),
+            locked: Locked::default(),
+            sent: None,
         }
     }
 
@@ -172,12 +248,23 @@ impl SqlTx {
             spares: None,
             reads: None,
             resolve: None,
+            held: Held::default(),
+            locked: Locked::default(),
+            sent: None,
         }
     }
 
-    /// The connection for the next statement, which [`SqlTx::checked`] settles. A read on
-    /// PostgreSQL takes its connection here, at its first statement that is not batched.
+    /// The connection for the next statement, which [`SqlTx::checked`] settles, once the
+    /// writes held back have gone before it (so it sees them, and they run in order).
     async fn conn(&mut self) -> Result<&mut AnyConnection, StorageError> {
+        self.flush().await?;
+        self.conn_now().await
+    }
+
+    /// The connection for the next statement, with the writes still held back. A read on
+    /// PostgreSQL takes its connection here, at its first statement that is not batched.
+    async fn conn_now(&mut self) -> Result<&mut AnyConnection, StorageError> {
+        self.count();
         if let (Some(Inner::Lazy(pool)), Some(spares)) = (&self.inner, &self.spares) {
             let conn = spares.take(pool).await.map_err(crate::error::begin_err)?;
             self.inner = Some(Inner::Conn(conn));
@@ -284,11 +371,21 @@ impl SqlTx {
         self.checked(r)
     }
 
-    /// A write whose answer nobody reads (an upsert): on SQLite's writer it is held back, to
-    /// go with the next statement or the batch's `COMMIT`; elsewhere it runs now.
-    async fn put(&mut self, sql: &str, args: Vec<Arg>) -> Result<(), StorageError> {
+    /// A write whose answer nobody reads (an upsert of the row `row`, table and key): on
+    /// SQLite's writer it is held back, to go with the next statement or the batch's `COMMIT`;
+    /// on PostgreSQL with the transaction's other writes, as one statement (`held.rs`).
+    async fn put(
+        &mut self,
+        row: (&'static str, String),
+        sql: &str,
+        args: Vec<Arg>,
+    ) -> Result<(), StorageError> {
         if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
             slot.defer(sql, args);
+            return Ok(());
+        }
+        if self.holds() {
+            self.held.put(row, sql, args);
             return Ok(());
         }
         self.execute(sql, args).await.map(|_| ())
@@ -315,6 +412,23 @@ impl SqlTx {
             Some(row) => from_doc(what, &row).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// A row by key, locked: from what this transaction read or wrote when it has (`locked.rs`).
+    async fn get_locked<T: Remembered + DeserializeOwned>(
+        &mut self,
+        what: &str,
+        sql: &str,
+        key: String,
+    ) -> Result<Option<T>, StorageError> {
+        if let Some(v) = self.remembered::<T>(&key) {
+            return Ok(Some(v));
+        }
+        let v: Option<T> = self.get_doc(what, sql, args![key.clone()]).await?;
+        if let Some(v) = &v {
+            self.remember(key, v);
+        }
+        Ok(v)
     }
 
     async fn get_docs<T: DeserializeOwned>(

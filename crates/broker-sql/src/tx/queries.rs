@@ -6,6 +6,11 @@ use super::*;
 impl Tx for SqlTx {
     #[tracing::instrument(name = "database commit", level = "info", skip_all, fields(otel.kind = "client"))]
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
+        // PostgreSQL: the writes held back go first, as one statement (`held.rs`).
+        self.flush().await?;
+        if matches!(self.inner, Some(Inner::Pool(_))) {
+            self.count();
+        }
         match self.inner.take().ok_or_else(finished)? {
             Inner::Pool(tx) => match tx.commit().await {
                 Ok(()) => Ok(()),
@@ -78,6 +83,7 @@ impl Tx for SqlTx {
         );
         let doc = to_doc("credential", c)?;
         self.put(
+            ("credentials", c.id.to_string()),
             &sql,
             args![
                 c.id.to_string(),
@@ -127,6 +133,7 @@ impl Tx for SqlTx {
         );
         let doc = to_doc("passkey", p)?;
         self.put(
+            ("passkeys", p.id.clone()),
             &sql,
             args![
                 p.id.as_str(),
@@ -160,6 +167,7 @@ impl Tx for SqlTx {
         );
         let doc = to_doc("login", l)?;
         self.put(
+            ("logins", l.pending_hash.clone()),
             &sql,
             args![
                 l.pending_hash.as_str(),
@@ -173,9 +181,17 @@ impl Tx for SqlTx {
     }
 
     async fn get_record(&mut self, id: &RecordId) -> Result<Option<Record>, StorageError> {
+        let key = id.to_string();
+        if let Some(r) = self.remembered::<Record>(&key) {
+            return Ok(Some(r));
+        }
         let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE id = $1");
-        match self.fetch_optional(&sql, args![id.to_string()]).await? {
-            Some(row) => record_from_row(&row).map(Some),
+        match self.fetch_optional(&sql, args![key.clone()]).await? {
+            Some(row) => {
+                let r = record_from_row(&row)?;
+                self.remember(key, &r);
+                Ok(Some(r))
+            }
             None => Ok(None),
         }
     }
@@ -224,7 +240,9 @@ impl Tx for SqlTx {
             .as_ref()
             .map(|d| to_doc("record decision", d))
             .transpose()?;
+        self.remember(r.id.to_string(), r);
         self.put(
+            ("records", r.id.to_string()),
             &sql,
             args![
                 r.id.to_string(),
@@ -249,10 +267,10 @@ impl Tx for SqlTx {
         if let Some(reads) = &self.reads {
             return decode_some("enrollment", reads.enrollment(id.to_string()).await?);
         }
-        self.get_doc(
+        self.get_locked(
             "enrollment",
             "SELECT doc FROM enrollments WHERE id = $1",
-            args![id.to_string()],
+            id.to_string(),
         )
         .await
     }
@@ -285,7 +303,9 @@ impl Tx for SqlTx {
             ],
         );
         let doc = to_doc("enrollment", e)?;
+        self.remember(e.id.to_string(), e);
         self.put(
+            ("enrollments", e.id.to_string()),
             &sql,
             args![
                 e.id.to_string(),
@@ -302,10 +322,10 @@ impl Tx for SqlTx {
     }
 
     async fn get_request(&mut self, id: RequestId) -> Result<Option<Request>, StorageError> {
-        self.get_doc(
+        self.get_locked(
             "request",
             "SELECT doc FROM requests WHERE id = $1",
-            args![id.to_string()],
+            id.to_string(),
         )
         .await
     }
@@ -323,6 +343,19 @@ impl Tx for SqlTx {
         .await
     }
 
+    async fn enrollment_with_pending(
+        &mut self,
+        id: EnrollmentId,
+    ) -> Result<(Option<Enrollment>, Vec<Request>), StorageError> {
+        if self.holds() {
+            return self.locked_enrollment_with_pending(id).await;
+        }
+        match self.get_enrollment(id).await? {
+            Some(e) => Ok((Some(e), self.pending_requests(id).await?)),
+            None => Ok((None, Vec::new())),
+        }
+    }
+
     async fn put_request(&mut self, r: &Request) -> Result<(), StorageError> {
         let sql = upsert_sql(
             "requests",
@@ -330,7 +363,9 @@ impl Tx for SqlTx {
             &["id", "enrollment_id", "state", "created_at_ms", "doc"],
         );
         let doc = to_doc("request", r)?;
+        self.remember(r.id.to_string(), r);
         self.put(
+            ("requests", r.id.to_string()),
             &sql,
             args![
                 r.id.to_string(),
@@ -345,10 +380,10 @@ impl Tx for SqlTx {
     }
 
     async fn get_grant(&mut self, id: GrantId) -> Result<Option<Grant>, StorageError> {
-        self.get_doc(
+        self.get_locked(
             "grant",
             "SELECT doc FROM grants WHERE id = $1",
-            args![id.to_string()],
+            id.to_string(),
         )
         .await
     }
@@ -412,7 +447,9 @@ impl Tx for SqlTx {
             ],
         );
         let doc = to_doc("grant", g)?;
+        self.remember(g.id.to_string(), g);
         self.put(
+            ("grants", g.id.to_string()),
             &sql,
             args![
                 g.id.to_string(),
@@ -459,18 +496,18 @@ impl Tx for SqlTx {
     }
 
     async fn push_outbox(&mut self, item: &OutboxItem) -> Result<(), StorageError> {
-        self.execute(
-            "INSERT INTO outbox (id, payload, attempts, next_attempt_at_ms, topic) \
-             VALUES ($1, $2, $3, $4, $5)",
-            args![
-                item.id.as_str(),
-                item.payload.as_str(),
-                i64::from(item.attempts),
-                ms(item.next_attempt_at),
-                item.topic.as_str(),
-            ],
-        )
-        .await?;
+        let sql = "INSERT INTO outbox (id, payload, attempts, next_attempt_at_ms, topic) \
+             VALUES ($1, $2, $3, $4, $5)";
+        let args = args![
+            item.id.as_str(),
+            item.payload.as_str(),
+            i64::from(item.attempts),
+            ms(item.next_attempt_at),
+            item.topic.as_str(),
+        ];
+        // At once, not held back: a second push of an id fails here, as the caller expects
+        // (held back, it would replace the first, or fail only at commit).
+        self.execute(sql, args).await?;
         Ok(())
     }
 
@@ -533,14 +570,11 @@ impl Tx for SqlTx {
     async fn put_issued(&mut self, c: &Issued) -> Result<(), StorageError> {
         let sql = upsert_sql("issued", "id", &["id", "grant_id", "state", "doc"]);
         let doc = to_doc("issued credential", c)?;
+        let id = format!("{}:{}", c.grant_id, c.secret);
         self.put(
+            ("issued", id.clone()),
             &sql,
-            args![
-                format!("{}:{}", c.grant_id, c.secret),
-                c.grant_id.to_string(),
-                c.state.as_str(),
-                doc,
-            ],
+            args![id, c.grant_id.to_string(), c.state.as_str(), doc,],
         )
         .await
     }
@@ -550,8 +584,7 @@ impl Tx for SqlTx {
         // transactions are serial already. Taken last in a transaction (lock order: … → audit
         // head), so it is held only for the appends and the commit.
         if self.backend == Backend::Postgres && self.write {
-            self.execute("SELECT pg_advisory_xact_lock($1)", args![PG_AUDIT_LOCK])
-                .await?;
+            return self.locked_audit_head().await;
         }
         // SQLite's writer remembers the head its own appends left (nothing else writes there).
         if let Some(Inner::Writer(slot)) = self.inner.as_ref()
@@ -565,10 +598,7 @@ impl Tx for SqlTx {
             .await;
         match self.checked(r)? {
             None => Ok(None),
-            Some(row) => Ok(Some((
-                row.try_get("position").map_err(db_err)?,
-                hex::encode(row.try_get::<Vec<u8>, _>("hash").map_err(db_err)?),
-            ))),
+            Some(row) => head_of(&row).map(Some),
         }
     }
 
@@ -578,6 +608,14 @@ impl Tx for SqlTx {
         // automatic request a fifth of its rate). PostgreSQL: now, in this transaction.
         if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
             slot.append_audit(entries);
+            return Ok(());
+        }
+        if self.holds() {
+            // Held back with the transaction's other writes (`held.rs`).
+            self.held.audit(entries);
+            if let (Some(resolve), Some(last)) = (self.resolve.as_mut(), entries.last()) {
+                resolve.appended = Some((last.position, last.hash.clone()));
+            }
             return Ok(());
         }
         if matches!(self.inner, Some(Inner::Conn(_))) {

@@ -140,7 +140,7 @@ pub(crate) fn defer_audit(deferred: &mut Deferred, entries: &[AuditEntry]) {
 }
 
 /// One multi-row `INSERT` of `chunk`.
-fn audit_insert(chunk: &[AuditEntry]) -> (String, Vec<Arg>) {
+pub(super) fn audit_insert(chunk: &[AuditEntry]) -> (String, Vec<Arg>) {
     let mut sql = format!("INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ");
     let mut args = Vec::with_capacity(chunk.len() * 8);
     for (i, e) in chunk.iter().enumerate() {

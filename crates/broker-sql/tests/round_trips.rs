@@ -1,0 +1,303 @@
+//! How many round trips PostgreSQL's write transactions take (issue 50), counted by the storage
+//! ([`SqlStorage::round_trips`]: every statement a write sends, `BEGIN` and `COMMIT` included),
+//! for the calls the core's three hot writes make, in the core's order, through the core's own
+//! decorator ([`Guarded`]: seals, and the audit log appended at commit):
+//!
+//! - an automatic secret request (`Broker::create_request`): the enrollment and its pending
+//!   requests, then the grant and the request; the decision's audit entry at commit;
+//! - a release's audit entry (`Broker::release_values`);
+//! - a denial (`Broker::deny`): the session's locks, the record, the request, then the request
+//!   and the record written; two entries at commit.
+//!
+//! And what holding the writes back must keep: a read in the transaction sees its own writes,
+//! two writes of one row commit the last, the chain is whole.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use chrono::Utc;
+use countersign_broker_core::audit::{self, AuditEvent, Follower};
+use countersign_broker_core::broker::guard::Guarded;
+use countersign_broker_core::clock::SystemClock;
+use countersign_broker_core::ids::{
+    Approver, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId, SecretName,
+};
+use countersign_broker_core::model::{
+    DecisionBy, Enrollment, EnrollmentKind, Grant, GrantedBy, Record, RecordDecision, RecordKind,
+    RecordState, RecordText, Request, RequestState, SessionIds,
+};
+use countersign_broker_core::policy::SecretDecision;
+use countersign_broker_core::seal::Sealer;
+use countersign_broker_core::storage::Storage;
+use countersign_broker_sql::SqlStorage;
+use countersign_proto::SigningKey;
+use sqlx::Connection;
+use uuid::Uuid;
+use zeroize::Zeroizing;
+
+fn name(s: &str) -> SecretName {
+    SecretName::parse(s).expect("name")
+}
+
+fn enrollment() -> Enrollment {
+    let now = Utc::now();
+    Enrollment {
+        id: EnrollmentId(Uuid::new_v4()),
+        credential_id: CredentialId(Uuid::new_v4()),
+        kind: EnrollmentKind::Session,
+        runtime_id: "claude-1".into(),
+        slot: None,
+        operator: Some(Login::parse("ada@example.com").expect("login")),
+        thumbprint: "session-thumb".into(),
+        jwk: SigningKey::generate().expect("key").public_jwk(),
+        session_id: None,
+        lease_expires_at: now + chrono::Duration::hours(1),
+        created_at: now,
+        ended: None,
+        pod_token_seen: true,
+        pod_account: None,
+        withheld: BTreeSet::new(),
+        seal: String::new(),
+    }
+}
+
+fn request(e: EnrollmentId, state: RequestState) -> Request {
+    Request {
+        id: RequestId(Uuid::new_v4()),
+        enrollment_id: e,
+        state,
+        secrets: vec![(name("NPM_TOKEN"), SecretDecision::Automatic)],
+        grant_id: None,
+        record_id: None,
+        approver: None,
+        lifetime_seconds: Some(600),
+        session_id: None,
+        stated_id: None,
+        reason: "deploy".into(),
+        created_at: Utc::now(),
+        decided_at: None,
+        decision: None,
+        expires_at: None,
+    }
+}
+
+fn grant(r: &Request) -> Grant {
+    Grant {
+        id: GrantId(Uuid::new_v4()),
+        request_id: r.id,
+        enrollment_id: r.enrollment_id,
+        names: vec![name("NPM_TOKEN")],
+        granted: GrantedBy::Automatic,
+        record_id: None,
+        approver: None,
+        expires_at: Some(Utc::now() + chrono::Duration::minutes(10)),
+        created_at: Utc::now(),
+        rules_version: "rules-1".into(),
+        end: None,
+        seal: "grant-seal".into(),
+        decision_seal: None,
+    }
+}
+
+fn record(r: &Request) -> Record {
+    let body = RecordText {
+        version: 1,
+        kind: RecordKind::AgentSecret,
+        approver: Approver::Anyone,
+        enrollment: None,
+        session: SessionIds {
+            request: None,
+            enrollment: None,
+        },
+        identifiers: vec![],
+        service: None,
+        reason: "deploy".into(),
+        lifetime_seconds: Some(600),
+        rules_version: "rules-1".into(),
+        expires_at: Utc::now() + chrono::Duration::minutes(5),
+        requested_at: Utc::now(),
+        enrollment_id: Some(r.enrollment_id),
+        request_id: Some(r.id),
+        thumbprint: None,
+        jwk: None,
+        nonce: Uuid::new_v4().to_string(),
+    };
+    let text = body.canonical();
+    Record {
+        id: RecordId::of_text(&text),
+        text,
+        body,
+        state: RecordState::Pending,
+        decided: None,
+        code: None,
+    }
+}
+
+/// The round trips `body`'s transaction takes, commit included.
+macro_rules! counted {
+    ($storage:expr, $guarded:expr, |$tx:ident| $body:expr) => {{
+        let before = $storage.round_trips();
+        let mut $tx = $guarded.begin().await.expect("begin");
+        $body;
+        $tx.commit().await.expect("commit");
+        $storage.round_trips() - before
+    }};
+}
+
+#[tokio::test]
+async fn hot_writes_take_few_round_trips() {
+    let Ok(admin) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+            "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is not set"
+        );
+        return;
+    };
+    sqlx::any::install_default_drivers();
+    let db = format!("cs_trips_{}", Uuid::new_v4().simple());
+    let mut conn = sqlx::AnyConnection::connect(&admin).await.expect("admin");
+    sqlx::query(&format!("CREATE DATABASE {db}"))
+        .execute(&mut conn)
+        .await
+        .expect("create");
+    let url = match admin.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{db}"),
+        None => panic!("the test URL names a database"),
+    };
+    let storage = SqlStorage::connect(&url).await.expect("connect");
+    let key = Zeroizing::new(vec![7u8; 32]);
+    let sealer = Sealer::new(&key).expect("sealer");
+    let guarded = Guarded::new(
+        Arc::new(storage.clone()),
+        sealer.clone(),
+        Arc::new(SystemClock),
+        Arc::new(Follower::new(None)),
+        Arc::new(AtomicBool::new(false)),
+    );
+
+    let e = enrollment();
+    let _ = counted!(storage, guarded, |tx| tx
+        .put_enrollment(&e)
+        .await
+        .expect("put"));
+    let other = request(e.id, RequestState::Pending);
+    let _ = counted!(storage, guarded, |tx| tx
+        .put_request(&other)
+        .await
+        .expect("put"));
+
+    // An automatic request: BEGIN, the enrollment with its pending requests, the audit log's
+    // lock and head, the grant + request + entry, COMMIT.
+    let mut r = request(e.id, RequestState::Pending);
+    let g = grant(&r);
+    let trips = counted!(storage, guarded, |tx| {
+        let (found, pending) = tx.enrollment_with_pending(e.id).await.expect("read");
+        assert_eq!(found.map(|f| f.id), Some(e.id), "the sealed enrollment");
+        assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), [other.id]);
+        tx.put_grant(&g).await.expect("grant");
+        r.state = RequestState::Granted;
+        r.grant_id = Some(g.id);
+        r.decided_at = Some(Utc::now());
+        tx.put_request(&r).await.expect("request");
+    });
+    println!("automatic request: {trips} round trips");
+    assert_eq!(trips, 5, "an automatic request's round trips");
+
+    // A release's entry: BEGIN, lock and head, the entry, COMMIT.
+    let event = AuditEvent {
+        kind: "release",
+        subject: format!("grant:{}", g.id),
+        body: "{}".into(),
+    };
+    let trips = counted!(storage, guarded, |tx| {
+        audit::append(&mut *tx, &sealer, Utc::now(), std::slice::from_ref(&event))
+            .await
+            .expect("append");
+    });
+    println!("release: {trips} round trips");
+    assert_eq!(trips, 4, "a release's round trips");
+
+    // A denial, as `Broker::deny` reads and writes (its reads of rows it has read are the
+    // core's, one statement each).
+    let mut pending = request(e.id, RequestState::Pending);
+    let mut rec = record(&pending);
+    pending.record_id = Some(rec.id);
+    let _ = counted!(storage, guarded, |tx| {
+        tx.put_request(&pending).await.expect("put");
+        tx.put_record(&rec).await.expect("put");
+    });
+    let trips = counted!(storage, guarded, |tx| {
+        tx.get_enrollment(e.id).await.expect("lock");
+        tx.get_request(pending.id).await.expect("lock");
+        tx.get_record(&rec.id).await.expect("record");
+        tx.get_request(pending.id).await.expect("settle");
+        tx.get_enrollment(e.id).await.expect("settle");
+        tx.get_request(pending.id).await.expect("request");
+        pending.state = RequestState::Denied;
+        pending.decided_at = Some(Utc::now());
+        pending.decision = Some(DecisionBy {
+            by: "ada@example.com".into(),
+            at: Utc::now(),
+        });
+        tx.put_request(&pending).await.expect("request");
+        rec.state = RecordState::Denied;
+        rec.decided = Some(RecordDecision {
+            event: RecordState::Denied,
+            at: Utc::now(),
+            by: "ada@example.com".into(),
+            credential_id: None,
+            countersignature: None,
+            seal: "seal".into(),
+        });
+        tx.put_record(&rec).await.expect("record");
+    });
+    println!("denial: {trips} round trips");
+    assert_eq!(trips, 7, "a denial's round trips");
+
+    // Held back, still read back in the transaction; two writes of a row commit the last.
+    let mut twice = request(e.id, RequestState::Pending);
+    let _ = counted!(storage, guarded, |tx| {
+        tx.put_request(&twice).await.expect("first");
+        let read = tx.get_request(twice.id).await.expect("read");
+        assert_eq!(
+            read.map(|x| x.state),
+            Some(RequestState::Pending),
+            "its own write"
+        );
+        twice.state = RequestState::Cancelled;
+        tx.put_request(&twice).await.expect("second");
+        twice.reason = "the last".into();
+        tx.put_request(&twice).await.expect("third");
+    });
+    let mut tx = storage.read().await.expect("read");
+    let stored = tx
+        .get_request(twice.id)
+        .await
+        .expect("get")
+        .expect("stored");
+    assert_eq!(
+        (stored.state, stored.reason.as_str()),
+        (RequestState::Cancelled, "the last")
+    );
+    let stored = tx.get_grant(g.id).await.expect("get");
+    assert_eq!(stored.map(|x| x.id), Some(g.id));
+    drop(tx);
+
+    // The chain the held-back entries made is whole and sealed.
+    let mut tx = storage.read().await.expect("read");
+    let walk = audit::verify_all(&mut *tx, &sealer)
+        .await
+        .expect("walk")
+        .expect("an unbroken chain");
+    // The automatic request's two (grant, decision), the release's, the denial's two (request,
+    // record), the cancellation's.
+    assert_eq!(walk.position, 6, "every entry, in one unbroken chain");
+    drop(tx);
+
+    storage.close().await;
+    sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
+        .execute(&mut conn)
+        .await
+        .expect("drop");
+}
