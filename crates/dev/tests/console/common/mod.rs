@@ -855,7 +855,8 @@ impl Machine {
             "runtime_id": runtime_id,
             "thumbprint": key.thumbprint(),
             "jwk": key.public_jwk(),
-            "session_id": format!("notify-{runtime_id}"),
+            // A session id holds no `/` (console-protocol §4.1): a runtime id's `/` becomes `-`.
+            "session_id": format!("notify-{}", runtime_id.replace('/', "-")),
         }))?;
         let p = proof(
             &self.key,
