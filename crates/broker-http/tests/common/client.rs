@@ -265,6 +265,21 @@ impl Session {
         session_id: Option<&str>,
         lifetime: Option<u64>,
     ) -> anyhow::Result<Value> {
+        match self.ask(c, name, session_id, lifetime).await? {
+            (200, made) => Ok(made),
+            (status, v) => bail!("request {name}: {status} {v}"),
+        }
+    }
+
+    /// Asks for agent secret `name` as [`Session::request`] does, with a request object and a
+    /// proof signed afresh: the answer's status and body, whatever they are.
+    pub async fn ask(
+        &self,
+        c: &Client,
+        name: &str,
+        session_id: Option<&str>,
+        lifetime: Option<u64>,
+    ) -> anyhow::Result<(u16, Value)> {
         let request = jws::sign(
             &self.key,
             &Header::with_kid(claims::TYP_SECRET_REQUEST, &self.enrollment),
@@ -279,10 +294,7 @@ impl Session {
             },
         )?;
         let body = json!({ "request": request, "session_id": session_id });
-        match self.post(c, "/v1/requests", Some(&body)).await? {
-            (200, made) => Ok(made),
-            (status, v) => bail!("request {name}: {status} {v}"),
-        }
+        self.post(c, "/v1/requests", Some(&body)).await
     }
 
     /// An automatic grant of `name` (lasting `lifetime` seconds or the session): its id.
