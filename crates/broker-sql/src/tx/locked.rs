@@ -19,7 +19,7 @@ pub(crate) struct Locked {
 pub(crate) enum Row {
     Enrollment(Enrollment),
     Request(Request),
-    Record(Record),
+    Record(Box<Record>),
     Grant(Grant),
 }
 
@@ -50,8 +50,21 @@ macro_rules! remembered {
 remembered! {
     Enrollment => "enrollments",
     Request => "requests",
-    Record => "records",
     Grant => "grants",
+}
+
+/// Boxed: a record is the largest row by far.
+impl Remembered for Record {
+    const TABLE: &'static str = "records";
+    fn row(self) -> Row {
+        Row::Record(Box::new(self))
+    }
+    fn of(row: &Row) -> Option<&Self> {
+        match row {
+            Row::Record(v) => Some(v),
+            _ => None,
+        }
+    }
 }
 
 impl Locked {
