@@ -9,6 +9,7 @@
 //! Exit statuses follow the spec's "Command-line client exit codes" ([`exit`]).
 
 pub mod args;
+mod child;
 pub mod ctx;
 pub mod exit;
 pub mod granted;

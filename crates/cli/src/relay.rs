@@ -32,9 +32,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use zeroize::Zeroizing;
 
+use crate::child::{forward_signals_until_exit, spawn_failed, status_code};
 use crate::exit::Fail;
 use crate::mask::{Masker, maskable};
-use crate::run::{forward_signals_until_exit, spawn_failed, status_code};
 
 /// How long a held-back tail waits for more output on a terminal before it is shown anyway.
 pub const IDLE_FLUSH: Duration = Duration::from_millis(50);

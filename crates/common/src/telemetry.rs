@@ -8,9 +8,10 @@
 //! [`metrics_handle`] is the process's one Prometheus recorder; [`Requests`] the span and the
 //! metrics each server wraps every request in.
 //!
-//! [`crate::server::init_logs`] installs the subscriber with an empty slot for the
-//! OpenTelemetry layer; [`enable`] fills it once the configuration is read. Without an endpoint
-//! nothing is exported and no header is sent (an empty context injects nothing).
+//! The servers' `init_logs` (in the `server` module, which uses this one) installs the
+//! subscriber with an empty slot for the OpenTelemetry layer; [`enable`] fills it once the
+//! configuration is read. Without an endpoint nothing is exported and no header is sent (an
+//! empty context injects nothing).
 
 use std::sync::OnceLock;
 
@@ -27,7 +28,7 @@ pub(crate) type OtelLayer = tracing_opentelemetry::OpenTelemetryLayer<
     opentelemetry_sdk::trace::SdkTracer,
 >;
 
-/// The slot [`crate::server::init_logs`] leaves for the layer.
+/// The slot the servers' `init_logs` leaves for the layer.
 pub(crate) type Slot = reload::Handle<Option<OtelLayer>, tracing_subscriber::Registry>;
 
 pub(crate) static SLOT: OnceLock<Slot> = OnceLock::new();

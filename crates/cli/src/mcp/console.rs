@@ -18,7 +18,8 @@ use std::time::Duration;
 use countersign_launcher_proto::Secret;
 use countersign_link_client::{Advert, Event, Link, LinkError, Mode, Options};
 use rmcp::model::{CallToolResult, ContentBlock};
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -26,8 +27,37 @@ use crate::args::McpArgs;
 use crate::ctx::Ctx;
 use crate::exit::Fail;
 
-use super::tools::{AnswerParams, AskParams, ReplyParams};
 use super::{SessionFacts, log};
+
+// ----- the console tools' parameters -----
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskParams {
+    /// The issue key the question is about (e.g. PAY-12).
+    pub issue: String,
+    /// The question (at most 2,000 characters).
+    pub question: String,
+    /// Answer options the person may pick (labels, at most 20); none for a free-text answer.
+    #[serde(default)]
+    pub options: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerParams {
+    /// The ask id ask_person answered.
+    pub ask_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyParams {
+    /// The id of the message (or mention's comment) to reply to, as read_messages answered it.
+    pub message_id: String,
+    /// The reply's text.
+    pub body: String,
+}
 
 /// The environment variable that may hold the agent token.
 pub const TOKEN_ENV: &str = "COUNTERSIGN_AGENT_TOKEN";

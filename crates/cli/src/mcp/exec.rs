@@ -24,7 +24,7 @@ use zeroize::{Zeroize, Zeroizing};
 
 use crate::mask::{Masker, maskable, patterns};
 
-use super::tools::Reporter;
+use super::report::Reporter;
 
 /// Bytes kept from the start of each stream.
 pub const HEAD: usize = 24 * 1024;

@@ -20,6 +20,7 @@
 
 pub mod console;
 pub mod exec;
+pub mod report;
 pub mod requests;
 pub mod tools;
 

@@ -17,7 +17,7 @@ use crate::ctx::Ctx;
 use crate::exit::Fail;
 use crate::session::{self, Req, Values};
 
-use super::tools::Reporter;
+use super::report::Reporter;
 
 /// A request this server made.
 #[derive(Debug, Clone)]

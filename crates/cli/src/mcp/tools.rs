@@ -9,17 +9,15 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use countersign_launcher_proto::Secret;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, ElicitRequestParams, Implementation, ProgressNotificationParam,
-    ProgressToken, RequestMetaObject, ServerCapabilities, ServerConfig,
+    CallToolResult, ContentBlock, Implementation, RequestMetaObject, ServerCapabilities,
+    ServerConfig,
 };
-use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -30,8 +28,9 @@ use crate::exit::Fail;
 use crate::granted;
 use crate::session::{self, Req, Values};
 
-use super::console::Console;
+use super::console::{AnswerParams, AskParams, Console, ReplyParams};
 use super::exec::{self, Commands};
+use super::report::Reporter;
 use super::requests::{self, Book, Outcome};
 use super::{SessionFacts, log};
 
@@ -99,93 +98,6 @@ const MAX_SECONDS: f64 = 3600.0;
 /// The default command time limit.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// What one tool call tells the client while it waits: progress notifications (when the client
-/// sent a progress token), and the approval page as a URL-mode elicitation (when the client
-/// declared `elicitation: { url: {} }`, MCP 2025-11-25).
-#[derive(Debug)]
-pub struct Reporter {
-    to: Option<(Peer<RoleServer>, ProgressToken)>,
-    /// The client, when it takes URL-mode elicitations.
-    pages: Option<Peer<RoleServer>>,
-    step: AtomicU32,
-}
-
-impl Reporter {
-    fn new(meta: &RequestMetaObject, peer: Peer<RoleServer>) -> Self {
-        let pages = peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Url)
-            .then(|| peer.clone());
-        Self {
-            to: meta.get_progress_token().map(|t| (peer, t)),
-            pages,
-            step: AtomicU32::new(0),
-        }
-    }
-
-    /// A reporter that says nothing (tests, or a client without a progress token).
-    #[must_use]
-    pub fn silent() -> Self {
-        Self {
-            to: None,
-            pages: None,
-            step: AtomicU32::new(0),
-        }
-    }
-
-    /// Whether the client takes URL-mode elicitations.
-    #[must_use]
-    pub fn shows_pages(&self) -> bool {
-        self.pages.is_some()
-    }
-
-    /// Asks the client to offer the person `url` (`elicitation/create`, `mode: "url"`, the
-    /// request's id as `elicitationId`). Sent, not awaited: the wait for the approval goes on
-    /// meanwhile, and the client's answer (accept, decline, cancel) is only logged, since the
-    /// approval itself is read from the broker. Nothing without the capability.
-    pub fn show_page(&self, request_id: &str, message: String, url: String) {
-        let Some(peer) = self.pages.clone() else {
-            return;
-        };
-        let id = request_id.to_owned();
-        log(format!(
-            "request {id}: the approval page offered to the client (URL elicitation)"
-        ));
-        tokio::spawn(async move {
-            let asked = peer
-                .create_elicitation(ElicitRequestParams::UrlElicitationParams {
-                    meta: None,
-                    message,
-                    url,
-                    elicitation_id: id.clone(),
-                })
-                .await;
-            match asked {
-                Ok(r) => log(format!(
-                    "request {id}: the client answered the approval page's elicitation: {:?}",
-                    r.action
-                )),
-                Err(e) => log(format!(
-                    "request {id}: the approval page's elicitation failed: {e}"
-                )),
-            }
-        });
-    }
-
-    /// Sends one progress notification with `message`.
-    pub async fn say(&self, message: &str) {
-        let step = self.step.fetch_add(1, Ordering::Relaxed) + 1;
-        if let Some((peer, token)) = &self.to {
-            let _ = peer
-                .notify_progress(
-                    ProgressNotificationParam::new(token.clone(), f64::from(step))
-                        .with_message(message),
-                )
-                .await;
-        }
-    }
-}
-
 // ----- parameters -----
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -230,38 +142,10 @@ pub struct NoParams {}
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AskParams {
-    /// The issue key the question is about (e.g. PAY-12).
-    pub issue: String,
-    /// The question (at most 2,000 characters).
-    pub question: String,
-    /// Answer options the person may pick (labels, at most 20); none for a free-text answer.
-    #[serde(default)]
-    pub options: Vec<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AnswerParams {
-    /// The ask id ask_person answered.
-    pub ask_id: String,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct ReadParams {
     /// How long to wait for a message when none is waiting, in seconds (default 0, at most 600).
     #[serde(default)]
     pub wait: Option<f64>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReplyParams {
-    /// The id of the message (or mention's comment) to reply to, as read_messages answered it.
-    pub message_id: String,
-    /// The reply's text.
-    pub body: String,
 }
 
 // ----- results -----

@@ -283,7 +283,7 @@ impl Document {
     /// in; kind `embed` for images, `link` otherwise. Reference-style links count (they are
     /// resolved against the whole document). One entry per (block, ref, kind), document order.
     pub fn references(&self) -> Vec<OutgoingRef> {
-        let found = parse::with_ast(&self.markdown, refs::collect);
+        let found = parse::with_ast(&self.markdown, parse::collect_refs);
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for (at, target, kind) in found {

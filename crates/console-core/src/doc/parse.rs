@@ -13,6 +13,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use super::block::{BlockType, Detail, Node, Token};
+use super::refs::{RefKind, RefTarget, parse_ref};
 
 /// The parser's options: CommonMark plus GFM tables and task lists and `:::` block directives.
 /// Nothing else (no raw HTML rendering is ever asked of comrak: the engine renders itself).
@@ -511,13 +512,35 @@ impl Builder<'_, '_> {
             NodeValue::Image(_) if source.starts_with("![") => BlockType::Image,
             NodeValue::Link(link)
                 if source.starts_with('[')
-                    && super::refs::parse_ref(&link.url).is_some_and(|r| r.is_artifact()) =>
+                    && parse_ref(&link.url).is_some_and(|r| r.is_artifact()) =>
             {
                 BlockType::File
             }
             _ => BlockType::Paragraph,
         }
     }
+}
+
+/// Every console ref in links, images and autolinks of the AST, with the absolute byte offset
+/// where it starts.
+pub(crate) fn collect_refs<'a>(
+    root: &'a AstNode<'a>,
+    lines: &Lines<'_>,
+) -> Vec<(usize, RefTarget, RefKind)> {
+    let mut out = Vec::new();
+    for node in root.descendants() {
+        let data = node.data.borrow();
+        let (url, kind) = match &data.value {
+            NodeValue::Link(l) => (&l.url, RefKind::Link),
+            NodeValue::Image(l) => (&l.url, RefKind::Embed),
+            _ => continue,
+        };
+        if let Some(target) = parse_ref(url) {
+            let at = lines.offset(data.sourcepos.start.line, data.sourcepos.start.column);
+            out.push((at, target, kind));
+        }
+    }
+    out
 }
 
 /// `:::ask …`: the directive's info string names `ask` first.

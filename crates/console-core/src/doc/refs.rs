@@ -1,7 +1,6 @@
 //! Console refs (protocol §5 "Console ref") and a document's outgoing references: every
 //! `countersign://…` link, image or autolink, with the block it appears in.
 
-use comrak::nodes::{AstNode, NodeValue};
 use serde::Serialize;
 
 /// The scheme of a console ref, `countersign://`.
@@ -128,26 +127,4 @@ pub fn parse_ref(url: &str) -> Option<RefTarget> {
         }
         _ => None,
     }
-}
-
-/// Every console ref in links, images and autolinks of the AST, with the absolute byte offset
-/// where it starts.
-pub(crate) fn collect<'a>(
-    root: &'a AstNode<'a>,
-    lines: &super::parse::Lines<'_>,
-) -> Vec<(usize, RefTarget, RefKind)> {
-    let mut out = Vec::new();
-    for node in root.descendants() {
-        let data = node.data.borrow();
-        let (url, kind) = match &data.value {
-            NodeValue::Link(l) => (&l.url, RefKind::Link),
-            NodeValue::Image(l) => (&l.url, RefKind::Embed),
-            _ => continue,
-        };
-        if let Some(target) = parse_ref(url) {
-            let at = lines.offset(data.sourcepos.start.line, data.sourcepos.start.column);
-            out.push((at, target, kind));
-        }
-    }
-    out
 }
