@@ -35,6 +35,8 @@ pub enum Kind {
 /// the first failover, 1 from the first, 2 from the second).
 #[derive(Debug, Clone)]
 pub struct Answer {
+    /// When the call was sent, and when it was answered.
+    pub sent: Instant,
     pub at: Instant,
     pub replica: usize,
     pub kind: Kind,
@@ -58,8 +60,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Log {
-    fn answered(&self, replica: usize, kind: Kind, status: u16) {
+    fn answered(&self, sent: Instant, replica: usize, kind: Kind, status: u16) {
         lock(&self.answers).push(Answer {
+            sent,
             at: Instant::now(),
             replica,
             kind,
@@ -115,9 +118,10 @@ where
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut wait = Duration::from_millis(50);
     loop {
+        let sent = Instant::now();
         match once().await {
             Ok((status, v)) => {
-                log.answered(replica, kind, status);
+                log.answered(sent, replica, kind, status);
                 if !matches!(status, 503 | 429) {
                     return Some((status, v));
                 }

@@ -29,7 +29,7 @@ use common::client::{Client, Machine};
 use common::process::{BrokerProcess, Deployment};
 use console::Console;
 use formation::{DATABASE, Formation, Node};
-use load::{AUTO, Kind, Load};
+use load::{AUTO, Answer, Kind, Load};
 
 type R = anyhow::Result<()>;
 
@@ -62,6 +62,12 @@ struct Figures {
     served: [Instant; 2],
     /// Each replica's first and last 503 in this failover, and how many.
     unavailable: [Option<(Instant, Instant, usize)>; 2],
+    /// Each replica's longest time without a grant answered 200 (up to `served`), and the
+    /// longest any call to it waited for its answer.
+    no_grant: [Duration; 2],
+    slowest: [Duration; 2],
+    /// Calls answered in this failover (until both replicas were ready again).
+    answered: usize,
     console: Option<(Instant, Instant)>,
 }
 
@@ -73,9 +79,10 @@ impl Figures {
     fn print(&self, n: usize) {
         let at = |i: Instant| secs(i.saturating_duration_since(self.started));
         println!(
-            "failover {n} ({:?}): the new primary took writes at +{}",
+            "failover {n} ({:?}): the new primary took writes at +{}; {} calls answered until both replicas were ready",
             self.how,
-            at(self.writable)
+            at(self.writable),
+            self.answered
         );
         for (r, name) in ["A", "B"].iter().enumerate() {
             let window = match self.unavailable[r] {
@@ -88,7 +95,9 @@ impl Figures {
                 None => "answered no 503".into(),
             };
             println!(
-                "  replica {name}: {window}; served a grant again at +{} ({} after the new primary took writes)",
+                "  replica {name}: {window}; no grant served for {}, the slowest answer took {}; served a grant again at +{} ({} after the new primary took writes)",
+                secs(self.no_grant[r]),
+                secs(self.slowest[r]),
                 at(self.served[r]),
                 secs(self.served[r].saturating_duration_since(self.writable))
             );
@@ -180,21 +189,38 @@ async fn failover(
         c.wait_ready(SERVE_AGAIN_WITHIN).await?;
     }
     let end = Instant::now();
-    let answers = load.log.answers();
+    let answers: Vec<Answer> = load
+        .log
+        .answers()
+        .into_iter()
+        .filter(|a| a.phase == phase && a.at <= end)
+        .collect();
+    let of = |r: usize| answers.iter().filter(move |a| a.replica == r);
     let unavailable = [0, 1].map(|r| {
-        let mut it = answers
-            .iter()
-            .filter(|a| a.phase == phase && a.replica == r && a.status == 503);
+        let mut it = of(r).filter(|a| a.status == 503);
         let first = it.next()?.at;
         let (last, count) = it.fold((first, 1), |(_, n), a| (a.at, n + 1));
         Some((first, last, count))
     });
+    let no_grant = [0, 1].map(|r| {
+        let mut last = started;
+        let mut longest = Duration::ZERO;
+        for a in of(r).filter(|a| a.kind == Kind::Grant && a.status == 200 && a.at <= served[r]) {
+            longest = longest.max(a.at.saturating_duration_since(last));
+            last = a.at;
+        }
+        longest
+    });
+    let slowest = [0, 1].map(|r| of(r).map(|a| a.at - a.sent).max().unwrap_or_default());
     Ok(Figures {
         how,
         started,
         writable,
         served,
         unavailable,
+        no_grant,
+        slowest,
+        answered: answers.len(),
         console: console.and_then(|c| c.unavailable_between(started, end)),
     })
 }
