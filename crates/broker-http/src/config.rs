@@ -47,7 +47,7 @@ pub struct Config {
     /// This replica's audit log state file (the head it has verified, kept outside the
     /// database, `fsync`ed before an end is answered); none: in the state directory
     /// (`$STATE_DIRECTORY`, else `$XDG_STATE_HOME/countersign`, else
-    /// `~/.local/state/countersign`), named by the database (`crate::audit::state_path`).
+    /// `~/.local/state/countersign`), named by the database (the audit module's `state_path`).
     #[serde(default)]
     pub audit_state_file: Option<PathBuf>,
     /// Passkeys (WebAuthn): where people register them and countersign approvals; none:

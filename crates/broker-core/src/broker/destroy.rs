@@ -4,7 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::issued::{DestroyReport, ReconcileReport, backoff, queue_destroys, seconds_since};
+use super::issued::{DestroyReport, ReconcileReport, backoff, seconds_since};
+use super::outbox::queue_destroys;
 use super::{Broker, Fail, read, transact};
 use crate::error::Error;
 use crate::ids::{GrantId, SecretName};

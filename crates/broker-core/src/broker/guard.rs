@@ -16,8 +16,8 @@
 //!   ends something ([`audit::DURABLE_KINDS`]), the commit returns only once the new head is
 //!   kept outside the database ([`audit::Follower::keep`]: the server's state file, `fsync`ed).
 //! - **Every end destroys.** A write that stores a grant's end marks each credential issued for
-//!   it `destroying` and queues its destroy in the outbox, in the same transaction
-//!   ([`super::issued`]); a credential recorded minting or destroyed becomes a
+//!   it `destroying` and queues its destroy in the outbox, in the same transaction (the outbox
+//!   module's `queue_destroys`); a credential recorded minting or destroyed becomes a
 //!   `credential_mint` or `credential_destroy` entry.
 
 use std::collections::{BTreeSet, HashMap};
@@ -579,7 +579,7 @@ impl TxDecorator for GuardTx {
             self.inner.put_grant(g).await?;
             // Every end destroys what was issued for the grant: queued with the end itself.
             self.queued_destroy |=
-                crate::broker::issued::queue_destroys(self.inner.as_mut(), g.id, at).await?;
+                super::outbox::queue_destroys(self.inner.as_mut(), g.id, at).await?;
             return Ok(());
         }
         self.inner.put_grant(g).await

@@ -11,10 +11,11 @@
 //!   orphan the sweep destroys.
 //! - **Destroy**: whatever ends a grant writes its end through the guard, which marks each of its
 //!   unended credentials `destroying` and queues a destroy in the outbox (topic
-//!   [`OutboxItem::DESTROY`]) in the same transaction. [`Broker::destroy_due`] claims due destroys
-//!   (a lease: whichever replica takes one), calls the issuer, and on success marks the
-//!   credential destroyed (a sealed `credential_destroy` entry) and deletes the message; on
-//!   failure it keeps the issuer's error and the next try on the credential, backing off.
+//!   [`OutboxItem::DESTROY`](crate::storage::OutboxItem::DESTROY)) in the same transaction.
+//!   [`Broker::destroy_due`] claims due destroys (a lease: whichever replica takes one), calls
+//!   the issuer, and on success marks the credential destroyed (a sealed `credential_destroy`
+//!   entry) and deletes the message; on failure it keeps the issuer's error and the next try on
+//!   the credential, backing off.
 //! - **Reconcile**: [`Broker::reconcile_issued`] (at start and on a schedule) queues a destroy
 //!   for every unended credential whose grant is no longer live as of now (ends that no write has
 //!   stored yet: an expiry, a lapsed lease), and destroys what an issuer holds under its prefix
@@ -36,7 +37,6 @@ use crate::issuer::{Issued, IssuedState, Issuer, IssuerError, Minted, credential
 use crate::model::Grant;
 use crate::policy::{PolicyEntry, Tier};
 use crate::secrets::SecretValue;
-use crate::storage::{OutboxItem, Tx};
 
 /// How long a minter holds its claim on a credential being made.
 pub const CLAIM: Duration = Duration::seconds(30);
@@ -152,37 +152,6 @@ fn issuer_error(e: &IssuerError) -> Error {
             }
         },
     )
-}
-
-/// Marks each unended credential of `grant` destroying and queues its destroy at `at`: the
-/// guard calls it when a write stores the grant's end. Answers whether it queued any.
-pub(crate) async fn queue_destroys(
-    tx: &mut dyn Tx,
-    grant: GrantId,
-    at: Time,
-) -> Result<bool, crate::storage::StorageError> {
-    let mut queued = false;
-    for mut c in tx.issued_of(grant).await? {
-        if !c.state.unended() {
-            continue;
-        }
-        c.state = IssuedState::Destroying;
-        c.next_attempt_at = Some(at);
-        tx.put_issued(&c).await?;
-        tx.push_outbox(&destroy_item(&c, at)).await?;
-        queued = true;
-    }
-    Ok(queued)
-}
-
-fn destroy_item(c: &Issued, at: Time) -> OutboxItem {
-    OutboxItem {
-        id: format!("destroy:{}:{}", c.grant_id, c.secret),
-        topic: OutboxItem::DESTROY.to_string(),
-        payload: serde_json::json!({ "grant": c.grant_id, "secret": c.secret }).to_string(),
-        attempts: 0,
-        next_attempt_at: at,
-    }
 }
 
 /// Seconds from `start` to `end` on the injected clock (for the issuer's histograms).

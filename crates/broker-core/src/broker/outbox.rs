@@ -8,13 +8,18 @@
 //! due afterwards, so two replicas never deliver one message at once, and SQLite's single writer
 //! is not held while a webhook receiver answers. A deliverer that dies before reporting leaves
 //! its messages to be claimed again once the lease has passed: delivery is at least once.
+//!
+//! What a grant's end queues is here too ([`queue_destroys`]): the guard calls it in the
+//! transaction that stores the end, so a credential never outlives its grant unqueued.
 
 use chrono::Duration;
 
 use super::{Broker, Fail, read, transact};
 use crate::clock::Time;
 use crate::error::Error;
-use crate::storage::OutboxItem;
+use crate::ids::GrantId;
+use crate::issuer::{Issued, IssuedState};
+use crate::storage::{OutboxItem, StorageError, Tx};
 
 impl Broker {
     /// Claims up to `limit` due messages of `topic` for one delivery attempt each, leased for
@@ -57,5 +62,36 @@ impl Broker {
         transact!(self, "outbox reschedule", |tx| Ok::<_, Fail>(
             tx.reschedule_outbox(id, attempts, at).await?
         ))
+    }
+}
+
+/// Marks each unended credential of `grant` destroying and queues its destroy at `at`: the
+/// guard calls it when a write stores the grant's end. Answers whether it queued any.
+pub(crate) async fn queue_destroys(
+    tx: &mut dyn Tx,
+    grant: GrantId,
+    at: Time,
+) -> Result<bool, StorageError> {
+    let mut queued = false;
+    for mut c in tx.issued_of(grant).await? {
+        if !c.state.unended() {
+            continue;
+        }
+        c.state = IssuedState::Destroying;
+        c.next_attempt_at = Some(at);
+        tx.put_issued(&c).await?;
+        tx.push_outbox(&destroy_item(&c, at)).await?;
+        queued = true;
+    }
+    Ok(queued)
+}
+
+fn destroy_item(c: &Issued, at: Time) -> OutboxItem {
+    OutboxItem {
+        id: format!("destroy:{}:{}", c.grant_id, c.secret),
+        topic: OutboxItem::DESTROY.to_string(),
+        payload: serde_json::json!({ "grant": c.grant_id, "secret": c.secret }).to_string(),
+        attempts: 0,
+        next_attempt_at: at,
     }
 }
