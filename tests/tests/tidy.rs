@@ -9,6 +9,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+#[path = "tidy/imports.rs"]
+mod imports;
+
 /// Backticked words the map names that are not the workspace's own (crates it uses, or
 /// prose), each with why.
 const NOT_OURS: &[&str] = &[
