@@ -8,10 +8,12 @@ mod cluster;
 
 use std::time::{Duration, Instant};
 
-use cluster::{Cluster, closed_port, credentials, host_of, test_server};
+use cluster::{
+    Cluster, closed_port, create_database, credentials, drop_database, host_of, test_server,
+};
 use countersign_broker_core::storage::{Storage, StorageError};
 use countersign_broker_sql::SqlStorage;
-use sqlx::{AnyConnection, Connection, Executor};
+use sqlx::{AnyConnection, Connection};
 use uuid::Uuid;
 
 /// The throwaway cluster of this file (console-sql's tests use another name and port).
@@ -19,27 +21,6 @@ const CLUSTER: &str = "cs_broker_failover";
 const CLUSTER_PORT: u16 = 5451;
 
 /// Creates database `name` on the server `server_url` names (a single-host URL).
-async fn create_database(server_url: &str, name: &str) {
-    sqlx::any::install_default_drivers();
-    let mut admin = AnyConnection::connect(server_url)
-        .await
-        .expect("connect to the admin URL");
-    admin
-        .execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .expect("create database");
-    let _ = admin.close().await;
-}
-
-async fn drop_database(server_url: &str, name: &str) {
-    if let Ok(mut admin) = AnyConnection::connect(server_url).await {
-        let _ = admin
-            .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
-            .await;
-        let _ = admin.close().await;
-    }
-}
-
 /// The policy epoch as database `db` on `host` holds it (read outside the storage).
 async fn epoch_on(creds: &str, host: &str, db: &str) -> i64 {
     let mut c = AnyConnection::connect(&format!("postgres://{creds}{host}/{db}"))

@@ -9,36 +9,16 @@ mod cluster;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use cluster::{Cluster, closed_port, credentials, host_of, test_server};
+use cluster::{
+    Cluster, closed_port, create_database, credentials, drop_database, host_of, test_server,
+};
 use countersign_common::storage::StorageError;
 use countersign_console_core::ids::Login;
 use countersign_console_core::storage::Storage;
 use countersign_console_sql::SqlStorage;
-use sqlx::{AnyConnection, Connection, Executor};
 
 const CLUSTER: &str = "cs_console_failover";
 const CLUSTER_PORT: u16 = 5452;
-
-async fn create_database(server_url: &str, name: &str) {
-    sqlx::any::install_default_drivers();
-    let mut admin = AnyConnection::connect(server_url)
-        .await
-        .expect("connect admin");
-    admin
-        .execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .expect("create database");
-    let _ = admin.close().await;
-}
-
-async fn drop_database(server_url: &str, name: &str) {
-    if let Ok(mut admin) = AnyConnection::connect(server_url).await {
-        let _ = admin
-            .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
-            .await;
-        let _ = admin.close().await;
-    }
-}
 
 /// Whether database `db` on `host` knows `who` (read outside the storage).
 async fn knows(creds: &str, host: &str, db: &str, who: &Login) -> bool {

@@ -100,6 +100,35 @@ async fn audit_kinds(f: &CoreFixture, g: countersign_broker_core::ids::GrantId) 
         .collect()
 }
 
+/// The row a broker that recorded the mint, called the issuer and died before storing the
+/// release leaves: minting, its claim ending `claim` from now (negative: lapsed).
+async fn dead_minter(
+    f: &CoreFixture,
+    g: countersign_broker_core::ids::GrantId,
+    name: &str,
+    claim: Duration,
+) {
+    let mut tx = f.sql.begin().await.expect("begin");
+    tx.put_issued(&Issued {
+        grant_id: g,
+        secret: secret(SECRET),
+        issuer: "postgres".into(),
+        name: name.to_string(),
+        state: IssuedState::Minting,
+        claimed_until: Some(f.now() + claim),
+        sealed_value: None,
+        expires_at: None,
+        created_at: f.now(),
+        destroyed_at: None,
+        attempts: 0,
+        last_error: None,
+        next_attempt_at: None,
+    })
+    .await
+    .expect("row");
+    tx.commit().await.expect("commit");
+}
+
 macro_rules! both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -265,27 +294,7 @@ async fn a_crash_after_the_issuer_call_is_destroyed_by_the_end(f: &CoreFixture) 
     // the row says minting (its claim lapsed), the issuer holds the role.
     let name = credential_name(&prefix, g);
     let minted = issuer.mint(&name, None).await.expect("mint");
-    {
-        let mut tx = f.sql.begin().await.expect("begin");
-        tx.put_issued(&Issued {
-            grant_id: g,
-            secret: secret(SECRET),
-            issuer: "postgres".into(),
-            name: name.clone(),
-            state: IssuedState::Minting,
-            claimed_until: Some(f.now() - Duration::seconds(1)),
-            sealed_value: None,
-            expires_at: None,
-            created_at: f.now(),
-            destroyed_at: None,
-            attempts: 0,
-            last_error: None,
-            next_attempt_at: None,
-        })
-        .await
-        .expect("row");
-        tx.commit().await.expect("commit");
-    }
+    dead_minter(f, g, &name, Duration::seconds(-1)).await;
     assert!(can_log_in(minted.value.expose()).await);
     // The next release takes the lapsed claim and mints again: the old password stops working.
     let url = value(f, &s, g).await;
@@ -501,27 +510,7 @@ async fn an_end_destroys_at_once_while_a_dead_minter_holds_its_claim(f: &CoreFix
     let (s, _m, g) = granted(f).await;
     let name = credential_name(&prefix, g);
     let minted = issuer.mint(&name, None).await.expect("mint");
-    {
-        let mut tx = f.sql.begin().await.expect("begin");
-        tx.put_issued(&Issued {
-            grant_id: g,
-            secret: secret(SECRET),
-            issuer: "postgres".into(),
-            name: name.clone(),
-            state: IssuedState::Minting,
-            claimed_until: Some(f.now() + Duration::seconds(30)),
-            sealed_value: None,
-            expires_at: None,
-            created_at: f.now(),
-            destroyed_at: None,
-            attempts: 0,
-            last_error: None,
-            next_attempt_at: None,
-        })
-        .await
-        .expect("row");
-        tx.commit().await.expect("commit");
-    }
+    dead_minter(f, g, &name, Duration::seconds(30)).await;
     assert!(can_log_in(minted.value.expose()).await);
     f.revoke_by_holder(&s, g).await.expect("revoke");
     let r = f.broker.destroy_due(16).await.expect("destroy");

@@ -9,6 +9,8 @@
 #![allow(dead_code)]
 
 use std::process::Command;
+
+use sqlx::{AnyConnection, Connection, Executor};
 use std::time::{Duration, Instant};
 
 /// The test server's URL, or `None` (after saying so) when the PostgreSQL tests skip.
@@ -169,5 +171,28 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.drop_cluster();
+    }
+}
+
+/// Creates database `name` on the server `server_url` names.
+pub async fn create_database(server_url: &str, name: &str) {
+    sqlx::any::install_default_drivers();
+    let mut admin = AnyConnection::connect(server_url)
+        .await
+        .expect("connect to the admin URL");
+    admin
+        .execute(format!("CREATE DATABASE {name}").as_str())
+        .await
+        .expect("create database");
+    let _ = admin.close().await;
+}
+
+/// Drops database `name` (its sessions ended) on the server `server_url` names, if it exists.
+pub async fn drop_database(server_url: &str, name: &str) {
+    if let Ok(mut admin) = AnyConnection::connect(server_url).await {
+        let _ = admin
+            .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+            .await;
+        let _ = admin.close().await;
     }
 }
