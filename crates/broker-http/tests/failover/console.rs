@@ -190,7 +190,7 @@ impl Console {
             .iter()
             .filter(|(at, st)| *st == 503 && *at >= from && *at <= to);
         let first = it.next()?.0;
-        let last = it.last().map_or(first, |(at, _)| *at);
+        let last = it.next_back().map_or(first, |(at, _)| *at);
         Some((first, last))
     }
 

@@ -228,7 +228,7 @@ impl Load {
             Some((200, _)) | None => {}
             Some((status, v)) => self.log.unexpected(format!("{what}: {status} {v}")),
         }
-        if n % 3 != 0 {
+        if !n.is_multiple_of(3) {
             return;
         }
         let revoke = format!("/v1/grants/{grant}/revoke");
