@@ -24,18 +24,6 @@ use crate::work::{Args, DeliveryStore, ISSUE_COLUMNS, corrupt, id_of, issue_of, 
 pub(crate) const MIGRATION_12: &[&str] =
     &["ALTER TABLE console_delivery_state ADD COLUMN generation BIGINT NOT NULL DEFAULT 0"];
 
-/// Moves the synced data's generation (at the commit of a transaction that wrote it).
-pub(crate) async fn move_generation(tx: &mut DeliveryStore<'_>) -> Result<(), StorageError> {
-    sqlx::query(
-        "INSERT INTO console_delivery_state (id, generation) VALUES (1, 1) \
-         ON CONFLICT (id) DO UPDATE SET generation = console_delivery_state.generation + 1",
-    )
-    .execute(&mut *tx.tx)
-    .await
-    .map_err(db_err)?;
-    Ok(())
-}
-
 /// Version 7: delivery and architecture (issue 15).
 pub(crate) const MIGRATION_7: &[&str] = &[
     "CREATE TABLE console_delivery_state (

@@ -68,18 +68,6 @@ const LEFT: &[(&str, &[&str], &str)] = &[
         &["auth.rs", "pages/mod.rs", "server.rs", "table.rs"],
         "issue 51: left, another helper is changing the console's pages, server and route table",
     ),
-    (
-        "console-sql",
-        &[
-            "asks/mod.rs",
-            "delivery.rs",
-            "documents/mod.rs",
-            "messages/mod.rs",
-            "notify.rs",
-            "work/mod.rs",
-        ],
-        "issue 51: left, another helper is splitting console-sql's storage by area",
-    ),
 ];
 
 /// The module a file is (`path` relative to `src`), or none for a test module's file.

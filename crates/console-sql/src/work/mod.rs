@@ -106,6 +106,19 @@ impl SqlTx {
         Ok(Self::on(Conn::Single(conn), backend, false))
     }
 
+    /// Moves the delivery area's synced data's generation (`console_delivery_state`, at the
+    /// commit of a transaction that wrote its pull requests or runs).
+    async fn move_delivery_generation(&mut self) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO console_delivery_state (id, generation) VALUES (1, 1) \
+             ON CONFLICT (id) DO UPDATE SET generation = console_delivery_state.generation + 1",
+        )
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
     fn on(tx: Conn, backend: Backend, write: bool) -> SqlTx {
         SqlTx {
             tx,
@@ -365,21 +378,21 @@ stores! {
     IssueStore,
     /// The event log (`events.rs`).
     EventStore,
-    /// Asks, comments, reviews and the inbox (`crate::asks`).
+    /// Asks, comments, reviews and the inbox (the crate's `asks` module).
     AskStore,
-    /// Documents, files and their versions (`crate::documents`).
+    /// Documents, files and their versions (the crate's `documents` module).
     DocumentStore,
-    /// Messages, broadcasts, the webhook ids, their search (`crate::messages`).
+    /// Messages, broadcasts, the webhook ids, their search (the crate's `messages` module).
     MessageStore,
-    /// Delivery attempts of messages and mentions (`crate::messages`' `attempts.rs`).
+    /// Delivery attempts of messages and mentions (the crate's `messages/attempts.rs`).
     AttemptStore,
-    /// Live sessions, shared by every replica (`crate::messages`' `live.rs`).
+    /// Live sessions, shared by every replica (the crate's `messages/live.rs`).
     PresenceStore,
-    /// The inbox's threads, read marks and per-agent state (`crate::messages`' `reads.rs`).
+    /// The inbox's threads, read marks and per-agent state (the crate's `messages/reads.rs`).
     MessageInboxStore,
-    /// The delivery area's synced rows, settings and groups (`crate::delivery`).
+    /// The delivery area's synced rows, settings and groups (the crate's `delivery.rs`).
     DeliveryStore,
-    /// Notices and preferences (`crate::notify`).
+    /// Notices and preferences (the crate's `notify.rs`).
     NoticeStore,
 }
 
@@ -431,7 +444,7 @@ impl WorkTx for SqlTx {
 
     async fn commit(mut self: Box<Self>) -> Result<Option<i64>, StorageError> {
         if self.delivery_written {
-            crate::delivery::move_generation(&mut DeliveryStore(&mut self)).await?;
+            self.move_delivery_generation().await?;
         }
         // Delivered to listeners when (and only if) the transaction commits.
         if let (Backend::Postgres, Some(id)) = (self.backend, self.last_event) {
