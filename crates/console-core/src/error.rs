@@ -3,6 +3,7 @@
 //! refusals passed through with the broker's own code and status.
 
 pub use countersign_common::code::ErrorCatalogue;
+use countersign_common::storage::StorageError;
 
 countersign_common::error_catalogue! {
     /// Every refusal code the console itself gives.
@@ -173,7 +174,7 @@ impl Error {
         self.code == Code::Console(code)
     }
 
-    /// Whether this is a write conflict (see [`crate::storage::StorageError::Conflict`]): the
+    /// Whether this is a write conflict (see [`StorageError::Conflict`]): the
     /// one error a transaction's retry can help.
     pub fn is_conflict(&self) -> bool {
         self.conflict
@@ -186,18 +187,18 @@ impl From<ErrorCode> for Error {
     }
 }
 
-impl From<crate::storage::StorageError> for Error {
-    fn from(e: crate::storage::StorageError) -> Self {
+impl From<StorageError> for Error {
+    fn from(e: StorageError) -> Self {
         match e {
-            crate::storage::StorageError::Unavailable(m) => {
+            StorageError::Unavailable(m) => {
                 tracing::warn!(error = %m, "console database unavailable");
                 Error::new(ErrorCode::DATABASE_UNAVAILABLE)
             }
-            crate::storage::StorageError::Conflict => Error {
+            StorageError::Conflict => Error {
                 conflict: true,
                 ..Error::new(ErrorCode::DATABASE_UNAVAILABLE)
             },
-            crate::storage::StorageError::Corrupt(m) | crate::storage::StorageError::Other(m) => {
+            StorageError::Corrupt(m) | StorageError::Other(m) => {
                 tracing::error!(error = %m, "console database failure");
                 Error::with_message(ErrorCode::INTERNAL, "database failure")
             }

@@ -8,12 +8,12 @@
 //! sign-in (and, where policy asks, their passkey).
 
 use async_trait::async_trait;
+use countersign_common::storage::StorageError;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Entropy;
 use crate::error::{Error, ErrorCode};
 use crate::ids::Login;
-use crate::storage::StorageError;
 use crate::work::WorkTx;
 use crate::work::asks::{Ask, AskKind};
 

@@ -10,11 +10,11 @@
 //!   is its root and every reply, named by the root's id.
 
 use async_trait::async_trait;
+use countersign_common::storage::StorageError;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
 use crate::ids::{ArtifactId, AskId, CommentId, Login, ReviewId, SessionId};
-use crate::storage::StorageError;
 use crate::work::messages::AttemptView;
 use crate::work::model::{Actor, Hit, IssueKey, ProjectKey, rfc3339};
 

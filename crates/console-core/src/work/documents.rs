@@ -9,11 +9,11 @@
 //! Versions are numbered from 1 per artifact and never change.
 
 use async_trait::async_trait;
+use countersign_common::storage::StorageError;
 use serde::Serialize;
 
 use crate::clock::Time;
 use crate::ids::{ArtifactId, SessionId};
-use crate::storage::StorageError;
 use crate::work::model::{Actor, Event, EventPage, Hit, IssueKey, ProjectKey};
 
 /// What an artifact is: a markdown document, an image (its bytes are PNG, JPEG, GIF or WebP),

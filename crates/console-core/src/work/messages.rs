@@ -11,11 +11,11 @@
 use std::fmt;
 
 use async_trait::async_trait;
+use countersign_common::storage::StorageError;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
 use crate::ids::{ArtifactId, BroadcastId, CommentId, Login, MessageId, SessionId};
-use crate::storage::StorageError;
 use crate::work::model::{Actor, IssueKey, ProjectKey, rfc3339, rfc3339_opt};
 
 /// What a delivery attempt carries (protocol §4.2 `delivery.kind`).

@@ -6,11 +6,12 @@
 //! - [`search`]: merging each kind's ranked matches (reciprocal rank fusion).
 //! - [`documents`], [`asks`], [`messages`], [`delivery`]: each area's records and storage
 //!   trait.
+//! - [`view`]: the issue answer, which joins an issue with the other areas' records on it.
 //! - [`store`]: the storage traits, one per aggregate, that a [`store::WorkTx`] transaction
 //!   joins; filtering and paging happen in the storage's queries, never after a fetch-all.
 //!
-//! The operations are methods of [`crate::console::Issues`] (`console/work/`): each runs in one
-//! transaction, retried on a conflict, and appends its event in that transaction, so the event
+//! The operations are methods of the console's `Issues` service (`console/work/`): each runs in
+//! one transaction, retried on a conflict, and appends its event in that transaction, so the event
 //! log and the records never disagree.
 
 pub mod asks;
@@ -22,6 +23,7 @@ pub mod repos;
 pub mod rules;
 pub mod search;
 pub mod store;
+pub mod view;
 
 pub use asks::AskTx;
 pub use delivery::DeliveryTx;
@@ -30,3 +32,4 @@ pub use messages::{AttemptTx, MessageInboxTx, MessageTx, PresenceTx};
 pub use model::*;
 pub use repos::{CodeRef, RepoMapping, RepoName};
 pub use store::{EventTx, IssueTx, ProjectTx, WorkTx};
+pub use view::IssueView;

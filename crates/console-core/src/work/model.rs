@@ -256,7 +256,7 @@ pub struct Hit {
 }
 
 /// An issue that may be like a new one (`advice.suggestions`), with the text its index holds
-/// (its title and labels), which [`crate::work::search::rank_similar`] scores.
+/// (its title and labels), which search's `rank_similar` scores.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
     pub key: String,
@@ -353,38 +353,6 @@ pub enum RouteStatus {
     Live,
     NoHolder,
     Unknown,
-}
-
-/// The issue answer (protocol §6.1).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct IssueView {
-    pub key: IssueKey,
-    pub project: ProjectKey,
-    pub title: String,
-    pub status: Status,
-    pub priority: Option<u8>,
-    pub labels: Vec<String>,
-    pub route: Option<String>,
-    pub route_status: Option<RouteStatus>,
-    pub parent: Option<IssueKey>,
-    pub rank: String,
-    pub assignee: Option<Login>,
-    pub components: Components,
-    pub progress: IssueProgress,
-    /// Open asks on the issue and its documents, oldest first (the list shape).
-    pub open_asks: Vec<crate::work::asks::AskView>,
-    /// The earliest markdown document (documents arrive with their issue: null until then).
-    pub primary_document: Option<Value>,
-    pub children: Vec<IssueKey>,
-    pub claim: Option<Claim>,
-    pub repo: Option<String>,
-    pub sequence: i64,
-    #[serde(with = "crate::work::model::rfc3339")]
-    pub created_at: Time,
-    #[serde(with = "crate::work::model::rfc3339")]
-    pub updated_at: Time,
-    #[serde(with = "crate::work::model::rfc3339_opt")]
-    pub closed_at: Option<Time>,
 }
 
 /// How a page of issue rows is ordered ([`IssueListQuery`]). Each order ends on the issue's

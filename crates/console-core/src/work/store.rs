@@ -1,13 +1,13 @@
-//! The work storage: one trait per aggregate, joined by a transaction ([`WorkTx`]) that a
-//! [`crate::storage::Storage`] begins. A write transaction holds the event log's append lock
+//! The work storage: one trait per aggregate, joined by a transaction ([`WorkTx`]) that the
+//! console's storage (`Storage::begin`, a layer above this one) begins. A write transaction holds the event log's append lock
 //! from its first append to its commit, so event ids are in commit order: a stream that has
 //! sent id `n` never later finds an event below `n` committed.
 
 use async_trait::async_trait;
+use countersign_common::storage::StorageError;
 
 use crate::clock::Time;
 use crate::ids::{Login, SessionId};
-use crate::storage::StorageError;
 use crate::work::model::{
     Candidate, Event, EventPage, Hit, Issue, IssueFilter, IssueKey, IssueListQuery, NewEvent,
     Project, ProjectKey, ReadState, SearchKind, Status,
@@ -188,7 +188,7 @@ pub trait WorkTx: Send {
     fn delivery(&mut self) -> Box<dyn crate::work::DeliveryTx + '_>;
     fn notices(&mut self) -> Box<dyn crate::notify::NoticeTx + '_>;
     /// Commits, answering the highest event id the transaction appended (`None`: it appended
-    /// none). The unit of work ([`crate::console::unit`]) publishes it once the commit is
+    /// none). The unit of work (the console's `commit_work`) publishes it once the commit is
     /// done: the storage sees every append, so no event can be left out.
     async fn commit(self: Box<Self>) -> Result<Option<i64>, StorageError>;
     /// Every kind search reads, each as its own method answers it with every word required

@@ -9,11 +9,11 @@
 pub mod compute;
 
 use async_trait::async_trait;
+use countersign_common::storage::StorageError;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Time;
 use crate::ids::{SessionGroupId, SessionId};
-use crate::storage::StorageError;
 use crate::work::model::{Issue, IssueKey, ProjectKey};
 
 pub use crate::ids::is_session_id;
