@@ -102,7 +102,7 @@ impl IssuedState {
 
 /// One credential an issuer made (or is making) for one secret of one grant: the row the core
 /// keeps of it. Its secret is kept only encrypted under a key derived from the seal key
-/// ([`crate::seal::Sealer::encrypt`]), so that every release of the grant answers the same
+/// (`Sealer::encrypt`), so that every release of the grant answers the same
 /// credential and a copy of the database alone does not hold it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Issued {

@@ -37,7 +37,7 @@ pub struct LauncherCredential {
     /// The machine-login record that minted it (person's machine).
     pub record_id: Option<RecordId>,
     /// The broker's seal over what the credential's authority rests on (see
-    /// [`crate::seal::Sealer::seal_credential`]); empty on rows written before seals existed,
+    /// `Sealer::seal_credential`); empty on rows written before seals existed,
     /// which are refused.
     #[serde(default)]
     pub seal: String,
@@ -127,7 +127,7 @@ pub struct Enrollment {
     #[serde(default)]
     pub withheld: BTreeSet<SecretName>,
     /// The broker's seal over what the enrollment's authority rests on (see
-    /// [`crate::seal::Sealer::seal_enrollment`]); empty on rows written before seals existed,
+    /// `Sealer::seal_enrollment`); empty on rows written before seals existed,
     /// which are refused.
     #[serde(default)]
     pub seal: String,
@@ -297,7 +297,7 @@ pub struct Grant {
     pub created_at: Time,
     pub rules_version: String,
     pub end: Option<(GrantEnd, Time)>,
-    /// The seal over the grant (see [`crate::seal`]).
+    /// The seal over the grant (see `Sealer`).
     pub seal: String,
     /// For an automatic grant: the seal over policy's automatic decision.
     pub decision_seal: Option<String>,
@@ -434,11 +434,11 @@ pub struct RecordDecision {
     pub by: String,
     pub credential_id: Option<CredentialId>,
     /// The approver's passkey countersignature over the approval statement, when one was
-    /// given ([`crate::passkey`]).
+    /// given (the `passkey` module).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub countersignature: Option<Countersignature>,
     /// The seal over (record id, event, by, at), and the countersignature when there is one
-    /// (see [`crate::seal`]).
+    /// (see `Sealer`).
     pub seal: String,
 }
 

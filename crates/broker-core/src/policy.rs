@@ -77,7 +77,7 @@ pub struct PolicyEntry {
     /// The store's name for it (an ARN, a resource name, a file key); for an issued secret,
     /// `<issuer kind>:<prefix>`.
     pub resource_name: String,
-    /// For a secret an issuer makes per grant (`crate::issuer`): the issuer's kind (`postgres`,
+    /// For a secret an issuer makes per grant (an `Issuer`): the issuer's kind (`postgres`,
     /// `aws-iam`). `None` for a secret read from the store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,

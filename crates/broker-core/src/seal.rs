@@ -135,7 +135,7 @@ impl Sealer {
         )
     }
 
-    /// Seals a passkey nonce (`crate::passkey`): what it is for (`record:<id>`, `register`,
+    /// Seals a passkey nonce (the `passkey` module): what it is for (`record:<id>`, `register`,
     /// `enroll`), the person, its random part and its expiry (Unix seconds).
     pub fn seal_passkey_nonce(
         &self,
@@ -257,7 +257,7 @@ impl Sealer {
         )
     }
 
-    /// Seals an audit log entry: its position and its chained hash (see [`crate::audit`]).
+    /// Seals an audit log entry: its position and its chained hash (see the `audit` module).
     pub fn seal_audit(&self, position: i64, hash: &str) -> String {
         self.seal(
             "audit/v1",

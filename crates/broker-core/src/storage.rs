@@ -11,7 +11,7 @@
 
 use async_trait::async_trait;
 
-use crate::audit::AuditEntry;
+use crate::audit::entry::AuditEntry;
 use crate::clock::Time;
 use crate::ids::{
     ConfirmationCode, CredentialId, EnrollmentId, GrantId, Login, RecordId, RequestId,
@@ -38,7 +38,7 @@ pub struct OutboxItem {
 impl OutboxItem {
     /// A webhook notification (protocol.md §9).
     pub const NOTIFICATION: &'static str = "notification";
-    /// An issued credential to destroy (`crate::issuer`).
+    /// An issued credential to destroy ([`Issued`]).
     pub const DESTROY: &'static str = "destroy";
 }
 
@@ -94,7 +94,7 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<bool, StorageError>;
     /// Remembers the `jti` of a proof or of a secret request object: [`Storage::remember_once`]
     /// of `use_.scope` and `use_.jti`, given its `iat` (within the skew of `now`) as well, so that a storage this process alone writes
-    /// ([`Exclusive`](crate::exclusive::Exclusive)) may remember it in memory and still refuse
+    /// (`Exclusive`) may remember it in memory and still refuse
     /// its replay after a restart. `Ok(false)`: a replay, or a proof it cannot tell from one.
     /// By default the value is written through.
     async fn remember_proof(&self, use_: ProofUse<'_>) -> Result<bool, StorageError> {
@@ -114,7 +114,7 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// process need not refuse what it cannot know.
     async fn at_shutdown(&self, now: Time) -> Result<(), StorageError>;
     /// The live values remembered under `scope` (lapsed ones, before `now`, may be left out).
-    /// For the few values of a scope of its own ([`Exclusive`](crate::exclusive::Exclusive)'s
+    /// For the few values of a scope of its own (`Exclusive`'s
     /// proof horizon); by default unsupported.
     async fn remembered(&self, scope: &str, now: Time) -> Result<Vec<String>, StorageError> {
         let _ = (scope, now);
@@ -310,7 +310,7 @@ pub trait Tx: Send {
 
     /// The audit log's last entry (position, hash), or `None` when it is empty. In a write
     /// transaction it locks the head until commit, so that appenders serialise (see
-    /// [`crate::audit::append`]): call it last, after the domain rows.
+    /// `audit::append`): call it last, after the domain rows.
     async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError>;
     /// Inserts consecutive entries, in one statement where the backend can (the position is the
     /// primary key: a second entry at one position fails).
@@ -322,7 +322,7 @@ pub trait Tx: Send {
         limit: u32,
     ) -> Result<Vec<AuditEntry>, StorageError>;
     /// The entries about `subject` (`grant:<id>`, …) that end it (kinds
-    /// [`crate::audit::END_KINDS`]), by position.
+    /// `audit::END_KINDS`), by position.
     async fn audit_ends(&mut self, subject: &str) -> Result<Vec<AuditEntry>, StorageError>;
     /// How many entries lie at or below `upto`, and the highest position (0 when empty).
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError>;

@@ -1,5 +1,5 @@
 //! The route table and the OpenAPI 3.1 document built from it. The router is built from the same
-//! table ([`crate::routes::api`]), so the document cannot list a route the server lacks or miss
+//! table ([`api`]), so the document cannot list a route the server lacks or miss
 //! one it has; a test checks each route's refusal codes against the error catalogue.
 
 use countersign_common::wire as w;
@@ -98,6 +98,26 @@ impl std::fmt::Debug for RouteSpec {
     }
 }
 
+/// The API router, built from the route table [`ROUTES`] (without the operational routes
+/// `/metrics` and `/v1/openapi.json`, which `server.rs`'s `router` adds).
+pub fn api() -> axum::Router<std::sync::Arc<crate::AppState>> {
+    ROUTES.iter().fold(axum::Router::new(), |router, r| {
+        router.route(r.path, (r.handler)())
+    })
+}
+
+/// The axum method filter of a row's method (the table's methods are these).
+const fn method_filter(method: &str) -> axum::routing::MethodFilter {
+    use axum::routing::MethodFilter;
+    match method.as_bytes() {
+        b"GET" => MethodFilter::GET,
+        b"DELETE" => MethodFilter::DELETE,
+        b"PUT" => MethodFilter::PUT,
+        b"PATCH" => MethodFilter::PATCH,
+        _ => MethodFilter::POST,
+    }
+}
+
 /// A row: its handler (a function of [`crate::routes`]), method, path, credential, success
 /// status, summary, refusal codes, body-shape code and answer type.
 macro_rules! route {
@@ -111,7 +131,7 @@ macro_rules! route {
             codes: &[$($code),*],
             body: $body,
             answer: $answer,
-            handler: || axum::routing::on(crate::routes::method_filter($m), crate::routes::$h),
+            handler: || axum::routing::on(method_filter($m), crate::routes::$h),
         }
     };
 }

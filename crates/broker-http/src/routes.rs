@@ -5,12 +5,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::MethodFilter;
 use countersign_broker_core::ErrorCode;
 use countersign_broker_core::broker::EnrollInput;
 use countersign_broker_core::broker::PollState;
@@ -27,27 +25,6 @@ use crate::extract::{Console, ConsoleApprover, ConsoleOn, PathParam, Proved, Pro
 use crate::wire;
 
 type St = State<Arc<AppState>>;
-
-/// The API router, built from the route table of [`crate::openapi::ROUTES`] (without the
-/// operational routes `/metrics` and `/v1/openapi.json`).
-pub fn api() -> Router<Arc<AppState>> {
-    crate::openapi::ROUTES
-        .iter()
-        .fold(Router::new(), |router, r| {
-            router.route(r.path, (r.handler)())
-        })
-}
-
-/// The axum method filter of a row's method (the table's methods are these).
-pub(crate) const fn method_filter(method: &str) -> MethodFilter {
-    match method.as_bytes() {
-        b"GET" => MethodFilter::GET,
-        b"DELETE" => MethodFilter::DELETE,
-        b"PUT" => MethodFilter::PUT,
-        b"PATCH" => MethodFilter::PATCH,
-        _ => MethodFilter::POST,
-    }
-}
 
 /// A 200 with `answer`, one of the answer types of `countersign_common::wire`.
 fn ok(answer: impl Serialize) -> Response {

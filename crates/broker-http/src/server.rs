@@ -260,7 +260,7 @@ fn register_metrics() {
 
 /// The full router: the API, `/v1/openapi.json`, `/metrics`, `/readyz`, logs and metrics.
 pub fn router(state: Arc<AppState>) -> Router {
-    crate::routes::api()
+    crate::openapi::api()
         .route("/v1/openapi.json", get(openapi))
         .route("/metrics", get(render_metrics))
         .route(

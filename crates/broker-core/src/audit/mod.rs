@@ -17,8 +17,6 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use serde::{Deserialize, Serialize};
-
 use crate::clock::Time;
 use crate::model::{Enrollment, Grant, LauncherCredential, Record};
 use crate::seal::Sealer;
@@ -26,25 +24,6 @@ use crate::storage::{StorageError, Tx};
 
 /// The `prev_hash` of the first entry.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-/// An entry as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditEntry {
-    pub position: i64,
-    #[serde(with = "crate::clock::serde_time")]
-    pub at: Time,
-    /// `decision`, `grant`, `release`, `revocation`, `expiry`, `end`, `session_end`,
-    /// `machine_login_end`, `withholding`.
-    pub kind: String,
-    /// What it is about: `grant:<id>`, `enrollment:<id>`, `credential:<id>`, `record:<id>`,
-    /// `request:<id>`.
-    pub subject: String,
-    /// Canonical JSON of the details (names, never values).
-    pub body: String,
-    pub prev_hash: String,
-    pub hash: String,
-    pub seal: String,
-}
 
 /// What one entry records, before it has a place in the chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -275,9 +254,11 @@ pub fn ends(e: &AuditEntry) -> bool {
     END_KINDS.contains(&e.kind.as_str())
 }
 
+pub(crate) mod entry;
 mod follower;
 mod inspection;
 
+pub use entry::AuditEntry;
 pub use follower::{Follower, FollowerState, PENDING_MAX, SWEEP_PER_ROUND, Witnessed};
 pub use inspection::{Finding, Inspection};
 
