@@ -2,26 +2,32 @@
 //! console on SQLite in memory (the real storage), its live event watch subscribed, and each
 //! kind of write run through the console's API. After each, the watch stands at the log's
 //! last event id (every appended event is published), and a refused write publishes nothing.
+//! Likewise every delivery a write opens reaches the session's link once its transaction
+//! committed, handed over by the unit of work, not by the write's own code.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{TimeZone, Utc};
 use countersign_console_core::console::asks::{
     AnswerIn, ApprovalIn, AskPatch, CloseAs, CloseIn, NewAsk, NewComment,
 };
 use countersign_console_core::console::documents::{At, Upload};
+use countersign_console_core::console::{NewBroadcast, Presence};
 use countersign_console_core::doc::{EditOp, Quote};
 use countersign_console_core::ids::SessionId;
 use countersign_console_core::work::Actor;
-use countersign_console_core::work::messages::Target;
+use countersign_console_core::work::messages::{
+    AttemptState, Deliverable, Delivery, LiveSession, Mode, Target,
+};
 use countersign_console_core::{
-    Console, ConsoleConfig, IssuePatch, Login, ManualClock, NewIssue, Parts, SystemEntropy,
+    Console, ConsoleConfig, Human, IssuePatch, Login, ManualClock, NewIssue, Parts, SystemEntropy,
 };
 use countersign_console_sql::SqlStorage;
 use serde_json::json;
 use tokio::sync::watch;
 
-async fn console() -> Console {
+async fn console(presence: Option<Arc<dyn Presence>>) -> Console {
     let clock = Arc::new(ManualClock::new(
         Utc.with_ymd_and_hms(2031, 3, 4, 5, 6, 7)
             .single()
@@ -39,7 +45,7 @@ async fn console() -> Console {
             idp: None,
             clock,
             entropy: Arc::new(SystemEntropy),
-            presence: None,
+            presence,
             service_tokens: None,
         },
         ConsoleConfig::default(),
@@ -109,7 +115,7 @@ fn input<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
 /// and the inbox, each appending its event.
 #[tokio::test]
 async fn every_write_of_the_work_and_asks_reaches_the_live_stream() {
-    let c = console().await;
+    let c = console(None).await;
     let mut s = Stream {
         rx: c.events_watch(),
         seen: 0,
@@ -271,7 +277,7 @@ async fn every_write_of_the_work_and_asks_reaches_the_live_stream() {
 /// writes whose events used to be handed back to their callers in lists.
 #[tokio::test]
 async fn every_write_of_documents_and_messages_reaches_the_live_stream() {
-    let c = console().await;
+    let c = console(None).await;
     let mut s = Stream {
         rx: c.events_watch(),
         seen: 0,
@@ -402,4 +408,193 @@ async fn every_write_of_documents_and_messages_reaches_the_live_stream() {
         .await
         .expect("message");
     s.arrived(&c, "message posted").await;
+}
+
+/// This replica's session links, as the console's server holds them: each delivery handed
+/// over is kept with the live watch's id at that moment (what was committed and published),
+/// and taken or refused as `take` says.
+#[derive(Debug, Default)]
+struct Links {
+    handed: Mutex<Vec<(Delivery, i64)>>,
+    take: AtomicBool,
+    watch: OnceLock<watch::Receiver<i64>>,
+}
+
+impl Presence for Links {
+    fn replica(&self) -> &str {
+        "replica-1"
+    }
+
+    fn deliver(&self, d: &Delivery) -> bool {
+        let published = self.watch.get().map_or(-1, |w| *w.borrow());
+        if let Ok(mut h) = self.handed.lock() {
+            h.push((d.clone(), published));
+        }
+        self.take.load(Ordering::SeqCst)
+    }
+}
+
+impl Links {
+    /// After a write: it handed over exactly one delivery, of `item`'s attempt `attempt`,
+    /// after its transaction committed (the watch already stood at the log's last id, but for
+    /// the `later` events appended after the hand-over).
+    async fn handed_one(
+        &self,
+        c: &Console,
+        item: Deliverable,
+        attempt: i64,
+        later: i64,
+        what: &str,
+    ) {
+        let handed: Vec<_> = self.handed.lock().expect("links").drain(..).collect();
+        let last = c.last_event_id().await.expect("last event id");
+        let [(d, published)] = handed.as_slice() else {
+            panic!(
+                "{what}: {} deliveries handed to the link, not 1",
+                handed.len()
+            );
+        };
+        assert_eq!(
+            (d.item, d.attempt),
+            (item, attempt),
+            "{what}: another delivery"
+        );
+        assert_eq!(
+            *published,
+            last - later,
+            "{what}: handed over before its transaction committed and was published"
+        );
+    }
+}
+
+/// Each write that opens a delivery attempt (a message on an issue, to a session, a retry, a
+/// broadcast, a comment's mention and its retry) has it handed to the session's link on this
+/// replica after the commit, with no call of its own; a delivery the link refuses fails
+/// (`not_live`) in the unit of work's after-commit step.
+#[tokio::test]
+async fn every_delivery_a_write_opens_reaches_the_link_after_its_commit() {
+    let links = Arc::new(Links::default());
+    links.take.store(true, Ordering::SeqCst);
+    let c = console(Some(links.clone())).await;
+    links.watch.set(c.events_watch()).expect("watch set once");
+    let ada = person();
+    let session = SessionId::named("live-links-1").expect("session");
+    let bot = agent(&session);
+    let now = c.now();
+    let live = LiveSession {
+        session_id: session.clone(),
+        title: "An agent".into(),
+        roles: Vec::new(),
+        capabilities: Vec::new(),
+        modes: vec![Mode::Send],
+        owner: None,
+        service: None,
+        live_since: now,
+        last_activity_at: now,
+        open_asks: 0,
+        replica: "replica-1".into(),
+        link: 1,
+    };
+    c.messages()
+        .session_hello(&bot, &live)
+        .await
+        .expect("hello");
+    c.issues()
+        .create_project(&ada, "LINK", "Links")
+        .await
+        .expect("project");
+    let new: NewIssue = input(json!({ "project": "LINK", "title": "Delivered" }));
+    let (issue, _) = c.issues().create_issue(&ada, new).await.expect("issue");
+    let key = issue.key.to_string();
+    assert!(links.handed.lock().expect("links").is_empty());
+    let to_session = || Target::Session(session.to_string());
+
+    let m = c
+        .messages()
+        .post_on_issue(&ada, &key, "On the issue", to_session(), None)
+        .await
+        .expect("message on the issue");
+    let item = Deliverable::Message(m.id);
+    links
+        .handed_one(&c, item, 1, 0, "message on the issue")
+        .await;
+    c.messages().retry(&ada, m.id).await.expect("retry");
+    links.handed_one(&c, item, 2, 0, "message retried").await;
+
+    let human = Human {
+        login: Login::parse("ada@example.com").expect("login"),
+        csrf_token: "csrf".into(),
+        session_key: "key".into(),
+    };
+    let m = c
+        .messages()
+        .send_to_session(&human, &session, "To the session", None)
+        .await
+        .expect("message to the session");
+    links
+        .handed_one(
+            &c,
+            Deliverable::Message(m.id),
+            1,
+            0,
+            "message to the session",
+        )
+        .await;
+
+    let new = NewBroadcast {
+        idempotency_key: "links-1".into(),
+        sessions: vec![session.to_string()],
+        mode: Mode::Send,
+        body: "To everyone".into(),
+    };
+    let (sent, fresh) = c
+        .messages()
+        .broadcast(&human, new)
+        .await
+        .expect("broadcast");
+    assert!(fresh);
+    let copy = sent.broadcast.recipients[0].message.id;
+    links
+        .handed_one(&c, Deliverable::Message(copy), 1, 0, "broadcast")
+        .await;
+
+    let comment = c
+        .asks()
+        .comment_on_issue(
+            &ada,
+            &key,
+            NewComment {
+                body: "Have a look".into(),
+                mentions: vec![session.to_string()],
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("comment with a mention");
+    let item = Deliverable::Mention(comment.comment.id);
+    links.handed_one(&c, item, 1, 0, "comment's mention").await;
+    c.asks()
+        .retry_mention(&ada, comment.comment.id, None)
+        .await
+        .expect("mention retried");
+    links.handed_one(&c, item, 2, 0, "mention retried").await;
+
+    // The link refuses: the attempt fails in the unit of work's after-commit step.
+    links.take.store(false, Ordering::SeqCst);
+    let m = c
+        .messages()
+        .post_on_issue(&ada, &key, "Refused", to_session(), None)
+        .await
+        .expect("message the link refuses");
+    assert_eq!(m.deliveries[0].state, AttemptState::Pending);
+    let item = Deliverable::Message(m.id);
+    links.handed_one(&c, item, 1, 1, "refused message").await;
+    let stored = c.messages().on_issue(&key, m.id).await.expect("message");
+    let attempt = &stored.deliveries[0];
+    assert_eq!(
+        attempt.state,
+        AttemptState::Failed,
+        "a refused delivery fails"
+    );
+    assert_eq!(attempt.error.as_deref(), Some("not_live"));
 }

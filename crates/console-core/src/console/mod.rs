@@ -11,9 +11,9 @@
 /// Runs `$body` as a unit of work ([`unit`]): a write transaction, with `$tx: &mut dyn
 /// WorkTx` (the area's code reaches the stores it uses: `tx.issues()`, `tx.asks()`, …),
 /// committed when the body answers `Ok` and then published by [`Console::commit_work`] (every
-/// event it appended wakes the live streams; the documents it kept,
-/// `transact!(console, |tx, after| body)` with `after: &mut AfterCommit`, are kept loaded),
-/// never by the caller. A storage conflict (a serialization failure or a busy database)
+/// event it appended wakes the live streams; with `transact!(console, |tx, after| body)` and
+/// `after: &mut AfterCommit`, the documents it kept are kept loaded and the deliveries it
+/// opened are handed to the sessions' links), never by the caller. A storage conflict (a serialization failure or a busy database)
 /// starts it over, up to ten times.
 macro_rules! transact {
     ($self:expr, |$tx:ident| $body:expr) => {

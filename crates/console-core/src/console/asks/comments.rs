@@ -49,22 +49,21 @@ impl Asks<'_> {
         let now = self.console.now();
         let id = self.console.new_id(CommentId::from_random);
         // The whole `WorkTx`: a mention's delivery attempt opens through the messages' code.
-        let (view, opened) = transact!(self.console, |tx| {
-            self.write_comment(tx, &req, id, actor, now).await
-        })?;
-        self.console.messages().dispatch(&opened).await;
-        Ok(view)
+        transact!(self.console, |tx, after| {
+            self.write_comment(tx, after, &req, id, actor, now).await
+        })
     }
 
     /// A new comment's writes, in its transaction ([`Asks::add_comment`]).
     async fn write_comment(
         &self,
         tx: &mut dyn WorkTx,
+        after: &mut AfterCommit,
         req: &CommentRequest,
         id: CommentId,
         actor: &Actor,
         now: Time,
-    ) -> Result<(CommentView, Vec<Opened>), Error> {
+    ) -> Result<CommentView, Error> {
         let root = self.thread_root(tx, req).await?;
         let on_ask = req.ask.or_else(|| root.as_ref().and_then(|r| r.ask));
         let mut ask = match on_ask {
@@ -86,9 +85,8 @@ impl Asks<'_> {
             Self::replied(a, actor, now);
             tx.asks().update_ask(a).await?;
         }
-        let mut opened = Vec::new();
         for m in &comment.mentions {
-            opened.push(self.mention(tx, &comment, m, actor).await?);
+            self.mention(tx, after, &comment, m, actor).await?;
         }
         let view = self.comment_view(tx, comment).await?;
         let e = self
@@ -100,7 +98,7 @@ impl Asks<'_> {
             .documents()
             .keep_mentions(tx, &from, c.issue.as_ref(), (&c.body, false), &e)
             .await?;
-        Ok((view, opened))
+        Ok(view)
     }
 
     /// The thread a reply goes in: its parent's root (none for a new thread).
@@ -446,7 +444,7 @@ impl Asks<'_> {
     ) -> Result<AttemptView, Error> {
         let target = target.map(SessionId::named).transpose()?;
         // The whole `WorkTx`: the attempt opens through the messages' code.
-        let opened = transact!(self.console, |tx| {
+        let opened = transact!(self.console, |tx, after| {
             let c = tx
                 .asks()
                 .comment(id)
@@ -465,13 +463,9 @@ impl Asks<'_> {
                     return Err(invalid("`target` is not one of the comment's mentions"));
                 }
             };
-            self.mention(tx, &c, &session, actor).await
+            self.mention(tx, after, &c, &session, actor).await
         })?;
-        self.console
-            .messages()
-            .dispatch(std::slice::from_ref(&opened))
-            .await;
-        Ok(AttemptView::from(&opened.attempt))
+        Ok(AttemptView::from(&opened))
     }
 
     /// Accepts a comment's pending suggestion (a person): its quote is replaced by the

@@ -47,10 +47,11 @@ use crate::work::{
     Actor, Event, EventFacts, IssueKey, NewEvent, ProjectKey, SearchKind, WorkTx, search,
 };
 
-use super::messages::{NewAttempt, Opened};
+use super::messages::NewAttempt;
+use super::unit::AfterCommit;
 use super::work::{console_ref, invalid, not_found};
 use crate::work::documents::{Artifact, ArtifactKind, Scope as DocScope};
-use crate::work::messages::{AttemptView, Deliverable, DeliveryContent, Mode, Scope};
+use crate::work::messages::{Attempt, AttemptView, Deliverable, DeliveryContent, Mode, Scope};
 
 /// Caps of protocol §2.
 const QUESTION_MAX: usize = 2_000;
@@ -520,14 +521,15 @@ impl Asks<'_> {
     }
 
     /// Opens a mention delivery of comment `c` to `session` in `tx` (mode `send`: a mention
-    /// asks the session to act).
+    /// asks the session to act), dispatched by `after` once the transaction commits.
     async fn mention(
         &self,
         tx: &mut dyn WorkTx,
+        after: &mut AfterCommit,
         c: &Comment,
         session: &SessionId,
         requested_by: &Actor,
-    ) -> Result<Opened, Error> {
+    ) -> Result<Attempt, Error> {
         let content = DeliveryContent {
             thread_id: c.thread_id.to_string(),
             issue: c.issue.as_ref().map(|k| k.as_str().to_owned()),
@@ -545,6 +547,7 @@ impl Asks<'_> {
             .messages()
             .open_attempt(
                 tx,
+                after,
                 &NewAttempt {
                     item: Deliverable::Mention(c.id),
                     session_id: session,

@@ -85,9 +85,9 @@ struct Reach {
     excluded: Vec<Excluded>,
 }
 
-/// What a broadcast's transaction answers: what it sent, and when it sent it (not a repeat of
-/// its key) the attempts to dispatch and its `broadcast.sent` event.
-type BroadcastDone = (BroadcastSent, Option<(Vec<Opened>, Event)>);
+/// What a broadcast's transaction answers: what it sent, and whether it sent it now (not a
+/// repeat of its key).
+type BroadcastDone = (BroadcastSent, bool);
 
 impl Messages<'_> {
     /// Sends a broadcast, or answers the one its key already named (`false`: nothing sent).
@@ -98,26 +98,21 @@ impl Messages<'_> {
     ) -> Result<(BroadcastSent, bool), Error> {
         let sessions = new.check()?;
         let fingerprint = new.fingerprint();
-        let done = transact!(self.console, |tx| {
-            self.write_broadcast(tx, human, &new, &sessions, &fingerprint)
+        transact!(self.console, |tx, after| {
+            self.write_broadcast(tx, after, human, &new, &sessions, &fingerprint)
                 .await
-        })?;
-        match done {
-            (sent, Some((opened, _))) => {
-                self.dispatch(&opened).await;
-                Ok((sent, true))
-            }
-            (sent, None) => Ok((sent, false)),
-        }
+        })
     }
 
     /// A broadcast's writes, in its transaction ([`Messages::broadcast`]): the key's earlier
     /// send answered, else the broadcast row (whose key's unique index makes a concurrent send
     /// wait, then answer the winner's), a copy per recipient with its attempts, and
-    /// `broadcast.sent`. `sessions` are the request's, checked.
+    /// `broadcast.sent`. `sessions` are the request's, checked; `after` dispatches the copies'
+    /// attempts once the transaction commits.
     async fn write_broadcast(
         &self,
         tx: &mut dyn WorkTx,
+        after: &mut AfterCommit,
         human: &Human,
         new: &NewBroadcast,
         sessions: &[SessionId],
@@ -128,7 +123,7 @@ impl Messages<'_> {
             .broadcast_by_key(&human.login, &new.idempotency_key)
             .await?;
         if let Some(b) = earlier {
-            return Ok((self.repeat_broadcast(tx, b, fingerprint).await?, None));
+            return Ok((self.repeat_broadcast(tx, b, fingerprint).await?, false));
         }
         let reach = self.reach(tx, sessions, new.mode).await?;
         let by = Actor::User {
@@ -152,16 +147,16 @@ impl Messages<'_> {
                 .broadcast_by_key(&human.login, &new.idempotency_key)
                 .await?
                 .ok_or_else(|| Error::new(ErrorCode::INTERNAL))?;
-            return Ok((self.repeat_broadcast(tx, b, fingerprint).await?, None));
+            return Ok((self.repeat_broadcast(tx, b, fingerprint).await?, false));
         }
-        let (copies, opened) = self.write_copies(tx, &b, &reach.recipients).await?;
+        let copies = self.write_copies(tx, after, &b, &reach.recipients).await?;
         let view = self.broadcast_view(tx, &b, &copies).await?;
-        let e = self.append_sent(tx, &view, &reach.excluded).await?;
+        self.append_sent(tx, &view, &reach.excluded).await?;
         let sent = BroadcastSent {
             broadcast: view,
             excluded: reach.excluded,
         };
-        Ok((sent, Some((opened, e))))
+        Ok((sent, true))
     }
 
     /// Which of the request's sessions the broadcast reaches now (see [`Reach`]): a session
@@ -194,24 +189,24 @@ impl Messages<'_> {
     }
 
     /// Writes broadcast `b`'s copy to each recipient (dated as the broadcast) and opens its
-    /// attempt; answers the copies, in send order, and the attempts opened.
+    /// attempt (left to `after`); answers the copies, in send order.
     async fn write_copies(
         &self,
         tx: &mut dyn WorkTx,
+        after: &mut AfterCommit,
         b: &Broadcast,
         recipients: &[SessionId],
-    ) -> Result<(Vec<Message>, Vec<Opened>), Error> {
-        let mut opened = Vec::with_capacity(recipients.len());
+    ) -> Result<Vec<Message>, Error> {
         let mut copies = Vec::with_capacity(recipients.len());
         for s in recipients {
             let mut m = self.targeted(&b.by, None, Target::Session(s.to_string()), b.mode, &b.body);
             m.broadcast = Some(b.id);
             m.created_at = b.created_at;
             tx.messages().insert_message(&m).await?;
-            opened.extend(self.attempt(tx, &m, &b.by).await?);
+            self.attempt(tx, after, &m, &b.by).await?;
             copies.push(m);
         }
-        Ok((copies, opened))
+        Ok(copies)
     }
 
     /// Appends `broadcast.sent`: the broadcast compact (each recipient's message by id), with

@@ -4,9 +4,11 @@
 //! - [`Messages::open_attempt`], inside the caller's transaction: numbers the attempt (from 1
 //!   per message or comment), decides it (`failed` with `not_live` when the session has no
 //!   live link, `mode_not_advertised` when its link does not advertise the mode, else
-//!   `pending` with the content to send kept beside it), and appends `delivery.attempt`.
-//! - [`Messages::dispatch`], after that transaction committed: hands each pending attempt to the
-//!   session's link through [`Presence::deliver`]; one the link cannot take fails at once.
+//!   `pending` with the content to send kept beside it), appends `delivery.attempt`, and
+//!   leaves a pending one to the unit of work's [`AfterCommit`].
+//! - The unit of work ([`crate::console::unit`]), once that transaction committed and only
+//!   then: hands each pending attempt to the session's link through [`Presence::deliver`]; one
+//!   the link cannot take fails at once. No caller dispatches.
 //! - [`Messages::delivered`]: the session's `delivered` makes a pending attempt of its own
 //!   `sent`, if it comes within [`ACK_WITHIN`] of the attempt on the console's clock.
 //! - [`Messages::expire_deliveries`]: pending attempts older than [`ACK_WITHIN`] fail
@@ -21,6 +23,7 @@ use serde_json::json;
 
 use super::presence::LinkNotice;
 use super::*;
+use crate::console::unit::AfterCommit;
 use crate::work::messages::{
     Attempt, AttemptState, Deliverable, Delivery, DeliveryContent, Finish, Mode, Scope, failure,
 };
@@ -43,14 +46,6 @@ pub(crate) struct NewAttempt<'a> {
     pub content: &'a DeliveryContent,
     /// Where the `delivery.attempt` events go.
     pub scope: &'a Scope,
-}
-
-/// An attempt just opened (its `delivery.attempt` event appended), and what to hand to the
-/// link once the transaction commits (pending ones only).
-#[derive(Debug, Clone)]
-pub(crate) struct Opened {
-    pub attempt: Attempt,
-    pub delivery: Option<Delivery>,
 }
 
 /// A session's `delivered`: `by` is the session (an agent actor naming it).
@@ -78,13 +73,14 @@ impl Messages<'_> {
         Ok(self.live_in(tx, session).await?.map(|l| l.modes))
     }
 
-    /// Opens an attempt in `tx` (see the module's doc). The caller runs [`Messages::dispatch`]
-    /// with it after the transaction commits.
+    /// Opens an attempt in `tx` (see the module's doc); a pending one for this replica's link
+    /// is left to `after`, which hands it to the link once the transaction commits.
     pub(crate) async fn open_attempt(
         &self,
         tx: &mut dyn WorkTx,
+        after: &mut AfterCommit,
         new: &NewAttempt<'_>,
-    ) -> Result<Opened, Error> {
+    ) -> Result<Attempt, Error> {
         let number = tx.attempts().next_attempt(new.item).await?;
         let live = self.live_in(tx, new.session_id).await?;
         let (state, error) = match &live {
@@ -127,13 +123,13 @@ impl Messages<'_> {
             };
             tx.presence().notify_links(&notice.to_payload()).await?;
         }
-        let delivery = (pending && elsewhere.is_none()).then(|| Delivery {
+        after.deliver((pending && elsewhere.is_none()).then(|| Delivery {
             item: attempt.item,
             attempt: attempt.attempt,
             session_id: attempt.session_id.clone(),
             content: new.content.clone(),
-        });
-        Ok(Opened { attempt, delivery })
+        }));
+        Ok(attempt)
     }
 
     /// Appends `delivery.attempt` for an attempt's new state: in its scope's log (an issue's
@@ -168,32 +164,6 @@ impl Messages<'_> {
             },
         };
         Ok(tx.events().append_event(&e, sequence).await?)
-    }
-
-    /// After the transaction that opened `opened` committed (its events woke the streams as
-    /// it did): hands each pending attempt to its session's link; one no link takes fails at
-    /// once (`not_live`).
-    pub(crate) async fn dispatch(&self, opened: &[Opened]) {
-        let refused: Vec<(Deliverable, i64)> = opened
-            .iter()
-            .filter_map(|o| o.delivery.as_ref())
-            .filter(|d| !self.hand_over_delivery(d))
-            .map(|d| (d.item, d.attempt))
-            .collect();
-        if !refused.is_empty()
-            && let Err(e) = self.fail_attempts(&refused, failure::NOT_LIVE, None).await
-        {
-            tracing::warn!(code = e.code_str(), "refused deliveries not marked failed");
-        }
-    }
-
-    /// Hands a delivery to the session's link.
-    fn hand_over_delivery(&self, d: &Delivery) -> bool {
-        self.console
-            .parts
-            .presence
-            .as_ref()
-            .is_some_and(|p| p.deliver(d))
     }
 
     /// Sessions' `delivered`, in one transaction: each names a pending attempt of the session
@@ -279,7 +249,7 @@ impl Messages<'_> {
     }
 
     /// Moves each of `keys` from `pending` to `failed` with `error`, in one transaction.
-    async fn fail_attempts(
+    pub(crate) async fn fail_attempts(
         &self,
         keys: &[(Deliverable, i64)],
         error: &str,

@@ -18,6 +18,7 @@
 //!   this replica's links;
 //! - [`inbox`]: the inbox's threads, read marks and the per-agent state.
 
+use super::unit::AfterCommit;
 use super::work::not_found;
 use super::*;
 use crate::ids::{BroadcastId, MessageId, SessionId};
@@ -35,9 +36,9 @@ mod sends;
 mod threads;
 
 pub use broadcasts::NewBroadcast;
-pub use delivery::{ACK_WITHIN, Ack};
 #[allow(unused_imports)]
-pub(crate) use delivery::{NewAttempt, Opened};
+pub(crate) use delivery::NewAttempt;
+pub use delivery::{ACK_WITHIN, Ack};
 pub use inbox::AgentPatch;
 pub use presence::{LIVE_FOR, LinkNotice, Presence};
 
@@ -215,14 +216,16 @@ impl Messages<'_> {
     }
 
     /// Opens one attempt of a targeted message per session it reaches now: its session, or
-    /// every live session advertising its role. A target is text (a body's); a stored one was
-    /// refused (INVALID_SESSION_ID) unless it was a session id.
+    /// every live session advertising its role (each pending one dispatched by `after` once
+    /// the transaction commits). A target is text (a body's); a stored one was refused
+    /// (INVALID_SESSION_ID) unless it was a session id.
     async fn attempt(
         &self,
         tx: &mut dyn WorkTx,
+        after: &mut AfterCommit,
         m: &Message,
         requested_by: &Actor,
-    ) -> Result<Vec<Opened>, Error> {
+    ) -> Result<Vec<Attempt>, Error> {
         let sessions = match &m.target {
             Some(Target::Session(s)) => vec![SessionId::named(s)?],
             Some(Target::Role(r)) => self.holders_in(tx, r).await?,
@@ -241,7 +244,7 @@ impl Messages<'_> {
                 content: &content,
                 scope: &scope,
             };
-            opened.push(self.open_attempt(tx, &new).await?);
+            opened.push(self.open_attempt(tx, after, &new).await?);
         }
         Ok(opened)
     }

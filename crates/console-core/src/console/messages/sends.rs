@@ -47,8 +47,8 @@ fn reply_place<'t>(
 }
 
 impl Messages<'_> {
-    /// Writes a new targeted message, appends `message.sent` (with the body), opens its
-    /// attempts, and after the commit hands them to the links.
+    /// Writes a new targeted message, appends `message.sent` (with the body) and opens its
+    /// attempts (the unit of work hands them to the links after the commit).
     async fn send(&self, m: Message) -> Result<MessageView, Error> {
         self.send_once(m, None)
             .await?
@@ -62,7 +62,7 @@ impl Messages<'_> {
         m: Message,
         webhook_id: Option<&str>,
     ) -> Result<Option<MessageView>, Error> {
-        let done = transact!(self.console, |tx| {
+        transact!(self.console, |tx, after| {
             if let Some(w) = webhook_id
                 && !tx.messages().insert_webhook(w, m.id, m.created_at).await?
             {
@@ -77,15 +77,9 @@ impl Messages<'_> {
             let data = json!(view_of(&m, &[], &[]));
             let sent = self.append(tx, "message.sent", &m.author, &m, data).await?;
             self.keep_mentions(tx, &m, &sent).await?;
-            let opened = self.attempt(tx, &m, &m.author).await?;
-            let view = self.view(tx, &m).await?;
-            Ok(Some((view, opened)))
-        })?;
-        let Some((view, opened)) = done else {
-            return Ok(None);
-        };
-        self.dispatch(&opened).await;
-        Ok(Some(view))
+            self.attempt(tx, after, &m, &m.author).await?;
+            Ok(Some(self.view(tx, &m).await?))
+        })
     }
 
     /// The broker's expiry notice (protocol §8; its signature verified by the caller): one
@@ -170,7 +164,7 @@ impl Messages<'_> {
     /// Retries a targeted message: one new attempt per session it reaches now (its session,
     /// or every live session advertising its role), requested by `actor`.
     pub async fn retry(&self, actor: &Actor, id: MessageId) -> Result<Vec<AttemptView>, Error> {
-        let opened = transact!(self.console, |tx| {
+        let opened = transact!(self.console, |tx, after| {
             let m = tx
                 .messages()
                 .message(id)
@@ -179,13 +173,9 @@ impl Messages<'_> {
                 .ok_or_else(|| {
                     Error::with_message(ErrorCode::NOT_FOUND, "no targeted message has this id")
                 })?;
-            self.attempt(tx, &m, actor).await
+            self.attempt(tx, after, &m, actor).await
         })?;
-        self.dispatch(&opened).await;
-        Ok(opened
-            .iter()
-            .map(|o| AttemptView::from(&o.attempt))
-            .collect())
+        Ok(opened.iter().map(AttemptView::from).collect())
     }
 
     /// A session's reply to a message delivered to it. The first posts (created); after
