@@ -14,7 +14,7 @@ use countersign_console_core::{Caller, ErrorCode};
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::table::{Auth, Kind, RouteSpec};
+use crate::route::{Auth, Kind, RouteSpec};
 
 /// The CSRF header the pages' script sends.
 pub const CSRF_HEADER: &str = "x-csrf-token";

@@ -5,7 +5,8 @@
 //! handed its caller by the route's class ([`auth`]), calls one core operation and renders JSON
 //! ([`api`]) or a server-rendered page ([`pages`]).
 //!
-//! - [`table`]: the route table; the router and `GET /api/v1` are both built from it.
+//! - [`table`]: the route table; the router and `GET /api/v1` are both built from it
+//!   ([`route`]: one row's type).
 //! - [`auth`]: bearer tokens and browser sessions, HUMAN_ONLY, and CSRF checks on a browser's
 //!   state changes (same origin and the session's CSRF token).
 //! - [`broker_client`]: the broker over HTTP with the console token.
@@ -29,6 +30,7 @@ pub mod link;
 pub mod notify;
 pub mod oidc;
 pub mod pages;
+pub mod route;
 pub mod server;
 pub mod table;
 pub mod witness;
