@@ -37,12 +37,16 @@ macro_rules! args {
 
 mod combined;
 mod commit;
+mod head;
 mod held;
+mod literal;
 mod locked;
 mod queries;
 mod rows;
 
 use combined::head_of;
+pub(crate) use head::Heads;
+use head::Turn;
 use held::Held;
 use locked::{Locked, Remembered};
 
@@ -74,6 +78,13 @@ pub(crate) struct SqlTx {
     /// Counts the statements this transaction sends on its connection, `BEGIN` and `COMMIT`
     /// included (the storage's [`round_trips`](crate::SqlStorage::round_trips)).
     sent: Option<Arc<AtomicU64>>,
+    /// PostgreSQL's write: the audit head this process's appends left (`head.rs`), and this
+    /// transaction's turn at it once it asked for the head.
+    heads: Option<Arc<Heads>>,
+    turn: Option<Turn>,
+    /// The audit head answered from `heads` without reading it: the audit lock, and the check
+    /// that the head is still there, go ahead of the next statement sent.
+    predicted: Option<(i64, String)>,
 }
 
 /// What a PostgreSQL write needs to resolve a COMMIT whose outcome is unknown (`commit.rs`).
@@ -88,6 +99,12 @@ enum Inner {
     Pool(Transaction<'static, Any>),
     /// SQLite's writes: a turn at the single writer, inside its group-committed transaction.
     Writer(Slot),
+    /// PostgreSQL's writes: a connection whose `BEGIN` goes with its first statement
+    /// (`begun` once sent), and whose `COMMIT` goes with its held-back writes (`head.rs`).
+    PgWrite {
+        conn: PoolConnection<Any>,
+        begun: bool,
+    },
     /// Reads: a connection with no `BEGIN`, each statement its own snapshot (under PostgreSQL's
     /// READ COMMITTED that is so inside a transaction too, and SQLite's reads are all one
     /// statement or need no more), so the round trips of `BEGIN` and `ROLLBACK` bought nothing.
@@ -117,6 +134,9 @@ impl Drop for SqlTx {
                 if let Some(spares) = &self.spares {
                     spares.put(conn);
                 }
+            }
+            Some(Inner::PgWrite { conn, begun }) => {
+                head::abandon(conn, begun, !self.unsettled, self.spares.clone());
             }
             _ => {}
         }
@@ -152,9 +172,7 @@ impl SqlTx {
 
     /// Whether this transaction holds its writes back (`held.rs`): PostgreSQL's writes.
     fn holds(&self) -> bool {
-        self.backend == Backend::Postgres
-            && self.write
-            && matches!(self.inner, Some(Inner::Pool(_)))
+        matches!(self.inner, Some(Inner::PgWrite { .. }))
     }
 
     /// The row `key` of `T`'s table, if this write transaction read (and locked) or wrote it.
@@ -173,17 +191,12 @@ impl SqlTx {
         }
     }
 
-    /// Sends what is held back, as one statement (or a few, for very many parameters).
+    /// Sends what is held back, as one text with what must go ahead of it (`head.rs`).
     async fn flush(&mut self) -> Result<(), StorageError> {
         if self.held.is_empty() {
             return Ok(());
         }
-        for (sql, args) in self.held.take() {
-            let conn = self.conn_now().await?;
-            let r = bind_all(sqlx::query(&sql), args).execute(conn).await;
-            self.checked(r)?;
-        }
-        Ok(())
+        self.pg_text("", true).await.map(|_| ())
     }
 
     pub(crate) fn pooled(tx: Transaction<'static, Any>, backend: Backend, write: bool) -> Self {
@@ -198,6 +211,9 @@ impl SqlTx {
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
+            heads: None,
+            turn: None,
+            predicted: None,
         }
     }
 
@@ -219,6 +235,9 @@ impl SqlTx {
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
+            heads: None,
+            turn: None,
+            predicted: None,
         }
     }
 
@@ -236,6 +255,9 @@ impl SqlTx {
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
+            heads: None,
+            turn: None,
+            predicted: None,
         }
     }
 
@@ -251,6 +273,9 @@ impl SqlTx {
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
+            heads: None,
+            turn: None,
+            predicted: None,
         }
     }
 
@@ -264,6 +289,11 @@ impl SqlTx {
     /// The connection for the next statement, with the writes still held back. A read on
     /// PostgreSQL takes its connection here, at its first statement that is not batched.
     async fn conn_now(&mut self) -> Result<&mut AnyConnection, StorageError> {
+        // A PostgreSQL write's `BEGIN` (and the audit lock's check) as a text of its own, when
+        // the statement binds parameters and so cannot carry it.
+        if self.holds() && !self.pg_prefix_sent() {
+            self.pg_text("", false).await?;
+        }
         self.count();
         if let (Some(Inner::Lazy(pool)), Some(spares)) = (&self.inner, &self.spares) {
             let conn = spares.take(pool).await.map_err(crate::error::begin_err)?;
@@ -272,7 +302,7 @@ impl SqlTx {
         self.unsettled = true;
         match self.inner.as_mut() {
             Some(Inner::Pool(tx)) => Ok(&mut **tx),
-            Some(Inner::Conn(c)) => Ok(&mut **c),
+            Some(Inner::Conn(c) | Inner::PgWrite { conn: c, .. }) => Ok(&mut **c),
             Some(Inner::Writer(slot)) => slot.conn().await,
             Some(Inner::Lazy(_)) => Err(StorageError::Other(
                 "a read without its connection's spares".into(),
