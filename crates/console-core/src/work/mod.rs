@@ -6,6 +6,7 @@
 //! - [`search`]: merging each kind's ranked matches (reciprocal rank fusion).
 //! - [`documents`], [`asks`], [`messages`], [`delivery`]: each area's records and storage
 //!   trait.
+//! - [`notices`]: people's notice preferences and the notices queued, and their store.
 //! - [`view`]: the issue answer, which joins an issue with the other areas' records on it.
 //! - [`store`]: the storage traits, one per aggregate, that a [`store::WorkTx`] transaction
 //!   joins; filtering and paging happen in the storage's queries, never after a fetch-all.
@@ -19,6 +20,7 @@ pub mod delivery;
 pub mod documents;
 pub mod messages;
 pub mod model;
+pub mod notices;
 pub mod repos;
 pub mod rules;
 pub mod search;
@@ -30,6 +32,7 @@ pub use delivery::DeliveryTx;
 pub use documents::DocumentTx;
 pub use messages::{AttemptTx, MessageInboxTx, MessageTx, PresenceTx};
 pub use model::*;
+pub use notices::NoticeTx;
 pub use repos::{CodeRef, RepoMapping, RepoName};
 pub use store::{EventTx, IssueTx, ProjectTx, WorkTx};
 pub use view::IssueView;

@@ -167,7 +167,7 @@ pub trait EventTx: Send {
 /// trait of its own ([`ProjectTx`], [`IssueTx`], [`EventTx`], [`crate::work::AskTx`],
 /// [`crate::work::DocumentTx`], [`crate::work::MessageTx`], [`crate::work::AttemptTx`],
 /// [`crate::work::PresenceTx`], [`crate::work::MessageInboxTx`], [`crate::work::DeliveryTx`],
-/// [`crate::notify::NoticeTx`]), and a storage implements each with a type of its own over the
+/// [`crate::work::NoticeTx`]), and a storage implements each with a type of its own over the
 /// transaction's one connection (`tx.issues().issue(&key)`). An area's operation takes the
 /// transaction and reaches the stores it uses; what it reads of another area is in the same
 /// transaction.
@@ -186,7 +186,7 @@ pub trait WorkTx: Send {
     fn presence(&mut self) -> Box<dyn crate::work::PresenceTx + '_>;
     fn message_inbox(&mut self) -> Box<dyn crate::work::MessageInboxTx + '_>;
     fn delivery(&mut self) -> Box<dyn crate::work::DeliveryTx + '_>;
-    fn notices(&mut self) -> Box<dyn crate::notify::NoticeTx + '_>;
+    fn notices(&mut self) -> Box<dyn crate::work::NoticeTx + '_>;
     /// Commits, answering the highest event id the transaction appended (`None`: it appended
     /// none). The unit of work (the console's `commit_work`) publishes it once the commit is
     /// done: the storage sees every append, so no event can be left out.
