@@ -300,18 +300,12 @@ async fn readyz(State(st): State<Arc<AppState>>) -> Response {
     } else {
         "verifying"
     };
-    let ready = database == "ok" && store == "ok" && audit == "ok";
-    let status = if ready {
+    let body = countersign_common::wire::Ready::of(database, store, audit);
+    let status = if body.is_ready() {
         axum::http::StatusCode::OK
     } else {
         axum::http::StatusCode::SERVICE_UNAVAILABLE
     };
-    let body = serde_json::json!({
-        "status": if ready { "ready" } else { "not ready" },
-        "database": database,
-        "store": store,
-        "audit": audit,
-    });
     (
         status,
         [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],

@@ -357,13 +357,24 @@ pub async fn readyz(State(st): State<Arc<AppState>>) -> Response {
     (
         status,
         [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
-        axum::Json(serde_json::json!({
-            "status": if ready { "ready" } else { "not ready" },
-            "database": database,
-            "broker": broker,
-        })),
+        axum::Json(Readiness {
+            broker,
+            database,
+            status: countersign_common::wire::ready_word(ready),
+        }),
     )
         .into_response()
+}
+
+/// The console's `/readyz` answer: the broker's `status` words
+/// (`countersign_common::wire::ready_word`), and the parts the console waits on, which are not
+/// the broker's (its database, and the broker: `ok`, `not ready`, `unreachable` or
+/// `not configured`). Fields in alphabetical order, as `json!` wrote them.
+#[derive(Debug, serde::Serialize)]
+struct Readiness {
+    broker: &'static str,
+    database: &'static str,
+    status: &'static str,
 }
 
 /// Counts an open event stream while it lives (`countersign_console_streams`).

@@ -1,5 +1,5 @@
 //! The answers of the broker's routes that take no credential (spec, "Open routes"): the
-//! store's settings, a secret's reread, health.
+//! store's settings, a secret's reread, health and readiness.
 
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +70,41 @@ pub struct Health {
     pub status: String,
 }
 
+/// `GET /readyz`: whether this replica can serve (`status`: `ready` or `not ready`), and each
+/// part it waits on: the database (`ok` or `unavailable`), the policy from the secret store
+/// (`ok` or `not loaded`) and the audit follower (`ok`, `verifying` or `broken`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Ready {
+    pub audit: String,
+    pub database: String,
+    pub status: String,
+    pub store: String,
+}
+
+impl Ready {
+    /// The answer for these parts: `ready` when each is `ok`.
+    pub fn of(database: &str, store: &str, audit: &str) -> Self {
+        let ready = [database, store, audit].iter().all(|p| *p == "ok");
+        Self {
+            audit: audit.to_owned(),
+            database: database.to_owned(),
+            status: ready_word(ready).to_owned(),
+            store: store.to_owned(),
+        }
+    }
+
+    /// Whether every part is ready.
+    pub fn is_ready(&self) -> bool {
+        self.status == ready_word(true)
+    }
+}
+
+/// A `/readyz` answer's `status` (the broker's and the console's): `ready` or `not ready`.
+pub fn ready_word(ready: bool) -> &'static str {
+    if ready { "ready" } else { "not ready" }
+}
+
 /// `POST /v1/audit/witness` (console token), both ways: the head of the broker's audit chain a
 /// witness remembers, and the last accepted position it has seen; the broker answers its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,4 +114,33 @@ pub struct WitnessHead {
     pub position: i64,
     pub hash: String,
     pub accepted: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_is_written_as_the_broker_wrote_it() {
+        let ready = Ready::of("ok", "ok", "ok");
+        assert!(ready.is_ready());
+        assert_eq!(
+            serde_json::to_string(&ready).unwrap_or_default(),
+            r#"{"audit":"ok","database":"ok","status":"ready","store":"ok"}"#
+        );
+        crate::wire::tests::sorted(&ready);
+        for (database, store, audit) in [
+            ("unavailable", "ok", "ok"),
+            ("ok", "not loaded", "ok"),
+            ("ok", "ok", "verifying"),
+            ("ok", "ok", "broken"),
+        ] {
+            let r = Ready::of(database, store, audit);
+            assert!(!r.is_ready(), "{r:?}");
+            assert_eq!(r.status, "not ready");
+            let back: Ready = serde_json::from_str(&serde_json::to_string(&r).unwrap_or_default())
+                .expect("reads back");
+            assert_eq!(back, r);
+        }
+    }
 }
