@@ -114,7 +114,7 @@ async fn granted_env(ctx: &Ctx, a: &RunArgs) -> Result<ControlFlow<u8, Granted>,
         .clone()
         .unwrap_or_else(|| default_reason(&a.command));
     let created = session::create(ctx, &a.ask, &reason).await?;
-    let id = created.id.clone();
+    let id = created.answer.request_id.clone();
     let waited = tokio::select! {
         r = session::wait(ctx, created, a.ask.no_wait, a.ask.timeout) => r?,
         _ = tokio::signal::ctrl_c() => {
@@ -123,14 +123,14 @@ async fn granted_env(ctx: &Ctx, a: &RunArgs) -> Result<ControlFlow<u8, Granted>,
             return Ok(ControlFlow::Break(exit::for_signal(libc_sigint())));
         }
     };
-    match waited.state.as_str() {
+    match waited.answer.state.as_str() {
         "granted" => {
-            let grant = waited.grant_id.clone().unwrap_or_default();
+            let grant = waited.answer.grant_id.clone().unwrap_or_default();
             let v = session::values(ctx, &grant).await?;
             Ok(ControlFlow::Continue(v.granted()))
         }
         "pending" => {
-            let _ = session::cancel_request(ctx, &waited.id).await;
+            let _ = session::cancel_request(ctx, &waited.answer.request_id).await;
             ctx.print(&waited.raw, || waited.describe());
             ctx.note(
                 "countersign: not waiting for the approval; the request is withdrawn with the session (run again without --no-wait, or use `countersign request` inside a session to leave one pending)",

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use countersign_common::wire::{self, RequestAnswer};
 use countersign_launcher_proto::messages::{
     SessionInfo, SessionState, SignRequest, Standing, StatusInfo,
 };
@@ -17,94 +18,67 @@ use crate::ctx::{Ctx, Progress, json_fail};
 use crate::exit::{self, Fail};
 use crate::granted::{self, Granted, Parts};
 
-/// A request as the broker answers it: the typed parts this program uses, and the whole.
+/// A request as the broker answers it: read as the broker's own answer type
+/// ([`RequestAnswer`], `countersign_common::wire`), and the whole as it came (printed as JSON,
+/// fields a newer broker adds included).
 #[derive(Debug, Clone)]
 pub struct Req {
-    pub id: String,
-    pub state: String,
-    pub grant_id: Option<String>,
-    pub record_id: Option<String>,
-    pub approver: Option<String>,
+    pub answer: RequestAnswer,
     pub raw: Value,
 }
 
-#[derive(Deserialize)]
-struct ReqFields {
-    #[serde(default)]
-    request_id: Option<String>,
-    state: String,
-    #[serde(default)]
-    grant_id: Option<String>,
-    #[serde(default)]
-    record_id: Option<String>,
-    #[serde(default)]
-    approver: Option<String>,
-}
-
 impl Req {
-    fn parse(raw: Value, id: Option<&str>) -> Result<Self, Fail> {
-        let f: ReqFields = serde_json::from_value(raw.clone()).map_err(json_fail)?;
-        Ok(Self {
-            id: f
-                .request_id
-                .or_else(|| id.map(str::to_owned))
-                .unwrap_or_default(),
-            state: f.state,
-            grant_id: f.grant_id,
-            record_id: f.record_id,
-            approver: f.approver,
-            raw,
-        })
+    fn parse(raw: Value) -> Result<Self, Fail> {
+        let answer: RequestAnswer = serde_json::from_value(raw.clone()).map_err(json_fail)?;
+        Ok(Self { answer, raw })
     }
 
     /// A line for people.
     pub fn describe(&self) -> String {
-        match self.state.as_str() {
+        match self.answer.state.as_str() {
             "granted" => format!(
                 "granted: request {}, grant {}",
-                self.id,
-                self.grant_id.as_deref().unwrap_or("?")
+                self.answer.request_id,
+                self.answer.grant_id.as_deref().unwrap_or("?")
             ),
             // One name for the request (issue 48): the console shows and finds it by this id.
             "pending" => format!(
                 "pending: request {} waits for {}",
-                self.id,
-                approver_words(self.approver.as_deref()),
+                self.answer.request_id,
+                approver_words(self.answer.approver.as_deref()),
             ),
             "denied" => {
-                let denied: Vec<String> = self
-                    .raw
-                    .get("secrets")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter(|s| s.get("decision").and_then(Value::as_str) == Some("deny"))
-                    .filter_map(|s| s.get("name").and_then(Value::as_str).map(str::to_owned))
+                let denied: Vec<&str> = self
+                    .answer
+                    .secrets
+                    .iter()
+                    .filter(|s| s.decision == "deny")
+                    .map(|s| s.name.as_str())
                     .collect();
                 let by = self
-                    .raw
-                    .pointer("/decision/by")
-                    .and_then(Value::as_str)
-                    .map(|b| format!(" by {b}"))
+                    .answer
+                    .decision
+                    .as_ref()
+                    .map(|d| format!(" by {}", d.by))
                     .unwrap_or_default();
                 if denied.is_empty() {
-                    format!("denied{by}: request {}", self.id)
+                    format!("denied{by}: request {}", self.answer.request_id)
                 } else {
                     format!(
                         "denied{by}: request {} (policy denies {})",
-                        self.id,
+                        self.answer.request_id,
                         denied.join(", ")
                     )
                 }
             }
-            other => format!("request {} is {other}", self.id),
+            other => format!("request {} is {other}", self.answer.request_id),
         }
     }
 
     /// The exit status a request in this state gives.
     #[must_use]
     pub fn exit(&self) -> u8 {
-        match self.state.as_str() {
+        match self.answer.state.as_str() {
             "granted" => exit::SUCCESS,
             "pending" => exit::PENDING,
             "denied" => exit::DENIED,
@@ -142,7 +116,7 @@ pub async fn create(ctx: &Ctx, ask: &Ask, reason: &str) -> Result<Req, Fail> {
     let answer = ctx
         .session_call("POST", "/v1/requests", Some(&body))
         .await?;
-    Req::parse(answer.json()?, None)
+    Req::parse(answer.json()?)
 }
 
 /// Reads a request of the current session.
@@ -153,7 +127,7 @@ pub async fn get(ctx: &Ctx, id: &str) -> Result<Req, Fail> {
     let answer = ctx
         .session_call("GET", &format!("/v1/requests/{id}"), None)
         .await?;
-    Req::parse(answer.json()?, Some(id))
+    Req::parse(answer.json()?)
 }
 
 /// Cancels a pending request of the current session; answers the state it left.
@@ -161,14 +135,10 @@ pub async fn get(ctx: &Ctx, id: &str) -> Result<Req, Fail> {
 /// # Errors
 /// The helper's or the broker's refusal.
 pub async fn cancel_request(ctx: &Ctx, id: &str) -> Result<String, Fail> {
-    #[derive(Deserialize)]
-    struct S {
-        state: String,
-    }
     let answer = ctx
         .session_call("POST", &format!("/v1/requests/{id}/cancel"), None)
         .await?;
-    Ok(answer.json::<S>()?.state)
+    Ok(answer.json::<wire::StateAnswer>()?.state)
 }
 
 /// Waits while `req` is pending (unless told not to): polls until a person decides, or until
@@ -182,15 +152,15 @@ pub async fn wait(
     no_wait: bool,
     timeout: Option<Duration>,
 ) -> Result<Req, Fail> {
-    if req.state != "pending" || no_wait {
+    if req.answer.state != "pending" || no_wait {
         return Ok(req);
     }
     let progress = Progress::start(
         ctx,
         format!(
             "Waiting for {} to approve request {} ...",
-            approver_words(req.approver.as_deref()),
-            req.id
+            approver_words(req.answer.approver.as_deref()),
+            req.answer.request_id
         ),
     );
     let deadline = timeout.map(|t| Instant::now() + t);
@@ -200,14 +170,14 @@ pub async fn wait(
             break Ok(last);
         }
         tokio::time::sleep(ctx.poll).await;
-        match get(ctx, &last.id).await {
-            Ok(r) if r.state == "pending" => last = r,
+        match get(ctx, &last.answer.request_id).await {
+            Ok(r) if r.answer.state == "pending" => last = r,
             Ok(r) => break Ok(r),
             // The broker unreachable for a moment: keep waiting.
             Err(e) if e.code.is_none() && e.message.contains("broker unreachable") => {
                 progress.set(format!(
                     "Waiting (broker unreachable: retrying) ... {}",
-                    last.id
+                    last.answer.request_id
                 ));
             }
             Err(e) => break Err(e),
@@ -217,11 +187,15 @@ pub async fn wait(
     result
 }
 
-/// A grant's values, and each issued secret's parts ([`crate::granted`]).
+/// A grant's values, and each issued secret's parts ([`crate::granted`]): the broker's answer
+/// `countersign_common::wire::GrantValues` with its fields' names, read otherwise: values and
+/// parts into zeroizing strings, and parts in the order the broker wrote them (the grant's,
+/// which decides who wins a clash), where the shared type holds plain strings in sorted maps.
+/// A test reads each from the other.
 #[derive(Deserialize, Serialize, Debug)]
 pub struct Values {
     #[serde(default)]
-    pub expires_at: Option<String>,
+    pub expires_at: Option<countersign_common::Time>,
     pub values: BTreeMap<String, Secret>,
     /// Absent from the answer when no granted secret is issued.
     #[serde(default, skip_serializing_if = "Parts::is_empty")]
@@ -279,8 +253,8 @@ fn print_values(ctx: &Ctx, v: &Values) {
 pub async fn request(ctx: &Ctx, a: RequestArgs) -> Result<u8, Fail> {
     let created = create(ctx, &a.ask, &a.reason).await?;
     let req = wait(ctx, created, a.ask.no_wait, a.ask.timeout).await?;
-    if req.state == "granted" && a.print_values {
-        let grant = req.grant_id.clone().unwrap_or_default();
+    if req.answer.state == "granted" && a.print_values {
+        let grant = req.answer.grant_id.clone().unwrap_or_default();
         let v = values(ctx, &grant).await?;
         if ctx.json {
             let mut out = req.raw.clone();
@@ -390,23 +364,21 @@ pub async fn grants(ctx: &Ctx) -> Result<u8, Fail> {
     let answer = ctx
         .session_call("GET", "/v1/enrollments/self", None)
         .await?;
-    let me: Value = answer.json()?;
-    ctx.print(&me, || {
-        let grants = me.get("grants").and_then(Value::as_array);
-        let lines: Vec<String> = grants
-            .into_iter()
-            .flatten()
+    let raw: Value = answer.json()?;
+    let me: wire::EnrollmentSelf = serde_json::from_value(raw.clone()).map_err(json_fail)?;
+    ctx.print(&raw, || {
+        let lines: Vec<String> = me
+            .grants
+            .iter()
             .map(|g| {
                 format!(
                     "{}  request {}  approver {}  expires {}",
-                    g.get("grant_id").and_then(Value::as_str).unwrap_or("?"),
-                    g.get("request_id").and_then(Value::as_str).unwrap_or("?"),
-                    g.get("approver")
-                        .and_then(Value::as_str)
-                        .unwrap_or("(policy)"),
-                    g.get("expires_at")
-                        .and_then(Value::as_str)
-                        .unwrap_or("when the session ends"),
+                    g.grant_id,
+                    g.request_id,
+                    g.approver.as_deref().unwrap_or("(policy)"),
+                    g.expires_at
+                        .as_ref()
+                        .map_or_else(|| "when the session ends".to_owned(), wire::rfc3339),
                 )
             })
             .collect();
@@ -429,13 +401,9 @@ pub async fn revoke(ctx: &Ctx, grant_id: &str) -> Result<u8, Fail> {
     let answer = ctx
         .session_call("POST", &format!("/v1/grants/{grant_id}/revoke"), None)
         .await?;
-    let v: Value = answer.json()?;
-    ctx.print(&v, || {
-        format!(
-            "grant {grant_id}: {}",
-            v.get("state").and_then(Value::as_str).unwrap_or("?")
-        )
-    });
+    let raw: Value = answer.json()?;
+    let revoked: wire::StateAnswer = serde_json::from_value(raw.clone()).map_err(json_fail)?;
+    ctx.print(&raw, || format!("grant {grant_id}: {}", revoked.state));
     Ok(exit::SUCCESS)
 }
 
@@ -488,16 +456,10 @@ async fn renew_once(ctx: &Ctx) -> Renewal {
     };
     let path = format!("/v1/enrollments/{id}/renew");
     match ctx.session_call("POST", &path, None).await {
-        Ok(a) => {
-            #[derive(Deserialize)]
-            struct R {
-                lease_expires_at: String,
-            }
-            match a.json::<R>() {
-                Ok(r) => Renewal::Renewed(r.lease_expires_at),
-                Err(e) => Renewal::Transient(e.into()),
-            }
-        }
+        Ok(a) => match a.json::<wire::Renewed>() {
+            Ok(r) => Renewal::Renewed(wire::rfc3339(&r.lease_expires_at)),
+            Err(e) => Renewal::Transient(e.into()),
+        },
         Err(f) => {
             let terminal_broker = f
                 .code
@@ -572,17 +534,60 @@ mod tests {
 
     #[test]
     fn request_exits() {
-        let r = |state: &str| Req {
-            id: "r".into(),
-            state: state.into(),
-            grant_id: None,
-            record_id: None,
-            approver: None,
-            raw: json!({"state": state}),
+        let r = |state: &str| {
+            Req::parse(json!({"request_id": "r", "state": state})).expect("a request answer")
         };
         assert_eq!(r("granted").exit(), 0);
         assert_eq!(r("pending").exit(), 75);
         assert_eq!(r("denied").exit(), 77);
         assert_eq!(r("expired").exit(), 1);
+    }
+
+    /// A request is read as the broker writes its answer (`wire::RequestAnswer`), and kept as
+    /// it came for `--json`.
+    #[test]
+    fn a_request_reads_as_the_broker_writes_it() {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-24T14:05:00Z")
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .unwrap_or_default();
+        let answer = RequestAnswer {
+            approver: Some("ada@example.com".into()),
+            coalesced: None,
+            countersign: None,
+            decided_at: Some(at),
+            decision: Some(wire::DecisionBy {
+                at,
+                by: "ada@example.com".into(),
+            }),
+            grant_id: None,
+            lifetime_seconds: Some(600),
+            record_id: Some("rec".into()),
+            request_id: "67e55044-10b1-426f-9247-bb680e5fe0c8".into(),
+            secrets: vec![
+                wire::SecretDecision {
+                    decision: "deny".into(),
+                    name: "PROD_DB".into(),
+                },
+                wire::SecretDecision {
+                    decision: "approval".into(),
+                    name: "GITHUB_TOKEN".into(),
+                },
+            ],
+            state: "denied".into(),
+        };
+        let mut raw = serde_json::to_value(&answer).expect("serializes");
+        if let Some(o) = raw.as_object_mut() {
+            o.insert("future_field".into(), json!(1));
+        }
+        let req = Req::parse(raw.clone()).expect("reads");
+        assert_eq!(req.answer, answer);
+        assert_eq!(req.raw, raw, "kept as it came");
+        assert_eq!(
+            req.describe(),
+            "denied by ada@example.com: request 67e55044-10b1-426f-9247-bb680e5fe0c8 (policy denies PROD_DB)"
+        );
+        assert_eq!(req.exit(), 77);
+        // Not a request answer: refused, not guessed.
+        assert!(Req::parse(json!({"state": "granted"})).is_err());
     }
 }

@@ -1,5 +1,8 @@
 //! The broker routes the helper signs proofs for.
 //!
+//! An `{id}` segment is one UUID by the shared rule (`countersign_common::ids::parse_uuid`: the
+//! hyphenated form, any case), the rule the broker reads the id by.
+//!
 //! Session proofs: the session routes of the spec (its own enrollment, requests and grants, and
 //! the renewal of its lease). Launcher proofs: only the four operator routes; enrolling and
 //! unenrolling are the helper's own calls, and a launcher proof for anything else is
@@ -53,22 +56,11 @@ fn path_matches(pattern: &str, path: &str) -> bool {
     loop {
         match (want.next(), got.next()) {
             (None, None) => return true,
-            (Some("{id}"), Some(seg)) if is_uuid(seg) => {}
+            (Some("{id}"), Some(seg)) if countersign_common::ids::parse_uuid(seg).is_some() => {}
             (Some(w), Some(g)) if w == g => {}
             _ => return false,
         }
     }
-}
-
-/// A UUID in its hyphenated form (any case).
-#[must_use]
-pub fn is_uuid(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 36
-        && b.iter().enumerate().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => *c == b'-',
-            _ => c.is_ascii_hexdigit(),
-        })
 }
 
 #[cfg(test)]
@@ -116,5 +108,40 @@ mod tests {
         assert!(!is_session_route("GET", "/v1/operator/machines"));
         assert!(!is_session_route("POST", "/v1/enrollments"));
         assert!(!is_session_route("GET", "/v1/requests/self"));
+    }
+
+    /// An `{id}` segment is read by the broker's UUID rule: each way of writing an id the rule
+    /// reads is signed for, and no other.
+    #[test]
+    fn an_id_segment_is_a_uuid_by_the_shared_rule() {
+        let forms = [
+            (ID.to_owned(), true),
+            (ID.to_uppercase(), true),
+            (format!("{}{}", ID[..9].to_uppercase(), &ID[9..]), true),
+            (ID.replace('-', ""), false),
+            (format!("{{{ID}}}"), false),
+            (format!("urn:uuid:{ID}"), false),
+            (format!("{ID}0"), false),
+            (ID[..35].to_owned(), false),
+            (ID.replace('-', "_"), false),
+            ("0f8fad5b-d9cb-469f-a165-70867728950g".to_owned(), false),
+        ];
+        for (form, ok) in forms {
+            assert_eq!(
+                countersign_common::ids::parse_uuid(&form).is_some(),
+                ok,
+                "{form:?}"
+            );
+            assert_eq!(
+                is_session_route("GET", &format!("/v1/requests/{form}")),
+                ok,
+                "{form:?}"
+            );
+            assert_eq!(
+                is_operator_route("POST", &format!("/v1/operator/grants/{form}/revoke")),
+                ok,
+                "{form:?}"
+            );
+        }
     }
 }

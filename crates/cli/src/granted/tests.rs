@@ -194,3 +194,64 @@ fn parts_the_broker_names_public_are_not_masked() {
     let out = serde_json::to_string(&v).expect("serializes");
     assert!(out.contains("\"public_parts\""), "{out}");
 }
+
+/// The release answer's shared type (`countersign_common::wire::GrantValues`, which the broker's
+/// OpenAPI document describes it by) and this program's reader agree: each reads what the other
+/// writes, field by field. The shared type is taken apart whole, so a field added to it fails
+/// to compile here until this reader has it too.
+#[test]
+fn a_release_reads_as_the_shared_answer_type_and_back() {
+    use std::collections::BTreeMap;
+
+    use countersign_common::wire::GrantValues;
+
+    let at = chrono::DateTime::parse_from_rfc3339("2026-11-24T14:05:00.12Z")
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .ok();
+    let shared = GrantValues {
+        expires_at: at,
+        parts: BTreeMap::from([(
+            "DB".to_owned(),
+            BTreeMap::from([
+                ("PGHOST".to_owned(), "db.internal".to_owned()),
+                ("PGPASSWORD".to_owned(), APP_PW.to_owned()),
+            ]),
+        )]),
+        public_parts: BTreeMap::from([("DB".to_owned(), vec!["PGHOST".to_owned()])]),
+        values: BTreeMap::from([("DB".to_owned(), "postgres://db.internal/app".to_owned())]),
+    };
+    let text = serde_json::to_string(&shared).expect("serializes");
+    let read: Values = serde_json::from_str(&text).expect("this program reads the shared type");
+    let GrantValues {
+        expires_at,
+        parts,
+        public_parts,
+        values,
+    } = serde_json::from_str(&serde_json::to_string(&read).expect("serializes"))
+        .expect("the shared type reads this program's");
+    assert_eq!(read.expires_at, at);
+    assert_eq!(expires_at, at);
+    let read_values: BTreeMap<String, String> = read
+        .values
+        .iter()
+        .map(|(k, v)| (k.clone(), v.expose().to_owned()))
+        .collect();
+    assert_eq!(read_values, shared.values);
+    assert_eq!(values, shared.values);
+    let read_parts: BTreeMap<String, BTreeMap<String, String>> = read
+        .parts
+        .0
+        .iter()
+        .map(|(s, vars)| {
+            let vars = vars
+                .iter()
+                .map(|(k, v)| (k.clone(), v.expose().to_owned()))
+                .collect();
+            (s.clone(), vars)
+        })
+        .collect();
+    assert_eq!(read_parts, shared.parts);
+    assert_eq!(parts, shared.parts);
+    assert_eq!(read.public_parts, shared.public_parts);
+    assert_eq!(public_parts, shared.public_parts);
+}

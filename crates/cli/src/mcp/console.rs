@@ -282,12 +282,11 @@ impl Console {
 
     /// `get_answer`.
     pub async fn answer(&self, p: &AnswerParams) -> CallToolResult {
-        if !countersign_launcher_proto::routes::is_uuid(&p.ask_id) {
+        let Some(ask_id) = countersign_common::ids::uuid_text(&p.ask_id) else {
             return error_result("ask_id is a UUID".into());
-        }
+        };
         let path = format!(
-            "/api/v1/asks/{}?session={}",
-            p.ask_id.to_ascii_lowercase(),
+            "/api/v1/asks/{ask_id}?session={}",
             self.session_id.replace('%', "%25")
         );
         match self.call(reqwest::Method::GET, &path, None).await {
@@ -391,14 +390,13 @@ impl Console {
 
     /// `reply`.
     pub async fn reply(&self, p: &ReplyParams) -> CallToolResult {
-        if !countersign_launcher_proto::routes::is_uuid(&p.message_id) {
+        let Some(id) = countersign_common::ids::uuid_text(&p.message_id) else {
             return error_result("message_id is a UUID".into());
-        }
+        };
         let n = p.body.chars().count();
         if !(1..=65_536).contains(&n) {
             return error_result("body is 1 to 65,536 characters".into());
         }
-        let id = p.message_id.to_ascii_lowercase();
         let kind = self
             .inbox
             .kinds

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
+use countersign_common::wire::EnrollmentSelf;
 use serde_json::Value;
 
 use crate::args::Ask;
@@ -41,17 +41,17 @@ impl Book {
     pub fn note(&self, req: &Req, names: &[String]) {
         if let Ok(mut m) = self.requests.lock() {
             let names = m
-                .get(&req.id)
+                .get(&req.answer.request_id)
                 .map(|t| t.names.clone())
                 .unwrap_or_else(|| names.to_vec());
             m.insert(
-                req.id.clone(),
+                req.answer.request_id.clone(),
                 Tracked {
                     names,
-                    state: req.state.clone(),
-                    record_id: req.record_id.clone(),
-                    approver: req.approver.clone(),
-                    grant_id: req.grant_id.clone(),
+                    state: req.answer.state.clone(),
+                    record_id: req.answer.record_id.clone(),
+                    approver: req.answer.approver.clone(),
+                    grant_id: req.answer.grant_id.clone(),
                 },
             );
         }
@@ -91,32 +91,12 @@ impl Book {
     }
 }
 
-/// A live grant of the session (`GET /v1/enrollments/self`).
-#[derive(Debug, Clone, Deserialize)]
-pub struct LiveGrant {
-    pub grant_id: String,
-    pub request_id: String,
-    #[serde(default)]
-    pub approver: Option<String>,
-    #[serde(default)]
-    pub expires_at: Option<String>,
-}
-
-/// The session as the broker describes it.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SelfView {
-    pub enrollment_id: String,
-    #[serde(default)]
-    pub lease_expires_at: Option<String>,
-    #[serde(default)]
-    pub grants: Vec<LiveGrant>,
-}
-
-/// The session's enrollment and live grants.
+/// The session's enrollment and live grants (`GET /v1/enrollments/self`, the broker's own
+/// answer type).
 ///
 /// # Errors
 /// The helper's or the broker's refusal.
-pub async fn describe(ctx: &Ctx) -> Result<SelfView, Fail> {
+pub async fn describe(ctx: &Ctx) -> Result<EnrollmentSelf, Fail> {
     let answer = ctx
         .session_call("GET", "/v1/enrollments/self", None)
         .await?;
@@ -208,14 +188,14 @@ pub async fn ensure(
         }
         None => ask_for(ctx, book, &missing, reason, lifetime).await?,
     };
-    let req = if req.state == "pending" {
+    let req = if req.answer.state == "pending" {
         wait_for(ctx, book, req, &missing, wait, report).await?
     } else {
         req
     };
-    match req.state.as_str() {
+    match req.answer.state.as_str() {
         "granted" => {
-            let grant = req.grant_id.clone().unwrap_or_default();
+            let grant = req.answer.grant_id.clone().unwrap_or_default();
             for n in missing {
                 holders.insert(n, grant.clone());
             }
@@ -253,9 +233,9 @@ async fn ask_for(
             book.note(&r, missing);
             super::log(format!(
                 "request {} for {}: {}",
-                r.id,
+                r.answer.request_id,
                 missing.join(", "),
-                r.state
+                r.answer.state
             ));
             Ok(r)
         }
@@ -294,18 +274,18 @@ pub fn approver_words(a: Option<&str>) -> String {
 /// (`"countersign": "passkey"`, docs/passkeys.md).
 #[must_use]
 pub fn needs_passkey(req: &Req) -> bool {
-    req.raw.get("countersign").and_then(Value::as_str) == Some("passkey")
+    req.answer.countersign.as_deref() == Some("passkey")
 }
 
 /// The approval page of a pending request (`<console>/requests/<request id>`: the console
 /// names a request by the id its session was given), when the helper knows the console's URL.
 pub fn approval_page(ctx: &Ctx, req: &Req) -> Option<String> {
-    req.record_id.as_deref()?;
+    req.answer.record_id.as_deref()?;
     let console = ctx.helper.status().ok()?.console_url?;
     Some(format!(
         "{}/requests/{}",
         console.trim_end_matches('/'),
-        req.id
+        req.answer.request_id
     ))
 }
 
@@ -314,8 +294,8 @@ pub fn approval_page(ctx: &Ctx, req: &Req) -> Option<String> {
 pub fn waiting_line(req: &Req) -> String {
     format!(
         "waiting for approval of request {} by {}",
-        req.id,
-        approver_words(req.approver.as_deref()),
+        req.answer.request_id,
+        approver_words(req.answer.approver.as_deref()),
     )
 }
 
@@ -338,10 +318,10 @@ async fn wait_for(
     if report.shows_pages()
         && needs_passkey(&req)
         && let Some(url) = approval_page(ctx, &req)
-        && book.first_offer(&req.id)
+        && book.first_offer(&req.answer.request_id)
     {
         report.show_page(
-            &req.id,
+            &req.answer.request_id,
             format!("Countersign: {line}. Open the approval page to approve it with a passkey."),
             url,
         );
@@ -350,11 +330,14 @@ async fn wait_for(
     let mut said = Instant::now();
     while Instant::now() + ctx.poll <= deadline {
         tokio::time::sleep(ctx.poll).await;
-        match session::get(ctx, &last.id).await {
-            Ok(r) if r.state == "pending" => last = r,
+        match session::get(ctx, &last.answer.request_id).await {
+            Ok(r) if r.answer.state == "pending" => last = r,
             Ok(r) => {
                 book.note(&r, names);
-                super::log(format!("request {}: {}", r.id, r.state));
+                super::log(format!(
+                    "request {}: {}",
+                    r.answer.request_id, r.answer.state
+                ));
                 return Ok(r);
             }
             // The broker unreachable for a moment: keep waiting.
@@ -379,13 +362,13 @@ async fn wait_for(
 #[must_use]
 pub fn facts(req: &Req, names: Option<&[String]>) -> Value {
     let mut v = serde_json::json!({
-        "request_id": req.id,
-        "state": req.state,
-        "record_id": req.record_id,
-        "approver": req.approver,
-        "grant_id": req.grant_id,
-        "decided_at": req.raw.get("decided_at").cloned().unwrap_or(Value::Null),
-        "decided_by": req.raw.pointer("/decision/by").cloned().unwrap_or(Value::Null),
+        "request_id": req.answer.request_id,
+        "state": req.answer.state,
+        "record_id": req.answer.record_id,
+        "approver": req.answer.approver,
+        "grant_id": req.answer.grant_id,
+        "decided_at": req.answer.decided_at,
+        "decided_by": req.answer.decision.as_ref().map(|d| &d.by),
     });
     if let (Some(n), Some(obj)) = (names, v.as_object_mut()) {
         obj.insert("secrets".into(), serde_json::json!(n));

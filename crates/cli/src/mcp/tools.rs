@@ -501,8 +501,8 @@ fn pending_result(ctx: &Ctx, req: &Req, names: &[String]) -> CallToolResult {
     let text = format!(
         "{}. The command was not run. Tell the user to approve request {}{how} {place}; then call run_with_secrets again with the same secrets (it waits on this request), or check request_status {}.",
         requests::waiting_line(req),
-        req.id,
-        req.id
+        req.answer.request_id,
+        req.answer.request_id
     );
     let mut facts = requests::facts(req, Some(names));
     if let Some(obj) = facts.as_object_mut() {
@@ -516,11 +516,7 @@ fn pending_result(ctx: &Ctx, req: &Req, names: &[String]) -> CallToolResult {
 }
 
 fn check_uuid(id: &str, what: &str) -> Result<String, CallToolResult> {
-    if countersign_launcher_proto::routes::is_uuid(id) {
-        Ok(id.to_ascii_lowercase())
-    } else {
-        Err(refuse(format!("{what} is a UUID")))
-    }
+    countersign_common::ids::uuid_text(id).ok_or_else(|| refuse(format!("{what} is a UUID")))
 }
 
 #[tool_router(router = tool_router)]
@@ -548,7 +544,7 @@ impl Server {
                 if names.is_some() {
                     self.book.note(&req, &[]);
                 }
-                let mut text = if req.state == "pending" {
+                let mut text = if req.answer.state == "pending" {
                     requests::waiting_line(&req)
                 } else {
                     req.describe()
@@ -614,9 +610,10 @@ impl Server {
                                 .unwrap_or_else(|| "secrets not known to this server".into()),
                             g.request_id,
                             g.approver.as_deref().unwrap_or("none: the policy"),
-                            g.expires_at
-                                .as_deref()
-                                .unwrap_or("when this server's session ends")
+                            g.expires_at.as_ref().map_or_else(
+                                || "when this server's session ends".to_owned(),
+                                countersign_common::wire::rfc3339
+                            )
                         )
                     })
                     .collect();

@@ -52,6 +52,28 @@ fn login_then_run_env_prints_an_automatic_secret_and_the_session_ends_with_it() 
     assert_eq!(out.code(), Some(0), "{out:?}");
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["credentials"][0]["credential_id"], credential.as_str());
+    // The same answers for people, read as the broker's answer types: the login with its
+    // expiry as the broker wrote it, no live grant, and the revoke's state.
+    let expires = v["credentials"][0]["expires_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = helper.run(&["operator", "machines", "list"]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.stdout.starts_with(&credential) && out.stdout.contains(&format!("until {expires}")),
+        "{out:?}"
+    );
+    let out = helper.run(&["operator", "grants", "list"]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "no live grants", "{out:?}");
+    let out = helper.run(&["operator", "machines", "revoke", &credential]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(
+        out.stdout.trim(),
+        format!("machine login {credential}: revoked"),
+        "{out:?}"
+    );
 }
 
 #[test]

@@ -44,6 +44,12 @@ impl StateAnswer {
     }
 }
 
+/// `t` as an answer writes it (RFC 3339 in UTC with `Z`, only the fraction digits needed, the
+/// same text as its serde form): for a reader that keeps or shows an answer's time as text.
+pub fn rfc3339(t: &crate::Time) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
 /// Reads a field that is there (a value or `null`) as `Some`, for `Option<Option<T>>` fields
 /// whose absence (the outer `None`, with `#[serde(default)]`) differs from `null`.
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
@@ -89,6 +95,7 @@ pub(crate) mod tests {
                 format!("\"{rfc3339}\"")
             );
             assert_eq!(rfc3339, s);
+            assert_eq!(super::rfc3339(&time), s);
         }
     }
 

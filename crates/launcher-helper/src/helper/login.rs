@@ -48,7 +48,7 @@ impl Helper {
             .call("POST", "/v1/launcher-credentials", Some(&body), Auth::None)
             .await
             .map_err(|e| from_broker(HelperCode::LoginFailed, "machine login", &e))?;
-        let started: LoginStartAnswer = answer
+        let started: wire::LoginStarted = answer
             .json()
             .map_err(|e| from_broker(HelperCode::LoginFailed, "machine login", &e))?;
         self.st().login = Some(PendingLogin {
@@ -118,7 +118,7 @@ impl Helper {
             host,
             login: Some(login),
             service: None,
-            expires_at: poll.expires_at,
+            expires_at: poll.expires_at.flatten().map(rfc3339),
             token: None,
             next_refresh: None,
             refreshing: false,
@@ -145,7 +145,10 @@ impl Helper {
     }
 
     /// The broker's answer to a pending machine login, and its state.
-    async fn poll_broker(&self, pending_id: &str) -> Result<(LoginState, PollAnswer), HelperError> {
+    async fn poll_broker(
+        &self,
+        pending_id: &str,
+    ) -> Result<(LoginState, wire::LoginPoll), HelperError> {
         let answer = self
             .broker
             .call(
@@ -156,7 +159,7 @@ impl Helper {
             )
             .await
             .map_err(|e| from_broker(HelperCode::LoginFailed, "machine login poll", &e))?;
-        let poll: PollAnswer = answer
+        let poll: wire::LoginPoll = answer
             .json()
             .map_err(|e| from_broker(HelperCode::LoginFailed, "machine login poll", &e))?;
         let state = match poll.state.as_str() {
@@ -203,6 +206,7 @@ impl Helper {
             None => Arc::new(self.generate("machine")?),
         };
         let answer = self.token_login_call(&key, &service, &source).await?;
+        let expires_at = rfc3339(answer.expires_at);
         let held = Held {
             id: answer.credential_id,
             key,
@@ -210,8 +214,8 @@ impl Helper {
             host: self.cfg.host.clone(),
             login: None,
             service: Some(service),
-            next_refresh: Some(self.after(refresh_after(self.remaining(&answer.expires_at)))),
-            expires_at: Some(answer.expires_at),
+            next_refresh: Some(self.after(refresh_after(self.remaining(&expires_at)))),
+            expires_at: Some(expires_at),
             token: Some(source),
             refreshing: false,
         };
@@ -252,7 +256,7 @@ impl Helper {
         key: &SigningKey,
         service: &str,
         source: &TokenSource,
-    ) -> Result<TokenLoginAnswer, HelperError> {
+    ) -> Result<wire::TokenLogin, HelperError> {
         let token = match source {
             TokenSource::Inline(t) => t.clone(),
             TokenSource::File(p) => Secret::new(

@@ -23,6 +23,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use countersign_broker_client::{Auth, BrokerClient, BrokerError};
+use countersign_common::wire;
 use countersign_launcher_proto::messages::{
     CallerInfo, CredentialInfo, CredentialKind, LoggedOut, LoginProgress, LoginStart, LoginStarted,
     LoginState, PROTOCOL_VERSION, Register, SessionInfo, SessionState, SignProof, SignRequest,
@@ -35,7 +36,6 @@ use countersign_proto::claims::{
 };
 use countersign_proto::jws::Header;
 use countersign_proto::{SigningKey, b64};
-use serde::Deserialize;
 use serde_json::json;
 use zeroize::Zeroizing;
 
@@ -318,36 +318,10 @@ fn sign_err(_: countersign_proto::JwsError) -> HelperError {
     err(HelperCode::Sign, "signing failed")
 }
 
-#[derive(Deserialize)]
-struct Enrolled {
-    enrollment_id: String,
-    lease_expires_at: String,
-}
-
-#[derive(Deserialize)]
-struct Renewed {
-    lease_expires_at: String,
-}
-
-#[derive(Deserialize)]
-struct LoginStartAnswer {
-    pending_id: String,
-    code: String,
-}
-
-#[derive(Deserialize)]
-struct PollAnswer {
-    state: String,
-    #[serde(default)]
-    credential_id: Option<String>,
-    #[serde(default)]
-    expires_at: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct TokenLoginAnswer {
-    credential_id: String,
-    expires_at: String,
+/// An instant of a broker answer as the broker writes it: the text the helper keeps, stores
+/// and reports.
+fn rfc3339(t: countersign_common::Time) -> String {
+    wire::rfc3339(&t)
 }
 
 impl Helper {

@@ -103,7 +103,7 @@ impl Helper {
             .proved_call(&key, claims::TYP_SESSION_PROOF, &id, "POST", &path, None)
             .await
         {
-            Ok(answer) => answer.and_then(|a| a.json::<Renewed>()),
+            Ok(answer) => answer.and_then(|a| a.json::<wire::Renewed>()),
             Err(e) => Err(BrokerError::no_answer(e.error)),
         };
         let mut st = self.st();
@@ -113,10 +113,11 @@ impl Helper {
         s.renewing = false;
         match result {
             Ok(r) => {
-                s.next_renewal = Some(self.after(renew_after(self.remaining(&r.lease_expires_at))));
+                let lease = rfc3339(r.lease_expires_at);
+                s.next_renewal = Some(self.after(renew_after(self.remaining(&lease))));
                 s.state = SState::Enrolled {
                     enrollment_id: id,
-                    lease_expires_at: r.lease_expires_at,
+                    lease_expires_at: lease,
                 };
             }
             Err(e) if e.is_terminal_renewal() => {
@@ -148,9 +149,9 @@ impl Helper {
             cur.refreshing = false;
             match result {
                 Ok(a) => {
-                    cur.next_refresh =
-                        Some(self.after(refresh_after(self.remaining(&a.expires_at))));
-                    cur.expires_at = Some(a.expires_at);
+                    let expires_at = rfc3339(a.expires_at);
+                    cur.next_refresh = Some(self.after(refresh_after(self.remaining(&expires_at))));
+                    cur.expires_at = Some(expires_at);
                     if a.credential_id != cur.id {
                         cur.id = a.credential_id;
                     }

@@ -282,10 +282,11 @@ impl Helper {
         };
         match result {
             Ok(e) => {
-                s.next_renewal = Some(self.after(renew_after(self.remaining(&e.lease_expires_at))));
+                let lease = rfc3339(e.lease_expires_at);
+                s.next_renewal = Some(self.after(renew_after(self.remaining(&lease))));
                 s.state = SState::Enrolled {
                     enrollment_id: e.enrollment_id,
-                    lease_expires_at: e.lease_expires_at,
+                    lease_expires_at: lease,
                 };
                 tracing::info!(
                     pid = root.pid,
@@ -309,7 +310,7 @@ impl Helper {
         &self,
         held: &Held,
         body: &serde_json::Value,
-    ) -> Result<Enrolled, HelperError> {
+    ) -> Result<wire::Enrolled, HelperError> {
         let path = "/v1/enrollments";
         let bytes = serde_json::to_vec(body).map_err(|_| {
             err(
