@@ -11,14 +11,14 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use countersign_broker_client::{Auth, Failure};
 use countersign_common::tick::Ticker;
 use countersign_console_core::{Clock, Console, ConsoleConfig, Error, ErrorCode, Parts};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::ApiError;
-use crate::table::{Kind, ROUTES, RouteSpec};
+use crate::route::{Kind, RouteSpec};
+use crate::table::ROUTES;
 use crate::{AppState, Config};
 
 /// Builds the console from a configuration: storage, the broker client, the identity provider.
@@ -315,66 +315,6 @@ fn compression()
     CompressionLayer::new()
         .quality(CompressionLevel::Fastest)
         .compress_when(SizeAbove::new(1024).and(compressible))
-}
-
-/// `GET /metrics`: the process's Prometheus text (in dev mode's one process, the broker's
-/// metrics too), with the live-session gauge read at the scrape.
-pub async fn metrics_page(State(st): State<Arc<AppState>>) -> Response {
-    let handle = countersign_common::telemetry::metrics_handle();
-    metrics::gauge!("countersign_console_live_sessions").set(st.sessions.len() as f64);
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        handle.render(),
-    )
-        .into_response()
-}
-
-/// `GET /readyz`: 200 when the console can serve: its database answers and, when a broker is
-/// configured, the broker answers its own `/readyz` (so a console in front of a broker that
-/// cannot serve approvals takes no traffic); otherwise 503 naming what is not ready. The
-/// database is ready when a primary takes writes: on PostgreSQL, a read-only server (a standby,
-/// a demoted primary) or none reachable is `"database": "unavailable"`. `/healthz` stays the
-/// liveness check (the database answers).
-pub async fn readyz(State(st): State<Arc<AppState>>) -> Response {
-    let database = match st.console.ready().await {
-        Ok(()) => "ok",
-        Err(_) => "unavailable",
-    };
-    let broker = match &st.broker_readyz {
-        None => "not configured",
-        Some(client) => match client.call("GET", "/readyz", None, Auth::None).await {
-            Ok(_) => "ok",
-            Err(e) if e.kind == Failure::Refused => "not ready",
-            Err(_) => "unreachable",
-        },
-    };
-    let ready = database == "ok" && matches!(broker, "ok" | "not configured");
-    let status = if ready {
-        axum::http::StatusCode::OK
-    } else {
-        axum::http::StatusCode::SERVICE_UNAVAILABLE
-    };
-    (
-        status,
-        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
-        axum::Json(Readiness {
-            broker,
-            database,
-            status: countersign_common::wire::ready_word(ready),
-        }),
-    )
-        .into_response()
-}
-
-/// The console's `/readyz` answer: the broker's `status` words
-/// (`countersign_common::wire::ready_word`), and the parts the console waits on, which are not
-/// the broker's (its database, and the broker: `ok`, `not ready`, `unreachable` or
-/// `not configured`). Fields in alphabetical order, as `json!` wrote them.
-#[derive(Debug, serde::Serialize)]
-struct Readiness {
-    broker: &'static str,
-    database: &'static str,
-    status: &'static str,
 }
 
 /// Counts an open event stream while it lives (`countersign_console_streams`).

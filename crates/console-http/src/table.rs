@@ -237,8 +237,8 @@ pub static ROUTES: &[RouteSpec] = &[
     route!(GET "/link/v1/sessions/{session_id}", AgentOnly, Api, [], "the session link: one WebSocket per live session (subprotocol countersign.link.v1)", crate::link::link),
     route!(POST "/hooks/broker", Anyone, Api, [], "the broker's expiry webhook (Standard Webhooks; protocol §8)", crate::hooks::broker),
     route!(GET "/healthz", Anyone, Api, [], "health: the console's database answers", api::meta::health),
-    route!(GET "/readyz", Anyone, Api, [], "readiness: the database answers and the broker is ready", crate::server::readyz),
-    route!(GET "/metrics", Anyone, Api, [], "Prometheus metrics (docs/metrics.md)", crate::server::metrics_page),
+    route!(GET "/readyz", Anyone, Api, [], "readiness: the database answers and the broker is ready", api::meta::readyz),
+    route!(GET "/metrics", Anyone, Api, [], "Prometheus metrics (docs/metrics.md)", api::meta::metrics_page),
 ];
 
 /// One row of the `GET /api/v1` answer.

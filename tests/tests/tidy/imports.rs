@@ -21,11 +21,6 @@ const LEFT: &[(&str, &[&str], &str)] = &[
         &["tx/mod.rs", "writer.rs"],
         "issue 51: left, another helper is changing broker-sql's transactions and writer",
     ),
-    (
-        "console-http",
-        &["auth.rs", "pages/mod.rs", "server.rs", "table.rs"],
-        "issue 51: left, another helper is changing the console's pages, server and route table",
-    ),
 ];
 
 /// The module a file is (`path` relative to `src`), or none for a test module's file.
