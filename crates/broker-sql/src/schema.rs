@@ -201,13 +201,16 @@ const V7_ISSUED: &[&str] = &[
 ];
 
 /// Version 8: the check a PostgreSQL write makes, under the audit log's lock, that the head
-/// its broker remembered is still the head (issue 50, `tx/head.rs`): SQLSTATE `40001` (a
-/// conflict: the transaction runs again) when the entry at `expected_position` is not there
-/// with `expected_hash`, or an entry follows it. SQLite's one writer needs no check.
+/// its broker remembered is still the head (issue 50, `tx/head.rs`). It takes the lock (held
+/// to the transaction's end; the key is `tx/rows.rs`'s `PG_AUDIT_LOCK`), then reads, each
+/// statement of a volatile function on a snapshot of its own, taken after the lock: SQLSTATE
+/// `40001` (a conflict: the transaction runs again) when the entry at `expected_position` is
+/// not there with `expected_hash`, or an entry follows it. SQLite's one writer needs no check.
 const V8_AUDIT_FOLLOWS_POSTGRES: &[&str] = &[
     "CREATE FUNCTION countersign_audit_follows(expected_position BIGINT, expected_hash BYTEA)
-     RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+     RETURNS BOOLEAN LANGUAGE plpgsql VOLATILE AS $$
      BEGIN
+         PERFORM pg_advisory_xact_lock(1668505973);
          IF NOT EXISTS (SELECT 1 FROM audit_log
                         WHERE position = expected_position AND hash = expected_hash)
             OR EXISTS (SELECT 1 FROM audit_log WHERE position > expected_position) THEN

@@ -27,10 +27,12 @@ impl SqlTx {
              SELECT position, hash FROM audit_log ORDER BY position DESC LIMIT 1"
         );
         let rows = if self.holds() {
-            // The `BEGIN` (and writes held back, when audit entries are among them) in the
-            // same text.
-            let flush = self.held.has_audit();
-            self.pg_text(&text, flush).await?
+            // The `BEGIN` in the same text (writes held back go first when audit entries are
+            // among them).
+            if self.held.has_audit() {
+                self.flush().await?;
+            }
+            self.pg_text(&text).await?
         } else {
             let conn = if self.held.has_audit() {
                 self.conn().await?
@@ -66,8 +68,9 @@ impl SqlTx {
             RequestState::Pending.as_str()
         );
         let rows = if self.holds() {
-            // The `BEGIN` and the writes held back in the same text.
-            self.pg_text(&text, true).await?
+            // The `BEGIN` in the same text.
+            self.flush().await?;
+            self.pg_text(&text).await?
         } else {
             let conn = self.conn().await?;
             let r = raw_rows(conn, &text).await;

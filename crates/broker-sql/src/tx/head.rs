@@ -30,7 +30,6 @@ use std::time::Duration;
 
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::literal::inline;
 use super::*;
 
 /// Reads under the lock that must find the head where this process left it before the head
@@ -110,50 +109,23 @@ impl SqlTx {
         tx.resolving(pool)
     }
 
-    /// Whether what goes ahead of a PostgreSQL write's statements was sent.
-    pub(super) fn pg_prefix_sent(&self) -> bool {
-        matches!(self.inner, Some(Inner::PgWrite { begun: true, .. })) && self.predicted.is_none()
+    /// Whether a PostgreSQL write's `BEGIN` was sent.
+    pub(super) fn pg_begun(&self) -> bool {
+        matches!(self.inner, Some(Inner::PgWrite { begun: true, .. }))
     }
 
-    /// What goes ahead of the next statement: the `BEGIN`, once; the audit lock and the check
-    /// of a predicted head, once.
-    fn pg_prefix(&mut self) -> String {
-        let mut text = String::new();
-        if let Some(Inner::PgWrite { begun, .. }) = self.inner.as_mut()
-            && !*begun
-        {
+    /// Sends `text` (statements without parameters) as one text in the simple query protocol,
+    /// with the `BEGIN` ahead of it when not yet sent. Answers the rows of every statement.
+    pub(super) async fn pg_text(&mut self, text: &str) -> Result<Vec<AnyRow>, StorageError> {
+        let Some(Inner::PgWrite { begun, .. }) = self.inner.as_mut() else {
+            return Err(finished());
+        };
+        let full = if *begun {
+            text.to_owned()
+        } else {
             *begun = true;
-            text.push_str("BEGIN; ");
-        }
-        if let Some((position, hash)) = self.predicted.take() {
-            text.push_str(&format!(
-                "SELECT pg_advisory_xact_lock({PG_AUDIT_LOCK})::text AS locked; \
-                 SELECT countersign_audit_follows({position}, decode('{}', 'hex')) AS follows; ",
-                hex::encode(hash_bytes(&hash))
-            ));
-        }
-        text
-    }
-
-    /// Sends, as one text in the simple query protocol: what goes ahead (`pg_prefix`), the
-    /// writes held back (if `flush`, with their values as literals), then `text`. Answers the
-    /// rows of every statement.
-    pub(super) async fn pg_text(
-        &mut self,
-        text: &str,
-        flush: bool,
-    ) -> Result<Vec<AnyRow>, StorageError> {
-        let mut full = self.pg_prefix();
-        if flush {
-            for (sql, args) in self.held.take() {
-                full.push_str(&inline(&sql, &args)?);
-                full.push_str("; ");
-            }
-        }
-        full.push_str(text);
-        if full.is_empty() {
-            return Ok(Vec::new());
-        }
+            format!("BEGIN; {text}")
+        };
         self.count();
         self.unsettled = true;
         let Some(Inner::PgWrite { conn, .. }) = self.inner.as_mut() else {
@@ -161,6 +133,31 @@ impl SqlTx {
         };
         let r = combined::raw_rows(conn, &full).await;
         self.checked(r)
+    }
+
+    /// Sends the writes held back (`held.rs`), bound, after the `BEGIN` unless `alone`: then
+    /// they are one statement, its own transaction. With a predicted head, the statement that
+    /// carries the audit entries checks it first (under the lock).
+    pub(super) async fn pg_send_held(&mut self, alone: bool) -> Result<(), StorageError> {
+        let follows = match self.held.has_audit() {
+            true => self.predicted.take().map(|(p, h)| (p, hash_bytes(&h))),
+            false => None,
+        };
+        for (sql, args) in self.held.take(follows) {
+            let conn = if alone {
+                self.count();
+                self.unsettled = true;
+                match self.inner.as_mut() {
+                    Some(Inner::PgWrite { conn, .. }) => &mut **conn,
+                    _ => return Err(finished()),
+                }
+            } else {
+                self.conn_now().await?
+            };
+            let r = bind_all(sqlx::query(&sql), args).execute(conn).await;
+            self.checked(r)?;
+        }
+        Ok(())
     }
 
     /// The audit head, for a PostgreSQL write: from this process's turn when it knows it, else
@@ -196,15 +193,18 @@ impl SqlTx {
         Ok(head)
     }
 
-    /// Commits a PostgreSQL write: what goes ahead, the writes held back and `COMMIT`, as one
-    /// text (none when nothing was sent or held). A lost answer is resolved by reading
+    /// Commits a PostgreSQL write: the writes held back (with the head's check), then `COMMIT`.
+    /// A write that sent nothing before sends its held writes alone, when they are one
+    /// statement: one round trip, its own transaction. A lost answer is resolved by reading
     /// (`commit.rs`).
     pub(super) async fn pg_commit(&mut self) -> Result<(), StorageError> {
-        let begun = matches!(self.inner, Some(Inner::PgWrite { begun: true, .. }));
-        let r = if begun || !self.held.is_empty() || self.predicted.is_some() {
-            self.pg_text("COMMIT", true).await.map(|_| ())
+        let r = if !self.pg_begun() && self.held.statements() <= 1 {
+            self.pg_send_held(true).await
         } else {
-            Ok(())
+            match self.pg_send_held(false).await {
+                Ok(()) => self.pg_text("COMMIT").await.map(|_| ()),
+                Err(e) => Err(e),
+            }
         };
         if let Err(e) = r {
             // The head is unknown now, whichever way it went; the connection is left to

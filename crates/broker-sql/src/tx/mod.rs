@@ -39,7 +39,6 @@ mod combined;
 mod commit;
 mod head;
 mod held;
-mod literal;
 mod locked;
 mod queries;
 mod rows;
@@ -191,12 +190,12 @@ impl SqlTx {
         }
     }
 
-    /// Sends what is held back, as one text with what must go ahead of it (`head.rs`).
+    /// Sends what is held back, as one statement (or a few, for very many parameters).
     async fn flush(&mut self) -> Result<(), StorageError> {
         if self.held.is_empty() {
             return Ok(());
         }
-        self.pg_text("", true).await.map(|_| ())
+        self.pg_send_held(false).await
     }
 
     pub(crate) fn pooled(tx: Transaction<'static, Any>, backend: Backend, write: bool) -> Self {
@@ -291,8 +290,8 @@ impl SqlTx {
     async fn conn_now(&mut self) -> Result<&mut AnyConnection, StorageError> {
         // A PostgreSQL write's `BEGIN` (and the audit lock's check) as a text of its own, when
         // the statement binds parameters and so cannot carry it.
-        if self.holds() && !self.pg_prefix_sent() {
-            self.pg_text("", false).await?;
+        if self.holds() && !self.pg_begun() {
+            self.pg_text("").await?;
         }
         self.count();
         if let (Some(Inner::Lazy(pool)), Some(spares)) = (&self.inner, &self.spares) {
