@@ -266,16 +266,12 @@ impl SqlStorage {
     async fn begin_sql(&self) -> Result<SqlTx, StorageError> {
         let tx = match &self.writer {
             Some(writer) => SqlTx::writer(writer.begin().await?),
-            // A kept connection (no test round trip); its `BEGIN` goes with its first
-            // statement (`tx/head.rs`).
+            // A pooled connection (not a read's kept one: a write may wait on locks while it
+            // holds its connection, and the reads it waits on must still find theirs); its
+            // `BEGIN` goes with its first statement (`tx/head.rs`).
             None => {
-                let conn = self.spares.take(&self.pool).await.map_err(begin_err)?;
-                SqlTx::pg_write(
-                    conn,
-                    self.pool.clone(),
-                    self.heads.clone(),
-                    self.spares.clone(),
-                )
+                let conn = self.pool.acquire().await.map_err(begin_err)?;
+                SqlTx::pg_write(conn, self.pool.clone(), self.heads.clone())
             }
         };
         Ok(tx.counting(&self.round_trips))

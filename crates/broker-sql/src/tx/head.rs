@@ -65,17 +65,9 @@ impl Heads {
 }
 
 /// A PostgreSQL write dropped before it committed: its connection rolls back, on a task of its
-/// own, and goes back to `spares` when that ends well (else to the pool, which tests it).
-pub(super) fn abandon(
-    mut conn: PoolConnection<Any>,
-    begun: bool,
-    settled: bool,
-    spares: Option<Arc<Spares>>,
-) {
-    if !begun && settled {
-        if let Some(spares) = spares {
-            spares.put(conn);
-        }
+/// own, before it goes back to the pool (closed if that fails).
+pub(super) fn abandon(mut conn: PoolConnection<Any>, begun: bool) {
+    if !begun {
         return;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -84,27 +76,16 @@ pub(super) fn abandon(
     };
     runtime.spawn(async move {
         let r = sqlx::Executor::execute(&mut *conn, sqlx::raw_sql("ROLLBACK")).await;
-        match (r, spares) {
-            (Ok(_), Some(spares)) => spares.put(conn),
-            (Ok(_), None) => {}
-            (Err(_), _) => conn.close_on_drop(),
+        if r.is_err() {
+            conn.close_on_drop();
         }
     });
 }
 
 impl SqlTx {
     /// A PostgreSQL write on `conn`, nothing sent yet.
-    pub(crate) fn pg_write(
-        conn: PoolConnection<Any>,
-        pool: AnyPool,
-        heads: Arc<Heads>,
-        spares: Arc<Spares>,
-    ) -> Self {
-        let mut tx = SqlTx::reading(conn, Backend::Postgres, spares);
-        if let Some(Inner::Conn(conn)) = tx.inner.take() {
-            tx.inner = Some(Inner::PgWrite { conn, begun: false });
-        }
-        tx.write = true;
+    pub(crate) fn pg_write(conn: PoolConnection<Any>, pool: AnyPool, heads: Arc<Heads>) -> Self {
+        let mut tx = SqlTx::pooled_conn(conn);
         tx.heads = Some(heads);
         tx.resolving(pool)
     }
@@ -221,7 +202,7 @@ impl SqlTx {
             t.last = Some(last);
         }
         self.turn = None;
-        // Committed: the connection is idle again, and goes back to the spares when dropped.
+        // Committed: the connection is idle again, and goes back to the pool when dropped.
         if let Some(Inner::PgWrite { begun, .. }) = self.inner.as_mut() {
             *begun = false;
         }

@@ -134,9 +134,7 @@ impl Drop for SqlTx {
                     spares.put(conn);
                 }
             }
-            Some(Inner::PgWrite { conn, begun }) => {
-                head::abandon(conn, begun, !self.unsettled, self.spares.clone());
-            }
+            Some(Inner::PgWrite { conn, begun }) => head::abandon(conn, begun),
             _ => {}
         }
     }
@@ -203,6 +201,25 @@ impl SqlTx {
             inner: Some(Inner::Pool(tx)),
             backend,
             write,
+            unsettled: false,
+            spares: None,
+            reads: None,
+            resolve: None,
+            held: Held::default(),
+            locked: Locked::default(),
+            sent: None,
+            heads: None,
+            turn: None,
+            predicted: None,
+        }
+    }
+
+    /// A PostgreSQL write on a pooled connection, nothing sent yet (`head.rs`).
+    fn pooled_conn(conn: PoolConnection<Any>) -> Self {
+        SqlTx {
+            inner: Some(Inner::PgWrite { conn, begun: false }),
+            backend: Backend::Postgres,
+            write: true,
             unsettled: false,
             spares: None,
             reads: None,
