@@ -174,6 +174,15 @@ impl SqlTx {
         Ok(head)
     }
 
+    /// Ends this transaction's turn, leaving the head at what it appended.
+    fn pass_turn(&mut self) {
+        let appended = self.resolve.as_ref().and_then(|r| r.appended.clone());
+        if let (Some(t), Some(last)) = (self.turn.as_mut(), appended) {
+            t.last = Some(last);
+        }
+        self.turn = None;
+    }
+
     /// Commits a PostgreSQL write: the writes held back (with the head's check), then `COMMIT`.
     /// A write that sent nothing before sends its held writes alone, when they are one
     /// statement: one round trip, its own transaction. A lost answer is resolved by reading
@@ -183,7 +192,13 @@ impl SqlTx {
             self.pg_send_held(true).await
         } else {
             match self.pg_send_held(false).await {
-                Ok(()) => self.pg_text("COMMIT").await.map(|_| ()),
+                Ok(()) => {
+                    // The entries are written and the lock is held to the COMMIT: the next
+                    // appender may go now. Its check waits for the lock, so it reads after
+                    // this COMMIT (and finds the head moved if this one fails).
+                    self.pass_turn();
+                    self.pg_text("COMMIT").await.map(|_| ())
+                }
                 Err(e) => Err(e),
             }
         };
@@ -197,11 +212,7 @@ impl SqlTx {
             self.turn = None;
             return super::commit::resolve(e, self.resolve.take()).await;
         }
-        let appended = self.resolve.as_ref().and_then(|r| r.appended.clone());
-        if let (Some(t), Some(last)) = (self.turn.as_mut(), appended) {
-            t.last = Some(last);
-        }
-        self.turn = None;
+        self.pass_turn();
         // Committed: the connection is idle again, and goes back to the pool when dropped.
         if let Some(Inner::PgWrite { begun, .. }) = self.inner.as_mut() {
             *begun = false;
