@@ -72,7 +72,7 @@ use crate::error::{begin_err, db_err};
 use crate::once::{OnceBatcher, Target};
 use crate::reads::Reads;
 use crate::spare::Spares;
-use crate::tx::{Heads, SqlTx};
+use crate::tx::SqlTx;
 use crate::writer::Writer;
 use async_trait::async_trait;
 use countersign_broker_core::clock::Time;
@@ -109,8 +109,6 @@ pub struct SqlStorage {
     once_calls: Arc<AtomicU64>,
     /// The statements write transactions sent ([`SqlStorage::round_trips`]).
     round_trips: Arc<AtomicU64>,
-    /// PostgreSQL: the audit head this process's appends left (`tx/head.rs`).
-    heads: Arc<Heads>,
     /// Read connections kept between reads (`spare.rs`).
     spares: Arc<Spares>,
     /// Single-use values are written in batches by a task of their own (`once.rs`).
@@ -219,7 +217,6 @@ impl SqlStorage {
             shown_url,
             once_calls: Arc::new(AtomicU64::new(0)),
             round_trips: Arc::new(AtomicU64::new(0)),
-            heads: Arc::default(),
         };
         tracing::debug!(storage = ?storage, "storage connected");
         Ok(storage)
@@ -264,16 +261,7 @@ impl SqlStorage {
 
     /// A write transaction.
     async fn begin_sql(&self) -> Result<SqlTx, StorageError> {
-        let tx = match &self.writer {
-            Some(writer) => SqlTx::writer(writer.begin().await?),
-            // A pooled connection (not a read's kept one: a write may wait on locks while it
-            // holds its connection, and the reads it waits on must still find theirs); its
-            // `BEGIN` goes with its first statement (`tx/head.rs`).
-            None => {
-                let conn = self.pool.acquire().await.map_err(begin_err)?;
-                SqlTx::pg_write(conn, self.pool.clone(), self.heads.clone())
-            }
-        };
+        let tx = begin_write(&self.pool, self.backend, self.writer.as_ref()).await?;
         Ok(tx.counting(&self.round_trips))
     }
 
@@ -406,7 +394,7 @@ impl Storage for SqlStorage {
     ) -> Result<(), StorageError> {
         // One transaction, a statement per thousand values: at shutdown, a busy minute's
         // values cost one commit rather than one turn each.
-        let mut tx = self.begin_sql().await?;
+        let mut tx = begin_write(&self.pool, self.backend, self.writer.as_ref()).await?;
         for chunk in values.chunks(once::MAX_BATCH) {
             tx.remember_many(chunk, now).await?;
         }
@@ -428,6 +416,21 @@ impl Storage for SqlStorage {
         rows.iter()
             .map(|r| r.try_get::<String, _>("value").map_err(db_err))
             .collect()
+    }
+}
+
+/// A write transaction: a turn at SQLite's writer, or a pooled PostgreSQL transaction.
+async fn begin_write(
+    pool: &AnyPool,
+    backend: Backend,
+    writer: Option<&Arc<Writer>>,
+) -> Result<SqlTx, StorageError> {
+    match writer {
+        Some(writer) => Ok(SqlTx::writer(writer.begin().await?)),
+        None => {
+            let tx = pool.begin().await.map_err(begin_err)?;
+            Ok(SqlTx::pooled(tx, backend, true).resolving(pool.clone()))
+        }
     }
 }
 

@@ -199,12 +199,7 @@ async fn write(
         target.spares.put(conn);
         return Ok(fresh);
     }
-    let Some(writer) = target.writer.as_ref() else {
-        return Err(StorageError::Other(
-            "SQLite's storage without its writer".into(),
-        ));
-    };
-    let mut tx = crate::tx::SqlTx::writer(writer.begin().await?);
+    let mut tx = crate::begin_write(&target.pool, target.backend, target.writer.as_ref()).await?;
     let mut fresh = Vec::with_capacity(values.len());
     for chunk in values.chunks(MAX_BATCH) {
         fresh.extend(tx.remember_many(chunk, now).await?);

@@ -200,27 +200,6 @@ const V7_ISSUED: &[&str] = &[
     "CREATE INDEX outbox_topic_due ON outbox (topic, next_attempt_at_ms)",
 ];
 
-/// Version 8: the check a PostgreSQL write makes, under the audit log's lock, that the head
-/// its broker remembered is still the head (issue 50, `tx/head.rs`). It takes the lock (held
-/// to the transaction's end; the key is `tx/rows.rs`'s `PG_AUDIT_LOCK`), then reads, each
-/// statement of a volatile function on a snapshot of its own, taken after the lock: SQLSTATE
-/// `40001` (a conflict: the transaction runs again) when the entry at `expected_position` is
-/// not there with `expected_hash`, or an entry follows it. SQLite's one writer needs no check.
-const V8_AUDIT_FOLLOWS_POSTGRES: &[&str] = &[
-    "CREATE FUNCTION countersign_audit_follows(expected_position BIGINT, expected_hash BYTEA)
-     RETURNS BOOLEAN LANGUAGE plpgsql VOLATILE AS $$
-     BEGIN
-         PERFORM pg_advisory_xact_lock(1668505973);
-         IF NOT EXISTS (SELECT 1 FROM audit_log
-                        WHERE position = expected_position AND hash = expected_hash)
-            OR EXISTS (SELECT 1 FROM audit_log WHERE position > expected_position) THEN
-             RAISE EXCEPTION 'the audit log''s head moved' USING ERRCODE = 'serialization_failure';
-         END IF;
-         RETURN TRUE;
-     END
-     $$",
-];
-
 /// Every migration, in order. Versions are consecutive from 1.
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -264,12 +243,6 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "issued credentials; outbox topics",
         sqlite: V7_ISSUED,
         postgres: V7_ISSUED,
-    },
-    Migration {
-        version: 8,
-        name: "audit log: the head check of PostgreSQL's writes",
-        sqlite: &[],
-        postgres: V8_AUDIT_FOLLOWS_POSTGRES,
     },
 ];
 
@@ -383,11 +356,7 @@ mod tests {
     fn versions_are_consecutive() {
         for (i, m) in MIGRATIONS.iter().enumerate() {
             assert_eq!(m.version, i as i64 + 1, "{}", m.name);
-            assert!(
-                !m.sqlite.is_empty() || !m.postgres.is_empty(),
-                "{}: no statement",
-                m.name
-            );
+            assert!(!m.sqlite.is_empty() && !m.postgres.is_empty());
         }
     }
 

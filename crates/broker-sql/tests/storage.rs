@@ -1541,7 +1541,7 @@ async fn reconnecting_keeps_data_and_schema(db: &TestDb) {
         .map(|r| sqlx::Row::try_get::<i64, _>(r, "version").expect("version"))
         .collect();
     assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
-    assert_eq!(versions.len(), 8, "the migrations this broker knows");
+    assert_eq!(versions.len(), 7, "the migrations this broker knows");
     raw.close().await.expect("close");
 }
 

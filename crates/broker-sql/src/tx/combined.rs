@@ -26,22 +26,13 @@ impl SqlTx {
             "SELECT pg_advisory_xact_lock({PG_AUDIT_LOCK})::text AS locked; \
              SELECT position, hash FROM audit_log ORDER BY position DESC LIMIT 1"
         );
-        let rows = if self.holds() {
-            // The `BEGIN` in the same text (writes held back go first when audit entries are
-            // among them).
-            if self.held.has_audit() {
-                self.flush().await?;
-            }
-            self.pg_text(&text).await?
+        let conn = if self.held.has_audit() {
+            self.conn().await?
         } else {
-            let conn = if self.held.has_audit() {
-                self.conn().await?
-            } else {
-                self.conn_now().await?
-            };
-            let r = raw_rows(conn, &text).await;
-            self.checked(r)?
+            self.conn_now().await?
         };
+        let r = raw_rows(conn, &text).await;
+        let rows = self.checked(r)?;
         // The lock's row, then the head's when the log has one.
         rows.iter()
             .find(|r| r.try_get_raw("position").is_ok())
@@ -67,19 +58,12 @@ impl SqlTx {
              ORDER BY created_at_ms, id FOR UPDATE",
             RequestState::Pending.as_str()
         );
-        let rows = if self.holds() {
-            // The `BEGIN` in the same text.
-            self.flush().await?;
-            self.pg_text(&text).await?
-        } else {
-            let conn = self.conn().await?;
-            let r = raw_rows(conn, &text).await;
-            self.checked(r)?
-        };
+        let conn = self.conn().await?;
+        let r = raw_rows(conn, &text).await;
+        let rows = self.checked(r)?;
         let mut enrollment = None;
         let mut pending = Vec::new();
-        // The rows of this text's two statements (what went ahead of them answers others).
-        for row in rows.iter().filter(|r| r.try_get_raw("k").is_ok()) {
+        for row in &rows {
             let k: String = row.try_get("k").map_err(db_err)?;
             match k.as_str() {
                 "e" => enrollment = Some(from_doc::<Enrollment>("enrollment", row)?),
@@ -102,7 +86,7 @@ impl SqlTx {
 /// The rows of every statement of `text`, sent in the simple query protocol (no parameters).
 /// Boxed: the future sqlx's `raw_sql` answers is not provably `Send` inside an `async_trait`
 /// method (a higher-ranked lifetime bound the compiler cannot see through).
-pub(super) fn raw_rows<'c>(
+fn raw_rows<'c>(
     conn: &'c mut AnyConnection,
     text: &'c str,
 ) -> std::pin::Pin<

@@ -39,19 +39,6 @@ impl Held {
         self.writes.is_empty()
     }
 
-    /// How many statements [`Held::take`] would send.
-    pub(crate) fn statements(&self) -> usize {
-        let (mut n, mut bound) = (usize::from(!self.writes.is_empty()), 0);
-        for w in &self.writes {
-            if bound > 0 && bound + w.args.len() > MAX_ARGS {
-                n += 1;
-                bound = 0;
-            }
-            bound += w.args.len();
-        }
-        n
-    }
-
     /// Whether audit entries are held back (the audit head must then be read after them).
     pub(crate) fn has_audit(&self) -> bool {
         self.audit
@@ -88,11 +75,8 @@ impl Held {
         }
     }
 
-    /// Takes what is held back as statements of CTEs, in the order the writes were made. With
-    /// `follows` (an audit head known without reading it, `head.rs`), the first statement
-    /// first runs `countersign_audit_follows` on it, which takes the audit log's lock and fails
-    /// the statement when the head moved; the statement answers its one row.
-    pub(crate) fn take(&mut self, follows: Option<(i64, Vec<u8>)>) -> Vec<(String, Vec<Arg>)> {
+    /// Takes what is held back as statements of CTEs, in the order the writes were made.
+    pub(crate) fn take(&mut self) -> Vec<(String, Vec<Arg>)> {
         let writes = std::mem::take(&mut self.writes);
         self.audit = false;
         let mut out = Vec::new();
@@ -107,18 +91,6 @@ impl Held {
             group.push(&w.sql, w.args);
         }
         out.extend(joined(&mut group));
-        if let (Some((position, hash)), Some((sql, args))) = (follows, out.first_mut()) {
-            args.push(Arg::Int(position));
-            args.push(Arg::Bytes(hash));
-            let n = args.len();
-            // The main query reads `f`, so it runs first; the writes run after it.
-            *sql = format!(
-                "WITH f AS (SELECT countersign_audit_follows(${}, ${n}) AS ok), {} SELECT ok FROM f",
-                n - 1,
-                sql.trim_start_matches("WITH ")
-                    .trim_end_matches(" SELECT 1")
-            );
-        }
         out
     }
 }
@@ -165,8 +137,7 @@ mod tests {
             "INSERT INTO t (k, v) VALUES ($1, $2)",
             args!["a", 2i64],
         );
-        assert_eq!(h.statements(), 1);
-        let out = h.take(None);
+        let out = h.take();
         assert_eq!(out.len(), 1);
         let (sql, args) = &out[0];
         assert_eq!(
@@ -175,7 +146,7 @@ mod tests {
              w1 AS (INSERT INTO u (k) VALUES ($3)) SELECT 1"
         );
         assert!(matches!(args[1], Arg::Int(2)), "the last write of the row");
-        assert!(h.is_empty() && h.take(None).is_empty());
+        assert!(h.is_empty() && h.take().is_empty());
     }
 
     #[test]
@@ -188,8 +159,7 @@ mod tests {
                 args![i.to_string(), 0i64],
             );
         }
-        assert_eq!(h.statements(), 2);
-        let out = h.take(None);
+        let out = h.take();
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].1.len(), MAX_ARGS);
         assert_eq!(out[1].1.len(), 2);

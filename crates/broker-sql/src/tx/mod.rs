@@ -37,15 +37,12 @@ macro_rules! args {
 
 mod combined;
 mod commit;
-mod head;
 mod held;
 mod locked;
 mod queries;
 mod rows;
 
 use combined::head_of;
-pub(crate) use head::Heads;
-use head::Turn;
 use held::Held;
 use locked::{Locked, Remembered};
 
@@ -77,13 +74,6 @@ pub(crate) struct SqlTx {
     /// Counts the statements this transaction sends on its connection, `BEGIN` and `COMMIT`
     /// included (the storage's [`round_trips`](crate::SqlStorage::round_trips)).
     sent: Option<Arc<AtomicU64>>,
-    /// PostgreSQL's write: the audit head this process's appends left (`head.rs`), and this
-    /// transaction's turn at it once it asked for the head.
-    heads: Option<Arc<Heads>>,
-    turn: Option<Turn>,
-    /// The audit head answered from `heads` without reading it: the audit lock, and the check
-    /// that the head is still there, go ahead of the next statement sent.
-    predicted: Option<(i64, String)>,
 }
 
 /// What a PostgreSQL write needs to resolve a COMMIT whose outcome is unknown (`commit.rs`).
@@ -98,12 +88,6 @@ enum Inner {
     Pool(Transaction<'static, Any>),
     /// SQLite's writes: a turn at the single writer, inside its group-committed transaction.
     Writer(Slot),
-    /// PostgreSQL's writes: a connection whose `BEGIN` goes with its first statement
-    /// (`begun` once sent), and whose `COMMIT` goes with its held-back writes (`head.rs`).
-    PgWrite {
-        conn: PoolConnection<Any>,
-        begun: bool,
-    },
     /// Reads: a connection with no `BEGIN`, each statement its own snapshot (under PostgreSQL's
     /// READ COMMITTED that is so inside a transaction too, and SQLite's reads are all one
     /// statement or need no more), so the round trips of `BEGIN` and `ROLLBACK` bought nothing.
@@ -134,7 +118,6 @@ impl Drop for SqlTx {
                     spares.put(conn);
                 }
             }
-            Some(Inner::PgWrite { conn, begun }) => head::abandon(conn, begun),
             _ => {}
         }
     }
@@ -169,7 +152,9 @@ impl SqlTx {
 
     /// Whether this transaction holds its writes back (`held.rs`): PostgreSQL's writes.
     fn holds(&self) -> bool {
-        matches!(self.inner, Some(Inner::PgWrite { .. }))
+        self.backend == Backend::Postgres
+            && self.write
+            && matches!(self.inner, Some(Inner::Pool(_)))
     }
 
     /// The row `key` of `T`'s table, if this write transaction read (and locked) or wrote it.
@@ -193,7 +178,12 @@ impl SqlTx {
         if self.held.is_empty() {
             return Ok(());
         }
-        self.pg_send_held(false).await
+        for (sql, args) in self.held.take() {
+            let conn = self.conn_now().await?;
+            let r = bind_all(sqlx::query(&sql), args).execute(conn).await;
+            self.checked(r)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn pooled(tx: Transaction<'static, Any>, backend: Backend, write: bool) -> Self {
@@ -208,28 +198,6 @@ impl SqlTx {
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
-            heads: None,
-            turn: None,
-            predicted: None,
-        }
-    }
-
-    /// A PostgreSQL write on a pooled connection, nothing sent yet (`head.rs`).
-    fn pooled_conn(conn: PoolConnection<Any>) -> Self {
-        SqlTx {
-            inner: Some(Inner::PgWrite { conn, begun: false }),
-            backend: Backend::Postgres,
-            write: true,
-            unsettled: false,
-            spares: None,
-            reads: None,
-            resolve: None,
-            held: Held::default(),
-            locked: Locked::default(),
-            sent: None,
-            heads: None,
-            turn: None,
-            predicted: None,
         }
     }
 
@@ -251,9 +219,6 @@ impl SqlTx {
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
-            heads: None,
-            turn: None,
-            predicted: None,
         }
     }
 
@@ -271,9 +236,6 @@ impl SqlTx {
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
-            heads: None,
-            turn: None,
-            predicted: None,
         }
     }
 
@@ -289,9 +251,6 @@ impl SqlTx {
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
-            heads: None,
-            turn: None,
-            predicted: None,
         }
     }
 
@@ -305,11 +264,6 @@ impl SqlTx {
     /// The connection for the next statement, with the writes still held back. A read on
     /// PostgreSQL takes its connection here, at its first statement that is not batched.
     async fn conn_now(&mut self) -> Result<&mut AnyConnection, StorageError> {
-        // A PostgreSQL write's `BEGIN` (and the audit lock's check) as a text of its own, when
-        // the statement binds parameters and so cannot carry it.
-        if self.holds() && !self.pg_begun() {
-            self.pg_text("").await?;
-        }
         self.count();
         if let (Some(Inner::Lazy(pool)), Some(spares)) = (&self.inner, &self.spares) {
             let conn = spares.take(pool).await.map_err(crate::error::begin_err)?;
@@ -318,7 +272,7 @@ impl SqlTx {
         self.unsettled = true;
         match self.inner.as_mut() {
             Some(Inner::Pool(tx)) => Ok(&mut **tx),
-            Some(Inner::Conn(c) | Inner::PgWrite { conn: c, .. }) => Ok(&mut **c),
+            Some(Inner::Conn(c)) => Ok(&mut **c),
             Some(Inner::Writer(slot)) => slot.conn().await,
             Some(Inner::Lazy(_)) => Err(StorageError::Other(
                 "a read without its connection's spares".into(),

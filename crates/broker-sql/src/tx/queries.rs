@@ -6,10 +6,8 @@ use super::*;
 impl Tx for SqlTx {
     #[tracing::instrument(name = "database commit", level = "info", skip_all, fields(otel.kind = "client"))]
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
-        // PostgreSQL's write: the writes held back and the `COMMIT` as one text (`head.rs`).
-        if self.holds() {
-            return self.pg_commit().await;
-        }
+        // PostgreSQL: the writes held back go first, as one statement (`held.rs`).
+        self.flush().await?;
         if matches!(self.inner, Some(Inner::Pool(_))) {
             self.count();
         }
@@ -19,8 +17,7 @@ impl Tx for SqlTx {
                 Err(e) => super::commit::resolve(db_err(e), self.resolve.take()).await,
             },
             Inner::Writer(slot) => slot.commit().await,
-            // A PostgreSQL write commits above.
-            Inner::Conn(_) | Inner::Lazy(_) | Inner::PgWrite { .. } => Ok(()),
+            Inner::Conn(_) | Inner::Lazy(_) => Ok(()),
         }
     }
 
@@ -586,9 +583,6 @@ impl Tx for SqlTx {
         // Appenders serialise on an advisory lock held to commit (PostgreSQL); SQLite's write
         // transactions are serial already. Taken last in a transaction (lock order: … → audit
         // head), so it is held only for the appends and the commit.
-        if self.holds() {
-            return self.pg_audit_head().await;
-        }
         if self.backend == Backend::Postgres && self.write {
             return self.locked_audit_head().await;
         }
