@@ -49,6 +49,7 @@
 //! exactly one connection: a read transaction opened while a write transaction is open waits
 //! for it (up to the 3 s acquire timeout). It is meant for tests.
 
+mod audit_sql;
 mod batch;
 mod error;
 mod inventory;

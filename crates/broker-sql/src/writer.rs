@@ -28,7 +28,7 @@ use countersign_common::sql_writer::{self, Deferred, Pending};
 
 pub(crate) use countersign_common::sql_writer::held_back_failed;
 
-use crate::tx::defer_audit;
+use crate::audit_sql::defer_audit;
 
 /// The writer of the broker's SQLite storage.
 pub(crate) type Writer = sql_writer::Writer<Audit>;

@@ -47,7 +47,7 @@ use held::Held;
 use locked::{Locked, Remembered};
 
 use rows::*;
-pub(crate) use rows::{Arg, bind_all, defer_audit};
+pub(crate) use rows::{Arg, bind_all};
 
 /// A transaction on either backend.
 pub(crate) struct SqlTx {

@@ -5,6 +5,10 @@ use super::*;
 // Bound parameters and held-back statements are the shared writer's
 // (`countersign_common::sql_writer`, issue 51).
 pub(crate) use countersign_common::sql_writer::{Arg, Deferred, bind_all};
+// The audit log's rows as statements: below both the transaction and SQLite's writer.
+pub(crate) use crate::audit_sql::{
+    AUDIT_COLUMNS, AUDIT_ROWS_PER_INSERT, PG_AUDIT_LOCK, audit_insert, hash_bytes,
+};
 
 /// How a `SELECT` in a write transaction locks the rows it reads (PostgreSQL only).
 #[derive(Clone, Copy)]
@@ -114,9 +118,6 @@ pub(super) fn outbox_from_row(row: &AnyRow) -> Result<OutboxItem, StorageError> 
     })
 }
 
-pub(super) const AUDIT_COLUMNS: &str =
-    "position, at_ms, kind, subject, body, prev_hash, hash, seal";
-
 /// Inserts audit entries, at most [`AUDIT_ROWS_PER_INSERT`] a statement.
 pub(super) async fn insert_audit(
     conn: &mut AnyConnection,
@@ -129,61 +130,6 @@ pub(super) async fn insert_audit(
             .await?;
     }
     Ok(())
-}
-
-/// Holds the statements inserting `entries` back in `deferred`, as [`insert_audit`] runs them.
-pub(crate) fn defer_audit(deferred: &mut Deferred, entries: &[AuditEntry]) {
-    for chunk in entries.chunks(AUDIT_ROWS_PER_INSERT) {
-        let (sql, args) = audit_insert(chunk);
-        deferred.push(&sql, args);
-    }
-}
-
-/// One multi-row `INSERT` of `chunk`.
-pub(super) fn audit_insert(chunk: &[AuditEntry]) -> (String, Vec<Arg>) {
-    let mut sql = format!("INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ");
-    let mut args = Vec::with_capacity(chunk.len() * 8);
-    for (i, e) in chunk.iter().enumerate() {
-        let n = i * 8;
-        if i > 0 {
-            sql.push_str(", ");
-        }
-        sql.push_str(&format!(
-            "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-            n + 1,
-            n + 2,
-            n + 3,
-            n + 4,
-            n + 5,
-            n + 6,
-            n + 7,
-            n + 8
-        ));
-        args.extend(args![
-            e.position,
-            ms(e.at),
-            e.kind.as_str(),
-            e.subject.as_str(),
-            e.body.as_str(),
-            hash_bytes(&e.prev_hash),
-            hash_bytes(&e.hash),
-            e.seal.as_str(),
-        ]);
-    }
-    (sql, args)
-}
-
-pub(super) const AUDIT_ROWS_PER_INSERT: usize = 256;
-
-/// The advisory lock appenders to the audit log hold until commit (PostgreSQL): "csau".
-pub(super) const PG_AUDIT_LOCK: i64 = 0x6373_6175;
-
-/// A chain hash as stored: its 32 bytes (schema version 5), not its 64 hex digits. The chain
-/// is defined over the hex text, which reading restores exactly.
-pub(super) fn hash_bytes(hex_text: &str) -> Vec<u8> {
-    // The core computes every hash as lowercase hex; anything else is stored as it came, and
-    // fails verification when read back.
-    hex::decode(hex_text).unwrap_or_else(|_| hex_text.as_bytes().to_vec())
 }
 
 pub(super) fn audit_from_row(row: &AnyRow) -> Result<AuditEntry, StorageError> {
