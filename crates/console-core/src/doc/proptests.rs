@@ -10,8 +10,11 @@
 //! setext underline, a list continued by a list of the same kind, blocks an unclosed fence or
 //! raw HTML block swallows): those are contiguous with the touched text (no block that keeps
 //! its id and token lies between), and are themselves changed or removed.
-//! And a table whose header changes its column count gains or loses cells in every row. Every
-//! other block keeps its id and token.
+//! And a table whose header changes its column count gains or loses cells in every row, and a
+//! row whose line the edit splits into more or fewer cells (text written before its leading
+//! pipe, a pipe written or deleted) shifts its cells: one pushed past the header's column count
+//! is no longer a cell (GFM ignores it), and its id goes. Every other block keeps its id and
+//! token.
 
 use std::collections::{HashMap, HashSet};
 
@@ -512,8 +515,17 @@ fn edit_changes_exactly_the_tokens_it_touches(
     // Kept: the same id and token, where the edit leaves it (before the edit: where it was;
     // after: moved by the edit's change of length). An id that went with its text to a
     // copy elsewhere (new text equal to a block the edit swallowed, e.g. by a fence it
-    // opened) is not a block kept in place: it joins the reach.
+    // opened) is not a block kept in place: it joins the reach. Nor is a table row that went
+    // from body to header or back (a table the edit split, re-formed around its rows).
     let delta = new.markdown().len() as isize - doc.markdown().len() as isize;
+    let header = |blk: &BlockInfo, by_id: &HashMap<&str, &BlockInfo>| {
+        blk.kind == BlockType::TableRow
+            && blk
+                .path
+                .last()
+                .and_then(|t| by_id.get(t.id.as_ref()))
+                .is_some_and(|t| t.range.start == blk.range.start)
+    };
     let kept = |blk: &BlockInfo| {
         new_by_id.get(blk.id.as_ref()).is_some_and(|nb| {
             let at = if blk.range.start < a {
@@ -521,7 +533,9 @@ fn edit_changes_exactly_the_tokens_it_touches(
             } else {
                 blk.range.start as isize + delta
             };
-            nb.token == blk.token && nb.range.start as isize == at
+            nb.token == blk.token
+                && nb.range.start as isize == at
+                && header(blk, &old_by_id) == header(nb, &new_by_id)
         })
     };
     // The reach: [a, b] widened over untouched blocks that changed or went, with no
@@ -573,6 +587,20 @@ fn edit_changes_exactly_the_tokens_it_touches(
         })
         .map(|ob| ob.id.clone())
         .collect();
+    // Rows whose line the edit split into a different number of cells (text before the
+    // leading pipe or after the trailing one, a pipe written or deleted): their cells shift,
+    // and those past the header's column count are no longer cells (GFM ignores them).
+    let cell_count = |md: &str, r: Range| md.get(r.start..r.end).map(|l| table::cells(l).len());
+    let shifted: HashSet<std::sync::Arc<str>> = old_blocks
+        .iter()
+        .filter(|ob| ob.kind == BlockType::TableRow)
+        .filter(|ob| {
+            new_by_id.get(ob.id.as_ref()).is_some_and(|nb| {
+                cell_count(new.markdown(), nb.range) != cell_count(doc.markdown(), ob.range)
+            })
+        })
+        .map(|ob| ob.id.clone())
+        .collect();
     for ob in &old_blocks {
         if touched(ob.range) {
             continue;
@@ -581,7 +609,12 @@ fn edit_changes_exactly_the_tokens_it_touches(
             // Joined by the new text (a lazy line, a list continued, an unclosed fence).
             continue;
         }
-        if ob.kind == BlockType::TableCell && ob.path.iter().any(|p| reshaped.contains(&p.id)) {
+        if ob.kind == BlockType::TableCell
+            && ob
+                .path
+                .iter()
+                .any(|p| reshaped.contains(&p.id) || shifted.contains(&p.id))
+        {
             continue;
         }
         let nb = new_by_id.get(ob.id.as_ref());
@@ -634,6 +667,72 @@ fn a_fence_written_into_a_list_item_holds_its_line() {
         0,
         0,
         "```".to_owned(),
+    )
+    .expect("the property holds");
+}
+
+/// A case proptest found: text written before a row's leading pipe is a new first cell (GFM),
+/// so the row's cells shift right and its last one, past the header's three columns, is no
+/// longer a cell. The cells still there keep their ids and tokens; the new one gets a fresh id,
+/// the one pushed out is removed.
+#[test]
+fn text_before_a_rows_leading_pipe_shifts_its_cells() {
+    let md = "|  |  |  |\n|---|---|---|\n|  00a | a0a |   a00 |\n|  |  |  |\n\n> #tag\n\n:::ask id=a1 state=open\nword\n\n:::\n\n:::ask id=a1 state=open\nword\n\n:::\n\n";
+    edit_changes_exactly_the_tokens_it_touches(
+        md,
+        1079615598834980281,
+        6792586297117013305,
+        3,
+        1,
+        "word".to_owned(),
+    )
+    .expect("the property holds");
+
+    let doc = Document::parse(md, &mut counter());
+    let op = EditOp::InsertBefore {
+        quote: Quote::exact("|  0"),
+        text: "word".to_owned(),
+        block: None,
+        block_token: None,
+    };
+    let edited = doc
+        .apply(Some(doc.token()), &[op], &mut counter_from(10_000))
+        .expect("applies");
+    let cells = |d: &Document| -> Vec<(String, String)> {
+        let md = d.markdown();
+        d.blocks()
+            .into_iter()
+            .filter(|b| b.kind == BlockType::TableCell && b.path.last().map(|p| p.index) == Some(1))
+            .map(|b| (b.id.to_string(), md[b.range.start..b.range.end].to_owned()))
+            .collect()
+    };
+    let before = cells(&doc);
+    let after = cells(&edited.document);
+    let texts: Vec<&str> = after.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(texts, ["word", "00a", "a0a"]);
+    assert_eq!(after[1], before[0]);
+    assert_eq!(after[2], before[1]);
+    assert!(
+        before.iter().all(|(id, _)| *id != after[0].0),
+        "the new cell's id is fresh"
+    );
+    assert_eq!(edited.removed, [before[2].0.clone()]);
+}
+
+/// A case proptest found: a thematic break written after a table's header line splits the
+/// table; the header line and the next two are paragraphs, and the rows `|  |`, `|---|`,
+/// `|  |` re-form a table, the first row its header, the second its delimiter line (no block).
+/// The row that became a header keeps its id and text but is not a block kept in place.
+#[test]
+fn a_rule_written_after_a_header_re_forms_the_table_below() {
+    let md = "| aa  | a0 |  aa00 |\n|---|---|---|\n|  |  |  |\n|  |\n|---|\n|  |\n\n:::ask id=a1 state=open\nword\n\n:::\n\n- word\n- word\n  - #tag\n  - word\n  - [ ] word\n\n:::ask id=a1 state=open\nword\n\n:::\n\n|  |\n|---|\n|  |\n|  |\n|  |\n\n";
+    edit_changes_exactly_the_tokens_it_touches(
+        md,
+        14633815399781268989,
+        9139683064620985941,
+        11,
+        2,
+        "\n\n***\n\n".to_owned(),
     )
     .expect("the property holds");
 }
