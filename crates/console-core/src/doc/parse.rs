@@ -394,13 +394,20 @@ impl Builder<'_, '_> {
             let data = node.data.borrow();
             let sp = data.sourcepos;
             let (kind, nested, detail) = classify(&data.value);
-            // A fenced code block holds at least its opening fence's line: comrak may end an
-            // empty one that its container closes (a list item ended by an unindented line)
-            // inside its fence, where an edit's reparse of the same text ends it at the line's
-            // end.
+            // A fenced code block holds at least its opening fence's line and its content's
+            // lines up to the last non-blank one (each source line after the fence is one line
+            // of the literal): comrak may end one that its container closes (a list item ended
+            // by an unindented line) inside its fence, where an edit's reparse of the same text
+            // (ending at the block) ends it at its content's end.
             let own_end = match &data.value {
                 NodeValue::CodeBlock(c) if c.fenced => {
-                    (sp.end.line, sp.end.column).max((sp.start.line, usize::MAX / 4))
+                    let body = c.literal.trim_end_matches(['\n', ' ', '\t']);
+                    let content = if body.is_empty() {
+                        0
+                    } else {
+                        1 + body.bytes().filter(|&b| b == b'\n').count()
+                    };
+                    (sp.end.line, sp.end.column).max((sp.start.line + content, usize::MAX / 4))
                 }
                 _ => (sp.end.line, sp.end.column),
             };

@@ -736,3 +736,31 @@ fn a_rule_written_after_a_header_re_forms_the_table_below() {
     )
     .expect("the property holds");
 }
+
+/// A case proptest found: a fence written into a nested list item opens a code block whose
+/// content is the next line; the item ends at a blank line and an unindented quote. comrak
+/// ends that code block inside its fence, so a fresh parse held the fence's line only, where
+/// the edit's reparse (its text ending at the list) held the content line too.
+#[test]
+fn a_fence_written_into_a_nested_item_holds_its_content() {
+    let md = "- word\n\n- word\n  - |\n    - word\n\n> word\n\n";
+    edit_changes_exactly_the_tokens_it_touches(
+        md,
+        4277857093805526719,
+        254094459226638962,
+        0,
+        0,
+        "```".to_owned(),
+    )
+    .expect("the property holds");
+
+    let edited = "- word\n\n- word\n  - ```\n    - word\n\n> word\n";
+    let doc = Document::parse(edited, &mut counter());
+    let code: Vec<&str> = doc
+        .blocks()
+        .into_iter()
+        .filter(|b| b.kind == BlockType::Code)
+        .map(|b| &edited[b.range.start..b.range.end])
+        .collect();
+    assert_eq!(code, ["```\n    - word"]);
+}
