@@ -317,29 +317,6 @@ fn compression()
         .compress_when(SizeAbove::new(1024).and(compressible))
 }
 
-/// Counts an open event stream while it lives (`countersign_console_streams`).
-#[derive(Debug)]
-pub struct OpenStream(());
-
-impl OpenStream {
-    pub fn new() -> Self {
-        metrics::gauge!("countersign_console_streams").increment(1.0);
-        Self(())
-    }
-}
-
-impl Default for OpenStream {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        metrics::gauge!("countersign_console_streams").decrement(1.0);
-    }
-}
-
 /// The request rules every API row holds before its handler (protocol §2, after the caller's
 /// credential, class and CSRF): a body too large by its `Content-Length` (413), a query
 /// parameter the row does not take (400 INVALID_QUERY).

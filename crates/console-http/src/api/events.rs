@@ -46,7 +46,7 @@ pub async fn stream(State(st): St, headers: HeaderMap, q: Query) -> ApiResult<Re
         None => st.console.last_event_id().await?,
     };
     let console = st.clone();
-    let open = crate::server::OpenStream::new();
+    let open = OpenStream::new();
     let events = stream::unfold(
         (start, watch, Vec::new().into_iter()),
         move |(mut at, mut watch, mut pending)| {
@@ -92,4 +92,27 @@ fn frame(e: &countersign_console_core::work::Event) -> SseEvent {
         .id(e.id.to_string())
         .event(e.kind.clone())
         .data(data)
+}
+
+/// Counts an open event stream while it lives (`countersign_console_streams`).
+#[derive(Debug)]
+pub(crate) struct OpenStream(());
+
+impl OpenStream {
+    pub(crate) fn new() -> Self {
+        metrics::gauge!("countersign_console_streams").increment(1.0);
+        Self(())
+    }
+}
+
+impl Default for OpenStream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        metrics::gauge!("countersign_console_streams").decrement(1.0);
+    }
 }
