@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 #[path = "tidy/imports.rs"]
 mod imports;
+#[path = "tidy/rules.rs"]
+mod rules;
 
 /// Backticked words the map names that are not the workspace's own (crates it uses, or
 /// prose), each with why.
@@ -424,4 +426,41 @@ fn the_json_answer_check_catches_what_it_is_for() {
     let said =
         "// not json!({}) but a type\nfn ok() {}\n#[cfg(test)]\nmod tests {\n    json!({});\n}\n";
     assert!(json_answers(said).is_empty(), "comments and tests may");
+}
+
+#[test]
+fn each_id_rule_and_the_clock_are_defined_once() {
+    let root = root();
+    let mut all = Vec::new();
+    files(&root.join("crates"), &root, &mut all);
+    let sources: Vec<&String> = all
+        .iter()
+        .filter(|f| f.ends_with(".rs") && f.contains("/src/"))
+        .collect();
+    let (mut clocks, mut macros, mut copies) = (Vec::new(), Vec::new(), Vec::new());
+    for f in sources {
+        let text = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+        let (clock, uuid_id) = rules::declarations(&text);
+        clocks.extend(std::iter::repeat_n(f.clone(), clock));
+        macros.extend(std::iter::repeat_n(f.clone(), uuid_id));
+        if f.as_str() != rules::IDS {
+            for (line, name) in rules::own_rules(&text) {
+                copies.push(format!("{f}:{line} {name}"));
+            }
+        }
+    }
+    assert_eq!(
+        clocks,
+        [rules::CLOCK],
+        "`trait Clock` is declared once, in common"
+    );
+    assert_eq!(
+        macros,
+        [rules::IDS],
+        "`uuid_id!` is defined once, in common"
+    );
+    assert!(
+        copies.is_empty(),
+        "an id rule with a body of its own (call countersign_common::ids instead): {copies:#?}"
+    );
 }
