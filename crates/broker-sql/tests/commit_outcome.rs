@@ -5,6 +5,9 @@
 //! transaction's last audit entry: committed is answered as committed, the other as
 //! unavailable (503, safe for a client to retry), never by running the transaction again.
 
+#[path = "support/cluster.rs"]
+mod cluster;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
@@ -12,7 +15,6 @@ use std::time::Duration;
 use countersign_broker_core::audit::AuditEntry;
 use countersign_broker_core::storage::{Storage, StorageError};
 use countersign_broker_sql::SqlStorage;
-use sqlx::Connection;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -117,20 +119,11 @@ async fn commit_cut(
 
 #[tokio::test]
 async fn a_lost_commit_is_resolved_by_reading() {
-    let Ok(admin) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
-        assert!(
-            std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-            "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is not set"
-        );
+    let Some(admin) = cluster::test_server() else {
         return;
     };
-    sqlx::any::install_default_drivers();
     let name = format!("cs_commit_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = sqlx::AnyConnection::connect(&admin).await.expect("admin");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .expect("create");
+    cluster::create_database(&admin, &name).await;
     let armed = Arc::new(AtomicU8::new(IDLE));
     let port = proxy("127.0.0.1:5432".into(), armed.clone()).await;
     let (creds, _) = admin.split_once("@").expect("the test URL names its user");
@@ -157,8 +150,5 @@ async fn a_lost_commit_is_resolved_by_reading() {
     );
 
     storage.close().await;
-    sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
-        .execute(&mut conn)
-        .await
-        .expect("drop");
+    cluster::drop_database(&admin, &name).await;
 }

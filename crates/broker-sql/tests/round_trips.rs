@@ -12,6 +12,9 @@
 //! And what holding the writes back must keep: a read in the transaction sees its own writes,
 //! two writes of one row commit the last, the chain is whole.
 
+#[path = "support/cluster.rs"]
+mod cluster;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -32,7 +35,6 @@ use countersign_broker_core::seal::Sealer;
 use countersign_broker_core::storage::Storage;
 use countersign_broker_sql::SqlStorage;
 use countersign_proto::SigningKey;
-use sqlx::Connection;
 use uuid::Uuid;
 use zeroize::Zeroizing;
 
@@ -147,20 +149,11 @@ macro_rules! counted {
 
 #[tokio::test]
 async fn hot_writes_take_few_round_trips() {
-    let Ok(admin) = std::env::var("COUNTERSIGN_TEST_POSTGRES_URL") else {
-        assert!(
-            std::env::var("COUNTERSIGN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-            "COUNTERSIGN_REQUIRE_POSTGRES=1 but COUNTERSIGN_TEST_POSTGRES_URL is not set"
-        );
+    let Some(admin) = cluster::test_server() else {
         return;
     };
-    sqlx::any::install_default_drivers();
     let db = format!("cs_trips_{}", Uuid::new_v4().simple());
-    let mut conn = sqlx::AnyConnection::connect(&admin).await.expect("admin");
-    sqlx::query(&format!("CREATE DATABASE {db}"))
-        .execute(&mut conn)
-        .await
-        .expect("create");
+    cluster::create_database(&admin, &db).await;
     let url = match admin.rsplit_once('/') {
         Some((base, _)) => format!("{base}/{db}"),
         None => panic!("the test URL names a database"),
@@ -296,8 +289,5 @@ async fn hot_writes_take_few_round_trips() {
     drop(tx);
 
     storage.close().await;
-    sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
-        .execute(&mut conn)
-        .await
-        .expect("drop");
+    cluster::drop_database(&admin, &db).await;
 }

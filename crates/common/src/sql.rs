@@ -247,6 +247,17 @@ pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     }
 }
 
+/// Maps a write's error where a unique violation means another transaction took the key
+/// first: [`StorageError::Conflict`] (the caller runs the transaction again and finds its
+/// row); anything else as [`db_err`].
+pub fn conflict_if_unique(e: sqlx::Error) -> StorageError {
+    if is_unique_violation(&e) {
+        StorageError::Conflict
+    } else {
+        db_err(e)
+    }
+}
+
 fn database_err(d: &dyn DatabaseError, e: &sqlx::Error) -> StorageError {
     if let Some(pg) = d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
         return match pg.code() {

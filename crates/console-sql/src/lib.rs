@@ -291,6 +291,42 @@ impl SqlStorage {
         &self,
         committed: std::sync::Arc<dyn Fn(i64) + Send + Sync>,
     ) -> Option<tokio::task::JoinHandle<()>> {
+        let caught_up = committed.clone();
+        self.listen(
+            work::EVENTS_CHANNEL,
+            "console event listener",
+            move |storage| {
+                let committed = caught_up.clone();
+                async move {
+                    if let Ok(mut tx) = storage.read().await
+                        && let Ok(id) = tx.events().last_event_id().await
+                    {
+                        committed(id);
+                    }
+                }
+            },
+            move |payload| {
+                if let Ok(id) = payload.parse::<i64>() {
+                    committed(id);
+                }
+            },
+        )
+    }
+
+    /// Listens on `channel` (PostgreSQL) on a connection of its own, to the host the pool is
+    /// on, again a second after it drops or fails: `listening` runs each time the `LISTEN` is in
+    /// place, `payload` with each notification. SQLite is one process: `None`.
+    pub(crate) fn listen<L, F>(
+        &self,
+        channel: &'static str,
+        what: &'static str,
+        listening: L,
+        payload: impl Fn(&str) + Send + 'static,
+    ) -> Option<tokio::task::JoinHandle<()>>
+    where
+        L: Fn(SqlStorage) -> F + Send + 'static,
+        F: std::future::Future<Output = ()> + Send,
+    {
         if self.backend != Backend::Postgres {
             return None;
         }
@@ -299,31 +335,22 @@ impl SqlStorage {
             loop {
                 let url = storage.listen_url();
                 match sqlx::postgres::PgListener::connect(&url).await {
-                    Ok(mut l) => {
-                        if let Err(e) = l.listen(work::EVENTS_CHANNEL).await {
-                            tracing::warn!(error = %e, "console event listener: LISTEN failed");
-                        } else {
-                            if let Ok(mut tx) = storage.read().await
-                                && let Ok(id) = tx.events().last_event_id().await
-                            {
-                                committed(id);
-                            }
+                    Ok(mut l) => match l.listen(channel).await {
+                        Err(e) => tracing::warn!(error = %e, "{what}: LISTEN failed"),
+                        Ok(()) => {
+                            listening(storage.clone()).await;
                             loop {
                                 match l.recv().await {
-                                    Ok(n) => {
-                                        if let Ok(id) = n.payload().parse::<i64>() {
-                                            committed(id);
-                                        }
-                                    }
+                                    Ok(n) => payload(n.payload()),
                                     Err(e) => {
-                                        tracing::warn!(error = %e, "console event listener dropped");
+                                        tracing::warn!(error = %e, "{what} dropped");
                                         break;
                                     }
                                 }
                             }
                         }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "console event listener: connect failed"),
+                    },
+                    Err(e) => tracing::warn!(error = %e, "{what}: connect failed"),
                 }
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }

@@ -11,7 +11,7 @@
 //! as the issues' index.
 
 use async_trait::async_trait;
-use countersign_common::sql::{db_err, is_unique_violation};
+use countersign_common::sql::{conflict_if_unique, db_err};
 use countersign_console_core::Time;
 use countersign_console_core::ids::{ArtifactId, SessionId};
 use countersign_console_core::storage::StorageError;
@@ -174,15 +174,9 @@ impl DocumentTx for DocumentStore<'_> {
         .bind(a.scope.session().map(SessionId::to_string))
         .execute(&mut *self.tx)
         .await
-        .map_err(|e| {
-            // Another upload took the slug or filename first (PostgreSQL; SQLite's writers
-            // are serial): run the upload again, which then finds that one.
-            if is_unique_violation(&e) {
-                StorageError::Conflict
-            } else {
-                db_err(e)
-            }
-        })?;
+        // Another upload took the slug or filename first (PostgreSQL; SQLite's writers
+        // are serial): run the upload again, which then finds that one.
+        .map_err(conflict_if_unique)?;
         Ok(())
     }
 

@@ -3,7 +3,7 @@
 //! replica can send it, until it leaves `pending`. [`AttemptTx`] on its own store,
 //! `AttemptStore` (`tx.attempts()`).
 
-use countersign_common::sql::{db_err, is_unique_violation};
+use countersign_common::sql::{conflict_if_unique, db_err};
 use countersign_console_core::Time;
 use countersign_console_core::ids::{CommentId, MessageId, SessionId};
 use countersign_console_core::storage::StorageError;
@@ -108,14 +108,8 @@ impl AttemptTx for AttemptStore<'_> {
         .bind(content.map(text))
         .execute(&mut *self.tx)
         .await
-        .map_err(|e| {
-            // Two attempts of one number: concurrent retries; the transaction runs again.
-            if is_unique_violation(&e) {
-                StorageError::Conflict
-            } else {
-                db_err(e)
-            }
-        })?;
+        // Two attempts of one number: concurrent retries; the transaction runs again.
+        .map_err(conflict_if_unique)?;
         Ok(())
     }
 

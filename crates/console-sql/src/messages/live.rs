@@ -73,34 +73,12 @@ impl crate::SqlStorage {
         &self,
         notice: std::sync::Arc<dyn Fn(String) + Send + Sync>,
     ) -> Option<tokio::task::JoinHandle<()>> {
-        if self.backend != Backend::Postgres {
-            return None;
-        }
-        let storage = self.clone();
-        Some(tokio::spawn(async move {
-            loop {
-                let url = storage.listen_url();
-                match sqlx::postgres::PgListener::connect(&url).await {
-                    Ok(mut l) => {
-                        if let Err(e) = l.listen(LINKS_CHANNEL).await {
-                            tracing::warn!(error = %e, "console link listener: LISTEN failed");
-                        } else {
-                            loop {
-                                match l.recv().await {
-                                    Ok(n) => notice(n.payload().to_owned()),
-                                    Err(e) => {
-                                        tracing::warn!(error = %e, "console link listener dropped");
-                                        break;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "console link listener: connect failed"),
-                }
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
-        }))
+        self.listen(
+            LINKS_CHANNEL,
+            "console link listener",
+            |_| async {},
+            move |payload| notice(payload.to_owned()),
+        )
     }
 }
 

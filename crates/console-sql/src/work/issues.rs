@@ -3,7 +3,7 @@
 //! subscribed to an issue. The lists are `list.rs`'s, the full-text index `search.rs`'s.
 
 use async_trait::async_trait;
-use countersign_common::sql::{Backend, db_err, is_unique_violation};
+use countersign_common::sql::{Backend, conflict_if_unique, db_err};
 use countersign_console_core::Time;
 use countersign_console_core::ids::{Login, SessionId};
 use countersign_console_core::storage::StorageError;
@@ -103,15 +103,9 @@ impl IssueTx for IssueStore<'_> {
         .bind(i64::from(i.status.is_open()))
         .execute(&mut *self.tx)
         .await
-        .map_err(|e| {
-            // Another transaction imported the same ref first (PostgreSQL waits for it,
-            // then refuses): run again, and find its issue.
-            if is_unique_violation(&e) {
-                StorageError::Conflict
-            } else {
-                db_err(e)
-            }
-        })?;
+        // Another transaction imported the same ref first (PostgreSQL waits for it,
+        // then refuses): run again, and find its issue.
+        .map_err(conflict_if_unique)?;
         self.write_labels(i, false).await
     }
 
