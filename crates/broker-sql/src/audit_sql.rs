@@ -10,10 +10,11 @@ pub(crate) const AUDIT_COLUMNS: &str =
 
 pub(crate) const AUDIT_ROWS_PER_INSERT: usize = 256;
 
-/// The advisory lock appenders to the audit log hold until commit (PostgreSQL): "csau".
+/// The advisory lock every physical write transaction takes first and holds until it ends
+/// (PostgreSQL, `group.rs`): "csau".
 pub(crate) const PG_AUDIT_LOCK: i64 = 0x6373_6175;
 
-/// Holds the statements inserting `entries` back in `deferred`, as the transaction's `insert_audit` runs them.
+/// Holds the statements inserting `entries` back in `deferred` (SQLite's writer).
 pub(crate) fn defer_audit(deferred: &mut Deferred, entries: &[AuditEntry]) {
     for chunk in entries.chunks(AUDIT_ROWS_PER_INSERT) {
         let (sql, args) = audit_insert(chunk);

@@ -52,6 +52,7 @@
 mod audit_sql;
 mod batch;
 mod error;
+mod group;
 mod inventory;
 mod once;
 mod reads;
@@ -70,6 +71,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{begin_err, db_err};
+use crate::group::Group;
 use crate::once::{OnceBatcher, Target};
 use crate::reads::Reads;
 use crate::spare::Spares;
@@ -105,6 +107,9 @@ pub struct SqlStorage {
     /// SQLite only: the single writer, which serialises write transactions and commits them
     /// in groups.
     writer: Option<Arc<Writer>>,
+    /// PostgreSQL only: the group commit, which runs this process's write transactions one
+    /// after another in shared physical transactions (`group.rs`).
+    group: Option<Arc<Group>>,
     /// The URL with any password replaced, for `Debug`.
     shown_url: Arc<str>,
     once_calls: Arc<AtomicU64>,
@@ -208,8 +213,12 @@ impl SqlStorage {
             spares: spares.clone(),
         });
         let reads = (backend == Backend::Postgres).then(|| Reads::start(&pool, &spares));
+        let round_trips = Arc::new(AtomicU64::new(0));
+        let group = (backend == Backend::Postgres)
+            .then(|| Group::start(pool.clone(), round_trips.clone()));
         let storage = SqlStorage {
             writer,
+            group,
             once,
             reads,
             spares,
@@ -217,10 +226,19 @@ impl SqlStorage {
             backend,
             shown_url,
             once_calls: Arc::new(AtomicU64::new(0)),
-            round_trips: Arc::new(AtomicU64::new(0)),
+            round_trips,
         };
         tracing::debug!(storage = ?storage, "storage connected");
         Ok(storage)
+    }
+
+    /// A write transaction: a turn at SQLite's writer, or at PostgreSQL's group commit.
+    async fn begin_write(&self) -> Result<SqlTx, StorageError> {
+        match (&self.writer, &self.group) {
+            (Some(writer), _) => Ok(SqlTx::writer(writer.begin().await?)),
+            (None, Some(group)) => Ok(SqlTx::grouped(group.begin().await?)),
+            (None, None) => Err(StorageError::Other("a storage with no writer".into())),
+        }
     }
 
     pub fn backend(&self) -> Backend {
@@ -241,6 +259,7 @@ impl SqlStorage {
         if let Some(writer) = &self.writer {
             return Ok(writer.waiting());
         }
+        let turns = self.group.as_ref().map_or(0, |g| g.waiting());
         let n: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity \
              WHERE datname = current_database() AND wait_event_type = 'Lock'",
@@ -248,7 +267,7 @@ impl SqlStorage {
         .fetch_one(&self.pool)
         .await
         .map_err(db_err)?;
-        Ok(usize::try_from(n).unwrap_or(0))
+        Ok(turns + usize::try_from(n).unwrap_or(0))
     }
 
     /// Closes the pool: waits for checked-out connections to come back, then closes them all.
@@ -257,12 +276,15 @@ impl SqlStorage {
         if let Some(writer) = &self.writer {
             writer.release().await;
         }
+        if let Some(group) = &self.group {
+            group.release().await;
+        }
         self.pool.close().await;
     }
 
     /// A write transaction.
     async fn begin_sql(&self) -> Result<SqlTx, StorageError> {
-        let tx = begin_write(&self.pool, self.backend, self.writer.as_ref()).await?;
+        let tx = self.begin_write().await?;
         Ok(tx.counting(&self.round_trips))
     }
 
@@ -395,7 +417,7 @@ impl Storage for SqlStorage {
     ) -> Result<(), StorageError> {
         // One transaction, a statement per thousand values: at shutdown, a busy minute's
         // values cost one commit rather than one turn each.
-        let mut tx = begin_write(&self.pool, self.backend, self.writer.as_ref()).await?;
+        let mut tx = self.begin_write().await?;
         for chunk in values.chunks(once::MAX_BATCH) {
             tx.remember_many(chunk, now).await?;
         }
@@ -417,21 +439,6 @@ impl Storage for SqlStorage {
         rows.iter()
             .map(|r| r.try_get::<String, _>("value").map_err(db_err))
             .collect()
-    }
-}
-
-/// A write transaction: a turn at SQLite's writer, or a pooled PostgreSQL transaction.
-async fn begin_write(
-    pool: &AnyPool,
-    backend: Backend,
-    writer: Option<&Arc<Writer>>,
-) -> Result<SqlTx, StorageError> {
-    match writer {
-        Some(writer) => Ok(SqlTx::writer(writer.begin().await?)),
-        None => {
-            let tx = pool.begin().await.map_err(begin_err)?;
-            Ok(SqlTx::pooled(tx, backend, true).resolving(pool.clone()))
-        }
     }
 }
 

@@ -180,7 +180,7 @@ async fn write(
     values: &[(&str, &str, Time)],
     now: Time,
 ) -> Result<Vec<(String, String)>, StorageError> {
-    if target.writer.is_none() {
+    let Some(writer) = target.writer.as_ref() else {
         // A kept connection, with no test on its way in or out: a pooled one cost a test round
         // trip at checkout and another at its return, two more than the statement itself.
         let mut conn = target.spares.take(&target.pool).await.map_err(begin_err)?;
@@ -198,8 +198,8 @@ async fn write(
         }
         target.spares.put(conn);
         return Ok(fresh);
-    }
-    let mut tx = crate::begin_write(&target.pool, target.backend, target.writer.as_ref()).await?;
+    };
+    let mut tx = crate::tx::SqlTx::writer(writer.begin().await?);
     let mut fresh = Vec::with_capacity(values.len());
     for chunk in values.chunks(MAX_BATCH) {
         fresh.extend(tx.remember_many(chunk, now).await?);

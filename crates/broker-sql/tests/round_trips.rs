@@ -195,7 +195,7 @@ async fn hot_writes_take_few_round_trips() {
         tx.put_request(&r).await.expect("request");
     });
     println!("automatic request: {trips} round trips");
-    assert_eq!(trips, 5, "an automatic request's round trips");
+    assert_eq!(trips, 3, "an automatic request's round trips");
 
     // A release's entry: BEGIN, lock and head, the entry, COMMIT.
     let event = AuditEvent {
@@ -209,7 +209,7 @@ async fn hot_writes_take_few_round_trips() {
             .expect("append");
     });
     println!("release: {trips} round trips");
-    assert_eq!(trips, 4, "a release's round trips");
+    assert_eq!(trips, 3, "a release's round trips");
 
     // A denial, as `Broker::deny` reads and writes (its reads of rows it has read are the
     // core's, one statement each).
@@ -246,7 +246,7 @@ async fn hot_writes_take_few_round_trips() {
         tx.put_record(&rec).await.expect("record");
     });
     println!("denial: {trips} round trips");
-    assert_eq!(trips, 7, "a denial's round trips");
+    assert_eq!(trips, 6, "a denial's round trips");
 
     // Held back, still read back in the transaction; two writes of a row commit the last.
     let mut twice = request(e.id, RequestState::Pending);

@@ -1,66 +1,56 @@
-//! PostgreSQL's write transactions read two things in one round trip where the core reads them
-//! in a row (issue 50): the audit log's lock and head, and an enrollment (locked) with its
-//! pending requests.
+//! PostgreSQL's write transactions, which are turns at the group commit (`group.rs`), read
+//! what the core reads in a row in one round trip (issue 50):
 //!
-//! Each pair is two statements sent as one text in the simple query protocol: PostgreSQL runs
-//! them one after the other, and under READ COMMITTED each takes its own snapshot when it
-//! starts, so the second sees what a transaction that held the first's lock committed while
-//! the first waited for it, exactly as two round trips did. One statement would not do: its
-//! snapshot is taken before it waits for the lock, so the head it read could be one a
-//! committed appender has since moved on (the insert then fails on the position's key, and
-//! every such race costs a retry), and a pending request inserted by the enrollment's last
-//! holder would be missed (two asks for the same names would not coalesce). The simple
-//! protocol binds no parameters, so the values are written into the text: the lock's key is
-//! a constant, and an enrollment id is a UUID's 36 hex digits and hyphens, checked again here.
+//! - the audit log's lock and head come with the physical transaction's opening (`BEGIN`, the
+//!   lock, the head: several statements sent as one text in the simple query protocol, each
+//!   with its own snapshot under READ COMMITTED, so the head is read after the lock is held),
+//!   and a member reads the head from memory;
+//! - an enrollment (locked) with its pending requests: in the batch's first member, appended
+//!   to the opening's text (the simple protocol binds no parameters, so the id is written into
+//!   the text: a UUID's 36 hex digits and hyphens, checked again here); in the others, one
+//!   prepared statement. Both read after the audit log's lock, which every physical write
+//!   transaction takes first, so no other writer changes them meanwhile.
 
 use super::*;
 
+/// An enrollment `FOR UPDATE` with its pending requests `FOR UPDATE`, in order, as one
+/// statement (the locking clauses inside CTEs: PostgreSQL refuses them on a `UNION`).
+const ENROLLMENT_WITH_PENDING: &str = "WITH e AS (SELECT doc FROM enrollments WHERE id = $1      FOR UPDATE), r AS (SELECT doc, created_at_ms, id FROM requests      WHERE enrollment_id = $1 AND state = $2 FOR UPDATE)      SELECT 'e' AS k, doc, 0::bigint AS c, ''::text AS i FROM e      UNION ALL SELECT 'r', doc, created_at_ms, id FROM r ORDER BY k, c, i";
+
 impl SqlTx {
-    /// Takes the audit log's advisory lock (held to commit) and reads its head after it.
-    /// Writes held back go first when audit entries are among them; else they stay held (no
-    /// upsert writes the audit log).
+    /// The audit log's head, under its lock: the physical transaction's, after the appends of
+    /// the members before this one and this one's (`group.rs`).
     pub(super) async fn locked_audit_head(
         &mut self,
     ) -> Result<Option<(i64, String)>, StorageError> {
-        let text = format!(
-            "SELECT pg_advisory_xact_lock({PG_AUDIT_LOCK})::text AS locked; \
-             SELECT position, hash FROM audit_log ORDER BY position DESC LIMIT 1"
-        );
-        let conn = if self.held.has_audit() {
-            self.conn().await?
-        } else {
-            self.conn_now().await?
-        };
-        let r = raw_rows(conn, &text).await;
-        let rows = self.checked(r)?;
-        // The lock's row, then the head's when the log has one.
-        rows.iter()
-            .find(|r| r.try_get_raw("position").is_ok())
-            .map(head_of)
-            .transpose()
+        self.open().await?;
+        match self.inner.as_ref() {
+            Some(Inner::Group(turn)) => Ok(turn.head()),
+            _ => Err(StorageError::Other(
+                "the audit head of a write outside the group commit".into(),
+            )),
+        }
     }
 
     /// The enrollment `id` `FOR UPDATE`, then its pending requests `FOR UPDATE`, in one round
-    /// trip (each statement its own snapshot, as above).
+    /// trip, with the physical transaction's opening when it has not opened.
     pub(super) async fn locked_enrollment_with_pending(
         &mut self,
         id: EnrollmentId,
     ) -> Result<(Option<Enrollment>, Vec<Request>), StorageError> {
-        let id = id.to_string();
-        if id.len() != 36 || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
-            return Err(StorageError::Other(
-                "an enrollment id that is not a UUID".into(),
-            ));
-        }
-        let text = format!(
-            "SELECT 'e' AS k, doc FROM enrollments WHERE id = '{id}' FOR UPDATE; \
-             SELECT 'r' AS k, doc FROM requests WHERE enrollment_id = '{id}' AND state = '{}' \
-             ORDER BY created_at_ms, id FOR UPDATE",
-            RequestState::Pending.as_str()
-        );
-        let conn = self.conn().await?;
-        let r = raw_rows(conn, &text).await;
-        let rows = self.checked(r)?;
+        self.flush().await?;
+        let opening = match self.inner.as_ref() {
+            Some(Inner::Group(turn)) => turn.opening(),
+            _ => None,
+        };
+        let rows = match opening {
+            Some(opening) => self.opening_with_enrollment(opening, id).await?,
+            None => {
+                let args = args![id.to_string(), RequestState::Pending.as_str()];
+                self.fetch_rows(ENROLLMENT_WITH_PENDING, args, Rows::All)
+                    .await?
+            }
+        };
         let mut enrollment = None;
         let mut pending = Vec::new();
         for row in &rows {
@@ -81,24 +71,48 @@ impl SqlTx {
             None => Ok((None, Vec::new())),
         }
     }
+
+    /// The opening, then the enrollment and its pending requests, as one text: the rows after
+    /// the opening's.
+    async fn opening_with_enrollment(
+        &mut self,
+        opening: String,
+        id: EnrollmentId,
+    ) -> Result<Vec<AnyRow>, StorageError> {
+        let id = id.to_string();
+        if id.len() != 36 || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            return Err(StorageError::Other(
+                "an enrollment id that is not a UUID".into(),
+            ));
+        }
+        let text = format!(
+            "{opening}SELECT 'e' AS k, doc FROM enrollments WHERE id = '{id}' FOR UPDATE; \
+             SELECT 'r' AS k, doc FROM requests WHERE enrollment_id = '{id}' AND state = '{}' \
+             ORDER BY created_at_ms, id FOR UPDATE",
+            RequestState::Pending.as_str()
+        );
+        let conn = self.conn_bare().await?;
+        let r = raw_rows(conn, &text).await;
+        let Some(Inner::Group(turn)) = self.inner.as_mut() else {
+            return Err(finished());
+        };
+        let rows = match r {
+            Ok(rows) => turn.opened(rows)?,
+            Err(e) => return Err(turn.opening_failed(e)),
+        };
+        self.unsettled = false;
+        Ok(rows)
+    }
 }
 
 /// The rows of every statement of `text`, sent in the simple query protocol (no parameters).
 /// Boxed: the future sqlx's `raw_sql` answers is not provably `Send` inside an `async_trait`
 /// method (a higher-ranked lifetime bound the compiler cannot see through).
-fn raw_rows<'c>(
+pub(super) fn raw_rows<'c>(
     conn: &'c mut AnyConnection,
     text: &'c str,
 ) -> std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<Vec<AnyRow>, sqlx::Error>> + Send + 'c>,
 > {
     Box::pin(sqlx::Executor::fetch_all(conn, sqlx::raw_sql(text)))
-}
-
-/// An audit head's row: its position and hash (as hex).
-pub(super) fn head_of(row: &AnyRow) -> Result<(i64, String), StorageError> {
-    Ok((
-        row.try_get("position").map_err(db_err)?,
-        hex::encode(row.try_get::<Vec<u8>, _>("hash").map_err(db_err)?),
-    ))
 }

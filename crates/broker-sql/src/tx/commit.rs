@@ -23,7 +23,7 @@ use super::rows::hash_bytes;
 pub(crate) const RESOLVE_WITHIN: Duration = Duration::from_secs(5);
 
 /// Resolves `failed` (the COMMIT's error): `Ok` when the transaction is found committed.
-pub(super) async fn resolve(
+pub(crate) async fn resolve(
     failed: StorageError,
     resolve: Option<Resolve>,
 ) -> Result<(), StorageError> {

@@ -22,8 +22,6 @@ const MAX_ARGS: usize = 30_000;
 #[derive(Default)]
 pub(crate) struct Held {
     writes: Vec<Write>,
-    /// Audit entries are held back too.
-    audit: bool,
 }
 
 /// One held-back statement and the row it writes.
@@ -37,11 +35,6 @@ struct Write {
 impl Held {
     pub(crate) fn is_empty(&self) -> bool {
         self.writes.is_empty()
-    }
-
-    /// Whether audit entries are held back (the audit head must then be read after them).
-    pub(crate) fn has_audit(&self) -> bool {
-        self.audit
     }
 
     /// Holds the write of `row` (table, key) back, replacing an earlier write of that row.
@@ -71,14 +64,12 @@ impl Held {
                 sql,
                 args,
             });
-            self.audit = true;
         }
     }
 
     /// Takes what is held back as statements of CTEs, in the order the writes were made.
     pub(crate) fn take(&mut self) -> Vec<(String, Vec<Arg>)> {
         let writes = std::mem::take(&mut self.writes);
-        self.audit = false;
         let mut out = Vec::new();
         let mut group = Deferred::default();
         let mut bound = 0;

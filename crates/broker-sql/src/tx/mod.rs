@@ -25,6 +25,7 @@ use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
 
 use crate::Backend;
 use crate::error::db_err;
+use crate::group::Turn;
 use crate::reads::Reads;
 use crate::schema::AUDIT_ENDS;
 use crate::spare::Spares;
@@ -42,7 +43,7 @@ mod locked;
 mod queries;
 mod rows;
 
-use combined::head_of;
+pub(crate) use commit::resolve as resolve_commit;
 use held::Held;
 use locked::{Locked, Remembered};
 
@@ -64,9 +65,6 @@ pub(crate) struct SqlTx {
     /// PostgreSQL's reads: the rows a proof-verified call reads come through batches
     /// (`reads.rs`).
     reads: Option<Reads>,
-    /// A PostgreSQL write's pool and the last audit entry it appended (position, hash): what
-    /// [`SqlTx::commit`] reads to learn whether a COMMIT whose answer was lost committed.
-    resolve: Option<Resolve>,
     /// PostgreSQL's write: the writes held back, to go as one statement (`held.rs`).
     held: Held,
     /// PostgreSQL's write: the rows it read by key (locked) or wrote (`locked.rs`).
@@ -76,7 +74,8 @@ pub(crate) struct SqlTx {
     sent: Option<Arc<AtomicU64>>,
 }
 
-/// What a PostgreSQL write needs to resolve a COMMIT whose outcome is unknown (`commit.rs`).
+/// What the group commit needs to resolve a COMMIT whose outcome is unknown (`commit.rs`):
+/// the pool, and the last audit entry the physical transaction appended (position, hash).
 pub(crate) struct Resolve {
     pub(crate) pool: AnyPool,
     pub(crate) appended: Option<(i64, String)>,
@@ -88,6 +87,8 @@ enum Inner {
     Pool(Transaction<'static, Any>),
     /// SQLite's writes: a turn at the single writer, inside its group-committed transaction.
     Writer(Slot),
+    /// PostgreSQL's writes: a turn at the group commit (`group.rs`).
+    Group(Turn),
     /// Reads: a connection with no `BEGIN`, each statement its own snapshot (under PostgreSQL's
     /// READ COMMITTED that is so inside a transaction too, and SQLite's reads are all one
     /// statement or need no more), so the round trips of `BEGIN` and `ROLLBACK` bought nothing.
@@ -113,6 +114,7 @@ impl Drop for SqlTx {
         // pool; a writer's turn must end (and maybe roll back) before the next writer's.
         match self.inner.take() {
             Some(Inner::Writer(slot)) => slot.abandon(),
+            Some(Inner::Group(turn)) => turn.abandon(self.unsettled),
             Some(Inner::Conn(conn)) if !self.unsettled => {
                 if let Some(spares) = &self.spares {
                     spares.put(conn);
@@ -124,16 +126,6 @@ impl Drop for SqlTx {
 }
 
 impl SqlTx {
-    /// A PostgreSQL write on `pool`'s connection: a COMMIT whose answer is lost is resolved by
-    /// reading (`commit.rs`).
-    pub(crate) fn resolving(mut self, pool: AnyPool) -> Self {
-        self.resolve = Some(Resolve {
-            pool,
-            appended: None,
-        });
-        self
-    }
-
     /// Counts its statements on `sent` (and one for the `BEGIN` a pooled transaction sent).
     pub(crate) fn counting(mut self, sent: &Arc<AtomicU64>) -> Self {
         if matches!(self.inner, Some(Inner::Pool(_))) {
@@ -154,7 +146,7 @@ impl SqlTx {
     fn holds(&self) -> bool {
         self.backend == Backend::Postgres
             && self.write
-            && matches!(self.inner, Some(Inner::Pool(_)))
+            && matches!(self.inner, Some(Inner::Pool(_) | Inner::Group(_)))
     }
 
     /// The row `key` of `T`'s table, if this write transaction read (and locked) or wrote it.
@@ -178,6 +170,7 @@ impl SqlTx {
         if self.held.is_empty() {
             return Ok(());
         }
+        self.writing();
         for (sql, args) in self.held.take() {
             let conn = self.conn_now().await?;
             let r = bind_all(sqlx::query(&sql), args).execute(conn).await;
@@ -194,7 +187,6 @@ impl SqlTx {
             unsettled: false,
             spares: None,
             reads: None,
-            resolve: None,
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
@@ -215,7 +207,6 @@ impl SqlTx {
             unsettled: false,
             spares: Some(spares),
             reads: None,
-            resolve: None,
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
@@ -232,7 +223,21 @@ impl SqlTx {
             unsettled: false,
             spares: Some(spares),
             reads: Some(reads),
-            resolve: None,
+            held: Held::default(),
+            locked: Locked::default(),
+            sent: None,
+        }
+    }
+
+    /// A PostgreSQL write: a turn at the group commit (`group.rs`).
+    pub(crate) fn grouped(turn: Turn) -> Self {
+        SqlTx {
+            inner: Some(Inner::Group(turn)),
+            backend: Backend::Postgres,
+            write: true,
+            unsettled: false,
+            spares: None,
+            reads: None,
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
@@ -247,7 +252,6 @@ impl SqlTx {
             unsettled: false,
             spares: None,
             reads: None,
-            resolve: None,
             held: Held::default(),
             locked: Locked::default(),
             sent: None,
@@ -264,6 +268,38 @@ impl SqlTx {
     /// The connection for the next statement, with the writes still held back. A read on
     /// PostgreSQL takes its connection here, at its first statement that is not batched.
     async fn conn_now(&mut self) -> Result<&mut AnyConnection, StorageError> {
+        self.open().await?;
+        self.conn_bare().await
+    }
+
+    /// A PostgreSQL write's physical transaction, opened (`group.rs`): its opening is sent
+    /// alone when no statement carried it.
+    async fn open(&mut self) -> Result<(), StorageError> {
+        let Some(Inner::Group(turn)) = self.inner.as_mut() else {
+            return Ok(());
+        };
+        let Some(text) = turn.opening() else {
+            return Ok(());
+        };
+        self.count();
+        self.unsettled = true;
+        let Some(Inner::Group(turn)) = self.inner.as_mut() else {
+            return Ok(());
+        };
+        let r = combined::raw_rows(turn.conn()?, &text).await;
+        match r {
+            Ok(rows) => {
+                turn.opened(rows)?;
+                self.unsettled = false;
+                Ok(())
+            }
+            Err(e) => Err(turn.opening_failed(e)),
+        }
+    }
+
+    /// The connection for the next statement, as it is (a PostgreSQL write's physical
+    /// transaction maybe not opened yet: the statement carries the opening).
+    async fn conn_bare(&mut self) -> Result<&mut AnyConnection, StorageError> {
         self.count();
         if let (Some(Inner::Lazy(pool)), Some(spares)) = (&self.inner, &self.spares) {
             let conn = spares.take(pool).await.map_err(crate::error::begin_err)?;
@@ -274,6 +310,7 @@ impl SqlTx {
             Some(Inner::Pool(tx)) => Ok(&mut **tx),
             Some(Inner::Conn(c)) => Ok(&mut **c),
             Some(Inner::Writer(slot)) => slot.conn().await,
+            Some(Inner::Group(turn)) => turn.conn(),
             Some(Inner::Lazy(_)) => Err(StorageError::Other(
                 "a read without its connection's spares".into(),
             )),
@@ -283,8 +320,10 @@ impl SqlTx {
 
     /// Before a statement that may change the database.
     fn writing(&mut self) {
-        if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
-            slot.writing();
+        match self.inner.as_mut() {
+            Some(Inner::Writer(slot)) => slot.writing(),
+            Some(Inner::Group(turn)) => turn.writing(),
+            _ => {}
         }
     }
 
@@ -294,6 +333,7 @@ impl SqlTx {
         if r.is_err() {
             match (self.inner.as_mut(), &self.spares) {
                 (Some(Inner::Writer(slot)), _) => slot.failed(),
+                (Some(Inner::Group(turn)), _) => turn.failed(),
                 // The others kept beside this connection have likely met its fate (a database
                 // restarted): back to the pool, which tests them, with this one.
                 (Some(Inner::Conn(_)), Some(spares)) => spares.clear(),

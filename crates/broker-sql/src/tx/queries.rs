@@ -12,11 +12,9 @@ impl Tx for SqlTx {
             self.count();
         }
         match self.inner.take().ok_or_else(finished)? {
-            Inner::Pool(tx) => match tx.commit().await {
-                Ok(()) => Ok(()),
-                Err(e) => super::commit::resolve(db_err(e), self.resolve.take()).await,
-            },
+            Inner::Pool(tx) => tx.commit().await.map_err(db_err),
             Inner::Writer(slot) => slot.commit().await,
+            Inner::Group(turn) => turn.commit().await,
             Inner::Conn(_) | Inner::Lazy(_) => Ok(()),
         }
     }
@@ -580,9 +578,9 @@ impl Tx for SqlTx {
     }
 
     async fn audit_head(&mut self) -> Result<Option<(i64, String)>, StorageError> {
-        // Appenders serialise on an advisory lock held to commit (PostgreSQL); SQLite's write
-        // transactions are serial already. Taken last in a transaction (lock order: … → audit
-        // head), so it is held only for the appends and the commit.
+        // PostgreSQL: every physical write transaction takes the audit log's advisory lock
+        // first and reads its head (`group.rs`). SQLite's write transactions are serial
+        // already.
         if self.backend == Backend::Postgres && self.write {
             return self.locked_audit_head().await;
         }
@@ -605,7 +603,8 @@ impl Tx for SqlTx {
     async fn append_audit(&mut self, entries: &[AuditEntry]) -> Result<(), StorageError> {
         // SQLite: the writer inserts the entries of every transaction of its batch in one
         // statement just before the batch's COMMIT (an INSERT per transaction cost the
-        // automatic request a fifth of its rate). PostgreSQL: now, in this transaction.
+        // automatic request a fifth of its rate). PostgreSQL: with this member's other writes,
+        // before it commits.
         if let Some(Inner::Writer(slot)) = self.inner.as_mut() {
             slot.append_audit(entries);
             return Ok(());
@@ -613,21 +612,15 @@ impl Tx for SqlTx {
         if self.holds() {
             // Held back with the transaction's other writes (`held.rs`).
             self.held.audit(entries);
-            if let (Some(resolve), Some(last)) = (self.resolve.as_mut(), entries.last()) {
-                resolve.appended = Some((last.position, last.hash.clone()));
+            if let Some(last) = entries.last() {
+                let last = (last.position, last.hash.clone());
+                if let Some(Inner::Group(turn)) = self.inner.as_mut() {
+                    turn.appended(last);
+                }
             }
             return Ok(());
         }
-        if matches!(self.inner, Some(Inner::Conn(_))) {
-            return Err(StorageError::Other("write in a read transaction".into()));
-        }
-        let conn = self.conn().await?;
-        let r = insert_audit(conn, entries).await;
-        self.checked(r)?;
-        if let (Some(resolve), Some(last)) = (self.resolve.as_mut(), entries.last()) {
-            resolve.appended = Some((last.position, last.hash.clone()));
-        }
-        Ok(())
+        Err(StorageError::Other("write in a read transaction".into()))
     }
 
     async fn audit_entries(

@@ -118,20 +118,6 @@ pub(super) fn outbox_from_row(row: &AnyRow) -> Result<OutboxItem, StorageError> 
     })
 }
 
-/// Inserts audit entries, at most [`AUDIT_ROWS_PER_INSERT`] a statement.
-pub(super) async fn insert_audit(
-    conn: &mut AnyConnection,
-    entries: &[AuditEntry],
-) -> Result<(), sqlx::Error> {
-    for chunk in entries.chunks(AUDIT_ROWS_PER_INSERT) {
-        let (sql, args) = audit_insert(chunk);
-        bind_all(sqlx::query(&sql), args)
-            .execute(&mut *conn)
-            .await?;
-    }
-    Ok(())
-}
-
 pub(super) fn audit_from_row(row: &AnyRow) -> Result<AuditEntry, StorageError> {
     Ok(AuditEntry {
         position: row.try_get("position").map_err(db_err)?,
@@ -155,4 +141,12 @@ pub(super) fn ids<T>(
             parse(&id).map_err(|_| StorageError::Corrupt(format!("id {id:?}")))
         })
         .collect()
+}
+
+/// An audit head's row: its position and hash (as hex).
+pub(super) fn head_of(row: &AnyRow) -> Result<(i64, String), StorageError> {
+    Ok((
+        row.try_get("position").map_err(db_err)?,
+        hex::encode(row.try_get::<Vec<u8>, _>("hash").map_err(db_err)?),
+    ))
 }
