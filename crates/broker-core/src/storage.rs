@@ -327,6 +327,17 @@ pub trait Tx: Send {
     /// How many entries lie at or below `upto`, and the highest position (0 when empty).
     async fn audit_count(&mut self, upto: i64) -> Result<(i64, i64), StorageError>;
 
+    /// Reads what a decision reads first, in its lock order (the session's enrollment and
+    /// request when the record has them, then the record), ahead of the calls that ask for
+    /// them: a backend that can reads them in one round trip and answers those calls from what
+    /// it read (PostgreSQL's write transactions). By default nothing: each is read when asked.
+    async fn prefetch_decision(
+        &mut self,
+        _owners: Option<(EnrollmentId, RequestId)>,
+        _record: &RecordId,
+    ) -> Result<(), StorageError> {
+        Ok(())
+    }
     /// The credentials issued for a grant (one per issued secret it names), by secret.
     async fn issued_of(&mut self, grant: GrantId) -> Result<Vec<Issued>, StorageError>;
     /// Up to `limit` issued credentials not yet destroyed (minting, live or being destroyed),
@@ -428,6 +439,7 @@ tx_decorator! {
     fn get_login(pending_hash: &str) -> Option<PendingLogin>;
     fn put_login(l: &PendingLogin) -> ();
     fn get_record(id: &RecordId) -> Option<Record>;
+    fn prefetch_decision(owners: Option<(EnrollmentId, RequestId)>, record: &RecordId) -> ();
     fn record_by_code(code: &ConfirmationCode) -> Option<Record>;
     fn pending_records() -> Vec<Record>;
     fn put_record(r: &Record) -> ();

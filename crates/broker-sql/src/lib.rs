@@ -214,8 +214,8 @@ impl SqlStorage {
         });
         let reads = (backend == Backend::Postgres).then(|| Reads::start(&pool, &spares));
         let round_trips = Arc::new(AtomicU64::new(0));
-        let group = (backend == Backend::Postgres)
-            .then(|| Group::start(pool.clone(), round_trips.clone()));
+        let group =
+            (backend == Backend::Postgres).then(|| Group::start(pool.clone(), round_trips.clone()));
         let storage = SqlStorage {
             writer,
             group,

@@ -180,8 +180,8 @@ async fn hot_writes_take_few_round_trips() {
         .await
         .expect("put"));
 
-    // An automatic request: BEGIN, the enrollment with its pending requests, the audit log's
-    // lock and head, the grant + request + entry, COMMIT.
+    // An automatic request: the opening (BEGIN, the audit log's lock and head) with the
+    // enrollment and its pending requests; the grant + request + entry; COMMIT.
     let mut r = request(e.id, RequestState::Pending);
     let g = grant(&r);
     let trips = counted!(storage, guarded, |tx| {
@@ -197,7 +197,7 @@ async fn hot_writes_take_few_round_trips() {
     println!("automatic request: {trips} round trips");
     assert_eq!(trips, 3, "an automatic request's round trips");
 
-    // A release's entry: BEGIN, lock and head, the entry, COMMIT.
+    // A release's entry: the opening, the entry, COMMIT.
     let event = AuditEvent {
         kind: "release",
         subject: format!("grant:{}", g.id),
@@ -211,8 +211,9 @@ async fn hot_writes_take_few_round_trips() {
     println!("release: {trips} round trips");
     assert_eq!(trips, 3, "a release's round trips");
 
-    // A denial, as `Broker::deny` reads and writes (its reads of rows it has read are the
-    // core's, one statement each).
+    // A denial, as `Broker::deny` reads and writes: the opening with its rows (prefetched in
+    // its lock order; the core's reads of them answered from what was read); the request +
+    // record + entries; COMMIT.
     let mut pending = request(e.id, RequestState::Pending);
     let mut rec = record(&pending);
     pending.record_id = Some(rec.id);
@@ -221,6 +222,9 @@ async fn hot_writes_take_few_round_trips() {
         tx.put_record(&rec).await.expect("put");
     });
     let trips = counted!(storage, guarded, |tx| {
+        tx.prefetch_decision(Some((e.id, pending.id)), &rec.id)
+            .await
+            .expect("prefetch");
         tx.get_enrollment(e.id).await.expect("lock");
         tx.get_request(pending.id).await.expect("lock");
         tx.get_record(&rec.id).await.expect("record");
@@ -246,7 +250,7 @@ async fn hot_writes_take_few_round_trips() {
         tx.put_record(&rec).await.expect("record");
     });
     println!("denial: {trips} round trips");
-    assert_eq!(trips, 6, "a denial's round trips");
+    assert_eq!(trips, 3, "a denial's round trips");
 
     // Held back, still read back in the transaction; two writes of a row commit the last.
     let mut twice = request(e.id, RequestState::Pending);
@@ -288,6 +292,72 @@ async fn hot_writes_take_few_round_trips() {
     assert_eq!(walk.position, 6, "every entry, in one unbroken chain");
     drop(tx);
 
+    storage.close().await;
+    cluster::drop_database(&admin, &db).await;
+}
+
+/// Write transactions that wait for their turn while one runs join its physical transaction:
+/// one opening and one `COMMIT` for all of them (`group.rs`), where each alone takes three
+/// round trips; and every one of them is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiting_writes_share_one_physical_transaction() {
+    let Some(admin) = cluster::test_server() else {
+        return;
+    };
+    let db = format!("cs_group_{}", Uuid::new_v4().simple());
+    cluster::create_database(&admin, &db).await;
+    let url = match admin.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{db}"),
+        None => panic!("the test URL names a database"),
+    };
+    let storage = SqlStorage::connect(&url).await.expect("connect");
+    let e = enrollment();
+    let mut tx = storage.begin().await.expect("begin");
+    tx.put_enrollment(&e).await.expect("put");
+    tx.commit().await.expect("commit");
+
+    const N: usize = 16;
+    let before = storage.round_trips();
+    let mut first = storage.begin().await.expect("begin");
+    let head = request(e.id, RequestState::Pending);
+    first.put_request(&head).await.expect("put");
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut ids = vec![head.id];
+    for _ in 1..N {
+        let r = request(e.id, RequestState::Pending);
+        ids.push(r.id);
+        let s = storage.clone();
+        tasks.spawn(async move {
+            let mut tx = s.begin().await.expect("begin");
+            tx.put_request(&r).await.expect("put");
+            tx.commit().await.expect("commit");
+        });
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while storage.writers_waiting().await.expect("waiting") < N - 1 {
+        assert!(std::time::Instant::now() < deadline, "the writers queue");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    first.commit().await.expect("commit");
+    while let Some(done) = tasks.join_next().await {
+        done.expect("task");
+    }
+    let trips = storage.round_trips() - before;
+    println!("{N} waiting writes: {trips} round trips");
+    // The opening, each one's write, and at most two COMMITs (the first's flusher may commit
+    // before the others join).
+    assert!(
+        trips <= N as u64 + 3,
+        "{trips} round trips for {N} writes: they did not share a physical transaction"
+    );
+    let mut tx = storage.read().await.expect("read");
+    for id in ids {
+        assert!(
+            tx.get_request(id).await.expect("get").is_some(),
+            "committed"
+        );
+    }
+    drop(tx);
     storage.close().await;
     cluster::drop_database(&admin, &db).await;
 }

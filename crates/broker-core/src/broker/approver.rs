@@ -162,6 +162,7 @@ impl Broker {
         }
         let mut asked = None;
         let approved = transact!(self, "approve", |tx| {
+            tx.prefetch_decision(owners, id).await?;
             self.lock_session_of(tx, owners).await?;
             let rec = self
                 .lock_decidable(tx, id, approver, code, true, now)
@@ -340,6 +341,7 @@ impl Broker {
         let owners = self.record_owners(id).await?;
         let mut asked = None;
         let state = transact!(self, "deny", |tx| {
+            tx.prefetch_decision(owners, id).await?;
             self.lock_session_of(tx, owners).await?;
             let rec = self
                 .lock_decidable(tx, id, approver, code, false, now)

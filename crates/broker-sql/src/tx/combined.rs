@@ -7,9 +7,14 @@
 //!   and a member reads the head from memory;
 //! - an enrollment (locked) with its pending requests: in the batch's first member, appended
 //!   to the opening's text (the simple protocol binds no parameters, so the id is written into
-//!   the text: a UUID's 36 hex digits and hyphens, checked again here); in the others, one
-//!   prepared statement. Both read after the audit log's lock, which every physical write
-//!   transaction takes first, so no other writer changes them meanwhile.
+//!   the text: a UUID's hex digits and hyphens, checked again here); in the others, one
+//!   prepared statement;
+//! - a decision's rows (the session's enrollment and request, then the record), locked in
+//!   that order, as one text (with the opening when it has not been sent), remembered for the
+//!   core's reads of them (`locked.rs`).
+//!
+//! All are read after the audit log's lock, which every physical write transaction takes
+//! first, so no other writer changes them meanwhile.
 
 use super::*;
 
@@ -79,20 +84,68 @@ impl SqlTx {
         opening: String,
         id: EnrollmentId,
     ) -> Result<Vec<AnyRow>, StorageError> {
-        let id = id.to_string();
-        if id.len() != 36 || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
-            return Err(StorageError::Other(
-                "an enrollment id that is not a UUID".into(),
-            ));
-        }
+        let id = inlined(id.to_string())?;
         let text = format!(
             "{opening}SELECT 'e' AS k, doc FROM enrollments WHERE id = '{id}' FOR UPDATE; \
              SELECT 'r' AS k, doc FROM requests WHERE enrollment_id = '{id}' AND state = '{}' \
              ORDER BY created_at_ms, id FOR UPDATE",
             RequestState::Pending.as_str()
         );
+        self.text_in_turn(&text, true).await
+    }
+
+    /// A decision's rows, locked in its order, in one round trip (with the opening when the
+    /// physical transaction has not opened), remembered for the calls that read them.
+    pub(super) async fn locked_decision_rows(
+        &mut self,
+        owners: Option<(EnrollmentId, RequestId)>,
+        record: &RecordId,
+    ) -> Result<(), StorageError> {
+        self.flush().await?;
+        let opening = match self.inner.as_ref() {
+            Some(Inner::Group(turn)) => turn.opening(),
+            _ => None,
+        };
+        let mut text = opening.clone().unwrap_or_default();
+        if let Some((e, r)) = owners {
+            let (e, r) = (inlined(e.to_string())?, inlined(r.to_string())?);
+            text.push_str(&format!(
+                "SELECT 'e' AS k, doc FROM enrollments WHERE id = '{e}' FOR UPDATE; \
+                 SELECT 'q' AS k, doc FROM requests WHERE id = '{r}' FOR UPDATE; "
+            ));
+        }
+        let id = inlined(record.to_string())?;
+        text.push_str(&format!(
+            "SELECT 'c' AS k, {RECORD_COLUMNS} FROM records WHERE id = '{id}' FOR UPDATE"
+        ));
+        for row in self.text_in_turn(&text, opening.is_some()).await? {
+            let k: String = row.try_get("k").map_err(db_err)?;
+            match k.as_str() {
+                "e" => {
+                    let e = from_doc::<Enrollment>("enrollment", &row)?;
+                    self.remember(e.id.to_string(), &e);
+                }
+                "q" => {
+                    let r = from_doc::<Request>("request", &row)?;
+                    self.remember(r.id.to_string(), &r);
+                }
+                _ => {
+                    let r = record_from_row(&row)?;
+                    self.remember(r.id.to_string(), &r);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `text` (a few statements, no parameters) in this turn; `opens`: it begins with
+    /// the physical transaction's opening, whose rows are taken off the answer.
+    async fn text_in_turn(&mut self, text: &str, opens: bool) -> Result<Vec<AnyRow>, StorageError> {
         let conn = self.conn_bare().await?;
-        let r = raw_rows(conn, &text).await;
+        let r = raw_rows(conn, text).await;
+        if !opens {
+            return self.checked(r);
+        }
         let Some(Inner::Group(turn)) = self.inner.as_mut() else {
             return Err(finished());
         };
@@ -103,6 +156,17 @@ impl SqlTx {
         self.unsettled = false;
         Ok(rows)
     }
+}
+
+/// A key written into a statement's text (the simple protocol binds no parameters): only a
+/// UUID's or a record id's characters (hex digits and hyphens), checked again here.
+fn inlined(key: String) -> Result<String, StorageError> {
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+        return Err(StorageError::Other(format!(
+            "a key that cannot be written into a statement: {key:?}"
+        )));
+    }
+    Ok(key)
 }
 
 /// The rows of every statement of `text`, sent in the simple query protocol (no parameters).

@@ -354,6 +354,17 @@ impl Tx for SqlTx {
         }
     }
 
+    async fn prefetch_decision(
+        &mut self,
+        owners: Option<(EnrollmentId, RequestId)>,
+        record: &RecordId,
+    ) -> Result<(), StorageError> {
+        if !self.holds() {
+            return Ok(());
+        }
+        self.locked_decision_rows(owners, record).await
+    }
+
     async fn put_request(&mut self, r: &Request) -> Result<(), StorageError> {
         let sql = upsert_sql(
             "requests",
