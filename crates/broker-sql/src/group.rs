@@ -23,7 +23,7 @@
 //! - The flusher queues on the same mutex. Being fair, it gets it after the members already
 //!   waiting, which join the batch; it then commits and answers every member with the result.
 //!   A `COMMIT` whose answer is lost is resolved by reading the batch's last audit entry
-//!   (`tx/commit.rs`), for all its members at once. The connection of a committed batch is
+//!   (`lost_commit.rs`), for all its members at once. The connection of a committed batch is
 //!   kept for the next one (the pool would test it with a round trip at each checkout).
 //!
 //! Failure: a member's statement that fails, or is cut off by its caller going away, or a
@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use countersign_broker_core::storage::StorageError;
-use countersign_common::sql_writer::END_TIMEOUT;
+use countersign_common::sql_writer::{END_TIMEOUT, Queued};
 use sqlx::any::AnyRow;
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Executor, Row};
@@ -49,8 +49,8 @@ use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
 
 use crate::audit_sql::PG_AUDIT_LOCK;
 use crate::error::begin_err;
+use crate::lost_commit::Resolve;
 use crate::spare::IDLE_TEST;
-use crate::tx::Resolve;
 
 /// Opens a physical transaction: `BEGIN`, the audit log's lock (held to its end), then its
 /// head, read after the lock (each statement of a text takes its own snapshot under READ
@@ -151,10 +151,9 @@ impl Group {
 
     /// Waits for the turn, and takes a connection when no physical transaction is open.
     pub(crate) async fn begin(self: &Arc<Self>) -> Result<Turn, StorageError> {
-        self.shared.waiting.fetch_add(1, Ordering::AcqRel);
-        let locked = self.shared.batch.clone().lock_owned().await;
-        self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-        let mut batch = locked;
+        let queued = Queued::on(&self.shared.waiting);
+        let mut batch = self.shared.batch.clone().lock_owned().await;
+        drop(queued);
         if batch.conn.is_none() {
             let conn = match batch.idle.take() {
                 Some((conn, at)) if at.elapsed() < IDLE_TEST => conn,
@@ -353,14 +352,14 @@ async fn end(shared: &Shared, batch: &mut Batch) {
         }
         Some(failed) => {
             // The outcome is unknown: resolved by reading, under the lock the transaction
-            // held until it ended (`tx/commit.rs`).
+            // held until it ended (`lost_commit.rs`).
             conn.close_on_drop();
             drop(conn);
             let resolve = Resolve {
                 pool: shared.pool.clone(),
                 appended,
             };
-            crate::tx::resolve_commit(failed, Some(resolve)).await
+            crate::lost_commit::resolve(failed, Some(resolve)).await
         }
     };
     for w in waiting {

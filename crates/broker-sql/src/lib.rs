@@ -22,11 +22,15 @@
 //!
 //! ## Transactions and locking
 //!
-//! - **PostgreSQL** (READ COMMITTED): every `SELECT` inside a write transaction
-//!   ([`Storage::begin`]) ends in `FOR UPDATE` (the outbox in `FOR UPDATE SKIP LOCKED`), so two
-//!   transitions on one row serialise and the second reads the first's outcome. Serialisation
-//!   failures and deadlocks (`40001`, `40P01`) are [`StorageError::Conflict`]. Several broker
-//!   replicas may share one database.
+//! - **PostgreSQL** (READ COMMITTED): write transactions ([`Storage::begin`]) are turns at a
+//!   group commit (`group.rs`): one process's run one after another inside a shared physical
+//!   transaction, which takes the audit log's advisory lock first and is committed once for
+//!   all of them. So replicas' writes take turns a batch at a time, and no writer waits for
+//!   another's rows while holding the lock. Every `SELECT` inside a write transaction still
+//!   ends in `FOR UPDATE` (the outbox in `FOR UPDATE SKIP LOCKED`), which keeps two
+//!   transitions on one row serial against a writer that did not take the lock first (an older
+//!   replica during an upgrade). Serialisation failures and deadlocks (`40001`, `40P01`) are
+//!   [`StorageError::Conflict`]. Several broker replicas may share one database.
 //! - **SQLite** runs in WAL mode with a 5 s busy timeout. Write transactions take turns at
 //!   one writer connection (a fair mutex held from `begin` until commit or drop) inside a
 //!   physical transaction opened with `BEGIN IMMEDIATE`, so a transaction that reads and then
@@ -54,6 +58,7 @@ mod batch;
 mod error;
 mod group;
 mod inventory;
+mod lost_commit;
 mod once;
 mod reads;
 mod schema;
@@ -149,36 +154,7 @@ impl SqlStorage {
                 "not a sqlite: or postgres: database URL: {shown_url}"
             ))
         })?;
-        let mut options = AnyPoolOptions::new().acquire_timeout(ACQUIRE_TIMEOUT);
-        options = match backend {
-            Backend::Sqlite if is_sqlite_memory(url) => options
-                .max_connections(1)
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None),
-            // A local file's connection does not go stale: no round trip to test it at every
-            // checkout.
-            Backend::Sqlite => options
-                .max_connections(SQLITE_MAX_CONNECTIONS)
-                .test_before_acquire(false),
-            Backend::Postgres => options.max_connections(POSTGRES_MAX_CONNECTIONS),
-        };
-        if backend == Backend::Sqlite {
-            options = options.after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    conn.execute(
-                        format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}").as_str(),
-                    )
-                    .await?;
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    conn.execute(format!("PRAGMA synchronous = {synchronous}").as_str())
-                        .await?;
-                    // The writer's checkpointer does it, off the commit path (writer.rs).
-                    conn.execute("PRAGMA wal_autocheckpoint = 0").await?;
-                    Ok(())
-                })
-            });
-        }
+        let options = pool_options(backend, url, synchronous);
         // A multi-host URL (`postgres://h1,h2/db?target_session_attrs=read-write`) is followed
         // through failovers (`countersign_common::sql::pg_hosts`); any other is opened as is.
         let (pool, failover) =
@@ -214,11 +190,10 @@ impl SqlStorage {
         });
         let reads = (backend == Backend::Postgres).then(|| Reads::start(&pool, &spares));
         let round_trips = Arc::new(AtomicU64::new(0));
-        let group =
-            (backend == Backend::Postgres).then(|| Group::start(pool.clone(), round_trips.clone()));
         let storage = SqlStorage {
             writer,
-            group,
+            group: (backend == Backend::Postgres)
+                .then(|| Group::start(pool.clone(), round_trips.clone())),
             once,
             reads,
             spares,
@@ -440,6 +415,39 @@ impl Storage for SqlStorage {
             .map(|r| r.try_get::<String, _>("value").map_err(db_err))
             .collect()
     }
+}
+
+/// The pool's options for `backend`: its size, and SQLite's pragmas on every connection.
+fn pool_options(backend: Backend, url: &str, synchronous: &'static str) -> AnyPoolOptions {
+    let mut options = AnyPoolOptions::new().acquire_timeout(ACQUIRE_TIMEOUT);
+    options = match backend {
+        Backend::Sqlite if is_sqlite_memory(url) => options
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None),
+        // A local file's connection does not go stale: no round trip to test it at every
+        // checkout.
+        Backend::Sqlite => options
+            .max_connections(SQLITE_MAX_CONNECTIONS)
+            .test_before_acquire(false),
+        Backend::Postgres => options.max_connections(POSTGRES_MAX_CONNECTIONS),
+    };
+    if backend == Backend::Sqlite {
+        options = options.after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                conn.execute(format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}").as_str())
+                    .await?;
+                conn.execute("PRAGMA journal_mode = WAL").await?;
+                conn.execute(format!("PRAGMA synchronous = {synchronous}").as_str())
+                    .await?;
+                // The writer's checkpointer does it, off the commit path (writer.rs).
+                conn.execute("PRAGMA wal_autocheckpoint = 0").await?;
+                Ok(())
+            })
+        });
+    }
+    options
 }
 
 /// Takes our own `synchronous=full|normal` parameter off a SQLite URL (sqlx does not know it).

@@ -37,13 +37,11 @@ macro_rules! args {
 }
 
 mod combined;
-mod commit;
 mod held;
 mod locked;
 mod queries;
 mod rows;
 
-pub(crate) use commit::resolve as resolve_commit;
 use held::Held;
 use locked::{Locked, Remembered};
 
@@ -72,13 +70,6 @@ pub(crate) struct SqlTx {
     /// Counts the statements this transaction sends on its connection, `BEGIN` and `COMMIT`
     /// included (the storage's [`round_trips`](crate::SqlStorage::round_trips)).
     sent: Option<Arc<AtomicU64>>,
-}
-
-/// What the group commit needs to resolve a COMMIT whose outcome is unknown (`commit.rs`):
-/// the pool, and the last audit entry the physical transaction appended (position, hash).
-pub(crate) struct Resolve {
-    pub(crate) pool: AnyPool,
-    pub(crate) appended: Option<(i64, String)>,
 }
 
 /// Where the statements run.

@@ -6,9 +6,7 @@ use super::*;
 // (`countersign_common::sql_writer`, issue 51).
 pub(crate) use countersign_common::sql_writer::{Arg, Deferred, bind_all};
 // The audit log's rows as statements: below both the transaction and SQLite's writer.
-pub(crate) use crate::audit_sql::{
-    AUDIT_COLUMNS, AUDIT_ROWS_PER_INSERT, PG_AUDIT_LOCK, audit_insert, hash_bytes,
-};
+pub(crate) use crate::audit_sql::{AUDIT_COLUMNS, AUDIT_ROWS_PER_INSERT, audit_insert};
 
 /// How a `SELECT` in a write transaction locks the rows it reads (PostgreSQL only).
 #[derive(Clone, Copy)]

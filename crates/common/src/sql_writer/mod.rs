@@ -247,11 +247,12 @@ impl<P: Pending> Writer<P> {
 }
 
 /// Counts a write transaction as waiting for its turn until dropped (also when the wait is
-/// cancelled).
-struct Queued<'a>(&'a AtomicUsize);
+/// cancelled). PostgreSQL's group commit in the broker counts its waiters with it too.
+#[derive(Debug)]
+pub struct Queued<'a>(&'a AtomicUsize);
 
 impl<'a> Queued<'a> {
-    fn on(waiting: &'a AtomicUsize) -> Self {
+    pub fn on(waiting: &'a AtomicUsize) -> Self {
         waiting.fetch_add(1, Ordering::AcqRel);
         Queued(waiting)
     }

@@ -1,5 +1,6 @@
-//! A COMMIT whose answer was lost (PostgreSQL): the connection broke, or the server went away,
-//! after the COMMIT was sent, so the transaction may have committed or not. It is resolved by
+//! A COMMIT whose answer was lost (PostgreSQL's group commit, `group.rs`): the connection
+//! broke, or the server went away, after the COMMIT was sent, so the physical transaction may
+//! have committed or not. It is resolved by
 //! reading, never by running it again: the last audit entry the transaction appended is looked
 //! up by its position on the server the pool reaches now (after a failover, the new primary),
 //! under the audit log's advisory lock, which the lost transaction held until it ended: so the
@@ -16,8 +17,14 @@ use std::time::{Duration, Instant};
 use countersign_broker_core::storage::StorageError;
 use sqlx::Row;
 
-use super::Resolve;
-use super::rows::hash_bytes;
+use crate::audit_sql::{PG_AUDIT_LOCK, hash_bytes};
+
+/// What the group commit needs to resolve a COMMIT whose outcome is unknown: the pool, and the
+/// last audit entry the physical transaction appended (position, hash).
+pub(crate) struct Resolve {
+    pub(crate) pool: sqlx::AnyPool,
+    pub(crate) appended: Option<(i64, String)>,
+}
 
 /// How long the outcome is looked for (a failover's new primary may take seconds to answer).
 pub(crate) const RESOLVE_WITHIN: Duration = Duration::from_secs(5);
@@ -86,7 +93,7 @@ async fn read_under_lock(
     );
     sqlx::query(&wait).execute(&mut *tx).await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(super::rows::PG_AUDIT_LOCK)
+        .bind(PG_AUDIT_LOCK)
         .execute(&mut *tx)
         .await?;
     let row = sqlx::query("SELECT hash FROM audit_log WHERE position = $1")
