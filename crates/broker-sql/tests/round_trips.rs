@@ -6,11 +6,14 @@
 //! - an automatic secret request (`Broker::create_request`): the enrollment and its pending
 //!   requests, then the grant and the request; the decision's audit entry at commit;
 //! - a release's audit entry (`Broker::release_values`);
-//! - a denial (`Broker::deny`): the session's locks, the record, the request, then the request
-//!   and the record written; two entries at commit.
+//! - a denial (`Broker::deny`) and an approval (`Broker::approve`): the decision's rows
+//!   prefetched, the session's locks, the record, the request, then the request and the record
+//!   (and the grant) written; their entries at commit.
 //!
 //! And what holding the writes back must keep: a read in the transaction sees its own writes,
-//! two writes of one row commit the last, the chain is whole.
+//! two writes of one row commit the last, the chain is whole. Then the group commit
+//! (`group.rs`): writes waiting for their turn share one physical transaction, and a member
+//! that fails takes its batch with it.
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -32,7 +35,7 @@ use countersign_broker_core::model::{
 };
 use countersign_broker_core::policy::SecretDecision;
 use countersign_broker_core::seal::Sealer;
-use countersign_broker_core::storage::Storage;
+use countersign_broker_core::storage::{Storage, StorageError};
 use countersign_broker_sql::SqlStorage;
 use countersign_proto::SigningKey;
 use uuid::Uuid;
@@ -252,6 +255,43 @@ async fn hot_writes_take_few_round_trips() {
     println!("denial: {trips} round trips");
     assert_eq!(trips, 3, "a denial's round trips");
 
+    // An approval, as `Broker::approve` reads and writes: as the denial, with the grant.
+    let mut asked = request(e.id, RequestState::Pending);
+    let mut approved = record(&asked);
+    asked.record_id = Some(approved.id);
+    let _ = counted!(storage, guarded, |tx| {
+        tx.put_request(&asked).await.expect("put");
+        tx.put_record(&approved).await.expect("put");
+    });
+    let trips = counted!(storage, guarded, |tx| {
+        tx.prefetch_decision(Some((e.id, asked.id)), &approved.id)
+            .await
+            .expect("prefetch");
+        tx.get_enrollment(e.id).await.expect("lock");
+        tx.get_request(asked.id).await.expect("lock");
+        tx.get_record(&approved.id).await.expect("record");
+        tx.get_request(asked.id).await.expect("settle");
+        tx.get_enrollment(e.id).await.expect("settle");
+        approved.state = RecordState::Approved;
+        approved.decided = Some(RecordDecision {
+            event: RecordState::Approved,
+            at: Utc::now(),
+            by: "ada@example.com".into(),
+            credential_id: None,
+            countersignature: None,
+            seal: "seal".into(),
+        });
+        tx.put_record(&approved).await.expect("record");
+        let g = grant(&asked);
+        tx.put_grant(&g).await.expect("grant");
+        asked.state = RequestState::Granted;
+        asked.grant_id = Some(g.id);
+        asked.decided_at = Some(Utc::now());
+        tx.put_request(&asked).await.expect("request");
+    });
+    println!("approval: {trips} round trips");
+    assert_eq!(trips, 3, "an approval's round trips");
+
     // Held back, still read back in the transaction; two writes of a row commit the last.
     let mut twice = request(e.id, RequestState::Pending);
     let _ = counted!(storage, guarded, |tx| {
@@ -288,8 +328,8 @@ async fn hot_writes_take_few_round_trips() {
         .expect("walk")
         .expect("an unbroken chain");
     // The automatic request's two (grant, decision), the release's, the denial's two (request,
-    // record), the cancellation's.
-    assert_eq!(walk.position, 6, "every entry, in one unbroken chain");
+    // record), the approval's three (record, grant, request), the cancellation's.
+    assert_eq!(walk.position, 9, "every entry, in one unbroken chain");
     drop(tx);
 
     storage.close().await;
@@ -357,6 +397,73 @@ async fn waiting_writes_share_one_physical_transaction() {
             "committed"
         );
     }
+    drop(tx);
+    storage.close().await;
+    cluster::drop_database(&admin, &db).await;
+}
+
+/// A member whose statement fails loses its physical transaction: the member before it, which
+/// committed into the same batch, hears `Conflict` (the core runs it again) and nothing of the
+/// batch is stored; the next write opens a new physical transaction and commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_member_runs_its_batch_again() {
+    let Some(admin) = cluster::test_server() else {
+        return;
+    };
+    let db = format!("cs_group_{}", Uuid::new_v4().simple());
+    cluster::create_database(&admin, &db).await;
+    let url = match admin.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{db}"),
+        None => panic!("the test URL names a database"),
+    };
+    let storage = SqlStorage::connect(&url).await.expect("connect");
+    let e = enrollment();
+    let kept = request(e.id, RequestState::Pending);
+
+    let mut first = storage.begin().await.expect("begin");
+    first.put_enrollment(&e).await.expect("put");
+    let s = storage.clone();
+    let failing = tokio::spawn(async move {
+        let mut tx = s.begin().await.expect("begin");
+        let item = countersign_broker_core::storage::OutboxItem {
+            topic: "notification".into(),
+            id: "twice".into(),
+            payload: "{}".into(),
+            attempts: 0,
+            next_attempt_at: Utc::now(),
+        };
+        tx.push_outbox(&item).await.expect("push");
+        tx.push_outbox(&item)
+            .await
+            .expect_err("a duplicate outbox id fails");
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while storage.writers_waiting().await.expect("waiting") < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second writer queues"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    assert_eq!(
+        first.commit().await,
+        Err(StorageError::Conflict),
+        "the batch was lost with the failing member"
+    );
+    failing.await.expect("task");
+    let mut tx = storage.read().await.expect("read");
+    assert_eq!(tx.get_enrollment(e.id).await.expect("get"), None);
+    drop(tx);
+
+    let mut tx = storage.begin().await.expect("begin");
+    tx.put_enrollment(&e).await.expect("put");
+    tx.put_request(&kept).await.expect("put");
+    tx.commit()
+        .await
+        .expect("a new physical transaction commits");
+    let mut tx = storage.read().await.expect("read");
+    assert!(tx.get_enrollment(e.id).await.expect("get").is_some());
+    assert!(tx.get_request(kept.id).await.expect("get").is_some());
     drop(tx);
     storage.close().await;
     cluster::drop_database(&admin, &db).await;
