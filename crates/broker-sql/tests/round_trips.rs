@@ -35,7 +35,7 @@ use countersign_broker_core::model::{
 };
 use countersign_broker_core::policy::SecretDecision;
 use countersign_broker_core::seal::Sealer;
-use countersign_broker_core::storage::{Storage, StorageError};
+use countersign_broker_core::storage::{Storage, StorageError, Tx};
 use countersign_broker_sql::SqlStorage;
 use countersign_proto::SigningKey;
 use uuid::Uuid;
@@ -139,6 +139,33 @@ fn record(r: &Request) -> Record {
     }
 }
 
+/// What a decision reads, in the core's order: its rows prefetched, the session's locks, the
+/// record, then the request and enrollment again as it settles the record.
+async fn decision_reads(tx: &mut dyn Tx, e: EnrollmentId, r: RequestId, rec: &RecordId) {
+    tx.prefetch_decision(Some((e, r)), rec)
+        .await
+        .expect("prefetch");
+    tx.get_enrollment(e).await.expect("lock");
+    tx.get_request(r).await.expect("lock");
+    tx.get_record(rec).await.expect("record");
+    tx.get_request(r).await.expect("settle");
+    tx.get_enrollment(e).await.expect("settle");
+}
+
+/// A storage on a new database of the test server (`None` when no server is configured), with
+/// what [`cluster::drop_database`] needs to remove it.
+async fn fresh_storage(prefix: &str) -> Option<(String, String, SqlStorage)> {
+    let admin = cluster::test_server()?;
+    let db = format!("{prefix}_{}", Uuid::new_v4().simple());
+    cluster::create_database(&admin, &db).await;
+    let url = match admin.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{db}"),
+        None => panic!("the test URL names a database"),
+    };
+    let storage = SqlStorage::connect(&url).await.expect("connect");
+    Some((admin, db, storage))
+}
+
 /// The round trips `body`'s transaction takes, commit included.
 macro_rules! counted {
     ($storage:expr, $guarded:expr, |$tx:ident| $body:expr) => {{
@@ -152,16 +179,9 @@ macro_rules! counted {
 
 #[tokio::test]
 async fn hot_writes_take_few_round_trips() {
-    let Some(admin) = cluster::test_server() else {
+    let Some((admin, db, storage)) = fresh_storage("cs_trips").await else {
         return;
     };
-    let db = format!("cs_trips_{}", Uuid::new_v4().simple());
-    cluster::create_database(&admin, &db).await;
-    let url = match admin.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{db}"),
-        None => panic!("the test URL names a database"),
-    };
-    let storage = SqlStorage::connect(&url).await.expect("connect");
     let key = Zeroizing::new(vec![7u8; 32]);
     let sealer = Sealer::new(&key).expect("sealer");
     let guarded = Guarded::new(
@@ -225,14 +245,7 @@ async fn hot_writes_take_few_round_trips() {
         tx.put_record(&rec).await.expect("put");
     });
     let trips = counted!(storage, guarded, |tx| {
-        tx.prefetch_decision(Some((e.id, pending.id)), &rec.id)
-            .await
-            .expect("prefetch");
-        tx.get_enrollment(e.id).await.expect("lock");
-        tx.get_request(pending.id).await.expect("lock");
-        tx.get_record(&rec.id).await.expect("record");
-        tx.get_request(pending.id).await.expect("settle");
-        tx.get_enrollment(e.id).await.expect("settle");
+        decision_reads(&mut *tx, e.id, pending.id, &rec.id).await;
         tx.get_request(pending.id).await.expect("request");
         pending.state = RequestState::Denied;
         pending.decided_at = Some(Utc::now());
@@ -264,14 +277,7 @@ async fn hot_writes_take_few_round_trips() {
         tx.put_record(&approved).await.expect("put");
     });
     let trips = counted!(storage, guarded, |tx| {
-        tx.prefetch_decision(Some((e.id, asked.id)), &approved.id)
-            .await
-            .expect("prefetch");
-        tx.get_enrollment(e.id).await.expect("lock");
-        tx.get_request(asked.id).await.expect("lock");
-        tx.get_record(&approved.id).await.expect("record");
-        tx.get_request(asked.id).await.expect("settle");
-        tx.get_enrollment(e.id).await.expect("settle");
+        decision_reads(&mut *tx, e.id, asked.id, &approved.id).await;
         approved.state = RecordState::Approved;
         approved.decided = Some(RecordDecision {
             event: RecordState::Approved,
@@ -341,16 +347,9 @@ async fn hot_writes_take_few_round_trips() {
 /// round trips; and every one of them is committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waiting_writes_share_one_physical_transaction() {
-    let Some(admin) = cluster::test_server() else {
+    let Some((admin, db, storage)) = fresh_storage("cs_group").await else {
         return;
     };
-    let db = format!("cs_group_{}", Uuid::new_v4().simple());
-    cluster::create_database(&admin, &db).await;
-    let url = match admin.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{db}"),
-        None => panic!("the test URL names a database"),
-    };
-    let storage = SqlStorage::connect(&url).await.expect("connect");
     let e = enrollment();
     let mut tx = storage.begin().await.expect("begin");
     tx.put_enrollment(&e).await.expect("put");
@@ -407,16 +406,9 @@ async fn waiting_writes_share_one_physical_transaction() {
 /// batch is stored; the next write opens a new physical transaction and commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_member_runs_its_batch_again() {
-    let Some(admin) = cluster::test_server() else {
+    let Some((admin, db, storage)) = fresh_storage("cs_group").await else {
         return;
     };
-    let db = format!("cs_group_{}", Uuid::new_v4().simple());
-    cluster::create_database(&admin, &db).await;
-    let url = match admin.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{db}"),
-        None => panic!("the test URL names a database"),
-    };
-    let storage = SqlStorage::connect(&url).await.expect("connect");
     let e = enrollment();
     let kept = request(e.id, RequestState::Pending);
 
