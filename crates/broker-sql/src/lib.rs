@@ -95,7 +95,8 @@ const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// SQLite's busy timeout, in milliseconds.
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 5000;
 /// Pool sizes. PostgreSQL's batchers hold up to ten at once under load (four `jti` batches,
-/// two of each kind of batched read), and writes need theirs beside them.
+/// two of each kind of batched read), its group commit one (`group.rs`: every write of the
+/// process), and reads outside the batches theirs beside them.
 const SQLITE_MAX_CONNECTIONS: u32 = 8;
 const POSTGRES_MAX_CONNECTIONS: u32 = 16;
 /// Every this many `remember_once` calls (starting with the first), lapsed values are purged.
