@@ -94,8 +94,8 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// SQLite's busy timeout, in milliseconds.
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 5000;
-/// Pool sizes. PostgreSQL's batchers hold up to ten at once under load (four `jti` batches,
-/// two of each kind of batched read), its group commit one (`group.rs`: every write of the
+/// Pool sizes. PostgreSQL's batchers hold a few at once under load (one `jti` batch, two of
+/// each kind of batched read), its group commit one (`group.rs`: every write of the
 /// process), and reads outside the batches theirs beside them.
 const SQLITE_MAX_CONNECTIONS: u32 = 8;
 const POSTGRES_MAX_CONNECTIONS: u32 = 16;
