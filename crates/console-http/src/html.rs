@@ -953,6 +953,8 @@ mod tests {
         }
         .render()?;
         assert!(html.contains("data-action=\"approve\"") && !html.contains("id=\"next-request\""));
+        // Who is to decide a pending request, not who did.
+        assert!(html.contains("<dt>Decides</dt>") && !html.contains("Decided by"));
         Ok(())
     }
 
