@@ -49,7 +49,6 @@ use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
 
 use crate::audit_sql::PG_AUDIT_LOCK;
 use crate::error::begin_err;
-use crate::lost_commit::Resolve;
 use crate::spare::IDLE_TEST;
 
 /// Opens a physical transaction: `BEGIN`, the audit log's lock (held to its end), then its
@@ -355,11 +354,7 @@ async fn end(shared: &Shared, batch: &mut Batch) {
             // held until it ended (`lost_commit.rs`).
             conn.close_on_drop();
             drop(conn);
-            let resolve = Resolve {
-                pool: shared.pool.clone(),
-                appended,
-            };
-            crate::lost_commit::resolve(failed, Some(resolve)).await
+            crate::lost_commit::resolve(failed, &shared.pool, appended).await
         }
     };
     for w in waiting {

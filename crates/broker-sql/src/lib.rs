@@ -105,17 +105,23 @@ const ONCE_PURGE_EVERY: u64 = 1000;
 /// The database behind a [`SqlStorage`] (the console's storage names it the same way).
 pub use countersign_common::sql::Backend;
 
+/// Where a storage's write transactions take their turns: both run them one after another in
+/// shared physical transactions committed for all of them (group commit).
+#[derive(Clone)]
+enum Writes {
+    /// SQLite's single writer (`writer.rs`).
+    Sqlite(Arc<Writer>),
+    /// PostgreSQL's group commit (`group.rs`).
+    Postgres(Arc<Group>),
+}
+
 /// The broker's storage on SQLite or PostgreSQL. Cloning shares the pool.
 #[derive(Clone)]
 pub struct SqlStorage {
     pool: AnyPool,
     backend: Backend,
-    /// SQLite only: the single writer, which serialises write transactions and commits them
-    /// in groups.
-    writer: Option<Arc<Writer>>,
-    /// PostgreSQL only: the group commit, which runs this process's write transactions one
-    /// after another in shared physical transactions (`group.rs`).
-    group: Option<Arc<Group>>,
+    /// Where write transactions take their turns.
+    writes: Writes,
     /// The URL with any password replaced, for `Debug`.
     shown_url: Arc<str>,
     once_calls: Arc<AtomicU64>,
@@ -173,8 +179,11 @@ impl SqlStorage {
             pool.close().await;
             return Err(e);
         }
-        let writer = (backend == Backend::Sqlite)
-            .then(|| Writer::start(pool.clone(), !is_sqlite_memory(url)));
+        let round_trips = Arc::new(AtomicU64::new(0));
+        let writes = match backend {
+            Backend::Sqlite => Writes::Sqlite(Writer::start(pool.clone(), !is_sqlite_memory(url))),
+            Backend::Postgres => Writes::Postgres(Group::start(pool.clone(), round_trips.clone())),
+        };
         // Half the pool at most, so that writes always find connections; none when the pool is
         // a single in-memory connection the writer needs.
         let spares = match backend {
@@ -186,15 +195,15 @@ impl SqlStorage {
         let once = OnceBatcher::start(Target {
             pool: pool.clone(),
             backend,
-            writer: writer.clone(),
+            writer: match &writes {
+                Writes::Sqlite(writer) => Some(writer.clone()),
+                Writes::Postgres(_) => None,
+            },
             spares: spares.clone(),
         });
         let reads = (backend == Backend::Postgres).then(|| Reads::start(&pool, &spares));
-        let round_trips = Arc::new(AtomicU64::new(0));
         let storage = SqlStorage {
-            writer,
-            group: (backend == Backend::Postgres)
-                .then(|| Group::start(pool.clone(), round_trips.clone())),
+            writes,
             once,
             reads,
             spares,
@@ -210,10 +219,9 @@ impl SqlStorage {
 
     /// A write transaction: a turn at SQLite's writer, or at PostgreSQL's group commit.
     async fn begin_write(&self) -> Result<SqlTx, StorageError> {
-        match (&self.writer, &self.group) {
-            (Some(writer), _) => Ok(SqlTx::writer(writer.begin().await?)),
-            (None, Some(group)) => Ok(SqlTx::grouped(group.begin().await?)),
-            (None, None) => Err(StorageError::Other("a storage with no writer".into())),
+        match &self.writes {
+            Writes::Sqlite(writer) => Ok(SqlTx::writer(writer.begin().await?)),
+            Writes::Postgres(group) => Ok(SqlTx::grouped(group.begin().await?)),
         }
     }
 
@@ -228,14 +236,15 @@ impl SqlStorage {
         self.round_trips.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// How many write transactions wait now: on SQLite, for their turn at the writer; on
-    /// PostgreSQL, this database's sessions waiting for a lock. For diagnostics, and for tests
-    /// that must see a writer wait before they let the one ahead of it go.
+    /// How many write transactions wait now: for their turn at the writer or the group
+    /// commit, and on PostgreSQL also this database's sessions waiting for a lock (another
+    /// replica's). For diagnostics, and for tests that must see a writer wait before they let
+    /// the one ahead of it go.
     pub async fn writers_waiting(&self) -> Result<usize, StorageError> {
-        if let Some(writer) = &self.writer {
-            return Ok(writer.waiting());
-        }
-        let turns = self.group.as_ref().map_or(0, |g| g.waiting());
+        let turns = match &self.writes {
+            Writes::Sqlite(writer) => return Ok(writer.waiting()),
+            Writes::Postgres(group) => group.waiting(),
+        };
         let n: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity \
              WHERE datname = current_database() AND wait_event_type = 'Lock'",
@@ -249,11 +258,9 @@ impl SqlStorage {
     /// Closes the pool: waits for checked-out connections to come back, then closes them all.
     pub async fn close(&self) {
         self.spares.close();
-        if let Some(writer) = &self.writer {
-            writer.release().await;
-        }
-        if let Some(group) = &self.group {
-            group.release().await;
+        match &self.writes {
+            Writes::Sqlite(writer) => writer.release().await,
+            Writes::Postgres(group) => group.release().await,
         }
         self.pool.close().await;
     }
@@ -307,7 +314,7 @@ impl Storage for SqlStorage {
             Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
         };
         let tx = self.pool.begin_with(begin).await.map_err(begin_err)?;
-        Ok(Box::new(SqlTx::pooled(tx, self.backend, false)))
+        Ok(Box::new(SqlTx::snapshot(tx, self.backend)))
     }
 
     async fn back_off(&self, attempt: u32) -> Result<(), StorageError> {

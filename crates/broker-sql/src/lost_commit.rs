@@ -19,35 +19,26 @@ use sqlx::Row;
 
 use crate::audit_sql::{PG_AUDIT_LOCK, hash_bytes};
 
-/// What the group commit needs to resolve a COMMIT whose outcome is unknown: the pool, and the
-/// last audit entry the physical transaction appended (position, hash).
-pub(crate) struct Resolve {
-    pub(crate) pool: sqlx::AnyPool,
-    pub(crate) appended: Option<(i64, String)>,
-}
-
 /// How long the outcome is looked for (a failover's new primary may take seconds to answer).
 pub(crate) const RESOLVE_WITHIN: Duration = Duration::from_secs(5);
 
-/// Resolves `failed` (the COMMIT's error): `Ok` when the transaction is found committed.
+/// Resolves `failed` (the COMMIT's error) on `pool`, by the last audit entry the physical
+/// transaction `appended` (position, hash): `Ok` when the transaction is found committed.
 pub(crate) async fn resolve(
     failed: StorageError,
-    resolve: Option<Resolve>,
+    pool: &sqlx::AnyPool,
+    appended: Option<(i64, String)>,
 ) -> Result<(), StorageError> {
     let StorageError::Unavailable(why) = &failed else {
         return Err(failed);
     };
-    let Some(Resolve {
-        pool,
-        appended: Some((position, hash)),
-    }) = resolve
-    else {
+    let Some((position, hash)) = appended else {
         return Err(failed);
     };
     let started = Instant::now();
     let mut attempt = 0;
     loop {
-        let read = read_under_lock(&pool, position).await;
+        let read = read_under_lock(pool, position).await;
         match read {
             Ok(row) => {
                 let stored = row.map(|r| r.try_get::<Vec<u8>, _>("hash"));

@@ -139,6 +139,30 @@ fn record(r: &Request) -> Record {
     }
 }
 
+/// A pending request of `e` and its record, stored.
+async fn awaiting_decision(guarded: &Guarded, e: EnrollmentId) -> (Request, Record) {
+    let mut r = request(e, RequestState::Pending);
+    let rec = record(&r);
+    r.record_id = Some(rec.id);
+    let mut tx = guarded.begin().await.expect("begin");
+    tx.put_request(&r).await.expect("put");
+    tx.put_record(&rec).await.expect("put");
+    tx.commit().await.expect("commit");
+    (r, rec)
+}
+
+/// Ada's decision `event`, now.
+fn decided(event: RecordState) -> RecordDecision {
+    RecordDecision {
+        event,
+        at: Utc::now(),
+        by: "ada@example.com".into(),
+        credential_id: None,
+        countersignature: None,
+        seal: "seal".into(),
+    }
+}
+
 /// What a decision reads, in the core's order: its rows prefetched, the session's locks, the
 /// record, then the request and enrollment again as it settles the record.
 async fn decision_reads(tx: &mut dyn Tx, e: EnrollmentId, r: RequestId, rec: &RecordId) {
@@ -237,13 +261,7 @@ async fn hot_writes_take_few_round_trips() {
     // A denial, as `Broker::deny` reads and writes: the opening with its rows (prefetched in
     // its lock order; the core's reads of them answered from what was read); the request +
     // record + entries; COMMIT.
-    let mut pending = request(e.id, RequestState::Pending);
-    let mut rec = record(&pending);
-    pending.record_id = Some(rec.id);
-    let _ = counted!(storage, guarded, |tx| {
-        tx.put_request(&pending).await.expect("put");
-        tx.put_record(&rec).await.expect("put");
-    });
+    let (mut pending, mut rec) = awaiting_decision(&guarded, e.id).await;
     let trips = counted!(storage, guarded, |tx| {
         decision_reads(&mut *tx, e.id, pending.id, &rec.id).await;
         tx.get_request(pending.id).await.expect("request");
@@ -255,38 +273,18 @@ async fn hot_writes_take_few_round_trips() {
         });
         tx.put_request(&pending).await.expect("request");
         rec.state = RecordState::Denied;
-        rec.decided = Some(RecordDecision {
-            event: RecordState::Denied,
-            at: Utc::now(),
-            by: "ada@example.com".into(),
-            credential_id: None,
-            countersignature: None,
-            seal: "seal".into(),
-        });
+        rec.decided = Some(decided(RecordState::Denied));
         tx.put_record(&rec).await.expect("record");
     });
     println!("denial: {trips} round trips");
     assert_eq!(trips, 3, "a denial's round trips");
 
     // An approval, as `Broker::approve` reads and writes: as the denial, with the grant.
-    let mut asked = request(e.id, RequestState::Pending);
-    let mut approved = record(&asked);
-    asked.record_id = Some(approved.id);
-    let _ = counted!(storage, guarded, |tx| {
-        tx.put_request(&asked).await.expect("put");
-        tx.put_record(&approved).await.expect("put");
-    });
+    let (mut asked, mut approved) = awaiting_decision(&guarded, e.id).await;
     let trips = counted!(storage, guarded, |tx| {
         decision_reads(&mut *tx, e.id, asked.id, &approved.id).await;
         approved.state = RecordState::Approved;
-        approved.decided = Some(RecordDecision {
-            event: RecordState::Approved,
-            at: Utc::now(),
-            by: "ada@example.com".into(),
-            credential_id: None,
-            countersignature: None,
-            seal: "seal".into(),
-        });
+        approved.decided = Some(decided(RecordState::Approved));
         tx.put_record(&approved).await.expect("record");
         let g = grant(&asked);
         tx.put_grant(&g).await.expect("grant");

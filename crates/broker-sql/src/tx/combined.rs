@@ -44,11 +44,7 @@ impl SqlTx {
         id: EnrollmentId,
     ) -> Result<(Option<Enrollment>, Vec<Request>), StorageError> {
         self.flush().await?;
-        let opening = match self.inner.as_ref() {
-            Some(Inner::Group(turn)) => turn.opening(),
-            _ => None,
-        };
-        let rows = match opening {
+        let rows = match self.opening() {
             Some(opening) => self.opening_with_enrollment(opening, id).await?,
             None => {
                 let args = args![id.to_string(), RequestState::Pending.as_str()];
@@ -102,10 +98,7 @@ impl SqlTx {
         record: &RecordId,
     ) -> Result<(), StorageError> {
         self.flush().await?;
-        let opening = match self.inner.as_ref() {
-            Some(Inner::Group(turn)) => turn.opening(),
-            _ => None,
-        };
+        let opening = self.opening();
         let mut text = opening.clone().unwrap_or_default();
         if let Some((e, r)) = owners {
             let (e, r) = (inlined(e.to_string())?, inlined(r.to_string())?);
@@ -140,7 +133,11 @@ impl SqlTx {
 
     /// Sends `text` (a few statements, no parameters) in this turn; `opens`: it begins with
     /// the physical transaction's opening, whose rows are taken off the answer.
-    async fn text_in_turn(&mut self, text: &str, opens: bool) -> Result<Vec<AnyRow>, StorageError> {
+    pub(super) async fn text_in_turn(
+        &mut self,
+        text: &str,
+        opens: bool,
+    ) -> Result<Vec<AnyRow>, StorageError> {
         let conn = self.conn_bare().await?;
         let r = raw_rows(conn, text).await;
         if !opens {

@@ -119,9 +119,6 @@ impl Drop for SqlTx {
 impl SqlTx {
     /// Counts its statements on `sent` (and one for the `BEGIN` a pooled transaction sent).
     pub(crate) fn counting(mut self, sent: &Arc<AtomicU64>) -> Self {
-        if matches!(self.inner, Some(Inner::Pool(_))) {
-            sent.fetch_add(1, Ordering::Relaxed);
-        }
         self.sent = Some(sent.clone());
         self
     }
@@ -133,11 +130,19 @@ impl SqlTx {
         }
     }
 
-    /// Whether this transaction holds its writes back (`held.rs`): PostgreSQL's writes.
+    /// Whether this transaction holds its writes back (`held.rs`): PostgreSQL's writes, which
+    /// are turns at the group commit.
     fn holds(&self) -> bool {
-        self.backend == Backend::Postgres
-            && self.write
-            && matches!(self.inner, Some(Inner::Pool(_) | Inner::Group(_)))
+        matches!(self.inner, Some(Inner::Group(_)))
+    }
+
+    /// The physical transaction's opening, when this is a turn at the group commit whose
+    /// transaction has not opened: to send before, or with, its next statement.
+    fn opening(&self) -> Option<String> {
+        match self.inner.as_ref() {
+            Some(Inner::Group(turn)) => turn.opening(),
+            _ => None,
+        }
     }
 
     /// The row `key` of `T`'s table, if this write transaction read (and locked) or wrote it.
@@ -170,11 +175,14 @@ impl SqlTx {
         Ok(())
     }
 
-    pub(crate) fn pooled(tx: Transaction<'static, Any>, backend: Backend, write: bool) -> Self {
+    /// A read whose statements share one snapshot ([`Storage::snapshot`]).
+    ///
+    /// [`Storage::snapshot`]: countersign_broker_core::storage::Storage::snapshot
+    pub(crate) fn snapshot(tx: Transaction<'static, Any>, backend: Backend) -> Self {
         SqlTx {
             inner: Some(Inner::Pool(tx)),
             backend,
-            write,
+            write: false,
             unsettled: false,
             spares: None,
             reads: None,
@@ -266,25 +274,9 @@ impl SqlTx {
     /// A PostgreSQL write's physical transaction, opened (`group.rs`): its opening is sent
     /// alone when no statement carried it.
     async fn open(&mut self) -> Result<(), StorageError> {
-        let Some(Inner::Group(turn)) = self.inner.as_mut() else {
-            return Ok(());
-        };
-        let Some(text) = turn.opening() else {
-            return Ok(());
-        };
-        self.count();
-        self.unsettled = true;
-        let Some(Inner::Group(turn)) = self.inner.as_mut() else {
-            return Ok(());
-        };
-        let r = combined::raw_rows(turn.conn()?, &text).await;
-        match r {
-            Ok(rows) => {
-                turn.opened(rows)?;
-                self.unsettled = false;
-                Ok(())
-            }
-            Err(e) => Err(turn.opening_failed(e)),
+        match self.opening() {
+            Some(text) => self.text_in_turn(&text, true).await.map(|_| ()),
+            None => Ok(()),
         }
     }
 

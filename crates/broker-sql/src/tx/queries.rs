@@ -8,9 +8,6 @@ impl Tx for SqlTx {
     async fn commit(mut self: Box<Self>) -> Result<(), StorageError> {
         // PostgreSQL: the writes held back go first, as one statement (`held.rs`).
         self.flush().await?;
-        if matches!(self.inner, Some(Inner::Pool(_))) {
-            self.count();
-        }
         match self.inner.take().ok_or_else(finished)? {
             Inner::Pool(tx) => tx.commit().await.map_err(db_err),
             Inner::Writer(slot) => slot.commit().await,
@@ -592,7 +589,7 @@ impl Tx for SqlTx {
         // PostgreSQL: every physical write transaction takes the audit log's advisory lock
         // first and reads its head (`group.rs`). SQLite's write transactions are serial
         // already.
-        if self.backend == Backend::Postgres && self.write {
+        if self.holds() {
             return self.locked_audit_head().await;
         }
         // SQLite's writer remembers the head its own appends left (nothing else writes there).
