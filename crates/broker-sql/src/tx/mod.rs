@@ -74,7 +74,7 @@ pub(crate) struct SqlTx {
 
 /// Where the statements run.
 enum Inner {
-    /// A transaction of its own on a pooled connection: reads, and PostgreSQL's writes.
+    /// A transaction of its own on a pooled connection: a snapshot read.
     Pool(Transaction<'static, Any>),
     /// SQLite's writes: a turn at the single writer, inside its group-committed transaction.
     Writer(Slot),
@@ -117,7 +117,7 @@ impl Drop for SqlTx {
 }
 
 impl SqlTx {
-    /// Counts its statements on `sent` (and one for the `BEGIN` a pooled transaction sent).
+    /// Counts its statements on `sent`.
     pub(crate) fn counting(mut self, sent: &Arc<AtomicU64>) -> Self {
         self.sent = Some(sent.clone());
         self
